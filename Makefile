@@ -1,0 +1,79 @@
+# shardlab: make | make test | make demo | make bench | make san-test | make clean
+#
+# Everything is built with mpicc against OpenBLAS, so each binary runs alone
+# (a 1-rank world) or under mpirun. SAN=1 builds into build-san/ with
+# AddressSanitizer + UndefinedBehaviorSanitizer.
+
+CC      := mpicc
+SAN     ?= 0
+ifeq ($(SAN),1)
+BUILD   := build-san
+OPT     := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+else
+BUILD   := build
+OPT     := -O3 -march=native -g
+endif
+CFLAGS  := -std=c17 -D_GNU_SOURCE $(OPT) -fopenmp -Wall -Wextra -Werror -Wno-missing-field-initializers -Iinclude -MMD -MP
+LDFLAGS := $(OPT) -fopenmp
+LDLIBS  := -lopenblas -lm
+
+# Every .c under the module folders is library code, except the *_main.c
+# files, each of which is one program.
+MODULES   := model optim parallel data train
+ALL_SRC   := $(foreach m,$(MODULES),$(wildcard $(m)/*.c))
+MAIN_SRC  := $(filter %_main.c,$(ALL_SRC))
+LIB_SRC   := $(filter-out %_main.c,$(ALL_SRC))
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+PROGRAMS  := $(foreach s,$(MAIN_SRC),$(BUILD)/$(notdir $(s:_main.c=)))
+TEST_SRC  := $(wildcard tests/test_*.c)
+TESTS     := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+
+.PHONY: all test unit-test san-test demo bench deps data clean
+all: $(PROGRAMS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libshardlab.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+# program X comes from */X_main.c
+define program_rule
+$(BUILD)/$(notdir $(1:_main.c=)): $(BUILD)/$(1:.c=.o) $(BUILD)/libshardlab.a
+	$$(CC) $$(LDFLAGS) $$^ -o $$@ $$(LDLIBS)
+endef
+$(foreach s,$(MAIN_SRC),$(eval $(call program_rule,$(s))))
+
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libshardlab.a
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS) -lcmocka
+
+# Unit tests, one binary per tests/test_*.c, then the multi-rank tests.
+unit-test: deps $(PROGRAMS) $(TESTS)
+	@set -e; for t in $(TESTS); do echo "== $$t"; $$t; done
+
+test: unit-test
+	@echo "all tests passed"
+
+san-test:
+	$(MAKE) SAN=1 unit-test
+
+# Bundled corpus -> token shards (the demo's default train_data/val_data).
+data: data/kjv_train.bin
+data/kjv_train.bin: data/kjv.txt $(BUILD)/prepare
+	$(BUILD)/prepare --input data/kjv.txt --train data/kjv_train.bin --val data/kjv_val.bin
+
+demo: deps all data
+	$(BUILD)/train --config configs/demo.conf
+
+bench: deps all
+	bench/run.sh
+
+deps:
+	@.ci/deps
+
+clean:
+	rm -rf build build-san
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,67 @@
+/* The run configuration: every key the trainer understands, set from
+ * a configs/ file (`key = value`) and overridden by `--key value`. The key
+ * table in train/config.c is the single source of names, types, defaults,
+ * choices and help text. */
+#ifndef SHARDLAB_CONFIG_H
+#define SHARDLAB_CONFIG_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "dtype.h"
+
+enum lr_schedule { LR_COSINE, LR_CONSTANT };
+enum rounding_mode { ROUND_NEAREST, ROUND_STOCHASTIC };
+enum decay_targets { DECAY_MATRICES, DECAY_ALL };
+enum optimizer_kind { OPTIM_ADAMW };
+
+enum { CONFIG_PATH_LEN = 512, CONFIG_ERR_LEN = 512 };
+
+struct config {
+    /* model (GPT-2 architecture) */
+    int n_layer, d_model, n_head, seq_len, vocab_size;
+    float init_std;
+    /* batch */
+    int micro_batch, grad_accum;
+    /* optimisation */
+    enum optimizer_kind optimizer;
+    int steps, warmup_steps;
+    float lr, min_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;
+    enum lr_schedule lr_schedule;
+    enum decay_targets decay_targets;
+    /* precision */
+    enum dtype param_dtype, grad_dtype, act_dtype;
+    enum rounding_mode rounding;
+    /* data */
+    char train_data[CONFIG_PATH_LEN], val_data[CONFIG_PATH_LEN];
+    bool shuffle;
+    int val_every, val_batches;
+    long long seed;
+    /* checkpoints and output */
+    char init_from[CONFIG_PATH_LEN], save[CONFIG_PATH_LEN];
+    char resume[CONFIG_PATH_LEN], save_state[CONFIG_PATH_LEN];
+    int save_state_every;
+    char log_json[CONFIG_PATH_LEN];
+    int sample_tokens;
+    float sample_temperature;
+    char sample_prompt[CONFIG_PATH_LEN];
+    /* machine */
+    int threads;
+    double peak_flops;
+};
+
+void config_defaults(struct config *c);
+/* Each returns 0, or -1 with a message naming the key (and the valid choices)
+ * in err. */
+int config_set(struct config *c, const char *key, const char *value, char err[CONFIG_ERR_LEN]);
+int config_load_file(struct config *c, const char *path, char err[CONFIG_ERR_LEN]);
+/* argv: `--config FILE` is applied first, then every `--key value` in order.
+ * Sets *help when --help or -h is present. */
+int config_parse_args(struct config *c, int argc, char **argv, bool *help, char err[CONFIG_ERR_LEN]);
+/* Cross-key checks (divisibility, ranges that depend on other keys). */
+int config_validate(const struct config *c, char err[CONFIG_ERR_LEN]);
+void config_print_help(FILE *f, const char *program);
+/* Every key with its value, one per line, in config-file form. */
+void config_print(FILE *f, const struct config *c);
+
+#endif

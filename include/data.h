@@ -1,0 +1,73 @@
+/* Token data: llm.c's shard format, the byte-level tokenizer, and the batch
+ * loader. A shard is a 1024-byte header (256 int32: magic 20240520, version
+ * 1, token count) followed by uint16 tokens. */
+#ifndef SHARDLAB_DATA_H
+#define SHARDLAB_DATA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum {
+    SHARD_HEADER_INTS = 256,
+    SHARD_MAGIC = 20240520,
+    SHARD_VERSION = 1,
+    DATA_ERR_LEN = 512,
+    BYTE_VOCAB = 256        /* the byte-level tokenizer: token = byte value */
+};
+
+struct token_shard {
+    uint16_t *tokens;
+    size_t n;
+};
+
+/* Reads and checks a shard: magic, version, declared count against the file
+ * size, and every token < vocab_size. */
+int shard_read(const char *path, int vocab_size, struct token_shard *out, char err[DATA_ERR_LEN]);
+/* Writes atomically (temp file, fsync, rename). */
+int shard_write(const char *path, const uint16_t *tokens, size_t n, char err[DATA_ERR_LEN]);
+void shard_free(struct token_shard *s);
+
+/* Byte-level tokenizer: one token per byte, vocabulary 256. */
+size_t tokenize_bytes(const unsigned char *text, size_t n, uint16_t *out);
+/* Printable form of one token; tokens >= 256 (possible with a larger model
+ * vocabulary) decode to '?'. */
+char detokenize_byte(int token);
+
+/* Where a loader stands; saved in the resume state for a bit-exact resume. */
+struct loader_position {
+    uint64_t epoch;
+    uint64_t cursor;  /* next sample index within the epoch's order */
+};
+
+/* Samples are non-overlapping windows of T+1 tokens (inputs = first T,
+ * targets = last T) cut from every shard. Each call to loader_next takes the
+ * next global micro-batch of dp_size * B samples and hands rank dp_rank its
+ * B: ranks read disjoint parts of every global batch. With shuffle the
+ * sample order is a permutation drawn from (seed, epoch); without, it is the
+ * file order. */
+struct data_loader {
+    struct token_shard *shards;
+    int n_shards;
+    int B, T;
+    int dp_rank, dp_size;
+    bool shuffle;
+    uint64_t seed;
+    size_t n_samples;        /* over all shards */
+    size_t *sample_shard;    /* shard of sample i (file order) */
+    size_t *sample_start;    /* first token of sample i */
+    size_t *order;           /* this epoch's order: index -> sample */
+    struct loader_position pos;
+};
+
+/* pattern: a path or a glob; every match is a shard, in sorted order. */
+int loader_open(struct data_loader *dl, const char *pattern, int vocab_size, int B, int T, int dp_rank,
+                int dp_size, bool shuffle, uint64_t seed, char err[DATA_ERR_LEN]);
+/* Fills inputs and targets (B*T each). Wraps into the next epoch as needed. */
+void loader_next(struct data_loader *dl, int32_t *inputs, int32_t *targets);
+/* Back to epoch 0, sample 0 (validation starts here every time). */
+void loader_rewind(struct data_loader *dl);
+int loader_seek(struct data_loader *dl, struct loader_position pos, char err[DATA_ERR_LEN]);
+void loader_close(struct data_loader *dl);
+
+#endif

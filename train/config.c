@@ -1,0 +1,274 @@
+#include "config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum key_type { KEY_INT, KEY_LLONG, KEY_FLOAT, KEY_DOUBLE, KEY_BOOL, KEY_STRING, KEY_CHOICE };
+
+enum { MAX_CHOICES = 4 };
+
+struct key {
+    const char *name;
+    enum key_type type;
+    size_t offset;
+    const char *default_value;
+    const char *help;
+    double min, max;                     /* numeric keys: inclusive range */
+    const char *choices[MAX_CHOICES + 1]; /* KEY_CHOICE: names, index = enum value */
+};
+
+#define F(field) offsetof(struct config, field)
+#define NUM(lo, hi) .min = (lo), .max = (hi)
+
+static const struct key KEYS[] = {
+    {"n_layer", KEY_INT, F(n_layer), "2", "transformer layers (L)", NUM(1, 1024)},
+    {"d_model", KEY_INT, F(d_model), "64", "hidden size (C)", NUM(1, 65536)},
+    {"n_head", KEY_INT, F(n_head), "4", "attention heads (NH); must divide d_model", NUM(1, 1024)},
+    {"seq_len", KEY_INT, F(seq_len), "64", "sequence length (T), also the position-embedding rows", NUM(1, 65536)},
+    {"vocab_size", KEY_INT, F(vocab_size), "256", "vocabulary (V); padded to a multiple of 128 internally", NUM(2, 1 << 20)},
+    {"init_std", KEY_FLOAT, F(init_std), "0.02", "std of the normal weight init (GPT-2)", NUM(0, 10)},
+    {"micro_batch", KEY_INT, F(micro_batch), "4", "sequences per micro-batch (B)", NUM(1, 1 << 20)},
+    {"grad_accum", KEY_INT, F(grad_accum), "1", "micro-batches accumulated per optimizer step", NUM(1, 1 << 20)},
+    {"optimizer", KEY_CHOICE, F(optimizer), "adamw", "update rule", .choices = {"adamw"}},
+    {"steps", KEY_INT, F(steps), "100", "optimizer steps to run", NUM(0, INT_MAX)},
+    {"warmup_steps", KEY_INT, F(warmup_steps), "0", "linear LR warmup steps", NUM(0, INT_MAX)},
+    {"lr", KEY_FLOAT, F(lr), "1e-3", "peak learning rate", NUM(0, 10)},
+    {"lr_schedule", KEY_CHOICE, F(lr_schedule), "cosine", "LR after warmup", .choices = {"cosine", "constant"}},
+    {"min_lr_frac", KEY_FLOAT, F(min_lr_frac), "0.1", "cosine floor as a fraction of lr", NUM(0, 1)},
+    {"weight_decay", KEY_FLOAT, F(weight_decay), "0.1", "decoupled (AdamW) weight decay", NUM(0, 10)},
+    {"decay_targets", KEY_CHOICE, F(decay_targets), "matrices", "which tensors decay: 2-D weights only, or all", .choices = {"matrices", "all"}},
+    {"beta1", KEY_FLOAT, F(beta1), "0.9", "Adam first-moment decay", NUM(0, 0.999999)},
+    {"beta2", KEY_FLOAT, F(beta2), "0.95", "Adam second-moment decay", NUM(0, 0.999999)},
+    {"eps", KEY_FLOAT, F(eps), "1e-8", "Adam epsilon", NUM(0, 1)},
+    {"grad_clip", KEY_FLOAT, F(grad_clip), "1.0", "clip the global gradient norm to this (0 disables)", NUM(0, 1e30)},
+    {"param_dtype", KEY_CHOICE, F(param_dtype), "bf16", "working weights; bf16 keeps an fp32 master copy", .choices = {"fp32", "bf16"}},
+    {"grad_dtype", KEY_CHOICE, F(grad_dtype), "bf16", "stored gradients", .choices = {"fp32", "bf16"}},
+    {"act_dtype", KEY_CHOICE, F(act_dtype), "bf16", "activations saved for backward", .choices = {"fp32", "bf16"}},
+    {"rounding", KEY_CHOICE, F(rounding), "nearest", "fp32 master -> bf16 params rounding", .choices = {"nearest", "stochastic"}},
+    {"train_data", KEY_STRING, F(train_data), "data/kjv_train.bin", "training token shard(s); a glob pattern selects several"},
+    {"val_data", KEY_STRING, F(val_data), "data/kjv_val.bin", "validation token shard(s); empty disables validation"},
+    {"shuffle", KEY_BOOL, F(shuffle), "1", "1: random batch order each epoch; 0: sequential", NUM(0, 1)},
+    {"val_every", KEY_INT, F(val_every), "25", "validate every N steps (and at the end); 0 disables", NUM(0, INT_MAX)},
+    {"val_batches", KEY_INT, F(val_batches), "8", "micro-batches per validation", NUM(1, INT_MAX)},
+    {"seed", KEY_LLONG, F(seed), "1337", "seed for init, shuffling, rounding and sampling", NUM(0, 9.2e18)},
+    {"init_from", KEY_STRING, F(init_from), "", "start from an llm.c model file instead of random init"},
+    {"save", KEY_STRING, F(save), "", "write an llm.c model file at the end"},
+    {"resume", KEY_STRING, F(resume), "", "continue from a resume state (bit-exact)"},
+    {"save_state", KEY_STRING, F(save_state), "", "write a resume state at the end (and every save_state_every steps)"},
+    {"save_state_every", KEY_INT, F(save_state_every), "0", "steps between resume states; 0: only at the end", NUM(0, INT_MAX)},
+    {"log_json", KEY_STRING, F(log_json), "", "also write JSON-lines metrics to this file"},
+    {"sample_tokens", KEY_INT, F(sample_tokens), "0", "generate this many tokens of text at the end", NUM(0, 1 << 20)},
+    {"sample_temperature", KEY_FLOAT, F(sample_temperature), "0.8", "softmax temperature for sampling", NUM(1e-3, 100)},
+    {"sample_prompt", KEY_STRING, F(sample_prompt), "And God said", "text the sample continues"},
+    {"threads", KEY_INT, F(threads), "2", "threads for BLAS and the elementwise kernels", NUM(1, 1024)},
+    {"peak_flops", KEY_DOUBLE, F(peak_flops), "0", "peak FLOP/s for MFU; 0: measure at start-up", NUM(0, 1e30)},
+};
+
+enum { NUM_KEYS = sizeof KEYS / sizeof KEYS[0] };
+
+static const struct key *find_key(const char *name) {
+    for (int i = 0; i < NUM_KEYS; i++)
+        if (strcmp(KEYS[i].name, name) == 0) return &KEYS[i];
+    return NULL;
+}
+
+static void list_keys(char err[CONFIG_ERR_LEN], size_t used) {
+    for (int i = 0; i < NUM_KEYS && used + 32 < CONFIG_ERR_LEN; i++)
+        used += (size_t)snprintf(err + used, CONFIG_ERR_LEN - used, "%s%s", i ? ", " : "", KEYS[i].name);
+}
+
+static int range_error(const struct key *k, const char *value, char err[CONFIG_ERR_LEN]) {
+    snprintf(err, CONFIG_ERR_LEN, "bad value '%s' for %s: expected a number in [%g, %g]", value, k->name, k->min,
+             k->max);
+    return -1;
+}
+
+static int set_value(struct config *c, const struct key *k, const char *value, char err[CONFIG_ERR_LEN]) {
+    char *field = (char *)c + k->offset;
+    char *end = NULL;
+    errno = 0;
+    switch (k->type) {
+    case KEY_INT:
+    case KEY_LLONG:
+    case KEY_BOOL: {
+        long long v = strtoll(value, &end, 10);
+        if (errno || end == value || *end || v < k->min || v > k->max) return range_error(k, value, err);
+        if (k->type == KEY_INT) *(int *)field = (int)v;
+        else if (k->type == KEY_LLONG) *(long long *)field = v;
+        else *(bool *)field = v != 0;
+        return 0;
+    }
+    case KEY_FLOAT:
+    case KEY_DOUBLE: {
+        double v = strtod(value, &end);
+        if (errno || end == value || *end || !isfinite(v) || v < k->min || v > k->max)
+            return range_error(k, value, err);
+        if (k->type == KEY_FLOAT) *(float *)field = (float)v;
+        else *(double *)field = v;
+        return 0;
+    }
+    case KEY_STRING:
+        if (strlen(value) >= CONFIG_PATH_LEN) {
+            snprintf(err, CONFIG_ERR_LEN, "value for %s is longer than %d characters", k->name, CONFIG_PATH_LEN - 1);
+            return -1;
+        }
+        strcpy(field, value);
+        return 0;
+    case KEY_CHOICE:
+        for (int i = 0; k->choices[i]; i++)
+            if (strcmp(k->choices[i], value) == 0) {
+                *(int *)field = i;
+                return 0;
+            }
+        size_t n = (size_t)snprintf(err, CONFIG_ERR_LEN, "bad value '%s' for %s: valid choices are", value, k->name);
+        for (int i = 0; k->choices[i] && n < CONFIG_ERR_LEN; i++)
+            n += (size_t)snprintf(err + n, CONFIG_ERR_LEN - n, " %s", k->choices[i]);
+        return -1;
+    }
+    return -1;
+}
+
+int config_set(struct config *c, const char *key, const char *value, char err[CONFIG_ERR_LEN]) {
+    char name[64];
+    size_t n = strlen(key);
+    if (n >= sizeof name) n = sizeof name - 1;
+    for (size_t i = 0; i < n; i++) name[i] = key[i] == '-' ? '_' : key[i]; /* --init-from == init_from */
+    name[n] = '\0';
+    const struct key *k = find_key(name);
+    if (!k) {
+        size_t used = (size_t)snprintf(err, CONFIG_ERR_LEN, "unknown key '%s'; valid keys: ", key);
+        list_keys(err, used);
+        return -1;
+    }
+    return set_value(c, k, value, err);
+}
+
+void config_defaults(struct config *c) {
+    memset(c, 0, sizeof *c);
+    char err[CONFIG_ERR_LEN];
+    for (int i = 0; i < NUM_KEYS; i++)
+        if (set_value(c, &KEYS[i], KEYS[i].default_value, err) != 0) {
+            fprintf(stderr, "internal error: default of %s: %s\n", KEYS[i].name, err);
+            abort();
+        }
+}
+
+static char *trim(char *s) {
+    while (*s == ' ' || *s == '\t') s++;
+    char *e = s + strlen(s);
+    while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r')) *--e = '\0';
+    return s;
+}
+
+int config_load_file(struct config *c, const char *path, char err[CONFIG_ERR_LEN]) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, CONFIG_ERR_LEN, "cannot open config %s: %s", path, strerror(errno));
+        return -1;
+    }
+    char line[1024];
+    int lineno = 0, rc = 0;
+    while (rc == 0 && fgets(line, sizeof line, f)) {
+        lineno++;
+        char *hash = strchr(line, '#');
+        if (hash) *hash = '\0';
+        char *s = trim(line);
+        if (!*s) continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            snprintf(err, CONFIG_ERR_LEN, "%s:%d: expected 'key = value', got '%.200s'", path, lineno, s);
+            rc = -1;
+            break;
+        }
+        *eq = '\0';
+        char inner[CONFIG_ERR_LEN];
+        if (config_set(c, trim(s), trim(eq + 1), inner) != 0) {
+            snprintf(err, CONFIG_ERR_LEN, "%s:%d: %.*s", path, lineno, CONFIG_ERR_LEN - 300, inner);
+            rc = -1;
+        }
+    }
+    fclose(f);
+    return rc;
+}
+
+int config_parse_args(struct config *c, int argc, char **argv, bool *help, char err[CONFIG_ERR_LEN]) {
+    *help = false;
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) *help = true;
+    if (*help) return 0;
+    for (int i = 1; i + 1 < argc; i += 2)
+        if (strcmp(argv[i], "--config") == 0 && config_load_file(c, argv[i + 1], err) != 0) return -1;
+    for (int i = 1; i < argc; i += 2) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0) {
+            snprintf(err, CONFIG_ERR_LEN, "unexpected argument '%s': options are --key value (see --help)", a);
+            return -1;
+        }
+        if (i + 1 >= argc) {
+            snprintf(err, CONFIG_ERR_LEN, "option %s needs a value", a);
+            return -1;
+        }
+        if (strcmp(a, "--config") == 0) continue;
+        if (config_set(c, a + 2, argv[i + 1], err) != 0) return -1;
+    }
+    return 0;
+}
+
+int config_validate(const struct config *c, char err[CONFIG_ERR_LEN]) {
+    if (c->d_model % c->n_head != 0) {
+        snprintf(err, CONFIG_ERR_LEN, "n_head (%d) must divide d_model (%d)", c->n_head, c->d_model);
+        return -1;
+    }
+    if (c->param_dtype == DTYPE_FP32 && c->rounding == ROUND_STOCHASTIC) {
+        snprintf(err, CONFIG_ERR_LEN, "rounding = stochastic needs param_dtype = bf16 (fp32 params are never rounded)");
+        return -1;
+    }
+    if (c->vocab_size > 65536) {
+        snprintf(err, CONFIG_ERR_LEN, "vocab_size %d does not fit the uint16 token shards (max 65536)", c->vocab_size);
+        return -1;
+    }
+    return 0;
+}
+
+static void format_value(const struct config *c, const struct key *k, char *out, size_t n) {
+    const char *field = (const char *)c + k->offset;
+    switch (k->type) {
+    case KEY_INT: snprintf(out, n, "%d", *(const int *)field); break;
+    case KEY_LLONG: snprintf(out, n, "%lld", *(const long long *)field); break;
+    case KEY_BOOL: snprintf(out, n, "%d", *(const bool *)field ? 1 : 0); break;
+    case KEY_FLOAT: snprintf(out, n, "%g", (double)*(const float *)field); break;
+    case KEY_DOUBLE: snprintf(out, n, "%g", *(const double *)field); break;
+    case KEY_STRING: snprintf(out, n, "%s", field); break;
+    case KEY_CHOICE: snprintf(out, n, "%s", k->choices[*(const int *)field]); break;
+    }
+}
+
+void config_print_help(FILE *f, const char *program) {
+    fprintf(f, "usage: %s [--config FILE] [--key value ...]\n\n", program);
+    fprintf(f, "Keys may be set in a config file (key = value) or on the command line\n");
+    fprintf(f, "(--key value or --key-name value); the command line wins.\n\n");
+    for (int i = 0; i < NUM_KEYS; i++) {
+        const struct key *k = &KEYS[i];
+        char choices[128] = "";
+        if (k->type == KEY_CHOICE) {
+            size_t n = (size_t)snprintf(choices, sizeof choices, " {");
+            for (int j = 0; k->choices[j]; j++)
+                n += (size_t)snprintf(choices + n, sizeof choices - n, "%s%s", j ? "|" : "", k->choices[j]);
+            snprintf(choices + n, sizeof choices - n, "}");
+        }
+        fprintf(f, "  --%-20s %s%s (default: %s)\n", k->name, k->help, choices,
+                *k->default_value ? k->default_value : "\"\"");
+    }
+}
+
+void config_print(FILE *f, const struct config *c) {
+    for (int i = 0; i < NUM_KEYS; i++) {
+        char v[CONFIG_PATH_LEN + 32];
+        format_value(c, &KEYS[i], v, sizeof v);
+        fprintf(f, "%s = %s\n", KEYS[i].name, v);
+    }
+}
