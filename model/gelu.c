@@ -1,0 +1,38 @@
+/* GELU in GPT-2's tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))),
+ * and the residual add. */
+#include <math.h>
+
+#include "layers.h"
+
+#define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_CUBIC 0.044715f
+
+enum { GELU_FLOPS_FWD = 8, GELU_FLOPS_BWD = 16 };
+
+void gelu_forward(float *out, const float *inp, int n, struct flop_counter *fc) {
+#pragma omp parallel for
+    for (int i = 0; i < n; i++) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + GELU_CUBIC * x * x * x)));
+    }
+    fc->other += (double)GELU_FLOPS_FWD * n;
+}
+
+void gelu_backward(float *dinp, const float *inp, const float *dout, int n, struct flop_counter *fc) {
+#pragma omp parallel for
+    for (int i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = GELU_SCALE * (x + GELU_CUBIC * x * x * x);
+        float th = tanhf(u);
+        float sech2 = 1.0f - th * th;
+        float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBIC * x * x);
+        dinp[i] = (0.5f * (1.0f + th) + 0.5f * x * sech2 * du) * dout[i];
+    }
+    fc->other += (double)GELU_FLOPS_BWD * n;
+}
+
+void residual_forward(float *out, const float *a, const float *b, int n, struct flop_counter *fc) {
+#pragma omp parallel for
+    for (int i = 0; i < n; i++) out[i] = a[i] + b[i];
+    fc->other += n;
+}
