@@ -5,6 +5,7 @@
 #include "data.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,8 +82,10 @@ int main(int argc, char **argv) {
             usage(stdout);
             return 0;
         }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "prepare: %s needs a value (or is unknown)\n\n", a);
+        bool known = !strcmp(a, "--input") || !strcmp(a, "--train") || !strcmp(a, "--val") ||
+                     !strcmp(a, "--val-fraction");
+        if (!known || i + 1 >= argc) {
+            fprintf(stderr, known ? "prepare: %s needs a value\n\n" : "prepare: unknown option %s\n\n", a);
             usage(stderr);
             return 2;
         }
@@ -90,17 +93,13 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "--input")) input = v;
         else if (!strcmp(a, "--train")) train = v;
         else if (!strcmp(a, "--val")) val = v;
-        else if (!strcmp(a, "--val-fraction")) {
+        else {
             char *end;
             fraction = strtod(v, &end);
             if (*v == '\0' || *end != '\0' || !(fraction > 0.0 && fraction < 1.0)) {
                 fprintf(stderr, "prepare: --val-fraction must be a number strictly between 0 and 1, got '%s'\n", v);
                 return 2;
             }
-        } else {
-            fprintf(stderr, "prepare: unknown option %s\n\n", a);
-            usage(stderr);
-            return 2;
         }
     }
     if (!input || !train || !val) {
