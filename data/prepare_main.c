@@ -1,0 +1,125 @@
+/* build/prepare: turns a text file into train and validation token shards
+ * with the byte-level tokenizer. The validation split is the last
+ * --val-fraction of the file, moved back to the start of a line so that no
+ * line is split between the two. */
+#include "data.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: prepare --input FILE --train OUT.bin --val OUT.bin [--val-fraction F]\n"
+            "\n"
+            "Byte-tokenizes FILE (vocabulary %d) and writes two llm.c token shards:\n"
+            "the last F of the file (default 0.05, cut at a line boundary) to --val,\n"
+            "the rest to --train.\n",
+            BYTE_VOCAB);
+}
+
+/* Reads the whole file; returns NULL (with a message printed) on failure. */
+static unsigned char *read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "prepare: cannot open %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 20, len = 0;
+    unsigned char *buf = malloc(cap);
+    while (buf) {
+        len += fread(buf + len, 1, cap - len, f);
+        if (len < cap) break;
+        unsigned char *bigger = realloc(buf, cap * 2);
+        if (!bigger) free(buf);
+        buf = bigger;
+        cap *= 2;
+    }
+    int failed = !buf || ferror(f);
+    fclose(f);
+    if (failed) {
+        fprintf(stderr, "prepare: cannot read %s%s\n", path, buf ? "" : ": out of memory");
+        free(buf);
+        return NULL;
+    }
+    *n = len;
+    return buf;
+}
+
+/* Start of the validation split: n - fraction*n, moved back to a line start. */
+static size_t split_point(const unsigned char *text, size_t n, double fraction) {
+    size_t cut = n - (size_t)(fraction * (double)n);
+    while (cut > 0 && text[cut - 1] != '\n') cut--;
+    return cut;
+}
+
+static int write_split(const char *what, const char *path, const unsigned char *text, size_t n) {
+    uint16_t *tokens = malloc((n ? n : 1) * sizeof *tokens);
+    if (!tokens) {
+        fprintf(stderr, "prepare: out of memory for %zu %s tokens\n", n, what);
+        return -1;
+    }
+    tokenize_bytes(text, n, tokens);
+    char err[DATA_ERR_LEN];
+    int rc = shard_write(path, tokens, n, err);
+    free(tokens);
+    if (rc != 0) {
+        fprintf(stderr, "prepare: %s\n", err);
+        return -1;
+    }
+    printf("%-5s %10zu tokens -> %s\n", what, n, path);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *input = NULL, *train = NULL, *val = NULL;
+    double fraction = 0.05;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        bool known = !strcmp(a, "--input") || !strcmp(a, "--train") || !strcmp(a, "--val") ||
+                     !strcmp(a, "--val-fraction");
+        if (!known || i + 1 >= argc) {
+            fprintf(stderr, known ? "prepare: %s needs a value\n\n" : "prepare: unknown option %s\n\n", a);
+            usage(stderr);
+            return 2;
+        }
+        const char *v = argv[++i];
+        if (!strcmp(a, "--input")) input = v;
+        else if (!strcmp(a, "--train")) train = v;
+        else if (!strcmp(a, "--val")) val = v;
+        else {
+            char *end;
+            fraction = strtod(v, &end);
+            if (*v == '\0' || *end != '\0' || !(fraction > 0.0 && fraction < 1.0)) {
+                fprintf(stderr, "prepare: --val-fraction must be a number strictly between 0 and 1, got '%s'\n", v);
+                return 2;
+            }
+        }
+    }
+    if (!input || !train || !val) {
+        fprintf(stderr, "prepare: --input, --train and --val are all required\n\n");
+        usage(stderr);
+        return 2;
+    }
+    size_t n = 0;
+    unsigned char *text = read_file(input, &n);
+    if (!text) return 1;
+    size_t cut = split_point(text, n, fraction);
+    int rc = 1;
+    if (cut == 0 || cut == n) {
+        fprintf(stderr,
+                "prepare: %s (%zu bytes) cannot be split at a line boundary with --val-fraction %g: "
+                "the %s split would be empty\n",
+                input, n, fraction, cut == 0 ? "train" : "validation");
+    } else if (write_split("train", train, text, cut) == 0 && write_split("val", val, text + cut, n - cut) == 0) {
+        rc = 0;
+    }
+    free(text);
+    return rc;
+}
