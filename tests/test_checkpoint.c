@@ -190,7 +190,8 @@ static void test_llmc_file_order(void **state) {
     assert_true(file[k + C] == (float)(embed + layer_size));
     for (int t = 0; t < 12; t++)
         for (int l = 0; l < L; l++)
-            for (size_t e = 0; e < sizes[t]; e++, k++) assert_true(file[k] == (float)(embed + l * layer_size + within[t] + e));
+            for (size_t e = 0; e < sizes[t]; e++, k++)
+                assert_true(file[k] == (float)(embed + l * layer_size + within[t] + e));
     for (size_t i = 0; i < 2 * C; i++, k++) assert_true(file[k] == (float)(wte + wpe + i)); /* lnfw, lnfb */
     assert_int_equal(k, N);
     free(file);

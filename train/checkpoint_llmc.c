@@ -42,12 +42,12 @@ static int check_dtype(enum dtype dt, const char *what, char err[CKPT_ERR_LEN]) 
 static int parse_header(const int32_t h[LLMC_HEADER_INTS], const char *path, struct model_shape *shape,
                         int *version, char err[CKPT_ERR_LEN]) {
     if (h[H_MAGIC] != LLMC_MODEL_MAGIC) {
-        snprintf(err, CKPT_ERR_LEN, "%.400s: not an llm.c model file (magic %d, expected %d)", path,
+        snprintf(err, CKPT_ERR_LEN, "%.300s: not an llm.c model file (magic %d, expected %d)", path,
                  (int)h[H_MAGIC], LLMC_MODEL_MAGIC);
         return -1;
     }
     if (h[H_VERSION] != LLMC_VERSION_FP32 && h[H_VERSION] != LLMC_VERSION_BF16) {
-        snprintf(err, CKPT_ERR_LEN, "%.400s: unsupported llm.c model version %d (3 = fp32 and 5 = bf16 are)", path,
+        snprintf(err, CKPT_ERR_LEN, "%.300s: unsupported llm.c model version %d (3 = fp32 and 5 = bf16 are)", path,
                  (int)h[H_VERSION]);
         return -1;
     }
@@ -57,7 +57,7 @@ static int parse_header(const int32_t h[LLMC_HEADER_INTS], const char *path, str
     };
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         if (h[fields[i].slot] <= 0) {
-            snprintf(err, CKPT_ERR_LEN, "%.400s: %s is %d in the header", path, fields[i].name,
+            snprintf(err, CKPT_ERR_LEN, "%.300s: %s is %d in the header", path, fields[i].name,
                      (int)h[fields[i].slot]);
             return -1;
         }
@@ -65,7 +65,7 @@ static int parse_header(const int32_t h[LLMC_HEADER_INTS], const char *path, str
     /* Our layout always pads the vocabulary the way llm.c does; a file padded
      * otherwise could not be laid out, so say so here rather than later. */
     if (h[H_VP] != padded_vocab(h[H_V])) {
-        snprintf(err, CKPT_ERR_LEN, "%.400s: padded_vocab_size is %d but vocab_size %d pads to %d", path,
+        snprintf(err, CKPT_ERR_LEN, "%.300s: padded_vocab_size is %d but vocab_size %d pads to %d", path,
                  (int)h[H_VP], (int)h[H_V], padded_vocab(h[H_V]));
         return -1;
     }
@@ -81,7 +81,7 @@ static int check_shape(const struct model_shape *file, const struct model_shape 
     int c[] = {cfg->T, cfg->V, cfg->L, cfg->NH, cfg->C, cfg->Vp};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         if (f[i] != c[i]) {
-            snprintf(err, CKPT_ERR_LEN, "%.400s: %s is %d in the file, %d in the config", path, names[i], f[i], c[i]);
+            snprintf(err, CKPT_ERR_LEN, "%.300s: %s is %d in the file, %d in the config", path, names[i], f[i], c[i]);
             return -1;
         }
     }
@@ -105,7 +105,7 @@ static void convert(void *dst, enum dtype dst_dt, const void *src, enum dtype sr
 int llmc_read_header(const char *path, struct model_shape *shape, int *version, char err[CKPT_ERR_LEN]) {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        snprintf(err, CKPT_ERR_LEN, "cannot open %.400s: %s", path, strerror(errno));
+        snprintf(err, CKPT_ERR_LEN, "cannot open %.300s: %s", path, strerror(errno));
         return -1;
     }
     int32_t h[LLMC_HEADER_INTS];
@@ -120,11 +120,11 @@ static int check_size(FILE *f, const char *path, off_t expect, char err[CKPT_ERR
     off_t size = -1;
     if (fseeko(f, 0, SEEK_END) == 0) size = ftello(f);
     if (size < 0 || fseeko(f, LLMC_HEADER_BYTES, SEEK_SET) != 0) {
-        snprintf(err, CKPT_ERR_LEN, "cannot seek in %.400s: %s", path, strerror(errno));
+        snprintf(err, CKPT_ERR_LEN, "cannot seek in %.300s: %s", path, strerror(errno));
         return -1;
     }
     if (size != expect) {
-        snprintf(err, CKPT_ERR_LEN, "%.400s is %s: %lld bytes, expected %lld for this shape", path,
+        snprintf(err, CKPT_ERR_LEN, "%.300s is %s: %lld bytes, expected %lld for this shape", path,
                  size < expect ? "truncated" : "too long (trailing data)", (long long)size, (long long)expect);
         return -1;
     }
@@ -136,7 +136,7 @@ int llmc_load(const char *path, const struct model_layout *lay, void *params, en
     if (check_dtype(param_dt, "llmc_load params", err)) return -1;
     FILE *f = fopen(path, "rb");
     if (!f) {
-        snprintf(err, CKPT_ERR_LEN, "cannot open %.400s: %s", path, strerror(errno));
+        snprintf(err, CKPT_ERR_LEN, "cannot open %.300s: %s", path, strerror(errno));
         return -1;
     }
     int rc = -1, version;
@@ -150,7 +150,7 @@ int llmc_load(const char *path, const struct model_layout *lay, void *params, en
     size_t fsz = dtype_size(file_dt), psz = dtype_size(param_dt);
     if (check_size(f, path, (off_t)LLMC_HEADER_BYTES + (off_t)(lay->total * fsz), err)) goto done;
     if (file_dt != param_dt && !(buf = malloc(CHUNK_ELEMS * fsz))) {
-        snprintf(err, CKPT_ERR_LEN, "out of memory loading %.400s", path);
+        snprintf(err, CKPT_ERR_LEN, "out of memory loading %.300s", path);
         goto done;
     }
     for (int i = 0; i < layout_num_tensors(lay); i++) {
@@ -186,7 +186,7 @@ int llmc_save(const char *path, const struct model_layout *lay, const void *para
     size_t fsz = dtype_size(file_dt), psz = dtype_size(param_dt);
     void *buf = NULL;
     if (file_dt != param_dt && !(buf = malloc(CHUNK_ELEMS * fsz))) {
-        snprintf(err, CKPT_ERR_LEN, "out of memory saving %.400s", path);
+        snprintf(err, CKPT_ERR_LEN, "out of memory saving %.300s", path);
         return -1;
     }
     struct atomic_file af;

@@ -111,7 +111,7 @@ static int scan_file(FILE *f, const char *path, struct resume_meta *meta, struct
     off_t size = -1;
     if (fseeko(f, 0, SEEK_END) == 0) size = ftello(f);
     if (size < 0 || fseeko(f, 0, SEEK_SET) != 0) {
-        snprintf(err, CKPT_ERR_LEN, "cannot seek in %.400s: %s", path, strerror(errno));
+        snprintf(err, CKPT_ERR_LEN, "cannot seek in %.300s: %s", path, strerror(errno));
         return -1;
     }
     unsigned char head[HEADER_BYTES];
@@ -119,12 +119,12 @@ static int scan_file(FILE *f, const char *path, struct resume_meta *meta, struct
     const unsigned char *p = head;
     uint32_t magic = get_u32(&p), version = get_u32(&p);
     if (magic != RESUME_MAGIC) {
-        snprintf(err, CKPT_ERR_LEN, "%.400s: not a resume state (magic 0x%08x, expected 0x%08x)", path,
+        snprintf(err, CKPT_ERR_LEN, "%.300s: not a resume state (magic 0x%08x, expected 0x%08x)", path,
                  (unsigned)magic, (unsigned)RESUME_MAGIC);
         return -1;
     }
     if (version != RESUME_VERSION) {
-        snprintf(err, CKPT_ERR_LEN, "%.400s: resume state version %u, this build reads version %d", path,
+        snprintf(err, CKPT_ERR_LEN, "%.300s: resume state version %u, this build reads version %d", path,
                  (unsigned)version, RESUME_VERSION);
         return -1;
     }
@@ -136,13 +136,13 @@ static int scan_file(FILE *f, const char *path, struct resume_meta *meta, struct
     uint32_t n = get_u32(&p);
     /* Bound the count by what the file could hold before allocating for it. */
     if ((uint64_t)n > (uint64_t)(size - HEADER_BYTES) / SECTION_HEAD_BYTES) {
-        snprintf(err, CKPT_ERR_LEN, "%.400s is truncated: %u sections announced in %lld bytes", path, (unsigned)n,
+        snprintf(err, CKPT_ERR_LEN, "%.300s is truncated: %u sections announced in %lld bytes", path, (unsigned)n,
                  (long long)size);
         return -1;
     }
     struct file_section *t = n ? calloc(n, sizeof *t) : NULL;
     if (n && !t) {
-        snprintf(err, CKPT_ERR_LEN, "out of memory reading %.400s", path);
+        snprintf(err, CKPT_ERR_LEN, "out of memory reading %.300s", path);
         return -1;
     }
     off_t pos = HEADER_BYTES;
@@ -154,21 +154,22 @@ static int scan_file(FILE *f, const char *path, struct resume_meta *meta, struct
         uint32_t code = get_u32(&q);
         t[i].numel = get_u64(&q);
         if (code != DISK_FP32 && code != DISK_BF16) {
-            snprintf(err, CKPT_ERR_LEN, "%.400s: section '%s' has unknown dtype %u", path, t[i].name, (unsigned)code);
+            snprintf(err, CKPT_ERR_LEN, "%.300s: section '%s' has unknown dtype %u", path, t[i].name, (unsigned)code);
             goto fail;
         }
         t[i].dtype = code == DISK_BF16 ? DTYPE_BF16 : DTYPE_FP32;
         t[i].data_offset = pos + SECTION_HEAD_BYTES;
+        /* The section header was read whole, so data_offset <= size here. */
         uint64_t room = (uint64_t)(size - t[i].data_offset), esz = dtype_size(t[i].dtype);
-        if (t[i].data_offset > size || t[i].numel > room / esz) {
-            snprintf(err, CKPT_ERR_LEN, "%.400s is truncated: section '%s' needs %llu elements, the file ends first",
+        if (t[i].numel > room / esz) {
+            snprintf(err, CKPT_ERR_LEN, "%.300s is truncated: section '%s' needs %llu elements, the file ends first",
                      path, t[i].name, (unsigned long long)t[i].numel);
             goto fail;
         }
         pos = t[i].data_offset + (off_t)(t[i].numel * esz);
     }
     if (pos != size) {
-        snprintf(err, CKPT_ERR_LEN, "%.400s has %lld bytes of trailing data after its sections", path,
+        snprintf(err, CKPT_ERR_LEN, "%.300s has %lld bytes of trailing data after its sections", path,
                  (long long)(size - pos));
         goto fail;
     }
@@ -184,7 +185,7 @@ int resume_load(const char *path, struct resume_meta *meta, struct state_section
     if (check_sections(sections, n, err)) return -1;
     FILE *f = fopen(path, "rb");
     if (!f) {
-        snprintf(err, CKPT_ERR_LEN, "cannot open %.400s: %s", path, strerror(errno));
+        snprintf(err, CKPT_ERR_LEN, "cannot open %.300s: %s", path, strerror(errno));
         return -1;
     }
     struct resume_meta m;
@@ -198,16 +199,16 @@ int resume_load(const char *path, struct resume_meta *meta, struct state_section
         for (uint32_t j = 0; j < count && !fs; j++)
             if (strcmp(table[j].name, s->name) == 0) fs = &table[j];
         if (!fs) {
-            snprintf(err, CKPT_ERR_LEN, "%.400s: section '%s' is missing", path, s->name);
+            snprintf(err, CKPT_ERR_LEN, "%.300s: section '%s' is missing", path, s->name);
             goto done;
         }
         if (fs->dtype != s->dtype || fs->numel != (uint64_t)s->numel) {
-            snprintf(err, CKPT_ERR_LEN, "%.400s: section '%s' is %llu %s elements in the file, %zu %s expected", path,
+            snprintf(err, CKPT_ERR_LEN, "%.300s: section '%s' is %llu %s elements in the file, %zu %s expected", path,
                      s->name, (unsigned long long)fs->numel, dtype_name(fs->dtype), s->numel, dtype_name(s->dtype));
             goto done;
         }
         if (fseeko(f, fs->data_offset, SEEK_SET) != 0) {
-            snprintf(err, CKPT_ERR_LEN, "cannot seek in %.400s: %s", path, strerror(errno));
+            snprintf(err, CKPT_ERR_LEN, "cannot seek in %.300s: %s", path, strerror(errno));
             goto done;
         }
         if (read_exact(f, s->data, s->numel * dtype_size(s->dtype), path, err)) goto done;
