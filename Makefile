@@ -23,7 +23,7 @@ MODULES   := model optim parallel data train
 ALL_SRC   := $(foreach m,$(MODULES),$(wildcard $(m)/*.c))
 MAIN_SRC  := $(filter %_main.c,$(ALL_SRC))
 LIB_SRC   := $(filter-out %_main.c,$(ALL_SRC))
-LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 PROGRAMS  := $(foreach s,$(MAIN_SRC),$(BUILD)/$(notdir $(s:_main.c=)))
 TEST_SRC  := $(wildcard tests/test_*.c)
 TESTS     := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
@@ -31,7 +31,7 @@ TESTS     := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 .PHONY: all test unit-test san-test demo bench deps data clean
 all: $(PROGRAMS)
 
-$(BUILD)/%.o: %.c
+$(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
@@ -41,12 +41,12 @@ $(BUILD)/libshardlab.a: $(LIB_OBJ)
 
 # program X comes from */X_main.c
 define program_rule
-$(BUILD)/$(notdir $(1:_main.c=)): $(BUILD)/$(1:.c=.o) $(BUILD)/libshardlab.a
+$(BUILD)/$(notdir $(1:_main.c=)): $(BUILD)/obj/$(1:.c=.o) $(BUILD)/libshardlab.a
 	$$(CC) $$(LDFLAGS) $$^ -o $$@ $$(LDLIBS)
 endef
 $(foreach s,$(MAIN_SRC),$(eval $(call program_rule,$(s))))
 
-$(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libshardlab.a
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/libshardlab.a
 	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS) -lcmocka
 
 # Unit tests, one binary per tests/test_*.c, then the multi-rank tests.

@@ -69,6 +69,9 @@ struct gpt {
     float *att_scratch;   /* T per OpenMP thread */
 };
 
+/* GPT-2 random init of a full fp32 parameter buffer (model/init.c). */
+void gpt_init_weights(const struct model_layout *lay, float *w, float std, uint64_t seed);
+
 size_t gpt_layer_act_numel(const struct model_shape *s, int B, enum layer_act a);
 
 /* Allocates activations and scratch for micro-batch B through the tracker. */

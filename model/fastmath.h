@@ -14,7 +14,9 @@ static inline float fast_expf(float x) {
     x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
     const float log2e = 1.44269504088896341f;
     const float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f; /* ln2 split for exact n*ln2_hi */
-    float n = __builtin_roundf(x * log2e);
+    /* round to nearest by the 1.5 * 2^23 trick: vectorises, unlike roundf */
+    const float shifter = 12582912.0f;
+    float n = (x * log2e + shifter) - shifter;
     float r = x - n * ln2_hi - n * ln2_lo;
     float p = 1.0f / 720.0f;
     p = p * r + 1.0f / 120.0f;

@@ -1,0 +1,83 @@
+/* Resume states: the model states plus the loop's position, bit-exact. */
+#include <string.h>
+
+#include "checkpoint.h"
+#include "trainer.h"
+
+/* FNV-1a over the keys that must not change across a resume. */
+static uint32_t fingerprint(const struct config *c) {
+    int keys[] = {c->n_layer, c->d_model, c->n_head, c->seq_len, c->vocab_size, (int)c->param_dtype,
+                  (int)c->grad_dtype, (int)c->optimizer, c->micro_batch, c->grad_accum};
+    uint32_t h = 2166136261u;
+    const unsigned char *p = (const unsigned char *)keys;
+    for (size_t i = 0; i < sizeof keys; i++) h = (h ^ p[i]) * 16777619u;
+    return h;
+}
+
+enum { MAX_SECTIONS = 4 };
+
+static int sections(const struct trainer *tr, struct state_section s[MAX_SECTIONS]) {
+    const struct engine *e = &tr->engine;
+    size_t psi = e->lay.total;
+    int n = 0;
+    s[n++] = (struct state_section){"params", tr->cfg->param_dtype, psi, e->st.params};
+    if (e->st.master) s[n++] = (struct state_section){"master", DTYPE_FP32, psi, e->st.master};
+    s[n++] = (struct state_section){"adam_m", DTYPE_FP32, psi, e->st.adam_m};
+    s[n++] = (struct state_section){"adam_v", DTYPE_FP32, psi, e->st.adam_v};
+    return n;
+}
+
+int trainer_save_state(const struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]) {
+    struct state_section s[MAX_SECTIONS];
+    int n = sections(tr, s);
+    struct resume_meta meta = {.step = (uint64_t)tr->step,
+                               .seed = (uint64_t)tr->cfg->seed,
+                               .data_epoch = tr->train.pos.epoch,
+                               .data_cursor = tr->train.pos.cursor,
+                               .shape = tr->engine.lay.shape,
+                               .fingerprint = fingerprint(tr->cfg)};
+    char e2[CKPT_ERR_LEN];
+    if (resume_save(path, &meta, s, n, e2) != 0) {
+        snprintf(err, TRAINER_ERR_LEN, "saving resume state: %s", e2);
+        return -1;
+    }
+    return 0;
+}
+
+int trainer_load_state(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]) {
+    struct state_section s[MAX_SECTIONS];
+    int n = sections(tr, s);
+    struct resume_meta meta;
+    char e2[CKPT_ERR_LEN];
+    if (resume_load(path, &meta, s, n, e2) != 0) {
+        snprintf(err, TRAINER_ERR_LEN, "loading resume state: %s", e2);
+        return -1;
+    }
+    if (meta.fingerprint != fingerprint(tr->cfg)) {
+        snprintf(err, TRAINER_ERR_LEN,
+                 "%s was saved with a different model, dtype, optimizer or batch configuration; "
+                 "resume needs the same n_layer, d_model, n_head, seq_len, vocab_size, param_dtype, grad_dtype, "
+                 "optimizer, micro_batch and grad_accum",
+                 path);
+        return -1;
+    }
+    if (meta.seed != (uint64_t)tr->cfg->seed) {
+        snprintf(err, TRAINER_ERR_LEN, "%s was saved with seed %llu, this run has seed %lld", path,
+                 (unsigned long long)meta.seed, tr->cfg->seed);
+        return -1;
+    }
+    if (meta.step > (uint64_t)tr->cfg->steps) {
+        snprintf(err, TRAINER_ERR_LEN, "%s is at step %llu, beyond steps = %d", path,
+                 (unsigned long long)meta.step, tr->cfg->steps);
+        return -1;
+    }
+    struct loader_position pos = {meta.data_epoch, meta.data_cursor};
+    char e3[DATA_ERR_LEN];
+    if (loader_seek(&tr->train, pos, e3) != 0) {
+        snprintf(err, TRAINER_ERR_LEN, "%s: %s", path, e3);
+        return -1;
+    }
+    tr->step = (int)meta.step;
+    tr->engine.embed_w_fresh = false;
+    return 0;
+}
