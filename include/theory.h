@@ -138,4 +138,34 @@ int theory_smallest_fit(const struct theory_model *m, const struct theory_dtypes
                         double micro_batch, double batch_tokens, int zero_stage, enum theory_recompute r,
                         double memory, int max_devices, struct theory_layout *best);
 
+/* ---- the planner's whole report (theory_plan.c) ---- */
+struct theory_plan_input {
+    double devices, memory, peak_flops, mfu, tokens, batch_tokens, link_bandwidth, watts;
+    int zero_stage;                  /* for the layout table and smallest fit */
+    enum theory_recompute recompute; /* idem */
+    int ckpt_per_layer;              /* the seed-style estimate's checkpoints */
+};
+enum { THEORY_PLAN_MAX_LAYOUTS = 40 };
+struct theory_plan {
+    struct theory_model model;
+    struct theory_dtypes dtypes;
+    struct theory_params params;
+    struct theory_flops flops;           /* per token */
+    double total_flops_dense, total_flops_model;
+    double seconds_dense, seconds_model; /* on `devices` at `mfu` */
+    double energy_dense_j;
+    struct theory_state state[4];        /* ZeRO 0..3 over all devices */
+    double act_layer[3], act_device[3];  /* per recompute mode; b = micro_batch, t = p = 1 */
+    int n_layouts;
+    struct theory_layout layouts[THEORY_PLAN_MAX_LAYOUTS];
+    struct theory_layout_eval evals[THEORY_PLAN_MAX_LAYOUTS];
+    int smallest_fit;                    /* 0: none up to the search limit */
+    struct theory_layout smallest_layout;
+    struct theory_ckpt_estimate ckpt;    /* seed-style estimate */
+    double ckpt_devices_ratio;           /* ckpt.total / memory */
+    int ckpt_min_devices;                /* ceil of the ratio */
+    double ckpt_per_device;              /* ckpt.total / devices */
+};
+void theory_plan(struct theory_plan *out, const struct config *c, const struct theory_plan_input *in);
+
 #endif
