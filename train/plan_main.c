@@ -88,7 +88,10 @@ static int parse_planner_flags(int argc, char **argv, struct plan_opts *o, int *
         else if (!strcmp(a, "--watts")) rc = parse_number(a, v, 0, 1e9, &o->in.watts);
         else if (!strcmp(a, "--zero-stage")) {
             rc = parse_number(a, v, 0, 3, &x);
-            if (!rc && x != floor(x)) rc = parse_number(a, "bad", 0, 3, &x);
+            if (!rc && x != floor(x)) {
+                fprintf(stderr, "plan: bad value '%s' for %s: expected 0, 1, 2 or 3\n", v, a);
+                rc = -1;
+            }
             o->in.zero_stage = (int)x;
         } else if (!strcmp(a, "--ckpt-per-layer")) {
             rc = parse_number(a, v, 1, 1000, &x);
