@@ -1,9 +1,8 @@
 /* The theory column: parameter counts, FLOPs, model-state and activation
  * bytes, and communication volumes, computed from the config alone. The
  * trainer prints these beside what it measures; build/plan prints them
- * without training. Pure functions: no printing, no globals. Big numbers
- * are doubles (a 405B model's bytes overflow nothing, but products of them
- * would overflow int).
+ * without training. Pure functions: no printing, no globals. Counts,
+ * bytes and FLOPs are doubles: products such as 6 Psi D reach 1e25.
  *
  * Every formula cites its source in the .c file; docs/THEORY.md explains
  * them and /work/shared/THEORY.md holds the reference derivations.
