@@ -14,12 +14,19 @@ enum lr_schedule { LR_COSINE, LR_CONSTANT };
 enum rounding_mode { ROUND_NEAREST, ROUND_STOCHASTIC };
 enum decay_targets { DECAY_MATRICES, DECAY_ALL };
 enum optimizer_kind { OPTIM_ADAMW };
+/* gpt2: LayerNorm, GELU MLP, biases, learned positions, tied embeddings.
+ * llama: RMSNorm, SwiGLU MLP, GQA, RoPE (no position table), no biases,
+ * untied embeddings. */
+enum model_arch { ARCH_GPT2, ARCH_LLAMA };
 
 enum { CONFIG_PATH_LEN = 512, CONFIG_ERR_LEN = 512 };
 
 struct config {
     /* model (GPT-2 architecture) */
     int n_layer, d_model, n_head, seq_len, vocab_size;
+    enum model_arch arch;
+    int n_kv_head; /* 0: n_head (no GQA) */
+    int ffn_dim;   /* 0: 4 * d_model */
     float init_std;
     /* batch */
     int micro_batch, grad_accum;

@@ -30,6 +30,9 @@ static const struct key KEYS[] = {
     {"n_head", KEY_INT, F(n_head), "4", "attention heads (NH); must divide d_model", NUM(1, 1024)},
     {"seq_len", KEY_INT, F(seq_len), "64", "sequence length (T), also the position-embedding rows", NUM(1, 65536)},
     {"vocab_size", KEY_INT, F(vocab_size), "256", "vocabulary (V); padded to a multiple of 128 internally", NUM(2, 1 << 20)},
+    {"arch", KEY_CHOICE, F(arch), "gpt2", "architecture: gpt2 (LayerNorm, GELU, biases, tied) or llama (RMSNorm, SwiGLU, GQA, RoPE, untied)", .choices = {"gpt2", "llama"}},
+    {"n_kv_head", KEY_INT, F(n_kv_head), "0", "key/value heads for GQA; 0: n_head; must divide n_head", NUM(0, 1024)},
+    {"ffn_dim", KEY_INT, F(ffn_dim), "0", "MLP inner size (F); 0: 4 * d_model", NUM(0, 1 << 20)},
     {"init_std", KEY_FLOAT, F(init_std), "0.02", "std of the normal weight init (GPT-2)", NUM(0, 10)},
     {"micro_batch", KEY_INT, F(micro_batch), "4", "sequences per micro-batch (B)", NUM(1, 1 << 20)},
     {"grad_accum", KEY_INT, F(grad_accum), "1", "micro-batches accumulated per optimizer step", NUM(1, 1 << 20)},
@@ -221,6 +224,10 @@ int config_parse_args(struct config *c, int argc, char **argv, bool *help, char 
 int config_validate(const struct config *c, char err[CONFIG_ERR_LEN]) {
     if (c->d_model % c->n_head != 0) {
         snprintf(err, CONFIG_ERR_LEN, "n_head (%d) must divide d_model (%d)", c->n_head, c->d_model);
+        return -1;
+    }
+    if (c->n_kv_head != 0 && c->n_head % c->n_kv_head != 0) {
+        snprintf(err, CONFIG_ERR_LEN, "n_kv_head (%d) must divide n_head (%d)", c->n_kv_head, c->n_head);
         return -1;
     }
     if (c->param_dtype == DTYPE_FP32 && c->rounding == ROUND_STOCHASTIC) {

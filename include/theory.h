@@ -1,0 +1,170 @@
+/* The theory column: parameter counts, FLOPs, model-state and activation
+ * bytes, and communication volumes, computed from the config alone. The
+ * trainer prints these beside what it measures; build/plan prints them
+ * without training. Pure functions: no printing, no globals. Counts,
+ * bytes and FLOPs are doubles: products such as 6 Psi D reach 1e25.
+ *
+ * Every formula cites its source in the .c file; docs/THEORY.md explains
+ * them and /work/shared/THEORY.md holds the reference derivations.
+ * Symbols follow the papers: L layers, h hidden, a query heads, n_kv
+ * key/value heads, d_h head dim, F FFN inner size, s sequence length,
+ * b micro-batch, V vocabulary, t TP degree, p PP degree, d (= N_d) DP degree,
+ * Psi parameters, K optimizer bytes per parameter. */
+#ifndef SHARDLAB_THEORY_H
+#define SHARDLAB_THEORY_H
+
+#include <stdbool.h>
+
+#include "config.h"
+
+/* The shape facts the formulas need, derived once from a config. */
+struct theory_model {
+    int L, h, a, n_kv, d_h, F, s, V, Vp;
+    bool swiglu;             /* 3 FFN matrices (gate, up, down) instead of 2 */
+    bool rmsnorm;            /* norm has a gain only (LayerNorm: gain + bias) */
+    bool biases;             /* GEMM biases (GPT-2) */
+    bool tied_embeddings;    /* the LM head reuses the token embedding */
+    bool position_embedding; /* learned position table (GPT-2); RoPE has none */
+};
+
+/* Bytes per parameter / per activation element (ZeRO §3.1 notation). */
+struct theory_dtypes {
+    double w_p;   /* working weights */
+    double w_g;   /* gradients */
+    double K;     /* optimizer state incl. an fp32 master copy when w_p < 4 */
+    double w_act; /* saved activations and communicated activations */
+};
+
+enum theory_recompute { THEORY_RECOMPUTE_NONE, THEORY_RECOMPUTE_SELECTIVE, THEORY_RECOMPUTE_FULL };
+const char *theory_recompute_name(enum theory_recompute r);
+
+void theory_model_from_config(struct theory_model *m, const struct config *c);
+struct theory_dtypes theory_dtypes_from_config(const struct config *c);
+
+/* ---- parameters (theory_params.c) ---- */
+struct theory_params {
+    double embedding; /* token embedding, plus the LM head when untied (real V) */
+    double position;  /* learned position table */
+    double attention; /* Q, K, V, O weights (+ biases) over all layers */
+    double ffn;       /* MLP weights (+ biases) over all layers */
+    double norms;     /* per-layer norms and the final norm */
+    double total;     /* sum of the above */
+    double padding;   /* extra rows from padding V to Vp; not in total */
+};
+struct theory_params theory_param_count(const struct theory_model *m);
+
+/* ---- FLOPs (theory_flops.c) ---- */
+struct theory_flops {
+    double dense;     /* 6 Psi per token (Kaplan 2020 §2.1; the seeds' convention) */
+    double attention; /* 12 L a d_h s per token, full (non-causal) scores */
+    double model;     /* dense + attention (PaLM App. B model FLOPs) */
+};
+struct theory_flops theory_flops_per_token(const struct theory_model *m, double psi);
+/* FLOPs actually executed per token, recomputation included (HFU basis). */
+double theory_hardware_flops_per_token(const struct theory_model *m, double psi, enum theory_recompute r);
+double theory_training_seconds(double total_flops, double devices, double peak_flops, double mfu);
+double theory_energy_joules(double seconds, double devices, double watts);
+
+/* ---- memory (theory_memory.c) ---- */
+struct theory_state {
+    double params, grads, optimizer, total; /* bytes per rank */
+};
+/* ZeRO stage 0 (plain DP) .. 3 over N ranks; general form with w_p, w_g, K. */
+struct theory_state theory_model_state_bytes(double w_p, double w_g, double K, double psi, int stage, int N);
+
+/* Activation bytes saved by one layer for one micro-batch of b sequences on
+ * one TP rank (Korthikanti 2022 Table 2, generalised to GQA and F). */
+double theory_activation_layer_bytes(const struct theory_model *m, double b, int t, bool sequence_parallel,
+                                     enum theory_recompute r);
+/* Output-layer activations (final norm input, head input, fp32 logits). */
+double theory_activation_output_bytes(const struct theory_model *m, double b, int t);
+/* Peak activation bytes on the busiest pipeline stage under 1F1B with
+ * m micro-batches per step. */
+double theory_activation_device_bytes(const struct theory_model *m, double b, int t, int p, double m_micro,
+                                      bool sequence_parallel, enum theory_recompute r);
+
+/* The seed's back-of-envelope estimate: weights + optimizer + n_ckpt
+ * checkpoints of width h per layer for every token of a batch. */
+struct theory_ckpt_estimate {
+    double params, optimizer, checkpoints, total; /* bytes, whole job */
+};
+struct theory_ckpt_estimate theory_checkpoint_estimate(double psi, double w_p, double opt_bytes, double batch_tokens,
+                                                       int h, int L, int n_ckpt, double ckpt_bytes);
+
+/* ---- communication (theory_comm.c); bytes each rank sends ---- */
+double theory_allreduce_bytes(double M, int N);     /* M: buffer bytes */
+double theory_reduce_scatter_bytes(double M, int N);
+double theory_allgather_bytes(double M, int N);
+/* DP traffic of one optimizer step for ZeRO stage 0..3 over N ranks with
+ * `accum` micro-batches per step (ZeRO-2/3 communicate every micro-batch). */
+double theory_dp_step_bytes(double psi, double w_p, double w_g, int stage, int N, double accum);
+/* Megatron TP traffic of one layer for one micro-batch. */
+double theory_tp_layer_bytes(const struct theory_model *m, double b, int t, double w_act, enum theory_recompute r);
+/* Pipeline traffic across one stage boundary for one step (forward
+ * activations + backward gradients of m micro-batches). */
+double theory_pp_boundary_bytes(const struct theory_model *m, double b, double m_micro, int t,
+                                bool sequence_parallel, double w_act);
+
+/* ---- layouts (theory_layout.c) ---- */
+struct theory_cluster {
+    double devices, memory, peak_flops, mfu, link_bandwidth, watts;
+};
+struct theory_layout {
+    int tp, pp, dp, zero_stage;
+    enum theory_recompute recompute;
+    bool sequence_parallel;
+};
+struct theory_layout_eval {
+    bool batch_ok;                /* at least one micro-batch per pipeline */
+    double sequences, micro_batches; /* global batch B; m = B / (b d) */
+    double psi_device;            /* Psi / (t p) */
+    struct theory_state state;    /* model states per device */
+    double activations, memory;   /* bytes per device; memory = state + activations */
+    bool fits;                    /* memory <= cluster memory (and batch_ok) */
+    double compute_s, bubble_s;   /* per step */
+    double dp_comm_s, tp_comm_s, pp_comm_s, comm_s;
+    double step_s;                /* max(compute, comm) + bubble */
+    bool comm_bound;              /* comm_s > compute_s */
+};
+struct theory_layout_eval theory_layout_evaluate(const struct theory_model *m, const struct theory_dtypes *dt,
+                                                 double psi, double micro_batch, double batch_tokens,
+                                                 const struct theory_layout *lay,
+                                                 const struct theory_cluster *cl);
+/* Smallest device count n (1..max_devices) with some layout t in {1,2,4,8},
+ * p dividing L, d = n / (t p), using zero_stage and recompute, that fits.
+ * Returns n and fills *best, or 0 when none fits up to max_devices. */
+int theory_smallest_fit(const struct theory_model *m, const struct theory_dtypes *dt, double psi,
+                        double micro_batch, double batch_tokens, int zero_stage, enum theory_recompute r,
+                        double memory, int max_devices, struct theory_layout *best);
+
+/* ---- the planner's whole report (theory_plan.c) ---- */
+struct theory_plan_input {
+    double devices, memory, peak_flops, mfu, tokens, batch_tokens, link_bandwidth, watts;
+    int zero_stage;                  /* for the layout table and smallest fit */
+    enum theory_recompute recompute; /* idem */
+    int ckpt_per_layer;              /* the seed-style estimate's checkpoints */
+};
+enum { THEORY_PLAN_MAX_LAYOUTS = 40 };
+struct theory_plan {
+    struct theory_model model;
+    struct theory_dtypes dtypes;
+    struct theory_params params;
+    struct theory_flops flops;           /* per token */
+    double total_flops_dense, total_flops_model;
+    double seconds_dense, seconds_model; /* on `devices` at `mfu` */
+    double energy_dense_j;
+    struct theory_state state[4];        /* ZeRO 0..3 over all devices */
+    double act_layer[3], act_device[3];  /* per recompute mode; b = micro_batch, t = p = 1 */
+    int n_layouts;
+    struct theory_layout layouts[THEORY_PLAN_MAX_LAYOUTS];
+    struct theory_layout_eval evals[THEORY_PLAN_MAX_LAYOUTS];
+    int smallest_fit;                    /* 0: none up to the search limit */
+    struct theory_layout smallest_layout;
+    struct theory_ckpt_estimate ckpt;    /* seed-style estimate */
+    double ckpt_devices_ratio;           /* ckpt.total / memory */
+    int ckpt_min_devices;                /* ceil of the ratio */
+    double ckpt_per_device;              /* ckpt.total / devices */
+};
+void theory_plan(struct theory_plan *out, const struct config *c, const struct theory_plan_input *in);
+
+#endif

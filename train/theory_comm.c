@@ -1,0 +1,52 @@
+/* Communication volumes: bytes each rank sends (and receives) per step,
+ * from ring collectives (NVIDIA nccl-tests doc/PERFORMANCE.md; THEORY.md 7). */
+#include "theory.h"
+
+/* nccl-tests PERFORMANCE.md: with M the full buffer in bytes and N ranks,
+ * all-reduce moves 2(N-1)/N M per rank, reduce-scatter and all-gather
+ * (N-1)/N M each (ring all-reduce = reduce-scatter + all-gather). */
+double theory_allreduce_bytes(double M, int N) { return N > 1 ? 2.0 * (N - 1) / N * M : 0.0; }
+double theory_reduce_scatter_bytes(double M, int N) { return N > 1 ? (double)(N - 1) / N * M : 0.0; }
+double theory_allgather_bytes(double M, int N) { return N > 1 ? (double)(N - 1) / N * M : 0.0; }
+
+/* ZeRO §7.1-7.2 with the ring factor restored (THEORY.md 1.3):
+ *   DDP:     all-reduce(grads)                  2(N-1)/N Psi w_g, once per step
+ *   ZeRO-1:  reduce-scatter(grads) + all-gather(params)
+ *   ZeRO-2:  as ZeRO-1, but with only a gradient shard kept the
+ *            reduce-scatter runs every micro-batch
+ *   ZeRO-3:  all-gather(params) for forward and again for backward +
+ *            reduce-scatter(grads), every micro-batch; no gather after the
+ *            update (the next forward gathers).
+ * Gradient accumulation with DDP/ZeRO-1 is assumed local (no-sync). */
+double theory_dp_step_bytes(double psi, double w_p, double w_g, int stage, int N, double accum) {
+    const double k = accum >= 1 ? accum : 1.0;
+    const double grads = psi * w_g, params = psi * w_p;
+    switch (stage) {
+    case 0: return theory_allreduce_bytes(grads, N);
+    case 1: return theory_reduce_scatter_bytes(grads, N) + theory_allgather_bytes(params, N);
+    case 2: return k * theory_reduce_scatter_bytes(grads, N) + theory_allgather_bytes(params, N);
+    default:
+        return k * (2.0 * theory_allgather_bytes(params, N) + theory_reduce_scatter_bytes(grads, N));
+    }
+}
+
+/* Megatron TP (Shoeybi et al. 2019 §3, Fig. 4): per layer two all-reduces
+ * of a b x s x h activation in the forward and two in the backward, i.e.
+ * 8 b s h (t-1)/t elements (Narayanan et al. 2021 §3.2). Full recomputation
+ * repeats the forward's two (ZeRO §8); selective recomputation of core
+ * attention is local to each head shard and adds none. Sequence parallelism
+ * replaces each all-reduce by reduce-scatter + all-gather of the same volume. */
+double theory_tp_layer_bytes(const struct theory_model *m, double b, int t, double w_act, enum theory_recompute r) {
+    const double M = b * m->s * (double)m->h * w_act;
+    const int n_allreduce = r == THEORY_RECOMPUTE_FULL ? 6 : 4;
+    return n_allreduce * theory_allreduce_bytes(M, t);
+}
+
+/* Narayanan et al. 2021 §3.2: each micro-batch sends b s h elements forward
+ * and its gradient back across a stage boundary: 2 m b s h per step. With
+ * sequence parallelism (or the §4.1 scatter/gather) each TP rank sends 1/t. */
+double theory_pp_boundary_bytes(const struct theory_model *m, double b, double m_micro, int t,
+                                bool sequence_parallel, double w_act) {
+    const double tt = sequence_parallel && t > 0 ? t : 1;
+    return 2.0 * m_micro * b * m->s * (double)m->h * w_act / tt;
+}

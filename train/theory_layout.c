@@ -1,0 +1,79 @@
+/* One TP x PP x DP layout judged from the formulas: memory per device and
+ * per-step compute vs communication time; and the smallest device count
+ * with a layout that fits. */
+#include "theory.h"
+
+#include <math.h>
+
+/* Per-device model states: the t x p model-parallel ranks split Psi evenly
+ * (embeddings really sit on the first/last stage; ignored here), and ZeRO
+ * shards each rank's part over the d data-parallel ranks.
+ * Time model (a roofline, not a simulator):
+ *  - compute = executed FLOPs per device / (peak x MFU), where executed
+ *    FLOPs include recomputation (theory_hardware_flops_per_token);
+ *  - bubble  = compute x (p-1)/m (Narayanan et al. 2021 §2.2, 1F1B);
+ *  - comm    = (DP + TP + PP bytes per device) / link bandwidth, all on one
+ *    link of the given bandwidth, assumed to overlap perfectly with compute;
+ *  - step    = max(compute, comm) + bubble; the larger term "bounds" it. */
+struct theory_layout_eval theory_layout_evaluate(const struct theory_model *m, const struct theory_dtypes *dt,
+                                                 double psi, double micro_batch, double batch_tokens,
+                                                 const struct theory_layout *lay,
+                                                 const struct theory_cluster *cl) {
+    struct theory_layout_eval e = {0};
+    const int t = lay->tp, p = lay->pp, d = lay->dp;
+    const double devices = (double)t * p * d;
+    const double b = micro_batch;
+    e.sequences = batch_tokens / m->s;
+    e.micro_batches = e.sequences / (b * d);
+    e.batch_ok = e.micro_batches >= 1.0;
+    const double mm = fmax(e.micro_batches, 1.0);
+
+    e.psi_device = psi / ((double)t * p);
+    e.state = theory_model_state_bytes(dt->w_p, dt->w_g, dt->K, e.psi_device, lay->zero_stage, d);
+    e.activations = theory_activation_device_bytes(m, b, t, p, mm, lay->sequence_parallel, lay->recompute);
+    e.memory = e.state.total + e.activations;
+    e.fits = e.batch_ok && e.memory <= cl->memory;
+
+    const double rate = cl->peak_flops * cl->mfu;
+    const double flops = theory_hardware_flops_per_token(m, psi, lay->recompute) * batch_tokens / devices;
+    e.compute_s = rate > 0 ? flops / rate : 0.0;
+    e.bubble_s = e.compute_s * (p - 1) / mm;
+
+    const double bw = cl->link_bandwidth > 0 ? cl->link_bandwidth : INFINITY;
+    const double layers = ceil((double)m->L / p);
+    e.dp_comm_s = theory_dp_step_bytes(e.psi_device, dt->w_p, dt->w_g, lay->zero_stage, d, mm) / bw;
+    e.tp_comm_s = layers * mm * theory_tp_layer_bytes(m, b, t, dt->w_act, lay->recompute) / bw;
+    e.pp_comm_s = p > 1 ? theory_pp_boundary_bytes(m, b, mm, t, lay->sequence_parallel, dt->w_act) / bw : 0.0;
+    e.comm_s = e.dp_comm_s + e.tp_comm_s + e.pp_comm_s;
+    e.comm_bound = e.comm_s > e.compute_s;
+    e.step_s = fmax(e.compute_s, e.comm_s) + e.bubble_s;
+    return e;
+}
+
+/* Rule: the smallest n for which some t in {1,2,4,8} (dividing a and n_kv,
+ * Megatron's head split), p dividing L, d = n/(t p) with at least one
+ * micro-batch per pipeline, has model states + activations <= memory. */
+int theory_smallest_fit(const struct theory_model *m, const struct theory_dtypes *dt, double psi,
+                        double micro_batch, double batch_tokens, int zero_stage, enum theory_recompute r,
+                        double memory, int max_devices, struct theory_layout *best) {
+    static const int tps[] = {1, 2, 4, 8};
+    const struct theory_cluster cl = {.devices = 1, .memory = memory, .peak_flops = 0, .mfu = 0,
+                                      .link_bandwidth = 0, .watts = 0};
+    for (int n = 1; n <= max_devices; n++)
+        for (int i = 0; i < 4; i++) {
+            int t = tps[i];
+            if (n % t || m->a % t || m->n_kv % t) continue;
+            for (int p = 1; p <= m->L && p <= n / t; p++) {
+                if (m->L % p || (n / t) % p) continue;
+                struct theory_layout lay = {.tp = t, .pp = p, .dp = n / (t * p), .zero_stage = zero_stage,
+                                            .recompute = r, .sequence_parallel = true};
+                struct theory_layout_eval e =
+                    theory_layout_evaluate(m, dt, psi, micro_batch, batch_tokens, &lay, &cl);
+                if (e.fits) {
+                    if (best) *best = lay;
+                    return n;
+                }
+            }
+        }
+    return 0;
+}

@@ -1,0 +1,72 @@
+/* Parameter counts by part, and the shape/dtype facts the other theory
+ * files derive from a config. */
+#include "theory.h"
+
+#include "layout.h"
+
+const char *theory_recompute_name(enum theory_recompute r) {
+    switch (r) {
+    case THEORY_RECOMPUTE_NONE: return "none";
+    case THEORY_RECOMPUTE_SELECTIVE: return "selective";
+    case THEORY_RECOMPUTE_FULL: return "full";
+    }
+    return "?";
+}
+
+void theory_model_from_config(struct theory_model *m, const struct config *c) {
+    bool llama = c->arch == ARCH_LLAMA;
+    m->L = c->n_layer;
+    m->h = c->d_model;
+    m->a = c->n_head;
+    m->n_kv = c->n_kv_head > 0 ? c->n_kv_head : c->n_head;
+    m->d_h = c->d_model / c->n_head;
+    m->F = c->ffn_dim > 0 ? c->ffn_dim : 4 * c->d_model;
+    m->s = c->seq_len;
+    m->V = c->vocab_size;
+    /* Only the gpt2 path pads the embedding rows (llm.c); the padding is
+     * reported apart from the parameter count. */
+    m->Vp = llama ? c->vocab_size : padded_vocab(c->vocab_size);
+    m->swiglu = llama;
+    m->rmsnorm = llama;
+    m->biases = !llama;
+    m->tied_embeddings = !llama;
+    m->position_embedding = !llama;
+}
+
+/* ZeRO §3.1: mixed-precision Adam keeps 16-bit weights and gradients and an
+ * fp32 master copy + m + v (K = 12). With fp32 weights the weights are the
+ * master, so K = 8 (THEORY.md 1.1 table). */
+struct theory_dtypes theory_dtypes_from_config(const struct config *c) {
+    struct theory_dtypes d;
+    d.w_p = (double)dtype_size(c->param_dtype);
+    d.w_g = (double)dtype_size(c->grad_dtype);
+    d.K = c->param_dtype == DTYPE_FP32 ? 8.0 : 12.0;
+    d.w_act = (double)dtype_size(c->act_dtype);
+    return d;
+}
+
+/* Whole-model count, THEORY.md 4.5 (LLaMA: SwiGLU, GQA, RMSNorm, untied,
+ * no biases; matches Megatron's theoretical_memory_usage.py terms) and
+ * Narayanan et al. 2021 eq. 2 (GPT: 12 l h^2 (1 + 13/(12h) + (V+s)/(12lh))
+ * plus the final LayerNorm's 2h, which eq. 2 leaves out). */
+struct theory_params theory_param_count(const struct theory_model *m) {
+    const double L = m->L, h = m->h, F = m->F;
+    const double q = (double)m->a * m->d_h;     /* query width a d_h (= h for GPT) */
+    const double kv = (double)m->n_kv * m->d_h; /* key/value width n_kv d_h */
+    const double norm = m->rmsnorm ? h : 2.0 * h;
+    const double head_copies = m->tied_embeddings ? 1.0 : 2.0;
+    struct theory_params p;
+
+    /* W_q and W_o are h x a d_h; W_k and W_v are h x n_kv d_h. GPT adds
+     * the qkv bias (q + 2kv) and the output-projection bias (h). */
+    p.attention = L * (2.0 * h * q + 2.0 * h * kv + (m->biases ? q + 2.0 * kv + h : 0.0));
+    /* GELU MLP: up h x F and down F x h (+ biases F and h). SwiGLU: gate,
+     * up and down, no biases. */
+    p.ffn = L * (m->swiglu ? 3.0 * h * F : 2.0 * h * F + (m->biases ? F + h : 0.0));
+    p.norms = L * 2.0 * norm + norm;
+    p.embedding = head_copies * (double)m->V * h;
+    p.position = m->position_embedding ? (double)m->s * h : 0.0;
+    p.total = p.embedding + p.position + p.attention + p.ffn + p.norms;
+    p.padding = head_copies * (double)(m->Vp - m->V) * h;
+    return p;
+}

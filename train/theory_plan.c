@@ -1,0 +1,68 @@
+/* Everything build/plan reports, computed in one place from a config and
+ * the cluster description, so tests check the same numbers it prints. */
+#include "theory.h"
+
+#include <math.h>
+#include <string.h>
+
+enum { SMALLEST_FIT_SEARCH = 1 << 17 };
+
+/* Candidate layouts for `devices`: t in {1,2,4,8} (dividing a and n_kv),
+ * p dividing L and at most 16, d = devices / (t p). */
+static void candidate_layouts(struct theory_plan *pl, int devices, const struct theory_plan_input *in) {
+    static const int tps[] = {1, 2, 4, 8};
+    const struct theory_model *m = &pl->model;
+    pl->n_layouts = 0;
+    for (int i = 0; i < 4; i++) {
+        int t = tps[i];
+        if (devices % t || m->a % t || m->n_kv % t) continue;
+        for (int p = 1; p <= 16 && p <= m->L; p++) {
+            if (m->L % p || (devices / t) % p) continue;
+            if (pl->n_layouts == THEORY_PLAN_MAX_LAYOUTS) return;
+            pl->layouts[pl->n_layouts++] = (struct theory_layout){
+                .tp = t, .pp = p, .dp = devices / (t * p), .zero_stage = in->zero_stage,
+                .recompute = in->recompute, .sequence_parallel = true};
+        }
+    }
+}
+
+void theory_plan(struct theory_plan *pl, const struct config *c, const struct theory_plan_input *in) {
+    memset(pl, 0, sizeof *pl);
+    theory_model_from_config(&pl->model, c);
+    pl->dtypes = theory_dtypes_from_config(c);
+    pl->params = theory_param_count(&pl->model);
+    const struct theory_model *m = &pl->model;
+    const struct theory_dtypes *dt = &pl->dtypes;
+    const double psi = pl->params.total;
+    const double b = c->micro_batch;
+    const int devices = (int)in->devices;
+
+    pl->flops = theory_flops_per_token(m, psi);
+    pl->total_flops_dense = pl->flops.dense * in->tokens;
+    pl->total_flops_model = pl->flops.model * in->tokens;
+    pl->seconds_dense = theory_training_seconds(pl->total_flops_dense, in->devices, in->peak_flops, in->mfu);
+    pl->seconds_model = theory_training_seconds(pl->total_flops_model, in->devices, in->peak_flops, in->mfu);
+    pl->energy_dense_j = theory_energy_joules(pl->seconds_dense, in->devices, in->watts);
+
+    for (int z = 0; z < 4; z++) pl->state[z] = theory_model_state_bytes(dt->w_p, dt->w_g, dt->K, psi, z, devices);
+    for (int r = 0; r < 3; r++) {
+        pl->act_layer[r] = theory_activation_layer_bytes(m, b, 1, false, (enum theory_recompute)r);
+        pl->act_device[r] = theory_activation_device_bytes(m, b, 1, 1, 1, false, (enum theory_recompute)r);
+    }
+
+    const struct theory_cluster cl = {.devices = in->devices, .memory = in->memory, .peak_flops = in->peak_flops,
+                                      .mfu = in->mfu, .link_bandwidth = in->link_bandwidth, .watts = in->watts};
+    candidate_layouts(pl, devices, in);
+    for (int i = 0; i < pl->n_layouts; i++)
+        pl->evals[i] = theory_layout_evaluate(m, dt, psi, b, in->batch_tokens, &pl->layouts[i], &cl);
+    pl->smallest_fit = theory_smallest_fit(m, dt, psi, b, in->batch_tokens, in->zero_stage, in->recompute,
+                                           in->memory, SMALLEST_FIT_SEARCH, &pl->smallest_layout);
+
+    /* Seed-style: weights in the param dtype, optimizer m and v in fp32
+     * (8 B, no master copy), checkpoints in the activation dtype. */
+    pl->ckpt = theory_checkpoint_estimate(psi, dt->w_p, 8.0, in->batch_tokens, m->h, m->L, in->ckpt_per_layer,
+                                          dt->w_act);
+    pl->ckpt_devices_ratio = in->memory > 0 ? pl->ckpt.total / in->memory : 0.0;
+    pl->ckpt_min_devices = (int)ceil(pl->ckpt_devices_ratio);
+    pl->ckpt_per_device = in->devices > 0 ? pl->ckpt.total / in->devices : 0.0;
+}
