@@ -34,6 +34,13 @@ int trainer_open(struct trainer *tr, const struct config *cfg, char err[TRAINER_
     memset(tr, 0, sizeof *tr);
     tr->cfg = cfg;
     tr->last_val_loss = -1.0;
+    if (cfg->arch != ARCH_GPT2 || cfg->n_kv_head != 0 || cfg->ffn_dim != 0) {
+        snprintf(err, TRAINER_ERR_LEN,
+                 "the trainer implements GPT-2 blocks (arch = gpt2, n_kv_head = 0, ffn_dim = 0); "
+                 "LLaMA-style configs are for build/plan");
+        tr->cfg = NULL;
+        return -1;
+    }
     char derr[DATA_ERR_LEN];
     if (loader_open(&tr->train, cfg->train_data, cfg->vocab_size, cfg->micro_batch, cfg->seq_len, 0, 1,
                     cfg->shuffle, (uint64_t)cfg->seed, derr) != 0) {
