@@ -13,7 +13,7 @@ else
 BUILD   := build
 OPT     := -O3 -march=native -g
 endif
-CFLAGS  := -std=c17 -D_GNU_SOURCE $(OPT) -fopenmp -Wall -Wextra -Werror -Wno-missing-field-initializers -Iinclude -MMD -MP
+CFLAGS  := -std=c17 -D_GNU_SOURCE $(OPT) -fno-math-errno -fopenmp -Wall -Wextra -Werror -Wno-missing-field-initializers -Iinclude -MMD -MP
 LDFLAGS := $(OPT) -fopenmp
 LDLIBS  := -lopenblas -lm
 
@@ -31,7 +31,7 @@ TESTS     := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 .PHONY: all test unit-test san-test demo bench deps data clean
 all: $(PROGRAMS)
 
-$(BUILD)/obj/%.o: %.c
+$(BUILD)/obj/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 

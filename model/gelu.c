@@ -2,6 +2,7 @@
  * and the residual add. */
 #include <math.h>
 
+#include "fastmath.h"
 #include "layers.h"
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
@@ -13,7 +14,7 @@ void gelu_forward(float *out, const float *inp, int n, struct flop_counter *fc) 
 #pragma omp parallel for
     for (int i = 0; i < n; i++) {
         float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + GELU_CUBIC * x * x * x)));
+        out[i] = 0.5f * x * (1.0f + fast_tanhf(GELU_SCALE * (x + GELU_CUBIC * x * x * x)));
     }
     fc->other += (double)GELU_FLOPS_FWD * n;
 }
@@ -23,7 +24,7 @@ void gelu_backward(float *dinp, const float *inp, const float *dout, int n, stru
     for (int i = 0; i < n; i++) {
         float x = inp[i];
         float u = GELU_SCALE * (x + GELU_CUBIC * x * x * x);
-        float th = tanhf(u);
+        float th = fast_tanhf(u);
         float sech2 = 1.0f - th * th;
         float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBIC * x * x);
         dinp[i] = (0.5f * (1.0f + th) + 0.5f * x * sech2 * du) * dout[i];

@@ -5,31 +5,48 @@
 
 enum { ADAMW_FLOPS_PER_PARAM = 14 };
 
-static inline float grad_at(const void *grad, enum dtype dt, size_t i) {
-    return dt == DTYPE_FP32 ? ((const float *)grad)[i] : bf16_to_f32(((const bf16 *)grad)[i]);
+/* One element of the update; inlined into loops specialised on the grad
+ * dtype and the writeback, so each loop is branch-free and vectorises
+ * (the update is memory-bound: ~28 bytes per parameter with bf16 grads). */
+static inline float adamw_element(float g, float *w, float *m, float *v, float b1, float b2, float decay,
+                                  float step_size, float inv_sqrt_bc2, float eps) {
+    float mi = b1 * *m + (1.0f - b1) * g;
+    float vi = b2 * *v + (1.0f - b2) * g * g;
+    *m = mi;
+    *v = vi;
+    float wi = *w * decay - step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+    *w = wi;
+    return wi;
 }
+
+#define ADAMW_LOOP(GRAD_EXPR, WRITEBACK)                                                                     \
+    _Pragma("omp parallel for schedule(static)") for (size_t i = 0; i < n; i++) {                            \
+        float wi = adamw_element((GRAD_EXPR) * gs, &w[i], &m[i], &v[i], b1, b2, decay, step_size, isb, eps); \
+        WRITEBACK;                                                                                           \
+    }
 
 void adamw_update(const struct adamw_hparams *h, size_t n, float *w, float *m, float *v, const void *grad,
                   enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
-    const float bc1 = 1.0f - powf(h->beta1, (float)h->t);
-    const float bc2 = 1.0f - powf(h->beta2, (float)h->t);
-    const float step_size = h->lr / bc1, inv_sqrt_bc2 = 1.0f / sqrtf(bc2);
+    const float b1 = h->beta1, b2 = h->beta2, eps = h->eps, gs = h->grad_scale;
+    const float step_size = h->lr / (1.0f - powf(b1, (float)h->t));
+    const float isb = 1.0f / sqrtf(1.0f - powf(b2, (float)h->t));
     const float decay = 1.0f - h->lr * h->weight_decay;
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float g = grad_at(grad, grad_dtype, i) * h->grad_scale;
-        float mi = h->beta1 * m[i] + (1.0f - h->beta1) * g;
-        float vi = h->beta2 * v[i] + (1.0f - h->beta2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        float wi = w[i] * decay - step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + h->eps);
-        w[i] = wi;
-        if (!out->params) continue;
-        if (out->rounding == ROUND_STOCHASTIC)
-            out->params[i] =
-                f32_to_bf16_stochastic(wi, rng_u32(out->seed, RNG_STREAM_ROUNDING, out->noise_index + i));
+    const float *g32 = grad;
+    const bf16 *g16 = grad;
+    bf16 *p = out->params;
+    const uint64_t seed = out->seed, base = out->noise_index;
+    if (!p) {
+        if (grad_dtype == DTYPE_FP32) ADAMW_LOOP(g32[i], (void)wi)
+        else ADAMW_LOOP(bf16_to_f32(g16[i]), (void)wi)
+    } else if (out->rounding == ROUND_NEAREST) {
+        if (grad_dtype == DTYPE_FP32) ADAMW_LOOP(g32[i], p[i] = f32_to_bf16(wi))
+        else ADAMW_LOOP(bf16_to_f32(g16[i]), p[i] = f32_to_bf16(wi))
+    } else {
+        if (grad_dtype == DTYPE_FP32)
+            ADAMW_LOOP(g32[i], p[i] = f32_to_bf16_stochastic(wi, rng_u32(seed, RNG_STREAM_ROUNDING, base + i)))
         else
-            out->params[i] = f32_to_bf16(wi);
+            ADAMW_LOOP(bf16_to_f32(g16[i]),
+                       p[i] = f32_to_bf16_stochastic(wi, rng_u32(seed, RNG_STREAM_ROUNDING, base + i)))
     }
     fc->other += (double)ADAMW_FLOPS_PER_PARAM * (double)n;
 }
