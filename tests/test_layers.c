@@ -296,7 +296,7 @@ static void make_ce_inputs(float *logits, int32_t *targets, float row3_offset) {
     fill_uniform(logits, N * VP, -3, 3, 70);
     for (int i = 0; i < N; i++) {
         targets[i] = (int32_t)(rng_u32(1234, 71, (uint64_t)i) % V);
-        for (int v = V; v < VP; v++) logits[i * VP + v] = 50.0f; /* padding: must be ignored */
+        for (int v = V; v < VP; v++) logits[i * VP + v] = 300.0f; /* padding: ignored, also by the max */
     }
     for (int v = 0; v < V; v++) logits[3 * VP + v] += row3_offset; /* a row that needs the max shift */
 }
