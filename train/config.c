@@ -247,8 +247,24 @@ static void format_value(const struct config *c, const struct key *k, char *out,
     case KEY_INT: snprintf(out, n, "%d", *(const int *)field); break;
     case KEY_LLONG: snprintf(out, n, "%lld", *(const long long *)field); break;
     case KEY_BOOL: snprintf(out, n, "%d", *(const bool *)field ? 1 : 0); break;
-    case KEY_FLOAT: snprintf(out, n, "%g", (double)*(const float *)field); break;
-    case KEY_DOUBLE: snprintf(out, n, "%g", *(const double *)field); break;
+    /* the shortest form that reads back to the same value (plain %g keeps
+     * only 6 digits, so config_print did not round-trip) */
+    case KEY_FLOAT: {
+        const float x = *(const float *)field;
+        for (int p = 6; p <= 9; p++) {
+            snprintf(out, n, "%.*g", p, (double)x);
+            if ((float)strtod(out, NULL) == x) break;
+        }
+        break;
+    }
+    case KEY_DOUBLE: {
+        const double x = *(const double *)field;
+        for (int p = 6; p <= 17; p++) {
+            snprintf(out, n, "%.*g", p, x);
+            if (strtod(out, NULL) == x) break;
+        }
+        break;
+    }
     case KEY_STRING: snprintf(out, n, "%s", field); break;
     case KEY_CHOICE: snprintf(out, n, "%s", k->choices[*(const int *)field]); break;
     }

@@ -1,0 +1,552 @@
+/* The run configuration: defaults, every shipped config file, error messages
+ * (unknown keys, bad numbers, bad choices, file:line), the command line
+ * (dash/underscore keys, override order, --help, malformed argv), the
+ * cross-key checks and the config_print -> config_load_file round trip. */
+#include <glob.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+
+/* A temp file holding `text`; the caller unlinks it. */
+static void write_temp(char path[64], const char *text) {
+    snprintf(path, 64, "/tmp/test_config.XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    assert_true(fputs(text, f) >= 0);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* argv for config_parse_args from a NULL-terminated list (argv[0] added). */
+static int parse(struct config *c, bool *help, char err[CONFIG_ERR_LEN], ...) {
+    char *argv[32] = {"train"};
+    int argc = 1;
+    va_list ap;
+    va_start(ap, err);
+    for (char *a; (a = va_arg(ap, char *));) {
+        assert_true(argc < 31);
+        argv[argc++] = a;
+    }
+    va_end(ap);
+    argv[argc] = NULL;
+    return config_parse_args(c, argc, argv, help, err);
+}
+
+static void test_defaults(void **state) {
+    (void)state;
+    struct config c;
+    config_defaults(&c);
+    assert_int_equal(c.n_layer, 2);
+    assert_int_equal(c.d_model, 64);
+    assert_int_equal(c.n_head, 4);
+    assert_int_equal(c.seq_len, 64);
+    assert_int_equal(c.vocab_size, 256);
+    assert_int_equal(c.arch, ARCH_GPT2);
+    assert_int_equal(c.n_kv_head, 0);
+    assert_int_equal(c.ffn_dim, 0);
+    assert_int_equal(c.micro_batch, 4);
+    assert_int_equal(c.grad_accum, 1);
+    assert_int_equal(c.optimizer, OPTIM_ADAMW);
+    assert_int_equal(c.steps, 100);
+    assert_int_equal(c.warmup_steps, 0);
+    assert_true(c.lr == 1e-3f);
+    assert_true(c.min_lr_frac == 0.1f);
+    assert_true(c.weight_decay == 0.1f);
+    assert_true(c.beta1 == 0.9f);
+    assert_true(c.beta2 == 0.95f);
+    assert_true(c.eps == 1e-8f);
+    assert_true(c.grad_clip == 1.0f);
+    assert_true(c.init_std == 0.02f);
+    assert_int_equal(c.lr_schedule, LR_COSINE);
+    assert_int_equal(c.decay_targets, DECAY_MATRICES);
+    assert_int_equal(c.param_dtype, DTYPE_BF16);
+    assert_int_equal(c.grad_dtype, DTYPE_BF16);
+    assert_int_equal(c.act_dtype, DTYPE_BF16);
+    assert_int_equal(c.rounding, ROUND_NEAREST);
+    assert_string_equal(c.train_data, "data/kjv_train.bin");
+    assert_string_equal(c.val_data, "data/kjv_val.bin");
+    assert_true(c.shuffle);
+    assert_int_equal(c.seed, 1337);
+    assert_string_equal(c.init_from, "");
+    assert_string_equal(c.resume, "");
+    assert_string_equal(c.sample_prompt, "And God said");
+    assert_int_equal(c.threads, 2);
+    assert_true(c.peak_flops == 0.0);
+    char err[CONFIG_ERR_LEN] = "";
+    assert_int_equal(config_validate(&c, err), 0);
+}
+
+static void test_every_config_file_loads(void **state) {
+    (void)state;
+    glob_t g;
+    assert_int_equal(glob("configs/*.conf", 0, NULL, &g), 0);
+    assert_true(g.gl_pathc >= 7);
+    int validated = 0, planner_only = 0;
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        const char *p = g.gl_pathv[i];
+        struct config c;
+        config_defaults(&c);
+        char err[CONFIG_ERR_LEN] = "";
+        if (config_load_file(&c, p, err) != 0) fail_msg("%s: %s", p, err);
+        assert_int_equal(c.d_model % c.n_head, 0);
+        /* The llama3 configs are planner-only: V = 128256 does not fit the
+         * trainer's uint16 token shards, so config_validate refuses them
+         * (and says why). Everything else is trainable. */
+        if (strstr(p, "llama3")) {
+            assert_int_equal(c.arch, ARCH_LLAMA);
+            assert_int_equal(c.vocab_size, 128256);
+            assert_int_equal(config_validate(&c, err), -1);
+            assert_non_null(strstr(err, "vocab_size"));
+            assert_non_null(strstr(err, "65536"));
+            planner_only++;
+        } else {
+            if (config_validate(&c, err) != 0) fail_msg("%s: %s", p, err);
+            validated++;
+        }
+    }
+    globfree(&g);
+    assert_int_equal(planner_only, 3);
+    assert_true(validated >= 4); /* tiny, demo, bench-small, gpt3-175b */
+
+    const char *trainable[] = {"configs/tiny.conf", "configs/demo.conf", "configs/bench-small.conf",
+                               "configs/gpt3-175b.conf"};
+    for (size_t i = 0; i < sizeof trainable / sizeof *trainable; i++) {
+        struct config c;
+        config_defaults(&c);
+        char err[CONFIG_ERR_LEN] = "";
+        if (config_load_file(&c, trainable[i], err) != 0 || config_validate(&c, err) != 0)
+            fail_msg("%s: %s", trainable[i], err);
+    }
+}
+
+static void test_bench_small_shape(void **state) {
+    (void)state;
+    struct config c;
+    config_defaults(&c);
+    char err[CONFIG_ERR_LEN] = "";
+    assert_int_equal(config_load_file(&c, "configs/bench-small.conf", err), 0);
+    assert_int_equal(c.n_layer, 4);
+    assert_int_equal(c.d_model, 256);
+    assert_int_equal(c.n_head, 4);
+    assert_int_equal(c.seq_len, 64);
+    assert_int_equal(c.micro_batch, 4);
+    assert_int_equal(c.vocab_size, 50257);
+    assert_int_equal(c.arch, ARCH_GPT2);
+
+    config_defaults(&c);
+    assert_int_equal(config_load_file(&c, "configs/tiny.conf", err), 0);
+    assert_int_equal(c.n_layer, 2);
+    assert_int_equal(c.d_model, 32);
+    assert_true(c.lr == 3e-3f);
+    assert_true(c.weight_decay == 0.0f);
+    assert_int_equal(c.warmup_steps, 10);
+
+    config_defaults(&c);
+    assert_int_equal(config_load_file(&c, "configs/demo.conf", err), 0);
+    assert_string_equal(c.sample_prompt, "And God said"); /* value with spaces */
+    assert_int_equal(c.sample_tokens, 300);
+}
+
+static void test_unknown_key(void **state) {
+    (void)state;
+    struct config c, ref;
+    config_defaults(&c);
+    config_defaults(&ref);
+    char err[CONFIG_ERR_LEN] = "";
+    assert_int_equal(config_set(&c, "n_layers", "3", err), -1);
+    assert_non_null(strstr(err, "unknown key"));
+    assert_non_null(strstr(err, "'n_layers'"));
+    assert_non_null(strstr(err, "n_layer,")); /* the list of valid keys */
+    assert_non_null(strstr(err, "d_model"));
+    assert_non_null(strstr(err, "micro_batch"));
+    assert_memory_equal(&c, &ref, sizeof c); /* nothing changed */
+
+    /* A very long unknown key must not overflow err. */
+    char longkey[2000];
+    memset(longkey, 'x', sizeof longkey - 1);
+    longkey[sizeof longkey - 1] = '\0';
+    assert_int_equal(config_set(&c, longkey, "1", err), -1);
+    assert_true(strlen(err) < CONFIG_ERR_LEN);
+    assert_non_null(strstr(err, "unknown key"));
+
+    /* '-' maps to '_' for every key, not only on the command line. */
+    assert_int_equal(config_set(&c, "micro-batch", "7", err), 0);
+    assert_int_equal(c.micro_batch, 7);
+}
+
+static void test_file_errors_name_file_and_line(void **state) {
+    (void)state;
+    char path[64], want[128];
+    write_temp(path, "# a comment\n\nn_layer = 3   # trailing comment\nn_laer = 4\nd_model = 96\n");
+    struct config c;
+    config_defaults(&c);
+    char err[CONFIG_ERR_LEN] = "";
+    assert_int_equal(config_load_file(&c, path, err), -1);
+    snprintf(want, sizeof want, "%s:4:", path);
+    assert_non_null(strstr(err, want));
+    assert_non_null(strstr(err, "unknown key"));
+    assert_non_null(strstr(err, "n_laer"));
+    assert_int_equal(c.n_layer, 3);  /* lines before the error applied */
+    assert_int_equal(c.d_model, 64); /* loading stops at the error */
+    unlink(path);
+
+    write_temp(path, "n_layer = 3\r\nd_model 96\n");
+    config_defaults(&c);
+    assert_int_equal(config_load_file(&c, path, err), -1);
+    snprintf(want, sizeof want, "%s:2:", path);
+    assert_non_null(strstr(err, want));
+    assert_non_null(strstr(err, "key = value"));
+    assert_int_equal(c.n_layer, 3); /* CRLF line endings are fine */
+    unlink(path);
+
+    write_temp(path, "\n\nsteps = abc\n");
+    config_defaults(&c);
+    assert_int_equal(config_load_file(&c, path, err), -1);
+    snprintf(want, sizeof want, "%s:3:", path);
+    assert_non_null(strstr(err, want));
+    assert_non_null(strstr(err, "steps"));
+    assert_non_null(strstr(err, "abc"));
+    unlink(path);
+
+    config_defaults(&c);
+    assert_int_equal(config_load_file(&c, "/nonexistent/dir/x.conf", err), -1);
+    assert_non_null(strstr(err, "/nonexistent/dir/x.conf"));
+}
+
+static void expect_bad(const char *key, const char *value) {
+    struct config c, ref;
+    config_defaults(&c);
+    config_defaults(&ref);
+    char err[CONFIG_ERR_LEN] = "";
+    if (config_set(&c, key, value, err) != -1) fail_msg("%s = '%s' was accepted", key, value);
+    if (!strstr(err, key)) fail_msg("%s = '%s': error does not name the key: %s", key, value, err);
+    assert_memory_equal(&c, &ref, sizeof c);
+}
+
+static void test_bad_numbers(void **state) {
+    (void)state;
+    expect_bad("steps", "abc");
+    expect_bad("steps", "-1");
+    expect_bad("steps", "3.5");
+    expect_bad("steps", "");
+    expect_bad("steps", "10x");
+    expect_bad("steps", "99999999999999999999"); /* overflows long long */
+    expect_bad("steps", "3000000000");           /* overflows int */
+    expect_bad("n_layer", "0");
+    expect_bad("n_layer", "1e2");
+    expect_bad("micro_batch", "3.5");
+    expect_bad("lr", "1e999");
+    expect_bad("lr", "abc");
+    expect_bad("lr", "nan");
+    expect_bad("lr", "inf");
+    expect_bad("lr", "-0.1");
+    expect_bad("min_lr_frac", "1.5");
+    expect_bad("beta2", "1");
+    expect_bad("peak_flops", "1e999");
+    expect_bad("seed", "-5");
+    expect_bad("shuffle", "yes");
+    expect_bad("shuffle", "2");
+
+    struct config c;
+    config_defaults(&c);
+    char err[CONFIG_ERR_LEN] = "";
+    assert_int_equal(config_set(&c, "steps", "0", err), 0);
+    assert_int_equal(c.steps, 0);
+    assert_int_equal(config_set(&c, "steps", "2147483647", err), 0);
+    assert_int_equal(c.steps, 2147483647);
+    assert_int_equal(config_set(&c, "lr", "6e-4", err), 0);
+    assert_true(c.lr == 6e-4f);
+    assert_int_equal(config_set(&c, "seed", "1234567890123", err), 0);
+    assert_int_equal(c.seed, 1234567890123LL);
+    assert_int_equal(config_set(&c, "shuffle", "0", err), 0);
+    assert_false(c.shuffle);
+    assert_int_equal(config_set(&c, "peak_flops", "9.89e14", err), 0);
+    assert_true(c.peak_flops == 9.89e14);
+}
+
+static void test_choice_keys(void **state) {
+    (void)state;
+    struct config c;
+    config_defaults(&c);
+    char err[CONFIG_ERR_LEN] = "";
+    assert_int_equal(config_set(&c, "param_dtype", "fp16", err), -1);
+    assert_non_null(strstr(err, "param_dtype"));
+    assert_non_null(strstr(err, "fp16"));
+    assert_non_null(strstr(err, "fp32"));
+    assert_non_null(strstr(err, "bf16"));
+    assert_int_equal(c.param_dtype, DTYPE_BF16);
+
+    assert_int_equal(config_set(&c, "lr_schedule", "linear", err), -1);
+    assert_non_null(strstr(err, "cosine"));
+    assert_non_null(strstr(err, "constant"));
+    assert_int_equal(config_set(&c, "rounding", "Stochastic", err), -1); /* case matters */
+    assert_non_null(strstr(err, "stochastic"));
+    assert_int_equal(config_set(&c, "arch", "", err), -1);
+    assert_non_null(strstr(err, "gpt2"));
+    assert_non_null(strstr(err, "llama"));
+
+    assert_int_equal(config_set(&c, "param_dtype", "fp32", err), 0);
+    assert_int_equal(c.param_dtype, DTYPE_FP32);
+    assert_int_equal(config_set(&c, "grad_dtype", "fp32", err), 0);
+    assert_int_equal(c.grad_dtype, DTYPE_FP32);
+    assert_int_equal(config_set(&c, "rounding", "stochastic", err), 0);
+    assert_int_equal(c.rounding, ROUND_STOCHASTIC);
+    assert_int_equal(config_set(&c, "lr_schedule", "constant", err), 0);
+    assert_int_equal(c.lr_schedule, LR_CONSTANT);
+    assert_int_equal(config_set(&c, "decay_targets", "all", err), 0);
+    assert_int_equal(c.decay_targets, DECAY_ALL);
+    assert_int_equal(config_set(&c, "arch", "llama", err), 0);
+    assert_int_equal(c.arch, ARCH_LLAMA);
+}
+
+static void test_dash_and_underscore_flags(void **state) {
+    (void)state;
+    struct config c;
+    bool help = true;
+    char err[CONFIG_ERR_LEN] = "";
+    config_defaults(&c);
+    assert_int_equal(parse(&c, &help, err, "--init-from", "x", NULL), 0);
+    assert_false(help);
+    assert_string_equal(c.init_from, "x");
+    config_defaults(&c);
+    assert_int_equal(parse(&c, &help, err, "--init_from", "y", NULL), 0);
+    assert_string_equal(c.init_from, "y");
+    config_defaults(&c);
+    assert_int_equal(parse(&c, &help, err, "--save-state-every", "5", "--param-dtype", "fp32", NULL), 0);
+    assert_int_equal(c.save_state_every, 5);
+    assert_int_equal(c.param_dtype, DTYPE_FP32);
+    /* unknown flags are errors that name the flag */
+    assert_int_equal(parse(&c, &help, err, "--init-frm", "x", NULL), -1);
+    assert_non_null(strstr(err, "unknown key"));
+    assert_non_null(strstr(err, "init-frm"));
+}
+
+static void test_command_line_overrides_file(void **state) {
+    (void)state;
+    char path[64];
+    write_temp(path, "n_layer = 6\nlr = 0.005\nsteps = 40\n");
+    struct config c;
+    bool help;
+    char err[CONFIG_ERR_LEN] = "";
+
+    config_defaults(&c); /* --config first */
+    assert_int_equal(parse(&c, &help, err, "--config", path, "--n_layer", "3", NULL), 0);
+    assert_int_equal(c.n_layer, 3);
+    assert_true(c.lr == 0.005f);
+    assert_int_equal(c.steps, 40);
+
+    config_defaults(&c); /* --config last: the command line still wins */
+    assert_int_equal(parse(&c, &help, err, "--n_layer", "3", "--steps", "7", "--config", path, NULL), 0);
+    assert_int_equal(c.n_layer, 3);
+    assert_int_equal(c.steps, 7);
+    assert_true(c.lr == 0.005f);
+
+    config_defaults(&c); /* in between */
+    assert_int_equal(parse(&c, &help, err, "--lr", "0.25", "--config", path, "--n-layer", "9", NULL), 0);
+    assert_int_equal(c.n_layer, 9);
+    assert_true(c.lr == 0.25f);
+    assert_int_equal(c.steps, 40);
+
+    config_defaults(&c); /* repeated flags: the last one wins */
+    assert_int_equal(parse(&c, &help, err, "--steps", "1", "--steps", "2", NULL), 0);
+    assert_int_equal(c.steps, 2);
+
+    config_defaults(&c); /* a bad file is reported through the command line */
+    assert_int_equal(parse(&c, &help, err, "--config", "/nonexistent/a.conf", NULL), -1);
+    assert_non_null(strstr(err, "/nonexistent/a.conf"));
+    unlink(path);
+}
+
+static void test_help(void **state) {
+    (void)state;
+    struct config c, ref;
+    config_defaults(&ref);
+    bool help = false;
+    char err[CONFIG_ERR_LEN] = "";
+    config_defaults(&c);
+    assert_int_equal(parse(&c, &help, err, "--help", NULL), 0);
+    assert_true(help);
+    help = false;
+    assert_int_equal(parse(&c, &help, err, "--steps", "5", "-h", NULL), 0);
+    assert_true(help);
+    assert_memory_equal(&c, &ref, sizeof c); /* --help applies nothing */
+    help = true;
+    assert_int_equal(parse(&c, &help, err, NULL), 0);
+    assert_false(help);
+    assert_memory_equal(&c, &ref, sizeof c);
+
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    config_print_help(f, "train");
+    fclose(f);
+    assert_non_null(strstr(buf, "usage: train"));
+    assert_non_null(strstr(buf, "--n_layer"));
+    assert_non_null(strstr(buf, "--peak_flops"));
+    assert_non_null(strstr(buf, "{fp32|bf16}"));
+    free(buf);
+}
+
+static void test_malformed_argv(void **state) {
+    (void)state;
+    struct config c;
+    bool help;
+    char err[CONFIG_ERR_LEN] = "";
+    config_defaults(&c);
+    assert_int_equal(parse(&c, &help, err, "--steps", "5", "--lr", NULL), -1);
+    assert_non_null(strstr(err, "--lr"));
+    assert_non_null(strstr(err, "needs a value"));
+    assert_int_equal(parse(&c, &help, err, "--config", NULL), -1);
+    assert_non_null(strstr(err, "--config"));
+    assert_int_equal(parse(&c, &help, err, "extra", NULL), -1);
+    assert_non_null(strstr(err, "extra"));
+    assert_int_equal(parse(&c, &help, err, "--steps", "5", "extra", "6", NULL), -1);
+    assert_non_null(strstr(err, "extra"));
+    assert_int_equal(parse(&c, &help, err, "-steps", "5", NULL), -1);
+    assert_int_equal(parse(&c, &help, err, "--steps", "--lr", NULL), -1); /* "--lr" is not a number */
+    assert_non_null(strstr(err, "steps"));
+}
+
+static void test_validate(void **state) {
+    (void)state;
+    struct config c;
+    char err[CONFIG_ERR_LEN] = "";
+
+    config_defaults(&c);
+    c.d_model = 64;
+    c.n_head = 6;
+    assert_int_equal(config_validate(&c, err), -1);
+    assert_non_null(strstr(err, "n_head"));
+    assert_non_null(strstr(err, "d_model"));
+    c.n_head = 8;
+    assert_int_equal(config_validate(&c, err), 0);
+
+    config_defaults(&c);
+    c.n_head = 8;
+    c.n_kv_head = 3;
+    assert_int_equal(config_validate(&c, err), -1);
+    assert_non_null(strstr(err, "n_kv_head"));
+    c.n_kv_head = 2;
+    assert_int_equal(config_validate(&c, err), 0);
+
+    config_defaults(&c);
+    c.param_dtype = DTYPE_FP32;
+    c.rounding = ROUND_STOCHASTIC;
+    assert_int_equal(config_validate(&c, err), -1);
+    assert_non_null(strstr(err, "stochastic"));
+    c.param_dtype = DTYPE_BF16;
+    assert_int_equal(config_validate(&c, err), 0);
+    c.param_dtype = DTYPE_FP32;
+    c.rounding = ROUND_NEAREST;
+    assert_int_equal(config_validate(&c, err), 0);
+
+    config_defaults(&c);
+    c.vocab_size = 65536;
+    assert_int_equal(config_validate(&c, err), 0);
+    c.vocab_size = 65537;
+    assert_int_equal(config_validate(&c, err), -1);
+    assert_non_null(strstr(err, "vocab_size"));
+}
+
+/* config_print -> file -> config_load_file reproduces the struct exactly. */
+static void round_trip(const struct config *want) {
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/test_config.XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    config_print(f, want);
+    assert_int_equal(fclose(f), 0);
+
+    struct config got;
+    config_defaults(&got);
+    char err[CONFIG_ERR_LEN] = "";
+    if (config_load_file(&got, path, err) != 0) fail_msg("reload: %s", err);
+    unlink(path);
+    /* field by field first for a readable failure, then the whole struct */
+    assert_int_equal(got.n_layer, want->n_layer);
+    assert_int_equal(got.d_model, want->d_model);
+    assert_int_equal(got.vocab_size, want->vocab_size);
+    assert_int_equal(got.arch, want->arch);
+    assert_int_equal(got.param_dtype, want->param_dtype);
+    assert_int_equal(got.rounding, want->rounding);
+    assert_int_equal(got.seed, want->seed);
+    assert_int_equal(got.shuffle, want->shuffle);
+    if (got.lr != want->lr) fail_msg("lr %.9g != %.9g", (double)got.lr, (double)want->lr);
+    if (got.init_std != want->init_std)
+        fail_msg("init_std %.9g != %.9g", (double)got.init_std, (double)want->init_std);
+    if (got.beta2 != want->beta2) fail_msg("beta2 %.9g != %.9g", (double)got.beta2, (double)want->beta2);
+    if (got.peak_flops != want->peak_flops) fail_msg("peak_flops %.17g != %.17g", got.peak_flops, want->peak_flops);
+    assert_string_equal(got.init_from, want->init_from);
+    assert_string_equal(got.sample_prompt, want->sample_prompt);
+    assert_string_equal(got.val_data, want->val_data);
+    assert_memory_equal(&got, want, sizeof got);
+}
+
+static void test_print_round_trip(void **state) {
+    (void)state;
+    struct config c;
+    config_defaults(&c);
+    round_trip(&c);
+
+    char err[CONFIG_ERR_LEN] = "";
+    assert_int_equal(config_load_file(&c, "configs/demo.conf", err), 0);
+    round_trip(&c);
+
+    /* Every kind of key away from its default, floats that need all their
+     * digits included. Set through config_set so strings stay as the
+     * loader would leave them. */
+    config_defaults(&c);
+    const char *kv[][2] = {
+        {"n_layer", "12"},          {"d_model", "768"},          {"n_head", "12"},
+        {"seq_len", "1024"},        {"vocab_size", "50257"},     {"arch", "llama"},
+        {"n_kv_head", "4"},         {"ffn_dim", "3072"},         {"init_std", "0.0123456789"},
+        {"micro_batch", "8"},       {"grad_accum", "3"},         {"steps", "12345"},
+        {"warmup_steps", "700"},    {"lr", "0.000612345678"},    {"lr_schedule", "constant"},
+        {"min_lr_frac", "0.0333333333"}, {"weight_decay", "0.123456789"}, {"decay_targets", "all"},
+        {"beta1", "0.8999999"},     {"beta2", "0.987654321"},    {"eps", "1.2345678e-9"},
+        {"grad_clip", "0.7071067811865476"}, {"param_dtype", "bf16"}, {"grad_dtype", "fp32"},
+        {"act_dtype", "fp32"},      {"rounding", "stochastic"},  {"train_data", "shards/train_*.bin"},
+        {"val_data", ""},           {"shuffle", "0"},            {"val_every", "0"},
+        {"val_batches", "3"},       {"seed", "9123456789012345678"}, {"init_from", "gpt2_124M.bin"},
+        {"save", "out/model.bin"},  {"resume", "out/state"},     {"save_state", "out/state2"},
+        {"save_state_every", "50"}, {"log_json", "out/log.jsonl"}, {"sample_tokens", "64"},
+        {"sample_temperature", "0.7777777"}, {"sample_prompt", "In the beginning"}, {"threads", "16"},
+        {"peak_flops", "1.234567890123e15"},
+    };
+    for (size_t i = 0; i < sizeof kv / sizeof *kv; i++)
+        if (config_set(&c, kv[i][0], kv[i][1], err) != 0) fail_msg("%s: %s", kv[i][0], err);
+    assert_int_equal(config_validate(&c, err), 0);
+    round_trip(&c);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_every_config_file_loads),
+        cmocka_unit_test(test_bench_small_shape),
+        cmocka_unit_test(test_unknown_key),
+        cmocka_unit_test(test_file_errors_name_file_and_line),
+        cmocka_unit_test(test_bad_numbers),
+        cmocka_unit_test(test_choice_keys),
+        cmocka_unit_test(test_dash_and_underscore_flags),
+        cmocka_unit_test(test_command_line_overrides_file),
+        cmocka_unit_test(test_help),
+        cmocka_unit_test(test_malformed_argv),
+        cmocka_unit_test(test_validate),
+        cmocka_unit_test(test_print_round_trip),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
