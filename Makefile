@@ -28,6 +28,7 @@ PROGRAMS  := $(foreach s,$(MAIN_SRC),$(BUILD)/$(notdir $(s:_main.c=)))
 TEST_SRC  := $(wildcard tests/test_*.c)
 TESTS     := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
+.SECONDARY:
 .PHONY: all test unit-test san-test demo bench deps data clean
 all: $(PROGRAMS)
 
