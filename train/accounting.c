@@ -1,0 +1,74 @@
+/* Theory for this trainer's own buffers. The general formulas (ZeRO,
+ * Korthikanti, PaLM) live in theory_*.c; here they are specialised to what
+ * this code allocates and issues, so measured and theory can match exactly. */
+#include "accounting.h"
+
+#include "layout.h"
+#include "theory.h"
+
+static struct model_layout layout_of(const struct config *c) {
+    struct model_layout lay;
+    layout_init(&lay, (struct model_shape){.L = c->n_layer, .C = c->d_model, .NH = c->n_head, .T = c->seq_len,
+                                           .V = c->vocab_size});
+    return lay;
+}
+
+struct state_theory theory_trainer_states(const struct config *c) {
+    struct model_layout lay = layout_of(c);
+    struct state_theory s = {0};
+    s.padding = (double)(lay.shape.Vp - lay.shape.V) * lay.shape.C;
+    s.psi = (double)lay.total - s.padding;
+    bool bf16_params = c->param_dtype == DTYPE_BF16;
+    double w_p = bf16_params ? 2 : 4, w_g = c->grad_dtype == DTYPE_BF16 ? 2 : 4;
+    struct {
+        enum mem_category cat;
+        double w;
+        const char *rule;
+        bool present;
+    } rows[] = {
+        {MEM_PARAMS, w_p, bf16_params ? "w_p = 2 B x Psi (bf16)" : "w_p = 4 B x Psi (fp32)", true},
+        {MEM_MASTER, 4, "4 B x Psi (fp32 master, part of K)", bf16_params},
+        {MEM_GRADS, w_g, w_g == 2 ? "w_g = 2 B x Psi (bf16)" : "w_g = 4 B x Psi (fp32)", true},
+        {MEM_OPTIMIZER, 8, "8 B x Psi (Adam m, v fp32; K = 12 with master, 8 without)", true},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        if (!rows[i].present) continue;
+        s.lines[s.n++] = (struct state_line){rows[i].cat, rows[i].w, rows[i].w * s.psi, rows[i].w * s.padding,
+                                             rows[i].rule};
+    }
+    return s;
+}
+
+struct activation_theory theory_trainer_activations(const struct config *c) {
+    struct model_layout lay = layout_of(c);
+    double B = c->micro_batch, T = c->seq_len, C = c->d_model, NH = c->n_head, L = c->n_layer;
+    double e = c->act_dtype == DTYPE_BF16 ? 2 : 4, BT = B * T;
+    struct activation_theory a;
+    /* per token: input C, ln1 C, qkv 3C, atty C, res2 C, ln2 C, fch 4C,
+     * gelu 4C = 16C elements; att NH T; four fp32 LayerNorm statistics */
+    a.per_layer = (16 * C * e + NH * T * e + 4 * 4) * BT;
+    a.layers = L * a.per_layer;
+    /* last residual + final LN output (e), its two fp32 stats, fp32 logits
+     * over the padded vocabulary, fp32 losses, int32 inputs and targets */
+    a.head = (2 * C * e + 2 * 4 + 4 * lay.shape.Vp + 4 + 2 * 4) * BT;
+    a.total = a.layers + a.head;
+    struct theory_model m;
+    theory_model_from_config(&m, c);
+    a.korthikanti_layer = theory_activation_layer_bytes(&m, B, 1, false, THEORY_RECOMPUTE_NONE);
+    a.korthikanti_total = L * a.korthikanti_layer + theory_activation_output_bytes(&m, B, 1);
+    return a;
+}
+
+struct flop_theory theory_trainer_flops(const struct config *c) {
+    struct model_layout lay = layout_of(c);
+    double B = c->micro_batch, T = c->seq_len, C = c->d_model, L = c->n_layer, k = c->grad_accum;
+    double Vp = lay.shape.Vp;
+    struct flop_theory f;
+    f.tokens = B * T * k;
+    f.gemm = 6 * f.tokens * (12 * L * C * C + Vp * C);
+    f.attention = 6 * L * B * C * T * (T + 1) * k;
+    double padding = (double)(lay.shape.Vp - lay.shape.V) * C;
+    f.n_gemm_params = (double)lay.total - padding - T * C; /* a lookup table (wpe) does no FLOPs */
+    f.model = f.tokens * (6 * f.n_gemm_params + 6 * L * C * T);
+    return f;
+}
