@@ -47,6 +47,7 @@ endef
 $(foreach s,$(MAIN_SRC),$(eval $(call program_rule,$(s))))
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/libshardlab.a
+	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS) -lcmocka
 
 # Unit tests, one binary per tests/test_*.c, then the multi-rank tests.
