@@ -235,8 +235,12 @@ static void test_bf16_matches_fp32(void **state) {
     printf("  bf16 vs fp32: loss %.5f vs %.5f, gradient cosine %.6f, relative L2 difference %.4f\n", (double)l16,
            (double)l32, cosine, rel);
     assert_true(n32 > 0.0);
-    assert_true(cosine > 0.99);
-    assert_true(rel < 0.1);
+    /* Measured: cosine 0.999995, relative L2 0.0032 (bf16 rounding of the
+     * activations and of each unit's gradient, ~2^-9 relative each). Bounds
+     * with ~10x margin on the difference: relative L2 < 0.03, and so
+     * 1 - cosine ~ rel^2 / 2 < 5e-4. */
+    assert_true(cosine > 0.9995);
+    assert_true(rel < 0.03);
     free(g16);
     harness_free(h32);
     harness_free(h16);
