@@ -26,6 +26,8 @@ struct trainer {
     FILE *json;
     double train_seconds;       /* wall time inside steps */
     double last_val_loss;
+    int stop_after;             /* > 0: trainer_run stops (and writes save_state) once step reaches it,
+                                 * before steps; the LR schedule still follows steps. 0: off */
 };
 
 /* Builds everything (data, model, init/load/resume). On failure returns -1

@@ -49,8 +49,20 @@ int trainer_load_state(struct trainer *tr, const char *path, char err[TRAINER_ER
     int n = sections(tr, s);
     struct resume_meta meta;
     char e2[CKPT_ERR_LEN];
-    if (resume_load(path, &meta, s, n, e2) != 0) {
+    /* Meta first (no sections): a state of another shape must be refused by
+     * the fingerprint, not by whichever section size differs first. */
+    if (resume_load(path, &meta, NULL, 0, e2) != 0) {
         snprintf(err, TRAINER_ERR_LEN, "loading resume state: %s", e2);
+        return -1;
+    }
+    const struct model_shape *have = &tr->engine.lay.shape;
+    if (meta.shape.L != have->L || meta.shape.C != have->C || meta.shape.NH != have->NH || meta.shape.T != have->T ||
+        meta.shape.V != have->V) {
+        snprintf(err, TRAINER_ERR_LEN,
+                 "%s was saved with a different model: n_layer %d, d_model %d, n_head %d, seq_len %d, vocab_size %d "
+                 "(this config: %d, %d, %d, %d, %d)",
+                 path, meta.shape.L, meta.shape.C, meta.shape.NH, meta.shape.T, meta.shape.V, have->L, have->C,
+                 have->NH, have->T, have->V);
         return -1;
     }
     if (meta.fingerprint != fingerprint(tr->cfg)) {
@@ -69,6 +81,10 @@ int trainer_load_state(struct trainer *tr, const char *path, char err[TRAINER_ER
     if (meta.step > (uint64_t)tr->cfg->steps) {
         snprintf(err, TRAINER_ERR_LEN, "%s is at step %llu, beyond steps = %d", path,
                  (unsigned long long)meta.step, tr->cfg->steps);
+        return -1;
+    }
+    if (resume_load(path, &meta, s, n, e2) != 0) {
+        snprintf(err, TRAINER_ERR_LEN, "loading resume state: %s", e2);
         return -1;
     }
     struct loader_position pos = {meta.data_epoch, meta.data_cursor};

@@ -133,14 +133,15 @@ static struct step_metrics train_step(struct trainer *tr) {
 
 int trainer_run(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     const struct config *c = tr->cfg;
-    while (tr->step < c->steps) {
+    while (tr->step < c->steps && (tr->stop_after <= 0 || tr->step < tr->stop_after)) {
         struct step_metrics m = train_step(tr);
-        bool last = tr->step == c->steps;
+        bool last = tr->step == c->steps, stop = tr->step == tr->stop_after;
         if (tr->has_val && (tr->step % c->val_every == 0 || last)) m.val_loss = tr->last_val_loss = trainer_validate(tr);
         log_step(tr, &m);
         bool periodic = c->save_state_every > 0 && tr->step % c->save_state_every == 0;
-        if (*c->save_state && (periodic || last) && trainer_save_state(tr, c->save_state, err) != 0) return -1;
+        if (*c->save_state && (periodic || last || stop) && trainer_save_state(tr, c->save_state, err) != 0) return -1;
     }
+    if (tr->step < c->steps) return 0; /* stopped early: no final model */
     char e2[CKPT_ERR_LEN];
     if (*c->save && llmc_save(c->save, &tr->engine.lay, tr->engine.st.params, c->param_dtype, c->param_dtype, e2) != 0) {
         snprintf(err, TRAINER_ERR_LEN, "--save: %s", e2);
