@@ -26,6 +26,7 @@ struct trainer {
     FILE *json;
     double train_seconds;       /* wall time inside steps */
     double last_val_loss;
+    double peak_flops;          /* FLOP/s for MFU; 0 = unknown */
     int stop_after;             /* > 0: trainer_run stops (and writes save_state) once step reaches it,
                                  * before steps; the LR schedule still follows steps. 0: off */
 };
@@ -47,7 +48,13 @@ int trainer_load_state(struct trainer *tr, const char *path, char err[TRAINER_ER
 /* Generates cfg->sample_tokens tokens after cfg->sample_prompt (train/sample.c). */
 void trainer_sample(struct trainer *tr, FILE *out);
 
-/* The memory table, measured bytes per category and buffer (train/report.c). */
-void report_memory(FILE *out, const struct trainer *tr, const char *when);
+/* The measured-vs-theory tables (train/report.c): memory per category
+ * (model states to the byte, activations against the saved-tensor formula),
+ * FLOPs per step with MFU/HFU, and communication. With json, memory records
+ * also go there. */
+void report_buffers(FILE *out, const struct trainer *tr);
+void report_memory(FILE *out, FILE *json, const struct trainer *tr, const char *when);
+void report_flops(FILE *out, const struct trainer *tr, int steps);
+void report_comm(FILE *out, const struct trainer *tr);
 
 #endif

@@ -22,6 +22,7 @@ static int sample_token(const float *logits, int V, float temperature, float coi
 
 void trainer_sample(struct trainer *tr, FILE *out) {
     const struct config *c = tr->cfg;
+    struct flop_counter training = tr->flops; /* sampling is not part of the training count */
     int T = c->seq_len, n_ctx = 0;
     size_t bt = (size_t)c->micro_batch * T;
     int32_t *ctx = tr->inputs;
@@ -47,4 +48,5 @@ void trainer_sample(struct trainer *tr, FILE *out) {
         fputc(detokenize_byte(next), out);
     }
     fputc('\n', out);
+    tr->flops = training;
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "peak.h"
 #include "trainer.h"
 
 static int fail(int rank, const char *msg) {
@@ -26,6 +27,8 @@ static void print_banner(const struct config *c, const struct trainer *tr) {
            c->grad_accum, c->micro_batch * c->grad_accum, c->micro_batch * c->grad_accum * c->seq_len);
     printf("data: %s (%zu samples%s), val %s\n", c->train_data, tr->train.n_samples,
            c->shuffle ? ", shuffled" : ", sequential", tr->has_val ? c->val_data : "(none)");
+    printf("peak: %.1f GFLOP/s (%s)\n", tr->peak_flops / 1e9,
+           c->peak_flops > 0 ? "peak_flops from the config" : "measured: FMA microbenchmark x threads");
     printf("threads: %d | steps %d from step %d | lr %g %s, warmup %d\n", c->threads, c->steps, tr->step, c->lr,
            c->lr_schedule == LR_COSINE ? "cosine" : "constant", c->warmup_steps);
 }
@@ -58,9 +61,12 @@ int main(int argc, char **argv) {
 
     struct trainer tr;
     if (trainer_open(&tr, &cfg, err) != 0) return fail(rank, err);
+    tr.peak_flops = cfg.peak_flops > 0 ? cfg.peak_flops : measure_peak_flops(cfg.threads);
     print_banner(&cfg, &tr);
-    report_memory(stdout, &tr, "after allocation");
+    report_buffers(stdout, &tr);
+    report_memory(stdout, NULL, &tr, "after allocation");
     printf("\n");
+    int start = tr.step;
     int rc = trainer_run(&tr, err);
     if (rc == 0) {
         printf("\ntrained %d steps in %.1f s\n", tr.step, tr.train_seconds);
@@ -68,7 +74,9 @@ int main(int argc, char **argv) {
             printf("\nsample (%d tokens, temperature %.2f):\n", cfg.sample_tokens, cfg.sample_temperature);
             trainer_sample(&tr, stdout);
         }
-        report_memory(stdout, &tr, "end of run");
+        report_memory(stdout, tr.json, &tr, "end of run");
+        report_flops(stdout, &tr, tr.step - start);
+        report_comm(stdout, &tr);
     } else {
         fprintf(stderr, "error: %s\n", err);
     }

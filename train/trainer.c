@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "accounting.h"
 #include "checkpoint.h"
 #include "optim.h"
 
@@ -79,33 +80,37 @@ void trainer_close(struct trainer *tr) {
 }
 
 float trainer_validate(struct trainer *tr) {
+    struct flop_counter training = tr->flops; /* validation is not part of a step's count */
     loader_rewind(&tr->val);
     double sum = 0.0;
     for (int i = 0; i < tr->cfg->val_batches; i++) {
         loader_next(&tr->val, tr->inputs, tr->targets);
         sum += engine_forward(&tr->engine, tr->inputs, tr->targets);
     }
+    tr->flops = training;
     return (float)(sum / tr->cfg->val_batches);
 }
 
 struct step_metrics {
     float loss, val_loss, lr;
-    double grad_norm, ms, tokens_per_s, flops, gemm_ms;
+    double grad_norm, ms, tokens_per_s, flops, model_flops, mfu, gemm_ms;
 };
 
 static void log_step(struct trainer *tr, const struct step_metrics *m) {
     printf("step %5d/%d | loss %.4f", tr->step, tr->cfg->steps, m->loss);
     if (m->val_loss >= 0) printf(" | val %.4f", m->val_loss);
-    printf(" | lr %.2e | norm %.3f | %.1f ms (gemm %.0f%%) | %.0f tok/s | %.2f GFLOP/s\n", m->lr, m->grad_norm,
-           m->ms, 100.0 * m->gemm_ms / m->ms, m->tokens_per_s, m->flops / (m->ms * 1e-3) / 1e9);
+    printf(" | lr %.2e | norm %.3f | %.1f ms (gemm %.0f%%) | %.0f tok/s | MFU %.1f%%\n", m->lr, m->grad_norm, m->ms,
+           100.0 * m->gemm_ms / m->ms, m->tokens_per_s, 100.0 * m->mfu);
     fflush(stdout);
     if (!tr->json) return;
     char val[32] = "null";
     if (m->val_loss >= 0) snprintf(val, sizeof val, "%.6f", m->val_loss);
     fprintf(tr->json,
             "{\"type\":\"step\",\"step\":%d,\"loss\":%.6f,\"val_loss\":%s,\"lr\":%.6e,\"grad_norm\":%.6f,"
-            "\"ms\":%.3f,\"tokens_per_s\":%.1f,\"flops\":%.6e,\"gemm_ms\":%.3f}\n",
-            tr->step, m->loss, val, m->lr, m->grad_norm, m->ms, m->tokens_per_s, m->flops, m->gemm_ms);
+            "\"ms\":%.3f,\"tokens_per_s\":%.1f,\"flops\":%.6e,\"model_flops\":%.6e,\"mfu\":%.5f,"
+            "\"gemm_ms\":%.3f}\n",
+            tr->step, m->loss, val, m->lr, m->grad_norm, m->ms, m->tokens_per_s, m->flops, m->model_flops, m->mfu,
+            m->gemm_ms);
     fflush(tr->json);
 }
 
@@ -125,7 +130,9 @@ static struct step_metrics train_step(struct trainer *tr) {
     tr->train_seconds += dt;
     tr->step++;
     double tokens = (double)c->micro_batch * c->seq_len * c->grad_accum;
+    double model_flops = theory_trainer_flops(c).model;
     return (struct step_metrics){
+        .model_flops = model_flops, .mfu = tr->peak_flops > 0 ? model_flops / dt / tr->peak_flops : 0.0,
         .loss = (float)(loss / c->grad_accum), .val_loss = -1.0f, .lr = r.lr, .grad_norm = r.grad_norm,
         .ms = dt * 1e3, .tokens_per_s = tokens / dt, .flops = flops_total(&tr->flops) - flops_total(&before),
         .gemm_ms = (tr->flops.gemm_seconds - before.gemm_seconds) * 1e3};
