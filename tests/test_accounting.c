@@ -1,0 +1,128 @@
+/* Measured against theory: for every dtype recipe, the tagged allocator's
+ * model-state bytes equal the ZeRO accounting to the byte (vocab padding as
+ * its own term), the saved activations equal the formula for what
+ * model/gpt.c keeps, and the FLOP counters equal the GEMM and attention
+ * formulas exactly over real training steps. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "accounting.h"
+#include "rng.h"
+#include "trainer.h"
+
+static char DIR_[64], SHARD[128];
+
+static int setup(void **state) {
+    (void)state;
+    omp_set_num_threads(1);
+    openblas_set_num_threads(1);
+    snprintf(DIR_, sizeof DIR_, "/tmp/shardlab_test_acct_XXXXXX");
+    if (!mkdtemp(DIR_)) return -1;
+    snprintf(SHARD, sizeof SHARD, "%s/tokens.bin", DIR_);
+    enum { N = 20000 };
+    static uint16_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = (uint16_t)(rng_u32(7, 0, (uint64_t)i) % 200);
+    char err[DATA_ERR_LEN];
+    return shard_write(SHARD, tok, N, err);
+}
+
+static int teardown(void **state) {
+    (void)state;
+    unlink(SHARD);
+    return rmdir(DIR_);
+}
+
+/* A small model whose vocabulary (200) pads to 256, so padding shows. */
+static void small_config(struct config *c, enum dtype p, enum dtype g, enum dtype a) {
+    config_defaults(c);
+    c->n_layer = 2;
+    c->d_model = 32;
+    c->n_head = 4;
+    c->seq_len = 16;
+    c->vocab_size = 200;
+    c->micro_batch = 2;
+    c->grad_accum = 2;
+    c->steps = 3;
+    c->val_every = 0;
+    c->threads = 1;
+    c->param_dtype = p;
+    c->grad_dtype = g;
+    c->act_dtype = a;
+    snprintf(c->train_data, sizeof c->train_data, "%s", SHARD);
+    c->val_data[0] = '\0';
+}
+
+static void check_recipe(enum dtype p, enum dtype g, enum dtype a, double expect_bytes_per_param) {
+    struct config c;
+    small_config(&c, p, g, a);
+    struct trainer tr;
+    char err[TRAINER_ERR_LEN];
+    assert_int_equal(trainer_open(&tr, &c, err), 0);
+
+    struct state_theory st = theory_trainer_states(&c);
+    assert_true(st.padding == (256.0 - 200.0) * 32.0);
+    assert_true(st.psi + st.padding == (double)tr.engine.lay.total);
+    double per_param = 0, states = 0;
+    for (int i = 0; i < st.n; i++) {
+        const struct state_line *l = &st.lines[i];
+        per_param += l->bytes_per_param;
+        states += l->psi_bytes + l->padding_bytes;
+        assert_true((double)tr.mem.live[l->category] == l->psi_bytes + l->padding_bytes);
+    }
+    assert_true(per_param == expect_bytes_per_param);
+    double measured_states = (double)(tr.mem.live[MEM_PARAMS] + tr.mem.live[MEM_MASTER] + tr.mem.live[MEM_GRADS] +
+                                      tr.mem.live[MEM_OPTIMIZER]);
+    assert_true(measured_states == states);
+    if (p == DTYPE_FP32) assert_int_equal(tr.mem.live[MEM_MASTER], 0);
+
+    struct activation_theory at = theory_trainer_activations(&c);
+    assert_true((double)tr.mem.peak[MEM_ACTIVATIONS] == at.total);
+
+    assert_int_equal(trainer_run(&tr, err), 0);
+    struct flop_theory ft = theory_trainer_flops(&c);
+    assert_true(tr.flops.gemm == c.steps * ft.gemm);
+    assert_true(tr.flops.attention == c.steps * ft.attention);
+    trainer_close(&tr);
+}
+
+/* ZeRO 3.1: 2 + 2 + 12 = 16; bf16 weights with fp32 grads 18; pure fp32
+ * 4 + 4 + 8 = 16 (THEORY.md 1.1). */
+static void test_bf16_bf16(void **s) { (void)s; check_recipe(DTYPE_BF16, DTYPE_BF16, DTYPE_BF16, 16); }
+static void test_bf16_fp32_grads(void **s) { (void)s; check_recipe(DTYPE_BF16, DTYPE_FP32, DTYPE_FP32, 18); }
+static void test_all_fp32(void **s) { (void)s; check_recipe(DTYPE_FP32, DTYPE_FP32, DTYPE_FP32, 16); }
+static void test_fp32_params_bf16_grads(void **s) { (void)s; check_recipe(DTYPE_FP32, DTYPE_BF16, DTYPE_BF16, 14); }
+
+/* The activation formula by hand for one shape: per layer
+ * (16 C e + NH T e + 16) B T, head (2 C e + 8 + 4 Vp + 4 + 8) B T. */
+static void test_activation_formula_by_hand(void **s) {
+    (void)s;
+    struct config c;
+    small_config(&c, DTYPE_BF16, DTYPE_BF16, DTYPE_BF16);
+    struct activation_theory a = theory_trainer_activations(&c);
+    double BT = 2 * 16, per_layer = (16 * 32 * 2 + 4 * 16 * 2 + 16) * BT;
+    assert_true(a.per_layer == per_layer);
+    assert_true(a.total == 2 * per_layer + (2 * 32 * 2 + 8 + 4 * 256 + 4 + 8) * BT);
+    /* Korthikanti eq. (1): s b h (34 + 5 a s / h) per layer */
+    assert_true(a.korthikanti_layer == 16.0 * 2 * 32 * (34 + 5.0 * 4 * 16 / 32));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bf16_bf16),
+        cmocka_unit_test(test_bf16_fp32_grads),
+        cmocka_unit_test(test_all_fp32),
+        cmocka_unit_test(test_fp32_params_bf16_grads),
+        cmocka_unit_test(test_activation_formula_by_hand),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
