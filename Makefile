@@ -15,7 +15,12 @@ OPT     := -O3 -march=native -g
 endif
 CFLAGS  := -std=c17 -D_GNU_SOURCE $(OPT) -fno-math-errno -fopenmp -Wall -Wextra -Werror -Wno-missing-field-initializers -Iinclude -MMD -MP
 LDFLAGS := $(OPT) -fopenmp
-LDLIBS  := -lopenblas -lm
+# OpenBLAS's OpenMP build, so sgemm and our own OpenMP loops share one
+# thread pool. Debian's default (pthread) build keeps its own threads, and the
+# two pools spin against each other on 2 cores: 389 ms/step instead of 165 on
+# bench-small (bench/RESULTS.md).
+BLAS_DIR := /usr/lib/$(shell gcc -print-multiarch)/openblas-openmp
+LDLIBS  := -L$(BLAS_DIR) -l:libopenblas.so.0 -Wl,-rpath,$(BLAS_DIR) -lm
 
 # Every .c under the module folders is library code, except the *_main.c
 # files, each of which is one program.
