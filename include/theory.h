@@ -137,6 +137,19 @@ int theory_smallest_fit(const struct theory_model *m, const struct theory_dtypes
                         double micro_batch, double batch_tokens, int zero_stage, enum theory_recompute r,
                         double memory, int max_devices, struct theory_layout *best);
 
+/* ---- accelerators (theory_devices.c) ---- */
+/* Dense 16-bit peak and memory of common training devices, from the
+ * vendors' data sheets. */
+struct theory_device {
+    const char *name;
+    double peak_flops;  /* dense bf16 FLOP/s */
+    double memory;      /* bytes */
+};
+/* NULL when the name is unknown. */
+const struct theory_device *theory_device_find(const char *name);
+/* "a100, h100, ..." for error messages. */
+const char *theory_device_names(void);
+
 /* ---- the planner's whole report (theory_plan.c) ---- */
 struct theory_plan_input {
     double devices, memory, peak_flops, mfu, tokens, batch_tokens, link_bandwidth, watts;

@@ -236,6 +236,17 @@ static void test_layouts_and_smallest_fit(void **state) {
     free(pl);
 }
 
+/* The GPU peaks MFU is usually quoted against: A100 312e12, H100/H200 SXM
+ * 989e12 dense bf16. */
+static void test_device_table(void **state) {
+    (void)state;
+    assert_true(theory_device_find("a100")->peak_flops == 312e12);
+    assert_true(theory_device_find("h100")->peak_flops == 989e12);
+    assert_true(theory_device_find("h200")->peak_flops == 989e12);
+    assert_true(theory_device_find("h200")->memory == 141e9);
+    assert_null(theory_device_find("h300"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_llama3_70b_params),
@@ -248,6 +259,7 @@ int main(void) {
         cmocka_unit_test(test_korthikanti_small),
         cmocka_unit_test(test_hardware_flops),
         cmocka_unit_test(test_layouts_and_smallest_fit),
+        cmocka_unit_test(test_device_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

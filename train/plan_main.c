@@ -18,6 +18,8 @@ struct plan_opts {
     struct theory_plan_input in;
     bool json;
     const char *config_path;
+    const struct theory_device *device; /* --device: sets memory and peak unless given */
+    bool memory_given;
 };
 
 static void usage(FILE *f) {
@@ -25,6 +27,7 @@ static void usage(FILE *f) {
             "usage: plan --config FILE [planner flags] [--key value ...] [--json]\n\n"
             "Planner flags:\n"
             "  --devices N          devices in the cluster (default 8960)\n"
+            "  --device NAME        memory and peak FLOP/s from a table: a100-40gb, a100, h100, h200, tpu-v5p\n"
             "  --device-memory B    bytes of memory per device (default 96e9)\n"
             "  --peak-flops F       peak FLOP/s per device; the config key peak_flops (default 4.59e14)\n"
             "  --mfu X              fraction of peak achieved, in (0, 1] (default 0.4)\n"
@@ -51,7 +54,7 @@ static int parse_number(const char *flag, const char *v, double lo, double hi, d
 }
 
 static bool is_planner_flag(const char *a) {
-    static const char *flags[] = {"--devices", "--device-memory", "--mfu", "--tokens", "--batch-tokens",
+    static const char *flags[] = {"--devices", "--device", "--device-memory", "--mfu", "--tokens", "--batch-tokens",
                                   "--link-bandwidth", "--watts", "--zero-stage", "--ckpt-per-layer",
                                   "--recompute-mode"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
@@ -80,7 +83,16 @@ static int parse_planner_flags(int argc, char **argv, struct plan_opts *o, int *
         int rc = 0;
         bool mine = true;
         if (!strcmp(a, "--devices")) rc = parse_number(a, v, 1, 1 << 30, &o->in.devices);
-        else if (!strcmp(a, "--device-memory")) rc = parse_number(a, v, 1, 1e18, &o->in.memory);
+        else if (!strcmp(a, "--device-memory")) {
+            rc = parse_number(a, v, 1, 1e18, &o->in.memory);
+            o->memory_given = true;
+        } else if (!strcmp(a, "--device")) {
+            o->device = theory_device_find(v);
+            if (!o->device) {
+                fprintf(stderr, "plan: unknown device '%s'; valid choices are %s\n", v, theory_device_names());
+                rc = -1;
+            }
+        }
         else if (!strcmp(a, "--mfu")) rc = parse_number(a, v, 1e-6, 1, &o->in.mfu);
         else if (!strcmp(a, "--tokens")) rc = parse_number(a, v, 1, 1e20, &o->in.tokens);
         else if (!strcmp(a, "--batch-tokens")) rc = parse_number(a, v, 1, 1e15, &o->in.batch_tokens);
@@ -288,6 +300,10 @@ int main(int argc, char **argv) {
     if (rc != 0 || check_model(&c) != 0) {
         fprintf(stderr, "plan: see --help\n");
         return 2;
+    }
+    if (o.device) {
+        o.in.peak_flops = o.device->peak_flops;
+        if (!o.memory_given) o.in.memory = o.device->memory;
     }
     if (c.peak_flops > 0) o.in.peak_flops = c.peak_flops;
 
