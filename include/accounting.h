@@ -7,26 +7,48 @@
 #include "config.h"
 #include "mem.h"
 
-/* Model states (ZeRO 3.1 accounting, one rank): bytes per category and the
- * rule in words. The vocabulary padding rows (Vp - V) are named separately. */
+/* Model states per rank (ZeRO 3.1 and 5 accounting) for ZeRO stage
+ * c->zero over N data-parallel ranks: bytes per category and the rule in
+ * words. Padding (vocab rows V..Vp, and each unit rounded up to a multiple
+ * of N) is its own term, derived from the layout. */
 struct state_line {
     enum mem_category category;
-    double bytes_per_param;  /* w_p, 4 for master, w_g, K */
-    double psi_bytes;        /* bytes_per_param x Psi */
-    double padding_bytes;    /* bytes_per_param x (Vp - V) C */
-    const char *rule;        /* e.g. "2 B x Psi (bf16)" */
+    double bytes_per_param;  /* w_p, 4 for master, w_g, 8 for Adam */
+    bool sharded;            /* held as 1/N by this stage */
+    double psi_bytes;        /* bytes_per_param x Psi (/ N when sharded) */
+    double padding_bytes;    /* bytes_per_param x padding elements of the buffer */
+    const char *rule;        /* e.g. "w_p = 2 B x Psi (bf16)" */
 };
 
 enum { MAX_STATE_LINES = 4 };
 
 struct state_theory {
-    double psi;      /* parameters, real vocabulary */
-    double padding;  /* padding parameters: (Vp - V) C */
+    double psi;             /* parameters, real vocabulary */
+    double padding;         /* full buffer elements - Psi */
+    double shard_padding;   /* shard buffer elements - Psi / N */
+    int N;
     int n;
     struct state_line lines[MAX_STATE_LINES];
 };
 
-struct state_theory theory_trainer_states(const struct config *c);
+struct state_theory theory_trainer_states(const struct config *c, int N);
+
+/* Data-parallel traffic of one optimizer step per rank, bytes, by
+ * collective: exact for this engine's padded units (what the counters must
+ * show), and ZeRO's formula with Psi (THEORY.md 1.3, 7). */
+struct comm_theory {
+    double all_reduce, reduce_scatter, all_gather; /* exact, padded */
+    double total;
+    double zero_formula;    /* the paper's volume with Psi, ring (N-1)/N factors */
+    const char *rule;
+};
+
+struct comm_theory theory_trainer_comm(const struct config *c, int N);
+
+/* Bytes of the stage's communication buffers: ZeRO-3's gathered unit 0 and
+ * gathered layer (param dtype), ZeRO-2/3's reduce-scatter bucket (largest
+ * padded unit, grad dtype). */
+double theory_trainer_comm_buffers(const struct config *c, int N);
 
 /* Activation bytes for exactly the tensors model/gpt.c saves (one
  * micro-batch), and Korthikanti's eq. (1) for the same shape. */

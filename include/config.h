@@ -52,6 +52,9 @@ struct config {
     int sample_tokens;
     float sample_temperature;
     char sample_prompt[CONFIG_PATH_LEN];
+    /* parallelism: world = dp x tp x pp (dp is what remains) */
+    int zero, tp, pp;
+    bool explain;
     /* machine */
     int threads;
     double peak_flops;

@@ -10,12 +10,14 @@
 #include "counters.h"
 #include "data.h"
 #include "engine.h"
+#include "grid.h"
 #include "mem.h"
 
 enum { TRAINER_ERR_LEN = 1024 };
 
 struct trainer {
     const struct config *cfg;
+    struct grid *grid;          /* dp x tp x pp; the engine uses its dp group */
     struct mem_tracker mem;
     struct flop_counter flops;
     struct engine engine;
@@ -31,9 +33,10 @@ struct trainer {
                                  * before steps; the LR schedule still follows steps. 0: off */
 };
 
-/* Builds everything (data, model, init/load/resume). On failure returns -1
- * with a message; the trainer is then already torn down. */
-int trainer_open(struct trainer *tr, const struct config *cfg, char err[TRAINER_ERR_LEN]);
+/* Builds everything (data, model, init/load/resume). Collective over the
+ * grid: when any rank fails, every rank returns -1 (the failing rank with
+ * its message, the others saying so), and the trainer is torn down. */
+int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid, char err[TRAINER_ERR_LEN]);
 /* Runs the remaining steps; returns -1 (with err) only on I/O failure. */
 int trainer_run(struct trainer *tr, char err[TRAINER_ERR_LEN]);
 void trainer_close(struct trainer *tr);
@@ -42,19 +45,15 @@ void trainer_close(struct trainer *tr);
 float trainer_validate(struct trainer *tr);
 
 /* Resume states (train/state.c). */
-int trainer_save_state(const struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]);
+int trainer_save_state(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]);
 int trainer_load_state(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]);
 
-/* Generates cfg->sample_tokens tokens after cfg->sample_prompt (train/sample.c). */
-void trainer_sample(struct trainer *tr, FILE *out);
+/* Every rank's rc agreed over the grid: a failure anywhere fails every
+ * rank (those that did not fail get a message saying so). */
+int trainer_agree(struct trainer *tr, int rc, char err[TRAINER_ERR_LEN]);
 
-/* The measured-vs-theory tables (train/report.c): memory per category
- * (model states to the byte, activations against the saved-tensor formula),
- * FLOPs per step with MFU/HFU, and communication. With json, memory records
- * also go there. */
-void report_buffers(FILE *out, const struct trainer *tr);
-void report_memory(FILE *out, FILE *json, const struct trainer *tr, const char *when);
-void report_flops(FILE *out, const struct trainer *tr, int steps);
-void report_comm(FILE *out, const struct trainer *tr);
+/* Generates cfg->sample_tokens tokens after cfg->sample_prompt (train/sample.c).
+ * Collective: every rank runs it; out may be NULL on all but one. */
+void trainer_sample(struct trainer *tr, FILE *out);
 
 #endif

@@ -21,11 +21,13 @@
 #include "trainer.h"
 
 static char DIR_[64], SHARD[128];
+static struct grid GRID; /* one process: a 1 x 1 x 1 grid */
 
 static int setup(void **state) {
     (void)state;
     omp_set_num_threads(1);
     openblas_set_num_threads(1);
+    grid_init_single(&GRID);
     snprintf(DIR_, sizeof DIR_, "/tmp/shardlab_test_acct_XXXXXX");
     if (!mkdtemp(DIR_)) return -1;
     snprintf(SHARD, sizeof SHARD, "%s/tokens.bin", DIR_);
@@ -67,9 +69,9 @@ static void check_recipe(enum dtype p, enum dtype g, enum dtype a, double expect
     small_config(&c, p, g, a);
     struct trainer tr;
     char err[TRAINER_ERR_LEN];
-    assert_int_equal(trainer_open(&tr, &c, err), 0);
+    assert_int_equal(trainer_open(&tr, &c, &GRID, err), 0);
 
-    struct state_theory st = theory_trainer_states(&c);
+    struct state_theory st = theory_trainer_states(&c, 1);
     assert_true(st.padding == (256.0 - 200.0) * 32.0);
     assert_true(st.psi + st.padding == (double)tr.engine.lay.total);
     double per_param = 0, states = 0;

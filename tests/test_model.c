@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "grid.h"
 
 enum { L = 2, C = 16, NH = 2, T = 8, V = 64, B = 2, SEED = 4242 };
 
@@ -24,6 +25,7 @@ struct harness {
     struct config cfg;
     struct mem_tracker mem;
     struct flop_counter flops;
+    struct grid grid;
     struct engine e;
 };
 
@@ -35,7 +37,8 @@ static struct harness *harness_new(enum dtype dt, int micro_batch) {
     h->cfg.micro_batch = micro_batch;
     h->cfg.param_dtype = h->cfg.grad_dtype = h->cfg.act_dtype = dt;
     h->cfg.seed = SEED;
-    engine_init(&h->e, &h->cfg, &h->mem, &h->flops);
+    grid_init_single(&h->grid);
+    engine_init(&h->e, &h->cfg, &h->grid.dp_comm, &h->mem, &h->flops);
     return h;
 }
 
@@ -211,7 +214,7 @@ static void test_bf16_matches_fp32(void **state) {
         p16[i] = f32_to_bf16(p32[i]);
         p32[i] = bf16_to_f32(p16[i]);
     }
-    engine_sync_master_from_params(&h16->e);
+    engine_set_weights(&h16->e, p32); /* master = p32, params = bf16(p32) = p16 */
     assert_memory_equal(h16->e.st.master, p32, psi * sizeof(float));
 
     int32_t tok[2 * B * T];

@@ -30,6 +30,7 @@ struct fixture {
 };
 
 static struct fixture *FX; /* set by the group setup */
+static struct grid GRID;    /* one process: a 1 x 1 x 1 grid */
 
 static void path_in(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", FX->dir, name); }
 
@@ -48,6 +49,7 @@ static int group_setup(void **state) {
     (void)state;
     omp_set_num_threads(1);
     openblas_set_num_threads(1);
+    grid_init_single(&GRID);
     FX = calloc(1, sizeof *FX);
     if (!FX) return -1;
     snprintf(FX->dir, sizeof FX->dir, "/tmp/shardlab_test_train_XXXXXX");
@@ -106,7 +108,7 @@ static void set(struct config *c, const char *key, const char *value) {
 
 static void open_ok(struct trainer *tr, const struct config *c) {
     char err[TRAINER_ERR_LEN];
-    if (trainer_open(tr, c, err) != 0) fail_msg("trainer_open: %s", err);
+    if (trainer_open(tr, c, &GRID, err) != 0) fail_msg("trainer_open: %s", err);
 }
 
 static void run_ok(struct trainer *tr) {
@@ -311,7 +313,7 @@ static void expect_open_fails(const struct config *c, const char *need1, const c
     struct trainer *tr = calloc(1, sizeof *tr);
     assert_non_null(tr);
     char err[TRAINER_ERR_LEN] = "";
-    int rc = trainer_open(tr, c, err);
+    int rc = trainer_open(tr, c, &GRID, err);
     if (rc == 0) {
         trainer_close(tr);
         free(tr);

@@ -4,6 +4,7 @@
 #include "accounting.h"
 
 #include "layout.h"
+#include "shard.h"
 #include "theory.h"
 
 static struct model_layout layout_of(const struct config *c) {
@@ -13,30 +14,75 @@ static struct model_layout layout_of(const struct config *c) {
     return lay;
 }
 
-struct state_theory theory_trainer_states(const struct config *c) {
+struct state_theory theory_trainer_states(const struct config *c, int N) {
     struct model_layout lay = layout_of(c);
+    struct shard_layout sh;
+    shard_layout_init(&sh, &lay, N, 0);
     struct state_theory s = {0};
-    s.padding = (double)(lay.shape.Vp - lay.shape.V) * lay.shape.C;
-    s.psi = (double)lay.total - s.padding;
+    s.N = N;
+    s.psi = (double)lay.total - (double)(lay.shape.Vp - lay.shape.V) * lay.shape.C;
+    s.padding = (double)sh.total_padded - s.psi;
+    s.shard_padding = (double)sh.total_shard - s.psi / N;
     bool bf16_params = c->param_dtype == DTYPE_BF16;
     double w_p = bf16_params ? 2 : 4, w_g = c->grad_dtype == DTYPE_BF16 ? 2 : 4;
+    int z = c->zero;
     struct {
         enum mem_category cat;
         double w;
+        bool sharded;
         const char *rule;
         bool present;
     } rows[] = {
-        {MEM_PARAMS, w_p, bf16_params ? "w_p = 2 B x Psi (bf16)" : "w_p = 4 B x Psi (fp32)", true},
-        {MEM_MASTER, 4, "4 B x Psi (fp32 master, part of K)", bf16_params},
-        {MEM_GRADS, w_g, w_g == 2 ? "w_g = 2 B x Psi (bf16)" : "w_g = 4 B x Psi (fp32)", true},
-        {MEM_OPTIMIZER, 8, "8 B x Psi (Adam m, v fp32; K = 12 with master, 8 without)", true},
+        {MEM_PARAMS, w_p, z >= 3, bf16_params ? "w_p = 2 B x Psi (bf16)" : "w_p = 4 B x Psi (fp32)", true},
+        {MEM_MASTER, 4, z >= 1, "4 B x Psi (fp32 master, part of K)", bf16_params},
+        {MEM_GRADS, w_g, z >= 2, w_g == 2 ? "w_g = 2 B x Psi (bf16)" : "w_g = 4 B x Psi (fp32)", true},
+        {MEM_OPTIMIZER, 8, z >= 1, "8 B x Psi (Adam m, v fp32; K = 12 with master, 8 without)", true},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         if (!rows[i].present) continue;
-        s.lines[s.n++] = (struct state_line){rows[i].cat, rows[i].w, rows[i].w * s.psi, rows[i].w * s.padding,
-                                             rows[i].rule};
+        double w = rows[i].w;
+        bool sh_ = rows[i].sharded;
+        s.lines[s.n++] = (struct state_line){rows[i].cat, w, sh_, w * s.psi / (sh_ ? N : 1),
+                                             w * (sh_ ? s.shard_padding : s.padding), rows[i].rule};
     }
     return s;
+}
+
+struct comm_theory theory_trainer_comm(const struct config *c, int N) {
+    struct model_layout lay = layout_of(c);
+    struct shard_layout sh;
+    shard_layout_init(&sh, &lay, N, 0);
+    double M = (double)sh.total_padded, f = (double)(N - 1) / N, k = c->grad_accum;
+    double psi = (double)lay.total - (double)(lay.shape.Vp - lay.shape.V) * lay.shape.C;
+    double w_p = c->param_dtype == DTYPE_BF16 ? 2 : 4, w_g = c->grad_dtype == DTYPE_BF16 ? 2 : 4;
+    struct comm_theory t = {0};
+    switch (c->zero) {
+    case 0:
+        t.all_reduce = 2 * f * M * w_g;
+        t.zero_formula = 2 * f * psi * w_g;
+        t.rule = "DDP: all-reduce grads once, 2(N-1)/N Psi w_g";
+        break;
+    case 1:
+        t.reduce_scatter = f * M * w_g;
+        t.all_gather = f * M * w_p;
+        t.zero_formula = f * psi * (w_g + w_p);
+        t.rule = "ZeRO-1: reduce-scatter grads, all-gather params, (N-1)/N Psi (w_g + w_p)";
+        break;
+    case 2:
+        t.reduce_scatter = k * f * M * w_g;
+        t.all_gather = f * M * w_p;
+        t.zero_formula = f * psi * (k * w_g + w_p);
+        t.rule = "ZeRO-2: reduce-scatter per micro-batch, (N-1)/N Psi (k w_g + w_p)";
+        break;
+    default:
+        t.reduce_scatter = k * f * M * w_g;
+        t.all_gather = k * 2 * f * M * w_p;
+        t.zero_formula = k * f * psi * (w_g + 2 * w_p);
+        t.rule = "ZeRO-3: gather fwd + bwd, reduce-scatter, per micro-batch: k (N-1)/N Psi (w_g + 2 w_p)";
+        break;
+    }
+    t.total = t.all_reduce + t.reduce_scatter + t.all_gather;
+    return t;
 }
 
 struct activation_theory theory_trainer_activations(const struct config *c) {
@@ -71,4 +117,16 @@ struct flop_theory theory_trainer_flops(const struct config *c) {
     f.n_gemm_params = (double)lay.total - padding - T * C; /* a lookup table (wpe) does no FLOPs */
     f.model = f.tokens * (6 * f.n_gemm_params + 6 * L * C * T);
     return f;
+}
+
+double theory_trainer_comm_buffers(const struct config *c, int N) {
+    struct model_layout lay = layout_of(c);
+    struct shard_layout sh;
+    shard_layout_init(&sh, &lay, N, 0);
+    double p0 = (double)shard_unit_padded(&sh, EMBED_UNIT), p1 = (double)shard_unit_padded(&sh, 1);
+    double w_p = c->param_dtype == DTYPE_BF16 ? 2 : 4, w_g = c->grad_dtype == DTYPE_BF16 ? 2 : 4;
+    double bytes = 0;
+    if (c->zero >= 3) bytes += (p0 + p1) * w_p;
+    if (c->zero >= 2) bytes += (p0 > p1 ? p0 : p1) * w_g;
+    return bytes;
 }

@@ -67,6 +67,10 @@ static const struct key KEYS[] = {
     {"sample_tokens", KEY_INT, F(sample_tokens), "0", "generate this many tokens of text at the end", NUM(0, 1 << 20)},
     {"sample_temperature", KEY_FLOAT, F(sample_temperature), "0.8", "softmax temperature for sampling", NUM(1e-3, 100)},
     {"sample_prompt", KEY_STRING, F(sample_prompt), "And God said", "text the sample continues"},
+    {"zero", KEY_INT, F(zero), "0", "ZeRO stage over the data-parallel ranks: 0 (DDP), 1 (optimizer states), 2 (+ grads), 3 (+ params)", NUM(0, 3)},
+    {"tp", KEY_INT, F(tp), "1", "tensor-parallel degree (this build: 1)", NUM(1, 1024)},
+    {"pp", KEY_INT, F(pp), "1", "pipeline-parallel degree (this build: 1)", NUM(1, 1024)},
+    {"explain", KEY_BOOL, F(explain), "0", "print the shard map (who owns what) before training", NUM(0, 1)},
     {"threads", KEY_INT, F(threads), "2", "threads for BLAS and the elementwise kernels", NUM(1, 1024)},
     {"peak_flops", KEY_DOUBLE, F(peak_flops), "0", "peak FLOP/s for MFU; 0: measure at start-up", NUM(0, 1e30)},
 };

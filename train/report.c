@@ -1,70 +1,125 @@
-/* The measured-vs-theory tables. Measured numbers come from the tagged
- * allocator and the FLOP counters; theory from train/accounting.c. */
+/* The measured-vs-theory tables. Measured numbers come from each rank's
+ * tagged allocator and counters; theory from train/accounting.c. */
+#include "report.h"
+
+#include <stdlib.h>
 #include <sys/resource.h>
 
 #include "accounting.h"
-#include "trainer.h"
+
+enum { MAX_RANK_COLUMNS = 4 };
 
 static double mib(double b) { return b / (1024.0 * 1024.0); }
 
+void rank_stats_collect(const struct trainer *tr, struct rank_stats *out) {
+    const struct mem_tracker *m = &tr->mem;
+    const struct comm_counters *cc = &tr->grid->dp_comm.counters;
+    for (int c = 0; c < MEM_NUM_CATEGORIES; c++) {
+        out->live[c] = (double)m->live[c];
+        out->peak[c] = (double)m->peak[c];
+    }
+    out->tracked_peak = (double)m->peak_total;
+    struct rusage ru;
+    out->rss = getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024.0 : 0.0;
+    for (int k = 0; k < COLL_NUM_KINDS; k++) {
+        out->comm_bytes[k] = cc->bytes[k];
+        out->comm_calls[k] = (double)cc->calls[k];
+    }
+    out->comm_seconds = cc->seconds;
+}
+
 void report_buffers(FILE *out, const struct trainer *tr) {
     const struct mem_tracker *m = &tr->mem;
-    fprintf(out, "\nbuffers (tagged allocator):\n  %-12s %-34s %14s %10s\n", "category", "buffer", "bytes", "MiB");
+    fprintf(out, "\nbuffers of rank 0 (tagged allocator):\n  %-12s %-36s %14s %10s\n", "category", "buffer", "bytes",
+            "MiB");
     for (int c = 0; c < MEM_NUM_CATEGORIES; c++)
         for (int i = 0; i < m->n_records; i++) {
             const struct mem_record *r = &m->records[i];
             if ((int)r->category == c)
-                fprintf(out, "  %-12s %-34s %14zu %10.2f\n", mem_category_name(r->category), r->name, r->bytes,
+                fprintf(out, "  %-12s %-36s %14zu %10.2f\n", mem_category_name(r->category), r->name, r->bytes,
                         mib((double)r->bytes));
         }
 }
 
-static void memory_row(FILE *out, FILE *json, const char *category, double measured, double theory,
-                       const char *rule) {
-    char th[32] = "-";
-    if (theory >= 0) snprintf(th, sizeof th, "%.0f", theory);
-    fprintf(out, "  %-13s %14.0f %14s  %s\n", category, measured, th, rule);
-    if (json && theory >= 0)
-        fprintf(json, "{\"type\":\"memory\",\"rank\":0,\"category\":\"%s\",\"measured_bytes\":%.0f,"
-                      "\"theory_bytes\":%.0f}\n", category, measured, theory);
+/* One row: measured on up to MAX_RANK_COLUMNS ranks (then the max over
+ * all), the theory per rank, and the rule. */
+static void row(FILE *out, const char *name, const double *measured, int n, double theory, const char *rule) {
+    fprintf(out, "  %-13s", name);
+    int shown = n < MAX_RANK_COLUMNS ? n : MAX_RANK_COLUMNS;
+    double max = 0;
+    for (int r = 0; r < n; r++) max = measured[r] > max ? measured[r] : max;
+    for (int r = 0; r < shown; r++) fprintf(out, " %13.0f", measured[r]);
+    if (n > shown) fprintf(out, " %13.0f", max);
+    if (theory >= 0) fprintf(out, " %13.0f", theory);
+    else fprintf(out, " %13s", "-");
+    fprintf(out, "  %s\n", rule);
 }
 
-void report_memory(FILE *out, FILE *json, const struct trainer *tr, const char *when) {
+static void header(FILE *out, int n, const char *first) {
+    fprintf(out, "  %-13s", first);
+    int shown = n < MAX_RANK_COLUMNS ? n : MAX_RANK_COLUMNS;
+    for (int r = 0; r < shown; r++) fprintf(out, "       rank %-2d", r);
+    if (n > shown) fprintf(out, " %13s", "max (all)");
+    fprintf(out, " %13s  rule\n", "theory");
+}
+
+static void json_rows(FILE *json, const char *category, const struct rank_stats *ranks, int n, int c,
+                      double theory) {
+    for (int r = 0; r < n; r++)
+        fprintf(json, "{\"type\":\"memory\",\"rank\":%d,\"category\":\"%s\",\"measured_bytes\":%.0f,"
+                      "\"theory_bytes\":%.0f}\n", r, category, ranks[r].live[c], theory);
+}
+
+void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct rank_stats *ranks, int n,
+                   const char *when) {
     const struct config *c = tr->cfg;
-    const struct mem_tracker *m = &tr->mem;
-    struct state_theory st = theory_trainer_states(c);
+    struct state_theory st = theory_trainer_states(c, n);
     struct activation_theory at = theory_trainer_activations(c);
-    fprintf(out, "\nmemory, rank 0, %s (bytes; Psi = %.0f parameters, vocab padding = %.0f)\n", when, st.psi,
-            st.padding);
-    fprintf(out, "  %-13s %14s %14s  %s\n", "category", "measured", "theory", "rule");
-    double states_measured = 0, states_theory = 0;
-    char rule[160];
+    double *col = calloc((size_t)n, sizeof *col);
+    fprintf(out, "\nmemory per rank, %s (bytes): ZeRO-%d over %d rank%s, Psi = %.0f; padding %.0f full, %.0f per shard\n",
+            when, c->zero, n, n == 1 ? "" : "s", st.psi, st.padding, st.shard_padding);
+    header(out, n, "category");
+    char rule[200];
+    double states_theory = 0;
+    bool exact = true;
     for (int i = 0; i < st.n; i++) {
         const struct state_line *l = &st.lines[i];
-        snprintf(rule, sizeof rule, "%s + padding %.0f B/param x %.0f", l->rule, l->bytes_per_param, st.padding);
-        double measured = (double)m->live[l->category];
-        memory_row(out, json, mem_category_name(l->category), measured, l->psi_bytes + l->padding_bytes, rule);
-        states_measured += measured;
-        states_theory += l->psi_bytes + l->padding_bytes;
+        double theory = l->psi_bytes + l->padding_bytes;
+        snprintf(rule, sizeof rule, "%s%s + padding %.0f", l->rule, l->sharded ? " / N" : "", l->padding_bytes);
+        for (int r = 0; r < n; r++) {
+            col[r] = ranks[r].live[l->category];
+            exact = exact && col[r] == theory;
+        }
+        row(out, mem_category_name(l->category), col, n, theory, rule);
+        if (json) json_rows(json, mem_category_name(l->category), ranks, n, l->category, theory);
+        states_theory += theory;
     }
-    snprintf(rule, sizeof rule, "%.0f B/param (ZeRO: w_p + w_g + K), equal to the byte: %s",
-             states_theory / (st.psi + st.padding), states_measured == states_theory ? "yes" : "NO");
-    memory_row(out, NULL, "model states", states_measured, states_theory, rule);
-    double act = (double)m->peak[MEM_ACTIVATIONS];
-    snprintf(rule, sizeof rule, "L x (16 C e + NH T e + 16) B T + head (docs/THEORY.md); %+.2f%%",
-             100.0 * (act - at.total) / at.total);
-    memory_row(out, json, "activations", act, at.total, rule);
-    snprintf(rule, sizeof rule, "Korthikanti eq. (1) for this shape, 16-bit with dropout: %.0f", at.korthikanti_total);
-    fprintf(out, "  %-13s %14s %14s  %s\n", "", "", "", rule);
-    memory_row(out, NULL, "scratch", (double)m->live[MEM_SCRATCH], -1, "fp32 working buffers (listed at start)");
-    memory_row(out, NULL, "tracked", (double)m->live_total, -1, "all tagged buffers");
-    struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru) == 0) {
-        double rss = (double)ru.ru_maxrss * 1024.0;
-        memory_row(out, NULL, "peak RSS", rss, -1, "getrusage: tagged + allocator, MPI, BLAS, OpenMP, code");
-        memory_row(out, NULL, "untracked", rss - (double)m->peak_total, -1, "peak RSS - peak tracked");
-    }
+    for (int r = 0; r < n; r++)
+        col[r] = ranks[r].live[MEM_PARAMS] + ranks[r].live[MEM_MASTER] + ranks[r].live[MEM_GRADS] +
+                 ranks[r].live[MEM_OPTIMIZER];
+    snprintf(rule, sizeof rule, "model states; measured == theory to the byte: %s", exact ? "yes" : "NO");
+    row(out, "model states", col, n, states_theory, rule);
+    for (int r = 0; r < n; r++) col[r] = ranks[r].peak[MEM_ACTIVATIONS];
+    snprintf(rule, sizeof rule, "L (16 C e + NH T e + 16) B T + head; Korthikanti eq. (1): %.0f",
+             at.korthikanti_total);
+    row(out, "activations", col, n, at.total, rule);
+    if (json) json_rows(json, "activations", ranks, n, MEM_ACTIVATIONS, at.total);
+    double comm_theory = theory_trainer_comm_buffers(c, n);
+    for (int r = 0; r < n; r++) col[r] = ranks[r].live[MEM_COMM];
+    row(out, "comm", col, n, comm_theory,
+        c->zero >= 3 ? "gathered unit 0 + one gathered layer (w_p) + reduce-scatter bucket (w_g)"
+        : c->zero == 2 ? "reduce-scatter bucket: the largest padded unit (w_g)" : "none: collectives work in place");
+    if (json) json_rows(json, "comm", ranks, n, MEM_COMM, comm_theory);
+    for (int r = 0; r < n; r++) col[r] = ranks[r].live[MEM_SCRATCH];
+    row(out, "scratch", col, n, -1, "fp32 working buffers (listed at start)");
+    for (int r = 0; r < n; r++) col[r] = ranks[r].tracked_peak;
+    row(out, "tracked peak", col, n, -1, "all tagged buffers");
+    for (int r = 0; r < n; r++) col[r] = ranks[r].rss;
+    row(out, "peak RSS", col, n, -1, "getrusage: tagged + allocator, MPI, BLAS, OpenMP, code");
+    for (int r = 0; r < n; r++) col[r] = ranks[r].rss - ranks[r].tracked_peak;
+    row(out, "untracked", col, n, -1, "peak RSS - tracked peak");
     if (json) fflush(json);
+    free(col);
 }
 
 void report_flops(FILE *out, const struct trainer *tr, int steps) {
@@ -72,7 +127,8 @@ void report_flops(FILE *out, const struct trainer *tr, int steps) {
     const struct flop_counter *f = &tr->flops;
     struct flop_theory th = theory_trainer_flops(tr->cfg);
     double secs = tr->train_seconds / steps;
-    fprintf(out, "\nFLOPs per optimizer step, averaged over %d steps (%.0f tokens per step)\n", steps, th.tokens);
+    fprintf(out, "\nFLOPs per optimizer step on rank 0, averaged over %d steps (%.0f tokens per rank per step)\n",
+            steps, th.tokens);
     fprintf(out, "  %-11s %14s %14s  %s\n", "part", "measured", "theory", "rule");
     fprintf(out, "  %-11s %14.4e %14.4e  6 x tokens x (12 L C^2 + Vp C): every sgemm, fwd + bwd\n", "GEMMs",
             f->gemm / steps, th.gemm);
@@ -86,12 +142,33 @@ void report_flops(FILE *out, const struct trainer *tr, int steps) {
     fprintf(out, "  achieved: %.2f GFLOP/s issued (GEMM + attention), %.2f GFLOP/s model; %.1f%% of step time in sgemm\n",
             issued / secs / 1e9, th.model / secs / 1e9, 100.0 * f->gemm_seconds / tr->train_seconds);
     if (tr->peak_flops > 0)
-        fprintf(out, "  peak %.1f GFLOP/s (%s): MFU %.1f%%, HFU %.1f%%\n", tr->peak_flops / 1e9,
+        fprintf(out, "  peak %.1f GFLOP/s per rank (%s): MFU %.1f%%, HFU %.1f%%\n", tr->peak_flops / 1e9,
                 tr->cfg->peak_flops > 0 ? "peak_flops from the config" : "measured FMA microbenchmark",
                 100.0 * th.model / secs / tr->peak_flops, 100.0 * issued / secs / tr->peak_flops);
 }
 
-void report_comm(FILE *out, const struct trainer *tr) {
-    (void)tr;
-    fprintf(out, "\ncommunication per step, rank 0: measured 0 B, theory 0 B (1 rank: no collectives)\n");
+void report_comm(FILE *out, const struct trainer *tr, const struct rank_stats *ranks, int n, int steps) {
+    if (steps <= 0) return;
+    struct comm_theory th = theory_trainer_comm(tr->cfg, n);
+    double theory[COLL_NUM_KINDS] = {th.all_reduce, th.reduce_scatter, th.all_gather, -1};
+    double *col = calloc((size_t)n, sizeof *col);
+    fprintf(out, "\ncommunication per optimizer step, bytes each rank sends (ring volumes), averaged over %d steps\n",
+            steps);
+    header(out, n, "collective");
+    for (int k = 0; k < COLL_NUM_KINDS; k++) {
+        for (int r = 0; r < n; r++) col[r] = ranks[r].comm_bytes[k] / steps;
+        char rule[96];
+        snprintf(rule, sizeof rule, "%.1f calls per step", ranks[0].comm_calls[k] / steps);
+        if (k == COLL_SCALAR) snprintf(rule, sizeof rule, "loss and gradient norm (8 B each), not model traffic");
+        row(out, coll_kind_name((enum coll_kind)k), col, n, theory[k], rule);
+    }
+    for (int r = 0; r < n; r++)
+        col[r] = (ranks[r].comm_bytes[COLL_ALL_REDUCE] + ranks[r].comm_bytes[COLL_REDUCE_SCATTER] +
+                  ranks[r].comm_bytes[COLL_ALL_GATHER]) / steps;
+    row(out, "model total", col, n, th.total, "exact for padded units");
+    fprintf(out, "  ZeRO's formula with Psi: %.0f B (%s)\n", th.zero_formula, th.rule);
+    for (int r = 0; r < n; r++) col[r] = 1e3 * ranks[r].comm_seconds / steps;
+    fprintf(out, "  time in collectives: %.1f ms per step on rank 0 (%.0f%% of the step)\n", col[0],
+            100.0 * ranks[0].comm_seconds / tr->train_seconds);
+    free(col);
 }

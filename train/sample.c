@@ -22,7 +22,8 @@ static int sample_token(const float *logits, int V, float temperature, float coi
 
 void trainer_sample(struct trainer *tr, FILE *out) {
     const struct config *c = tr->cfg;
-    struct flop_counter training = tr->flops; /* sampling is not part of the training count */
+    struct flop_counter training = tr->flops; /* sampling is not part of the training counts */
+    struct comm_counters comm = tr->grid->dp_comm.counters;
     int T = c->seq_len, n_ctx = 0;
     size_t bt = (size_t)c->micro_batch * T;
     int32_t *ctx = tr->inputs;
@@ -32,7 +33,7 @@ void trainer_sample(struct trainer *tr, FILE *out) {
     for (const char *p = c->sample_prompt; *p && n_ctx < T; p++) {
         tokenize_bytes((const unsigned char *)p, 1, &tok);
         ctx[n_ctx++] = tok < c->vocab_size ? tok : 0;
-        fputc(*p, out);
+        if (out) fputc(*p, out);
     }
     if (n_ctx == 0) ctx[n_ctx++] = '\n';
     for (int i = 0; i < c->sample_tokens; i++) {
@@ -45,8 +46,9 @@ void trainer_sample(struct trainer *tr, FILE *out) {
         float coin = rng_uniform((uint64_t)c->seed, RNG_STREAM_SAMPLE, (uint64_t)i);
         int next = sample_token(logits, c->vocab_size, c->sample_temperature, coin);
         ctx[n_ctx++] = next;
-        fputc(detokenize_byte(next), out);
+        if (out) fputc(detokenize_byte(next), out);
     }
-    fputc('\n', out);
+    if (out) fputc('\n', out);
     tr->flops = training;
+    tr->grid->dp_comm.counters = comm;
 }

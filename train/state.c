@@ -1,4 +1,5 @@
 /* Resume states: the model states plus the loop's position, bit-exact. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "checkpoint.h"
@@ -14,22 +15,46 @@ static uint32_t fingerprint(const struct config *c) {
     return h;
 }
 
+/* A resume state holds full, unsharded arrays in layout order, whatever
+ * the layout that wrote it: N ranks at stage K save through the engine's
+ * gather, M ranks at stage J load through its scatter. */
 enum { MAX_SECTIONS = 4 };
 
+static const struct {
+    const char *name;
+    enum engine_state which;
+} STATES[MAX_SECTIONS] = {
+    {"params", STATE_PARAMS}, {"master", STATE_MASTER}, {"adam_m", STATE_ADAM_M}, {"adam_v", STATE_ADAM_V}};
+
+/* Sections with freshly allocated full buffers; returns how many. */
 static int sections(const struct trainer *tr, struct state_section s[MAX_SECTIONS]) {
     const struct engine *e = &tr->engine;
     size_t psi = e->lay.total;
     int n = 0;
-    s[n++] = (struct state_section){"params", tr->cfg->param_dtype, psi, e->st.params};
-    if (e->st.master) s[n++] = (struct state_section){"master", DTYPE_FP32, psi, e->st.master};
-    s[n++] = (struct state_section){"adam_m", DTYPE_FP32, psi, e->st.adam_m};
-    s[n++] = (struct state_section){"adam_v", DTYPE_FP32, psi, e->st.adam_v};
+    for (int i = 0; i < MAX_SECTIONS; i++) {
+        if (!engine_has_state(e, STATES[i].which)) continue;
+        enum dtype dt = STATES[i].which == STATE_PARAMS ? tr->cfg->param_dtype : DTYPE_FP32;
+        s[n] = (struct state_section){.dtype = dt, .numel = psi, .data = malloc(psi * dtype_size(dt))};
+        snprintf(s[n].name, sizeof s[n].name, "%s", STATES[i].name);
+        n++;
+    }
     return n;
 }
 
-int trainer_save_state(const struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]) {
+static enum engine_state state_of(const struct state_section *s) {
+    for (int i = 0; i < MAX_SECTIONS; i++)
+        if (strcmp(s->name, STATES[i].name) == 0) return STATES[i].which;
+    return STATE_PARAMS;
+}
+
+static void free_sections(struct state_section *s, int n) {
+    for (int i = 0; i < n; i++) free(s[i].data);
+}
+
+int trainer_save_state(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]) {
     struct state_section s[MAX_SECTIONS];
     int n = sections(tr, s);
+    for (int i = 0; i < n; i++) engine_gather_state(&tr->engine, state_of(&s[i]), s[i].data);
     struct resume_meta meta = {.step = (uint64_t)tr->step,
                                .seed = (uint64_t)tr->cfg->seed,
                                .data_epoch = tr->train.pos.epoch,
@@ -37,16 +62,16 @@ int trainer_save_state(const struct trainer *tr, const char *path, char err[TRAI
                                .shape = tr->engine.lay.shape,
                                .fingerprint = fingerprint(tr->cfg)};
     char e2[CKPT_ERR_LEN];
-    if (resume_save(path, &meta, s, n, e2) != 0) {
+    int rc = 0;
+    if (tr->grid->world_rank == 0 && resume_save(path, &meta, s, n, e2) != 0) {
         snprintf(err, TRAINER_ERR_LEN, "saving resume state: %s", e2);
-        return -1;
+        rc = -1;
     }
-    return 0;
+    free_sections(s, n);
+    return trainer_agree(tr, rc, err);
 }
 
-int trainer_load_state(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]) {
-    struct state_section s[MAX_SECTIONS];
-    int n = sections(tr, s);
+static int load_state(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]) {
     struct resume_meta meta;
     char e2[CKPT_ERR_LEN];
     /* Meta first (no sections): a state of another shape must be refused by
@@ -83,10 +108,13 @@ int trainer_load_state(struct trainer *tr, const char *path, char err[TRAINER_ER
                  (unsigned long long)meta.step, tr->cfg->steps);
         return -1;
     }
-    if (resume_load(path, &meta, s, n, e2) != 0) {
-        snprintf(err, TRAINER_ERR_LEN, "loading resume state: %s", e2);
-        return -1;
-    }
+    struct state_section s[MAX_SECTIONS];
+    int n = sections(tr, s);
+    int rc = resume_load(path, &meta, s, n, e2);
+    if (rc != 0) snprintf(err, TRAINER_ERR_LEN, "loading resume state: %s", e2);
+    for (int i = 0; rc == 0 && i < n; i++) engine_scatter_state(&tr->engine, state_of(&s[i]), s[i].data);
+    free_sections(s, n);
+    if (rc != 0) return -1;
     struct loader_position pos = {meta.data_epoch, meta.data_cursor};
     char e3[DATA_ERR_LEN];
     if (loader_seek(&tr->train, pos, e3) != 0) {
@@ -96,4 +124,9 @@ int trainer_load_state(struct trainer *tr, const char *path, char err[TRAINER_ER
     tr->step = (int)meta.step;
     tr->engine.embed_w_fresh = false;
     return 0;
+}
+
+/* Every rank reads the file and keeps its part. */
+int trainer_load_state(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]) {
+    return trainer_agree(tr, load_state(tr, path, err), err);
 }

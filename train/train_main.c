@@ -1,36 +1,50 @@
-/* build/train: parse the configuration, train, report. Runs alone or under
- * mpirun; this build trains on one rank (data parallelism comes with the
- * ZeRO engine), so a larger world is refused on every rank. */
+/* build/train: parse the configuration, build the process grid, train,
+ * report. Runs alone (a 1-rank world) or under mpirun; with N ranks the
+ * model is data-parallel over N with ZeRO stage --zero. Rank 0 prints;
+ * every rank exits non-zero on any error. */
 #include <cblas.h>
 #include <mpi.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "grid.h"
 #include "peak.h"
+#include "report.h"
 #include "trainer.h"
 
 static int fail(int rank, const char *msg) {
-    if (rank == 0) fprintf(stderr, "error: %s\n", msg);
+    if (msg[0]) fprintf(stderr, "error (rank %d): %s\n", rank, msg);
     MPI_Finalize();
     return 1;
 }
 
 static void print_banner(const struct config *c, const struct trainer *tr) {
     const struct model_layout *lay = &tr->engine.lay;
+    const struct grid *g = tr->grid;
     printf("shardlab train: GPT-2 L=%d C=%d NH=%d T=%d V=%d (padded %d), %zu parameters\n", c->n_layer, c->d_model,
            c->n_head, c->seq_len, c->vocab_size, lay->shape.Vp, lay->total);
     printf("precision: params %s%s, grads %s, activations %s, rounding %s\n", dtype_name(c->param_dtype),
            c->param_dtype == DTYPE_BF16 ? " (+ fp32 master)" : "", dtype_name(c->grad_dtype),
            dtype_name(c->act_dtype), c->rounding == ROUND_NEAREST ? "nearest-even" : "stochastic");
-    printf("batch: micro_batch %d x grad_accum %d x 1 rank = %d sequences = %d tokens per step\n", c->micro_batch,
-           c->grad_accum, c->micro_batch * c->grad_accum, c->micro_batch * c->grad_accum * c->seq_len);
+    printf("grid: %d rank%s = dp %d x tp %d x pp %d; ZeRO-%d over the %d data-parallel ranks\n", g->world_size,
+           g->world_size == 1 ? "" : "s", g->dp, g->tp, g->pp, c->zero, g->dp);
+    printf("batch: micro_batch %d x grad_accum %d x dp %d = %d sequences = %d tokens per step\n", c->micro_batch,
+           c->grad_accum, g->dp, c->micro_batch * c->grad_accum * g->dp,
+           c->micro_batch * c->grad_accum * g->dp * c->seq_len);
     printf("data: %s (%zu samples%s), val %s\n", c->train_data, tr->train.n_samples,
            c->shuffle ? ", shuffled" : ", sequential", tr->has_val ? c->val_data : "(none)");
-    printf("peak: %.1f GFLOP/s (%s)\n", tr->peak_flops / 1e9,
+    printf("peak: %.1f GFLOP/s per rank (%s)\n", tr->peak_flops / 1e9,
            c->peak_flops > 0 ? "peak_flops from the config" : "measured: FMA microbenchmark x threads");
-    printf("threads: %d | steps %d from step %d | lr %g %s, warmup %d\n", c->threads, c->steps, tr->step, c->lr,
-           c->lr_schedule == LR_COSINE ? "cosine" : "constant", c->warmup_steps);
+    printf("threads: %d per rank | steps %d from step %d | lr %g %s, warmup %d\n", c->threads, c->steps, tr->step,
+           c->lr, c->lr_schedule == LR_COSINE ? "cosine" : "constant", c->warmup_steps);
+}
+
+/* Every rank's numbers, gathered to rank 0 (ranks[] matters there only). */
+static void gather_stats(const struct trainer *tr, struct rank_stats *ranks) {
+    struct rank_stats mine;
+    rank_stats_collect(tr, &mine);
+    MPI_Gather(&mine, RANK_STATS_DOUBLES, MPI_DOUBLE, ranks, RANK_STATS_DOUBLES, MPI_DOUBLE, 0, MPI_COMM_WORLD);
 }
 
 int main(int argc, char **argv) {
@@ -40,47 +54,59 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     struct config cfg;
     config_defaults(&cfg);
-    char err[TRAINER_ERR_LEN];
+    char err[TRAINER_ERR_LEN] = "";
     bool help = false;
+    /* every rank parses the same arguments, so every rank fails alike */
     if (config_parse_args(&cfg, argc, argv, &help, err) != 0 || config_validate(&cfg, err) != 0)
-        return fail(rank, err);
+        return fail(rank, rank == 0 ? err : "");
     if (help) {
         if (rank == 0) config_print_help(stdout, argv[0]);
         MPI_Finalize();
         return 0;
     }
-    if (world > 1) {
-        snprintf(err, sizeof err,
-                 "this build trains on one rank; %d ranks were started (data parallelism and ZeRO are not "
-                 "part of it yet)",
-                 world);
-        return fail(rank, err);
-    }
+    struct grid grid;
+    char gerr[GRID_ERR_LEN];
+    if (grid_init(&grid, cfg.tp, cfg.pp, gerr) != 0) return fail(rank, rank == 0 ? gerr : "");
     omp_set_num_threads(cfg.threads);
     openblas_set_num_threads(cfg.threads);
 
     struct trainer tr;
-    if (trainer_open(&tr, &cfg, err) != 0) return fail(rank, err);
+    if (trainer_open(&tr, &cfg, &grid, err) != 0) {
+        grid_free(&grid);
+        return fail(rank, err);
+    }
     tr.peak_flops = cfg.peak_flops > 0 ? cfg.peak_flops : measure_peak_flops(cfg.threads);
-    print_banner(&cfg, &tr);
-    report_buffers(stdout, &tr);
-    report_memory(stdout, NULL, &tr, "after allocation");
-    printf("\n");
+    struct rank_stats *ranks = calloc((size_t)world, sizeof *ranks);
+    gather_stats(&tr, ranks);
+    if (rank == 0) {
+        print_banner(&cfg, &tr);
+        if (cfg.explain) report_shard_map(stdout, &tr);
+        report_buffers(stdout, &tr);
+        report_memory(stdout, NULL, &tr, ranks, world, "after allocation");
+        printf("\n");
+        fflush(stdout);
+    }
     int start = tr.step;
     int rc = trainer_run(&tr, err);
     if (rc == 0) {
-        printf("\ntrained %d steps in %.1f s\n", tr.step, tr.train_seconds);
+        if (rank == 0) printf("\ntrained %d steps in %.1f s\n", tr.step - start, tr.train_seconds);
         if (cfg.sample_tokens > 0) {
-            printf("\nsample (%d tokens, temperature %.2f):\n", cfg.sample_tokens, cfg.sample_temperature);
-            trainer_sample(&tr, stdout);
+            if (rank == 0)
+                printf("\nsample (%d tokens, temperature %.2f):\n", cfg.sample_tokens, cfg.sample_temperature);
+            trainer_sample(&tr, rank == 0 ? stdout : NULL); /* every rank runs the forward (ZeRO-3 gathers) */
         }
-        report_memory(stdout, tr.json, &tr, "end of run");
-        report_flops(stdout, &tr, tr.step - start);
-        report_comm(stdout, &tr);
+        gather_stats(&tr, ranks);
+        if (rank == 0) {
+            report_memory(stdout, tr.json, &tr, ranks, world, "end of run");
+            report_flops(stdout, &tr, tr.step - start);
+            report_comm(stdout, &tr, ranks, world, tr.step - start);
+        }
     } else {
-        fprintf(stderr, "error: %s\n", err);
+        fprintf(stderr, "error (rank %d): %s\n", rank, err);
     }
+    free(ranks);
     trainer_close(&tr);
+    grid_free(&grid);
     MPI_Finalize();
     return rc == 0 ? 0 : 1;
 }

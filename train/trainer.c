@@ -15,6 +15,21 @@ static double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* Every rank's rc, agreed: a failure anywhere fails every rank, so no rank
+ * waits forever in a collective the failed one never reaches. */
+int trainer_agree(struct trainer *tr, int rc, char err[TRAINER_ERR_LEN]) {
+    struct collectives *dp = &tr->grid->dp_comm;
+    struct comm_counters step_counts = dp->counters; /* bookkeeping, not a step's traffic */
+    double failed = rc != 0;
+    dp->all_reduce_scalars(dp, &failed, 1);
+    dp->counters = step_counts;
+    if (failed > 0 && rc == 0) {
+        snprintf(err, TRAINER_ERR_LEN, "another rank failed (its message says why)");
+        return -1;
+    }
+    return rc;
+}
+
 static int init_weights(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     const struct config *c = tr->cfg;
     struct engine *e = &tr->engine;
@@ -22,50 +37,94 @@ static int init_weights(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
         engine_init_params(e);
         return 0;
     }
+    /* every rank reads the file and keeps what its stage holds */
+    size_t n = e->lay.total;
+    void *params = malloc(n * dtype_size(c->param_dtype));
+    float *w = malloc(n * sizeof *w);
     char e2[CKPT_ERR_LEN];
-    if (llmc_load(c->init_from, &e->lay, e->st.params, c->param_dtype, e2) != 0) {
-        snprintf(err, TRAINER_ERR_LEN, "--init_from: %s", e2);
-        return -1;
+    int rc = llmc_load(c->init_from, &e->lay, params, c->param_dtype, e2);
+    if (rc != 0) snprintf(err, TRAINER_ERR_LEN, "--init_from: %s", e2);
+    if (rc == 0) {
+        for (size_t i = 0; i < n; i++)
+            w[i] = c->param_dtype == DTYPE_FP32 ? ((float *)params)[i] : bf16_to_f32(((bf16 *)params)[i]);
+        engine_set_weights(e, w);
     }
-    engine_sync_master_from_params(e);
-    return 0;
+    free(params);
+    free(w);
+    return rc;
 }
 
-int trainer_open(struct trainer *tr, const struct config *cfg, char err[TRAINER_ERR_LEN]) {
-    memset(tr, 0, sizeof *tr);
-    tr->cfg = cfg;
-    tr->last_val_loss = -1.0;
+static int check_layout(const struct config *cfg, const struct grid *g, char err[TRAINER_ERR_LEN]) {
     if (cfg->arch != ARCH_GPT2 || cfg->n_kv_head != 0 || cfg->ffn_dim != 0) {
         snprintf(err, TRAINER_ERR_LEN,
                  "the trainer implements GPT-2 blocks (arch = gpt2, n_kv_head = 0, ffn_dim = 0); "
                  "LLaMA-style configs are for build/plan");
-        tr->cfg = NULL;
         return -1;
     }
+    if (g->tp != 1 || g->pp != 1) {
+        snprintf(err, TRAINER_ERR_LEN,
+                 "tp = %d, pp = %d: tensor and pipeline parallelism are not part of this build (tp and pp must "
+                 "be 1; use data parallelism: mpirun -np N with --zero 0..3)",
+                 g->tp, g->pp);
+        return -1;
+    }
+    return 0;
+}
+
+static int open_data(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
+    const struct config *cfg = tr->cfg;
+    const struct grid *g = tr->grid;
     char derr[DATA_ERR_LEN];
-    if (loader_open(&tr->train, cfg->train_data, cfg->vocab_size, cfg->micro_batch, cfg->seq_len, 0, 1,
-                    cfg->shuffle, (uint64_t)cfg->seed, derr) != 0) {
-        snprintf(err, TRAINER_ERR_LEN, "train_data: %s", derr);
+    if (loader_open(&tr->train, cfg->train_data, cfg->vocab_size, cfg->micro_batch, cfg->seq_len, g->dp_rank,
+                    g->dp, cfg->shuffle, (uint64_t)cfg->seed, derr) != 0) {
+        snprintf(err, TRAINER_ERR_LEN, "rank %d: train_data: %s", g->world_rank, derr);
         return -1;
     }
     tr->has_val = cfg->val_data[0] && cfg->val_every > 0;
-    if (tr->has_val && loader_open(&tr->val, cfg->val_data, cfg->vocab_size, cfg->micro_batch, cfg->seq_len, 0, 1,
-                                   false, 0, derr) != 0) {
-        snprintf(err, TRAINER_ERR_LEN, "val_data: %s", derr);
+    if (tr->has_val && loader_open(&tr->val, cfg->val_data, cfg->vocab_size, cfg->micro_batch, cfg->seq_len,
+                                   g->dp_rank, g->dp, false, 0, derr) != 0) {
+        snprintf(err, TRAINER_ERR_LEN, "rank %d: val_data: %s", g->world_rank, derr);
         loader_close(&tr->train);
+        tr->has_val = false;
         return -1;
     }
-    engine_init(&tr->engine, cfg, &tr->mem, &tr->flops);
+    return 0;
+}
+
+int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid, char err[TRAINER_ERR_LEN]) {
+    memset(tr, 0, sizeof *tr);
+    tr->cfg = cfg;
+    tr->grid = grid;
+    tr->last_val_loss = -1.0;
+    int rc = trainer_agree(tr, check_layout(cfg, grid, err), err);
+    bool data_open = false;
+    if (rc == 0) {
+        int mine = open_data(tr, err);
+        data_open = mine == 0;
+        rc = trainer_agree(tr, mine, err);
+    }
+    if (rc != 0) {
+        if (data_open) {
+            loader_close(&tr->train);
+            if (tr->has_val) loader_close(&tr->val);
+        }
+        tr->cfg = NULL;
+        return -1;
+    }
+    engine_init(&tr->engine, cfg, &grid->dp_comm, &tr->mem, &tr->flops);
     size_t bt = (size_t)cfg->micro_batch * cfg->seq_len;
     tr->inputs = mem_alloc(&tr->mem, MEM_SCRATCH, "batch inputs", bt * sizeof(int32_t));
     tr->targets = mem_alloc(&tr->mem, MEM_SCRATCH, "batch targets", bt * sizeof(int32_t));
-    int rc = init_weights(tr, err);
+    rc = trainer_agree(tr, init_weights(tr, err), err);
     if (rc == 0 && *cfg->resume) rc = trainer_load_state(tr, cfg->resume, err);
-    if (rc == 0 && *cfg->log_json && !(tr->json = fopen(cfg->log_json, tr->step ? "a" : "w"))) {
+    if (rc == 0 && *cfg->log_json && grid->world_rank == 0 &&
+        !(tr->json = fopen(cfg->log_json, tr->step ? "a" : "w"))) {
         snprintf(err, TRAINER_ERR_LEN, "cannot open log_json %s", cfg->log_json);
         rc = -1;
     }
+    rc = trainer_agree(tr, rc, err);
     if (rc != 0) trainer_close(tr);
+    memset(&grid->dp_comm.counters, 0, sizeof grid->dp_comm.counters); /* count steps only */
     return rc;
 }
 
@@ -79,16 +138,22 @@ void trainer_close(struct trainer *tr) {
     tr->cfg = NULL;
 }
 
+/* Each data-parallel rank evaluates its part of val_batches global
+ * micro-batches; the mean is taken over all of them. */
 float trainer_validate(struct trainer *tr) {
-    struct flop_counter training = tr->flops; /* validation is not part of a step's count */
+    struct collectives *dp = &tr->grid->dp_comm;
+    struct flop_counter flops = tr->flops; /* validation is not part of a step's count */
+    struct comm_counters comm = dp->counters;
     loader_rewind(&tr->val);
     double sum = 0.0;
     for (int i = 0; i < tr->cfg->val_batches; i++) {
         loader_next(&tr->val, tr->inputs, tr->targets);
         sum += engine_forward(&tr->engine, tr->inputs, tr->targets);
     }
-    tr->flops = training;
-    return (float)(sum / tr->cfg->val_batches);
+    dp->all_reduce_scalars(dp, &sum, 1);
+    tr->flops = flops;
+    dp->counters = comm;
+    return (float)(sum / (tr->cfg->val_batches * dp->size));
 }
 
 struct step_metrics {
@@ -97,6 +162,7 @@ struct step_metrics {
 };
 
 static void log_step(struct trainer *tr, const struct step_metrics *m) {
+    if (tr->grid->world_rank != 0) return;
     printf("step %5d/%d | loss %.4f", tr->step, tr->cfg->steps, m->loss);
     if (m->val_loss >= 0) printf(" | val %.4f", m->val_loss);
     printf(" | lr %.2e | norm %.3f | %.1f ms (gemm %.0f%%) | %.0f tok/s | MFU %.1f%%\n", m->lr, m->grad_norm, m->ms,
@@ -114,26 +180,44 @@ static void log_step(struct trainer *tr, const struct step_metrics *m) {
     fflush(tr->json);
 }
 
+/* Gathers the params to rank 0, which writes the llm.c model file. */
+static int save_model(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]) {
+    const struct config *c = tr->cfg;
+    void *full = malloc(tr->engine.lay.total * dtype_size(c->param_dtype));
+    engine_gather_state(&tr->engine, STATE_PARAMS, full);
+    char e2[CKPT_ERR_LEN];
+    int rc = 0;
+    if (tr->grid->world_rank == 0 && llmc_save(path, &tr->engine.lay, full, c->param_dtype, c->param_dtype, e2) != 0) {
+        snprintf(err, TRAINER_ERR_LEN, "--save: %s", e2);
+        rc = -1;
+    }
+    free(full);
+    return trainer_agree(tr, rc, err);
+}
+
 static struct step_metrics train_step(struct trainer *tr) {
     const struct config *c = tr->cfg;
     struct engine *e = &tr->engine;
     struct flop_counter before = tr->flops;
     double t0 = now();
     engine_zero_grads(e);
+    /* the step's loss is the mean over accum x dp micro-batches */
+    int dp = tr->grid->dp;
     double loss = 0.0;
     for (int k = 0; k < c->grad_accum; k++) {
         loader_next(&tr->train, tr->inputs, tr->targets);
-        loss += engine_forward_backward(e, tr->inputs, tr->targets, 1.0f / (float)c->grad_accum);
+        loss += engine_forward_backward(e, tr->inputs, tr->targets, 1.0f / (float)(c->grad_accum * dp));
     }
     struct step_result r = engine_optimizer_step(e, tr->step);
+    e->dp->all_reduce_scalars(e->dp, &loss, 1);
     double dt = now() - t0;
     tr->train_seconds += dt;
     tr->step++;
-    double tokens = (double)c->micro_batch * c->seq_len * c->grad_accum;
+    double tokens = (double)c->micro_batch * c->seq_len * c->grad_accum * dp;
     double model_flops = theory_trainer_flops(c).model;
     return (struct step_metrics){
         .model_flops = model_flops, .mfu = tr->peak_flops > 0 ? model_flops / dt / tr->peak_flops : 0.0,
-        .loss = (float)(loss / c->grad_accum), .val_loss = -1.0f, .lr = r.lr, .grad_norm = r.grad_norm,
+        .loss = (float)(loss / (c->grad_accum * dp)), .val_loss = -1.0f, .lr = r.lr, .grad_norm = r.grad_norm,
         .ms = dt * 1e3, .tokens_per_s = tokens / dt, .flops = flops_total(&tr->flops) - flops_total(&before),
         .gemm_ms = (tr->flops.gemm_seconds - before.gemm_seconds) * 1e3};
 }
@@ -149,10 +233,5 @@ int trainer_run(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
         if (*c->save_state && (periodic || last || stop) && trainer_save_state(tr, c->save_state, err) != 0) return -1;
     }
     if (tr->step < c->steps) return 0; /* stopped early: no final model */
-    char e2[CKPT_ERR_LEN];
-    if (*c->save && llmc_save(c->save, &tr->engine.lay, tr->engine.st.params, c->param_dtype, c->param_dtype, e2) != 0) {
-        snprintf(err, TRAINER_ERR_LEN, "--save: %s", e2);
-        return -1;
-    }
-    return 0;
+    return *c->save ? save_model(tr, c->save, err) : 0;
 }

@@ -1,0 +1,32 @@
+/* The measured-vs-theory tables, per rank. train_main gathers each rank's
+ * numbers into an array (rank order) and rank 0 prints. */
+#ifndef SHARDLAB_REPORT_H
+#define SHARDLAB_REPORT_H
+
+#include <stdio.h>
+
+#include "collectives.h"
+#include "mem.h"
+#include "trainer.h"
+
+struct rank_stats {
+    double live[MEM_NUM_CATEGORIES], peak[MEM_NUM_CATEGORIES];
+    double tracked_peak, rss;
+    double comm_bytes[COLL_NUM_KINDS], comm_calls[COLL_NUM_KINDS], comm_seconds;
+};
+
+enum { RANK_STATS_DOUBLES = sizeof(struct rank_stats) / sizeof(double) };
+
+void rank_stats_collect(const struct trainer *tr, struct rank_stats *out);
+
+void report_buffers(FILE *out, const struct trainer *tr);
+/* json: memory records, one per rank and category, when not NULL. */
+void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct rank_stats *ranks, int n,
+                   const char *when);
+void report_flops(FILE *out, const struct trainer *tr, int steps);
+void report_comm(FILE *out, const struct trainer *tr, const struct rank_stats *ranks, int n, int steps);
+/* --explain: for every unit, who owns which elements and which tensors the
+ * cut passes through; which buffers each rank holds in full or in part. */
+void report_shard_map(FILE *out, const struct trainer *tr);
+
+#endif

@@ -1,0 +1,214 @@
+/* Data parallelism proven against one process, under mpirun -np N:
+ * for ZeRO stages 0-3, 20 steps on N ranks give the same loss at every step
+ * and the same final parameters as one process running the same global
+ * batch through gradient accumulation (every rank runs that reference run
+ * itself, in-process, on a 1-rank grid). Per-rank model-state bytes equal
+ * the ZeRO formulas to the byte, and the bytes each rank sends per step
+ * equal the ring volumes for the stage.
+ *
+ * Tolerance (fp32 mode): the distributed run sums the N ranks' gradients in
+ * another order than the reference's accumulation, so results agree up to
+ * fp32 summation order; after 20 AdamW steps that is ~1e-6 relative on the
+ * loss. We allow 1e-4 on losses and 2e-4 + 2e-3 |w| on each parameter: a
+ * wrong shard, a missing reduction or a doubled gradient moves them by
+ * percent, not by these amounts. bf16 mode (one case) rounds gradients per
+ * hop and per micro-batch, so it gets 1e-2 on losses. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <cblas.h>
+#include <math.h>
+#include <mpi.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "accounting.h"
+#include "trainer.h"
+
+enum { STEPS = 20, MICRO_BATCH = 2, ACCUM = 2 };
+
+static struct grid WORLD, SINGLE;
+static char DIR_[96], SHARD[160];
+
+/* true on every rank iff ok on every rank: asserts stay collective */
+static bool all_ok(bool ok) {
+    int mine = ok ? 1 : 0, all = 0;
+    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return all == 1;
+}
+
+static void config_for(struct config *c, int stage, enum dtype dt, const char *log) {
+    config_defaults(c);
+    c->n_layer = 2, c->d_model = 32, c->n_head = 4, c->seq_len = 16, c->vocab_size = 256;
+    c->micro_batch = MICRO_BATCH;
+    c->grad_accum = ACCUM;
+    c->steps = STEPS;
+    c->lr = 3e-3f;
+    c->warmup_steps = 2;
+    c->weight_decay = 0.1f;
+    c->val_every = 0;
+    c->threads = 1;
+    c->zero = stage;
+    c->param_dtype = c->grad_dtype = c->act_dtype = dt;
+    snprintf(c->train_data, sizeof c->train_data, "%s", SHARD);
+    c->val_data[0] = '\0';
+    snprintf(c->log_json, sizeof c->log_json, "%s", log);
+}
+
+static int read_losses(const char *path, double *loss) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[1024];
+    int n = 0;
+    while (fgets(line, sizeof line, f) && n < STEPS) {
+        char *p = strstr(line, "\"loss\":");
+        if (p && strstr(line, "\"type\":\"step\"")) loss[n++] = strtod(p + 7, NULL);
+    }
+    fclose(f);
+    return n;
+}
+
+struct run {
+    double loss[STEPS];
+    float *params; /* full, fp32 (widened), layout order */
+    size_t psi;
+};
+
+/* Trains on `grid`; fills run (params on rank 0 only when distributed). */
+static void train(struct config *c, struct grid *grid, struct run *out, struct trainer *keep) {
+    struct trainer tr;
+    char err[TRAINER_ERR_LEN];
+    if (trainer_open(&tr, c, grid, err) != 0) fail_msg("trainer_open: %s", err);
+    if (trainer_run(&tr, err) != 0) fail_msg("trainer_run: %s", err);
+    size_t psi = tr.engine.lay.total;
+    void *full = malloc(psi * dtype_size(c->param_dtype));
+    engine_gather_state(&tr.engine, STATE_PARAMS, full);
+    out->psi = psi;
+    out->params = malloc(psi * sizeof(float));
+    for (size_t i = 0; i < psi; i++)
+        out->params[i] = c->param_dtype == DTYPE_FP32 ? ((float *)full)[i] : bf16_to_f32(((bf16 *)full)[i]);
+    free(full);
+    if (keep) *keep = tr; /* caller closes */
+    else trainer_close(&tr);
+    if (grid == &SINGLE || grid->world_rank == 0) assert_int_equal(read_losses(c->log_json, out->loss), STEPS);
+}
+
+static void check_stage(int stage, enum dtype dt, double loss_tol, double abs_tol, double rel_tol) {
+    int N = WORLD.dp;
+    char ref_log[200], dist_log[200];
+    snprintf(ref_log, sizeof ref_log, "%s/ref_%d.jsonl", DIR_, stage);
+    snprintf(dist_log, sizeof dist_log, "%s/dist_%d.jsonl", DIR_, stage);
+
+    /* reference: one process, the same global batch through accumulation */
+    struct config rc;
+    config_for(&rc, 0, dt, ref_log);
+    rc.grad_accum = ACCUM * N;
+    struct run ref;
+    train(&rc, &SINGLE, &ref, NULL);
+
+    struct config dc;
+    config_for(&dc, stage, dt, dist_log);
+    struct run dist;
+    struct trainer tr;
+    train(&dc, &WORLD, &dist, &tr);
+
+    /* model states per rank: the ZeRO formula to the byte (padding named) */
+    struct state_theory st = theory_trainer_states(&dc, N);
+    bool ok = true;
+    for (int i = 0; i < st.n; i++)
+        ok = ok && (double)tr.mem.live[st.lines[i].category] == st.lines[i].psi_bytes + st.lines[i].padding_bytes;
+    ok = ok && (double)tr.mem.live[MEM_COMM] == theory_trainer_comm_buffers(&dc, N);
+    assert_true(all_ok(ok));
+
+    /* bytes sent per step: the ring volume of the stage, exactly */
+    struct comm_theory ct = theory_trainer_comm(&dc, N);
+    const struct comm_counters *cc = &WORLD.dp_comm.counters;
+    ok = cc->bytes[COLL_ALL_REDUCE] == STEPS * ct.all_reduce && cc->bytes[COLL_REDUCE_SCATTER] == STEPS * ct.reduce_scatter &&
+         cc->bytes[COLL_ALL_GATHER] == STEPS * ct.all_gather;
+    if (!ok)
+        fprintf(stderr, "rank %d stage %d: bytes ar %.0f rs %.0f ag %.0f, theory x %d: %.0f %.0f %.0f\n",
+                WORLD.world_rank, stage, cc->bytes[COLL_ALL_REDUCE], cc->bytes[COLL_REDUCE_SCATTER],
+                cc->bytes[COLL_ALL_GATHER], STEPS, STEPS * ct.all_reduce, STEPS * ct.reduce_scatter,
+                STEPS * ct.all_gather);
+    assert_true(all_ok(ok));
+    trainer_close(&tr);
+
+    /* the same losses and parameters as the one-process run */
+    ok = true;
+    if (WORLD.world_rank == 0) {
+        double worst_loss = 0, worst_w = 0;
+        for (int s = 0; s < STEPS; s++) {
+            double d = fabs(ref.loss[s] - dist.loss[s]);
+            worst_loss = d > worst_loss ? d : worst_loss;
+        }
+        for (size_t i = 0; i < ref.psi; i++) {
+            double d = fabs((double)ref.params[i] - dist.params[i]);
+            if (d > abs_tol + rel_tol * fabs(ref.params[i])) ok = false;
+            worst_w = d > worst_w ? d : worst_w;
+        }
+        ok = ok && worst_loss <= loss_tol && ref.loss[STEPS - 1] < ref.loss[0] - 0.3;
+        printf("  N=%d ZeRO-%d %s: loss %.4f -> %.4f, max |loss diff| %.2e, max |param diff| %.2e\n", N, stage,
+               dtype_name(dt), ref.loss[0], ref.loss[STEPS - 1], worst_loss, worst_w);
+    }
+    free(ref.params);
+    free(dist.params);
+    assert_true(all_ok(ok));
+}
+
+static void test_zero0(void **s) { (void)s; check_stage(0, DTYPE_FP32, 1e-4, 2e-4, 2e-3); }
+static void test_zero1(void **s) { (void)s; check_stage(1, DTYPE_FP32, 1e-4, 2e-4, 2e-3); }
+static void test_zero2(void **s) { (void)s; check_stage(2, DTYPE_FP32, 1e-4, 2e-4, 2e-3); }
+static void test_zero3(void **s) { (void)s; check_stage(3, DTYPE_FP32, 1e-4, 2e-4, 2e-3); }
+static void test_zero3_bf16(void **s) { (void)s; check_stage(3, DTYPE_BF16, 1e-2, 2e-2, 5e-2); }
+
+static int setup(void **state) {
+    (void)state;
+    omp_set_num_threads(1);
+    openblas_set_num_threads(1);
+    grid_init_single(&SINGLE);
+    char err[GRID_ERR_LEN];
+    if (grid_init(&WORLD, 1, 1, err) != 0) return -1;
+    int rank = WORLD.world_rank;
+    snprintf(DIR_, sizeof DIR_, "/tmp/shardlab_zero_r%d_XXXXXX", rank);
+    if (!mkdtemp(DIR_)) return -1;
+    snprintf(SHARD, sizeof SHARD, "%s/train.bin", DIR_);
+    FILE *f = fopen("data/kjv.txt", "rb");
+    if (!f) return -1;
+    enum { BYTES = 100 * 1024 };
+    unsigned char *text = malloc(BYTES);
+    uint16_t *tok = malloc(BYTES * sizeof *tok);
+    size_t n = fread(text, 1, BYTES, f);
+    fclose(f);
+    tokenize_bytes(text, n, tok);
+    char derr[DATA_ERR_LEN];
+    int rc = shard_write(SHARD, tok, n, derr);
+    free(text);
+    free(tok);
+    return rc;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", DIR_);
+    int rc = system(cmd);
+    grid_free(&WORLD);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_zero0), cmocka_unit_test(test_zero1), cmocka_unit_test(test_zero2),
+        cmocka_unit_test(test_zero3), cmocka_unit_test(test_zero3_bf16),
+    };
+    int failed = cmocka_run_group_tests(tests, setup, teardown);
+    MPI_Finalize();
+    return failed;
+}
