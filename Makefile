@@ -32,9 +32,12 @@ LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 PROGRAMS  := $(foreach s,$(MAIN_SRC),$(BUILD)/$(notdir $(s:_main.c=)))
 TEST_SRC  := $(wildcard tests/test_*.c)
 TESTS     := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+# Multi-rank tests: one binary per tests/mpi/test_*.c, run under mpirun.
+MPI_TEST_SRC := $(wildcard tests/mpi/test_*.c)
+MPI_TESTS    := $(MPI_TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 .SECONDARY:
-.PHONY: all test unit-test san-test demo bench deps data clean
+.PHONY: all test unit-test mpi-test san-test demo bench deps data clean
 all: $(PROGRAMS)
 
 $(BUILD)/obj/%.o: %.c Makefile
@@ -60,11 +63,21 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/libshardlab.a
 unit-test: deps $(PROGRAMS) $(TESTS)
 	@set -e; for t in $(TESTS); do echo "== $$t"; $$t; done
 
+# Each multi-rank test on 2, 3 and 4 ranks (tests/run_mpi.sh).
+mpi-test: deps $(MPI_TESTS)
+	tests/run_mpi.sh $(MPI_TESTS)
+
+# Unit tests first, then the MPI tests (order kept under make -j).
 test: unit-test
+	$(MAKE) mpi-test
 	@echo "all tests passed"
 
+# OpenMPI leaks its own allocations at exit (MPI_Finalize does not free
+# them), so the MPI tests run with LeakSanitizer off; ASan's other checks
+# and UBSan stay on. The unit tests keep leak detection.
 san-test:
 	$(MAKE) SAN=1 unit-test
+	ASAN_OPTIONS=detect_leaks=0 $(MAKE) SAN=1 mpi-test
 
 # Bundled corpus -> token shards (the demo's default train_data/val_data).
 data: data/kjv_train.bin

@@ -1,0 +1,141 @@
+/* Collectives over an MPI communicator (include/comm_mpi.h). Every call is
+ * in place and adds the ring-algorithm byte volume of include/collectives.h
+ * to the counters, whatever algorithm MPI picks underneath. */
+#include "comm_mpi.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+/* Per-instance MPI state: no globals, so several groups (dp, tp, pp) each
+ * own their datatype and op and free them with the group. */
+struct mpi_impl {
+    MPI_Comm comm;
+    MPI_Datatype bf16_type;
+    MPI_Op bf16_sum;
+};
+
+static struct mpi_impl *impl_of(struct collectives *c) { return c->impl; }
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* inout[i] = RNE(in[i] + inout[i]) with the sum taken in fp32. */
+static void bf16_sum_op(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    const bf16 *a = in;
+    bf16 *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
+}
+
+static MPI_Datatype mpi_type(struct collectives *c, enum dtype dt) {
+    return dt == DTYPE_FP32 ? MPI_FLOAT : impl_of(c)->bf16_type;
+}
+
+static MPI_Op mpi_sum(struct collectives *c, enum dtype dt) {
+    return dt == DTYPE_FP32 ? MPI_SUM : impl_of(c)->bf16_sum;
+}
+
+/* Ring volume (N-1)/N x M, times 2 for an all-reduce (THEORY.md 7). */
+static void count(struct collectives *c, enum coll_kind k, double factor, double full_bytes, double t0) {
+    int n = c->size;
+    c->counters.bytes[k] += factor * (double)(n - 1) * full_bytes / (double)n;
+    c->counters.calls[k]++;
+    c->counters.seconds += now_s() - t0;
+}
+
+/* A chunk count MPI cannot express is a caller bug: raise it the MPI way
+ * (fatal unless the caller installed MPI_ERRORS_RETURN; then the call is
+ * skipped and not counted). */
+static int fits_int(struct collectives *c, size_t chunk) {
+    if (chunk <= INT_MAX) return 1;
+    MPI_Comm_call_errhandler(impl_of(c)->comm, MPI_ERR_COUNT);
+    return 0;
+}
+
+static void all_reduce_sum(struct collectives *c, void *buf, size_t n, enum dtype dt) {
+    double t0 = now_s();
+    size_t esz = dtype_size(dt);
+    /* Split so each call's count fits MPI's int; elementwise, so exact. */
+    for (size_t done = 0; c->size > 1 && done < n;) {
+        size_t part = n - done < (size_t)INT_MAX ? n - done : (size_t)INT_MAX;
+        MPI_Allreduce(MPI_IN_PLACE, (char *)buf + done * esz, (int)part, mpi_type(c, dt), mpi_sum(c, dt),
+                      impl_of(c)->comm);
+        done += part;
+    }
+    count(c, COLL_ALL_REDUCE, 2.0, (double)n * (double)esz, t0);
+}
+
+static void reduce_scatter_sum(struct collectives *c, void *buf, size_t chunk, enum dtype dt) {
+    double t0 = now_s();
+    /* In place, MPI reads size x chunk values from buf and writes this
+     * rank's reduced chunk to the start of buf: the seam's contract. */
+    if (c->size > 1) {
+        if (!fits_int(c, chunk)) return;
+        MPI_Reduce_scatter_block(MPI_IN_PLACE, buf, (int)chunk, mpi_type(c, dt), mpi_sum(c, dt), impl_of(c)->comm);
+    }
+    count(c, COLL_REDUCE_SCATTER, 1.0, (double)c->size * (double)chunk * (double)dtype_size(dt), t0);
+}
+
+static void all_gather(struct collectives *c, void *buf, size_t chunk, enum dtype dt) {
+    double t0 = now_s();
+    if (c->size > 1) {
+        if (!fits_int(c, chunk)) return;
+        MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)chunk, mpi_type(c, dt), impl_of(c)->comm);
+    }
+    count(c, COLL_ALL_GATHER, 1.0, (double)c->size * (double)chunk * (double)dtype_size(dt), t0);
+}
+
+static void all_reduce_scalars(struct collectives *c, double *values, int n) {
+    double t0 = now_s();
+    if (c->size > 1 && n > 0) MPI_Allreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE, MPI_SUM, impl_of(c)->comm);
+    count(c, COLL_SCALAR, 2.0, 8.0 * (double)n, t0);
+}
+
+/* Synchronisation, not traffic: left out of the counters so that timing
+ * fences do not show up as communication. */
+static void barrier(struct collectives *c) {
+    if (c->size > 1) MPI_Barrier(impl_of(c)->comm);
+}
+
+int collectives_init_mpi(struct collectives *c, MPI_Comm comm, char *err, size_t err_len) {
+    *c = (struct collectives){0};
+    struct mpi_impl *m = malloc(sizeof *m);
+    /* Agree before the collective dup: a rank that failed alone must not
+     * leave the others waiting in MPI_Comm_dup. */
+    int ok = m != NULL;
+    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm);
+    if (!ok) {
+        free(m);
+        snprintf(err, err_len, "collectives: out of memory for the MPI backend state (on this or another rank)");
+        return -1;
+    }
+    MPI_Comm_dup(comm, &m->comm);
+    MPI_Comm_rank(m->comm, &c->rank);
+    MPI_Comm_size(m->comm, &c->size);
+    MPI_Type_contiguous(1, MPI_UINT16_T, &m->bf16_type);
+    MPI_Type_commit(&m->bf16_type);
+    MPI_Op_create(bf16_sum_op, 1 /* commutative */, &m->bf16_sum);
+    c->impl = m;
+    c->all_reduce_sum = all_reduce_sum;
+    c->reduce_scatter_sum = reduce_scatter_sum;
+    c->all_gather = all_gather;
+    c->all_reduce_scalars = all_reduce_scalars;
+    c->barrier = barrier;
+    return 0;
+}
+
+void collectives_free_mpi(struct collectives *c) {
+    struct mpi_impl *m = impl_of(c);
+    if (!m) return;
+    MPI_Op_free(&m->bf16_sum);
+    MPI_Type_free(&m->bf16_type);
+    MPI_Comm_free(&m->comm);
+    free(m);
+    struct comm_counters kept = c->counters;
+    *c = (struct collectives){.rank = c->rank, .size = c->size, .counters = kept};
+}
