@@ -80,22 +80,22 @@ struct run {
     size_t psi;
 };
 
-/* Trains on `grid`; fills run (params on rank 0 only when distributed). */
-static void train(struct config *c, struct grid *grid, struct run *out, struct trainer *keep) {
-    struct trainer tr;
+/* Trains on `grid` with the caller's trainer (it points into itself, so it
+ * is never copied) and fills run (params on rank 0 only when distributed).
+ * The trainer stays open for the caller to inspect and close. */
+static void train(struct trainer *tr, struct config *c, struct grid *grid, struct run *out) {
     char err[TRAINER_ERR_LEN];
-    if (trainer_open(&tr, c, grid, err) != 0) fail_msg("trainer_open: %s", err);
-    if (trainer_run(&tr, err) != 0) fail_msg("trainer_run: %s", err);
-    size_t psi = tr.engine.lay.total;
+    if (trainer_open(tr, c, grid, err) != 0) fail_msg("trainer_open: %s", err);
+    if (trainer_run(tr, err) != 0) fail_msg("trainer_run: %s", err);
+    size_t psi = tr->engine.lay.total;
     void *full = malloc(psi * dtype_size(c->param_dtype));
-    engine_gather_state(&tr.engine, STATE_PARAMS, full);
+    engine_gather_state(&tr->engine, STATE_PARAMS, full);
     out->psi = psi;
     out->params = malloc(psi * sizeof(float));
     for (size_t i = 0; i < psi; i++)
         out->params[i] = c->param_dtype == DTYPE_FP32 ? ((float *)full)[i] : bf16_to_f32(((bf16 *)full)[i]);
     free(full);
-    if (keep) *keep = tr; /* caller closes */
-    else trainer_close(&tr);
+    if (tr->json) fflush(tr->json);
     if (grid == &SINGLE || grid->world_rank == 0) assert_int_equal(read_losses(c->log_json, out->loss), STEPS);
 }
 
@@ -110,13 +110,14 @@ static void check_stage(int stage, enum dtype dt, double loss_tol, double abs_to
     config_for(&rc, 0, dt, ref_log);
     rc.grad_accum = ACCUM * N;
     struct run ref;
-    train(&rc, &SINGLE, &ref, NULL);
+    struct trainer tr;
+    train(&tr, &rc, &SINGLE, &ref);
+    trainer_close(&tr);
 
     struct config dc;
     config_for(&dc, stage, dt, dist_log);
     struct run dist;
-    struct trainer tr;
-    train(&dc, &WORLD, &dist, &tr);
+    train(&tr, &dc, &WORLD, &dist);
 
     /* model states per rank: the ZeRO formula to the byte (padding named) */
     struct state_theory st = theory_trainer_states(&dc, N);
