@@ -404,7 +404,7 @@ static void test_rejects_resume_of_other_model(void **state) {
     tiny_config(&c2);
     set(&c2, "micro_batch", "2");
     snprintf(c2.resume, sizeof c2.resume, "%s", c.save_state);
-    expect_open_fails(&c2, "different model", "micro_batch");
+    expect_open_fails(&c2, "global batch", "micro_batch");
 }
 
 static void test_rejects_init_from_other_shape(void **state) {

@@ -5,10 +5,13 @@
 #include "checkpoint.h"
 #include "trainer.h"
 
-/* FNV-1a over the keys that must not change across a resume. */
-static uint32_t fingerprint(const struct config *c) {
-    int keys[] = {c->n_layer, c->d_model, c->n_head, c->seq_len, c->vocab_size, (int)c->param_dtype,
-                  (int)c->grad_dtype, (int)c->optimizer, c->micro_batch, c->grad_accum};
+/* FNV-1a over what must not change across a resume. The batch enters as
+ * the global batch (micro_batch x grad_accum x dp), so a state moves
+ * between layouts that split the same batch differently. */
+static uint32_t fingerprint(const struct config *c, int dp) {
+    int keys[] = {c->n_layer,        c->d_model,         c->n_head,          c->seq_len,
+                  c->vocab_size,     (int)c->param_dtype, (int)c->grad_dtype, (int)c->optimizer,
+                  c->micro_batch * c->grad_accum * dp};
     uint32_t h = 2166136261u;
     const unsigned char *p = (const unsigned char *)keys;
     for (size_t i = 0; i < sizeof keys; i++) h = (h ^ p[i]) * 16777619u;
@@ -60,7 +63,7 @@ int trainer_save_state(struct trainer *tr, const char *path, char err[TRAINER_ER
                                .data_epoch = tr->train.pos.epoch,
                                .data_cursor = tr->train.pos.cursor,
                                .shape = tr->engine.lay.shape,
-                               .fingerprint = fingerprint(tr->cfg)};
+                               .fingerprint = fingerprint(tr->cfg, tr->grid->dp)};
     char e2[CKPT_ERR_LEN];
     int rc = 0;
     if (tr->grid->world_rank == 0 && resume_save(path, &meta, s, n, e2) != 0) {
@@ -90,11 +93,11 @@ static int load_state(struct trainer *tr, const char *path, char err[TRAINER_ERR
                  have->NH, have->T, have->V);
         return -1;
     }
-    if (meta.fingerprint != fingerprint(tr->cfg)) {
+    if (meta.fingerprint != fingerprint(tr->cfg, tr->grid->dp)) {
         snprintf(err, TRAINER_ERR_LEN,
-                 "%s was saved with a different model, dtype, optimizer or batch configuration; "
-                 "resume needs the same n_layer, d_model, n_head, seq_len, vocab_size, param_dtype, grad_dtype, "
-                 "optimizer, micro_batch and grad_accum",
+                 "%s was saved with a different dtype, optimizer or global batch; resume needs the same "
+                 "param_dtype, grad_dtype, optimizer and micro_batch x grad_accum x ranks (the ZeRO stage and "
+                 "the number of ranks may change)",
                  path);
         return -1;
     }

@@ -1,0 +1,179 @@
+/* Checkpoints across layouts, under mpirun -np N: a resume state saved by
+ * N ranks at one ZeRO stage loads into N ranks at another stage and into
+ * one process, and training continues as if it had never stopped (equal up
+ * to fp32 summation order, the tolerance of test_zero.c). Also: when one
+ * rank cannot open its data, every rank fails, none hangs, and the others
+ * say another rank failed. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <cblas.h>
+#include <math.h>
+#include <mpi.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "trainer.h"
+
+enum { STEPS = 10, HALF = 5, MICRO_BATCH = 2, ACCUM = 1 };
+
+static struct grid WORLD, SINGLE;
+static char DIR_[96], SHARD[160], STATE[160];
+
+static bool all_ok(bool ok) {
+    int mine = ok ? 1 : 0, all = 0;
+    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return all == 1;
+}
+
+static void config_for(struct config *c, int stage, int accum) {
+    config_defaults(c);
+    c->n_layer = 2, c->d_model = 32, c->n_head = 4, c->seq_len = 16, c->vocab_size = 256;
+    c->micro_batch = MICRO_BATCH;
+    c->grad_accum = accum;
+    c->steps = STEPS;
+    c->lr = 3e-3f;
+    c->val_every = 0;
+    c->threads = 1;
+    c->zero = stage;
+    c->param_dtype = c->grad_dtype = c->act_dtype = DTYPE_FP32;
+    snprintf(c->train_data, sizeof c->train_data, "%s", SHARD);
+    c->val_data[0] = '\0';
+}
+
+/* Runs to the end (or to stop_after) and returns the full params (rank 0). */
+static float *run(struct config *c, struct grid *g, int stop_after) {
+    struct trainer tr;
+    char err[TRAINER_ERR_LEN];
+    if (trainer_open(&tr, c, g, err) != 0) fail_msg("trainer_open: %s", err);
+    tr.stop_after = stop_after;
+    if (trainer_run(&tr, err) != 0) fail_msg("trainer_run: %s", err);
+    float *w = malloc(tr.engine.lay.total * sizeof *w);
+    engine_gather_state(&tr.engine, STATE_PARAMS, w);
+    trainer_close(&tr);
+    return w;
+}
+
+static bool close_enough(const float *a, const float *b, size_t n, double *worst) {
+    *worst = 0;
+    bool ok = true;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d > 2e-4 + 2e-3 * fabs(a[i])) ok = false;
+        if (d > *worst) *worst = d;
+    }
+    return ok;
+}
+
+/* N ranks at stage `from` for HALF steps, save; then `to_ranks` continue at
+ * stage `to`; compare with N ranks straight at stage `from`. */
+static void check(int from, int to, bool to_single) {
+    int N = WORLD.dp;
+    struct config c;
+    config_for(&c, from, ACCUM);
+    float *straight = run(&c, &WORLD, 0);
+    snprintf(c.save_state, sizeof c.save_state, "%s", STATE);
+    free(run(&c, &WORLD, HALF));
+
+    struct config r;
+    config_for(&r, to, to_single ? ACCUM * N : ACCUM); /* one process: the same global batch */
+    snprintf(r.resume, sizeof r.resume, "%s", STATE);
+    float *resumed = run(&r, to_single ? &SINGLE : &WORLD, 0);
+    double worst = 0;
+    bool ok = WORLD.world_rank != 0 || close_enough(straight, resumed, 0, &worst);
+    if (WORLD.world_rank == 0) {
+        struct model_layout lay;
+        layout_init(&lay, (struct model_shape){2, 32, 4, 16, 256, 0});
+        ok = close_enough(straight, resumed, lay.total, &worst);
+        printf("  N=%d: ZeRO-%d save, resume as %s at ZeRO-%d: max |param diff| %.2e\n", N, from,
+               to_single ? "1 process" : "N ranks", to, worst);
+    }
+    free(straight);
+    free(resumed);
+    assert_true(all_ok(ok));
+}
+
+static void test_3_to_1(void **s) { (void)s; check(3, 1, false); }
+static void test_1_to_3(void **s) { (void)s; check(1, 3, false); }
+static void test_2_to_single(void **s) { (void)s; check(2, 0, true); }
+
+/* Rank 1 (only) points at a missing file: every rank must return -1. */
+static void test_one_rank_without_data(void **s) {
+    (void)s;
+    struct config c;
+    config_for(&c, 1, ACCUM);
+    if (WORLD.world_rank == 1) snprintf(c.train_data, sizeof c.train_data, "%s/missing.bin", DIR_);
+    struct trainer tr;
+    char err[TRAINER_ERR_LEN] = "";
+    int rc = trainer_open(&tr, &c, &WORLD, err);
+    bool ok = rc == -1 && (WORLD.world_rank == 1 ? strstr(err, "rank 1") && strstr(err, "missing.bin")
+                                                   : strstr(err, "another rank failed") != NULL);
+    if (!ok) fprintf(stderr, "rank %d: rc %d, err '%s'\n", WORLD.world_rank, rc, err);
+    assert_true(all_ok(ok));
+}
+
+static int setup(void **state) {
+    (void)state;
+    omp_set_num_threads(1);
+    openblas_set_num_threads(1);
+    grid_init_single(&SINGLE);
+    char err[GRID_ERR_LEN];
+    if (grid_init(&WORLD, 1, 1, err) != 0) return -1;
+    /* one directory, made by rank 0: the state file is shared */
+    if (WORLD.world_rank == 0) {
+        snprintf(DIR_, sizeof DIR_, "/tmp/shardlab_reshard_XXXXXX");
+        if (!mkdtemp(DIR_)) return -1;
+    }
+    MPI_Bcast(DIR_, sizeof DIR_, MPI_CHAR, 0, MPI_COMM_WORLD);
+    snprintf(SHARD, sizeof SHARD, "%s/train.bin", DIR_);
+    snprintf(STATE, sizeof STATE, "%s/state.bin", DIR_);
+    int rc = 0;
+    if (WORLD.world_rank == 0) {
+        FILE *f = fopen("data/kjv.txt", "rb");
+        if (!f) return -1;
+        enum { BYTES = 64 * 1024 };
+        unsigned char *text = malloc(BYTES);
+        uint16_t *tok = malloc(BYTES * sizeof *tok);
+        size_t n = fread(text, 1, BYTES, f);
+        fclose(f);
+        tokenize_bytes(text, n, tok);
+        char derr[DATA_ERR_LEN];
+        rc = shard_write(SHARD, tok, n, derr);
+        free(text);
+        free(tok);
+    }
+    MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    return rc;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    MPI_Barrier(MPI_COMM_WORLD);
+    int rc = 0;
+    if (WORLD.world_rank == 0) {
+        char cmd[200];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", DIR_);
+        rc = system(cmd);
+    }
+    grid_free(&WORLD);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_3_to_1),
+        cmocka_unit_test(test_1_to_3),
+        cmocka_unit_test(test_2_to_single),
+        cmocka_unit_test(test_one_rank_without_data),
+    };
+    int failed = cmocka_run_group_tests(tests, setup, teardown);
+    MPI_Finalize();
+    return failed;
+}
