@@ -34,7 +34,8 @@ int grid_init(struct grid *g, int tp, int pp, char err[GRID_ERR_LEN]) {
         snprintf(err, GRID_ERR_LEN, "tp and pp must be at least 1 (got tp %d, pp %d)", tp, pp);
         return -1;
     }
-    if (world % (tp * pp) != 0) {
+    /* tp x pp beyond the world cannot divide it (and might overflow an int) */
+    if ((long long)tp * pp > world || world % (tp * pp) != 0) {
         snprintf(err, GRID_ERR_LEN,
                  "%d ranks cannot form a grid with tp %d x pp %d: the world size must be a multiple of tp x pp", world,
                  tp, pp);

@@ -22,7 +22,8 @@ for t in "$@"; do
     done
 done
 if [ ${#failed[@]} -gt 0 ]; then
-    printf 'MPI tests failed: %s\n' "${failed[@]}"
+    echo "MPI tests failed:"
+    printf '  %s\n' "${failed[@]}"
     exit 1
 fi
 echo "MPI tests passed"

@@ -9,6 +9,7 @@
  * the ranks stay in step and the run fails instead of hanging. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -283,6 +284,8 @@ static void test_grid_rejects_bad_shapes(void **state) {
     char err3[GRID_ERR_LEN] = "", err0[GRID_ERR_LEN] = "";
     int rc3 = grid_init(&g, tp, 1, err3);
     int rc0 = grid_init(&g, 0, 2, err0);
+    char errbig[GRID_ERR_LEN] = "";
+    int rcbig = grid_init(&g, INT_MAX, 2, errbig); /* tp x pp overflows an int */
     MPI_Barrier(MPI_COMM_WORLD);
     char want[GRID_ERR_LEN];
     snprintf(want, sizeof want,
@@ -291,6 +294,8 @@ static void test_grid_rejects_bad_shapes(void **state) {
     assert_string_equal(err3, want);
     assert_int_equal(rc0, -1);
     assert_non_null(strstr(err0, "tp 0"));
+    assert_int_equal(rcbig, -1);
+    assert_non_null(strstr(errbig, "cannot form a grid"));
 }
 
 int main(int argc, char **argv) {
