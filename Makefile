@@ -66,6 +66,7 @@ unit-test: deps $(PROGRAMS) $(TESTS)
 # Each multi-rank test on 2, 3 and 4 ranks (tests/run_mpi.sh).
 mpi-test: deps $(MPI_TESTS)
 	tests/run_mpi.sh $(MPI_TESTS)
+	tests/mpi/failures.sh $(BUILD)
 
 # Unit tests first, then the MPI tests (order kept under make -j).
 test: unit-test

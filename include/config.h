@@ -19,7 +19,7 @@ enum optimizer_kind { OPTIM_ADAMW };
  * untied embeddings. */
 enum model_arch { ARCH_GPT2, ARCH_LLAMA };
 
-enum { CONFIG_PATH_LEN = 512, CONFIG_ERR_LEN = 512 };
+enum { CONFIG_PATH_LEN = 512, CONFIG_ERR_LEN = 1024 };
 
 struct config {
     /* model (GPT-2 architecture) */

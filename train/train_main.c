@@ -7,14 +7,41 @@
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "grid.h"
 #include "peak.h"
 #include "report.h"
 #include "trainer.h"
 
-static int fail(int rank, const char *msg) {
-    if (msg[0]) fprintf(stderr, "error (rank %d): %s\n", rank, msg);
+/* Every rank fails together: the messages are gathered to rank 0, which
+ * prints each distinct one once (and "another rank failed" only if nothing
+ * better was said). Then every rank exits non-zero. */
+static int fail(int rank, int world, const char *msg) {
+    enum { LEN = TRAINER_ERR_LEN };
+    char mine[LEN];
+    snprintf(mine, sizeof mine, "%s", msg);
+    char *all = rank == 0 ? calloc((size_t)world, LEN) : NULL;
+    MPI_Gather(mine, LEN, MPI_CHAR, all, LEN, MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (rank == 0) {
+        int printed = 0;
+        for (int r = 0; r < world; r++) {
+            const char *m = all + (size_t)r * LEN;
+            bool seen = !m[0] || strstr(m, "another rank failed");
+            for (int q = 0; q < r && !seen; q++) seen = strcmp(m, all + (size_t)q * LEN) == 0;
+            if (seen) continue;
+            char who[256] = "";
+            size_t used = 0;
+            for (int q = r; q < world && used + 16 < sizeof who; q++)
+                if (strcmp(m, all + (size_t)q * LEN) == 0)
+                    used += (size_t)snprintf(who + used, sizeof who - used, "%s%d", used ? "," : "", q);
+            if (world > 1) fprintf(stderr, "error (rank %s): %s\n", who, m);
+            else fprintf(stderr, "error: %s\n", m);
+            printed++;
+        }
+        if (!printed) fprintf(stderr, "error: %s\n", all[0] ? all : "a rank failed");
+        free(all);
+    }
     MPI_Finalize();
     return 1;
 }
@@ -58,7 +85,7 @@ int main(int argc, char **argv) {
     bool help = false;
     /* every rank parses the same arguments, so every rank fails alike */
     if (config_parse_args(&cfg, argc, argv, &help, err) != 0 || config_validate(&cfg, err) != 0)
-        return fail(rank, rank == 0 ? err : "");
+        return fail(rank, world, err);
     if (help) {
         if (rank == 0) config_print_help(stdout, argv[0]);
         MPI_Finalize();
@@ -66,14 +93,14 @@ int main(int argc, char **argv) {
     }
     struct grid grid;
     char gerr[GRID_ERR_LEN];
-    if (grid_init(&grid, cfg.tp, cfg.pp, gerr) != 0) return fail(rank, rank == 0 ? gerr : "");
+    if (grid_init(&grid, cfg.tp, cfg.pp, gerr) != 0) return fail(rank, world, gerr);
     omp_set_num_threads(cfg.threads);
     openblas_set_num_threads(cfg.threads);
 
     struct trainer tr;
     if (trainer_open(&tr, &cfg, &grid, err) != 0) {
         grid_free(&grid);
-        return fail(rank, err);
+        return fail(rank, world, err);
     }
     tr.peak_flops = cfg.peak_flops > 0 ? cfg.peak_flops : measure_peak_flops(cfg.threads);
     struct rank_stats *ranks = calloc((size_t)world, sizeof *ranks);
@@ -101,12 +128,11 @@ int main(int argc, char **argv) {
             report_flops(stdout, &tr, tr.step - start);
             report_comm(stdout, &tr, ranks, world, tr.step - start);
         }
-    } else {
-        fprintf(stderr, "error (rank %d): %s\n", rank, err);
     }
     free(ranks);
     trainer_close(&tr);
     grid_free(&grid);
+    if (rc != 0) return fail(rank, world, err);
     MPI_Finalize();
-    return rc == 0 ? 0 : 1;
+    return 0;
 }

@@ -77,13 +77,13 @@ static int open_data(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     char derr[DATA_ERR_LEN];
     if (loader_open(&tr->train, cfg->train_data, cfg->vocab_size, cfg->micro_batch, cfg->seq_len, g->dp_rank,
                     g->dp, cfg->shuffle, (uint64_t)cfg->seed, derr) != 0) {
-        snprintf(err, TRAINER_ERR_LEN, "rank %d: train_data: %s", g->world_rank, derr);
+        snprintf(err, TRAINER_ERR_LEN, "train_data: %s", derr);
         return -1;
     }
     tr->has_val = cfg->val_data[0] && cfg->val_every > 0;
     if (tr->has_val && loader_open(&tr->val, cfg->val_data, cfg->vocab_size, cfg->micro_batch, cfg->seq_len,
                                    g->dp_rank, g->dp, false, 0, derr) != 0) {
-        snprintf(err, TRAINER_ERR_LEN, "rank %d: val_data: %s", g->world_rank, derr);
+        snprintf(err, TRAINER_ERR_LEN, "val_data: %s", derr);
         loader_close(&tr->train);
         tr->has_val = false;
         return -1;

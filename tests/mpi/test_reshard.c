@@ -112,7 +112,7 @@ static void test_one_rank_without_data(void **s) {
     struct trainer tr;
     char err[TRAINER_ERR_LEN] = "";
     int rc = trainer_open(&tr, &c, &WORLD, err);
-    bool ok = rc == -1 && (WORLD.world_rank == 1 ? strstr(err, "rank 1") && strstr(err, "missing.bin")
+    bool ok = rc == -1 && (WORLD.world_rank == 1 ? strstr(err, "missing.bin") != NULL
                                                    : strstr(err, "another rank failed") != NULL);
     if (!ok) fprintf(stderr, "rank %d: rc %d, err '%s'\n", WORLD.world_rank, rc, err);
     assert_true(all_ok(ok));
