@@ -51,10 +51,11 @@ struct comm_theory theory_trainer_comm(const struct config *c, int N);
 double theory_trainer_comm_buffers(const struct config *c, int N);
 
 /* Activation bytes for exactly the tensors model/gpt.c saves (one
- * micro-batch), and Korthikanti's eq. (1) for the same shape. */
+ * micro-batch) under c->recompute, and Korthikanti's Table 2 for the same
+ * shape and mode (eq. 1; 34 sbh selective; 2 sbh full). */
 struct activation_theory {
-    double per_layer;        /* (16 C e + NH T e + 16) B T */
-    double layers;           /* L x per_layer */
+    double per_layer;        /* none: (16 C e + NH T e + 16) B T; selective: (16 C e + 16) B T; full: C e B T */
+    double layers;           /* L x per_layer + the one-layer recompute buffers */
     double head;             /* last residual + final LN out (e) + LN stats + fp32 logits + losses + ids */
     double total;
     double korthikanti_layer; /* s b h (34 + 5 a s / h), 16-bit, with dropout */
@@ -66,8 +67,9 @@ struct activation_theory theory_trainer_activations(const struct config *c);
 /* FLOPs of one optimizer step, as issued by this code and per the papers. */
 struct flop_theory {
     double tokens;            /* B T accum per step */
-    double gemm;              /* 6 tokens (12 L C^2 + Vp C): every sgemm, forward and backward */
-    double attention;         /* 6 L B C T (T + 1) accum: causal QK^T and AV incl. the diagonal */
+    double gemm;              /* 6 tokens (12 L C^2 + Vp C) (+ 16 L C^2 tokens full recompute) */
+    double attention;         /* 6 L B C T (T + 1) accum (+ 2 L B C T (T + 1) accum recomputed) */
+    double recompute;         /* the recomputed part of gemm + attention (hardware, not model FLOPs) */
     double model;             /* tokens (6 N + 6 L C T): PaLM App. B, causal half of 12 L H Q T */
     double n_gemm_params;     /* N: parameters used in GEMMs (Psi - wpe) */
 };

@@ -13,7 +13,8 @@
 enum lr_schedule { LR_COSINE, LR_CONSTANT };
 enum rounding_mode { ROUND_NEAREST, ROUND_STOCHASTIC };
 enum decay_targets { DECAY_MATRICES, DECAY_ALL };
-enum optimizer_kind { OPTIM_ADAMW };
+enum optimizer_kind { OPTIM_ADAMW, OPTIM_ADAMW8BIT, OPTIM_SGD };
+enum recompute_mode { RECOMPUTE_NONE, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE };
 /* gpt2: LayerNorm, GELU MLP, biases, learned positions, tied embeddings.
  * llama: RMSNorm, SwiGLU MLP, GQA, RoPE (no position table), no biases,
  * untied embeddings. */
@@ -36,6 +37,10 @@ struct config {
     float lr, min_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;
     enum lr_schedule lr_schedule;
     enum decay_targets decay_targets;
+    float momentum;        /* sgd */
+    bool nesterov;         /* sgd */
+    int min_8bit_size;     /* adamw8bit: smaller tensors keep 32-bit states */
+    enum recompute_mode recompute;
     /* precision */
     enum dtype param_dtype, grad_dtype, act_dtype;
     enum rounding_mode rounding;

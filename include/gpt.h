@@ -13,6 +13,7 @@
 
 #include <stdint.h>
 
+#include "config.h"
 #include "counters.h"
 #include "dtype.h"
 #include "layout.h"
@@ -41,24 +42,34 @@ struct layer_view {
     float *stat[STAT_NUM];
 };
 
+/* Activation checkpointing (Korthikanti et al. 2022):
+ *  none       every layer keeps all ACT_* tensors;
+ *  selective  the attention probabilities (the s^2 term) are not kept: the
+ *             backward recomputes them from q and k;
+ *  full       a layer keeps only its input (the residual stream); the
+ *             backward re-runs the layer's forward into a one-layer fp32
+ *             buffer first. */
 struct gpt {
     struct model_shape shape;
     const struct model_layout *lay;
     int B;
     enum dtype act_dtype;
+    enum recompute_mode recompute;
     struct flop_counter *flops;
 
     /* saved activations (act_dtype unless noted) */
     void *resid;          /* (L+1) x (B,T,C): the residual stream entering each layer, then the last output */
-    void *layer_acts;     /* L x the ACT_* tensors */
-    float *layer_stats;   /* L x STAT_NUM x (B,T), fp32 */
+    void *layer_acts;     /* L x the kept ACT_* tensors (none and selective) */
+    float *layer_stats;   /* L (full: 1) x STAT_NUM x (B,T), fp32 */
+    float *att_recompute; /* selective: one layer's probabilities, fp32 */
     void *lnf;            /* (B,T,C) */
     float *lnf_stats;     /* 2 x (B,T): mean, rstd */
     float *logits;        /* (B,T,Vp) fp32; becomes dlogits in place */
     float *losses;        /* (B,T) fp32 */
     int32_t *inputs, *targets;
 
-    /* fp32 working copies of one layer's tensors when act_dtype is bf16 */
+    /* fp32 working copies of one layer's tensors when act_dtype is bf16;
+     * with full recompute, work_acts is the recompute buffer (always) */
     float *work_acts, *work_resid_in, *work_resid_out, *work_lnf;
 
     /* backward scratch, fp32 */
@@ -75,8 +86,8 @@ void gpt_init_weights(const struct model_layout *lay, float *w, float std, uint6
 size_t gpt_layer_act_numel(const struct model_shape *s, int B, enum layer_act a);
 
 /* Allocates activations and scratch for micro-batch B through the tracker. */
-void gpt_init(struct gpt *m, const struct model_layout *lay, int B, enum dtype act_dtype, struct mem_tracker *mem,
-              struct flop_counter *flops);
+void gpt_init(struct gpt *m, const struct model_layout *lay, int B, enum dtype act_dtype,
+              enum recompute_mode recompute, struct mem_tracker *mem, struct flop_counter *flops);
 void gpt_free(struct gpt *m, struct mem_tracker *mem);
 
 /* inputs, targets: (B,T) token ids, copied in. */

@@ -27,9 +27,15 @@ size_t gpt_layer_act_numel(const struct model_shape *s, int B, enum layer_act a)
     }
 }
 
+/* Selective recompute keeps the probabilities out of the per-layer block. */
+static bool in_block(const struct gpt *m, enum layer_act a) {
+    return !(m->recompute == RECOMPUTE_SELECTIVE && a == ACT_ATT);
+}
+
 static size_t act_offset(const struct gpt *m, enum layer_act a) {
     size_t off = 0;
-    for (int i = 0; i < (int)a; i++) off += gpt_layer_act_numel(&m->shape, m->B, (enum layer_act)i);
+    for (int i = 0; i < (int)a; i++)
+        if (in_block(m, (enum layer_act)i)) off += gpt_layer_act_numel(&m->shape, m->B, (enum layer_act)i);
     return off;
 }
 
@@ -67,20 +73,27 @@ static void resid_commit(struct gpt *m, int i, const float *work) {
     if (acts_bf16(m)) pack((bf16 *)m->resid + (size_t)i * btc(m), work, btc(m));
 }
 
+/* fp32 pointers to layer l's saved tensors. Full recompute: the one-layer
+ * buffer (filled by the recompute). bf16: the working copy, widened from
+ * the store when `load`. fp32: the store itself. */
 static struct layer_view layer_view(struct gpt *m, int l, bool load) {
     struct layer_view v;
+    bool full = m->recompute == RECOMPUTE_FULL, work = full || acts_bf16(m);
     size_t base = (size_t)l * layer_act_total(m);
     for (int a = 0; a < ACT_NUM; a++) {
         size_t off = act_offset(m, (enum layer_act)a);
-        v.act[a] = acts_bf16(m) ? m->work_acts + off : (float *)m->layer_acts + base + off;
+        if (!in_block(m, (enum layer_act)a)) v.act[a] = m->att_recompute;
+        else v.act[a] = work ? m->work_acts + off : (float *)m->layer_acts + base + off;
     }
-    if (acts_bf16(m) && load) widen(m->work_acts, (const bf16 *)m->layer_acts + base, layer_act_total(m));
-    for (int s = 0; s < STAT_NUM; s++) v.stat[s] = m->layer_stats + ((size_t)l * STAT_NUM + s) * bt(m);
+    if (!full && acts_bf16(m) && load)
+        widen(m->work_acts, (const bf16 *)m->layer_acts + base, layer_act_total(m));
+    int slot = full ? 0 : l;
+    for (int s = 0; s < STAT_NUM; s++) v.stat[s] = m->layer_stats + ((size_t)slot * STAT_NUM + s) * bt(m);
     return v;
 }
 
 static void layer_commit(struct gpt *m, int l) {
-    if (acts_bf16(m))
+    if (m->recompute != RECOMPUTE_FULL && acts_bf16(m))
         pack((bf16 *)m->layer_acts + (size_t)l * layer_act_total(m), m->work_acts, layer_act_total(m));
 }
 
@@ -90,18 +103,30 @@ static float *lnf_view(struct gpt *m, bool load) {
     return m->work_lnf;
 }
 
-void gpt_init(struct gpt *m, const struct model_layout *lay, int B, enum dtype act_dtype, struct mem_tracker *mem,
-              struct flop_counter *flops) {
+void gpt_init(struct gpt *m, const struct model_layout *lay, int B, enum dtype act_dtype,
+              enum recompute_mode recompute, struct mem_tracker *mem, struct flop_counter *flops) {
     memset(m, 0, sizeof *m);
     m->lay = lay;
     m->shape = lay->shape;
     m->B = B;
     m->act_dtype = act_dtype;
+    m->recompute = recompute;
     m->flops = flops;
     size_t e = dtype_size(act_dtype), n = btc(m), L = (size_t)m->shape.L;
+    bool full = recompute == RECOMPUTE_FULL;
     m->resid = mem_alloc(mem, MEM_ACTIVATIONS, "residual stream", (L + 1) * n * e);
-    m->layer_acts = mem_alloc(mem, MEM_ACTIVATIONS, "layer tensors", L * layer_act_total(m) * e);
-    m->layer_stats = mem_alloc(mem, MEM_ACTIVATIONS, "layernorm stats (fp32)", L * STAT_NUM * bt(m) * 4);
+    if (full) {
+        m->work_acts = mem_alloc(mem, MEM_ACTIVATIONS, "recompute buffer (one layer, fp32)", layer_act_total(m) * 4);
+        m->layer_stats = mem_alloc(mem, MEM_ACTIVATIONS, "layernorm stats (one layer, fp32)", STAT_NUM * bt(m) * 4);
+    } else {
+        m->layer_acts = mem_alloc(mem, MEM_ACTIVATIONS, "layer tensors", L * layer_act_total(m) * e);
+        m->layer_stats = mem_alloc(mem, MEM_ACTIVATIONS, "layernorm stats (fp32)", L * STAT_NUM * bt(m) * 4);
+        if (acts_bf16(m))
+            m->work_acts = mem_alloc(mem, MEM_SCRATCH, "one layer's tensors (fp32)", layer_act_total(m) * 4);
+    }
+    if (recompute == RECOMPUTE_SELECTIVE)
+        m->att_recompute = mem_alloc(mem, MEM_ACTIVATIONS, "attention probabilities (one layer, fp32)",
+                                     gpt_layer_act_numel(&m->shape, B, ACT_ATT) * 4);
     m->lnf = mem_alloc(mem, MEM_ACTIVATIONS, "final layernorm out", n * e);
     m->lnf_stats = mem_alloc(mem, MEM_ACTIVATIONS, "final layernorm stats (fp32)", 2 * bt(m) * 4);
     m->logits = mem_alloc(mem, MEM_ACTIVATIONS, "logits (fp32)", bt(m) * (size_t)m->shape.Vp * 4);
@@ -109,7 +134,6 @@ void gpt_init(struct gpt *m, const struct model_layout *lay, int B, enum dtype a
     m->inputs = mem_alloc(mem, MEM_ACTIVATIONS, "token ids", bt(m) * sizeof(int32_t));
     m->targets = mem_alloc(mem, MEM_ACTIVATIONS, "target ids", bt(m) * sizeof(int32_t));
     if (acts_bf16(m)) {
-        m->work_acts = mem_alloc(mem, MEM_SCRATCH, "one layer's tensors (fp32)", layer_act_total(m) * 4);
         m->work_resid_in = mem_alloc(mem, MEM_SCRATCH, "residual in (fp32)", n * 4);
         m->work_resid_out = mem_alloc(mem, MEM_SCRATCH, "residual out (fp32)", n * 4);
         m->work_lnf = mem_alloc(mem, MEM_SCRATCH, "final layernorm out (fp32)", n * 4);
@@ -123,9 +147,10 @@ void gpt_init(struct gpt *m, const struct model_layout *lay, int B, enum dtype a
 }
 
 void gpt_free(struct gpt *m, struct mem_tracker *mem) {
-    void *bufs[] = {m->resid, m->layer_acts, m->layer_stats, m->lnf, m->lnf_stats, m->logits, m->losses,
-                    m->inputs, m->targets, m->work_acts, m->work_resid_in, m->work_resid_out, m->work_lnf,
-                    m->dresid, m->dbig, m->dqkv, m->dmid, m->att_scratch};
+    void *bufs[] = {m->resid,   m->layer_acts,    m->layer_stats,    m->att_recompute, m->lnf,
+                    m->lnf_stats, m->logits,      m->losses,         m->inputs,        m->targets,
+                    m->work_acts, m->work_resid_in, m->work_resid_out, m->work_lnf,    m->dresid,
+                    m->dbig,      m->dqkv,        m->dmid,           m->att_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(mem, bufs[i]);
     memset(m, 0, sizeof *m);
 }
@@ -149,14 +174,15 @@ void gpt_embed_forward(struct gpt *m, const float *w0, const int32_t *inputs) {
     resid_commit(m, 0, out);
 }
 
-void gpt_layer_forward(struct gpt *m, int l, const float *w) {
+/* The layer's forward from x into the view's tensors; with out, also the
+ * layer output (the recompute of full checkpointing needs no output: the
+ * backward starts from the saved stream). */
+static void layer_forward(struct gpt *m, const float *x, struct layer_view *v, const float *w, float *out) {
     int N = (int)bt(m), C = m->shape.C;
     struct flop_counter *fc = m->flops;
-    const float *x = resid_view(m, l, m->work_resid_in, true);
-    struct layer_view v = layer_view(m, l, false);
-    float **a = v.act, *tmp = m->dmid; /* dmid is free during forward */
+    float **a = v->act, *tmp = m->dmid; /* dmid is free outside the backward's own use */
 
-    layernorm_forward(a[ACT_LN1], v.stat[STAT_LN1_MEAN], v.stat[STAT_LN1_RSTD], x, wt(m, w, LAYER_LN1_W),
+    layernorm_forward(a[ACT_LN1], v->stat[STAT_LN1_MEAN], v->stat[STAT_LN1_RSTD], x, wt(m, w, LAYER_LN1_W),
                       wt(m, w, LAYER_LN1_B), N, C, fc);
     round_saved(m, a[ACT_LN1], btc(m));
     matmul_forward(a[ACT_QKV], a[ACT_LN1], wt(m, w, LAYER_QKV_W), wt(m, w, LAYER_QKV_B), N, C, 3 * C, fc);
@@ -167,17 +193,24 @@ void gpt_layer_forward(struct gpt *m, int l, const float *w) {
     matmul_forward(tmp, a[ACT_ATTY], wt(m, w, LAYER_ATTPROJ_W), wt(m, w, LAYER_ATTPROJ_B), N, C, C, fc);
     residual_forward(a[ACT_RES2], x, tmp, (int)btc(m), fc);
     round_saved(m, a[ACT_RES2], btc(m));
-    layernorm_forward(a[ACT_LN2], v.stat[STAT_LN2_MEAN], v.stat[STAT_LN2_RSTD], a[ACT_RES2],
+    layernorm_forward(a[ACT_LN2], v->stat[STAT_LN2_MEAN], v->stat[STAT_LN2_RSTD], a[ACT_RES2],
                       wt(m, w, LAYER_LN2_W), wt(m, w, LAYER_LN2_B), N, C, fc);
     round_saved(m, a[ACT_LN2], btc(m));
     matmul_forward(a[ACT_FCH], a[ACT_LN2], wt(m, w, LAYER_FC_W), wt(m, w, LAYER_FC_B), N, C, 4 * C, fc);
     round_saved(m, a[ACT_FCH], 4 * btc(m));
     gelu_forward(a[ACT_FCH_GELU], a[ACT_FCH], (int)(4 * btc(m)), fc);
     round_saved(m, a[ACT_FCH_GELU], 4 * btc(m));
+    if (!out) return;
     matmul_forward(tmp, a[ACT_FCH_GELU], wt(m, w, LAYER_FCPROJ_W), wt(m, w, LAYER_FCPROJ_B), N, 4 * C, C, fc);
-    float *out = resid_view(m, l + 1, m->work_resid_out, false);
     residual_forward(out, a[ACT_RES2], tmp, (int)btc(m), fc);
     round_saved(m, out, btc(m));
+}
+
+void gpt_layer_forward(struct gpt *m, int l, const float *w) {
+    const float *x = resid_view(m, l, m->work_resid_in, true);
+    struct layer_view v = layer_view(m, l, false);
+    float *out = resid_view(m, l + 1, m->work_resid_out, false);
+    layer_forward(m, x, &v, w, out);
     layer_commit(m, l);
     resid_commit(m, l + 1, out);
 }
@@ -216,6 +249,13 @@ void gpt_layer_backward(struct gpt *m, int l, const float *w, float *dw) {
     const float *x = resid_view(m, l, m->work_resid_in, true);
     struct layer_view v = layer_view(m, l, true);
     float **a = v.act;
+    /* Recompute what was not kept. The kernels are deterministic, so the
+     * values equal the forward's bit for bit (rounded alike in bf16). */
+    if (m->recompute == RECOMPUTE_FULL) layer_forward(m, x, &v, w, NULL);
+    if (m->recompute == RECOMPUTE_SELECTIVE) {
+        attention_forward(m->dmid, a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, C, m->shape.NH, fc);
+        round_saved(m, a[ACT_ATT], gpt_layer_act_numel(&m->shape, m->B, ACT_ATT));
+    }
     /* On entry dresid holds dL/d(layer output); on exit dL/d(layer input). */
     matmul_backward(m->dbig, dwt(m, dw, LAYER_FCPROJ_W), dwt(m, dw, LAYER_FCPROJ_B), m->dresid, a[ACT_FCH_GELU],
                     wt(m, w, LAYER_FCPROJ_W), N, 4 * C, C, fc);

@@ -42,7 +42,7 @@ void engine_init(struct engine *e, const struct config *cfg, struct collectives 
         e->embed_dw = mem_alloc(mem, MEM_SCRATCH, "unit 0 grad accumulator (fp32)", p0 * 4);
         e->layer_dw = mem_alloc(mem, MEM_SCRATCH, "layer grad accumulator (fp32)", p1 * 4);
     }
-    gpt_init(&e->model, &e->lay, cfg->micro_batch, cfg->act_dtype, mem, flops);
+    gpt_init(&e->model, &e->lay, cfg->micro_batch, cfg->act_dtype, cfg->recompute, mem, flops);
 }
 
 void engine_free(struct engine *e) {

@@ -85,6 +85,11 @@ struct comm_theory theory_trainer_comm(const struct config *c, int N) {
     return t;
 }
 
+static enum theory_recompute theory_mode(enum recompute_mode r) {
+    return r == RECOMPUTE_FULL ? THEORY_RECOMPUTE_FULL
+         : r == RECOMPUTE_SELECTIVE ? THEORY_RECOMPUTE_SELECTIVE : THEORY_RECOMPUTE_NONE;
+}
+
 struct activation_theory theory_trainer_activations(const struct config *c) {
     struct model_layout lay = layout_of(c);
     double B = c->micro_batch, T = c->seq_len, C = c->d_model, NH = c->n_head, L = c->n_layer;
@@ -92,15 +97,28 @@ struct activation_theory theory_trainer_activations(const struct config *c) {
     struct activation_theory a;
     /* per token: input C, ln1 C, qkv 3C, atty C, res2 C, ln2 C, fch 4C,
      * gelu 4C = 16C elements; att NH T; four fp32 LayerNorm statistics */
-    a.per_layer = (16 * C * e + NH * T * e + 4 * 4) * BT;
-    a.layers = L * a.per_layer;
+    double stats = 4 * 4 * BT;
+    switch (c->recompute) {
+    case RECOMPUTE_NONE:
+        a.per_layer = (16 * C * e + NH * T * e) * BT + stats;
+        a.layers = L * a.per_layer;
+        break;
+    case RECOMPUTE_SELECTIVE: /* no probabilities; one layer's recomputed in fp32 */
+        a.per_layer = 16 * C * e * BT + stats;
+        a.layers = L * a.per_layer + NH * T * 4 * BT;
+        break;
+    case RECOMPUTE_FULL: /* the layer input only; one layer's tensors + stats recomputed in fp32 */
+        a.per_layer = C * e * BT;
+        a.layers = L * a.per_layer + (15 * C + NH * T) * 4 * BT + stats;
+        break;
+    }
     /* last residual + final LN output (e), its two fp32 stats, fp32 logits
      * over the padded vocabulary, fp32 losses, int32 inputs and targets */
     a.head = (2 * C * e + 2 * 4 + 4 * lay.shape.Vp + 4 + 2 * 4) * BT;
     a.total = a.layers + a.head;
     struct theory_model m;
     theory_model_from_config(&m, c);
-    a.korthikanti_layer = theory_activation_layer_bytes(&m, B, 1, false, THEORY_RECOMPUTE_NONE);
+    a.korthikanti_layer = theory_activation_layer_bytes(&m, B, 1, false, theory_mode(c->recompute));
     a.korthikanti_total = L * a.korthikanti_layer + theory_activation_output_bytes(&m, B, 1);
     return a;
 }
@@ -113,6 +131,14 @@ struct flop_theory theory_trainer_flops(const struct config *c) {
     f.tokens = B * T * k;
     f.gemm = 6 * f.tokens * (12 * L * C * C + Vp * C);
     f.attention = 6 * L * B * C * T * (T + 1) * k;
+    /* recomputation: full re-runs a layer's forward up to the GELU (QKV,
+     * projection, FC: 16 C^2 per token; the last GEMM's output is not
+     * needed); both modes recompute QK^T and AV */
+    f.recompute = 0;
+    if (c->recompute == RECOMPUTE_FULL) f.recompute += 16 * L * C * C * f.tokens;
+    if (c->recompute != RECOMPUTE_NONE) f.recompute += 2 * L * B * C * T * (T + 1) * k;
+    f.gemm += c->recompute == RECOMPUTE_FULL ? 16 * L * C * C * f.tokens : 0;
+    f.attention += c->recompute != RECOMPUTE_NONE ? 2 * L * B * C * T * (T + 1) * k : 0;
     double padding = (double)(lay.shape.Vp - lay.shape.V) * C;
     f.n_gemm_params = (double)lay.total - padding - T * C; /* a lookup table (wpe) does no FLOPs */
     f.model = f.tokens * (6 * f.n_gemm_params + 6 * L * C * T);

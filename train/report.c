@@ -100,8 +100,13 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
     snprintf(rule, sizeof rule, "model states; measured == theory to the byte: %s", exact ? "yes" : "NO");
     row(out, "model states", col, n, states_theory, rule);
     for (int r = 0; r < n; r++) col[r] = ranks[r].peak[MEM_ACTIVATIONS];
-    snprintf(rule, sizeof rule, "L (16 C e + NH T e + 16) B T + head; Korthikanti eq. (1): %.0f",
-             at.korthikanti_total);
+    static const char *const act_rules[] = {
+        [RECOMPUTE_NONE] = "L (16 C e + NH T e + 16) B T + head",
+        [RECOMPUTE_SELECTIVE] = "L (16 C e + 16) B T + 4 NH T B T (one layer) + head",
+        [RECOMPUTE_FULL] = "L C e B T + one layer in fp32 + head"};
+    snprintf(rule, sizeof rule, "recompute %s: %s; Korthikanti: %.0f",
+             c->recompute == RECOMPUTE_NONE ? "none" : c->recompute == RECOMPUTE_FULL ? "full" : "selective",
+             act_rules[c->recompute], at.korthikanti_total);
     row(out, "activations", col, n, at.total, rule);
     if (json) json_rows(json, "activations", ranks, n, MEM_ACTIVATIONS, at.total);
     double comm_theory = theory_trainer_comm_buffers(c, n);
@@ -130,10 +135,13 @@ void report_flops(FILE *out, const struct trainer *tr, int steps) {
     fprintf(out, "\nFLOPs per optimizer step on rank 0, averaged over %d steps (%.0f tokens per rank per step)\n",
             steps, th.tokens);
     fprintf(out, "  %-11s %14s %14s  %s\n", "part", "measured", "theory", "rule");
-    fprintf(out, "  %-11s %14.4e %14.4e  6 x tokens x (12 L C^2 + Vp C): every sgemm, fwd + bwd\n", "GEMMs",
-            f->gemm / steps, th.gemm);
-    fprintf(out, "  %-11s %14.4e %14.4e  6 L B C T (T+1) x accum: causal QK^T and AV, diagonal included\n",
-            "attention", f->attention / steps, th.attention);
+    fprintf(out, "  %-11s %14.4e %14.4e  6 x tokens x (12 L C^2 + Vp C)%s: every sgemm\n", "GEMMs",
+            f->gemm / steps, th.gemm, tr->cfg->recompute == RECOMPUTE_FULL ? " + 16 L C^2 tokens recomputed" : "");
+    fprintf(out, "  %-11s %14.4e %14.4e  %s L B C T (T+1) x accum: causal QK^T and AV, diagonal included\n",
+            "attention", f->attention / steps, th.attention, tr->cfg->recompute != RECOMPUTE_NONE ? "(6 + 2)" : "6");
+    if (th.recompute > 0)
+        fprintf(out, "  %-11s %14s %14.4e  recomputed (hardware FLOPs: in HFU, not in MFU)\n", "recompute", "",
+                th.recompute);
     fprintf(out, "  %-11s %14.4e %14s  norms, GELU, softmax, biases, AdamW (no paper formula)\n", "other",
             f->other / steps, "-");
     fprintf(out, "  %-11s %14s %14.4e  PaLM App. B, causal: tokens x (6 N + 6 L C T), N = %.0f (Psi - wpe)\n",
