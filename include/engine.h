@@ -26,13 +26,22 @@
 #include "gpt.h"
 #include "layout.h"
 #include "mem.h"
+#include "segments.h"
 #include "shard.h"
 
 struct model_states {
     void *params;     /* param_dtype: full padded (stage < 3) or shard (stage 3) */
     float *master;    /* fp32, when params are bf16: full (stage 0) or shard */
     void *grads;      /* grad_dtype: full padded (stage < 2) or shard */
-    float *adam_m, *adam_v; /* fp32: full (stage 0) or shard */
+    /* optimizer states (parallel/optstate.c), full (stage 0) or shard:
+     *   adamw      s1 = m, s2 = v (fp32, indexed like master)
+     *   sgd        s1 = momentum (fp32, indexed like master)
+     *   adamw8bit  q1, q2 = m, v codes and absmax1, absmax2 per 256-element
+     *              block of each quantized segment; s1, s2 = fp32 m, v of
+     *              the small tensors (by segment) */
+    float *s1, *s2;
+    uint8_t *q1, *q2;
+    float *absmax1, *absmax2;
 };
 
 struct engine {
@@ -43,6 +52,8 @@ struct engine {
     struct shard_layout sh;
     struct gpt model;
     struct model_states st;
+    struct opt_segments segs;      /* what this rank updates (include/segments.h) */
+    float qmap_signed[256], qmap_unsigned[256]; /* adamw8bit code books */
     struct mem_tracker *mem;
     struct flop_counter *flops;
     /* stage 3: a unit's params gathered in param_dtype (unit 0 has its own:
@@ -87,11 +98,12 @@ struct step_result engine_optimizer_step(struct engine *e, int step);
  * order (checkpoints; resharding between layouts goes through these).
  * Collective over the dp group; `full` buffers matter on rank 0 only for
  * gather, on every rank for scatter. which: the state to move. */
-enum engine_state { STATE_PARAMS, STATE_MASTER, STATE_ADAM_M, STATE_ADAM_V };
+enum engine_state { STATE_PARAMS, STATE_MASTER, STATE_OPT1, STATE_OPT2 };
 /* Gathers the full state to rank 0 (dtype: param_dtype for params, fp32
- * for the rest). */
+ * for the rest; 8-bit optimizer states are dequantized). */
 void engine_gather_state(struct engine *e, enum engine_state which, void *full);
-/* Takes this rank's part of a full state present on every rank. */
+/* Takes this rank's part of a full state present on every rank (8-bit
+ * optimizer states are re-quantized, so that resume is not bit-exact). */
 void engine_scatter_state(struct engine *e, enum engine_state which, const void *full);
 bool engine_has_state(const struct engine *e, enum engine_state which);
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 void zero_alloc_states(struct engine *e);
+void optstate_free(struct engine *e);
 void zero_reduce_unit_grads(struct engine *e, int u, const float *acc);
 
 static size_t max_unit_padded(const struct engine *e) {
@@ -47,8 +48,9 @@ void engine_init(struct engine *e, const struct config *cfg, struct collectives 
 
 void engine_free(struct engine *e) {
     gpt_free(&e->model, e->mem);
-    void *bufs[] = {e->st.params, e->st.master,  e->st.grads,   e->st.adam_m,  e->st.adam_v, e->gather_embed,
-                    e->gather_layer, e->bucket, e->embed_w, e->layer_w, e->embed_dw, e->layer_dw};
+    optstate_free(e);
+    void *bufs[] = {e->st.params, e->st.master, e->st.grads, e->gather_embed, e->gather_layer,
+                    e->bucket,    e->embed_w,   e->layer_w,  e->embed_dw,     e->layer_dw};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(e->mem, bufs[i]);
 }
 

@@ -18,6 +18,18 @@ static bool params_sharded(const struct engine *e) { return e->stage >= 3; }
 static bool grads_sharded(const struct engine *e) { return e->stage >= 2; }
 static bool optim_sharded(const struct engine *e) { return e->stage >= 1; }
 
+void optstate_alloc(struct engine *e);
+void optstate_update(struct engine *e, const struct opt_segment *g, const struct adamw_hparams *h, float *w,
+                     const void *grad, bf16 *params_out, int64_t step);
+void optstate_to_fp32(const struct engine *e, enum engine_state which, float *dst);
+void optstate_from_fp32(struct engine *e, enum engine_state which, const float *src);
+bool optstate_has(const struct engine *e, enum engine_state which);
+
+/* Element i of unit u in the master weights and fp32 optimizer states. */
+size_t zero_state_index(const struct engine *e, int u, size_t i) {
+    return optim_sharded(e) ? shard_index(e, u, i) : full_index(e, u, i);
+}
+
 void zero_alloc_states(struct engine *e) {
     const struct config *c = e->cfg;
     size_t full = e->sh.total_padded, shard = e->sh.total_shard;
@@ -29,46 +41,62 @@ void zero_alloc_states(struct engine *e) {
     if (c->param_dtype == DTYPE_BF16)
         e->st.master = mem_alloc(mem, MEM_MASTER, optim_sharded(e) ? "master (fp32, shard)" : "master (fp32)", no * 4);
     e->st.grads = mem_alloc(mem, MEM_GRADS, grads_sharded(e) ? "grads (shard)" : "grads", ng * dtype_size(c->grad_dtype));
-    e->st.adam_m = mem_alloc(mem, MEM_OPTIMIZER, optim_sharded(e) ? "adam m (fp32, shard)" : "adam m (fp32)", no * 4);
-    e->st.adam_v = mem_alloc(mem, MEM_OPTIMIZER, optim_sharded(e) ? "adam v (fp32, shard)" : "adam v (fp32)", no * 4);
+    optstate_alloc(e);
 }
 
 bool engine_has_state(const struct engine *e, enum engine_state which) {
-    return which != STATE_MASTER || e->st.master != NULL;
+    if (which == STATE_MASTER) return e->st.master != NULL;
+    return which == STATE_PARAMS || optstate_has(e, which);
 }
 
-/* Where `which` lives, its element size, and whether it is sharded. */
+/* The array of `which` indexed like a full or shard buffer (for optimizer
+ * states: an fp32 copy made by the caller), its element size, and whether
+ * it is sharded. */
 static void *state_buffer(const struct engine *e, enum engine_state which, size_t *elem, bool *sharded) {
     *elem = 4;
-    switch (which) {
-    case STATE_PARAMS:
+    *sharded = optim_sharded(e);
+    if (which == STATE_PARAMS) {
         *elem = dtype_size(e->cfg->param_dtype);
         *sharded = params_sharded(e);
         return e->st.params;
-    case STATE_MASTER: *sharded = optim_sharded(e); return e->st.master;
-    case STATE_ADAM_M: *sharded = optim_sharded(e); return e->st.adam_m;
-    case STATE_ADAM_V: *sharded = optim_sharded(e); return e->st.adam_v;
     }
-    return NULL;
+    return which == STATE_MASTER ? e->st.master : NULL;
+}
+
+static float *opt_copy(const struct engine *e) {
+    return malloc((optim_sharded(e) ? e->sh.total_shard : e->sh.total_padded) * sizeof(float));
 }
 
 void engine_scatter_state(struct engine *e, enum engine_state which, const void *full) {
     size_t elem;
-    bool sharded = false;
-    char *dst = state_buffer(e, which, &elem, &sharded);
+    bool sharded;
+    bool opt = which == STATE_OPT1 || which == STATE_OPT2;
+    char *dst = opt ? (char *)opt_copy(e) : state_buffer(e, which, &elem, &sharded);
+    if (opt) state_buffer(e, which, &elem, &sharded);
     for (int u = 0; u < e->lay.n_units; u++) {
         size_t lo = 0, hi = layout_unit_size(&e->lay, u);
         if (sharded) shard_owned(&e->sh, u, e->sh.rank, &lo, &hi);
         size_t at = sharded ? shard_index(e, u, lo) : full_index(e, u, lo);
         memcpy(dst + at * elem, (const char *)full + (layout_unit_offset(&e->lay, u) + lo) * elem, (hi - lo) * elem);
     }
+    if (opt) {
+        optstate_from_fp32(e, which, (const float *)dst);
+        free(dst);
+    }
     if (which == STATE_PARAMS) e->embed_w_fresh = false;
 }
 
 void engine_gather_state(struct engine *e, enum engine_state which, void *full) {
     size_t elem;
-    bool sharded = false;
+    bool sharded;
+    bool opt = which == STATE_OPT1 || which == STATE_OPT2;
+    float *copy = NULL;
     const char *src = state_buffer(e, which, &elem, &sharded);
+    if (opt) {
+        copy = opt_copy(e);
+        optstate_to_fp32(e, which, copy);
+        src = (const char *)copy;
+    }
     enum dtype dt = elem == 2 ? DTYPE_BF16 : DTYPE_FP32;
     struct comm_counters step_counts = e->dp->counters; /* checkpoint traffic is not a step's */
     for (int u = 0; u < e->lay.n_units; u++) {
@@ -84,6 +112,7 @@ void engine_gather_state(struct engine *e, enum engine_state which, void *full) 
         if (e->sh.rank == 0) memcpy(dst, tmp, n * elem);
         free(tmp);
     }
+    free(copy);
     e->dp->counters = step_counts;
 }
 
@@ -158,29 +187,17 @@ static double local_grad_sum_squares(const struct engine *e) {
     return s;
 }
 
-/* AdamW over [lo, hi) of unit u, split where tensors (and so weight decay)
- * change. */
-static void update_unit(struct engine *e, int u, size_t lo, size_t hi, struct adamw_hparams h, int step) {
+/* The update of every segment this rank owns (include/segments.h). */
+static void update_segments(struct engine *e, const struct adamw_hparams *h, int step) {
     const struct config *c = e->cfg;
-    size_t gsize = dtype_size(c->grad_dtype), unit_base = layout_unit_offset(&e->lay, u);
-    size_t base = optim_sharded(e) ? shard_index(e, u, lo) : full_index(e, u, lo);
-    size_t pbase = params_sharded(e) ? shard_index(e, u, lo) : full_index(e, u, lo);
-    float *w = e->st.master ? e->st.master + base : (float *)e->st.params + pbase;
-    for (int t = 0; t < layout_num_tensors(&e->lay); t++) {
-        struct tensor_info ti = layout_tensor(&e->lay, t);
-        if (ti.unit != u) continue;
-        size_t t_lo = ti.offset - unit_base, t_hi = t_lo + ti.numel;
-        size_t a = t_lo > lo ? t_lo : lo, b = t_hi < hi ? t_hi : hi;
-        if (a >= b) continue;
-        h.weight_decay = (c->decay_targets == DECAY_ALL || tensor_is_matrix(&ti)) ? c->weight_decay : 0.0f;
-        struct param_writeback out = {
-            .params = e->st.master ? (bf16 *)e->st.params + pbase + (a - lo) : NULL,
-            .rounding = c->rounding,
-            .seed = (uint64_t)c->seed,
-            .noise_index = (uint64_t)step * e->lay.total + unit_base + a,
-        };
-        adamw_update(&h, b - a, w + (a - lo), e->st.adam_m + base + (a - lo), e->st.adam_v + base + (a - lo),
-                     (const char *)e->st.grads + grad_index(e, u, a) * gsize, c->grad_dtype, &out, e->flops);
+    size_t gsize = dtype_size(c->grad_dtype);
+    for (int k = 0; k < e->segs.n; k++) {
+        const struct opt_segment *g = &e->segs.seg[k];
+        size_t pi = params_sharded(e) ? shard_index(e, g->unit, g->lo) : full_index(e, g->unit, g->lo);
+        float *w = e->st.master ? e->st.master + zero_state_index(e, g->unit, g->lo) : (float *)e->st.params + pi;
+        bf16 *out = e->st.master ? (bf16 *)e->st.params + pi : NULL;
+        const char *grad = (const char *)e->st.grads + grad_index(e, g->unit, g->lo) * gsize;
+        optstate_update(e, g, h, w, grad, out, step);
     }
 }
 
@@ -192,11 +209,7 @@ struct step_result engine_optimizer_step(struct engine *e, int step) {
     struct step_result r = {.grad_norm = sqrt(sq), .lr = lr_at(c, step)};
     struct adamw_hparams h = {.lr = r.lr, .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
                               .grad_scale = clip_scale(r.grad_norm, c->grad_clip), .t = (int64_t)step + 1};
-    for (int u = 0; u < e->lay.n_units; u++) {
-        size_t lo, hi;
-        update_range(e, u, &lo, &hi);
-        if (hi > lo) update_unit(e, u, lo, hi, h, step);
-    }
+    update_segments(e, &h, step);
     /* stages 1 and 2: every rank needs every updated param for the next forward */
     if (e->stage == 1 || e->stage == 2)
         for (int u = 0; u < e->lay.n_units; u++)

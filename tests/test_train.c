@@ -167,8 +167,8 @@ static void snap(struct snapshot *s, const struct trainer *tr) {
     s->master = e->st.master ? malloc(s->psi * sizeof(float)) : NULL;
     assert_true(s->params && s->adam_m && s->adam_v && (s->master || !e->st.master));
     memcpy(s->params, e->st.params, s->param_bytes);
-    memcpy(s->adam_m, e->st.adam_m, s->psi * sizeof(float));
-    memcpy(s->adam_v, e->st.adam_v, s->psi * sizeof(float));
+    memcpy(s->adam_m, e->st.s1, s->psi * sizeof(float));
+    memcpy(s->adam_v, e->st.s2, s->psi * sizeof(float));
     if (s->master) memcpy(s->master, e->st.master, s->psi * sizeof(float));
 }
 

@@ -27,7 +27,7 @@ static const struct {
     const char *name;
     enum engine_state which;
 } STATES[MAX_SECTIONS] = {
-    {"params", STATE_PARAMS}, {"master", STATE_MASTER}, {"adam_m", STATE_ADAM_M}, {"adam_v", STATE_ADAM_V}};
+    {"params", STATE_PARAMS}, {"master", STATE_MASTER}, {"optim_state1", STATE_OPT1}, {"optim_state2", STATE_OPT2}};
 
 /* Sections with freshly allocated full buffers; returns how many. */
 static int sections(const struct trainer *tr, struct state_section s[MAX_SECTIONS]) {

@@ -1,0 +1,40 @@
+/* The optimizer's view of a rank's work: every (tensor ∩ update range) in
+ * unit order. The update range of a unit is the whole unit at ZeRO-0 and
+ * this rank's slice otherwise, so a segment never crosses a tensor (weight
+ * decay and 8-bit eligibility are per tensor) nor a shard boundary (8-bit
+ * blocks start at a segment's first element). The engine walks these to
+ * update; the accounting walks the same list to predict the bytes. */
+#ifndef SHARDLAB_SEGMENTS_H
+#define SHARDLAB_SEGMENTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "config.h"
+#include "layout.h"
+#include "shard.h"
+
+enum { OPT8_BLOCK = 256 }; /* elements per 8-bit block (bitsandbytes >= 0.44) */
+
+struct opt_segment {
+    int unit;
+    size_t lo, hi;        /* unit-local element range */
+    size_t global;        /* layout offset of element lo */
+    bool decay;           /* weight decay applies (matrices, unless decay_targets = all) */
+    bool quantized;       /* adamw8bit, tensor of >= min_8bit_size elements */
+    size_t q_offset;      /* quantized: first code in the uint8 state arrays */
+    size_t block_offset;  /* quantized: first absmax */
+    size_t f32_offset;    /* not quantized (adamw8bit): first element of the fp32 m, v */
+};
+
+struct opt_segments {
+    struct opt_segment *seg;
+    int n;
+    size_t n_q, n_blocks, n_f32; /* adamw8bit state sizes */
+};
+
+int opt_segments_build(struct opt_segments *s, const struct model_layout *lay, const struct shard_layout *sh,
+                       int stage, const struct config *c);
+void opt_segments_free(struct opt_segments *s);
+
+#endif

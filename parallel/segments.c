@@ -1,0 +1,50 @@
+#include "segments.h"
+
+#include <stdlib.h>
+
+static void update_range(const struct model_layout *lay, const struct shard_layout *sh, int stage, int u,
+                         size_t *lo, size_t *hi) {
+    if (stage == 0) {
+        *lo = 0;
+        *hi = layout_unit_size(lay, u);
+    } else {
+        shard_owned(sh, u, sh->rank, lo, hi);
+    }
+}
+
+int opt_segments_build(struct opt_segments *s, const struct model_layout *lay, const struct shard_layout *sh,
+                       int stage, const struct config *c) {
+    s->n = 0;
+    s->n_q = s->n_blocks = s->n_f32 = 0;
+    s->seg = malloc((size_t)layout_num_tensors(lay) * sizeof *s->seg);
+    if (!s->seg) return -1;
+    for (int t = 0; t < layout_num_tensors(lay); t++) {
+        struct tensor_info ti = layout_tensor(lay, t);
+        size_t lo, hi, base = layout_unit_offset(lay, ti.unit);
+        update_range(lay, sh, stage, ti.unit, &lo, &hi);
+        size_t a = ti.offset - base, b = a + ti.numel;
+        if (a < lo) a = lo;
+        if (b > hi) b = hi;
+        if (a >= b) continue;
+        struct opt_segment *g = &s->seg[s->n++];
+        *g = (struct opt_segment){.unit = ti.unit, .lo = a, .hi = b, .global = base + a};
+        g->decay = c->decay_targets == DECAY_ALL || tensor_is_matrix(&ti);
+        g->quantized = c->optimizer == OPTIM_ADAMW8BIT && ti.numel >= (size_t)c->min_8bit_size;
+        if (g->quantized) {
+            g->q_offset = s->n_q;
+            g->block_offset = s->n_blocks;
+            s->n_q += b - a;
+            s->n_blocks += (b - a + OPT8_BLOCK - 1) / OPT8_BLOCK;
+        } else {
+            g->f32_offset = s->n_f32;
+            s->n_f32 += b - a;
+        }
+    }
+    return 0;
+}
+
+void opt_segments_free(struct opt_segments *s) {
+    free(s->seg);
+    s->seg = NULL;
+    s->n = 0;
+}
