@@ -5,6 +5,7 @@
 #ifndef SHARDLAB_OPTIM_H
 #define SHARDLAB_OPTIM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -45,5 +46,50 @@ double grad_sum_squares(const void *grad, enum dtype grad_dtype, size_t n);
 /* Factor that brings the global norm down to max_norm (1 when max_norm is 0
  * or the norm is already within it). */
 float clip_scale(double global_norm, float max_norm);
+
+/* ---- 8-bit AdamW (Dettmers, Lewis, Shleifer, Zettlemoyer 2021, "8-bit
+ * Optimizers via Block-wise Quantization", arXiv:2110.02861; checked against
+ * bitsandbytes' kOptimizerStatic8bit2StateBlockwise). THEORY.md section 2. */
+
+enum { QMAP_SIZE = 256, ADAMW8BIT_BLOCK = 256 };
+
+/* bitsandbytes' create_dynamic_map(signed, max_exponent_bits=7,
+ * total_bits=8): 256 float32 codes in [-1, 1] (signed, for m) or [0, 1]
+ * (unsigned, for v), sorted ascending, into a caller-owned array. */
+void qmap_dynamic(float map[QMAP_SIZE], bool is_signed);
+
+/* Index of the code nearest x in a sorted map (bitsandbytes' midpoint rule:
+ * an exact tie at the float midpoint goes to the even index). */
+uint8_t qmap_nearest(const float map[QMAP_SIZE], float x);
+
+/* Number of absmax entries (per state) for a range of n elements. */
+size_t adamw8bit_blocks(size_t n);
+
+/* AdamW with m and v stored as 8-bit codes, block-wise quantized: block b
+ * (elements [256b, 256b+256) of the range, the last one may be partial) has
+ * absmax1[b], absmax2[b]; m = map_signed[q1] * absmax1, v = map_unsigned[q2]
+ * * absmax2. Codes 0 with absmax 0 are the zero state. Same hyperparameters
+ * and decay order as adamw_update (decay first), so the two differ only in
+ * the quantization of m and v. A NaN/Inf gradient zeroes that element's m
+ * and v and leaves its weight alone (as bitsandbytes does). w is fp32; the
+ * params are written back through `out` like adamw_update. */
+void adamw8bit_update(const struct adamw_hparams *h, size_t n, float *w, uint8_t *q1, uint8_t *q2, float *absmax1,
+                      float *absmax2, const float *map_signed, const float *map_unsigned, const void *grad,
+                      enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+
+/* ---- SGD with momentum as PyTorch's torch.optim.SGD (dampening 0):
+ *   g   = grad * grad_scale + weight_decay * w     (coupled L2 decay)
+ *   buf = g on the first step, else momentum * buf + g
+ *   upd = nesterov ? g + momentum * buf : buf
+ *   w  -= lr * upd
+ * buf is an fp32 buffer of n floats. */
+struct sgd_hparams {
+    float lr, momentum, weight_decay, grad_scale;
+    bool nesterov;
+    bool first_step; /* buf holds nothing yet: buf = g (PyTorch's clone) */
+};
+
+void sgd_update(const struct sgd_hparams *h, size_t n, float *w, float *buf, const void *grad, enum dtype grad_dtype,
+                const struct param_writeback *out, struct flop_counter *fc);
 
 #endif

@@ -1,0 +1,75 @@
+/* The 8-bit "dynamic" (tree) quantization map of Dettmers et al. 2021 and the
+ * nearest-code search over it. See docs THEORY.md 2.2 and 2.3; this follows
+ * bitsandbytes' create_dynamic_map(signed, max_exponent_bits=7, total_bits=8)
+ * step by step, in float32 throughout, so the 256 values match it bit for bit
+ * (as far as torch's float32 linspace and scalar multiply round the same way). */
+#include <stdlib.h>
+
+#include "optim.h"
+
+enum { QMAP_EXP_BITS = 7, QMAP_TOTAL_BITS = 8, QMAP_NON_SIGN_BITS = QMAP_TOTAL_BITS - 1 };
+
+/* With E = 7 = non_sign_bits the reference's "additional_items" tail is empty
+ * (2^(7-7) - 1 = 0), so it is left out here. */
+_Static_assert(QMAP_NON_SIGN_BITS == QMAP_EXP_BITS, "additional_items would be nonzero");
+
+/* torch.linspace on CPU in float32: step computed in float, the first half
+ * counted up from start and the second half down from end (symmetric). */
+static float linspace_f32(float start, float end, int steps, int idx) {
+    const float step = (end - start) / (float)(steps - 1);
+    if (idx < steps / 2) return start + step * (float)idx;
+    return end - step * (float)(steps - idx - 1);
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* 10^k for k = -6..0 as Python's 10 ** k (a double), then cast to float32 as
+ * torch does when it multiplies a float32 tensor by a Python scalar. */
+static float pow10_f32(int k) {
+    static const double p[7] = {1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1e0};
+    return (float)p[k + 6];
+}
+
+void qmap_dynamic(float map[QMAP_SIZE], bool is_signed) {
+    int len = 0;
+    for (int i = 0; i < QMAP_EXP_BITS; i++) {
+        /* decade i: n_i boundaries in [0.1, 1], n_i - 1 midpoints, scaled
+         * into (10^(i-7), 10^(i-6)); unsigned reuses the sign bit as one
+         * more fraction bit, so it has twice the values per decade */
+        const int shift = i + QMAP_NON_SIGN_BITS - QMAP_EXP_BITS + (is_signed ? 0 : 1);
+        const int n_i = (1 << shift) + 1;
+        const float scale = pow10_f32(-(QMAP_EXP_BITS - 1) + i);
+        for (int j = 0; j + 1 < n_i; j++) {
+            const float mean = (linspace_f32(0.1f, 1.0f, n_i, j) + linspace_f32(0.1f, 1.0f, n_i, j + 1)) / 2.0f;
+            map[len++] = scale * mean;
+            if (is_signed) map[len++] = -scale * mean;
+        }
+    }
+    map[len++] = 0.0f;
+    map[len++] = 1.0f;
+    while (len < QMAP_SIZE) map[len++] = 0.0f; /* never taken with the defaults */
+    qsort(map, QMAP_SIZE, sizeof map[0], cmp_float);
+}
+
+/* bitsandbytes (quantize_2D / dQuantize<0>) walks a 7-level binary tree from
+ * pivot 127 to an even leaf p, then rounds at the float midpoint between p and
+ * the neighbour on x's side, with an exact tie going to p. Equivalently: find
+ * the bracket map[k] < x <= map[k+1], round at fl((map[k]+map[k+1])*0.5) and
+ * send an exact tie to whichever of k, k+1 is even. That is what this does,
+ * with a branch-free lower_bound. x below map[0] gives 0, above map[255] 255;
+ * NaN gives 0 (every comparison is false), like the reference. */
+uint8_t qmap_nearest(const float map[QMAP_SIZE], float x) {
+    unsigned k = 0; /* number of entries < x, 0..256 */
+    for (unsigned step = QMAP_SIZE / 2; step; step >>= 1)
+        if (map[k + step - 1] < x) k += step;
+    if (k == 0) return 0;
+    if (k == QMAP_SIZE) return QMAP_SIZE - 1;
+    const unsigned lo = k - 1, hi = k;
+    const float mid = (map[lo] + map[hi]) * 0.5f;
+    if (x < mid) return (uint8_t)lo;
+    if (x > mid) return (uint8_t)hi;
+    return (uint8_t)((lo & 1u) ? hi : lo);
+}
