@@ -7,9 +7,9 @@
 #include "config.h"
 #include "mem.h"
 
-/* Model states per rank (ZeRO 3.1 and 5 accounting) for ZeRO stage
+/* Model states of `rank` (ZeRO 3.1 and 5 accounting) for ZeRO stage
  * c->zero over N data-parallel ranks: bytes per category and the rule in
- * words. Padding (vocab rows V..Vp, and each unit rounded up to a multiple
+ * words (8-bit states depend on where the rank's slices cut tensors). Padding (vocab rows V..Vp, and each unit rounded up to a multiple
  * of N) is its own term, derived from the layout. */
 struct state_line {
     enum mem_category category;
@@ -31,7 +31,7 @@ struct state_theory {
     struct state_line lines[MAX_STATE_LINES];
 };
 
-struct state_theory theory_trainer_states(const struct config *c, int N);
+struct state_theory theory_trainer_states(const struct config *c, int N, int rank);
 
 /* Data-parallel traffic of one optimizer step per rank, bytes, by
  * collective: exact for this engine's padded units (what the counters must

@@ -71,7 +71,7 @@ static void check_recipe(enum dtype p, enum dtype g, enum dtype a, double expect
     char err[TRAINER_ERR_LEN];
     assert_int_equal(trainer_open(&tr, &c, &GRID, err), 0);
 
-    struct state_theory st = theory_trainer_states(&c, 1);
+    struct state_theory st = theory_trainer_states(&c, 1, 0);
     assert_true(st.padding == (256.0 - 200.0) * 32.0);
     assert_true(st.psi + st.padding == (double)tr.engine.lay.total);
     double per_param = 0, states = 0;

@@ -4,6 +4,7 @@
 #include "accounting.h"
 
 #include "layout.h"
+#include "segments.h"
 #include "shard.h"
 #include "theory.h"
 
@@ -14,10 +15,10 @@ static struct model_layout layout_of(const struct config *c) {
     return lay;
 }
 
-struct state_theory theory_trainer_states(const struct config *c, int N) {
+struct state_theory theory_trainer_states(const struct config *c, int N, int rank) {
     struct model_layout lay = layout_of(c);
     struct shard_layout sh;
-    shard_layout_init(&sh, &lay, N, 0);
+    shard_layout_init(&sh, &lay, N, rank);
     struct state_theory s = {0};
     s.N = N;
     s.psi = (double)lay.total - (double)(lay.shape.Vp - lay.shape.V) * lay.shape.C;
@@ -36,7 +37,9 @@ struct state_theory theory_trainer_states(const struct config *c, int N) {
         {MEM_PARAMS, w_p, z >= 3, bf16_params ? "w_p = 2 B x Psi (bf16)" : "w_p = 4 B x Psi (fp32)", true},
         {MEM_MASTER, 4, z >= 1, "4 B x Psi (fp32 master, part of K)", bf16_params},
         {MEM_GRADS, w_g, z >= 2, w_g == 2 ? "w_g = 2 B x Psi (bf16)" : "w_g = 4 B x Psi (fp32)", true},
-        {MEM_OPTIMIZER, 8, z >= 1, "8 B x Psi (Adam m, v fp32; K = 12 with master, 8 without)", true},
+        {MEM_OPTIMIZER, 8, z >= 1, "8 B x Psi (Adam m, v fp32; K = 12 with master, 8 without)",
+         c->optimizer == OPTIM_ADAMW},
+        {MEM_OPTIMIZER, 4, z >= 1, "4 B x Psi (SGD momentum fp32; K = 8 with master)", c->optimizer == OPTIM_SGD},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         if (!rows[i].present) continue;
@@ -44,6 +47,17 @@ struct state_theory theory_trainer_states(const struct config *c, int N) {
         bool sh_ = rows[i].sharded;
         s.lines[s.n++] = (struct state_line){rows[i].cat, w, sh_, w * s.psi / (sh_ ? N : 1),
                                              w * (sh_ ? s.shard_padding : s.padding), rows[i].rule};
+    }
+    if (c->optimizer == OPTIM_ADAMW8BIT) {
+        /* the same segments the engine walks: codes 1 B + 1 B per element,
+         * two fp32 absmax per 256-element block, 8 B per element of the
+         * tensors that keep 32-bit states (Dettmers et al. 2021, THEORY.md 2.5) */
+        struct opt_segments g;
+        opt_segments_build(&g, &lay, &sh, z, c);
+        double bytes = 2.0 * g.n_q + 8.0 * g.n_blocks + 8.0 * g.n_f32;
+        s.lines[s.n++] = (struct state_line){MEM_OPTIMIZER, bytes / (s.psi / (z >= 1 ? N : 1)), z >= 1, bytes, 0,
+                                             "2 B x Psi_8bit + 8 B per 256-block + 8 B x Psi_small (K = 4 + 2 + 8/256)"};
+        opt_segments_free(&g);
     }
     return s;
 }

@@ -73,7 +73,7 @@ static void json_rows(FILE *json, const char *category, const struct rank_stats 
 void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct rank_stats *ranks, int n,
                    const char *when) {
     const struct config *c = tr->cfg;
-    struct state_theory st = theory_trainer_states(c, n);
+    struct state_theory st = theory_trainer_states(c, n, 0);
     struct activation_theory at = theory_trainer_activations(c);
     double *col = calloc((size_t)n, sizeof *col);
     fprintf(out, "\nmemory per rank, %s (bytes): ZeRO-%d over %d rank%s, Psi = %.0f; padding %.0f full, %.0f per shard\n",
@@ -86,9 +86,10 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
         const struct state_line *l = &st.lines[i];
         double theory = l->psi_bytes + l->padding_bytes;
         snprintf(rule, sizeof rule, "%s%s + padding %.0f", l->rule, l->sharded ? " / N" : "", l->padding_bytes);
-        for (int r = 0; r < n; r++) {
+        for (int r = 0; r < n; r++) { /* each rank against its own theory (8-bit blocks differ by rank) */
+            struct state_theory sr = theory_trainer_states(c, n, r);
             col[r] = ranks[r].live[l->category];
-            exact = exact && col[r] == theory;
+            exact = exact && col[r] == sr.lines[i].psi_bytes + sr.lines[i].padding_bytes;
         }
         row(out, mem_category_name(l->category), col, n, theory, rule);
         if (json) json_rows(json, mem_category_name(l->category), ranks, n, l->category, theory);

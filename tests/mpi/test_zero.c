@@ -43,13 +43,24 @@ static bool all_ok(bool ok) {
     return all == 1;
 }
 
-static void config_for(struct config *c, int stage, enum dtype dt, const char *log) {
+/* What varies between cases besides the stage and dtype. */
+struct variant {
+    enum optimizer_kind optimizer;
+    enum recompute_mode recompute;
+};
+
+static const struct variant PLAIN = {OPTIM_ADAMW, RECOMPUTE_NONE};
+
+static void config_for(struct config *c, int stage, enum dtype dt, const char *log, struct variant v) {
     config_defaults(c);
+    c->optimizer = v.optimizer;
+    c->recompute = v.recompute;
+    c->min_8bit_size = 1024; /* so the small test model's matrices quantize */
     c->n_layer = 2, c->d_model = 32, c->n_head = 4, c->seq_len = 16, c->vocab_size = 256;
     c->micro_batch = MICRO_BATCH;
     c->grad_accum = ACCUM;
     c->steps = STEPS;
-    c->lr = 3e-3f;
+    c->lr = v.optimizer == OPTIM_SGD ? 0.3f : 3e-3f; /* SGD needs a larger step to move in 20 steps */
     c->warmup_steps = 2;
     c->weight_decay = 0.1f;
     c->val_every = 0;
@@ -99,7 +110,7 @@ static void train(struct trainer *tr, struct config *c, struct grid *grid, struc
     if (grid == &SINGLE || grid->world_rank == 0) assert_int_equal(read_losses(c->log_json, out->loss), STEPS);
 }
 
-static void check_stage(int stage, enum dtype dt, double loss_tol, double abs_tol, double rel_tol) {
+static void check_case(int stage, enum dtype dt, struct variant v, double loss_tol, double abs_tol, double rel_tol) {
     int N = WORLD.dp;
     char ref_log[200], dist_log[200];
     snprintf(ref_log, sizeof ref_log, "%s/ref_%d.jsonl", DIR_, stage);
@@ -107,7 +118,7 @@ static void check_stage(int stage, enum dtype dt, double loss_tol, double abs_to
 
     /* reference: one process, the same global batch through accumulation */
     struct config rc;
-    config_for(&rc, 0, dt, ref_log);
+    config_for(&rc, 0, dt, ref_log, v);
     rc.grad_accum = ACCUM * N;
     struct run ref;
     struct trainer tr;
@@ -115,12 +126,12 @@ static void check_stage(int stage, enum dtype dt, double loss_tol, double abs_to
     trainer_close(&tr);
 
     struct config dc;
-    config_for(&dc, stage, dt, dist_log);
+    config_for(&dc, stage, dt, dist_log, v);
     struct run dist;
     train(&tr, &dc, &WORLD, &dist);
 
     /* model states per rank: the ZeRO formula to the byte (padding named) */
-    struct state_theory st = theory_trainer_states(&dc, N);
+    struct state_theory st = theory_trainer_states(&dc, N, WORLD.dp_rank);
     bool ok = true;
     for (int i = 0; i < st.n; i++)
         ok = ok && (double)tr.mem.live[st.lines[i].category] == st.lines[i].psi_bytes + st.lines[i].padding_bytes;
@@ -154,19 +165,48 @@ static void check_stage(int stage, enum dtype dt, double loss_tol, double abs_to
             worst_w = d > worst_w ? d : worst_w;
         }
         ok = ok && worst_loss <= loss_tol && ref.loss[STEPS - 1] < ref.loss[0] - 0.3;
-        printf("  N=%d ZeRO-%d %s: loss %.4f -> %.4f, max |loss diff| %.2e, max |param diff| %.2e\n", N, stage,
-               dtype_name(dt), ref.loss[0], ref.loss[STEPS - 1], worst_loss, worst_w);
+        static const char *const opt[] = {"adamw", "adamw8bit", "sgd"}, *const rec[] = {"none", "full", "selective"};
+        printf("  N=%d ZeRO-%d %s %s recompute %s: loss %.4f -> %.4f, max |loss diff| %.2e, max |param diff| %.2e\n",
+               N, stage, dtype_name(dt), opt[v.optimizer], rec[v.recompute], ref.loss[0], ref.loss[STEPS - 1],
+               worst_loss, worst_w);
     }
     free(ref.params);
     free(dist.params);
     assert_true(all_ok(ok));
 }
 
-static void test_zero0(void **s) { (void)s; check_stage(0, DTYPE_FP32, 1e-4, 2e-4, 2e-3); }
-static void test_zero1(void **s) { (void)s; check_stage(1, DTYPE_FP32, 1e-4, 2e-4, 2e-3); }
-static void test_zero2(void **s) { (void)s; check_stage(2, DTYPE_FP32, 1e-4, 2e-4, 2e-3); }
-static void test_zero3(void **s) { (void)s; check_stage(3, DTYPE_FP32, 1e-4, 2e-4, 2e-3); }
-static void test_zero3_bf16(void **s) { (void)s; check_stage(3, DTYPE_BF16, 1e-2, 2e-2, 5e-2); }
+/* fp32: exact up to summation order (see the top of the file) */
+static void check_stage(int stage) { check_case(stage, DTYPE_FP32, PLAIN, 1e-4, 2e-4, 2e-3); }
+static void test_zero0(void **s) { (void)s; check_stage(0); }
+static void test_zero1(void **s) { (void)s; check_stage(1); }
+static void test_zero2(void **s) { (void)s; check_stage(2); }
+static void test_zero3(void **s) { (void)s; check_stage(3); }
+static void test_zero3_bf16(void **s) { (void)s; check_case(3, DTYPE_BF16, PLAIN, 1e-2, 2e-2, 5e-2); }
+/* SGD and recomputation change nothing about the reduction: the same fp32
+ * tolerance. */
+static void test_zero3_sgd(void **s) {
+    (void)s;
+    check_case(3, DTYPE_FP32, (struct variant){OPTIM_SGD, RECOMPUTE_NONE}, 1e-4, 2e-4, 2e-3);
+}
+static void test_zero1_recompute_full(void **s) {
+    (void)s;
+    check_case(1, DTYPE_FP32, (struct variant){OPTIM_ADAMW, RECOMPUTE_FULL}, 1e-4, 2e-4, 2e-3);
+}
+static void test_zero3_recompute_selective(void **s) {
+    (void)s;
+    check_case(3, DTYPE_FP32, (struct variant){OPTIM_ADAMW, RECOMPUTE_SELECTIVE}, 1e-4, 2e-4, 2e-3);
+}
+/* 8-bit states: a rank's slices cut tensors elsewhere than one process
+ * does, so the 256-element blocks (and their absmax) differ and the runs
+ * agree only to quantization noise: 1e-2 on the loss after 20 steps. */
+static void test_zero2_adamw8bit(void **s) {
+    (void)s;
+    check_case(2, DTYPE_FP32, (struct variant){OPTIM_ADAMW8BIT, RECOMPUTE_NONE}, 1e-2, 2e-2, 5e-2);
+}
+static void test_zero3_adamw8bit(void **s) {
+    (void)s;
+    check_case(3, DTYPE_FP32, (struct variant){OPTIM_ADAMW8BIT, RECOMPUTE_NONE}, 1e-2, 2e-2, 5e-2);
+}
 
 static int setup(void **state) {
     (void)state;
@@ -206,8 +246,16 @@ static int teardown(void **state) {
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_zero0), cmocka_unit_test(test_zero1), cmocka_unit_test(test_zero2),
-        cmocka_unit_test(test_zero3), cmocka_unit_test(test_zero3_bf16),
+        cmocka_unit_test(test_zero0),
+        cmocka_unit_test(test_zero1),
+        cmocka_unit_test(test_zero2),
+        cmocka_unit_test(test_zero3),
+        cmocka_unit_test(test_zero3_bf16),
+        cmocka_unit_test(test_zero3_sgd),
+        cmocka_unit_test(test_zero1_recompute_full),
+        cmocka_unit_test(test_zero3_recompute_selective),
+        cmocka_unit_test(test_zero2_adamw8bit),
+        cmocka_unit_test(test_zero3_adamw8bit),
     };
     int failed = cmocka_run_group_tests(tests, setup, teardown);
     MPI_Finalize();
