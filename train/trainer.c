@@ -158,7 +158,7 @@ float trainer_validate(struct trainer *tr) {
 
 struct step_metrics {
     float loss, val_loss, lr;
-    double grad_norm, ms, tokens_per_s, flops, model_flops, mfu, gemm_ms;
+    double grad_norm, ms, tokens_per_s, flops, model_flops, mfu, gemm_ms, optimizer_ms;
 };
 
 static void log_step(struct trainer *tr, const struct step_metrics *m) {
@@ -174,9 +174,9 @@ static void log_step(struct trainer *tr, const struct step_metrics *m) {
     fprintf(tr->json,
             "{\"type\":\"step\",\"step\":%d,\"loss\":%.6f,\"val_loss\":%s,\"lr\":%.6e,\"grad_norm\":%.6f,"
             "\"ms\":%.3f,\"tokens_per_s\":%.1f,\"flops\":%.6e,\"model_flops\":%.6e,\"mfu\":%.5f,"
-            "\"gemm_ms\":%.3f}\n",
+            "\"gemm_ms\":%.3f,\"optimizer_ms\":%.3f}\n",
             tr->step, m->loss, val, m->lr, m->grad_norm, m->ms, m->tokens_per_s, m->flops, m->model_flops, m->mfu,
-            m->gemm_ms);
+            m->gemm_ms, m->optimizer_ms);
     fflush(tr->json);
 }
 
@@ -208,7 +208,9 @@ static struct step_metrics train_step(struct trainer *tr) {
         loader_next(&tr->train, tr->inputs, tr->targets);
         loss += engine_forward_backward(e, tr->inputs, tr->targets, 1.0f / (float)(c->grad_accum * dp));
     }
+    double t_opt = now();
     struct step_result r = engine_optimizer_step(e, tr->step);
+    double optimizer_s = now() - t_opt;
     e->dp->all_reduce_scalars(e->dp, &loss, 1);
     double dt = now() - t0;
     tr->train_seconds += dt;
@@ -219,7 +221,7 @@ static struct step_metrics train_step(struct trainer *tr) {
         .model_flops = model_flops, .mfu = tr->peak_flops > 0 ? model_flops / dt / tr->peak_flops : 0.0,
         .loss = (float)(loss / (c->grad_accum * dp)), .val_loss = -1.0f, .lr = r.lr, .grad_norm = r.grad_norm,
         .ms = dt * 1e3, .tokens_per_s = tokens / dt, .flops = flops_total(&tr->flops) - flops_total(&before),
-        .gemm_ms = (tr->flops.gemm_seconds - before.gemm_seconds) * 1e3};
+        .gemm_ms = (tr->flops.gemm_seconds - before.gemm_seconds) * 1e3, .optimizer_ms = optimizer_s * 1e3};
 }
 
 int trainer_run(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
