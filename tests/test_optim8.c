@@ -399,7 +399,8 @@ static void test_sgd_hand_steps(void **state) {
     /* one value checked by hand: element 0, first step, no nesterov:
      * g = 0.5*0.5 + 0.01*1 = 0.26, buf = 0.26, w = 1 - 0.1*0.26 = 0.974 */
     float w[1] = {1.0f}, buf[1] = {123.0f};
-    struct sgd_hparams h = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f, .grad_scale = 0.5f, .first_step = true};
+    struct sgd_hparams h = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f, .grad_scale = 0.5f,
+                            .first_step = true};
     struct flop_counter fc = {0};
     sgd_update(&h, 1, w, buf, gs[0], DTYPE_FP32, &NO_WRITEBACK, &fc);
     assert_rel(buf[0], 0.26, 1e-6, "buf", 0);
