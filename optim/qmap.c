@@ -1,5 +1,5 @@
 /* The 8-bit "dynamic" (tree) quantization map of Dettmers et al. 2021 and the
- * nearest-code search over it. See docs THEORY.md 2.2 and 2.3; this follows
+ * nearest-code search over it. See THEORY.md (shared notes) 2.2 and 2.3; this follows
  * bitsandbytes' create_dynamic_map(signed, max_exponent_bits=7, total_bits=8)
  * step by step, in float32 throughout, so the 256 values match it bit for bit
  * (as far as torch's float32 linspace and scalar multiply round the same way). */

@@ -2,16 +2,16 @@
  * (https://pytorch.org/docs/stable/generated/torch.optim.SGD.html):
  * weight decay is the coupled L2 form PyTorch uses (added to the gradient, so
  * momentum carries it), not AdamW's decoupled form. On the first step the
- * buffer is the gradient itself (PyTorch clones d_p), which is what
- * momentum*0 + g gives too, but first_step also makes a garbage buffer
- * harmless. */
+ * buffer is the gradient itself (PyTorch clones d_p); first_step does that
+ * without reading buf, so it need not be zeroed. */
 #include "optim.h"
 #include "rng.h"
 
 /* grad scale, L2 term (mul, add), buffer (mul, add), nesterov (mul, add), step (mul, sub) */
 enum { SGD_FLOPS_PER_PARAM = 9 };
 
-static inline float sgd_element(float g, float *w, float *buf, float mom, float wd, float lr, bool first, bool nesterov) {
+static inline float sgd_element(float g, float *w, float *buf, float mom, float wd, float lr, bool first,
+                                bool nesterov) {
     const float gi = g + wd * *w;
     const float b = first ? gi : mom * *buf + gi;
     *buf = b;
@@ -21,8 +21,8 @@ static inline float sgd_element(float g, float *w, float *buf, float mom, float 
     return wi;
 }
 
-/* Specialised on grad dtype and writeback so each loop is branch-free (the
- * bools are loop-invariant and gcc unswitches them). */
+/* Specialised on grad dtype and writeback like adamw.c, so the loops carry
+ * no per-element dispatch (first/nesterov are loop-invariant selects). */
 #define SGD_LOOP(GRAD_EXPR, WRITEBACK)                                                                   \
     _Pragma("omp parallel for schedule(static)") for (size_t i = 0; i < n; i++) {                        \
         float wi = sgd_element((GRAD_EXPR) * gs, &w[i], &buf[i], mom, wd, lr, first, nesterov);          \
