@@ -26,6 +26,7 @@
 #include "gpt.h"
 #include "layout.h"
 #include "mem.h"
+#include "optim.h"
 #include "segments.h"
 #include "shard.h"
 
@@ -54,6 +55,7 @@ struct engine {
     struct model_states st;
     struct opt_segments segs;      /* what this rank updates (include/segments.h) */
     float qmap_signed[256], qmap_unsigned[256]; /* adamw8bit code books */
+    struct qmap_index *qindex_signed, *qindex_unsigned;
     struct mem_tracker *mem;
     struct flop_counter *flops;
     /* stage 3: a unit's params gathered in param_dtype (unit 0 has its own:

@@ -53,21 +53,22 @@ static void write_params(const struct param_writeback *out, size_t base, size_t 
  * store the zero code rather than divide 0 by 0. For m (is_m) the sign fix of
  * bitsandbytes keeps the code's sign equal to m's: a tiny negative m that
  * rounds to the code 0.0 moves one code down, to the smallest negative. */
-static void quantize_block(const float *map, float absmax, const float *x, size_t len, bool is_m, uint8_t zero_code,
-                           uint8_t *q) {
+static void quantize_block(const float *map, const struct qmap_index *ix, float absmax, const float *x, size_t len,
+                           bool is_m, uint8_t zero_code, uint8_t *q) {
     if (absmax == 0.0f) {
         for (size_t i = 0; i < len; i++) q[i] = zero_code;
         return;
     }
     for (size_t i = 0; i < len; i++) {
-        int c = qmap_nearest(map, x[i] / absmax);
+        int c = ix ? qmap_nearest_indexed(map, ix, x[i] / absmax) : qmap_nearest(map, x[i] / absmax);
         if (is_m && !signbit(map[c]) != !signbit(x[i])) c += x[i] > 0.0f ? 1 : -1;
         q[i] = (uint8_t)c;
     }
 }
 
 static void update_block(const struct adam_consts *k, size_t len, float *w, uint8_t *q1, uint8_t *q2, float *absmax1,
-                         float *absmax2, const float *map_s, const float *map_u, const float *g, uint8_t zero_s,
+                         float *absmax2, const float *map_s, const float *map_u, const struct qmap_index *ix_s,
+                         const struct qmap_index *ix_u, const float *g, uint8_t zero_s,
                          uint8_t zero_u) {
     float m[ADAMW8BIT_BLOCK], v[ADAMW8BIT_BLOCK];
     const float a1 = *absmax1, a2 = *absmax2;
@@ -85,12 +86,13 @@ static void update_block(const struct adam_consts *k, size_t len, float *w, uint
     }
     *absmax1 = max1;
     *absmax2 = max2;
-    quantize_block(map_s, max1, m, len, true, zero_s, q1);
-    quantize_block(map_u, max2, v, len, false, zero_u, q2);
+    quantize_block(map_s, ix_s, max1, m, len, true, zero_s, q1);
+    quantize_block(map_u, ix_u, max2, v, len, false, zero_u, q2);
 }
 
 void adamw8bit_update(const struct adamw_hparams *h, size_t n, float *w, uint8_t *q1, uint8_t *q2, float *absmax1,
-                      float *absmax2, const float *map_signed, const float *map_unsigned, const void *grad,
+                      float *absmax2, const float *map_signed, const float *map_unsigned,
+                      const struct qmap_index *ix_signed, const struct qmap_index *ix_unsigned, const void *grad,
                       enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
     const struct adam_consts k = {
         .b1 = h->beta1,
@@ -108,7 +110,8 @@ void adamw8bit_update(const struct adamw_hparams *h, size_t n, float *w, uint8_t
         const size_t len = n - base < ADAMW8BIT_BLOCK ? n - base : ADAMW8BIT_BLOCK;
         float g[ADAMW8BIT_BLOCK];
         load_grad(grad, grad_dtype, base, len, h->grad_scale, g);
-        update_block(&k, len, w + base, q1 + base, q2 + base, absmax1 + b, absmax2 + b, map_signed, map_unsigned, g,
+        update_block(&k, len, w + base, q1 + base, q2 + base, absmax1 + b, absmax2 + b, map_signed, map_unsigned,
+                     ix_signed, ix_unsigned, g,
                      zero_s, zero_u);
         write_params(out, base, len, w);
     }

@@ -54,22 +54,12 @@ void qmap_dynamic(float map[QMAP_SIZE], bool is_signed) {
     qsort(map, QMAP_SIZE, sizeof map[0], cmp_float);
 }
 
-/* bitsandbytes (quantize_2D / dQuantize<0>) walks a 7-level binary tree from
- * pivot 127 to an even leaf p, then rounds at the float midpoint between p and
- * the neighbour on x's side, with an exact tie going to p. Equivalently: find
- * the bracket map[k] < x <= map[k+1], round at fl((map[k]+map[k+1])*0.5) and
- * send an exact tie to whichever of k, k+1 is even. That is what this does,
- * with a branch-free lower_bound. x below map[0] gives 0, above map[255] 255;
- * NaN gives 0 (every comparison is false), like the reference. */
-uint8_t qmap_nearest(const float map[QMAP_SIZE], float x) {
-    unsigned k = 0; /* number of entries < x, 0..256 */
-    for (unsigned step = QMAP_SIZE / 2; step; step >>= 1)
-        if (map[k + step - 1] < x) k += step;
-    if (k == 0) return 0;
-    if (k == QMAP_SIZE) return QMAP_SIZE - 1;
-    const unsigned lo = k - 1, hi = k;
-    const float mid = (map[lo] + map[hi]) * 0.5f;
-    if (x < mid) return (uint8_t)lo;
-    if (x > mid) return (uint8_t)hi;
-    return (uint8_t)((lo & 1u) ? hi : lo);
+
+void qmap_index_build(struct qmap_index *ix, const float map[QMAP_SIZE]) {
+    unsigned k = 0; /* codes below the current bucket's first key */
+    for (uint32_t b = 0; b < (1u << 16); b++) {
+        uint32_t first = b << 16;
+        while (k < QMAP_SIZE && qmap_order_key(map[k]) < first) k++;
+        ix->below[b] = (uint16_t)k;
+    }
 }

@@ -31,6 +31,10 @@ void optstate_alloc(struct engine *e) {
         const struct opt_segments *g = &e->segs;
         qmap_dynamic(e->qmap_signed, true);
         qmap_dynamic(e->qmap_unsigned, false);
+        e->qindex_signed = mem_alloc(mem, MEM_SCRATCH, "8-bit code search index (m)", sizeof *e->qindex_signed);
+        e->qindex_unsigned = mem_alloc(mem, MEM_SCRATCH, "8-bit code search index (v)", sizeof *e->qindex_unsigned);
+        qmap_index_build(e->qindex_signed, e->qmap_signed);
+        qmap_index_build(e->qindex_unsigned, e->qmap_unsigned);
         e->st.q1 = mem_alloc(mem, MEM_OPTIMIZER, "adam m (8-bit codes)", g->n_q);
         e->st.q2 = mem_alloc(mem, MEM_OPTIMIZER, "adam v (8-bit codes)", g->n_q);
         e->st.absmax1 = mem_alloc(mem, MEM_OPTIMIZER, "adam m absmax (fp32 per 256)", g->n_blocks * 4);
@@ -45,7 +49,8 @@ void optstate_alloc(struct engine *e) {
 }
 
 void optstate_free(struct engine *e) {
-    void *bufs[] = {e->st.s1, e->st.s2, e->st.q1, e->st.q2, e->st.absmax1, e->st.absmax2};
+    void *bufs[] = {e->st.s1, e->st.s2, e->st.q1, e->st.q2, e->st.absmax1, e->st.absmax2, e->qindex_signed,
+                    e->qindex_unsigned};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(e->mem, bufs[i]);
     opt_segments_free(&e->segs);
 }
@@ -76,7 +81,8 @@ void optstate_update(struct engine *e, const struct opt_segment *g, const struct
         sgd_update(&sh, n, w, e->st.s1 + f32_index(e, g, g->lo), grad, c->grad_dtype, &out, e->flops);
     } else if (g->quantized) {
         adamw8bit_update(&hh, n, w, e->st.q1 + g->q_offset, e->st.q2 + g->q_offset, e->st.absmax1 + g->block_offset,
-                         e->st.absmax2 + g->block_offset, e->qmap_signed, e->qmap_unsigned, grad, c->grad_dtype, &out,
+                         e->st.absmax2 + g->block_offset, e->qmap_signed, e->qmap_unsigned, e->qindex_signed,
+                         e->qindex_unsigned, grad, c->grad_dtype, &out,
                          e->flops);
     } else {
         size_t k = f32_index(e, g, g->lo);
@@ -118,12 +124,13 @@ void optstate_from_fp32(struct engine *e, enum engine_state which, const float *
         uint8_t *q = (first ? e->st.q1 : e->st.q2) + g->q_offset;
         float *absmax = (first ? e->st.absmax1 : e->st.absmax2) + g->block_offset;
         const float *map = first ? e->qmap_signed : e->qmap_unsigned;
+        const struct qmap_index *ix = first ? e->qindex_signed : e->qindex_unsigned;
         for (size_t b0 = 0; b0 < n; b0 += OPT8_BLOCK) {
             size_t b1 = b0 + OPT8_BLOCK < n ? b0 + OPT8_BLOCK : n;
             float mx = 0.0f;
             for (size_t i = b0; i < b1; i++) mx = fabsf(s[i]) > mx ? fabsf(s[i]) : mx;
             absmax[b0 / OPT8_BLOCK] = mx;
-            for (size_t i = b0; i < b1; i++) q[i] = qmap_nearest(map, mx > 0.0f ? s[i] / mx : 0.0f);
+            for (size_t i = b0; i < b1; i++) q[i] = qmap_nearest_indexed(map, ix, mx > 0.0f ? s[i] / mx : 0.0f);
         }
     }
 }

@@ -158,7 +158,7 @@ static void test_quantization_error(void **state) {
     g[ADAMW8BIT_BLOCK + 9] = 40.0f;    /* block 1: positive */
     struct adamw_hparams h = {.lr = 0.0f, .beta1 = 0.0f, .beta2 = 0.0f, .eps = 1.0f, .grad_scale = 1.0f, .t = 1};
     struct flop_counter fc = {0};
-    adamw8bit_update(&h, N, w, q1, q2, a1, a2, s, u, g, DTYPE_FP32, &NO_WRITEBACK, &fc);
+    adamw8bit_update(&h, N, w, q1, q2, a1, a2, s, u, NULL, NULL, g, DTYPE_FP32, &NO_WRITEBACK, &fc);
     for (int b = 0; b < NB; b++) {
         int lo = b * ADAMW8BIT_BLOCK, hi = lo + ADAMW8BIT_BLOCK < N ? lo + ADAMW8BIT_BLOCK : N;
         float max1 = 0, max2 = 0;
@@ -255,7 +255,7 @@ static void run_vs_reference(enum dtype grad_dtype) {
         struct adamw_hparams h = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
                                   .weight_decay = 0.1f, .grad_scale = 0.5f, .t = t};
         struct flop_counter fc = {0};
-        adamw8bit_update(&h, N, w, q1, q2, a1, a2, s, u, grad_dtype == DTYPE_FP32 ? (void *)g : (void *)g16,
+        adamw8bit_update(&h, N, w, q1, q2, a1, a2, s, u, NULL, NULL, grad_dtype == DTYPE_FP32 ? (void *)g : (void *)g16,
                          grad_dtype, &out, &fc);
         reference_step(&h, N, rw, rq1, rq2, ra1, ra2, s, u, g);
         for (int b = 0; b < NB; b++) {
@@ -297,7 +297,7 @@ static void test_nonfinite_grad(void **state) {
     struct adamw_hparams h = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
                               .weight_decay = 0.1f, .grad_scale = 1.0f, .t = 1};
     struct flop_counter fc = {0};
-    adamw8bit_update(&h, N, w, q1, q2, a1, a2, s, u, g, DTYPE_FP32, &NO_WRITEBACK, &fc);
+    adamw8bit_update(&h, N, w, q1, q2, a1, a2, s, u, NULL, NULL, g, DTYPE_FP32, &NO_WRITEBACK, &fc);
     assert_true(w[3] == 1.0f && w[260] == 1.0f);
     assert_true(w[4] < 1.0f && w[259] < 1.0f);
     assert_true(s[q1[3]] == 0.0f && u[q2[3]] == 0.0f && s[q1[260]] == 0.0f && u[q2[260]] == 0.0f);
@@ -318,7 +318,7 @@ static void test_zero_state(void **state) {
     struct adamw_hparams h = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
                               .weight_decay = 0.0f, .grad_scale = 1.0f, .t = 1};
     struct flop_counter fc = {0};
-    adamw8bit_update(&h, N, w, q1, q2, a1, a2, s, u, g, DTYPE_FP32, &NO_WRITEBACK, &fc);
+    adamw8bit_update(&h, N, w, q1, q2, a1, a2, s, u, NULL, NULL, g, DTYPE_FP32, &NO_WRITEBACK, &fc);
     assert_true(a1[0] == 0.0f && a2[0] == 0.0f);
     for (int i = 0; i < 256; i++) {
         assert_true(w[i] == 2.0f);
@@ -350,7 +350,7 @@ static void test_vs_fp32_adamw(void **state) {
         for (int i = 0; i < N; i++) g[i] = uni(9000000 + 10000 * t + i, -1.0f, 1.0f);
         struct adamw_hparams h = {.lr = lr, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                                   .weight_decay = 0.1f, .grad_scale = 1.0f, .t = t};
-        adamw8bit_update(&h, N, w8, q1, q2, a1, a2, s, u, g, DTYPE_FP32, &NO_WRITEBACK, &fc);
+        adamw8bit_update(&h, N, w8, q1, q2, a1, a2, s, u, NULL, NULL, g, DTYPE_FP32, &NO_WRITEBACK, &fc);
         adamw_update(&h, N, w32, m, v, g, DTYPE_FP32, &NO_WRITEBACK, &fc);
         for (int i = 0; i < N; i++) max_diff[t] = fmax(max_diff[t], fabs((double)w8[i] - w32[i]));
     }
@@ -430,8 +430,35 @@ static void test_sgd_bf16(void **state) {
     }
 }
 
+/* The search index gives qmap_nearest's answer for every code, every
+ * midpoint and its neighbours, and dense random inputs (both maps). */
+static void test_index_matches_search(void **state) {
+    (void)state;
+    static float maps[2][QMAP_SIZE];
+    static struct qmap_index ix[2];
+    qmap_dynamic(maps[0], true);
+    qmap_dynamic(maps[1], false);
+    for (int k = 0; k < 2; k++) {
+        qmap_index_build(&ix[k], maps[k]);
+        for (int i = 0; i + 1 < QMAP_SIZE; i++) {
+            float mid = (maps[k][i] + maps[k][i + 1]) * 0.5f;
+            float xs[] = {maps[k][i], mid, nextafterf(mid, -2.0f), nextafterf(mid, 2.0f)};
+            for (int j = 0; j < 4; j++)
+                assert_int_equal(qmap_nearest_indexed(maps[k], &ix[k], xs[j]), qmap_nearest(maps[k], xs[j]));
+        }
+        uint64_t r = 12345;
+        for (int i = 0; i < 200000; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            float x = (float)((double)(r >> 11) / 9007199254740992.0 * 2.2 - 1.1);
+            if (i % 2) x *= powf(10.0f, -(float)(i % 8)); /* every decade of the map */
+            assert_int_equal(qmap_nearest_indexed(maps[k], &ix[k], x), qmap_nearest(maps[k], x));
+        }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_index_matches_search),
         cmocka_unit_test(test_map_values),
         cmocka_unit_test(test_nearest_exact_codes),
         cmocka_unit_test(test_nearest_ties_to_even),
