@@ -83,10 +83,9 @@ static inline uint32_t qmap_order_key(float x) {
     return (u & 0x80000000u) ? ~u : u | 0x80000000u;
 }
 
-static inline uint8_t qmap_nearest(const float map[QMAP_SIZE], float x) {
-    unsigned k = 0; /* number of entries < x, 0..256 */
-    for (unsigned step = QMAP_SIZE / 2; step; step >>= 1)
-        if (map[k + step - 1] < x) k += step;
+/* Given k = the number of codes < x: round at the midpoint of the bracket
+ * map[k-1] < x <= map[k], an exact tie to the even index. */
+static inline uint8_t qmap_round(const float map[QMAP_SIZE], unsigned k, float x) {
     if (k == 0) return 0;
     if (k == QMAP_SIZE) return QMAP_SIZE - 1;
     const unsigned lo = k - 1, hi = k;
@@ -96,18 +95,19 @@ static inline uint8_t qmap_nearest(const float map[QMAP_SIZE], float x) {
     return (uint8_t)((lo & 1u) ? hi : lo);
 }
 
+static inline uint8_t qmap_nearest(const float map[QMAP_SIZE], float x) {
+    unsigned k = 0; /* number of entries < x, 0..256 */
+    for (unsigned step = QMAP_SIZE / 2; step; step >>= 1)
+        if (map[k + step - 1] < x) k += step;
+    return qmap_round(map, k, x);
+}
+
 /* qmap_nearest through the index. NaN keeps qmap_nearest's answer (0). */
 static inline uint8_t qmap_nearest_indexed(const float map[QMAP_SIZE], const struct qmap_index *ix, float x) {
     if (x != x) return 0;
     unsigned k = ix->below[qmap_order_key(x) >> 16];
     while (k < QMAP_SIZE && map[k] < x) k++;
-    if (k == 0) return 0;
-    if (k == QMAP_SIZE) return QMAP_SIZE - 1;
-    const unsigned lo = k - 1, hi = k;
-    const float mid = (map[lo] + map[hi]) * 0.5f;
-    if (x < mid) return (uint8_t)lo;
-    if (x > mid) return (uint8_t)hi;
-    return (uint8_t)((lo & 1u) ? hi : lo);
+    return qmap_round(map, k, x);
 }
 
 
