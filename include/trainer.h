@@ -29,6 +29,7 @@ struct trainer {
     double train_seconds;       /* wall time inside steps */
     double last_val_loss;
     double peak_flops;          /* FLOP/s for MFU; 0 = unknown */
+    double model_flops_per_step; /* theory, per rank: fixed by the config, so computed once */
     int stop_after;             /* > 0: trainer_run stops (and writes save_state) once step reaches it,
                                  * before steps; the LR schedule still follows steps. 0: off */
 };

@@ -163,26 +163,15 @@ static size_t grad_index(const struct engine *e, int u, size_t i) {
     return shard_index(e, u, i);
 }
 
-/* The element range of unit u this rank updates: all of it at stage 0
- * (every rank repeats the same update), its slice otherwise. */
-static void update_range(const struct engine *e, int u, size_t *lo, size_t *hi) {
-    if (e->stage == 0) {
-        *lo = 0;
-        *hi = layout_unit_size(&e->lay, u);
-    } else {
-        shard_owned(&e->sh, u, e->sh.rank, lo, hi);
-    }
-}
-
+/* Sum of squares of the reduced gradients this rank updates: its segments
+ * partition exactly the elements it owns (every unit at stage 0). */
 static double local_grad_sum_squares(const struct engine *e) {
     double s = 0.0;
     size_t gsize = dtype_size(e->cfg->grad_dtype);
-    for (int u = 0; u < e->lay.n_units; u++) {
-        size_t lo, hi;
-        update_range(e, u, &lo, &hi);
-        if (hi > lo)
-            s += grad_sum_squares((const char *)e->st.grads + grad_index(e, u, lo) * gsize, e->cfg->grad_dtype,
-                                  hi - lo);
+    for (int k = 0; k < e->segs.n; k++) {
+        const struct opt_segment *g = &e->segs.seg[k];
+        s += grad_sum_squares((const char *)e->st.grads + grad_index(e, g->unit, g->lo) * gsize, e->cfg->grad_dtype,
+                              g->hi - g->lo);
     }
     return s;
 }

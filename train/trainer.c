@@ -112,6 +112,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
         return -1;
     }
     engine_init(&tr->engine, cfg, &grid->dp_comm, &tr->mem, &tr->flops);
+    tr->model_flops_per_step = theory_trainer_flops(cfg).model;
     size_t bt = (size_t)cfg->micro_batch * cfg->seq_len;
     tr->inputs = mem_alloc(&tr->mem, MEM_SCRATCH, "batch inputs", bt * sizeof(int32_t));
     tr->targets = mem_alloc(&tr->mem, MEM_SCRATCH, "batch targets", bt * sizeof(int32_t));
@@ -216,7 +217,7 @@ static struct step_metrics train_step(struct trainer *tr) {
     tr->train_seconds += dt;
     tr->step++;
     double tokens = (double)c->micro_batch * c->seq_len * c->grad_accum * dp;
-    double model_flops = theory_trainer_flops(c).model;
+    double model_flops = tr->model_flops_per_step;
     return (struct step_metrics){
         .model_flops = model_flops, .mfu = tr->peak_flops > 0 ? model_flops / dt / tr->peak_flops : 0.0,
         .loss = (float)(loss / (c->grad_accum * dp)), .val_loss = -1.0f, .lr = r.lr, .grad_norm = r.grad_norm,

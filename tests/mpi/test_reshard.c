@@ -19,18 +19,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "mpi_fixture.h"
 #include "trainer.h"
 
 enum { STEPS = 10, HALF = 5, MICRO_BATCH = 2, ACCUM = 1 };
 
 static struct grid WORLD, SINGLE;
 static char DIR_[96], SHARD[160], STATE[160];
-
-static bool all_ok(bool ok) {
-    int mine = ok ? 1 : 0, all = 0;
-    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    return all == 1;
-}
 
 static void config_for(struct config *c, int stage, int accum) {
     config_defaults(c);
@@ -134,20 +129,7 @@ static int setup(void **state) {
     snprintf(SHARD, sizeof SHARD, "%s/train.bin", DIR_);
     snprintf(STATE, sizeof STATE, "%s/state.bin", DIR_);
     int rc = 0;
-    if (WORLD.world_rank == 0) {
-        FILE *f = fopen("data/kjv.txt", "rb");
-        if (!f) return -1;
-        enum { BYTES = 64 * 1024 };
-        unsigned char *text = malloc(BYTES);
-        uint16_t *tok = malloc(BYTES * sizeof *tok);
-        size_t n = fread(text, 1, BYTES, f);
-        fclose(f);
-        tokenize_bytes(text, n, tok);
-        char derr[DATA_ERR_LEN];
-        rc = shard_write(SHARD, tok, n, derr);
-        free(text);
-        free(tok);
-    }
+    if (WORLD.world_rank == 0) rc = write_corpus_shard(SHARD, 64 * 1024); /* one shared file */
     MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
     return rc;
 }

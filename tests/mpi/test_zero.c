@@ -29,19 +29,13 @@
 #include <unistd.h>
 
 #include "accounting.h"
+#include "mpi_fixture.h"
 #include "trainer.h"
 
 enum { STEPS = 20, MICRO_BATCH = 2, ACCUM = 2 };
 
 static struct grid WORLD, SINGLE;
 static char DIR_[96], SHARD[160];
-
-/* true on every rank iff ok on every rank: asserts stay collective */
-static bool all_ok(bool ok) {
-    int mine = ok ? 1 : 0, all = 0;
-    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    return all == 1;
-}
 
 /* What varies between cases besides the stage and dtype. */
 struct variant {
@@ -219,19 +213,7 @@ static int setup(void **state) {
     snprintf(DIR_, sizeof DIR_, "/tmp/shardlab_zero_r%d_XXXXXX", rank);
     if (!mkdtemp(DIR_)) return -1;
     snprintf(SHARD, sizeof SHARD, "%s/train.bin", DIR_);
-    FILE *f = fopen("data/kjv.txt", "rb");
-    if (!f) return -1;
-    enum { BYTES = 100 * 1024 };
-    unsigned char *text = malloc(BYTES);
-    uint16_t *tok = malloc(BYTES * sizeof *tok);
-    size_t n = fread(text, 1, BYTES, f);
-    fclose(f);
-    tokenize_bytes(text, n, tok);
-    char derr[DATA_ERR_LEN];
-    int rc = shard_write(SHARD, tok, n, derr);
-    free(text);
-    free(tok);
-    return rc;
+    return write_corpus_shard(SHARD, 100 * 1024);
 }
 
 static int teardown(void **state) {
