@@ -24,7 +24,7 @@ LDLIBS  := -L$(BLAS_DIR) -l:libopenblas.so.0 -Wl,-rpath,$(BLAS_DIR) -lm
 
 # Every .c under the module folders is library code, except the *_main.c
 # files, each of which is one program.
-MODULES   := model optim parallel data train
+MODULES   := model model/cpu optim parallel data train
 ALL_SRC   := $(foreach m,$(MODULES),$(wildcard $(m)/*.c))
 MAIN_SRC  := $(filter %_main.c,$(ALL_SRC))
 LIB_SRC   := $(filter-out %_main.c,$(ALL_SRC))
