@@ -24,8 +24,8 @@ LDLIBS  := -L$(BLAS_DIR) -l:libopenblas.so.0 -Wl,-rpath,$(BLAS_DIR) -lm
 
 # Every .c under the module folders is library code, except the *_main.c
 # files, each of which is one program.
-MODULES   := model model/cpu optim parallel data train
-ALL_SRC   := $(foreach m,$(MODULES),$(wildcard $(m)/*.c))
+MODULES   := model optim parallel data train
+ALL_SRC   := $(sort $(shell find $(MODULES) -name "*.c"))
 MAIN_SRC  := $(filter %_main.c,$(ALL_SRC))
 LIB_SRC   := $(filter-out %_main.c,$(ALL_SRC))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
