@@ -9,12 +9,9 @@
 #include <stdio.h>
 
 #include "dtype.h"
+#include "gpt.h"
+#include "optim.h"
 
-enum lr_schedule { LR_COSINE, LR_CONSTANT };
-enum rounding_mode { ROUND_NEAREST, ROUND_STOCHASTIC };
-enum decay_targets { DECAY_MATRICES, DECAY_ALL };
-enum optimizer_kind { OPTIM_ADAMW, OPTIM_ADAMW8BIT, OPTIM_SGD };
-enum recompute_mode { RECOMPUTE_NONE, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE };
 /* gpt2: LayerNorm, GELU MLP, biases, learned positions, tied embeddings.
  * llama: RMSNorm, SwiGLU MLP, GQA, RoPE (no position table), no biases,
  * untied embeddings. */

@@ -9,6 +9,8 @@
 #include <string.h>
 
 enum dtype { DTYPE_FP32, DTYPE_BF16 };
+/* How fp32 values become bf16 params: nearest-even, or stochastic. */
+enum rounding_mode { ROUND_NEAREST, ROUND_STOCHASTIC };
 
 typedef uint16_t bf16;
 

@@ -1,112 +1,91 @@
-/* The engine runs one training step over the model's units and owns the
- * model states (ZeRO's term): params, fp32 master, grads, optimizer states,
- * each full or sharded over the data-parallel group by ZeRO stage:
+/* The engine runs one micro-batch's forward and backward over this rank's
+ * units (include/layout.h), schedule-agnostic. For every unit it provides
+ * fp32 views of the weights (the fp32 params themselves, widened from
+ * bf16, or gathered from shards under ZeRO-3) and an fp32 gradient
+ * accumulator, and after the unit's backward hands that gradient to the
+ * model states (include/zero.h), which keep it where the ZeRO stage says.
  *
- *   stage  params  master+m+v  grads   collectives per step (k micro-batches)
- *   0      full    full        full    all-reduce grads once
- *   1      full    shard       full    reduce-scatter grads once, all-gather params
- *   2      full    shard       shard   reduce-scatter each unit's grads as its
- *                                      backward ends (k times), all-gather params
- *   3      shard   shard       shard   all-gather each unit before its forward and
- *                                      again before its backward (k times each),
- *                                      reduce-scatter as in stage 2
- *
- * For every unit it provides fp32 views of the weights (widened from bf16,
- * gathered from shards, or the fp32 params themselves) and an fp32 gradient
- * accumulator, and after the unit's backward moves that gradient where the
- * stage keeps it. Sharding follows include/shard.h. */
+ * Boundaries: forward takes tokens (first stage) or an incoming activation
+ * and yields the loss (last stage) or an outgoing activation; backward
+ * takes the loss (set up by the forward's dloss) or an incoming gradient
+ * and yields the outgoing gradient. Activations and their gradients cross
+ * stages as (B,T,C) in act_dtype. Which micro-batch runs when is a
+ * schedule's business (include/schedule.h). */
 #ifndef SHARDLAB_ENGINE_H
 #define SHARDLAB_ENGINE_H
 
 #include <stdint.h>
 
 #include "collectives.h"
-#include "config.h"
 #include "counters.h"
 #include "gpt.h"
 #include "layout.h"
 #include "mem.h"
-#include "optim.h"
-#include "segments.h"
-#include "shard.h"
+#include "zero.h"
 
-struct model_states {
-    void *params;     /* param_dtype: full padded (stage < 3) or shard (stage 3) */
-    float *master;    /* fp32, when params are bf16: full (stage 0) or shard */
-    void *grads;      /* grad_dtype: full padded (stage < 2) or shard */
-    /* optimizer states (parallel/optstate.c), full (stage 0) or shard:
-     *   adamw      s1 = m, s2 = v (fp32, indexed like master)
-     *   sgd        s1 = momentum (fp32, indexed like master)
-     *   adamw8bit  q1, q2 = m, v codes and absmax1, absmax2 per 256-element
-     *              block of each quantized segment; s1, s2 = fp32 m, v of
-     *              the small tensors (by segment) */
-    float *s1, *s2;
-    uint8_t *q1, *q2;
-    float *absmax1, *absmax2;
+struct engine_options {
+    int micro_batch;               /* B */
+    int slots;                     /* micro-batches in flight: saved-activation slots */
+    enum dtype act_dtype;
+    enum recompute_mode recompute;
+    float init_std;
+    struct zero_options zero;
 };
 
 struct engine {
-    const struct config *cfg;
-    struct collectives *dp;       /* the data-parallel group */
-    int stage;                    /* ZeRO stage 0..3 */
+    struct engine_options o;
     struct model_layout lay;
-    struct shard_layout sh;
-    struct gpt model;
-    struct model_states st;
-    struct opt_segments segs;      /* what this rank updates (include/segments.h) */
-    float qmap_signed[256], qmap_unsigned[256]; /* adamw8bit code books */
-    struct qmap_index *qindex_signed, *qindex_unsigned;
+    struct collectives *dp;
     struct mem_tracker *mem;
+    enum mem_space space;
     struct flop_counter *flops;
-    /* stage 3: a unit's params gathered in param_dtype (unit 0 has its own:
-     * it serves both ends of the forward and of the backward) */
-    void *gather_embed, *gather_layer;
-    /* stages 2 and 3: one unit's gradient in grad_dtype for the reduce-scatter */
-    void *bucket;
-    /* fp32 unit views (NULL when the stored dtype already serves) */
-    float *embed_w, *layer_w;     /* widened weights */
-    float *embed_dw, *layer_dw;   /* gradient accumulators (padded units) */
-    bool embed_w_fresh;           /* stage < 3: embed_w matches params until the next update */
+    struct zero z;
+    struct gpt model;
+    /* fp32 unit views per unit kind (NULL when the stored dtype serves):
+     * widened weights and gradient accumulators (padded units) */
+    float *w32[UNIT_LAYER + 1], *dw32[UNIT_LAYER + 1];
+    /* stage < 3: the embedding's and head's widened weights serve every
+     * micro-batch until the next update */
+    bool w32_fresh[UNIT_LAYER + 1];
 };
 
-/* dp: the data-parallel collectives (size 1 for one process). */
-void engine_init(struct engine *e, const struct config *cfg, struct collectives *dp, struct mem_tracker *mem,
-                 struct flop_counter *flops);
+/* One micro-batch's inputs at this rank's boundaries. */
+struct mb_input {
+    const int32_t *inputs;   /* first stage: (B,T) token ids */
+    const int32_t *targets;  /* last stage: (B,T) */
+    const void *x_in;        /* other stages: (B,T,C) in act_dtype from the previous stage */
+};
+
+/* Builds this rank's model and states over the layout `lay` (copied);
+ * dp: the data-parallel collectives (size 1 for one process). Returns 0,
+ * or -1 with a message naming the buffer (and its bytes) that could not be
+ * allocated; then engine_free is still the way out. */
+int engine_init(struct engine *e, const struct engine_options *o, const struct model_layout *lay,
+                struct collectives *dp, struct mem_tracker *mem, enum mem_space space, struct flop_counter *flops,
+                char *err, size_t err_len);
 void engine_free(struct engine *e);
 
-/* Set the weights from a full fp32 buffer in layout order (every rank
- * passes the same buffer; each keeps what its stage holds). */
-void engine_set_weights(struct engine *e, const float *full);
-/* GPT-2 random init (the same on every rank). */
+/* GPT-2 random init, one unit at a time (the same values whatever the
+ * layout). Uses a one-unit staging buffer, tracked, freed on return. */
 void engine_init_params(struct engine *e);
+/* The largest padded unit in fp32 bytes: the staging a checkpoint needs. */
+size_t engine_unit_staging_bytes(const struct engine *e);
+/* Unit u's params (and master) from fp32 values of its whole unit. */
+void engine_set_unit(struct engine *e, int u, const float *w);
+/* After params changed outside the step (load, resume). */
+void engine_params_changed(struct engine *e);
 
 void engine_zero_grads(struct engine *e);
-/* Forward + backward of one micro-batch, gradients ACCUMULATED. dloss is
- * this micro-batch's weight in the step's loss, 1/(accum x dp). Returns the
- * micro-batch's mean loss on this rank. */
-float engine_forward_backward(struct engine *e, const int32_t *inputs, const int32_t *targets, float dloss);
-/* Forward only: mean loss on this rank (and logits for sampling). */
-float engine_forward(struct engine *e, const int32_t *inputs, const int32_t *targets);
-
-struct step_result {
-    double grad_norm;  /* global, before clipping */
-    float lr;
-};
-/* Reduce gradients as the stage requires, clip, update, redistribute params.
- * step is 0-based. */
+/* Forward of one micro-batch into slot `slot`. dloss: this micro-batch's
+ * weight in the step's loss (1/(accum x dp)); 0 for a forward only (no
+ * backward follows). Last stage: returns the micro-batch's mean loss;
+ * other stages write the outgoing activation to x_out and return 0. */
+float engine_forward(struct engine *e, int slot, const struct mb_input *in, void *x_out, float dloss);
+/* Backward of slot `slot`, gradients ACCUMULATED. dx_in: the incoming
+ * gradient (B,T,C) in act_dtype (NULL on the last stage); dx_out: where the
+ * outgoing one goes (NULL on the first stage). */
+void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out);
+/* Reduce, clip, update, redistribute (include/zero.h). step is 0-based. */
 struct step_result engine_optimizer_step(struct engine *e, int step);
-
-/* Copy the model states out to / in from full unpadded buffers in layout
- * order (checkpoints; resharding between layouts goes through these).
- * Collective over the dp group; `full` buffers matter on rank 0 only for
- * gather, on every rank for scatter. which: the state to move. */
-enum engine_state { STATE_PARAMS, STATE_MASTER, STATE_OPT1, STATE_OPT2 };
-/* Gathers the full state to rank 0 (dtype: param_dtype for params, fp32
- * for the rest; 8-bit optimizer states are dequantized). */
-void engine_gather_state(struct engine *e, enum engine_state which, void *full);
-/* Takes this rank's part of a full state present on every rank (8-bit
- * optimizer states are re-quantized, so that resume is not bit-exact). */
-void engine_scatter_state(struct engine *e, enum engine_state which, const void *full);
-bool engine_has_state(const struct engine *e, enum engine_state which);
 
 #endif

@@ -1,23 +1,37 @@
-/* The GPT-2 model as math plus activation memory. It owns no parameters:
- * every per-unit function takes fp32 views of that unit's weights (and
- * gradient accumulators), which the engine provides (widened from bf16,
- * gathered from shards, or the fp32 params themselves). That keeps this file
- * free of precision plumbing and of any parallel code.
+/* The GPT-2 model as math plus activation memory, for the units one rank
+ * holds (include/layout.h). It owns no parameters: every per-unit function
+ * takes fp32 views of that unit's weights (and gradient accumulators),
+ * which the engine provides (widened from bf16, gathered from shards, or
+ * the fp32 params themselves). That keeps this file free of precision
+ * plumbing and of any parallel code.
  *
- * One step, for units u = 0 (embeddings + head) and 1..L (layers):
- *   gpt_embed_forward(w0), gpt_layer_forward(l, w[1+l]) for l = 0..L-1,
- *   gpt_head_forward(w0) -> loss, gpt_head_backward(w0, dw0),
- *   gpt_layer_backward(l, w, dw) for l = L-1..0, gpt_embed_backward(dw0). */
+ * Saved activations live in micro-batch slots: a slot holds everything one
+ * micro-batch's forward leaves for its backward, so a pipeline schedule can
+ * keep several micro-batches in flight. Scratch is shared by all slots.
+ *
+ * One micro-batch in slot s, on a rank holding layers [l0, l1):
+ *   first stage: gpt_embed_forward(s, w_embed, inputs)
+ *   other stages: the incoming activation is written to gpt_stage_input(s)
+ *   gpt_layer_forward(s, l, w) for l = l0..l1-1
+ *   last stage: gpt_head_forward(s, w_head, wte, targets) -> loss
+ *   other stages: gpt_stage_output(s) is the outgoing activation
+ * and backward:
+ *   last stage: gpt_head_backward(s, w_head, wte, dw_head, dwte)
+ *   other stages: the incoming gradient is written to gpt_stage_grad(m)
+ *   gpt_layer_backward(s, l, w, dw) for l = l1-1..l0
+ *   first stage: gpt_embed_backward(s, dw_embed)
+ *   other stages: gpt_stage_grad(m) is the outgoing gradient */
 #ifndef SHARDLAB_GPT_H
 #define SHARDLAB_GPT_H
 
 #include <stdint.h>
 
-#include "config.h"
 #include "counters.h"
 #include "dtype.h"
 #include "layout.h"
 #include "mem.h"
+
+enum recompute_mode { RECOMPUTE_NONE, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE };
 
 /* Tensors one layer saves for its backward (Korthikanti-style itemisation;
  * no dropout). All are stored in act_dtype. */
@@ -49,24 +63,34 @@ struct layer_view {
  *  full       a layer keeps only its input (the residual stream); the
  *             backward re-runs the layer's forward into a one-layer fp32
  *             buffer first. */
+/* What one micro-batch's forward saves (act_dtype unless noted). */
+struct gpt_slot {
+    void *resid;          /* (n+1) x (B,T,C): the residual stream entering each of the n layers, then the last output */
+    void *layer_acts;     /* n x the kept ACT_* tensors (none and selective) */
+    float *layer_stats;   /* n x STAT_NUM x (B,T), fp32 (none and selective) */
+    void *lnf;            /* last stage: (B,T,C) */
+    float *lnf_stats;     /* last stage: 2 x (B,T): mean, rstd */
+    float *logits;        /* last stage: (B,T,Vp) fp32; becomes dlogits in place */
+    float *losses;        /* last stage: (B,T) fp32 */
+    int32_t *inputs;      /* first stage: (B,T) token ids, for the embedding's backward */
+    int32_t *targets;     /* last stage: (B,T) */
+};
+
+enum { GPT_MAX_SLOTS = 64 };
+
 struct gpt {
     struct model_shape shape;
     const struct model_layout *lay;
     int B;
+    int n_layers;         /* this rank's layers: lay->rank.l1 - l0 */
     enum dtype act_dtype;
     enum recompute_mode recompute;
     struct flop_counter *flops;
+    int n_slots;
+    struct gpt_slot slot[GPT_MAX_SLOTS];
 
-    /* saved activations (act_dtype unless noted) */
-    void *resid;          /* (L+1) x (B,T,C): the residual stream entering each layer, then the last output */
-    void *layer_acts;     /* L x the kept ACT_* tensors (none and selective) */
-    float *layer_stats;   /* L (full: 1) x STAT_NUM x (B,T), fp32 */
+    float *full_stats;    /* full recompute: one layer's STAT_NUM x (B,T), fp32 */
     float *att_recompute; /* selective: one layer's probabilities, fp32 */
-    void *lnf;            /* (B,T,C) */
-    float *lnf_stats;     /* 2 x (B,T): mean, rstd */
-    float *logits;        /* (B,T,Vp) fp32; becomes dlogits in place */
-    float *losses;        /* (B,T) fp32 */
-    int32_t *inputs, *targets;
 
     /* fp32 working copies of one layer's tensors when act_dtype is bf16;
      * with full recompute, work_acts is the recompute buffer (always) */
@@ -80,28 +104,44 @@ struct gpt {
     float *att_scratch;   /* T per OpenMP thread */
 };
 
-/* GPT-2 random init of a full fp32 parameter buffer (model/init.c). */
-void gpt_init_weights(const struct model_layout *lay, float *w, float std, uint64_t seed);
+/* GPT-2 initial values of elements [lo, hi) of unit `unit` into dst
+ * (model/init.c): drawn by reference index, so they do not depend on the
+ * layout or the rank count. */
+void gpt_init_unit(const struct model_layout *lay, int unit, size_t lo, size_t hi, float *dst, float std,
+                   uint64_t seed);
 
 size_t gpt_layer_act_numel(const struct model_shape *s, int B, enum layer_act a);
 
-/* Allocates activations and scratch for micro-batch B through the tracker. */
-void gpt_init(struct gpt *m, const struct model_layout *lay, int B, enum dtype act_dtype,
-              enum recompute_mode recompute, struct mem_tracker *mem, struct flop_counter *flops);
+/* Allocates n_slots slots of activations and the scratch for micro-batch B
+ * in memory space `space` through the tracker. On an allocation failure
+ * the tracker records it (mem_failed) and the model must only be freed. */
+void gpt_init(struct gpt *m, const struct model_layout *lay, int B, int n_slots, enum dtype act_dtype,
+              enum recompute_mode recompute, struct mem_tracker *mem, enum mem_space space,
+              struct flop_counter *flops);
 void gpt_free(struct gpt *m, struct mem_tracker *mem);
 
-/* inputs, targets: (B,T) token ids, copied in. */
-void gpt_embed_forward(struct gpt *m, const float *w0, const int32_t *inputs);
-void gpt_layer_forward(struct gpt *m, int l, const float *w);
-/* Final LayerNorm, tied LM head, cross-entropy. Returns the mean loss over
- * B*T tokens. With dloss != 0 the logits become dlogits (scaled by dloss). */
-float gpt_head_forward(struct gpt *m, const float *w0, const int32_t *targets, float dloss);
-void gpt_head_backward(struct gpt *m, const float *w0, float *dw0);
-void gpt_layer_backward(struct gpt *m, int l, const float *w, float *dw);
-void gpt_embed_backward(struct gpt *m, float *dw0);
+/* inputs: (B,T) token ids, copied into the slot. */
+void gpt_embed_forward(struct gpt *m, int slot, const float *w_embed, const int32_t *inputs);
+/* The slot's incoming / outgoing activation: (B,T,C) in act_dtype. */
+void *gpt_stage_input(struct gpt *m, int slot);
+void *gpt_stage_output(struct gpt *m, int slot);
+void gpt_layer_forward(struct gpt *m, int slot, int l, const float *w);
+/* Final LayerNorm, tied LM head (wte: the embedding's or the head's copy),
+ * cross-entropy. Returns the mean loss over B*T tokens. With dloss != 0
+ * the logits become dlogits (scaled by dloss). */
+float gpt_head_forward(struct gpt *m, int slot, const float *w_head, const float *wte, const int32_t *targets,
+                       float dloss);
+/* dwte: where wte's gradient accumulates (the embedding's or the copy's). */
+void gpt_head_backward(struct gpt *m, int slot, const float *w_head, const float *wte, float *dw_head, float *dwte);
+/* The gradient of the residual stream, (B,T,C) fp32: the incoming gradient
+ * of a stage that is not the last, the outgoing one after its first layer's
+ * backward. */
+float *gpt_stage_grad(struct gpt *m);
+void gpt_layer_backward(struct gpt *m, int slot, int l, const float *w, float *dw);
+void gpt_embed_backward(struct gpt *m, int slot, float *dw_embed);
 
 /* After gpt_head_forward with dloss = 0: the logits (Vp floats, V valid) of
  * sequence b at position t, for sampling. */
-const float *gpt_logits_at(const struct gpt *m, int b, int t);
+const float *gpt_logits_at(const struct gpt *m, int slot, int b, int t);
 
 #endif

@@ -1,8 +1,27 @@
-/* Flat parameter units. Parameters live in one contiguous buffer cut into
- * units: unit 0 holds the embeddings and the head (wte, wpe, lnf), units
- * 1..L hold one transformer layer each. A tensor is a (unit, offset, shape)
- * view; tensors are named by enum, never by a magic index. Sharding,
- * checkpoints, the optimizer and the shard map all walk this one table. */
+/* A rank's model: which parameters this rank holds, as flat units.
+ *
+ * A rank is described by its pipeline stage's layer range [l0, l1), its
+ * tensor-parallel index and degree, and whether it holds the embedding
+ * and/or the head (struct rank_desc). Its parameters are one flat buffer
+ * cut into units, in this order:
+ *
+ *   embedding  wte, wpe                       (first stage)
+ *   head       lnfw, lnfb [, wte copy]        (last stage)
+ *   layer l    ln1w ... fcprojb, l0 <= l < l1 (llm.c's order)
+ *
+ * The LM head is tied to the token embedding: when both sit on one rank the
+ * head reads the embedding unit's wte; when they sit on different stages
+ * the head unit keeps its own copy of wte, and the two copies' gradients
+ * are summed across the first and last stage (as Megatron-LM does).
+ *
+ * Every tensor's entry carries its tensor-parallel split rule (Shoeybi et
+ * al. 2019): column-parallel layers split their output features, row-
+ * parallel layers their input features, the embedding its vocabulary rows;
+ * the rest is replicated. With tp = 1 and one stage the rank holds the
+ * whole model, and its flat order is the model's reference numbering
+ * (embedding, head, layers), which init and stochastic rounding index by,
+ * so values never depend on the layout. A tensor is a (unit, offset, shape)
+ * view named by enum; no code names a unit by number. Counts are size_t. */
 #ifndef SHARDLAB_LAYOUT_H
 #define SHARDLAB_LAYOUT_H
 
@@ -18,10 +37,22 @@ struct model_shape {
     int Vp;  /* vocabulary padded to a multiple of 128 (llm.c) */
 };
 
-/* Tensors of unit 0, in llm.c's file order within the unit. */
-enum embed_tensor { EMB_WTE, EMB_WPE, EMB_LNF_W, EMB_LNF_B, EMB_NUM_TENSORS };
+/* What one rank holds. */
+struct rank_desc {
+    int l0, l1;          /* layers [l0, l1) of this pipeline stage */
+    int tp_rank, tp;     /* tensor-parallel index and degree */
+    bool has_embed;      /* first stage */
+    bool has_head;       /* last stage */
+};
 
-/* Tensors of one transformer layer, in llm.c's order. */
+/* The whole model on one rank: every layer, tp = 1, embedding and head. */
+struct rank_desc rank_desc_whole(const struct model_shape *s);
+
+enum unit_kind { UNIT_EMBED, UNIT_HEAD, UNIT_LAYER };
+
+enum embed_tensor { EMB_WTE, EMB_WPE, EMB_NUM_TENSORS };
+/* HEAD_WTE exists only when the embedding is on another rank. */
+enum head_tensor { HEAD_LNF_W, HEAD_LNF_B, HEAD_WTE, HEAD_NUM_TENSORS };
 enum layer_tensor {
     LAYER_LN1_W, LAYER_LN1_B,
     LAYER_QKV_W, LAYER_QKV_B,
@@ -32,38 +63,77 @@ enum layer_tensor {
     LAYER_NUM_TENSORS
 };
 
-enum { EMBED_UNIT = 0 };
+/* Tensor-parallel split rules. Column: the output features (rows of a
+ * weight, the elements of its bias) are split, by heads for QKV. Row: the
+ * input features (columns of a weight) are split; its bias is replicated
+ * and added once, after the reduction. Vocab: rows of the (tied) embedding. */
+enum tp_split { SPLIT_REPLICATED, SPLIT_COLUMN, SPLIT_ROW, SPLIT_VOCAB };
+
+const char *tp_split_name(enum tp_split s);
+
+struct unit_info {
+    enum unit_kind kind;
+    int layer;        /* UNIT_LAYER: the model's layer index; else -1 */
+    size_t offset;    /* first element in the rank's flat buffer */
+    size_t size;      /* elements */
+};
 
 struct tensor_info {
-    const char *name;   /* llm.c's name: wte, qkvw, ... */
-    int unit;           /* 0 or 1 + layer */
-    int layer;          /* -1 for unit 0 tensors */
-    size_t offset;      /* element offset in the flat parameter buffer */
-    size_t numel;
-    int rows, cols;     /* 2-D shape (rows = 1 for vectors) */
+    const char *name;     /* llm.c's name: wte, qkvw, ... */
+    int unit;             /* index into the rank's units */
+    enum unit_kind kind;
+    int id;               /* the enum embed_tensor / head_tensor / layer_tensor value */
+    int layer;            /* -1 for embedding and head tensors */
+    size_t offset;        /* element offset in the rank's flat buffer */
+    size_t numel;         /* this rank's elements */
+    int rows, cols;       /* this rank's 2-D shape (rows = 1 for vectors) */
+    int full_rows, full_cols;
+    enum tp_split split;
+    size_t ref_offset;    /* offset of the whole tensor in the reference numbering */
 };
 
 struct model_layout {
     struct model_shape shape;
-    size_t embed_offset[EMB_NUM_TENSORS], embed_size;  /* within unit 0 */
-    size_t layer_offset[LAYER_NUM_TENSORS], layer_size; /* within one layer unit */
-    int n_units;    /* L + 1 */
-    size_t total;   /* parameters (Psi), padding rows of wte included */
+    struct rank_desc rank;
+    bool head_wte_copy;   /* the head holds its own wte (embedding on another rank) */
+    /* element offsets of each tensor within its unit, and unit sizes */
+    size_t embed_offset[EMB_NUM_TENSORS], embed_size;
+    size_t head_offset[HEAD_NUM_TENSORS], head_size;
+    size_t layer_offset[LAYER_NUM_TENSORS], layer_size;
+    int n_units;          /* embedding? + head? + (l1 - l0) */
+    size_t total;         /* this rank's parameters, padding rows of wte included */
+    size_t ref_total;     /* the whole model's (the reference numbering) */
 };
 
 int padded_vocab(int V);
-void layout_init(struct model_layout *lay, struct model_shape shape);
+/* Fails (-1) when the description does not fit the shape: a layer range
+ * outside [0, L), tp not dividing heads or vocabulary rows. */
+int layout_init(struct model_layout *lay, struct model_shape shape, struct rank_desc rank);
+/* The whole model (tp = 1, one stage): cannot fail. */
+void layout_init_whole(struct model_layout *lay, struct model_shape shape);
 
+struct unit_info layout_unit(const struct model_layout *lay, int unit);
 size_t layout_unit_offset(const struct model_layout *lay, int unit);
 size_t layout_unit_size(const struct model_layout *lay, int unit);
+/* Unit indices by role; -1 when this rank does not hold it. */
+int layout_embed_unit(const struct model_layout *lay);
+int layout_head_unit(const struct model_layout *lay);
+int layout_layer_unit(const struct model_layout *lay, int layer);
 
-/* All tensors: unit 0's first, then layer by layer. */
+/* This rank's tensors in flat order: the embedding's, the head's, then
+ * layer by layer. */
 int layout_num_tensors(const struct model_layout *lay);
 struct tensor_info layout_tensor(const struct model_layout *lay, int index);
 struct tensor_info layout_embed_tensor(const struct model_layout *lay, enum embed_tensor t);
+struct tensor_info layout_head_tensor(const struct model_layout *lay, enum head_tensor t);
 struct tensor_info layout_layer_tensor(const struct model_layout *lay, int layer, enum layer_tensor t);
+/* Index of this rank's element i of tensor t (0 <= i < t->numel) in the
+ * whole model's reference numbering (tp = 1, Vp = padded_vocab(V)). Rows
+ * of wte past that Vp (the extra vocabulary padding of tp > 1) map past
+ * ref_total: they are padding, zero and never trained. */
+size_t layout_ref_index(const struct model_layout *lay, const struct tensor_info *t, size_t i);
 
 /* 2-D weights (matrices) get weight decay by default; vectors do not. */
-static inline bool tensor_is_matrix(const struct tensor_info *t) { return t->rows > 1 && t->cols > 1; }
+static inline bool tensor_is_matrix(const struct tensor_info *t) { return t->full_rows > 1 && t->full_cols > 1; }
 
 #endif

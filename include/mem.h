@@ -1,10 +1,22 @@
-/* The tagged allocator: every long-lived buffer is allocated under a category
- * and a name, so the memory table can print measured bytes beside theory
- * bytes, line by line. One tracker per rank lives in the run context. */
+/* The tagged allocator: every long-lived buffer is allocated in a memory
+ * space, under a category and a name, so the memory table can print
+ * measured bytes beside theory bytes, line by line. One tracker per rank
+ * lives in the run context. Header-only: it sits below every module that
+ * allocates (model, optimizer, parallel, trainer).
+ *
+ * A failed allocation does not exit: mem_alloc returns NULL and the tracker
+ * keeps the first failure (buffer, bytes, category). The caller finishes
+ * its set of allocations, then asks mem_failed() and reports, so every rank
+ * can agree on the failure and exit together instead of one rank dying
+ * inside a collective. */
 #ifndef SHARDLAB_MEM_H
 #define SHARDLAB_MEM_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 enum mem_category {
     MEM_PARAMS,       /* working weights in param_dtype */
@@ -17,11 +29,21 @@ enum mem_category {
     MEM_NUM_CATEGORIES
 };
 
-enum { MEM_MAX_RECORDS = 96, MEM_NAME_LEN = 48 };
+/* Where a buffer lives. The CPU build has host memory only; a device build
+ * supplies the device space's allocate/free (struct mem_space_ops). */
+enum mem_space { MEM_HOST, MEM_DEVICE, MEM_NUM_SPACES };
+
+struct mem_space_ops {
+    void *(*alloc)(size_t bytes);  /* zero-filled, 64-byte aligned; NULL on failure */
+    void (*free)(void *ptr);
+};
+
+enum { MEM_MAX_RECORDS = 160, MEM_NAME_LEN = 48, MEM_ALIGN = 64 };
 
 struct mem_record {
     char name[MEM_NAME_LEN];
     enum mem_category category;
+    enum mem_space space;
     size_t bytes;
     void *ptr;
 };
@@ -32,15 +54,93 @@ struct mem_tracker {
     size_t live_total, peak_total;
     int n_records;
     struct mem_record records[MEM_MAX_RECORDS];
+    struct mem_space_ops device;   /* unset in the CPU build: MEM_DEVICE is an error */
+    bool failed;                   /* the first failure, kept for the message */
+    struct mem_record failure;
+    const char *failure_why;
 };
 
-const char *mem_category_name(enum mem_category c);
+static inline const char *mem_category_name(enum mem_category c) {
+    static const char *const names[MEM_NUM_CATEGORIES] = {
+        [MEM_PARAMS] = "params",           [MEM_MASTER] = "master",
+        [MEM_GRADS] = "grads",             [MEM_OPTIMIZER] = "optimizer",
+        [MEM_ACTIVATIONS] = "activations", [MEM_SCRATCH] = "scratch",
+        [MEM_COMM] = "comm",
+    };
+    return names[c];
+}
 
-/* 64-byte aligned, zero-filled. Exits with a message if memory runs out or
- * the record table is full: a trainer cannot go on without its buffers. */
-void *mem_alloc(struct mem_tracker *t, enum mem_category c, const char *name, size_t bytes);
-void mem_free(struct mem_tracker *t, void *ptr);
+static inline void *mem_host_alloc(size_t bytes) {
+    size_t rounded = (bytes + MEM_ALIGN - 1) / MEM_ALIGN * MEM_ALIGN;
+    if (rounded < bytes) return NULL; /* the rounding overflowed */
+    void *p = aligned_alloc(MEM_ALIGN, rounded ? rounded : MEM_ALIGN);
+    if (p) memset(p, 0, rounded ? rounded : MEM_ALIGN);
+    return p;
+}
+
+static inline void mem_fail(struct mem_tracker *t, enum mem_space s, enum mem_category c, const char *name,
+                            size_t bytes, const char *why) {
+    if (t->failed) return;
+    t->failed = true;
+    t->failure = (struct mem_record){.category = c, .space = s, .bytes = bytes};
+    snprintf(t->failure.name, sizeof t->failure.name, "%s", name);
+    t->failure_why = why;
+}
+
+/* Zero-filled, 64-byte aligned; NULL (and a recorded failure) when the
+ * space cannot give the bytes or the record table is full. */
+static inline void *mem_alloc(struct mem_tracker *t, enum mem_space s, enum mem_category c, const char *name,
+                              size_t bytes) {
+    if (t->n_records == MEM_MAX_RECORDS) {
+        mem_fail(t, s, c, name, bytes, "too many tracked buffers (raise MEM_MAX_RECORDS)");
+        return NULL;
+    }
+    void *p = NULL;
+    if (s == MEM_HOST) p = mem_host_alloc(bytes);
+    else if (t->device.alloc) p = t->device.alloc(bytes);
+    if (!p) {
+        mem_fail(t, s, c, name, bytes, s == MEM_HOST || t->device.alloc ? "out of memory" : "no device in this build");
+        return NULL;
+    }
+    struct mem_record *r = &t->records[t->n_records++];
+    *r = (struct mem_record){.category = c, .space = s, .bytes = bytes, .ptr = p};
+    snprintf(r->name, sizeof r->name, "%s", name);
+    t->live[c] += bytes;
+    t->live_total += bytes;
+    if (t->live[c] > t->peak[c]) t->peak[c] = t->live[c];
+    if (t->live_total > t->peak_total) t->peak_total = t->live_total;
+    return p;
+}
+
+static inline bool mem_failed(const struct mem_tracker *t) { return t->failed; }
+
+/* "out of memory allocating 'params' (123 bytes, params, host)" */
+static inline void mem_failure_message(const struct mem_tracker *t, char *buf, size_t len) {
+    const struct mem_record *f = &t->failure;
+    snprintf(buf, len, "%s allocating '%s' (%zu bytes, %s, %s memory)", t->failure_why, f->name, f->bytes,
+             mem_category_name(f->category), f->space == MEM_HOST ? "host" : "device");
+}
+
+static inline void mem_free(struct mem_tracker *t, void *ptr) {
+    if (!ptr) return;
+    for (int i = 0; i < t->n_records; i++) {
+        struct mem_record *r = &t->records[i];
+        if (r->ptr != ptr) continue;
+        t->live[r->category] -= r->bytes;
+        t->live_total -= r->bytes;
+        if (r->space == MEM_HOST) free(ptr);
+        else t->device.free(ptr);
+        memmove(r, r + 1, (size_t)(t->n_records - i - 1) * sizeof *r);
+        t->n_records--;
+        return;
+    }
+    fprintf(stderr, "error: mem_free of an untracked pointer\n");
+    abort();
+}
+
 /* Frees every buffer still recorded (end of run). */
-void mem_free_all(struct mem_tracker *t);
+static inline void mem_free_all(struct mem_tracker *t) {
+    while (t->n_records > 0) mem_free(t, t->records[t->n_records - 1].ptr);
+}
 
 #endif

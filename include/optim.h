@@ -10,9 +10,31 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "config.h"
 #include "counters.h"
 #include "dtype.h"
+
+enum optimizer_kind { OPTIM_ADAMW, OPTIM_ADAMW8BIT, OPTIM_SGD };
+enum decay_targets { DECAY_MATRICES, DECAY_ALL };
+enum lr_schedule { LR_COSINE, LR_CONSTANT };
+
+/* Learning-rate schedule: linear warmup to lr, then constant or cosine
+ * decay to lr * min_lr_frac at the last of `steps` steps. */
+struct lr_options {
+    float lr, min_lr_frac;
+    int warmup_steps, steps;
+    enum lr_schedule schedule;
+};
+
+/* Everything the update rules need from a run's configuration. */
+struct optim_options {
+    enum optimizer_kind kind;
+    struct lr_options lr;
+    float beta1, beta2, eps, weight_decay, grad_clip;
+    enum decay_targets decay_targets;
+    float momentum;       /* sgd */
+    bool nesterov;        /* sgd */
+    int min_8bit_size;    /* adamw8bit: smaller tensors keep fp32 states */
+};
 
 struct adamw_hparams {
     float lr, beta1, beta2, eps;
@@ -37,12 +59,8 @@ struct param_writeback {
 void adamw_update(const struct adamw_hparams *h, size_t n, float *w, float *m, float *v, const void *grad,
                   enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
 
-/* Learning rate for 0-based step: linear warmup to lr, then constant or
- * cosine decay to lr * min_lr_frac at the last step. */
-float lr_at(const struct config *c, int step);
-
-/* Sum of squares of a gradient range, accumulated in double. */
-double grad_sum_squares(const void *grad, enum dtype grad_dtype, size_t n);
+/* Learning rate for 0-based step. */
+float lr_at(const struct lr_options *o, int step);
 
 /* Factor that brings the global norm down to max_norm (1 when max_norm is 0
  * or the norm is already within it). */

@@ -12,12 +12,20 @@
 struct rank_stats {
     double live[MEM_NUM_CATEGORIES], peak[MEM_NUM_CATEGORIES];
     double tracked_peak, rss;
+    double startup_tracked_peak, startup_rss; /* at the end of trainer_open: init or load done */
     double comm_bytes[COLL_NUM_KINDS], comm_calls[COLL_NUM_KINDS], comm_seconds;
 };
 
 enum { RANK_STATS_DOUBLES = sizeof(struct rank_stats) / sizeof(double) };
 
 void rank_stats_collect(const struct trainer *tr, struct rank_stats *out);
+
+/* What the libraries (MPI, OpenBLAS, OpenMP, libc, code, the data loader's
+ * token buffer) may add to a rank's peak RSS beyond the tracked buffers:
+ * measured on the tiny config (bench/RESULTS.md), with headroom. A rank's
+ * peak RSS, at start-up and over the run, stays within tracked peak + this
+ * (the tracked peak includes the one-unit staging of init and saves). */
+enum { RSS_LIBRARY_ALLOWANCE = 64 << 20 };
 
 void report_buffers(FILE *out, const struct trainer *tr);
 /* json: memory records, one per rank and category, when not NULL. */

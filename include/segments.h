@@ -10,8 +10,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "config.h"
 #include "layout.h"
+#include "optim.h"
 #include "shard.h"
 
 enum { OPT8_BLOCK = 256 }; /* elements per 8-bit block (bitsandbytes >= 0.44) */
@@ -19,7 +19,8 @@ enum { OPT8_BLOCK = 256 }; /* elements per 8-bit block (bitsandbytes >= 0.44) */
 struct opt_segment {
     int unit;
     size_t lo, hi;        /* unit-local element range */
-    size_t global;        /* layout offset of element lo */
+    size_t global;        /* reference index of element lo (stochastic-rounding noise; tp = 1: contiguous) */
+    size_t state_at;      /* element lo in the master weights and fp32 optimizer states (full or shard) */
     bool decay;           /* weight decay applies (matrices, unless decay_targets = all) */
     bool quantized;       /* adamw8bit, tensor of >= min_8bit_size elements */
     size_t q_offset;      /* quantized: first code in the uint8 state arrays */
@@ -33,8 +34,9 @@ struct opt_segments {
     size_t n_q, n_blocks, n_f32; /* adamw8bit state sizes */
 };
 
+/* Returns -1 (no segments) when the table cannot be allocated. */
 int opt_segments_build(struct opt_segments *s, const struct model_layout *lay, const struct shard_layout *sh,
-                       int stage, const struct config *c);
+                       int stage, const struct optim_options *o);
 void opt_segments_free(struct opt_segments *s);
 
 #endif

@@ -24,6 +24,7 @@ size_t shard_unit_padded(const struct shard_layout *s, int unit);  /* unit size 
 size_t shard_unit_chunk(const struct shard_layout *s, int unit);   /* padded / N: one rank's slice */
 size_t shard_padded_offset(const struct shard_layout *s, int unit); /* unit start in a full buffer */
 size_t shard_offset(const struct shard_layout *s, int unit);        /* this rank's slice in a shard buffer */
+size_t shard_max_unit_padded(const struct shard_layout *s);         /* the largest padded unit */
 
 /* The part of unit `unit` that `rank` owns, in unit-local element indices,
  * clipped to the real (unpadded) unit: [*lo, *hi), possibly empty. */

@@ -21,6 +21,7 @@ struct trainer {
     struct mem_tracker mem;
     struct flop_counter flops;
     struct engine engine;
+    bool engine_open;           /* engine_init ran (its buffers to free) */
     struct data_loader train, val;
     bool has_val;
     int32_t *inputs, *targets;  /* one micro-batch */
@@ -29,10 +30,15 @@ struct trainer {
     double train_seconds;       /* wall time inside steps */
     double last_val_loss;
     double peak_flops;          /* FLOP/s for MFU; 0 = unknown */
+    double startup_tracked_peak, startup_rss; /* bytes, at the end of trainer_open */
     double model_flops_per_step; /* theory, per rank: fixed by the config, so computed once */
     int stop_after;             /* > 0: trainer_run stops (and writes save_state) once step reaches it,
                                  * before steps; the LR schedule still follows steps. 0: off */
 };
+
+/* The model's shape and the engine's options, from a configuration. */
+struct model_shape trainer_model_shape(const struct config *c);
+struct engine_options trainer_engine_options(const struct config *c);
 
 /* Builds everything (data, model, init/load/resume). Collective over the
  * grid: when any rank fails, every rank returns -1 (the failing rank with
@@ -48,6 +54,9 @@ float trainer_validate(struct trainer *tr);
 /* Resume states (train/state.c). */
 int trainer_save_state(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]);
 int trainer_load_state(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]);
+
+/* This process's peak resident set so far (getrusage), bytes. */
+double peak_rss_bytes(void);
 
 /* Every rank's rc agreed over the grid: a failure anywhere fails every
  * rank (those that did not fail get a message saying so). */

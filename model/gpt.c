@@ -1,4 +1,5 @@
-/* GPT-2 forward and backward, unit by unit, over saved activations.
+/* GPT-2 forward and backward, unit by unit, over saved activations held
+ * per micro-batch slot.
  *
  * Mixed precision of activations: every kernel computes in fp32. With
  * act_dtype = bf16 a layer computes into fp32 working buffers, each saved
@@ -9,8 +10,9 @@
 #include "gpt.h"
 
 #include <omp.h>
-#include <string.h>
+#include <stddef.h>
 
+#include "bufops.h"
 #include "layers.h"
 
 static size_t btc(const struct gpt *m) { return (size_t)m->B * m->shape.T * m->shape.C; }
@@ -43,116 +45,129 @@ static size_t layer_act_total(const struct gpt *m) { return act_offset(m, ACT_NU
 
 static bool acts_bf16(const struct gpt *m) { return m->act_dtype == DTYPE_BF16; }
 
-static void widen(float *dst, const bf16 *src, size_t n) {
-#pragma omp parallel for
-    for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(src[i]);
-}
+static void widen(float *dst, const bf16 *src, size_t n) { buf_widen(dst, src, n); }
 
 /* Values were already rounded in place, so this conversion is exact. */
-static void pack(bf16 *dst, const float *src, size_t n) {
-#pragma omp parallel for
-    for (size_t i = 0; i < n; i++) dst[i] = f32_to_bf16(src[i]);
-}
+static void pack(bf16 *dst, const float *src, size_t n) { buf_narrow(dst, src, n); }
 
 /* Rounds a just-computed saved tensor to what act_dtype can hold. */
 static void round_saved(const struct gpt *m, float *p, size_t n) {
-    if (!acts_bf16(m)) return;
-#pragma omp parallel for
-    for (size_t i = 0; i < n; i++) p[i] = round_to_bf16(p[i]);
+    if (acts_bf16(m)) buf_round_bf16(p, n);
 }
 
-/* fp32 view of residual-stream slot i; `work` serves when stored as bf16. */
-static float *resid_view(struct gpt *m, int i, float *work, bool load) {
-    size_t off = (size_t)i * btc(m);
-    if (!acts_bf16(m)) return (float *)m->resid + off;
-    if (load) widen(work, (const bf16 *)m->resid + off, btc(m));
+/* The residual stream entering local layer i of slot s (i = n_layers: the
+ * stage's output), in act_dtype. */
+static void *resid_at(struct gpt *m, int s, int i) {
+    return (char *)m->slot[s].resid + (size_t)i * btc(m) * dtype_size(m->act_dtype);
+}
+
+/* fp32 view of residual-stream entry i; `work` serves when stored as bf16. */
+static float *resid_view(struct gpt *m, int s, int i, float *work, bool load) {
+    if (!acts_bf16(m)) return resid_at(m, s, i);
+    if (load) widen(work, resid_at(m, s, i), btc(m));
     return work;
 }
 
-static void resid_commit(struct gpt *m, int i, const float *work) {
-    if (acts_bf16(m)) pack((bf16 *)m->resid + (size_t)i * btc(m), work, btc(m));
+static void resid_commit(struct gpt *m, int s, int i, const float *work) {
+    if (acts_bf16(m)) pack(resid_at(m, s, i), work, btc(m));
 }
 
-/* fp32 pointers to layer l's saved tensors. Full recompute: the one-layer
- * buffer (filled by the recompute). bf16: the working copy, widened from
- * the store when `load`. fp32: the store itself. */
-static struct layer_view layer_view(struct gpt *m, int l, bool load) {
+/* fp32 pointers to local layer i's saved tensors in slot s. Full
+ * recompute: the one-layer buffer (filled by the recompute). bf16: the
+ * working copy, widened from the store when `load`. fp32: the store. */
+static struct layer_view layer_view(struct gpt *m, int s, int i, bool load) {
     struct layer_view v;
     bool full = m->recompute == RECOMPUTE_FULL, work = full || acts_bf16(m);
-    size_t base = (size_t)l * layer_act_total(m);
+    size_t base = (size_t)i * layer_act_total(m);
     for (int a = 0; a < ACT_NUM; a++) {
         size_t off = act_offset(m, (enum layer_act)a);
         if (!in_block(m, (enum layer_act)a)) v.act[a] = m->att_recompute;
-        else v.act[a] = work ? m->work_acts + off : (float *)m->layer_acts + base + off;
+        else v.act[a] = work ? m->work_acts + off : (float *)m->slot[s].layer_acts + base + off;
     }
     if (!full && acts_bf16(m) && load)
-        widen(m->work_acts, (const bf16 *)m->layer_acts + base, layer_act_total(m));
-    int slot = full ? 0 : l;
-    for (int s = 0; s < STAT_NUM; s++) v.stat[s] = m->layer_stats + ((size_t)slot * STAT_NUM + s) * bt(m);
+        widen(m->work_acts, (const bf16 *)m->slot[s].layer_acts + base, layer_act_total(m));
+    float *stats = full ? m->full_stats : m->slot[s].layer_stats + (size_t)i * STAT_NUM * bt(m);
+    for (int k = 0; k < STAT_NUM; k++) v.stat[k] = stats + (size_t)k * bt(m);
     return v;
 }
 
-static void layer_commit(struct gpt *m, int l) {
+static void layer_commit(struct gpt *m, int s, int i) {
     if (m->recompute != RECOMPUTE_FULL && acts_bf16(m))
-        pack((bf16 *)m->layer_acts + (size_t)l * layer_act_total(m), m->work_acts, layer_act_total(m));
+        pack((bf16 *)m->slot[s].layer_acts + (size_t)i * layer_act_total(m), m->work_acts, layer_act_total(m));
 }
 
-static float *lnf_view(struct gpt *m, bool load) {
-    if (!acts_bf16(m)) return (float *)m->lnf;
-    if (load) widen(m->work_lnf, (const bf16 *)m->lnf, btc(m));
+static float *lnf_view(struct gpt *m, int s, bool load) {
+    if (!acts_bf16(m)) return (float *)m->slot[s].lnf;
+    if (load) widen(m->work_lnf, m->slot[s].lnf, btc(m));
     return m->work_lnf;
 }
 
-void gpt_init(struct gpt *m, const struct model_layout *lay, int B, enum dtype act_dtype,
-              enum recompute_mode recompute, struct mem_tracker *mem, struct flop_counter *flops) {
-    memset(m, 0, sizeof *m);
-    m->lay = lay;
-    m->shape = lay->shape;
-    m->B = B;
-    m->act_dtype = act_dtype;
-    m->recompute = recompute;
-    m->flops = flops;
-    size_t e = dtype_size(act_dtype), n = btc(m), L = (size_t)m->shape.L;
+/* One tracked buffer holds a kind of saved tensor for every slot; each
+ * slot points at its part. */
+static void *per_slot(struct gpt *m, struct mem_tracker *mem, enum mem_space space, enum mem_category c,
+                      const char *name, size_t bytes, size_t slot_member) {
+    char *p = mem_alloc(mem, space, c, name, bytes * (size_t)m->n_slots);
+    for (int s = 0; s < m->n_slots; s++) {
+        void **member = (void **)((char *)&m->slot[s] + slot_member);
+        *member = p ? p + (size_t)s * bytes : NULL;
+    }
+    return p;
+}
+
+#define SLOT_MEMBER(f) offsetof(struct gpt_slot, f)
+
+void gpt_init(struct gpt *m, const struct model_layout *lay, int B, int n_slots, enum dtype act_dtype,
+              enum recompute_mode recompute, struct mem_tracker *mem, enum mem_space space,
+              struct flop_counter *flops) {
+    *m = (struct gpt){.lay = lay, .shape = lay->shape, .B = B, .n_layers = lay->rank.l1 - lay->rank.l0,
+                      .act_dtype = act_dtype, .recompute = recompute, .flops = flops, .n_slots = n_slots};
+    size_t e = dtype_size(act_dtype), n = btc(m), L = (size_t)m->n_layers;
     bool full = recompute == RECOMPUTE_FULL;
-    m->resid = mem_alloc(mem, MEM_ACTIVATIONS, "residual stream", (L + 1) * n * e);
+    enum mem_category A = MEM_ACTIVATIONS;
+    per_slot(m, mem, space, A, "residual stream", (L + 1) * n * e, SLOT_MEMBER(resid));
     if (full) {
-        m->work_acts = mem_alloc(mem, MEM_ACTIVATIONS, "recompute buffer (one layer, fp32)", layer_act_total(m) * 4);
-        m->layer_stats = mem_alloc(mem, MEM_ACTIVATIONS, "layernorm stats (one layer, fp32)", STAT_NUM * bt(m) * 4);
+        m->work_acts = mem_alloc(mem, space, A, "recompute buffer (one layer, fp32)", layer_act_total(m) * 4);
+        m->full_stats = mem_alloc(mem, space, A, "layernorm stats (one layer, fp32)", STAT_NUM * bt(m) * 4);
     } else {
-        m->layer_acts = mem_alloc(mem, MEM_ACTIVATIONS, "layer tensors", L * layer_act_total(m) * e);
-        m->layer_stats = mem_alloc(mem, MEM_ACTIVATIONS, "layernorm stats (fp32)", L * STAT_NUM * bt(m) * 4);
+        per_slot(m, mem, space, A, "layer tensors", L * layer_act_total(m) * e, SLOT_MEMBER(layer_acts));
+        per_slot(m, mem, space, A, "layernorm stats (fp32)", L * STAT_NUM * bt(m) * 4, SLOT_MEMBER(layer_stats));
         if (acts_bf16(m))
-            m->work_acts = mem_alloc(mem, MEM_SCRATCH, "one layer's tensors (fp32)", layer_act_total(m) * 4);
+            m->work_acts = mem_alloc(mem, space, MEM_SCRATCH, "one layer's tensors (fp32)", layer_act_total(m) * 4);
     }
     if (recompute == RECOMPUTE_SELECTIVE)
-        m->att_recompute = mem_alloc(mem, MEM_ACTIVATIONS, "attention probabilities (one layer, fp32)",
+        m->att_recompute = mem_alloc(mem, space, A, "attention probabilities (one layer, fp32)",
                                      gpt_layer_act_numel(&m->shape, B, ACT_ATT) * 4);
-    m->lnf = mem_alloc(mem, MEM_ACTIVATIONS, "final layernorm out", n * e);
-    m->lnf_stats = mem_alloc(mem, MEM_ACTIVATIONS, "final layernorm stats (fp32)", 2 * bt(m) * 4);
-    m->logits = mem_alloc(mem, MEM_ACTIVATIONS, "logits (fp32)", bt(m) * (size_t)m->shape.Vp * 4);
-    m->losses = mem_alloc(mem, MEM_ACTIVATIONS, "losses (fp32)", bt(m) * 4);
-    m->inputs = mem_alloc(mem, MEM_ACTIVATIONS, "token ids", bt(m) * sizeof(int32_t));
-    m->targets = mem_alloc(mem, MEM_ACTIVATIONS, "target ids", bt(m) * sizeof(int32_t));
-    if (acts_bf16(m)) {
-        m->work_resid_in = mem_alloc(mem, MEM_SCRATCH, "residual in (fp32)", n * 4);
-        m->work_resid_out = mem_alloc(mem, MEM_SCRATCH, "residual out (fp32)", n * 4);
-        m->work_lnf = mem_alloc(mem, MEM_SCRATCH, "final layernorm out (fp32)", n * 4);
+    if (lay->rank.has_head) {
+        per_slot(m, mem, space, A, "final layernorm out", n * e, SLOT_MEMBER(lnf));
+        per_slot(m, mem, space, A, "final layernorm stats (fp32)", 2 * bt(m) * 4, SLOT_MEMBER(lnf_stats));
+        per_slot(m, mem, space, A, "logits (fp32)", bt(m) * (size_t)m->shape.Vp * 4, SLOT_MEMBER(logits));
+        per_slot(m, mem, space, A, "losses (fp32)", bt(m) * 4, SLOT_MEMBER(losses));
     }
-    m->dresid = mem_alloc(mem, MEM_SCRATCH, "d residual (fp32)", n * 4);
-    m->dbig = mem_alloc(mem, MEM_SCRATCH, "d fc (fp32)", 4 * n * 4);
-    m->dqkv = mem_alloc(mem, MEM_SCRATCH, "d qkv (fp32)", 3 * n * 4);
-    m->dmid = mem_alloc(mem, MEM_SCRATCH, "d layer temp (fp32)", n * 4);
-    m->att_scratch =
-        mem_alloc(mem, MEM_SCRATCH, "attention rows (fp32)", (size_t)m->shape.T * (size_t)omp_get_max_threads() * 4);
+    if (lay->rank.has_embed) per_slot(m, mem, space, A, "token ids", bt(m) * sizeof(int32_t), SLOT_MEMBER(inputs));
+    if (lay->rank.has_head) per_slot(m, mem, space, A, "target ids", bt(m) * sizeof(int32_t), SLOT_MEMBER(targets));
+    if (acts_bf16(m)) {
+        m->work_resid_in = mem_alloc(mem, space, MEM_SCRATCH, "residual in (fp32)", n * 4);
+        m->work_resid_out = mem_alloc(mem, space, MEM_SCRATCH, "residual out (fp32)", n * 4);
+        if (lay->rank.has_head)
+            m->work_lnf = mem_alloc(mem, space, MEM_SCRATCH, "final layernorm out (fp32)", n * 4);
+    }
+    m->dresid = mem_alloc(mem, space, MEM_SCRATCH, "d residual (fp32)", n * 4);
+    m->dbig = mem_alloc(mem, space, MEM_SCRATCH, "d fc (fp32)", 4 * n * 4);
+    m->dqkv = mem_alloc(mem, space, MEM_SCRATCH, "d qkv (fp32)", 3 * n * 4);
+    m->dmid = mem_alloc(mem, space, MEM_SCRATCH, "d layer temp (fp32)", n * 4);
+    m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention rows (fp32)",
+                               (size_t)m->shape.T * (size_t)omp_get_max_threads() * 4);
 }
 
 void gpt_free(struct gpt *m, struct mem_tracker *mem) {
-    void *bufs[] = {m->resid,   m->layer_acts,    m->layer_stats,    m->att_recompute, m->lnf,
-                    m->lnf_stats, m->logits,      m->losses,         m->inputs,        m->targets,
-                    m->work_acts, m->work_resid_in, m->work_resid_out, m->work_lnf,    m->dresid,
-                    m->dbig,      m->dqkv,        m->dmid,           m->att_scratch};
+    /* slot 0's pointers are the starts of the per-slot buffers */
+    struct gpt_slot *s = &m->slot[0];
+    void *bufs[] = {s->resid,       s->layer_acts,   s->layer_stats,   s->lnf,      s->lnf_stats,
+                    s->logits,      s->losses,       s->inputs,        s->targets,  m->full_stats,
+                    m->att_recompute, m->work_acts,  m->work_resid_in, m->work_resid_out, m->work_lnf,
+                    m->dresid,      m->dbig,         m->dqkv,          m->dmid,     m->att_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(mem, bufs[i]);
-    memset(m, 0, sizeof *m);
+    *m = (struct gpt){0};
 }
 
 static const float *wt(const struct gpt *m, const float *w, enum layer_tensor t) {
@@ -161,18 +176,27 @@ static const float *wt(const struct gpt *m, const float *w, enum layer_tensor t)
 
 static float *dwt(const struct gpt *m, float *dw, enum layer_tensor t) { return dw + m->lay->layer_offset[t]; }
 
-static const float *ew(const struct gpt *m, const float *w0, enum embed_tensor t) {
-    return w0 + m->lay->embed_offset[t];
+static const float *ew(const struct gpt *m, const float *w_embed, enum embed_tensor t) {
+    return w_embed + m->lay->embed_offset[t];
 }
 
-void gpt_embed_forward(struct gpt *m, const float *w0, const int32_t *inputs) {
-    memcpy(m->inputs, inputs, bt(m) * sizeof *inputs);
-    float *out = resid_view(m, 0, m->work_resid_out, false);
-    encoder_forward(out, m->inputs, ew(m, w0, EMB_WTE), ew(m, w0, EMB_WPE), m->B, m->shape.T, m->shape.C);
+static const float *hw(const struct gpt *m, const float *w_head, enum head_tensor t) {
+    return w_head + m->lay->head_offset[t];
+}
+
+void gpt_embed_forward(struct gpt *m, int s, const float *w_embed, const int32_t *inputs) {
+    buf_copy(m->slot[s].inputs, inputs, bt(m) * sizeof *inputs);
+    float *out = resid_view(m, s, 0, m->work_resid_out, false);
+    encoder_forward(out, m->slot[s].inputs, ew(m, w_embed, EMB_WTE), ew(m, w_embed, EMB_WPE), m->B, m->shape.T,
+                    m->shape.C);
     m->flops->other += (double)btc(m);
     round_saved(m, out, btc(m));
-    resid_commit(m, 0, out);
+    resid_commit(m, s, 0, out);
 }
+
+void *gpt_stage_input(struct gpt *m, int s) { return resid_at(m, s, 0); }
+void *gpt_stage_output(struct gpt *m, int s) { return resid_at(m, s, m->n_layers); }
+float *gpt_stage_grad(struct gpt *m) { return m->dresid; }
 
 /* The layer's forward from x into the view's tensors; with out, also the
  * layer output (the recompute of full checkpointing needs no output: the
@@ -206,48 +230,51 @@ static void layer_forward(struct gpt *m, const float *x, struct layer_view *v, c
     round_saved(m, out, btc(m));
 }
 
-void gpt_layer_forward(struct gpt *m, int l, const float *w) {
-    const float *x = resid_view(m, l, m->work_resid_in, true);
-    struct layer_view v = layer_view(m, l, false);
-    float *out = resid_view(m, l + 1, m->work_resid_out, false);
+void gpt_layer_forward(struct gpt *m, int s, int l, const float *w) {
+    int i = l - m->lay->rank.l0;
+    const float *x = resid_view(m, s, i, m->work_resid_in, true);
+    struct layer_view v = layer_view(m, s, i, false);
+    float *out = resid_view(m, s, i + 1, m->work_resid_out, false);
     layer_forward(m, x, &v, w, out);
-    layer_commit(m, l);
-    resid_commit(m, l + 1, out);
+    layer_commit(m, s, i);
+    resid_commit(m, s, i + 1, out);
 }
 
-float gpt_head_forward(struct gpt *m, const float *w0, const int32_t *targets, float dloss) {
+float gpt_head_forward(struct gpt *m, int s, const float *w_head, const float *wte, const int32_t *targets,
+                       float dloss) {
     int N = (int)bt(m), C = m->shape.C;
-    const float *x = resid_view(m, m->shape.L, m->work_resid_in, true);
-    float *lnf = lnf_view(m, false);
-    layernorm_forward(lnf, m->lnf_stats, m->lnf_stats + bt(m), x, ew(m, w0, EMB_LNF_W), ew(m, w0, EMB_LNF_B), N,
-                      C, m->flops);
+    struct gpt_slot *sl = &m->slot[s];
+    const float *x = resid_view(m, s, m->n_layers, m->work_resid_in, true);
+    float *lnf = lnf_view(m, s, false);
+    layernorm_forward(lnf, sl->lnf_stats, sl->lnf_stats + bt(m), x, hw(m, w_head, HEAD_LNF_W),
+                      hw(m, w_head, HEAD_LNF_B), N, C, m->flops);
     round_saved(m, lnf, btc(m));
-    if (acts_bf16(m)) pack((bf16 *)m->lnf, lnf, btc(m));
+    if (acts_bf16(m)) pack(sl->lnf, lnf, btc(m));
     /* The LM head is tied to the token embedding: logits = lnf . wte^T. */
-    matmul_forward(m->logits, lnf, ew(m, w0, EMB_WTE), NULL, N, C, m->shape.Vp, m->flops);
-    memcpy(m->targets, targets, bt(m) * sizeof *targets);
-    double sum = crossentropy_forward_backward(m->logits, m->losses, m->targets, N, m->shape.V, m->shape.Vp,
+    matmul_forward(sl->logits, lnf, wte, NULL, N, C, m->shape.Vp, m->flops);
+    buf_copy(sl->targets, targets, bt(m) * sizeof *targets);
+    double sum = crossentropy_forward_backward(sl->logits, sl->losses, sl->targets, N, m->shape.V, m->shape.Vp,
                                                dloss, m->flops);
     return (float)(sum / N);
 }
 
-void gpt_head_backward(struct gpt *m, const float *w0, float *dw0) {
+void gpt_head_backward(struct gpt *m, int s, const float *w_head, const float *wte, float *dw_head, float *dwte) {
     int N = (int)bt(m), C = m->shape.C;
-    const float *x = resid_view(m, m->shape.L, m->work_resid_in, true);
-    const float *lnf = lnf_view(m, true);
+    struct gpt_slot *sl = &m->slot[s];
+    const float *x = resid_view(m, s, m->n_layers, m->work_resid_in, true);
+    const float *lnf = lnf_view(m, s, true);
     const struct model_layout *lay = m->lay;
-    matmul_backward(m->dmid, dw0 + lay->embed_offset[EMB_WTE], NULL, m->logits, lnf, ew(m, w0, EMB_WTE), N, C,
-                    m->shape.Vp, m->flops);
-    memset(m->dresid, 0, btc(m) * sizeof(float));
-    layernorm_backward(m->dresid, dw0 + lay->embed_offset[EMB_LNF_W], dw0 + lay->embed_offset[EMB_LNF_B], m->dmid,
-                       x, ew(m, w0, EMB_LNF_W), m->lnf_stats, m->lnf_stats + bt(m), N, C, m->flops);
+    matmul_backward(m->dmid, dwte, NULL, sl->logits, lnf, wte, N, C, m->shape.Vp, m->flops);
+    buf_zero(m->dresid, btc(m) * sizeof(float));
+    layernorm_backward(m->dresid, dw_head + lay->head_offset[HEAD_LNF_W], dw_head + lay->head_offset[HEAD_LNF_B],
+                       m->dmid, x, hw(m, w_head, HEAD_LNF_W), sl->lnf_stats, sl->lnf_stats + bt(m), N, C, m->flops);
 }
 
-void gpt_layer_backward(struct gpt *m, int l, const float *w, float *dw) {
-    int N = (int)bt(m), C = m->shape.C;
+void gpt_layer_backward(struct gpt *m, int s, int l, const float *w, float *dw) {
+    int N = (int)bt(m), C = m->shape.C, i = l - m->lay->rank.l0;
     struct flop_counter *fc = m->flops;
-    const float *x = resid_view(m, l, m->work_resid_in, true);
-    struct layer_view v = layer_view(m, l, true);
+    const float *x = resid_view(m, s, i, m->work_resid_in, true);
+    struct layer_view v = layer_view(m, s, i, true);
     float **a = v.act;
     /* Recompute what was not kept. The kernels are deterministic, so the
      * values equal the forward's bit for bit (rounded alike in bf16). */
@@ -274,12 +301,12 @@ void gpt_layer_backward(struct gpt *m, int l, const float *w, float *dw) {
                        wt(m, w, LAYER_LN1_W), v.stat[STAT_LN1_MEAN], v.stat[STAT_LN1_RSTD], N, C, fc);
 }
 
-void gpt_embed_backward(struct gpt *m, float *dw0) {
-    encoder_backward(dw0 + m->lay->embed_offset[EMB_WTE], dw0 + m->lay->embed_offset[EMB_WPE], m->dresid,
-                     m->inputs, m->B, m->shape.T, m->shape.C);
+void gpt_embed_backward(struct gpt *m, int s, float *dw_embed) {
+    encoder_backward(dw_embed + m->lay->embed_offset[EMB_WTE], dw_embed + m->lay->embed_offset[EMB_WPE], m->dresid,
+                     m->slot[s].inputs, m->B, m->shape.T, m->shape.C);
     m->flops->other += 2.0 * (double)btc(m);
 }
 
-const float *gpt_logits_at(const struct gpt *m, int b, int t) {
-    return m->logits + ((size_t)b * m->shape.T + t) * m->shape.Vp;
+const float *gpt_logits_at(const struct gpt *m, int s, int b, int t) {
+    return m->slot[s].logits + ((size_t)b * m->shape.T + t) * m->shape.Vp;
 }

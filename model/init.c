@@ -2,8 +2,10 @@
  * N(0, std), the two residual projections (attprojw, fcprojw) N(0,
  * std/sqrt(2L)) so the residual stream's variance does not grow with depth,
  * biases 0, LayerNorm gains 1. The vocabulary padding rows stay 0. Values
- * come from the counter RNG indexed by parameter position, so init does not
- * depend on thread count or on which rank draws them. */
+ * come from the counter RNG indexed by the element's reference index (its
+ * place in the whole model, include/layout.h), so init does not depend on
+ * thread count, on the layout, or on which rank draws them; a rank draws
+ * only the elements it stores, one unit range at a time. */
 #include "gpt.h"
 
 #include <math.h>
@@ -17,39 +19,58 @@ static float normal(uint64_t seed, size_t index) {
     return sqrtf(-2.0f * logf(u1)) * cosf(6.28318530717958647f * u2);
 }
 
-static void fill(float *w, const struct tensor_info *t, size_t numel, float std, uint64_t seed) {
-    for (size_t i = 0; i < numel; i++) w[t->offset + i] = std * normal(seed, t->offset + i);
-}
-
-static void set(float *w, const struct tensor_info *t, float value) {
-    for (size_t i = 0; i < t->numel; i++) w[t->offset + i] = value;
-}
-
 static float layer_init_std(enum layer_tensor t, float std, float proj_std) {
     switch (t) {
     case LAYER_QKV_W:
     case LAYER_FC_W: return std;
     case LAYER_ATTPROJ_W:
     case LAYER_FCPROJ_W: return proj_std;
-    default: return 0.0f; /* vectors: set, not drawn */
+    default: return 0.0f;
     }
 }
 
-void gpt_init_weights(const struct model_layout *lay, float *w, float std, uint64_t seed) {
-    const struct model_shape *s = &lay->shape;
-    float proj_std = std / sqrtf(2.0f * (float)s->L);
-    struct tensor_info wte = layout_embed_tensor(lay, EMB_WTE), wpe = layout_embed_tensor(lay, EMB_WPE);
-    set(w, &wte, 0.0f);
-    fill(w, &wte, (size_t)s->V * s->C, std, seed); /* padding rows stay 0 */
-    fill(w, &wpe, wpe.numel, std, seed);
-    struct tensor_info lnfw = layout_embed_tensor(lay, EMB_LNF_W), lnfb = layout_embed_tensor(lay, EMB_LNF_B);
-    set(w, &lnfw, 1.0f);
-    set(w, &lnfb, 0.0f);
-    for (int l = 0; l < s->L; l++)
-        for (int k = 0; k < LAYER_NUM_TENSORS; k++) {
-            struct tensor_info t = layout_layer_tensor(lay, l, (enum layer_tensor)k);
-            if (k == LAYER_LN1_W || k == LAYER_LN2_W) set(w, &t, 1.0f);
-            else if (t.rows == 1) set(w, &t, 0.0f); /* biases */
-            else fill(w, &t, t.numel, layer_init_std((enum layer_tensor)k, std, proj_std), seed);
+/* How element values of tensor t are made: drawn with std (> 0), or set. */
+struct init_rule {
+    float std;     /* > 0: N(0, std) */
+    float value;   /* otherwise this constant */
+};
+
+static struct init_rule rule_of(const struct tensor_info *t, float std, float proj_std) {
+    switch (t->kind) {
+    case UNIT_EMBED: return (struct init_rule){std, 0.0f};
+    case UNIT_HEAD: return t->id == HEAD_WTE ? (struct init_rule){std, 0.0f}
+                         : (struct init_rule){0.0f, t->id == HEAD_LNF_W ? 1.0f : 0.0f};
+    case UNIT_LAYER: break;
+    }
+    if (t->id == LAYER_LN1_W || t->id == LAYER_LN2_W) return (struct init_rule){0.0f, 1.0f};
+    return (struct init_rule){layer_init_std((enum layer_tensor)t->id, std, proj_std), 0.0f};
+}
+
+/* One tensor's elements [a, b) (tensor-local) into dst. */
+static void init_tensor(const struct model_layout *lay, const struct tensor_info *t, size_t a, size_t b, float *dst,
+                        struct init_rule r, uint64_t seed) {
+    size_t real_rows_ref = (size_t)lay->shape.V; /* wte rows past V are padding */
+#pragma omp parallel for
+    for (size_t i = a; i < b; i++) {
+        if (r.std <= 0.0f) {
+            dst[i - a] = r.value;
+            continue;
         }
+        size_t ref = layout_ref_index(lay, t, i);
+        bool padding = t->split == SPLIT_VOCAB && (ref - t->ref_offset) / (size_t)t->full_cols >= real_rows_ref;
+        dst[i - a] = padding ? 0.0f : r.std * normal(seed, ref);
+    }
+}
+
+void gpt_init_unit(const struct model_layout *lay, int unit, size_t lo, size_t hi, float *dst, float std,
+                   uint64_t seed) {
+    float proj_std = std / sqrtf(2.0f * (float)lay->shape.L);
+    struct unit_info u = layout_unit(lay, unit);
+    for (int k = 0; k < layout_num_tensors(lay); k++) {
+        struct tensor_info t = layout_tensor(lay, k);
+        if (t.unit != unit) continue;
+        size_t t0 = t.offset - u.offset, a = lo > t0 ? lo : t0, b = hi < t0 + t.numel ? hi : t0 + t.numel;
+        if (a >= b) continue;
+        init_tensor(lay, &t, a - t0, b - t0, dst + (a - lo), rule_of(&t, std, proj_std), seed);
+    }
 }

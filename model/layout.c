@@ -1,92 +1,220 @@
+/* A rank's units and tensors (include/layout.h). */
 #include "layout.h"
 
 struct shape2d {
     const char *name;
     int rows, cols;
+    enum tp_split split;
+    int sections;  /* blocks the split dimension is made of (QKV: q, k, v), each split alike */
 };
 
 int padded_vocab(int V) { return (V + 127) / 128 * 128; }
 
-static struct shape2d embed_shape(const struct model_shape *s, enum embed_tensor t) {
-    switch (t) {
-    case EMB_WTE: return (struct shape2d){"wte", s->Vp, s->C};
-    case EMB_WPE: return (struct shape2d){"wpe", s->T, s->C};
-    case EMB_LNF_W: return (struct shape2d){"lnfw", 1, s->C};
-    case EMB_LNF_B: return (struct shape2d){"lnfb", 1, s->C};
-    case EMB_NUM_TENSORS: break;
-    }
-    return (struct shape2d){"?", 0, 0};
+static int tp_padded_vocab(int V, int tp) { return (V + 128 * tp - 1) / (128 * tp) * (128 * tp); }
+
+const char *tp_split_name(enum tp_split s) {
+    static const char *const names[] = {"replicated", "column", "row", "vocab"};
+    return names[s];
 }
 
-/* Weights are (out, in), so y = x W^T as in llm.c. */
+struct rank_desc rank_desc_whole(const struct model_shape *s) {
+    return (struct rank_desc){.l0 = 0, .l1 = s->L, .tp_rank = 0, .tp = 1, .has_embed = true, .has_head = true};
+}
+
+/* Full shapes. Weights are (out, in), so y = x W^T as in llm.c. */
+static struct shape2d embed_shape(const struct model_shape *s, enum embed_tensor t) {
+    switch (t) {
+    case EMB_WTE: return (struct shape2d){"wte", s->Vp, s->C, SPLIT_VOCAB, 1};
+    case EMB_WPE: return (struct shape2d){"wpe", s->T, s->C, SPLIT_REPLICATED, 1};
+    case EMB_NUM_TENSORS: break;
+    }
+    return (struct shape2d){"?", 0, 0, SPLIT_REPLICATED, 1};
+}
+
+static struct shape2d head_shape(const struct model_shape *s, enum head_tensor t) {
+    switch (t) {
+    case HEAD_LNF_W: return (struct shape2d){"lnfw", 1, s->C, SPLIT_REPLICATED, 1};
+    case HEAD_LNF_B: return (struct shape2d){"lnfb", 1, s->C, SPLIT_REPLICATED, 1};
+    case HEAD_WTE: return embed_shape(s, EMB_WTE);
+    case HEAD_NUM_TENSORS: break;
+    }
+    return (struct shape2d){"?", 0, 0, SPLIT_REPLICATED, 1};
+}
+
 static struct shape2d layer_shape(const struct model_shape *s, enum layer_tensor t) {
     int C = s->C;
     switch (t) {
-    case LAYER_LN1_W: return (struct shape2d){"ln1w", 1, C};
-    case LAYER_LN1_B: return (struct shape2d){"ln1b", 1, C};
-    case LAYER_QKV_W: return (struct shape2d){"qkvw", 3 * C, C};
-    case LAYER_QKV_B: return (struct shape2d){"qkvb", 1, 3 * C};
-    case LAYER_ATTPROJ_W: return (struct shape2d){"attprojw", C, C};
-    case LAYER_ATTPROJ_B: return (struct shape2d){"attprojb", 1, C};
-    case LAYER_LN2_W: return (struct shape2d){"ln2w", 1, C};
-    case LAYER_LN2_B: return (struct shape2d){"ln2b", 1, C};
-    case LAYER_FC_W: return (struct shape2d){"fcw", 4 * C, C};
-    case LAYER_FC_B: return (struct shape2d){"fcb", 1, 4 * C};
-    case LAYER_FCPROJ_W: return (struct shape2d){"fcprojw", C, 4 * C};
-    case LAYER_FCPROJ_B: return (struct shape2d){"fcprojb", 1, C};
+    case LAYER_LN1_W: return (struct shape2d){"ln1w", 1, C, SPLIT_REPLICATED, 1};
+    case LAYER_LN1_B: return (struct shape2d){"ln1b", 1, C, SPLIT_REPLICATED, 1};
+    case LAYER_QKV_W: return (struct shape2d){"qkvw", 3 * C, C, SPLIT_COLUMN, 3};
+    case LAYER_QKV_B: return (struct shape2d){"qkvb", 1, 3 * C, SPLIT_COLUMN, 3};
+    case LAYER_ATTPROJ_W: return (struct shape2d){"attprojw", C, C, SPLIT_ROW, 1};
+    case LAYER_ATTPROJ_B: return (struct shape2d){"attprojb", 1, C, SPLIT_REPLICATED, 1};
+    case LAYER_LN2_W: return (struct shape2d){"ln2w", 1, C, SPLIT_REPLICATED, 1};
+    case LAYER_LN2_B: return (struct shape2d){"ln2b", 1, C, SPLIT_REPLICATED, 1};
+    case LAYER_FC_W: return (struct shape2d){"fcw", 4 * C, C, SPLIT_COLUMN, 1};
+    case LAYER_FC_B: return (struct shape2d){"fcb", 1, 4 * C, SPLIT_COLUMN, 1};
+    case LAYER_FCPROJ_W: return (struct shape2d){"fcprojw", C, 4 * C, SPLIT_ROW, 1};
+    case LAYER_FCPROJ_B: return (struct shape2d){"fcprojb", 1, C, SPLIT_REPLICATED, 1};
     case LAYER_NUM_TENSORS: break;
     }
-    return (struct shape2d){"?", 0, 0};
+    return (struct shape2d){"?", 0, 0, SPLIT_REPLICATED, 1};
 }
 
-void layout_init(struct model_layout *lay, struct model_shape shape) {
-    shape.Vp = padded_vocab(shape.V);
-    lay->shape = shape;
+/* The split dimension: rows of a matrix (column and vocab rules), columns
+ * of a matrix (row rule), the one dimension of a vector. */
+static bool splits_rows(const struct shape2d *d) {
+    return d->rows > 1 && (d->split == SPLIT_COLUMN || d->split == SPLIT_VOCAB);
+}
+
+static struct shape2d local_shape(struct shape2d d, int tp) {
+    if (d.split == SPLIT_REPLICATED) return d;
+    if (splits_rows(&d)) d.rows /= tp;
+    else d.cols /= tp;
+    return d;
+}
+
+static size_t numel(struct shape2d d) { return (size_t)d.rows * (size_t)d.cols; }
+
+int layout_init(struct model_layout *lay, struct model_shape shape, struct rank_desc r) {
+    if (r.tp < 1 || r.tp_rank < 0 || r.tp_rank >= r.tp || r.l0 < 0 || r.l1 < r.l0 || r.l1 > shape.L) return -1;
+    if (shape.NH % r.tp != 0 || (4 * shape.C) % r.tp != 0 || shape.C % r.tp != 0) return -1;
+    shape.Vp = tp_padded_vocab(shape.V, r.tp);
+    *lay = (struct model_layout){.shape = shape, .rank = r, .head_wte_copy = r.has_head && !r.has_embed};
     size_t off = 0;
     for (int t = 0; t < EMB_NUM_TENSORS; t++) {
-        struct shape2d d = embed_shape(&shape, (enum embed_tensor)t);
         lay->embed_offset[t] = off;
-        off += (size_t)d.rows * (size_t)d.cols;
+        off += numel(local_shape(embed_shape(&shape, (enum embed_tensor)t), r.tp));
     }
     lay->embed_size = off;
     off = 0;
+    for (int t = 0; t < HEAD_NUM_TENSORS; t++) {
+        lay->head_offset[t] = off;
+        if (t != HEAD_WTE || lay->head_wte_copy) off += numel(local_shape(head_shape(&shape, (enum head_tensor)t), r.tp));
+    }
+    lay->head_size = off;
+    off = 0;
     for (int t = 0; t < LAYER_NUM_TENSORS; t++) {
-        struct shape2d d = layer_shape(&shape, (enum layer_tensor)t);
         lay->layer_offset[t] = off;
-        off += (size_t)d.rows * (size_t)d.cols;
+        off += numel(local_shape(layer_shape(&shape, (enum layer_tensor)t), r.tp));
     }
     lay->layer_size = off;
-    lay->n_units = shape.L + 1;
-    lay->total = lay->embed_size + (size_t)shape.L * lay->layer_size;
+    lay->n_units = (r.has_embed ? 1 : 0) + (r.has_head ? 1 : 0) + (r.l1 - r.l0);
+    lay->total = (r.has_embed ? lay->embed_size : 0) + (r.has_head ? lay->head_size : 0) +
+                 (size_t)(r.l1 - r.l0) * lay->layer_size;
+    struct model_shape ref = shape;
+    ref.Vp = padded_vocab(shape.V);
+    size_t C = (size_t)shape.C;
+    lay->ref_total = numel(embed_shape(&ref, EMB_WTE)) + numel(embed_shape(&ref, EMB_WPE)) + 2 * C +
+                     (size_t)shape.L * (12 * C * C + 13 * C);
+    return 0;
 }
 
-size_t layout_unit_offset(const struct model_layout *lay, int unit) {
-    return unit == EMBED_UNIT ? 0 : lay->embed_size + (size_t)(unit - 1) * lay->layer_size;
+void layout_init_whole(struct model_layout *lay, struct model_shape shape) {
+    layout_init(lay, shape, rank_desc_whole(&shape));
 }
 
-size_t layout_unit_size(const struct model_layout *lay, int unit) {
-    return unit == EMBED_UNIT ? lay->embed_size : lay->layer_size;
+int layout_embed_unit(const struct model_layout *lay) { return lay->rank.has_embed ? 0 : -1; }
+
+int layout_head_unit(const struct model_layout *lay) {
+    return lay->rank.has_head ? (lay->rank.has_embed ? 1 : 0) : -1;
+}
+
+int layout_layer_unit(const struct model_layout *lay, int layer) {
+    if (layer < lay->rank.l0 || layer >= lay->rank.l1) return -1;
+    return (lay->rank.has_embed ? 1 : 0) + (lay->rank.has_head ? 1 : 0) + (layer - lay->rank.l0);
+}
+
+struct unit_info layout_unit(const struct model_layout *lay, int unit) {
+    size_t off = 0;
+    if (lay->rank.has_embed) {
+        if (unit == 0) return (struct unit_info){UNIT_EMBED, -1, 0, lay->embed_size};
+        off += lay->embed_size;
+        unit--;
+    }
+    if (lay->rank.has_head) {
+        if (unit == 0) return (struct unit_info){UNIT_HEAD, -1, off, lay->head_size};
+        off += lay->head_size;
+        unit--;
+    }
+    return (struct unit_info){UNIT_LAYER, lay->rank.l0 + unit, off + (size_t)unit * lay->layer_size, lay->layer_size};
+}
+
+size_t layout_unit_offset(const struct model_layout *lay, int unit) { return layout_unit(lay, unit).offset; }
+size_t layout_unit_size(const struct model_layout *lay, int unit) { return layout_unit(lay, unit).size; }
+
+static int head_tensors(const struct model_layout *lay) {
+    return lay->rank.has_head ? (lay->head_wte_copy ? HEAD_NUM_TENSORS : HEAD_WTE) : 0;
 }
 
 int layout_num_tensors(const struct model_layout *lay) {
-    return EMB_NUM_TENSORS + lay->shape.L * LAYER_NUM_TENSORS;
+    return (lay->rank.has_embed ? EMB_NUM_TENSORS : 0) + head_tensors(lay) +
+           (lay->rank.l1 - lay->rank.l0) * LAYER_NUM_TENSORS;
+}
+
+/* Reference offsets: the whole model at tp = 1 in flat order. */
+static size_t ref_embed_size(const struct model_shape *s) {
+    return ((size_t)padded_vocab(s->V) + (size_t)s->T) * (size_t)s->C;
+}
+
+static struct tensor_info make(const struct model_layout *lay, struct shape2d full, int unit, enum unit_kind kind,
+                               int id, int layer, size_t offset, size_t ref_offset) {
+    struct shape2d d = local_shape(full, lay->rank.tp);
+    return (struct tensor_info){d.name, unit,      kind,      id,         layer,      offset, numel(d), d.rows,
+                                d.cols, full.rows, full.cols, full.split, ref_offset};
 }
 
 struct tensor_info layout_embed_tensor(const struct model_layout *lay, enum embed_tensor t) {
-    struct shape2d d = embed_shape(&lay->shape, t);
-    return (struct tensor_info){d.name, EMBED_UNIT, -1, lay->embed_offset[t],
-                                (size_t)d.rows * (size_t)d.cols, d.rows, d.cols};
+    size_t ref = t == EMB_WTE ? 0 : (size_t)padded_vocab(lay->shape.V) * (size_t)lay->shape.C;
+    return make(lay, embed_shape(&lay->shape, t), layout_embed_unit(lay), UNIT_EMBED, t, -1,
+                lay->embed_offset[t], ref);
+}
+
+struct tensor_info layout_head_tensor(const struct model_layout *lay, enum head_tensor t) {
+    int u = layout_head_unit(lay);
+    size_t C = (size_t)lay->shape.C;
+    size_t ref = t == HEAD_WTE ? 0 : ref_embed_size(&lay->shape) + (t == HEAD_LNF_B ? C : 0);
+    return make(lay, head_shape(&lay->shape, t), u, UNIT_HEAD, t, -1,
+                layout_unit_offset(lay, u) + lay->head_offset[t], ref);
 }
 
 struct tensor_info layout_layer_tensor(const struct model_layout *lay, int layer, enum layer_tensor t) {
-    struct shape2d d = layer_shape(&lay->shape, t);
-    int unit = 1 + layer;
-    return (struct tensor_info){d.name, unit, layer, layout_unit_offset(lay, unit) + lay->layer_offset[t],
-                                (size_t)d.rows * (size_t)d.cols, d.rows, d.cols};
+    int u = layout_layer_unit(lay, layer);
+    size_t C = (size_t)lay->shape.C, layer_ref = 12 * C * C + 13 * C, in_layer = 0;
+    for (int k = 0; k < (int)t; k++) in_layer += numel(layer_shape(&lay->shape, (enum layer_tensor)k));
+    size_t ref = ref_embed_size(&lay->shape) + 2 * C + (size_t)layer * layer_ref + in_layer;
+    return make(lay, layer_shape(&lay->shape, t), u, UNIT_LAYER, t, layer,
+                layout_unit_offset(lay, u) + lay->layer_offset[t], ref);
 }
 
 struct tensor_info layout_tensor(const struct model_layout *lay, int index) {
-    if (index < EMB_NUM_TENSORS) return layout_embed_tensor(lay, (enum embed_tensor)index);
-    index -= EMB_NUM_TENSORS;
-    return layout_layer_tensor(lay, index / LAYER_NUM_TENSORS, (enum layer_tensor)(index % LAYER_NUM_TENSORS));
+    if (lay->rank.has_embed) {
+        if (index < EMB_NUM_TENSORS) return layout_embed_tensor(lay, (enum embed_tensor)index);
+        index -= EMB_NUM_TENSORS;
+    }
+    if (index < head_tensors(lay)) return layout_head_tensor(lay, (enum head_tensor)index);
+    index -= head_tensors(lay);
+    return layout_layer_tensor(lay, lay->rank.l0 + index / LAYER_NUM_TENSORS,
+                               (enum layer_tensor)(index % LAYER_NUM_TENSORS));
+}
+
+/* Split coordinate x of this rank -> the full tensor's coordinate. */
+static size_t full_coord(int full_dim, int sections, int tp, int tp_rank, size_t x) {
+    size_t section = (size_t)full_dim / (size_t)sections, per_rank = section / (size_t)tp;
+    return x / per_rank * section + (size_t)tp_rank * per_rank + x % per_rank;
+}
+
+size_t layout_ref_index(const struct model_layout *lay, const struct tensor_info *t, size_t i) {
+    size_t r = i / (size_t)t->cols, c = i % (size_t)t->cols;
+    if (t->split != SPLIT_REPLICATED && lay->rank.tp > 1) {
+        struct shape2d d = t->kind == UNIT_EMBED ? embed_shape(&lay->shape, (enum embed_tensor)t->id)
+                         : t->kind == UNIT_HEAD  ? head_shape(&lay->shape, (enum head_tensor)t->id)
+                                                 : layer_shape(&lay->shape, (enum layer_tensor)t->id);
+        if (splits_rows(&d)) r = full_coord(d.rows, d.sections, lay->rank.tp, lay->rank.tp_rank, r);
+        else c = full_coord(d.cols, d.sections, lay->rank.tp, lay->rank.tp_rank, c);
+    }
+    size_t C = (size_t)lay->shape.C, ref_vp = (size_t)padded_vocab(lay->shape.V);
+    bool wte = t->split == SPLIT_VOCAB;
+    if (wte && r >= ref_vp) return lay->ref_total + (r - ref_vp) * C + c; /* tp's extra padding rows */
+    return t->ref_offset + r * (size_t)t->full_cols + c;
 }

@@ -2,9 +2,9 @@
 
 #include "optim.h"
 
-float lr_at(const struct config *c, int step) {
+float lr_at(const struct lr_options *c, int step) {
     if (step < c->warmup_steps) return c->lr * (float)(step + 1) / (float)c->warmup_steps;
-    if (c->lr_schedule == LR_CONSTANT) return c->lr;
+    if (c->schedule == LR_CONSTANT) return c->lr;
     int decay_steps = c->steps - c->warmup_steps;
     if (decay_steps <= 1) return c->lr;
     double progress = (double)(step - c->warmup_steps) / (double)(decay_steps - 1);

@@ -1,160 +1,160 @@
-/* The step over units: fp32 views in (widened, or gathered under ZeRO-3),
- * gradients out (flushed into grads, or reduce-scattered under ZeRO-2/3). */
+/* One micro-batch over this rank's units: fp32 views in (widened, or
+ * gathered under ZeRO-3), gradients out to the model states. */
 #include "engine.h"
 
-#include <stdlib.h>
-#include <string.h>
+#include <stdio.h>
 
-void zero_alloc_states(struct engine *e);
-void optstate_free(struct engine *e);
-void zero_reduce_unit_grads(struct engine *e, int u, const float *acc);
+#include "bufops.h"
 
-static size_t max_unit_padded(const struct engine *e) {
-    size_t a = shard_unit_padded(&e->sh, EMBED_UNIT), b = e->lay.shape.L > 0 ? shard_unit_padded(&e->sh, 1) : 0;
-    return a > b ? a : b;
-}
+static const char *const unit_names[] = {[UNIT_EMBED] = "embedding", [UNIT_HEAD] = "head", [UNIT_LAYER] = "layer"};
 
-void engine_init(struct engine *e, const struct config *cfg, struct collectives *dp, struct mem_tracker *mem,
-                 struct flop_counter *flops) {
-    memset(e, 0, sizeof *e);
-    e->cfg = cfg;
-    e->dp = dp;
-    e->stage = cfg->zero;
-    e->mem = mem;
-    e->flops = flops;
-    struct model_shape shape = {.L = cfg->n_layer, .C = cfg->d_model, .NH = cfg->n_head, .T = cfg->seq_len,
-                                .V = cfg->vocab_size};
-    layout_init(&e->lay, shape);
-    shard_layout_init(&e->sh, &e->lay, dp->size, dp->rank);
-    zero_alloc_states(e);
-    size_t p0 = shard_unit_padded(&e->sh, EMBED_UNIT), p1 = shard_unit_padded(&e->sh, 1);
-    size_t wp = dtype_size(cfg->param_dtype), wg = dtype_size(cfg->grad_dtype);
-    if (e->stage == 3) {
-        e->gather_embed = mem_alloc(mem, MEM_COMM, "gathered unit 0 (params)", p0 * wp);
-        e->gather_layer = mem_alloc(mem, MEM_COMM, "gathered layer (params)", p1 * wp);
+int engine_init(struct engine *e, const struct engine_options *o, const struct model_layout *lay,
+                struct collectives *dp, struct mem_tracker *mem, enum mem_space space, struct flop_counter *flops,
+                char *err, size_t err_len) {
+    *e = (struct engine){.o = *o, .lay = *lay, .dp = dp, .mem = mem, .space = space, .flops = flops};
+    if (zero_init(&e->z, &o->zero, &e->lay, dp, mem, space, flops) != 0) {
+        snprintf(err, err_len, "out of memory building the optimizer's segment table (%d tensors)",
+                 layout_num_tensors(&e->lay));
+        return -1;
     }
-    if (e->stage >= 2) e->bucket = mem_alloc(mem, MEM_COMM, "reduce-scatter bucket (grads)", max_unit_padded(e) * wg);
-    if (cfg->param_dtype == DTYPE_BF16) {
-        e->embed_w = mem_alloc(mem, MEM_SCRATCH, "unit 0 weights (fp32)", p0 * 4);
-        e->layer_w = mem_alloc(mem, MEM_SCRATCH, "layer weights (fp32)", p1 * 4);
-    }
+    bool bf16_params = o->zero.param_dtype == DTYPE_BF16;
     /* fp32 grads at stages 0-1 accumulate straight into the grads */
-    if (cfg->grad_dtype == DTYPE_BF16 || e->stage >= 2) {
-        e->embed_dw = mem_alloc(mem, MEM_SCRATCH, "unit 0 grad accumulator (fp32)", p0 * 4);
-        e->layer_dw = mem_alloc(mem, MEM_SCRATCH, "layer grad accumulator (fp32)", p1 * 4);
+    bool accumulators = o->zero.grad_dtype == DTYPE_BF16 || o->zero.stage >= 2;
+    for (int u = 0; u < e->lay.n_units && u < 3; u++) { /* one of each kind */
+        struct unit_info ui = layout_unit(&e->lay, u);
+        size_t padded = shard_unit_padded(&e->z.sh, u);
+        char name[MEM_NAME_LEN];
+        if (bf16_params) {
+            snprintf(name, sizeof name, "%s weights (fp32)", unit_names[ui.kind]);
+            e->w32[ui.kind] = mem_alloc(mem, space, MEM_SCRATCH, name, padded * 4);
+        }
+        if (accumulators) {
+            snprintf(name, sizeof name, "%s grad accumulator (fp32)", unit_names[ui.kind]);
+            e->dw32[ui.kind] = mem_alloc(mem, space, MEM_SCRATCH, name, padded * 4);
+        }
     }
-    gpt_init(&e->model, &e->lay, cfg->micro_batch, cfg->act_dtype, cfg->recompute, mem, flops);
+    gpt_init(&e->model, &e->lay, o->micro_batch, o->slots, o->act_dtype, o->recompute, mem, space, flops);
+    if (mem_failed(mem)) {
+        mem_failure_message(mem, err, err_len);
+        return -1;
+    }
+    return 0;
 }
 
 void engine_free(struct engine *e) {
     gpt_free(&e->model, e->mem);
-    optstate_free(e);
-    void *bufs[] = {e->st.params, e->st.master, e->st.grads, e->gather_embed, e->gather_layer,
-                    e->bucket,    e->embed_w,   e->layer_w,  e->embed_dw,     e->layer_dw};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(e->mem, bufs[i]);
-}
-
-void engine_set_weights(struct engine *e, const float *full) {
-    bool bf16_params = e->cfg->param_dtype == DTYPE_BF16;
-    if (bf16_params) {
-        engine_scatter_state(e, STATE_MASTER, full);
-        bf16 *rounded = malloc(e->lay.total * sizeof *rounded);
-        for (size_t i = 0; i < e->lay.total; i++) rounded[i] = f32_to_bf16(full[i]);
-        engine_scatter_state(e, STATE_PARAMS, rounded);
-        free(rounded);
-    } else {
-        engine_scatter_state(e, STATE_PARAMS, full);
+    zero_free(&e->z);
+    for (int k = 0; k <= UNIT_LAYER; k++) {
+        mem_free(e->mem, e->w32[k]);
+        mem_free(e->mem, e->dw32[k]);
     }
 }
 
+void engine_params_changed(struct engine *e) {
+    for (int k = 0; k <= UNIT_LAYER; k++) e->w32_fresh[k] = false;
+}
+
+size_t engine_unit_staging_bytes(const struct engine *e) { return shard_max_unit_padded(&e->z.sh) * 4; }
+
+void engine_set_unit(struct engine *e, int u, const float *w) {
+    zero_set_unit(&e->z, u, 0, layout_unit_size(&e->lay, u), w);
+    engine_params_changed(e);
+}
+
 void engine_init_params(struct engine *e) {
-    float *w = malloc(e->lay.total * sizeof *w);
-    gpt_init_weights(&e->lay, w, e->cfg->init_std, (uint64_t)e->cfg->seed);
-    engine_set_weights(e, w);
-    free(w);
+    float *w = mem_alloc(e->mem, MEM_HOST, MEM_SCRATCH, "init staging (one unit, fp32)", engine_unit_staging_bytes(e));
+    for (int u = 0; u < e->lay.n_units; u++) {
+        size_t lo, hi;
+        zero_unit_stored(&e->z, u, &lo, &hi); /* only what this rank keeps is drawn */
+        gpt_init_unit(&e->lay, u, lo, hi, w, e->o.init_std, e->o.zero.seed);
+        zero_set_unit(&e->z, u, lo, hi, w);
+    }
+    mem_free(e->mem, w);
+    engine_params_changed(e);
 }
 
-/* Unit u's params in param_dtype, whole: the params themselves, or (stage
- * 3) this rank's slice all-gathered into a unit buffer. */
-static const void *unit_params(struct engine *e, int u) {
-    size_t wp = dtype_size(e->cfg->param_dtype);
-    if (e->stage < 3) return (const char *)e->st.params + shard_padded_offset(&e->sh, u) * wp;
-    char *buf = u == EMBED_UNIT ? e->gather_embed : e->gather_layer;
-    size_t chunk = shard_unit_chunk(&e->sh, u);
-    memcpy(buf + (size_t)e->sh.rank * chunk * wp, (const char *)e->st.params + shard_offset(&e->sh, u) * wp,
-           chunk * wp);
-    e->dp->all_gather(e->dp, buf, chunk, e->cfg->param_dtype);
-    return buf;
-}
-
-/* fp32 weights of unit u. Below stage 3, unit 0 is widened once per update:
- * it serves the embedding, the tied head and every micro-batch. */
+/* fp32 weights of unit u. Below stage 3 the embedding and the head are
+ * widened once per update: they serve every micro-batch. */
 static const float *unit_weights(struct engine *e, int u) {
-    if (u == EMBED_UNIT && e->embed_w_fresh) return e->embed_w;
-    const void *p = unit_params(e, u);
-    if (e->cfg->param_dtype == DTYPE_FP32) return p;
-    float *dst = u == EMBED_UNIT ? e->embed_w : e->layer_w;
-    const bf16 *src = p;
-    size_t n = layout_unit_size(&e->lay, u);
-#pragma omp parallel for
-    for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(src[i]);
-    if (u == EMBED_UNIT && e->stage < 3) e->embed_w_fresh = true;
-    return dst;
+    enum unit_kind k = layout_unit(&e->lay, u).kind;
+    if (e->w32_fresh[k]) return e->w32[k];
+    const void *p = zero_unit_params(&e->z, u);
+    if (e->o.zero.param_dtype == DTYPE_FP32) return p;
+    buf_widen(e->w32[k], p, layout_unit_size(&e->lay, u));
+    if (k != UNIT_LAYER && e->o.zero.stage < 3) e->w32_fresh[k] = true;
+    return e->w32[k];
 }
 
 /* fp32 gradient accumulator for unit u: the grads themselves when they are
  * fp32 and full, else a zeroed unit buffer. */
 static float *unit_grads_begin(struct engine *e, int u) {
-    if (e->cfg->grad_dtype == DTYPE_FP32 && e->stage < 2)
-        return (float *)e->st.grads + shard_padded_offset(&e->sh, u);
-    float *acc = u == EMBED_UNIT ? e->embed_dw : e->layer_dw;
-    memset(acc, 0, shard_unit_padded(&e->sh, u) * sizeof(float));
-    return acc;
+    enum unit_kind k = layout_unit(&e->lay, u).kind;
+    if (!e->dw32[k]) return zero_unit_grads(&e->z, u);
+    buf_zero(e->dw32[k], shard_unit_padded(&e->z.sh, u) * sizeof(float));
+    return e->dw32[k];
 }
 
-/* Unit u's backward is complete: reduce-scatter it (stages 2, 3), or add
- * the fp32 accumulator into bf16 grads (one rounding per micro-batch, as a
- * bf16 gradient buffer implies). */
-static void unit_grads_end(struct engine *e, int u, const float *acc) {
-    if (e->stage >= 2) {
-        zero_reduce_unit_grads(e, u, acc);
-        return;
+void engine_zero_grads(struct engine *e) { zero_zero_grads(&e->z); }
+
+/* wte as the tied head reads it: the embedding's, or the head's own copy. */
+static const float *head_wte(const struct engine *e, const float *w_embed, const float *w_head) {
+    return e->lay.rank.has_embed ? w_embed + e->lay.embed_offset[EMB_WTE] : w_head + e->lay.head_offset[HEAD_WTE];
+}
+
+float engine_forward(struct engine *e, int slot, const struct mb_input *in, void *x_out, float dloss) {
+    const struct model_layout *lay = &e->lay;
+    struct gpt *m = &e->model;
+    size_t act_bytes = (size_t)e->o.micro_batch * lay->shape.T * lay->shape.C * dtype_size(e->o.act_dtype);
+    const float *we = NULL;
+    if (lay->rank.has_embed) {
+        we = unit_weights(e, layout_embed_unit(lay)); /* stays valid for the tied head */
+        gpt_embed_forward(m, slot, we, in->inputs);
+    } else {
+        buf_copy(gpt_stage_input(m, slot), in->x_in, act_bytes);
     }
-    if (e->cfg->grad_dtype == DTYPE_FP32) return;
-    bf16 *g = (bf16 *)e->st.grads + shard_padded_offset(&e->sh, u);
-    size_t n = layout_unit_size(&e->lay, u);
-#pragma omp parallel for
-    for (size_t i = 0; i < n; i++) g[i] = f32_to_bf16(bf16_to_f32(g[i]) + acc[i]);
-}
-
-void engine_zero_grads(struct engine *e) {
-    size_t n = e->stage >= 2 ? e->sh.total_shard : e->sh.total_padded;
-    memset(e->st.grads, 0, n * dtype_size(e->cfg->grad_dtype));
-}
-
-static float forward(struct engine *e, const int32_t *inputs, const int32_t *targets, float dloss) {
-    const float *w0 = unit_weights(e, EMBED_UNIT); /* serves both ends of the forward */
-    gpt_embed_forward(&e->model, w0, inputs);
-    for (int l = 0; l < e->lay.shape.L; l++) gpt_layer_forward(&e->model, l, unit_weights(e, 1 + l));
-    return gpt_head_forward(&e->model, w0, targets, dloss);
-}
-
-float engine_forward(struct engine *e, const int32_t *inputs, const int32_t *targets) {
-    return forward(e, inputs, targets, 0.0f);
-}
-
-float engine_forward_backward(struct engine *e, const int32_t *inputs, const int32_t *targets, float dloss) {
-    int BT = e->cfg->micro_batch * e->cfg->seq_len;
-    float loss = forward(e, inputs, targets, dloss / (float)BT);
-    const float *w0 = unit_weights(e, EMBED_UNIT); /* stage 3: gathered again for the backward */
-    float *dw0 = unit_grads_begin(e, EMBED_UNIT);
-    gpt_head_backward(&e->model, w0, dw0);
-    for (int l = e->lay.shape.L - 1; l >= 0; l--) {
-        float *dw = unit_grads_begin(e, 1 + l);
-        gpt_layer_backward(&e->model, l, unit_weights(e, 1 + l), dw);
-        unit_grads_end(e, 1 + l, dw);
+    for (int l = lay->rank.l0; l < lay->rank.l1; l++)
+        gpt_layer_forward(m, slot, l, unit_weights(e, layout_layer_unit(lay, l)));
+    if (!lay->rank.has_head) {
+        buf_copy(x_out, gpt_stage_output(m, slot), act_bytes);
+        return 0.0f;
     }
-    gpt_embed_backward(&e->model, dw0);
-    unit_grads_end(e, EMBED_UNIT, dw0);
-    return loss;
+    const float *wh = unit_weights(e, layout_head_unit(lay));
+    int BT = e->o.micro_batch * lay->shape.T;
+    return gpt_head_forward(m, slot, wh, head_wte(e, we, wh), in->targets, dloss / (float)BT);
+}
+
+void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out) {
+    const struct model_layout *lay = &e->lay;
+    struct gpt *m = &e->model;
+    size_t btc = (size_t)e->o.micro_batch * lay->shape.T * lay->shape.C;
+    int eu = layout_embed_unit(lay), hu = layout_head_unit(lay);
+    float *dwe = eu >= 0 ? unit_grads_begin(e, eu) : NULL;
+    if (hu >= 0) {
+        /* stage 3: the head's and the embedding's params gathered again */
+        const float *wh = unit_weights(e, hu), *we = eu >= 0 ? unit_weights(e, eu) : NULL;
+        float *dwh = unit_grads_begin(e, hu);
+        float *dwte = eu >= 0 ? dwe + lay->embed_offset[EMB_WTE] : dwh + lay->head_offset[HEAD_WTE];
+        gpt_head_backward(m, slot, wh, head_wte(e, we, wh), dwh, dwte);
+        zero_unit_grads_done(&e->z, hu, dwh);
+    } else {
+        buf_to_fp32(gpt_stage_grad(m), dx_in, e->o.act_dtype, btc);
+    }
+    for (int l = lay->rank.l1 - 1; l >= lay->rank.l0; l--) {
+        int u = layout_layer_unit(lay, l);
+        float *dw = unit_grads_begin(e, u);
+        gpt_layer_backward(m, slot, l, unit_weights(e, u), dw);
+        zero_unit_grads_done(&e->z, u, dw);
+    }
+    if (eu >= 0) {
+        gpt_embed_backward(m, slot, dwe);
+        zero_unit_grads_done(&e->z, eu, dwe);
+    } else {
+        buf_from_fp32(dx_out, e->o.act_dtype, gpt_stage_grad(m), btc);
+    }
+}
+
+struct step_result engine_optimizer_step(struct engine *e, int step) {
+    struct step_result r = zero_step(&e->z, step);
+    engine_params_changed(e);
+    return r;
 }

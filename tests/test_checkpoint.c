@@ -28,7 +28,7 @@ static int setup(void **state) {
     if (!fx) return -1;
     snprintf(fx->dir, sizeof fx->dir, "/tmp/test_checkpoint.XXXXXX");
     if (!mkdtemp(fx->dir)) return -1;
-    layout_init(&fx->lay, (struct model_shape){.L = L, .C = C, .NH = NH, .T = T, .V = V});
+    layout_init_whole(&fx->lay, (struct model_shape){.L = L, .C = C, .NH = NH, .T = T, .V = V});
     fx->p32 = malloc(fx->lay.total * sizeof(float));
     fx->p16 = malloc(fx->lay.total * sizeof(bf16));
     if (!fx->p32 || !fx->p16) return -1;
@@ -253,13 +253,13 @@ static void test_llmc_shape_mismatch(void **state) {
     path_in(fx, "shape.bin", p);
     assert_int_equal(llmc_save(p, &fx->lay, fx->p32, DTYPE_FP32, DTYPE_FP32, err), 0);
     struct model_layout other;
-    layout_init(&other, (struct model_shape){.L = 3, .C = C, .NH = NH, .T = T, .V = V});
+    layout_init_whole(&other, (struct model_shape){.L = 3, .C = C, .NH = NH, .T = T, .V = V});
     float *dst = calloc(other.total, sizeof *dst);
     assert_int_equal(llmc_load(p, &other, dst, DTYPE_FP32, err), -1);
     assert_non_null(strstr(err, "n_layer is 2 in the file, 3 in the config"));
     assert_non_null(strstr(err, "shape.bin"));
     free(dst);
-    layout_init(&other, (struct model_shape){.L = L, .C = C, .NH = NH, .T = 8, .V = V});
+    layout_init_whole(&other, (struct model_shape){.L = L, .C = C, .NH = NH, .T = 8, .V = V});
     dst = calloc(other.total, sizeof *dst);
     assert_int_equal(llmc_load(p, &other, dst, DTYPE_FP32, err), -1);
     assert_non_null(strstr(err, "max_seq_len is 4 in the file, 8 in the config"));

@@ -1,4 +1,4 @@
-/* bf16 conversions (include/dtype.h) and fast_expf (model/fastmath.h).
+/* bf16 conversions (include/dtype.h) and fast_expf (model/cpu/fastmath.h).
  * Round-to-nearest-even cases are built as exact fp32 bit patterns, so
  * "halfway" means exactly halfway. */
 #include <math.h>
@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "../model/fastmath.h"
+#include "../model/cpu/fastmath.h"
 #include "dtype.h"
 #include "rng.h"
 

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "engine_fixture.h"
 #include "grid.h"
 
 enum { L = 2, C = 16, NH = 2, T = 8, V = 64, B = 2, SEED = 4242 };
@@ -38,7 +39,7 @@ static struct harness *harness_new(enum dtype dt, int micro_batch) {
     h->cfg.param_dtype = h->cfg.grad_dtype = h->cfg.act_dtype = dt;
     h->cfg.seed = SEED;
     grid_init_single(&h->grid);
-    engine_init(&h->e, &h->cfg, &h->grid.dp_comm, &h->mem, &h->flops);
+    fixture_engine_init(&h->e, &h->cfg, &h->grid.dp_comm, &h->mem, &h->flops);
     return h;
 }
 
@@ -106,9 +107,9 @@ static const float FD_H = 1e-2f, FD_ATOL = 2e-4f, FD_RTOL = 1e-2f;
 static double central(struct engine *e, float *p, size_t i, float h, const int32_t *in, const int32_t *tgt) {
     float w0 = p[i];
     p[i] = w0 + h;
-    float lp = engine_forward(e, in, tgt);
+    float lp = fixture_forward(e, in, tgt);
     p[i] = w0 - h;
-    float lm = engine_forward(e, in, tgt);
+    float lm = fixture_forward(e, in, tgt);
     p[i] = w0;
     /* the steps actually taken (w0 +- h rounded) */
     return ((double)lp - (double)lm) / ((double)(w0 + h) - (double)(w0 - h));
@@ -131,11 +132,11 @@ static void test_gradcheck_fp32(void **state) {
     memcpy(targets, tgt, sizeof targets);
 
     engine_zero_grads(e);
-    float loss = engine_forward_backward(e, in, targets, 1.0f);
+    float loss = fixture_forward_backward(e, in, targets, 1.0f);
     /* At init the logits are ~0: the loss is ~ln V. */
     assert_true(fabsf(loss - logf((float)V)) < 0.05f);
-    float *p = e->st.params;
-    const float *g = e->st.grads;
+    float *p = e->z.st.params;
+    const float *g = e->z.st.grads;
     size_t psi = e->lay.total;
     float *ana = malloc(psi * sizeof *ana);
     assert_non_null(ana);
@@ -208,27 +209,27 @@ static void test_bf16_matches_fp32(void **state) {
     size_t psi = h32->e.lay.total;
     assert_int_equal(psi, h16->e.lay.total);
     engine_init_params(&h32->e);
-    float *p32 = h32->e.st.params;
-    bf16 *p16 = h16->e.st.params;
+    float *p32 = h32->e.z.st.params;
+    bf16 *p16 = h16->e.z.st.params;
     for (size_t i = 0; i < psi; i++) {
         p16[i] = f32_to_bf16(p32[i]);
         p32[i] = bf16_to_f32(p16[i]);
     }
-    engine_set_weights(&h16->e, p32); /* master = p32, params = bf16(p32) = p16 */
-    assert_memory_equal(h16->e.st.master, p32, psi * sizeof(float));
+    fixture_set_weights(&h16->e, p32); /* master = p32, params = bf16(p32) = p16 */
+    assert_memory_equal(h16->e.z.st.master, p32, psi * sizeof(float));
 
     int32_t tok[2 * B * T];
     random_tokens(tok, 2 * B * T, 2);
     const int32_t *in = tok, *tgt = tok + B * T;
     engine_zero_grads(&h32->e);
     engine_zero_grads(&h16->e);
-    float l32 = engine_forward_backward(&h32->e, in, tgt, 1.0f);
-    float l16 = engine_forward_backward(&h16->e, in, tgt, 1.0f);
+    float l32 = fixture_forward_backward(&h32->e, in, tgt, 1.0f);
+    float l16 = fixture_forward_backward(&h16->e, in, tgt, 1.0f);
     assert_true(fabsf(l32 - l16) < 0.02f);
 
-    float *g32 = h32->e.st.grads, *g16 = malloc(psi * sizeof *g16);
+    float *g32 = h32->e.z.st.grads, *g16 = malloc(psi * sizeof *g16);
     assert_non_null(g16);
-    const bf16 *gb = h16->e.st.grads;
+    const bf16 *gb = h16->e.z.st.grads;
     for (size_t i = 0; i < psi; i++) g16[i] = bf16_to_f32(gb[i]);
     double n32 = sqrt(dot(g32, g32, psi)), n16 = sqrt(dot(g16, g16, psi));
     double cosine = dot(g32, g16, psi) / (n32 * n16);
@@ -256,19 +257,19 @@ static void test_grad_accum_equivalence(void **state) {
     size_t psi = hs->e.lay.total;
     engine_init_params(&hs->e);
     engine_init_params(&hb->e);
-    assert_memory_equal(hs->e.st.params, hb->e.st.params, psi * sizeof(float));
+    assert_memory_equal(hs->e.z.st.params, hb->e.z.st.params, psi * sizeof(float));
 
     int32_t in[2 * B * T], tgt[2 * B * T];
     random_tokens(in, 2 * B * T, 3);
     random_tokens(tgt, 2 * B * T, 4);
     engine_zero_grads(&hs->e);
-    float la = engine_forward_backward(&hs->e, in, tgt, 0.5f);
-    float lb = engine_forward_backward(&hs->e, in + B * T, tgt + B * T, 0.5f);
+    float la = fixture_forward_backward(&hs->e, in, tgt, 0.5f);
+    float lb = fixture_forward_backward(&hs->e, in + B * T, tgt + B * T, 0.5f);
     engine_zero_grads(&hb->e);
-    float lbig = engine_forward_backward(&hb->e, in, tgt, 1.0f);
+    float lbig = fixture_forward_backward(&hb->e, in, tgt, 1.0f);
     assert_true(fabsf(0.5f * (la + lb) - lbig) <= 1e-5f * lbig);
 
-    const float *gs = hs->e.st.grads, *gb = hb->e.st.grads;
+    const float *gs = hs->e.z.st.grads, *gb = hb->e.z.st.grads;
     double nb = sqrt(dot(gb, gb, psi)), d2 = 0.0, max_rel = 0.0, gmax = 0.0;
     for (size_t i = 0; i < psi; i++) gmax = fmax(gmax, fabs((double)gb[i]));
     for (size_t i = 0; i < psi; i++) {
@@ -283,7 +284,7 @@ static void test_grad_accum_equivalence(void **state) {
     assert_true(max_rel <= 1e-5);
     /* and not trivially: one micro-batch alone is a different gradient */
     engine_zero_grads(&hs->e);
-    engine_forward_backward(&hs->e, in, tgt, 1.0f);
+    fixture_forward_backward(&hs->e, in, tgt, 1.0f);
     d2 = 0.0;
     for (size_t i = 0; i < psi; i++) d2 += ((double)gs[i] - gb[i]) * ((double)gs[i] - gb[i]);
     assert_true(sqrt(d2) > 1e-2 * nb);

@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "bufops.h"
 #include "optim.h"
 
 static void assert_rel(double got, double want, double tol, const char *what, int i) {
@@ -321,27 +322,21 @@ static void test_adamw_zero_grad_no_decay(void **state) {
 
 /* ---- LR schedule ---- */
 
-static struct config sched(float lr, int warmup, int steps, enum lr_schedule s, float min_frac) {
-    struct config c;
-    config_defaults(&c);
-    c.lr = lr;
-    c.warmup_steps = warmup;
-    c.steps = steps;
-    c.lr_schedule = s;
-    c.min_lr_frac = min_frac;
-    return c;
+static struct lr_options sched(float lr, int warmup, int steps, enum lr_schedule s, float min_frac) {
+    return (struct lr_options){.lr = lr, .warmup_steps = warmup, .steps = steps, .schedule = s,
+                               .min_lr_frac = min_frac};
 }
 
 static void test_lr_warmup(void **state) {
     (void)state;
-    struct config c = sched(1e-3f, 10, 100, LR_COSINE, 0.1f);
+    struct lr_options c = sched(1e-3f, 10, 100, LR_COSINE, 0.1f);
     assert_rel(lr_at(&c, 0), 1e-3 * 1 / 10, 1e-6, "lr warmup", 0);
     assert_rel(lr_at(&c, 1), 1e-3 * 2 / 10, 1e-6, "lr warmup", 1);
     assert_rel(lr_at(&c, 4), 1e-3 * 5 / 10, 1e-6, "lr warmup", 4);
     assert_rel(lr_at(&c, 9), 1e-3, 1e-6, "lr warmup", 9);
     for (int s = 1; s < 10; s++) assert_true(lr_at(&c, s) > lr_at(&c, s - 1));
     /* warmup is the same under the constant schedule */
-    struct config k = sched(1e-3f, 10, 100, LR_CONSTANT, 0.1f);
+    struct lr_options k = sched(1e-3f, 10, 100, LR_CONSTANT, 0.1f);
     for (int s = 0; s < 10; s++) assert_true(lr_at(&k, s) == lr_at(&c, s));
 }
 
@@ -349,7 +344,7 @@ static void test_lr_cosine(void **state) {
     (void)state;
     const float lr = 6e-4f, frac = 0.1f;
     const int warmup = 10, steps = 100;
-    struct config c = sched(lr, warmup, steps, LR_COSINE, frac);
+    struct lr_options c = sched(lr, warmup, steps, LR_COSINE, frac);
     assert_rel(lr_at(&c, warmup), lr, 1e-6, "first decay step", warmup);
     assert_rel(lr_at(&c, steps - 1), (double)lr * frac, 1e-6, "last step", steps - 1);
     for (int s = warmup + 1; s < steps; s++)
@@ -364,46 +359,46 @@ static void test_lr_cosine(void **state) {
         assert_rel(lr_at(&c, probe[i]), mn + 0.5 * (1 + cos(M_PI * p)) * (lr - mn), 1e-6, "cosine", probe[i]);
     }
     /* halfway through the decay (p = 0.5, an odd number of decay steps) */
-    struct config h = sched(1.0f, 0, 11, LR_COSINE, 0.2f);
+    struct lr_options h = sched(1.0f, 0, 11, LR_COSINE, 0.2f);
     assert_rel(lr_at(&h, 5), 0.6, 1e-6, "halfway", 5);
     assert_rel(lr_at(&h, 0), 1.0, 1e-6, "no warmup", 0);
     assert_rel(lr_at(&h, 10), 0.2, 1e-6, "no warmup last", 10);
     /* past the end it stays at the floor */
     assert_rel(lr_at(&c, steps + 50), (double)lr * frac, 1e-6, "past end", steps + 50);
     /* min_lr_frac = 0 decays to zero */
-    struct config z = sched(1e-3f, 0, 50, LR_COSINE, 0.0f);
+    struct lr_options z = sched(1e-3f, 0, 50, LR_COSINE, 0.0f);
     assert_true(fabsf(lr_at(&z, 49)) < 1e-12f);
 }
 
 static void test_lr_constant(void **state) {
     (void)state;
-    struct config c = sched(2.5e-4f, 0, 100, LR_CONSTANT, 0.1f);
+    struct lr_options c = sched(2.5e-4f, 0, 100, LR_CONSTANT, 0.1f);
     for (int s = 0; s < 150; s++) assert_true(lr_at(&c, s) == 2.5e-4f);
-    struct config w = sched(2.5e-4f, 5, 100, LR_CONSTANT, 0.1f);
+    struct lr_options w = sched(2.5e-4f, 5, 100, LR_CONSTANT, 0.1f);
     for (int s = 5; s < 100; s++) assert_true(lr_at(&w, s) == 2.5e-4f);
     /* a one-step cosine run has nothing to decay over */
-    struct config one = sched(1e-3f, 0, 1, LR_COSINE, 0.1f);
+    struct lr_options one = sched(1e-3f, 0, 1, LR_COSINE, 0.1f);
     assert_true(lr_at(&one, 0) == 1e-3f);
 }
 
 /* ---- clipping ---- */
 
-static void test_grad_sum_squares(void **state) {
+static void test_buf_sum_squares(void **state) {
     (void)state;
     const float a[] = {3.0f, 4.0f};
-    assert_true(grad_sum_squares(a, DTYPE_FP32, 2) == 25.0);
+    assert_true(buf_sum_squares(a, DTYPE_FP32, 2) == 25.0);
     const float b[] = {1.0f, -2.0f, 2.0f, 0.5f, 0.0f};
-    assert_true(grad_sum_squares(b, DTYPE_FP32, 5) == 9.25);
-    assert_true(grad_sum_squares(b, DTYPE_FP32, 0) == 0.0);
-    assert_true(grad_sum_squares(b + 1, DTYPE_FP32, 2) == 8.0);
+    assert_true(buf_sum_squares(b, DTYPE_FP32, 5) == 9.25);
+    assert_true(buf_sum_squares(b, DTYPE_FP32, 0) == 0.0);
+    assert_true(buf_sum_squares(b + 1, DTYPE_FP32, 2) == 8.0);
     const float c[] = {0.1f};
-    assert_true(grad_sum_squares(c, DTYPE_FP32, 1) == (double)0.1f * (double)0.1f); /* accumulated in double */
+    assert_true(buf_sum_squares(c, DTYPE_FP32, 1) == (double)0.1f * (double)0.1f); /* accumulated in double */
 
     const bf16 hb[] = {0x3f80 /* 1 */, 0xc000 /* -2 */, 0x3fc0 /* 1.5 */, 0xbe80 /* -0.25 */};
-    assert_true(grad_sum_squares(hb, DTYPE_BF16, 4) == 1.0 + 4.0 + 2.25 + 0.0625);
+    assert_true(buf_sum_squares(hb, DTYPE_BF16, 4) == 1.0 + 4.0 + 2.25 + 0.0625);
     bf16 hb2[5];
     for (int i = 0; i < 5; i++) hb2[i] = f32_to_bf16(b[i]);
-    assert_true(grad_sum_squares(hb2, DTYPE_BF16, 5) == 9.25);
+    assert_true(buf_sum_squares(hb2, DTYPE_BF16, 5) == 9.25);
 
     enum { N = 10001 };
     float *big = malloc(N * sizeof *big);
@@ -413,8 +408,8 @@ static void test_grad_sum_squares(void **state) {
         big[i] = (i % 2) ? -0.5f : 0.5f;
         big16[i] = f32_to_bf16(big[i]);
     }
-    assert_true(grad_sum_squares(big, DTYPE_FP32, N) == 0.25 * N);
-    assert_true(grad_sum_squares(big16, DTYPE_BF16, N) == 0.25 * N);
+    assert_true(buf_sum_squares(big, DTYPE_FP32, N) == 0.25 * N);
+    assert_true(buf_sum_squares(big16, DTYPE_BF16, N) == 0.25 * N);
     free(big);
     free(big16);
 }
@@ -431,7 +426,7 @@ static void test_clip_scale(void **state) {
     assert_rel(clip_scale(3.0, 1.0f), 1.0 / 3.0, 1e-7, "clip", 0);
     /* clipped norm = norm * scale = max_norm */
     const float g[] = {3.0f, 4.0f};
-    double norm = sqrt(grad_sum_squares(g, DTYPE_FP32, 2));
+    double norm = sqrt(buf_sum_squares(g, DTYPE_FP32, 2));
     assert_rel(norm * clip_scale(norm, 1.0f), 1.0, 1e-7, "clipped norm", 0);
 }
 
@@ -448,7 +443,7 @@ int main(void) {
         cmocka_unit_test(test_lr_warmup),
         cmocka_unit_test(test_lr_cosine),
         cmocka_unit_test(test_lr_constant),
-        cmocka_unit_test(test_grad_sum_squares),
+        cmocka_unit_test(test_buf_sum_squares),
         cmocka_unit_test(test_clip_scale),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -16,6 +16,7 @@
 
 #include "accounting.h"
 #include "engine.h"
+#include "engine_fixture.h"
 #include "grid.h"
 
 struct run {
@@ -35,7 +36,7 @@ static struct run *run_new(enum recompute_mode r, enum dtype dt, int T) {
     h->cfg.recompute = r;
     h->cfg.param_dtype = h->cfg.grad_dtype = h->cfg.act_dtype = dt;
     grid_init_single(&h->grid);
-    engine_init(&h->e, &h->cfg, &h->grid.dp_comm, &h->mem, &h->flops);
+    fixture_engine_init(&h->e, &h->cfg, &h->grid.dp_comm, &h->mem, &h->flops);
     engine_init_params(&h->e);
     return h;
 }
@@ -52,11 +53,11 @@ static void *grads_of(struct run *h) {
     int32_t *tok = malloc(2 * (size_t)BT * sizeof *tok);
     for (int i = 0; i < 2 * BT; i++) tok[i] = (int32_t)((i * 7 + 3) % h->cfg.vocab_size);
     engine_zero_grads(&h->e);
-    engine_forward_backward(&h->e, tok, tok + BT, 0.5f);
-    engine_forward_backward(&h->e, tok + BT, tok, 0.5f);
+    fixture_forward_backward(&h->e, tok, tok + BT, 0.5f);
+    fixture_forward_backward(&h->e, tok + BT, tok, 0.5f);
     size_t bytes = h->e.lay.total * dtype_size(h->cfg.grad_dtype);
     void *g = malloc(bytes);
-    memcpy(g, h->e.st.grads, bytes);
+    memcpy(g, h->e.z.st.grads, bytes);
     free(tok);
     return g;
 }

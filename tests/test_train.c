@@ -164,12 +164,12 @@ static void snap(struct snapshot *s, const struct trainer *tr) {
     s->params = malloc(s->param_bytes);
     s->adam_m = malloc(s->psi * sizeof(float));
     s->adam_v = malloc(s->psi * sizeof(float));
-    s->master = e->st.master ? malloc(s->psi * sizeof(float)) : NULL;
-    assert_true(s->params && s->adam_m && s->adam_v && (s->master || !e->st.master));
-    memcpy(s->params, e->st.params, s->param_bytes);
-    memcpy(s->adam_m, e->st.s1, s->psi * sizeof(float));
-    memcpy(s->adam_v, e->st.s2, s->psi * sizeof(float));
-    if (s->master) memcpy(s->master, e->st.master, s->psi * sizeof(float));
+    s->master = e->z.st.master ? malloc(s->psi * sizeof(float)) : NULL;
+    assert_true(s->params && s->adam_m && s->adam_v && (s->master || !e->z.st.master));
+    memcpy(s->params, e->z.st.params, s->param_bytes);
+    memcpy(s->adam_m, e->z.st.s1, s->psi * sizeof(float));
+    memcpy(s->adam_v, e->z.st.s2, s->psi * sizeof(float));
+    if (s->master) memcpy(s->master, e->z.st.master, s->psi * sizeof(float));
 }
 
 static void snap_free(struct snapshot *s) {
@@ -290,7 +290,7 @@ static void check_llmc_roundtrip(const char *dtype, const char *file) {
     /* and a fresh random init differs from the trained weights */
     c2.init_from[0] = '\0';
     open_ok(tr, &c2);
-    assert_true(memcmp(tr->engine.st.params, trained.params, trained.param_bytes) != 0);
+    assert_true(memcmp(tr->engine.z.st.params, trained.params, trained.param_bytes) != 0);
     trainer_close(tr);
     snap_free(&trained), snap_free(&loaded);
     free(tr);

@@ -10,8 +10,8 @@
 
 static struct model_layout layout_of(const struct config *c) {
     struct model_layout lay;
-    layout_init(&lay, (struct model_shape){.L = c->n_layer, .C = c->d_model, .NH = c->n_head, .T = c->seq_len,
-                                           .V = c->vocab_size});
+    layout_init_whole(&lay, (struct model_shape){.L = c->n_layer, .C = c->d_model, .NH = c->n_head,
+                                                 .T = c->seq_len, .V = c->vocab_size});
     return lay;
 }
 
@@ -53,7 +53,9 @@ struct state_theory theory_trainer_states(const struct config *c, int N, int ran
          * two fp32 absmax per 256-element block, 8 B per element of the
          * tensors that keep 32-bit states (Dettmers et al. 2021, THEORY.md 2.5) */
         struct opt_segments g;
-        opt_segments_build(&g, &lay, &sh, z, c);
+        struct optim_options o = {.kind = c->optimizer, .decay_targets = c->decay_targets,
+                                  .min_8bit_size = c->min_8bit_size};
+        opt_segments_build(&g, &lay, &sh, z, &o);
         double bytes = 2.0 * g.n_q + 8.0 * g.n_blocks + 8.0 * g.n_f32;
         s.lines[s.n++] = (struct state_line){MEM_OPTIMIZER, bytes / (s.psi / (z >= 1 ? N : 1)), z >= 1, bytes, 0,
                                              "2 B x Psi_8bit + 8 B per 256-block + 8 B x Psi_small (K = 4 + 2 + 8/256)"};
@@ -163,10 +165,13 @@ double theory_trainer_comm_buffers(const struct config *c, int N) {
     struct model_layout lay = layout_of(c);
     struct shard_layout sh;
     shard_layout_init(&sh, &lay, N, 0);
-    double p0 = (double)shard_unit_padded(&sh, EMBED_UNIT), p1 = (double)shard_unit_padded(&sh, 1);
     double w_p = c->param_dtype == DTYPE_BF16 ? 2 : 4, w_g = c->grad_dtype == DTYPE_BF16 ? 2 : 4;
     double bytes = 0;
-    if (c->zero >= 3) bytes += (p0 + p1) * w_p;
-    if (c->zero >= 2) bytes += (p0 > p1 ? p0 : p1) * w_g;
+    if (c->zero >= 3) { /* one gathered unit of each kind */
+        int kinds[] = {layout_embed_unit(&lay), layout_head_unit(&lay), layout_layer_unit(&lay, 0)};
+        for (int k = 0; k < 3; k++)
+            if (kinds[k] >= 0) bytes += (double)shard_unit_padded(&sh, kinds[k]) * w_p;
+    }
+    if (c->zero >= 2) bytes += (double)shard_max_unit_padded(&sh) * w_g;
     return bytes;
 }

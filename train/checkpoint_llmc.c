@@ -29,7 +29,7 @@ static struct tensor_info llmc_run(const struct model_layout *lay, int i) {
     i -= 2;
     if (i < L * LAYER_NUM_TENSORS) return layout_layer_tensor(lay, i % L, (enum layer_tensor)(i / L));
     i -= L * LAYER_NUM_TENSORS;
-    return layout_embed_tensor(lay, i == 0 ? EMB_LNF_W : EMB_LNF_B);
+    return layout_head_tensor(lay, i == 0 ? HEAD_LNF_W : HEAD_LNF_B);
 }
 
 static int check_dtype(enum dtype dt, const char *what, char err[CKPT_ERR_LEN]) {

@@ -41,8 +41,9 @@ void trainer_sample(struct trainer *tr, FILE *out) {
             memmove(ctx, ctx + 1, (size_t)(T - 1) * sizeof *ctx);
             n_ctx--;
         }
-        engine_forward(&tr->engine, ctx, tr->targets);
-        const float *logits = gpt_logits_at(&tr->engine.model, 0, n_ctx - 1);
+        struct mb_input in = {.inputs = ctx, .targets = tr->targets};
+        engine_forward(&tr->engine, 0, &in, NULL, 0.0f);
+        const float *logits = gpt_logits_at(&tr->engine.model, 0, 0, n_ctx - 1);
         float coin = rng_uniform((uint64_t)c->seed, RNG_STREAM_SAMPLE, (uint64_t)i);
         int next = sample_token(logits, c->vocab_size, c->sample_temperature, coin);
         ctx[n_ctx++] = next;

@@ -21,19 +21,25 @@ static const char *held(bool sharded) { return sharded ? "part (1/N)" : "full"; 
 
 void report_shard_map(FILE *out, const struct trainer *tr) {
     const struct engine *e = &tr->engine;
-    const struct shard_layout *sh = &e->sh;
-    int N = sh->N, z = e->stage;
+    const struct shard_layout *sh = &e->z.sh;
+    int N = sh->N, z = e->o.zero.stage;
     fprintf(out, "\nshard map: ZeRO-%d over %d data-parallel rank%s. Rank r owns slice r of every unit; each unit is\n"
                  "padded to a multiple of N elements, so no slice crosses a unit. [a:b) = elements a..b-1 of a tensor.\n",
             z, N, N == 1 ? "" : "s");
+    int first_layer = layout_layer_unit(&e->lay, e->lay.rank.l0), last_unit = e->lay.n_units - 1;
     for (int u = 0; u < e->lay.n_units; u++) {
-        size_t n = layout_unit_size(&e->lay, u);
-        fprintf(out, "  unit %d (%s): %zu elements, padded %zu, %zu per rank\n", u,
-                u == EMBED_UNIT ? "embeddings + head" : "layer", n, shard_unit_padded(sh, u), shard_unit_chunk(sh, u));
-        if (u > 2 && u < e->lay.n_units - 1) {
-            if (u == 3) fprintf(out, "    ... layers 2..%d are cut the same way\n", e->lay.shape.L - 2);
+        struct unit_info ui = layout_unit(&e->lay, u);
+        char what[48];
+        if (ui.kind == UNIT_LAYER) snprintf(what, sizeof what, "layer %d", ui.layer);
+        else snprintf(what, sizeof what, "%s", ui.kind == UNIT_EMBED ? "embedding" : "head: final norm, tied to wte");
+        /* the layers between the first two and the last are cut alike */
+        if (ui.kind == UNIT_LAYER && u > first_layer + 1 && u < last_unit) {
+            if (u == first_layer + 2)
+                fprintf(out, "  ... layers %d..%d are cut the same way\n", ui.layer, layout_unit(&e->lay, last_unit).layer - 1);
             continue;
         }
+        fprintf(out, "  unit %d (%s): %zu elements, padded %zu, %zu per rank\n", u, what, ui.size,
+                shard_unit_padded(sh, u), shard_unit_chunk(sh, u));
         for (int r = 0; r < N; r++) {
             size_t lo, hi;
             shard_owned(sh, u, r, &lo, &hi);
@@ -47,7 +53,7 @@ void report_shard_map(FILE *out, const struct trainer *tr) {
     }
     fprintf(out, "  each rank holds: params %s, master and Adam m, v %s, grads %s", held(z >= 3), held(z >= 1),
             held(z >= 2));
-    if (z >= 3) fprintf(out, ", plus one gathered layer and gathered unit 0 in full while they are used");
+    if (z >= 3) fprintf(out, ", plus the gathered embedding, head and one layer in full while they are used");
     if (z == 2) fprintf(out, ", plus one unit's gradient in full (the reduce-scatter bucket)");
     fprintf(out, ".\n  %s\n",
             z == 0   ? "every rank updates every parameter; gradients are all-reduced once per step"

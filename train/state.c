@@ -25,7 +25,7 @@ enum { MAX_SECTIONS = 4 };
 
 static const struct {
     const char *name;
-    enum engine_state which;
+    enum zero_state which;
 } STATES[MAX_SECTIONS] = {
     {"params", STATE_PARAMS}, {"master", STATE_MASTER}, {"optim_state1", STATE_OPT1}, {"optim_state2", STATE_OPT2}};
 
@@ -35,7 +35,7 @@ static int sections(const struct trainer *tr, struct state_section s[MAX_SECTION
     size_t psi = e->lay.total;
     int n = 0;
     for (int i = 0; i < MAX_SECTIONS; i++) {
-        if (!engine_has_state(e, STATES[i].which)) continue;
+        if (!zero_has_state(&e->z, STATES[i].which)) continue;
         enum dtype dt = STATES[i].which == STATE_PARAMS ? tr->cfg->param_dtype : DTYPE_FP32;
         s[n] = (struct state_section){.dtype = dt, .numel = psi, .data = malloc(psi * dtype_size(dt))};
         snprintf(s[n].name, sizeof s[n].name, "%s", STATES[i].name);
@@ -44,7 +44,7 @@ static int sections(const struct trainer *tr, struct state_section s[MAX_SECTION
     return n;
 }
 
-static enum engine_state state_of(const struct state_section *s) {
+static enum zero_state state_of(const struct state_section *s) {
     for (int i = 0; i < MAX_SECTIONS; i++)
         if (strcmp(s->name, STATES[i].name) == 0) return STATES[i].which;
     return STATE_PARAMS;
@@ -57,7 +57,13 @@ static void free_sections(struct state_section *s, int n) {
 int trainer_save_state(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]) {
     struct state_section s[MAX_SECTIONS];
     int n = sections(tr, s);
-    for (int i = 0; i < n; i++) engine_gather_state(&tr->engine, state_of(&s[i]), s[i].data);
+    struct engine *e = &tr->engine;
+    void *work = mem_alloc(&tr->mem, MEM_HOST, MEM_SCRATCH, "checkpoint staging (one unit)", engine_unit_staging_bytes(e));
+    for (int i = 0; i < n; i++)
+        for (int u = 0; u < e->lay.n_units; u++)
+            zero_gather_unit(&e->z, state_of(&s[i]), u,
+                             (char *)s[i].data + layout_unit_offset(&e->lay, u) * dtype_size(s[i].dtype), work);
+    mem_free(&tr->mem, work);
     struct resume_meta meta = {.step = (uint64_t)tr->step,
                                .seed = (uint64_t)tr->cfg->seed,
                                .data_epoch = tr->train.pos.epoch,
@@ -115,7 +121,11 @@ static int load_state(struct trainer *tr, const char *path, char err[TRAINER_ERR
     int n = sections(tr, s);
     int rc = resume_load(path, &meta, s, n, e2);
     if (rc != 0) snprintf(err, TRAINER_ERR_LEN, "loading resume state: %s", e2);
-    for (int i = 0; rc == 0 && i < n; i++) engine_scatter_state(&tr->engine, state_of(&s[i]), s[i].data);
+    struct engine *e = &tr->engine;
+    for (int i = 0; rc == 0 && i < n; i++)
+        for (int u = 0; u < e->lay.n_units; u++)
+            zero_scatter_unit(&e->z, state_of(&s[i]), u,
+                              (const char *)s[i].data + layout_unit_offset(&e->lay, u) * dtype_size(s[i].dtype));
     free_sections(s, n);
     if (rc != 0) return -1;
     struct loader_position pos = {meta.data_epoch, meta.data_cursor};
@@ -125,7 +135,7 @@ static int load_state(struct trainer *tr, const char *path, char err[TRAINER_ERR
         return -1;
     }
     tr->step = (int)meta.step;
-    tr->engine.embed_w_fresh = false;
+    engine_params_changed(&tr->engine);
     return 0;
 }
 

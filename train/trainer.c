@@ -3,11 +3,19 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "accounting.h"
 #include "checkpoint.h"
 #include "optim.h"
+#include "pipeline.h"
+#include "schedule.h"
+
+double peak_rss_bytes(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024.0 : 0.0;
+}
 
 static double now(void) {
     struct timespec t;
@@ -30,6 +38,25 @@ int trainer_agree(struct trainer *tr, int rc, char err[TRAINER_ERR_LEN]) {
     return rc;
 }
 
+struct model_shape trainer_model_shape(const struct config *c) {
+    return (struct model_shape){.L = c->n_layer, .C = c->d_model, .NH = c->n_head, .T = c->seq_len,
+                                .V = c->vocab_size};
+}
+
+struct engine_options trainer_engine_options(const struct config *c) {
+    struct optim_options opt = {
+        .kind = c->optimizer,
+        .lr = {.lr = c->lr, .min_lr_frac = c->min_lr_frac, .warmup_steps = c->warmup_steps, .steps = c->steps,
+               .schedule = c->lr_schedule},
+        .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps, .weight_decay = c->weight_decay,
+        .grad_clip = c->grad_clip, .decay_targets = c->decay_targets, .momentum = c->momentum,
+        .nesterov = c->nesterov, .min_8bit_size = c->min_8bit_size};
+    struct zero_options z = {.stage = c->zero, .param_dtype = c->param_dtype, .grad_dtype = c->grad_dtype,
+                             .rounding = c->rounding, .seed = (uint64_t)c->seed, .optim = opt};
+    return (struct engine_options){.micro_batch = c->micro_batch, .slots = 1, .act_dtype = c->act_dtype,
+                                   .recompute = c->recompute, .init_std = c->init_std, .zero = z};
+}
+
 static int init_weights(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     const struct config *c = tr->cfg;
     struct engine *e = &tr->engine;
@@ -47,7 +74,7 @@ static int init_weights(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     if (rc == 0) {
         for (size_t i = 0; i < n; i++)
             w[i] = c->param_dtype == DTYPE_FP32 ? ((float *)params)[i] : bf16_to_f32(((bf16 *)params)[i]);
-        engine_set_weights(e, w);
+        for (int u = 0; u < e->lay.n_units; u++) engine_set_unit(e, u, w + layout_unit_offset(&e->lay, u));
     }
     free(params);
     free(w);
@@ -111,12 +138,30 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
         tr->cfg = NULL;
         return -1;
     }
-    engine_init(&tr->engine, cfg, &grid->dp_comm, &tr->mem, &tr->flops);
+    /* this rank's part of the model (tp = pp = 1 here: check_layout) */
+    struct rank_desc desc;
+    struct model_layout lay;
+    if (pipeline_rank_desc(cfg->n_layer, grid->pp, grid->pp_rank, grid->tp, grid->tp_rank, NULL, &desc) != 0 ||
+        layout_init(&lay, trainer_model_shape(cfg), desc) != 0) {
+        snprintf(err, TRAINER_ERR_LEN, "the model (n_layer %d, n_head %d, d_model %d) cannot be split over pp %d x tp %d",
+                 cfg->n_layer, cfg->n_head, cfg->d_model, grid->pp, grid->tp);
+        trainer_agree(tr, -1, err);
+        trainer_close(tr);
+        return -1;
+    }
+    struct engine_options eo = trainer_engine_options(cfg);
+    rc = engine_init(&tr->engine, &eo, &lay, &grid->dp_comm, &tr->mem, MEM_HOST, &tr->flops, err, TRAINER_ERR_LEN);
+    tr->engine_open = true;
     tr->model_flops_per_step = theory_trainer_flops(cfg).model;
     size_t bt = (size_t)cfg->micro_batch * cfg->seq_len;
-    tr->inputs = mem_alloc(&tr->mem, MEM_SCRATCH, "batch inputs", bt * sizeof(int32_t));
-    tr->targets = mem_alloc(&tr->mem, MEM_SCRATCH, "batch targets", bt * sizeof(int32_t));
-    rc = trainer_agree(tr, init_weights(tr, err), err);
+    tr->inputs = mem_alloc(&tr->mem, MEM_HOST, MEM_SCRATCH, "batch inputs", bt * sizeof(int32_t));
+    tr->targets = mem_alloc(&tr->mem, MEM_HOST, MEM_SCRATCH, "batch targets", bt * sizeof(int32_t));
+    if (rc == 0 && mem_failed(&tr->mem)) {
+        mem_failure_message(&tr->mem, err, TRAINER_ERR_LEN);
+        rc = -1;
+    }
+    rc = trainer_agree(tr, rc, err);
+    if (rc == 0) rc = trainer_agree(tr, init_weights(tr, err), err);
     if (rc == 0 && *cfg->resume) rc = trainer_load_state(tr, cfg->resume, err);
     if (rc == 0 && *cfg->log_json && grid->world_rank == 0 &&
         !(tr->json = fopen(cfg->log_json, tr->step ? "a" : "w"))) {
@@ -125,6 +170,8 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     }
     rc = trainer_agree(tr, rc, err);
     if (rc != 0) trainer_close(tr);
+    tr->startup_tracked_peak = (double)tr->mem.peak_total;
+    tr->startup_rss = peak_rss_bytes();
     memset(&grid->dp_comm.counters, 0, sizeof grid->dp_comm.counters); /* count steps only */
     return rc;
 }
@@ -134,7 +181,8 @@ void trainer_close(struct trainer *tr) {
     if (tr->json) fclose(tr->json);
     loader_close(&tr->train);
     if (tr->has_val) loader_close(&tr->val);
-    engine_free(&tr->engine);
+    if (tr->engine_open) engine_free(&tr->engine);
+    tr->engine_open = false;
     mem_free_all(&tr->mem);
     tr->cfg = NULL;
 }
@@ -149,7 +197,8 @@ float trainer_validate(struct trainer *tr) {
     double sum = 0.0;
     for (int i = 0; i < tr->cfg->val_batches; i++) {
         loader_next(&tr->val, tr->inputs, tr->targets);
-        sum += engine_forward(&tr->engine, tr->inputs, tr->targets);
+        struct mb_input in = {.inputs = tr->inputs, .targets = tr->targets};
+        sum += engine_forward(&tr->engine, 0, &in, NULL, 0.0f);
     }
     dp->all_reduce_scalars(dp, &sum, 1);
     tr->flops = flops;
@@ -184,8 +233,13 @@ static void log_step(struct trainer *tr, const struct step_metrics *m) {
 /* Gathers the params to rank 0, which writes the llm.c model file. */
 static int save_model(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]) {
     const struct config *c = tr->cfg;
+    struct engine *e = &tr->engine;
     void *full = malloc(tr->engine.lay.total * dtype_size(c->param_dtype));
-    engine_gather_state(&tr->engine, STATE_PARAMS, full);
+    void *work = mem_alloc(&tr->mem, MEM_HOST, MEM_SCRATCH, "checkpoint staging (one unit)", engine_unit_staging_bytes(e));
+    for (int u = 0; u < e->lay.n_units; u++)
+        zero_gather_unit(&e->z, STATE_PARAMS, u, (char *)full + layout_unit_offset(&e->lay, u) * dtype_size(c->param_dtype),
+                         work);
+    mem_free(&tr->mem, work);
     char e2[CKPT_ERR_LEN];
     int rc = 0;
     if (tr->grid->world_rank == 0 && llmc_save(path, &tr->engine.lay, full, c->param_dtype, c->param_dtype, e2) != 0) {
@@ -196,6 +250,10 @@ static int save_model(struct trainer *tr, const char *path, char err[TRAINER_ERR
     return trainer_agree(tr, rc, err);
 }
 
+static void next_train_batch(void *loader, int32_t *inputs, int32_t *targets) {
+    loader_next(loader, inputs, targets);
+}
+
 static struct step_metrics train_step(struct trainer *tr) {
     const struct config *c = tr->cfg;
     struct engine *e = &tr->engine;
@@ -204,11 +262,9 @@ static struct step_metrics train_step(struct trainer *tr) {
     engine_zero_grads(e);
     /* the step's loss is the mean over accum x dp micro-batches */
     int dp = tr->grid->dp;
-    double loss = 0.0;
-    for (int k = 0; k < c->grad_accum; k++) {
-        loader_next(&tr->train, tr->inputs, tr->targets);
-        loss += engine_forward_backward(e, tr->inputs, tr->targets, 1.0f / (float)(c->grad_accum * dp));
-    }
+    struct batch_source src = {next_train_batch, &tr->train};
+    double loss = schedule_sequential(e, c->grad_accum, 1.0f / (float)(c->grad_accum * dp), &src, tr->inputs,
+                                      tr->targets);
     double t_opt = now();
     struct step_result r = engine_optimizer_step(e, tr->step);
     double optimizer_s = now() - t_opt;

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../engine_fixture.h"
 #include "mpi_fixture.h"
 #include "trainer.h"
 
@@ -50,7 +51,7 @@ static float *run(struct config *c, struct grid *g, int stop_after) {
     tr.stop_after = stop_after;
     if (trainer_run(&tr, err) != 0) fail_msg("trainer_run: %s", err);
     float *w = malloc(tr.engine.lay.total * sizeof *w);
-    engine_gather_state(&tr.engine, STATE_PARAMS, w);
+    fixture_gather_state(&tr.engine, STATE_PARAMS, w);
     trainer_close(&tr);
     return w;
 }
@@ -84,7 +85,7 @@ static void check(int from, int to, bool to_single) {
     bool ok = WORLD.world_rank != 0 || close_enough(straight, resumed, 0, &worst);
     if (WORLD.world_rank == 0) {
         struct model_layout lay;
-        layout_init(&lay, (struct model_shape){2, 32, 4, 16, 256, 0});
+        layout_init_whole(&lay, (struct model_shape){2, 32, 4, 16, 256, 0});
         ok = close_enough(straight, resumed, lay.total, &worst);
         printf("  N=%d: ZeRO-%d save, resume as %s at ZeRO-%d: max |param diff| %.2e\n", N, from,
                to_single ? "1 process" : "N ranks", to, worst);

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "accounting.h"
+#include "../engine_fixture.h"
 #include "mpi_fixture.h"
 #include "trainer.h"
 
@@ -94,7 +95,7 @@ static void train(struct trainer *tr, struct config *c, struct grid *grid, struc
     if (trainer_run(tr, err) != 0) fail_msg("trainer_run: %s", err);
     size_t psi = tr->engine.lay.total;
     void *full = malloc(psi * dtype_size(c->param_dtype));
-    engine_gather_state(&tr->engine, STATE_PARAMS, full);
+    fixture_gather_state(&tr->engine, STATE_PARAMS, full);
     out->psi = psi;
     out->params = malloc(psi * sizeof(float));
     for (size_t i = 0; i < psi; i++)

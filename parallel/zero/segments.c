@@ -13,7 +13,7 @@ static void update_range(const struct model_layout *lay, const struct shard_layo
 }
 
 int opt_segments_build(struct opt_segments *s, const struct model_layout *lay, const struct shard_layout *sh,
-                       int stage, const struct config *c) {
+                       int stage, const struct optim_options *o) {
     s->n = 0;
     s->n_q = s->n_blocks = s->n_f32 = 0;
     s->seg = malloc((size_t)layout_num_tensors(lay) * sizeof *s->seg);
@@ -27,9 +27,12 @@ int opt_segments_build(struct opt_segments *s, const struct model_layout *lay, c
         if (b > hi) b = hi;
         if (a >= b) continue;
         struct opt_segment *g = &s->seg[s->n++];
-        *g = (struct opt_segment){.unit = ti.unit, .lo = a, .hi = b, .global = base + a};
-        g->decay = c->decay_targets == DECAY_ALL || tensor_is_matrix(&ti);
-        g->quantized = c->optimizer == OPTIM_ADAMW8BIT && ti.numel >= (size_t)c->min_8bit_size;
+        size_t state_at = stage == 0 ? shard_padded_offset(sh, ti.unit) + a
+                                     : shard_offset(sh, ti.unit) + (a - (size_t)sh->rank * shard_unit_chunk(sh, ti.unit));
+        *g = (struct opt_segment){.unit = ti.unit, .lo = a, .hi = b, .state_at = state_at,
+                                  .global = layout_ref_index(lay, &ti, a - (ti.offset - base))};
+        g->decay = o->decay_targets == DECAY_ALL || tensor_is_matrix(&ti);
+        g->quantized = o->kind == OPTIM_ADAMW8BIT && ti.numel >= (size_t)o->min_8bit_size;
         if (g->quantized) {
             g->q_offset = s->n_q;
             g->block_offset = s->n_blocks;

@@ -16,9 +16,23 @@ size_t shard_unit_padded(const struct shard_layout *s, int unit) {
 
 size_t shard_unit_chunk(const struct shard_layout *s, int unit) { return shard_unit_padded(s, unit) / (size_t)s->N; }
 
-/* Units 1..L are the same size, so offsets have a closed form. */
+/* Units come in kind order (embedding, head, layers) and the layers are
+ * all one size, so a unit's offset has a closed form. */
 size_t shard_padded_offset(const struct shard_layout *s, int unit) {
-    return unit == EMBED_UNIT ? 0 : shard_unit_padded(s, EMBED_UNIT) + (size_t)(unit - 1) * shard_unit_padded(s, 1);
+    size_t off = 0;
+    int e = layout_embed_unit(s->lay), h = layout_head_unit(s->lay);
+    if (e >= 0 && unit > e) off += shard_unit_padded(s, e);
+    if (h >= 0 && unit > h) off += shard_unit_padded(s, h);
+    int first_layer = (e >= 0) + (h >= 0);
+    if (unit > first_layer) off += (size_t)(unit - first_layer) * shard_unit_padded(s, first_layer);
+    return off;
+}
+
+size_t shard_max_unit_padded(const struct shard_layout *s) {
+    size_t mx = 0;
+    int n = s->lay->n_units < 3 ? s->lay->n_units : 3; /* embedding, head, one layer cover every size */
+    for (int u = 0; u < n; u++) mx = shard_unit_padded(s, u) > mx ? shard_unit_padded(s, u) : mx;
+    return mx;
 }
 
 size_t shard_offset(const struct shard_layout *s, int unit) { return shard_padded_offset(s, unit) / (size_t)s->N; }

@@ -1,0 +1,18 @@
+/* Pipeline stages: which layers a stage holds, and so what a rank holds
+ * (include/layout.h). The first stage holds the embedding, the last the
+ * head; with one stage a rank holds both and the whole model. */
+#ifndef SHARDLAB_PIPELINE_H
+#define SHARDLAB_PIPELINE_H
+
+#include "layout.h"
+
+/* Layers [*l0, *l1) of `stage` when L layers are split over pp stages:
+ * evenly (counts NULL: the first L % pp stages take one layer more), or
+ * counts[s] layers on stage s (they must sum to L, each >= 0). Returns 0,
+ * or -1 when the split is impossible. */
+int pipeline_stage_layers(int L, int pp, int stage, const int *counts, int *l0, int *l1);
+
+/* What the rank at (pp_rank, tp_rank) holds. Returns -1 as above. */
+int pipeline_rank_desc(int L, int pp, int pp_rank, int tp, int tp_rank, const int *counts, struct rank_desc *out);
+
+#endif

@@ -1,0 +1,142 @@
+/* Model states (ZeRO's term) of one rank: params, fp32 master, grads and
+ * optimizer states, each full or sharded over the data-parallel group by
+ * ZeRO stage (Rajbhandari et al. 2020):
+ *
+ *   stage  params  master+opt  grads   collectives per step (k micro-batches)
+ *   0      full    full        full    all-reduce grads once
+ *   1      full    shard       full    reduce-scatter grads once, all-gather params
+ *   2      full    shard       shard   reduce-scatter each unit's grads as its
+ *                                      backward ends (k times), all-gather params
+ *   3      shard   shard       shard   all-gather each unit before its forward and
+ *                                      again before its backward (k times each),
+ *                                      reduce-scatter as in stage 2
+ *
+ * "Full" means every unit of this rank's layout (include/layout.h), padded
+ * to a multiple of the group size; "shard" this rank's slice of each unit
+ * (include/shard.h). What a rank updates is its list of segments
+ * (include/segments.h). parallel/zero/zero.c holds the stages;
+ * parallel/zero/optstate.c the optimizer states of the three update rules. */
+#ifndef SHARDLAB_ZERO_H
+#define SHARDLAB_ZERO_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "collectives.h"
+#include "counters.h"
+#include "dtype.h"
+#include "layout.h"
+#include "mem.h"
+#include "optim.h"
+#include "segments.h"
+#include "shard.h"
+
+struct zero_options {
+    int stage;                     /* 0..3 */
+    enum dtype param_dtype, grad_dtype;
+    enum rounding_mode rounding;   /* bf16 params written back by the update */
+    uint64_t seed;                 /* stochastic rounding noise */
+    struct optim_options optim;
+};
+
+struct model_states {
+    void *params;     /* param_dtype: full padded (stage < 3) or shard (stage 3) */
+    float *master;    /* fp32, when params are bf16: full (stage 0) or shard */
+    void *grads;      /* grad_dtype: full padded (stage < 2) or shard */
+    /* optimizer states, full (stage 0) or shard:
+     *   adamw      s1 = m, s2 = v (fp32, indexed like master)
+     *   sgd        s1 = momentum (fp32, indexed like master)
+     *   adamw8bit  q1, q2 = m, v codes and absmax1, absmax2 per 256-element
+     *              block of each quantized segment; s1, s2 = fp32 m, v of
+     *              the small tensors (by segment) */
+    float *s1, *s2;
+    uint8_t *q1, *q2;
+    float *absmax1, *absmax2;
+};
+
+struct zero {
+    struct zero_options o;
+    const struct model_layout *lay;
+    struct shard_layout sh;
+    struct collectives *dp;
+    struct mem_tracker *mem;
+    enum mem_space space;
+    struct flop_counter *flops;
+    struct model_states st;
+    struct opt_segments segs;       /* what this rank updates */
+    float qmap_signed[QMAP_SIZE], qmap_unsigned[QMAP_SIZE]; /* adamw8bit code books */
+    struct qmap_index *qindex_signed, *qindex_unsigned;
+    /* stage 3: one gathered unit per kind, in param_dtype (the embedding's
+     * stays valid through the forward: the tied head reads its wte) */
+    void *gathered[UNIT_LAYER + 1];
+    /* stages 2 and 3: one unit's gradient in grad_dtype for the reduce-scatter */
+    void *bucket;
+};
+
+/* Which model state a checkpoint moves. */
+enum zero_state { STATE_PARAMS, STATE_MASTER, STATE_OPT1, STATE_OPT2 };
+
+/* Allocates the states (zero-filled). Returns -1 when the segment table
+ * cannot be built; allocation failures are left in the tracker
+ * (mem_failed). Either way the caller frees with zero_free. */
+int zero_init(struct zero *z, const struct zero_options *o, const struct model_layout *lay, struct collectives *dp,
+              struct mem_tracker *mem, enum mem_space space, struct flop_counter *flops);
+void zero_free(struct zero *z);
+
+/* ---- the step, unit by unit (called by the engine) */
+/* Unit u's params in param_dtype, whole: the params themselves, or (stage
+ * 3) all-gathered from every rank's slice into the kind's unit buffer. */
+const void *zero_unit_params(struct zero *z, int u);
+/* Unit u's gradient in the full grads, when the stage keeps them full
+ * (stage < 2); NULL otherwise. */
+void *zero_unit_grads(struct zero *z, int u);
+/* Unit u's backward is done; acc (fp32, the padded unit) holds its
+ * gradient for this micro-batch: reduce-scatter it into the grad shard
+ * (stages 2, 3) or add it into bf16 grads (stages 0, 1). */
+void zero_unit_grads_done(struct zero *z, int u, const float *acc);
+void zero_zero_grads(struct zero *z);
+
+struct step_result {
+    double grad_norm;  /* global, before clipping */
+    float lr;
+};
+/* Reduce gradients as the stage requires, clip, update, redistribute
+ * params. step is 0-based. */
+struct step_result zero_step(struct zero *z, int step);
+
+/* ---- moving states in and out, one unit at a time */
+bool zero_has_state(const struct zero *z, enum zero_state which);
+/* dtype of a state as checkpoints hold it: param_dtype for params, fp32
+ * for the rest (8-bit optimizer states dequantized). */
+enum dtype zero_state_dtype(const struct zero *z, enum zero_state which);
+/* Sets params (and master) of unit u from fp32 values of its elements
+ * [lo, hi), which must cover what this rank stores of the unit
+ * (zero_unit_stored). bf16 params are rounded to nearest. */
+void zero_set_unit(struct zero *z, int u, size_t lo, size_t hi, const float *w);
+/* The part of unit u whose params this rank stores: all of it (stage < 3)
+ * or its slice. */
+void zero_unit_stored(const struct zero *z, int u, size_t *lo, size_t *hi);
+/* Collective over the dp group: unit u of state `which` into dst (the
+ * unit's elements in zero_state_dtype) on dp rank 0. work: a buffer of
+ * the unit's padded size in fp32 (4 bytes per element). */
+void zero_gather_unit(struct zero *z, enum zero_state which, int u, void *dst, void *work);
+/* Takes this rank's part of unit u of state `which` from src (the whole
+ * unit, zero_state_dtype; every rank passes it). 8-bit states are
+ * re-quantized from it. */
+void zero_scatter_unit(struct zero *z, enum zero_state which, int u, const void *src);
+
+/* ---- optimizer states (parallel/zero/optstate.c) */
+void optstate_alloc(struct zero *z);
+void optstate_free(struct zero *z);
+bool optstate_has(const struct zero *z, enum zero_state which);
+/* One segment's update: w (fp32 master or params) and grad point at the
+ * segment's first element; params_out at its bf16 params (or NULL). */
+void optstate_update(struct zero *z, const struct opt_segment *g, const struct adamw_hparams *h, float *w,
+                     const void *grad, bf16 *params_out, int64_t step);
+/* Segment g's optimizer state `which` as fp32 values into dst (g->hi -
+ * g->lo elements): a copy, or the dequantized codes; and back. */
+void optstate_segment_to_fp32(const struct zero *z, enum zero_state which, const struct opt_segment *g, float *dst);
+void optstate_segment_from_fp32(struct zero *z, enum zero_state which, const struct opt_segment *g,
+                                const float *src);
+
+#endif

@@ -1,0 +1,77 @@
+/* The CPU build's buffer operations (include/bufops.h): OpenMP loops. */
+#include "bufops.h"
+
+#include <string.h>
+
+void buf_zero(void *dst, size_t bytes) {
+    if (bytes) memset(dst, 0, bytes);
+}
+
+void buf_copy(void *dst, const void *src, size_t bytes) {
+    if (bytes && dst != src) memcpy(dst, src, bytes);
+}
+
+void buf_widen(float *dst, const bf16 *src, size_t n) {
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(src[i]);
+}
+
+void buf_narrow(bf16 *dst, const float *src, size_t n) {
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) dst[i] = f32_to_bf16(src[i]);
+}
+
+void buf_round_bf16(float *x, size_t n) {
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) x[i] = round_to_bf16(x[i]);
+}
+
+void buf_from_fp32(void *dst, enum dtype dt, const float *src, size_t n) {
+    if (dt == DTYPE_FP32) buf_copy(dst, src, n * sizeof *src);
+    else buf_narrow(dst, src, n);
+}
+
+void buf_to_fp32(float *dst, const void *src, enum dtype dt, size_t n) {
+    if (dt == DTYPE_FP32) buf_copy(dst, src, n * sizeof *dst);
+    else buf_widen(dst, src, n);
+}
+
+void buf_accumulate(void *dst, enum dtype dt, const float *src, size_t n) {
+    if (dt == DTYPE_FP32) {
+        float *d = dst;
+#pragma omp parallel for
+        for (size_t i = 0; i < n; i++) d[i] += src[i];
+        return;
+    }
+    bf16 *d = dst;
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) d[i] = f32_to_bf16(bf16_to_f32(d[i]) + src[i]);
+}
+
+void buf_add(void *dst, const void *src, enum dtype dt, size_t n) {
+    if (dt == DTYPE_FP32) {
+        buf_accumulate(dst, dt, src, n);
+        return;
+    }
+    bf16 *d = dst;
+    const bf16 *s = src;
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) d[i] = f32_to_bf16(bf16_to_f32(d[i]) + bf16_to_f32(s[i]));
+}
+
+double buf_sum_squares(const void *src, enum dtype dt, size_t n) {
+    double s = 0.0;
+    if (dt == DTYPE_FP32) {
+        const float *g = src;
+#pragma omp parallel for reduction(+ : s)
+        for (size_t i = 0; i < n; i++) s += (double)g[i] * g[i];
+    } else {
+        const bf16 *g = src;
+#pragma omp parallel for reduction(+ : s)
+        for (size_t i = 0; i < n; i++) {
+            double x = bf16_to_f32(g[i]);
+            s += x * x;
+        }
+    }
+    return s;
+}

@@ -1,0 +1,28 @@
+/* The split of layers into pipeline stages (include/pipeline.h). */
+#include "pipeline.h"
+
+int pipeline_stage_layers(int L, int pp, int stage, const int *counts, int *l0, int *l1) {
+    if (L < 0 || pp < 1 || stage < 0 || stage >= pp) return -1;
+    if (!counts) {
+        int base = L / pp, extra = L % pp;
+        *l0 = stage * base + (stage < extra ? stage : extra);
+        *l1 = *l0 + base + (stage < extra ? 1 : 0);
+        return 0;
+    }
+    int sum = 0;
+    for (int s = 0; s < pp; s++) {
+        if (counts[s] < 0) return -1;
+        if (s == stage) *l0 = sum;
+        sum += counts[s];
+        if (s == stage) *l1 = sum;
+    }
+    return sum == L ? 0 : -1;
+}
+
+int pipeline_rank_desc(int L, int pp, int pp_rank, int tp, int tp_rank, const int *counts, struct rank_desc *out) {
+    int l0, l1;
+    if (pipeline_stage_layers(L, pp, pp_rank, counts, &l0, &l1) != 0) return -1;
+    *out = (struct rank_desc){.l0 = l0, .l1 = l1, .tp_rank = tp_rank, .tp = tp, .has_embed = pp_rank == 0,
+                              .has_head = pp_rank == pp - 1};
+    return 0;
+}

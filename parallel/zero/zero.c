@@ -1,0 +1,244 @@
+/* Model states under ZeRO stages 0-3 (include/zero.h): where each lives,
+ * how gradients are reduced, the sharded optimizer step, and moving states
+ * to and from checkpoints one unit at a time. */
+#include "zero.h"
+
+#include <math.h>
+
+#include "bufops.h"
+
+static bool params_sharded(const struct zero *z) { return z->o.stage >= 3; }
+static bool grads_sharded(const struct zero *z) { return z->o.stage >= 2; }
+static bool optim_sharded(const struct zero *z) { return z->o.stage >= 1; }
+
+static size_t psize(const struct zero *z) { return dtype_size(z->o.param_dtype); }
+static size_t gsize(const struct zero *z) { return dtype_size(z->o.grad_dtype); }
+
+/* element i of unit u in a full padded buffer / in this rank's shard */
+static size_t full_index(const struct zero *z, int u, size_t i) { return shard_padded_offset(&z->sh, u) + i; }
+static size_t shard_index(const struct zero *z, int u, size_t i) {
+    return shard_offset(&z->sh, u) + (i - (size_t)z->sh.rank * shard_unit_chunk(&z->sh, u));
+}
+static size_t param_index(const struct zero *z, int u, size_t i) {
+    return params_sharded(z) ? shard_index(z, u, i) : full_index(z, u, i);
+}
+static size_t state_index(const struct zero *z, int u, size_t i) {
+    return optim_sharded(z) ? shard_index(z, u, i) : full_index(z, u, i);
+}
+
+int zero_init(struct zero *z, const struct zero_options *o, const struct model_layout *lay, struct collectives *dp,
+              struct mem_tracker *mem, enum mem_space space, struct flop_counter *flops) {
+    *z = (struct zero){.o = *o, .lay = lay, .dp = dp, .mem = mem, .space = space, .flops = flops};
+    shard_layout_init(&z->sh, lay, dp->size, dp->rank);
+    if (opt_segments_build(&z->segs, lay, &z->sh, o->stage, &o->optim) != 0) return -1;
+    size_t full = z->sh.total_padded, shard = z->sh.total_shard;
+    size_t np = params_sharded(z) ? shard : full, ng = grads_sharded(z) ? shard : full;
+    size_t no = optim_sharded(z) ? shard : full;
+    z->st.params = mem_alloc(mem, space, MEM_PARAMS, params_sharded(z) ? "params (shard)" : "params", np * psize(z));
+    if (o->param_dtype == DTYPE_BF16)
+        z->st.master = mem_alloc(mem, space, MEM_MASTER, optim_sharded(z) ? "master (fp32, shard)" : "master (fp32)",
+                                 no * 4);
+    z->st.grads = mem_alloc(mem, space, MEM_GRADS, grads_sharded(z) ? "grads (shard)" : "grads", ng * gsize(z));
+    optstate_alloc(z);
+    static const char *const gathered_names[] = {
+        [UNIT_EMBED] = "gathered embedding (params)", [UNIT_HEAD] = "gathered head (params)",
+        [UNIT_LAYER] = "gathered layer (params)"};
+    if (o->stage == 3)
+        for (int u = 0; u < lay->n_units && u < 3; u++) {
+            struct unit_info ui = layout_unit(lay, u);
+            z->gathered[ui.kind] =
+                mem_alloc(mem, space, MEM_COMM, gathered_names[ui.kind], shard_unit_padded(&z->sh, u) * psize(z));
+        }
+    if (o->stage >= 2)
+        z->bucket = mem_alloc(mem, space, MEM_COMM, "reduce-scatter bucket (grads)",
+                              shard_max_unit_padded(&z->sh) * gsize(z));
+    return 0;
+}
+
+void zero_free(struct zero *z) {
+    optstate_free(z);
+    void *bufs[] = {z->st.params, z->st.master, z->st.grads, z->gathered[UNIT_EMBED], z->gathered[UNIT_HEAD],
+                    z->gathered[UNIT_LAYER], z->bucket};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(z->mem, bufs[i]);
+    opt_segments_free(&z->segs);
+}
+
+const void *zero_unit_params(struct zero *z, int u) {
+    if (!params_sharded(z)) return (const char *)z->st.params + full_index(z, u, 0) * psize(z);
+    char *buf = z->gathered[layout_unit(z->lay, u).kind];
+    size_t chunk = shard_unit_chunk(&z->sh, u);
+    buf_copy(buf + (size_t)z->sh.rank * chunk * psize(z), (const char *)z->st.params + shard_offset(&z->sh, u) * psize(z),
+             chunk * psize(z));
+    z->dp->all_gather(z->dp, buf, chunk, z->o.param_dtype);
+    return buf;
+}
+
+void *zero_unit_grads(struct zero *z, int u) {
+    return grads_sharded(z) ? NULL : (char *)z->st.grads + full_index(z, u, 0) * gsize(z);
+}
+
+void zero_zero_grads(struct zero *z) {
+    buf_zero(z->st.grads, (grads_sharded(z) ? z->sh.total_shard : z->sh.total_padded) * gsize(z));
+}
+
+/* Stage 2/3: reduce-scatter the unit's fp32 gradient (as grad_dtype on the
+ * wire) and add the owned slice into the grad shard. Stages 0/1 with bf16
+ * grads: add the fp32 accumulator into the grads (one rounding per
+ * micro-batch, as a bf16 gradient buffer implies). fp32 grads at stages
+ * 0/1 were accumulated in place. */
+void zero_unit_grads_done(struct zero *z, int u, const float *acc) {
+    enum dtype gd = z->o.grad_dtype;
+    if (!grads_sharded(z)) {
+        if (gd == DTYPE_BF16) buf_accumulate(zero_unit_grads(z, u), gd, acc, layout_unit_size(z->lay, u));
+        return;
+    }
+    size_t padded = shard_unit_padded(&z->sh, u), chunk = shard_unit_chunk(&z->sh, u);
+    buf_from_fp32(z->bucket, gd, acc, padded);
+    z->dp->reduce_scatter_sum(z->dp, z->bucket, chunk, gd);
+    buf_add((char *)z->st.grads + shard_offset(&z->sh, u) * gsize(z), z->bucket, gd, chunk);
+}
+
+/* Stages 0 and 1 reduce once per step, after the last micro-batch. */
+static void reduce_step_grads(struct zero *z) {
+    enum dtype gd = z->o.grad_dtype;
+    if (z->o.stage == 0) {
+        z->dp->all_reduce_sum(z->dp, z->st.grads, z->sh.total_padded, gd);
+    } else if (z->o.stage == 1) {
+        /* in place per unit: the owned slice lands at the unit's start */
+        for (int u = 0; u < z->lay->n_units; u++)
+            z->dp->reduce_scatter_sum(z->dp, (char *)z->st.grads + full_index(z, u, 0) * gsize(z),
+                                      shard_unit_chunk(&z->sh, u), gd);
+    }
+}
+
+/* Index of element i (unit-local, in this rank's update range) in the
+ * reduced gradients: full (stage 0), the unit's start (stage 1, after the
+ * in-place reduce-scatter), or the shard (stages 2, 3). */
+static size_t grad_index(const struct zero *z, int u, size_t i) {
+    if (z->o.stage == 0) return full_index(z, u, i);
+    if (z->o.stage == 1) return full_index(z, u, i - (size_t)z->sh.rank * shard_unit_chunk(&z->sh, u));
+    return shard_index(z, u, i);
+}
+
+static const void *segment_grad(const struct zero *z, const struct opt_segment *g) {
+    return (const char *)z->st.grads + grad_index(z, g->unit, g->lo) * gsize(z);
+}
+
+/* Sum of squares of the reduced gradients this rank updates: its segments
+ * partition exactly the elements it owns (every unit at stage 0). */
+static double local_grad_sum_squares(const struct zero *z) {
+    double s = 0.0;
+    for (int k = 0; k < z->segs.n; k++) {
+        const struct opt_segment *g = &z->segs.seg[k];
+        s += buf_sum_squares(segment_grad(z, g), z->o.grad_dtype, g->hi - g->lo);
+    }
+    return s;
+}
+
+struct step_result zero_step(struct zero *z, int step) {
+    const struct optim_options *op = &z->o.optim;
+    reduce_step_grads(z);
+    double sq = local_grad_sum_squares(z);
+    if (z->o.stage > 0) z->dp->all_reduce_scalars(z->dp, &sq, 1);
+    struct step_result r = {.grad_norm = sqrt(sq), .lr = lr_at(&op->lr, step)};
+    struct adamw_hparams h = {.lr = r.lr, .beta1 = op->beta1, .beta2 = op->beta2, .eps = op->eps,
+                              .grad_scale = clip_scale(r.grad_norm, op->grad_clip), .t = (int64_t)step + 1};
+    for (int k = 0; k < z->segs.n; k++) {
+        const struct opt_segment *g = &z->segs.seg[k];
+        size_t pi = param_index(z, g->unit, g->lo);
+        float *w = z->st.master ? z->st.master + g->state_at : (float *)z->st.params + pi;
+        bf16 *out = z->st.master ? (bf16 *)z->st.params + pi : NULL;
+        optstate_update(z, g, &h, w, segment_grad(z, g), out, step);
+    }
+    /* stages 1 and 2: every rank needs every updated param for the next forward */
+    if (z->o.stage == 1 || z->o.stage == 2)
+        for (int u = 0; u < z->lay->n_units; u++)
+            z->dp->all_gather(z->dp, (char *)z->st.params + full_index(z, u, 0) * psize(z),
+                              shard_unit_chunk(&z->sh, u), z->o.param_dtype);
+    return r;
+}
+
+/* ---- checkpoints and initial values, one unit at a time */
+
+bool zero_has_state(const struct zero *z, enum zero_state which) {
+    if (which == STATE_MASTER) return z->st.master != NULL;
+    return which == STATE_PARAMS || optstate_has(z, which);
+}
+
+enum dtype zero_state_dtype(const struct zero *z, enum zero_state which) {
+    return which == STATE_PARAMS ? z->o.param_dtype : DTYPE_FP32;
+}
+
+void zero_unit_stored(const struct zero *z, int u, size_t *lo, size_t *hi) {
+    *lo = 0;
+    *hi = layout_unit_size(z->lay, u);
+    if (params_sharded(z)) shard_owned(&z->sh, u, z->sh.rank, lo, hi);
+}
+
+/* The part of unit u this rank keeps of state `which`. */
+static void kept(const struct zero *z, enum zero_state which, int u, size_t *lo, size_t *hi) {
+    *lo = 0;
+    *hi = layout_unit_size(z->lay, u);
+    bool sharded = which == STATE_PARAMS ? params_sharded(z) : optim_sharded(z);
+    if (sharded) shard_owned(&z->sh, u, z->sh.rank, lo, hi);
+}
+
+void zero_set_unit(struct zero *z, int u, size_t lo, size_t hi, const float *w) {
+    size_t a, b;
+    kept(z, STATE_PARAMS, u, &a, &b);
+    buf_from_fp32((char *)z->st.params + param_index(z, u, a) * psize(z), z->o.param_dtype, w + (a - lo), b - a);
+    if (z->st.master) {
+        kept(z, STATE_MASTER, u, &a, &b);
+        buf_copy(z->st.master + state_index(z, u, a), w + (a - lo), (b - a) * sizeof *w);
+    }
+    (void)hi;
+}
+
+/* Optimizer state `which` of unit u, this rank's kept part [lo, hi), as
+ * fp32 into dst (indexed from lo), segment by segment. */
+static void opt_unit_to_fp32(const struct zero *z, enum zero_state which, int u, size_t lo, float *dst) {
+    for (int k = 0; k < z->segs.n; k++) {
+        const struct opt_segment *g = &z->segs.seg[k];
+        if (g->unit == u) optstate_segment_to_fp32(z, which, g, dst + (g->lo - lo));
+    }
+}
+
+void zero_gather_unit(struct zero *z, enum zero_state which, int u, void *dst, void *work) {
+    size_t lo, hi, n = layout_unit_size(z->lay, u), chunk = shard_unit_chunk(&z->sh, u);
+    kept(z, which, u, &lo, &hi);
+    enum dtype dt = zero_state_dtype(z, which);
+    size_t elem = dtype_size(dt);
+    bool sharded = which == STATE_PARAMS ? params_sharded(z) : optim_sharded(z);
+    /* this rank's kept part, in dtype, at its place in the padded unit */
+    char *w = work;
+    buf_zero(w, shard_unit_padded(&z->sh, u) * elem);
+    char *mine = w + lo * elem;
+    if (which == STATE_PARAMS) buf_copy(mine, (const char *)z->st.params + param_index(z, u, lo) * elem, (hi - lo) * elem);
+    else if (which == STATE_MASTER) buf_copy(mine, z->st.master + state_index(z, u, lo), (hi - lo) * elem);
+    else opt_unit_to_fp32(z, which, u, lo, (float *)mine);
+    if (sharded) {
+        struct comm_counters step_counts = z->dp->counters; /* checkpoint traffic is not a step's */
+        z->dp->all_gather(z->dp, w, chunk, dt);
+        z->dp->counters = step_counts;
+    }
+    if (z->sh.rank == 0) buf_copy(dst, w, n * elem);
+}
+
+void zero_scatter_unit(struct zero *z, enum zero_state which, int u, const void *src) {
+    size_t lo, hi;
+    kept(z, which, u, &lo, &hi);
+    size_t elem = dtype_size(zero_state_dtype(z, which));
+    const char *s = (const char *)src + lo * elem;
+    if (which == STATE_PARAMS) {
+        buf_copy((char *)z->st.params + param_index(z, u, lo) * elem, s, (hi - lo) * elem);
+        return;
+    }
+    if (which == STATE_MASTER) {
+        buf_copy(z->st.master + state_index(z, u, lo), s, (hi - lo) * elem);
+        return;
+    }
+    for (int k = 0; k < z->segs.n; k++) {
+        const struct opt_segment *g = &z->segs.seg[k];
+        if (g->unit == u) optstate_segment_from_fp32(z, which, g, (const float *)src + g->lo);
+    }
+}

@@ -1,0 +1,54 @@
+/* Test helpers over the engine's per-micro-batch interface: build an engine
+ * for the whole model from a config, run one micro-batch forward and
+ * backward in slot 0, and move full fp32/bf16 buffers in and out unit by
+ * unit (tests may hold full copies; the trainer never does). */
+#ifndef SHARDLAB_TEST_ENGINE_FIXTURE_H
+#define SHARDLAB_TEST_ENGINE_FIXTURE_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "engine.h"
+#include "trainer.h"
+
+static inline void fixture_engine_init(struct engine *e, const struct config *c, struct collectives *dp,
+                                       struct mem_tracker *mem, struct flop_counter *flops) {
+    struct model_layout lay;
+    layout_init_whole(&lay, trainer_model_shape(c));
+    struct engine_options o = trainer_engine_options(c);
+    char err[256];
+    if (engine_init(e, &o, &lay, dp, mem, MEM_HOST, flops, err, sizeof err) != 0) {
+        fprintf(stderr, "engine_init: %s\n", err);
+        abort();
+    }
+}
+
+static inline float fixture_forward(struct engine *e, const int32_t *inputs, const int32_t *targets) {
+    struct mb_input in = {.inputs = inputs, .targets = targets};
+    return engine_forward(e, 0, &in, NULL, 0.0f);
+}
+
+static inline float fixture_forward_backward(struct engine *e, const int32_t *inputs, const int32_t *targets,
+                                             float dloss) {
+    struct mb_input in = {.inputs = inputs, .targets = targets};
+    float loss = engine_forward(e, 0, &in, NULL, dloss);
+    engine_backward(e, 0, NULL, NULL);
+    return loss;
+}
+
+/* Params (and master) from a full fp32 buffer in layout order. */
+static inline void fixture_set_weights(struct engine *e, const float *full) {
+    for (int u = 0; u < e->lay.n_units; u++) engine_set_unit(e, u, full + layout_unit_offset(&e->lay, u));
+}
+
+/* State `which` gathered into a full buffer in layout order (valid on dp
+ * rank 0). */
+static inline void fixture_gather_state(struct engine *e, enum zero_state which, void *full) {
+    void *work = malloc(engine_unit_staging_bytes(e));
+    size_t elem = dtype_size(zero_state_dtype(&e->z, which));
+    for (int u = 0; u < e->lay.n_units; u++)
+        zero_gather_unit(&e->z, which, u, (char *)full + layout_unit_offset(&e->lay, u) * elem, work);
+    free(work);
+}
+
+#endif
