@@ -37,7 +37,7 @@ MPI_TEST_SRC := $(wildcard tests/mpi/test_*.c)
 MPI_TESTS    := $(MPI_TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 .SECONDARY:
-.PHONY: all test unit-test mpi-test san-test demo bench deps data clean
+.PHONY: all test check-deps unit-test mpi-test san-test demo bench deps data clean
 all: $(PROGRAMS)
 
 $(BUILD)/obj/%.o: %.c Makefile
@@ -60,6 +60,11 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/libshardlab.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS) -lcmocka
 
+# Folders depend one way, downwards (tests/check_deps.sh); its self-test first.
+check-deps: $(LIB_OBJ) $(MAIN_SRC:%.c=$(BUILD)/obj/%.o)
+	@tests/check_deps_selftest.sh
+	@tests/check_deps.sh $(BUILD)/obj
+
 # Unit tests, one binary per tests/test_*.c, then the multi-rank tests.
 unit-test: deps $(PROGRAMS) $(TESTS)
 	@set -e; for t in $(TESTS); do echo "== $$t"; $$t; done
@@ -69,8 +74,9 @@ mpi-test: deps $(MPI_TESTS)
 	tests/run_mpi.sh $(MPI_TESTS)
 	tests/mpi/failures.sh $(BUILD)
 
-# Unit tests first, then the MPI tests (order kept under make -j).
-test: unit-test
+# Dependency check, then unit tests, then MPI tests (order kept under make -j).
+test: check-deps
+	$(MAKE) unit-test
 	$(MAKE) mpi-test
 	@echo "all tests passed"
 

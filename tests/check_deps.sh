@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# check_deps.sh [OBJDIR]: proves that dependencies between the source folders
+# run one way, downwards. Run from the source root; OBJDIR (default build/obj)
+# holds build/obj/<path>.o for every <path>.c, as the Makefile lays it out.
+#
+# Levels, bottom to top (a folder's sub-folders, e.g. model/cpu/, belong to it):
+#   0 include/                 headers; header-only (static inline) code
+#   1 data/  model/  optim/    siblings: none may use another
+#   2 parallel/
+#   3 train/
+# A file may use its own folder and anything on a lower level; tests/ is not
+# checked (it may use everything). The *_main.c programs are checked too.
+#
+# Rules; each violation is one line, and any violation exits 1:
+#   include  a .c or .h includes "X.h" implemented above its level or in a
+#            sibling. X.h is implemented in the folders of the objects that
+#            define (nm) a name it declares (`name(` or `extern ... name;`),
+#            else it is header-only (include/). A header outside include/ is
+#            implemented in its own folder; a header in include/ sits at the
+#            level of its implementing folders when it includes others.
+#   link     an object uses (nm -u) a symbol defined by an object above its
+#            level or in a sibling; catches local prototypes that skip headers.
+#   cycle    .c files that use each other's symbols in a circle (file level).
+set -euo pipefail
+objdir=${1:-build/obj}
+[ -d "$objdir" ] || { echo "check_deps: no object folder $objdir (build first)" >&2; exit 2; }
+levels="include:0 data:1 model:1 optim:1 parallel:2 train:3"
+folders=$(for d in ${levels//:[0-9]/}; do if [ -d "$d" ]; then echo "$d"; fi; done)
+decomment() { gcc -fpreprocessed -dD -E -P "$1"; }   # drops comments, keeps the rest
+
+# Objects of the sources that exist (a stale .o of a moved file is skipped).
+objs=$(find "$objdir" -name '*.o' ! -path "$objdir/tests/*" | sort | while read -r o; do
+    s=${o#"$objdir"/}; if [ -f "${s%.o}.c" ]; then echo "$o"; fi; done)
+[ -n "$objs" ] || { echo "check_deps: no objects under $objdir" >&2; exit 2; }
+# shellcheck disable=SC2086
+for c in $(find $folders -name "*.c" | sort); do
+    [ -f "$objdir/${c%.c}.o" ] || { echo "check_deps: $c is not built ($objdir/${c%.c}.o)" >&2; exit 2; }
+done
+
+{
+    # S <source> <symbol> <D|U>: what each object defines and uses.
+    # shellcheck disable=SC2086
+    nm -P -A -g $objs | awk -v dir="$objdir/" '{
+        f = $1; sub(/:$/, "", f); f = substr(f, length(dir) + 1); sub(/\.o$/, ".c", f)
+        print "S", f, $2, ($3 == "U" || $3 == "w") ? "U" : "D" }'
+    # shellcheck disable=SC2086
+    for f in $(find $folders -name "*.[ch]" | sort); do
+        text=$(decomment "$f")
+        # I <file> <header>: "X.h" resolves to the includer's folder, then include/.
+        # shellcheck disable=SC2013 # header names have no spaces
+        for h in $(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' <<<"$text"); do
+            for d in "$(dirname "$f")" include; do
+                if [ -f "$d/$h" ]; then echo "I $f $(realpath -ms --relative-to=. "$d/$h")"; break; fi
+            done
+        done
+        # N <header> <name>: the names a header declares.
+        case $f in *.h) echo "N $f -"   # "-": every header is listed, even one with no names
+            { grep -oE '[A-Za-z_][A-Za-z0-9_]*[[:space:]]*\(' <<<"$text" | tr -d '( \t' || true
+              grep -E '^[[:space:]]*extern[^(]*;' <<<"$text" | sed -E 's/[[:space:]]*(\[[^]]*\])?[[:space:]]*;.*//; s/.*[^A-Za-z0-9_]//' || true
+            } | sort -u | sed "s|^|N $f |" ;;
+        esac
+    done
+} | awk -v levels="$levels" '
+function mod(f) { sub(/\/.*/, "", f); return f }
+function bad(u, d) {   # true when module u may not use module d
+    if (!(u in lvl) || !(d in lvl)) { print "check_deps: unknown folder " (u in lvl ? d : u) "/"; fails++; return 0 }
+    return u != d && lvl[d] >= lvl[u]
+}
+BEGIN { n = split(levels, a, " "); for (i = 1; i <= n; i++) { split(a[i], p, ":"); lvl[p[1]] = p[2] } }
+$1 == "S" && $4 == "D" { if ($3 != "main") def[$3] = $2; next }   # every *_main.c has a main
+$1 == "S" { nu++; usef[nu] = $2; uses[nu] = $3; next }
+$1 == "I" { ni++; incf[ni] = $2; inch[ni] = $3; next }
+$1 == "N" { nn++; declh[nn] = $2; decln[nn] = $3; next }
+END {
+    # Implementing modules of each header, with one example symbol each.
+    for (i = 1; i <= nn; i++) {
+        h = declh[i]; s = decln[i]
+        if (h !~ /^include\//) { m = mod(h); why = "own folder" }
+        else if (s in def) { m = mod(def[s]); why = s " in " def[s] }
+        else continue
+        if (!((h, m) in impl)) { impl[h, m] = why; hm[h] = hm[h] " " m }
+    }
+    # Rule 1: includes.
+    for (i = 1; i <= ni; i++) {
+        f = incf[i]; h = inch[i]
+        um = (f ~ /^include\//) ? hm[f] : " " mod(f)
+        if (um == "") um = " include"
+        dm = (h in hm) ? hm[h] : " include"
+        nfrom = split(um, from, " "); nto = split(dm, to, " ")
+        for (x = 1; x <= nfrom; x++) for (y = 1; y <= nto; y++) if (bad(from[x], to[y])) {
+            print "include: " f (f ~ /^include\// ? " (" from[x] "/)" : "") " includes " h \
+                  ", implemented in " to[y] "/ (" impl[h, to[y]] ")"; fails++ }
+    }
+    # Rule 2: links; and the file graph for rule 3 (edges in sorted input order).
+    for (i = 1; i <= nu; i++) {
+        f = usef[i]; s = uses[i]
+        if (!(s in def) || def[s] == f) continue
+        if (bad(mod(f), mod(def[s]))) { print "link: " f " uses " s " from " def[s]; fails++ }
+        if (!((f, def[s]) in edge)) { edge[f, def[s]] = s; nadj[f]++; adj[f, nadj[f]] = def[s]
+                                       if (!(f in seen)) { seen[f] = 1; nodes[++nv] = f } }
+    }
+    # Rule 3: depth-first search; each back edge closes one reported cycle.
+    for (i = 1; i <= nv; i++) if (!color[nodes[i]]) dfs(nodes[i])
+    exit (fails > 0)
+}
+function dfs(v,   i, w, j, c) {
+    color[v] = 1; stack[++depth] = v
+    for (i = 1; i <= nadj[v]; i++) {
+        w = adj[v, i]
+        if (color[w] == 1) {
+            c = ""; for (j = depth; stack[j] != w; j--) ;
+            for (; j <= depth; j++) c = c stack[j] " -(" edge[stack[j], (j < depth ? stack[j+1] : w)] ")-> "
+            print "cycle: " c w; fails++
+        } else if (!color[w]) dfs(w)
+    }
+    color[v] = 2; depth--
+}'

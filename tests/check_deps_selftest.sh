@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Self-test of tests/check_deps.sh, so the check itself can fail: a tiny tree
+# that keeps the rules must pass; the same tree plus an upward include and
+# call, a sibling call through a local prototype, and a two-file cycle must
+# fail with exactly those violations reported.
+set -euo pipefail
+check=$(cd "$(dirname "$0")" && pwd)/check_deps.sh
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp"
+mkdir -p include model optim parallel train
+fail() { echo "check_deps_selftest: $1" >&2; cat out >&2; exit 1; }
+build() {
+    for c in */*.c; do
+        mkdir -p "obj/$(dirname "$c")"
+        cc -c -Iinclude "$c" -o "obj/${c%.c}.o"
+    done
+}
+
+# Clean: train/ uses model/ through a header, downwards.
+echo 'int low(int x);' > include/low.h
+echo 'int top(int x);' > include/top.h
+printf '#include "low.h"\nint low(int x) { return x + 1; }\n' > model/low.c
+printf '#include "top.h"\n#include "low.h"\nint top(int x) { return low(x); }\n' > train/top.c
+build
+"$check" obj > out 2>&1 || fail "a tree that keeps the rules fails:"
+
+# Violations: model/ calls up into train/ and across into optim/; a cycle.
+echo 'int side(int x) { return x; }' > optim/side.c
+printf '#include "top.h"\nint side(int x);\nint up(int x) { return top(side(x)); }\n' > model/up.c
+echo 'int pong(int x); int ping(int x) { return x ? pong(x - 1) : 0; }' > parallel/ping.c
+echo 'int ping(int x); int pong(int x) { return x ? ping(x - 1) : 1; }' > parallel/pong.c
+build
+if "$check" obj > out 2>&1; then fail "a tree with violations passes:"; fi
+cat > want <<'EOF'
+include: model/up.c includes include/top.h, implemented in train/ (top in train/top.c)
+link: model/up.c uses side from optim/side.c
+link: model/up.c uses top from train/top.c
+cycle: parallel/ping.c -(pong)-> parallel/pong.c -(ping)-> parallel/ping.c
+EOF
+diff want out > /dev/null || { diff want out >&2; fail "reports differ from the expected (diff above)"; }
+echo "check_deps self-test: ok"
