@@ -23,20 +23,6 @@ static double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* Every rank's rc, agreed: a failure anywhere fails every rank, so no rank
- * waits forever in a collective the failed one never reaches. */
-int trainer_agree(struct trainer *tr, int rc, char err[TRAINER_ERR_LEN]) {
-    struct collectives *dp = &tr->grid->dp_comm;
-    struct comm_counters step_counts = dp->counters; /* bookkeeping, not a step's traffic */
-    double failed = rc != 0;
-    dp->all_reduce_scalars(dp, &failed, 1);
-    dp->counters = step_counts;
-    if (failed > 0 && rc == 0) {
-        snprintf(err, TRAINER_ERR_LEN, "another rank failed (its message says why)");
-        return -1;
-    }
-    return rc;
-}
 
 struct model_shape trainer_model_shape(const struct config *c) {
     return (struct model_shape){.L = c->n_layer, .C = c->d_model, .NH = c->n_head, .T = c->seq_len,
