@@ -4,7 +4,9 @@
 #  2. data no rank can open: every rank exits non-zero, one message naming the file;
 #  3. kill -9 of one rank mid-run: OpenMPI's mpirun notices the dead rank,
 #     kills the others and exits non-zero. Nobody hangs (each run has a
-#     timeout; a timeout is a failure).
+#     timeout; a timeout is a failure);
+#  4. a model whose buffers cannot be allocated: every rank exits non-zero,
+#     one message naming the buffer and its bytes (no crash, no OOM kill).
 # Usage: tests/mpi/failures.sh BUILD_DIR (build or build-san)
 set -u
 build=${1:-build}
@@ -46,5 +48,14 @@ wait $job
 rc=$?
 [ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && ! pgrep -f "$train" >/dev/null
 check "kill -9 of rank 1: mpirun ends the job non-zero (rc $rc), no rank left running" $?
+
+# 4. params of a 65536-wide layer in bf16 (103 GB) on each of 2 ranks. The
+# sanitizer build must return NULL rather than abort on a huge request.
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}allocator_may_return_null=1"
+timeout 60 "${mpi[@]}" -x ASAN_OPTIONS -np 2 "$train" "${common[@]}" --n_layer 1 --d_model 65536 \
+    >"$tmp/out4" 2>"$tmp/err4"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c "out of memory allocating 'params' (103118929920 bytes" "$tmp/err4")" -eq 1 ]
+check "unallocatable params: non-zero exit (rc $rc), one message naming the buffer and its bytes" $?
 
 [ $fails -eq 0 ] && echo "failure tests passed" || { echo "$fails failure test(s) failed"; exit 1; }
