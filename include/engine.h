@@ -66,7 +66,8 @@ int engine_init(struct engine *e, const struct engine_options *o, const struct m
 void engine_free(struct engine *e);
 
 /* GPT-2 random init, one unit at a time (the same values whatever the
- * layout). Uses a one-unit staging buffer, tracked, freed on return. */
+ * layout): each rank draws only what it stores, through a staging buffer
+ * of the largest stored part of a unit, tracked, freed on return. */
 void engine_init_params(struct engine *e);
 /* The largest padded unit in fp32 bytes: the staging a checkpoint needs. */
 size_t engine_unit_staging_bytes(const struct engine *e);

@@ -116,10 +116,10 @@ void zero_set_unit(struct zero *z, int u, size_t lo, size_t hi, const float *w);
 /* The part of unit u whose params this rank stores: all of it (stage < 3)
  * or its slice. */
 void zero_unit_stored(const struct zero *z, int u, size_t *lo, size_t *hi);
-/* Collective over the dp group: unit u of state `which` into dst (the
- * unit's elements in zero_state_dtype) on dp rank 0. work: a buffer of
- * the unit's padded size in fp32 (4 bytes per element). */
-void zero_gather_unit(struct zero *z, enum zero_state which, int u, void *dst, void *work);
+/* Collective over the dp group: unit u of state `which` gathered into
+ * work (the unit's padded size x 4 bytes); on dp rank 0 it then starts
+ * with the unit's elements in zero_state_dtype. */
+void zero_gather_unit(struct zero *z, enum zero_state which, int u, void *work);
 /* Takes this rank's part of unit u of state `which` from src (the whole
  * unit, zero_state_dtype; every rank passes it). 8-bit states are
  * re-quantized from it. */

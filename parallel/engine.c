@@ -62,7 +62,13 @@ void engine_set_unit(struct engine *e, int u, const float *w) {
 }
 
 void engine_init_params(struct engine *e) {
-    float *w = mem_alloc(e->mem, MEM_HOST, MEM_SCRATCH, "init staging (one unit, fp32)", engine_unit_staging_bytes(e));
+    size_t most = 0; /* the largest part of a unit this rank stores */
+    for (int u = 0; u < e->lay.n_units && u < 3; u++) {
+        size_t lo, hi;
+        zero_unit_stored(&e->z, u, &lo, &hi);
+        most = hi - lo > most ? hi - lo : most;
+    }
+    float *w = mem_alloc(e->mem, e->space, MEM_SCRATCH, "init staging (fp32)", most * sizeof *w);
     for (int u = 0; u < e->lay.n_units; u++) {
         size_t lo, hi;
         zero_unit_stored(&e->z, u, &lo, &hi); /* only what this rank keeps is drawn */

@@ -7,6 +7,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "engine.h"
 #include "trainer.h"
@@ -46,8 +47,10 @@ static inline void fixture_set_weights(struct engine *e, const float *full) {
 static inline void fixture_gather_state(struct engine *e, enum zero_state which, void *full) {
     void *work = malloc(engine_unit_staging_bytes(e));
     size_t elem = dtype_size(zero_state_dtype(&e->z, which));
-    for (int u = 0; u < e->lay.n_units; u++)
-        zero_gather_unit(&e->z, which, u, (char *)full + layout_unit_offset(&e->lay, u) * elem, work);
+    for (int u = 0; u < e->lay.n_units; u++) {
+        zero_gather_unit(&e->z, which, u, work);
+        if (e->z.sh.rank == 0) memcpy((char *)full + layout_unit_offset(&e->lay, u) * elem, work, layout_unit_size(&e->lay, u) * elem);
+    }
     free(work);
 }
 

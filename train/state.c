@@ -60,9 +60,12 @@ int trainer_save_state(struct trainer *tr, const char *path, char err[TRAINER_ER
     struct engine *e = &tr->engine;
     void *work = mem_alloc(&tr->mem, MEM_HOST, MEM_SCRATCH, "checkpoint staging (one unit)", engine_unit_staging_bytes(e));
     for (int i = 0; i < n; i++)
-        for (int u = 0; u < e->lay.n_units; u++)
-            zero_gather_unit(&e->z, state_of(&s[i]), u,
-                             (char *)s[i].data + layout_unit_offset(&e->lay, u) * dtype_size(s[i].dtype), work);
+        for (int u = 0; u < e->lay.n_units; u++) {
+            zero_gather_unit(&e->z, state_of(&s[i]), u, work);
+            if (e->z.sh.rank == 0)
+                memcpy((char *)s[i].data + layout_unit_offset(&e->lay, u) * dtype_size(s[i].dtype), work,
+                       layout_unit_size(&e->lay, u) * dtype_size(s[i].dtype));
+        }
     mem_free(&tr->mem, work);
     struct resume_meta meta = {.step = (uint64_t)tr->step,
                                .seed = (uint64_t)tr->cfg->seed,

@@ -223,8 +223,12 @@ static int save_model(struct trainer *tr, const char *path, char err[TRAINER_ERR
     void *full = malloc(tr->engine.lay.total * dtype_size(c->param_dtype));
     void *work = mem_alloc(&tr->mem, MEM_HOST, MEM_SCRATCH, "checkpoint staging (one unit)", engine_unit_staging_bytes(e));
     for (int u = 0; u < e->lay.n_units; u++)
-        zero_gather_unit(&e->z, STATE_PARAMS, u, (char *)full + layout_unit_offset(&e->lay, u) * dtype_size(c->param_dtype),
-                         work);
+    {
+        zero_gather_unit(&e->z, STATE_PARAMS, u, work);
+        if (e->z.sh.rank == 0)
+            memcpy((char *)full + layout_unit_offset(&e->lay, u) * dtype_size(c->param_dtype), work,
+                   layout_unit_size(&e->lay, u) * dtype_size(c->param_dtype));
+    }
     mem_free(&tr->mem, work);
     char e2[CKPT_ERR_LEN];
     int rc = 0;

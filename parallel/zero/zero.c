@@ -203,8 +203,8 @@ static void opt_unit_to_fp32(const struct zero *z, enum zero_state which, int u,
     }
 }
 
-void zero_gather_unit(struct zero *z, enum zero_state which, int u, void *dst, void *work) {
-    size_t lo, hi, n = layout_unit_size(z->lay, u), chunk = shard_unit_chunk(&z->sh, u);
+void zero_gather_unit(struct zero *z, enum zero_state which, int u, void *work) {
+    size_t lo, hi, chunk = shard_unit_chunk(&z->sh, u);
     kept(z, which, u, &lo, &hi);
     enum dtype dt = zero_state_dtype(z, which);
     size_t elem = dtype_size(dt);
@@ -221,7 +221,6 @@ void zero_gather_unit(struct zero *z, enum zero_state which, int u, void *dst, v
         z->dp->all_gather(z->dp, w, chunk, dt);
         z->dp->counters = step_counts;
     }
-    if (z->sh.rank == 0) buf_copy(dst, w, n * elem);
 }
 
 void zero_scatter_unit(struct zero *z, enum zero_state which, int u, const void *src) {
