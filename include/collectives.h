@@ -5,37 +5,41 @@
  * (include/grid.h: dp, tp, pp and the embedding-head tie group), each with
  * its own counters.
  *
- * Every call adds to per-rank byte counters. Collectives count the bytes
- * this rank sends under the ring algorithm for a call of that size
- * (nccl-tests' bus-bandwidth accounting, THEORY.md section 7):
- *   all-reduce (sum, max)  2 (N-1)/N x M
- *   reduce-scatter           (N-1)/N x M   M = the full (unscattered) buffer
- *   all-gather               (N-1)/N x M   M = the full (gathered) buffer
+ * Counting. Collectives count the bytes this rank sends under the ring
+ * algorithm for a call of that size (nccl-tests' bus-bandwidth
+ * accounting, THEORY.md section 7):
+ *   all-reduce (sum and max)  2 (N-1)/N x M
+ *   reduce-scatter              (N-1)/N x M   M = the full (unscattered) buffer
+ *   all-gather                  (N-1)/N x M   M = the full (gathered) buffer
  * The library underneath may pick another algorithm; the counter states
  * the volume the collective needs, which is what ZeRO's analysis counts.
- * Point to point counts the payload, exactly: a send (or isend) adds
- * n x dtype size to COLL_SEND, a recv (or irecv) the same to COLL_RECV
- * (bytes received, the one kind that is not bytes sent), both when the
- * call is posted; wait adds no bytes or calls. The time spent in every
- * call, wait included, adds to `seconds`; barrier counts nothing.
- * A call that fails (see point to point below) counts nothing.
+ * The scalar all-reduces (loss, norms) count apart, as COLL_SCALAR.
+ * Point to point counts the payload, exactly: send and isend add
+ * n x dtype size to COLL_SEND, recv and irecv the same to COLL_RECV (bytes
+ * received: the one kind that is not bytes sent); a non-blocking call
+ * counts when posted, and wait adds no bytes or calls. Time inside every
+ * call, wait included, adds to `seconds`; barrier counts nothing. A call
+ * that fails counts nothing.
  *
- * Point to point: peer is a rank within the group, tag in
- * [0, COLL_TAG_MAX]; messages between two ranks with the same tag arrive
- * in the order sent, messages with different tags match by tag, so a
- * receiver may take them in any order. A receive expects exactly n values
- * of dtype dt. A rank never sends to itself: peer == rank is an error in
- * every backend (MPI's blocking send to self can deadlock, and no user here
- * needs it: a group of one, like the tie group at pp = 1, has nothing to
- * send). isend and irecv return a handle; the buffer belongs to the
- * transfer until wait(handle) returns. A table holds at most
- * COLL_MAX_REQUESTS pending handles.
- * Errors are caller bugs (bad peer or tag, a count over INT_MAX, a full
- * request table, a handle that is not pending): the call prints what went
- * wrong, naming itself, on stderr and fails. The MPI table then raises the
- * group's MPI error handler (fatal by default: every rank exits non-zero);
- * where that handler returns, and always in the single-process table, the
- * call returns -1 (a handle: slot -1) and moves no data. */
+ * Point to point. peer is a rank within the group, tag in [0,
+ * COLL_TAG_MAX]. Messages from one rank to another with the same tag
+ * arrive in the order sent; different tags match by tag, so a receiver may
+ * take them in any order. A receive expects exactly n values of dt. A rank
+ * never sends to itself: peer == rank is an error in every backend (MPI's
+ * blocking send to self can deadlock, and no user here needs it: a group
+ * of one, like the tie group at pp = 1, has nothing to send; so the
+ * single-process table has no valid peer at all). isend and irecv return a
+ * handle, and the buffer belongs to the transfer until wait(handle)
+ * returns. A table holds at most COLL_MAX_REQUESTS pending handles.
+ *
+ * Errors in point to point are caller bugs (a bad peer or tag, a count
+ * over INT_MAX, a full request table, a handle that is not pending, a
+ * message shorter than the receive): the call prints what went wrong,
+ * naming itself, on stderr. The MPI table then raises the group's MPI
+ * error handler (fatal by default: every rank exits non-zero). Where that
+ * handler returns, and always in the single-process table, the call
+ * returns -1 (a handle: slot -1) having moved no data, except that a short
+ * message was written into the receive buffer before its length was seen. */
 #ifndef SHARDLAB_COLLECTIVES_H
 #define SHARDLAB_COLLECTIVES_H
 

@@ -190,7 +190,11 @@ static void comm_group_rows(FILE *out, const struct trainer *tr, const struct ra
         if (!always && !comm_used(ranks, n, g, k)) continue;
         for (int r = 0; r < n; r++) col[r] = ranks[r].comm[g].bytes[k] / steps;
         char rule[96];
-        double calls = ranks[0].comm[g].calls[k] / steps;
+        /* The busiest rank's calls: every dp rank makes the same ones, but
+         * in the tie group a middle stage makes none. */
+        double calls = 0;
+        for (int r = 0; r < n; r++) calls = ranks[r].comm[g].calls[k] > calls ? ranks[r].comm[g].calls[k] : calls;
+        calls /= steps;
         if (k == COLL_SCALAR) snprintf(rule, sizeof rule, "loss and gradient norm (8 B each), not model traffic");
         else if (k == COLL_SEND) snprintf(rule, sizeof rule, "%.1f calls per step; payload n x dtype size", calls);
         else if (k == COLL_RECV) snprintf(rule, sizeof rule, "%.1f calls per step; payload received, not sent", calls);
