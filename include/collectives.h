@@ -1,14 +1,45 @@
 /* The collectives seam: everything the engine (and later tensor and
  * pipeline parallel code) communicates goes through this table of function
- * pointers, so the same engine runs over MPI on CPUs (parallel/comm_mpi.c)
- * and over NCCL on GPUs. Every call adds to per-rank byte counters: the
- * bytes this rank sends under the ring algorithm for a call of that size
- * (nccl-tests' bus-bandwidth accounting, THEORY.md section 7):
- *   all-reduce      2 (N-1)/N x M
- *   reduce-scatter    (N-1)/N x M      M = the full (unscattered) buffer
- *   all-gather        (N-1)/N x M      M = the full (gathered) buffer
+ * pointers, so the same engine runs over MPI on CPUs
+ * (parallel/comm/comm_mpi.c) and over NCCL on GPUs. One table per group
+ * (include/grid.h: dp, tp, pp and the embedding-head tie group), each with
+ * its own counters.
+ *
+ * Counting. Collectives count the bytes this rank sends under the ring
+ * algorithm for a call of that size (nccl-tests' bus-bandwidth
+ * accounting, THEORY.md section 7):
+ *   all-reduce (sum and max)  2 (N-1)/N x M
+ *   reduce-scatter              (N-1)/N x M   M = the full (unscattered) buffer
+ *   all-gather                  (N-1)/N x M   M = the full (gathered) buffer
  * The library underneath may pick another algorithm; the counter states
- * the volume the collective needs, which is what ZeRO's analysis counts. */
+ * the volume the collective needs, which is what ZeRO's analysis counts.
+ * The scalar all-reduces (loss, norms) count apart, as COLL_SCALAR.
+ * Point to point counts the payload, exactly: send and isend add
+ * n x dtype size to COLL_SEND, recv and irecv the same to COLL_RECV (bytes
+ * received: the one kind that is not bytes sent); a non-blocking call
+ * counts when posted, and wait adds no bytes or calls. Time inside every
+ * call, wait included, adds to `seconds`; barrier counts nothing. A call
+ * that fails counts nothing.
+ *
+ * Point to point. peer is a rank within the group, tag in [0,
+ * COLL_TAG_MAX]. Messages from one rank to another with the same tag
+ * arrive in the order sent; different tags match by tag, so a receiver may
+ * take them in any order. A receive expects exactly n values of dt. A rank
+ * never sends to itself: peer == rank is an error in every backend (MPI's
+ * blocking send to self can deadlock, and no user here needs it: a group
+ * of one, like the tie group at pp = 1, has nothing to send; so the
+ * single-process table has no valid peer at all). isend and irecv return a
+ * handle, and the buffer belongs to the transfer until wait(handle)
+ * returns. A table holds at most COLL_MAX_REQUESTS pending handles.
+ *
+ * Errors in point to point are caller bugs (a bad peer or tag, a count
+ * over INT_MAX, a full request table, a handle that is not pending, a
+ * message shorter than the receive): the call prints what went wrong,
+ * naming itself, on stderr. The MPI table then raises the group's MPI
+ * error handler (fatal by default: every rank exits non-zero). Where that
+ * handler returns, and always in the single-process table, the call
+ * returns -1 (a handle: slot -1) having moved no data, except that a short
+ * message was written into the receive buffer before its length was seen. */
 #ifndef SHARDLAB_COLLECTIVES_H
 #define SHARDLAB_COLLECTIVES_H
 
@@ -20,14 +51,31 @@ enum coll_kind {
     COLL_ALL_REDUCE,
     COLL_REDUCE_SCATTER,
     COLL_ALL_GATHER,
+    COLL_ALL_REDUCE_MAX,
+    COLL_SEND,       /* payload bytes sent point to point */
+    COLL_RECV,       /* payload bytes received point to point */
     COLL_SCALAR,     /* small all-reduces of loss and gradient norm: kept apart from the model traffic */
     COLL_NUM_KINDS
+};
+
+enum {
+    COLL_TAG_MAX = 32767,     /* the smallest MPI_TAG_UB the MPI standard allows */
+    COLL_MAX_REQUESTS = 32,   /* pending isend/irecv handles per table */
 };
 
 struct comm_counters {
     double bytes[COLL_NUM_KINDS];
     long calls[COLL_NUM_KINDS];
-    double seconds;  /* wall time inside collectives */
+    double seconds;  /* wall time inside collectives and point to point */
+};
+
+/* A pending isend or irecv: its slot in the table's request table and the
+ * serial number of the post, so that a handle waited on twice (its slot
+ * since reused) is an error rather than a wait on someone else's transfer.
+ * slot < 0: the post failed. */
+struct coll_request {
+    int slot;
+    unsigned serial;
 };
 
 struct collectives {
@@ -37,6 +85,11 @@ struct collectives {
 
     /* In place: buf holds this rank's n values, then the sum over ranks. */
     void (*all_reduce_sum)(struct collectives *c, void *buf, size_t n, enum dtype dt);
+    /* In place: buf holds this rank's n values, then the elementwise max
+     * over ranks. Exact (the result is one of the inputs) in both dtypes;
+     * a NaN on any rank gives NaN (overflow checks must see it), and +0
+     * beats -0, so the result does not depend on the reduction order. */
+    void (*all_reduce_max)(struct collectives *c, void *buf, size_t n, enum dtype dt);
     /* In place: buf holds size x chunk values on entry; on return its first
      * chunk values hold the sum over ranks of chunk `rank`. */
     void (*reduce_scatter_sum)(struct collectives *c, void *buf, size_t chunk, enum dtype dt);
@@ -46,10 +99,23 @@ struct collectives {
     /* Sum of doubles across ranks (loss, squared norms), counted as COLL_SCALAR. */
     void (*all_reduce_scalars)(struct collectives *c, double *values, int n);
     void (*barrier)(struct collectives *c);
+
+    /* Point to point (rules above). Blocking: send returns when buf may be
+     * reused, recv when buf holds the message. 0, or -1 on error. */
+    int (*send)(struct collectives *c, const void *buf, size_t n, enum dtype dt, int peer, int tag);
+    int (*recv)(struct collectives *c, void *buf, size_t n, enum dtype dt, int peer, int tag);
+    /* Non-blocking: post and return a handle for wait. */
+    struct coll_request (*isend)(struct collectives *c, const void *buf, size_t n, enum dtype dt, int peer, int tag);
+    struct coll_request (*irecv)(struct collectives *c, void *buf, size_t n, enum dtype dt, int peer, int tag);
+    /* Completes a pending handle and frees its slot. 0, or -1 on error. */
+    int (*wait)(struct collectives *c, struct coll_request r);
 };
 
 static inline const char *coll_kind_name(enum coll_kind k) {
-    static const char *const names[COLL_NUM_KINDS] = {"all-reduce", "reduce-scatter", "all-gather", "scalars"};
+    static const char *const names[COLL_NUM_KINDS] = {
+        [COLL_ALL_REDUCE] = "all-reduce", [COLL_REDUCE_SCATTER] = "reduce-scatter", [COLL_ALL_GATHER] = "all-gather",
+        [COLL_ALL_REDUCE_MAX] = "all-reduce-max", [COLL_SEND] = "send", [COLL_RECV] = "recv",
+        [COLL_SCALAR] = "scalars"};
     return names[k];
 }
 

@@ -3,28 +3,63 @@
  * (pp_rank x dp + dp_rank) x tp + tp_rank, so a tensor-parallel group is
  * consecutive ranks (one node's fast links) and a pipeline stage is a block.
  * This build trains with tp = pp = 1; the grid and the keys exist so the
- * layout is fixed now. One process without mpirun is a 1 x 1 x 1 grid. */
+ * layout is fixed now. One process without mpirun is a 1 x 1 x 1 grid.
+ *
+ * Four groups, each its own collectives table and counters: dp (same
+ * pp_rank and tp_rank), tp (same pp_rank and dp_rank), pp (same dp_rank
+ * and tp_rank), and tie: the ranks that hold the tied token embedding
+ * (used by the first pipeline stage) and LM head (the last stage), whose
+ * gradients must be summed between the two. For one (dp_rank, tp_rank)
+ * that is stage 0 (tie rank 0) and stage pp-1 (tie rank 1): 2 ranks when
+ * pp >= 2, and at pp = 1 this rank alone (size 1). A middle stage holds
+ * neither: tie_member is false and tie_comm is a group of that rank
+ * alone, so collectives on it are identities and cost nothing. */
 #ifndef SHARDLAB_GRID_H
 #define SHARDLAB_GRID_H
+
+#include <stdbool.h>
 
 #include "collectives.h"
 
 enum { GRID_ERR_LEN = 512 };
+
+enum grid_group { GROUP_DP, GROUP_TP, GROUP_PP, GROUP_TIE, GROUP_NUM };
 
 struct grid {
     int world_rank, world_size;
     int dp, tp, pp;
     int dp_rank, tp_rank, pp_rank;
     struct collectives dp_comm, tp_comm, pp_comm;
+    struct collectives tie_comm;
+    bool tie_member;  /* this rank is the first or the last pipeline stage */
 };
 
+/* The table of group k, so reports and teardown can loop over groups. */
+static inline struct collectives *grid_group(struct grid *g, enum grid_group k) {
+    switch (k) {
+    case GROUP_DP: return &g->dp_comm;
+    case GROUP_TP: return &g->tp_comm;
+    case GROUP_PP: return &g->pp_comm;
+    case GROUP_TIE: return &g->tie_comm;
+    default: return NULL;
+    }
+}
+
+/* "dp", "tp", "pp", "tie"; "?" for a value outside the enum. */
+static inline const char *grid_group_name(enum grid_group k) {
+    static const char *const names[GROUP_NUM] = {
+        [GROUP_DP] = "dp", [GROUP_TP] = "tp", [GROUP_PP] = "pp", [GROUP_TIE] = "tie"};
+    return (unsigned)k < GROUP_NUM ? names[k] : "?";
+}
+
 /* Checks world_size == dp x tp x pp for the given tp and pp (dp is what
- * remains) and splits the communicators. Collective: call on every rank. */
+ * remains) and splits the four groups. Collective: call on every rank. */
 int grid_init(struct grid *g, int tp, int pp, char err[GRID_ERR_LEN]);
 void grid_free(struct grid *g);
 
 /* A 1 x 1 x 1 grid whose collectives are identities (no MPI needed): for
- * tests and tools that run the engine in one process without MPI_Init. */
+ * tests and tools that run the engine in one process without MPI_Init.
+ * All four groups have size 1; this rank is a tie member. */
 void grid_init_single(struct grid *g);
 
 #endif

@@ -6,14 +6,21 @@
 #include <stdio.h>
 
 #include "collectives.h"
+#include "grid.h"
 #include "mem.h"
 #include "trainer.h"
 
+/* One group's comm counters on one rank (calls as doubles too). */
+struct rank_comm {
+    double bytes[COLL_NUM_KINDS], calls[COLL_NUM_KINDS], seconds;
+};
+
+/* Doubles only: train_main gathers it as RANK_STATS_DOUBLES doubles. */
 struct rank_stats {
     double live[MEM_NUM_CATEGORIES], peak[MEM_NUM_CATEGORIES];
     double tracked_peak, rss;
     double startup_tracked_peak, startup_rss; /* at the end of trainer_open: init or load done */
-    double comm_bytes[COLL_NUM_KINDS], comm_calls[COLL_NUM_KINDS], comm_seconds;
+    struct rank_comm comm[GROUP_NUM];  /* per group of the grid: dp, tp, pp, tie */
 };
 
 enum { RANK_STATS_DOUBLES = sizeof(struct rank_stats) / sizeof(double) };
@@ -32,6 +39,8 @@ void report_buffers(FILE *out, const struct trainer *tr);
 void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct rank_stats *ranks, int n,
                    const char *when);
 void report_flops(FILE *out, const struct trainer *tr, int steps);
+/* Per group with traffic on any rank (dp always): bytes per step by kind,
+ * with ZeRO's theory beside the dp rows ("-" elsewhere, for now). */
 void report_comm(FILE *out, const struct trainer *tr, const struct rank_stats *ranks, int n, int steps);
 /* --explain: for every unit, who owns which elements and which tensors the
  * cut passes through; which buffers each rank holds in full or in part. */

@@ -13,7 +13,6 @@ static double mib(double b) { return b / (1024.0 * 1024.0); }
 
 void rank_stats_collect(const struct trainer *tr, struct rank_stats *out) {
     const struct mem_tracker *m = &tr->mem;
-    const struct comm_counters *cc = &tr->grid->dp_comm.counters;
     for (int c = 0; c < MEM_NUM_CATEGORIES; c++) {
         out->live[c] = (double)m->live[c];
         out->peak[c] = (double)m->peak[c];
@@ -22,11 +21,15 @@ void rank_stats_collect(const struct trainer *tr, struct rank_stats *out) {
     out->startup_tracked_peak = tr->startup_tracked_peak;
     out->startup_rss = tr->startup_rss;
     out->rss = peak_rss_bytes();
-    for (int k = 0; k < COLL_NUM_KINDS; k++) {
-        out->comm_bytes[k] = cc->bytes[k];
-        out->comm_calls[k] = (double)cc->calls[k];
+    for (int g = 0; g < GROUP_NUM; g++) {
+        const struct comm_counters *cc = &grid_group(tr->grid, (enum grid_group)g)->counters;
+        struct rank_comm *rc = &out->comm[g];
+        for (int k = 0; k < COLL_NUM_KINDS; k++) {
+            rc->bytes[k] = cc->bytes[k];
+            rc->calls[k] = (double)cc->calls[k];
+        }
+        rc->seconds = cc->seconds;
     }
-    out->comm_seconds = cc->seconds;
 }
 
 void report_buffers(FILE *out, const struct trainer *tr) {
@@ -192,28 +195,84 @@ void report_flops(FILE *out, const struct trainer *tr, int steps) {
                 100.0 * th.model / secs / tr->peak_flops, 100.0 * issued / secs / tr->peak_flops);
 }
 
+/* Whether any rank made a call of kind k (k < 0: of any kind) in group g. */
+static bool comm_used(const struct rank_stats *ranks, int n, int g, int k) {
+    for (int r = 0; r < n; r++)
+        for (int j = 0; j < COLL_NUM_KINDS; j++)
+            if ((k < 0 || j == k) && ranks[r].comm[g].calls[j] > 0) return true;
+    return false;
+}
+
+/* One group's rows: dp always shows the kinds ZeRO's theory covers (and
+ * the scalars), any group the kinds some rank used. */
+static void comm_group_rows(FILE *out, const struct trainer *tr, const struct rank_stats *ranks, int n, int steps,
+                            int g, double *col) {
+    static const char *const what[GROUP_NUM] = {
+        [GROUP_DP] = "data parallel", [GROUP_TP] = "tensor parallel", [GROUP_PP] = "pipeline parallel",
+        [GROUP_TIE] = "first and last pipeline stage: tied embedding and LM head"};
+    int size = grid_group(tr->grid, (enum grid_group)g)->size;
+    fprintf(out, "  [%s] %s, %d rank%s per group on rank 0\n", grid_group_name((enum grid_group)g), what[g], size,
+            size == 1 ? "" : "s");
+    struct comm_theory th = theory_trainer_comm(tr->cfg, n);
+    double theory[COLL_NUM_KINDS];
+    for (int k = 0; k < COLL_NUM_KINDS; k++) theory[k] = -1; /* "-": no theory yet */
+    if (g == GROUP_DP) {
+        theory[COLL_ALL_REDUCE] = th.all_reduce;
+        theory[COLL_REDUCE_SCATTER] = th.reduce_scatter;
+        theory[COLL_ALL_GATHER] = th.all_gather;
+    }
+    for (int k = 0; k < COLL_NUM_KINDS; k++) {
+        bool always = g == GROUP_DP && (theory[k] >= 0 || k == COLL_SCALAR);
+        if (!always && !comm_used(ranks, n, g, k)) continue;
+        for (int r = 0; r < n; r++) col[r] = ranks[r].comm[g].bytes[k] / steps;
+        char rule[96];
+        /* The busiest rank's calls: every dp rank makes the same ones, but
+         * in the tie group a middle stage makes none. */
+        double calls = 0;
+        for (int r = 0; r < n; r++) calls = ranks[r].comm[g].calls[k] > calls ? ranks[r].comm[g].calls[k] : calls;
+        calls /= steps;
+        if (k == COLL_SCALAR) snprintf(rule, sizeof rule, "loss and gradient norm (8 B each), not model traffic");
+        else if (k == COLL_SEND) snprintf(rule, sizeof rule, "%.1f calls per step; payload n x dtype size", calls);
+        else if (k == COLL_RECV) snprintf(rule, sizeof rule, "%.1f calls per step; payload received, not sent", calls);
+        else snprintf(rule, sizeof rule, "%.1f calls per step", calls);
+        row(out, coll_kind_name((enum coll_kind)k), col, n, theory[k], rule);
+    }
+    if (g == GROUP_DP) {
+        for (int r = 0; r < n; r++)
+            col[r] = (ranks[r].comm[g].bytes[COLL_ALL_REDUCE] + ranks[r].comm[g].bytes[COLL_REDUCE_SCATTER] +
+                      ranks[r].comm[g].bytes[COLL_ALL_GATHER]) / steps;
+        row(out, "model total", col, n, th.total, "exact for padded units");
+        fprintf(out, "  ZeRO's formula with Psi: %.0f B (%s)\n", th.zero_formula, th.rule);
+        return;
+    }
+    for (int r = 0; r < n; r++) {
+        col[r] = 0;
+        for (int k = 0; k < COLL_NUM_KINDS; k++)
+            if (k != COLL_RECV && k != COLL_SCALAR) col[r] += ranks[r].comm[g].bytes[k] / steps;
+    }
+    row(out, "total sent", col, n, -1, "every kind but recv and scalars");
+}
+
 void report_comm(FILE *out, const struct trainer *tr, const struct rank_stats *ranks, int n, int steps) {
     if (steps <= 0) return;
-    struct comm_theory th = theory_trainer_comm(tr->cfg, n);
-    double theory[COLL_NUM_KINDS] = {th.all_reduce, th.reduce_scatter, th.all_gather, -1};
     double *col = calloc((size_t)n, sizeof *col);
     fprintf(out, "\ncommunication per optimizer step, bytes each rank sends (ring volumes), averaged over %d steps\n",
             steps);
     header(out, n, "collective");
-    for (int k = 0; k < COLL_NUM_KINDS; k++) {
-        for (int r = 0; r < n; r++) col[r] = ranks[r].comm_bytes[k] / steps;
-        char rule[96];
-        snprintf(rule, sizeof rule, "%.1f calls per step", ranks[0].comm_calls[k] / steps);
-        if (k == COLL_SCALAR) snprintf(rule, sizeof rule, "loss and gradient norm (8 B each), not model traffic");
-        row(out, coll_kind_name((enum coll_kind)k), col, n, theory[k], rule);
-    }
-    for (int r = 0; r < n; r++)
-        col[r] = (ranks[r].comm_bytes[COLL_ALL_REDUCE] + ranks[r].comm_bytes[COLL_REDUCE_SCATTER] +
-                  ranks[r].comm_bytes[COLL_ALL_GATHER]) / steps;
-    row(out, "model total", col, n, th.total, "exact for padded units");
-    fprintf(out, "  ZeRO's formula with Psi: %.0f B (%s)\n", th.zero_formula, th.rule);
-    for (int r = 0; r < n; r++) col[r] = 1e3 * ranks[r].comm_seconds / steps;
-    fprintf(out, "  time in collectives: %.1f ms per step on rank 0 (%.0f%% of the step)\n", col[0],
-            100.0 * ranks[0].comm_seconds / tr->train_seconds);
+    int groups_shown = 0;
+    for (int g = 0; g < GROUP_NUM; g++)
+        if (g == GROUP_DP || comm_used(ranks, n, g, -1)) {
+            comm_group_rows(out, tr, ranks, n, steps, g, col);
+            groups_shown++;
+        }
+    double seconds = 0;
+    for (int g = 0; g < GROUP_NUM; g++) seconds += ranks[0].comm[g].seconds;
+    fprintf(out, "  time in collectives: %.1f ms per step on rank 0 (%.0f%% of the step)", 1e3 * seconds / steps,
+            100.0 * seconds / tr->train_seconds);
+    for (int g = 0; groups_shown > 1 && g < GROUP_NUM; g++)
+        if (g == GROUP_DP || comm_used(ranks, n, g, -1))
+            fprintf(out, "%s %s %.1f ms", g == GROUP_DP ? ":" : ",", grid_group_name((enum grid_group)g),
+                    1e3 * ranks[0].comm[g].seconds / steps);
+    fprintf(out, "\n");
     free(col);
 }

@@ -158,7 +158,8 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     if (rc != 0) trainer_close(tr);
     tr->startup_tracked_peak = (double)tr->mem.peak_total;
     tr->startup_rss = peak_rss_bytes();
-    memset(&grid->dp_comm.counters, 0, sizeof grid->dp_comm.counters); /* count steps only */
+    for (int g = 0; g < GROUP_NUM; g++) /* count steps only */
+        memset(&grid_group(grid, (enum grid_group)g)->counters, 0, sizeof(struct comm_counters));
     return rc;
 }
 

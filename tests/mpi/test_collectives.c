@@ -10,6 +10,8 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <limits.h>
+#include <math.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,6 +23,7 @@
 
 #include "comm_mpi.h"
 #include "grid.h"
+#include "../stderr_capture.h"
 
 static int setup(void **state) {
     struct collectives *c = malloc(sizeof *c);
@@ -184,11 +187,309 @@ static void test_counters_follow_ring_formulas(void **state) {
     assert_true(k.seconds > 0.0);
 }
 
+static int next_of(const struct collectives *c) { return (c->rank + 1) % c->size; }
+static int prev_of(const struct collectives *c) { return (c->rank + c->size - 1) % c->size; }
+
+/* Blocking ring: rank 0 sends first and receives last, every other rank
+ * receives then sends, so no send waits on a rank that is itself sending
+ * (70000 values go by rendezvous). Each rank ends with its predecessor's
+ * values, tag by tag. */
+static void test_send_recv_ring(void **state) {
+    struct collectives *c = *state;
+    int rc_bad = 0;
+    size_t bad[2][NSIZES] = {{0}};
+    for (int d = 0; d < 2; d++) {
+        enum dtype dt = d == 0 ? DTYPE_FP32 : DTYPE_BF16;
+        for (int s = 0; s < NSIZES; s++) {
+            int tag = 10 + 2 * s + d;
+            void *mine = alloc_values(sizes[s], dt, c->rank);
+            void *got = malloc(sizes[s] * dtype_size(dt));
+            assert_non_null(got);
+            if (c->rank == 0) {
+                rc_bad += c->send(c, mine, sizes[s], dt, next_of(c), tag) != 0;
+                rc_bad += c->recv(c, got, sizes[s], dt, prev_of(c), tag) != 0;
+            } else {
+                rc_bad += c->recv(c, got, sizes[s], dt, prev_of(c), tag) != 0;
+                rc_bad += c->send(c, mine, sizes[s], dt, next_of(c), tag) != 0;
+            }
+            for (size_t i = 0; i < sizes[s]; i++) bad[d][s] += get(got, i, dt) != value(prev_of(c), i);
+            free(mine);
+            free(got);
+        }
+    }
+    assert_int_equal(rc_bad, 0);
+    for (int d = 0; d < 2; d++)
+        for (int s = 0; s < NSIZES; s++) assert_int_equal(bad[d][s], 0);
+}
+
+/* Two messages to the same peer, tag 1 (70000 values) then tag 2 (3
+ * values), sent blocking in that order; the receiver posts irecv for tag 2
+ * first and waits on it first. Tags, not arrival order, match them. */
+static void test_tags_match_out_of_order(void **state) {
+    struct collectives *c = *state;
+    enum { BIG = 70000, SMALL = 3 };
+    float *big = malloc(BIG * sizeof *big), *big_got = malloc(BIG * sizeof *big_got);
+    assert_true(big && big_got);
+    float small[SMALL], small_got[SMALL] = {0};
+    for (size_t i = 0; i < BIG; i++) big[i] = value(c->rank, i);
+    for (int i = 0; i < SMALL; i++) small[i] = -100.0f * (float)(c->rank + 1) - (float)i;
+    struct coll_request r2 = c->irecv(c, small_got, SMALL, DTYPE_FP32, prev_of(c), 2);
+    struct coll_request r1 = c->irecv(c, big_got, BIG, DTYPE_FP32, prev_of(c), 1);
+    int rc[4];
+    rc[0] = c->send(c, big, BIG, DTYPE_FP32, next_of(c), 1);
+    rc[1] = c->send(c, small, SMALL, DTYPE_FP32, next_of(c), 2);
+    rc[2] = c->wait(c, r2);
+    rc[3] = c->wait(c, r1);
+    size_t bad = 0;
+    for (size_t i = 0; i < BIG; i++) bad += big_got[i] != value(prev_of(c), i);
+    free(big);
+    free(big_got);
+    for (int i = 0; i < 4; i++) assert_int_equal(rc[i], 0);
+    assert_true(r1.slot >= 0 && r2.slot >= 0 && r1.slot != r2.slot);
+    assert_int_equal(bad, 0);
+    for (int i = 0; i < SMALL; i++) assert_true(small_got[i] == -100.0f * (float)(prev_of(c) + 1) - (float)i);
+}
+
+/* Non-blocking both ways: isend to both neighbours, irecv from both, then
+ * wait on all four in an order unlike the posts. On 2 ranks both
+ * neighbours are the same rank and only the tags tell the messages apart. */
+static void test_isend_irecv_both_neighbours(void **state) {
+    struct collectives *c = *state;
+    enum { N = 1000 };
+    bf16 to_next[N], to_prev[N], from_prev[N], from_next[N];
+    for (int i = 0; i < N; i++) {
+        to_next[i] = f32_to_bf16(value(c->rank, (size_t)i));
+        to_prev[i] = f32_to_bf16(-value(c->rank, (size_t)i) + 64.0f);
+    }
+    struct coll_request r[4];
+    r[0] = c->isend(c, to_next, N, DTYPE_BF16, next_of(c), 5);
+    r[1] = c->isend(c, to_prev, N, DTYPE_BF16, prev_of(c), 6);
+    r[2] = c->irecv(c, from_prev, N, DTYPE_BF16, prev_of(c), 5);
+    r[3] = c->irecv(c, from_next, N, DTYPE_BF16, next_of(c), 6);
+    int rc[4];
+    rc[0] = c->wait(c, r[3]);
+    rc[1] = c->wait(c, r[0]);
+    rc[2] = c->wait(c, r[2]);
+    rc[3] = c->wait(c, r[1]);
+    for (int i = 0; i < 4; i++) assert_int_equal(rc[i], 0);
+    size_t bad = 0;
+    for (int i = 0; i < N; i++) {
+        bad += bf16_to_f32(from_prev[i]) != value(prev_of(c), (size_t)i);
+        bad += bf16_to_f32(from_next[i]) != -value(next_of(c), (size_t)i) + 64.0f;
+    }
+    assert_int_equal(bad, 0);
+}
+
+/* Quarters in -1.5..1.5 (exact in bf16); the max over ranks differs from
+ * every single rank's value for some i, so a missing rank shows. */
+static float max_value(int rank, size_t i) { return 0.25f * (float)((int)((i * 5 + (size_t)rank * 3) % 13) - 6); }
+
+static void test_all_reduce_max(void **state) {
+    struct collectives *c = *state;
+    size_t bad[2][NSIZES] = {{0}};
+    for (int d = 0; d < 2; d++) {
+        enum dtype dt = d == 0 ? DTYPE_FP32 : DTYPE_BF16;
+        for (int s = 0; s < NSIZES; s++) {
+            size_t n = sizes[s];
+            void *buf = malloc(n * dtype_size(dt));
+            assert_non_null(buf);
+            for (size_t i = 0; i < n; i++) {
+                if (dt == DTYPE_FP32) ((float *)buf)[i] = max_value(c->rank, i);
+                else ((bf16 *)buf)[i] = f32_to_bf16(max_value(c->rank, i));
+            }
+            c->all_reduce_max(c, buf, n, dt);
+            for (size_t i = 0; i < n; i++) {
+                float want = max_value(0, i);
+                for (int r = 1; r < c->size; r++) want = max_value(r, i) > want ? max_value(r, i) : want;
+                bad[d][s] += get(buf, i, dt) != want;
+            }
+            free(buf);
+        }
+    }
+    for (int d = 0; d < 2; d++)
+        for (int s = 0; s < NSIZES; s++) assert_int_equal(bad[d][s], 0);
+}
+
+/* The order-free rule of collectives.h: -Inf loses to any finite; +0 on
+ * rank 1 beats -0 elsewhere; all -0 stays -0; and a NaN on any one rank
+ * wins (element 3 + q holds it on rank q), whichever operand it is. */
+static void test_all_reduce_max_nan_and_zeros(void **state) {
+    struct collectives *c = *state;
+    enum { N = 3 + 4 };
+    float f[N] = {c->rank == 0 ? -1e30f : -INFINITY, c->rank == 1 ? 0.0f : -0.0f, -0.0f};
+    for (int q = 0; q < 4; q++) f[3 + q] = c->rank == q ? NAN : 1.0f;
+    bf16 h[N];
+    for (int i = 0; i < N; i++) h[i] = f32_to_bf16(f[i]);
+    c->all_reduce_max(c, f, N, DTYPE_FP32);
+    c->all_reduce_max(c, h, N, DTYPE_BF16);
+    assert_true(f[0] == -1e30f);
+    assert_int_equal(f32_bits(f[1]), 0x00000000u);
+    assert_int_equal(f32_bits(f[2]), 0x80000000u);
+    assert_int_equal(h[0], f32_to_bf16(-1e30f));
+    assert_int_equal(h[1], 0x0000);
+    assert_int_equal(h[2], 0x8000);
+    for (int q = 0; q < 4; q++) {
+        bool has_nan = q < c->size;
+        assert_true(has_nan ? isnan(f[3 + q]) : f[3 + q] == 1.0f);
+        assert_int_equal(h[3 + q], has_nan ? 0x7fc0 : 0x3f80);
+    }
+}
+
+/* Point-to-point payloads and the max's ring volume, exactly. */
+static void test_counters_point_to_point_and_max(void **state) {
+    (void)state;
+    struct collectives c;
+    char err[256];
+    assert_int_equal(collectives_init_mpi(&c, MPI_COMM_WORLD, err, sizeof err), 0);
+    int n = c.size;
+    float *f = calloc(1000, sizeof *f), *g = calloc(1000, sizeof *g);
+    bf16 h[500] = {0}, k3[3] = {0}, k3_got[3];
+    assert_true(f && g);
+    struct coll_request r[2] = {c.isend(&c, f, 1000, DTYPE_FP32, next_of(&c), 1),   /* 4000 B out */
+                                c.irecv(&c, g, 1000, DTYPE_FP32, prev_of(&c), 1)};  /* 4000 B in */
+    int rc = c.wait(&c, r[0]) | c.wait(&c, r[1]);
+    if (c.rank == 0) { /* ring order again: 6 B out and in */
+        rc |= c.send(&c, k3, 3, DTYPE_BF16, next_of(&c), 2);
+        rc |= c.recv(&c, k3_got, 3, DTYPE_BF16, prev_of(&c), 2);
+    } else {
+        rc |= c.recv(&c, k3_got, 3, DTYPE_BF16, prev_of(&c), 2);
+        rc |= c.send(&c, k3, 3, DTYPE_BF16, next_of(&c), 2);
+    }
+    c.all_reduce_max(&c, f, 1000, DTYPE_FP32); /* M = 4000 */
+    c.all_reduce_max(&c, h, 500, DTYPE_BF16);  /* M = 1000 */
+    struct comm_counters k = c.counters;
+    collectives_free_mpi(&c);
+    free(f);
+    free(g);
+    assert_int_equal(rc, 0);
+    assert_true(k.bytes[COLL_SEND] == 4006.0);
+    assert_true(k.bytes[COLL_RECV] == 4006.0);
+    assert_int_equal(k.calls[COLL_SEND], 2);
+    assert_int_equal(k.calls[COLL_RECV], 2);
+    assert_true(k.bytes[COLL_ALL_REDUCE_MAX] == 2.0 * (n - 1) * 4000 / n + 2.0 * (n - 1) * 1000 / n);
+    if (n == 4) assert_true(k.bytes[COLL_ALL_REDUCE_MAX] == 7500.0); /* 2 x 3/4 x 5000 */
+    assert_int_equal(k.calls[COLL_ALL_REDUCE_MAX], 2);
+    for (int j = 0; j < COLL_NUM_KINDS; j++)
+        if (j != COLL_SEND && j != COLL_RECV && j != COLL_ALL_REDUCE_MAX) {
+            assert_true(k.bytes[j] == 0.0);
+            assert_int_equal(k.calls[j], 0);
+        }
+    assert_true(k.seconds > 0.0);
+}
+
+/* Captures stderr around one call. */
+#define CAPTURED(msg, call)                                                                                          \
+    do {                                                                                                             \
+        struct stderr_capture cap_;                                                                                  \
+        int began_ = stderr_capture_begin(&cap_);                                                                    \
+        call;                                                                                                        \
+        if (began_ == 0) stderr_capture_end(&cap_, msg, sizeof msg);                                                 \
+        else snprintf(msg, sizeof msg, "(stderr not captured)");                                                     \
+    } while (0)
+
+/* Caller bugs under MPI_ERRORS_RETURN (the table's duplicate inherits the
+ * handler): each call fails, names itself and the problem on stderr, moves
+ * no data and counts nothing; the table stays usable. */
+static void test_point_to_point_errors(void **state) {
+    (void)state;
+    MPI_Comm returning;
+    MPI_Comm_dup(MPI_COMM_WORLD, &returning);
+    MPI_Comm_set_errhandler(returning, MPI_ERRORS_RETURN);
+    struct collectives c;
+    char err[256];
+    int init_rc = collectives_init_mpi(&c, returning, err, sizeof err);
+    MPI_Comm_free(&returning);
+    assert_int_equal(init_rc, 0);
+    float x[5] = {1, 2, 3, 4, 5}, y[5] = {-1, -1, -1, -1, -1};
+    char msg[8][512];
+    int rc[7];
+    struct coll_request bad_tag, bad_tag2;
+    CAPTURED(msg[0], rc[0] = c.send(&c, x, 5, DTYPE_FP32, c.rank, 0));
+    CAPTURED(msg[1], rc[1] = c.recv(&c, y, 5, DTYPE_FP32, c.size, 0));
+    CAPTURED(msg[2], bad_tag = c.isend(&c, x, 5, DTYPE_FP32, next_of(&c), -1));
+    CAPTURED(msg[3], bad_tag2 = c.irecv(&c, y, 5, DTYPE_FP32, prev_of(&c), COLL_TAG_MAX + 1));
+    CAPTURED(msg[4], rc[4] = c.wait(&c, bad_tag));
+    struct comm_counters after_errors = c.counters;
+    bool y_untouched = y[0] == -1.0f && y[4] == -1.0f;
+
+    /* Fill the request table, then one more. */
+    float slots[COLL_MAX_REQUESTS];
+    struct coll_request r[COLL_MAX_REQUESTS], over;
+    for (int i = 0; i < COLL_MAX_REQUESTS; i++) r[i] = c.irecv(&c, &slots[i], 1, DTYPE_FP32, prev_of(&c), i);
+    CAPTURED(msg[5], over = c.irecv(&c, y, 1, DTYPE_FP32, prev_of(&c), 99));
+    int sent = 0;
+    for (int i = 0; i < COLL_MAX_REQUESTS; i++) {
+        float v = (float)(100 * c.rank + i);
+        sent += c.send(&c, &v, 1, DTYPE_FP32, next_of(&c), i) == 0;
+    }
+    int waited = 0;
+    for (int i = COLL_MAX_REQUESTS - 1; i >= 0; i--) waited += c.wait(&c, r[i]) == 0;
+    /* r[0]'s slot is free again: a new post may take it under a new serial */
+    struct coll_request again = c.irecv(&c, y, 3, DTYPE_FP32, prev_of(&c), 7);
+    CAPTURED(msg[6], rc[6] = c.wait(&c, r[0]));
+    rc[2] = c.send(&c, x, 3, DTYPE_FP32, next_of(&c), 7);
+    rc[3] = c.wait(&c, again);
+    /* A message shorter than the receive asks for: rank 0 sends 2 values,
+     * rank 1 asks for 5. */
+    int short_rc = 0;
+    if (c.rank == 0) short_rc = c.send(&c, x, 2, DTYPE_FP32, 1, 8);
+    if (c.rank == 1) CAPTURED(msg[7], short_rc = c.recv(&c, y, 5, DTYPE_FP32, 0, 8));
+    struct comm_counters end = c.counters;
+    collectives_free_mpi(&c);
+
+    assert_int_equal(rc[0], -1);
+    assert_non_null(strstr(msg[0], "collectives: send on rank"));
+    assert_non_null(strstr(msg[0], "is this rank"));
+    assert_int_equal(rc[1], -1);
+    assert_non_null(strstr(msg[1], "collectives: recv on rank"));
+    assert_non_null(strstr(msg[1], "is not a rank of this group"));
+    assert_int_equal(bad_tag.slot, -1);
+    assert_non_null(strstr(msg[2], "collectives: isend on rank"));
+    assert_non_null(strstr(msg[2], "tag -1 is outside 0..32767"));
+    assert_int_equal(bad_tag2.slot, -1);
+    assert_non_null(strstr(msg[3], "collectives: irecv on rank"));
+    assert_non_null(strstr(msg[3], "tag 32768"));
+    assert_int_equal(rc[4], -1);
+    assert_non_null(strstr(msg[4], "collectives: wait on rank"));
+    assert_non_null(strstr(msg[4], "slot -1"));
+    for (int k = 0; k < COLL_NUM_KINDS; k++) assert_int_equal(after_errors.calls[k], 0);
+    assert_true(after_errors.bytes[COLL_SEND] == 0.0 && after_errors.bytes[COLL_RECV] == 0.0);
+    assert_true(y_untouched);
+
+    assert_int_equal(over.slot, -1);
+    assert_non_null(strstr(msg[5], "collectives: irecv on rank"));
+    char full[96];
+    snprintf(full, sizeof full, "all %d request slots of this table are pending", COLL_MAX_REQUESTS);
+    assert_non_null(strstr(msg[5], full));
+    assert_int_equal(sent, COLL_MAX_REQUESTS);
+    assert_int_equal(waited, COLL_MAX_REQUESTS);
+    for (int i = 0; i < COLL_MAX_REQUESTS; i++) assert_true(slots[i] == (float)(100 * prev_of(&c) + i));
+    assert_int_equal(again.slot, r[0].slot);
+    assert_int_not_equal(again.serial, r[0].serial);
+    assert_int_equal(rc[6], -1);
+    assert_non_null(strstr(msg[6], "is not pending on this table"));
+    assert_int_equal(rc[2], 0);
+    assert_int_equal(rc[3], 0);
+    assert_int_equal(short_rc, c.rank == 1 ? -1 : 0);
+    if (c.rank == 1) {
+        assert_non_null(strstr(msg[7], "collectives: recv on rank 1"));
+        assert_non_null(strstr(msg[7], "expected 5 values from peer 0 (tag 8), the message holds 2"));
+    }
+    /* Only calls that succeeded count: 32 + 1 irecvs of 4 and 12 B (rank
+     * 1's short recv failed), sends likewise plus rank 0's short one. */
+    assert_int_equal(end.calls[COLL_RECV], COLL_MAX_REQUESTS + 1);
+    assert_true(end.bytes[COLL_RECV] == 4.0 * COLL_MAX_REQUESTS + 12.0);
+    assert_int_equal(end.calls[COLL_SEND], COLL_MAX_REQUESTS + 1 + (c.rank == 0));
+    assert_true(end.bytes[COLL_SEND] == 4.0 * COLL_MAX_REQUESTS + 12.0 + (c.rank == 0 ? 8.0 : 0.0));
+}
+
 /* What a grid test checks, copied out before grid_free (a collective). */
 struct grid_seen {
     int rc;
     struct grid g;   /* the fields; its collectives are freed */
-    float dp_sum, tp_sum, pp_sum;  /* world ranks summed over each group */
+    float dp_sum, tp_sum, pp_sum, tie_sum;  /* world ranks summed over each group */
+    float tie_partner;  /* the other tie rank's world rank, by send/recv; -1 in a group of one */
+    int tie_p2p_rc;
 };
 
 static struct grid_seen build_grid(int tp, int pp) {
@@ -196,12 +497,43 @@ static struct grid_seen build_grid(int tp, int pp) {
     char err[GRID_ERR_LEN];
     s.rc = grid_init(&s.g, tp, pp, err);
     if (s.rc != 0) return s;
-    s.dp_sum = s.tp_sum = s.pp_sum = (float)s.g.world_rank;
+    s.dp_sum = s.tp_sum = s.pp_sum = s.tie_sum = (float)s.g.world_rank;
     s.g.dp_comm.all_reduce_sum(&s.g.dp_comm, &s.dp_sum, 1, DTYPE_FP32);
     s.g.tp_comm.all_reduce_sum(&s.g.tp_comm, &s.tp_sum, 1, DTYPE_FP32);
     s.g.pp_comm.all_reduce_sum(&s.g.pp_comm, &s.pp_sum, 1, DTYPE_FP32);
+    s.g.tie_comm.all_reduce_sum(&s.g.tie_comm, &s.tie_sum, 1, DTYPE_FP32);
+    /* The pair as a link: the first stage sends its world rank to the last
+     * and the last answers with its own. */
+    struct collectives *tie = &s.g.tie_comm;
+    float mine = (float)s.g.world_rank;
+    s.tie_partner = -1;
+    if (tie->size == 2 && tie->rank == 0)
+        s.tie_p2p_rc = tie->send(tie, &mine, 1, DTYPE_FP32, 1, 3) | tie->recv(tie, &s.tie_partner, 1, DTYPE_FP32, 1, 4);
+    if (tie->size == 2 && tie->rank == 1)
+        s.tie_p2p_rc = tie->recv(tie, &s.tie_partner, 1, DTYPE_FP32, 0, 3) | tie->send(tie, &mine, 1, DTYPE_FP32, 0, 4);
     grid_free(&s.g);
     return s;
+}
+
+/* Stage 0 and stage pp-1 of one (dp_rank, tp_rank) pair up; world rank =
+ * (pp_rank x dp + dp_rank) x tp + tp_rank. */
+static void assert_tie_pair(const struct grid_seen *s) {
+    const struct grid *g = &s->g;
+    int first = g->dp_rank * g->tp + g->tp_rank, last = ((g->pp - 1) * g->dp + g->dp_rank) * g->tp + g->tp_rank;
+    bool member = g->pp_rank == 0 || g->pp_rank == g->pp - 1;
+    assert_int_equal(g->tie_member, member);
+    if (!member || g->pp == 1) { /* a group of this rank alone */
+        assert_int_equal(g->tie_comm.size, 1);
+        assert_int_equal(g->tie_comm.rank, 0);
+        assert_true(s->tie_sum == (float)g->world_rank);
+        assert_true(s->tie_partner == -1.0f);
+        return;
+    }
+    assert_int_equal(g->tie_comm.size, 2);
+    assert_int_equal(g->tie_comm.rank, g->pp_rank == 0 ? 0 : 1);
+    assert_true(s->tie_sum == (float)(first + last));
+    assert_int_equal(s->tie_p2p_rc, 0);
+    assert_true(s->tie_partner == (float)(g->pp_rank == 0 ? last : first));
 }
 
 static int world_size(void) {
@@ -235,6 +567,9 @@ static void test_grid_tp2(void **state) {
     assert_true(s.dp_sum == dp_members);
     assert_true(s.tp_sum == (float)(4 * g->dp_rank + 1)); /* 2d + (2d + 1) */
     assert_true(s.pp_sum == (float)r);
+    assert_true(g->tie_member); /* pp = 1: this rank alone */
+    assert_int_equal(g->tie_comm.size, 1);
+    assert_tie_pair(&s);
 }
 
 /* pp = 2: each pipeline stage is a block of dp ranks. */
@@ -255,6 +590,15 @@ static void test_grid_pp2(void **state) {
     assert_int_equal(g->tp_comm.size, 1);
     assert_true(s.pp_sum == (float)(2 * g->dp_rank + dp));
     assert_true(s.tp_sum == (float)r);
+    /* pp = 2: every rank is a first or last stage, paired with the rank
+     * dp places away: on 2 ranks 0-1, on 4 ranks 0-2 and 1-3. */
+    assert_true(g->tie_member);
+    assert_int_equal(g->tie_comm.size, 2);
+    assert_int_equal(g->tie_comm.rank, g->pp_rank);
+    assert_true(s.tie_partner == (float)(g->pp_rank == 0 ? r + dp : r - dp));
+    if (world_size() == 4) assert_true(s.tie_partner == (float)((const int[]){2, 3, 0, 1})[r]);
+    if (world_size() == 2) assert_true(s.tie_partner == (float)(1 - r));
+    assert_tie_pair(&s);
 }
 
 /* 4 = dp 1 x tp 2 x pp 2: world rank = pp_rank x 2 + tp_rank. */
@@ -272,6 +616,54 @@ static void test_grid_tp2_pp2(void **state) {
     assert_true(s.tp_sum == (float)(4 * g->pp_rank + 1));
     assert_true(s.pp_sum == (float)(2 * g->tp_rank + 2));
     assert_true(s.dp_sum == (float)r);
+    assert_true(s.tie_partner == (float)((const int[]){2, 3, 0, 1})[r]); /* same tp_rank, other stage */
+    assert_tie_pair(&s);
+}
+
+/* pp = 1 on any world: the tie group is this rank alone, a member. */
+static void test_grid_tie_pp1(void **state) {
+    (void)state;
+    struct grid_seen s = build_grid(1, 1);
+    assert_int_equal(s.rc, 0);
+    assert_int_equal(s.g.dp, world_size());
+    assert_true(s.g.tie_member);
+    assert_int_equal(s.g.tie_comm.size, 1);
+    assert_true(s.tie_sum == (float)s.g.world_rank);
+    assert_tie_pair(&s);
+}
+
+/* pp = world (dp = tp = 1): ranks 0 and N-1 pair up; on 3 and 4 ranks the
+ * middle stages are no members, each a group of itself. */
+static void test_grid_tie_every_rank_a_stage(void **state) {
+    (void)state;
+    int n = world_size();
+    struct grid_seen s = build_grid(1, n);
+    int r = s.g.world_rank;
+    bool member = r == 0 || r == n - 1;
+    assert_int_equal(s.rc, 0);
+    assert_int_equal(s.g.pp_rank, r);
+    assert_int_equal(s.g.tie_member, member);
+    assert_int_equal(s.g.tie_comm.size, member ? 2 : 1);
+    assert_true(s.tie_sum == (float)(member ? n - 1 : r));
+    assert_true(s.tie_partner == (float)(r == 0 ? n - 1 : r == n - 1 ? 0 : -1));
+    assert_tie_pair(&s);
+}
+
+/* grid_group walks the four tables in enum order, named for reports. */
+static void test_grid_groups_by_enum(void **state) {
+    (void)state;
+    struct grid g;
+    char err[GRID_ERR_LEN];
+    int rc = grid_init(&g, 1, 1, err);
+    assert_int_equal(rc, 0);
+    struct collectives *want[GROUP_NUM] = {&g.dp_comm, &g.tp_comm, &g.pp_comm, &g.tie_comm};
+    const char *names[GROUP_NUM] = {"dp", "tp", "pp", "tie"};
+    bool ok = true;
+    for (int k = 0; k < GROUP_NUM; k++)
+        ok = ok && grid_group(&g, (enum grid_group)k) == want[k] &&
+             strcmp(grid_group_name((enum grid_group)k), names[k]) == 0;
+    grid_free(&g);
+    assert_true(ok);
 }
 
 /* A grid the world cannot form fails on every rank, with a message, before
@@ -307,9 +699,19 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_all_gather),
         cmocka_unit_test(test_all_reduce_scalars),
         cmocka_unit_test(test_counters_follow_ring_formulas),
+        cmocka_unit_test(test_send_recv_ring),
+        cmocka_unit_test(test_tags_match_out_of_order),
+        cmocka_unit_test(test_isend_irecv_both_neighbours),
+        cmocka_unit_test(test_all_reduce_max),
+        cmocka_unit_test(test_all_reduce_max_nan_and_zeros),
+        cmocka_unit_test(test_counters_point_to_point_and_max),
+        cmocka_unit_test(test_point_to_point_errors),
         cmocka_unit_test(test_grid_tp2),
         cmocka_unit_test(test_grid_pp2),
         cmocka_unit_test(test_grid_tp2_pp2),
+        cmocka_unit_test(test_grid_tie_pp1),
+        cmocka_unit_test(test_grid_tie_every_rank_a_stage),
+        cmocka_unit_test(test_grid_groups_by_enum),
         cmocka_unit_test(test_grid_rejects_bad_shapes),
     };
     int failed = cmocka_run_group_tests(tests, setup, teardown);

@@ -1,5 +1,7 @@
 /* The process grid over MPI_COMM_WORLD (include/grid.h). Rank order, tp
- * innermost: world rank = (pp_rank x dp + dp_rank) x tp + tp_rank. */
+ * innermost: world rank = (pp_rank x dp + dp_rank) x tp + tp_rank. Each
+ * group is one MPI_Comm_split: a color per group, the coordinate along the
+ * group's axis as the key. */
 #include "grid.h"
 
 #include <mpi.h>
@@ -47,17 +49,30 @@ int grid_init(struct grid *g, int tp, int pp, char err[GRID_ERR_LEN]) {
     g->dp_rank = rank / tp % dp;
     g->pp_rank = rank / (tp * dp);
 
-    /* Build all three before judging, so every rank makes the same
+    /* The tie pair shares (dp_rank, tp_rank), like a pp group, and is
+     * ordered by stage. A middle stage takes a color of its own (past every
+     * pair's color) and so forms a group of one. */
+    g->tie_member = g->pp_rank == 0 || g->pp_rank == pp - 1;
+    int tie_color = g->tie_member ? g->dp_rank * tp + g->tp_rank : dp * tp + rank;
+
+    /* Build all four before judging, so every rank makes the same
      * collective calls even when one group fails; then agree world-wide. */
-    char errs[3][GRID_ERR_LEN];
-    int rc_dp = split(&g->dp_comm, g->pp_rank * tp + g->tp_rank, g->dp_rank, errs[0]);
-    int rc_tp = split(&g->tp_comm, g->pp_rank * dp + g->dp_rank, g->tp_rank, errs[1]);
-    int rc_pp = split(&g->pp_comm, g->dp_rank * tp + g->tp_rank, g->pp_rank, errs[2]);
-    int ok = rc_dp == 0 && rc_tp == 0 && rc_pp == 0;
+    const int colors[GROUP_NUM] = {
+        [GROUP_DP] = g->pp_rank * tp + g->tp_rank,
+        [GROUP_TP] = g->pp_rank * dp + g->dp_rank,
+        [GROUP_PP] = g->dp_rank * tp + g->tp_rank,
+        [GROUP_TIE] = tie_color,
+    };
+    const int keys[GROUP_NUM] = {
+        [GROUP_DP] = g->dp_rank, [GROUP_TP] = g->tp_rank, [GROUP_PP] = g->pp_rank, [GROUP_TIE] = g->pp_rank};
+    char errs[GROUP_NUM][GRID_ERR_LEN];
+    int failed = -1; /* the first group that failed here */
+    for (int k = 0; k < GROUP_NUM; k++)
+        if (split(grid_group(g, (enum grid_group)k), colors[k], keys[k], errs[k]) != 0 && failed < 0) failed = k;
+    int ok = failed < 0;
     MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (!ok) {
-        const char *why = rc_dp ? errs[0] : rc_tp ? errs[1] : rc_pp ? errs[2] : "another rank failed";
-        snprintf(err, GRID_ERR_LEN, "%s", why);
+        snprintf(err, GRID_ERR_LEN, "%s", failed >= 0 ? errs[failed] : "another rank failed");
         grid_free(g);
         return -1;
     }
@@ -66,7 +81,5 @@ int grid_init(struct grid *g, int tp, int pp, char err[GRID_ERR_LEN]) {
 
 /* Collective. Safe on a grid from grid_init_single (no MPI state to free). */
 void grid_free(struct grid *g) {
-    collectives_free_mpi(&g->dp_comm);
-    collectives_free_mpi(&g->tp_comm);
-    collectives_free_mpi(&g->pp_comm);
+    for (int k = 0; k < GROUP_NUM; k++) collectives_free_mpi(grid_group(g, (enum grid_group)k));
 }

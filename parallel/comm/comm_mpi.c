@@ -1,28 +1,15 @@
 /* Collectives over an MPI communicator (include/comm_mpi.h). Every call is
  * in place and adds the ring-algorithm byte volume of include/collectives.h
- * to the counters, whatever algorithm MPI picks underneath. */
+ * to the counters, whatever algorithm MPI picks underneath. Point to point
+ * lives in comm_mpi_p2p.c; the state both share in mpi_impl.h. */
 #include "comm_mpi.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
-/* Per-instance MPI state: no globals, so several groups (dp, tp, pp) each
- * own their datatype and op and free them with the group. */
-struct mpi_impl {
-    MPI_Comm comm;
-    MPI_Datatype bf16_type;
-    MPI_Op bf16_sum;
-};
-
-static struct mpi_impl *impl_of(struct collectives *c) { return c->impl; }
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#include "mpi_impl.h"
 
 /* inout[i] = RNE(in[i] + inout[i]) with the sum taken in fp32. */
 static void bf16_sum_op(void *in, void *inout, int *len, MPI_Datatype *type) {
@@ -32,20 +19,43 @@ static void bf16_sum_op(void *in, void *inout, int *len, MPI_Datatype *type) {
     for (int i = 0; i < *len; i++) b[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
 }
 
-static MPI_Datatype mpi_type(struct collectives *c, enum dtype dt) {
-    return dt == DTYPE_FP32 ? MPI_FLOAT : impl_of(c)->bf16_type;
+/* The max of collectives.h, independent of the combining order: NaN if
+ * either is NaN (MPI_MAX leaves NaN to the order of its comparisons), and
+ * +0 over -0. The result is one of the operands, so rounding never enters. */
+static float max_f32(float a, float b) {
+    if (isnan(a) || isnan(b)) return NAN;
+    if (a == b) return signbit(a) ? b : a;
+    return a > b ? a : b;
+}
+
+static void fp32_max_op(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    const float *a = in;
+    float *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = max_f32(a[i], b[i]);
+}
+
+/* Widening is exact and the max is an operand, so the narrowing is too
+ * (NaN comes back as bf16's quiet NaN). */
+static void bf16_max_op(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    const bf16 *a = in;
+    bf16 *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = f32_to_bf16(max_f32(bf16_to_f32(a[i]), bf16_to_f32(b[i])));
 }
 
 static MPI_Op mpi_sum(struct collectives *c, enum dtype dt) {
     return dt == DTYPE_FP32 ? MPI_SUM : impl_of(c)->bf16_sum;
 }
 
+static MPI_Op mpi_max(struct collectives *c, enum dtype dt) {
+    return dt == DTYPE_FP32 ? impl_of(c)->fp32_max : impl_of(c)->bf16_max;
+}
+
 /* Ring volume (N-1)/N x M, times 2 for an all-reduce (THEORY.md 7). */
 static void count(struct collectives *c, enum coll_kind k, double factor, double full_bytes, double t0) {
     int n = c->size;
-    c->counters.bytes[k] += factor * (double)(n - 1) * full_bytes / (double)n;
-    c->counters.calls[k]++;
-    c->counters.seconds += now_s() - t0;
+    count_call(c, k, factor * (double)(n - 1) * full_bytes / (double)n, t0);
 }
 
 /* A chunk count MPI cannot express is a caller bug: raise it the MPI way
@@ -57,17 +67,25 @@ static int fits_int(struct collectives *c, size_t chunk) {
     return 0;
 }
 
-static void all_reduce_sum(struct collectives *c, void *buf, size_t n, enum dtype dt) {
+/* In place, split so each call's count fits MPI's int; elementwise, so
+ * the split changes nothing. */
+static void all_reduce(struct collectives *c, void *buf, size_t n, enum dtype dt, MPI_Op op, enum coll_kind k) {
     double t0 = now_s();
     size_t esz = dtype_size(dt);
-    /* Split so each call's count fits MPI's int; elementwise, so exact. */
     for (size_t done = 0; c->size > 1 && done < n;) {
         size_t part = n - done < (size_t)INT_MAX ? n - done : (size_t)INT_MAX;
-        MPI_Allreduce(MPI_IN_PLACE, (char *)buf + done * esz, (int)part, mpi_type(c, dt), mpi_sum(c, dt),
-                      impl_of(c)->comm);
+        MPI_Allreduce(MPI_IN_PLACE, (char *)buf + done * esz, (int)part, mpi_type(c, dt), op, impl_of(c)->comm);
         done += part;
     }
-    count(c, COLL_ALL_REDUCE, 2.0, (double)n * (double)esz, t0);
+    count(c, k, 2.0, (double)n * (double)esz, t0);
+}
+
+static void all_reduce_sum(struct collectives *c, void *buf, size_t n, enum dtype dt) {
+    all_reduce(c, buf, n, dt, mpi_sum(c, dt), COLL_ALL_REDUCE);
+}
+
+static void all_reduce_max(struct collectives *c, void *buf, size_t n, enum dtype dt) {
+    all_reduce(c, buf, n, dt, mpi_max(c, dt), COLL_ALL_REDUCE_MAX);
 }
 
 static void reduce_scatter_sum(struct collectives *c, void *buf, size_t chunk, enum dtype dt) {
@@ -120,18 +138,28 @@ int collectives_init_mpi(struct collectives *c, MPI_Comm comm, char *err, size_t
     MPI_Type_contiguous(1, MPI_UINT16_T, &m->bf16_type);
     MPI_Type_commit(&m->bf16_type);
     MPI_Op_create(bf16_sum_op, 1 /* commutative */, &m->bf16_sum);
+    MPI_Op_create(bf16_max_op, 1, &m->bf16_max);
+    MPI_Op_create(fp32_max_op, 1, &m->fp32_max);
     c->impl = m;
     c->all_reduce_sum = all_reduce_sum;
+    c->all_reduce_max = all_reduce_max;
     c->reduce_scatter_sum = reduce_scatter_sum;
     c->all_gather = all_gather;
     c->all_reduce_scalars = all_reduce_scalars;
     c->barrier = barrier;
+    mpi_p2p_install(c);
     return 0;
 }
 
 void collectives_free_mpi(struct collectives *c) {
     struct mpi_impl *m = impl_of(c);
     if (!m) return;
+    int pending = mpi_p2p_pending(m);
+    if (pending > 0)
+        fprintf(stderr, "collectives_free_mpi: rank %d of %d frees its table with %d isend/irecv not waited on "
+                        "(their buffers may still be in use)\n", c->rank, c->size, pending);
+    MPI_Op_free(&m->fp32_max);
+    MPI_Op_free(&m->bf16_max);
     MPI_Op_free(&m->bf16_sum);
     MPI_Type_free(&m->bf16_type);
     MPI_Comm_free(&m->comm);
