@@ -20,6 +20,8 @@ struct rank_stats {
     double live[MEM_NUM_CATEGORIES], peak[MEM_NUM_CATEGORIES];
     double tracked_peak, rss;
     double startup_tracked_peak, startup_rss; /* at the end of trainer_open: init or load done */
+    double steady_tracked;  /* tracked bytes live when collected: the run's steady state */
+    double one_unit;        /* bytes of the one-unit staging a save or load uses */
     struct rank_comm comm[GROUP_NUM];  /* per group of the grid: dp, tp, pp, tie */
 };
 

@@ -20,6 +20,8 @@ void rank_stats_collect(const struct trainer *tr, struct rank_stats *out) {
     out->tracked_peak = (double)m->peak_total;
     out->startup_tracked_peak = tr->startup_tracked_peak;
     out->startup_rss = tr->startup_rss;
+    out->steady_tracked = (double)m->live_total;
+    out->one_unit = (double)engine_unit_staging_bytes(&tr->engine);
     out->rss = peak_rss_bytes();
     for (int g = 0; g < GROUP_NUM; g++) {
         const struct comm_counters *cc = &grid_group(tr->grid, (enum grid_group)g)->counters;
@@ -111,6 +113,8 @@ static void rss_rows(FILE *out, FILE *json, const struct rank_stats *ranks, int 
         json_row(json, r, "tracked_peak", k->tracked_peak, -1);
         json_row(json, r, "peak_rss", k->rss, k->tracked_peak + RSS_LIBRARY_ALLOWANCE);
         json_row(json, r, "untracked", k->rss - k->tracked_peak, RSS_LIBRARY_ALLOWANCE);
+        json_row(json, r, "steady_tracked", k->steady_tracked, -1);
+        json_row(json, r, "one_unit", k->one_unit, -1);
     }
 }
 
