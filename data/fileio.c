@@ -34,6 +34,16 @@ int atomic_write(struct atomic_file *af, const void *data, size_t n, char err[FI
     return 0;
 }
 
+int atomic_write_at(struct atomic_file *af, off_t offset, const void *data, size_t n, char err[FILEIO_ERR_LEN]) {
+    if (fseeko(af->f, offset, SEEK_SET) != 0) {
+        snprintf(err, FILEIO_ERR_LEN, "cannot seek to byte %lld of %.400s: %s", (long long)offset, af->tmp_path,
+                 strerror(errno));
+        atomic_abort(af);
+        return -1;
+    }
+    return atomic_write(af, data, n, err);
+}
+
 int atomic_commit(struct atomic_file *af, char err[FILEIO_ERR_LEN]) {
     if (fflush(af->f) != 0 || fsync(fileno(af->f)) != 0) {
         snprintf(err, FILEIO_ERR_LEN, "flushing %.400s failed: %s", af->tmp_path, strerror(errno));
@@ -57,4 +67,13 @@ int read_exact(FILE *f, void *data, size_t n, const char *path, char err[FILEIO_
         return -1;
     }
     return 0;
+}
+
+int read_exact_at(FILE *f, off_t offset, void *data, size_t n, const char *path, char err[FILEIO_ERR_LEN]) {
+    if (fseeko(f, offset, SEEK_SET) != 0) {
+        snprintf(err, FILEIO_ERR_LEN, "cannot seek to byte %lld of %.400s: %s", (long long)offset, path,
+                 strerror(errno));
+        return -1;
+    }
+    return read_exact(f, data, n, path, err);
 }

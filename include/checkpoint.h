@@ -4,15 +4,24 @@
  *    then each per-layer tensor stacked over layers, then lnfw, lnfb).
  *    Version 3 stores fp32, version 5 bf16.
  *  - resume states (ours): everything needed for a bit-exact continuation,
- *    as named sections, so a later optimizer adds sections, not a format. */
+ *    as named sections, so a later optimizer adds sections, not a format.
+ * Both are read and written in pieces at any offset, in any order, so no
+ * rank ever needs the whole model in one buffer: a writer records what it
+ * was given and refuses to commit a file with a hole; a reader checks the
+ * file once on open and then serves any range. The whole-buffer calls
+ * (llmc_load/save, resume_load/save) are built on the piecewise ones. */
 #ifndef SHARDLAB_CHECKPOINT_H
 #define SHARDLAB_CHECKPOINT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "dtype.h"
+#include "fileio.h"
 #include "layout.h"
+#include "rangeset.h"
 
 enum {
     LLMC_MODEL_MAGIC = 20240326,
@@ -22,8 +31,83 @@ enum {
     STATE_NAME_LEN = 32
 };
 
+/* The model's tensors outside the layers, in llm.c's file order. */
+enum model_tensor { MODEL_WTE, MODEL_WPE, MODEL_LNF_W, MODEL_LNF_B, MODEL_NUM_TENSORS };
+
+/* One named tensor of the model: layer -1 with kind an enum model_tensor,
+ * or layer 0..L-1 with kind an enum layer_tensor. Build them with the
+ * helpers below rather than by hand. */
+struct tensor_id {
+    int layer;
+    int kind;
+};
+
+static inline struct tensor_id model_tensor_id(enum model_tensor t) { return (struct tensor_id){-1, (int)t}; }
+static inline struct tensor_id layer_tensor_id(int layer, enum layer_tensor t) {
+    return (struct tensor_id){layer, (int)t};
+}
+
+/* The model tensor a rank's tensor is (the head's copy of wte is wte). */
+static inline struct tensor_id tensor_id_of(const struct tensor_info *t) {
+    if (t->kind == UNIT_LAYER) return layer_tensor_id(t->layer, (enum layer_tensor)t->id);
+    if (t->kind == UNIT_EMBED) return model_tensor_id(t->id == EMB_WTE ? MODEL_WTE : MODEL_WPE);
+    return model_tensor_id(t->id == HEAD_LNF_W ? MODEL_LNF_W : t->id == HEAD_LNF_B ? MODEL_LNF_B : MODEL_WTE);
+}
+
+/* Element offset of the tensor's element 0 in the data section (after the
+ * 1024-byte header) of an llm.c file of shape s; SIZE_MAX when id names no
+ * tensor of s. */
+size_t llmc_tensor_offset(const struct model_shape *s, struct tensor_id id);
+
 /* Reads only the header: the model shape (Vp included) and the version. */
 int llmc_read_header(const char *path, struct model_shape *shape, int *version, char err[CKPT_ERR_LEN]);
+/* An open, checked llm.c model file. */
+struct llmc_reader {
+    FILE *f;
+    char path[FILEIO_PATH_LEN];
+    struct model_layout lay; /* of the file's shape */
+    enum dtype file_dt;      /* fp32 (version 3) or bf16 (version 5) */
+    void *buf;               /* one chunk, for dtype conversion */
+};
+
+/* Opens path and checks magic, version, that the shape equals *expect
+ * (every field, Vp included; the message names the first that differs) and
+ * that the file is exactly header + tensors long. On failure nothing is
+ * left open. */
+int llmc_open(struct llmc_reader *r, const char *path, const struct model_shape *expect, char err[CKPT_ERR_LEN]);
+/* Reads elements [first, first + n) of tensor id into dst as dst_dt. */
+int llmc_read(struct llmc_reader *r, struct tensor_id id, size_t first, size_t n, void *dst, enum dtype dst_dt,
+              char err[CKPT_ERR_LEN]);
+/* Safe on a reader that failed to open or is already closed. */
+void llmc_close(struct llmc_reader *r);
+
+/* An llm.c model file being written into its temp file. */
+struct llmc_writer {
+    bool open;
+    struct atomic_file af;
+    struct model_layout lay;
+    enum dtype file_dt;
+    struct range_set written; /* data-section elements written so far */
+    void *buf;                /* one chunk, for dtype conversion */
+};
+
+/* Starts PATH.tmp.<pid> and writes the header; file_dt picks version 3
+ * (fp32) or 5 (bf16). s->Vp must be padded_vocab(s->V). */
+int llmc_create(struct llmc_writer *w, const char *path, const struct model_shape *s, enum dtype file_dt,
+                char err[CKPT_ERR_LEN]);
+/* Writes elements [first, first + n) of tensor id from src (src_dt),
+ * converted to the file's dtype, at their place in the file. Pieces may come
+ * in any order; writing a range twice keeps the last. Any error abandons
+ * the file (the temp file is removed; llmc_abort is then a no-op). */
+int llmc_write(struct llmc_writer *w, struct tensor_id id, size_t first, size_t n, const void *src, enum dtype src_dt,
+               char err[CKPT_ERR_LEN]);
+/* Fails, naming the tensor and range, if any element was never written;
+ * otherwise fsyncs and renames over path. Either way the writer is done:
+ * on failure no file is made and the old one, if any, stays. */
+int llmc_commit(struct llmc_writer *w, char err[CKPT_ERR_LEN]);
+/* Gives up: removes the temp file. Safe after commit or a failed call. */
+void llmc_abort(struct llmc_writer *w);
+
 /* Loads weights into params (layout order, param_dt), converting from the
  * file's dtype. The file's shape must equal lay->shape. */
 int llmc_load(const char *path, const struct model_layout *lay, void *params, enum dtype param_dt,
@@ -47,6 +131,61 @@ struct resume_meta {
     struct model_shape shape;
     uint32_t fingerprint;     /* hash of the keys that must match on resume */
 };
+
+/* A section as declared before its data is written. */
+struct state_decl {
+    char name[STATE_NAME_LEN];
+    enum dtype dtype;
+    size_t numel;
+};
+
+struct resume_file_section; /* where one section lies in the file (resume.c) */
+
+/* A resume state being written into its temp file. */
+struct resume_writer {
+    bool open;
+    struct atomic_file af;
+    int n;
+    struct resume_file_section *sections;
+    struct range_set written; /* file bytes of section data written so far */
+};
+
+/* Starts PATH.tmp.<pid> and writes meta and every section's header (n
+ * sections, names distinct; n may be 0). Section i is then filled with
+ * resume_write_at(w, i, ...). */
+int resume_create(struct resume_writer *w, const char *path, const struct resume_meta *meta,
+                  const struct state_decl *decls, int n, char err[CKPT_ERR_LEN]);
+/* Writes elements [first, first + n) of section `section` (raw, in the
+ * section's dtype). Pieces may come in any order. Any error abandons the
+ * file (resume_abort is then a no-op). */
+int resume_write_at(struct resume_writer *w, int section, size_t first, size_t n, const void *src,
+                    char err[CKPT_ERR_LEN]);
+/* Fails, naming the section and range, if any element was never written;
+ * otherwise fsyncs and renames over path. The writer is done either way. */
+int resume_commit(struct resume_writer *w, char err[CKPT_ERR_LEN]);
+/* Gives up: removes the temp file. Safe after commit or a failed call. */
+void resume_abort(struct resume_writer *w);
+
+/* An open, checked resume state. */
+struct resume_reader {
+    FILE *f;
+    char path[FILEIO_PATH_LEN];
+    int n;
+    struct resume_file_section *sections;
+};
+
+/* Opens path, checks magic, version and that the section table matches the
+ * file's length exactly (truncated or trailing data is an error), and
+ * fills *meta. On failure nothing is left open. */
+int resume_open(struct resume_reader *r, const char *path, struct resume_meta *meta, char err[CKPT_ERR_LEN]);
+/* Index of the section called name, which must hold numel elements of
+ * dtype; -1 with a message naming it when it is missing or differs. */
+int resume_find(const struct resume_reader *r, const char *name, enum dtype dtype, size_t numel,
+                char err[CKPT_ERR_LEN]);
+/* Reads elements [first, first + n) of section `section` into dst (raw). */
+int resume_read_at(struct resume_reader *r, int section, size_t first, size_t n, void *dst, char err[CKPT_ERR_LEN]);
+/* Safe on a reader that failed to open or is already closed. */
+void resume_close(struct resume_reader *r);
 
 /* Writes meta and the sections atomically. */
 int resume_save(const char *path, const struct resume_meta *meta, const struct state_section *sections, int n,

@@ -266,6 +266,339 @@ static void test_llmc_shape_mismatch(void **state) {
     free(dst);
 }
 
+/* ---- llm.c model files, piece by piece ---- */
+
+/* Deterministic shuffles (no global RNG state). */
+static uint32_t lcg(uint32_t *s) { return *s = *s * 1664525u + 1013904223u; }
+static void shuffle(int *a, int n, uint32_t *seed) {
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)(lcg(seed) % (uint32_t)(i + 1)), t = a[i];
+        a[i] = a[j], a[j] = t;
+    }
+}
+
+/* The tensor in the flat buffer (its offset there). */
+static struct tensor_info buffer_tensor(const struct model_layout *lay, struct tensor_id id) {
+    for (int i = 0; i < layout_num_tensors(lay); i++) {
+        struct tensor_info t = layout_tensor(lay, i);
+        struct tensor_id k = tensor_id_of(&t);
+        if (k.layer == id.layer && k.kind == id.kind) return t;
+    }
+    fail_msg("no tensor (layer %d, kind %d)", id.layer, id.kind);
+    return (struct tensor_info){0};
+}
+
+/* Files in fx->dir, and how many of them are temp files. */
+static int files_and_temps(const struct fixture *fx, int *temps) {
+    DIR *dir = opendir(fx->dir);
+    assert_non_null(dir);
+    int files = 0;
+    *temps = 0;
+    for (struct dirent *e; (e = readdir(dir));) {
+        if (e->d_name[0] == '.') continue;
+        files++;
+        *temps += strstr(e->d_name, ".tmp.") != NULL;
+    }
+    closedir(dir);
+    return files;
+}
+
+/* Files in fx->dir; fails on a leftover temp file. */
+static int files_in_dir(const struct fixture *fx) {
+    int temps, files = files_and_temps(fx, &temps);
+    if (temps) fail_msg("%d temp file(s) left behind", temps);
+    return files;
+}
+
+/* The i-th of the layout's tensors: embedding, head, then layer by layer. */
+static struct tensor_id layout_id(const struct model_layout *lay, int i) {
+    struct tensor_info t = layout_tensor(lay, i);
+    return tensor_id_of(&t);
+}
+
+enum { PIECES = 3, MAX_UNIT_PIECES = LAYER_NUM_TENSORS * PIECES };
+
+struct piece {
+    struct tensor_id id;
+    size_t first, n;
+};
+
+/* One unit's tensors, each cut into PIECES uneven ranges (the middle one
+ * may be empty for a 1-element tensor... none here: C = 8). */
+static int unit_pieces(const struct model_layout *lay, int unit, struct piece out[MAX_UNIT_PIECES]) {
+    int k = 0;
+    for (int i = 0; i < layout_num_tensors(lay); i++) {
+        struct tensor_info t = layout_tensor(lay, i);
+        if (t.unit != unit) continue;
+        struct tensor_id id = tensor_id_of(&t);
+        size_t numel = t.numel, a = numel / 3, b = 2 * numel / 3 + 1;
+        out[k++] = (struct piece){id, 0, a};
+        out[k++] = (struct piece){id, a, b - a};
+        out[k++] = (struct piece){id, b, numel - b};
+    }
+    return k;
+}
+
+/* Writes the model unit by unit, units and the pieces within each in a
+ * shuffled order, leaving out `skip` (a piece index over the whole run, -1:
+ * none). Returns llmc_commit's result. */
+static int write_pieces(const struct fixture *fx, const char *p, const void *params, enum dtype param_dt,
+                        enum dtype file_dt, uint32_t seed, int skip, char err[CKPT_ERR_LEN]) {
+    const struct model_layout *lay = &fx->lay;
+    struct llmc_writer w;
+    assert_int_equal(llmc_create(&w, p, &lay->shape, file_dt, err), 0);
+    int units[L + 2], count = 0; /* embedding, head, L layers */
+    assert_int_equal(lay->n_units, L + 2);
+    for (int u = 0; u < lay->n_units; u++) units[u] = u;
+    shuffle(units, lay->n_units, &seed);
+    for (int u = 0; u < lay->n_units; u++) {
+        struct piece pc[MAX_UNIT_PIECES];
+        int order[MAX_UNIT_PIECES], n = unit_pieces(lay, units[u], pc);
+        for (int i = 0; i < n; i++) order[i] = i;
+        shuffle(order, n, &seed);
+        for (int i = 0; i < n; i++, count++) {
+            if (count == skip) continue;
+            const struct piece *q = &pc[order[i]];
+            size_t at = buffer_tensor(lay, q->id).offset + q->first;
+            const char *src = (const char *)params + at * dtype_size(param_dt);
+            assert_int_equal(llmc_write(&w, q->id, q->first, q->n, src, param_dt, err), 0);
+        }
+    }
+    return llmc_commit(&w, err);
+}
+
+static void test_llmc_tensor_offset(void **state) {
+    struct fixture *fx = *state;
+    const struct model_shape *s = &fx->lay.shape;
+    const size_t wte = 256 * C, wpe = T * C, N = fx->lay.total;
+    assert_int_equal(llmc_tensor_offset(s, model_tensor_id(MODEL_WTE)), 0);
+    assert_int_equal(llmc_tensor_offset(s, model_tensor_id(MODEL_WPE)), wte);
+    /* ln1w of both layers, then ln1b of layer 0, then ln1b of layer 1. */
+    assert_int_equal(llmc_tensor_offset(s, layer_tensor_id(0, LAYER_LN1_W)), wte + wpe);
+    assert_int_equal(llmc_tensor_offset(s, layer_tensor_id(1, LAYER_LN1_W)), wte + wpe + C);
+    assert_int_equal(llmc_tensor_offset(s, layer_tensor_id(1, LAYER_LN1_B)), wte + wpe + 3 * C);
+    /* qkvw follows ln1w and ln1b of both layers. */
+    assert_int_equal(llmc_tensor_offset(s, layer_tensor_id(1, LAYER_QKV_W)), wte + wpe + 4 * C + 3 * C * C);
+    /* fcprojb of the last layer ends right before lnfw. */
+    assert_int_equal(llmc_tensor_offset(s, layer_tensor_id(L - 1, LAYER_FCPROJ_B)), N - 3 * C);
+    assert_int_equal(llmc_tensor_offset(s, model_tensor_id(MODEL_LNF_W)), N - 2 * C);
+    assert_int_equal(llmc_tensor_offset(s, model_tensor_id(MODEL_LNF_B)), N - C);
+    /* Names of no tensor. */
+    assert_true(llmc_tensor_offset(s, layer_tensor_id(L, LAYER_LN1_W)) == SIZE_MAX);
+    assert_true(llmc_tensor_offset(s, layer_tensor_id(0, LAYER_NUM_TENSORS)) == SIZE_MAX);
+    assert_true(llmc_tensor_offset(s, model_tensor_id(MODEL_NUM_TENSORS)) == SIZE_MAX);
+    assert_true(llmc_tensor_offset(s, (struct tensor_id){-2, 0}) == SIZE_MAX);
+}
+
+/* Pieces in any order give the very bytes llmc_save writes, for each pair
+ * of buffer and file dtype (conversion on the way in included). */
+static void test_llmc_pieces_equal_save(void **state) {
+    struct fixture *fx = *state;
+    char err[CKPT_ERR_LEN] = "", whole[256], pieces[256];
+    path_in(fx, "whole.bin", whole);
+    path_in(fx, "pieces.bin", pieces);
+    const struct {
+        const void *params;
+        enum dtype param_dt, file_dt;
+    } cases[] = {{fx->p32, DTYPE_FP32, DTYPE_FP32},
+                 {fx->p32, DTYPE_FP32, DTYPE_BF16},
+                 {fx->p16, DTYPE_BF16, DTYPE_BF16},
+                 {fx->p16, DTYPE_BF16, DTYPE_FP32}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        assert_int_equal(llmc_save(whole, &fx->lay, cases[c].params, cases[c].param_dt, cases[c].file_dt, err), 0);
+        for (uint32_t seed = 1; seed <= 3; seed++) {
+            if (write_pieces(fx, pieces, cases[c].params, cases[c].param_dt, cases[c].file_dt, seed, -1, err))
+                fail_msg("case %zu seed %u: %s", c, (unsigned)seed, err);
+            size_t na, nb;
+            unsigned char *a = slurp(whole, &na), *b = slurp(pieces, &nb);
+            assert_int_equal(na, 1024 + fx->lay.total * dtype_size(cases[c].file_dt));
+            assert_int_equal(nb, na);
+            assert_memory_equal(a, b, na);
+            free(a);
+            free(b);
+        }
+    }
+    assert_int_equal(files_in_dir(fx), 2);
+}
+
+/* Writing a range twice keeps the last write, and coverage still counts. */
+static void test_llmc_overwrite(void **state) {
+    struct fixture *fx = *state;
+    char err[CKPT_ERR_LEN] = "", whole[256], p[256];
+    path_in(fx, "whole.bin", whole);
+    path_in(fx, "over.bin", p);
+    assert_int_equal(llmc_save(whole, &fx->lay, fx->p32, DTYPE_FP32, DTYPE_FP32, err), 0);
+    struct llmc_writer w;
+    assert_int_equal(llmc_create(&w, p, &fx->lay.shape, DTYPE_FP32, err), 0);
+    float junk[3 * C * C];
+    for (int i = 0; i < 3 * C * C; i++) junk[i] = -1.0f;
+    struct tensor_id qkv = layer_tensor_id(1, LAYER_QKV_W);
+    assert_int_equal(llmc_write(&w, qkv, 10, 50, junk, DTYPE_FP32, err), 0);
+    for (int i = 0; i < layout_num_tensors(&fx->lay); i++) {
+        struct tensor_id id = layout_id(&fx->lay, i);
+        struct tensor_info t = buffer_tensor(&fx->lay, id);
+        assert_int_equal(llmc_write(&w, id, 0, t.numel, fx->p32 + t.offset, DTYPE_FP32, err), 0);
+    }
+    assert_int_equal(llmc_commit(&w, err), 0);
+    size_t na, nb;
+    unsigned char *a = slurp(whole, &na), *b = slurp(p, &nb);
+    assert_int_equal(na, nb);
+    assert_memory_equal(a, b, na);
+    free(a);
+    free(b);
+}
+
+/* Any range of any tensor reads back what the buffer held there. */
+static void test_llmc_read_ranges(void **state) {
+    struct fixture *fx = *state;
+    char err[CKPT_ERR_LEN] = "", p3[256], p5[256];
+    path_in(fx, "r3.bin", p3);
+    path_in(fx, "r5.bin", p5);
+    assert_int_equal(llmc_save(p3, &fx->lay, fx->p32, DTYPE_FP32, DTYPE_FP32, err), 0);
+    assert_int_equal(llmc_save(p5, &fx->lay, fx->p32, DTYPE_FP32, DTYPE_BF16, err), 0);
+    struct llmc_reader r3, r5;
+    assert_int_equal(llmc_open(&r3, p3, &fx->lay.shape, err), 0);
+    assert_int_equal(llmc_open(&r5, p5, &fx->lay.shape, err), 0);
+    assert_int_equal(r3.file_dt, DTYPE_FP32);
+    assert_int_equal(r5.file_dt, DTYPE_BF16);
+    const struct {
+        struct tensor_id id;
+        size_t first, n;
+    } reads[] = {{layer_tensor_id(1, LAYER_QKV_W), 5, 17},     {layer_tensor_id(0, LAYER_FCPROJ_B), 7, 1},
+                 {model_tensor_id(MODEL_WTE), 256 * C - 9, 9},   {model_tensor_id(MODEL_LNF_B), 0, C},
+                 {layer_tensor_id(1, LAYER_LN2_W), 3, 0},      {layer_tensor_id(0, LAYER_FC_W), 0, 4 * C * C},
+                 {model_tensor_id(MODEL_WPE), 1, T * C - 2}};
+    float f[4 * C * C];
+    bf16 h[4 * C * C];
+    for (size_t i = 0; i < sizeof reads / sizeof reads[0]; i++) {
+        const float *want = fx->p32 + buffer_tensor(&fx->lay, reads[i].id).offset + reads[i].first;
+        size_t n = reads[i].n;
+        f[0] = 0, h[0] = 0;
+        assert_int_equal(llmc_read(&r3, reads[i].id, reads[i].first, n, f, DTYPE_FP32, err), 0);
+        assert_memory_equal(f, want, n * sizeof *f);
+        assert_int_equal(llmc_read(&r3, reads[i].id, reads[i].first, n, h, DTYPE_BF16, err), 0);
+        for (size_t k = 0; k < n; k++) assert_int_equal(h[k], f32_to_bf16(want[k]));
+        assert_int_equal(llmc_read(&r5, reads[i].id, reads[i].first, n, f, DTYPE_FP32, err), 0);
+        for (size_t k = 0; k < n; k++) assert_true(f32_bits(f[k]) == f32_bits(round_to_bf16(want[k])));
+        assert_int_equal(llmc_read(&r5, reads[i].id, reads[i].first, n, h, DTYPE_BF16, err), 0);
+        for (size_t k = 0; k < n; k++) assert_int_equal(h[k], f32_to_bf16(want[k]));
+    }
+    /* Out of range, or no such tensor: errors, and the reader stays usable. */
+    assert_int_equal(llmc_read(&r3, layer_tensor_id(1, LAYER_LN1_W), 4, 5, f, DTYPE_FP32, err), -1);
+    assert_non_null(strstr(err, "5 elements from element 4 are outside ln1w of layer 1, which has 8"));
+    assert_int_equal(llmc_read(&r3, model_tensor_id(MODEL_WTE), SIZE_MAX, 2, f, DTYPE_FP32, err), -1);
+    assert_non_null(strstr(err, "outside wte"));
+    assert_int_equal(llmc_read(&r3, layer_tensor_id(L, LAYER_LN1_W), 0, 1, f, DTYPE_FP32, err), -1);
+    assert_non_null(strstr(err, "no tensor (layer 2, kind 0) in a model of 2 layers"));
+    assert_int_equal(llmc_read(&r3, model_tensor_id(MODEL_LNF_W), 0, C, f, DTYPE_FP32, err), 0);
+    assert_memory_equal(f, fx->p32 + layout_head_tensor(&fx->lay, HEAD_LNF_W).offset, C * sizeof *f);
+    llmc_close(&r3);
+    llmc_close(&r3); /* twice is harmless */
+    assert_int_equal(llmc_read(&r3, model_tensor_id(MODEL_WTE), 0, 1, f, DTYPE_FP32, err), -1);
+    assert_non_null(strstr(err, "not open"));
+    llmc_close(&r5);
+}
+
+/* llmc_open checks what llmc_load did: shape field by field, exact size. */
+static void test_llmc_open_rejects(void **state) {
+    struct fixture *fx = *state;
+    char err[CKPT_ERR_LEN] = "", p[256];
+    path_in(fx, "open.bin", p);
+    assert_int_equal(llmc_save(p, &fx->lay, fx->p32, DTYPE_FP32, DTYPE_BF16, err), 0);
+    struct llmc_reader r;
+    struct model_shape s = fx->lay.shape;
+    s.NH = 4;
+    assert_int_equal(llmc_open(&r, p, &s, err), -1);
+    assert_non_null(strstr(err, "open.bin: n_head is 2 in the file, 4 in the config"));
+    assert_null(r.f);
+    llmc_close(&r); /* safe after a failed open */
+    size_t n;
+    unsigned char *b = slurp(p, &n);
+    spit(p, b, n - 2); /* one bf16 element short */
+    assert_int_equal(llmc_open(&r, p, &fx->lay.shape, err), -1);
+    assert_non_null(strstr(err, "open.bin is truncated"));
+    spit(p, b, n + 2);
+    assert_int_equal(llmc_open(&r, p, &fx->lay.shape, err), -1);
+    assert_non_null(strstr(err, "open.bin is too long (trailing data)"));
+    free(b);
+    path_in(fx, "absent.bin", p);
+    assert_int_equal(llmc_open(&r, p, &fx->lay.shape, err), -1);
+    assert_non_null(strstr(err, "cannot open"));
+}
+
+/* A hole refuses the commit, names what is missing, and leaves neither the
+ * file nor its temp file; an older file of that name stays as it was. */
+static void test_llmc_commit_refuses_hole(void **state) {
+    struct fixture *fx = *state;
+    char err[CKPT_ERR_LEN] = "", p[256], old[256];
+    path_in(fx, "hole.bin", p);
+    assert_int_equal(write_pieces(fx, p, fx->p32, DTYPE_FP32, DTYPE_BF16, 7, 10, err), -1);
+    assert_non_null(strstr(err, "hole.bin not saved: elements ["));
+    assert_non_null(strstr(err, "were never written"));
+    assert_int_equal(access(p, F_OK), -1);
+    assert_int_equal(files_in_dir(fx), 0);
+
+    /* An exact hole, with an older file in place. */
+    path_in(fx, "old.bin", old);
+    assert_int_equal(llmc_save(p, &fx->lay, fx->p16, DTYPE_BF16, DTYPE_BF16, err), 0);
+    size_t n_before;
+    unsigned char *before = slurp(p, &n_before);
+    struct llmc_writer w;
+    assert_int_equal(llmc_create(&w, p, &fx->lay.shape, DTYPE_BF16, err), 0);
+    for (int i = 0; i < layout_num_tensors(&fx->lay); i++) {
+        struct tensor_id id = layout_id(&fx->lay, i);
+        struct tensor_info t = buffer_tensor(&fx->lay, id);
+        if (id.layer == 1 && id.kind == LAYER_FC_W) {
+            assert_int_equal(llmc_write(&w, id, 0, 3, fx->p32 + t.offset, DTYPE_FP32, err), 0);
+            assert_int_equal(llmc_write(&w, id, 7, t.numel - 7, fx->p32 + t.offset + 7, DTYPE_FP32, err), 0);
+        } else {
+            assert_int_equal(llmc_write(&w, id, 0, t.numel, fx->p32 + t.offset, DTYPE_FP32, err), 0);
+        }
+    }
+    assert_int_equal(llmc_commit(&w, err), -1);
+    assert_non_null(strstr(err, "elements [3, 7) of fcw of layer 1 were never written"));
+    size_t n_after;
+    unsigned char *after = slurp(p, &n_after);
+    assert_int_equal(n_after, n_before);
+    assert_memory_equal(after, before, n_before);
+    free(before);
+    free(after);
+    assert_int_equal(files_in_dir(fx), 1);
+    /* The writer is done: further calls say so, abort is a no-op. */
+    assert_int_equal(llmc_write(&w, model_tensor_id(MODEL_WTE), 0, 1, fx->p32, DTYPE_FP32, err), -1);
+    assert_non_null(strstr(err, "not open"));
+    assert_int_equal(llmc_commit(&w, err), -1);
+    llmc_abort(&w);
+
+    /* A bad piece abandons the file at once. */
+    assert_int_equal(llmc_create(&w, old, &fx->lay.shape, DTYPE_FP32, err), 0);
+    int temps;
+    assert_int_equal(files_and_temps(fx, &temps), 2);
+    assert_int_equal(temps, 1);
+    assert_int_equal(llmc_write(&w, layer_tensor_id(0, LAYER_QKV_B), 3 * C, 1, fx->p32, DTYPE_FP32, err), -1);
+    assert_non_null(strstr(err, "1 elements from element 24 are outside qkvb of layer 0, which has 24"));
+    assert_int_equal(files_in_dir(fx), 1);
+    assert_int_equal(access(old, F_OK), -1);
+    llmc_abort(&w);
+
+    /* Abort removes the temp file. */
+    assert_int_equal(llmc_create(&w, old, &fx->lay.shape, DTYPE_FP32, err), 0);
+    assert_int_equal(llmc_write(&w, model_tensor_id(MODEL_WTE), 0, 5, fx->p32, DTYPE_FP32, err), 0);
+    llmc_abort(&w);
+    llmc_abort(&w);
+    assert_int_equal(files_in_dir(fx), 1);
+
+    /* Shapes a reader would refuse are not written. */
+    struct model_shape s = fx->lay.shape;
+    s.Vp = 200;
+    assert_int_equal(llmc_create(&w, old, &s, DTYPE_FP32, err), -1);
+    assert_non_null(strstr(err, "padded_vocab_size is 200"));
+    s = fx->lay.shape, s.L = 0;
+    assert_int_equal(llmc_create(&w, old, &s, DTYPE_FP32, err), -1);
+    assert_non_null(strstr(err, "n_layer is 0"));
+    assert_int_equal(files_in_dir(fx), 1);
+}
+
 /* ---- resume states ---- */
 
 enum { NP = 100, NM = 37 };
@@ -386,6 +719,190 @@ static void test_resume_rejects(void **state) {
     free(raw);
 }
 
+/* ---- resume states, piece by piece ---- */
+
+static const struct state_decl SAMPLE_DECLS[4] = {
+    {"params", DTYPE_BF16, NP}, {"adam_m", DTYPE_FP32, NM}, {"empty", DTYPE_FP32, 0}, {"adam_v", DTYPE_FP32, NM}};
+
+static const void *sample_data(const struct resume_data *d, int section) {
+    const void *data[4] = {d->params, d->m, NULL, d->v};
+    return data[section];
+}
+
+/* Writes the sample sections in shuffled pieces (4 per section), leaving
+ * out piece `skip` of the shuffled order (-1: none); returns the commit's
+ * result. */
+static int write_state_pieces(const char *p, const struct resume_data *d, uint32_t seed, int skip,
+                              char err[CKPT_ERR_LEN]) {
+    struct resume_meta meta = sample_meta();
+    struct resume_writer w;
+    assert_int_equal(resume_create(&w, p, &meta, SAMPLE_DECLS, 4, err), 0);
+    struct { int section; size_t first, n; } pc[16];
+    int order[16], k = 0;
+    for (int s = 0; s < 4; s++) {
+        size_t n = SAMPLE_DECLS[s].numel, cut[5] = {0, n / 5, n / 2, n / 2 + 3 > n ? n : n / 2 + 3, n};
+        for (int i = 0; i < 4; i++) pc[k].section = s, pc[k].first = cut[i], pc[k].n = cut[i + 1] - cut[i], k++;
+    }
+    for (int i = 0; i < k; i++) order[i] = i;
+    shuffle(order, k, &seed);
+    for (int i = 0; i < k; i++) {
+        if (i == skip) continue;
+        int s = pc[order[i]].section;
+        const char *src = sample_data(d, s);
+        if (src) src += pc[order[i]].first * dtype_size(SAMPLE_DECLS[s].dtype);
+        assert_int_equal(resume_write_at(&w, s, pc[order[i]].first, pc[order[i]].n, src, err), 0);
+    }
+    return resume_commit(&w, err);
+}
+
+static void test_resume_pieces_equal_save(void **state) {
+    struct fixture *fx = *state;
+    char err[CKPT_ERR_LEN] = "", whole[256], pieces[256];
+    path_in(fx, "whole.state", whole);
+    path_in(fx, "pieces.state", pieces);
+    struct resume_data d;
+    save_sample_state(whole, &d); /* fills d */
+    struct state_section s[4] = {{"params", DTYPE_BF16, NP, d.params},
+                                 {"adam_m", DTYPE_FP32, NM, d.m},
+                                 {"empty", DTYPE_FP32, 0, NULL},
+                                 {"adam_v", DTYPE_FP32, NM, d.v}};
+    struct resume_meta meta = sample_meta();
+    assert_int_equal(resume_save(whole, &meta, s, 4, err), 0);
+    size_t na;
+    unsigned char *a = slurp(whole, &na);
+    assert_int_equal(na, 72 + 4 * 44 + NP * 2 + 2 * NM * 4);
+    for (uint32_t seed = 1; seed <= 4; seed++) {
+        if (write_state_pieces(pieces, &d, seed, -1, err)) fail_msg("seed %u: %s", (unsigned)seed, err);
+        size_t nb;
+        unsigned char *b = slurp(pieces, &nb);
+        assert_int_equal(nb, na);
+        assert_memory_equal(a, b, na);
+        free(b);
+    }
+    free(a);
+    assert_int_equal(files_in_dir(fx), 2);
+}
+
+static void test_resume_read_ranges(void **state) {
+    struct fixture *fx = *state;
+    char err[CKPT_ERR_LEN] = "", p[256];
+    path_in(fx, "r.state", p);
+    struct resume_data d;
+    save_sample_state(p, &d);
+    struct resume_reader r;
+    struct resume_meta meta = {0}, want = sample_meta();
+    assert_int_equal(resume_open(&r, p, &meta, err), 0);
+    assert_true(meta.step == want.step && meta.seed == want.seed && meta.data_cursor == want.data_cursor);
+    assert_int_equal(meta.fingerprint, want.fingerprint);
+    int v = resume_find(&r, "adam_v", DTYPE_FP32, NM, err), pp = resume_find(&r, "params", DTYPE_BF16, NP, err);
+    assert_int_equal(v, 2);
+    assert_int_equal(pp, 0);
+    float f[NM];
+    assert_int_equal(resume_read_at(&r, v, 11, 20, f, err), 0);
+    assert_memory_equal(f, d.v + 11, 20 * sizeof *f);
+    assert_int_equal(resume_read_at(&r, v, NM - 1, 1, f, err), 0);
+    assert_true(f32_bits(f[0]) == f32_bits(d.v[NM - 1]));
+    bf16 h[NP];
+    assert_int_equal(resume_read_at(&r, pp, 0, NP, h, err), 0);
+    assert_memory_equal(h, d.params, sizeof h);
+    assert_int_equal(resume_read_at(&r, pp, 99, 0, h, err), 0);
+
+    assert_int_equal(resume_find(&r, "adam_w", DTYPE_FP32, NM, err), -1);
+    assert_non_null(strstr(err, "r.state: section 'adam_w' is missing"));
+    assert_int_equal(resume_find(&r, "adam_m", DTYPE_BF16, NM, err), -1);
+    assert_non_null(strstr(err, "section 'adam_m' is 37 fp32 elements in the file, 37 bf16 expected"));
+    assert_int_equal(resume_read_at(&r, v, 30, 8, f, err), -1);
+    assert_non_null(strstr(err, "8 elements from element 30 are outside section 'adam_v' of 37"));
+    assert_int_equal(resume_read_at(&r, 3, 0, 1, f, err), -1);
+    assert_non_null(strstr(err, "no section 3 (the file has 3)"));
+    resume_close(&r);
+    resume_close(&r);
+    assert_int_equal(resume_read_at(&r, v, 0, 1, f, err), -1);
+    assert_non_null(strstr(err, "not open"));
+
+    /* open refuses what resume_load refused. */
+    size_t n;
+    unsigned char *raw = slurp(p, &n);
+    spit(p, raw, n - 4);
+    assert_int_equal(resume_open(&r, p, &meta, err), -1);
+    assert_non_null(strstr(err, "truncated"));
+    assert_null(r.f);
+    resume_close(&r);
+    free(raw);
+}
+
+static void test_resume_commit_refuses_hole(void **state) {
+    struct fixture *fx = *state;
+    char err[CKPT_ERR_LEN] = "", p[256];
+    path_in(fx, "hole.state", p);
+    struct resume_data d;
+    save_sample_state(p, &d); /* fills d */
+    /* The older state at p is what a complete write gives, so a left-out
+     * empty piece (no hole: the commit succeeds) leaves p unchanged too. */
+    assert_int_equal(write_state_pieces(p, &d, 5, -1, err), 0);
+    size_t n_before;
+    unsigned char *before = slurp(p, &n_before);
+    /* Each left-out piece in turn (the empty section's pieces are empty,
+     * and leaving one of those out leaves no hole). */
+    int refused = 0;
+    for (int skip = 0; skip < 16; skip++) {
+        if (write_state_pieces(p, &d, 5, skip, err) == 0) continue;
+        refused++;
+        assert_non_null(strstr(err, "hole.state not saved: elements ["));
+        assert_non_null(strstr(err, "were never written"));
+        size_t n_after;
+        unsigned char *after = slurp(p, &n_after);
+        assert_int_equal(n_after, n_before);
+        assert_memory_equal(after, before, n_before);
+        free(after);
+        assert_int_equal(files_in_dir(fx), 1);
+    }
+    /* params, adam_m and adam_v have four non-empty pieces each; the empty
+     * section's four pieces are empty. */
+    assert_int_equal(refused, 12);
+    free(before);
+
+    /* An exact hole, named. */
+    struct resume_meta meta = sample_meta();
+    struct resume_writer w;
+    path_in(fx, "new.state", p);
+    assert_int_equal(resume_create(&w, p, &meta, SAMPLE_DECLS, 4, err), 0);
+    assert_int_equal(resume_write_at(&w, 0, 0, NP, d.params, err), 0);
+    assert_int_equal(resume_write_at(&w, 1, 0, NM, d.m, err), 0);
+    assert_int_equal(resume_write_at(&w, 3, 0, 5, d.v, err), 0);
+    assert_int_equal(resume_write_at(&w, 3, 9, NM - 9, d.v + 9, err), 0);
+    assert_int_equal(resume_commit(&w, err), -1);
+    assert_non_null(strstr(err, "elements [5, 9) of section 'adam_v' were never written"));
+    assert_int_equal(access(p, F_OK), -1);
+    assert_int_equal(files_in_dir(fx), 1);
+    assert_int_equal(resume_write_at(&w, 0, 0, 1, d.params, err), -1);
+    assert_non_null(strstr(err, "not open"));
+    resume_abort(&w);
+
+    /* A bad piece abandons the file at once. */
+    assert_int_equal(resume_create(&w, p, &meta, SAMPLE_DECLS, 4, err), 0);
+    int temps;
+    assert_int_equal(files_and_temps(fx, &temps), 2);
+    assert_int_equal(temps, 1);
+    assert_int_equal(resume_write_at(&w, 4, 0, 1, d.m, err), -1);
+    assert_non_null(strstr(err, "no section 4 (4 declared)"));
+    assert_int_equal(files_in_dir(fx), 1);
+    resume_abort(&w);
+    assert_int_equal(resume_create(&w, p, &meta, SAMPLE_DECLS, 4, err), 0);
+    assert_int_equal(resume_write_at(&w, 2, 0, 1, d.m, err), -1);
+    assert_non_null(strstr(err, "1 elements from element 0 are outside section 'empty' of 0"));
+    assert_int_equal(files_in_dir(fx), 1);
+    /* Abort removes the temp file. */
+    assert_int_equal(resume_create(&w, p, &meta, SAMPLE_DECLS, 4, err), 0);
+    resume_abort(&w);
+    assert_int_equal(files_in_dir(fx), 1);
+    /* Bad declarations create nothing. */
+    struct state_decl twice[2] = {{"m", DTYPE_FP32, 3}, {"m", DTYPE_FP32, 3}};
+    assert_int_equal(resume_create(&w, p, &meta, twice, 2, err), -1);
+    assert_non_null(strstr(err, "section 'm' given twice"));
+    assert_int_equal(files_in_dir(fx), 1);
+}
+
 /* ---- atomic writes ---- */
 
 static void test_atomic_writes(void **state) {
@@ -434,8 +951,17 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_llmc_file_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_llmc_rejects, setup, teardown),
         cmocka_unit_test_setup_teardown(test_llmc_shape_mismatch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_llmc_tensor_offset, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_llmc_pieces_equal_save, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_llmc_overwrite, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_llmc_read_ranges, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_llmc_open_rejects, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_llmc_commit_refuses_hole, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_roundtrip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_rejects, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_resume_pieces_equal_save, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_resume_read_ranges, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_resume_commit_refuses_hole, setup, teardown),
         cmocka_unit_test_setup_teardown(test_atomic_writes, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,11 +1,11 @@
-/* llm.c model files: read, validate, write.
+/* llm.c model files: read, validate, write, in pieces.
  *
  * llm.c stores each tensor kind stacked over all layers (every layer's ln1w,
  * then every layer's ln1b, ...), while our buffer is unit-major (all of layer
- * 0, then all of layer 1). Both directions therefore walk the file's order
- * and scatter/gather through the layout's tensor table, converting dtypes a
- * chunk at a time so no second full copy of the model is ever held. Like
- * llm.c, the host is assumed little-endian. */
+ * 0, then all of layer 1). A tensor is therefore found by its file offset
+ * (llmc_tensor_offset), and any range of it is read or written there,
+ * converting dtypes a chunk at a time. Like llm.c, the host is assumed
+ * little-endian. */
 #include "checkpoint.h"
 #include "fileio.h"
 
@@ -20,22 +20,109 @@ enum { LLMC_HEADER_INTS = 256, LLMC_HEADER_BYTES = LLMC_HEADER_INTS * 4, CHUNK_E
 /* Header slots. */
 enum { H_MAGIC, H_VERSION, H_MAXT, H_V, H_L, H_NH, H_C, H_VP };
 
-/* The i-th contiguous run of tensor data in llm.c's file order: wte, wpe,
- * then for each layer tensor kind its copy in layers 0..L-1, then lnfw, lnfb.
- * There are as many runs as the layout has tensors. */
-static struct tensor_info llmc_run(const struct model_layout *lay, int i) {
+static bool valid_id(const struct model_layout *lay, struct tensor_id id) {
+    if (id.layer == -1) return id.kind >= 0 && id.kind < MODEL_NUM_TENSORS;
+    return id.layer >= 0 && id.layer < lay->shape.L && id.kind >= 0 && id.kind < LAYER_NUM_TENSORS;
+}
+
+/* Only layout_embed_tensor and layout_layer_tensor (a tensor's numel) are
+ * asked of the layout here, so the file order does not depend on how the
+ * layout groups tensors into units. */
+
+static struct tensor_info model_tensor(const struct model_layout *lay, enum model_tensor t) {
+    switch (t) {
+    case MODEL_WTE: return layout_embed_tensor(lay, EMB_WTE);
+    case MODEL_WPE: return layout_embed_tensor(lay, EMB_WPE);
+    case MODEL_LNF_W: return layout_head_tensor(lay, HEAD_LNF_W);
+    default: return layout_head_tensor(lay, HEAD_LNF_B);
+    }
+}
+
+/* Elements in one layer's tensors of the kinds before `kind`. */
+static size_t layer_kinds_before(const struct model_layout *lay, int kind) {
+    size_t n = 0;
+    for (int k = 0; k < kind; k++) n += layout_layer_tensor(lay, 0, (enum layer_tensor)k).numel;
+    return n;
+}
+
+/* The tensor's name and shape, with its offset in the file's data section
+ * in place of its offset in the buffer. id must be valid. */
+static struct tensor_info file_tensor(const struct model_layout *lay, struct tensor_id id) {
+    size_t L = (size_t)lay->shape.L, wte = layout_embed_tensor(lay, EMB_WTE).numel;
+    size_t stacked = wte + layout_embed_tensor(lay, EMB_WPE).numel; /* where the layer tensors begin */
+    struct tensor_info t;
+    if (id.layer >= 0) {
+        t = layout_layer_tensor(lay, id.layer, (enum layer_tensor)id.kind);
+        /* every layer's copy of each earlier kind, then this kind's earlier layers */
+        t.offset = stacked + L * layer_kinds_before(lay, id.kind) + (size_t)id.layer * t.numel;
+        return t;
+    }
+    size_t head = stacked + L * layer_kinds_before(lay, LAYER_NUM_TENSORS); /* lnfw */
+    t = model_tensor(lay, (enum model_tensor)id.kind);
+    switch ((enum model_tensor)id.kind) {
+    case MODEL_WTE: t.offset = 0; break;
+    case MODEL_WPE: t.offset = wte; break;
+    case MODEL_LNF_W: t.offset = head; break;
+    default: t.offset = head + model_tensor(lay, MODEL_LNF_W).numel; break; /* lnfb */
+    }
+    return t;
+}
+
+/* Elements in the data section: lnfb is last. */
+static size_t data_numel(const struct model_layout *lay) {
+    struct tensor_info last = file_tensor(lay, model_tensor_id(MODEL_LNF_B));
+    return last.offset + last.numel;
+}
+
+static int num_tensors(const struct model_layout *lay) { return MODEL_NUM_TENSORS + lay->shape.L * LAYER_NUM_TENSORS; }
+
+size_t llmc_tensor_offset(const struct model_shape *s, struct tensor_id id) {
+    struct model_layout lay;
+    layout_init_whole(&lay, *s);
+    return valid_id(&lay, id) ? file_tensor(&lay, id).offset : SIZE_MAX;
+}
+
+/* The i-th of num_tensors() tensors in llm.c's file order: wte, wpe, then
+ * for each layer tensor kind its copy in layers 0..L-1, then lnfw, lnfb. */
+static struct tensor_id file_order(const struct model_layout *lay, int i) {
     int L = lay->shape.L;
-    if (i < 2) return layout_embed_tensor(lay, i == 0 ? EMB_WTE : EMB_WPE);
+    if (i < 2) return model_tensor_id(i == 0 ? MODEL_WTE : MODEL_WPE);
     i -= 2;
-    if (i < L * LAYER_NUM_TENSORS) return layout_layer_tensor(lay, i % L, (enum layer_tensor)(i / L));
+    if (i < L * LAYER_NUM_TENSORS) return layer_tensor_id(i % L, (enum layer_tensor)(i / L));
     i -= L * LAYER_NUM_TENSORS;
-    return layout_head_tensor(lay, i == 0 ? HEAD_LNF_W : HEAD_LNF_B);
+    return model_tensor_id(i == 0 ? MODEL_LNF_W : MODEL_LNF_B);
 }
 
 static int check_dtype(enum dtype dt, const char *what, char err[CKPT_ERR_LEN]) {
     if (dt == DTYPE_FP32 || dt == DTYPE_BF16) return 0;
     snprintf(err, CKPT_ERR_LEN, "%s: unknown dtype %d", what, (int)dt);
     return -1;
+}
+
+/* "wte", or "qkvw of layer 3", for messages. */
+static void tensor_label(const struct tensor_info *t, struct tensor_id id, char out[48]) {
+    if (id.layer < 0) snprintf(out, 48, "%s", t->name);
+    else snprintf(out, 48, "%s of layer %d", t->name, id.layer);
+}
+
+/* A valid id and [first, first + n) inside its tensor; *t gets the tensor
+ * at its file offset. */
+static int check_range(const struct model_layout *lay, struct tensor_id id, size_t first, size_t n,
+                       const char *path, struct tensor_info *t, char err[CKPT_ERR_LEN]) {
+    if (!valid_id(lay, id)) {
+        snprintf(err, CKPT_ERR_LEN, "%.300s: no tensor (layer %d, kind %d) in a model of %d layers", path, id.layer,
+                 id.kind, lay->shape.L);
+        return -1;
+    }
+    *t = file_tensor(lay, id);
+    if (first > t->numel || n > t->numel - first) {
+        char label[48];
+        tensor_label(t, id, label);
+        snprintf(err, CKPT_ERR_LEN, "%.300s: %zu elements from element %zu are outside %s, which has %zu", path, n,
+                 first, label, t->numel);
+        return -1;
+    }
+    return 0;
 }
 
 /* Validates magic, version and the shape fields, and fills shape/version. */
@@ -119,7 +206,7 @@ int llmc_read_header(const char *path, struct model_shape *shape, int *version, 
 static int check_size(FILE *f, const char *path, off_t expect, char err[CKPT_ERR_LEN]) {
     off_t size = -1;
     if (fseeko(f, 0, SEEK_END) == 0) size = ftello(f);
-    if (size < 0 || fseeko(f, LLMC_HEADER_BYTES, SEEK_SET) != 0) {
+    if (size < 0) {
         snprintf(err, CKPT_ERR_LEN, "cannot seek in %.300s: %s", path, strerror(errno));
         return -1;
     }
@@ -131,88 +218,207 @@ static int check_size(FILE *f, const char *path, off_t expect, char err[CKPT_ERR
     return 0;
 }
 
-int llmc_load(const char *path, const struct model_layout *lay, void *params, enum dtype param_dt,
-              char err[CKPT_ERR_LEN]) {
-    if (check_dtype(param_dt, "llmc_load params", err)) return -1;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+static off_t data_byte(size_t element, enum dtype file_dt) {
+    return (off_t)LLMC_HEADER_BYTES + (off_t)(element * dtype_size(file_dt));
+}
+
+/* ---- reader ---- */
+
+int llmc_open(struct llmc_reader *r, const char *path, const struct model_shape *expect, char err[CKPT_ERR_LEN]) {
+    *r = (struct llmc_reader){0};
+    if (strlen(path) >= sizeof r->path) {
+        snprintf(err, CKPT_ERR_LEN, "path too long: %.300s", path);
+        return -1;
+    }
+    snprintf(r->path, sizeof r->path, "%s", path);
+    if (!(r->f = fopen(path, "rb"))) {
         snprintf(err, CKPT_ERR_LEN, "cannot open %.300s: %s", path, strerror(errno));
         return -1;
     }
-    int rc = -1, version;
-    void *buf = NULL;
     int32_t h[LLMC_HEADER_INTS];
     struct model_shape shape;
-    if (read_exact(f, h, sizeof h, path, err) || parse_header(h, path, &shape, &version, err) ||
-        check_shape(&shape, &lay->shape, path, err))
-        goto done;
-    enum dtype file_dt = version == LLMC_VERSION_BF16 ? DTYPE_BF16 : DTYPE_FP32;
-    size_t fsz = dtype_size(file_dt), psz = dtype_size(param_dt);
-    if (check_size(f, path, (off_t)LLMC_HEADER_BYTES + (off_t)(lay->total * fsz), err)) goto done;
-    if (file_dt != param_dt && !(buf = malloc(CHUNK_ELEMS * fsz))) {
-        snprintf(err, CKPT_ERR_LEN, "out of memory loading %.300s", path);
-        goto done;
+    int version;
+    if (read_exact(r->f, h, sizeof h, path, err) || parse_header(h, path, &shape, &version, err) ||
+        check_shape(&shape, expect, path, err))
+        goto fail;
+    r->file_dt = version == LLMC_VERSION_BF16 ? DTYPE_BF16 : DTYPE_FP32;
+    layout_init_whole(&r->lay, shape);
+    if (check_size(r->f, path, data_byte(data_numel(&r->lay), r->file_dt), err)) goto fail;
+    if (!(r->buf = malloc(CHUNK_ELEMS * sizeof(float)))) {
+        snprintf(err, CKPT_ERR_LEN, "out of memory reading %.300s", path);
+        goto fail;
     }
-    for (int i = 0; i < layout_num_tensors(lay); i++) {
-        struct tensor_info t = llmc_run(lay, i);
-        char *dst = (char *)params + t.offset * psz;
-        if (!buf) { /* same dtype: straight into place */
-            if (read_exact(f, dst, t.numel * fsz, path, err)) goto done;
-            continue;
-        }
-        for (size_t pos = 0; pos < t.numel;) {
-            size_t k = t.numel - pos < CHUNK_ELEMS ? t.numel - pos : CHUNK_ELEMS;
-            if (read_exact(f, buf, k * fsz, path, err)) goto done;
-            convert(dst + pos * psz, param_dt, buf, file_dt, k);
-            pos += k;
-        }
+    return 0;
+fail:
+    llmc_close(r);
+    return -1;
+}
+
+int llmc_read(struct llmc_reader *r, struct tensor_id id, size_t first, size_t n, void *dst, enum dtype dst_dt,
+              char err[CKPT_ERR_LEN]) {
+    struct tensor_info t;
+    if (!r->f) {
+        snprintf(err, CKPT_ERR_LEN, "llmc_read: the reader is not open");
+        return -1;
     }
-    rc = 0;
-done:
-    free(buf);
-    fclose(f);
+    if (check_dtype(dst_dt, "llmc_read destination", err) || check_range(&r->lay, id, first, n, r->path, &t, err))
+        return -1;
+    off_t at = data_byte(t.offset + first, r->file_dt);
+    size_t fsz = dtype_size(r->file_dt), dsz = dtype_size(dst_dt);
+    if (dst_dt == r->file_dt) return read_exact_at(r->f, at, dst, n * fsz, r->path, err);
+    for (size_t pos = 0; pos < n;) {
+        size_t k = n - pos < CHUNK_ELEMS ? n - pos : CHUNK_ELEMS;
+        if (read_exact_at(r->f, at + (off_t)(pos * fsz), r->buf, k * fsz, r->path, err)) return -1;
+        convert((char *)dst + pos * dsz, dst_dt, r->buf, r->file_dt, k);
+        pos += k;
+    }
+    return 0;
+}
+
+void llmc_close(struct llmc_reader *r) {
+    if (r->f) fclose(r->f);
+    free(r->buf);
+    r->f = NULL, r->buf = NULL;
+}
+
+/* ---- writer ---- */
+
+/* Frees what the writer holds; its temp file is already gone or renamed. */
+static void writer_release(struct llmc_writer *w) {
+    free(w->buf);
+    range_set_free(&w->written);
+    w->buf = NULL, w->open = false;
+}
+
+void llmc_abort(struct llmc_writer *w) {
+    if (w->open) atomic_abort(&w->af);
+    writer_release(w);
+}
+
+/* An error that abandons the file. */
+static int writer_fail(struct llmc_writer *w) {
+    llmc_abort(w);
+    return -1;
+}
+
+int llmc_create(struct llmc_writer *w, const char *path, const struct model_shape *s, enum dtype file_dt,
+                char err[CKPT_ERR_LEN]) {
+    *w = (struct llmc_writer){0};
+    range_set_init(&w->written);
+    if (check_dtype(file_dt, "llmc_create file", err)) return -1;
+    int32_t h[LLMC_HEADER_INTS] = {0};
+    h[H_MAGIC] = LLMC_MODEL_MAGIC;
+    h[H_VERSION] = file_dt == DTYPE_BF16 ? LLMC_VERSION_BF16 : LLMC_VERSION_FP32;
+    h[H_MAXT] = s->T, h[H_V] = s->V, h[H_L] = s->L, h[H_NH] = s->NH, h[H_C] = s->C, h[H_VP] = s->Vp;
+    /* What a reader would refuse is not written. */
+    struct model_shape checked;
+    int version;
+    if (parse_header(h, path, &checked, &version, err)) return -1;
+    layout_init_whole(&w->lay, *s);
+    w->file_dt = file_dt;
+    if (!(w->buf = malloc(CHUNK_ELEMS * sizeof(float)))) {
+        snprintf(err, CKPT_ERR_LEN, "out of memory saving %.300s", path);
+        return -1;
+    }
+    if (atomic_open(&w->af, path, err)) return writer_fail(w);
+    w->open = true;
+    /* atomic_write removes the temp file itself when it fails. */
+    if (atomic_write(&w->af, h, sizeof h, err)) {
+        w->open = false;
+        return writer_fail(w);
+    }
+    return 0;
+}
+
+int llmc_write(struct llmc_writer *w, struct tensor_id id, size_t first, size_t n, const void *src, enum dtype src_dt,
+               char err[CKPT_ERR_LEN]) {
+    struct tensor_info t;
+    if (!w->open) {
+        snprintf(err, CKPT_ERR_LEN, "llmc_write: the writer is not open (committed, aborted or failed before)");
+        return -1;
+    }
+    if (check_dtype(src_dt, "llmc_write source", err) || check_range(&w->lay, id, first, n, w->af.path, &t, err))
+        return writer_fail(w);
+    off_t at = data_byte(t.offset + first, w->file_dt);
+    size_t fsz = dtype_size(w->file_dt), ssz = dtype_size(src_dt);
+    bool same = src_dt == w->file_dt; /* then the whole range goes in one write, straight from src */
+    for (size_t pos = 0; pos < n;) {
+        size_t k = same || n - pos < CHUNK_ELEMS ? n - pos : CHUNK_ELEMS;
+        const void *piece = (const char *)src + pos * ssz;
+        if (!same) convert(w->buf, w->file_dt, piece, src_dt, k), piece = w->buf;
+        /* atomic_write_at removes the temp file itself when it fails. */
+        if (atomic_write_at(&w->af, at + (off_t)(pos * fsz), piece, k * fsz, err)) {
+            w->open = false;
+            return writer_fail(w);
+        }
+        pos += k;
+    }
+    if (range_set_add(&w->written, t.offset + first, t.offset + first + n)) {
+        snprintf(err, CKPT_ERR_LEN, "out of memory saving %.300s", w->af.path);
+        return writer_fail(w);
+    }
+    return 0;
+}
+
+int llmc_commit(struct llmc_writer *w, char err[CKPT_ERR_LEN]) {
+    if (!w->open) {
+        snprintf(err, CKPT_ERR_LEN, "llmc_commit: the writer is not open (committed, aborted or failed before)");
+        return -1;
+    }
+    struct range gap;
+    if (range_set_first_gap(&w->written, 0, data_numel(&w->lay), &gap)) {
+        for (int i = 0; i < num_tensors(&w->lay); i++) {
+            struct tensor_id id = file_order(&w->lay, i);
+            struct tensor_info t = file_tensor(&w->lay, id);
+            if (gap.lo >= t.offset + t.numel) continue;
+            size_t end = gap.hi < t.offset + t.numel ? (size_t)gap.hi : t.offset + t.numel;
+            char label[48];
+            tensor_label(&t, id, label);
+            snprintf(err, CKPT_ERR_LEN, "%.300s not saved: elements [%zu, %zu) of %s were never written", w->af.path,
+                     (size_t)gap.lo - t.offset, end - t.offset, label);
+            break;
+        }
+        return writer_fail(w);
+    }
+    int rc = atomic_commit(&w->af, err);
+    writer_release(w);
+    return rc;
+}
+
+/* ---- whole buffers ---- */
+
+/* The tensor as it lies in a flat parameter buffer of layout lay. */
+static struct tensor_info buffer_tensor(const struct model_layout *lay, struct tensor_id id) {
+    return id.layer >= 0 ? layout_layer_tensor(lay, id.layer, (enum layer_tensor)id.kind)
+                         : model_tensor(lay, (enum model_tensor)id.kind);
+}
+
+int llmc_load(const char *path, const struct model_layout *lay, void *params, enum dtype param_dt,
+              char err[CKPT_ERR_LEN]) {
+    if (check_dtype(param_dt, "llmc_load params", err)) return -1;
+    struct llmc_reader r;
+    if (llmc_open(&r, path, &lay->shape, err)) return -1;
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < num_tensors(lay); i++) { /* file order: sequential reads */
+        struct tensor_id id = file_order(lay, i);
+        struct tensor_info t = buffer_tensor(lay, id);
+        rc = llmc_read(&r, id, 0, t.numel, (char *)params + t.offset * dtype_size(param_dt), param_dt, err);
+    }
+    llmc_close(&r);
     return rc;
 }
 
 int llmc_save(const char *path, const struct model_layout *lay, const void *params, enum dtype param_dt,
               enum dtype file_dt, char err[CKPT_ERR_LEN]) {
-    if (check_dtype(param_dt, "llmc_save params", err) || check_dtype(file_dt, "llmc_save file", err)) return -1;
-    const struct model_shape *s = &lay->shape;
-    int32_t h[LLMC_HEADER_INTS] = {0};
-    h[H_MAGIC] = LLMC_MODEL_MAGIC;
-    h[H_VERSION] = file_dt == DTYPE_BF16 ? LLMC_VERSION_BF16 : LLMC_VERSION_FP32;
-    h[H_MAXT] = s->T, h[H_V] = s->V, h[H_L] = s->L, h[H_NH] = s->NH, h[H_C] = s->C, h[H_VP] = s->Vp;
-
-    size_t fsz = dtype_size(file_dt), psz = dtype_size(param_dt);
-    void *buf = NULL;
-    if (file_dt != param_dt && !(buf = malloc(CHUNK_ELEMS * fsz))) {
-        snprintf(err, CKPT_ERR_LEN, "out of memory saving %.300s", path);
-        return -1;
+    if (check_dtype(param_dt, "llmc_save params", err)) return -1;
+    struct llmc_writer w;
+    if (llmc_create(&w, path, &lay->shape, file_dt, err)) return -1;
+    for (int i = 0; i < num_tensors(lay); i++) {
+        struct tensor_id id = file_order(lay, i);
+        struct tensor_info t = buffer_tensor(lay, id);
+        /* A failed write has abandoned the file already. */
+        if (llmc_write(&w, id, 0, t.numel, (const char *)params + t.offset * dtype_size(param_dt), param_dt, err))
+            return -1;
     }
-    struct atomic_file af;
-    if (atomic_open(&af, path, err)) {
-        free(buf);
-        return -1;
-    }
-    /* atomic_write removes the temp file itself when it fails. */
-    int rc = -1;
-    if (atomic_write(&af, h, sizeof h, err)) goto done;
-    for (int i = 0; i < layout_num_tensors(lay); i++) {
-        struct tensor_info t = llmc_run(lay, i);
-        const char *src = (const char *)params + t.offset * psz;
-        if (!buf) {
-            if (atomic_write(&af, src, t.numel * fsz, err)) goto done;
-            continue;
-        }
-        for (size_t pos = 0; pos < t.numel;) {
-            size_t k = t.numel - pos < CHUNK_ELEMS ? t.numel - pos : CHUNK_ELEMS;
-            convert(buf, file_dt, src + pos * psz, param_dt, k);
-            if (atomic_write(&af, buf, k * fsz, err)) goto done;
-            pos += k;
-        }
-    }
-    rc = atomic_commit(&af, err);
-done:
-    free(buf);
-    return rc;
+    return llmc_commit(&w, err);
 }
