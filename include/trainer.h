@@ -51,6 +51,10 @@ void trainer_close(struct trainer *tr);
 /* Mean loss over the first val_batches micro-batches of the validation data. */
 float trainer_validate(struct trainer *tr);
 
+/* llm.c model files, one unit at a time (train/model_file.c). Collective. */
+int trainer_load_model(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]);
+int trainer_save_model(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]);
+
 /* Resume states (train/state.c). */
 int trainer_save_state(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]);
 int trainer_load_state(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]);

@@ -18,9 +18,11 @@ static uint32_t fingerprint(const struct config *c, int dp) {
     return h;
 }
 
-/* A resume state holds full, unsharded arrays in layout order, whatever
- * the layout that wrote it: N ranks at stage K save through the engine's
- * gather, M ranks at stage J load through its scatter. */
+/* A resume state holds full, unsharded arrays in the model's reference
+ * order, whatever the layout that wrote it: N ranks at stage K gather one
+ * unit at a time to rank 0, which writes it; M ranks at stage J each read
+ * the units they hold and keep their part. No rank holds more than one
+ * unit beyond its own shards. */
 enum { MAX_SECTIONS = 4 };
 
 static const struct {
@@ -29,80 +31,115 @@ static const struct {
 } STATES[MAX_SECTIONS] = {
     {"params", STATE_PARAMS}, {"master", STATE_MASTER}, {"optim_state1", STATE_OPT1}, {"optim_state2", STATE_OPT2}};
 
-/* Sections with freshly allocated full buffers; returns how many. */
-static int sections(const struct trainer *tr, struct state_section s[MAX_SECTIONS]) {
-    const struct engine *e = &tr->engine;
-    size_t psi = e->lay.total;
+/* The sections this run's states have; returns how many. which[i] is the
+ * state of section i. */
+static int sections(const struct engine *e, struct state_decl d[MAX_SECTIONS], enum zero_state which[MAX_SECTIONS]) {
     int n = 0;
     for (int i = 0; i < MAX_SECTIONS; i++) {
         if (!zero_has_state(&e->z, STATES[i].which)) continue;
-        enum dtype dt = STATES[i].which == STATE_PARAMS ? tr->cfg->param_dtype : DTYPE_FP32;
-        s[n] = (struct state_section){.dtype = dt, .numel = psi, .data = malloc(psi * dtype_size(dt))};
-        snprintf(s[n].name, sizeof s[n].name, "%s", STATES[i].name);
-        n++;
+        d[n] = (struct state_decl){.dtype = zero_state_dtype(&e->z, STATES[i].which), .numel = e->lay.ref_total};
+        snprintf(d[n].name, sizeof d[n].name, "%s", STATES[i].name);
+        which[n++] = STATES[i].which;
     }
     return n;
 }
 
-static enum zero_state state_of(const struct state_section *s) {
-    for (int i = 0; i < MAX_SECTIONS; i++)
-        if (strcmp(s->name, STATES[i].name) == 0) return STATES[i].which;
-    return STATE_PARAMS;
-}
-
-static void free_sections(struct state_section *s, int n) {
-    for (int i = 0; i < n; i++) free(s[i].data);
+/* Where tensor t's elements lie in a section (reference order). With
+ * tp = 1 a tensor is contiguous there; the head's copy of wte is not
+ * stored (the embedding's wte is). */
+static bool section_place(const struct model_layout *lay, const struct tensor_info *t, size_t *first) {
+    if (t->kind == UNIT_HEAD && t->id == HEAD_WTE) return false;
+    *first = layout_ref_index(lay, t, 0);
+    return true;
 }
 
 int trainer_save_state(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]) {
-    struct state_section s[MAX_SECTIONS];
-    int n = sections(tr, s);
     struct engine *e = &tr->engine;
-    void *work = mem_alloc(&tr->mem, MEM_HOST, MEM_SCRATCH, "checkpoint staging (one unit)", engine_unit_staging_bytes(e));
-    for (int i = 0; i < n; i++)
-        for (int u = 0; u < e->lay.n_units; u++) {
-            zero_gather_unit(&e->z, state_of(&s[i]), u, work);
-            if (e->z.sh.rank == 0)
-                memcpy((char *)s[i].data + layout_unit_offset(&e->lay, u) * dtype_size(s[i].dtype), work,
-                       layout_unit_size(&e->lay, u) * dtype_size(s[i].dtype));
-        }
-    mem_free(&tr->mem, work);
+    struct state_decl d[MAX_SECTIONS];
+    enum zero_state which[MAX_SECTIONS];
+    int n = sections(e, d, which);
     struct resume_meta meta = {.step = (uint64_t)tr->step,
                                .seed = (uint64_t)tr->cfg->seed,
                                .data_epoch = tr->train.pos.epoch,
                                .data_cursor = tr->train.pos.cursor,
                                .shape = tr->engine.lay.shape,
                                .fingerprint = fingerprint(tr->cfg, tr->grid->dp)};
-    char e2[CKPT_ERR_LEN];
-    int rc = 0;
-    if (tr->grid->world_rank == 0 && resume_save(path, &meta, s, n, e2) != 0) {
-        snprintf(err, TRAINER_ERR_LEN, "saving resume state: %s", e2);
-        rc = -1;
+    bool writer = tr->grid->world_rank == 0;
+    struct resume_writer w = {0};
+    char e2[CKPT_ERR_LEN] = "";
+    int rc = writer ? resume_create(&w, path, &meta, d, n, e2) : 0;
+    void *work = mem_alloc(&tr->mem, MEM_HOST, MEM_SCRATCH, "resume state staging (one unit)",
+                           engine_unit_staging_bytes(e));
+    if (!work) mem_failure_message(&tr->mem, err, TRAINER_ERR_LEN);
+    if (trainer_agree(tr, work ? 0 : -1, err) != 0) {
+        if (writer && rc == 0) resume_abort(&w);
+        mem_free(&tr->mem, work);
+        return -1;
     }
-    free_sections(s, n);
+    /* every rank takes part in every gather, whatever happened on rank 0 */
+    for (int i = 0; i < n; i++)
+        for (int u = 0; u < e->lay.n_units; u++) {
+            zero_gather_unit(&e->z, which[i], u, work);
+            size_t base = layout_unit_offset(&e->lay, u), elem = dtype_size(d[i].dtype), first;
+            for (int k = 0; writer && rc == 0 && k < layout_num_tensors(&e->lay); k++) {
+                struct tensor_info t = layout_tensor(&e->lay, k);
+                if (t.unit == u && section_place(&e->lay, &t, &first))
+                    rc = resume_write_at(&w, i, first, t.numel, (char *)work + (t.offset - base) * elem, e2);
+            }
+        }
+    if (writer && rc == 0) rc = resume_commit(&w, e2);
+    if (writer && rc != 0) resume_abort(&w);
+    if (rc != 0) snprintf(err, TRAINER_ERR_LEN, "saving resume state: %s", e2);
+    mem_free(&tr->mem, work);
     return trainer_agree(tr, rc, err);
 }
 
-static int load_state(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]) {
-    struct resume_meta meta;
+/* Every section's units this rank holds, read and scattered into the
+ * states one unit at a time. */
+static int read_sections(struct trainer *tr, struct resume_reader *r, char err[TRAINER_ERR_LEN]) {
+    struct engine *e = &tr->engine;
+    struct state_decl d[MAX_SECTIONS];
+    enum zero_state which[MAX_SECTIONS];
+    int n = sections(e, d, which), rc = 0;
     char e2[CKPT_ERR_LEN];
-    /* Meta first (no sections): a state of another shape must be refused by
-     * the fingerprint, not by whichever section size differs first. */
-    if (resume_load(path, &meta, NULL, 0, e2) != 0) {
-        snprintf(err, TRAINER_ERR_LEN, "loading resume state: %s", e2);
+    void *work = mem_alloc(&tr->mem, MEM_HOST, MEM_SCRATCH, "resume state staging (one unit)",
+                           engine_unit_staging_bytes(e));
+    if (!work) {
+        mem_failure_message(&tr->mem, err, TRAINER_ERR_LEN);
         return -1;
     }
+    for (int i = 0; rc == 0 && i < n; i++) {
+        int at = resume_find(r, d[i].name, d[i].dtype, d[i].numel, e2);
+        rc = at < 0 ? -1 : 0;
+        for (int u = 0; rc == 0 && u < e->lay.n_units; u++) {
+            size_t base = layout_unit_offset(&e->lay, u), elem = dtype_size(d[i].dtype), first;
+            for (int k = 0; rc == 0 && k < layout_num_tensors(&e->lay); k++) {
+                struct tensor_info t = layout_tensor(&e->lay, k);
+                if (t.unit == u && section_place(&e->lay, &t, &first))
+                    rc = resume_read_at(r, at, first, t.numel, (char *)work + (t.offset - base) * elem, e2);
+            }
+            if (rc == 0) zero_scatter_unit(&e->z, which[i], u, work);
+        }
+    }
+    if (rc != 0) snprintf(err, TRAINER_ERR_LEN, "loading resume state: %s", e2);
+    mem_free(&tr->mem, work);
+    return rc;
+}
+
+/* The state must be of this model, dtypes, optimizer and global batch. */
+static int check_meta(const struct trainer *tr, const char *path, const struct resume_meta *m,
+                      char err[TRAINER_ERR_LEN]) {
     const struct model_shape *have = &tr->engine.lay.shape;
-    if (meta.shape.L != have->L || meta.shape.C != have->C || meta.shape.NH != have->NH || meta.shape.T != have->T ||
-        meta.shape.V != have->V) {
+    if (m->shape.L != have->L || m->shape.C != have->C || m->shape.NH != have->NH || m->shape.T != have->T ||
+        m->shape.V != have->V) {
         snprintf(err, TRAINER_ERR_LEN,
                  "%s was saved with a different model: n_layer %d, d_model %d, n_head %d, seq_len %d, vocab_size %d "
                  "(this config: %d, %d, %d, %d, %d)",
-                 path, meta.shape.L, meta.shape.C, meta.shape.NH, meta.shape.T, meta.shape.V, have->L, have->C,
+                 path, m->shape.L, m->shape.C, m->shape.NH, m->shape.T, m->shape.V, have->L, have->C,
                  have->NH, have->T, have->V);
         return -1;
     }
-    if (meta.fingerprint != fingerprint(tr->cfg, tr->grid->dp)) {
+    if (m->fingerprint != fingerprint(tr->cfg, tr->grid->dp)) {
         snprintf(err, TRAINER_ERR_LEN,
                  "%s was saved with a different dtype, optimizer or global batch; resume needs the same "
                  "param_dtype, grad_dtype, optimizer and micro_batch x grad_accum x ranks (the ZeRO stage and "
@@ -110,26 +147,32 @@ static int load_state(struct trainer *tr, const char *path, char err[TRAINER_ERR
                  path);
         return -1;
     }
-    if (meta.seed != (uint64_t)tr->cfg->seed) {
+    if (m->seed != (uint64_t)tr->cfg->seed) {
         snprintf(err, TRAINER_ERR_LEN, "%s was saved with seed %llu, this run has seed %lld", path,
-                 (unsigned long long)meta.seed, tr->cfg->seed);
+                 (unsigned long long)m->seed, tr->cfg->seed);
         return -1;
     }
-    if (meta.step > (uint64_t)tr->cfg->steps) {
+    if (m->step > (uint64_t)tr->cfg->steps) {
         snprintf(err, TRAINER_ERR_LEN, "%s is at step %llu, beyond steps = %d", path,
-                 (unsigned long long)meta.step, tr->cfg->steps);
+                 (unsigned long long)m->step, tr->cfg->steps);
         return -1;
     }
-    struct state_section s[MAX_SECTIONS];
-    int n = sections(tr, s);
-    int rc = resume_load(path, &meta, s, n, e2);
-    if (rc != 0) snprintf(err, TRAINER_ERR_LEN, "loading resume state: %s", e2);
-    struct engine *e = &tr->engine;
-    for (int i = 0; rc == 0 && i < n; i++)
-        for (int u = 0; u < e->lay.n_units; u++)
-            zero_scatter_unit(&e->z, state_of(&s[i]), u,
-                              (const char *)s[i].data + layout_unit_offset(&e->lay, u) * dtype_size(s[i].dtype));
-    free_sections(s, n);
+    return 0;
+}
+
+static int load_state(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]) {
+    struct resume_meta meta;
+    struct resume_reader r;
+    char e2[CKPT_ERR_LEN];
+    /* Meta first: a state of another shape must be refused by the
+     * fingerprint, not by whichever section size differs first. */
+    if (resume_open(&r, path, &meta, e2) != 0) {
+        snprintf(err, TRAINER_ERR_LEN, "loading resume state: %s", e2);
+        return -1;
+    }
+    int rc = check_meta(tr, path, &meta, err);
+    if (rc == 0) rc = read_sections(tr, &r, err);
+    resume_close(&r);
     if (rc != 0) return -1;
     struct loader_position pos = {meta.data_epoch, meta.data_cursor};
     char e3[DATA_ERR_LEN];

@@ -44,27 +44,9 @@ struct engine_options trainer_engine_options(const struct config *c) {
 }
 
 static int init_weights(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
-    const struct config *c = tr->cfg;
-    struct engine *e = &tr->engine;
-    if (!*c->init_from) {
-        engine_init_params(e);
-        return 0;
-    }
-    /* every rank reads the file and keeps what its stage holds */
-    size_t n = e->lay.total;
-    void *params = malloc(n * dtype_size(c->param_dtype));
-    float *w = malloc(n * sizeof *w);
-    char e2[CKPT_ERR_LEN];
-    int rc = llmc_load(c->init_from, &e->lay, params, c->param_dtype, e2);
-    if (rc != 0) snprintf(err, TRAINER_ERR_LEN, "--init_from: %s", e2);
-    if (rc == 0) {
-        for (size_t i = 0; i < n; i++)
-            w[i] = c->param_dtype == DTYPE_FP32 ? ((float *)params)[i] : bf16_to_f32(((bf16 *)params)[i]);
-        for (int u = 0; u < e->lay.n_units; u++) engine_set_unit(e, u, w + layout_unit_offset(&e->lay, u));
-    }
-    free(params);
-    free(w);
-    return rc;
+    if (*tr->cfg->init_from) return trainer_load_model(tr, tr->cfg->init_from, err);
+    engine_init_params(&tr->engine);
+    return 0;
 }
 
 static int check_layout(const struct config *cfg, const struct grid *g, char err[TRAINER_ERR_LEN]) {
@@ -217,30 +199,6 @@ static void log_step(struct trainer *tr, const struct step_metrics *m) {
     fflush(tr->json);
 }
 
-/* Gathers the params to rank 0, which writes the llm.c model file. */
-static int save_model(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]) {
-    const struct config *c = tr->cfg;
-    struct engine *e = &tr->engine;
-    void *full = malloc(tr->engine.lay.total * dtype_size(c->param_dtype));
-    void *work = mem_alloc(&tr->mem, MEM_HOST, MEM_SCRATCH, "checkpoint staging (one unit)", engine_unit_staging_bytes(e));
-    for (int u = 0; u < e->lay.n_units; u++)
-    {
-        zero_gather_unit(&e->z, STATE_PARAMS, u, work);
-        if (e->z.sh.rank == 0)
-            memcpy((char *)full + layout_unit_offset(&e->lay, u) * dtype_size(c->param_dtype), work,
-                   layout_unit_size(&e->lay, u) * dtype_size(c->param_dtype));
-    }
-    mem_free(&tr->mem, work);
-    char e2[CKPT_ERR_LEN];
-    int rc = 0;
-    if (tr->grid->world_rank == 0 && llmc_save(path, &tr->engine.lay, full, c->param_dtype, c->param_dtype, e2) != 0) {
-        snprintf(err, TRAINER_ERR_LEN, "--save: %s", e2);
-        rc = -1;
-    }
-    free(full);
-    return trainer_agree(tr, rc, err);
-}
-
 static void next_train_batch(void *loader, int32_t *inputs, int32_t *targets) {
     loader_next(loader, inputs, targets);
 }
@@ -283,5 +241,5 @@ int trainer_run(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
         if (*c->save_state && (periodic || last || stop) && trainer_save_state(tr, c->save_state, err) != 0) return -1;
     }
     if (tr->step < c->steps) return 0; /* stopped early: no final model */
-    return *c->save ? save_model(tr, c->save, err) : 0;
+    return *c->save ? trainer_save_model(tr, c->save, err) : 0;
 }
