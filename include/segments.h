@@ -34,9 +34,9 @@ struct opt_segments {
     size_t n_q, n_blocks, n_f32; /* adamw8bit state sizes */
 };
 
-/* Returns -1 (no segments) when the table cannot be allocated. */
-int opt_segments_build(struct opt_segments *s, const struct model_layout *lay, const struct shard_layout *sh,
-                       int stage, const struct optim_options *o);
-void opt_segments_free(struct opt_segments *s);
+/* Fills s over `table`, which has room for layout_num_tensors(lay)
+ * segments (a rank has at most one per tensor); the caller owns it. */
+void opt_segments_build(struct opt_segments *s, struct opt_segment *table, const struct model_layout *lay,
+                        const struct shard_layout *sh, int stage, const struct optim_options *o);
 
 #endif

@@ -76,9 +76,9 @@ struct zero {
 /* Which model state a checkpoint moves. */
 enum zero_state { STATE_PARAMS, STATE_MASTER, STATE_OPT1, STATE_OPT2 };
 
-/* Allocates the states (zero-filled). Returns -1 when the segment table
- * cannot be built; allocation failures are left in the tracker
- * (mem_failed). Either way the caller frees with zero_free. */
+/* Allocates the states (zero-filled). Allocation failures are left in the
+ * tracker (mem_failed); -1 when the segment table itself could not be
+ * allocated (nothing else was). Either way the caller frees with zero_free. */
 int zero_init(struct zero *z, const struct zero_options *o, const struct model_layout *lay, struct collectives *dp,
               struct mem_tracker *mem, enum mem_space space, struct flop_counter *flops);
 void zero_free(struct zero *z);

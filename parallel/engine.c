@@ -13,8 +13,7 @@ int engine_init(struct engine *e, const struct engine_options *o, const struct m
                 char *err, size_t err_len) {
     *e = (struct engine){.o = *o, .lay = *lay, .dp = dp, .mem = mem, .space = space, .flops = flops};
     if (zero_init(&e->z, &o->zero, &e->lay, dp, mem, space, flops) != 0) {
-        snprintf(err, err_len, "out of memory building the optimizer's segment table (%d tensors)",
-                 layout_num_tensors(&e->lay));
+        mem_failure_message(mem, err, err_len);
         return -1;
     }
     bool bf16_params = o->zero.param_dtype == DTYPE_BF16;

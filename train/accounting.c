@@ -3,6 +3,9 @@
  * this code allocates and issues, so measured and theory can match exactly. */
 #include "accounting.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "layout.h"
 #include "segments.h"
 #include "shard.h"
@@ -55,11 +58,16 @@ struct state_theory theory_trainer_states(const struct config *c, int N, int ran
         struct opt_segments g;
         struct optim_options o = {.kind = c->optimizer, .decay_targets = c->decay_targets,
                                   .min_8bit_size = c->min_8bit_size};
-        opt_segments_build(&g, &lay, &sh, z, &o);
+        struct opt_segment *table = malloc((size_t)layout_num_tensors(&lay) * sizeof *table);
+        if (!table) { /* theory of a model too big to describe is not worth a crash */
+            fprintf(stderr, "error: out of memory for the segment table of the 8-bit theory\n");
+            exit(1);
+        }
+        opt_segments_build(&g, table, &lay, &sh, z, &o);
         double bytes = 2.0 * g.n_q + 8.0 * g.n_blocks + 8.0 * g.n_f32;
         s.lines[s.n++] = (struct state_line){MEM_OPTIMIZER, bytes / (s.psi / (z >= 1 ? N : 1)), z >= 1, bytes, 0,
                                              "2 B x Psi_8bit + 8 B per 256-block + 8 B x Psi_small (K = 4 + 2 + 8/256)"};
-        opt_segments_free(&g);
+        free(table);
     }
     return s;
 }

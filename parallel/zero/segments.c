@@ -1,7 +1,5 @@
 #include "segments.h"
 
-#include <stdlib.h>
-
 static void update_range(const struct model_layout *lay, const struct shard_layout *sh, int stage, int u,
                          size_t *lo, size_t *hi) {
     if (stage == 0) {
@@ -12,12 +10,11 @@ static void update_range(const struct model_layout *lay, const struct shard_layo
     }
 }
 
-int opt_segments_build(struct opt_segments *s, const struct model_layout *lay, const struct shard_layout *sh,
-                       int stage, const struct optim_options *o) {
+void opt_segments_build(struct opt_segments *s, struct opt_segment *table, const struct model_layout *lay,
+                        const struct shard_layout *sh, int stage, const struct optim_options *o) {
     s->n = 0;
     s->n_q = s->n_blocks = s->n_f32 = 0;
-    s->seg = malloc((size_t)layout_num_tensors(lay) * sizeof *s->seg);
-    if (!s->seg) return -1;
+    s->seg = table;
     for (int t = 0; t < layout_num_tensors(lay); t++) {
         struct tensor_info ti = layout_tensor(lay, t);
         size_t lo, hi, base = layout_unit_offset(lay, ti.unit);
@@ -43,11 +40,4 @@ int opt_segments_build(struct opt_segments *s, const struct model_layout *lay, c
             s->n_f32 += b - a;
         }
     }
-    return 0;
-}
-
-void opt_segments_free(struct opt_segments *s) {
-    free(s->seg);
-    s->seg = NULL;
-    s->n = 0;
 }

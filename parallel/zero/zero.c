@@ -30,7 +30,10 @@ int zero_init(struct zero *z, const struct zero_options *o, const struct model_l
               struct mem_tracker *mem, enum mem_space space, struct flop_counter *flops) {
     *z = (struct zero){.o = *o, .lay = lay, .dp = dp, .mem = mem, .space = space, .flops = flops};
     shard_layout_init(&z->sh, lay, dp->size, dp->rank);
-    if (opt_segments_build(&z->segs, lay, &z->sh, o->stage, &o->optim) != 0) return -1;
+    struct opt_segment *table = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "optimizer segment table",
+                                          (size_t)layout_num_tensors(lay) * sizeof *table);
+    if (!table) return -1; /* the tracker holds the message */
+    opt_segments_build(&z->segs, table, lay, &z->sh, o->stage, &o->optim);
     size_t full = z->sh.total_padded, shard = z->sh.total_shard;
     size_t np = params_sharded(z) ? shard : full, ng = grads_sharded(z) ? shard : full;
     size_t no = optim_sharded(z) ? shard : full;
@@ -60,7 +63,7 @@ void zero_free(struct zero *z) {
     void *bufs[] = {z->st.params, z->st.master, z->st.grads, z->gathered[UNIT_EMBED], z->gathered[UNIT_HEAD],
                     z->gathered[UNIT_LAYER], z->bucket};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(z->mem, bufs[i]);
-    opt_segments_free(&z->segs);
+    mem_free(z->mem, z->segs.seg);
 }
 
 const void *zero_unit_params(struct zero *z, int u) {
