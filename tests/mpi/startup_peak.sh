@@ -47,18 +47,20 @@ check_run() { # name, json
             exit (n == 4 && !bad) ? 0 : 1
         }' "$2"
 }
-timeout 300 "${mpi[@]}" "$build/train" "${model[@]}" --steps 3 --save "$tmp/model.bin" --save_state "$tmp/state.bin" \
-    --log_json "$tmp/run1.json" >"$tmp/out1" 2>&1
-rc=$?
-[ $rc -eq 0 ] && check_run "init + train + save" "$tmp/run1.json"
-r1=$?
-[ $r1 -eq 0 ] && echo "ok   init, train and save within steady + one unit + $((allowance >> 20)) MiB" ||
-    { echo "FAIL init, train and save (rc $rc)"; tail -5 "$tmp/out1"; fails=$((fails + 1)); }
-timeout 300 "${mpi[@]}" "$build/train" "${model[@]}" --steps 4 --resume "$tmp/state.bin" --init_from "$tmp/model.bin" \
-    --log_json "$tmp/run2.json" >"$tmp/out2" 2>&1
-rc=$?
-[ $rc -eq 0 ] && check_run "load + resume + train" "$tmp/run2.json"
-r2=$?
-[ $r2 -eq 0 ] && echo "ok   load, resume and train within steady + one unit + $((allowance >> 20)) MiB" ||
-    { echo "FAIL load and resume (rc $rc)"; tail -5 "$tmp/out2"; fails=$((fails + 1)); }
+# name, json, then the run's own arguments
+run_and_check() {
+    local name=$1 json=$2
+    shift 2
+    timeout 300 "${mpi[@]}" "$build/train" "${model[@]}" "$@" --log_json "$json" >"$json.out" 2>&1
+    local rc=$?
+    if [ $rc -eq 0 ] && check_run "$name" "$json"; then
+        echo "ok   $name within steady + one unit + $((allowance >> 20)) MiB"
+    else
+        echo "FAIL $name (rc $rc)"
+        tail -5 "$json.out"
+        fails=$((fails + 1))
+    fi
+}
+run_and_check "init + train + save" "$tmp/run1.json" --steps 3 --save "$tmp/model.bin" --save_state "$tmp/state.bin"
+run_and_check "load + resume + train" "$tmp/run2.json" --steps 4 --resume "$tmp/state.bin" --init_from "$tmp/model.bin"
 [ $fails -eq 0 ] && echo "start-up peak tests passed" || exit 1
