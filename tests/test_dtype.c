@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "../model/fastmath.h"
+#include "../model/cpu/fastmath.h"
 #include "dtype.h"
 #include "rng.h"
 
