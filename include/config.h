@@ -6,6 +6,7 @@
 #define SHARDLAB_CONFIG_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "dtype.h"
@@ -18,6 +19,11 @@
 enum model_arch { ARCH_GPT2, ARCH_LLAMA };
 
 enum { CONFIG_PATH_LEN = 512, CONFIG_ERR_LEN = 1024 };
+
+/* The most bytes any count derived from the shape keys may reach (2^62):
+ * sizes are 64-bit integers, and the factor 4 of headroom covers sums of a
+ * few such buffers and offsets one past their end. */
+#define CONFIG_MAX_BYTES ((uint64_t)1 << 62)
 
 struct config {
     /* model (GPT-2 architecture) */
@@ -70,8 +76,13 @@ int config_load_file(struct config *c, const char *path, char err[CONFIG_ERR_LEN
 /* argv: `--config FILE` is applied first, then every `--key value` in order.
  * Sets *help when --help or -h is present. */
 int config_parse_args(struct config *c, int argc, char **argv, bool *help, char err[CONFIG_ERR_LEN]);
-/* Cross-key checks (divisibility, ranges that depend on other keys). */
+/* Cross-key checks (divisibility, ranges that depend on other keys, the
+ * trainer's uint16 token shards, and config_check_sizes). */
 int config_validate(const struct config *c, char err[CONFIG_ERR_LEN]);
+/* The 64-bit size limits alone (train/config_limits.c): each activation,
+ * logit, embedding and model-state count in bytes must be at most
+ * CONFIG_MAX_BYTES; the error names the keys, their product and the bytes. */
+int config_check_sizes(const struct config *c, char err[CONFIG_ERR_LEN]);
 void config_print_help(FILE *f, const char *program);
 /* Every key with its value, one per line, in config-file form. */
 void config_print(FILE *f, const struct config *c);

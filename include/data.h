@@ -1,6 +1,12 @@
 /* Token data: llm.c's shard format, the byte-level tokenizer, and the batch
  * loader. A shard is a 1024-byte header (256 int32: magic 20240520, version
- * 1, token count) followed by uint16 tokens. */
+ * 1, token count) followed by uint16 tokens.
+ *
+ * Sizes: token, sample and byte counts are size_t throughout (offsets of
+ * one token are size_t, file sizes long long). The format caps one shard at
+ * INT32_MAX tokens, since its header holds the count as int32 (llm.c reads
+ * it so); shard_write refuses more, and a larger corpus is several shards,
+ * which the loader indexes with size_t counts over all of them. */
 #ifndef SHARDLAB_DATA_H
 #define SHARDLAB_DATA_H
 

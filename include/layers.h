@@ -2,55 +2,81 @@
  * OpenBLAS sgemm). Shapes follow llm.c: B batch, T time, C channels, OC
  * output channels, NH heads, Vp padded vocab. Activations are row-major
  * (B, T, ...). Weight and bias gradients are ACCUMULATED (+=); input
- * gradients are OVERWRITTEN unless a function says otherwise. */
+ * gradients are OVERWRITTEN unless a function says otherwise.
+ *
+ * Sizes: every shape parameter is int64_t, and every element count, index
+ * and pointer offset inside the kernels is computed in int64_t, so a
+ * tensor may hold 2^31 elements or more (B T 4C is 2^32 for B 8, T 8192,
+ * C 16384). Signed, so loop counters and OpenMP loops use the same type;
+ * callers holding int pass it unchanged. FLOP counts are doubles. */
 #ifndef SHARDLAB_LAYERS_H
 #define SHARDLAB_LAYERS_H
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "counters.h"
 
+/* The largest m, n, k or leading dimension cblas_sgemm accepts: blasint
+ * is int in Debian's OpenBLAS (built without INTERFACE64). */
+#define MATMUL_MAX_DIM ((int64_t)INT_MAX)
+
 /* out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] */
-void encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T, int C);
+void encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int64_t B, int64_t T,
+                     int64_t C);
 /* dwte[inp[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:] */
-void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C);
+void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t B, int64_t T,
+                      int64_t C);
 
 /* LayerNorm over C with eps 1e-5; saves mean and rstd (N = B*T rows). */
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
-                       const float *bias, int N, int C, struct flop_counter *fc);
+                       const float *bias, int64_t N, int64_t C, struct flop_counter *fc);
 /* dinp is ACCUMULATED (+=): the residual stream's gradient passes through. */
 void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                        const float *weight, const float *mean, const float *rstd, int N, int C,
+                        const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
                         struct flop_counter *fc);
 
 /* out (N,OC) = inp (N,C) . weight(OC,C)^T + bias; bias may be NULL. */
-void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC,
-                    struct flop_counter *fc);
+void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int64_t N, int64_t C,
+                    int64_t OC, struct flop_counter *fc);
 /* dinp = dout . weight (overwritten); dweight += dout^T . inp; dbias += colsum(dout). */
 void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                     const float *weight, int N, int C, int OC, struct flop_counter *fc);
+                     const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
+/* The same with the N rows cut into slices of at most max_rows, one sgemm
+ * per slice; matmul_forward/backward are these with MATMUL_MAX_DIM, so N
+ * itself may exceed the int range of sgemm. Slicing changes nothing in the
+ * forward and in dinp (each output row is its own dot products); dweight
+ * then sums its slices in order (beta = 1), a different rounding only for
+ * N beyond max_rows. C and OC must fit MATMUL_MAX_DIM: otherwise the
+ * kernel prints the shape to stderr and exits with status 1 (no GEMM can be
+ * split along them here). Exposed so a test can force small slices. */
+void matmul_forward_sliced(float *out, const float *inp, const float *weight, const float *bias, int64_t N,
+                           int64_t C, int64_t OC, int64_t max_rows, struct flop_counter *fc);
+void matmul_backward_sliced(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                            const float *weight, int64_t N, int64_t C, int64_t OC, int64_t max_rows,
+                            struct flop_counter *fc);
 
 /* Causal multi-head attention. qkv (B,T,3C) holds q, k, v; out (B,T,C);
  * att (B,NH,T,T) gets the softmax probabilities (upper triangle zero). */
-void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH,
+void attention_forward(float *out, float *att, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
                        struct flop_counter *fc);
 /* dqkv overwritten. scratch: T floats per OpenMP thread. */
 void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
-                        int B, int T, int C, int NH, struct flop_counter *fc);
+                        int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
 
 /* GELU, GPT-2's tanh approximation. */
-void gelu_forward(float *out, const float *inp, int n, struct flop_counter *fc);
+void gelu_forward(float *out, const float *inp, int64_t n, struct flop_counter *fc);
 /* dinp = gelu'(inp) * dout (overwritten; may alias dout). */
-void gelu_backward(float *dinp, const float *inp, const float *dout, int n, struct flop_counter *fc);
+void gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n, struct flop_counter *fc);
 
 /* out = a + b */
-void residual_forward(float *out, const float *a, const float *b, int n, struct flop_counter *fc);
+void residual_forward(float *out, const float *a, const float *b, int64_t n, struct flop_counter *fc);
 
 /* Softmax cross-entropy over the first V of Vp logits per row (N rows).
  * Writes per-row losses and returns their sum. When dloss != 0, overwrites
  * logits with dlogits = (softmax - onehot) * dloss (padding columns 0). */
-double crossentropy_forward_backward(float *logits, float *losses, const int32_t *targets, int N, int V,
-                                     int Vp, float dloss, struct flop_counter *fc);
+double crossentropy_forward_backward(float *logits, float *losses, const int32_t *targets, int64_t N,
+                                     int64_t V, int64_t Vp, float dloss, struct flop_counter *fc);
 
 #endif

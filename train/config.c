@@ -246,7 +246,7 @@ int config_validate(const struct config *c, char err[CONFIG_ERR_LEN]) {
         snprintf(err, CONFIG_ERR_LEN, "vocab_size %d does not fit the uint16 token shards (max 65536)", c->vocab_size);
         return -1;
     }
-    return 0;
+    return config_check_sizes(c, err);
 }
 
 static void format_value(const struct config *c, const struct key *k, char *out, size_t n) {

@@ -56,9 +56,11 @@ static void print_banner(const struct config *c, const struct trainer *tr) {
            dtype_name(c->act_dtype), c->rounding == ROUND_NEAREST ? "nearest-even" : "stochastic");
     printf("grid: %d rank%s = dp %d x tp %d x pp %d; ZeRO-%d over the %d data-parallel ranks\n", g->world_size,
            g->world_size == 1 ? "" : "s", g->dp, g->tp, g->pp, c->zero, g->dp);
-    printf("batch: micro_batch %d x grad_accum %d x dp %d = %d sequences = %d tokens per step\n", c->micro_batch,
-           c->grad_accum, g->dp, c->micro_batch * c->grad_accum * g->dp,
-           c->micro_batch * c->grad_accum * g->dp * c->seq_len);
+    /* not in int: micro_batch and grad_accum go up to 2^20 each; a double is
+     * exact to 2^53 and cannot overflow */
+    double sequences = (double)c->micro_batch * c->grad_accum * g->dp;
+    printf("batch: micro_batch %d x grad_accum %d x dp %d = %.0f sequences = %.0f tokens per step\n", c->micro_batch,
+           c->grad_accum, g->dp, sequences, sequences * c->seq_len);
     printf("data: %s (%zu samples%s), val %s\n", c->train_data, tr->train.n_samples,
            c->shuffle ? ", shuffled" : ", sequential", tr->has_val ? c->val_data : "(none)");
     printf("peak: %.1f GFLOP/s per rank (%s)\n", tr->peak_flops / 1e9,

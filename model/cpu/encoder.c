@@ -1,24 +1,26 @@
 /* Token + learned position embedding. */
 #include "layers.h"
 
-void encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T, int C) {
+void encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int64_t B, int64_t T,
+                     int64_t C) {
 #pragma omp parallel for
-    for (int bt = 0; bt < B * T; bt++) {
-        const float *tok = wte + (size_t)inp[bt] * C;
-        const float *pos = wpe + (size_t)(bt % T) * C;
-        float *o = out + (size_t)bt * C;
-        for (int c = 0; c < C; c++) o[c] = tok[c] + pos[c];
+    for (int64_t bt = 0; bt < B * T; bt++) {
+        const float *tok = wte + (int64_t)inp[bt] * C;
+        const float *pos = wpe + (bt % T) * C;
+        float *o = out + bt * C;
+        for (int64_t c = 0; c < C; c++) o[c] = tok[c] + pos[c];
     }
 }
 
 /* Serial on purpose: two positions may carry the same token, so rows of
  * dwte would race. The loop is B*T*C adds, negligible next to the GEMMs. */
-void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C) {
-    for (int bt = 0; bt < B * T; bt++) {
-        const float *d = dout + (size_t)bt * C;
-        float *dtok = dwte + (size_t)inp[bt] * C;
-        float *dpos = dwpe + (size_t)(bt % T) * C;
-        for (int c = 0; c < C; c++) {
+void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t B, int64_t T,
+                      int64_t C) {
+    for (int64_t bt = 0; bt < B * T; bt++) {
+        const float *d = dout + bt * C;
+        float *dtok = dwte + (int64_t)inp[bt] * C;
+        float *dpos = dwpe + (bt % T) * C;
+        for (int64_t c = 0; c < C; c++) {
             dtok[c] += d[c];
             dpos[c] += d[c];
         }

@@ -10,18 +10,18 @@
 
 enum { GELU_FLOPS_FWD = 8, GELU_FLOPS_BWD = 16 };
 
-void gelu_forward(float *out, const float *inp, int n, struct flop_counter *fc) {
+void gelu_forward(float *out, const float *inp, int64_t n, struct flop_counter *fc) {
 #pragma omp parallel for
-    for (int i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n; i++) {
         float x = inp[i];
         out[i] = 0.5f * x * (1.0f + fast_tanhf(GELU_SCALE * (x + GELU_CUBIC * x * x * x)));
     }
     fc->other += (double)GELU_FLOPS_FWD * n;
 }
 
-void gelu_backward(float *dinp, const float *inp, const float *dout, int n, struct flop_counter *fc) {
+void gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n, struct flop_counter *fc) {
 #pragma omp parallel for
-    for (int i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n; i++) {
         float x = inp[i];
         float u = GELU_SCALE * (x + GELU_CUBIC * x * x * x);
         float th = fast_tanhf(u);
@@ -32,8 +32,8 @@ void gelu_backward(float *dinp, const float *inp, const float *dout, int n, stru
     fc->other += (double)GELU_FLOPS_BWD * n;
 }
 
-void residual_forward(float *out, const float *a, const float *b, int n, struct flop_counter *fc) {
+void residual_forward(float *out, const float *a, const float *b, int64_t n, struct flop_counter *fc) {
 #pragma omp parallel for
-    for (int i = 0; i < n; i++) out[i] = a[i] + b[i];
-    fc->other += n;
+    for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+    fc->other += (double)n;
 }

@@ -7,20 +7,20 @@
 enum { LN_FLOPS_FWD_PER_ELEM = 7, LN_FLOPS_BWD_PER_ELEM = 12 };
 
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
-                       const float *bias, int N, int C, struct flop_counter *fc) {
+                       const float *bias, int64_t N, int64_t C, struct flop_counter *fc) {
     const float eps = 1e-5f;
 #pragma omp parallel for
-    for (int i = 0; i < N; i++) {
-        const float *x = inp + (size_t)i * C;
+    for (int64_t i = 0; i < N; i++) {
+        const float *x = inp + i * C;
         float m = 0.0f;
-        for (int c = 0; c < C; c++) m += x[c];
+        for (int64_t c = 0; c < C; c++) m += x[c];
         m /= (float)C;
         float v = 0.0f;
-        for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+        for (int64_t c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
         v /= (float)C;
         float s = 1.0f / sqrtf(v + eps);
-        float *o = out + (size_t)i * C;
-        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+        float *o = out + i * C;
+        for (int64_t c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
         mean[i] = m;
         rstd[i] = s;
     }
@@ -28,15 +28,15 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, c
 }
 
 void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                        const float *weight, const float *mean, const float *rstd, int N, int C,
+                        const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
                         struct flop_counter *fc) {
     /* dx = rstd * (w*dy - mean(w*dy) - xhat * mean(w*dy*xhat)) */
 #pragma omp parallel for
-    for (int i = 0; i < N; i++) {
-        const float *x = inp + (size_t)i * C, *dy = dout + (size_t)i * C;
+    for (int64_t i = 0; i < N; i++) {
+        const float *x = inp + i * C, *dy = dout + i * C;
         float m = mean[i], s = rstd[i];
         float dnorm_mean = 0.0f, dnorm_xhat_mean = 0.0f;
-        for (int c = 0; c < C; c++) {
+        for (int64_t c = 0; c < C; c++) {
             float xhat = (x[c] - m) * s;
             float dnorm = weight[c] * dy[c];
             dnorm_mean += dnorm;
@@ -44,8 +44,8 @@ void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *
         }
         dnorm_mean /= (float)C;
         dnorm_xhat_mean /= (float)C;
-        float *dx = dinp + (size_t)i * C;
-        for (int c = 0; c < C; c++) {
+        float *dx = dinp + i * C;
+        for (int64_t c = 0; c < C; c++) {
             float xhat = (x[c] - m) * s;
             float dnorm = weight[c] * dy[c];
             dx[c] += s * (dnorm - dnorm_mean - xhat * dnorm_xhat_mean);
@@ -54,11 +54,11 @@ void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *
     /* Weight and bias gradients sum over rows; parallel over channels so no
      * two threads write the same element. */
 #pragma omp parallel for
-    for (int c = 0; c < C; c++) {
+    for (int64_t c = 0; c < C; c++) {
         float dw = 0.0f, db = 0.0f;
-        for (int i = 0; i < N; i++) {
-            float dy = dout[(size_t)i * C + c];
-            dw += (inp[(size_t)i * C + c] - mean[i]) * rstd[i] * dy;
+        for (int64_t i = 0; i < N; i++) {
+            float dy = dout[i * C + c];
+            dw += (inp[i * C + c] - mean[i]) * rstd[i] * dy;
             db += dy;
         }
         dweight[c] += dw;
