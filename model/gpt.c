@@ -202,7 +202,7 @@ float *gpt_stage_grad(struct gpt *m) { return m->dresid; }
  * layer output (the recompute of full checkpointing needs no output: the
  * backward starts from the saved stream). */
 static void layer_forward(struct gpt *m, const float *x, struct layer_view *v, const float *w, float *out) {
-    int N = (int)bt(m), C = m->shape.C;
+    int64_t N = (int64_t)bt(m), C = m->shape.C;
     struct flop_counter *fc = m->flops;
     float **a = v->act, *tmp = m->dmid; /* dmid is free outside the backward's own use */
 
@@ -215,18 +215,18 @@ static void layer_forward(struct gpt *m, const float *x, struct layer_view *v, c
     round_saved(m, a[ACT_ATT], gpt_layer_act_numel(&m->shape, m->B, ACT_ATT));
     round_saved(m, a[ACT_ATTY], btc(m));
     matmul_forward(tmp, a[ACT_ATTY], wt(m, w, LAYER_ATTPROJ_W), wt(m, w, LAYER_ATTPROJ_B), N, C, C, fc);
-    residual_forward(a[ACT_RES2], x, tmp, (int)btc(m), fc);
+    residual_forward(a[ACT_RES2], x, tmp, (int64_t)btc(m), fc);
     round_saved(m, a[ACT_RES2], btc(m));
     layernorm_forward(a[ACT_LN2], v->stat[STAT_LN2_MEAN], v->stat[STAT_LN2_RSTD], a[ACT_RES2],
                       wt(m, w, LAYER_LN2_W), wt(m, w, LAYER_LN2_B), N, C, fc);
     round_saved(m, a[ACT_LN2], btc(m));
     matmul_forward(a[ACT_FCH], a[ACT_LN2], wt(m, w, LAYER_FC_W), wt(m, w, LAYER_FC_B), N, C, 4 * C, fc);
     round_saved(m, a[ACT_FCH], 4 * btc(m));
-    gelu_forward(a[ACT_FCH_GELU], a[ACT_FCH], (int)(4 * btc(m)), fc);
+    gelu_forward(a[ACT_FCH_GELU], a[ACT_FCH], (int64_t)(4 * btc(m)), fc);
     round_saved(m, a[ACT_FCH_GELU], 4 * btc(m));
     if (!out) return;
     matmul_forward(tmp, a[ACT_FCH_GELU], wt(m, w, LAYER_FCPROJ_W), wt(m, w, LAYER_FCPROJ_B), N, 4 * C, C, fc);
-    residual_forward(out, a[ACT_RES2], tmp, (int)btc(m), fc);
+    residual_forward(out, a[ACT_RES2], tmp, (int64_t)btc(m), fc);
     round_saved(m, out, btc(m));
 }
 
@@ -242,7 +242,7 @@ void gpt_layer_forward(struct gpt *m, int s, int l, const float *w) {
 
 float gpt_head_forward(struct gpt *m, int s, const float *w_head, const float *wte, const int32_t *targets,
                        float dloss) {
-    int N = (int)bt(m), C = m->shape.C;
+    int64_t N = (int64_t)bt(m), C = m->shape.C;
     struct gpt_slot *sl = &m->slot[s];
     const float *x = resid_view(m, s, m->n_layers, m->work_resid_in, true);
     float *lnf = lnf_view(m, s, false);
@@ -255,11 +255,11 @@ float gpt_head_forward(struct gpt *m, int s, const float *w_head, const float *w
     buf_copy(sl->targets, targets, bt(m) * sizeof *targets);
     double sum = crossentropy_forward_backward(sl->logits, sl->losses, sl->targets, N, m->shape.V, m->shape.Vp,
                                                dloss, m->flops);
-    return (float)(sum / N);
+    return (float)(sum / (double)N);
 }
 
 void gpt_head_backward(struct gpt *m, int s, const float *w_head, const float *wte, float *dw_head, float *dwte) {
-    int N = (int)bt(m), C = m->shape.C;
+    int64_t N = (int64_t)bt(m), C = m->shape.C;
     struct gpt_slot *sl = &m->slot[s];
     const float *x = resid_view(m, s, m->n_layers, m->work_resid_in, true);
     const float *lnf = lnf_view(m, s, true);
@@ -271,7 +271,8 @@ void gpt_head_backward(struct gpt *m, int s, const float *w_head, const float *w
 }
 
 void gpt_layer_backward(struct gpt *m, int s, int l, const float *w, float *dw) {
-    int N = (int)bt(m), C = m->shape.C, i = l - m->lay->rank.l0;
+    int64_t N = (int64_t)bt(m), C = m->shape.C;
+    int i = l - m->lay->rank.l0;
     struct flop_counter *fc = m->flops;
     const float *x = resid_view(m, s, i, m->work_resid_in, true);
     struct layer_view v = layer_view(m, s, i, true);
@@ -286,7 +287,7 @@ void gpt_layer_backward(struct gpt *m, int s, int l, const float *w, float *dw) 
     /* On entry dresid holds dL/d(layer output); on exit dL/d(layer input). */
     matmul_backward(m->dbig, dwt(m, dw, LAYER_FCPROJ_W), dwt(m, dw, LAYER_FCPROJ_B), m->dresid, a[ACT_FCH_GELU],
                     wt(m, w, LAYER_FCPROJ_W), N, 4 * C, C, fc);
-    gelu_backward(m->dbig, a[ACT_FCH], m->dbig, (int)(4 * btc(m)), fc);
+    gelu_backward(m->dbig, a[ACT_FCH], m->dbig, (int64_t)(4 * btc(m)), fc);
     matmul_backward(m->dmid, dwt(m, dw, LAYER_FC_W), dwt(m, dw, LAYER_FC_B), m->dbig, a[ACT_LN2],
                     wt(m, w, LAYER_FC_W), N, C, 4 * C, fc);
     layernorm_backward(m->dresid, dwt(m, dw, LAYER_LN2_W), dwt(m, dw, LAYER_LN2_B), m->dmid, a[ACT_RES2],

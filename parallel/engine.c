@@ -124,8 +124,8 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
         return 0.0f;
     }
     const float *wh = unit_weights(e, layout_head_unit(lay));
-    int BT = e->o.micro_batch * lay->shape.T;
-    return gpt_head_forward(m, slot, wh, head_wte(e, we, wh), in->targets, dloss / (float)BT);
+    double BT = (double)e->o.micro_batch * lay->shape.T;
+    return gpt_head_forward(m, slot, wh, head_wte(e, we, wh), in->targets, (float)(dloss / BT));
 }
 
 void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out) {

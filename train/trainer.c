@@ -140,8 +140,10 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     if (rc != 0) trainer_close(tr);
     tr->startup_tracked_peak = (double)tr->mem.peak_total;
     tr->startup_rss = peak_rss_bytes();
-    for (int g = 0; g < GROUP_NUM; g++) /* count steps only */
-        memset(&grid_group(grid, (enum grid_group)g)->counters, 0, sizeof(struct comm_counters));
+    for (int g = 0; g < GROUP_NUM; g++) { /* count steps only */
+        struct collectives *c = grid_group(grid, (enum grid_group)g);
+        if (c) c->counters = (struct comm_counters){0};
+    }
     return rc;
 }
 
