@@ -40,13 +40,13 @@ timeout 90 "${mpi[@]}" -np 2 "$train" "${common[@]}" --steps 1000000 --val_every
 job=$!
 for _ in $(seq 1 200); do grep -q '^step' "$tmp/out3" 2>/dev/null && break; sleep 0.1; done
 victim=""
-for pid in $(pgrep -f "$train"); do
+for pid in $(pgrep -f "$tmp/train.bin"); do
     if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then victim=$pid; fi
 done
 [ -n "$victim" ] && kill -9 "$victim"
 wait $job
 rc=$?
-[ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && ! pgrep -f "$train" >/dev/null
+[ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && ! pgrep -f "$tmp/train.bin" >/dev/null
 check "kill -9 of rank 1: mpirun ends the job non-zero (rc $rc), no rank left running" $?
 
 # 4. params of a 65536-wide layer in bf16 (103 GB) on each of 2 ranks. The
