@@ -66,6 +66,7 @@ struct config {
     /* machine */
     int threads;
     double peak_flops;
+    bool force;            /* go on when the memory check says the run will not fit */
 };
 
 void config_defaults(struct config *c);

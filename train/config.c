@@ -77,6 +77,7 @@ static const struct key KEYS[] = {
     {"explain", KEY_BOOL, F(explain), "0", "print the shard map (who owns what) before training", NUM(0, 1)},
     {"threads", KEY_INT, F(threads), "2", "threads for BLAS and the elementwise kernels", NUM(1, 1024)},
     {"peak_flops", KEY_DOUBLE, F(peak_flops), "0", "peak FLOP/s for MFU; 0: measure at start-up", NUM(0, 1e30)},
+    {"force", KEY_BOOL, F(force), "0", "1: allocate even when the memory check (theory + libraries vs MemAvailable and the cgroup limit) says the run will not fit; a warning instead of the refusal", NUM(0, 1)},
 };
 
 enum { NUM_KEYS = sizeof KEYS / sizeof KEYS[0] };

@@ -5,8 +5,11 @@
 #  3. kill -9 of one rank mid-run: OpenMPI's mpirun notices the dead rank,
 #     kills the others and exits non-zero. Nobody hangs (each run has a
 #     timeout; a timeout is a failure);
-#  4. a model whose buffers cannot be allocated: every rank exits non-zero,
-#     one message naming the buffer and its bytes (no crash, no OOM kill).
+#  4. a model whose buffers cannot be allocated (--force 1 past the memory
+#     check): every rank exits non-zero, one message naming the buffer and
+#     its bytes (no crash, no OOM kill);
+#  5. a model too big for this host (4.8e9 parameters): refused before
+#     allocating, with the breakdown and the levers, on every rank.
 # Usage: tests/mpi/failures.sh BUILD_DIR (build or build-san)
 set -u
 build=${1:-build}
@@ -51,11 +54,26 @@ check "kill -9 of rank 1: mpirun ends the job non-zero (rc $rc), no rank left ru
 
 # 4. params of a 65536-wide layer in bf16 (103 GB) on each of 2 ranks. The
 # sanitizer build must return NULL rather than abort on a huge request.
+# --force 1 takes it past the memory check to the allocator.
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}allocator_may_return_null=1"
-timeout 60 "${mpi[@]}" -x ASAN_OPTIONS -np 2 "$train" "${common[@]}" --n_layer 1 --d_model 65536 \
+timeout 60 "${mpi[@]}" -x ASAN_OPTIONS -np 2 "$train" "${common[@]}" --n_layer 1 --d_model 65536 --force 1 \
     >"$tmp/out4" 2>"$tmp/err4"
 rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c "out of memory allocating 'params' (103118929920 bytes" "$tmp/err4")" -eq 1 ]
 check "unallocatable params: non-zero exit (rc $rc), one message naming the buffer and its bytes" $?
+
+# 5. 48 layers of width 2880 (4.8e9 parameters, 73 GiB of states and
+# buffers per rank at ZeRO-0): refused in a second, nothing allocated
+start=$SECONDS
+timeout 60 "${mpi[@]}" -np 2 "$train" "${common[@]}" --n_layer 48 --d_model 2880 --n_head 16 \
+    >"$tmp/out5" 2>"$tmp/err5"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $((SECONDS - start)) -lt 30 ] &&
+    grep -q "not enough memory: this rank needs 72.98 GiB at start-up" "$tmp/err5" &&
+    grep -q "params 8.90 GiB, master 17.81 GiB, grads 8.90 GiB, optimizer 35.62 GiB" "$tmp/err5" &&
+    grep -q "shared by 2 ranks on this host" "$tmp/err5" &&
+    grep -q -- "--zero 3 over dp 2: 37.74 GiB" "$tmp/err5" && grep -q -- "--force 1 allocates anyway" "$tmp/err5" &&
+    ! grep -q '^step' "$tmp/out5"
+check "4.8e9 parameters: refused before allocating (rc $rc), the breakdown and the levers" $?
 
 [ $fails -eq 0 ] && echo "failure tests passed" || { echo "$fails failure test(s) failed"; exit 1; }
