@@ -9,7 +9,11 @@
 #     check): every rank exits non-zero, one message naming the buffer and
 #     its bytes (no crash, no OOM kill);
 #  5. a model too big for this host (4.8e9 parameters): refused before
-#     allocating, with the breakdown and the levers, on every rank.
+#     allocating, with the breakdown and the levers, on every rank;
+#  6. log_json on a full disk (/dev/full): every rank exits non-zero, the
+#     message names the log (it used to leave a 0-byte log and exit 0);
+#  7. the banner's tokens per step past 2^31 (it printed -2147483648), and
+#     a directory as --config or as train_data: one clear error each.
 # Usage: tests/mpi/failures.sh BUILD_DIR (build or build-san)
 set -u
 build=${1:-build}
@@ -75,5 +79,27 @@ rc=$?
     grep -q -- "--zero 3 over dp 2: 37.74 GiB" "$tmp/err5" && grep -q -- "--force 1 allocates anyway" "$tmp/err5" &&
     ! grep -q '^step' "$tmp/out5"
 check "4.8e9 parameters: refused before allocating (rc $rc), the breakdown and the levers" $?
+
+# 6. a full disk under log_json
+timeout 60 "${mpi[@]}" -np 2 "$train" "${common[@]}" --steps 2 --val_every 0 --peak_flops 1e9 \
+    --log_json /dev/full >"$tmp/out6" 2>"$tmp/err6"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c 'writing log_json /dev/full failed' "$tmp/err6")" -eq 1 ]
+check "log_json on a full disk: non-zero exit (rc $rc), one message naming the log" $?
+
+# 7. 4 x 2^20 x 1024 tokens per step (steps 0: the banner only); directories
+timeout 60 "$train" "${common[@]}" --steps 0 --grad_accum 1048576 --seq_len 1024 --val_every 0 --peak_flops 1e9 \
+    >"$tmp/out7" 2>"$tmp/err7"
+rc=$?
+[ $rc -eq 0 ] && grep -q "= 4194304 sequences = 4294967296 tokens per step" "$tmp/out7"
+check "banner: 4294967296 tokens per step, not an int overflow" $?
+timeout 60 "$train" --config "$tmp" >"$tmp/out7" 2>"$tmp/err7"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "config $tmp: is a directory" "$tmp/err7"
+check "a directory as --config: non-zero exit (rc $rc), named" $?
+timeout 60 "$train" "${common[@]}" --train_data "$tmp" >"$tmp/out7" 2>"$tmp/err7"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "$tmp is a directory, not a token shard" "$tmp/err7"
+check "a directory as train_data: non-zero exit (rc $rc), named" $?
 
 [ $fails -eq 0 ] && echo "failure tests passed" || { echo "$fails failure test(s) failed"; exit 1; }
