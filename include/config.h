@@ -18,7 +18,9 @@
  * untied embeddings. */
 enum model_arch { ARCH_GPT2, ARCH_LLAMA };
 
-enum { CONFIG_PATH_LEN = 512, CONFIG_ERR_LEN = 1024 };
+/* CONFIG_LINE_LEN: a config file's line, newline and terminator included;
+ * a longer line is an error (not split into two). */
+enum { CONFIG_PATH_LEN = 512, CONFIG_ERR_LEN = 1024, CONFIG_LINE_LEN = 1024 };
 
 /* The most bytes any count derived from the shape keys may reach (2^62):
  * sizes are 64-bit integers, and the factor 4 of headroom covers sums of a
@@ -66,6 +68,7 @@ struct config {
     /* machine */
     int threads;
     double peak_flops;
+    bool force;            /* go on when the memory check says the run will not fit */
 };
 
 void config_defaults(struct config *c);
@@ -83,6 +86,9 @@ int config_validate(const struct config *c, char err[CONFIG_ERR_LEN]);
  * logit, embedding and model-state count in bytes must be at most
  * CONFIG_MAX_BYTES; the error names the keys, their product and the bytes. */
 int config_check_sizes(const struct config *c, char err[CONFIG_ERR_LEN]);
+/* Settings that run but are probably not meant (warmup longer than the
+ * run): one "warning: ..." line each on `out`; returns how many. */
+int config_warnings(const struct config *c, FILE *out);
 void config_print_help(FILE *f, const char *program);
 /* Every key with its value, one per line, in config-file form. */
 void config_print(FILE *f, const struct config *c);

@@ -224,6 +224,7 @@ static void version4(unsigned char *b, size_t *n) { (void)n, set_int(b, 1, 4); }
 static void truncate4(unsigned char *b, size_t *n) { (void)b, *n -= 4; }
 static void append4(unsigned char *b, size_t *n) { memset(b + *n, 0, 4), *n += 4; }
 static void bad_vp(unsigned char *b, size_t *n) { (void)n, set_int(b, 7, 200); }
+static void huge_vocab(unsigned char *b, size_t *n) { (void)n, set_int(b, 3, INT32_MAX); }
 static void header_only_half(unsigned char *b, size_t *n) { (void)b, *n = 512; }
 
 static void test_llmc_rejects(void **state) {
@@ -234,6 +235,8 @@ static void test_llmc_rejects(void **state) {
     expect_llmc_reject(fx, "trail.bin", append4, "trailing");
     expect_llmc_reject(fx, "vp.bin", bad_vp, "padded_vocab_size is 200");
     expect_llmc_reject(fx, "half.bin", header_only_half, "truncated");
+    /* a fuzzed vocabulary: refused before padding it overflows an int (UBSan) */
+    expect_llmc_reject(fx, "vocab.bin", huge_vocab, "vocab_size is 2147483647 in the header, beyond the largest");
 
     /* read_header applies the same header checks. */
     char err[CKPT_ERR_LEN] = "", p[256];

@@ -223,6 +223,64 @@ static void test_file_errors_name_file_and_line(void **state) {
     assert_non_null(strstr(err, "/nonexistent/dir/x.conf"));
 }
 
+/* A directory used to read as an empty config (defaults, silently); a line
+ * past the buffer used to go on as a new line, even inside a comment. */
+static void test_directory_and_long_line(void **state) {
+    (void)state;
+    struct config c;
+    config_defaults(&c);
+    char err[CONFIG_ERR_LEN] = "", want[128];
+    assert_int_equal(config_load_file(&c, "/tmp", err), -1);
+    assert_non_null(strstr(err, "config /tmp: is a directory"));
+
+    /* a comment of 1500 characters whose tail reads "n_layer = 7" */
+    char text[4096], path[64];
+    int n = snprintf(text, sizeof text, "d_model = 96\n# ");
+    for (int i = 0; i < 1500; i++) text[n++] = 'x';
+    snprintf(text + n, sizeof text - (size_t)n, " n_layer = 7\nn_head = 8\n");
+    write_temp(path, text);
+    assert_int_equal(config_load_file(&c, path, err), -1);
+    snprintf(want, sizeof want, "%s:2: line longer than %d characters", path, CONFIG_LINE_LEN - 2);
+    assert_non_null(strstr(err, want));
+    assert_int_equal(c.n_layer, 2); /* the tail was not read as a key */
+    unlink(path);
+
+    /* the longest line that fits, and the last line without a newline */
+    n = snprintf(text, sizeof text, "n_layer = 5");
+    while (n < CONFIG_LINE_LEN - 2) text[n++] = ' ';
+    snprintf(text + n, sizeof text - (size_t)n, "\nn_head = 8");
+    write_temp(path, text);
+    config_defaults(&c);
+    assert_int_equal(config_load_file(&c, path, err), 0);
+    assert_int_equal(c.n_layer, 5);
+    assert_int_equal(c.n_head, 8);
+    unlink(path);
+}
+
+/* warmup longer than the run: a warning naming both; steps 0 with
+ * save_state: an error (no state would be written). */
+static void test_warnings_and_steps_zero(void **state) {
+    (void)state;
+    struct config c;
+    config_defaults(&c);
+    char buf[512] = "", err[CONFIG_ERR_LEN] = "";
+    FILE *f = fmemopen(buf, sizeof buf, "w");
+    assert_int_equal(config_warnings(&c, f), 0);
+    c.warmup_steps = 150;
+    assert_int_equal(config_warnings(&c, f), 1);
+    fclose(f);
+    assert_non_null(strstr(buf, "warning: warmup_steps 150 is longer than the run (steps 100)"));
+    c.warmup_steps = 100; /* warmup ending on the last step is fine */
+    assert_int_equal(config_warnings(&c, stderr), 0);
+
+    config_defaults(&c);
+    c.steps = 0;
+    assert_int_equal(config_validate(&c, err), 0); /* steps 0 alone: init and save a model file */
+    snprintf(c.save_state, sizeof c.save_state, "out.state");
+    assert_int_equal(config_validate(&c, err), -1);
+    assert_non_null(strstr(err, "steps = 0 with save_state out.state"));
+}
+
 static void expect_bad(const char *key, const char *value) {
     struct config c, ref;
     config_defaults(&c);
@@ -539,6 +597,8 @@ int main(void) {
         cmocka_unit_test(test_bench_small_shape),
         cmocka_unit_test(test_unknown_key),
         cmocka_unit_test(test_file_errors_name_file_and_line),
+        cmocka_unit_test(test_directory_and_long_line),
+        cmocka_unit_test(test_warnings_and_steps_zero),
         cmocka_unit_test(test_bad_numbers),
         cmocka_unit_test(test_choice_keys),
         cmocka_unit_test(test_dash_and_underscore_flags),

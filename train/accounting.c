@@ -183,3 +183,44 @@ double theory_trainer_comm_buffers(const struct config *c, int N) {
     if (c->zero >= 2) bytes += (double)shard_max_unit_padded(&sh) * w_g;
     return bytes;
 }
+
+struct scratch_theory theory_trainer_scratch(const struct config *c, int N, int rank) {
+    struct model_layout lay = layout_of(c);
+    struct shard_layout sh;
+    shard_layout_init(&sh, &lay, N, rank);
+    double B = c->micro_batch, T = c->seq_len, C = c->d_model, NH = c->n_head, BT = B * T, n = BT * C;
+    bool bf16_acts = c->act_dtype == DTYPE_BF16;
+    struct scratch_theory s = {0};
+    s.persistent = (double)layout_num_tensors(&lay) * sizeof(struct opt_segment);
+    /* parallel/engine.c: one fp32 view and one fp32 accumulator per unit kind */
+    double kinds = 0;
+    int units[] = {layout_embed_unit(&lay), layout_head_unit(&lay), layout_layer_unit(&lay, 0)};
+    for (int k = 0; k < 3; k++)
+        if (units[k] >= 0) kinds += (double)shard_unit_padded(&sh, units[k]) * 4;
+    if (c->param_dtype == DTYPE_BF16) s.persistent += kinds;
+    if (c->grad_dtype == DTYPE_BF16 || c->zero >= 2) s.persistent += kinds;
+    /* model/gpt.c: a layer's tensors widened (bf16, kept in the stores), the
+     * residual in and out and the final LayerNorm output widened (bf16),
+     * backward's d residual, d fc (4C), d qkv (3C) and a C temp, attention rows */
+    if (bf16_acts && c->recompute != RECOMPUTE_FULL)
+        s.persistent += (15 * n + (c->recompute == RECOMPUTE_SELECTIVE ? 0 : B * NH * T * T)) * 4;
+    if (bf16_acts) s.persistent += 3 * n * 4;
+    s.persistent += 9 * n * 4 + T * c->threads * 4;
+    s.persistent += 2 * BT * sizeof(int32_t); /* train/trainer.c: the batch's inputs and targets */
+    if (c->optimizer == OPTIM_ADAMW8BIT) s.persistent += 2.0 * sizeof(struct qmap_index);
+    s.staging = (double)shard_max_unit_padded(&sh) * 4;
+    return s;
+}
+
+struct memory_need theory_trainer_memory(const struct config *c, int N, int rank) {
+    struct memory_need m = {0};
+    struct state_theory st = theory_trainer_states(c, N, rank);
+    for (int i = 0; i < st.n; i++) m.bytes[st.lines[i].category] += st.lines[i].psi_bytes + st.lines[i].padding_bytes;
+    m.bytes[MEM_ACTIVATIONS] = theory_trainer_activations(c).total;
+    m.bytes[MEM_COMM] = theory_trainer_comm_buffers(c, N);
+    struct scratch_theory sc = theory_trainer_scratch(c, N, rank);
+    m.staging = sc.staging;
+    m.bytes[MEM_SCRATCH] = sc.persistent + sc.staging;
+    for (int k = 0; k < MEM_NUM_CATEGORIES; k++) m.total += m.bytes[k];
+    return m;
+}

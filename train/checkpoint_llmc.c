@@ -125,6 +125,8 @@ static int check_range(const struct model_layout *lay, struct tensor_id id, size
     return 0;
 }
 
+enum { LLMC_MAX_VOCAB = 1 << 24 };
+
 /* Validates magic, version and the shape fields, and fills shape/version. */
 static int parse_header(const int32_t h[LLMC_HEADER_INTS], const char *path, struct model_shape *shape,
                         int *version, char err[CKPT_ERR_LEN]) {
@@ -148,6 +150,13 @@ static int parse_header(const int32_t h[LLMC_HEADER_INTS], const char *path, str
                      (int)h[fields[i].slot]);
             return -1;
         }
+    }
+    /* A fuzzed vocabulary near INT_MAX would overflow the padding sum in
+     * padded_vocab; no tokenizer comes near this bound. */
+    if (h[H_V] > LLMC_MAX_VOCAB) {
+        snprintf(err, CKPT_ERR_LEN, "%.300s: vocab_size is %d in the header, beyond the largest accepted (%d)", path,
+                 (int)h[H_V], LLMC_MAX_VOCAB);
+        return -1;
     }
     /* Our layout always pads the vocabulary the way llm.c does; a file padded
      * otherwise could not be laid out, so say so here rather than later. */

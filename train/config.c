@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 enum key_type { KEY_INT, KEY_LLONG, KEY_FLOAT, KEY_DOUBLE, KEY_BOOL, KEY_STRING, KEY_CHOICE };
 
@@ -77,6 +78,7 @@ static const struct key KEYS[] = {
     {"explain", KEY_BOOL, F(explain), "0", "print the shard map (who owns what) before training", NUM(0, 1)},
     {"threads", KEY_INT, F(threads), "2", "threads for BLAS and the elementwise kernels", NUM(1, 1024)},
     {"peak_flops", KEY_DOUBLE, F(peak_flops), "0", "peak FLOP/s for MFU; 0: measure at start-up", NUM(0, 1e30)},
+    {"force", KEY_BOOL, F(force), "0", "1: allocate even when the memory check (theory + libraries vs MemAvailable and the cgroup limit) says the run will not fit; a warning instead of the refusal", NUM(0, 1)},
 };
 
 enum { NUM_KEYS = sizeof KEYS / sizeof KEYS[0] };
@@ -178,13 +180,31 @@ static char *trim(char *s) {
 int config_load_file(struct config *c, const char *path, char err[CONFIG_ERR_LEN]) {
     FILE *f = fopen(path, "r");
     if (!f) {
-        snprintf(err, CONFIG_ERR_LEN, "cannot open config %s: %s", path, strerror(errno));
+        snprintf(err, CONFIG_ERR_LEN, "cannot open config %.400s: %s", path, strerror(errno));
         return -1;
     }
-    char line[1024];
+    struct stat st;
+    bool stat_ok = fstat(fileno(f), &st) == 0;
+    if (!stat_ok || !S_ISREG(st.st_mode)) { /* a folder reads as empty: defaults, silently */
+        snprintf(err, CONFIG_ERR_LEN, "config %.400s: %s", path,
+                 !stat_ok ? strerror(errno) : S_ISDIR(st.st_mode) ? "is a directory, not a config file"
+                                                                 : "is not a regular file");
+        fclose(f);
+        return -1;
+    }
+    char line[CONFIG_LINE_LEN];
     int lineno = 0, rc = 0;
     while (rc == 0 && fgets(line, sizeof line, f)) {
         lineno++;
+        if (!strchr(line, '\n')) { /* cut short by the buffer, unless the file ends here */
+            int next = fgetc(f);
+            if (next != EOF) {
+                snprintf(err, CONFIG_ERR_LEN, "%.400s:%d: line longer than %d characters", path, lineno,
+                         CONFIG_LINE_LEN - 2);
+                rc = -1;
+                break;
+            }
+        }
         char *hash = strchr(line, '#');
         if (hash) *hash = '\0';
         char *s = trim(line);
@@ -201,6 +221,10 @@ int config_load_file(struct config *c, const char *path, char err[CONFIG_ERR_LEN
             snprintf(err, CONFIG_ERR_LEN, "%s:%d: %.*s", path, lineno, CONFIG_ERR_LEN - 300, inner);
             rc = -1;
         }
+    }
+    if (rc == 0 && ferror(f)) {
+        snprintf(err, CONFIG_ERR_LEN, "cannot read config %.400s: %s", path, strerror(errno));
+        rc = -1;
     }
     fclose(f);
     return rc;
@@ -242,11 +266,28 @@ int config_validate(const struct config *c, char err[CONFIG_ERR_LEN]) {
         snprintf(err, CONFIG_ERR_LEN, "rounding = stochastic needs param_dtype = bf16 (fp32 params are never rounded)");
         return -1;
     }
+    if (c->steps == 0 && c->save_state[0]) { /* the loop never runs, so no state would be written */
+        snprintf(err, CONFIG_ERR_LEN,
+                 "steps = 0 with save_state %.300s: no step runs, so no resume state would be written "
+                 "(set steps >= 1, or drop save_state; save writes a model file at step 0)",
+                 c->save_state);
+        return -1;
+    }
     if (c->vocab_size > 65536) {
         snprintf(err, CONFIG_ERR_LEN, "vocab_size %d does not fit the uint16 token shards (max 65536)", c->vocab_size);
         return -1;
     }
     return config_check_sizes(c, err);
+}
+
+int config_warnings(const struct config *c, FILE *out) {
+    int n = 0;
+    if (c->warmup_steps > c->steps) {
+        fprintf(out, "warning: warmup_steps %d is longer than the run (steps %d): the learning rate never "
+                     "reaches lr %g\n", c->warmup_steps, c->steps, (double)c->lr);
+        n++;
+    }
+    return n;
 }
 
 static void format_value(const struct config *c, const struct key *k, char *out, size_t n) {

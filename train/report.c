@@ -165,7 +165,8 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
         : c->zero == 2 ? "reduce-scatter bucket: the largest padded unit (w_g)" : "none: collectives work in place");
     if (json) json_rows(json, "comm", ranks, n, MEM_COMM, comm_theory);
     for (int r = 0; r < n; r++) col[r] = ranks[r].live[MEM_SCRATCH];
-    row(out, "scratch", col, n, -1, "fp32 working buffers (listed at start)");
+    row(out, "scratch", col, n, theory_trainer_scratch(c, n, 0).persistent,
+        "fp32 unit views and accumulators, widened activations, backward temporaries, ids (listed at start)");
     rss_rows(out, json, ranks, n, col);
     if (json) fflush(json);
     free(col);

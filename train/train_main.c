@@ -3,6 +3,7 @@
  * model is data-parallel over N with ZeRO stage --zero. Rank 0 prints;
  * every rank exits non-zero on any error. */
 #include <cblas.h>
+#include <errno.h>
 #include <mpi.h>
 #include <omp.h>
 #include <stdio.h>
@@ -69,6 +70,21 @@ static void print_banner(const struct config *c, const struct trainer *tr) {
            c->lr, c->lr_schedule == LR_COSINE ? "cosine" : "constant", c->warmup_steps);
 }
 
+/* The metrics log, closed: a write that failed on the way (a full disk)
+ * is an error, not a short log and exit 0. stdio keeps the error flag of
+ * every record written; fclose writes what is still buffered. */
+static int close_log(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]) {
+    if (!tr->json) return 0;
+    errno = 0;
+    bool bad = ferror(tr->json) != 0;
+    bad = fclose(tr->json) != 0 || bad;
+    tr->json = NULL;
+    if (!bad) return 0;
+    snprintf(err, TRAINER_ERR_LEN, "writing log_json %.400s failed: %s", path,
+             errno ? strerror(errno) : "a write error (disk full?)");
+    return -1;
+}
+
 /* Every rank's numbers, gathered to rank 0 (ranks[] matters there only). */
 static void gather_stats(const struct trainer *tr, struct rank_stats *ranks) {
     struct rank_stats mine;
@@ -93,6 +109,7 @@ int main(int argc, char **argv) {
         MPI_Finalize();
         return 0;
     }
+    if (rank == 0) config_warnings(&cfg, stderr);
     struct grid grid;
     char gerr[GRID_ERR_LEN];
     if (grid_init(&grid, cfg.tp, cfg.pp, gerr) != 0) return fail(rank, world, gerr);
@@ -131,6 +148,7 @@ int main(int argc, char **argv) {
             report_comm(stdout, &tr, ranks, world, tr.step - start);
         }
     }
+    if (rc == 0) rc = trainer_agree(&tr, close_log(&tr, cfg.log_json, err), err); /* rank 0 writes it */
     free(ranks);
     trainer_close(&tr);
     grid_free(&grid);

@@ -8,6 +8,7 @@
 
 #include "accounting.h"
 #include "checkpoint.h"
+#include "memcheck.h"
 #include "optim.h"
 #include "pipeline.h"
 #include "schedule.h"
@@ -118,6 +119,10 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
         return -1;
     }
     struct engine_options eo = trainer_engine_options(cfg);
+    if (trainer_check_memory(tr, err) != 0) { /* refuse what would be OOM-killed without a word */
+        trainer_close(tr);
+        return -1;
+    }
     rc = engine_init(&tr->engine, &eo, &lay, &grid->dp_comm, &tr->mem, MEM_HOST, &tr->flops, err, TRAINER_ERR_LEN);
     tr->engine_open = true;
     tr->model_flops_per_step = theory_trainer_flops(cfg).model;
