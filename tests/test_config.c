@@ -223,6 +223,36 @@ static void test_file_errors_name_file_and_line(void **state) {
     assert_non_null(strstr(err, "/nonexistent/dir/x.conf"));
 }
 
+/* A line is read whole, however long: a comment of more than 1023
+ * characters stays a comment (a fixed 1024-byte buffer parsed its tail as
+ * a line of its own, so this one set steps = 7), and a NUL byte is refused
+ * with the line's number. */
+static void test_long_lines_and_nul(void **state) {
+    (void)state;
+    char text[1100], path[64];
+    text[0] = '#';
+    memset(text + 1, 'x', 1022);
+    snprintf(text + 1023, sizeof text - 1023, "steps = 7\nn_layer = 5\n");
+    write_temp(path, text);
+    struct config c;
+    config_defaults(&c);
+    char err[CONFIG_ERR_LEN] = "";
+    if (config_load_file(&c, path, err) != 0) fail_msg("%s", err);
+    assert_int_equal(c.steps, 100);
+    assert_int_equal(c.n_layer, 5);
+    unlink(path);
+
+    static const char with_nul[] = "n_layer = 3\nsteps = 5\0 = 9\nd_model = 32\n";
+    FILE *f = fmemopen((void *)with_nul, sizeof with_nul - 1, "r");
+    assert_non_null(f);
+    config_defaults(&c);
+    assert_int_equal(config_load_stream(&c, f, "mem.conf", err), -1);
+    fclose(f);
+    assert_non_null(strstr(err, "mem.conf:2: NUL byte in the line"));
+    assert_int_equal(c.n_layer, 3);
+    assert_int_equal(c.steps, 100);
+}
+
 static void expect_bad(const char *key, const char *value) {
     struct config c, ref;
     config_defaults(&c);
@@ -539,6 +569,7 @@ int main(void) {
         cmocka_unit_test(test_bench_small_shape),
         cmocka_unit_test(test_unknown_key),
         cmocka_unit_test(test_file_errors_name_file_and_line),
+        cmocka_unit_test(test_long_lines_and_nul),
         cmocka_unit_test(test_bad_numbers),
         cmocka_unit_test(test_choice_keys),
         cmocka_unit_test(test_dash_and_underscore_flags),
