@@ -225,6 +225,9 @@ static void truncate4(unsigned char *b, size_t *n) { (void)b, *n -= 4; }
 static void append4(unsigned char *b, size_t *n) { memset(b + *n, 0, 4), *n += 4; }
 static void bad_vp(unsigned char *b, size_t *n) { (void)n, set_int(b, 7, 200); }
 static void header_only_half(unsigned char *b, size_t *n) { (void)b, *n = 512; }
+/* vocab_size INT32_MAX pads past INT32_MAX (found by review while writing
+ * tests/fuzz/fuzz_llmc: padding it in int overflowed) */
+static void huge_vocab(unsigned char *b, size_t *n) { (void)n, set_int(b, 3, INT32_MAX), set_int(b, 7, INT32_MAX); }
 
 static void test_llmc_rejects(void **state) {
     struct fixture *fx = *state;
@@ -234,6 +237,7 @@ static void test_llmc_rejects(void **state) {
     expect_llmc_reject(fx, "trail.bin", append4, "trailing");
     expect_llmc_reject(fx, "vp.bin", bad_vp, "padded_vocab_size is 200");
     expect_llmc_reject(fx, "half.bin", header_only_half, "truncated");
+    expect_llmc_reject(fx, "vbig.bin", huge_vocab, "vocab_size 2147483647 pads to 2147483648");
 
     /* read_header applies the same header checks. */
     char err[CKPT_ERR_LEN] = "", p[256];
@@ -719,6 +723,48 @@ static void test_resume_rejects(void **state) {
     free(raw);
 }
 
+/* Section names in a file obey the writer's rules: a file with two
+ * sections of one name, an empty name or a name without its NUL is refused
+ * on open (found by tests/fuzz/fuzz_resume: resume_find took the first of
+ * two equal names and refused the file's second). */
+static void test_resume_rejects_bad_names(void **state) {
+    struct fixture *fx = *state;
+    char err[CKPT_ERR_LEN] = "", p[256];
+    path_in(fx, "names.bin", p);
+    struct resume_data d;
+    save_sample_state(p, &d);
+    size_t n;
+    unsigned char *raw = slurp(p, &n);
+    unsigned char *second = raw + 72 + 44 + NP * 2; /* the name field of section 1, "adam_m" */
+    assert_memory_equal(second, "adam_m", 7);
+    struct resume_reader r;
+    struct resume_meta meta;
+
+    memcpy(second, "params", 7);
+    spit(p, raw, n);
+    assert_int_equal(resume_open(&r, p, &meta, err), -1);
+    assert_non_null(strstr(err, "section 'params' appears more than once"));
+    assert_null(r.f);
+
+    memset(second, 0, STATE_NAME_LEN);
+    spit(p, raw, n);
+    assert_int_equal(resume_open(&r, p, &meta, err), -1);
+    assert_non_null(strstr(err, "section 1 has a name of 0 characters (1 to 31 allowed)"));
+
+    memset(second, 'a', STATE_NAME_LEN);
+    spit(p, raw, n);
+    assert_int_equal(resume_open(&r, p, &meta, err), -1);
+    assert_non_null(strstr(err, "section 1 has a name of 32 characters"));
+
+    memcpy(second, "adam_w", 7); /* distinct again: opens */
+    memset(second + 7, 0, STATE_NAME_LEN - 7);
+    spit(p, raw, n);
+    assert_int_equal(resume_open(&r, p, &meta, err), 0);
+    assert_int_equal(resume_find(&r, "adam_w", DTYPE_FP32, NM, err), 1);
+    resume_close(&r);
+    free(raw);
+}
+
 /* ---- resume states, piece by piece ---- */
 
 static const struct state_decl SAMPLE_DECLS[4] = {
@@ -959,6 +1005,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_llmc_commit_refuses_hole, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_roundtrip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_rejects, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_resume_rejects_bad_names, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_pieces_equal_save, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_read_ranges, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_commit_refuses_hole, setup, teardown),
