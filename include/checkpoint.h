@@ -174,9 +174,10 @@ struct resume_reader {
     struct resume_file_section *sections;
 };
 
-/* Opens path, checks magic, version and that the section table matches the
- * file's length exactly (truncated or trailing data is an error), and
- * fills *meta. On failure nothing is left open. */
+/* Opens path, checks magic, version, that the section table matches the
+ * file's length exactly (truncated or trailing data is an error) and that
+ * section names are 1 to 31 characters and distinct, and fills *meta. On
+ * failure nothing is left open. */
 int resume_open(struct resume_reader *r, const char *path, struct resume_meta *meta, char err[CKPT_ERR_LEN]);
 /* Index of the section called name, which must hold numel elements of
  * dtype; -1 with a message naming it when it is missing or differs. */

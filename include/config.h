@@ -76,6 +76,9 @@ void config_defaults(struct config *c);
  * in err. */
 int config_set(struct config *c, const char *key, const char *value, char err[CONFIG_ERR_LEN]);
 int config_load_file(struct config *c, const char *path, char err[CONFIG_ERR_LEN]);
+/* The same from an open stream (read to its end, not closed); name labels
+ * the messages (name:line). */
+int config_load_stream(struct config *c, FILE *f, const char *name, char err[CONFIG_ERR_LEN]);
 /* argv: `--config FILE` is applied first, then every `--key value` in order.
  * Sets *help when --help or -h is present. */
 int config_parse_args(struct config *c, int argc, char **argv, bool *help, char err[CONFIG_ERR_LEN]);

@@ -722,6 +722,48 @@ static void test_resume_rejects(void **state) {
     free(raw);
 }
 
+/* Section names in a file obey the writer's rules: a file with two
+ * sections of one name, an empty name or a name without its NUL is refused
+ * on open (found by tests/fuzz/fuzz_resume: resume_find took the first of
+ * two equal names and refused the file's second). */
+static void test_resume_rejects_bad_names(void **state) {
+    struct fixture *fx = *state;
+    char err[CKPT_ERR_LEN] = "", p[256];
+    path_in(fx, "names.bin", p);
+    struct resume_data d;
+    save_sample_state(p, &d);
+    size_t n;
+    unsigned char *raw = slurp(p, &n);
+    unsigned char *second = raw + 72 + 44 + NP * 2; /* the name field of section 1, "adam_m" */
+    assert_memory_equal(second, "adam_m", 7);
+    struct resume_reader r;
+    struct resume_meta meta;
+
+    memcpy(second, "params", 7);
+    spit(p, raw, n);
+    assert_int_equal(resume_open(&r, p, &meta, err), -1);
+    assert_non_null(strstr(err, "section 'params' appears more than once"));
+    assert_null(r.f);
+
+    memset(second, 0, STATE_NAME_LEN);
+    spit(p, raw, n);
+    assert_int_equal(resume_open(&r, p, &meta, err), -1);
+    assert_non_null(strstr(err, "section 1 has a name of 0 characters (1 to 31 allowed)"));
+
+    memset(second, 'a', STATE_NAME_LEN);
+    spit(p, raw, n);
+    assert_int_equal(resume_open(&r, p, &meta, err), -1);
+    assert_non_null(strstr(err, "section 1 has a name of 32 characters"));
+
+    memcpy(second, "adam_w", 7); /* distinct again: opens */
+    memset(second + 7, 0, STATE_NAME_LEN - 7);
+    spit(p, raw, n);
+    assert_int_equal(resume_open(&r, p, &meta, err), 0);
+    assert_int_equal(resume_find(&r, "adam_w", DTYPE_FP32, NM, err), 1);
+    resume_close(&r);
+    free(raw);
+}
+
 /* ---- resume states, piece by piece ---- */
 
 static const struct state_decl SAMPLE_DECLS[4] = {
@@ -962,6 +1004,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_llmc_commit_refuses_hole, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_roundtrip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_rejects, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_resume_rejects_bad_names, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_pieces_equal_save, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_read_ranges, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_commit_refuses_hole, setup, teardown),

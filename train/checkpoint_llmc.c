@@ -159,10 +159,13 @@ static int parse_header(const int32_t h[LLMC_HEADER_INTS], const char *path, str
         return -1;
     }
     /* Our layout always pads the vocabulary the way llm.c does; a file padded
-     * otherwise could not be laid out, so say so here rather than later. */
-    if (h[H_VP] != padded_vocab(h[H_V])) {
-        snprintf(err, CKPT_ERR_LEN, "%.300s: padded_vocab_size is %d but vocab_size %d pads to %d", path,
-                 (int)h[H_VP], (int)h[H_V], padded_vocab(h[H_V]));
+     * otherwise could not be laid out, so say so here rather than later.
+     * Padded in 64 bits: a vocab_size within 127 of INT32_MAX pads past it
+     * (padded_vocab's int would overflow), and then no Vp matches. */
+    const long long want_vp = ((long long)h[H_V] + 127) / 128 * 128;
+    if (h[H_VP] != want_vp) {
+        snprintf(err, CKPT_ERR_LEN, "%.300s: padded_vocab_size is %d but vocab_size %d pads to %lld", path,
+                 (int)h[H_VP], (int)h[H_V], want_vp);
         return -1;
     }
     *shape = (struct model_shape){.L = h[H_L], .C = h[H_C], .NH = h[H_NH], .T = h[H_MAXT], .V = h[H_V], .Vp = h[H_VP]};

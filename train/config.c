@@ -177,6 +177,47 @@ static char *trim(char *s) {
     return s;
 }
 
+/* Lines are read whole (getline), however long: a fixed buffer would cut a
+ * long line in two and parse its tail, a long comment's included, as a
+ * line of its own. A NUL byte would hide the rest of its line, so a line
+ * with one is refused. */
+int config_load_stream(struct config *c, FILE *f, const char *name, char err[CONFIG_ERR_LEN]) {
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int lineno = 0, rc = 0;
+    while (rc == 0 && (len = getline(&line, &cap, f)) >= 0) {
+        lineno++;
+        if (memchr(line, '\0', (size_t)len)) {
+            snprintf(err, CONFIG_ERR_LEN, "%s:%d: NUL byte in the line (a config is text)", name, lineno);
+            rc = -1;
+            break;
+        }
+        char *hash = strchr(line, '#');
+        if (hash) *hash = '\0';
+        char *s = trim(line);
+        if (!*s) continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            snprintf(err, CONFIG_ERR_LEN, "%s:%d: expected 'key = value', got '%.200s'", name, lineno, s);
+            rc = -1;
+            break;
+        }
+        *eq = '\0';
+        char inner[CONFIG_ERR_LEN];
+        if (config_set(c, trim(s), trim(eq + 1), inner) != 0) {
+            snprintf(err, CONFIG_ERR_LEN, "%s:%d: %.*s", name, lineno, CONFIG_ERR_LEN - 300, inner);
+            rc = -1;
+        }
+    }
+    if (rc == 0 && ferror(f)) {
+        snprintf(err, CONFIG_ERR_LEN, "cannot read config %.400s: %s", name, strerror(errno));
+        rc = -1;
+    }
+    free(line);
+    return rc;
+}
+
 int config_load_file(struct config *c, const char *path, char err[CONFIG_ERR_LEN]) {
     FILE *f = fopen(path, "r");
     if (!f) {
@@ -192,40 +233,7 @@ int config_load_file(struct config *c, const char *path, char err[CONFIG_ERR_LEN
         fclose(f);
         return -1;
     }
-    char line[CONFIG_LINE_LEN];
-    int lineno = 0, rc = 0;
-    while (rc == 0 && fgets(line, sizeof line, f)) {
-        lineno++;
-        if (!strchr(line, '\n')) { /* cut short by the buffer, unless the file ends here */
-            int next = fgetc(f);
-            if (next != EOF) {
-                snprintf(err, CONFIG_ERR_LEN, "%.400s:%d: line longer than %d characters", path, lineno,
-                         CONFIG_LINE_LEN - 2);
-                rc = -1;
-                break;
-            }
-        }
-        char *hash = strchr(line, '#');
-        if (hash) *hash = '\0';
-        char *s = trim(line);
-        if (!*s) continue;
-        char *eq = strchr(s, '=');
-        if (!eq) {
-            snprintf(err, CONFIG_ERR_LEN, "%s:%d: expected 'key = value', got '%.200s'", path, lineno, s);
-            rc = -1;
-            break;
-        }
-        *eq = '\0';
-        char inner[CONFIG_ERR_LEN];
-        if (config_set(c, trim(s), trim(eq + 1), inner) != 0) {
-            snprintf(err, CONFIG_ERR_LEN, "%s:%d: %.*s", path, lineno, CONFIG_ERR_LEN - 300, inner);
-            rc = -1;
-        }
-    }
-    if (rc == 0 && ferror(f)) {
-        snprintf(err, CONFIG_ERR_LEN, "cannot read config %.400s: %s", path, strerror(errno));
-        rc = -1;
-    }
+    int rc = config_load_stream(c, f, path, err);
     fclose(f);
     return rc;
 }

@@ -207,6 +207,41 @@ int resume_commit(struct resume_writer *w, char err[CKPT_ERR_LEN]) {
 
 /* ---- reader ---- */
 
+static int compare_names(const void *a, const void *b) {
+    return strcmp(((const struct resume_file_section *)a)->name, ((const struct resume_file_section *)b)->name);
+}
+
+/* The writer's rules on names hold in the file too: each has 1 to 31
+ * characters, and no two are equal (resume_find could not tell them apart).
+ * Sorting a copy keeps this O(n log n) on a file of many sections. */
+static int check_file_names(const struct resume_file_section *t, int n, const char *path, char err[CKPT_ERR_LEN]) {
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(t[i].name);
+        if (len == 0 || len == STATE_NAME_LEN) {
+            snprintf(err, CKPT_ERR_LEN, "%.300s: section %d has a name of %zu characters (1 to %d allowed)", path,
+                     i, len, STATE_NAME_LEN - 1);
+            return -1;
+        }
+    }
+    if (n < 2) return 0;
+    struct resume_file_section *sorted = malloc((size_t)n * sizeof *sorted);
+    if (!sorted) {
+        snprintf(err, CKPT_ERR_LEN, "out of memory reading %.300s", path);
+        return -1;
+    }
+    memcpy(sorted, t, (size_t)n * sizeof *sorted);
+    qsort(sorted, (size_t)n, sizeof *sorted, compare_names);
+    int rc = 0;
+    for (int i = 1; i < n && rc == 0; i++) {
+        if (strcmp(sorted[i - 1].name, sorted[i].name) == 0) {
+            snprintf(err, CKPT_ERR_LEN, "%.300s: section '%s' appears more than once", path, sorted[i].name);
+            rc = -1;
+        }
+    }
+    free(sorted);
+    return rc;
+}
+
 /* Reads the header into meta and walks the section headers into table
  * (allocated here; *table may be NULL when the file has no sections). */
 static int scan_file(FILE *f, const char *path, struct resume_meta *meta, struct resume_file_section **table,
@@ -276,13 +311,13 @@ static int scan_file(FILE *f, const char *path, struct resume_meta *meta, struct
                  (long long)(size - pos));
         goto fail;
     }
+    if (check_file_names(t, (int)n, path, err)) goto fail;
     *table = t, *count = (int)n;
     return 0;
 fail:
     free(t);
     return -1;
 }
-
 
 int resume_open(struct resume_reader *r, const char *path, struct resume_meta *meta, char err[CKPT_ERR_LEN]) {
     *r = (struct resume_reader){0};
