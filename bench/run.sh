@@ -38,5 +38,5 @@ awk -v w="$warmup" -F'[:,]' '
         printf "bench-small, %d steps after %d warm-up, threads %s\n", n, w, threads
         printf "CPU %s (%s); %s %s, kernel %s (OPENBLAS_CORETYPE=%s)\n", cpu, isa, lib, ver, core, ENVIRON["OPENBLAS_CORETYPE"] == "" ? "unset" : ENVIRON["OPENBLAS_CORETYPE"]
         printf "  ms/step    %.1f\n  tokens/s   %.0f\n  GEMM share %.1f%%\n", tms / n, 1000 * tok / tms, 100 * tg / tms
-        printf "  peak       %.1f GFLOP/s (spread %.1f%%)\n  MFU        %.1f%%\n", peak / 1e9, 100 * spread, peak > 0 ? 100 * tmf / (tms / 1000) / peak : 0
+        printf "  peak       %.1f GFLOP/s (spread %.1f%%)\n  MFU        %.1f%%\n", peak / 1e9, 100 * spread, (peak > 0 ? 100 * tmf / (tms / 1000) / peak : 0)
     }' threads="$threads" "$log"

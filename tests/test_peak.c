@@ -70,7 +70,8 @@ enum { GEMM_DIM = 1024, GEMM_TRIALS = 3 };
  * core where sgemm alone reached ~121, so GEMMs ran at 127% of "peak".
  * On one thread, the best of GEMM_TRIALS 1024^3 sgemms through
  * matmul_forward (its own FLOP and time counters) stays at or below the
- * best peak trial. */
+ * best peak trial. The peak's trials run before and after the GEMMs, so a
+ * busy moment of a shared machine cannot fall on the peak alone. */
 static void test_sgemm_never_exceeds_peak(void **state) {
     (void)state;
     omp_set_num_threads(1);
@@ -84,6 +85,8 @@ static void test_sgemm_never_exceeds_peak(void **state) {
         a[i] = (float)(i % 7) * 0.25f - 0.75f;
         w[i] = (float)(i % 5) * 0.125f - 0.25f;
     }
+    struct peak_result before, after;
+    assert_int_equal(peak_measure(&before, 1, 5, 0.25), 0);
     struct flop_counter fc = {0};
     matmul_forward(out, a, w, NULL, GEMM_DIM, GEMM_DIM, GEMM_DIM, &fc); /* warm-up: BLAS buffers, clocks */
     double sgemm = 0.0;
@@ -99,11 +102,12 @@ static void test_sgemm_never_exceeds_peak(void **state) {
     for (int k = 0; k < GEMM_DIM; k++) dot += (double)a[k] * w[k];
     assert_float_equal(out[0], dot, 1e-3 * (1.0 + (dot < 0 ? -dot : dot)));
 
-    struct peak_result peak;
-    assert_int_equal(peak_measure(&peak, 1, 5, 0.5), 0);
-    printf("    1 thread: sgemm %d^3 %.1f GFLOP/s (best of %d), peak %.1f GFLOP/s (%s, best of %d; min %.1f), "
+    assert_int_equal(peak_measure(&after, 1, 5, 0.25), 0);
+    const struct peak_result peak = after.best > before.best ? after : before;
+    printf("    1 thread: sgemm %d^3 %.1f GFLOP/s (best of %d), peak %.1f GFLOP/s (%s, best of %d trials before and after; min %.1f), "
            "sgemm at %.1f%% of peak; BLAS kernel %s\n",
-           GEMM_DIM, sgemm / 1e9, GEMM_TRIALS, peak.best / 1e9, peak.kernel, peak.trials, peak.min / 1e9,
+           GEMM_DIM, sgemm / 1e9, GEMM_TRIALS, peak.best / 1e9, peak.kernel, before.trials + after.trials,
+           (after.min < before.min ? after.min : before.min) / 1e9,
            100.0 * sgemm / peak.best, openblas_get_corename());
     assert_true(sgemm > 0);
     assert_true(sgemm <= peak.best);
