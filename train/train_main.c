@@ -10,9 +10,9 @@
 #include <string.h>
 
 #include "grid.h"
-#include "machine.h"
 #include "peak.h"
 #include "report.h"
+#include "run_record.h"
 #include "trainer.h"
 
 /* Every rank fails together: the messages are gathered to rank 0, which
@@ -47,76 +47,12 @@ static int fail(int rank, int world, const char *msg) {
     return 1;
 }
 
-/* The peak's measurement (peak.h) when not from the config, and the machine
- * it ran on; printed in the banner and the JSON "run" record. */
-struct run_machine {
-    bool peak_measured;
-    struct peak_result peak;
-    char cpu[128];
-    enum isa_level isa;
-    struct blas_info blas;
-};
-
 /* Trials of the peak: at least this many, over at least this long (the
- * start-up cost, with a ~8 ms warm-up trial before them). */
+ * start-up cost, after a ~8 ms warm-up trial). */
 enum { PEAK_MIN_TRIALS = 5 };
 static const double PEAK_SECONDS = 0.3;
 
-static void describe_machine(struct run_machine *m) {
-    machine_cpu_model(m->cpu, sizeof m->cpu);
-    m->isa = machine_cpu_isa();
-    machine_blas_info(&m->blas);
-}
-
-static void print_peak(const struct trainer *tr, const struct run_machine *m) {
-    if (!m->peak_measured) {
-        printf("peak: %.1f GFLOP/s per rank (peak_flops from the config)\n", tr->peak_flops / 1e9);
-        return;
-    }
-    const struct peak_result *p = &m->peak;
-    printf("peak: %.1f GFLOP/s per rank (measured: %s FMA x %d thread%s, best of %d trials; median %.1f, min %.1f, "
-           "spread %.1f%%)\n",
-           p->best / 1e9, p->kernel, p->threads, p->threads == 1 ? "" : "s", p->trials, p->median / 1e9, p->min / 1e9,
-           100.0 * peak_spread(p));
-}
-
-/* A BLAS that fell back to kernels without FMA on a CPU with AVX2 or
- * AVX-512: one line saying which OPENBLAS_CORETYPE would match. */
-static void warn_blas_fallback(const struct run_machine *m) {
-    const char *coretype = blas_suggested_coretype(m->blas.corename, m->isa);
-    if (coretype)
-        fprintf(stderr,
-                "warning: %s %s runs its %s kernels (no FMA) on a CPU with %s: every GEMM runs several times slower; "
-                "OPENBLAS_CORETYPE=%s selects the kernels that match this CPU\n",
-                m->blas.library, m->blas.version, m->blas.corename, isa_name(m->isa), coretype);
-}
-
-/* The JSON log's first record of a run: where and against what it ran. */
-static void log_run_record(FILE *json, const struct config *c, const struct trainer *tr, const struct run_machine *m) {
-    if (!json) return;
-    char cpu[2 * sizeof m->cpu];
-    size_t n = 0;
-    for (const char *s = m->cpu; *s && n + 2 < sizeof cpu; s++) { /* JSON-escape the one free-text field */
-        if (*s == '"' || *s == '\\') cpu[n++] = '\\';
-        cpu[n++] = (unsigned char)*s < 0x20 ? ' ' : *s;
-    }
-    cpu[n] = '\0';
-    fprintf(json,
-            "{\"type\":\"run\",\"world_size\":%d,\"threads\":%d,\"cpu_model\":\"%s\",\"cpu_isa\":\"%s\","
-            "\"blas_library\":\"%s\",\"blas_version\":\"%s\",\"blas_corename\":\"%s\",\"blas_kernel_isa\":\"%s\","
-            "\"blas_threading\":\"%s\",\"peak_flops\":%.6e,\"peak_source\":\"%s\"",
-            tr->grid->world_size, c->threads, cpu, isa_name(m->isa), m->blas.library, m->blas.version,
-            m->blas.corename, isa_name(blas_kernel_isa(m->blas.corename)), m->blas.threading, tr->peak_flops,
-            m->peak_measured ? "measured" : "config");
-    if (m->peak_measured)
-        fprintf(json, ",\"peak_kernel\":\"%s\",\"peak_trials\":%d,\"peak_flops_median\":%.6e,\"peak_flops_min\":%.6e,"
-                "\"peak_spread\":%.5f",
-                m->peak.kernel, m->peak.trials, m->peak.median, m->peak.min, peak_spread(&m->peak));
-    fprintf(json, "}\n");
-    fflush(json);
-}
-
-static void print_banner(const struct config *c, const struct trainer *tr, const struct run_machine *m) {
+static void print_banner(const struct config *c, const struct trainer *tr, const struct run_record *run) {
     const struct model_layout *lay = &tr->engine.lay;
     const struct grid *g = tr->grid;
     printf("shardlab train: GPT-2 L=%d C=%d NH=%d T=%d V=%d (padded %d), %zu parameters\n", c->n_layer, c->d_model,
@@ -133,9 +69,7 @@ static void print_banner(const struct config *c, const struct trainer *tr, const
            c->grad_accum, g->dp, sequences, sequences * c->seq_len);
     printf("data: %s (%zu samples%s), val %s\n", c->train_data, tr->train.n_samples,
            c->shuffle ? ", shuffled" : ", sequential", tr->has_val ? c->val_data : "(none)");
-    printf("machine: %s (%s) | BLAS: %s %s (%s), kernel %s (%s)\n", m->cpu, isa_name(m->isa), m->blas.library,
-           m->blas.version, m->blas.threading, m->blas.corename, isa_name(blas_kernel_isa(m->blas.corename)));
-    print_peak(tr, m);
+    run_record_print(stdout, run);
     printf("threads: %d per rank | steps %d from step %d | lr %g %s, warmup %d\n", c->threads, c->steps, tr->step,
            c->lr, c->lr_schedule == LR_COSINE ? "cosine" : "constant", c->warmup_steps);
 }
@@ -175,16 +109,16 @@ int main(int argc, char **argv) {
         grid_free(&grid);
         return fail(rank, world, err);
     }
-    struct run_machine machine = {.peak_measured = !(cfg.peak_flops > 0)};
-    if (machine.peak_measured) peak_measure(&machine.peak, cfg.threads, PEAK_MIN_TRIALS, PEAK_SECONDS);
-    tr.peak_flops = machine.peak_measured ? machine.peak.best : cfg.peak_flops;
+    struct run_record run = {.world_size = world, .threads = cfg.threads, .peak_measured = !(cfg.peak_flops > 0)};
+    if (run.peak_measured) peak_measure(&run.peak, cfg.threads, PEAK_MIN_TRIALS, PEAK_SECONDS);
+    run.peak_flops = tr.peak_flops = run.peak_measured ? run.peak.best : cfg.peak_flops;
     struct rank_stats *ranks = calloc((size_t)world, sizeof *ranks);
     gather_stats(&tr, ranks);
     if (rank == 0) {
-        describe_machine(&machine);
-        print_banner(&cfg, &tr, &machine);
-        warn_blas_fallback(&machine);
-        log_run_record(tr.json, &cfg, &tr, &machine);
+        run_record_describe_machine(&run);
+        print_banner(&cfg, &tr, &run);
+        run_record_warn(stderr, &run);
+        if (tr.json) run_record_json(tr.json, &run);
         if (cfg.explain) report_shard_map(stdout, &tr);
         report_buffers(stdout, &tr);
         report_memory(stdout, NULL, &tr, ranks, world, "after allocation");
