@@ -13,6 +13,7 @@
 #include "grid.h"
 #include "peak.h"
 #include "report.h"
+#include "run_record.h"
 #include "trainer.h"
 
 /* Every rank fails together: the messages are gathered to rank 0, which
@@ -47,7 +48,12 @@ static int fail(int rank, int world, const char *msg) {
     return 1;
 }
 
-static void print_banner(const struct config *c, const struct trainer *tr) {
+/* Trials of the peak: at least this many, over at least this long (the
+ * start-up cost, after a ~8 ms warm-up trial). */
+enum { PEAK_MIN_TRIALS = 5 };
+static const double PEAK_SECONDS = 0.3;
+
+static void print_banner(const struct config *c, const struct trainer *tr, const struct run_record *run) {
     const struct model_layout *lay = &tr->engine.lay;
     const struct grid *g = tr->grid;
     printf("shardlab train: GPT-2 L=%d C=%d NH=%d T=%d V=%d (padded %d), %zu parameters\n", c->n_layer, c->d_model,
@@ -64,8 +70,7 @@ static void print_banner(const struct config *c, const struct trainer *tr) {
            c->grad_accum, g->dp, sequences, sequences * c->seq_len);
     printf("data: %s (%zu samples%s), val %s\n", c->train_data, tr->train.n_samples,
            c->shuffle ? ", shuffled" : ", sequential", tr->has_val ? c->val_data : "(none)");
-    printf("peak: %.1f GFLOP/s per rank (%s)\n", tr->peak_flops / 1e9,
-           c->peak_flops > 0 ? "peak_flops from the config" : "measured: FMA microbenchmark x threads");
+    run_record_print(stdout, run);
     printf("threads: %d per rank | steps %d from step %d | lr %g %s, warmup %d\n", c->threads, c->steps, tr->step,
            c->lr, c->lr_schedule == LR_COSINE ? "cosine" : "constant", c->warmup_steps);
 }
@@ -121,11 +126,16 @@ int main(int argc, char **argv) {
         grid_free(&grid);
         return fail(rank, world, err);
     }
-    tr.peak_flops = cfg.peak_flops > 0 ? cfg.peak_flops : measure_peak_flops(cfg.threads);
+    struct run_record run = {.world_size = world, .threads = cfg.threads, .peak_measured = !(cfg.peak_flops > 0)};
+    if (run.peak_measured) peak_measure(&run.peak, cfg.threads, PEAK_MIN_TRIALS, PEAK_SECONDS);
+    run.peak_flops = tr.peak_flops = run.peak_measured ? run.peak.best : cfg.peak_flops;
     struct rank_stats *ranks = calloc((size_t)world, sizeof *ranks);
     gather_stats(&tr, ranks);
     if (rank == 0) {
-        print_banner(&cfg, &tr);
+        run_record_describe_machine(&run);
+        print_banner(&cfg, &tr, &run);
+        run_record_warn(stderr, &run);
+        if (tr.json) run_record_json(tr.json, &run);
         if (cfg.explain) report_shard_map(stdout, &tr);
         report_buffers(stdout, &tr);
         report_memory(stdout, NULL, &tr, ranks, world, "after allocation");
