@@ -10,7 +10,8 @@
 #define SHARDLAB_STOP_SIGNAL_H
 
 /* The process exit code of a run stopped by a signal after writing its
- * resume state: distinct from errors (1) and usage errors (2). */
+ * resume state: distinct from errors (1, bad arguments included) and from
+ * the 2 some tools use for usage errors. */
 enum { SHARDLAB_EXIT_STOPPED = 3 };
 
 /* Installs the handler for the signals above. */
