@@ -73,6 +73,7 @@ unit-test: deps $(PROGRAMS) $(TESTS)
 mpi-test: deps $(MPI_TESTS)
 	tests/run_mpi.sh $(MPI_TESTS)
 	tests/mpi/failures.sh $(BUILD)
+	tests/mpi/stop_signal.sh $(BUILD)
 	tests/mpi/startup_peak.sh $(BUILD)
 
 # Dependency check, then unit tests, then MPI tests (order kept under make -j).

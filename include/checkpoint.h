@@ -59,6 +59,9 @@ static inline struct tensor_id tensor_id_of(const struct tensor_info *t) {
  * tensor of s. */
 size_t llmc_tensor_offset(const struct model_shape *s, struct tensor_id id);
 
+/* The bytes of an llm.c file of shape s (s->Vp = padded_vocab(s->V)) in file_dt. */
+uint64_t llmc_file_bytes(const struct model_shape *s, enum dtype file_dt);
+
 /* Reads only the header: the model shape (Vp included) and the version. */
 int llmc_read_header(const char *path, struct model_shape *shape, int *version, char err[CKPT_ERR_LEN]);
 /* An open, checked llm.c model file. */
@@ -187,6 +190,9 @@ int resume_find(const struct resume_reader *r, const char *name, enum dtype dtyp
 int resume_read_at(struct resume_reader *r, int section, size_t first, size_t n, void *dst, char err[CKPT_ERR_LEN]);
 /* Safe on a reader that failed to open or is already closed. */
 void resume_close(struct resume_reader *r);
+
+/* The bytes of a resume state with these n sections. */
+uint64_t resume_file_bytes(const struct state_decl *decls, int n);
 
 /* Writes meta and the sections atomically. */
 int resume_save(const char *path, const struct resume_meta *meta, const struct state_section *sections, int n,

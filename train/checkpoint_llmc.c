@@ -234,6 +234,12 @@ static off_t data_byte(size_t element, enum dtype file_dt) {
     return (off_t)LLMC_HEADER_BYTES + (off_t)(element * dtype_size(file_dt));
 }
 
+uint64_t llmc_file_bytes(const struct model_shape *s, enum dtype file_dt) {
+    struct model_layout lay;
+    layout_init_whole(&lay, *s);
+    return (uint64_t)data_byte(data_numel(&lay), file_dt);
+}
+
 /* ---- reader ---- */
 
 int llmc_open(struct llmc_reader *r, const char *path, const struct model_shape *expect, char err[CKPT_ERR_LEN]) {

@@ -205,6 +205,12 @@ int resume_commit(struct resume_writer *w, char err[CKPT_ERR_LEN]) {
     return rc;
 }
 
+uint64_t resume_file_bytes(const struct state_decl *decls, int n) {
+    uint64_t bytes = HEADER_BYTES;
+    for (int i = 0; i < n; i++) bytes += SECTION_HEAD_BYTES + (uint64_t)decls[i].numel * dtype_size(decls[i].dtype);
+    return bytes;
+}
+
 /* ---- reader ---- */
 
 static int compare_names(const void *a, const void *b) {

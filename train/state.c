@@ -44,6 +44,13 @@ static int sections(const struct engine *e, struct state_decl d[MAX_SECTIONS], e
     return n;
 }
 
+uint64_t trainer_state_bytes(const struct trainer *tr) {
+    struct state_decl d[MAX_SECTIONS];
+    enum zero_state which[MAX_SECTIONS];
+    int n = sections(&tr->engine, d, which);
+    return resume_file_bytes(d, n);
+}
+
 /* Where tensor t's elements lie in a section (reference order). With
  * tp = 1 a tensor is contiguous there; the head's copy of wte is not
  * stored (the embedding's wte is). */

@@ -11,9 +11,11 @@
 #include <string.h>
 
 #include "grid.h"
+#include "outputs.h"
 #include "peak.h"
 #include "report.h"
 #include "run_record.h"
+#include "stop_signal.h"
 #include "trainer.h"
 
 /* Every rank fails together: the messages are gathered to rank 0, which
@@ -73,6 +75,10 @@ static void print_banner(const struct config *c, const struct trainer *tr, const
     run_record_print(stdout, run);
     printf("threads: %d per rank | steps %d from step %d | lr %g %s, warmup %d\n", c->threads, c->steps, tr->step,
            c->lr, c->lr_schedule == LR_COSINE ? "cosine" : "constant", c->warmup_steps);
+    char stop[FILEIO_PATH_LEN];
+    trainer_stop_state_path(c, stop);
+    printf("stop: SIGTERM, SIGINT, SIGHUP or SIGUSR1 finish the step, write a resume state to %s and exit %d\n",
+           stop, SHARDLAB_EXIT_STOPPED);
 }
 
 /* The metrics log, closed: a write that failed on the way (a full disk)
@@ -121,6 +127,8 @@ int main(int argc, char **argv) {
     omp_set_num_threads(cfg.threads);
     openblas_set_num_threads(cfg.threads);
 
+    /* from here a stop signal is a request the loop honours at a step boundary */
+    stop_signal_install();
     struct trainer tr;
     if (trainer_open(&tr, &cfg, &grid, err) != 0) {
         grid_free(&grid);
@@ -144,6 +152,13 @@ int main(int argc, char **argv) {
     }
     int start = tr.step;
     int rc = trainer_run(&tr, err);
+    if (rc > 0 && rank == 0) {
+        char stop[FILEIO_PATH_LEN];
+        trainer_stop_state_path(&cfg, stop);
+        printf("\nstopped by %s after step %d of %d: resume state in %s (continue with --resume %s)\n",
+               stop_signal_name(rc), tr.step, cfg.steps, stop, stop);
+        fflush(stdout);
+    }
     if (rc == 0) {
         if (rank == 0) printf("\ntrained %d steps in %.1f s\n", tr.step - start, tr.train_seconds);
         if (cfg.sample_tokens > 0) {
@@ -162,7 +177,7 @@ int main(int argc, char **argv) {
     free(ranks);
     trainer_close(&tr);
     grid_free(&grid);
-    if (rc != 0) return fail(rank, world, err);
+    if (rc < 0) return fail(rank, world, err);
     MPI_Finalize();
-    return 0;
+    return rc > 0 ? SHARDLAB_EXIT_STOPPED : 0;
 }

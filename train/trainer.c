@@ -10,8 +10,10 @@
 #include "checkpoint.h"
 #include "memcheck.h"
 #include "optim.h"
+#include "outputs.h"
 #include "pipeline.h"
 #include "schedule.h"
+#include "stop_signal.h"
 
 double peak_rss_bytes(void) {
     struct rusage ru;
@@ -134,6 +136,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
         rc = -1;
     }
     rc = trainer_agree(tr, rc, err);
+    if (rc == 0) rc = trainer_check_outputs(tr, err); /* before any work that a bad path would waste */
     if (rc == 0) rc = trainer_agree(tr, init_weights(tr, err), err);
     if (rc == 0 && *cfg->resume) rc = trainer_load_state(tr, cfg->resume, err);
     if (rc == 0 && *cfg->log_json && grid->world_rank == 0 &&
@@ -237,15 +240,32 @@ static struct step_metrics train_step(struct trainer *tr) {
         .gemm_ms = (tr->flops.gemm_seconds - before.gemm_seconds) * 1e3, .optimizer_ms = optimizer_s * 1e3};
 }
 
+/* A stop signal reached some rank, agreed at a step boundary: every rank
+ * writes the resume state where the start-up banner said, unless
+ * save_state already holds this step. Returns the signal's number. */
+static int stop_run(struct trainer *tr, int sig, int saved_step, char err[TRAINER_ERR_LEN]) {
+    char path[FILEIO_PATH_LEN];
+    trainer_stop_state_path(tr->cfg, path);
+    if (saved_step == tr->step && strcmp(path, tr->cfg->save_state) == 0) return sig;
+    return trainer_save_state(tr, path, err) == 0 ? sig : -1;
+}
+
 int trainer_run(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     const struct config *c = tr->cfg;
+    int saved_step = -1; /* the step of the last state written to save_state */
     while (tr->step < c->steps && (tr->stop_after <= 0 || tr->step < tr->stop_after)) {
+        /* one scalar all-reduce per step, off the books like trainer_agree */
+        int sig = trainer_agree_max(tr, stop_signal_pending());
+        if (sig > 0) return stop_run(tr, sig, saved_step, err);
         struct step_metrics m = train_step(tr);
         bool last = tr->step == c->steps, stop = tr->step == tr->stop_after;
         if (tr->has_val && (tr->step % c->val_every == 0 || last)) m.val_loss = tr->last_val_loss = trainer_validate(tr);
         log_step(tr, &m);
         bool periodic = c->save_state_every > 0 && tr->step % c->save_state_every == 0;
-        if (*c->save_state && (periodic || last || stop) && trainer_save_state(tr, c->save_state, err) != 0) return -1;
+        if (*c->save_state && (periodic || last || stop)) {
+            if (trainer_save_state(tr, c->save_state, err) != 0) return -1;
+            saved_step = tr->step;
+        }
     }
     if (tr->step < c->steps) return 0; /* stopped early: no final model */
     return *c->save ? trainer_save_model(tr, c->save, err) : 0;
