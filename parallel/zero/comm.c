@@ -184,7 +184,8 @@ static void finish_scatter(struct zero *z, int b) {
 void zero_unit_grads_done(struct zero *z, int u, const float *acc) {
     enum dtype gd = z->o.grad_dtype;
     if (z->o.stage < 2) {
-        if (gd == DTYPE_BF16) buf_accumulate(zero_unit_grads(z, u), gd, acc, layout_unit_size(z->lay, u));
+        void *grads = (char *)z->st.grads + shard_padded_offset(&z->sh, u) * gsize(z); /* full below stage 2 */
+        if (gd == DTYPE_BF16) buf_accumulate(grads, gd, acc, layout_unit_size(z->lay, u));
         int k = z->o.stage == 0 && z->last_backward ? ddp_bucket_of(z, u) : -1;
         if (k >= 0) {
             z->ddp[k].left--;
