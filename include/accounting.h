@@ -47,7 +47,8 @@ struct comm_theory theory_trainer_comm(const struct config *c, int N);
 
 /* Bytes of the stage's communication buffers: ZeRO-3's gathered
  * embedding, head and layer (param dtype), ZeRO-2/3's reduce-scatter bucket
- * (largest padded unit, grad dtype). */
+ * (largest padded unit, grad dtype); with c->overlap a second gathered
+ * layer and a second bucket. */
 double theory_trainer_comm_buffers(const struct config *c, int N);
 
 /* Activation bytes for exactly the tensors model/gpt.c saves (one

@@ -65,6 +65,8 @@ struct config {
     /* parallelism: world = dp x tp x pp (dp is what remains) */
     int zero, tp, pp;
     bool explain;
+    bool overlap;          /* collectives behind compute (include/zero.h); 0: the blocking path */
+    double ddp_bucket_mb;  /* ZeRO-0: MiB of gradients per all-reduce bucket (whole units) */
     /* machine */
     int threads;
     double peak_flops;

@@ -175,13 +175,15 @@ double theory_trainer_comm_buffers(const struct config *c, int N) {
     shard_layout_init(&sh, &lay, N, 0);
     double w_p = c->param_dtype == DTYPE_BF16 ? 2 : 4, w_g = c->grad_dtype == DTYPE_BF16 ? 2 : 4;
     double bytes = 0;
-    if (c->zero >= 3) { /* one gathered unit of each kind */
+    if (c->zero >= 3) { /* one gathered unit of each kind; with overlap a second layer, the next one */
         int kinds[] = {layout_embed_unit(&lay), layout_head_unit(&lay), layout_layer_unit(&lay, 0)};
         for (int k = 0; k < 3; k++)
             if (kinds[k] >= 0) bytes += (double)shard_unit_padded(&sh, kinds[k]) * w_p;
+        if (c->overlap && kinds[2] >= 0) bytes += (double)shard_unit_padded(&sh, kinds[2]) * w_p;
     }
-    if (c->zero >= 2) bytes += (double)shard_max_unit_padded(&sh) * w_g;
-    return bytes;
+    /* the reduce-scatter bucket; with overlap two, one in flight while the next fills */
+    if (c->zero >= 2) bytes += (c->overlap ? 2.0 : 1.0) * (double)shard_max_unit_padded(&sh) * w_g;
+    return bytes; /* stage 0's buckets are ranges of the grads: no buffer */
 }
 
 struct scratch_theory theory_trainer_scratch(const struct config *c, int N, int rank) {

@@ -75,6 +75,8 @@ static const struct key KEYS[] = {
     {"zero", KEY_INT, F(zero), "0", "ZeRO stage over the data-parallel ranks: 0 (DDP), 1 (optimizer states), 2 (+ grads), 3 (+ params)", NUM(0, 3)},
     {"tp", KEY_INT, F(tp), "1", "tensor-parallel degree (this build: 1)", NUM(1, 1024)},
     {"pp", KEY_INT, F(pp), "1", "pipeline-parallel degree (this build: 1)", NUM(1, 1024)},
+    {"overlap", KEY_BOOL, F(overlap), "1", "hide collectives behind compute: ZeRO-3 prefetches the next unit's all-gather, ZeRO-2/3 reduce-scatter in the background, ZeRO-0 all-reduces gradient buckets during the last backward; 0: wait for each at once (bitwise the same results)", NUM(0, 1)},
+    {"ddp_bucket_mb", KEY_DOUBLE, F(ddp_bucket_mb), "25", "ZeRO-0: MiB of gradients per all-reduce bucket, filled with whole units in backward order (PyTorch DDP's default); smaller buckets start sooner, each costs a call", NUM(0, 1048576)},
     {"explain", KEY_BOOL, F(explain), "0", "print the shard map (who owns what) before training", NUM(0, 1)},
     {"threads", KEY_INT, F(threads), "2", "threads for BLAS and the elementwise kernels", NUM(1, 1024)},
     {"peak_flops", KEY_DOUBLE, F(peak_flops), "0", "peak FLOP/s for MFU; 0: measure at start-up", NUM(0, 1e30)},

@@ -41,9 +41,11 @@ struct engine_options trainer_engine_options(const struct config *c) {
         .grad_clip = c->grad_clip, .decay_targets = c->decay_targets, .momentum = c->momentum,
         .nesterov = c->nesterov, .min_8bit_size = c->min_8bit_size};
     struct zero_options z = {.stage = c->zero, .param_dtype = c->param_dtype, .grad_dtype = c->grad_dtype,
-                             .rounding = c->rounding, .seed = (uint64_t)c->seed, .optim = opt};
+                             .rounding = c->rounding, .seed = (uint64_t)c->seed, .optim = opt,
+                             .overlap = c->overlap, .ddp_bucket_bytes = (size_t)(c->ddp_bucket_mb * 1048576.0)};
     return (struct engine_options){.micro_batch = c->micro_batch, .slots = 1, .act_dtype = c->act_dtype,
-                                   .recompute = c->recompute, .init_std = c->init_std, .zero = z};
+                                   .recompute = c->recompute, .init_std = c->init_std, .zero = z,
+                                   .micro_batches = c->grad_accum};
 }
 
 static int init_weights(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
