@@ -99,10 +99,13 @@ void zero_zero_grads(struct zero *z);
 struct step_result {
     double grad_norm;  /* global, before clipping */
     float lr;
+    bool skipped;      /* the update was not applied (non-finite norm) */
 };
 /* Reduce gradients as the stage requires, clip, update, redistribute
- * params. step is 0-based. */
-struct step_result zero_step(struct zero *z, int step);
+ * params. step is 0-based. With skip_nonfinite, a NaN or Inf global norm
+ * (the same on every rank: it is computed from all-reduced values) leaves
+ * every state as it was and sets skipped. */
+struct step_result zero_step(struct zero *z, int step, bool skip_nonfinite);
 
 /* ---- moving states in and out, one unit at a time */
 bool zero_has_state(const struct zero *z, enum zero_state which);
