@@ -6,7 +6,10 @@
 #     kills the others and exits non-zero. Nobody hangs (each run has a
 #     timeout; a timeout is a failure);
 #  4. a model whose buffers cannot be allocated: every rank exits non-zero,
-#     one message naming the buffer and its bytes (no crash, no OOM kill).
+#     one message naming the buffer and its bytes (no crash, no OOM kill);
+#  5. a run that goes NaN (SGD at lr 10, no clipping) on 2 ranks under
+#     ZeRO-1: every rank stops at the same step, one message naming it, and
+#     the resume state written before that step still loads.
 # Usage: tests/mpi/failures.sh BUILD_DIR (build or build-san)
 set -u
 build=${1:-build}
@@ -57,5 +60,19 @@ timeout 60 "${mpi[@]}" -x ASAN_OPTIONS -np 2 "$train" "${common[@]}" --n_layer 1
 rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c "out of memory allocating 'params' (103118929920 bytes" "$tmp/err4")" -eq 1 ]
 check "unallocatable params: non-zero exit (rc $rc), one message naming the buffer and its bytes" $?
+
+# 5. NaN on 2 ranks, ZeRO-1 (the optimizer states sharded, so the ranks
+# must agree to skip the update and the parameter all-gather together)
+nan=(--optimizer sgd --lr 10 --grad_clip 0 --warmup_steps 10 --steps 20 --val_every 0 --zero 1
+     --save_state "$tmp/nan.state" --save_state_every 1)
+timeout 60 "${mpi[@]}" -np 2 "$train" "${common[@]}" "${nan[@]}" >"$tmp/out5" 2>"$tmp/err5"
+rc=$?
+step=$(grep -o '^error (rank 0,1): step [0-9]*: [^(]*(non-finite): its update was not applied' "$tmp/err5" |
+       grep -o 'step [0-9]*' | grep -o '[0-9]*')
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ -n "$step" ] && [ "$(grep -c 'non-finite' "$tmp/err5")" -eq 1 ] &&
+    timeout 60 "${mpi[@]}" -np 2 "$train" "${common[@]}" "${nan[@]}" --save_state "" --resume "$tmp/nan.state" \
+        --steps $((step - 1)) >"$tmp/out5b" 2>"$tmp/err5b" &&
+    grep -q "from step $((step - 1))" "$tmp/out5b"
+check "NaN at step ${step:-?} on 2 ranks: both stop (rc $rc), one message; the state of step $((${step:-1} - 1)) loads" $?
 
 [ $fails -eq 0 ] && echo "failure tests passed" || { echo "$fails failure test(s) failed"; exit 1; }
