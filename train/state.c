@@ -212,8 +212,8 @@ static int check_data(const struct trainer *tr, const char *path, const struct d
     if (now.files == saved->files && now.bytes == saved->bytes && now.digest == saved->digest) return 0;
     char what[TRAINER_ERR_LEN];
     snprintf(what, sizeof what,
-             "%.300s was saved with train_data %.200s (%llu files, %llu bytes), this run's train_data %.200s is other data "
-             "(%llu files, %llu bytes%s)",
+             "%.300s was saved with train_data %.200s (%llu files, %llu bytes), this run's train_data %.200s is "
+             "other data (%llu files, %llu bytes%s)",
              path, saved->pattern, (unsigned long long)saved->files, (unsigned long long)saved->bytes, now.pattern,
              (unsigned long long)now.files, (unsigned long long)now.bytes,
              now.files == saved->files && now.bytes == saved->bytes ? ", other paths or contents" : "");
