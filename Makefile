@@ -75,6 +75,7 @@ mpi-test: deps $(MPI_TESTS)
 	tests/mpi/failures.sh $(BUILD)
 	tests/mpi/stop_signal.sh $(BUILD)
 	tests/mpi/startup_peak.sh $(BUILD)
+	tests/stale_temps.sh $(BUILD)
 
 # Dependency check, then unit tests, then MPI tests (order kept under make -j).
 test: check-deps

@@ -18,9 +18,12 @@
  * untied embeddings. */
 enum model_arch { ARCH_GPT2, ARCH_LLAMA };
 
-/* CONFIG_LINE_LEN: a config file's line, newline and terminator included;
- * a longer line is an error (not split into two). */
-enum { CONFIG_PATH_LEN = 512, CONFIG_ERR_LEN = 1024, CONFIG_LINE_LEN = 1024 };
+/* What a step with a NaN or Inf loss or gradient norm does: stop the run
+ * (the update not applied, nothing saved), or drop that update and go on
+ * (up to max_skipped_steps of them). */
+enum nonfinite_policy { NONFINITE_STOP, NONFINITE_SKIP_STEP };
+
+enum { CONFIG_PATH_LEN = 512, CONFIG_ERR_LEN = 1024 };
 
 /* The most bytes any count derived from the shape keys may reach (2^62):
  * sizes are 64-bit integers, and the factor 4 of headroom covers sums of a
@@ -58,6 +61,9 @@ struct config {
     char init_from[CONFIG_PATH_LEN], save[CONFIG_PATH_LEN];
     char resume[CONFIG_PATH_LEN], save_state[CONFIG_PATH_LEN];
     int save_state_every;
+    bool allow_data_change; /* resume with other train_data than the state's */
+    enum nonfinite_policy on_nonfinite;
+    int max_skipped_steps;  /* skip_step: the run stops when more are skipped */
     char log_json[CONFIG_PATH_LEN];
     int sample_tokens;
     float sample_temperature;

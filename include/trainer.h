@@ -32,6 +32,8 @@ struct trainer {
     double peak_flops;          /* FLOP/s for MFU; 0 = unknown */
     double startup_tracked_peak, startup_rss; /* bytes, at the end of trainer_open */
     double model_flops_per_step; /* theory, per rank: fixed by the config, so computed once */
+    int skipped_steps;          /* updates dropped for a non-finite loss or norm (on_nonfinite skip_step),
+                                 * over the whole run: kept in resume states */
     int stop_after;             /* > 0: trainer_run stops (and writes save_state) once step reaches it,
                                  * before steps; the LR schedule still follows steps. 0: off */
 };
@@ -45,9 +47,12 @@ struct engine_options trainer_engine_options(const struct config *c);
  * its message, the others saying so), and the trainer is torn down. */
 int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid, char err[TRAINER_ERR_LEN]);
 /* Runs the remaining steps. Returns 0 when done; -1 (with err) on I/O
- * failure; or, when a stop signal reached any rank (include/stop_signal.h),
- * its number (> 0), after the step it interrupted and a resume state written
- * to trainer_stop_state_path (train/outputs.c). */
+ * failure and on a NaN or Inf loss or gradient norm (on_nonfinite stop, or
+ * more than max_skipped_steps skipped: the update of that step is not
+ * applied and nothing is saved after it, so files already written stay as
+ * they were); or, when a stop signal reached any rank
+ * (include/stop_signal.h), its number (> 0), after the step it interrupted
+ * and a resume state written to trainer_stop_state_path (train/outputs.c). */
 int trainer_run(struct trainer *tr, char err[TRAINER_ERR_LEN]);
 void trainer_close(struct trainer *tr);
 

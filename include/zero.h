@@ -154,10 +154,13 @@ void zero_progress(struct zero *z);
 struct step_result {
     double grad_norm;  /* global, before clipping */
     float lr;
+    bool skipped;      /* the update was not applied (non-finite norm) */
 };
 /* Reduce gradients as the stage requires, clip, update, redistribute
- * params. step is 0-based. */
-struct step_result zero_step(struct zero *z, int step);
+ * params. step is 0-based. With skip_nonfinite, a NaN or Inf global norm
+ * (the same on every rank: it is computed from all-reduced values) leaves
+ * every state as it was and sets skipped. */
+struct step_result zero_step(struct zero *z, int step, bool skip_nonfinite);
 
 /* ---- parallel/zero/comm.c: the buffers and bookkeeping above, and the
  * step's reductions (zero_step calls them): allocation into z (failures

@@ -181,8 +181,8 @@ void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out
     }
 }
 
-struct step_result engine_optimizer_step(struct engine *e, int step) {
-    struct step_result r = zero_step(&e->z, step);
-    engine_params_changed(e);
+struct step_result engine_optimizer_step(struct engine *e, int step, bool skip_nonfinite) {
+    struct step_result r = zero_step(&e->z, step, skip_nonfinite);
+    if (!r.skipped) engine_params_changed(e);
     return r;
 }

@@ -300,7 +300,7 @@ static int files_and_temps(const struct fixture *fx, int *temps) {
     for (struct dirent *e; (e = readdir(dir));) {
         if (e->d_name[0] == '.') continue;
         files++;
-        *temps += strstr(e->d_name, ".tmp.") != NULL;
+        *temps += strstr(e->d_name, ".shardlab-tmp.") != NULL;
     }
     closedir(dir);
     return files;
@@ -604,7 +604,15 @@ static void test_llmc_commit_refuses_hole(void **state) {
 
 /* ---- resume states ---- */
 
-enum { NP = 100, NM = 37 };
+enum {
+    NP = 100,
+    NM = 37,
+    /* resume format version 2 (train/resume.c): the header (magic, version,
+     * crc, 5 u64, 6 i32, fingerprint, 512-byte data pattern, 2 u64, digest,
+     * count) and one table entry (name, dtype, numel, crc) */
+    RESUME_HEAD = 3 * 4 + 5 * 8 + 6 * 4 + 4 + 512 + 2 * 8 + 4 + 4,
+    RESUME_ENTRY = 32 + 4 + 8 + 4
+};
 
 struct resume_data {
     bf16 params[NP];
@@ -667,7 +675,7 @@ static void test_resume_roundtrip(void **state) {
     uint32_t magic;
     memcpy(&magic, raw, 4);
     assert_int_equal(magic, 0x53484C42u);
-    assert_int_equal(n, 72 + 3 * 44 + NP * 2 + 2 * NM * 4);
+    assert_int_equal(n, RESUME_HEAD + 3 * RESUME_ENTRY + NP * 2 + 2 * NM * 4);
     free(raw);
 }
 
@@ -714,11 +722,12 @@ static void test_resume_rejects(void **state) {
     assert_int_equal(resume_load(p, &meta, &ok, 1, err), -1);
     assert_non_null(strstr(err, "magic"));
     raw[0] = saved;
-    uint32_t v2 = 2;
-    memcpy(raw + 4, &v2, 4);
+    uint32_t v1 = 1; /* the old format, without checksums */
+    memcpy(raw + 4, &v1, 4);
     spit(p, raw, n);
     assert_int_equal(resume_load(p, &meta, &ok, 1, err), -1);
-    assert_non_null(strstr(err, "version 2"));
+    assert_non_null(strstr(err, "resume state version 1, this build reads version 2 only (older states carry no "
+                            "checksums"));
     free(raw);
 }
 
@@ -815,7 +824,7 @@ static void test_resume_pieces_equal_save(void **state) {
     assert_int_equal(resume_save(whole, &meta, s, 4, err), 0);
     size_t na;
     unsigned char *a = slurp(whole, &na);
-    assert_int_equal(na, 72 + 4 * 44 + NP * 2 + 2 * NM * 4);
+    assert_int_equal(na, RESUME_HEAD + 4 * RESUME_ENTRY + NP * 2 + 2 * NM * 4);
     for (uint32_t seed = 1; seed <= 4; seed++) {
         if (write_state_pieces(pieces, &d, seed, -1, err)) fail_msg("seed %u: %s", (unsigned)seed, err);
         size_t nb;
@@ -964,7 +973,7 @@ static void test_atomic_writes(void **state) {
     for (struct dirent *e; (e = readdir(dir));) {
         if (e->d_name[0] == '.') continue;
         files++;
-        if (strstr(e->d_name, ".tmp.")) fail_msg("temp file left behind: %s", e->d_name);
+        if (strstr(e->d_name, ".shardlab-tmp.")) fail_msg("temp file left behind: %s", e->d_name);
     }
     closedir(dir);
     assert_int_equal(files, 2);

@@ -9,10 +9,12 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline float fast_expf(float x) {
-    /* exp underflows to 0 below about -87.3 and overflows above 88.7 (NaN
-     * passes the clamp and makes p NaN, so NaN in gives NaN out) */
-    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+static inline float fast_expf(float in) {
+    /* exp underflows to 0 below about -87.3 and overflows above 88.7. The
+     * comparisons are written so a NaN clamps too (to -87): converting a
+     * NaN n to int below would be undefined; the NaN is returned at the end. */
+    float x = in > -87.0f ? in : -87.0f;
+    x = x < 88.0f ? x : 88.0f;
     const float log2e = 1.44269504088896341f;
     const float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f; /* ln2 split for exact n*ln2_hi */
     /* round to nearest by the 1.5 * 2^23 trick: vectorises, unlike roundf */
@@ -26,14 +28,10 @@ static inline float fast_expf(float x) {
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    /* n is in [-126, 127] for any number; a NaN n would make the int
-     * conversion and the shift undefined, so it becomes -126 here (the
-     * comparison is false for NaN), and p carries the NaN */
-    float n_safe = n > -126.0f ? n : -126.0f;
-    uint32_t bits = (uint32_t)((int32_t)n_safe + 127) << 23;
+    int32_t bits = ((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
+    return in == in ? p * scale : in; /* NaN in, NaN out (a select: still vector code) */
 }
 
 /* tanh(x) = 1 - 2 / (1 + e^{2x}). Absolute error ~1e-7, which is what GELU

@@ -87,12 +87,18 @@ static double local_grad_sum_squares(const struct zero *z) {
     return s;
 }
 
-struct step_result zero_step(struct zero *z, int step) {
+struct step_result zero_step(struct zero *z, int step, bool skip_nonfinite) {
     const struct optim_options *op = &z->o.optim;
     zero_reduce_step_grads(z);
     double sq = local_grad_sum_squares(z);
     if (z->o.stage > 0) z->dp->all_reduce_scalars(z->dp, &sq, 1);
     struct step_result r = {.grad_norm = sqrt(sq), .lr = lr_at(&op->lr, step)};
+    /* before any segment changes; the params were not touched, so there is
+     * nothing to redistribute either */
+    if (skip_nonfinite && !isfinite(r.grad_norm)) {
+        r.skipped = true;
+        return r;
+    }
     struct adamw_hparams h = {.lr = r.lr, .beta1 = op->beta1, .beta2 = op->beta2, .eps = op->eps,
                               .grad_scale = clip_scale(r.grad_norm, op->grad_clip), .t = (int64_t)step + 1};
     for (int k = 0; k < z->segs.n; k++) {

@@ -13,7 +13,10 @@
 #  6. log_json on a full disk (/dev/full): every rank exits non-zero, the
 #     message names the log (it used to leave a 0-byte log and exit 0);
 #  7. the banner's tokens per step past 2^31 (it printed -2147483648), and
-#     a directory as --config or as train_data: one clear error each.
+#     a directory as --config or as train_data: one clear error each;
+#  8. a run that goes NaN (SGD at lr 10, no clipping) on 2 ranks under
+#     ZeRO-1: every rank stops at the same step, one message naming it, and
+#     the resume state written before that step still loads.
 # Usage: tests/mpi/failures.sh BUILD_DIR (build or build-san)
 set -u
 build=${1:-build}
@@ -101,5 +104,19 @@ timeout 60 "$train" "${common[@]}" --train_data "$tmp" >"$tmp/out7" 2>"$tmp/err7
 rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "$tmp is a directory, not a token shard" "$tmp/err7"
 check "a directory as train_data: non-zero exit (rc $rc), named" $?
+
+# 8. NaN on 2 ranks, ZeRO-1 (the optimizer states sharded, so the ranks
+# must agree to skip the update and the parameter all-gather together)
+nan=(--optimizer sgd --lr 10 --grad_clip 0 --warmup_steps 10 --steps 20 --val_every 0 --zero 1
+     --save_state "$tmp/nan.state" --save_state_every 1)
+timeout 60 "${mpi[@]}" -np 2 "$train" "${common[@]}" "${nan[@]}" >"$tmp/out8" 2>"$tmp/err8"
+rc=$?
+step=$(grep -o '^error (rank 0,1): step [0-9]*: [^(]*(non-finite): its update was not applied' "$tmp/err8" |
+       grep -o 'step [0-9]*' | grep -o '[0-9]*')
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ -n "$step" ] && [ "$(grep -c 'non-finite' "$tmp/err8")" -eq 1 ] &&
+    timeout 60 "${mpi[@]}" -np 2 "$train" "${common[@]}" "${nan[@]}" --save_state "" --resume "$tmp/nan.state" \
+        --steps $((step - 1)) >"$tmp/out8b" 2>"$tmp/err8b" &&
+    grep -q "from step $((step - 1))" "$tmp/out8b"
+check "NaN at step ${step:-?} on 2 ranks: both stop (rc $rc), one message; the state of step $((${step:-1} - 1)) loads" $?
 
 [ $fails -eq 0 ] && echo "failure tests passed" || { echo "$fails failure test(s) failed"; exit 1; }
