@@ -127,6 +127,17 @@ mh_train() {
     done
 }
 
+# mh_comm_rows OUT: per rank, "rank reduce_scatter all_gather scalars model_total ring_theory", from the comm table
+mh_comm_rows() {
+    awk -v n="$MH_HOSTS" '
+        /^communication per optimizer step/ { on = 1 }
+        on && /^  reduce-scatter / { for (r = 0; r < n; r++) rs[r] = $(2 + r) }
+        on && /^  all-gather /     { for (r = 0; r < n; r++) ag[r] = $(2 + r) }
+        on && /^  scalars /        { for (r = 0; r < n; r++) sc[r] = $(2 + r) }
+        on && /^  model total /    { for (r = 0; r < n; r++) mt[r] = $(3 + r); th = $(3 + n) }
+        END { for (r = 0; r < n; r++) print r, rs[r], ag[r], sc[r], mt[r], th }' "$1"
+}
+
 # mh_compare SHORT_NAME SHORT_STEPS LONG_NAME LONG_STEPS: per optimizer step
 # (the two runs' difference over the difference in steps, which cancels
 # start-up: mpirun's wire-up, the model's first gathers, the end-of-run
@@ -145,18 +156,8 @@ mh_train() {
 # reduce-scatter volume / (N-1).
 mh_compare() {
     local short=$1 s1=$2 long=$3 s2=$4
-    # per rank: "rank reduce_scatter all_gather scalars model_total ring_theory", from the comm table
-    comm_rows() {
-        awk -v n="$MH_HOSTS" '
-            /^communication per optimizer step/ { on = 1 }
-            on && /^  reduce-scatter / { for (r = 0; r < n; r++) rs[r] = $(2 + r) }
-            on && /^  all-gather /     { for (r = 0; r < n; r++) ag[r] = $(2 + r) }
-            on && /^  scalars /        { for (r = 0; r < n; r++) sc[r] = $(2 + r) }
-            on && /^  model total /    { for (r = 0; r < n; r++) mt[r] = $(3 + r); th = $(3 + n) }
-            END { for (r = 0; r < n; r++) print r, rs[r], ag[r], sc[r], mt[r], th }' "$1"
-    }
-    comm_rows "$MH_DIR/$short.out" >"$MH_DIR/$short.comm"
-    comm_rows "$MH_DIR/$long.out" >"$MH_DIR/$long.comm"
+    mh_comm_rows "$MH_DIR/$short.out" >"$MH_DIR/$short.comm"
+    mh_comm_rows "$MH_DIR/$long.out" >"$MH_DIR/$long.comm"
     local formula
     formula=$(sed -n "s/^  ZeRO's formula with Psi: \([0-9]*\) B.*/\1/p" "$MH_DIR/$long.out")
     awk -v n="$MH_HOSTS" -v s1="$s1" -v s2="$s2" -v net="$MH_NET" -v formula="${formula:-0}" -v hb="$MH_FRAME_HEADER" \
