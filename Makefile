@@ -1,4 +1,4 @@
-# shardlab: make | make test | make demo | make bench | make san-test | make fuzz | make clean
+# shardlab: make | make test | make demo | make multihost-demo | make bench | make san-test | make fuzz | make clean
 #
 # Everything is built with mpicc against OpenBLAS, so each binary runs alone
 # (a 1-rank world) or under mpirun. SAN=1 builds into build-san/ with
@@ -37,7 +37,7 @@ MPI_TEST_SRC := $(wildcard tests/mpi/test_*.c)
 MPI_TESTS    := $(MPI_TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 .SECONDARY:
-.PHONY: all test check-deps unit-test mpi-test san-test demo bench deps data clean
+.PHONY: all test check-deps unit-test mpi-test san-test demo multihost-demo bench deps data clean
 all: $(PROGRAMS)
 
 $(BUILD)/obj/%.o: %.c Makefile
@@ -76,6 +76,7 @@ mpi-test: deps $(MPI_TESTS)
 	tests/mpi/stop_signal.sh $(BUILD)
 	tests/mpi/startup_peak.sh $(BUILD)
 	tests/stale_temps.sh $(BUILD)
+	tests/multihost/test_multihost.sh $(BUILD)
 
 # Dependency check, then unit tests, then MPI tests (order kept under make -j).
 test: check-deps
@@ -101,6 +102,14 @@ DEMO_RANKS ?= 2
 demo: deps all data
 	@echo "shardlab demo: $(DEMO_RANKS) ranks under mpirun, ZeRO-3 (params, grads and optimizer states sharded 1/$(DEMO_RANKS) per rank)"
 	mpirun --oversubscribe --allow-run-as-root -np $(DEMO_RANKS) $(BUILD)/train --config configs/demo.conf --zero 3 --threads 1 --explain 1
+
+# Across hosts: MULTIHOST_HOSTS hosts as network namespaces (needs root and
+# iproute2), one rank each, ZeRO-3 over TCP; prints each host's wire bytes
+# per step beside the trainer's counters and the ring formula
+# (tests/multihost/run.sh, docs/MULTIHOST.md).
+MULTIHOST_HOSTS ?= 2
+multihost-demo: deps all data
+	tests/multihost/run.sh $(BUILD) $(MULTIHOST_HOSTS) 6 --config configs/demo.conf
 
 bench: deps all
 	bench/run.sh
