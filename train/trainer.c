@@ -123,6 +123,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
         return -1;
     }
     struct engine_options eo = trainer_engine_options(cfg);
+    eo.zero.hook = timeline_hook(&tr->timeline, &tr->engine);
     if (trainer_check_memory(tr, err) != 0) { /* refuse what would be OOM-killed without a word */
         trainer_close(tr);
         return -1;
@@ -220,6 +221,7 @@ static struct step_metrics train_step(struct trainer *tr) {
     struct engine *e = &tr->engine;
     struct flop_counter before = tr->flops;
     double t0 = now();
+    timeline_begin_step(&tr->timeline, tr->step + 1);
     engine_zero_grads(e);
     /* the step's loss is the mean over accum x dp micro-batches */
     int dp = tr->grid->dp;
@@ -228,6 +230,7 @@ static struct step_metrics train_step(struct trainer *tr) {
                                       tr->targets);
     double t_opt = now();
     struct step_result r = engine_optimizer_step(e, tr->step);
+    timeline_end_step(&tr->timeline);
     double optimizer_s = now() - t_opt;
     e->dp->all_reduce_scalars(e->dp, &loss, 1);
     double dt = now() - t0;
