@@ -6,6 +6,7 @@
 
 #include "config.h"
 #include "mem.h"
+#include "timeline.h"
 
 /* Model states of `rank` (ZeRO 3.1 and 5 accounting) for ZeRO stage
  * c->zero over N data-parallel ranks: bytes per category and the rule in
@@ -103,5 +104,26 @@ struct flop_theory {
 };
 
 struct flop_theory theory_trainer_flops(const struct config *c);
+
+/* The peak of the memory timeline (include/timeline.h, docs/MEMORY.md) of
+ * rank `rank` of N for one step: the engine's phases in order, each with
+ * the bytes in use by the timeline's definition, derived from the config;
+ * the peak is the first phase with the largest total, split into its
+ * terms (e.g. ZeRO-3: own shards + scratch + gathered units + buckets +
+ * live activations). Exact for the trainer's layouts (pp = tp = 1, one
+ * slot): ZeRO 0-3, overlap on or off, every recompute mode and dtype. */
+struct timeline_theory {
+    struct timeline_phase peak;  /* its phase and bytes by category */
+    double states;               /* params + master + grads + optimizer (own shards where sharded) */
+    double scratch;              /* persistent fp32 working buffers */
+    double gathered, buckets;    /* the two parts of peak.bytes[MEM_COMM] */
+    double activations;
+    int phases;                  /* in the step */
+};
+
+/* phases: NULL, or room for TIMELINE_MAX_PHASES: every phase of the step
+ * (the first TIMELINE_MAX_PHASES), as the recorder keeps them. */
+struct timeline_theory theory_trainer_timeline_peak(const struct config *c, int N, int rank,
+                                                    struct timeline_phase *phases);
 
 #endif

@@ -46,6 +46,10 @@ void report_flops(FILE *out, const struct trainer *tr, int steps);
  * time collectives were in flight and the part exposed (the compute thread
  * waiting), per step on rank 0. */
 void report_comm(FILE *out, const struct trainer *tr, const struct rank_stats *ranks, int n, int steps);
+/* The memory timeline of the latest step (include/timeline.h), ranks[]
+ * in rank order: each rank's peak in use, its phase and the theory's peak;
+ * json: a "memory_phase" record for every phase of every rank. */
+void report_timeline(FILE *out, FILE *json, const struct trainer *tr, const struct mem_timeline *ranks, int n);
 /* --explain: for every unit, who owns which elements and which tensors the
  * cut passes through; which buffers each rank holds in full or in part. */
 void report_shard_map(FILE *out, const struct trainer *tr);

@@ -12,6 +12,7 @@
 #include "engine.h"
 #include "grid.h"
 #include "mem.h"
+#include "timeline.h"
 
 enum { TRAINER_ERR_LEN = 1024 };
 
@@ -34,6 +35,7 @@ struct trainer {
     double model_flops_per_step; /* theory, per rank: fixed by the config, so computed once */
     int skipped_steps;          /* updates dropped for a non-finite loss or norm (on_nonfinite skip_step),
                                  * over the whole run: kept in resume states */
+    struct mem_timeline timeline; /* bytes in use phase by phase, of the latest step (include/timeline.h) */
     int stop_after;             /* > 0: trainer_run stops (and writes save_state) once step reaches it,
                                  * before steps; the LR schedule still follows steps. 0: off */
 };

@@ -42,6 +42,7 @@
 #include "layout.h"
 #include "mem.h"
 #include "optim.h"
+#include "phase_hook.h"
 #include "segments.h"
 #include "shard.h"
 
@@ -53,6 +54,7 @@ struct zero_options {
     struct optim_options optim;
     bool overlap;                  /* collectives behind compute (above); off: wait at once */
     size_t ddp_bucket_bytes;       /* stage 0: gradient bytes per all-reduce bucket (whole units) */
+    struct phase_hook hook;        /* called at the step's phase boundaries (engine and zero_step) */
 };
 
 /* A posted collective on one unit: its all-gather (stage 3, into gathered

@@ -109,6 +109,9 @@ static const float *head_wte(const struct engine *e, const float *w_embed, const
     return e->lay.rank.has_embed ? w_embed + e->lay.embed_offset[EMB_WTE] : w_head + e->lay.head_offset[HEAD_WTE];
 }
 
+/* The phase boundary after unit u's forward or backward (include/phase_hook.h). */
+static void phase_done(const struct engine *e, enum phase_kind k, int u) { phase_hook_call(&e->o.zero.hook, k, u); }
+
 /* ZeRO-3 with overlap: post unit u's all-gather (u < 0: none) */
 static void gather_ahead(struct engine *e, int u) { zero_prefetch_params(&e->z, u); }
 
@@ -122,6 +125,7 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
         we = unit_weights(e, layout_embed_unit(lay)); /* stays valid for the tied head */
         gather_ahead(e, l0 < l1 ? layout_layer_unit(lay, l0) : hu);
         gpt_embed_forward(m, slot, we, in->inputs);
+        phase_done(e, PHASE_FORWARD, layout_embed_unit(lay));
     } else {
         gather_ahead(e, l0 < l1 ? layout_layer_unit(lay, l0) : hu);
         buf_copy(gpt_stage_input(m, slot), in->x_in, act_bytes);
@@ -131,6 +135,7 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
         gather_ahead(e, l + 1 < l1 ? layout_layer_unit(lay, l + 1) : hu);
         zero_progress(&e->z);
         gpt_layer_forward(m, slot, l, w);
+        phase_done(e, PHASE_FORWARD, layout_layer_unit(lay, l));
     }
     if (!lay->rank.has_head) {
         buf_copy(x_out, gpt_stage_output(m, slot), act_bytes);
@@ -138,7 +143,9 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
     }
     const float *wh = unit_weights(e, hu);
     double BT = (double)e->o.micro_batch * lay->shape.T;
-    return gpt_head_forward(m, slot, wh, head_wte(e, we, wh), in->targets, (float)(dloss / BT));
+    float loss = gpt_head_forward(m, slot, wh, head_wte(e, we, wh), in->targets, (float)(dloss / BT));
+    phase_done(e, PHASE_FORWARD, hu);
+    return loss;
 }
 
 void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out) {
@@ -160,6 +167,7 @@ void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out
         float *dwte = eu >= 0 ? dwe + lay->embed_offset[EMB_WTE] : dwh + lay->head_offset[HEAD_WTE];
         gpt_head_backward(m, slot, wh, head_wte(e, we, wh), dwh, dwte);
         zero_unit_grads_done(&e->z, hu, dwh);
+        phase_done(e, PHASE_BACKWARD, hu);
     } else {
         gather_ahead(e, first_layer);
         buf_to_fp32(gpt_stage_grad(m), dx_in, e->o.act_dtype, btc);
@@ -172,10 +180,12 @@ void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out
         float *dw = unit_grads_begin(e, u);
         gpt_layer_backward(m, slot, l, w, dw);
         zero_unit_grads_done(&e->z, u, dw);
+        phase_done(e, PHASE_BACKWARD, u);
     }
     if (eu >= 0) {
         gpt_embed_backward(m, slot, dwe);
         zero_unit_grads_done(&e->z, eu, dwe);
+        phase_done(e, PHASE_BACKWARD, eu);
     } else {
         buf_from_fp32(dx_out, e->o.act_dtype, gpt_stage_grad(m), btc);
     }

@@ -211,7 +211,8 @@ struct scratch_theory theory_trainer_scratch(const struct config *c, int N, int 
     s.persistent += 9 * n * 4 + T * c->threads * 4;
     s.persistent += 2 * BT * sizeof(int32_t); /* train/trainer.c: the batch's inputs and targets */
     if (c->optimizer == OPTIM_ADAMW8BIT) s.persistent += 2.0 * sizeof(struct qmap_index);
-    if (c->zero == 0) s.persistent += (double)lay.n_units * sizeof(struct ddp_bucket); /* parallel/zero/comm.c */
+    /* parallel/zero/comm.c: stage 0's all-reduce bucket table, one entry per unit at most */
+    if (c->zero == 0) s.persistent += (double)lay.n_units * sizeof(struct ddp_bucket);
     s.staging = (double)shard_max_unit_padded(&sh) * 4;
     return s;
 }

@@ -103,6 +103,15 @@ static void gather_stats(const struct trainer *tr, struct rank_stats *ranks) {
     MPI_Gather(&mine, RANK_STATS_DOUBLES, MPI_DOUBLE, ranks, RANK_STATS_DOUBLES, MPI_DOUBLE, 0, MPI_COMM_WORLD);
 }
 
+/* Every rank's timeline of the latest step, gathered to rank 0 as bytes
+ * (the same struct on every rank); NULL on the other ranks. */
+static struct mem_timeline *gather_timelines(const struct trainer *tr, int rank, int world) {
+    struct mem_timeline *all = rank == 0 ? calloc((size_t)world, sizeof *all) : NULL;
+    MPI_Gather(&tr->timeline, (int)sizeof tr->timeline, MPI_BYTE, all, (int)sizeof tr->timeline, MPI_BYTE, 0,
+               MPI_COMM_WORLD);
+    return all;
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int rank, world;
@@ -167,11 +176,14 @@ int main(int argc, char **argv) {
             trainer_sample(&tr, rank == 0 ? stdout : NULL); /* every rank runs the forward (ZeRO-3 gathers) */
         }
         gather_stats(&tr, ranks);
+        struct mem_timeline *timelines = gather_timelines(&tr, rank, world);
         if (rank == 0) {
             report_memory(stdout, tr.json, &tr, ranks, world, "end of run");
+            if (timelines) report_timeline(stdout, tr.json, &tr, timelines, world);
             report_flops(stdout, &tr, tr.step - start);
             report_comm(stdout, &tr, ranks, world, tr.step - start);
         }
+        free(timelines);
     }
     if (rc == 0) rc = trainer_agree(&tr, close_log(&tr, cfg.log_json, err), err); /* rank 0 writes it */
     free(ranks);

@@ -140,6 +140,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
         return -1;
     }
     struct engine_options eo = trainer_engine_options(cfg);
+    eo.zero.hook = timeline_hook(&tr->timeline, &tr->engine);
     if (trainer_check_memory(tr, err) != 0) { /* refuse what would be OOM-killed without a word */
         trainer_close(tr);
         return -1;
@@ -247,6 +248,7 @@ static struct step_metrics train_step(struct trainer *tr) {
     struct engine *e = &tr->engine;
     struct flop_counter before = tr->flops;
     double t0 = now();
+    timeline_begin_step(&tr->timeline, tr->step + 1);
     engine_zero_grads(e);
     /* the step's loss is the mean over accum x dp micro-batches */
     int dp = tr->grid->dp;
@@ -262,6 +264,7 @@ static struct step_metrics train_step(struct trainer *tr) {
     /* a non-finite loss: no update at all (on every rank, so no rank waits
      * in the reduction); otherwise the step itself refuses a non-finite norm */
     if (isfinite(loss)) r = engine_optimizer_step(e, tr->step, true);
+    timeline_end_step(&tr->timeline);
     double optimizer_s = now() - t_opt;
     double dt = now() - t0;
     tr->train_seconds += dt;

@@ -89,6 +89,7 @@ static double local_grad_sum_squares(const struct zero *z) {
 
 struct step_result zero_step(struct zero *z, int step, bool skip_nonfinite) {
     const struct optim_options *op = &z->o.optim;
+    phase_hook_call(&z->o.hook, PHASE_REDUCE_GRADS, -1); /* before: what is in flight is still held */
     zero_reduce_step_grads(z);
     double sq = local_grad_sum_squares(z);
     if (z->o.stage > 0) z->dp->all_reduce_scalars(z->dp, &sq, 1);
@@ -108,11 +109,14 @@ struct step_result zero_step(struct zero *z, int step, bool skip_nonfinite) {
         bf16 *out = z->st.master ? (bf16 *)z->st.params + pi : NULL;
         optstate_update(z, g, &h, w, segment_grad(z, g), out, step);
     }
+    phase_hook_call(&z->o.hook, PHASE_UPDATE, -1);
     /* stages 1 and 2: every rank needs every updated param for the next forward */
-    if (z->o.stage == 1 || z->o.stage == 2)
+    if (z->o.stage == 1 || z->o.stage == 2) {
         for (int u = 0; u < z->lay->n_units; u++)
             z->dp->all_gather(z->dp, (char *)z->st.params + full_index(z, u, 0) * psize(z),
                               shard_unit_chunk(&z->sh, u), z->o.param_dtype);
+        phase_hook_call(&z->o.hook, PHASE_GATHER_PARAMS, -1);
+    }
     return r;
 }
 

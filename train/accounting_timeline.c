@@ -1,0 +1,139 @@
+/* Theory of the memory timeline (include/timeline.h, docs/MEMORY.md): the
+ * step's phases in the engine's order, each with the bytes in use by the
+ * same definition the recorder measures, from the config alone; the peak
+ * is the first phase with the largest total. The trainer runs pp = tp = 1
+ * with one slot (the sequential schedule), which is what this walks. */
+#include "accounting.h"
+
+#include <stdio.h>
+
+#include "layout.h"
+#include "shard.h"
+
+/* What a walk of the step needs: the constant part and the sizes of the
+ * pieces that come and go. */
+struct pieces {
+    double states[MEM_NUM_CATEGORIES], scratch;
+    double I, R, S, H, one;   /* ids, a residual entry, a layer's tensors, the head's, one-layer buffers */
+    double G[UNIT_LAYER + 1]; /* a gathered unit per kind (stage 3) */
+    double Bk;                /* a reduce-scatter bucket (stages 2, 3) */
+    int L, stage, k;
+    bool overlap;
+};
+
+static struct pieces pieces_of(const struct config *c, const struct model_layout *lay, int N, int rank) {
+    struct pieces p = {.L = c->n_layer, .stage = c->zero, .k = c->grad_accum, .overlap = c->overlap};
+    struct state_theory st = theory_trainer_states(c, N, rank);
+    for (int i = 0; i < st.n; i++) p.states[st.lines[i].category] += st.lines[i].psi_bytes + st.lines[i].padding_bytes;
+    p.scratch = theory_trainer_scratch(c, N, rank).persistent;
+    double B = c->micro_batch, T = c->seq_len, C = c->d_model, NH = c->n_head, BT = B * T;
+    double e = c->act_dtype == DTYPE_BF16 ? 2 : 4, stats = 4 * 4 * BT; /* four fp32 LayerNorm statistics */
+    p.I = 4 * BT;
+    p.R = C * e * BT;
+    /* a layer's tensors besides its input: ln1, qkv, atty, res2, ln2, fch, gelu = 15 C, probabilities NH T */
+    switch (c->recompute) {
+    case RECOMPUTE_NONE: p.S = (15 * C + NH * T) * e * BT + stats; break;
+    case RECOMPUTE_SELECTIVE: p.S = 15 * C * e * BT + stats, p.one = NH * T * 4 * BT; break;
+    case RECOMPUTE_FULL: p.one = (15 * C + NH * T) * 4 * BT + stats; break;
+    }
+    /* final LN output (e), its two fp32 stats, fp32 logits over Vp, fp32 losses, int32 targets */
+    p.H = (C * e + 2 * 4 + 4 * lay->shape.Vp + 4 + 4) * BT;
+    struct shard_layout sh;
+    shard_layout_init(&sh, lay, N, rank);
+    double w_p = c->param_dtype == DTYPE_BF16 ? 2 : 4, w_g = c->grad_dtype == DTYPE_BF16 ? 2 : 4;
+    if (p.stage == 3) {
+        p.G[UNIT_EMBED] = (double)shard_unit_padded(&sh, layout_embed_unit(lay)) * w_p;
+        p.G[UNIT_HEAD] = (double)shard_unit_padded(&sh, layout_head_unit(lay)) * w_p;
+        p.G[UNIT_LAYER] = p.L > 0 ? (double)shard_unit_padded(&sh, layout_layer_unit(lay, 0)) * w_p : 0;
+    }
+    if (p.stage >= 2) p.Bk = (double)shard_max_unit_padded(&sh) * w_g;
+    return p;
+}
+
+/* ZeRO-3: gathered units in use during a unit's phase. The unit's own, the
+ * embedding's through the forward and during the head's backward, and with
+ * overlap the next unit's, whose all-gather is in flight. */
+static double gathered_in_use(const struct pieces *p, enum phase_kind kind, int unit_kind, int i) {
+    if (p->stage != 3) return 0;
+    const double *G = p->G;
+    bool ov = p->overlap;
+    double next_fwd = i + 1 < p->L ? G[UNIT_LAYER] : G[UNIT_HEAD]; /* after layer i (or the embedding: i = -1) */
+    if (kind == PHASE_FORWARD) {
+        if (unit_kind == UNIT_EMBED) return G[UNIT_EMBED] + (ov ? next_fwd : 0);
+        if (unit_kind == UNIT_HEAD) return G[UNIT_EMBED] + G[UNIT_HEAD];
+        return G[UNIT_EMBED] + G[UNIT_LAYER] + (ov ? next_fwd : 0);
+    }
+    if (unit_kind == UNIT_HEAD) return G[UNIT_HEAD] + G[UNIT_EMBED] + (ov && p->L > 0 ? G[UNIT_LAYER] : 0);
+    if (unit_kind == UNIT_LAYER) return G[UNIT_LAYER] + (ov && i > 0 ? G[UNIT_LAYER] : 0);
+    return 0; /* the embedding's backward reads no weights */
+}
+
+static double activations_in_use(const struct pieces *p, enum phase_kind kind, int unit_kind, int i) {
+    bool fwd = kind == PHASE_FORWARD;
+    if (kind != PHASE_FORWARD && kind != PHASE_BACKWARD) return 0;
+    if (unit_kind == UNIT_EMBED) return fwd ? p->I + p->R : p->I;
+    if (unit_kind == UNIT_HEAD) return p->I + (p->L + 1) * p->R + p->L * p->S + p->H;
+    return p->I + (i + (fwd ? 2 : 1)) * p->R + (i + 1) * p->S + p->one;
+}
+
+struct walk {
+    const struct pieces *p;
+    const struct model_layout *lay;
+    int pending;   /* buckets whose reduce-scatter is in flight */
+    int index;
+    struct timeline_theory *out;
+    struct timeline_phase *phases; /* NULL, or room for TIMELINE_MAX_PHASES */
+};
+
+/* One phase: the buckets' bookkeeping (a unit's backward fills one, which
+ * with overlap stays in flight beside the other's), then its bytes. */
+static void phase(struct walk *w, enum phase_kind kind, int unit, int unit_kind, int layer, int mb) {
+    const struct pieces *p = w->p;
+    int buckets = w->pending;
+    if (kind == PHASE_BACKWARD && p->stage >= 2) {
+        buckets = p->overlap ? (w->pending < 2 ? w->pending + 1 : 2) : 1;
+        w->pending = p->overlap ? buckets : 0;
+    }
+    if (kind == PHASE_REDUCE_GRADS) w->pending = 0; /* finished by the reduction; in use during it */
+    struct timeline_phase ph = timeline_phase_at(kind, unit, unit_kind, layer, mb);
+    ph.index = w->index++;
+    for (int c = 0; c < MEM_NUM_CATEGORIES; c++) ph.bytes[c] = p->states[c];
+    ph.bytes[MEM_SCRATCH] = p->scratch;
+    double g = gathered_in_use(p, kind, unit_kind, layer), b = buckets * p->Bk;
+    ph.bytes[MEM_ACTIVATIONS] = activations_in_use(p, kind, unit_kind, layer);
+    ph.bytes[MEM_COMM] = g + b;
+    if (timeline_total(&ph) > timeline_total(&w->out->peak)) {
+        w->out->peak = ph;
+        w->out->gathered = g;
+        w->out->buckets = b;
+    }
+    if (w->phases && w->out->phases < TIMELINE_MAX_PHASES) w->phases[w->out->phases] = ph;
+    w->out->phases++;
+}
+
+struct timeline_theory theory_trainer_timeline_peak(const struct config *c, int N, int rank,
+                                                    struct timeline_phase *phases) {
+    struct model_layout lay;
+    layout_init_whole(&lay, (struct model_shape){.L = c->n_layer, .C = c->d_model, .NH = c->n_head,
+                                                .T = c->seq_len, .V = c->vocab_size});
+    struct pieces p = pieces_of(c, &lay, N, rank);
+    struct timeline_theory t = {.peak = {.kind = -1, .index = -1}};
+    struct walk w = {.p = &p, .lay = &lay, .out = &t, .phases = phases};
+    int eu = layout_embed_unit(&lay), hu = layout_head_unit(&lay);
+    for (int mb = 1; mb <= p.k; mb++) {
+        phase(&w, PHASE_FORWARD, eu, UNIT_EMBED, -1, mb);
+        for (int l = 0; l < p.L; l++) phase(&w, PHASE_FORWARD, layout_layer_unit(&lay, l), UNIT_LAYER, l, mb);
+        phase(&w, PHASE_FORWARD, hu, UNIT_HEAD, -1, mb);
+        phase(&w, PHASE_BACKWARD, hu, UNIT_HEAD, -1, mb);
+        for (int l = p.L - 1; l >= 0; l--) phase(&w, PHASE_BACKWARD, layout_layer_unit(&lay, l), UNIT_LAYER, l, mb);
+        phase(&w, PHASE_BACKWARD, eu, UNIT_EMBED, -1, mb);
+    }
+    phase(&w, PHASE_REDUCE_GRADS, -1, -1, -1, 0);
+    phase(&w, PHASE_UPDATE, -1, -1, -1, 0);
+    if (p.stage == 1 || p.stage == 2) phase(&w, PHASE_GATHER_PARAMS, -1, -1, -1, 0);
+    for (int k = 0; k < MEM_NUM_CATEGORIES; k++)
+        if (k != MEM_SCRATCH && k != MEM_ACTIVATIONS && k != MEM_COMM) t.states += t.peak.bytes[k];
+    t.scratch = t.peak.bytes[MEM_SCRATCH];
+    t.activations = t.peak.bytes[MEM_ACTIVATIONS];
+    return t;
+}

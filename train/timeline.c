@@ -1,0 +1,165 @@
+/* Recording the memory timeline (include/timeline.h): at each phase
+ * boundary, the bytes in use, read off the engine: which gathered buffers
+ * hold a unit being read or an all-gather in flight, which buckets a
+ * reduce-scatter, how many layers' saved tensors the step still needs; each
+ * buffer counted at its tracked (allocated) size. */
+#include "timeline.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "engine.h"
+
+static const char *const kind_names[PHASE_NUM_KINDS] = {
+    [PHASE_FORWARD] = "forward", [PHASE_BACKWARD] = "backward", [PHASE_REDUCE_GRADS] = "optimizer: reduce grads",
+    [PHASE_UPDATE] = "optimizer: update", [PHASE_GATHER_PARAMS] = "optimizer: all-gather params"};
+
+static const char *const unit_kind_names[] = {[UNIT_EMBED] = "embedding", [UNIT_HEAD] = "head",
+                                              [UNIT_LAYER] = "layer"};
+
+double timeline_total(const struct timeline_phase *p) {
+    double s = 0;
+    for (int c = 0; c < MEM_NUM_CATEGORIES; c++) s += p->bytes[c];
+    return s;
+}
+
+void timeline_phase_name(const struct timeline_phase *p, char *buf, size_t len) {
+    if (p->unit < 0) {
+        snprintf(buf, len, "%s", kind_names[p->kind]);
+        return;
+    }
+    if (p->unit_kind == UNIT_LAYER)
+        snprintf(buf, len, "micro-batch %d %s layer %d", p->micro_batch, kind_names[p->kind], p->layer);
+    else snprintf(buf, len, "micro-batch %d %s %s", p->micro_batch, kind_names[p->kind], unit_kind_names[p->unit_kind]);
+}
+
+struct timeline_phase timeline_phase_at(enum phase_kind kind, int unit, int unit_kind, int layer, int micro_batch) {
+    return (struct timeline_phase){.kind = kind, .unit = unit, .unit_kind = unit_kind, .layer = layer,
+                                   .micro_batch = unit < 0 ? 0 : micro_batch};
+}
+
+/* The tracked size of the buffer at p (NULL or untracked: 0); *cat its category. */
+static size_t tracked(const struct mem_tracker *m, const void *p, enum mem_category *cat) {
+    for (int i = 0; p && i < m->n_records; i++)
+        if (m->records[i].ptr == p) {
+            if (cat) *cat = m->records[i].category;
+            return m->records[i].bytes;
+        }
+    return 0;
+}
+
+/* One slot's part of a per-slot buffer (slot 0 points at its start). */
+static double per_slot(const struct engine *e, const void *p) {
+    return (double)tracked(e->mem, p, NULL) / e->model.n_slots;
+}
+
+/* A one-layer buffer counted as an activation only where it is one (the
+ * bf16 working copy of a layer is scratch, counted whole anyway). */
+static double one_layer(const struct engine *e, const void *p) {
+    enum mem_category cat = MEM_SCRATCH;
+    size_t b = tracked(e->mem, p, &cat);
+    return cat == MEM_ACTIVATIONS ? (double)b : 0.0;
+}
+
+/* Saved activations in use during a phase. The sequential schedule keeps
+ * one micro-batch in flight; its slot holds: token ids I (first stage),
+ * residual-stream entries R (layer i's input is entry i), the tensors S of
+ * each layer, the head's H. */
+static double activations_in_use(const struct engine *e, const struct timeline_phase *p) {
+    const struct gpt *m = &e->model;
+    const struct gpt_slot *s = &m->slot[0];
+    int n = m->n_layers;
+    double I = per_slot(e, s->inputs), R = per_slot(e, s->resid) / (n + 1);
+    double S = n > 0 ? (per_slot(e, s->layer_acts) + per_slot(e, s->layer_stats)) / n : 0.0;
+    double H = per_slot(e, s->lnf) + per_slot(e, s->lnf_stats) + per_slot(e, s->logits) + per_slot(e, s->losses) +
+               per_slot(e, s->targets);
+    double one = one_layer(e, m->work_acts) + one_layer(e, m->full_stats) + one_layer(e, m->att_recompute);
+    int i = p->layer - e->lay.rank.l0; /* local layer */
+    bool fwd = p->kind == PHASE_FORWARD;
+    if (p->kind != PHASE_FORWARD && p->kind != PHASE_BACKWARD) return 0.0;
+    switch (p->unit_kind) {
+    case UNIT_EMBED: return fwd ? I + R : I; /* its backward reads the token ids only */
+    case UNIT_HEAD: return I + (n + 1) * R + n * S + H;
+    default: /* a layer: its input, its tensors; the forward also writes its output */
+        return I + (i + (fwd ? 2 : 1)) * R + (i + 1) * S + one;
+    }
+}
+
+/* Adds buf to the set (once). */
+static void add(const void **set, int *n, const void *buf) {
+    if (!buf) return;
+    for (int i = 0; i < *n; i++)
+        if (set[i] == buf) return;
+    set[(*n)++] = buf;
+}
+
+static const void *gathered(const struct zero *z, int kind, int i) {
+    if (kind == UNIT_LAYER && i == 1) return z->gathered_layer2;
+    return z->gathered[kind];
+}
+
+/* Communication buffers in use during a phase (see include/timeline.h). */
+static double comm_in_use(const struct engine *e, const struct timeline_phase *p) {
+    const struct zero *z = &e->z;
+    const void *set[8];
+    int n = 0;
+    bool unit_phase = p->kind == PHASE_FORWARD || p->kind == PHASE_BACKWARD;
+    if (z->o.stage == 3) {
+        if (unit_phase && !(p->kind == PHASE_BACKWARD && p->unit_kind == UNIT_EMBED)) /* the unit's params, read */
+            add(set, &n, gathered(z, p->unit_kind, p->unit_kind == UNIT_LAYER ? z->layer_in_use : 0));
+        if (p->kind == PHASE_FORWARD || (p->kind == PHASE_BACKWARD && p->unit_kind == UNIT_HEAD))
+            add(set, &n, z->gathered[UNIT_EMBED]); /* wte, for the tied head */
+        for (int k = 0; k <= UNIT_LAYER; k++)
+            if (z->gather[k].unit >= 0) add(set, &n, gathered(z, k, z->gather[k].buf)); /* in flight */
+    }
+    for (int b = 0; b < 2; b++)
+        if (z->scatter[b].unit >= 0) add(set, &n, z->bucket[b]); /* a reduce-scatter in flight */
+    if (p->kind == PHASE_BACKWARD && z->o.stage >= 2) /* the bucket this unit's gradient went through */
+        add(set, &n, z->bucket[z->o.overlap ? 1 - z->next_bucket : 0]);
+    double bytes = 0;
+    for (int i = 0; i < n; i++) bytes += (double)tracked(e->mem, set[i], NULL);
+    return bytes;
+}
+
+static void record(struct mem_timeline *t, const struct timeline_phase *p) {
+    if (timeline_total(p) > timeline_total(&t->peak)) t->peak = *p;
+    if (t->n < TIMELINE_MAX_PHASES) t->phase[t->n++] = *p;
+    else t->dropped++;
+}
+
+static void at(void *ctx, enum phase_kind kind, int unit) {
+    struct mem_timeline *t = ctx;
+    if (!t->active) return;
+    const struct engine *e = t->engine;
+    /* a forward after a backward (or at the step's start) is the next micro-batch */
+    if (kind == PHASE_FORWARD && t->last_kind != PHASE_FORWARD) t->micro_batch++;
+    t->last_kind = kind;
+    int unit_kind = -1, layer = -1;
+    if (unit >= 0) {
+        struct unit_info ui = layout_unit(&e->lay, unit);
+        unit_kind = (int)ui.kind;
+        layer = ui.layer;
+    }
+    struct timeline_phase p = timeline_phase_at(kind, unit, unit_kind, layer, t->micro_batch);
+    p.index = t->n + t->dropped;
+    for (int c = 0; c < MEM_NUM_CATEGORIES; c++) p.bytes[c] = (double)e->mem->live[c]; /* states, scratch: whole */
+    p.bytes[MEM_ACTIVATIONS] = activations_in_use(e, &p);
+    p.bytes[MEM_COMM] = comm_in_use(e, &p);
+    record(t, &p);
+}
+
+struct phase_hook timeline_hook(struct mem_timeline *t, const struct engine *e) {
+    t->engine = e;
+    return (struct phase_hook){.at = at, .ctx = t};
+}
+
+void timeline_begin_step(struct mem_timeline *t, int step) {
+    t->active = true;
+    t->step = step;
+    t->micro_batch = 0;
+    t->last_kind = -1;
+    t->n = t->dropped = 0;
+    t->peak = (struct timeline_phase){.kind = -1, .index = -1};
+}
+
+void timeline_end_step(struct mem_timeline *t) { t->active = false; }
