@@ -12,6 +12,7 @@
 #include "engine.h"
 #include "grid.h"
 #include "mem.h"
+#include "progress.h"
 
 enum { TRAINER_ERR_LEN = 1024 };
 
@@ -32,6 +33,7 @@ struct trainer {
     double peak_flops;          /* FLOP/s for MFU; 0 = unknown */
     double startup_tracked_peak, startup_rss; /* bytes, at the end of trainer_open */
     double model_flops_per_step; /* theory, per rank: fixed by the config, so computed once */
+    struct progress progress;   /* the step line and its ETA (rank 0 prints) */
     int stop_after;             /* > 0: trainer_run stops (and writes save_state) once step reaches it,
                                  * before steps; the LR schedule still follows steps. 0: off */
 };
