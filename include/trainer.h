@@ -56,6 +56,13 @@ void trainer_close(struct trainer *tr);
 /* Mean loss over the first val_batches micro-batches of the validation data. */
 float trainer_validate(struct trainer *tr);
 
+/* Before trainer_open, with c->init_from set: the file's header against
+ * the config. n_layer, d_model, n_head and vocab_size must equal the
+ * file's (the message names the key and both values); max_seq_len, when
+ * 0, becomes the file's, and must equal it otherwise; seq_len may be any
+ * length up to it (GPT-2's files hold 1024 positions; a run at T = 64
+ * uses the first 64 rows, and --save writes all of them back). */
+int trainer_adopt_model_file(struct config *c, char err[TRAINER_ERR_LEN]);
 /* llm.c model files, one unit at a time (train/model_file.c). Collective. */
 int trainer_load_model(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]);
 int trainer_save_model(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]);
