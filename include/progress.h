@@ -19,6 +19,10 @@ struct progress {
 };
 
 void progress_init(struct progress *p, bool tty);
+/* stdout is the user's terminal: a tty, and not one an MPI launcher made
+ * (mpirun hands each rank a pseudo-terminal even when its own output goes
+ * to a file, so under mpirun every step is its own line). */
+bool progress_stdout_is_terminal(void);
 /* One finished step of `seconds`. */
 void progress_step(struct progress *p, double seconds);
 /* Seconds for steps_left more steps at the mean so far; < 0 while no step

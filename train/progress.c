@@ -2,8 +2,21 @@
 #include "progress.h"
 
 #include <math.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 void progress_init(struct progress *p, bool tty) { *p = (struct progress){.tty = tty}; }
+
+bool progress_stdout_is_terminal(void) {
+    /* A launcher's pseudo-terminal is not the user's: mpirun gives every
+     * rank one even when its own output goes to a log file. Open MPI's and
+     * MPICH's launchers set these; a singleton (no mpirun) sets neither
+     * (it does set PMIX_RANK, inside MPI_Init, so that one cannot tell). */
+    static const char *const launched[] = {"OMPI_COMM_WORLD_SIZE", "PMI_RANK"};
+    for (size_t i = 0; i < sizeof launched / sizeof launched[0]; i++)
+        if (getenv(launched[i])) return false;
+    return isatty(STDOUT_FILENO) == 1;
+}
 
 void progress_step(struct progress *p, double seconds) {
     if (p->steps_seen++ > 0) p->seconds += seconds;

@@ -6,7 +6,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "accounting.h"
 #include "checkpoint.h"
@@ -113,7 +112,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     tr->cfg = cfg;
     tr->grid = grid;
     tr->last_val_loss = -1.0;
-    progress_init(&tr->progress, isatty(STDOUT_FILENO) == 1);
+    progress_init(&tr->progress, progress_stdout_is_terminal());
     double t_start = now();
     int rc = trainer_agree(tr, check_layout(cfg, grid, err), err);
     bool data_open = false;
