@@ -63,7 +63,8 @@ size_t llmc_tensor_offset(const struct model_shape *s, struct tensor_id id);
 /* The bytes of an llm.c file of shape s (s->Vp = padded_vocab(s->V)) in file_dt. */
 uint64_t llmc_file_bytes(const struct model_shape *s, enum dtype file_dt);
 
-/* Reads only the header: the model shape (Vp included) and the version. */
+/* Reads only the header: the model shape (Vp included; T = maxT = the
+ * file's max_seq_len) and the version. */
 int llmc_read_header(const char *path, struct model_shape *shape, int *version, char err[CKPT_ERR_LEN]);
 /* An open, checked llm.c model file. */
 struct llmc_reader {
@@ -75,7 +76,9 @@ struct llmc_reader {
 };
 
 /* Opens path and checks magic, version, that the shape equals *expect
- * (every field, Vp included; the message names the first that differs) and
+ * (every field, Vp included, and max_seq_len against the position rows,
+ * shape_pos_rows; T itself is the run's and not in the file; the message
+ * names the first that differs) and
  * that the file is exactly header + tensors long. On failure nothing is
  * left open. */
 int llmc_open(struct llmc_reader *r, const char *path, const struct model_shape *expect, char err[CKPT_ERR_LEN]);

@@ -33,6 +33,7 @@ enum { CONFIG_PATH_LEN = 512, CONFIG_ERR_LEN = 1024 };
 struct config {
     /* model (GPT-2 architecture) */
     int n_layer, d_model, n_head, seq_len, vocab_size;
+    int max_seq_len; /* position-table rows; 0: seq_len (an --init_from file's, see trainer_adopt_model_file) */
     enum model_arch arch;
     int n_kv_head; /* 0: n_head (no GQA) */
     int ffn_dim;   /* 0: 4 * d_model */

@@ -32,7 +32,9 @@ struct model_shape {
     int L;   /* layers */
     int C;   /* channels (hidden size) */
     int NH;  /* heads */
-    int T;   /* sequence length = position-embedding rows */
+    int T;   /* sequence length: the positions a forward uses */
+    int maxT; /* position-embedding rows (llm.c's max_seq_len), >= T; a shape
+               * handed to layout_init with 0 here gets T */
     int V;   /* vocabulary */
     int Vp;  /* vocabulary padded to a multiple of 128 (llm.c) */
 };
@@ -106,10 +108,15 @@ struct model_layout {
 };
 
 int padded_vocab(int V);
+/* The position table's rows: maxT, or T where maxT is 0. */
+static inline int shape_pos_rows(const struct model_shape *s) { return s->maxT > 0 ? s->maxT : s->T; }
 /* Fails (-1) when the description does not fit the shape: a layer range
- * outside [0, L), tp not dividing heads or vocabulary rows. */
+ * outside [0, L), tp not dividing heads or vocabulary rows, maxT < T. The
+ * layout's shape has maxT set (T when it was 0). wpe is (maxT, C): a
+ * forward reads its first T rows; the rest are carried, loaded and saved
+ * whole, and get no gradient. */
 int layout_init(struct model_layout *lay, struct model_shape shape, struct rank_desc rank);
-/* The whole model (tp = 1, one stage): cannot fail. */
+/* The whole model (tp = 1, one stage): cannot fail when maxT is 0 or >= T. */
 void layout_init_whole(struct model_layout *lay, struct model_shape shape);
 
 struct unit_info layout_unit(const struct model_layout *lay, int unit);

@@ -20,6 +20,7 @@
 /* The shape facts the formulas need, derived once from a config. */
 struct theory_model {
     int L, h, a, n_kv, d_h, F, s, V, Vp;
+    int max_s;               /* position-table rows (max_seq_len; s when the config leaves it 0) */
     bool swiglu;             /* 3 FFN matrices (gate, up, down) instead of 2 */
     bool rmsnorm;            /* norm has a gain only (LayerNorm: gain + bias) */
     bool biases;             /* GEMM biases (GPT-2) */

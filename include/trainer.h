@@ -13,6 +13,7 @@
 #include "grid.h"
 #include "mem.h"
 #include "timeline.h"
+#include "progress.h"
 
 enum { TRAINER_ERR_LEN = 1024 };
 
@@ -36,6 +37,7 @@ struct trainer {
     int skipped_steps;          /* updates dropped for a non-finite loss or norm (on_nonfinite skip_step),
                                  * over the whole run: kept in resume states */
     struct mem_timeline timeline; /* bytes in use phase by phase, of the latest step (include/timeline.h) */
+    struct progress progress;   /* the step line and its ETA (rank 0 prints) */
     int stop_after;             /* > 0: trainer_run stops (and writes save_state) once step reaches it,
                                  * before steps; the LR schedule still follows steps. 0: off */
 };
@@ -61,6 +63,13 @@ void trainer_close(struct trainer *tr);
 /* Mean loss over the first val_batches micro-batches of the validation data. */
 float trainer_validate(struct trainer *tr);
 
+/* Before trainer_open, with c->init_from set: the file's header against
+ * the config. n_layer, d_model, n_head and vocab_size must equal the
+ * file's (the message names the key and both values); max_seq_len, when
+ * 0, becomes the file's, and must equal it otherwise; seq_len may be any
+ * length up to it (GPT-2's files hold 1024 positions; a run at T = 64
+ * uses the first 64 rows, and --save writes all of them back). */
+int trainer_adopt_model_file(struct config *c, char err[TRAINER_ERR_LEN]);
 /* llm.c model files, one unit at a time (train/model_file.c). Collective. */
 int trainer_load_model(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]);
 int trainer_save_model(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]);

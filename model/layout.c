@@ -25,7 +25,7 @@ struct rank_desc rank_desc_whole(const struct model_shape *s) {
 static struct shape2d embed_shape(const struct model_shape *s, enum embed_tensor t) {
     switch (t) {
     case EMB_WTE: return (struct shape2d){"wte", s->Vp, s->C, SPLIT_VOCAB, 1};
-    case EMB_WPE: return (struct shape2d){"wpe", s->T, s->C, SPLIT_REPLICATED, 1};
+    case EMB_WPE: return (struct shape2d){"wpe", shape_pos_rows(s), s->C, SPLIT_REPLICATED, 1};
     case EMB_NUM_TENSORS: break;
     }
     return (struct shape2d){"?", 0, 0, SPLIT_REPLICATED, 1};
@@ -79,6 +79,8 @@ static size_t numel(struct shape2d d) { return (size_t)d.rows * (size_t)d.cols; 
 int layout_init(struct model_layout *lay, struct model_shape shape, struct rank_desc r) {
     if (r.tp < 1 || r.tp_rank < 0 || r.tp_rank >= r.tp || r.l0 < 0 || r.l1 < r.l0 || r.l1 > shape.L) return -1;
     if (shape.NH % r.tp != 0 || (4 * shape.C) % r.tp != 0 || shape.C % r.tp != 0) return -1;
+    if (shape.maxT != 0 && shape.maxT < shape.T) return -1;
+    shape.maxT = shape_pos_rows(&shape);
     shape.Vp = tp_padded_vocab(shape.V, r.tp);
     *lay = (struct model_layout){.shape = shape, .rank = r, .head_wte_copy = r.has_head && !r.has_embed};
     size_t off = 0;
@@ -154,7 +156,7 @@ int layout_num_tensors(const struct model_layout *lay) {
 
 /* Reference offsets: the whole model at tp = 1 in flat order. */
 static size_t ref_embed_size(const struct model_shape *s) {
-    return ((size_t)padded_vocab(s->V) + (size_t)s->T) * (size_t)s->C;
+    return ((size_t)padded_vocab(s->V) + (size_t)shape_pos_rows(s)) * (size_t)s->C;
 }
 
 static struct tensor_info make(const struct model_layout *lay, struct shape2d full, int unit, enum unit_kind kind,

@@ -15,7 +15,7 @@
 static struct model_layout layout_of(const struct config *c) {
     struct model_layout lay;
     layout_init_whole(&lay, (struct model_shape){.L = c->n_layer, .C = c->d_model, .NH = c->n_head,
-                                                 .T = c->seq_len, .V = c->vocab_size});
+                                                 .T = c->seq_len, .maxT = c->max_seq_len, .V = c->vocab_size});
     return lay;
 }
 
@@ -165,7 +165,8 @@ struct flop_theory theory_trainer_flops(const struct config *c) {
     f.gemm += c->recompute == RECOMPUTE_FULL ? 16 * L * C * C * f.tokens : 0;
     f.attention += c->recompute != RECOMPUTE_NONE ? 2 * L * B * C * T * (T + 1) * k : 0;
     double padding = (double)(lay.shape.Vp - lay.shape.V) * C;
-    f.n_gemm_params = (double)lay.total - padding - T * C; /* a lookup table (wpe) does no FLOPs */
+    double wpe = (double)lay.shape.maxT * C; /* all its rows: a lookup table does no FLOPs */
+    f.n_gemm_params = (double)lay.total - padding - wpe;
     f.model = f.tokens * (6 * f.n_gemm_params + 6 * L * C * T);
     return f;
 }

@@ -180,7 +180,9 @@ static int parse_header(const int32_t h[LLMC_HEADER_INTS], const char *path, str
                  (int)h[H_VP], (int)h[H_V], want_vp);
         return -1;
     }
-    *shape = (struct model_shape){.L = h[H_L], .C = h[H_C], .NH = h[H_NH], .T = h[H_MAXT], .V = h[H_V], .Vp = h[H_VP]};
+    /* the file's own layout runs at its full length: T = maxT */
+    *shape = (struct model_shape){.L = h[H_L], .C = h[H_C], .NH = h[H_NH], .T = h[H_MAXT], .maxT = h[H_MAXT],
+                                  .V = h[H_V], .Vp = h[H_VP]};
     *version = h[H_VERSION];
     return 0;
 }
@@ -188,8 +190,9 @@ static int parse_header(const int32_t h[LLMC_HEADER_INTS], const char *path, str
 static int check_shape(const struct model_shape *file, const struct model_shape *cfg, const char *path,
                        char err[CKPT_ERR_LEN]) {
     const char *names[] = {"max_seq_len", "vocab_size", "n_layer", "n_head", "n_embd", "padded_vocab_size"};
-    int f[] = {file->T, file->V, file->L, file->NH, file->C, file->Vp};
-    int c[] = {cfg->T, cfg->V, cfg->L, cfg->NH, cfg->C, cfg->Vp};
+    /* the sequence length is the run's: only the position table's rows are the file's */
+    int f[] = {shape_pos_rows(file), file->V, file->L, file->NH, file->C, file->Vp};
+    int c[] = {shape_pos_rows(cfg), cfg->V, cfg->L, cfg->NH, cfg->C, cfg->Vp};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         if (f[i] != c[i]) {
             snprintf(err, CKPT_ERR_LEN, "%.300s: %s is %d in the file, %d in the config", path, names[i], f[i], c[i]);
@@ -343,12 +346,15 @@ int llmc_create(struct llmc_writer *w, const char *path, const struct model_shap
     int32_t h[LLMC_HEADER_INTS] = {0};
     h[H_MAGIC] = LLMC_MODEL_MAGIC;
     h[H_VERSION] = file_dt == DTYPE_BF16 ? LLMC_VERSION_BF16 : LLMC_VERSION_FP32;
-    h[H_MAXT] = s->T, h[H_V] = s->V, h[H_L] = s->L, h[H_NH] = s->NH, h[H_C] = s->C, h[H_VP] = s->Vp;
+    h[H_MAXT] = shape_pos_rows(s), h[H_V] = s->V, h[H_L] = s->L, h[H_NH] = s->NH, h[H_C] = s->C, h[H_VP] = s->Vp;
     /* What a reader would refuse is not written. */
     struct model_shape checked;
     int version;
     if (parse_header(h, path, &checked, &version, err)) return -1;
-    layout_init_whole(&w->lay, *s);
+    if (layout_init(&w->lay, *s, rank_desc_whole(s)) != 0) {
+        snprintf(err, CKPT_ERR_LEN, "%.300s: max_seq_len %d is shorter than seq_len %d", path, s->maxT, s->T);
+        return -1;
+    }
     w->file_dt = file_dt;
     if (!(w->buf = malloc(CHUNK_ELEMS * sizeof(float)))) {
         snprintf(err, CKPT_ERR_LEN, "out of memory saving %.300s", path);

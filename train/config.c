@@ -29,7 +29,8 @@ static const struct key KEYS[] = {
     {"n_layer", KEY_INT, F(n_layer), "2", "transformer layers (L)", NUM(1, 1024)},
     {"d_model", KEY_INT, F(d_model), "64", "hidden size (C)", NUM(1, 65536)},
     {"n_head", KEY_INT, F(n_head), "4", "attention heads (NH); must divide d_model", NUM(1, 1024)},
-    {"seq_len", KEY_INT, F(seq_len), "64", "sequence length (T), also the position-embedding rows", NUM(1, 65536)},
+    {"seq_len", KEY_INT, F(seq_len), "64", "sequence length (T)", NUM(1, 65536)},
+    {"max_seq_len", KEY_INT, F(max_seq_len), "0", "position-embedding rows (llm.c's max_seq_len), >= seq_len; 0: seq_len, or the --init_from file's", NUM(0, 65536)},
     {"vocab_size", KEY_INT, F(vocab_size), "256", "vocabulary (V); padded to a multiple of 128 internally", NUM(2, 1 << 20)},
     {"arch", KEY_CHOICE, F(arch), "gpt2", "architecture: gpt2 (LayerNorm, GELU, biases, tied) or llama (RMSNorm, SwiGLU, GQA, RoPE, untied)", .choices = {"gpt2", "llama"}},
     {"n_kv_head", KEY_INT, F(n_kv_head), "0", "key/value heads for GQA; 0: n_head; must divide n_head", NUM(0, 1024)},
@@ -284,6 +285,11 @@ int config_validate(const struct config *c, char err[CONFIG_ERR_LEN]) {
                  "steps = 0 with save_state %.300s: no step runs, so no resume state would be written "
                  "(set steps >= 1, or drop save_state; save writes a model file at step 0)",
                  c->save_state);
+        return -1;
+    }
+    if (c->max_seq_len != 0 && c->max_seq_len < c->seq_len) {
+        snprintf(err, CONFIG_ERR_LEN, "max_seq_len (%d) must be 0 or at least seq_len (%d): a sequence uses one "
+                 "position-table row per token", c->max_seq_len, c->seq_len);
         return -1;
     }
     if (c->vocab_size > 65536) {

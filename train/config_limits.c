@@ -57,17 +57,18 @@ static void size_error(const struct size_check *k, uint64_t bytes, char err[CONF
 int config_check_sizes(const struct config *c, char err[CONFIG_ERR_LEN]) {
     const uint64_t L = (uint64_t)c->n_layer, C = (uint64_t)c->d_model, NH = (uint64_t)c->n_head;
     const uint64_t T = (uint64_t)c->seq_len, B = (uint64_t)c->micro_batch;
+    const uint64_t maxT = c->max_seq_len > c->seq_len ? (uint64_t)c->max_seq_len : T; /* position rows */
     const uint64_t F = c->ffn_dim > 0 ? (uint64_t)c->ffn_dim : 4 * C;
     const uint64_t Vp = ((uint64_t)c->vocab_size + VOCAB_PAD - 1) / VOCAB_PAD * VOCAB_PAD;
     /* per token of one layer: input, norm 1, q k v (3C at most), attention
      * out, residual, norm 2 (8C); MLP up/gate, activation, product (3F at
      * most); the probability row (NH T) */
     const uint64_t per_token = add_sat(add_sat(8 * C, 3 * F), mul_sat(NH, T));
-    /* parameters, either arch: untied embeddings 2 Vp C, positions T C,
+    /* parameters, either arch: untied embeddings 2 Vp C, positions max(T, max_seq_len) C,
      * per layer attention 4 C^2 (GQA only shrinks it), MLP 3 C F, norms and
      * biases 9 C + F, final norm 2 C */
     const uint64_t per_layer = add_sat(add_sat(mul_sat(4 * C, C), mul_sat(3 * C, F)), 9 * C + F);
-    const uint64_t psi = add_sat(add_sat(mul_sat(2 * Vp, C), mul_sat(T, C)), add_sat(mul_sat(L, per_layer), 2 * C));
+    const uint64_t psi = add_sat(add_sat(mul_sat(2 * Vp, C), mul_sat(maxT, C)), add_sat(mul_sat(L, per_layer), 2 * C));
     /* activations in fp32 (4 B); parameters at 16 B each: weights, fp32
      * master, grads, Adam m and v. The specific counts come first, so the
      * error names the fewest keys. */
@@ -80,7 +81,7 @@ int config_check_sizes(const struct config *c, char err[CONFIG_ERR_LEN]) {
         {"the logits", "micro_batch x seq_len x vocab_size (padded to 128)", 3, {B, T, Vp}, 4},
         {"the token embedding", "vocab_size (padded to 128) x d_model", 2, {Vp, C}, 16},
         {"the model states",
-         "parameters at most 2 Vp d_model + seq_len d_model + n_layer (4 d_model^2 + 3 d_model ffn_dim + "
+         "parameters at most 2 Vp d_model + max(seq_len, max_seq_len) d_model + n_layer (4 d_model^2 + 3 d_model ffn_dim + "
          "9 d_model + ffn_dim) + 2 d_model",
          1, {psi}, 16},
     };

@@ -35,6 +35,40 @@ static int read_tensor(struct llmc_reader *r, const struct model_layout *lay, co
     return 0;
 }
 
+int trainer_adopt_model_file(struct config *c, char err[TRAINER_ERR_LEN]) {
+    struct model_shape file;
+    int version;
+    char e2[CKPT_ERR_LEN];
+    if (llmc_read_header(c->init_from, &file, &version, e2) != 0) {
+        snprintf(err, TRAINER_ERR_LEN, "--init_from: %s", e2);
+        return -1;
+    }
+    const struct { const char *key; int config, file; } same[] = {
+        {"n_layer", c->n_layer, file.L}, {"d_model", c->d_model, file.C},
+        {"n_head", c->n_head, file.NH},  {"vocab_size", c->vocab_size, file.V},
+    };
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        if (same[i].config != same[i].file) {
+            snprintf(err, TRAINER_ERR_LEN, "--init_from %.400s: %s: config %d, file %d (the model's shape is the file's)",
+                     c->init_from, same[i].key, same[i].config, same[i].file);
+            return -1;
+        }
+    }
+    if (c->max_seq_len != 0 && c->max_seq_len != file.maxT) {
+        snprintf(err, TRAINER_ERR_LEN, "--init_from %.400s: max_seq_len: config %d, file %d (leave it 0 to take the file's)",
+                 c->init_from, c->max_seq_len, file.maxT);
+        return -1;
+    }
+    if (c->seq_len > file.maxT) {
+        snprintf(err, TRAINER_ERR_LEN,
+                 "--init_from %.400s: seq_len %d is longer than the file's position table (max_seq_len %d)",
+                 c->init_from, c->seq_len, file.maxT);
+        return -1;
+    }
+    c->max_seq_len = file.maxT;
+    return 0;
+}
+
 int trainer_load_model(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]) {
     struct engine *e = &tr->engine;
     struct model_shape shape = file_shape(&e->lay);

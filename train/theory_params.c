@@ -22,6 +22,7 @@ void theory_model_from_config(struct theory_model *m, const struct config *c) {
     m->d_h = c->d_model / c->n_head;
     m->F = c->ffn_dim > 0 ? c->ffn_dim : 4 * c->d_model;
     m->s = c->seq_len;
+    m->max_s = c->max_seq_len > 0 ? c->max_seq_len : c->seq_len;
     m->V = c->vocab_size;
     /* Only the gpt2 path pads the embedding rows (llm.c); the padding is
      * reported apart from the parameter count. */
@@ -65,7 +66,7 @@ struct theory_params theory_param_count(const struct theory_model *m) {
     p.ffn = L * (m->swiglu ? 3.0 * h * F : 2.0 * h * F + (m->biases ? F + h : 0.0));
     p.norms = L * 2.0 * norm + norm;
     p.embedding = head_copies * (double)m->V * h;
-    p.position = m->position_embedding ? (double)m->s * h : 0.0;
+    p.position = m->position_embedding ? (double)(m->max_s > 0 ? m->max_s : m->s) * h : 0.0;
     p.total = p.embedding + p.position + p.attention + p.ffn + p.norms;
     p.padding = head_copies * (double)(m->Vp - m->V) * h;
     return p;

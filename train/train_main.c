@@ -58,8 +58,10 @@ static const double PEAK_SECONDS = 0.3;
 static void print_banner(const struct config *c, const struct trainer *tr, const struct run_record *run) {
     const struct model_layout *lay = &tr->engine.lay;
     const struct grid *g = tr->grid;
-    printf("shardlab train: GPT-2 L=%d C=%d NH=%d T=%d V=%d (padded %d), %zu parameters\n", c->n_layer, c->d_model,
-           c->n_head, c->seq_len, c->vocab_size, lay->shape.Vp, lay->total);
+    char positions[48] = ""; /* a position table longer than the run's sequences (an llm.c file's) */
+    if (lay->shape.maxT != c->seq_len) snprintf(positions, sizeof positions, " (position table %d)", lay->shape.maxT);
+    printf("shardlab train: GPT-2 L=%d C=%d NH=%d T=%d%s V=%d (padded %d), %zu parameters\n", c->n_layer,
+           c->d_model, c->n_head, c->seq_len, positions, c->vocab_size, lay->shape.Vp, lay->total);
     printf("precision: params %s%s, grads %s, activations %s, rounding %s\n", dtype_name(c->param_dtype),
            c->param_dtype == DTYPE_BF16 ? " (+ fp32 master)" : "", dtype_name(c->grad_dtype),
            dtype_name(c->act_dtype), c->rounding == ROUND_NEAREST ? "nearest-even" : "stochastic");
@@ -128,6 +130,14 @@ int main(int argc, char **argv) {
         if (rank == 0) config_print_help(stdout, argv[0]);
         MPI_Finalize();
         return 0;
+    }
+    if (*cfg.init_from) { /* the model's shape from the file; every rank reads it, and all agree */
+        int mine = trainer_adopt_model_file(&cfg, err) == 0 ? config_validate(&cfg, err) : -1, all = 0;
+        MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        if (all != 0) {
+            if (mine == 0) snprintf(err, sizeof err, "another rank failed reading --init_from");
+            return fail(rank, world, err);
+        }
     }
     if (rank == 0) config_warnings(&cfg, stderr);
     struct grid grid;

@@ -2,6 +2,7 @@
 #include "trainer.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -30,7 +31,7 @@ static double now(void) {
 
 struct model_shape trainer_model_shape(const struct config *c) {
     return (struct model_shape){.L = c->n_layer, .C = c->d_model, .NH = c->n_head, .T = c->seq_len,
-                                .V = c->vocab_size};
+                                .maxT = c->max_seq_len, .V = c->vocab_size};
 }
 
 struct engine_options trainer_engine_options(const struct config *c) {
@@ -64,8 +65,23 @@ static int remove_stale_temps(const struct config *cfg, const struct grid *g, ch
     return 0;
 }
 
+/* Start-up progress: rank 0 says what it is doing as it goes, one line each. */
+static void say(const struct trainer *tr, const char *fmt, ...) {
+    if (tr->grid->world_rank != 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    putchar('\n');
+    fflush(stdout);
+}
+
 static int init_weights(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
-    if (*tr->cfg->init_from) return trainer_load_model(tr, tr->cfg->init_from, err);
+    if (*tr->cfg->init_from) {
+        say(tr, "loading %s ...", tr->cfg->init_from);
+        return trainer_load_model(tr, tr->cfg->init_from, err);
+    }
+    say(tr, "initialising weights (seed %lld) ...", tr->cfg->seed);
     engine_init_params(&tr->engine);
     return 0;
 }
@@ -112,10 +128,13 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     tr->cfg = cfg;
     tr->grid = grid;
     tr->last_val_loss = -1.0;
+    progress_init(&tr->progress, progress_stdout_is_terminal());
+    double t_start = now();
     int rc = trainer_agree(tr, check_layout(cfg, grid, err), err);
     if (rc == 0) rc = trainer_agree(tr, remove_stale_temps(cfg, grid, err), err);
     bool data_open = false;
     if (rc == 0) {
+        say(tr, "loading data %s ...", cfg->train_data);
         int mine = open_data(tr, err);
         data_open = mine == 0;
         rc = trainer_agree(tr, mine, err);
@@ -145,6 +164,8 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
         trainer_close(tr);
         return -1;
     }
+    say(tr, "allocating %.1f MiB per rank (theory, rank 0) ...",
+        theory_trainer_memory(cfg, grid->dp, grid->dp_rank).total / 1048576.0);
     rc = engine_init(&tr->engine, &eo, &lay, &grid->dp_comm, &tr->mem, MEM_HOST, &tr->flops, err, TRAINER_ERR_LEN);
     tr->engine_open = true;
     tr->model_flops_per_step = theory_trainer_flops(cfg).model;
@@ -166,6 +187,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     }
     rc = trainer_agree(tr, rc, err);
     if (rc != 0) trainer_close(tr);
+    else say(tr, "ready in %.1f s", now() - t_start);
     tr->startup_tracked_peak = (double)tr->mem.peak_total;
     tr->startup_rss = peak_rss_bytes();
     for (int g = 0; g < GROUP_NUM; g++) { /* count steps only */
@@ -217,14 +239,18 @@ static void json_number(char out[32], const char *fmt, double x) {
     else snprintf(out, 32, "null");
 }
 
-static void log_step(struct trainer *tr, const struct step_metrics *m) {
+/* keep: the line stays on a terminal (validation, a saved state, the end). */
+static void log_step(struct trainer *tr, const struct step_metrics *m, bool keep) {
+    progress_step(&tr->progress, m->ms * 1e-3);
     if (tr->grid->world_rank != 0) return;
-    printf("step %5d/%d | loss %.4f", tr->step, tr->cfg->steps, m->loss);
-    if (m->val_loss >= 0) printf(" | val %.4f", m->val_loss);
-    printf(" | lr %.2e | norm %.3f | %.1f ms (gemm %.0f%%) | %.0f tok/s | MFU %.1f%%%s\n", m->lr, m->grad_norm,
-           m->ms, 100.0 * m->gemm_ms / m->ms, m->tokens_per_s, 100.0 * m->mfu,
-           m->nonfinite ? " | non-finite: update not applied" : "");
-    fflush(stdout);
+    char line[320], val_part[32] = "", eta[PROGRESS_ETA_LEN];
+    if (m->val_loss >= 0) snprintf(val_part, sizeof val_part, " | val %.4f", m->val_loss);
+    progress_format_eta(progress_eta_seconds(&tr->progress, tr->cfg->steps - tr->step), eta);
+    snprintf(line, sizeof line,
+             "step %5d/%d | loss %.4f%s | lr %.2e | norm %.3f | %.1f ms (gemm %.0f%%) | %.0f tok/s | MFU %.1f%% | ETA %s%s",
+             tr->step, tr->cfg->steps, m->loss, val_part, m->lr, m->grad_norm, m->ms, 100.0 * m->gemm_ms / m->ms,
+             m->tokens_per_s, 100.0 * m->mfu, eta, m->nonfinite ? " | non-finite: update not applied" : "");
+    progress_show(&tr->progress, stdout, line, keep);
     if (!tr->json) return;
     char val[32] = "null", loss[32], norm[32];
     if (m->val_loss >= 0) snprintf(val, sizeof val, "%.6f", m->val_loss);
@@ -320,17 +346,21 @@ int trainer_run(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     while (tr->step < c->steps && (tr->stop_after <= 0 || tr->step < tr->stop_after)) {
         /* one scalar all-reduce per step, off the books like trainer_agree */
         int sig = trainer_agree_max(tr, stop_signal_pending());
-        if (sig > 0) return stop_run(tr, sig, saved_step, err);
+        if (sig > 0) {
+            if (tr->grid->world_rank == 0) progress_end_line(&tr->progress, stdout);
+            return stop_run(tr, sig, saved_step, err);
+        }
         struct step_metrics m = train_step(tr);
         if (m.nonfinite && on_nonfinite(tr, &m, err) != 0) {
-            log_step(tr, &m);
+            log_step(tr, &m, true);
             return -1;
         }
         bool last = tr->step == c->steps, stop = tr->step == tr->stop_after;
         if (tr->has_val && (tr->step % c->val_every == 0 || last)) m.val_loss = tr->last_val_loss = trainer_validate(tr);
-        log_step(tr, &m);
         bool periodic = c->save_state_every > 0 && tr->step % c->save_state_every == 0;
-        if (*c->save_state && (periodic || last || stop)) {
+        bool saves = *c->save_state && (periodic || last || stop);
+        log_step(tr, &m, last || stop || saves || m.val_loss >= 0);
+        if (saves) {
             if (trainer_save_state(tr, c->save_state, err) != 0) return -1;
             saved_step = tr->step;
         }
