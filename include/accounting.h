@@ -64,13 +64,16 @@ struct activation_theory {
 
 struct activation_theory theory_trainer_activations(const struct config *c);
 
-/* FLOPs of one optimizer step, as issued by this code and per the papers. */
+/* FLOPs of one optimizer step, as issued by this code (the HFU basis) and
+ * per the papers (model FLOPs, the MFU basis). */
 struct flop_theory {
     double tokens;            /* B T accum per step */
-    double gemm;              /* 6 tokens (12 L C^2 + Vp C) (+ 16 L C^2 tokens full recompute) */
-    double attention;         /* 6 L B C T (T + 1) accum (+ 2 L B C T (T + 1) accum recomputed) */
+    double gemm;              /* layer GEMMs: 6 tokens (12 L C^2 + Vp C) (+ 16 L C^2 tokens full recompute) */
+    double attention;         /* attention GEMMs issued, full T x T squares: 12 L B C T^2 accum
+                               * (+ 4 L B C T^2 accum recomputed) */
     double recompute;         /* the recomputed part of gemm + attention (hardware, not model FLOPs) */
     double model;             /* tokens (6 N + 6 L C T): PaLM App. B, causal half of 12 L H Q T */
+    double attention_model;   /* its attention term, tokens 6 L C T: half the 12 L B C T^2 accum issued */
     double n_gemm_params;     /* N: parameters used in GEMMs (Psi - wpe) */
 };
 

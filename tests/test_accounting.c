@@ -1,8 +1,9 @@
 /* Measured against theory: for every dtype recipe, the tagged allocator's
  * model-state bytes equal the ZeRO accounting to the byte (vocab padding as
  * its own term), the saved activations equal the formula for what
- * model/gpt.c keeps, and the FLOP counters equal the GEMM and attention
- * formulas exactly over real training steps. */
+ * model/gpt.c keeps, and the FLOP counters equal the layer-GEMM and
+ * attention-GEMM formulas exactly over real training steps, recomputation
+ * included. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -94,6 +95,9 @@ static void check_recipe(enum dtype p, enum dtype g, enum dtype a, double expect
     struct flop_theory ft = theory_trainer_flops(&c);
     assert_true(tr.flops.gemm == c.steps * ft.gemm);
     assert_true(tr.flops.attention == c.steps * ft.attention);
+    /* full squares: 12 L B C T^2 accum, twice the model's causal 6 L C T per token */
+    assert_true(ft.attention == 12.0 * 2 * 2 * 32 * 16 * 16 * 2);
+    assert_true(ft.attention == 2 * ft.attention_model);
     trainer_close(&tr);
 }
 
@@ -103,6 +107,29 @@ static void test_bf16_bf16(void **s) { (void)s; check_recipe(DTYPE_BF16, DTYPE_B
 static void test_bf16_fp32_grads(void **s) { (void)s; check_recipe(DTYPE_BF16, DTYPE_FP32, DTYPE_FP32, 18); }
 static void test_all_fp32(void **s) { (void)s; check_recipe(DTYPE_FP32, DTYPE_FP32, DTYPE_FP32, 16); }
 static void test_fp32_params_bf16_grads(void **s) { (void)s; check_recipe(DTYPE_FP32, DTYPE_BF16, DTYPE_BF16, 14); }
+
+/* Recomputed FLOPs are counted where they are issued: selective re-runs
+ * the attention's forward GEMMs (4 L B C T^2 per micro-batch), full the
+ * layer forward up to the GELU (16 L C^2 per token) and the attention. */
+static void check_recompute_flops(enum recompute_mode r) {
+    struct config c;
+    small_config(&c, DTYPE_FP32, DTYPE_FP32, DTYPE_FP32);
+    c.recompute = r;
+    struct trainer tr;
+    char err[TRAINER_ERR_LEN];
+    assert_int_equal(trainer_open(&tr, &c, &GRID, err), 0);
+    assert_int_equal(trainer_run(&tr, err), 0);
+    struct flop_theory ft = theory_trainer_flops(&c);
+    const double L = 2, B = 2, C = 32, T = 16, k = 2, tokens = B * T * k;
+    assert_true(ft.attention == (12 + 4) * L * B * C * T * T * k);
+    assert_true(ft.recompute == 4 * L * B * C * T * T * k + (r == RECOMPUTE_FULL ? 16 * L * C * C * tokens : 0));
+    assert_true(tr.flops.gemm == c.steps * ft.gemm);
+    assert_true(tr.flops.attention == c.steps * ft.attention);
+    trainer_close(&tr);
+}
+
+static void test_selective_recompute_flops(void **s) { (void)s; check_recompute_flops(RECOMPUTE_SELECTIVE); }
+static void test_full_recompute_flops(void **s) { (void)s; check_recompute_flops(RECOMPUTE_FULL); }
 
 /* The activation formula by hand for one shape: per layer
  * (16 C e + NH T e + 16) B T, head (2 C e + 8 + 4 Vp + 4 + 8) B T. */
@@ -124,6 +151,8 @@ int main(void) {
         cmocka_unit_test(test_bf16_fp32_grads),
         cmocka_unit_test(test_all_fp32),
         cmocka_unit_test(test_fp32_params_bf16_grads),
+        cmocka_unit_test(test_selective_recompute_flops),
+        cmocka_unit_test(test_full_recompute_flops),
         cmocka_unit_test(test_activation_formula_by_hand),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

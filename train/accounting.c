@@ -154,18 +154,23 @@ struct flop_theory theory_trainer_flops(const struct config *c) {
     struct flop_theory f;
     f.tokens = B * T * k;
     f.gemm = 6 * f.tokens * (12 * L * C * C + Vp * C);
-    f.attention = 6 * L * B * C * T * (T + 1) * k;
+    /* attention GEMMs as issued, full T x T squares: per head QK^T and PV,
+     * 2 T^2 hs each, so 4 B T^2 C per layer forward; backward dP, dV, dQ,
+     * dK, twice that */
+    const double attention_forward = 4 * L * B * C * T * T * k;
+    f.attention = 3 * attention_forward;
     /* recomputation: full re-runs a layer's forward up to the GELU (QKV,
      * projection, FC: 16 C^2 per token; the last GEMM's output is not
-     * needed); both modes recompute QK^T and AV */
+     * needed); both modes re-run the attention's forward GEMMs */
     f.recompute = 0;
     if (c->recompute == RECOMPUTE_FULL) f.recompute += 16 * L * C * C * f.tokens;
-    if (c->recompute != RECOMPUTE_NONE) f.recompute += 2 * L * B * C * T * (T + 1) * k;
+    if (c->recompute != RECOMPUTE_NONE) f.recompute += attention_forward;
     f.gemm += c->recompute == RECOMPUTE_FULL ? 16 * L * C * C * f.tokens : 0;
-    f.attention += c->recompute != RECOMPUTE_NONE ? 2 * L * B * C * T * (T + 1) * k : 0;
+    f.attention += c->recompute != RECOMPUTE_NONE ? attention_forward : 0;
     double padding = (double)(lay.shape.Vp - lay.shape.V) * C;
     f.n_gemm_params = (double)lay.total - padding - T * C; /* a lookup table (wpe) does no FLOPs */
     f.model = f.tokens * (6 * f.n_gemm_params + 6 * L * C * T);
+    f.attention_model = f.tokens * (6 * L * C * T); /* the causal half of 12 L C T per token */
     return f;
 }
 
