@@ -5,7 +5,9 @@
  *
  * Threads come from OMP_NUM_THREADS (OpenMP and OpenBLAS share them). The
  * first repetition is a warm-up and is not timed. Prints the OpenBLAS
- * kernel in use, since the numbers depend on it. */
+ * kernel in use, since the numbers depend on it, and the process CPU time
+ * beside the wall time: with one thread on a shared machine the CPU time
+ * is the steadier figure (it does not count time spent descheduled). */
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
@@ -14,9 +16,9 @@
 
 #include "layers.h"
 
-static double seconds(void) {
+static double seconds(clockid_t clock) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(clock, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
@@ -59,21 +61,21 @@ int main(int argc, char **argv) {
     float *dout = alloc_filled(n_out, 4), *dqkv = alloc_filled(n_qkv, 5);
     float *scratch = alloc_filled(attention_backward_scratch(B, T, NH), 6);
     struct flop_counter fc = {0};
-    double fwd = 0, bwd = 0;
+    double fwd = 0, bwd = 0, cpu = 0;
     for (int r = 0; r <= reps; r++) {
         if (r == 1) fc = (struct flop_counter){0}; /* repetition 0 warms up */
-        double t0 = seconds();
+        double c0 = seconds(CLOCK_PROCESS_CPUTIME_ID), t0 = seconds(CLOCK_MONOTONIC);
         attention_forward(out, att, qkv, B, T, C, NH, &fc);
-        double t1 = seconds();
+        double t1 = seconds(CLOCK_MONOTONIC);
         attention_backward(dqkv, dout, qkv, att, scratch, B, T, C, NH, &fc);
-        double t2 = seconds();
-        if (r > 0) fwd += t1 - t0, bwd += t2 - t1;
+        double t2 = seconds(CLOCK_MONOTONIC), c2 = seconds(CLOCK_PROCESS_CPUTIME_ID);
+        if (r > 0) fwd += t1 - t0, bwd += t2 - t1, cpu += c2 - c0;
     }
     double gflop = fc.attention / reps / 1e9, ms = 1e3 * (fwd + bwd) / reps;
     printf("attention B %lld T %lld C %lld NH %lld, %d threads, OpenBLAS %s\n", (long long)B, (long long)T,
            (long long)C, (long long)NH, omp_get_max_threads(), openblas_get_corename());
-    printf("  forward %.3f ms  backward %.3f ms  total %.3f ms per call pair (%d reps)\n", 1e3 * fwd / reps,
-           1e3 * bwd / reps, ms, reps);
+    printf("  forward %.3f ms  backward %.3f ms  total %.3f ms per call pair (%d reps), CPU time %.3f ms\n",
+           1e3 * fwd / reps, 1e3 * bwd / reps, ms, reps, 1e3 * cpu / reps);
     printf("  attention FLOPs counted %.4e per pair: %.2f GFLOP/s; %.1f%% of the time in sgemm\n",
            fc.attention / reps, gflop / (ms / 1e3), 100.0 * fc.gemm_seconds / (fwd + bwd));
     free(qkv), free(out), free(att), free(dout), free(dqkv), free(scratch);
