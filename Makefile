@@ -1,4 +1,4 @@
-# shardlab: make | make test | make demo | make bench | make san-test | make clean
+# shardlab: make | make test | make demo | make multihost-demo | make bench | make san-test | make fuzz | make clean
 #
 # Everything is built with mpicc against OpenBLAS, so each binary runs alone
 # (a 1-rank world) or under mpirun. SAN=1 builds into build-san/ with
@@ -37,7 +37,7 @@ MPI_TEST_SRC := $(wildcard tests/mpi/test_*.c)
 MPI_TESTS    := $(MPI_TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 .SECONDARY:
-.PHONY: all test check-deps unit-test mpi-test san-test demo bench deps data clean
+.PHONY: all test check-deps unit-test mpi-test san-test demo multihost-demo bench deps data clean
 all: $(PROGRAMS)
 
 $(BUILD)/obj/%.o: %.c Makefile
@@ -73,7 +73,10 @@ unit-test: deps $(PROGRAMS) $(TESTS)
 mpi-test: deps $(MPI_TESTS)
 	tests/run_mpi.sh $(MPI_TESTS)
 	tests/mpi/failures.sh $(BUILD)
+	tests/mpi/stop_signal.sh $(BUILD)
 	tests/mpi/startup_peak.sh $(BUILD)
+	tests/stale_temps.sh $(BUILD)
+	tests/multihost/test_multihost.sh $(BUILD)
 
 # Dependency check, then unit tests, then MPI tests (order kept under make -j).
 test: check-deps
@@ -100,6 +103,14 @@ demo: deps all data
 	@echo "shardlab demo: $(DEMO_RANKS) ranks under mpirun, ZeRO-3 (params, grads and optimizer states sharded 1/$(DEMO_RANKS) per rank)"
 	mpirun --oversubscribe --allow-run-as-root -np $(DEMO_RANKS) $(BUILD)/train --config configs/demo.conf --zero 3 --threads 1 --explain 1
 
+# Across hosts: MULTIHOST_HOSTS hosts as network namespaces (needs root and
+# iproute2), one rank each, ZeRO-3 over TCP; prints each host's wire bytes
+# per step beside the trainer's counters and the ring formula
+# (tests/multihost/run.sh, docs/MULTIHOST.md).
+MULTIHOST_HOSTS ?= 2
+multihost-demo: deps all data
+	tests/multihost/run.sh $(BUILD) $(MULTIHOST_HOSTS) 6 --config configs/demo.conf
+
 bench: deps all
 	bench/run.sh
 
@@ -110,7 +121,58 @@ $(BUILD)/bench_%: bench/%_bench.c $(BUILD)/libshardlab.a Makefile
 deps:
 	@.ci/deps
 
+# ---- Fuzzing (tests/fuzz/README.md) ----
+# One libFuzzer harness per tests/fuzz/fuzz_X.c, built with clang into
+# build-fuzz/ together with the few library files the readers need, all
+# under ASan + UBSan. `make fuzz` runs each for FUZZ_SECONDS over its
+# committed corpus (read only: new inputs go to build-fuzz/new/X, crashes to
+# build-fuzz/crashes/); `make fuzz-regress` runs every committed input once.
+FUZZ_CC      := clang
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all
+FUZZ_CFLAGS  := -std=c17 -D_GNU_SOURCE -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN) -fsanitize=fuzzer-no-link \
+                -Wall -Wextra -Werror -Wno-missing-field-initializers -Iinclude -MMD -MP
+FUZZ_LIB_SRC := data/fileio.c data/loader.c data/rangeset.c data/shard.c data/tokenizer.c model/layout.c \
+                train/checkpoint_llmc.c train/config.c train/config_limits.c train/resume.c
+FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=build-fuzz/obj/%.o)
+FUZZ_NAMES   := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZERS      := $(FUZZ_NAMES:%=build-fuzz/fuzz_%)
+FUZZ_SECONDS ?= 60
+.PHONY: fuzz fuzz-regress fuzz-corpus
+
+build-fuzz/obj/%.o: %.c Makefile
+	@mkdir -p $(dir $@)
+	@echo "  CLANG $<"
+	@$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+
+build-fuzz/fuzz_%: build-fuzz/obj/tests/fuzz/fuzz_%.o $(FUZZ_LIB_OBJ)
+	$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer $^ -o $@ -lm
+
+build-fuzz/seed_corpus: build-fuzz/obj/tests/fuzz/seed_corpus.o $(FUZZ_LIB_OBJ)
+	$(FUZZ_CC) $(FUZZ_SAN) $^ -o $@ -lm
+
+fuzz: $(FUZZERS)
+	@set -e; for h in $(FUZZ_NAMES); do \
+	    echo "== fuzz $$h for $(FUZZ_SECONDS) s"; \
+	    rm -rf build-fuzz/new/$$h; mkdir -p build-fuzz/new/$$h build-fuzz/crashes; \
+	    build-fuzz/fuzz_$$h -max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 \
+	        -artifact_prefix=build-fuzz/crashes/$$h- build-fuzz/new/$$h tests/fuzz/corpus/$$h; \
+	done
+
+fuzz-regress: $(FUZZERS)
+	@set -e; for h in $(FUZZ_NAMES); do \
+	    echo "== fuzz-regress $$h: $$(ls tests/fuzz/corpus/$$h | wc -l) inputs"; \
+	    build-fuzz/fuzz_$$h -runs=0 tests/fuzz/corpus/$$h; \
+	done
+
+# Rewrites the seeds made by the project's writers and copies configs/;
+# regression inputs (regress-*) are kept.
+fuzz-corpus: build-fuzz/seed_corpus
+	mkdir -p tests/fuzz/corpus/config tests/fuzz/corpus/shard tests/fuzz/corpus/llmc tests/fuzz/corpus/resume
+	cp configs/*.conf tests/fuzz/corpus/config/
+	build-fuzz/seed_corpus data/kjv.txt tests/fuzz/corpus
+
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-fuzz
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+-include $(shell find build-fuzz -name '*.d' 2>/dev/null)

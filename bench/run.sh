@@ -2,7 +2,8 @@
 # Speed benchmark for configs/bench-small.conf (bf16 params, 2 threads).
 # Prints ms/step, tokens/s and the GEMM share, averaged over the steps after
 # warm-up. Usage: bench/run.sh [steps] [threads]; results go in bench/RESULTS.md
-# by hand, with the command and the machine.
+# by hand, with the command and the machine (printed: the CPU model and the
+# BLAS kernel, from the run's JSON "run" record).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${1:-30}
@@ -14,16 +15,28 @@ trap 'rm -f "$log"' EXIT
 build/train --config configs/bench-small.conf --steps "$steps" --threads "$threads" \
     --val_every 0 --log_json "$log" >/dev/null
 awk -v w="$warmup" -F'[:,]' '
+    function str(name,   r) { # a string field of this record
+        if (!match($0, "\"" name "\":\"[^\"]*\"")) return "?"
+        r = substr($0, RSTART, RLENGTH); sub(/^"[^"]*":"/, "", r); sub(/"$/, "", r); return r
+    }
+    function num(name,   r) { # a number field of this record
+        if (!match($0, "\"" name "\":[-+.0-9eE]+")) return 0
+        r = substr($0, RSTART, RLENGTH); sub(/^"[^"]*":/, "", r); return r + 0
+    }
+    /"type":"run"/ { peak = num("peak_flops"); spread = num("peak_spread"); cpu = str("cpu_model"); isa = str("cpu_isa"); lib = str("blas_library"); ver = str("blas_version"); core = str("blas_corename") }
     /"type":"step"/ {
         for (i = 1; i < NF; i++) {
             if ($i ~ /"step"$/) s = $(i + 1)
             if ($i ~ /"ms"$/) ms = $(i + 1)
             if ($i ~ /"gemm_ms"$/) g = $(i + 1)
             if ($i ~ /"tokens_per_s"$/) tps = $(i + 1)
+            if ($i ~ /"model_flops"$/) mf = $(i + 1)
         }
-        if (s > w) { n++; tms += ms; tg += g; tok += tps * ms / 1000 }
+        if (s > w) { n++; tms += ms; tg += g; tok += tps * ms / 1000; tmf += mf }
     }
     END {
-        printf "bench-small, %d steps after %d warm-up, OPENBLAS_CORETYPE=%s, threads %s\n", n, w, ENVIRON["OPENBLAS_CORETYPE"], threads
+        printf "bench-small, %d steps after %d warm-up, threads %s\n", n, w, threads
+        printf "CPU %s (%s); %s %s, kernel %s (OPENBLAS_CORETYPE=%s)\n", cpu, isa, lib, ver, core, ENVIRON["OPENBLAS_CORETYPE"] == "" ? "unset" : ENVIRON["OPENBLAS_CORETYPE"]
         printf "  ms/step    %.1f\n  tokens/s   %.0f\n  GEMM share %.1f%%\n", tms / n, 1000 * tok / tms, 100 * tg / tms
+        printf "  peak       %.1f GFLOP/s (spread %.1f%%)\n  MFU        %.1f%%\n", peak / 1e9, 100 * spread, (peak > 0 ? 100 * tmf / (tms / 1000) / peak : 0)
     }' threads="$threads" "$log"

@@ -1,17 +1,37 @@
 #include "fileio.h"
 
+#include <stdbool.h>
+
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+/* PATH + TEMP_TAG + host + "." + pid */
+#define TEMP_TAG ".shardlab-tmp."
+enum { HOST_LEN = 256 };
+
+/* This host's name, with any '/' (impossible in a host name, but it would
+ * make the temp name a path) replaced. */
+static void host_name(char out[HOST_LEN]) {
+    if (gethostname(out, HOST_LEN) != 0) snprintf(out, HOST_LEN, "unknown-host");
+    out[HOST_LEN - 1] = '\0';
+    for (char *c = out; *c; c++)
+        if (*c == '/') *c = '_';
+}
+
 int atomic_open(struct atomic_file *af, const char *path, char err[FILEIO_ERR_LEN]) {
-    if (strlen(path) + 32 >= FILEIO_PATH_LEN) {
+    char host[HOST_LEN];
+    host_name(host);
+    if (strlen(path) + strlen(TEMP_TAG) + strlen(host) + 24 >= FILEIO_PATH_LEN) {
         snprintf(err, FILEIO_ERR_LEN, "path too long: %.200s", path);
         return -1;
     }
     snprintf(af->path, sizeof af->path, "%s", path);
-    snprintf(af->tmp_path, sizeof af->tmp_path, "%s.tmp.%ld", path, (long)getpid());
-    af->f = fopen(af->tmp_path, "wb");
+    snprintf(af->tmp_path, sizeof af->tmp_path, "%s" TEMP_TAG "%s.%ld", path, host, (long)getpid());
+    af->f = fopen(af->tmp_path, "w+b");
     if (!af->f) {
         snprintf(err, FILEIO_ERR_LEN, "cannot create %.400s: %s", af->tmp_path, strerror(errno));
         return -1;
@@ -76,4 +96,62 @@ int read_exact_at(FILE *f, off_t offset, void *data, size_t n, const char *path,
         return -1;
     }
     return read_exact(f, data, n, path, err);
+}
+
+/* The pid of a temp file name's "<host>.<pid>" tail when <host> is ours;
+ * 0 otherwise. */
+static long temp_owner(const char *tail, const char *host) {
+    size_t h = strlen(host);
+    if (strncmp(tail, host, h) != 0 || tail[h] != '.') return 0;
+    const char *digits = tail + h + 1;
+    char *end;
+    errno = 0;
+    long pid = strtol(digits, &end, 10);
+    if (errno || end == digits || *end || pid <= 0) return 0;
+    return pid;
+}
+
+/* Whether process pid is gone from this host: kill(pid, 0) says ESRCH.
+ * EPERM means it exists (another user's), so it is not ours to judge. */
+static bool process_gone(long pid) {
+    if (pid == (long)getpid()) return true; /* a reused pid: we have not written yet */
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+int atomic_remove_stale(const char *path, FILE *log, char err[FILEIO_ERR_LEN]) {
+    char dir[FILEIO_PATH_LEN], host[HOST_LEN], prefix[FILEIO_PATH_LEN];
+    if (strlen(path) >= sizeof dir) {
+        snprintf(err, FILEIO_ERR_LEN, "path too long: %.200s", path);
+        return -1;
+    }
+    const char *slash = strrchr(path, '/');
+    if (slash) snprintf(dir, sizeof dir, "%.*s", (int)(slash - path) + (slash == path), path);
+    else snprintf(dir, sizeof dir, ".");
+    snprintf(prefix, sizeof prefix, "%s" TEMP_TAG, slash ? slash + 1 : path);
+    host_name(host);
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT) return 0; /* no folder, no temp files (the write will say so) */
+        snprintf(err, FILEIO_ERR_LEN, "cannot read folder %.300s: %s", dir, strerror(errno));
+        return -1;
+    }
+    int removed = 0;
+    size_t np = strlen(prefix);
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, prefix, np) != 0) continue;
+        long pid = temp_owner(e->d_name + np, host);
+        if (!pid || !process_gone(pid)) continue;
+        char full[FILEIO_PATH_LEN + 256];
+        snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
+        if (unlink(full) != 0 && errno != ENOENT) {
+            snprintf(err, FILEIO_ERR_LEN, "cannot remove stale temp file %.300s: %s", full, strerror(errno));
+            closedir(d);
+            return -1;
+        }
+        if (log) fprintf(log, "removed stale temp file %s (from a killed run, pid %ld)\n", full, pid);
+        removed++;
+    }
+    closedir(d);
+    if (log) fflush(log);
+    return removed;
 }

@@ -47,12 +47,23 @@ static int check_header(const char *path, const int32_t *header, long long file_
 int shard_read(const char *path, int vocab_size, struct token_shard *out, char err[DATA_ERR_LEN]) {
     out->tokens = NULL;
     out->n = 0;
+    /* a regular file, checked before opening: opening a FIFO blocks until a
+     * writer comes, and a directory would read as a truncated shard */
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        snprintf(err, DATA_ERR_LEN, "cannot open %.300s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, DATA_ERR_LEN, "%.300s is %s, not a token shard (a regular file)", path,
+                 S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "not a regular file");
+        return -1;
+    }
     FILE *f = fopen(path, "rb");
     if (!f) {
         snprintf(err, DATA_ERR_LEN, "cannot open %.300s: %s", path, strerror(errno));
         return -1;
     }
-    struct stat st;
     if (fstat(fileno(f), &st) != 0) {
         snprintf(err, DATA_ERR_LEN, "cannot stat %.300s: %s", path, strerror(errno));
         fclose(f);

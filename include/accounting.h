@@ -47,7 +47,8 @@ struct comm_theory theory_trainer_comm(const struct config *c, int N);
 
 /* Bytes of the stage's communication buffers: ZeRO-3's gathered
  * embedding, head and layer (param dtype), ZeRO-2/3's reduce-scatter bucket
- * (largest padded unit, grad dtype). */
+ * (largest padded unit, grad dtype); with c->overlap a second gathered
+ * layer and a second bucket. */
 double theory_trainer_comm_buffers(const struct config *c, int N);
 
 /* Activation bytes for exactly the tensors model/gpt.c saves (one
@@ -63,6 +64,34 @@ struct activation_theory {
 };
 
 struct activation_theory theory_trainer_activations(const struct config *c);
+
+/* Bytes of the fp32 working buffers (MEM_SCRATCH) of rank `rank` of N,
+ * from the same layout the engine allocates from: exact for the buffers that
+ * live through the run (the optimizer's segment table, the fp32 unit views
+ * of bf16 weights and the fp32 gradient accumulators, the model's widened
+ * activations and backward temporaries, the attention backward's T x T
+ * score gradients for min(c->threads, B NH) threads, the batch's ids, the
+ * 8-bit code-search indexes). `staging` is the one-unit fp32 buffer init,
+ * loads and saves hold for a moment: the largest padded unit, an upper
+ * bound of what any of them takes. */
+struct scratch_theory {
+    double persistent;
+    double staging;
+};
+
+struct scratch_theory theory_trainer_scratch(const struct config *c, int N, int rank);
+
+/* What rank `rank` of N will hold at its start-up peak, by category
+ * (MEM_PARAMS.. from the theories above; MEM_SCRATCH includes the one-unit
+ * staging): the tracked bytes the memory check (train/memcheck.c) adds
+ * the libraries' allowance to and compares with what the machine has. */
+struct memory_need {
+    double bytes[MEM_NUM_CATEGORIES];
+    double staging;         /* the part of bytes[MEM_SCRATCH] that is one-unit staging */
+    double total;           /* the sum over categories */
+};
+
+struct memory_need theory_trainer_memory(const struct config *c, int N, int rank);
 
 /* FLOPs of one optimizer step, as issued by this code (the HFU basis) and
  * per the papers (model FLOPs, the MFU basis). */

@@ -28,7 +28,8 @@ enum {
     LLMC_VERSION_FP32 = 3,
     LLMC_VERSION_BF16 = 5,
     CKPT_ERR_LEN = 512,
-    STATE_NAME_LEN = 32
+    STATE_NAME_LEN = 32,
+    DATA_PATTERN_LEN = 512
 };
 
 /* The model's tensors outside the layers, in llm.c's file order. */
@@ -59,6 +60,9 @@ static inline struct tensor_id tensor_id_of(const struct tensor_info *t) {
  * tensor of s. */
 size_t llmc_tensor_offset(const struct model_shape *s, struct tensor_id id);
 
+/* The bytes of an llm.c file of shape s (s->Vp = padded_vocab(s->V)) in file_dt. */
+uint64_t llmc_file_bytes(const struct model_shape *s, enum dtype file_dt);
+
 /* Reads only the header: the model shape (Vp included) and the version. */
 int llmc_read_header(const char *path, struct model_shape *shape, int *version, char err[CKPT_ERR_LEN]);
 /* An open, checked llm.c model file. */
@@ -75,7 +79,8 @@ struct llmc_reader {
  * that the file is exactly header + tensors long. On failure nothing is
  * left open. */
 int llmc_open(struct llmc_reader *r, const char *path, const struct model_shape *expect, char err[CKPT_ERR_LEN]);
-/* Reads elements [first, first + n) of tensor id into dst as dst_dt. */
+/* Reads elements [first, first + n) of tensor id into dst as dst_dt; a NaN
+ * or Inf in the file is an error naming the file, tensor and element. */
 int llmc_read(struct llmc_reader *r, struct tensor_id id, size_t first, size_t n, void *dst, enum dtype dst_dt,
               char err[CKPT_ERR_LEN]);
 /* Safe on a reader that failed to open or is already closed. */
@@ -91,14 +96,15 @@ struct llmc_writer {
     void *buf;                /* one chunk, for dtype conversion */
 };
 
-/* Starts PATH.tmp.<pid> and writes the header; file_dt picks version 3
+/* Starts the temp file (include/fileio.h) and writes the header; file_dt picks version 3
  * (fp32) or 5 (bf16). s->Vp must be padded_vocab(s->V). */
 int llmc_create(struct llmc_writer *w, const char *path, const struct model_shape *s, enum dtype file_dt,
                 char err[CKPT_ERR_LEN]);
 /* Writes elements [first, first + n) of tensor id from src (src_dt),
  * converted to the file's dtype, at their place in the file. Pieces may come
- * in any order; writing a range twice keeps the last. Any error abandons
- * the file (the temp file is removed; llmc_abort is then a no-op). */
+ * in any order; writing a range twice keeps the last. A NaN or Inf is
+ * refused (naming the tensor and element). Any error abandons the file (the
+ * temp file is removed; llmc_abort is then a no-op). */
 int llmc_write(struct llmc_writer *w, struct tensor_id id, size_t first, size_t n, const void *src, enum dtype src_dt,
                char err[CKPT_ERR_LEN]);
 /* Fails, naming the tensor and range, if any element was never written;
@@ -124,12 +130,23 @@ struct state_section {
     void *data;
 };
 
+/* The training data a state's data position refers to: the pattern as
+ * given, and what it matched (every file's canonical path and size, as a
+ * count, a byte total and a CRC32C over "path\tsize\n" lines). */
+struct data_sources {
+    char pattern[DATA_PATTERN_LEN];
+    uint64_t files, bytes;
+    uint32_t digest;
+};
+
 struct resume_meta {
     uint64_t step;            /* optimizer steps completed */
     uint64_t seed;
     uint64_t data_epoch, data_cursor;
+    uint64_t skipped_steps;   /* updates dropped for non-finite values (--on_nonfinite skip_step) */
     struct model_shape shape;
     uint32_t fingerprint;     /* hash of the keys that must match on resume */
+    struct data_sources data;
 };
 
 /* A section as declared before its data is written. */
@@ -145,23 +162,29 @@ struct resume_file_section; /* where one section lies in the file (resume.c) */
 struct resume_writer {
     bool open;
     struct atomic_file af;
+    struct resume_meta meta;
     int n;
     struct resume_file_section *sections;
     struct range_set written; /* file bytes of section data written so far */
 };
 
-/* Starts PATH.tmp.<pid> and writes meta and every section's header (n
- * sections, names distinct; n may be 0). Section i is then filled with
- * resume_write_at(w, i, ...). */
+/* Starts the temp file (include/fileio.h) for n sections (names distinct;
+ * n may be 0). Section i is then filled with resume_write_at(w, i, ...);
+ * the header, the section table and the checksums are written by
+ * resume_commit. */
 int resume_create(struct resume_writer *w, const char *path, const struct resume_meta *meta,
                   const struct state_decl *decls, int n, char err[CKPT_ERR_LEN]);
 /* Writes elements [first, first + n) of section `section` (raw, in the
- * section's dtype). Pieces may come in any order. Any error abandons the
- * file (resume_abort is then a no-op). */
+ * section's dtype). Pieces may come in any order. A NaN or Inf is refused
+ * (naming the section and element). Any error abandons the file
+ * (resume_abort is then a no-op). */
 int resume_write_at(struct resume_writer *w, int section, size_t first, size_t n, const void *src,
                     char err[CKPT_ERR_LEN]);
 /* Fails, naming the section and range, if any element was never written;
- * otherwise fsyncs and renames over path. The writer is done either way. */
+ * otherwise computes each section's CRC32C (as pieces arrive when they come
+ * in order, else by reading the section back in chunks), writes the header
+ * and section table with their own CRC32C, fsyncs and renames over path.
+ * The writer is done either way. */
 int resume_commit(struct resume_writer *w, char err[CKPT_ERR_LEN]);
 /* Gives up: removes the temp file. Safe after commit or a failed call. */
 void resume_abort(struct resume_writer *w);
@@ -174,18 +197,27 @@ struct resume_reader {
     struct resume_file_section *sections;
 };
 
-/* Opens path, checks magic, version and that the section table matches the
- * file's length exactly (truncated or trailing data is an error), and
- * fills *meta. On failure nothing is left open. */
+/* Opens path, checks magic, version, the checksum of the header and section
+ * table (a flipped step, seed, data position, data sources or section
+ * size is refused as a corrupt header), that the section table matches the
+ * file's length exactly (truncated or trailing data is an error) and that
+ * section names are 1 to 31 characters and distinct, and fills *meta. On
+ * failure nothing is left open. */
 int resume_open(struct resume_reader *r, const char *path, struct resume_meta *meta, char err[CKPT_ERR_LEN]);
 /* Index of the section called name, which must hold numel elements of
- * dtype; -1 with a message naming it when it is missing or differs. */
+ * dtype and match its checksum (verified here, streaming the section in
+ * chunks); -1 with a message naming it when it is missing, differs or is
+ * corrupt. */
 int resume_find(const struct resume_reader *r, const char *name, enum dtype dtype, size_t numel,
                 char err[CKPT_ERR_LEN]);
-/* Reads elements [first, first + n) of section `section` into dst (raw). */
+/* Reads elements [first, first + n) of section `section` into dst (raw); a
+ * NaN or Inf is an error naming the section and element. */
 int resume_read_at(struct resume_reader *r, int section, size_t first, size_t n, void *dst, char err[CKPT_ERR_LEN]);
 /* Safe on a reader that failed to open or is already closed. */
 void resume_close(struct resume_reader *r);
+
+/* The bytes of a resume state with these n sections. */
+uint64_t resume_file_bytes(const struct state_decl *decls, int n);
 
 /* Writes meta and the sections atomically. */
 int resume_save(const char *path, const struct resume_meta *meta, const struct state_section *sections, int n,

@@ -17,9 +17,27 @@
  * Point to point counts the payload, exactly: send and isend add
  * n x dtype size to COLL_SEND, recv and irecv the same to COLL_RECV (bytes
  * received: the one kind that is not bytes sent); a non-blocking call
- * counts when posted, and wait adds no bytes or calls. Time inside every
- * call, wait included, adds to `seconds`; barrier counts nothing. A call
- * that fails counts nothing.
+ * counts when posted, and wait adds no bytes or calls. barrier counts
+ * nothing. A call that fails counts nothing.
+ *
+ * Time. `seconds` is the time collectives were in flight: a blocking
+ * call's duration; a posted one's from its post to its completion (as wait
+ * or progress first saw it), so that time hidden behind compute still
+ * counts. Concurrent requests each count their own span. `exposed_seconds`
+ * is the part the caller spent blocked inside the calls (blocking calls,
+ * posts, waits, progress): what communication adds to the step. Blocking
+ * calls only: the two are equal.
+ *
+ * Non-blocking collectives. iall_reduce_sum, ireduce_scatter_sum and
+ * iall_gather post the collective of the same name and return a handle
+ * for wait; the buffer belongs to the collective until wait returns. They
+ * share the request table of isend/irecv. Every rank posts the group's
+ * collectives, blocking and non-blocking, in the same order (MPI's rule).
+ * A count must fit an int (no splitting: a request is one MPI call).
+ * progress() lets pending requests move: some MPI transports advance a
+ * request only inside an MPI call, so a caller computing between post and
+ * wait calls it now and then. The single-process table completes them at
+ * once (identities, as its blocking calls).
  *
  * Point to point. peer is a rank within the group, tag in [0,
  * COLL_TAG_MAX]. Messages from one rank to another with the same tag
@@ -66,7 +84,8 @@ enum {
 struct comm_counters {
     double bytes[COLL_NUM_KINDS];
     long calls[COLL_NUM_KINDS];
-    double seconds;  /* wall time inside collectives and point to point */
+    double seconds;          /* wall time collectives and point to point were in flight (above) */
+    double exposed_seconds;  /* of which the caller was blocked inside a call */
 };
 
 /* A pending isend or irecv: its slot in the table's request table and the
@@ -109,6 +128,14 @@ struct collectives {
     struct coll_request (*irecv)(struct collectives *c, void *buf, size_t n, enum dtype dt, int peer, int tag);
     /* Completes a pending handle and frees its slot. 0, or -1 on error. */
     int (*wait)(struct collectives *c, struct coll_request r);
+
+    /* Non-blocking collectives (above): post, return a handle for wait.
+     * The handle's slot is -1 where the post failed. */
+    struct coll_request (*iall_reduce_sum)(struct collectives *c, void *buf, size_t n, enum dtype dt);
+    struct coll_request (*ireduce_scatter_sum)(struct collectives *c, void *buf, size_t chunk, enum dtype dt);
+    struct coll_request (*iall_gather)(struct collectives *c, void *buf, size_t chunk, enum dtype dt);
+    /* Tests every pending request once, without blocking. */
+    void (*progress)(struct collectives *c);
 };
 
 static inline const char *coll_kind_name(enum coll_kind k) {

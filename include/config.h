@@ -18,6 +18,11 @@
  * untied embeddings. */
 enum model_arch { ARCH_GPT2, ARCH_LLAMA };
 
+/* What a step with a NaN or Inf loss or gradient norm does: stop the run
+ * (the update not applied, nothing saved), or drop that update and go on
+ * (up to max_skipped_steps of them). */
+enum nonfinite_policy { NONFINITE_STOP, NONFINITE_SKIP_STEP };
+
 enum { CONFIG_PATH_LEN = 512, CONFIG_ERR_LEN = 1024 };
 
 /* The most bytes any count derived from the shape keys may reach (2^62):
@@ -56,6 +61,9 @@ struct config {
     char init_from[CONFIG_PATH_LEN], save[CONFIG_PATH_LEN];
     char resume[CONFIG_PATH_LEN], save_state[CONFIG_PATH_LEN];
     int save_state_every;
+    bool allow_data_change; /* resume with other train_data than the state's */
+    enum nonfinite_policy on_nonfinite;
+    int max_skipped_steps;  /* skip_step: the run stops when more are skipped */
     char log_json[CONFIG_PATH_LEN];
     int sample_tokens;
     float sample_temperature;
@@ -63,9 +71,12 @@ struct config {
     /* parallelism: world = dp x tp x pp (dp is what remains) */
     int zero, tp, pp;
     bool explain;
+    bool overlap;          /* collectives behind compute (include/zero.h); 0: the blocking path */
+    double ddp_bucket_mb;  /* ZeRO-0: MiB of gradients per all-reduce bucket (whole units) */
     /* machine */
     int threads;
     double peak_flops;
+    bool force;            /* go on when the memory check says the run will not fit */
 };
 
 void config_defaults(struct config *c);
@@ -73,6 +84,9 @@ void config_defaults(struct config *c);
  * in err. */
 int config_set(struct config *c, const char *key, const char *value, char err[CONFIG_ERR_LEN]);
 int config_load_file(struct config *c, const char *path, char err[CONFIG_ERR_LEN]);
+/* The same from an open stream (read to its end, not closed); name labels
+ * the messages (name:line). */
+int config_load_stream(struct config *c, FILE *f, const char *name, char err[CONFIG_ERR_LEN]);
 /* argv: `--config FILE` is applied first, then every `--key value` in order.
  * Sets *help when --help or -h is present. */
 int config_parse_args(struct config *c, int argc, char **argv, bool *help, char err[CONFIG_ERR_LEN]);
@@ -83,6 +97,9 @@ int config_validate(const struct config *c, char err[CONFIG_ERR_LEN]);
  * logit, embedding and model-state count in bytes must be at most
  * CONFIG_MAX_BYTES; the error names the keys, their product and the bytes. */
 int config_check_sizes(const struct config *c, char err[CONFIG_ERR_LEN]);
+/* Settings that run but are probably not meant (warmup longer than the
+ * run): one "warning: ..." line each on `out`; returns how many. */
+int config_warnings(const struct config *c, FILE *out);
 void config_print_help(FILE *f, const char *program);
 /* Every key with its value, one per line, in config-file form. */
 void config_print(FILE *f, const struct config *c);

@@ -54,4 +54,31 @@ static inline bf16 f32_to_bf16_stochastic(float f, uint32_t noise) {
 /* The fp32 value closest to f that bf16 can hold (RNE). */
 static inline float round_to_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
 
+/* Index of the first NaN or Inf among n values of dtype dt at x (all
+ * exponent bits set, in either format); n when every value is finite. */
+static inline size_t dtype_first_nonfinite(const void *x, enum dtype dt, size_t n) {
+    if (dt == DTYPE_BF16) {
+        const bf16 *h = x;
+        for (size_t i = 0; i < n; i++)
+            if ((h[i] & 0x7f80u) == 0x7f80u) return i;
+        return n;
+    }
+    const unsigned char *b = x;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, b + 4 * i, sizeof u);
+        if ((u & 0x7f800000u) == 0x7f800000u) return i;
+    }
+    return n;
+}
+
+/* "nan", "+inf" or "-inf" for the non-finite value i of x. */
+static inline const char *dtype_nonfinite_name(const void *x, enum dtype dt, size_t i) {
+    uint32_t u;
+    if (dt == DTYPE_BF16) u = (uint32_t)((const bf16 *)x)[i] << 16;
+    else memcpy(&u, (const unsigned char *)x + 4 * i, sizeof u);
+    if (u & 0x007fffffu) return "nan";
+    return (u >> 31) ? "-inf" : "+inf";
+}
+
 #endif

@@ -10,7 +10,14 @@
  * takes the loss (set up by the forward's dloss) or an incoming gradient
  * and yields the outgoing gradient. Activations and their gradients cross
  * stages as (B,T,C) in act_dtype. Which micro-batch runs when is a
- * schedule's business (include/schedule.h). */
+ * schedule's business (include/schedule.h).
+ *
+ * Overlap (zero_options.overlap): units are visited in a fixed order
+ * (forward: embedding, layers, head; backward: head and embedding, layers
+ * from the last, embedding's gradient), and under ZeRO-3 each unit's
+ * params are taken before the next unit's all-gather is posted, which then
+ * runs while the current unit computes. Between units the engine lets
+ * posted collectives progress. */
 #ifndef SHARDLAB_ENGINE_H
 #define SHARDLAB_ENGINE_H
 
@@ -29,7 +36,9 @@ struct engine_options {
     enum dtype act_dtype;
     enum recompute_mode recompute;
     float init_std;
-    struct zero_options zero;
+    struct zero_options zero;      /* .overlap: collectives behind compute (include/zero.h) */
+    int micro_batches;             /* backwards per optimizer step (grad_accum); 0: unknown, so stage 0
+                                    * all-reduces at the step rather than during the last backward */
 };
 
 struct engine {
@@ -47,6 +56,7 @@ struct engine {
     /* stage < 3: the embedding's and head's widened weights serve every
      * micro-batch until the next update */
     bool w32_fresh[UNIT_LAYER + 1];
+    int backwards;  /* since the last engine_zero_grads */
 };
 
 /* One micro-batch's inputs at this rank's boundaries. */
@@ -86,7 +96,9 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
  * gradient (B,T,C) in act_dtype (NULL on the last stage); dx_out: where the
  * outgoing one goes (NULL on the first stage). */
 void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out);
-/* Reduce, clip, update, redistribute (include/zero.h). step is 0-based. */
-struct step_result engine_optimizer_step(struct engine *e, int step);
+/* Reduce, clip, update, redistribute (include/zero.h). step is 0-based.
+ * skip_nonfinite: a NaN or Inf gradient norm leaves the model as it was
+ * (r.skipped). */
+struct step_result engine_optimizer_step(struct engine *e, int step, bool skip_nonfinite);
 
 #endif

@@ -12,7 +12,7 @@
 
 /* One group's comm counters on one rank (calls as doubles too). */
 struct rank_comm {
-    double bytes[COLL_NUM_KINDS], calls[COLL_NUM_KINDS], seconds;
+    double bytes[COLL_NUM_KINDS], calls[COLL_NUM_KINDS], seconds, exposed_seconds;
 };
 
 /* Doubles only: train_main gathers it as RANK_STATS_DOUBLES doubles. */
@@ -42,7 +42,9 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
                    const char *when);
 void report_flops(FILE *out, const struct trainer *tr, int steps);
 /* Per group with traffic on any rank (dp always): bytes per step by kind,
- * with ZeRO's theory beside the dp rows ("-" elsewhere, for now). */
+ * with ZeRO's theory beside the dp rows ("-" elsewhere, for now); then the
+ * time collectives were in flight and the part exposed (the compute thread
+ * waiting), per step on rank 0. */
 void report_comm(FILE *out, const struct trainer *tr, const struct rank_stats *ranks, int n, int steps);
 /* --explain: for every unit, who owns which elements and which tensors the
  * cut passes through; which buffers each rank holds in full or in part. */

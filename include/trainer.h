@@ -32,6 +32,8 @@ struct trainer {
     double peak_flops;          /* FLOP/s for MFU; 0 = unknown */
     double startup_tracked_peak, startup_rss; /* bytes, at the end of trainer_open */
     double model_flops_per_step; /* theory, per rank: fixed by the config, so computed once */
+    int skipped_steps;          /* updates dropped for a non-finite loss or norm (on_nonfinite skip_step),
+                                 * over the whole run: kept in resume states */
     int stop_after;             /* > 0: trainer_run stops (and writes save_state) once step reaches it,
                                  * before steps; the LR schedule still follows steps. 0: off */
 };
@@ -44,7 +46,13 @@ struct engine_options trainer_engine_options(const struct config *c);
  * grid: when any rank fails, every rank returns -1 (the failing rank with
  * its message, the others saying so), and the trainer is torn down. */
 int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid, char err[TRAINER_ERR_LEN]);
-/* Runs the remaining steps; returns -1 (with err) only on I/O failure. */
+/* Runs the remaining steps. Returns 0 when done; -1 (with err) on I/O
+ * failure and on a NaN or Inf loss or gradient norm (on_nonfinite stop, or
+ * more than max_skipped_steps skipped: the update of that step is not
+ * applied and nothing is saved after it, so files already written stay as
+ * they were); or, when a stop signal reached any rank
+ * (include/stop_signal.h), its number (> 0), after the step it interrupted
+ * and a resume state written to trainer_stop_state_path (train/outputs.c). */
 int trainer_run(struct trainer *tr, char err[TRAINER_ERR_LEN]);
 void trainer_close(struct trainer *tr);
 
@@ -57,6 +65,8 @@ int trainer_save_model(struct trainer *tr, const char *path, char err[TRAINER_ER
 
 /* Resume states (train/state.c). */
 int trainer_save_state(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]);
+/* The bytes trainer_save_state writes. */
+uint64_t trainer_state_bytes(const struct trainer *tr);
 int trainer_load_state(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]);
 
 /* This process's peak resident set so far (getrusage), bytes. */
@@ -65,6 +75,8 @@ double peak_rss_bytes(void);
 /* Every rank's rc agreed over the grid: a failure anywhere fails every
  * rank (those that did not fail get a message saying so). */
 int trainer_agree(struct trainer *tr, int rc, char err[TRAINER_ERR_LEN]);
+/* The largest of every rank's value (>= 0), agreed over the grid. */
+int trainer_agree_max(struct trainer *tr, int mine);
 
 /* Generates cfg->sample_tokens tokens after cfg->sample_prompt (train/sample.c).
  * Collective: every rank runs it; out may be NULL on all but one. */

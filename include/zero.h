@@ -15,7 +15,21 @@
  * to a multiple of the group size; "shard" this rank's slice of each unit
  * (include/shard.h). What a rank updates is its list of segments
  * (include/segments.h). parallel/zero/zero.c holds the stages;
- * parallel/zero/optstate.c the optimizer states of the three update rules. */
+ * parallel/zero/comm.c their collectives during the step, blocking or
+ * overlapped with compute; parallel/zero/optstate.c the optimizer states
+ * of the three update rules.
+ *
+ * Overlap (zero_options.overlap): stage 3 posts the next unit's all-gather
+ * (zero_prefetch_params) while the current one computes, into a second
+ * gathered layer; stages 2-3 post a unit's reduce-scatter and finish it
+ * when its bucket (one of two) comes round again or before the update;
+ * stage 0 all-reduces gradient buckets of whole units (DDP, Li et al.
+ * 2020) as soon as their units' last backward of the step is done. The
+ * blocking path (overlap off) posts the same collectives on the same
+ * buffers and waits at once: MPI runs the same algorithm on the same
+ * values, so the results are bitwise equal (Open MPI's blocking and
+ * non-blocking reductions may combine 3 or more ranks in different orders,
+ * so the blocking path does not mix them). */
 #ifndef SHARDLAB_ZERO_H
 #define SHARDLAB_ZERO_H
 
@@ -37,6 +51,24 @@ struct zero_options {
     enum rounding_mode rounding;   /* bf16 params written back by the update */
     uint64_t seed;                 /* stochastic rounding noise */
     struct optim_options optim;
+    bool overlap;                  /* collectives behind compute (above); off: wait at once */
+    size_t ddp_bucket_bytes;       /* stage 0: gradient bytes per all-reduce bucket (whole units) */
+};
+
+/* A posted collective on one unit: its all-gather (stage 3, into gathered
+ * buffer `buf` of its kind) or reduce-scatter (stages 2-3). unit < 0: none. */
+struct zero_pending {
+    int unit, buf;
+    struct coll_request req;
+};
+
+/* Stage 0: units whose grads are contiguous [lo, hi) in the full grads and
+ * consecutive in the backward's order, all-reduced in place as one call
+ * once none of them (`left`) is still to finish. */
+struct ddp_bucket {
+    size_t lo, hi;
+    int units, left;
+    struct coll_request req;
 };
 
 struct model_states {
@@ -67,10 +99,21 @@ struct zero {
     float qmap_signed[QMAP_SIZE], qmap_unsigned[QMAP_SIZE]; /* adamw8bit code books */
     struct qmap_index *qindex_signed, *qindex_unsigned;
     /* stage 3: one gathered unit per kind, in param_dtype (the embedding's
-     * stays valid through the forward: the tied head reads its wte) */
+     * stays valid through the forward: the tied head reads its wte); with
+     * overlap a second layer buffer (gathered_layer2) takes the next layer */
     void *gathered[UNIT_LAYER + 1];
-    /* stages 2 and 3: one unit's gradient in grad_dtype for the reduce-scatter */
-    void *bucket;
+    void *gathered_layer2;
+    int layer_in_use;                              /* 0, 1: the layer buffer the model reads */
+    struct zero_pending gather[UNIT_LAYER + 1];    /* at most one posted all-gather per kind */
+    /* stages 2 and 3: one unit's gradient in grad_dtype for the
+     * reduce-scatter; with overlap two, used in turn */
+    void *bucket[2];
+    struct zero_pending scatter[2];
+    int next_bucket;
+    /* stage 0: the all-reduce buckets (a table in MEM_SCRATCH) */
+    struct ddp_bucket *ddp;
+    int n_ddp, ddp_posted, ddp_waited;             /* buckets [0, ddp_posted) posted, [0, ddp_waited) reduced */
+    bool last_backward;                            /* this backward's grads are the step's last */
 };
 
 /* Which model state a checkpoint moves. */
@@ -92,17 +135,41 @@ const void *zero_unit_params(struct zero *z, int u);
 void *zero_unit_grads(struct zero *z, int u);
 /* Unit u's backward is done; acc (fp32, the padded unit) holds its
  * gradient for this micro-batch: reduce-scatter it into the grad shard
- * (stages 2, 3) or add it into bf16 grads (stages 0, 1). */
+ * (stages 2, 3) or add it into bf16 grads (stages 0, 1). acc may be
+ * reused on return. */
 void zero_unit_grads_done(struct zero *z, int u, const float *acc);
 void zero_zero_grads(struct zero *z);
+/* Stage 3 with overlap: posts unit u's all-gather, taken by the next
+ * zero_unit_params(z, u). The engine calls it after taking the current
+ * unit's params and before computing it: the target buffer is the kind's
+ * other layer buffer, or the embedding's or head's own (which the model
+ * must not be reading then). A no-op otherwise, or for u < 0. */
+void zero_prefetch_params(struct zero *z, int u);
+/* The next backward is the step's last micro-batch (stage 0: its units'
+ * buckets all-reduce as they finish; otherwise they wait for the step). */
+void zero_backward_begins(struct zero *z, bool last_of_step);
+/* Lets posted collectives move (between units). */
+void zero_progress(struct zero *z);
 
 struct step_result {
     double grad_norm;  /* global, before clipping */
     float lr;
+    bool skipped;      /* the update was not applied (non-finite norm) */
 };
 /* Reduce gradients as the stage requires, clip, update, redistribute
- * params. step is 0-based. */
-struct step_result zero_step(struct zero *z, int step);
+ * params. step is 0-based. With skip_nonfinite, a NaN or Inf global norm
+ * (the same on every rank: it is computed from all-reduced values) leaves
+ * every state as it was and sets skipped. */
+struct step_result zero_step(struct zero *z, int step, bool skip_nonfinite);
+
+/* ---- parallel/zero/comm.c: the buffers and bookkeeping above, and the
+ * step's reductions (zero_step calls them): allocation into z (failures
+ * left in the tracker), then finishing every posted reduce-scatter and
+ * reducing the grads the stage reduces once per step (stage 0: the buckets
+ * not yet posted, then all of them waited; stage 1: reduce-scatter). */
+void zero_comm_init(struct zero *z);
+void zero_comm_free(struct zero *z);
+void zero_reduce_step_grads(struct zero *z);
 
 /* ---- moving states in and out, one unit at a time */
 bool zero_has_state(const struct zero *z, enum zero_state which);

@@ -99,31 +99,44 @@ static float *unit_grads_begin(struct engine *e, int u) {
     return e->dw32[k];
 }
 
-void engine_zero_grads(struct engine *e) { zero_zero_grads(&e->z); }
+void engine_zero_grads(struct engine *e) {
+    zero_zero_grads(&e->z);
+    e->backwards = 0;
+}
 
 /* wte as the tied head reads it: the embedding's, or the head's own copy. */
 static const float *head_wte(const struct engine *e, const float *w_embed, const float *w_head) {
     return e->lay.rank.has_embed ? w_embed + e->lay.embed_offset[EMB_WTE] : w_head + e->lay.head_offset[HEAD_WTE];
 }
 
+/* ZeRO-3 with overlap: post unit u's all-gather (u < 0: none) */
+static void gather_ahead(struct engine *e, int u) { zero_prefetch_params(&e->z, u); }
+
 float engine_forward(struct engine *e, int slot, const struct mb_input *in, void *x_out, float dloss) {
     const struct model_layout *lay = &e->lay;
     struct gpt *m = &e->model;
     size_t act_bytes = (size_t)e->o.micro_batch * lay->shape.T * lay->shape.C * dtype_size(e->o.act_dtype);
+    int hu = layout_head_unit(lay), l0 = lay->rank.l0, l1 = lay->rank.l1;
     const float *we = NULL;
     if (lay->rank.has_embed) {
         we = unit_weights(e, layout_embed_unit(lay)); /* stays valid for the tied head */
+        gather_ahead(e, l0 < l1 ? layout_layer_unit(lay, l0) : hu);
         gpt_embed_forward(m, slot, we, in->inputs);
     } else {
+        gather_ahead(e, l0 < l1 ? layout_layer_unit(lay, l0) : hu);
         buf_copy(gpt_stage_input(m, slot), in->x_in, act_bytes);
     }
-    for (int l = lay->rank.l0; l < lay->rank.l1; l++)
-        gpt_layer_forward(m, slot, l, unit_weights(e, layout_layer_unit(lay, l)));
+    for (int l = l0; l < l1; l++) {
+        const float *w = unit_weights(e, layout_layer_unit(lay, l));
+        gather_ahead(e, l + 1 < l1 ? layout_layer_unit(lay, l + 1) : hu);
+        zero_progress(&e->z);
+        gpt_layer_forward(m, slot, l, w);
+    }
     if (!lay->rank.has_head) {
         buf_copy(x_out, gpt_stage_output(m, slot), act_bytes);
         return 0.0f;
     }
-    const float *wh = unit_weights(e, layout_head_unit(lay));
+    const float *wh = unit_weights(e, hu);
     double BT = (double)e->o.micro_batch * lay->shape.T;
     return gpt_head_forward(m, slot, wh, head_wte(e, we, wh), in->targets, (float)(dloss / BT));
 }
@@ -132,22 +145,32 @@ void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out
     const struct model_layout *lay = &e->lay;
     struct gpt *m = &e->model;
     size_t btc = (size_t)e->o.micro_batch * lay->shape.T * lay->shape.C;
-    int eu = layout_embed_unit(lay), hu = layout_head_unit(lay);
+    int eu = layout_embed_unit(lay), hu = layout_head_unit(lay), l0 = lay->rank.l0, l1 = lay->rank.l1;
+    e->backwards++;
+    zero_backward_begins(&e->z, e->o.micro_batches > 0 && e->backwards == e->o.micro_batches);
+    int first_layer = l0 < l1 ? layout_layer_unit(lay, l1 - 1) : -1;
     float *dwe = eu >= 0 ? unit_grads_begin(e, eu) : NULL;
     if (hu >= 0) {
         /* stage 3: the head's and the embedding's params gathered again */
+        gather_ahead(e, hu);
+        gather_ahead(e, eu);
         const float *wh = unit_weights(e, hu), *we = eu >= 0 ? unit_weights(e, eu) : NULL;
+        gather_ahead(e, first_layer);
         float *dwh = unit_grads_begin(e, hu);
         float *dwte = eu >= 0 ? dwe + lay->embed_offset[EMB_WTE] : dwh + lay->head_offset[HEAD_WTE];
         gpt_head_backward(m, slot, wh, head_wte(e, we, wh), dwh, dwte);
         zero_unit_grads_done(&e->z, hu, dwh);
     } else {
+        gather_ahead(e, first_layer);
         buf_to_fp32(gpt_stage_grad(m), dx_in, e->o.act_dtype, btc);
     }
-    for (int l = lay->rank.l1 - 1; l >= lay->rank.l0; l--) {
+    for (int l = l1 - 1; l >= l0; l--) {
         int u = layout_layer_unit(lay, l);
+        const float *w = unit_weights(e, u);
+        gather_ahead(e, l > l0 ? layout_layer_unit(lay, l - 1) : -1);
+        zero_progress(&e->z);
         float *dw = unit_grads_begin(e, u);
-        gpt_layer_backward(m, slot, l, unit_weights(e, u), dw);
+        gpt_layer_backward(m, slot, l, w, dw);
         zero_unit_grads_done(&e->z, u, dw);
     }
     if (eu >= 0) {
@@ -158,8 +181,8 @@ void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out
     }
 }
 
-struct step_result engine_optimizer_step(struct engine *e, int step) {
-    struct step_result r = zero_step(&e->z, step);
-    engine_params_changed(e);
+struct step_result engine_optimizer_step(struct engine *e, int step, bool skip_nonfinite) {
+    struct step_result r = zero_step(&e->z, step, skip_nonfinite);
+    if (!r.skipped) engine_params_changed(e);
     return r;
 }

@@ -145,6 +145,73 @@ static void test_activation_formula_by_hand(void **s) {
     assert_true(a.korthikanti_layer == 16.0 * 2 * 32 * (34 + 5.0 * 4 * 16 / 32));
 }
 
+/* The attention backward keeps one T x T score gradient per thread that
+ * shares the heads, and no more threads share them than there are heads
+ * (B NH = 8 here): 16 threads hold 8 T^2 fp32, 3 threads 3 T^2. */
+static void test_scratch_attention_threads(void **s) {
+    (void)s;
+    const int threads[] = {3, 16};
+    const double T = 16, used[] = {3, 8};
+    struct config one;
+    small_config(&one, DTYPE_FP32, DTYPE_FP32, DTYPE_FP32);
+    double base = theory_trainer_scratch(&one, 1, 0).persistent; /* 1 thread: T^2 */
+    for (int i = 0; i < 2; i++) {
+        struct config c;
+        small_config(&c, DTYPE_FP32, DTYPE_FP32, DTYPE_FP32);
+        c.threads = threads[i];
+        omp_set_num_threads(c.threads); /* as train_main does before trainer_open */
+        struct trainer tr;
+        char err[TRAINER_ERR_LEN];
+        int rc = trainer_open(&tr, &c, &GRID, err);
+        omp_set_num_threads(1);
+        assert_int_equal(rc, 0);
+        struct scratch_theory sc = theory_trainer_scratch(&c, 1, 0);
+        assert_true(sc.persistent == base + (used[i] - 1) * T * T * 4);
+        assert_true((double)tr.mem.live[MEM_SCRATCH] == sc.persistent);
+        trainer_close(&tr);
+    }
+}
+
+/* Scratch theory and the start-up peak: for every recompute mode,
+ * optimizer, activation dtype and ZeRO stage, the fp32 working buffers live
+ * after start-up equal theory_trainer_scratch to the byte, the scratch peak
+ * adds exactly the one-unit init staging, and the tracked start-up peak is
+ * theory_trainer_memory's total (what the memory check compares). */
+static void test_scratch_and_startup_peak(void **s) {
+    (void)s;
+    const enum recompute_mode modes[] = {RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL};
+    const enum optimizer_kind opts[] = {OPTIM_ADAMW, OPTIM_ADAMW8BIT, OPTIM_SGD};
+    const enum dtype acts[] = {DTYPE_BF16, DTYPE_FP32};
+    const int zeros[] = {0, 2, 3};
+    int checked = 0;
+    for (int m = 0; m < 3; m++)
+        for (int o = 0; o < 3; o++)
+            for (int a = 0; a < 2; a++)
+                for (int z = 0; z < 3; z++) {
+                    struct config c;
+                    small_config(&c, a ? DTYPE_FP32 : DTYPE_BF16, a ? DTYPE_FP32 : DTYPE_BF16, acts[a]);
+                    c.recompute = modes[m];
+                    c.optimizer = opts[o];
+                    c.min_8bit_size = 1024; /* some tensors quantized, some not */
+                    c.zero = zeros[z];
+                    struct trainer tr;
+                    char err[TRAINER_ERR_LEN];
+                    assert_int_equal(trainer_open(&tr, &c, &GRID, err), 0);
+                    struct scratch_theory sc = theory_trainer_scratch(&c, 1, 0);
+                    struct memory_need need = theory_trainer_memory(&c, 1, 0);
+                    assert_true((double)tr.mem.live[MEM_SCRATCH] == sc.persistent);
+                    assert_true((double)tr.mem.peak[MEM_SCRATCH] == sc.persistent + sc.staging);
+                    assert_true(sc.staging == (double)engine_unit_staging_bytes(&tr.engine));
+                    assert_true(tr.startup_tracked_peak == need.total);
+                    for (int k = 0; k < MEM_NUM_CATEGORIES; k++)
+                        if (k != MEM_SCRATCH && k != MEM_ACTIVATIONS) assert_true((double)tr.mem.live[k] == need.bytes[k]);
+                    assert_true((double)tr.mem.peak[MEM_ACTIVATIONS] == need.bytes[MEM_ACTIVATIONS]);
+                    trainer_close(&tr);
+                    checked++;
+                }
+    assert_int_equal(checked, 54);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bf16_bf16),
@@ -154,6 +221,8 @@ int main(void) {
         cmocka_unit_test(test_selective_recompute_flops),
         cmocka_unit_test(test_full_recompute_flops),
         cmocka_unit_test(test_activation_formula_by_hand),
+        cmocka_unit_test(test_scratch_attention_threads),
+        cmocka_unit_test(test_scratch_and_startup_peak),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

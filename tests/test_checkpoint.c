@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "checkpoint.h"
+#include "crc32c.h"
 
 enum { L = 2, C = 8, NH = 2, T = 4, V = 200 };
 
@@ -224,6 +225,7 @@ static void version4(unsigned char *b, size_t *n) { (void)n, set_int(b, 1, 4); }
 static void truncate4(unsigned char *b, size_t *n) { (void)b, *n -= 4; }
 static void append4(unsigned char *b, size_t *n) { memset(b + *n, 0, 4), *n += 4; }
 static void bad_vp(unsigned char *b, size_t *n) { (void)n, set_int(b, 7, 200); }
+static void huge_vocab(unsigned char *b, size_t *n) { (void)n, set_int(b, 3, INT32_MAX); }
 static void header_only_half(unsigned char *b, size_t *n) { (void)b, *n = 512; }
 
 static void test_llmc_rejects(void **state) {
@@ -234,6 +236,8 @@ static void test_llmc_rejects(void **state) {
     expect_llmc_reject(fx, "trail.bin", append4, "trailing");
     expect_llmc_reject(fx, "vp.bin", bad_vp, "padded_vocab_size is 200");
     expect_llmc_reject(fx, "half.bin", header_only_half, "truncated");
+    /* a fuzzed vocabulary: refused before padding it overflows an int (UBSan) */
+    expect_llmc_reject(fx, "vocab.bin", huge_vocab, "vocab_size is 2147483647 in the header, beyond the largest");
 
     /* read_header applies the same header checks. */
     char err[CKPT_ERR_LEN] = "", p[256];
@@ -297,7 +301,7 @@ static int files_and_temps(const struct fixture *fx, int *temps) {
     for (struct dirent *e; (e = readdir(dir));) {
         if (e->d_name[0] == '.') continue;
         files++;
-        *temps += strstr(e->d_name, ".tmp.") != NULL;
+        *temps += strstr(e->d_name, ".shardlab-tmp.") != NULL;
     }
     closedir(dir);
     return files;
@@ -601,7 +605,15 @@ static void test_llmc_commit_refuses_hole(void **state) {
 
 /* ---- resume states ---- */
 
-enum { NP = 100, NM = 37 };
+enum {
+    NP = 100,
+    NM = 37,
+    /* resume format version 2 (train/resume.c): the header (magic, version,
+     * crc, 5 u64, 6 i32, fingerprint, 512-byte data pattern, 2 u64, digest,
+     * count) and one table entry (name, dtype, numel, crc) */
+    RESUME_HEAD = 3 * 4 + 5 * 8 + 6 * 4 + 4 + 512 + 2 * 8 + 4 + 4,
+    RESUME_ENTRY = 32 + 4 + 8 + 4
+};
 
 struct resume_data {
     bf16 params[NP];
@@ -664,7 +676,7 @@ static void test_resume_roundtrip(void **state) {
     uint32_t magic;
     memcpy(&magic, raw, 4);
     assert_int_equal(magic, 0x53484C42u);
-    assert_int_equal(n, 72 + 3 * 44 + NP * 2 + 2 * NM * 4);
+    assert_int_equal(n, RESUME_HEAD + 3 * RESUME_ENTRY + NP * 2 + 2 * NM * 4);
     free(raw);
 }
 
@@ -711,11 +723,71 @@ static void test_resume_rejects(void **state) {
     assert_int_equal(resume_load(p, &meta, &ok, 1, err), -1);
     assert_non_null(strstr(err, "magic"));
     raw[0] = saved;
-    uint32_t v2 = 2;
-    memcpy(raw + 4, &v2, 4);
+    uint32_t v1 = 1; /* the old format, without checksums */
+    memcpy(raw + 4, &v1, 4);
     spit(p, raw, n);
     assert_int_equal(resume_load(p, &meta, &ok, 1, err), -1);
-    assert_non_null(strstr(err, "version 2"));
+    assert_non_null(strstr(err, "resume state version 1, this build reads version 2 only (older states carry no "
+                            "checksums"));
+    free(raw);
+}
+
+/* Section names in a file obey the writer's rules: a file with two
+ * sections of one name, an empty name or a name without its NUL is refused
+ * on open (found by tests/fuzz/fuzz_resume: resume_find took the first of
+ * two equal names and refused the file's second). */
+/* After editing a name in the section table of a raw state file: the
+ * header checksum made right again (bytes 8..11 cover [12, end of the
+ * table)), so the name rules are what refuses the file, not the checksum. */
+static void fix_header_crc(unsigned char *raw, size_t n) {
+    unsigned char *names = memmem(raw, n, "params", 7); /* section 0's name: the table's start */
+    assert_non_null(names);
+    uint32_t count;
+    memcpy(&count, names - 4, 4);
+    size_t end = (size_t)(names - raw) + (size_t)count * (STATE_NAME_LEN + 4 + 8 + 4);
+    uint32_t crc = crc32c(0, raw + 12, end - 12);
+    memcpy(raw + 8, &crc, 4);
+}
+
+static void test_resume_rejects_bad_names(void **state) {
+    struct fixture *fx = *state;
+    char err[CKPT_ERR_LEN] = "", p[256];
+    path_in(fx, "names.bin", p);
+    struct resume_data d;
+    save_sample_state(p, &d);
+    size_t n;
+    unsigned char *raw = slurp(p, &n);
+    unsigned char *second = memmem(raw, n, "adam_m", 7); /* the name field of section 1 */
+    assert_non_null(second);
+    struct resume_reader r;
+    struct resume_meta meta;
+
+    memcpy(second, "params", 7);
+    fix_header_crc(raw, n);
+    spit(p, raw, n);
+    assert_int_equal(resume_open(&r, p, &meta, err), -1);
+    assert_non_null(strstr(err, "section 'params' appears more than once"));
+    assert_null(r.f);
+
+    memset(second, 0, STATE_NAME_LEN);
+    fix_header_crc(raw, n);
+    spit(p, raw, n);
+    assert_int_equal(resume_open(&r, p, &meta, err), -1);
+    assert_non_null(strstr(err, "section 1 has a name of 0 characters (1 to 31 allowed)"));
+
+    memset(second, 'a', STATE_NAME_LEN);
+    fix_header_crc(raw, n);
+    spit(p, raw, n);
+    assert_int_equal(resume_open(&r, p, &meta, err), -1);
+    assert_non_null(strstr(err, "section 1 has a name of 32 characters"));
+
+    memcpy(second, "adam_w", 7); /* distinct again: opens */
+    memset(second + 7, 0, STATE_NAME_LEN - 7);
+    fix_header_crc(raw, n);
+    spit(p, raw, n);
+    assert_int_equal(resume_open(&r, p, &meta, err), 0);
+    assert_int_equal(resume_find(&r, "adam_w", DTYPE_FP32, NM, err), 1);
+    resume_close(&r);
     free(raw);
 }
 
@@ -770,7 +842,7 @@ static void test_resume_pieces_equal_save(void **state) {
     assert_int_equal(resume_save(whole, &meta, s, 4, err), 0);
     size_t na;
     unsigned char *a = slurp(whole, &na);
-    assert_int_equal(na, 72 + 4 * 44 + NP * 2 + 2 * NM * 4);
+    assert_int_equal(na, RESUME_HEAD + 4 * RESUME_ENTRY + NP * 2 + 2 * NM * 4);
     for (uint32_t seed = 1; seed <= 4; seed++) {
         if (write_state_pieces(pieces, &d, seed, -1, err)) fail_msg("seed %u: %s", (unsigned)seed, err);
         size_t nb;
@@ -919,7 +991,7 @@ static void test_atomic_writes(void **state) {
     for (struct dirent *e; (e = readdir(dir));) {
         if (e->d_name[0] == '.') continue;
         files++;
-        if (strstr(e->d_name, ".tmp.")) fail_msg("temp file left behind: %s", e->d_name);
+        if (strstr(e->d_name, ".shardlab-tmp.")) fail_msg("temp file left behind: %s", e->d_name);
     }
     closedir(dir);
     assert_int_equal(files, 2);
@@ -959,6 +1031,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_llmc_commit_refuses_hole, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_roundtrip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_rejects, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_resume_rejects_bad_names, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_pieces_equal_save, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_read_ranges, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_commit_refuses_hole, setup, teardown),

@@ -53,13 +53,18 @@ static void test_collectives_are_identities(void **state) {
     c->all_gather(c, h, 3, DTYPE_BF16);
     c->all_reduce_scalars(c, s, 2);
     c->barrier(c);
+    /* non-blocking: identities, complete when posted, counted like the blocking calls */
+    struct coll_request q[3] = {c->iall_reduce_sum(c, f, 4, DTYPE_FP32), c->ireduce_scatter_sum(c, h, 3, DTYPE_BF16),
+                                c->iall_gather(c, f, 4, DTYPE_FP32)};
+    c->progress(c);
+    for (int k = 0; k < 3; k++) assert_int_equal(c->wait(c, q[k]), 0);
     assert_true(f[0] == 1.5f && f[1] == -2.0f && f[2] == 3.25f && f[3] == 0.0f);
     assert_true(bf16_to_f32(h[0]) == 1.0f && bf16_to_f32(h[1]) == -0.5f && bf16_to_f32(h[2]) == 7.0f);
     assert_true(s[0] == 3.5 && s[1] == -1.0);
-    assert_int_equal(c->counters.calls[COLL_ALL_REDUCE], 2);
+    assert_int_equal(c->counters.calls[COLL_ALL_REDUCE], 3);
     assert_int_equal(c->counters.calls[COLL_ALL_REDUCE_MAX], 3);
-    assert_int_equal(c->counters.calls[COLL_REDUCE_SCATTER], 1);
-    assert_int_equal(c->counters.calls[COLL_ALL_GATHER], 1);
+    assert_int_equal(c->counters.calls[COLL_REDUCE_SCATTER], 2);
+    assert_int_equal(c->counters.calls[COLL_ALL_GATHER], 2);
     assert_int_equal(c->counters.calls[COLL_SCALAR], 1);
     assert_int_equal(c->counters.calls[COLL_SEND] + c->counters.calls[COLL_RECV], 0);
     for (int k = 0; k < COLL_NUM_KINDS; k++) assert_true(c->counters.bytes[k] == 0.0);

@@ -223,6 +223,70 @@ static void test_file_errors_name_file_and_line(void **state) {
     assert_non_null(strstr(err, "/nonexistent/dir/x.conf"));
 }
 
+/* A directory used to read as an empty config (defaults, silently). */
+static void test_directory_config(void **state) {
+    (void)state;
+    struct config c;
+    config_defaults(&c);
+    char err[CONFIG_ERR_LEN] = "";
+    assert_int_equal(config_load_file(&c, "/tmp", err), -1);
+    assert_non_null(strstr(err, "config /tmp: is a directory"));
+}
+
+/* warmup longer than the run: a warning naming both; steps 0 with
+ * save_state: an error (no state would be written). */
+static void test_warnings_and_steps_zero(void **state) {
+    (void)state;
+    struct config c;
+    config_defaults(&c);
+    char buf[512] = "", err[CONFIG_ERR_LEN] = "";
+    FILE *f = fmemopen(buf, sizeof buf, "w");
+    assert_int_equal(config_warnings(&c, f), 0);
+    c.warmup_steps = 150;
+    assert_int_equal(config_warnings(&c, f), 1);
+    fclose(f);
+    assert_non_null(strstr(buf, "warning: warmup_steps 150 is longer than the run (steps 100)"));
+    c.warmup_steps = 100; /* warmup ending on the last step is fine */
+    assert_int_equal(config_warnings(&c, stderr), 0);
+
+    config_defaults(&c);
+    c.steps = 0;
+    assert_int_equal(config_validate(&c, err), 0); /* steps 0 alone: init and save a model file */
+    snprintf(c.save_state, sizeof c.save_state, "out.state");
+    assert_int_equal(config_validate(&c, err), -1);
+    assert_non_null(strstr(err, "steps = 0 with save_state out.state"));
+}
+
+/* A line is read whole, however long: a comment of more than 1023
+ * characters stays a comment (a fixed 1024-byte buffer parsed its tail as
+ * a line of its own, so this one set steps = 7), and a NUL byte is refused
+ * with the line's number. */
+static void test_long_lines_and_nul(void **state) {
+    (void)state;
+    char text[1100], path[64];
+    text[0] = '#';
+    memset(text + 1, 'x', 1022);
+    snprintf(text + 1023, sizeof text - 1023, "steps = 7\nn_layer = 5\n");
+    write_temp(path, text);
+    struct config c;
+    config_defaults(&c);
+    char err[CONFIG_ERR_LEN] = "";
+    if (config_load_file(&c, path, err) != 0) fail_msg("%s", err);
+    assert_int_equal(c.steps, 100);
+    assert_int_equal(c.n_layer, 5);
+    unlink(path);
+
+    static const char with_nul[] = "n_layer = 3\nsteps = 5\0 = 9\nd_model = 32\n";
+    FILE *f = fmemopen((void *)with_nul, sizeof with_nul - 1, "r");
+    assert_non_null(f);
+    config_defaults(&c);
+    assert_int_equal(config_load_stream(&c, f, "mem.conf", err), -1);
+    fclose(f);
+    assert_non_null(strstr(err, "mem.conf:2: NUL byte in the line"));
+    assert_int_equal(c.n_layer, 3);
+    assert_int_equal(c.steps, 100);
+}
+
 static void expect_bad(const char *key, const char *value) {
     struct config c, ref;
     config_defaults(&c);
@@ -539,6 +603,9 @@ int main(void) {
         cmocka_unit_test(test_bench_small_shape),
         cmocka_unit_test(test_unknown_key),
         cmocka_unit_test(test_file_errors_name_file_and_line),
+        cmocka_unit_test(test_directory_config),
+        cmocka_unit_test(test_warnings_and_steps_zero),
+        cmocka_unit_test(test_long_lines_and_nul),
         cmocka_unit_test(test_bad_numbers),
         cmocka_unit_test(test_choice_keys),
         cmocka_unit_test(test_dash_and_underscore_flags),

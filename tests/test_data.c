@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "data.h"
@@ -135,6 +136,25 @@ static void test_shard_rejects_bad_files(void **state) {
     fputs("abc", f);
     fclose(f);
     expect_rejected(fx->path, 256, "truncated");
+}
+
+/* A FIFO would block in open until a writer comes (alarm fails the test
+ * instead of hanging it); a directory used to read as "truncated". Both are
+ * refused by name before opening, also through the loader's glob. */
+static void test_shard_rejects_fifo_and_directory(void **state) {
+    struct fixture *fx = *state;
+    assert_int_equal(mkfifo(path_in(fx, "pipe.bin"), 0600), 0);
+    alarm(10);
+    expect_rejected(fx->path, 256, "is a FIFO, not a token shard");
+    assert_int_equal(mkdir(path_in(fx, "dir.bin"), 0700), 0);
+    expect_rejected(fx->path, 256, "is a directory, not a token shard");
+    struct data_loader dl;
+    char err[DATA_ERR_LEN] = "";
+    assert_int_equal(loader_open(&dl, path_in(fx, "pipe.bin"), 256, 1, 4, 0, 1, false, 0, err), -1);
+    assert_non_null(strstr(err, "pipe.bin is a FIFO"));
+    alarm(0);
+    unlink(path_in(fx, "pipe.bin"));
+    rmdir(path_in(fx, "dir.bin"));
 }
 
 static void test_shard_rejects_token_beyond_vocab(void **state) {
@@ -376,6 +396,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         T(test_shard_round_trip),
         T(test_shard_rejects_bad_files),
+        T(test_shard_rejects_fifo_and_directory),
         T(test_shard_rejects_token_beyond_vocab),
         T(test_shard_write_leaves_no_temp_file),
         T(test_tokenizer_round_trip),

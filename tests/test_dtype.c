@@ -216,6 +216,22 @@ static void test_fast_expf(void **state) {
     assert_true(isfinite(hi) && hi > 1e38f);
 }
 
+/* NaN used to shift a negative exponent left (undefined: UBSan stops the
+ * SAN build); now NaN gives NaN, the infinities clamp, tanh follows. */
+static void test_fast_expf_nan_inf(void **state) {
+    (void)state;
+    assert_true(isnan(fast_expf(NAN)));
+    assert_true(isnan(fast_expf(-NAN)));
+    assert_true(isnan(fast_tanhf(NAN)));
+    assert_true(fast_expf(-INFINITY) >= 0.0f && fast_expf(-INFINITY) < 1e-37f);
+    assert_true(fast_expf(INFINITY) == fast_expf(88.0f));
+    assert_true(fast_tanhf(INFINITY) == 1.0f && fast_tanhf(-INFINITY) == -1.0f);
+    float v[64];
+    for (int i = 0; i < 64; i++) v[i] = i % 3 ? (float)i : NAN; /* a vectorised loop with NaN lanes */
+    for (int i = 0; i < 64; i++) v[i] = fast_expf(v[i] - 40.0f);
+    for (int i = 0; i < 64; i++) assert_true(i % 3 ? fabsf(v[i] - expf((float)i - 40.0f)) <= 3e-7f * expf((float)i - 40.0f) : isnan(v[i]));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rne_exact_values),
@@ -226,6 +242,7 @@ int main(void) {
         cmocka_unit_test(test_sr_neighbours_and_mean),
         cmocka_unit_test(test_sr_special),
         cmocka_unit_test(test_fast_expf),
+        cmocka_unit_test(test_fast_expf_nan_inf),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

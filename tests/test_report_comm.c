@@ -31,7 +31,7 @@ static struct config small_config(void) {
 static void test_rank_stats_are_doubles(void **state) {
     (void)state;
     assert_int_equal(RANK_STATS_DOUBLES * sizeof(double), sizeof(struct rank_stats));
-    assert_int_equal(offsetof(struct rank_stats, comm[GROUP_TIE].seconds) + sizeof(double),
+    assert_int_equal(offsetof(struct rank_stats, comm[GROUP_TIE].exposed_seconds) + sizeof(double),
                      sizeof(struct rank_stats));
 }
 
@@ -48,6 +48,7 @@ static void test_collect_copies_every_group(void **state) {
             cc->calls[j] = 10 * k + j;
         }
         cc->seconds = 0.5 * k;
+        cc->exposed_seconds = 0.25 * k;
     }
     struct rank_stats s;
     rank_stats_collect(&tr, &s);
@@ -57,6 +58,7 @@ static void test_collect_copies_every_group(void **state) {
             assert_true(s.comm[k].calls[j] == 10.0 * k + j);
         }
         assert_true(s.comm[k].seconds == 0.5 * k);
+        assert_true(s.comm[k].exposed_seconds == 0.25 * k);
     }
 }
 
@@ -85,6 +87,7 @@ static void test_report_shows_groups_with_traffic(void **state) {
         dp->bytes[COLL_SCALAR] = STEPS * 8.0;
         dp->calls[COLL_SCALAR] = STEPS;
         dp->seconds = 0.4;
+        dp->exposed_seconds = 0.1;
     }
     /* the tie pair: only rank 1 has sent and received, both maxed */
     struct rank_comm *tie1 = &ranks[1].comm[GROUP_TIE];
@@ -95,6 +98,7 @@ static void test_report_shows_groups_with_traffic(void **state) {
     tie1->bytes[COLL_ALL_REDUCE_MAX] = STEPS * 4.0;
     tie1->calls[COLL_ALL_REDUCE_MAX] = 2 * STEPS;
     ranks[0].comm[GROUP_TIE].seconds = 0.2;
+    ranks[0].comm[GROUP_TIE].exposed_seconds = 0.2;
     char *text = NULL;
     size_t len = 0;
     FILE *out = open_memstream(&text, &len);
@@ -150,6 +154,9 @@ static void test_report_shows_groups_with_traffic(void **state) {
     /* time: every group on rank 0, then per group */
     assert_non_null(strstr(text, "time in collectives: 150.0 ms per step on rank 0 (30% of the step): dp 100.0 ms, "
                                  "tie 50.0 ms\n"));
+    /* the exposed part: what the compute thread waited */
+    assert_non_null(strstr(text, "  exposed (compute thread waiting): 75.0 ms per step on rank 0 (15% of the step): "
+                                 "dp 25.0 ms, tie 50.0 ms\n"));
     free(text);
 }
 
@@ -163,6 +170,7 @@ static void test_report_dp_only_time_line(void **state) {
     struct rank_stats ranks[1] = {0};
     ranks[0].comm[GROUP_DP].calls[COLL_ALL_REDUCE] = 2;
     ranks[0].comm[GROUP_DP].seconds = 0.1;
+    ranks[0].comm[GROUP_DP].exposed_seconds = 0.04;
     char *text = NULL;
     size_t len = 0;
     FILE *out = open_memstream(&text, &len);
@@ -170,6 +178,7 @@ static void test_report_dp_only_time_line(void **state) {
     report_comm(out, &tr, ranks, 1, 2);
     fclose(out);
     assert_non_null(strstr(text, "  time in collectives: 50.0 ms per step on rank 0 (10% of the step)\n"));
+    assert_non_null(strstr(text, "  exposed (compute thread waiting): 20.0 ms per step on rank 0 (4% of the step)\n"));
     assert_null(strstr(text, "[tie]"));
     free(text);
 }

@@ -13,11 +13,16 @@
 #include <dirent.h>
 #include <math.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "checkpoint.h"
+#include "outputs.h"
+#include "stop_signal.h"
 #include "trainer.h"
 
 /* train: the first 200 KB of the corpus; val: 64 KB from far later (the
@@ -255,6 +260,65 @@ static void test_resume_fp32_sequential(void **state) {
     check_resume("fp32", "0", "nearest", "1");
 }
 
+/* ---- stopping by signal ------------------------------------------------ */
+
+/* A SIGTERM that arrives during step 4 (raised here between steps 3 and 4
+ * of a run without save_state) ends the run at the next step boundary with
+ * the signal's number; the resume state goes to <save>.state, no model file
+ * is written, and resuming from the state gives the straight run's end,
+ * bit for bit. */
+static void test_stop_signal_saves_a_resumable_state(void **state) {
+    (void)state;
+    struct config c;
+    tiny_config(&c);
+    set(&c, "steps", "10");
+    set(&c, "warmup_steps", "2");
+    set(&c, "param_dtype", "bf16");
+    struct trainer *tr = calloc(1, sizeof *tr);
+    assert_non_null(tr);
+    struct snapshot straight, resumed;
+    open_ok(tr, &c);
+    run_ok(tr);
+    snap(&straight, tr);
+    trainer_close(tr);
+
+    struct config c1 = c;
+    path_in(c1.save, sizeof c1.save, "stopped.bin");
+    char stop_path[FILEIO_PATH_LEN];
+    trainer_stop_state_path(&c1, stop_path);
+    assert_string_equal(stop_path + strlen(stop_path) - strlen("stopped.bin.state"), "stopped.bin.state");
+    unlink(stop_path);
+    stop_signal_install();
+    open_ok(tr, &c1);
+    tr->stop_after = 3;
+    run_ok(tr);
+    assert_int_equal(access(stop_path, F_OK), -1); /* nothing yet: no save_state */
+    raise(SIGTERM);                                /* the handler only records it */
+    assert_int_equal(stop_signal_pending(), SIGTERM);
+    tr->stop_after = 0;
+    char err[TRAINER_ERR_LEN] = "";
+    assert_int_equal(trainer_run(tr, err), SIGTERM);
+    stop_signal_clear();
+    assert_int_equal(tr->step, 3);
+    trainer_close(tr);
+    struct stat st;
+    assert_int_equal(stat(stop_path, &st), 0);
+    assert_int_equal(access(c1.save, F_OK), -1); /* stopped early: no model file */
+
+    struct config c2 = c;
+    assert_true(strlen(stop_path) < sizeof c2.resume);
+    memcpy(c2.resume, stop_path, strlen(stop_path) + 1);
+    open_ok(tr, &c2);
+    assert_int_equal(tr->step, 3);
+    assert_int_equal((uint64_t)st.st_size, trainer_state_bytes(tr)); /* the size the free-space check uses */
+    run_ok(tr);
+    snap(&resumed, tr);
+    trainer_close(tr);
+    assert_same_states(&straight, &resumed);
+    snap_free(&straight), snap_free(&resumed);
+    free(tr);
+}
+
 /* ---- llm.c model files through the trainer ------------------------------ */
 
 static void check_llmc_roundtrip(const char *dtype, const char *file) {
@@ -427,12 +491,81 @@ static void test_rejects_init_from_other_shape(void **state) {
     expect_open_fails(&c2, "init_from", "n_embd is 32 in the file, 64 in the config");
 }
 
+/* ---- output paths ---------------------------------------------------- */
+
+/* --save, --save_state: checked in trainer_open, before step 1. Root may
+ * write anywhere it can reach, so the unwritable paths are a missing
+ * directory and a directory in the file's place. */
+static void test_rejects_unwritable_outputs(void **state) {
+    (void)state;
+    struct config c;
+    tiny_config(&c);
+    path_in(c.save, sizeof c.save, "no_such_dir/model.bin");
+    expect_open_fails(&c, "--save", "no_such_dir/model.bin cannot be written: cannot create");
+    tiny_config(&c);
+    snprintf(c.save_state, sizeof c.save_state, "%s", FX->dir);
+    expect_open_fails(&c, "--save_state", "exists and is not a regular file");
+    /* the probe files are gone */
+    char probe[FILEIO_PATH_LEN];
+    snprintf(probe, sizeof probe, "%s/no_such_dir", FX->dir);
+    assert_int_equal(access(probe, F_OK), -1);
+}
+
+/* A writable path passes; short free space only warns, naming the path and
+ * the bytes; the probe leaves nothing behind. The model file the trainer
+ * writes has the size the check uses. */
+static void test_output_check_sizes_and_space(void **state) {
+    (void)state;
+    char path[FILEIO_PATH_LEN], probe[FILEIO_PATH_LEN + 32], err[TRAINER_ERR_LEN] = "";
+    path_in(path, sizeof path, "space.bin");
+    FILE *warn = tmpfile();
+    assert_non_null(warn);
+    assert_int_equal(outputs_check_path(path, "--save", 1, warn, err), 0);
+    assert_int_equal(ftell(warn), 0); /* one byte fits */
+    const uint64_t huge = (uint64_t)1 << 62;
+    assert_int_equal(outputs_check_path(path, "--save", huge, warn, err), 0);
+    char text[512] = "";
+    rewind(warn);
+    size_t got = fread(text, 1, sizeof text - 1, warn);
+    text[got] = '\0';
+    fclose(warn);
+    printf("  %s", text);
+    assert_non_null(strstr(text, "warning: --save "));
+    assert_non_null(strstr(text, "space.bin needs 4611686018427387904 bytes"));
+    snprintf(probe, sizeof probe, "%s.tmp.%ld", path, (long)getpid());
+    assert_int_equal(access(probe, F_OK), -1);
+    assert_int_equal(access(path, F_OK), -1);
+
+    struct config c;
+    tiny_config(&c);
+    set(&c, "steps", "1");
+    set(&c, "param_dtype", "bf16");
+    path_in(c.save, sizeof c.save, "sized.bin");
+    struct trainer *tr = calloc(1, sizeof *tr);
+    assert_non_null(tr);
+    open_ok(tr, &c);
+    run_ok(tr);
+    struct model_shape file = tr->engine.lay.shape;
+    file.Vp = padded_vocab(file.V);
+    trainer_close(tr);
+    free(tr);
+    struct stat st;
+    assert_int_equal(stat(c.save, &st), 0);
+    /* tiny: V 256 (Vp 256), C 32, T 32, L 2: 1024 header bytes + 2 bytes x
+     * (wte 8192 + wpe 1024 + 2 x 12704 per layer + lnf 64) */
+    assert_int_equal((uint64_t)st.st_size, 1024 + 2 * (8192 + 1024 + 2 * 12704 + 64));
+    assert_int_equal((uint64_t)st.st_size, llmc_file_bytes(&file, DTYPE_BF16));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_learns),
         cmocka_unit_test(test_resume_bf16_shuffled),
         cmocka_unit_test(test_resume_bf16_stochastic_accum),
         cmocka_unit_test(test_resume_fp32_sequential),
+        cmocka_unit_test(test_stop_signal_saves_a_resumable_state),
+        cmocka_unit_test(test_rejects_unwritable_outputs),
+        cmocka_unit_test(test_output_check_sizes_and_space),
         cmocka_unit_test(test_llmc_roundtrip_fp32),
         cmocka_unit_test(test_llmc_roundtrip_bf16),
         cmocka_unit_test(test_rejects_missing_train_data),

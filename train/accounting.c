@@ -10,6 +10,7 @@
 #include "segments.h"
 #include "shard.h"
 #include "theory.h"
+#include "zero.h"
 
 static struct model_layout layout_of(const struct config *c) {
     struct model_layout lay;
@@ -180,11 +181,58 @@ double theory_trainer_comm_buffers(const struct config *c, int N) {
     shard_layout_init(&sh, &lay, N, 0);
     double w_p = c->param_dtype == DTYPE_BF16 ? 2 : 4, w_g = c->grad_dtype == DTYPE_BF16 ? 2 : 4;
     double bytes = 0;
-    if (c->zero >= 3) { /* one gathered unit of each kind */
+    if (c->zero >= 3) { /* one gathered unit of each kind; with overlap a second layer, the next one */
         int kinds[] = {layout_embed_unit(&lay), layout_head_unit(&lay), layout_layer_unit(&lay, 0)};
         for (int k = 0; k < 3; k++)
             if (kinds[k] >= 0) bytes += (double)shard_unit_padded(&sh, kinds[k]) * w_p;
+        if (c->overlap && kinds[2] >= 0) bytes += (double)shard_unit_padded(&sh, kinds[2]) * w_p;
     }
-    if (c->zero >= 2) bytes += (double)shard_max_unit_padded(&sh) * w_g;
-    return bytes;
+    /* the reduce-scatter bucket; with overlap two, one in flight while the next fills */
+    if (c->zero >= 2) bytes += (c->overlap ? 2.0 : 1.0) * (double)shard_max_unit_padded(&sh) * w_g;
+    return bytes; /* stage 0's buckets are ranges of the grads: no buffer */
+}
+
+struct scratch_theory theory_trainer_scratch(const struct config *c, int N, int rank) {
+    struct model_layout lay = layout_of(c);
+    struct shard_layout sh;
+    shard_layout_init(&sh, &lay, N, rank);
+    double B = c->micro_batch, T = c->seq_len, C = c->d_model, NH = c->n_head, BT = B * T, n = BT * C;
+    bool bf16_acts = c->act_dtype == DTYPE_BF16;
+    struct scratch_theory s = {0};
+    s.persistent = (double)layout_num_tensors(&lay) * sizeof(struct opt_segment);
+    /* parallel/engine.c: one fp32 view and one fp32 accumulator per unit kind */
+    double kinds = 0;
+    int units[] = {layout_embed_unit(&lay), layout_head_unit(&lay), layout_layer_unit(&lay, 0)};
+    for (int k = 0; k < 3; k++)
+        if (units[k] >= 0) kinds += (double)shard_unit_padded(&sh, units[k]) * 4;
+    if (c->param_dtype == DTYPE_BF16) s.persistent += kinds;
+    if (c->grad_dtype == DTYPE_BF16 || c->zero >= 2) s.persistent += kinds;
+    /* model/gpt.c: a layer's tensors widened (bf16, kept in the stores), the
+     * residual in and out and the final LayerNorm output widened (bf16),
+     * backward's d residual, d fc (4C), d qkv (3C) and a C temp, and the
+     * attention backward's T x T score gradient per thread sharing the heads
+     * (model/cpu/attention.c: at most B NH threads) */
+    if (bf16_acts && c->recompute != RECOMPUTE_FULL)
+        s.persistent += (15 * n + (c->recompute == RECOMPUTE_SELECTIVE ? 0 : B * NH * T * T)) * 4;
+    if (bf16_acts) s.persistent += 3 * n * 4;
+    double head_threads = c->threads < B * NH ? c->threads : B * NH;
+    s.persistent += 9 * n * 4 + head_threads * T * T * 4;
+    s.persistent += 2 * BT * sizeof(int32_t); /* train/trainer.c: the batch's inputs and targets */
+    if (c->optimizer == OPTIM_ADAMW8BIT) s.persistent += 2.0 * sizeof(struct qmap_index);
+    if (c->zero == 0) s.persistent += (double)lay.n_units * sizeof(struct ddp_bucket); /* parallel/zero/comm.c */
+    s.staging = (double)shard_max_unit_padded(&sh) * 4;
+    return s;
+}
+
+struct memory_need theory_trainer_memory(const struct config *c, int N, int rank) {
+    struct memory_need m = {0};
+    struct state_theory st = theory_trainer_states(c, N, rank);
+    for (int i = 0; i < st.n; i++) m.bytes[st.lines[i].category] += st.lines[i].psi_bytes + st.lines[i].padding_bytes;
+    m.bytes[MEM_ACTIVATIONS] = theory_trainer_activations(c).total;
+    m.bytes[MEM_COMM] = theory_trainer_comm_buffers(c, N);
+    struct scratch_theory sc = theory_trainer_scratch(c, N, rank);
+    m.staging = sc.staging;
+    m.bytes[MEM_SCRATCH] = sc.persistent + sc.staging;
+    for (int k = 0; k < MEM_NUM_CATEGORIES; k++) m.total += m.bytes[k];
+    return m;
 }

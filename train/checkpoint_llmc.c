@@ -125,6 +125,20 @@ static int check_range(const struct model_layout *lay, struct tensor_id id, size
     return 0;
 }
 
+enum { LLMC_MAX_VOCAB = 1 << 24 };
+
+/* n values (dtype dt) of tensor id from element `first` must be finite. */
+static int check_finite(const struct tensor_info *t, struct tensor_id id, size_t first, size_t n, const void *x,
+                        enum dtype dt, const char *path, const char *what, char err[CKPT_ERR_LEN]) {
+    size_t bad = dtype_first_nonfinite(x, dt, n);
+    if (bad == n) return 0;
+    char label[48];
+    tensor_label(t, id, label);
+    snprintf(err, CKPT_ERR_LEN, "%.300s%s: %s element %zu is %s (non-finite)", path, what, label, first + bad,
+             dtype_nonfinite_name(x, dt, bad));
+    return -1;
+}
+
 /* Validates magic, version and the shape fields, and fills shape/version. */
 static int parse_header(const int32_t h[LLMC_HEADER_INTS], const char *path, struct model_shape *shape,
                         int *version, char err[CKPT_ERR_LEN]) {
@@ -149,11 +163,21 @@ static int parse_header(const int32_t h[LLMC_HEADER_INTS], const char *path, str
             return -1;
         }
     }
+    /* A fuzzed vocabulary near INT_MAX would overflow the padding sum in
+     * padded_vocab; no tokenizer comes near this bound. */
+    if (h[H_V] > LLMC_MAX_VOCAB) {
+        snprintf(err, CKPT_ERR_LEN, "%.300s: vocab_size is %d in the header, beyond the largest accepted (%d)", path,
+                 (int)h[H_V], LLMC_MAX_VOCAB);
+        return -1;
+    }
     /* Our layout always pads the vocabulary the way llm.c does; a file padded
-     * otherwise could not be laid out, so say so here rather than later. */
-    if (h[H_VP] != padded_vocab(h[H_V])) {
-        snprintf(err, CKPT_ERR_LEN, "%.300s: padded_vocab_size is %d but vocab_size %d pads to %d", path,
-                 (int)h[H_VP], (int)h[H_V], padded_vocab(h[H_V]));
+     * otherwise could not be laid out, so say so here rather than later.
+     * Padded in 64 bits: a vocab_size within 127 of INT32_MAX pads past it
+     * (padded_vocab's int would overflow), and then no Vp matches. */
+    const long long want_vp = ((long long)h[H_V] + 127) / 128 * 128;
+    if (h[H_VP] != want_vp) {
+        snprintf(err, CKPT_ERR_LEN, "%.300s: padded_vocab_size is %d but vocab_size %d pads to %lld", path,
+                 (int)h[H_VP], (int)h[H_V], want_vp);
         return -1;
     }
     *shape = (struct model_shape){.L = h[H_L], .C = h[H_C], .NH = h[H_NH], .T = h[H_MAXT], .V = h[H_V], .Vp = h[H_VP]};
@@ -222,6 +246,12 @@ static off_t data_byte(size_t element, enum dtype file_dt) {
     return (off_t)LLMC_HEADER_BYTES + (off_t)(element * dtype_size(file_dt));
 }
 
+uint64_t llmc_file_bytes(const struct model_shape *s, enum dtype file_dt) {
+    struct model_layout lay;
+    layout_init_whole(&lay, *s);
+    return (uint64_t)data_byte(data_numel(&lay), file_dt);
+}
+
 /* ---- reader ---- */
 
 int llmc_open(struct llmc_reader *r, const char *path, const struct model_shape *expect, char err[CKPT_ERR_LEN]) {
@@ -265,14 +295,18 @@ int llmc_read(struct llmc_reader *r, struct tensor_id id, size_t first, size_t n
         return -1;
     off_t at = data_byte(t.offset + first, r->file_dt);
     size_t fsz = dtype_size(r->file_dt), dsz = dtype_size(dst_dt);
-    if (dst_dt == r->file_dt) return read_exact_at(r->f, at, dst, n * fsz, r->path, err);
-    for (size_t pos = 0; pos < n;) {
-        size_t k = n - pos < CHUNK_ELEMS ? n - pos : CHUNK_ELEMS;
-        if (read_exact_at(r->f, at + (off_t)(pos * fsz), r->buf, k * fsz, r->path, err)) return -1;
-        convert((char *)dst + pos * dsz, dst_dt, r->buf, r->file_dt, k);
-        pos += k;
+    if (dst_dt == r->file_dt) {
+        if (read_exact_at(r->f, at, dst, n * fsz, r->path, err)) return -1;
+    } else {
+        for (size_t pos = 0; pos < n;) {
+            size_t k = n - pos < CHUNK_ELEMS ? n - pos : CHUNK_ELEMS;
+            if (read_exact_at(r->f, at + (off_t)(pos * fsz), r->buf, k * fsz, r->path, err)) return -1;
+            convert((char *)dst + pos * dsz, dst_dt, r->buf, r->file_dt, k);
+            pos += k;
+        }
     }
-    return 0;
+    /* what the model receives, after any conversion */
+    return check_finite(&t, id, first, n, dst, dst_dt, r->path, "", err);
 }
 
 void llmc_close(struct llmc_reader *r) {
@@ -346,6 +380,9 @@ int llmc_write(struct llmc_writer *w, struct tensor_id id, size_t first, size_t 
         size_t k = same || n - pos < CHUNK_ELEMS ? n - pos : CHUNK_ELEMS;
         const void *piece = (const char *)src + pos * ssz;
         if (!same) convert(w->buf, w->file_dt, piece, src_dt, k), piece = w->buf;
+        /* what the file would hold, after any conversion */
+        if (check_finite(&t, id, first + pos, k, piece, w->file_dt, w->af.path, " not saved", err))
+            return writer_fail(w);
         /* atomic_write_at removes the temp file itself when it fails. */
         if (atomic_write_at(&w->af, at + (off_t)(pos * fsz), piece, k * fsz, err)) {
             w->open = false;

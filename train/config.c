@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 enum key_type { KEY_INT, KEY_LLONG, KEY_FLOAT, KEY_DOUBLE, KEY_BOOL, KEY_STRING, KEY_CHOICE };
 
@@ -67,6 +68,9 @@ static const struct key KEYS[] = {
     {"resume", KEY_STRING, F(resume), "", "continue from a resume state (bit-exact)"},
     {"save_state", KEY_STRING, F(save_state), "", "write a resume state at the end (and every save_state_every steps)"},
     {"save_state_every", KEY_INT, F(save_state_every), "0", "steps between resume states; 0: only at the end", NUM(0, INT_MAX)},
+    {"allow_data_change", KEY_BOOL, F(allow_data_change), "0", "1: resume even if train_data is not the data the state was saved with (the data position is kept; the log says so)", NUM(0, 1)},
+    {"on_nonfinite", KEY_CHOICE, F(on_nonfinite), "stop", "a NaN/Inf loss or gradient norm: stop with an error before the update (nothing saved), or skip_step: drop that update and go on", .choices = {"stop", "skip_step"}},
+    {"max_skipped_steps", KEY_INT, F(max_skipped_steps), "10", "on_nonfinite skip_step: stop once more than this many updates were dropped (over the run, resumes included)", NUM(0, INT_MAX)},
     {"log_json", KEY_STRING, F(log_json), "", "also write JSON-lines metrics to this file"},
     {"sample_tokens", KEY_INT, F(sample_tokens), "0", "generate this many tokens of text at the end", NUM(0, 1 << 20)},
     {"sample_temperature", KEY_FLOAT, F(sample_temperature), "0.8", "softmax temperature for sampling", NUM(1e-3, 100)},
@@ -74,9 +78,12 @@ static const struct key KEYS[] = {
     {"zero", KEY_INT, F(zero), "0", "ZeRO stage over the data-parallel ranks: 0 (DDP), 1 (optimizer states), 2 (+ grads), 3 (+ params)", NUM(0, 3)},
     {"tp", KEY_INT, F(tp), "1", "tensor-parallel degree (this build: 1)", NUM(1, 1024)},
     {"pp", KEY_INT, F(pp), "1", "pipeline-parallel degree (this build: 1)", NUM(1, 1024)},
+    {"overlap", KEY_BOOL, F(overlap), "1", "hide collectives behind compute: ZeRO-3 prefetches the next unit's all-gather, ZeRO-2/3 reduce-scatter in the background, ZeRO-0 all-reduces gradient buckets during the last backward; 0: wait for each at once (bitwise the same results)", NUM(0, 1)},
+    {"ddp_bucket_mb", KEY_DOUBLE, F(ddp_bucket_mb), "25", "ZeRO-0: MiB of gradients per all-reduce bucket, filled with whole units in backward order (PyTorch DDP's default); smaller buckets start sooner, each costs a call", NUM(0, 1048576)},
     {"explain", KEY_BOOL, F(explain), "0", "print the shard map (who owns what) before training", NUM(0, 1)},
     {"threads", KEY_INT, F(threads), "2", "threads for BLAS and the elementwise kernels", NUM(1, 1024)},
     {"peak_flops", KEY_DOUBLE, F(peak_flops), "0", "peak FLOP/s for MFU; 0: measure at start-up", NUM(0, 1e30)},
+    {"force", KEY_BOOL, F(force), "0", "1: allocate even when the memory check (theory + libraries vs MemAvailable and the cgroup limit) says the run will not fit; a warning instead of the refusal", NUM(0, 1)},
 };
 
 enum { NUM_KEYS = sizeof KEYS / sizeof KEYS[0] };
@@ -175,33 +182,63 @@ static char *trim(char *s) {
     return s;
 }
 
-int config_load_file(struct config *c, const char *path, char err[CONFIG_ERR_LEN]) {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        snprintf(err, CONFIG_ERR_LEN, "cannot open config %s: %s", path, strerror(errno));
-        return -1;
-    }
-    char line[1024];
+/* Lines are read whole (getline), however long: a fixed buffer would cut a
+ * long line in two and parse its tail, a long comment's included, as a
+ * line of its own. A NUL byte would hide the rest of its line, so a line
+ * with one is refused. */
+int config_load_stream(struct config *c, FILE *f, const char *name, char err[CONFIG_ERR_LEN]) {
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
     int lineno = 0, rc = 0;
-    while (rc == 0 && fgets(line, sizeof line, f)) {
+    while (rc == 0 && (len = getline(&line, &cap, f)) >= 0) {
         lineno++;
+        if (memchr(line, '\0', (size_t)len)) {
+            snprintf(err, CONFIG_ERR_LEN, "%s:%d: NUL byte in the line (a config is text)", name, lineno);
+            rc = -1;
+            break;
+        }
         char *hash = strchr(line, '#');
         if (hash) *hash = '\0';
         char *s = trim(line);
         if (!*s) continue;
         char *eq = strchr(s, '=');
         if (!eq) {
-            snprintf(err, CONFIG_ERR_LEN, "%s:%d: expected 'key = value', got '%.200s'", path, lineno, s);
+            snprintf(err, CONFIG_ERR_LEN, "%s:%d: expected 'key = value', got '%.200s'", name, lineno, s);
             rc = -1;
             break;
         }
         *eq = '\0';
         char inner[CONFIG_ERR_LEN];
         if (config_set(c, trim(s), trim(eq + 1), inner) != 0) {
-            snprintf(err, CONFIG_ERR_LEN, "%s:%d: %.*s", path, lineno, CONFIG_ERR_LEN - 300, inner);
+            snprintf(err, CONFIG_ERR_LEN, "%s:%d: %.*s", name, lineno, CONFIG_ERR_LEN - 300, inner);
             rc = -1;
         }
     }
+    if (rc == 0 && ferror(f)) {
+        snprintf(err, CONFIG_ERR_LEN, "cannot read config %.400s: %s", name, strerror(errno));
+        rc = -1;
+    }
+    free(line);
+    return rc;
+}
+
+int config_load_file(struct config *c, const char *path, char err[CONFIG_ERR_LEN]) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, CONFIG_ERR_LEN, "cannot open config %.400s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    bool stat_ok = fstat(fileno(f), &st) == 0;
+    if (!stat_ok || !S_ISREG(st.st_mode)) { /* a folder reads as empty: defaults, silently */
+        snprintf(err, CONFIG_ERR_LEN, "config %.400s: %s", path,
+                 !stat_ok ? strerror(errno) : S_ISDIR(st.st_mode) ? "is a directory, not a config file"
+                                                                 : "is not a regular file");
+        fclose(f);
+        return -1;
+    }
+    int rc = config_load_stream(c, f, path, err);
     fclose(f);
     return rc;
 }
@@ -242,11 +279,28 @@ int config_validate(const struct config *c, char err[CONFIG_ERR_LEN]) {
         snprintf(err, CONFIG_ERR_LEN, "rounding = stochastic needs param_dtype = bf16 (fp32 params are never rounded)");
         return -1;
     }
+    if (c->steps == 0 && c->save_state[0]) { /* the loop never runs, so no state would be written */
+        snprintf(err, CONFIG_ERR_LEN,
+                 "steps = 0 with save_state %.300s: no step runs, so no resume state would be written "
+                 "(set steps >= 1, or drop save_state; save writes a model file at step 0)",
+                 c->save_state);
+        return -1;
+    }
     if (c->vocab_size > 65536) {
         snprintf(err, CONFIG_ERR_LEN, "vocab_size %d does not fit the uint16 token shards (max 65536)", c->vocab_size);
         return -1;
     }
     return config_check_sizes(c, err);
+}
+
+int config_warnings(const struct config *c, FILE *out) {
+    int n = 0;
+    if (c->warmup_steps > c->steps) {
+        fprintf(out, "warning: warmup_steps %d is longer than the run (steps %d): the learning rate never "
+                     "reaches lr %g\n", c->warmup_steps, c->steps, (double)c->lr);
+        n++;
+    }
+    return n;
 }
 
 static void format_value(const struct config *c, const struct key *k, char *out, size_t n) {

@@ -1,18 +1,110 @@
-/* Peak FLOP/s of this CPU, measured: every thread runs independent chains of
- * fused multiply-adds on the widest vectors the compiler targets
- * (-march=native), enough chains to hide the FMA latency. The result is the
- * ceiling MFU is measured against; sgemm itself may reach only part of it
- * (OPENBLAS_CORETYPE=Haswell uses 256-bit kernels on an AVX-512 CPU). */
+/* Peak fp32 FLOP/s of this CPU, measured: every thread runs CHAINS
+ * independent chains of fused multiply-adds, acc = acc * m + a, on the
+ * widest vectors the CPU runs, chosen at run time.
+ *
+ * The FMAs are explicit intrinsics, not `a * b + c`: under -std=c17 GCC
+ * does not contract a*b+c into an FMA (-ffp-contract=off for ISO C), so a
+ * plain C loop issues a multiply and an add, and on an AVX-512 Xeon
+ * measured ~77 GFLOP/s per core where the FMA peak is ~140 and sgemm alone
+ * reaches ~121: MFU read 1.8x too high. CHAINS covers the FMA latency
+ * (4-5 cycles) times the FMA ports (2) with room to spare, so the loop is
+ * bound by FMA throughput, not by a chain's latency.
+ *
+ * The peak is the best of several trials: right after MPI_Init a
+ * singleton's orted can hold the cores for a few tenths of a second (seen:
+ * 15 GFLOP/s instead of 400 for ~0.3 s), and one trial would measure that
+ * instead of the CPU. The spread says how noisy the machine was. */
 #include "peak.h"
 
+#include <math.h>
 #include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <time.h>
 
-enum { LANES = 16, CHAINS = 12, ITERS = 1 << 17 };
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define PEAK_X86 1
+#endif
 
-static const double MIN_SECONDS = 0.5;
+enum { CHAINS = 12, ITERS = 1 << 21 };
 
-typedef float vec __attribute__((vector_size(LANES * sizeof(float))));
+/* m < 1 and a > 0: every chain converges to a / (1 - m) ~ 0.1 x seed, never
+ * to a denormal or an infinity, which would slow or stop the FMAs. */
+static const float MUL = 0.999999f;
+
+typedef float (*chains_fn)(int64_t iters, float seed);
+
+/* The CHAINS accumulators are named variables, not an array: at -O1 (the
+ * sanitizer build) an array stays in memory, and every FMA would wait on a
+ * store and a load (seen: 6 GFLOP/s instead of 118). X(c) for c < CHAINS. */
+#define FOR_CHAINS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#define INIT_SCALAR(c) float acc##c = seed * (float)((c) + 1);
+#define INIT_VEC512(c) __m512 acc##c = _mm512_set1_ps(seed * (float)((c) + 1));
+#define STEP_VEC512(c) acc##c = _mm512_fmadd_ps(acc##c, m, a);
+#define SUM_VEC512(c) sum = _mm512_add_ps(sum, acc##c);
+#define INIT_VEC256(c) __m256 acc##c = _mm256_set1_ps(seed * (float)((c) + 1));
+#define STEP_VEC256(c) acc##c = _mm256_fmadd_ps(acc##c, m, a);
+#define SUM_VEC256(c) sum = _mm256_add_ps(sum, acc##c);
+#define STEP_SCALAR(c) acc##c = fmaf(acc##c, MUL, seed);
+#define SUM_SCALAR(c) sum += acc##c;
+#define ONE(c) +1
+_Static_assert(0 FOR_CHAINS(ONE) == CHAINS, "FOR_CHAINS names CHAINS accumulators");
+
+#ifdef PEAK_X86
+__attribute__((target("avx512f"))) static float chains_avx512(int64_t iters, float seed) {
+    const __m512 m = _mm512_set1_ps(MUL), a = _mm512_set1_ps(seed);
+    FOR_CHAINS(INIT_VEC512)
+    for (int64_t i = 0; i < iters; i++) {
+        FOR_CHAINS(STEP_VEC512)
+    }
+    __m512 sum = _mm512_setzero_ps();
+    FOR_CHAINS(SUM_VEC512)
+    return _mm512_reduce_add_ps(sum);
+}
+
+__attribute__((target("avx2,fma"))) static float chains_avx2(int64_t iters, float seed) {
+    const __m256 m = _mm256_set1_ps(MUL), a = _mm256_set1_ps(seed);
+    FOR_CHAINS(INIT_VEC256)
+    for (int64_t i = 0; i < iters; i++) {
+        FOR_CHAINS(STEP_VEC256)
+    }
+    __m256 sum = _mm256_setzero_ps();
+    FOR_CHAINS(SUM_VEC256)
+    float lanes[8], total = 0.0f;
+    _mm256_storeu_ps(lanes, sum);
+    for (int l = 0; l < 8; l++) total += lanes[l];
+    return total;
+}
+#endif
+
+/* Portable: one lane per chain; fmaf is one instruction where the CPU has
+ * FMA and the compiler targets it. */
+static float chains_scalar(int64_t iters, float seed) {
+    FOR_CHAINS(INIT_SCALAR)
+    for (int64_t i = 0; i < iters; i++) {
+        FOR_CHAINS(STEP_SCALAR)
+    }
+    float sum = 0.0f;
+    FOR_CHAINS(SUM_SCALAR)
+    return sum;
+}
+
+struct kernel {
+    const char *name;
+    chains_fn run;
+    int lanes;
+};
+
+static struct kernel widest_kernel(void) {
+#ifdef PEAK_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return (struct kernel){"avx512f", chains_avx512, 16};
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return (struct kernel){"avx2+fma", chains_avx2, 8};
+#endif
+    return (struct kernel){"fmaf", chains_scalar, 1};
+}
 
 static double now(void) {
     struct timespec t;
@@ -20,32 +112,38 @@ static double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-double measure_peak_flops(int threads) {
-    /* The best of short trials over at least MIN_SECONDS: right after
-     * MPI_Init a singleton's orted can hold the cores for a few tenths of a
-     * second (seen: 15 GFLOP/s instead of 400 for ~0.3 s), and a single
-     * trial would measure that instead of the CPU. */
-    double best = 0.0, start = now();
-    while (now() - start < MIN_SECONDS) {
-        float sink = 0.0f;
-        double t0 = now();
+/* FLOP/s of one trial: every thread runs the chains once. */
+static double trial(const struct kernel *k, int threads) {
+    float sink = 0.0f;
+    double t0 = now();
 #pragma omp parallel num_threads(threads) reduction(+ : sink)
-        {
-            vec acc[CHAINS], mul, add;
-            for (int l = 0; l < LANES; l++) {
-                mul[l] = 0.999999f;
-                add[l] = 1e-7f * (float)(omp_get_thread_num() + 1);
-            }
-            for (int c = 0; c < CHAINS; c++) acc[c] = add * (float)(c + 1);
-            for (int i = 0; i < ITERS; i++)
-                for (int c = 0; c < CHAINS; c++) acc[c] = acc[c] * mul + add;
-            for (int c = 0; c < CHAINS; c++)
-                for (int l = 0; l < LANES; l++) sink += acc[c][l];
-        }
-        double dt = now() - t0;
-        double flops = 2.0 * LANES * CHAINS * (double)ITERS * threads;
-        if (sink != sink) return 0.0; /* keeps the loop alive; never NaN */
-        if (flops / dt > best) best = flops / dt;
-    }
-    return best;
+    sink += k->run(ITERS, 1e-7f * (float)(omp_get_thread_num() + 1));
+    double dt = now() - t0;
+    /* the chains' sum is used, so no compiler may drop them; it is never NaN */
+    if (sink != sink) return 0.0;
+    return 2.0 * k->lanes * CHAINS * (double)ITERS * threads / dt;
 }
+
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int peak_measure(struct peak_result *r, int threads, int min_trials, double seconds) {
+    if (threads < 1 || min_trials < 1 || min_trials > PEAK_MAX_TRIALS) return -1;
+    struct kernel k = widest_kernel();
+    *r = (struct peak_result){.threads = threads, .kernel = k.name};
+    (void)trial(&k, threads); /* wakes the threads and moves the cores to their vector clock */
+    double start = now();
+    while (r->trials < PEAK_MAX_TRIALS && (r->trials < min_trials || now() - start < seconds))
+        r->trial[r->trials++] = trial(&k, threads);
+    double sorted[PEAK_MAX_TRIALS];
+    for (int i = 0; i < r->trials; i++) sorted[i] = r->trial[i];
+    qsort(sorted, (size_t)r->trials, sizeof *sorted, by_value);
+    r->min = sorted[0];
+    r->best = sorted[r->trials - 1];
+    r->median = sorted[r->trials / 2];
+    return 0;
+}
+
+double peak_spread(const struct peak_result *r) { return r->best > 0 ? (r->best - r->min) / r->best : 0.0; }

@@ -21,7 +21,7 @@ void rank_stats_collect(const struct trainer *tr, struct rank_stats *out) {
     out->startup_tracked_peak = tr->startup_tracked_peak;
     out->startup_rss = tr->startup_rss;
     out->steady_tracked = (double)m->live_total;
-    out->one_unit = (double)engine_unit_staging_bytes(&tr->engine);
+    out->one_unit = tr->engine_open ? (double)engine_unit_staging_bytes(&tr->engine) : 0.0;
     out->rss = peak_rss_bytes();
     for (int g = 0; g < GROUP_NUM; g++) {
         const struct comm_counters *cc = &grid_group(tr->grid, (enum grid_group)g)->counters;
@@ -31,6 +31,7 @@ void rank_stats_collect(const struct trainer *tr, struct rank_stats *out) {
             rc->calls[k] = (double)cc->calls[k];
         }
         rc->seconds = cc->seconds;
+        rc->exposed_seconds = cc->exposed_seconds;
     }
 }
 
@@ -161,11 +162,15 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
     double comm_theory = theory_trainer_comm_buffers(c, n);
     for (int r = 0; r < n; r++) col[r] = ranks[r].live[MEM_COMM];
     row(out, "comm", col, n, comm_theory,
-        c->zero >= 3 ? "gathered embedding, head and one layer (w_p) + reduce-scatter bucket (w_g)"
-        : c->zero == 2 ? "reduce-scatter bucket: the largest padded unit (w_g)" : "none: collectives work in place");
+        c->zero >= 3 ? (c->overlap ? "gathered embedding, head and two layers (w_p) + two reduce-scatter buckets (w_g)"
+                                   : "gathered embedding, head and one layer (w_p) + reduce-scatter bucket (w_g)")
+        : c->zero == 2 ? (c->overlap ? "two reduce-scatter buckets: the largest padded unit (w_g)"
+                                     : "reduce-scatter bucket: the largest padded unit (w_g)")
+                       : "none: collectives work in place");
     if (json) json_rows(json, "comm", ranks, n, MEM_COMM, comm_theory);
     for (int r = 0; r < n; r++) col[r] = ranks[r].live[MEM_SCRATCH];
-    row(out, "scratch", col, n, -1, "fp32 working buffers (listed at start)");
+    row(out, "scratch", col, n, theory_trainer_scratch(c, n, 0).persistent,
+        "fp32 unit views and accumulators, widened activations, backward temporaries, ids (listed at start)");
     rss_rows(out, json, ranks, n, col);
     if (json) fflush(json);
     free(col);
@@ -261,6 +266,22 @@ static void comm_group_rows(FILE *out, const struct trainer *tr, const struct ra
     row(out, "total sent", col, n, -1, "every kind but recv and scalars");
 }
 
+/* One time line of rank 0: every group, then per group where several show. */
+static void time_line(FILE *out, const struct trainer *tr, const struct rank_stats *ranks, int n, int steps,
+                      int groups_shown, const char *what, bool exposed) {
+    double seconds = 0;
+    for (int g = 0; g < GROUP_NUM; g++) seconds += exposed ? ranks[0].comm[g].exposed_seconds : ranks[0].comm[g].seconds;
+    fprintf(out, "  %s: %.1f ms per step on rank 0 (%.0f%% of the step)", what, 1e3 * seconds / steps,
+            100.0 * seconds / tr->train_seconds);
+    for (int g = 0; groups_shown > 1 && g < GROUP_NUM; g++)
+        if (g == GROUP_DP || comm_used(ranks, n, g, -1)) {
+            const struct rank_comm *rc = &ranks[0].comm[g];
+            fprintf(out, "%s %s %.1f ms", g == GROUP_DP ? ":" : ",", grid_group_name((enum grid_group)g),
+                    1e3 * (exposed ? rc->exposed_seconds : rc->seconds) / steps);
+        }
+    fprintf(out, "\n");
+}
+
 void report_comm(FILE *out, const struct trainer *tr, const struct rank_stats *ranks, int n, int steps) {
     if (steps <= 0) return;
     double *col = calloc((size_t)n, sizeof *col);
@@ -273,14 +294,7 @@ void report_comm(FILE *out, const struct trainer *tr, const struct rank_stats *r
             comm_group_rows(out, tr, ranks, n, steps, g, col);
             groups_shown++;
         }
-    double seconds = 0;
-    for (int g = 0; g < GROUP_NUM; g++) seconds += ranks[0].comm[g].seconds;
-    fprintf(out, "  time in collectives: %.1f ms per step on rank 0 (%.0f%% of the step)", 1e3 * seconds / steps,
-            100.0 * seconds / tr->train_seconds);
-    for (int g = 0; groups_shown > 1 && g < GROUP_NUM; g++)
-        if (g == GROUP_DP || comm_used(ranks, n, g, -1))
-            fprintf(out, "%s %s %.1f ms", g == GROUP_DP ? ":" : ",", grid_group_name((enum grid_group)g),
-                    1e3 * ranks[0].comm[g].seconds / steps);
-    fprintf(out, "\n");
+    time_line(out, tr, ranks, n, steps, groups_shown, "time in collectives", false);
+    time_line(out, tr, ranks, n, steps, groups_shown, "exposed (compute thread waiting)", true);
     free(col);
 }

@@ -1,8 +1,13 @@
 /* Resume states: the model states plus the loop's position, bit-exact. */
+#include <errno.h>
+#include <glob.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "checkpoint.h"
+#include "crc32c.h"
 #include "trainer.h"
 
 /* FNV-1a over what must not change across a resume. The batch enters as
@@ -16,6 +21,34 @@ static uint32_t fingerprint(const struct config *c, int dp) {
     const unsigned char *p = (const unsigned char *)keys;
     for (size_t i = 0; i < sizeof keys; i++) h = (h ^ p[i]) * 16777619u;
     return h;
+}
+
+/* What train_data matches now: every file's canonical path and size, so
+ * the same files under another pattern or relative path are the same
+ * data, and a file that grew or was replaced is not. */
+static int data_sources(const char *pattern, struct data_sources *d, char err[TRAINER_ERR_LEN]) {
+    *d = (struct data_sources){0};
+    snprintf(d->pattern, sizeof d->pattern, "%s", pattern);
+    glob_t g;
+    if (glob(pattern, GLOB_ERR, NULL, &g) != 0) {
+        snprintf(err, TRAINER_ERR_LEN, "train_data %s: no file matches it any more", pattern);
+        return -1;
+    }
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < g.gl_pathc; i++) {
+        char real[PATH_MAX], line[PATH_MAX + 32];
+        struct stat st;
+        if (!realpath(g.gl_pathv[i], real) || stat(real, &st) != 0) {
+            snprintf(err, TRAINER_ERR_LEN, "train_data %s: %s", g.gl_pathv[i], strerror(errno));
+            rc = -1;
+            break;
+        }
+        int n = snprintf(line, sizeof line, "%s\t%lld\n", real, (long long)st.st_size);
+        d->digest = crc32c(d->digest, line, (size_t)n);
+        d->files++, d->bytes += (uint64_t)st.st_size;
+    }
+    globfree(&g);
+    return rc;
 }
 
 /* A resume state holds full, unsharded arrays in the model's reference
@@ -44,6 +77,13 @@ static int sections(const struct engine *e, struct state_decl d[MAX_SECTIONS], e
     return n;
 }
 
+uint64_t trainer_state_bytes(const struct trainer *tr) {
+    struct state_decl d[MAX_SECTIONS];
+    enum zero_state which[MAX_SECTIONS];
+    int n = sections(&tr->engine, d, which);
+    return resume_file_bytes(d, n);
+}
+
 /* Where tensor t's elements lie in a section (reference order). With
  * tp = 1 a tensor is contiguous there; the head's copy of wte is not
  * stored (the embedding's wte is). */
@@ -62,12 +102,15 @@ int trainer_save_state(struct trainer *tr, const char *path, char err[TRAINER_ER
                                .seed = (uint64_t)tr->cfg->seed,
                                .data_epoch = tr->train.pos.epoch,
                                .data_cursor = tr->train.pos.cursor,
+                               .skipped_steps = (uint64_t)tr->skipped_steps,
                                .shape = tr->engine.lay.shape,
                                .fingerprint = fingerprint(tr->cfg, tr->grid->dp)};
     bool writer = tr->grid->world_rank == 0;
     struct resume_writer w = {0};
     char e2[CKPT_ERR_LEN] = "";
-    int rc = writer ? resume_create(&w, path, &meta, d, n, e2) : 0;
+    int rc = writer ? data_sources(tr->cfg->train_data, &meta.data, err) : 0;
+    if (rc != 0) snprintf(e2, sizeof e2, "%.*s", CKPT_ERR_LEN - 1, err);
+    if (writer && rc == 0) rc = resume_create(&w, path, &meta, d, n, e2);
     void *work = mem_alloc(&tr->mem, MEM_HOST, MEM_SCRATCH, "resume state staging (one unit)",
                            engine_unit_staging_bytes(e));
     if (!work) mem_failure_message(&tr->mem, err, TRAINER_ERR_LEN);
@@ -89,7 +132,9 @@ int trainer_save_state(struct trainer *tr, const char *path, char err[TRAINER_ER
         }
     if (writer && rc == 0) rc = resume_commit(&w, e2);
     if (writer && rc != 0) resume_abort(&w);
-    if (rc != 0) snprintf(err, TRAINER_ERR_LEN, "saving resume state: %s", e2);
+    if (rc != 0)
+        snprintf(err, TRAINER_ERR_LEN, "step %d: saving resume state: %s (any earlier file there is untouched)",
+                 tr->step, e2);
     mem_free(&tr->mem, work);
     return trainer_agree(tr, rc, err);
 }
@@ -152,10 +197,40 @@ static int check_meta(const struct trainer *tr, const char *path, const struct r
                  (unsigned long long)m->seed, tr->cfg->seed);
         return -1;
     }
+    if (m->skipped_steps > (uint64_t)INT_MAX) {
+        snprintf(err, TRAINER_ERR_LEN, "%s: %llu skipped steps recorded", path, (unsigned long long)m->skipped_steps);
+        return -1;
+    }
     if (m->step > (uint64_t)tr->cfg->steps) {
         snprintf(err, TRAINER_ERR_LEN, "%s is at step %llu, beyond steps = %d", path,
                  (unsigned long long)m->step, tr->cfg->steps);
         return -1;
+    }
+    return 0;
+}
+
+/* The state's data position means something only on the data it was saved
+ * with: other train_data is refused unless allow_data_change, which the
+ * log then says. */
+static int check_data(const struct trainer *tr, const char *path, const struct data_sources *saved,
+                      char err[TRAINER_ERR_LEN]) {
+    struct data_sources now;
+    if (data_sources(tr->cfg->train_data, &now, err) != 0) return -1;
+    if (now.files == saved->files && now.bytes == saved->bytes && now.digest == saved->digest) return 0;
+    char what[TRAINER_ERR_LEN];
+    snprintf(what, sizeof what,
+             "%.300s was saved with train_data %.200s (%llu files, %llu bytes), this run's train_data %.200s is "
+             "other data (%llu files, %llu bytes%s)",
+             path, saved->pattern, (unsigned long long)saved->files, (unsigned long long)saved->bytes, now.pattern,
+             (unsigned long long)now.files, (unsigned long long)now.bytes,
+             now.files == saved->files && now.bytes == saved->bytes ? ", other paths or contents" : "");
+    if (!tr->cfg->allow_data_change) {
+        snprintf(err, TRAINER_ERR_LEN, "%.900s; pass --allow_data_change 1 to resume on it anyway", what);
+        return -1;
+    }
+    if (tr->grid->world_rank == 0) {
+        printf("resume: %s; continuing because allow_data_change = 1 (the data position is kept)\n", what);
+        fflush(stdout);
     }
     return 0;
 }
@@ -171,6 +246,7 @@ static int load_state(struct trainer *tr, const char *path, char err[TRAINER_ERR
         return -1;
     }
     int rc = check_meta(tr, path, &meta, err);
+    if (rc == 0) rc = check_data(tr, path, &meta.data, err);
     if (rc == 0) rc = read_sections(tr, &r, err);
     resume_close(&r);
     if (rc != 0) return -1;
@@ -181,6 +257,7 @@ static int load_state(struct trainer *tr, const char *path, char err[TRAINER_ERR
         return -1;
     }
     tr->step = (int)meta.step;
+    tr->skipped_steps = (int)meta.skipped_steps;
     engine_params_changed(&tr->engine);
     return 0;
 }

@@ -3,6 +3,7 @@
  * model is data-parallel over N with ZeRO stage --zero. Rank 0 prints;
  * every rank exits non-zero on any error. */
 #include <cblas.h>
+#include <errno.h>
 #include <mpi.h>
 #include <omp.h>
 #include <stdio.h>
@@ -10,8 +11,11 @@
 #include <string.h>
 
 #include "grid.h"
+#include "outputs.h"
 #include "peak.h"
 #include "report.h"
+#include "run_record.h"
+#include "stop_signal.h"
 #include "trainer.h"
 
 /* Every rank fails together: the messages are gathered to rank 0, which
@@ -46,7 +50,12 @@ static int fail(int rank, int world, const char *msg) {
     return 1;
 }
 
-static void print_banner(const struct config *c, const struct trainer *tr) {
+/* Trials of the peak: at least this many, over at least this long (the
+ * start-up cost, after a ~8 ms warm-up trial). */
+enum { PEAK_MIN_TRIALS = 5 };
+static const double PEAK_SECONDS = 0.3;
+
+static void print_banner(const struct config *c, const struct trainer *tr, const struct run_record *run) {
     const struct model_layout *lay = &tr->engine.lay;
     const struct grid *g = tr->grid;
     printf("shardlab train: GPT-2 L=%d C=%d NH=%d T=%d V=%d (padded %d), %zu parameters\n", c->n_layer, c->d_model,
@@ -63,10 +72,28 @@ static void print_banner(const struct config *c, const struct trainer *tr) {
            c->grad_accum, g->dp, sequences, sequences * c->seq_len);
     printf("data: %s (%zu samples%s), val %s\n", c->train_data, tr->train.n_samples,
            c->shuffle ? ", shuffled" : ", sequential", tr->has_val ? c->val_data : "(none)");
-    printf("peak: %.1f GFLOP/s per rank (%s)\n", tr->peak_flops / 1e9,
-           c->peak_flops > 0 ? "peak_flops from the config" : "measured: FMA microbenchmark x threads");
+    run_record_print(stdout, run);
     printf("threads: %d per rank | steps %d from step %d | lr %g %s, warmup %d\n", c->threads, c->steps, tr->step,
            c->lr, c->lr_schedule == LR_COSINE ? "cosine" : "constant", c->warmup_steps);
+    char stop[FILEIO_PATH_LEN];
+    trainer_stop_state_path(c, stop);
+    printf("stop: SIGTERM, SIGINT, SIGHUP or SIGUSR1 finish the step, write a resume state to %s and exit %d\n",
+           stop, SHARDLAB_EXIT_STOPPED);
+}
+
+/* The metrics log, closed: a write that failed on the way (a full disk)
+ * is an error, not a short log and exit 0. stdio keeps the error flag of
+ * every record written; fclose writes what is still buffered. */
+static int close_log(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]) {
+    if (!tr->json) return 0;
+    errno = 0;
+    bool bad = ferror(tr->json) != 0;
+    bad = fclose(tr->json) != 0 || bad;
+    tr->json = NULL;
+    if (!bad) return 0;
+    snprintf(err, TRAINER_ERR_LEN, "writing log_json %.400s failed: %s", path,
+             errno ? strerror(errno) : "a write error (disk full?)");
+    return -1;
 }
 
 /* Every rank's numbers, gathered to rank 0 (ranks[] matters there only). */
@@ -93,22 +120,30 @@ int main(int argc, char **argv) {
         MPI_Finalize();
         return 0;
     }
+    if (rank == 0) config_warnings(&cfg, stderr);
     struct grid grid;
     char gerr[GRID_ERR_LEN];
     if (grid_init(&grid, cfg.tp, cfg.pp, gerr) != 0) return fail(rank, world, gerr);
     omp_set_num_threads(cfg.threads);
     openblas_set_num_threads(cfg.threads);
 
+    /* from here a stop signal is a request the loop honours at a step boundary */
+    stop_signal_install();
     struct trainer tr;
     if (trainer_open(&tr, &cfg, &grid, err) != 0) {
         grid_free(&grid);
         return fail(rank, world, err);
     }
-    tr.peak_flops = cfg.peak_flops > 0 ? cfg.peak_flops : measure_peak_flops(cfg.threads);
+    struct run_record run = {.world_size = world, .threads = cfg.threads, .peak_measured = !(cfg.peak_flops > 0)};
+    if (run.peak_measured) peak_measure(&run.peak, cfg.threads, PEAK_MIN_TRIALS, PEAK_SECONDS);
+    run.peak_flops = tr.peak_flops = run.peak_measured ? run.peak.best : cfg.peak_flops;
     struct rank_stats *ranks = calloc((size_t)world, sizeof *ranks);
     gather_stats(&tr, ranks);
     if (rank == 0) {
-        print_banner(&cfg, &tr);
+        run_record_describe_machine(&run);
+        print_banner(&cfg, &tr, &run);
+        run_record_warn(stderr, &run);
+        if (tr.json) run_record_json(tr.json, &run);
         if (cfg.explain) report_shard_map(stdout, &tr);
         report_buffers(stdout, &tr);
         report_memory(stdout, NULL, &tr, ranks, world, "after allocation");
@@ -117,6 +152,13 @@ int main(int argc, char **argv) {
     }
     int start = tr.step;
     int rc = trainer_run(&tr, err);
+    if (rc > 0 && rank == 0) {
+        char stop[FILEIO_PATH_LEN];
+        trainer_stop_state_path(&cfg, stop);
+        printf("\nstopped by %s after step %d of %d: resume state in %s (continue with --resume %s)\n",
+               stop_signal_name(rc), tr.step, cfg.steps, stop, stop);
+        fflush(stdout);
+    }
     if (rc == 0) {
         if (rank == 0) printf("\ntrained %d steps in %.1f s\n", tr.step - start, tr.train_seconds);
         if (cfg.sample_tokens > 0) {
@@ -131,10 +173,11 @@ int main(int argc, char **argv) {
             report_comm(stdout, &tr, ranks, world, tr.step - start);
         }
     }
+    if (rc == 0) rc = trainer_agree(&tr, close_log(&tr, cfg.log_json, err), err); /* rank 0 writes it */
     free(ranks);
     trainer_close(&tr);
     grid_free(&grid);
-    if (rc != 0) return fail(rank, world, err);
+    if (rc < 0) return fail(rank, world, err);
     MPI_Finalize();
-    return 0;
+    return rc > 0 ? SHARDLAB_EXIT_STOPPED : 0;
 }

@@ -1,6 +1,7 @@
 /* The training loop. */
 #include "trainer.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -8,9 +9,12 @@
 
 #include "accounting.h"
 #include "checkpoint.h"
+#include "memcheck.h"
 #include "optim.h"
+#include "outputs.h"
 #include "pipeline.h"
 #include "schedule.h"
+#include "stop_signal.h"
 
 double peak_rss_bytes(void) {
     struct rusage ru;
@@ -38,9 +42,26 @@ struct engine_options trainer_engine_options(const struct config *c) {
         .grad_clip = c->grad_clip, .decay_targets = c->decay_targets, .momentum = c->momentum,
         .nesterov = c->nesterov, .min_8bit_size = c->min_8bit_size};
     struct zero_options z = {.stage = c->zero, .param_dtype = c->param_dtype, .grad_dtype = c->grad_dtype,
-                             .rounding = c->rounding, .seed = (uint64_t)c->seed, .optim = opt};
+                             .rounding = c->rounding, .seed = (uint64_t)c->seed, .optim = opt,
+                             .overlap = c->overlap, .ddp_bucket_bytes = (size_t)(c->ddp_bucket_mb * 1048576.0)};
     return (struct engine_options){.micro_batch = c->micro_batch, .slots = 1, .act_dtype = c->act_dtype,
-                                   .recompute = c->recompute, .init_std = c->init_std, .zero = z};
+                                   .recompute = c->recompute, .init_std = c->init_std, .zero = z,
+                                   .micro_batches = c->grad_accum};
+}
+
+/* Temp files of --save and --save_state that a killed run left behind
+ * (include/fileio.h): removed, and said so, by the rank that writes them. */
+static int remove_stale_temps(const struct config *cfg, const struct grid *g, char err[TRAINER_ERR_LEN]) {
+    if (g->world_rank != 0) return 0;
+    const char *targets[] = {cfg->save, cfg->save_state};
+    for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++) {
+        char e2[FILEIO_ERR_LEN];
+        if (*targets[i] && atomic_remove_stale(targets[i], stdout, e2) < 0) {
+            snprintf(err, TRAINER_ERR_LEN, "%s", e2);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 static int init_weights(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
@@ -92,6 +113,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     tr->grid = grid;
     tr->last_val_loss = -1.0;
     int rc = trainer_agree(tr, check_layout(cfg, grid, err), err);
+    if (rc == 0) rc = trainer_agree(tr, remove_stale_temps(cfg, grid, err), err);
     bool data_open = false;
     if (rc == 0) {
         int mine = open_data(tr, err);
@@ -118,6 +140,10 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
         return -1;
     }
     struct engine_options eo = trainer_engine_options(cfg);
+    if (trainer_check_memory(tr, err) != 0) { /* refuse what would be OOM-killed without a word */
+        trainer_close(tr);
+        return -1;
+    }
     rc = engine_init(&tr->engine, &eo, &lay, &grid->dp_comm, &tr->mem, MEM_HOST, &tr->flops, err, TRAINER_ERR_LEN);
     tr->engine_open = true;
     tr->model_flops_per_step = theory_trainer_flops(cfg).model;
@@ -129,6 +155,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
         rc = -1;
     }
     rc = trainer_agree(tr, rc, err);
+    if (rc == 0) rc = trainer_check_outputs(tr, err); /* before any work that a bad path would waste */
     if (rc == 0) rc = trainer_agree(tr, init_weights(tr, err), err);
     if (rc == 0 && *cfg->resume) rc = trainer_load_state(tr, cfg->resume, err);
     if (rc == 0 && *cfg->log_json && grid->world_rank == 0 &&
@@ -180,24 +207,34 @@ float trainer_validate(struct trainer *tr) {
 struct step_metrics {
     float loss, val_loss, lr;
     double grad_norm, ms, tokens_per_s, flops, model_flops, mfu, gemm_ms, optimizer_ms;
+    bool nonfinite; /* the loss or the gradient norm is NaN or Inf: no update was applied */
 };
+
+/* A JSON number, or null for NaN and Inf (which JSON cannot hold). */
+static void json_number(char out[32], const char *fmt, double x) {
+    if (isfinite(x)) snprintf(out, 32, fmt, x);
+    else snprintf(out, 32, "null");
+}
 
 static void log_step(struct trainer *tr, const struct step_metrics *m) {
     if (tr->grid->world_rank != 0) return;
     printf("step %5d/%d | loss %.4f", tr->step, tr->cfg->steps, m->loss);
     if (m->val_loss >= 0) printf(" | val %.4f", m->val_loss);
-    printf(" | lr %.2e | norm %.3f | %.1f ms (gemm %.0f%%) | %.0f tok/s | MFU %.1f%%\n", m->lr, m->grad_norm, m->ms,
-           100.0 * m->gemm_ms / m->ms, m->tokens_per_s, 100.0 * m->mfu);
+    printf(" | lr %.2e | norm %.3f | %.1f ms (gemm %.0f%%) | %.0f tok/s | MFU %.1f%%%s\n", m->lr, m->grad_norm,
+           m->ms, 100.0 * m->gemm_ms / m->ms, m->tokens_per_s, 100.0 * m->mfu,
+           m->nonfinite ? " | non-finite: update not applied" : "");
     fflush(stdout);
     if (!tr->json) return;
-    char val[32] = "null";
+    char val[32] = "null", loss[32], norm[32];
     if (m->val_loss >= 0) snprintf(val, sizeof val, "%.6f", m->val_loss);
+    json_number(loss, "%.6f", m->loss);
+    json_number(norm, "%.6f", m->grad_norm);
     fprintf(tr->json,
-            "{\"type\":\"step\",\"step\":%d,\"loss\":%.6f,\"val_loss\":%s,\"lr\":%.6e,\"grad_norm\":%.6f,"
+            "{\"type\":\"step\",\"step\":%d,\"loss\":%s,\"val_loss\":%s,\"lr\":%.6e,\"grad_norm\":%s,"
             "\"ms\":%.3f,\"tokens_per_s\":%.1f,\"flops\":%.6e,\"model_flops\":%.6e,\"mfu\":%.5f,"
-            "\"gemm_ms\":%.3f,\"optimizer_ms\":%.3f}\n",
-            tr->step, m->loss, val, m->lr, m->grad_norm, m->ms, m->tokens_per_s, m->flops, m->model_flops, m->mfu,
-            m->gemm_ms, m->optimizer_ms);
+            "\"gemm_ms\":%.3f,\"optimizer_ms\":%.3f,\"skipped\":%s}\n",
+            tr->step, loss, val, m->lr, norm, m->ms, m->tokens_per_s, m->flops, m->model_flops, m->mfu, m->gemm_ms,
+            m->optimizer_ms, m->nonfinite ? "true" : "false");
     fflush(tr->json);
 }
 
@@ -216,10 +253,16 @@ static struct step_metrics train_step(struct trainer *tr) {
     struct batch_source src = {next_train_batch, &tr->train};
     double loss = schedule_sequential(e, c->grad_accum, 1.0f / (float)(c->grad_accum * dp), &src, tr->inputs,
                                       tr->targets);
-    double t_opt = now();
-    struct step_result r = engine_optimizer_step(e, tr->step);
-    double optimizer_s = now() - t_opt;
+    /* Summed over the ranks before any update, so every rank sees the same
+     * finiteness (a NaN or Inf on one rank makes the sum non-finite on all)
+     * and decides alike. */
     e->dp->all_reduce_scalars(e->dp, &loss, 1);
+    double t_opt = now();
+    struct step_result r = {.grad_norm = NAN, .lr = lr_at(&e->o.zero.optim.lr, tr->step), .skipped = true};
+    /* a non-finite loss: no update at all (on every rank, so no rank waits
+     * in the reduction); otherwise the step itself refuses a non-finite norm */
+    if (isfinite(loss)) r = engine_optimizer_step(e, tr->step, true);
+    double optimizer_s = now() - t_opt;
     double dt = now() - t0;
     tr->train_seconds += dt;
     tr->step++;
@@ -229,18 +272,65 @@ static struct step_metrics train_step(struct trainer *tr) {
         .model_flops = model_flops, .mfu = tr->peak_flops > 0 ? model_flops / dt / tr->peak_flops : 0.0,
         .loss = (float)(loss / (c->grad_accum * dp)), .val_loss = -1.0f, .lr = r.lr, .grad_norm = r.grad_norm,
         .ms = dt * 1e3, .tokens_per_s = tokens / dt, .flops = flops_total(&tr->flops) - flops_total(&before),
-        .gemm_ms = (tr->flops.gemm_seconds - before.gemm_seconds) * 1e3, .optimizer_ms = optimizer_s * 1e3};
+        .gemm_ms = (tr->flops.gemm_seconds - before.gemm_seconds) * 1e3, .optimizer_ms = optimizer_s * 1e3,
+        .nonfinite = r.skipped};
+}
+
+/* A step whose update was not applied: 0 to go on (skip_step, within the
+ * limit), -1 with the message otherwise. Every rank decides alike (the
+ * loss and norm are agreed), so no rank is left waiting. */
+static int on_nonfinite(struct trainer *tr, const struct step_metrics *m, char err[TRAINER_ERR_LEN]) {
+    const struct config *c = tr->cfg;
+    char what[96], kept[CONFIG_PATH_LEN + 96] = "";
+    if (!isfinite(m->loss)) snprintf(what, sizeof what, "the loss is %g", (double)m->loss);
+    else snprintf(what, sizeof what, "the gradient norm is %g (loss %g)", m->grad_norm, (double)m->loss);
+    if (*c->save_state) snprintf(kept, sizeof kept, "; %s keeps the last state written before it", c->save_state);
+    if (c->on_nonfinite == NONFINITE_SKIP_STEP) {
+        tr->skipped_steps++;
+        if (tr->skipped_steps <= c->max_skipped_steps) return 0;
+        snprintf(err, TRAINER_ERR_LEN,
+                 "step %d: %s (non-finite): %d updates skipped, more than max_skipped_steps = %d; training stops "
+                 "without saving%s",
+                 tr->step, what, tr->skipped_steps, c->max_skipped_steps, kept);
+        return -1;
+    }
+    snprintf(err, TRAINER_ERR_LEN,
+             "step %d: %s (non-finite): its update was not applied and training stops without saving "
+             "(on_nonfinite = stop)%s. Lower lr, set grad_clip, or use --on_nonfinite skip_step",
+             tr->step, what, kept);
+    return -1;
+}
+
+/* A stop signal reached some rank, agreed at a step boundary: every rank
+ * writes the resume state where the start-up banner said, unless
+ * save_state already holds this step. Returns the signal's number. */
+static int stop_run(struct trainer *tr, int sig, int saved_step, char err[TRAINER_ERR_LEN]) {
+    char path[FILEIO_PATH_LEN];
+    trainer_stop_state_path(tr->cfg, path);
+    if (saved_step == tr->step && strcmp(path, tr->cfg->save_state) == 0) return sig;
+    return trainer_save_state(tr, path, err) == 0 ? sig : -1;
 }
 
 int trainer_run(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     const struct config *c = tr->cfg;
+    int saved_step = -1; /* the step of the last state written to save_state */
     while (tr->step < c->steps && (tr->stop_after <= 0 || tr->step < tr->stop_after)) {
+        /* one scalar all-reduce per step, off the books like trainer_agree */
+        int sig = trainer_agree_max(tr, stop_signal_pending());
+        if (sig > 0) return stop_run(tr, sig, saved_step, err);
         struct step_metrics m = train_step(tr);
+        if (m.nonfinite && on_nonfinite(tr, &m, err) != 0) {
+            log_step(tr, &m);
+            return -1;
+        }
         bool last = tr->step == c->steps, stop = tr->step == tr->stop_after;
         if (tr->has_val && (tr->step % c->val_every == 0 || last)) m.val_loss = tr->last_val_loss = trainer_validate(tr);
         log_step(tr, &m);
         bool periodic = c->save_state_every > 0 && tr->step % c->save_state_every == 0;
-        if (*c->save_state && (periodic || last || stop) && trainer_save_state(tr, c->save_state, err) != 0) return -1;
+        if (*c->save_state && (periodic || last || stop)) {
+            if (trainer_save_state(tr, c->save_state, err) != 0) return -1;
+            saved_step = tr->step;
+        }
     }
     if (tr->step < c->steps) return 0; /* stopped early: no final model */
     return *c->save ? trainer_save_model(tr, c->save, err) : 0;

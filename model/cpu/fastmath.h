@@ -9,9 +9,12 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline float fast_expf(float x) {
-    /* exp underflows to 0 below about -87.3 and overflows above 88.7 */
-    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+static inline float fast_expf(float in) {
+    /* exp underflows to 0 below about -87.3 and overflows above 88.7. The
+     * comparisons are written so a NaN clamps too (to -87): converting a
+     * NaN n to int below would be undefined; the NaN is returned at the end. */
+    float x = in > -87.0f ? in : -87.0f;
+    x = x < 88.0f ? x : 88.0f;
     const float log2e = 1.44269504088896341f;
     const float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f; /* ln2 split for exact n*ln2_hi */
     /* round to nearest by the 1.5 * 2^23 trick: vectorises, unlike roundf */
@@ -28,7 +31,7 @@ static inline float fast_expf(float x) {
     int32_t bits = ((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
+    return in == in ? p * scale : in; /* NaN in, NaN out (a select: still vector code) */
 }
 
 /* tanh(x) = 1 - 2 / (1 + e^{2x}). Absolute error ~1e-7, which is what GELU

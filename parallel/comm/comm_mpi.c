@@ -108,6 +108,63 @@ static void all_gather(struct collectives *c, void *buf, size_t chunk, enum dtyp
     count(c, COLL_ALL_GATHER, 1.0, (double)c->size * (double)chunk * (double)dtype_size(dt), t0);
 }
 
+/* ---- non-blocking: the same collectives posted into the request table
+ * (comm_mpi_p2p.c), counted when posted with the same ring volumes. A
+ * group of one posts nothing: its request stays MPI_REQUEST_NULL, which
+ * MPI_Wait and MPI_Test complete at once. Unlike the blocking all-reduce,
+ * the count is not split: one request is one MPI call. */
+
+typedef int (*nb_post_fn)(struct collectives *c, void *buf, int count, MPI_Datatype type, enum dtype dt,
+                          MPI_Request *req);
+
+static int post_iallreduce(struct collectives *c, void *buf, int count, MPI_Datatype type, enum dtype dt,
+                           MPI_Request *req) {
+    return MPI_Iallreduce(MPI_IN_PLACE, buf, count, type, mpi_sum(c, dt), impl_of(c)->comm, req);
+}
+
+static int post_ireduce_scatter(struct collectives *c, void *buf, int count, MPI_Datatype type, enum dtype dt,
+                                MPI_Request *req) {
+    return MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, count, type, mpi_sum(c, dt), impl_of(c)->comm, req);
+}
+
+static int post_iallgather(struct collectives *c, void *buf, int count, MPI_Datatype type, enum dtype dt,
+                           MPI_Request *req) {
+    (void)dt;
+    return MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, count, type, impl_of(c)->comm, req);
+}
+
+/* count: MPI's count argument; full_bytes and factor: the ring volume. */
+static struct coll_request post_collective(struct collectives *c, const char *call, nb_post_fn fn, void *buf,
+                                           size_t count, enum dtype dt, enum coll_kind k, double factor,
+                                           double full_bytes) {
+    double t0 = now_s();
+    if (!fits_int(c, count)) return (struct coll_request){.slot = -1};
+    int slot = mpi_request_claim(c, call);
+    if (slot < 0) return (struct coll_request){.slot = -1};
+    MPI_Request *req = &impl_of(c)->requests[slot].req;
+    *req = MPI_REQUEST_NULL; /* a group of one: nothing to post, complete at once */
+    int rc = c->size > 1 ? fn(c, buf, (int)count, mpi_type(c, dt), dt, req) : MPI_SUCCESS;
+    if (rc != MPI_SUCCESS) return mpi_request_abandon(c, slot, call, rc);
+    struct coll_request r = mpi_request_commit(c, slot, mpi_type(c, dt), -1, t0);
+    count_post(c, k, factor * (double)(c->size - 1) * full_bytes / (double)c->size, t0);
+    return r;
+}
+
+static struct coll_request iall_reduce_sum(struct collectives *c, void *buf, size_t n, enum dtype dt) {
+    return post_collective(c, "iall_reduce_sum", post_iallreduce, buf, n, dt, COLL_ALL_REDUCE, 2.0,
+                           (double)n * (double)dtype_size(dt));
+}
+
+static struct coll_request ireduce_scatter_sum(struct collectives *c, void *buf, size_t chunk, enum dtype dt) {
+    return post_collective(c, "ireduce_scatter_sum", post_ireduce_scatter, buf, chunk, dt, COLL_REDUCE_SCATTER,
+                           1.0, (double)c->size * (double)chunk * (double)dtype_size(dt));
+}
+
+static struct coll_request iall_gather(struct collectives *c, void *buf, size_t chunk, enum dtype dt) {
+    return post_collective(c, "iall_gather", post_iallgather, buf, chunk, dt, COLL_ALL_GATHER, 1.0,
+                           (double)c->size * (double)chunk * (double)dtype_size(dt));
+}
+
 static void all_reduce_scalars(struct collectives *c, double *values, int n) {
     double t0 = now_s();
     if (c->size > 1 && n > 0) MPI_Allreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE, MPI_SUM, impl_of(c)->comm);
@@ -147,6 +204,9 @@ int collectives_init_mpi(struct collectives *c, MPI_Comm comm, char *err, size_t
     c->all_gather = all_gather;
     c->all_reduce_scalars = all_reduce_scalars;
     c->barrier = barrier;
+    c->iall_reduce_sum = iall_reduce_sum;
+    c->ireduce_scatter_sum = ireduce_scatter_sum;
+    c->iall_gather = iall_gather;
     mpi_p2p_install(c);
     return 0;
 }

@@ -1,7 +1,8 @@
 /* Point to point over the group's MPI communicator (include/collectives.h):
  * blocking send/recv, and isend/irecv whose handles index a fixed request
  * table inside the table's own state (mpi_impl.h), so nothing is global and
- * two groups never share a handle. */
+ * two groups never share a handle. The non-blocking collectives of
+ * comm_mpi.c post into the same table; wait and progress serve both. */
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -76,33 +77,49 @@ static int p2p_recv(struct collectives *c, void *buf, size_t n, enum dtype dt, i
 
 static const struct coll_request failed_request = {.slot = -1, .serial = 0};
 
+int mpi_request_claim(struct collectives *c, const char *call) {
+    struct mpi_impl *m = impl_of(c);
+    int slot = 0;
+    while (slot < COLL_MAX_REQUESTS && m->requests[slot].busy) slot++;
+    if (slot < COLL_MAX_REQUESTS) return slot;
+    return fail(c, MPI_ERR_REQUEST, call, "all %d request slots of this table are pending: wait on some first",
+                COLL_MAX_REQUESTS);
+}
+
+struct coll_request mpi_request_commit(struct collectives *c, int slot, MPI_Datatype type, int expect, double t0) {
+    struct mpi_impl *m = impl_of(c);
+    struct mpi_request_slot *s = &m->requests[slot];
+    s->busy = true;
+    s->done = false;
+    s->type = type;
+    s->expect = expect;
+    s->posted_at = t0;
+    s->serial = ++m->next_serial; /* from 1: a zeroed handle never matches */
+    return (struct coll_request){.slot = slot, .serial = s->serial};
+}
+
+struct coll_request mpi_request_abandon(struct collectives *c, int slot, const char *call, int rc) {
+    impl_of(c)->requests[slot] = (struct mpi_request_slot){.req = MPI_REQUEST_NULL};
+    mpi_failed(c, call, rc);
+    return failed_request;
+}
+
 /* Posts an isend (recv_buf NULL) or an irecv into a free slot. */
 static struct coll_request post(struct collectives *c, const char *call, const void *send_buf, void *recv_buf,
                                 size_t n, enum dtype dt, int peer, int tag) {
     double t0 = now_s();
     if (check_args(c, call, n, peer, tag) != 0) return failed_request;
+    int slot = mpi_request_claim(c, call);
+    if (slot < 0) return failed_request;
     struct mpi_impl *m = impl_of(c);
-    int slot = 0;
-    while (slot < COLL_MAX_REQUESTS && m->requests[slot].req != MPI_REQUEST_NULL) slot++;
-    if (slot == COLL_MAX_REQUESTS) {
-        fail(c, MPI_ERR_REQUEST, call, "all %d request slots of this table are pending: wait on some first",
-             COLL_MAX_REQUESTS);
-        return failed_request;
-    }
-    struct mpi_request_slot *s = &m->requests[slot];
+    MPI_Request *req = &m->requests[slot].req;
     MPI_Datatype type = mpi_type(c, dt);
-    int rc = recv_buf ? MPI_Irecv(recv_buf, (int)n, type, peer, tag, m->comm, &s->req)
-                      : MPI_Isend(send_buf, (int)n, type, peer, tag, m->comm, &s->req);
-    if (rc != MPI_SUCCESS) {
-        s->req = MPI_REQUEST_NULL;
-        mpi_failed(c, call, rc);
-        return failed_request;
-    }
-    s->type = type;
-    s->expect = recv_buf ? (int)n : -1;
-    s->serial = ++m->next_serial; /* from 1: a zeroed handle never matches */
-    count_call(c, recv_buf ? COLL_RECV : COLL_SEND, (double)n * (double)dtype_size(dt), t0);
-    return (struct coll_request){.slot = slot, .serial = s->serial};
+    int rc = recv_buf ? MPI_Irecv(recv_buf, (int)n, type, peer, tag, m->comm, req)
+                      : MPI_Isend(send_buf, (int)n, type, peer, tag, m->comm, req);
+    if (rc != MPI_SUCCESS) return mpi_request_abandon(c, slot, call, rc);
+    struct coll_request r = mpi_request_commit(c, slot, type, recv_buf ? (int)n : -1, t0);
+    count_post(c, recv_buf ? COLL_RECV : COLL_SEND, (double)n * (double)dtype_size(dt), t0);
+    return r;
 }
 
 static struct coll_request p2p_isend(struct collectives *c, const void *buf, size_t n, enum dtype dt, int peer,
@@ -117,24 +134,49 @@ static struct coll_request p2p_irecv(struct collectives *c, void *buf, size_t n,
 static int p2p_wait(struct collectives *c, struct coll_request r) {
     double t0 = now_s();
     struct mpi_impl *m = impl_of(c);
-    if (r.slot < 0 || r.slot >= COLL_MAX_REQUESTS || m->requests[r.slot].req == MPI_REQUEST_NULL ||
+    if (r.slot < 0 || r.slot >= COLL_MAX_REQUESTS || !m->requests[r.slot].busy ||
         m->requests[r.slot].serial != r.serial)
         return fail(c, MPI_ERR_REQUEST, "wait",
                     "handle (slot %d, serial %u) is not pending on this table: its post failed, it was waited on "
                     "already, or it belongs to another group",
                     r.slot, r.serial);
     struct mpi_request_slot *s = &m->requests[r.slot];
-    MPI_Status st;
-    int rc = MPI_Wait(&s->req, &st); /* frees the slot: req becomes MPI_REQUEST_NULL */
-    c->counters.seconds += now_s() - t0;
+    int rc = MPI_SUCCESS;
+    if (!s->done) {
+        rc = MPI_Wait(&s->req, &s->status); /* req becomes MPI_REQUEST_NULL */
+        s->done_at = now_s();
+    }
+    struct mpi_request_slot done = *s;
+    *s = (struct mpi_request_slot){.req = MPI_REQUEST_NULL}; /* the slot is free again */
+    c->counters.seconds += done.done_at - done.posted_at;
+    c->counters.exposed_seconds += now_s() - t0;
     if (rc != MPI_SUCCESS) return mpi_failed(c, "wait", rc);
-    return s->expect >= 0 ? check_count(c, "wait (irecv)", &st, s->type, s->expect) : 0;
+    return done.expect >= 0 ? check_count(c, "wait (irecv)", &done.status, done.type, done.expect) : 0;
+}
+
+/* MPI_Test on every request not yet seen complete: lets transports that
+ * advance only inside MPI calls move, and dates completions for `seconds`.
+ * An error is left for wait to report: it keeps the slot pending. */
+static void progress(struct collectives *c) {
+    double t0 = now_s();
+    struct mpi_impl *m = impl_of(c);
+    for (int i = 0; i < COLL_MAX_REQUESTS; i++) {
+        struct mpi_request_slot *s = &m->requests[i];
+        if (!s->busy || s->done) continue;
+        int flag = 0;
+        if (MPI_Test(&s->req, &flag, &s->status) == MPI_SUCCESS && flag) {
+            s->done = true;
+            s->done_at = now_s();
+        }
+    }
+    c->counters.exposed_seconds += now_s() - t0;
 }
 
 void mpi_p2p_install(struct collectives *c) {
     struct mpi_impl *m = impl_of(c);
     for (int i = 0; i < COLL_MAX_REQUESTS; i++) m->requests[i] = (struct mpi_request_slot){.req = MPI_REQUEST_NULL};
     m->next_serial = 0;
+    c->progress = progress;
     c->send = p2p_send;
     c->recv = p2p_recv;
     c->isend = p2p_isend;
@@ -144,6 +186,6 @@ void mpi_p2p_install(struct collectives *c) {
 
 int mpi_p2p_pending(const struct mpi_impl *m) {
     int n = 0;
-    for (int i = 0; i < COLL_MAX_REQUESTS; i++) n += m->requests[i].req != MPI_REQUEST_NULL;
+    for (int i = 0; i < COLL_MAX_REQUESTS; i++) n += m->requests[i].busy;
     return n;
 }

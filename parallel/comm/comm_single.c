@@ -6,7 +6,9 @@
  * Point to point has no valid peer in a group of one (a rank never sends
  * to itself, include/collectives.h): every such call says so, naming
  * itself, and fails without counting. That also keeps the table free of
- * state (impl stays NULL), so callers that never grid_free leak nothing. */
+ * state (impl stays NULL), so callers that never grid_free leak nothing.
+ * The non-blocking collectives are the identities too, complete when
+ * posted: their handle is one fixed value that wait accepts. */
 #include "grid.h"
 
 #include <stdio.h>
@@ -73,11 +75,33 @@ static struct coll_request single_irecv(struct collectives *c, void *buf, size_t
     return (struct coll_request){.slot = -1};
 }
 
+/* The handle of a collective posted on one rank: complete when posted. */
+static const struct coll_request done_at_post = {.slot = 0, .serial = 1};
+
+static struct coll_request single_iall_reduce_sum(struct collectives *c, void *buf, size_t n, enum dtype dt) {
+    all_reduce_sum(c, buf, n, dt);
+    return done_at_post;
+}
+
+static struct coll_request single_ireduce_scatter_sum(struct collectives *c, void *buf, size_t chunk,
+                                                      enum dtype dt) {
+    reduce_scatter_sum(c, buf, chunk, dt);
+    return done_at_post;
+}
+
+static struct coll_request single_iall_gather(struct collectives *c, void *buf, size_t chunk, enum dtype dt) {
+    all_gather(c, buf, chunk, dt);
+    return done_at_post;
+}
+
+static void single_progress(struct collectives *c) { (void)c; }
+
 static int single_wait(struct collectives *c, struct coll_request r) {
     (void)c;
+    if (r.slot == done_at_post.slot && r.serial == done_at_post.serial) return 0;
     fprintf(stderr,
-            "collectives: wait on handle (slot %d, serial %u): not pending; the single-process table never posts "
-            "one\n",
+            "collectives: wait on handle (slot %d, serial %u): not pending; the single-process table posts only "
+            "collectives, complete at once\n",
             r.slot, r.serial);
     return -1;
 }
@@ -98,6 +122,10 @@ static void init_single(struct collectives *c) {
         .isend = single_isend,
         .irecv = single_irecv,
         .wait = single_wait,
+        .iall_reduce_sum = single_iall_reduce_sum,
+        .ireduce_scatter_sum = single_ireduce_scatter_sum,
+        .iall_gather = single_iall_gather,
+        .progress = single_progress,
     };
 }
 

@@ -5,17 +5,25 @@
 #define SHARDLAB_MPI_IMPL_H
 
 #include <mpi.h>
+#include <stdbool.h>
 #include <time.h>
 
 #include "collectives.h"
 
-/* One pending isend or irecv. expect: the count an irecv must receive
- * (-1 for an isend); serial: the post's number, matched by wait. */
+/* One pending isend, irecv or non-blocking collective. expect: the count
+ * an irecv must receive (-1 otherwise); serial: the post's number, matched
+ * by wait. progress may complete the MPI request before wait: then req is
+ * MPI_REQUEST_NULL, done is set and status and done_at keep what wait
+ * needs. */
 struct mpi_request_slot {
-    MPI_Request req;  /* MPI_REQUEST_NULL: the slot is free */
+    MPI_Request req;
+    bool busy;        /* false: the slot is free */
+    bool done;
+    MPI_Status status;
     MPI_Datatype type;
     int expect;
     unsigned serial;
+    double posted_at, done_at;
 };
 
 /* Per-instance MPI state: no globals, so several groups (dp, tp, pp, tie)
@@ -40,11 +48,22 @@ static inline MPI_Datatype mpi_type(struct collectives *c, enum dtype dt) {
     return dt == DTYPE_FP32 ? MPI_FLOAT : impl_of(c)->bf16_type;
 }
 
-/* Adds one call of `bytes` to kind k and the time since t0. */
+/* Adds one blocking call of `bytes` to kind k and the time since t0 (in
+ * flight and exposed alike). */
 static inline void count_call(struct collectives *c, enum coll_kind k, double bytes, double t0) {
+    double dt = now_s() - t0;
     c->counters.bytes[k] += bytes;
     c->counters.calls[k]++;
-    c->counters.seconds += now_s() - t0;
+    c->counters.seconds += dt;
+    c->counters.exposed_seconds += dt;
+}
+
+/* A post: its bytes and call now; its time in flight when it completes
+ * (mpi_request_commit keeps t0), the post itself exposed. */
+static inline void count_post(struct collectives *c, enum coll_kind k, double bytes, double t0) {
+    c->counters.bytes[k] += bytes;
+    c->counters.calls[k]++;
+    c->counters.exposed_seconds += now_s() - t0;
 }
 
 /* comm_mpi_p2p.c: fills c's point-to-point entries and empties its
@@ -52,5 +71,14 @@ static inline void count_call(struct collectives *c, enum coll_kind k, double by
  * one pending is a caller bug that collectives_free_mpi reports). */
 void mpi_p2p_install(struct collectives *c);
 int mpi_p2p_pending(const struct mpi_impl *m);
+
+/* The request table, for the non-blocking collectives of comm_mpi.c:
+ * claim a free slot (-1, reported, when the table is full), let MPI fill
+ * its req, then commit it (posted at t0) into a handle. */
+int mpi_request_claim(struct collectives *c, const char *call);
+struct coll_request mpi_request_commit(struct collectives *c, int slot, MPI_Datatype type, int expect, double t0);
+/* A failed post into a claimed slot: frees it, reports rc, returns the
+ * failed handle. */
+struct coll_request mpi_request_abandon(struct collectives *c, int slot, const char *call, int rc);
 
 #endif

@@ -1,6 +1,6 @@
 /* Model states under ZeRO stages 0-3 (include/zero.h): where each lives,
- * how gradients are reduced, the sharded optimizer step, and moving states
- * to and from checkpoints one unit at a time. */
+ * the sharded optimizer step, and moving states to and from checkpoints
+ * one unit at a time. The step's collectives are in comm.c. */
 #include "zero.h"
 
 #include <math.h>
@@ -43,37 +43,16 @@ int zero_init(struct zero *z, const struct zero_options *o, const struct model_l
                                  no * 4);
     z->st.grads = mem_alloc(mem, space, MEM_GRADS, grads_sharded(z) ? "grads (shard)" : "grads", ng * gsize(z));
     optstate_alloc(z);
-    static const char *const gathered_names[] = {
-        [UNIT_EMBED] = "gathered embedding (params)", [UNIT_HEAD] = "gathered head (params)",
-        [UNIT_LAYER] = "gathered layer (params)"};
-    if (o->stage == 3)
-        for (int u = 0; u < lay->n_units && u < 3; u++) {
-            struct unit_info ui = layout_unit(lay, u);
-            z->gathered[ui.kind] =
-                mem_alloc(mem, space, MEM_COMM, gathered_names[ui.kind], shard_unit_padded(&z->sh, u) * psize(z));
-        }
-    if (o->stage >= 2)
-        z->bucket = mem_alloc(mem, space, MEM_COMM, "reduce-scatter bucket (grads)",
-                              shard_max_unit_padded(&z->sh) * gsize(z));
+    zero_comm_init(z);
     return 0;
 }
 
 void zero_free(struct zero *z) {
     optstate_free(z);
-    void *bufs[] = {z->st.params, z->st.master, z->st.grads, z->gathered[UNIT_EMBED], z->gathered[UNIT_HEAD],
-                    z->gathered[UNIT_LAYER], z->bucket};
+    zero_comm_free(z);
+    void *bufs[] = {z->st.params, z->st.master, z->st.grads};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(z->mem, bufs[i]);
     mem_free(z->mem, z->segs.seg);
-}
-
-const void *zero_unit_params(struct zero *z, int u) {
-    if (!params_sharded(z)) return (const char *)z->st.params + full_index(z, u, 0) * psize(z);
-    char *buf = z->gathered[layout_unit(z->lay, u).kind];
-    size_t chunk = shard_unit_chunk(&z->sh, u);
-    buf_copy(buf + (size_t)z->sh.rank * chunk * psize(z), (const char *)z->st.params + shard_offset(&z->sh, u) * psize(z),
-             chunk * psize(z));
-    z->dp->all_gather(z->dp, buf, chunk, z->o.param_dtype);
-    return buf;
 }
 
 void *zero_unit_grads(struct zero *z, int u) {
@@ -82,36 +61,6 @@ void *zero_unit_grads(struct zero *z, int u) {
 
 void zero_zero_grads(struct zero *z) {
     buf_zero(z->st.grads, (grads_sharded(z) ? z->sh.total_shard : z->sh.total_padded) * gsize(z));
-}
-
-/* Stage 2/3: reduce-scatter the unit's fp32 gradient (as grad_dtype on the
- * wire) and add the owned slice into the grad shard. Stages 0/1 with bf16
- * grads: add the fp32 accumulator into the grads (one rounding per
- * micro-batch, as a bf16 gradient buffer implies). fp32 grads at stages
- * 0/1 were accumulated in place. */
-void zero_unit_grads_done(struct zero *z, int u, const float *acc) {
-    enum dtype gd = z->o.grad_dtype;
-    if (!grads_sharded(z)) {
-        if (gd == DTYPE_BF16) buf_accumulate(zero_unit_grads(z, u), gd, acc, layout_unit_size(z->lay, u));
-        return;
-    }
-    size_t padded = shard_unit_padded(&z->sh, u), chunk = shard_unit_chunk(&z->sh, u);
-    buf_from_fp32(z->bucket, gd, acc, padded);
-    z->dp->reduce_scatter_sum(z->dp, z->bucket, chunk, gd);
-    buf_add((char *)z->st.grads + shard_offset(&z->sh, u) * gsize(z), z->bucket, gd, chunk);
-}
-
-/* Stages 0 and 1 reduce once per step, after the last micro-batch. */
-static void reduce_step_grads(struct zero *z) {
-    enum dtype gd = z->o.grad_dtype;
-    if (z->o.stage == 0) {
-        z->dp->all_reduce_sum(z->dp, z->st.grads, z->sh.total_padded, gd);
-    } else if (z->o.stage == 1) {
-        /* in place per unit: the owned slice lands at the unit's start */
-        for (int u = 0; u < z->lay->n_units; u++)
-            z->dp->reduce_scatter_sum(z->dp, (char *)z->st.grads + full_index(z, u, 0) * gsize(z),
-                                      shard_unit_chunk(&z->sh, u), gd);
-    }
 }
 
 /* Index of element i (unit-local, in this rank's update range) in the
@@ -138,12 +87,18 @@ static double local_grad_sum_squares(const struct zero *z) {
     return s;
 }
 
-struct step_result zero_step(struct zero *z, int step) {
+struct step_result zero_step(struct zero *z, int step, bool skip_nonfinite) {
     const struct optim_options *op = &z->o.optim;
-    reduce_step_grads(z);
+    zero_reduce_step_grads(z);
     double sq = local_grad_sum_squares(z);
     if (z->o.stage > 0) z->dp->all_reduce_scalars(z->dp, &sq, 1);
     struct step_result r = {.grad_norm = sqrt(sq), .lr = lr_at(&op->lr, step)};
+    /* before any segment changes; the params were not touched, so there is
+     * nothing to redistribute either */
+    if (skip_nonfinite && !isfinite(r.grad_norm)) {
+        r.skipped = true;
+        return r;
+    }
     struct adamw_hparams h = {.lr = r.lr, .beta1 = op->beta1, .beta2 = op->beta2, .eps = op->eps,
                               .grad_scale = clip_scale(r.grad_norm, op->grad_clip), .t = (int64_t)step + 1};
     for (int k = 0; k < z->segs.n; k++) {

@@ -5,8 +5,18 @@
 #  3. kill -9 of one rank mid-run: OpenMPI's mpirun notices the dead rank,
 #     kills the others and exits non-zero. Nobody hangs (each run has a
 #     timeout; a timeout is a failure);
-#  4. a model whose buffers cannot be allocated: every rank exits non-zero,
-#     one message naming the buffer and its bytes (no crash, no OOM kill).
+#  4. a model whose buffers cannot be allocated (--force 1 past the memory
+#     check): every rank exits non-zero, one message naming the buffer and
+#     its bytes (no crash, no OOM kill);
+#  5. a model too big for this host (4.8e9 parameters): refused before
+#     allocating, with the breakdown and the levers, on every rank;
+#  6. log_json on a full disk (/dev/full): every rank exits non-zero, the
+#     message names the log (it used to leave a 0-byte log and exit 0);
+#  7. the banner's tokens per step past 2^31 (it printed -2147483648), and
+#     a directory as --config or as train_data: one clear error each;
+#  8. a run that goes NaN (SGD at lr 10, no clipping) on 2 ranks under
+#     ZeRO-1: every rank stops at the same step, one message naming it, and
+#     the resume state written before that step still loads.
 # Usage: tests/mpi/failures.sh BUILD_DIR (build or build-san)
 set -u
 build=${1:-build}
@@ -40,22 +50,73 @@ timeout 90 "${mpi[@]}" -np 2 "$train" "${common[@]}" --steps 1000000 --val_every
 job=$!
 for _ in $(seq 1 200); do grep -q '^step' "$tmp/out3" 2>/dev/null && break; sleep 0.1; done
 victim=""
-for pid in $(pgrep -f "$train"); do
+for pid in $(pgrep -f "$tmp/train.bin"); do
     if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then victim=$pid; fi
 done
 [ -n "$victim" ] && kill -9 "$victim"
 wait $job
 rc=$?
-[ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && ! pgrep -f "$train" >/dev/null
+[ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && ! pgrep -f "$tmp/train.bin" >/dev/null
 check "kill -9 of rank 1: mpirun ends the job non-zero (rc $rc), no rank left running" $?
 
 # 4. params of a 65536-wide layer in bf16 (103 GB) on each of 2 ranks. The
 # sanitizer build must return NULL rather than abort on a huge request.
+# --force 1 takes it past the memory check to the allocator.
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}allocator_may_return_null=1"
-timeout 60 "${mpi[@]}" -x ASAN_OPTIONS -np 2 "$train" "${common[@]}" --n_layer 1 --d_model 65536 \
+timeout 60 "${mpi[@]}" -x ASAN_OPTIONS -np 2 "$train" "${common[@]}" --n_layer 1 --d_model 65536 --force 1 \
     >"$tmp/out4" 2>"$tmp/err4"
 rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c "out of memory allocating 'params' (103118929920 bytes" "$tmp/err4")" -eq 1 ]
 check "unallocatable params: non-zero exit (rc $rc), one message naming the buffer and its bytes" $?
+
+# 5. 48 layers of width 2880 (4.8e9 parameters, 73 GiB of states and
+# buffers per rank at ZeRO-0): refused in a second, nothing allocated
+start=$SECONDS
+timeout 60 "${mpi[@]}" -np 2 "$train" "${common[@]}" --n_layer 48 --d_model 2880 --n_head 16 \
+    >"$tmp/out5" 2>"$tmp/err5"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $((SECONDS - start)) -lt 30 ] &&
+    grep -q "not enough memory: this rank needs 72.98 GiB at start-up" "$tmp/err5" &&
+    grep -q "params 8.90 GiB, master 17.81 GiB, grads 8.90 GiB, optimizer 35.62 GiB" "$tmp/err5" &&
+    grep -q "shared by 2 ranks on this host" "$tmp/err5" &&
+    grep -q -- "--zero 3 over dp 2: 37.74 GiB" "$tmp/err5" && grep -q -- "--force 1 allocates anyway" "$tmp/err5" &&
+    ! grep -q '^step' "$tmp/out5"
+check "4.8e9 parameters: refused before allocating (rc $rc), the breakdown and the levers" $?
+
+# 6. a full disk under log_json
+timeout 60 "${mpi[@]}" -np 2 "$train" "${common[@]}" --steps 2 --val_every 0 --peak_flops 1e9 \
+    --log_json /dev/full >"$tmp/out6" 2>"$tmp/err6"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c 'writing log_json /dev/full failed' "$tmp/err6")" -eq 1 ]
+check "log_json on a full disk: non-zero exit (rc $rc), one message naming the log" $?
+
+# 7. 4 x 2^20 x 1024 tokens per step (steps 0: the banner only); directories
+timeout 60 "$train" "${common[@]}" --steps 0 --grad_accum 1048576 --seq_len 1024 --val_every 0 --peak_flops 1e9 \
+    >"$tmp/out7" 2>"$tmp/err7"
+rc=$?
+[ $rc -eq 0 ] && grep -q "= 4194304 sequences = 4294967296 tokens per step" "$tmp/out7"
+check "banner: 4294967296 tokens per step, not an int overflow" $?
+timeout 60 "$train" --config "$tmp" >"$tmp/out7" 2>"$tmp/err7"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "config $tmp: is a directory" "$tmp/err7"
+check "a directory as --config: non-zero exit (rc $rc), named" $?
+timeout 60 "$train" "${common[@]}" --train_data "$tmp" >"$tmp/out7" 2>"$tmp/err7"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "$tmp is a directory, not a token shard" "$tmp/err7"
+check "a directory as train_data: non-zero exit (rc $rc), named" $?
+
+# 8. NaN on 2 ranks, ZeRO-1 (the optimizer states sharded, so the ranks
+# must agree to skip the update and the parameter all-gather together)
+nan=(--optimizer sgd --lr 10 --grad_clip 0 --warmup_steps 10 --steps 20 --val_every 0 --zero 1
+     --save_state "$tmp/nan.state" --save_state_every 1)
+timeout 60 "${mpi[@]}" -np 2 "$train" "${common[@]}" "${nan[@]}" >"$tmp/out8" 2>"$tmp/err8"
+rc=$?
+step=$(grep -o '^error (rank 0,1): step [0-9]*: [^(]*(non-finite): its update was not applied' "$tmp/err8" |
+       grep -o 'step [0-9]*' | grep -o '[0-9]*')
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ -n "$step" ] && [ "$(grep -c 'non-finite' "$tmp/err8")" -eq 1 ] &&
+    timeout 60 "${mpi[@]}" -np 2 "$train" "${common[@]}" "${nan[@]}" --save_state "" --resume "$tmp/nan.state" \
+        --steps $((step - 1)) >"$tmp/out8b" 2>"$tmp/err8b" &&
+    grep -q "from step $((step - 1))" "$tmp/out8b"
+check "NaN at step ${step:-?} on 2 ranks: both stop (rc $rc), one message; the state of step $((${step:-1} - 1)) loads" $?
 
 [ $fails -eq 0 ] && echo "failure tests passed" || { echo "$fails failure test(s) failed"; exit 1; }

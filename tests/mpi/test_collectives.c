@@ -187,6 +187,57 @@ static void test_counters_follow_ring_formulas(void **state) {
     assert_true(k.seconds > 0.0);
 }
 
+/* Three non-blocking collectives in flight at once on a fresh table, waited
+ * in reverse order: each gives what its blocking twin gives, counts the
+ * same ring volume when posted, and frees its slot when waited. */
+static void test_nonblocking_collectives(void **state) {
+    (void)state;
+    struct collectives c;
+    char err[256];
+    assert_int_equal(collectives_init_mpi(&c, MPI_COMM_WORLD, err, sizeof err), 0);
+    int n = c.size, r = c.rank;
+    enum { CHUNK = 40000 }; /* large enough for MPI's rendezvous path */
+    float *rs = alloc_values((size_t)n * CHUNK, DTYPE_FP32, r);
+    bf16 *ar = alloc_values(CHUNK, DTYPE_BF16, r);
+    float *ag = calloc((size_t)n * CHUNK, sizeof *ag);
+    assert_non_null(ag);
+    for (size_t i = 0; i < CHUNK; i++) ag[(size_t)r * CHUNK + i] = value(r, i);
+    struct coll_request q[3] = {c.iall_gather(&c, ag, CHUNK, DTYPE_FP32),
+                                c.ireduce_scatter_sum(&c, rs, CHUNK, DTYPE_FP32),
+                                c.iall_reduce_sum(&c, ar, CHUNK, DTYPE_BF16)};
+    struct comm_counters posted = c.counters;
+    c.progress(&c);
+    int rc[3];
+    for (int k = 2; k >= 0; k--) rc[k] = c.wait(&c, q[k]);
+    struct comm_counters k = c.counters;
+    collectives_free_mpi(&c);
+    size_t bad = 0;
+    for (int owner = 0; owner < n; owner++)
+        for (size_t i = 0; i < CHUNK; i++) bad += ag[(size_t)owner * CHUNK + i] != value(owner, i);
+    for (size_t i = 0; i < CHUNK; i++) {
+        bad += rs[i] != value_sum(n, (size_t)r * CHUNK + i);
+        bad += bf16_to_f32(ar[i]) != value_sum(n, i);
+    }
+    free(rs);
+    free(ar);
+    free(ag);
+    assert_int_equal(bad, 0);
+    for (int j = 0; j < 3; j++) {
+        assert_true(q[j].slot >= 0);
+        assert_int_equal(rc[j], 0);
+    }
+    assert_true(posted.bytes[COLL_ALL_GATHER] == (double)(n - 1) * CHUNK * 4);
+    assert_true(posted.bytes[COLL_REDUCE_SCATTER] == (double)(n - 1) * CHUNK * 4);
+    assert_true(posted.bytes[COLL_ALL_REDUCE] == 2.0 * (n - 1) * CHUNK * 2 / n);
+    for (int j = 0; j < COLL_NUM_KINDS; j++) {
+        assert_true(k.bytes[j] == posted.bytes[j]); /* wait adds no bytes or calls */
+        assert_int_equal(k.calls[j], posted.calls[j]);
+    }
+    assert_int_equal(k.calls[COLL_ALL_GATHER] + k.calls[COLL_REDUCE_SCATTER] + k.calls[COLL_ALL_REDUCE], 3);
+    assert_true(posted.seconds == 0.0 && posted.exposed_seconds > 0.0); /* in flight counts at completion */
+    assert_true(k.seconds > 0.0 && k.exposed_seconds > posted.exposed_seconds);
+}
+
 static int next_of(const struct collectives *c) { return (c->rank + 1) % c->size; }
 static int prev_of(const struct collectives *c) { return (c->rank + c->size - 1) % c->size; }
 
@@ -699,6 +750,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_all_gather),
         cmocka_unit_test(test_all_reduce_scalars),
         cmocka_unit_test(test_counters_follow_ring_formulas),
+        cmocka_unit_test(test_nonblocking_collectives),
         cmocka_unit_test(test_send_recv_ring),
         cmocka_unit_test(test_tags_match_out_of_order),
         cmocka_unit_test(test_isend_irecv_both_neighbours),

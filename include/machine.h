@@ -1,0 +1,43 @@
+/* What machine a run is on: the CPU's model and vector ISA, and which BLAS
+ * library, version and kernel (OpenBLAS's "corename") its GEMMs run. A
+ * BLAS that does not know the CPU falls back to generic SSE kernels and
+ * runs every GEMM ~3x slower (Debian's OpenBLAS 0.3.21 on a 16-core Xeon:
+ * Prescott kernels, 1,944 tok/s against 6,878 with SkylakeX forced), so
+ * the run names the kernel and warns about a fallback. */
+#ifndef SHARDLAB_MACHINE_H
+#define SHARDLAB_MACHINE_H
+
+#include <stddef.h>
+
+/* Vector instruction sets, ordered: each level includes the ones below. */
+enum isa_level {
+    ISA_SSE,    /* x86-64 baseline, or unknown / not x86 */
+    ISA_AVX,    /* 256-bit, no FMA (Sandy Bridge, Bulldozer-family kernels) */
+    ISA_AVX2,   /* 256-bit + FMA (Haswell, Zen) */
+    ISA_AVX512, /* 512-bit F + BW + DQ + VL (Skylake-X and later, Zen 4) */
+};
+
+struct blas_info {
+    char library[32];   /* "OpenBLAS" */
+    char version[32];   /* "0.3.21" */
+    char corename[64];  /* openblas_get_corename(): the kernel set in use, e.g. "SkylakeX" */
+    char threading[16]; /* "OpenMP", "pthreads" or "sequential" */
+};
+
+/* "model name" from /proc/cpuinfo, or "unknown CPU". */
+void machine_cpu_model(char *out, size_t n);
+/* The widest level this CPU and OS run. */
+enum isa_level machine_cpu_isa(void);
+void machine_blas_info(struct blas_info *b);
+
+const char *isa_name(enum isa_level isa); /* "sse", "avx", "avx2", "avx512" */
+/* The widest ISA an OpenBLAS kernel set uses (case-insensitive, so the
+ * DYNAMIC_ARCH names "Haswell" and the fixed-target "HASWELL" both match);
+ * ISA_SSE for the generic and SSE-era kernels and for names it does not know. */
+enum isa_level blas_kernel_isa(const char *corename);
+/* The OPENBLAS_CORETYPE value to suggest when `corename` is a fallback
+ * without FMA (below ISA_AVX2) on a CPU that has AVX2 ("Haswell") or
+ * AVX-512 ("SkylakeX"); NULL when the kernel is fine for the CPU. */
+const char *blas_suggested_coretype(const char *corename, enum isa_level cpu);
+
+#endif

@@ -1,0 +1,33 @@
+/* What a run ran on and against which peak: the banner's "machine:" and
+ * "peak:" lines, the BLAS fallback warning, and the JSON log's "run"
+ * record (the first record of each run, before its step records). */
+#ifndef SHARDLAB_RUN_RECORD_H
+#define SHARDLAB_RUN_RECORD_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "machine.h"
+#include "peak.h"
+
+struct run_record {
+    int world_size, threads;
+    double peak_flops;       /* what MFU divides by */
+    bool peak_measured;      /* false: peak_flops from the config, `peak` unused */
+    struct peak_result peak;
+    char cpu[128];           /* machine_cpu_model() */
+    enum isa_level isa;      /* machine_cpu_isa() */
+    struct blas_info blas;
+};
+
+/* Fills the machine's fields (CPU model, ISA, BLAS). */
+void run_record_describe_machine(struct run_record *r);
+/* The banner's two lines: machine and BLAS kernel, then the peak. */
+void run_record_print(FILE *out, const struct run_record *r);
+/* One "warning:" line when the BLAS kernel is a fallback for this CPU
+ * (blas_suggested_coretype); nothing otherwise. Returns whether it warned. */
+bool run_record_warn(FILE *out, const struct run_record *r);
+/* {"type":"run", ...} on one line. */
+void run_record_json(FILE *json, const struct run_record *r);
+
+#endif

@@ -1,0 +1,225 @@
+/* The ZeRO stages' collectives during a step (include/zero.h): stage 3's
+ * all-gathers, stages 2-3's per-unit reduce-scatters, stage 0's bucketed
+ * all-reduce and stage 1's reduce-scatter once per step. Every collective
+ * is posted non-blocking; with overlap off it is waited at once, with
+ * overlap on it is waited when its result or its buffer is next needed.
+ * Both paths post the same calls on the same buffers in the same order,
+ * so their numbers are bitwise equal and only the waiting moves. */
+#include <stdio.h>
+
+#include "bufops.h"
+#include "zero.h"
+
+static size_t psize(const struct zero *z) { return dtype_size(z->o.param_dtype); }
+static size_t gsize(const struct zero *z) { return dtype_size(z->o.grad_dtype); }
+static enum unit_kind kind_of(const struct zero *z, int u) { return layout_unit(z->lay, u).kind; }
+
+/* A wait that fails is a broken group: the MPI table has already reported
+ * it (and, by default, ended every rank); say where it happened. */
+static void wait_or_report(struct zero *z, struct coll_request r, const char *what) {
+    if (z->dp->wait(z->dp, r) != 0)
+        fprintf(stderr, "zero: rank %d of %d: waiting for %s failed\n", z->dp->rank, z->dp->size, what);
+}
+
+/* ---- stage 0's buckets: units in the backward's order (head, layers from
+ * the last, embedding: the order the engine finishes them), grouped while
+ * they stay contiguous in the grads and within ddp_bucket_bytes. A unit
+ * larger than that is a bucket alone. */
+
+static int backward_order(const struct model_layout *lay, int *order) {
+    int n = 0;
+    if (lay->rank.has_head) order[n++] = layout_head_unit(lay);
+    for (int l = lay->rank.l1 - 1; l >= lay->rank.l0; l--) order[n++] = layout_layer_unit(lay, l);
+    if (lay->rank.has_embed) order[n++] = layout_embed_unit(lay);
+    return n;
+}
+
+static void ddp_buckets_build(struct zero *z, const int *order, int n) {
+    size_t cap = z->o.ddp_bucket_bytes / gsize(z);
+    for (int i = 0; i < n; i++) {
+        int u = order[i];
+        size_t lo = shard_padded_offset(&z->sh, u), hi = lo + shard_unit_padded(&z->sh, u);
+        struct ddp_bucket *b = z->n_ddp > 0 ? &z->ddp[z->n_ddp - 1] : NULL;
+        bool joins = b && (b->lo == hi || b->hi == lo) && (b->hi - b->lo) + (hi - lo) <= cap;
+        if (!joins) {
+            b = &z->ddp[z->n_ddp++];
+            *b = (struct ddp_bucket){.lo = lo, .hi = hi};
+        }
+        b->lo = lo < b->lo ? lo : b->lo;
+        b->hi = hi > b->hi ? hi : b->hi;
+        b->units++;
+    }
+    for (int k = 0; k < z->n_ddp; k++) z->ddp[k].left = z->ddp[k].units;
+}
+
+static int ddp_bucket_of(const struct zero *z, int u) {
+    size_t at = shard_padded_offset(&z->sh, u);
+    for (int k = 0; k < z->n_ddp; k++)
+        if (z->ddp[k].lo <= at && at < z->ddp[k].hi) return k;
+    return -1;
+}
+
+static void ddp_wait_next(struct zero *z) {
+    struct ddp_bucket *b = &z->ddp[z->ddp_waited++];
+    wait_or_report(z, b->req, "a gradient bucket's all-reduce");
+}
+
+/* At most this many buckets in flight: the request table is shared and
+ * bounded (COLL_MAX_REQUESTS), and a model may have hundreds of units. */
+enum { DDP_MAX_IN_FLIGHT = 8 };
+
+/* Posts bucket k (the next in order), waiting first for the oldest if
+ * too many are in flight. */
+static void ddp_post(struct zero *z) {
+    int k = z->ddp_posted++;
+    struct ddp_bucket *b = &z->ddp[k];
+    while (k - z->ddp_waited >= DDP_MAX_IN_FLIGHT) ddp_wait_next(z);
+    b->req = z->dp->iall_reduce_sum(z->dp, (char *)z->st.grads + b->lo * gsize(z), b->hi - b->lo, z->o.grad_dtype);
+    if (!z->o.overlap) ddp_wait_next(z);
+}
+
+/* Buckets are posted in their order on every rank (MPI's rule for
+ * collectives), each once all its units are done. */
+static void ddp_post_ready(struct zero *z) {
+    while (z->ddp_posted < z->n_ddp && z->ddp[z->ddp_posted].left == 0) ddp_post(z);
+}
+
+/* ---- buffers */
+
+void zero_comm_init(struct zero *z) {
+    struct mem_tracker *mem = z->mem;
+    static const char *const gathered_names[] = {
+        [UNIT_EMBED] = "gathered embedding (params)", [UNIT_HEAD] = "gathered head (params)",
+        [UNIT_LAYER] = "gathered layer (params)"};
+    for (int k = 0; k <= UNIT_LAYER; k++) z->gather[k] = (struct zero_pending){.unit = -1};
+    for (int b = 0; b < 2; b++) z->scatter[b] = (struct zero_pending){.unit = -1};
+    if (z->o.stage == 3)
+        for (int u = 0; u < z->lay->n_units && u < 3; u++) {
+            enum unit_kind k = kind_of(z, u);
+            size_t bytes = shard_unit_padded(&z->sh, u) * psize(z);
+            z->gathered[k] = mem_alloc(mem, z->space, MEM_COMM, gathered_names[k], bytes);
+            if (k == UNIT_LAYER && z->o.overlap)
+                z->gathered_layer2 = mem_alloc(mem, z->space, MEM_COMM, "gathered next layer (params)", bytes);
+        }
+    if (z->o.stage >= 2)
+        for (int b = 0; b < (z->o.overlap ? 2 : 1); b++)
+            z->bucket[b] = mem_alloc(mem, z->space, MEM_COMM,
+                                     b == 0 ? "reduce-scatter bucket (grads)" : "reduce-scatter bucket 2 (grads)",
+                                     shard_max_unit_padded(&z->sh) * gsize(z));
+    if (z->o.stage == 0) {
+        int n = z->lay->n_units;
+        int *order = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "backward order (stage 0 buckets)", (size_t)n * sizeof *order);
+        z->ddp = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "all-reduce buckets (stage 0)", (size_t)n * sizeof *z->ddp);
+        if (order && z->ddp) ddp_buckets_build(z, order, backward_order(z->lay, order));
+        mem_free(mem, order);
+    }
+}
+
+void zero_comm_free(struct zero *z) {
+    void *bufs[] = {z->gathered[UNIT_EMBED], z->gathered[UNIT_HEAD], z->gathered[UNIT_LAYER], z->gathered_layer2,
+                    z->bucket[0], z->bucket[1], z->ddp};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(z->mem, bufs[i]);
+}
+
+/* ---- stage 3: params gathered unit by unit */
+
+static void *layer_buffer(struct zero *z, int i) { return i == 0 ? z->gathered[UNIT_LAYER] : z->gathered_layer2; }
+
+static void *gather_buffer(struct zero *z, enum unit_kind k, int i) {
+    return k == UNIT_LAYER ? layer_buffer(z, i) : z->gathered[k];
+}
+
+/* Posts unit u's all-gather into buffer i of its kind: this rank's slice
+ * copied to its place first. */
+static struct zero_pending post_gather(struct zero *z, int u, int i) {
+    char *buf = gather_buffer(z, kind_of(z, u), i);
+    size_t chunk = shard_unit_chunk(&z->sh, u);
+    buf_copy(buf + (size_t)z->sh.rank * chunk * psize(z),
+             (const char *)z->st.params + shard_offset(&z->sh, u) * psize(z), chunk * psize(z));
+    return (struct zero_pending){.unit = u, .buf = i, .req = z->dp->iall_gather(z->dp, buf, chunk, z->o.param_dtype)};
+}
+
+void zero_prefetch_params(struct zero *z, int u) {
+    if (u < 0 || z->o.stage < 3 || !z->o.overlap) return;
+    enum unit_kind k = kind_of(z, u);
+    if (z->gather[k].unit >= 0) return; /* one in flight per kind: the next zero_unit_params gathers u itself */
+    z->gather[k] = post_gather(z, u, k == UNIT_LAYER ? 1 - z->layer_in_use : 0);
+}
+
+const void *zero_unit_params(struct zero *z, int u) {
+    if (z->o.stage < 3) return (const char *)z->st.params + shard_padded_offset(&z->sh, u) * psize(z);
+    enum unit_kind k = kind_of(z, u);
+    struct zero_pending *p = &z->gather[k];
+    if (p->unit >= 0 && p->unit != u) { /* prefetched out of turn: finish it, gather u below */
+        wait_or_report(z, p->req, "a prefetched all-gather");
+        p->unit = -1;
+    }
+    if (p->unit < 0) *p = post_gather(z, u, k == UNIT_LAYER ? z->layer_in_use : 0);
+    wait_or_report(z, p->req, "an all-gather of params");
+    p->unit = -1;
+    if (k == UNIT_LAYER) z->layer_in_use = p->buf;
+    return gather_buffer(z, k, p->buf);
+}
+
+/* ---- gradients */
+
+/* Stages 2-3: the reduce-scatter in bucket b is done; add the owned slice
+ * into the grad shard. */
+static void finish_scatter(struct zero *z, int b) {
+    struct zero_pending *p = &z->scatter[b];
+    if (p->unit < 0) return;
+    wait_or_report(z, p->req, "a reduce-scatter of grads");
+    buf_add((char *)z->st.grads + shard_offset(&z->sh, p->unit) * gsize(z), z->bucket[b], z->o.grad_dtype,
+            shard_unit_chunk(&z->sh, p->unit));
+    p->unit = -1;
+}
+
+/* Stage 2/3: reduce-scatter the unit's fp32 gradient (as grad_dtype on the
+ * wire) and add the owned slice into the grad shard, now or when its bucket
+ * is next needed. Stages 0/1 with bf16 grads: add the fp32 accumulator
+ * into the grads (one rounding per micro-batch, as a bf16 gradient buffer
+ * implies); fp32 grads at stages 0/1 were accumulated in place. Stage 0 on
+ * the step's last backward: the unit's bucket all-reduces once all its
+ * units are done. */
+void zero_unit_grads_done(struct zero *z, int u, const float *acc) {
+    enum dtype gd = z->o.grad_dtype;
+    if (z->o.stage < 2) {
+        void *grads = (char *)z->st.grads + shard_padded_offset(&z->sh, u) * gsize(z); /* full below stage 2 */
+        if (gd == DTYPE_BF16) buf_accumulate(grads, gd, acc, layout_unit_size(z->lay, u));
+        int k = z->o.stage == 0 && z->last_backward ? ddp_bucket_of(z, u) : -1;
+        if (k >= 0) {
+            z->ddp[k].left--;
+            ddp_post_ready(z);
+        }
+        return;
+    }
+    int b = z->next_bucket;
+    finish_scatter(z, b); /* the unit two back, if still in flight */
+    buf_from_fp32(z->bucket[b], gd, acc, shard_unit_padded(&z->sh, u));
+    z->scatter[b] = (struct zero_pending){
+        .unit = u, .req = z->dp->ireduce_scatter_sum(z->dp, z->bucket[b], shard_unit_chunk(&z->sh, u), gd)};
+    if (!z->o.overlap) finish_scatter(z, b);
+    else z->next_bucket = 1 - b;
+}
+
+void zero_backward_begins(struct zero *z, bool last_of_step) { z->last_backward = last_of_step; }
+
+void zero_progress(struct zero *z) {
+    if (z->o.overlap) z->dp->progress(z->dp);
+}
+
+void zero_reduce_step_grads(struct zero *z) {
+    for (int b = 0; b < 2; b++) finish_scatter(z, (z->next_bucket + b) % 2); /* in posting order */
+    if (z->o.stage == 0) {
+        while (z->ddp_posted < z->n_ddp) ddp_post(z);
+        while (z->ddp_waited < z->n_ddp) ddp_wait_next(z);
+        for (int k = 0; k < z->n_ddp; k++) z->ddp[k].left = z->ddp[k].units;
+        z->ddp_posted = z->ddp_waited = 0;
+        z->last_backward = false;
+    } else if (z->o.stage == 1) {
+        /* in place per unit: the owned slice lands at the unit's start */
+        for (int u = 0; u < z->lay->n_units; u++)
+            z->dp->reduce_scatter_sum(z->dp, (char *)z->st.grads + shard_padded_offset(&z->sh, u) * gsize(z),
+                                      shard_unit_chunk(&z->sh, u), z->o.grad_dtype);
+    }
+}

@@ -1,0 +1,78 @@
+/* The run's header: the JSON "run" record (one line, escaped, the fields
+ * the bench scripts read) and the BLAS fallback warning. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "run_record.h"
+
+/* What `emit` wrote into a temporary file, NUL-terminated (static: one at a time). */
+static const char *written(void (*emit)(FILE *, const struct run_record *), const struct run_record *r) {
+    static char buf[4096];
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    emit(f, r);
+    rewind(f);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static void json(FILE *f, const struct run_record *r) { run_record_json(f, r); }
+static void warn(FILE *f, const struct run_record *r) { (void)run_record_warn(f, r); }
+
+static struct run_record sample(void) {
+    struct run_record r = {.world_size = 4, .threads = 2, .peak_flops = 2.5e11, .peak_measured = true,
+                           .isa = ISA_AVX512};
+    r.peak = (struct peak_result){.threads = 2, .kernel = "avx512f", .trials = 3, .trial = {2.0e11, 2.5e11, 1.0e11},
+                                  .best = 2.5e11, .median = 2.0e11, .min = 1.0e11};
+    snprintf(r.cpu, sizeof r.cpu, "Xeon \"Gold\" 6130 \\ 2.1GHz");
+    snprintf(r.blas.library, sizeof r.blas.library, "OpenBLAS");
+    snprintf(r.blas.version, sizeof r.blas.version, "0.3.21");
+    snprintf(r.blas.corename, sizeof r.blas.corename, "Prescott");
+    snprintf(r.blas.threading, sizeof r.blas.threading, "OpenMP");
+    return r;
+}
+
+static void test_json_record(void **state) {
+    (void)state;
+    struct run_record r = sample();
+    const char *s = written(json, &r);
+    assert_string_equal(s, "{\"type\":\"run\",\"world_size\":4,\"threads\":2,"
+                           "\"cpu_model\":\"Xeon \\\"Gold\\\" 6130 \\\\ 2.1GHz\",\"cpu_isa\":\"avx512\","
+                           "\"blas_library\":\"OpenBLAS\",\"blas_version\":\"0.3.21\",\"blas_corename\":\"Prescott\","
+                           "\"blas_kernel_isa\":\"sse\",\"blas_threading\":\"OpenMP\",\"peak_flops\":2.500000e+11,"
+                           "\"peak_source\":\"measured\",\"peak_kernel\":\"avx512f\",\"peak_trials\":3,"
+                           "\"peak_flops_median\":2.000000e+11,\"peak_flops_min\":1.000000e+11,\"peak_spread\":0.60000}\n");
+    /* a configured peak has no trials to report */
+    r.peak_measured = false;
+    s = written(json, &r);
+    assert_non_null(strstr(s, "\"peak_source\":\"config\"}\n"));
+    assert_null(strstr(s, "peak_trials"));
+}
+
+static void test_fallback_warning(void **state) {
+    (void)state;
+    struct run_record r = sample(); /* Prescott on AVX-512 */
+    const char *s = written(warn, &r);
+    assert_non_null(strstr(s, "warning: OpenBLAS 0.3.21 runs its Prescott kernels"));
+    assert_non_null(strstr(s, "OPENBLAS_CORETYPE=SkylakeX"));
+    assert_int_equal(strchr(s, '\n') - s + 1, (long)strlen(s)); /* one line */
+    snprintf(r.blas.corename, sizeof r.blas.corename, "SkylakeX");
+    assert_string_equal(written(warn, &r), "");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_json_record),
+        cmocka_unit_test(test_fallback_warning),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

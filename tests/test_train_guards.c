@@ -1,0 +1,396 @@
+/* The trainer's guards, end to end on configs/tiny.conf: a run that goes
+ * NaN (SGD at lr 10 without clipping) stops with a message naming the step
+ * and leaves the last good resume state as it was; skip_step drops the
+ * updates, counts them (in the state too) and stops past its limit; the
+ * optimizer step itself leaves every state untouched on a NaN gradient; a
+ * NaN in --init_from is refused by tensor and element; a resume on other
+ * train_data is refused unless allow_data_change. One thread, one
+ * mkdtemp directory. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <cblas.h>
+#include <dirent.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "engine_fixture.h"
+#include "trainer.h"
+
+enum { TRAIN_BYTES = 200 * 1024 };
+
+static char DIR_[64], TRAIN[128];
+static struct grid GRID;
+
+static void path_in(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", DIR_, name); }
+
+static int write_text_shard(const unsigned char *text, size_t n, const char *path) {
+    uint16_t *tok = malloc(n * sizeof *tok);
+    if (!tok) return -1;
+    size_t k = tokenize_bytes(text, n, tok);
+    char err[DATA_ERR_LEN];
+    int rc = shard_write(path, tok, k, err);
+    free(tok);
+    return rc;
+}
+
+static int group_setup(void **state) {
+    (void)state;
+    omp_set_num_threads(1);
+    openblas_set_num_threads(1);
+    grid_init_single(&GRID);
+    snprintf(DIR_, sizeof DIR_, "/tmp/shardlab_test_guards_XXXXXX");
+    if (!mkdtemp(DIR_)) return -1;
+    FILE *f = fopen("data/kjv.txt", "rb");
+    if (!f) return -1;
+    unsigned char *text = malloc(2 * TRAIN_BYTES);
+    size_t got = text ? fread(text, 1, 2 * TRAIN_BYTES, f) : 0;
+    fclose(f);
+    path_in(TRAIN, sizeof TRAIN, "train.bin");
+    char other[128];
+    path_in(other, sizeof other, "other.bin");
+    int rc = got != 2 * TRAIN_BYTES || write_text_shard(text, TRAIN_BYTES, TRAIN) ||
+             write_text_shard(text + TRAIN_BYTES, TRAIN_BYTES, other);
+    free(text);
+    return rc ? -1 : 0;
+}
+
+static int group_teardown(void **state) {
+    (void)state;
+    DIR *d = opendir(DIR_);
+    if (d) {
+        char p[sizeof DIR_ + sizeof((struct dirent *)0)->d_name + 1];
+        for (struct dirent *e; (e = readdir(d));) {
+            if (e->d_name[0] == '.') continue;
+            snprintf(p, sizeof p, "%s/%s", DIR_, e->d_name);
+            unlink(p);
+        }
+        closedir(d);
+    }
+    rmdir(DIR_);
+    return 0;
+}
+
+static void set(struct config *c, const char *key, const char *value) {
+    char err[CONFIG_ERR_LEN];
+    if (config_set(c, key, value, err) != 0) fail_msg("%s", err);
+}
+
+/* configs/tiny.conf on the fixture's shard, no validation. */
+static void tiny_config(struct config *c) {
+    config_defaults(c);
+    char err[CONFIG_ERR_LEN];
+    if (config_load_file(c, "configs/tiny.conf", err) != 0) fail_msg("%s", err);
+    snprintf(c->train_data, sizeof c->train_data, "%s", TRAIN);
+    c->val_data[0] = '\0';
+    c->threads = 1;
+}
+
+/* SGD at lr 10 without clipping, measured on the fixture's shard: steps
+ * 1-7 are finite (loss 5.55 ... 3.1e6, norm up to 1.3e8); step 8 has a
+ * finite loss (8.8e9) and a NaN gradient norm. With skip_step, step 8 is
+ * skipped, step 9 is finite again (norm 1.1e29) and steps 10 on are NaN. */
+static void diverging_config(struct config *c) {
+    tiny_config(c);
+    set(c, "optimizer", "sgd");
+    set(c, "lr", "10");
+    set(c, "grad_clip", "0");
+    set(c, "warmup_steps", "10");
+    set(c, "steps", "20");
+    set(c, "save_state_every", "1");
+}
+enum { FIRST_NONFINITE_STEP = 8 };
+
+/* Runs c to its end; returns trainer_run's rc with its message in err. */
+static int run(const struct config *c, char err[TRAINER_ERR_LEN], int *skipped) {
+    struct trainer *tr = calloc(1, sizeof *tr);
+    assert_non_null(tr);
+    if (trainer_open(tr, c, &GRID, err) != 0) fail_msg("trainer_open: %s", err);
+    int rc = trainer_run(tr, err);
+    if (skipped) *skipped = tr->skipped_steps;
+    trainer_close(tr);
+    free(tr);
+    return rc;
+}
+
+static unsigned char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc(*n + 1);
+    assert_non_null(b);
+    assert_int_equal(fread(b, 1, *n, f), *n);
+    fclose(f);
+    return b;
+}
+
+static int temp_files(void) {
+    DIR *d = opendir(DIR_);
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) n += strstr(e->d_name, ".shardlab-tmp.") != NULL;
+    closedir(d);
+    return n;
+}
+
+static struct resume_meta state_meta(const char *p) {
+    struct resume_reader r;
+    struct resume_meta m;
+    char err[CKPT_ERR_LEN];
+    if (resume_open(&r, p, &m, err)) fail_msg("%s", err);
+    resume_close(&r);
+    return m;
+}
+
+/* Bytes after the header and section table: the sections' data. */
+enum { STATE_HEAD = 3 * 4 + 5 * 8 + 6 * 4 + 4 + 512 + 2 * 8 + 4 + 4, STATE_ENTRY = 48 };
+
+static void test_nan_run_stops_and_keeps_last_good_state(void **state) {
+    (void)state;
+    struct config c;
+    diverging_config(&c);
+    path_in(c.save_state, sizeof c.save_state, "diverge.state");
+    path_in(c.save, sizeof c.save, "diverge.bin");
+    char err[TRAINER_ERR_LEN];
+    assert_int_equal(run(&c, err, NULL), -1);
+    printf("  stopped: %s\n", err);
+    char want[128];
+    snprintf(want, sizeof want, "step %d: the gradient norm is -nan (loss 8.8", FIRST_NONFINITE_STEP);
+    assert_non_null(strstr(err, want));
+    assert_non_null(strstr(err, "(non-finite): its update was not applied and training stops without saving"));
+    assert_non_null(strstr(err, "diverge.state keeps the last state written before it"));
+    assert_int_equal(access(c.save, F_OK), -1); /* no final model */
+    assert_int_equal(temp_files(), 0);
+
+    /* The state on disk is the one written after step 7, byte for byte
+     * what a run stopped there writes, and it loads. */
+    struct resume_meta m = state_meta(c.save_state);
+    assert_int_equal(m.step, FIRST_NONFINITE_STEP - 1);
+    struct config c7 = c;
+    path_in(c7.save_state, sizeof c7.save_state, "step7.state");
+    c7.save[0] = '\0';
+    struct trainer *tr = calloc(1, sizeof *tr);
+    assert_non_null(tr);
+    if (trainer_open(tr, &c7, &GRID, err) != 0) fail_msg("%s", err);
+    tr->stop_after = FIRST_NONFINITE_STEP - 1;
+    assert_int_equal(trainer_run(tr, err), 0);
+    trainer_close(tr);
+    size_t na, nb;
+    unsigned char *a = slurp(c.save_state, &na), *b = slurp(c7.save_state, &nb);
+    assert_int_equal(na, nb);
+    assert_memory_equal(a, b, na);
+    free(a), free(b);
+    struct config resume = c;
+    snprintf(resume.resume, sizeof resume.resume, "%s", c.save_state);
+    resume.save_state[0] = resume.save[0] = '\0';
+    if (trainer_open(tr, &resume, &GRID, err) != 0) fail_msg("the kept state does not load: %s", err);
+    assert_int_equal(tr->step, FIRST_NONFINITE_STEP - 1);
+    trainer_close(tr);
+    free(tr);
+}
+
+static void test_skip_step_counts_and_stops(void **state) {
+    (void)state;
+    struct config c;
+    diverging_config(&c);
+    set(&c, "on_nonfinite", "skip_step");
+    set(&c, "max_skipped_steps", "3");
+    path_in(c.save_state, sizeof c.save_state, "skip.state");
+    char err[TRAINER_ERR_LEN];
+    int skipped = -1;
+    assert_int_equal(run(&c, err, &skipped), -1);
+    printf("  stopped: %s\n", err);
+    /* steps 8, 10, 11, 12 skipped (9 was finite): the fourth is one too many */
+    assert_int_equal(skipped, 4);
+    assert_non_null(strstr(err, "step 12: the loss is -nan (non-finite)"));
+    assert_non_null(strstr(err, "4 updates skipped, more than max_skipped_steps = 3"));
+    /* the run went on after each skip, saving after each step: the state
+     * after step 11 counts 3 skipped steps and holds step 9's model states
+     * exactly (steps 10 and 11 applied nothing) */
+    struct resume_meta m = state_meta(c.save_state);
+    assert_int_equal(m.step, 11);
+    assert_int_equal(m.skipped_steps, 3);
+    struct config c9 = c;
+    path_in(c9.save_state, sizeof c9.save_state, "skip9.state");
+    struct trainer *tr = calloc(1, sizeof *tr);
+    assert_non_null(tr);
+    if (trainer_open(tr, &c9, &GRID, err) != 0) fail_msg("%s", err);
+    tr->stop_after = 9;
+    assert_int_equal(trainer_run(tr, err), 0);
+    assert_int_equal(tr->skipped_steps, 1);
+    trainer_close(tr);
+    free(tr);
+    assert_int_equal(state_meta(c9.save_state).skipped_steps, 1);
+    size_t na, nb;
+    unsigned char *a = slurp(c.save_state, &na), *b = slurp(c9.save_state, &nb);
+    assert_int_equal(na, nb);
+    size_t data = STATE_HEAD + 3 * STATE_ENTRY; /* params, master, momentum */
+    assert_memory_equal(a + data, b + data, na - data);
+    assert_true(memcmp(a, b, data) != 0); /* the step, data cursor and count differ */
+    free(a), free(b);
+
+    /* a resumed run carries the count on: step 12's skip is over the limit */
+    struct config r = c;
+    snprintf(r.resume, sizeof r.resume, "%s", c.save_state);
+    r.save_state[0] = '\0';
+    skipped = -1;
+    assert_int_equal(run(&r, err, &skipped), -1);
+    assert_int_equal(skipped, 4);
+    assert_non_null(strstr(err, "step 12: "));
+}
+
+/* The optimizer step with a NaN in the gradients: skip_nonfinite leaves
+ * params, master and both Adam moments bit for bit. */
+static void test_optimizer_step_skips_nonfinite(void **state) {
+    (void)state;
+    struct config c;
+    tiny_config(&c);
+    struct mem_tracker mem = {0};
+    struct flop_counter flops = {0};
+    struct engine *e = calloc(1, sizeof *e);
+    assert_non_null(e);
+    fixture_engine_init(e, &c, &GRID.dp_comm, &mem, &flops);
+    engine_init_params(e);
+    size_t bt = (size_t)c.micro_batch * c.seq_len;
+    int32_t *in = malloc(bt * sizeof *in), *tg = malloc(bt * sizeof *tg);
+    assert_true(in && tg);
+    for (size_t i = 0; i < bt; i++) in[i] = (int32_t)(i * 7 % 256), tg[i] = (int32_t)(i * 11 % 256);
+    /* one real step first, so the moments are not zero */
+    engine_zero_grads(e);
+    fixture_forward_backward(e, in, tg, 1.0f);
+    assert_false(engine_optimizer_step(e, 0, true).skipped);
+    engine_zero_grads(e);
+    fixture_forward_backward(e, in, tg, 1.0f);
+    bf16 *g = e->z.st.grads; /* grad_dtype bf16 */
+    g[12345] = 0x7fc0;
+    size_t total = e->z.sh.total_padded;
+    size_t sizes[] = {total * 2, total * 4, total * 4, total * 4};
+    void *bufs[] = {e->z.st.params, e->z.st.master, e->z.st.s1, e->z.st.s2}, *copy[4];
+    for (int i = 0; i < 4; i++) {
+        copy[i] = malloc(sizes[i]);
+        assert_non_null(copy[i]);
+        memcpy(copy[i], bufs[i], sizes[i]);
+    }
+    struct step_result r = engine_optimizer_step(e, 1, true);
+    assert_true(r.skipped);
+    assert_true(isnan(r.grad_norm));
+    for (int i = 0; i < 4; i++) assert_memory_equal(copy[i], bufs[i], sizes[i]);
+    /* unguarded, the same step spreads the NaN (so the guard is what kept them) */
+    r = engine_optimizer_step(e, 1, false);
+    assert_false(r.skipped);
+    assert_true(memcmp(copy[1], bufs[1], sizes[1]) != 0);
+    for (int i = 0; i < 4; i++) free(copy[i]);
+    free(in), free(tg);
+    engine_free(e);
+    free(e);
+    mem_free_all(&mem);
+}
+
+static void expect_open_fails(const struct config *c, const char *need1, const char *need2) {
+    struct trainer *tr = calloc(1, sizeof *tr);
+    assert_non_null(tr);
+    char err[TRAINER_ERR_LEN] = "";
+    int rc = trainer_open(tr, c, &GRID, err);
+    if (rc == 0) {
+        trainer_close(tr);
+        free(tr);
+        fail_msg("trainer_open accepted it (expected: %s)", need1);
+    }
+    printf("  refused: %s\n", err);
+    if (!strstr(err, need1)) fail_msg("err lacks \"%s\": %s", need1, err);
+    if (need2 && !strstr(err, need2)) fail_msg("err lacks \"%s\": %s", need2, err);
+    free(tr);
+}
+
+static void open_ok(const struct config *c) {
+    struct trainer *tr = calloc(1, sizeof *tr);
+    assert_non_null(tr);
+    char err[TRAINER_ERR_LEN];
+    if (trainer_open(tr, c, &GRID, err) != 0) fail_msg("trainer_open: %s", err);
+    trainer_close(tr);
+    free(tr);
+}
+
+static void test_init_from_with_nan_refused(void **state) {
+    (void)state;
+    struct config c;
+    tiny_config(&c);
+    set(&c, "steps", "1");
+    path_in(c.save, sizeof c.save, "good.bin");
+    char err[TRAINER_ERR_LEN];
+    assert_int_equal(run(&c, err, NULL), 0);
+    size_t n;
+    unsigned char *raw = slurp(c.save, &n);
+    struct model_shape s = trainer_model_shape(&c);
+    s.Vp = padded_vocab(s.V);
+    size_t at = 1024 + 2 * (llmc_tensor_offset(&s, layer_tensor_id(1, LAYER_QKV_W)) + 77); /* bf16 file */
+    bf16 nan16 = 0xffc0;
+    memcpy(raw + at, &nan16, 2);
+    char bad[128];
+    path_in(bad, sizeof bad, "nan.bin");
+    FILE *f = fopen(bad, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(raw, 1, n, f), n);
+    fclose(f);
+    free(raw);
+    struct config c2;
+    tiny_config(&c2);
+    snprintf(c2.init_from, sizeof c2.init_from, "%s", bad);
+    expect_open_fails(&c2, "--init_from: ", "nan.bin: qkvw of layer 1 element 77 is nan (non-finite)");
+    snprintf(c2.init_from, sizeof c2.init_from, "%s", c.save);
+    open_ok(&c2);
+}
+
+static void test_resume_on_other_data(void **state) {
+    (void)state;
+    struct config c;
+    tiny_config(&c);
+    set(&c, "steps", "3");
+    set(&c, "shuffle", "0");
+    path_in(c.save_state, sizeof c.save_state, "data.state");
+    char err[TRAINER_ERR_LEN];
+    assert_int_equal(run(&c, err, NULL), 0);
+    struct resume_meta m = state_meta(c.save_state);
+    assert_int_equal(m.data.files, 1);
+    assert_int_equal(m.data.bytes, 1024 + 2 * TRAIN_BYTES); /* header + uint16 tokens */
+    assert_string_equal(m.data.pattern, TRAIN);
+
+    struct config r;
+    tiny_config(&r);
+    set(&r, "steps", "5");
+    set(&r, "shuffle", "0");
+    snprintf(r.resume, sizeof r.resume, "%s", c.save_state);
+    /* the same file by another path is the same data */
+    snprintf(r.train_data, sizeof r.train_data, "%s/./train.bin", DIR_);
+    open_ok(&r);
+    /* another file of the same size is not */
+    path_in(r.train_data, sizeof r.train_data, "other.bin");
+    expect_open_fails(&r, "was saved with train_data", "other paths or contents); pass --allow_data_change 1");
+    set(&r, "allow_data_change", "1");
+    open_ok(&r);
+    /* a glob matching both is other data too */
+    path_in(r.train_data, sizeof r.train_data, "[ot]*.bin"); /* other.bin, train.bin */
+    set(&r, "allow_data_change", "0");
+    expect_open_fails(&r, "(1 files, 410624 bytes)", "(2 files, 821248 bytes)");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_nan_run_stops_and_keeps_last_good_state),
+        cmocka_unit_test(test_skip_step_counts_and_stops),
+        cmocka_unit_test(test_optimizer_step_skips_nonfinite),
+        cmocka_unit_test(test_init_from_with_nan_refused),
+        cmocka_unit_test(test_resume_on_other_data),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

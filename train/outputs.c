@@ -1,0 +1,73 @@
+/* Output paths checked before the first step. */
+#include "outputs.h"
+
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include "checkpoint.h"
+
+void trainer_stop_state_path(const struct config *c, char path[FILEIO_PATH_LEN]) {
+    if (*c->save_state) {
+        snprintf(path, FILEIO_PATH_LEN, "%s", c->save_state);
+        return;
+    }
+    /* a --save too long for the suffix falls back to the fixed name */
+    if (*c->save && snprintf(path, FILEIO_PATH_LEN, "%s.state", c->save) < FILEIO_PATH_LEN) return;
+    snprintf(path, FILEIO_PATH_LEN, "shardlab_state.bin");
+}
+
+/* The directory holding path: what precedes its last '/', or ".". */
+static void parent_dir(const char *path, char dir[FILEIO_PATH_LEN]) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, FILEIO_PATH_LEN, ".");
+    else if (slash == path) snprintf(dir, FILEIO_PATH_LEN, "/");
+    else snprintf(dir, FILEIO_PATH_LEN, "%.*s", (int)(slash - path), path);
+}
+
+int outputs_check_path(const char *path, const char *what, uint64_t bytes, FILE *warn, char err[TRAINER_ERR_LEN]) {
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        snprintf(err, TRAINER_ERR_LEN, "%s %.400s cannot be written: it exists and is not a regular file", what,
+                 path);
+        return -1;
+    }
+    /* the probe is the writer's own first step: its temp file, made and removed */
+    struct atomic_file probe;
+    char e2[FILEIO_ERR_LEN];
+    if (atomic_open(&probe, path, e2) != 0) {
+        snprintf(err, TRAINER_ERR_LEN, "%s %.400s cannot be written: %s", what, path, e2);
+        return -1;
+    }
+    atomic_abort(&probe);
+    char dir[FILEIO_PATH_LEN];
+    parent_dir(path, dir);
+    struct statvfs fs;
+    if (warn && statvfs(dir, &fs) == 0) {
+        /* the temp file is written in full before it replaces an old one, so
+         * the whole size must be free even when path exists */
+        uint64_t avail = (uint64_t)fs.f_bavail * fs.f_frsize;
+        if (avail < bytes)
+            fprintf(warn, "warning: %s %s needs %llu bytes; %s has %llu free\n", what, path,
+                    (unsigned long long)bytes, dir, (unsigned long long)avail);
+    }
+    return 0;
+}
+
+int trainer_check_outputs(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
+    const struct config *c = tr->cfg;
+    int rc = 0;
+    if (tr->grid->world_rank == 0) {
+        struct model_shape file = tr->engine.lay.shape;
+        file.Vp = padded_vocab(file.V);
+        uint64_t state = trainer_state_bytes(tr);
+        if (*c->save) rc = outputs_check_path(c->save, "--save", llmc_file_bytes(&file, c->param_dtype), stderr, err);
+        if (rc == 0 && *c->save_state) rc = outputs_check_path(c->save_state, "--save_state", state, stderr, err);
+        char stop[FILEIO_PATH_LEN], e2[TRAINER_ERR_LEN];
+        trainer_stop_state_path(c, stop);
+        if (rc == 0 && !*c->save_state && outputs_check_path(stop, "the stop state", state, stderr, e2) != 0)
+            fprintf(stderr, "warning: %s; a stop signal will fail to save (give --save_state)\n", e2);
+    }
+    fflush(stderr);
+    return trainer_agree(tr, rc, err);
+}

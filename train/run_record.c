@@ -1,0 +1,69 @@
+/* The run's header: machine, BLAS kernel and peak (run_record.h). */
+#include "run_record.h"
+
+void run_record_describe_machine(struct run_record *r) {
+    machine_cpu_model(r->cpu, sizeof r->cpu);
+    r->isa = machine_cpu_isa();
+    machine_blas_info(&r->blas);
+}
+
+void run_record_print(FILE *out, const struct run_record *r) {
+    fprintf(out, "machine: %s (%s) | BLAS: %s %s (%s), kernel %s (%s)\n", r->cpu, isa_name(r->isa), r->blas.library,
+            r->blas.version, r->blas.threading, r->blas.corename, isa_name(blas_kernel_isa(r->blas.corename)));
+    if (!r->peak_measured) {
+        fprintf(out, "peak: %.1f GFLOP/s per rank (peak_flops from the config)\n", r->peak_flops / 1e9);
+        return;
+    }
+    const struct peak_result *p = &r->peak;
+    fprintf(out,
+            "peak: %.1f GFLOP/s per rank (measured: %s FMA x %d thread%s, best of %d trials; median %.1f, min %.1f, "
+            "spread %.1f%%)\n",
+            p->best / 1e9, p->kernel, p->threads, p->threads == 1 ? "" : "s", p->trials, p->median / 1e9,
+            p->min / 1e9, 100.0 * peak_spread(p));
+}
+
+bool run_record_warn(FILE *out, const struct run_record *r) {
+    const char *coretype = blas_suggested_coretype(r->blas.corename, r->isa);
+    if (!coretype) return false;
+    fprintf(out,
+            "warning: %s %s runs its %s kernels (no FMA) on a CPU with %s: every GEMM runs several times slower; "
+            "OPENBLAS_CORETYPE=%s selects the kernels that match this CPU\n",
+            r->blas.library, r->blas.version, r->blas.corename, isa_name(r->isa), coretype);
+    return true;
+}
+
+/* A JSON string's contents: quote and backslash escaped, control
+ * characters (none expected in these fields) made spaces. */
+static void json_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fputc('\\', f);
+        fputc((unsigned char)*s < 0x20 ? ' ' : *s, f);
+    }
+    fputc('"', f);
+}
+
+static void field(FILE *f, const char *name, const char *value) {
+    fprintf(f, ",\"%s\":", name);
+    json_string(f, value);
+}
+
+void run_record_json(FILE *json, const struct run_record *r) {
+    fprintf(json, "{\"type\":\"run\",\"world_size\":%d,\"threads\":%d", r->world_size, r->threads);
+    field(json, "cpu_model", r->cpu);
+    field(json, "cpu_isa", isa_name(r->isa));
+    field(json, "blas_library", r->blas.library);
+    field(json, "blas_version", r->blas.version);
+    field(json, "blas_corename", r->blas.corename);
+    field(json, "blas_kernel_isa", isa_name(blas_kernel_isa(r->blas.corename)));
+    field(json, "blas_threading", r->blas.threading);
+    fprintf(json, ",\"peak_flops\":%.6e", r->peak_flops);
+    field(json, "peak_source", r->peak_measured ? "measured" : "config");
+    if (r->peak_measured) {
+        field(json, "peak_kernel", r->peak.kernel);
+        fprintf(json, ",\"peak_trials\":%d,\"peak_flops_median\":%.6e,\"peak_flops_min\":%.6e,\"peak_spread\":%.5f",
+                r->peak.trials, r->peak.median, r->peak.min, peak_spread(&r->peak));
+    }
+    fprintf(json, "}\n");
+    fflush(json);
+}
