@@ -114,6 +114,10 @@ multihost-demo: deps all data
 bench: deps all
 	bench/run.sh
 
+# Kernel microbenchmarks: bench/X_bench.c -> $(BUILD)/bench_X (not in `all`).
+$(BUILD)/bench_%: bench/%_bench.c $(BUILD)/libshardlab.a Makefile
+	$(CC) $(CFLAGS) $< $(BUILD)/libshardlab.a -o $@ $(LDLIBS)
+
 deps:
 	@.ci/deps
 

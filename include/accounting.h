@@ -70,10 +70,11 @@ struct activation_theory theory_trainer_activations(const struct config *c);
  * from the same layout the engine allocates from: exact for the buffers that
  * live through the run (the optimizer's segment table, the fp32 unit views
  * of bf16 weights and the fp32 gradient accumulators, the model's widened
- * activations and backward temporaries, attention rows for c->threads
- * threads, the batch's ids, the 8-bit code-search indexes). `staging` is the
- * one-unit fp32 buffer init, loads and saves hold for a moment: the largest
- * padded unit, an upper bound of what any of them takes. */
+ * activations and backward temporaries, the attention backward's T x T
+ * score gradients for min(c->threads, B NH) threads, the batch's ids, the
+ * 8-bit code-search indexes). `staging` is the one-unit fp32 buffer init,
+ * loads and saves hold for a moment: the largest padded unit, an upper
+ * bound of what any of them takes. */
 struct scratch_theory {
     double persistent;
     double staging;
@@ -93,13 +94,16 @@ struct memory_need {
 
 struct memory_need theory_trainer_memory(const struct config *c, int N, int rank);
 
-/* FLOPs of one optimizer step, as issued by this code and per the papers. */
+/* FLOPs of one optimizer step, as issued by this code (the HFU basis) and
+ * per the papers (model FLOPs, the MFU basis). */
 struct flop_theory {
     double tokens;            /* B T accum per step */
-    double gemm;              /* 6 tokens (12 L C^2 + Vp C) (+ 16 L C^2 tokens full recompute) */
-    double attention;         /* 6 L B C T (T + 1) accum (+ 2 L B C T (T + 1) accum recomputed) */
+    double gemm;              /* layer GEMMs: 6 tokens (12 L C^2 + Vp C) (+ 16 L C^2 tokens full recompute) */
+    double attention;         /* attention GEMMs issued, full T x T squares: 12 L B C T^2 accum
+                               * (+ 4 L B C T^2 accum recomputed) */
     double recompute;         /* the recomputed part of gemm + attention (hardware, not model FLOPs) */
     double model;             /* tokens (6 N + 6 L C T): PaLM App. B, causal half of 12 L H Q T */
+    double attention_model;   /* its attention term, tokens 6 L C T: half the 12 L B C T^2 accum issued */
     double n_gemm_params;     /* N: parameters used in GEMMs (Psi - wpe) */
 };
 

@@ -5,11 +5,15 @@
 #define SHARDLAB_COUNTERS_H
 
 struct flop_counter {
-    double gemm;       /* 2mnk per GEMM */
-    double attention;  /* QK^T and attention x V (causal: only the kept half) */
-    double other;      /* elementwise work: norms, GELU, softmax, biases, optimizer */
-    double gemm_seconds;
+    double gemm;         /* 2mnk per GEMM of activations by weights (the layers' matmuls, the LM head) */
+    double attention;    /* 2mnk per GEMM of the attention (QK^T, PV and their gradients), as issued:
+                          * full T x T squares, the causally masked half included */
+    double other;        /* elementwise work: norms, GELU, softmax, biases, optimizer */
+    double gemm_seconds; /* time inside sgemm, both kinds (a thread in a parallel region adds its share) */
 };
+
+/* Which total a GEMM's FLOPs go to (gemm_counted, layers.h). */
+enum gemm_kind { GEMM_LAYER, GEMM_ATTENTION };
 
 static inline double flops_total(const struct flop_counter *f) { return f->gemm + f->attention + f->other; }
 

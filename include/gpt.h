@@ -101,7 +101,7 @@ struct gpt {
     float *dbig;          /* (B,T,4C) */
     float *dqkv;          /* (B,T,3C) */
     float *dmid;          /* (B,T,C) */
-    float *att_scratch;   /* T per OpenMP thread */
+    float *att_scratch;   /* attention_backward_scratch() floats: T x T per thread */
 };
 
 /* GPT-2 initial values of elements [lo, hi) of unit `unit` into dst

@@ -13,6 +13,7 @@
 #define SHARDLAB_LAYERS_H
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,6 +38,18 @@ void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *
                         const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
                         struct flop_counter *fc);
 
+/* The one place GEMMs run: C (m,n) = alpha op(A) op(B) + beta C in
+ * row-major storage with leading dimensions lda, ldb, ldc (so strided
+ * views, e.g. one head's q inside qkv, need no copy), op(X) = X^T when its
+ * trans flag is set. Adds 2mnk to fc->gemm or fc->attention (kind) and the
+ * sgemm's time to fc->gemm_seconds; safe to call from an OpenMP parallel
+ * region (atomic adds). Sizes must fit MATMUL_MAX_DIM and each leading
+ * dimension must hold a row; otherwise it prints the shape to stderr and
+ * exits with status 1. */
+void gemm_counted(struct flop_counter *fc, enum gemm_kind kind, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                  int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                  float *c, int64_t ldc);
+
 /* out (N,OC) = inp (N,C) . weight(OC,C)^T + bias; bias may be NULL. */
 void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int64_t N, int64_t C,
                     int64_t OC, struct flop_counter *fc);
@@ -58,12 +71,19 @@ void matmul_backward_sliced(float *dinp, float *dweight, float *dbias, const flo
                             struct flop_counter *fc);
 
 /* Causal multi-head attention. qkv (B,T,3C) holds q, k, v; out (B,T,C);
- * att (B,NH,T,T) gets the softmax probabilities (upper triangle zero). */
+ * att (B,NH,T,T) gets the softmax probabilities (upper triangle zero).
+ * Per head, QK^T and PV are GEMMs over the full T x T square: the FLOPs
+ * counted (fc->attention) are these issued ones, twice the causal half. */
 void attention_forward(float *out, float *att, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
                        struct flop_counter *fc);
-/* dqkv overwritten. scratch: T floats per OpenMP thread. */
+/* dqkv overwritten. scratch: attention_backward_scratch(B, T, NH) floats,
+ * sized for the OpenMP thread count at the time of the call. */
 void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
                         int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
+/* Floats of attention_backward's scratch: one T x T score gradient per
+ * thread, for min(omp_get_max_threads(), B NH) threads (never more than
+ * the B NH T^2 probabilities, so the count cannot overflow). */
+size_t attention_backward_scratch(int64_t B, int64_t T, int64_t NH);
 
 /* GELU, GPT-2's tanh approximation. */
 void gelu_forward(float *out, const float *inp, int64_t n, struct flop_counter *fc);

@@ -9,7 +9,6 @@
  * act_dtype = fp32 the kernels work on the store directly. */
 #include "gpt.h"
 
-#include <omp.h>
 #include <stddef.h>
 
 #include "bufops.h"
@@ -155,8 +154,8 @@ void gpt_init(struct gpt *m, const struct model_layout *lay, int B, int n_slots,
     m->dbig = mem_alloc(mem, space, MEM_SCRATCH, "d fc (fp32)", 4 * n * 4);
     m->dqkv = mem_alloc(mem, space, MEM_SCRATCH, "d qkv (fp32)", 3 * n * 4);
     m->dmid = mem_alloc(mem, space, MEM_SCRATCH, "d layer temp (fp32)", n * 4);
-    m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention rows (fp32)",
-                               (size_t)m->shape.T * (size_t)omp_get_max_threads() * 4);
+    m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention dS (fp32, T x T per thread)",
+                               attention_backward_scratch(B, m->shape.T, m->shape.NH) * 4);
 }
 
 void gpt_free(struct gpt *m, struct mem_tracker *mem) {

@@ -1,8 +1,9 @@
 /* Measured against theory: for every dtype recipe, the tagged allocator's
  * model-state bytes equal the ZeRO accounting to the byte (vocab padding as
  * its own term), the saved activations equal the formula for what
- * model/gpt.c keeps, and the FLOP counters equal the GEMM and attention
- * formulas exactly over real training steps. */
+ * model/gpt.c keeps, and the FLOP counters equal the layer-GEMM and
+ * attention-GEMM formulas exactly over real training steps, recomputation
+ * included. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -94,6 +95,9 @@ static void check_recipe(enum dtype p, enum dtype g, enum dtype a, double expect
     struct flop_theory ft = theory_trainer_flops(&c);
     assert_true(tr.flops.gemm == c.steps * ft.gemm);
     assert_true(tr.flops.attention == c.steps * ft.attention);
+    /* full squares: 12 L B C T^2 accum, twice the model's causal 6 L C T per token */
+    assert_true(ft.attention == 12.0 * 2 * 2 * 32 * 16 * 16 * 2);
+    assert_true(ft.attention == 2 * ft.attention_model);
     trainer_close(&tr);
 }
 
@@ -103,6 +107,29 @@ static void test_bf16_bf16(void **s) { (void)s; check_recipe(DTYPE_BF16, DTYPE_B
 static void test_bf16_fp32_grads(void **s) { (void)s; check_recipe(DTYPE_BF16, DTYPE_FP32, DTYPE_FP32, 18); }
 static void test_all_fp32(void **s) { (void)s; check_recipe(DTYPE_FP32, DTYPE_FP32, DTYPE_FP32, 16); }
 static void test_fp32_params_bf16_grads(void **s) { (void)s; check_recipe(DTYPE_FP32, DTYPE_BF16, DTYPE_BF16, 14); }
+
+/* Recomputed FLOPs are counted where they are issued: selective re-runs
+ * the attention's forward GEMMs (4 L B C T^2 per micro-batch), full the
+ * layer forward up to the GELU (16 L C^2 per token) and the attention. */
+static void check_recompute_flops(enum recompute_mode r) {
+    struct config c;
+    small_config(&c, DTYPE_FP32, DTYPE_FP32, DTYPE_FP32);
+    c.recompute = r;
+    struct trainer tr;
+    char err[TRAINER_ERR_LEN];
+    assert_int_equal(trainer_open(&tr, &c, &GRID, err), 0);
+    assert_int_equal(trainer_run(&tr, err), 0);
+    struct flop_theory ft = theory_trainer_flops(&c);
+    const double L = 2, B = 2, C = 32, T = 16, k = 2, tokens = B * T * k;
+    assert_true(ft.attention == (12 + 4) * L * B * C * T * T * k);
+    assert_true(ft.recompute == 4 * L * B * C * T * T * k + (r == RECOMPUTE_FULL ? 16 * L * C * C * tokens : 0));
+    assert_true(tr.flops.gemm == c.steps * ft.gemm);
+    assert_true(tr.flops.attention == c.steps * ft.attention);
+    trainer_close(&tr);
+}
+
+static void test_selective_recompute_flops(void **s) { (void)s; check_recompute_flops(RECOMPUTE_SELECTIVE); }
+static void test_full_recompute_flops(void **s) { (void)s; check_recompute_flops(RECOMPUTE_FULL); }
 
 /* The activation formula by hand for one shape: per layer
  * (16 C e + NH T e + 16) B T, head (2 C e + 8 + 4 Vp + 4 + 8) B T. */
@@ -116,6 +143,33 @@ static void test_activation_formula_by_hand(void **s) {
     assert_true(a.total == 2 * per_layer + (2 * 32 * 2 + 8 + 4 * 256 + 4 + 8) * BT);
     /* Korthikanti eq. (1): s b h (34 + 5 a s / h) per layer */
     assert_true(a.korthikanti_layer == 16.0 * 2 * 32 * (34 + 5.0 * 4 * 16 / 32));
+}
+
+/* The attention backward keeps one T x T score gradient per thread that
+ * shares the heads, and no more threads share them than there are heads
+ * (B NH = 8 here): 16 threads hold 8 T^2 fp32, 3 threads 3 T^2. */
+static void test_scratch_attention_threads(void **s) {
+    (void)s;
+    const int threads[] = {3, 16};
+    const double T = 16, used[] = {3, 8};
+    struct config one;
+    small_config(&one, DTYPE_FP32, DTYPE_FP32, DTYPE_FP32);
+    double base = theory_trainer_scratch(&one, 1, 0).persistent; /* 1 thread: T^2 */
+    for (int i = 0; i < 2; i++) {
+        struct config c;
+        small_config(&c, DTYPE_FP32, DTYPE_FP32, DTYPE_FP32);
+        c.threads = threads[i];
+        omp_set_num_threads(c.threads); /* as train_main does before trainer_open */
+        struct trainer tr;
+        char err[TRAINER_ERR_LEN];
+        int rc = trainer_open(&tr, &c, &GRID, err);
+        omp_set_num_threads(1);
+        assert_int_equal(rc, 0);
+        struct scratch_theory sc = theory_trainer_scratch(&c, 1, 0);
+        assert_true(sc.persistent == base + (used[i] - 1) * T * T * 4);
+        assert_true((double)tr.mem.live[MEM_SCRATCH] == sc.persistent);
+        trainer_close(&tr);
+    }
 }
 
 /* Scratch theory and the start-up peak: for every recompute mode,
@@ -164,7 +218,10 @@ int main(void) {
         cmocka_unit_test(test_bf16_fp32_grads),
         cmocka_unit_test(test_all_fp32),
         cmocka_unit_test(test_fp32_params_bf16_grads),
+        cmocka_unit_test(test_selective_recompute_flops),
+        cmocka_unit_test(test_full_recompute_flops),
         cmocka_unit_test(test_activation_formula_by_hand),
+        cmocka_unit_test(test_scratch_attention_threads),
         cmocka_unit_test(test_scratch_and_startup_peak),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

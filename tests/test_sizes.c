@@ -114,7 +114,8 @@ static void test_405b_trainer_activations(void **state) {
 }
 
 /* FLOPs per step, GPT-2 blocks: GEMMs 6 tokens (12 L C^2 + Vp C);
- * causal attention 6 L B C T (T + 1); model FLOPs tokens (6 N + 6 L C T)
+ * attention GEMMs issued over full T x T squares 12 L B C T^2; model
+ * FLOPs tokens (6 N + 6 L C T), whose attention term is half of those
  * with N = V C + L (12 C^2 + 13 C) + 2 C (wpe is a lookup). */
 static void test_405b_trainer_flops(void **state) {
     (void)state;
@@ -128,7 +129,9 @@ static void test_405b_trainer_flops(void **state) {
     struct flop_theory f = theory_trainer_flops(&c);
     assert_exact(f.tokens, tokens);
     assert_exact(f.gemm, 6 * tokens * (12 * L * C * C + V * C));
-    assert_exact(f.attention, 6 * L * B * C * T * (T + 1) * k);
+    assert_exact(f.attention, 12 * L * B * C * T * T * k);
+    assert_exact(f.attention_model, tokens * 6 * L * C * T);
+    assert_exact(2 * f.attention_model, f.attention);
     assert_exact(f.n_gemm_params, n_gemm);
     assert_exact(f.model, tokens * (6 * n_gemm + 6 * L * C * T));
 }

@@ -155,19 +155,24 @@ struct flop_theory theory_trainer_flops(const struct config *c) {
     struct flop_theory f;
     f.tokens = B * T * k;
     f.gemm = 6 * f.tokens * (12 * L * C * C + Vp * C);
-    f.attention = 6 * L * B * C * T * (T + 1) * k;
+    /* attention GEMMs as issued, full T x T squares: per head QK^T and PV,
+     * 2 T^2 hs each, so 4 B T^2 C per layer forward; backward dP, dV, dQ,
+     * dK, twice that */
+    const double attention_forward = 4 * L * B * C * T * T * k;
+    f.attention = 3 * attention_forward;
     /* recomputation: full re-runs a layer's forward up to the GELU (QKV,
      * projection, FC: 16 C^2 per token; the last GEMM's output is not
-     * needed); both modes recompute QK^T and AV */
+     * needed); both modes re-run the attention's forward GEMMs */
     f.recompute = 0;
     if (c->recompute == RECOMPUTE_FULL) f.recompute += 16 * L * C * C * f.tokens;
-    if (c->recompute != RECOMPUTE_NONE) f.recompute += 2 * L * B * C * T * (T + 1) * k;
+    if (c->recompute != RECOMPUTE_NONE) f.recompute += attention_forward;
     f.gemm += c->recompute == RECOMPUTE_FULL ? 16 * L * C * C * f.tokens : 0;
-    f.attention += c->recompute != RECOMPUTE_NONE ? 2 * L * B * C * T * (T + 1) * k : 0;
+    f.attention += c->recompute != RECOMPUTE_NONE ? attention_forward : 0;
     double padding = (double)(lay.shape.Vp - lay.shape.V) * C;
     double wpe = (double)lay.shape.maxT * C; /* all its rows: a lookup table does no FLOPs */
     f.n_gemm_params = (double)lay.total - padding - wpe;
     f.model = f.tokens * (6 * f.n_gemm_params + 6 * L * C * T);
+    f.attention_model = f.tokens * (6 * L * C * T); /* the causal half of 12 L C T per token */
     return f;
 }
 
@@ -205,11 +210,14 @@ struct scratch_theory theory_trainer_scratch(const struct config *c, int N, int 
     if (c->grad_dtype == DTYPE_BF16 || c->zero >= 2) s.persistent += kinds;
     /* model/gpt.c: a layer's tensors widened (bf16, kept in the stores), the
      * residual in and out and the final LayerNorm output widened (bf16),
-     * backward's d residual, d fc (4C), d qkv (3C) and a C temp, attention rows */
+     * backward's d residual, d fc (4C), d qkv (3C) and a C temp, and the
+     * attention backward's T x T score gradient per thread sharing the heads
+     * (model/cpu/attention.c: at most B NH threads) */
     if (bf16_acts && c->recompute != RECOMPUTE_FULL)
         s.persistent += (15 * n + (c->recompute == RECOMPUTE_SELECTIVE ? 0 : B * NH * T * T)) * 4;
     if (bf16_acts) s.persistent += 3 * n * 4;
-    s.persistent += 9 * n * 4 + T * c->threads * 4;
+    double head_threads = c->threads < B * NH ? c->threads : B * NH;
+    s.persistent += 9 * n * 4 + head_threads * T * T * 4;
     s.persistent += 2 * BT * sizeof(int32_t); /* train/trainer.c: the batch's inputs and targets */
     if (c->optimizer == OPTIM_ADAMW8BIT) s.persistent += 2.0 * sizeof(struct qmap_index);
     /* parallel/zero/comm.c: stage 0's all-reduce bucket table, one entry per unit at most */

@@ -184,10 +184,11 @@ void report_flops(FILE *out, const struct trainer *tr, int steps) {
     fprintf(out, "\nFLOPs per optimizer step on rank 0, averaged over %d steps (%.0f tokens per rank per step)\n",
             steps, th.tokens);
     fprintf(out, "  %-11s %14s %14s  %s\n", "part", "measured", "theory", "rule");
-    fprintf(out, "  %-11s %14.4e %14.4e  6 x tokens x (12 L C^2 + Vp C)%s: every sgemm\n", "GEMMs",
-            f->gemm / steps, th.gemm, tr->cfg->recompute == RECOMPUTE_FULL ? " + 16 L C^2 tokens recomputed" : "");
-    fprintf(out, "  %-11s %14.4e %14.4e  %s L B C T (T+1) x accum: causal QK^T and AV, diagonal included\n",
-            "attention", f->attention / steps, th.attention, tr->cfg->recompute != RECOMPUTE_NONE ? "(6 + 2)" : "6");
+    bool full = tr->cfg->recompute == RECOMPUTE_FULL, any = tr->cfg->recompute != RECOMPUTE_NONE;
+    fprintf(out, "  %-11s %14.4e %14.4e  6 x tokens x (12 L C^2 + Vp C)%s: every weight sgemm\n", "layer GEMMs",
+            f->gemm / steps, th.gemm, full ? " + 16 L C^2 tokens recomputed" : "");
+    fprintf(out, "  %-11s %14.4e %14.4e  %s L B C T^2 x accum: QK^T, PV and their gradients, full T x T squares\n",
+            "attn GEMMs", f->attention / steps, th.attention, any ? "(12 + 4)" : "12");
     if (th.recompute > 0)
         fprintf(out, "  %-11s %14s %14.4e  recomputed (hardware FLOPs: in HFU, not in MFU)\n", "recompute", "",
                 th.recompute);
@@ -195,8 +196,11 @@ void report_flops(FILE *out, const struct trainer *tr, int steps) {
             f->other / steps, "-");
     fprintf(out, "  %-11s %14s %14.4e  PaLM App. B, causal: tokens x (6 N + 6 L C T), N = %.0f (Psi - wpe)\n",
             "model", "", th.model, th.n_gemm_params);
+    fprintf(out, "  %-11s %14s %14.4e  6 L C T x tokens: the causal half of the squares issued\n", "  attention",
+            "", th.attention_model);
     double issued = (f->gemm + f->attention) / steps;
-    fprintf(out, "  achieved: %.2f GFLOP/s issued (GEMM + attention), %.2f GFLOP/s model; %.1f%% of step time in sgemm\n",
+    fprintf(out, "  achieved: %.2f GFLOP/s issued (every GEMM: HFU), %.2f GFLOP/s model (MFU); %.1f%% of step time "
+                 "in sgemm\n",
             issued / secs / 1e9, th.model / secs / 1e9, 100.0 * f->gemm_seconds / tr->train_seconds);
     if (tr->peak_flops > 0)
         fprintf(out, "  peak %.1f GFLOP/s per rank (%s): MFU %.1f%%, HFU %.1f%%\n", tr->peak_flops / 1e9,

@@ -1,95 +1,107 @@
 /* Causal multi-head self-attention (Vaswani et al. 2017; GPT-2), the plain
  * way: the (T, T) probability matrix of every head is materialised and
  * saved for backward, which is the 5as^2b term of Korthikanti's formula
- * (2as^2b here: no dropout, only the probabilities are kept). Only the
- * causal half is computed, so the FLOPs counted are the causal ones. */
+ * (2as^2b here: no dropout, only the probabilities are kept).
+ *
+ * Per (batch, head) the score and value products are GEMMs through
+ * gemm_counted, over strided views of qkv (a head's q, k, v are hs columns
+ * of a 3C-wide row), so the FLOPs counted are the ones issued:
+ *   forward   S = q k^T / sqrt(hs)    P = causal_softmax(S)    out = P v
+ *   backward  dP = dout v^T   dv = P^T dout   dS = softmax'(P, dP)
+ *             dq = dS k / sqrt(hs)   dk = dS^T q / sqrt(hs)
+ * Each GEMM covers the full T x T square, 2 T^2 hs FLOPs, although the
+ * causal mask zeroes its upper half: the masked half is issued work
+ * (hardware FLOPs, HFU), the causal half model FLOPs (PaLM App. B, MFU).
+ * Masked entries of P and dS are exact zeros, so the GEMMs add nothing for
+ * them and the results equal the causal sums up to summation order.
+ *
+ * Heads are independent: one OpenMP thread per (b, h), each sgemm
+ * single-threaded inside (OpenBLAS's OpenMP build runs one thread within a
+ * parallel region). bench/RESULTS.md compares it with heads in sequence
+ * and sgemm threaded. The kernels are deterministic, which selective
+ * recompute relies on (the same probabilities bit for bit). */
 #include <math.h>
 #include <omp.h>
-#include <string.h>
 
 #include "layers.h"
 
-enum { SOFTMAX_FLOPS_PER_ELEM = 5 };
+/* softmax: max, subtract and exp, sum, scale; its backward: the row's dot
+ * product (2), then P (dP - dot) (2) */
+enum { SOFTMAX_FORWARD_FLOPS = 5, SOFTMAX_BACKWARD_FLOPS = 4 };
+
+/* Threads that share the heads; attention_backward_scratch's count. */
+static int head_threads(int64_t B, int64_t NH) {
+    int64_t heads = B * NH, max = omp_get_max_threads();
+    return (int)(heads < max ? heads : max);
+}
+
+size_t attention_backward_scratch(int64_t B, int64_t T, int64_t NH) {
+    return (size_t)head_threads(B, NH) * (size_t)T * (size_t)T;
+}
+
+/* Row t of p (T x T, scores in) keeps columns 0..t as softmax
+ * probabilities; the masked columns t+1.. become exact zeros. */
+static void causal_softmax_forward(float *p, int64_t T) {
+    for (int64_t t = 0; t < T; t++) {
+        float *row = p + t * T, maxv = -INFINITY, sum = 0.0f;
+        for (int64_t t2 = 0; t2 <= t; t2++) maxv = row[t2] > maxv ? row[t2] : maxv;
+        for (int64_t t2 = 0; t2 <= t; t2++) {
+            row[t2] = expf(row[t2] - maxv);
+            sum += row[t2];
+        }
+        float inv = 1.0f / sum;
+        for (int64_t t2 = 0; t2 <= t; t2++) row[t2] *= inv;
+        for (int64_t t2 = t + 1; t2 < T; t2++) row[t2] = 0.0f;
+    }
+}
+
+/* d (T x T) holds dL/dP on entry and dL/dS on exit, dS = P (dP - sum_j
+ * P_j dP_j) row by row; masked entries become exact zeros (the unmasked
+ * formula would give P = 0 times dP there, which is NaN for an infinite dP). */
+static void causal_softmax_backward(float *d, const float *p, int64_t T) {
+    for (int64_t t = 0; t < T; t++) {
+        float *row = d + t * T, dot = 0.0f;
+        const float *pr = p + t * T;
+        for (int64_t t2 = 0; t2 <= t; t2++) dot += pr[t2] * row[t2];
+        for (int64_t t2 = 0; t2 <= t; t2++) row[t2] = pr[t2] * (row[t2] - dot);
+        for (int64_t t2 = t + 1; t2 < T; t2++) row[t2] = 0.0f;
+    }
+}
 
 void attention_forward(float *out, float *att, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
                        struct flop_counter *fc) {
     const int64_t hs = C / NH, C3 = 3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for collapse(3)
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t h = 0; h < NH; h++)
-            for (int64_t t = 0; t < T; t++) {
-                const float *q = qkv + (b * T + t) * C3 + h * hs;
-                float *a = att + ((b * NH + h) * T + t) * T;
-                float maxv = -INFINITY;
-                for (int64_t t2 = 0; t2 <= t; t2++) {
-                    const float *k = qkv + (b * T + t2) * C3 + C + h * hs;
-                    float s = 0.0f;
-                    for (int64_t i = 0; i < hs; i++) s += q[i] * k[i];
-                    s *= scale;
-                    a[t2] = s;
-                    if (s > maxv) maxv = s;
-                }
-                float sum = 0.0f;
-                for (int64_t t2 = 0; t2 <= t; t2++) {
-                    a[t2] = expf(a[t2] - maxv);
-                    sum += a[t2];
-                }
-                float inv = 1.0f / sum;
-                for (int64_t t2 = 0; t2 <= t; t2++) a[t2] *= inv;
-                for (int64_t t2 = t + 1; t2 < T; t2++) a[t2] = 0.0f;
-                float *o = out + (b * T + t) * C + h * hs;
-                for (int64_t i = 0; i < hs; i++) o[i] = 0.0f;
-                for (int64_t t2 = 0; t2 <= t; t2++) {
-                    const float *v = qkv + (b * T + t2) * C3 + 2 * C + h * hs;
-                    for (int64_t i = 0; i < hs; i++) o[i] += a[t2] * v[i];
-                }
-            }
-    double kept = (double)B * NH * T * (T + 1) / 2; /* causal (query, key) pairs */
-    fc->attention += 4.0 * kept * hs;                /* QK^T and AV, 2 FLOPs per MAC */
-    fc->other += SOFTMAX_FLOPS_PER_ELEM * kept;
+    const float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for num_threads(head_threads(B, NH))
+    for (int64_t bh = 0; bh < B * NH; bh++) {
+        const int64_t b = bh / NH, h = bh % NH;
+        const float *q = qkv + b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+        float *p = att + bh * T * T;
+        gemm_counted(fc, GEMM_ATTENTION, false, true, T, T, hs, scale, q, C3, k, C3, 0.0f, p, T);
+        causal_softmax_forward(p, T);
+        gemm_counted(fc, GEMM_ATTENTION, false, false, T, hs, T, 1.0f, p, T, v, C3, 0.0f, out + b * T * C + h * hs,
+                     C);
+    }
+    fc->other += SOFTMAX_FORWARD_FLOPS * (double)B * NH * T * (T + 1) / 2; /* the causal entries */
 }
 
 void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
                         int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc) {
     const int64_t hs = C / NH, C3 = 3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for collapse(2)
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t h = 0; h < NH; h++) {
-            float *datt = scratch + (int64_t)omp_get_thread_num() * T;
-            for (int64_t t = 0; t < T; t++) /* this (b, h) owns these slices of dq, dk, dv */
-                for (int64_t part = 0; part < 3; part++)
-                    memset(dqkv + (b * T + t) * C3 + part * C + h * hs, 0, (size_t)hs * sizeof(float));
-            for (int64_t t = 0; t < T; t++) {
-                const float *a = att + ((b * NH + h) * T + t) * T;
-                const float *dy = dout + (b * T + t) * C + h * hs;
-                const float *q = qkv + (b * T + t) * C3 + h * hs;
-                float *dq = dqkv + (b * T + t) * C3 + h * hs;
-                float dot = 0.0f; /* sum_t2 a[t2] * datt[t2], the softmax backward's shift */
-                for (int64_t t2 = 0; t2 <= t; t2++) {
-                    const float *v = qkv + (b * T + t2) * C3 + 2 * C + h * hs;
-                    float *dv = dqkv + (b * T + t2) * C3 + 2 * C + h * hs;
-                    float s = 0.0f;
-                    for (int64_t i = 0; i < hs; i++) {
-                        s += dy[i] * v[i];
-                        dv[i] += a[t2] * dy[i];
-                    }
-                    datt[t2] = s;
-                    dot += a[t2] * s;
-                }
-                for (int64_t t2 = 0; t2 <= t; t2++) {
-                    float dpre = a[t2] * (datt[t2] - dot) * scale;
-                    const float *k = qkv + (b * T + t2) * C3 + C + h * hs;
-                    float *dk = dqkv + (b * T + t2) * C3 + C + h * hs;
-                    for (int64_t i = 0; i < hs; i++) {
-                        dq[i] += dpre * k[i];
-                        dk[i] += dpre * q[i];
-                    }
-                }
-            }
-        }
-    double kept = (double)B * NH * T * (T + 1) / 2;
-    fc->attention += 8.0 * kept * hs; /* dS = dY V^T, dV = A^T dY, dQ = dS K, dK = dS^T Q */
-    fc->other += SOFTMAX_FLOPS_PER_ELEM * kept;
+    const float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for num_threads(head_threads(B, NH))
+    for (int64_t bh = 0; bh < B * NH; bh++) {
+        const int64_t b = bh / NH, h = bh % NH;
+        const float *q = qkv + b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+        const float *p = att + bh * T * T, *dy = dout + b * T * C + h * hs;
+        float *dq = dqkv + b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
+        float *d = scratch + (int64_t)omp_get_thread_num() * T * T;
+        /* beta 0: this (b, h) owns its hs columns of dq, dk, dv and overwrites them */
+        gemm_counted(fc, GEMM_ATTENTION, false, true, T, T, hs, 1.0f, dy, C, v, C3, 0.0f, d, T);
+        gemm_counted(fc, GEMM_ATTENTION, true, false, T, hs, T, 1.0f, p, T, dy, C, 0.0f, dv, C3);
+        causal_softmax_backward(d, p, T);
+        gemm_counted(fc, GEMM_ATTENTION, false, false, T, hs, T, scale, d, T, k, C3, 0.0f, dq, C3);
+        gemm_counted(fc, GEMM_ATTENTION, true, false, T, hs, T, scale, d, T, q, C3, 0.0f, dk, C3);
+    }
+    fc->other += SOFTMAX_BACKWARD_FLOPS * (double)B * NH * T * (T + 1) / 2;
 }

@@ -1,12 +1,15 @@
-/* Fully connected layers through OpenBLAS sgemm. Weights are (OC, C) as in
- * llm.c, so the forward is out = inp . W^T. Every GEMM is timed and its
- * 2mnk FLOPs counted, which is where the step's GEMM share comes from.
+/* Every GEMM of the model goes through gemm_counted: it times the sgemm and
+ * counts its 2mnk FLOPs, so the step's GEMM share and the FLOP table come
+ * from one place. The fully connected layers below use it; so does the
+ * attention (attention.c), for its score and value products per head.
+ * Weights are (OC, C) as in llm.c, so the forward is out = inp . W^T.
  *
  * cblas_sgemm takes int sizes, but the N = B T rows may number more than
  * INT_MAX, so they go through sgemm in slices of at most max_rows rows.
  * Only N is sliced: C and OC are sgemm's other sizes and its leading
  * dimensions in every call, so they must fit int as they are. */
 #include <cblas.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -19,19 +22,45 @@ static double seconds(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* Every size here has passed slice_rows(), so the blasint casts are exact. */
-static void sgemm(struct flop_counter *fc, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k,
-                  const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
-    double t0 = seconds();
-    cblas_sgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k, 1.0f, a, (blasint)lda, b, (blasint)ldb,
-                beta, c, (blasint)ldc);
-    fc->gemm_seconds += seconds() - t0;
-    fc->gemm += 2.0 * m * n * k;
+static bool fits_int(int64_t v, int64_t lo) { return v >= lo && v <= MATMUL_MAX_DIM; }
+
+/* A shape sgemm cannot take (sizes beyond int, a leading dimension shorter
+ * than its row) is a caller's error with no result to return: say which
+ * and stop (layers.h documents this). */
+static void check_shape(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc) {
+    int64_t a_cols = ta ? m : k, b_cols = tb ? k : n; /* row-major: a row of op's stored matrix */
+    if (fits_int(m, 0) && fits_int(n, 0) && fits_int(k, 0) && fits_int(lda, 1) && fits_int(ldb, 1) &&
+        fits_int(ldc, 1) && lda >= a_cols && ldb >= b_cols && ldc >= n)
+        return;
+    fprintf(stderr,
+            "gemm_counted: shape m %lld n %lld k %lld (lda %lld, ldb %lld, ldc %lld%s%s) cannot go through "
+            "cblas_sgemm: sizes must be in 0..%lld, leading dimensions in 1..%lld and at least a row long\n",
+            (long long)m, (long long)n, (long long)k, (long long)lda, (long long)ldb, (long long)ldc,
+            ta ? ", A transposed" : "", tb ? ", B transposed" : "", (long long)MATMUL_MAX_DIM,
+            (long long)MATMUL_MAX_DIM);
+    exit(1);
 }
 
-/* The rows per sgemm call, after checking that the shape can be cut into
- * such calls at all. A shape that cannot is a caller's error with no
- * result to return: say which shape and stop (layers.h documents this). */
+void gemm_counted(struct flop_counter *fc, enum gemm_kind kind, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                  int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                  float *c, int64_t ldc) {
+    check_shape(trans_a, trans_b, m, n, k, lda, ldb, ldc);
+    double t0 = seconds();
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                (blasint)m, (blasint)n, (blasint)k, alpha, a, (blasint)lda, b, (blasint)ldb, beta, c,
+                (blasint)ldc);
+    /* Inside a parallel region (the attention's per-head GEMMs) every thread
+     * runs its own sgemm: each adds its time over the team size, so the sum
+     * stays a share of wall time (exact when the team is evenly busy). The
+     * FLOPs are whole numbers, so the order of the atomic adds is exact. */
+    double share = (seconds() - t0) / omp_get_num_threads(), flops = 2.0 * (double)m * (double)n * (double)k;
+    double *total = kind == GEMM_ATTENTION ? &fc->attention : &fc->gemm;
+#pragma omp atomic
+    fc->gemm_seconds += share;
+#pragma omp atomic
+    *total += flops;
+}
+
 static int64_t slice_rows(const char *kernel, int64_t N, int64_t C, int64_t OC, int64_t max_rows) {
     if (N < 0 || C < 1 || OC < 1 || C > MATMUL_MAX_DIM || OC > MATMUL_MAX_DIM || max_rows < 1) {
         fprintf(stderr,
@@ -49,8 +78,8 @@ void matmul_forward_sliced(float *out, const float *inp, const float *weight, co
                            int64_t C, int64_t OC, int64_t max_rows, struct flop_counter *fc) {
     const int64_t rows = slice_rows("matmul_forward", N, C, OC, max_rows);
     for (int64_t r = 0; r < N; r += rows)
-        sgemm(fc, CblasNoTrans, CblasTrans, min64(rows, N - r), OC, C, inp + r * C, C, weight, C, 0.0f,
-              out + r * OC, OC);
+        gemm_counted(fc, GEMM_LAYER, false, true, min64(rows, N - r), OC, C, 1.0f, inp + r * C, C, weight, C, 0.0f,
+                     out + r * OC, OC);
     if (!bias) return;
 #pragma omp parallel for
     for (int64_t i = 0; i < N; i++)
@@ -64,12 +93,12 @@ void matmul_backward_sliced(float *dinp, float *dweight, float *dbias, const flo
     const int64_t rows = slice_rows("matmul_backward", N, C, OC, max_rows);
     /* dinp rows are independent: slicing them changes nothing */
     for (int64_t r = 0; r < N; r += rows)
-        sgemm(fc, CblasNoTrans, CblasNoTrans, min64(rows, N - r), C, OC, dout + r * OC, OC, weight, C, 0.0f,
-              dinp + r * C, C);
+        gemm_counted(fc, GEMM_LAYER, false, false, min64(rows, N - r), C, OC, 1.0f, dout + r * OC, OC, weight, C,
+                     0.0f, dinp + r * C, C);
     /* N is the reduction dimension of dweight: each slice adds its part (beta = 1) */
     for (int64_t r = 0; r < N; r += rows)
-        sgemm(fc, CblasTrans, CblasNoTrans, OC, C, min64(rows, N - r), dout + r * OC, OC, inp + r * C, C, 1.0f,
-              dweight, C);
+        gemm_counted(fc, GEMM_LAYER, true, false, OC, C, min64(rows, N - r), 1.0f, dout + r * OC, OC, inp + r * C,
+                     C, 1.0f, dweight, C);
     if (!dbias) return;
 #pragma omp parallel for
     for (int64_t o = 0; o < OC; o++) {

@@ -1,0 +1,113 @@
+/* gemm_counted, the one place GEMMs run: each transpose combination on
+ * strided views (sub-blocks of wider rows) against a double-precision
+ * product, alpha and beta applied, only the view's elements written; 2mnk
+ * FLOPs counted into the named kind and nowhere else; exact totals when
+ * called from many OpenMP threads at once; a shape sgemm cannot take is a
+ * clear error and exit status 1. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "gradcheck.h"
+#include "layers.h"
+
+enum { M = 7, N = 5, K = 9, LD = 13, SENTINEL_ROWS = 9 }; /* LD > M, N, K: every view is strided */
+
+/* op(X)[i][j] of a row-major matrix with leading dimension LD */
+static double op_at(const float *x, bool trans, int i, int j) { return trans ? x[j * LD + i] : x[i * LD + j]; }
+
+static void check_product(bool ta, bool tb) {
+    struct flop_counter fc = {0};
+    float a[SENTINEL_ROWS * LD * 2], b[SENTINEL_ROWS * LD * 2], c[SENTINEL_ROWS * LD], c0[SENTINEL_ROWS * LD];
+    fill_uniform(a, sizeof a / sizeof *a, -1, 1, 1);
+    fill_uniform(b, sizeof b / sizeof *b, -1, 1, 2);
+    fill_uniform(c0, sizeof c0 / sizeof *c0, -1, 1, 3);
+    memcpy(c, c0, sizeof c);
+    const float alpha = 0.75f, beta = -0.5f;
+    gemm_counted(&fc, GEMM_LAYER, ta, tb, M, N, K, alpha, a, LD, b, LD, beta, c, LD);
+    for (int i = 0; i < SENTINEL_ROWS; i++)
+        for (int j = 0; j < LD; j++) {
+            if (i >= M || j >= N) { /* outside the M x N view: untouched */
+                assert_true(c[i * LD + j] == c0[i * LD + j]);
+                continue;
+            }
+            double s = 0;
+            for (int p = 0; p < K; p++) s += op_at(a, ta, i, p) * op_at(b, tb, p, j);
+            /* K = 9 products of magnitude < 1 in fp32: error ~1e-6 */
+            assert_near(c[i * LD + j], alpha * s + beta * c0[i * LD + j], 1e-5);
+        }
+    assert_true(fc.gemm == 2.0 * M * N * K);
+    assert_true(fc.attention == 0.0 && fc.other == 0.0);
+    assert_true(fc.gemm_seconds > 0.0);
+}
+
+static void test_gemm_nn(void **s) { (void)s; check_product(false, false); }
+static void test_gemm_nt(void **s) { (void)s; check_product(false, true); }
+static void test_gemm_tn(void **s) { (void)s; check_product(true, false); }
+static void test_gemm_tt(void **s) { (void)s; check_product(true, true); }
+
+/* The attention's per-head GEMMs run inside a parallel region: 64 calls
+ * over all threads must add exactly 64 x 2mnk, into attention only. */
+static void test_gemm_counts_from_threads(void **state) {
+    (void)state;
+    struct flop_counter fc = {0};
+    enum { CALLS = 64, S = 24 };
+    float *a = alloc_f(S * S), *b = alloc_f(S * S), *c = alloc_f((size_t)CALLS * S * S);
+    fill_uniform(a, S * S, -1, 1, 4);
+    fill_uniform(b, S * S, -1, 1, 5);
+#pragma omp parallel for num_threads(2)
+    for (int i = 0; i < CALLS; i++)
+        gemm_counted(&fc, GEMM_ATTENTION, false, true, S, S, S, 1.0f, a, S, b, S, 0.0f, c + (size_t)i * S * S, S);
+    assert_true(fc.attention == CALLS * 2.0 * S * S * S);
+    assert_true(fc.gemm == 0.0);
+    assert_true(fc.gemm_seconds > 0.0);
+    for (int i = 1; i < CALLS; i++) /* the same product everywhere */
+        assert_memory_equal(c, c + (size_t)i * S * S, sizeof(float) * S * S);
+    free(a), free(b), free(c);
+}
+
+/* Runs one gemm_counted call with the given shape in a child process and
+ * returns its exit status (-1 if it did not exit normally). */
+static int child_status(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        freopen("/dev/null", "w", stderr);
+        struct flop_counter fc = {0};
+        float a[64] = {0}, b[64] = {0}, c[64] = {0};
+        gemm_counted(&fc, GEMM_LAYER, false, false, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+        _exit(0);
+    }
+    int st;
+    if (waitpid(pid, &st, 0) != pid) return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_gemm_rejects_bad_shapes(void **state) {
+    (void)state;
+    assert_int_equal(child_status(2, 2, 2, 2, 2, 2), 0);                  /* the control passes */
+    assert_int_equal(child_status(2, 2, 3, 2, 2, 2), 1);                  /* lda 2 < k 3 */
+    assert_int_equal(child_status(2, 3, 2, 2, 2, 3), 1);                  /* ldb 2 < n 3 */
+    assert_int_equal(child_status(2, 3, 2, 2, 3, 2), 1);                  /* ldc 2 < n 3 */
+    assert_int_equal(child_status(-1, 2, 2, 2, 2, 2), 1);                 /* negative size */
+    assert_int_equal(child_status(2, 2, MATMUL_MAX_DIM + 1, 2, 2, 2), 1); /* beyond int */
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gemm_nn),
+        cmocka_unit_test(test_gemm_nt),
+        cmocka_unit_test(test_gemm_tn),
+        cmocka_unit_test(test_gemm_tt),
+        cmocka_unit_test(test_gemm_counts_from_threads),
+        cmocka_unit_test(test_gemm_rejects_bad_shapes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
