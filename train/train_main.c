@@ -170,7 +170,7 @@ int main(int argc, char **argv) {
         if (rank == 0) {
             report_memory(stdout, tr.json, &tr, ranks, world, "end of run");
             report_flops(stdout, &tr, tr.step - start);
-            report_comm(stdout, &tr, ranks, world, tr.step - start);
+            report_comm(stdout, tr.json, &tr, ranks, world, tr.step - start);
         }
     }
     if (rc == 0) rc = trainer_agree(&tr, close_log(&tr, cfg.log_json, err), err); /* rank 0 writes it */
