@@ -109,13 +109,15 @@ data/kjv_train.bin: data/kjv.txt $(BUILD)/prepare
 # The demo runs data-parallel on 2 ranks (1 BLAS thread each) with ZeRO-3,
 # so the per-rank tables show the sharding; the banner says so.
 # Its JSON log goes to $(DEMO_DIR)/run.json and its report next to it.
+# DEMO_ARGS adds trainer flags (a short look: DEMO_ARGS="--steps 20").
 DEMO_RANKS ?= 2
+DEMO_ARGS  ?=
 DEMO_DIR   := $(BUILD)/demo
 demo: deps all data
 	@echo "shardlab demo: $(DEMO_RANKS) ranks under mpirun, ZeRO-3 (params, grads and optimizer states sharded 1/$(DEMO_RANKS) per rank)"
 	@mkdir -p $(DEMO_DIR)
 	mpirun --oversubscribe --allow-run-as-root -np $(DEMO_RANKS) $(BUILD)/train --config configs/demo.conf --zero 3 --threads 1 --explain 1 \
-	    --log_json $(DEMO_DIR)/run.json
+	    --log_json $(DEMO_DIR)/run.json $(DEMO_ARGS)
 	$(BUILD)/report $(DEMO_DIR)/run.json --out $(DEMO_DIR)/report
 	@echo "the demo's report: open $(abspath $(DEMO_DIR)/report/index.html)"
 

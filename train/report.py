@@ -181,8 +181,8 @@ def plot_loss(plt, runs, out_dir, written):
         ax.plot(steps, [s["loss"] for s in run.steps], style, color=color, alpha=0.8, label="%s train" % run.label())
         val = [(s["step"], s["val_loss"]) for s in run.steps if s.get("val_loss") is not None]
         if val:
-            ax.plot(*zip(*val), style, marker=marker, markersize=7, color=color, markerfacecolor="none",
-                    label="%s validation" % run.label())
+            ax.plot(*zip(*val), ":", linewidth=1, marker=marker, markersize=7, color=color,
+                    markerfacecolor="none", label="%s validation" % run.label())
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("cross-entropy loss (nats per token)")
     ax.set_title("loss")
@@ -248,8 +248,8 @@ def plot_memory(plt, runs, out_dir, written):
     ax.set_xticklabels(labels, fontsize=8)
     ax.set_ylim(0, 1.2 * tallest if tallest > 0 else 1)  # room for the totals
     ax.set_ylabel("MiB per rank")
-    ax.set_title("memory per rank at the end of the run: measured (left, solid) beside theory (right, hatched)")
-    ax.title.set_fontsize(10)
+    ax.set_title("memory per rank at the end of the run\nmeasured (left, solid) beside theory (right, hatched)",
+                 fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     save(plt, fig, out_dir, "memory", written)
@@ -308,22 +308,25 @@ def plot_comm(plt, runs, out_dir, written):
                 rows.append(key)
         ranks = sorted({r["rank"] for r in run.comm})
         width = 0.8 / (len(ranks) + 1)
+        biggest = max(max(r["bytes_per_step"], r.get("theory_bytes_per_step") or 0) for r in run.comm)
+        unit, size = ("MiB", MIB) if biggest >= 10 * MIB else ("KiB", 1024.0)
         for j, rank in enumerate(ranks):
             got = {"%s %s" % (r["group"], r["kind"]): r["bytes_per_step"] for r in run.comm if r["rank"] == rank}
             ys = [i + j * width for i in range(len(rows))]
-            ax.barh(ys, [got.get(k, 0) / 1024.0 for k in rows], width, color="C%d" % (j % 10),
+            ax.barh(ys, [got.get(k, 0) / size for k in rows], width, color="C%d" % (j % 10),
                     label="rank %d measured" % rank)
             for y, k in zip(ys, rows):  # the exact number: small ones (scalars) have no visible bar
-                ax.text(got.get(k, 0) / 1024.0, y, " " + human_bytes(got.get(k, 0)), va="center", fontsize=6)
+                ax.text(got.get(k, 0) / size, y, " " + human_bytes(got.get(k, 0)), va="center", fontsize=6)
         theory = {"%s %s" % (r["group"], r["kind"]): r.get("theory_bytes_per_step") for r in run.comm}
-        tx = [(i + len(ranks) * width, theory[k] / 1024.0) for i, k in enumerate(rows) if theory[k] is not None]
+        tx = [(i + len(ranks) * width, theory[k] / size) for i, k in enumerate(rows) if theory[k] is not None]
         if tx:
             ax.barh([t[0] for t in tx], [t[1] for t in tx], width, color="none", edgecolor="black", hatch="//",
                     label="theory")
         ax.set_yticks([i + len(ranks) * width / 2 for i in range(len(rows))])
         ax.set_yticklabels(rows)
         ax.invert_yaxis()
-        ax.set_xlabel("KiB sent per optimizer step")
+        received = any(r["kind"] == "recv" for r in run.comm)
+        ax.set_xlabel("%s sent per optimizer step%s" % (unit, " (recv: received)" if received else ""))
         ax.set_title("%s: communication per group and collective" % run.label(), fontsize=10)
         ax.grid(axis="x", alpha=0.3)
         ax.legend(fontsize=8)
