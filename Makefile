@@ -1,4 +1,4 @@
-# shardlab: make | make test | make demo | make multihost-demo | make bench | make san-test | make fuzz | make clean
+# shardlab: make | make test | make demo | make report RUN=... | make multihost-demo | make bench | make san-test | make fuzz | make clean
 #
 # Everything is built with mpicc against OpenBLAS, so each binary runs alone
 # (a 1-rank world) or under mpirun. SAN=1 builds into build-san/ with
@@ -37,8 +37,8 @@ MPI_TEST_SRC := $(wildcard tests/mpi/test_*.c)
 MPI_TESTS    := $(MPI_TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 .SECONDARY:
-.PHONY: all test check-deps unit-test mpi-test san-test demo multihost-demo bench deps data clean
-all: $(PROGRAMS)
+.PHONY: all test check-deps unit-test mpi-test san-test demo report multihost-demo bench deps data clean
+all: $(PROGRAMS) $(BUILD)/report
 
 $(BUILD)/obj/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
@@ -56,6 +56,17 @@ $(BUILD)/$(notdir $(1:_main.c=)): $(BUILD)/obj/$(1:.c=.o) $(BUILD)/libshardlab.a
 endef
 $(foreach s,$(MAIN_SRC),$(eval $(call program_rule,$(s))))
 
+# build/report: a run's JSON log as pictures (train/report.py, matplotlib).
+# Debian's /usr/bin/python3 first: python3-matplotlib (make deps) installs
+# for it, and a python3 earlier on PATH (a pyenv, a venv) may not see it.
+$(BUILD)/report: Makefile
+	@mkdir -p $(dir $@)
+	@printf '%s\n' '#!/bin/sh' '# Made by the Makefile: runs train/report.py (see there).' \
+	    'py=/usr/bin/python3; [ -x "$$py" ] || py=python3' \
+	    'exec "$$py" "$$(dirname "$$0")/../train/report.py" "$$@"' >$@
+	@chmod +x $@
+	@echo "  GEN   $@"
+
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/libshardlab.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS) -lcmocka
@@ -70,13 +81,14 @@ unit-test: deps $(PROGRAMS) $(TESTS)
 	@set -e; for t in $(TESTS); do echo "== $$t"; $$t; done
 
 # Each multi-rank test on 2, 3 and 4 ranks (tests/run_mpi.sh).
-mpi-test: deps $(MPI_TESTS)
+mpi-test: deps $(MPI_TESTS) $(BUILD)/report
 	tests/run_mpi.sh $(MPI_TESTS)
 	tests/mpi/failures.sh $(BUILD)
 	tests/mpi/stop_signal.sh $(BUILD)
 	tests/mpi/startup_peak.sh $(BUILD)
 	tests/stale_temps.sh $(BUILD)
 	tests/multihost/test_multihost.sh $(BUILD)
+	tests/test_report_py.sh $(BUILD)
 
 # Dependency check, then unit tests, then MPI tests (order kept under make -j).
 test: check-deps
@@ -98,10 +110,25 @@ data/kjv_train.bin: data/kjv.txt $(BUILD)/prepare
 
 # The demo runs data-parallel on 2 ranks (1 BLAS thread each) with ZeRO-3,
 # so the per-rank tables show the sharding; the banner says so.
+# Its JSON log goes to $(DEMO_DIR)/run.json and its report next to it.
+# DEMO_ARGS adds trainer flags (a short look: DEMO_ARGS="--steps 20").
 DEMO_RANKS ?= 2
+DEMO_ARGS  ?=
+DEMO_DIR   := $(BUILD)/demo
 demo: deps all data
 	@echo "shardlab demo: $(DEMO_RANKS) ranks under mpirun, ZeRO-3 (params, grads and optimizer states sharded 1/$(DEMO_RANKS) per rank)"
-	mpirun --oversubscribe --allow-run-as-root -np $(DEMO_RANKS) $(BUILD)/train --config configs/demo.conf --zero 3 --threads 1 --explain 1
+	@mkdir -p $(DEMO_DIR)
+	mpirun --oversubscribe --allow-run-as-root -np $(DEMO_RANKS) $(BUILD)/train --config configs/demo.conf --zero 3 --threads 1 --explain 1 \
+	    --log_json $(DEMO_DIR)/run.json $(DEMO_ARGS)
+	$(BUILD)/report $(DEMO_DIR)/run.json --out $(DEMO_DIR)/report
+	@echo "the demo's report: open $(abspath $(DEMO_DIR)/report/index.html)"
+
+# make report RUN="a.json [b.json ...]" [OUT=dir] [TRACE=trace.json]: the
+# pictures of one or several runs (one per ZeRO stage, say) and an
+# index.html; OUT defaults to the first log's name + _report.
+report: deps $(BUILD)/report
+	@test -n "$(RUN)" || { echo "usage: make report RUN=run.json [OUT=dir] [TRACE=trace.json]" >&2; exit 2; }
+	$(BUILD)/report $(RUN) $(if $(TRACE),--trace $(TRACE)) --out $(or $(OUT),$(basename $(firstword $(RUN)))_report)
 
 # Across hosts: MULTIHOST_HOSTS hosts as network namespaces (needs root and
 # iproute2), one rank each, ZeRO-3 over TCP; prints each host's wire bytes

@@ -37,15 +37,19 @@ void rank_stats_collect(const struct trainer *tr, struct rank_stats *out);
 enum { RSS_LIBRARY_ALLOWANCE = 64 << 20 };
 
 void report_buffers(FILE *out, const struct trainer *tr);
-/* json: memory records, one per rank and category, when not NULL. */
+/* json: when not NULL, a "memory_setup" record (ZeRO stage, ranks, tp, pp,
+ * Psi, recompute), then memory records, one per rank and category. */
 void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct rank_stats *ranks, int n,
                    const char *when);
 void report_flops(FILE *out, const struct trainer *tr, int steps);
 /* Per group with traffic on any rank (dp always): bytes per step by kind,
  * with ZeRO's theory beside the dp rows ("-" elsewhere, for now); then the
  * time collectives were in flight and the part exposed (the compute thread
- * waiting), per step on rank 0. */
-void report_comm(FILE *out, const struct trainer *tr, const struct rank_stats *ranks, int n, int steps);
+ * waiting), per step on rank 0. json: when not NULL, each row the table
+ * shows as one "comm" record per rank (bytes and calls per step, theory or
+ * null), for build/report. */
+void report_comm(FILE *out, FILE *json, const struct trainer *tr, const struct rank_stats *ranks, int n,
+                 int steps);
 /* The memory timeline of the latest step (include/timeline.h), ranks[]
  * in rank order: each rank's peak in use, its phase and the theory's peak;
  * json: a "memory_phase" record for every phase of every rank. */

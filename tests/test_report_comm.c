@@ -103,7 +103,7 @@ static void test_report_shows_groups_with_traffic(void **state) {
     size_t len = 0;
     FILE *out = open_memstream(&text, &len);
     assert_non_null(out);
-    report_comm(out, &tr, ranks, N, STEPS);
+    report_comm(out, NULL, &tr, ranks, N, STEPS);
     fclose(out);
 
     /* dp as before: its kinds with theory, scalars, model total, ZeRO's line */
@@ -175,12 +175,69 @@ static void test_report_dp_only_time_line(void **state) {
     size_t len = 0;
     FILE *out = open_memstream(&text, &len);
     assert_non_null(out);
-    report_comm(out, &tr, ranks, 1, 2);
+    report_comm(out, NULL, &tr, ranks, 1, 2);
     fclose(out);
     assert_non_null(strstr(text, "  time in collectives: 50.0 ms per step on rank 0 (10% of the step)\n"));
     assert_non_null(strstr(text, "  exposed (compute thread waiting): 20.0 ms per step on rank 0 (4% of the step)\n"));
     assert_null(strstr(text, "[tie]"));
     free(text);
+}
+
+/* The JSON records: one per rank for each row the table shows, with that
+ * rank's own bytes and calls per step and the theory (null where "-"). */
+static void test_report_comm_json(void **state) {
+    (void)state;
+    struct grid g;
+    grid_init_single(&g);
+    struct config cfg = small_config();
+    struct trainer tr = {.cfg = &cfg, .grid = &g, .train_seconds = 1.0};
+    enum { N = 2, STEPS = 4 };
+    struct rank_stats ranks[N] = {0};
+    struct comm_theory th = theory_trainer_comm(&cfg, N);
+    for (int r = 0; r < N; r++) {
+        ranks[r].comm[GROUP_DP].bytes[COLL_ALL_REDUCE] = STEPS * th.all_reduce;
+        ranks[r].comm[GROUP_DP].calls[COLL_ALL_REDUCE] = 3 * STEPS;
+    }
+    ranks[1].comm[GROUP_TIE].bytes[COLL_SEND] = STEPS * 400.0;
+    ranks[1].comm[GROUP_TIE].calls[COLL_SEND] = 2; /* half a call per step */
+    char *text = NULL, *js = NULL;
+    size_t len = 0, js_len = 0;
+    FILE *out = open_memstream(&text, &len), *json = open_memstream(&js, &js_len);
+    assert_non_null(out);
+    assert_non_null(json);
+    report_comm(out, json, &tr, ranks, N, STEPS);
+    fclose(out);
+    fclose(json);
+    char want[256];
+    for (int r = 0; r < N; r++) {
+        snprintf(want, sizeof want,
+                 "{\"type\":\"comm\",\"rank\":%d,\"group\":\"dp\",\"kind\":\"all-reduce\",\"bytes_per_step\":%.17g,"
+                 "\"calls_per_step\":3,\"theory_bytes_per_step\":%.17g}\n",
+                 r, th.all_reduce, th.all_reduce);
+        assert_non_null(strstr(js, want));
+    }
+    assert_non_null(strstr(js, "{\"type\":\"comm\",\"rank\":0,\"group\":\"tie\",\"kind\":\"send\",\"bytes_per_step\":0,"
+                               "\"calls_per_step\":0,\"theory_bytes_per_step\":null}\n"));
+    assert_non_null(strstr(js, "{\"type\":\"comm\",\"rank\":1,\"group\":\"tie\",\"kind\":\"send\",\"bytes_per_step\":400,"
+                               "\"calls_per_step\":0.5,\"theory_bytes_per_step\":null}\n"));
+    /* dp: all-reduce, reduce-scatter, all-gather, scalars (always shown);
+     * tie: send. Each on both ranks; no recv, no tp. */
+    int lines = 0;
+    for (const char *p = js; (p = strchr(p, '\n')); p++) lines++;
+    assert_int_equal(lines, 5 * N);
+    assert_null(strstr(js, "\"recv\""));
+    assert_null(strstr(js, "\"tp\""));
+    /* and the printed table is the same with or without JSON */
+    char *plain = NULL;
+    size_t plain_len = 0;
+    out = open_memstream(&plain, &plain_len);
+    assert_non_null(out);
+    report_comm(out, NULL, &tr, ranks, N, STEPS);
+    fclose(out);
+    assert_string_equal(plain, text);
+    free(plain);
+    free(text);
+    free(js);
 }
 
 int main(void) {
@@ -189,6 +246,7 @@ int main(void) {
         cmocka_unit_test(test_collect_copies_every_group),
         cmocka_unit_test(test_report_shows_groups_with_traffic),
         cmocka_unit_test(test_report_dp_only_time_line),
+        cmocka_unit_test(test_report_comm_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

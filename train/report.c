@@ -128,6 +128,12 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
     fprintf(out, "\nmemory per rank, %s (bytes): ZeRO-%d over %d rank%s, Psi = %.0f; padding %.0f full, %.0f per shard\n",
             when, c->zero, n, n == 1 ? "" : "s", st.psi, st.padding, st.shard_padding);
     header(out, n, "category");
+    /* What the memory rows belong to, so build/report can label a run. */
+    if (json)
+        fprintf(json, "{\"type\":\"memory_setup\",\"zero\":%d,\"world_size\":%d,\"tp\":%d,\"pp\":%d,"
+                      "\"psi\":%.0f,\"recompute\":\"%s\"}\n",
+                c->zero, n, c->tp, c->pp, st.psi,
+                c->recompute == RECOMPUTE_NONE ? "none" : c->recompute == RECOMPUTE_FULL ? "full" : "selective");
     char rule[200];
     double states_theory = 0;
     bool exact = true;
@@ -216,10 +222,25 @@ static bool comm_used(const struct rank_stats *ranks, int n, int g, int k) {
     return false;
 }
 
+/* The rows a table shows, as JSON lines: one per rank, each rank's own
+ * calls (the table's rule names the busiest rank's). */
+static void comm_json_rows(FILE *json, const struct rank_stats *ranks, int n, int steps, int g, int k,
+                           double theory) {
+    for (int r = 0; r < n; r++) {
+        fprintf(json,
+                "{\"type\":\"comm\",\"rank\":%d,\"group\":\"%s\",\"kind\":\"%s\",\"bytes_per_step\":%.17g,"
+                "\"calls_per_step\":%.17g,",
+                r, grid_group_name((enum grid_group)g), coll_kind_name((enum coll_kind)k),
+                ranks[r].comm[g].bytes[k] / steps, ranks[r].comm[g].calls[k] / steps);
+        if (theory >= 0) fprintf(json, "\"theory_bytes_per_step\":%.17g}\n", theory);
+        else fprintf(json, "\"theory_bytes_per_step\":null}\n");
+    }
+}
+
 /* One group's rows: dp always shows the kinds ZeRO's theory covers (and
  * the scalars), any group the kinds some rank used. */
-static void comm_group_rows(FILE *out, const struct trainer *tr, const struct rank_stats *ranks, int n, int steps,
-                            int g, double *col) {
+static void comm_group_rows(FILE *out, FILE *json, const struct trainer *tr, const struct rank_stats *ranks, int n,
+                            int steps, int g, double *col) {
     static const char *const what[GROUP_NUM] = {
         [GROUP_DP] = "data parallel", [GROUP_TP] = "tensor parallel", [GROUP_PP] = "pipeline parallel",
         [GROUP_TIE] = "first and last pipeline stage: tied embedding and LM head"};
@@ -249,6 +270,7 @@ static void comm_group_rows(FILE *out, const struct trainer *tr, const struct ra
         else if (k == COLL_RECV) snprintf(rule, sizeof rule, "%.1f calls per step; payload received, not sent", calls);
         else snprintf(rule, sizeof rule, "%.1f calls per step", calls);
         row(out, coll_kind_name((enum coll_kind)k), col, n, theory[k], rule);
+        if (json) comm_json_rows(json, ranks, n, steps, g, k, theory[k]);
     }
     if (g == GROUP_DP) {
         for (int r = 0; r < n; r++)
@@ -282,7 +304,8 @@ static void time_line(FILE *out, const struct trainer *tr, const struct rank_sta
     fprintf(out, "\n");
 }
 
-void report_comm(FILE *out, const struct trainer *tr, const struct rank_stats *ranks, int n, int steps) {
+void report_comm(FILE *out, FILE *json, const struct trainer *tr, const struct rank_stats *ranks, int n,
+                 int steps) {
     if (steps <= 0) return;
     double *col = calloc((size_t)n, sizeof *col);
     fprintf(out, "\ncommunication per optimizer step, bytes each rank sends (ring volumes), averaged over %d steps\n",
@@ -291,10 +314,11 @@ void report_comm(FILE *out, const struct trainer *tr, const struct rank_stats *r
     int groups_shown = 0;
     for (int g = 0; g < GROUP_NUM; g++)
         if (g == GROUP_DP || comm_used(ranks, n, g, -1)) {
-            comm_group_rows(out, tr, ranks, n, steps, g, col);
+            comm_group_rows(out, json, tr, ranks, n, steps, g, col);
             groups_shown++;
         }
     time_line(out, tr, ranks, n, steps, groups_shown, "time in collectives", false);
     time_line(out, tr, ranks, n, steps, groups_shown, "exposed (compute thread waiting)", true);
+    if (json) fflush(json);
     free(col);
 }

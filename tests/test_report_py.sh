@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# build/report (train/report.py) on real runs: a 2-rank ZeRO-3 run and a
+# 1-rank run of the tiny config, 5 steps each. Checks the run log's comm
+# records against the theory (ZeRO-3 on 2 ranks: the dp all-gather and
+# reduce-scatter measured == theory, no all-reduce), then renders two
+# reports: both runs (no memory timeline, no trace: "not in this run"), and
+# the ZeRO-3 log with hand-made memory_phase records and a hand-made
+# pipeline trace (tests/report/) appended, which draws all six pictures.
+# Every PNG must carry the PNG signature and be over 1 KB, every SVG must
+# parse as XML with an <svg> root, and index.html must show every picture
+# written and name no file that is not there. Bad input: non-zero exit, one
+# line naming the file and line, no traceback.
+# Usage: tests/test_report_py.sh BUILD_DIR
+set -u
+build=${1:-build}
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+if ! "$py" -c 'import matplotlib' 2>/dev/null; then
+    echo "FAIL report: $py has no matplotlib: run \`make deps\` (installs Debian's python3-matplotlib)"
+    exit 1
+fi
+tmp=$(mktemp -d /tmp/shardlab_report_XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+mpi=(mpirun --oversubscribe --allow-run-as-root -np 2)
+for v in ASAN_OPTIONS UBSAN_OPTIONS; do [ -n "${!v:-}" ] && mpi+=(-x "$v"); done
+"$build/prepare" --input data/kjv.txt --train "$tmp/train.bin" --val "$tmp/val.bin" >/dev/null || exit 1
+common=(--config configs/tiny.conf --steps 5 --threads 1 --val_every 5 --val_batches 2 --sample_tokens 0
+        --train_data "$tmp/train.bin" --val_data "$tmp/val.bin")
+passed=0 failed=0
+check() { # name, then the command
+    local name=$1
+    shift
+    if "$@"; then
+        echo "ok   $name"
+        passed=$((passed + 1))
+    else
+        echo "FAIL $name"
+        failed=$((failed + 1))
+    fi
+}
+run() { # log, ranks, then the trainer's own arguments
+    local log=$1 ranks=$2
+    shift 2
+    local launch=()
+    [ "$ranks" -gt 1 ] && launch=("${mpi[@]}")
+    timeout 300 "${launch[@]}" "$build/train" "${common[@]}" "$@" --log_json "$log" >"$log.out" 2>&1 ||
+        { tail -5 "$log.out"; return 1; }
+}
+check "2-rank ZeRO-3 run with --log_json" run "$tmp/zero3.json" 2 --zero 3
+check "1-rank run with --log_json" run "$tmp/one.json" 1
+
+# The comm records of the ZeRO-3 run: 4 dp kinds x 2 ranks, and the numbers.
+comm_records() {
+    "$py" - "$tmp/zero3.json" <<'EOF'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+setup = [r for r in recs if r["type"] == "memory_setup"]
+assert len(setup) == 1 and setup[0]["zero"] == 3 and setup[0]["world_size"] == 2, setup
+comm = {(r["rank"], r["kind"]): r for r in recs if r["type"] == "comm"}
+assert len(comm) == 8 and all(r["group"] == "dp" for r in comm.values()), sorted(comm)
+for rank in (0, 1):
+    for kind in ("all-gather", "reduce-scatter"):
+        r = comm[rank, kind]
+        assert r["bytes_per_step"] > 0 and r["bytes_per_step"] == r["theory_bytes_per_step"], r
+        assert r["calls_per_step"] >= 1, r
+    assert comm[rank, "all-reduce"]["bytes_per_step"] == 0 == comm[rank, "all-reduce"]["theory_bytes_per_step"]
+    assert comm[rank, "scalars"]["theory_bytes_per_step"] is None
+    # ZeRO-3 gathers each unit in forward and again in backward: twice the
+    # reduce-scatter of the gradients
+    assert comm[rank, "all-gather"]["bytes_per_step"] == 2 * comm[rank, "reduce-scatter"]["bytes_per_step"]
+EOF
+}
+check "comm records: dp all-gather and reduce-scatter measured == theory, 8 records" comm_records
+
+# One report folder: PNGs and SVGs valid, index.html shows exactly those.
+check_report() { # dir, expected number of pictures, pictures said missing
+    "$py" - "$@" <<'EOF'
+import os, re, sys
+import xml.etree.ElementTree as ET
+out, want, missing = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+files = sorted(os.listdir(out))
+pngs = [f for f in files if f.endswith(".png")]
+svgs = [f for f in files if f.endswith(".svg")]
+assert len(pngs) == want and [p[:-4] for p in pngs] == [s[:-4] for s in svgs], files
+for p in pngs:
+    data = open(os.path.join(out, p), "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", p + ": no PNG signature"
+    assert len(data) > 1024, "%s: %d bytes" % (p, len(data))
+for s in svgs:
+    root = ET.parse(os.path.join(out, s)).getroot()
+    assert root.tag.endswith("svg"), s + ": root " + root.tag
+page = open(os.path.join(out, "index.html")).read()
+named = set(re.findall(r'(?:src|href)="([^"]+)"', page))
+assert named == set(pngs + svgs), (sorted(named), pngs + svgs)
+for name in missing:  # said in words, no picture
+    assert not os.path.exists(os.path.join(out, name + ".png")), name
+assert page.count("not in this run") == len(missing), page
+EOF
+}
+check "report of both runs renders" "$build/report" "$tmp/zero3.json" "$tmp/one.json" --out "$tmp/both"
+check "  4 pictures (loss, step time, memory, comm), timeline and pipeline not in this run" \
+    check_report "$tmp/both" 4 memory_timeline pipeline
+cat "$tmp/zero3.json" tests/report/memory_phases.json >"$tmp/phases.json"
+check "report with memory_phase records and a trace renders" \
+    "$build/report" "$tmp/phases.json" --trace tests/report/pipeline_trace.json --out "$tmp/all"
+check "  all 6 pictures" check_report "$tmp/all" 6
+
+# Bad input: a clear one-line error, non-zero exit.
+bad_input() { # contents, expected message
+    printf '%s\n' "$1" >"$tmp/bad.json"
+    ! "$build/report" "$tmp/bad.json" --out "$tmp/bad" >"$tmp/bad.out" 2>&1 &&
+        grep -q "^build/report: $2" "$tmp/bad.out" && ! grep -q Traceback "$tmp/bad.out"
+}
+check "bad input: not JSON" bad_input '{"type":"step",' "$tmp/bad.json line 1 is not JSON"
+check "bad input: a step without a loss" bad_input '{"type":"step","step":1}' \
+    "$tmp/bad.json line 1: step record without loss"
+check "bad input: an empty log" bad_input '' "$tmp/bad.json has no shardlab records"
+echo "report: $passed passed, $failed failed"
+[ $failed -eq 0 ]

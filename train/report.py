@@ -1,0 +1,498 @@
+"""build/report: a run's JSON lines (--log_json) as pictures and one page.
+
+    build/report RUN.json [RUN2.json ...] [--trace TRACE.json] --out DIR
+
+Reads the records the trainer writes (train/trainer.c, train/report.c,
+train/run_record.c): "run", "step", "memory_setup", "memory", "comm" and,
+where the run has them, "memory_phase"; a pipeline timeline comes from a
+Chrome trace-event file (--trace). Writes DIR/NAME.png and DIR/NAME.svg for
+each picture the runs have data for, and DIR/index.html showing them, with
+"not in this run" where a picture has no data. Several runs (one per ZeRO
+stage, say) share each picture. Runs offline; matplotlib's Agg backend.
+"""
+import argparse
+import html
+import json
+import os
+import re
+import sys
+
+# The model-state and buffer categories of the memory table, in its order
+# (include/mem.h); the report stacks them in this order, bottom up.
+STATE_CATEGORIES = ["params", "master", "grads", "optimizer", "activations", "comm"]
+# One colour per category, kept across pictures.
+CATEGORY_COLORS = {
+    "params": "#4c72b0", "master": "#55a868", "grads": "#c44e52", "optimizer": "#8172b2",
+    "activations": "#ccb974", "comm": "#64b5cd", "scratch": "#8c8c8c",
+}
+# Where several runs give more bar pairs than this, each run shows rank 0 only.
+MAX_BAR_PAIRS = 16
+# At most this many ranks get a panel of the memory timeline.
+MAX_TIMELINE_RANKS = 4
+MIB = 1024.0 * 1024.0
+LINE_STYLES = ["-", "--", "-.", ":"]
+MARKERS = ["o", "s", "^", "D"]
+
+
+def human_bytes(b):
+    for unit, size in (("GiB", 1024.0 ** 3), ("MiB", MIB), ("KiB", 1024.0)):
+        if b >= size:
+            return "%.1f %s" % (b / size, unit)
+    return "%.0f B" % b
+
+
+# Per record type: the numeric fields it must have, and those it may have
+# (or give as null). Records of other types are kept out of the pictures.
+RECORD_NUMBERS = {
+    "step": (("step", "loss"), ("val_loss", "ms", "mfu", "tokens_per_s")),
+    "memory": (("rank", "measured_bytes"), ("theory_bytes",)),
+    "comm": (("rank", "bytes_per_step"), ("calls_per_step", "theory_bytes_per_step")),
+    "memory_phase": (("rank", "step", "index"), ("total",)),
+}
+# ... and the text fields.
+RECORD_TEXT = {"memory": ("category",), "comm": ("group", "kind"), "memory_phase": ("phase",)}
+
+
+def is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value  # NaN is not
+
+
+class ReportError(Exception):
+    """Bad input: said in one line, exit status 1."""
+
+
+def load_matplotlib():
+    try:
+        import matplotlib
+    except ImportError:
+        raise ReportError("python3-matplotlib is not installed (Debian's python3-matplotlib for /usr/bin/python3): "
+                          "run `make deps`")
+    matplotlib.use("Agg")
+    # Same input, same SVG bytes: no date, fixed ids.
+    matplotlib.rcParams["svg.hashsalt"] = "shardlab"
+    import matplotlib.pyplot as plt
+    return plt
+
+
+class Run:
+    """One --log_json file. A resumed run appends to its log, so steps
+    accumulate and the last memory table (the end of the run) wins."""
+
+    def __init__(self, path):
+        self.path = path
+        self.name = os.path.splitext(os.path.basename(path))[0]
+        self.machine = None      # the first "run" record
+        self.steps = []          # "step" records, in file order
+        self.setup = None        # "memory_setup": zero, world_size, tp, pp, psi
+        self.memory = []         # "memory" records of the last table
+        self.comm = []           # "comm" records of the last table
+        self.phases = []         # "memory_phase" records
+        self.read()
+
+    def read(self):
+        try:
+            f = open(self.path, encoding="utf-8")
+        except OSError as e:
+            raise ReportError("cannot open run log %s: %s" % (self.path, e.strerror))
+        with f:
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except ValueError as e:
+                    raise ReportError("%s line %d is not JSON: %s" % (self.path, number, e))
+                if not isinstance(rec, dict) or not isinstance(rec.get("type"), str):
+                    raise ReportError("%s line %d is not a record: no \"type\"" % (self.path, number))
+                self.add(rec, number)
+        if not (self.machine or self.steps or self.memory or self.phases):
+            raise ReportError("%s has no shardlab records (run, step, memory): is it a --log_json file?" % self.path)
+
+    def add(self, rec, number):
+        kind = rec["type"]
+        need, may = RECORD_NUMBERS.get(kind, ((), ()))
+        missing = [k for k in need if k not in rec]
+        if missing:
+            raise ReportError("%s line %d: %s record without %s" % (self.path, number, kind, ", ".join(missing)))
+        missing = [k for k in RECORD_TEXT.get(kind, ()) if not isinstance(rec.get(k), str)]
+        if missing:
+            raise ReportError("%s line %d: %s record without text %s" % (self.path, number, kind, ", ".join(missing)))
+        # Numbers where the pictures expect them (null allowed where optional).
+        for key in list(need) + [k for k in may if rec.get(k) is not None]:
+            if not is_number(rec[key]):
+                raise ReportError("%s line %d: %s record: \"%s\" is not a number" % (self.path, number, kind, key))
+        if kind == "run" and self.machine is None:
+            self.machine = rec
+        elif kind == "step":
+            self.steps.append(rec)
+        elif kind == "memory_setup":
+            self.setup, self.memory, self.comm = rec, [], []
+        elif kind == "memory":
+            self.memory.append(rec)
+        elif kind == "comm":
+            self.comm.append(rec)
+        elif kind == "memory_phase":
+            if not isinstance(rec["bytes"], dict) or not all(is_number(v) for v in rec["bytes"].values()):
+                raise ReportError("%s line %d: memory_phase \"bytes\" is not an object of numbers" %
+                                  (self.path, number))
+            self.phases.append(rec)
+
+    def label(self):
+        if self.setup and is_number(self.setup.get("zero")) and is_number(self.setup.get("world_size")):
+            s = self.setup
+            text = "ZeRO-%d, %d rank%s" % (s["zero"], s["world_size"], "" if s["world_size"] == 1 else "s")
+            if s.get("tp", 1) > 1:
+                text += ", tp %d" % s["tp"]
+            if s.get("pp", 1) > 1:
+                text += ", pp %d" % s["pp"]
+            return text
+        return self.name
+
+    def ranks(self):
+        return sorted({r["rank"] for r in self.memory})
+
+    def state_bytes(self, rank, which):
+        """{category: bytes} of one rank, which = measured_bytes or theory_bytes."""
+        out = {}
+        for r in self.memory:
+            if r["rank"] == rank and r["category"] in STATE_CATEGORIES:
+                out[r["category"]] = r.get(which) or 0
+        return out
+
+
+def save(plt, fig, out_dir, name, written):
+    fig.tight_layout()
+    for ext in ("png", "svg"):
+        fig.savefig(os.path.join(out_dir, "%s.%s" % (name, ext)), dpi=110, metadata={"Date": None} if ext == "svg" else None)
+    plt.close(fig)
+    written.append(name)
+
+
+def plot_loss(plt, runs, out_dir, written):
+    runs = [r for r in runs if r.steps]
+    if not runs:
+        return "no step records"
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for i, run in enumerate(runs):
+        # Runs that agree step for step (ZeRO stages do) draw on top of each
+        # other: a line style and a marker each keep them all visible.
+        color, style, marker = "C%d" % i, LINE_STYLES[i % len(LINE_STYLES)], MARKERS[i % len(MARKERS)]
+        steps = [s["step"] for s in run.steps]
+        ax.plot(steps, [s["loss"] for s in run.steps], style, color=color, alpha=0.8, label="%s train" % run.label())
+        val = [(s["step"], s["val_loss"]) for s in run.steps if s.get("val_loss") is not None]
+        if val:
+            ax.plot(*zip(*val), ":", linewidth=1, marker=marker, markersize=7, color=color,
+                    markerfacecolor="none", label="%s validation" % run.label())
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("cross-entropy loss (nats per token)")
+    ax.set_title("loss")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    save(plt, fig, out_dir, "loss", written)
+    return None
+
+
+def plot_step_time(plt, runs, out_dir, written):
+    runs = [r for r in runs if any("ms" in s for s in r.steps)]
+    if not runs:
+        return "no step times"
+    fig, (ax_ms, ax_mfu) = plt.subplots(1, 2, figsize=(11, 4))
+    for i, run in enumerate(runs):
+        timed = [s for s in run.steps if "ms" in s]
+        ax_ms.plot([s["step"] for s in timed], [s["ms"] for s in timed], color="C%d" % i, label=run.label())
+        mfu = [(s["step"], 100.0 * s["mfu"]) for s in timed if s.get("mfu") is not None]
+        if mfu:
+            ax_mfu.plot(*zip(*mfu), color="C%d" % i, label=run.label())
+    ax_ms.set(xlabel="optimizer step", ylabel="ms per step", title="step time")
+    ax_mfu.set(xlabel="optimizer step", ylabel="MFU (%)", title="model FLOPs utilization")
+    for ax in (ax_ms, ax_mfu):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    save(plt, fig, out_dir, "step_time", written)
+    return None
+
+
+def plot_memory(plt, runs, out_dir, written):
+    """Per rank: a stacked bar of measured bytes beside one of theory."""
+    runs = [r for r in runs if r.memory]
+    if not runs:
+        return "no memory records"
+    pairs = [(run, rank) for run in runs for rank in run.ranks()]
+    if len(runs) > 1 and len(pairs) > MAX_BAR_PAIRS:
+        pairs = [(run, run.ranks()[0]) for run in runs]
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(pairs) + 3), 5))
+    ticks, labels, shown, tallest = [], [], set(), 0.0
+    x, previous = 0.0, None
+    for run, rank in pairs:
+        if previous is not None and previous is not run:
+            x += 0.8  # a gap between runs
+        previous = run
+        for offset, which, hatch in ((-0.2, "measured_bytes", None), (0.2, "theory_bytes", "//")):
+            bottom = 0.0
+            values = run.state_bytes(rank, which)
+            for cat in STATE_CATEGORIES:
+                height = values.get(cat, 0) / MIB
+                if height <= 0:
+                    continue
+                ax.bar(x + offset, height, 0.38, bottom=bottom, color=CATEGORY_COLORS[cat], hatch=hatch,
+                       edgecolor="white", label=None if cat in shown else cat)
+                shown.add(cat)
+                bottom += height
+            ax.text(x + offset, bottom, human_bytes(sum(values.values())), ha="center", va="bottom", fontsize=6,
+                    rotation=90)
+            tallest = max(tallest, bottom)
+        ticks.append(x)
+        labels.append("%s\nrank %d" % (run.label(), rank) if len(runs) > 1 else "rank %d" % rank)
+        x += 1.0
+    ax.set_xticks(ticks)
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylim(0, 1.2 * tallest if tallest > 0 else 1)  # room for the totals
+    ax.set_ylabel("MiB per rank")
+    ax.set_title("memory per rank at the end of the run\nmeasured (left, solid) beside theory (right, hatched)",
+                 fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    save(plt, fig, out_dir, "memory", written)
+    return None
+
+
+def plot_memory_timeline(plt, runs, out_dir, written):
+    """The tracked bytes by category through one step (the last one logged),
+    phase by phase, per rank."""
+    run = next((r for r in runs if r.phases), None)
+    if run is None:
+        return "not in this run (no memory_phase records)"
+    step = max(p["step"] for p in run.phases)
+    records = [p for p in run.phases if p["step"] == step]
+    ranks = sorted({p["rank"] for p in records})[:MAX_TIMELINE_RANKS]
+    categories = [c for c in STATE_CATEGORIES + ["scratch"] if any(c in p["bytes"] for p in records)]
+    categories += sorted({c for p in records for c in p["bytes"]} - set(categories))
+    fig, axes = plt.subplots(len(ranks), 1, figsize=(10, 2.2 + 2.6 * len(ranks)), squeeze=False)
+    for ax, rank in zip(axes[:, 0], ranks):
+        rows = sorted((p for p in records if p["rank"] == rank), key=lambda p: p["index"])
+        xs = list(range(len(rows)))
+        bottom = [0.0] * len(rows)
+        for i, cat in enumerate(categories):
+            heights = [p["bytes"].get(cat, 0) / MIB for p in rows]
+            ax.bar(xs, heights, 0.9, bottom=bottom, label=cat,
+                   color=CATEGORY_COLORS.get(cat, "C%d" % (i % 10)))
+            bottom = [b + h for b, h in zip(bottom, heights)]
+        totals = [(x, p["total"] / MIB) for x, p in zip(xs, rows) if p.get("total") is not None]
+        if totals:
+            ax.plot(*zip(*totals), "k.-", linewidth=1, label="total")
+        every = max(1, len(rows) // 40)  # keep the phase names readable
+        ax.set_xticks(xs[::every])
+        ax.set_xticklabels([str(p["phase"]) for p in rows][::every], rotation=60, ha="right", fontsize=7)
+        ax.set_ylabel("MiB, rank %d" % rank)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0, 0].set_title("%s: tracked memory through step %d, phase by phase" % (run.label(), step))
+    axes[0, 0].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    save(plt, fig, out_dir, "memory_timeline", written)
+    return None
+
+
+def plot_comm(plt, runs, out_dir, written):
+    """Bytes per step per group and collective: each rank beside the theory."""
+    if not any(r.comm for r in runs):
+        return "no comm records (no steps, or a log older than the comm records)"
+    # A one-rank run has no traffic to draw.
+    runs = [r for r in runs if any(c["bytes_per_step"] or c.get("theory_bytes_per_step") for c in r.comm)]
+    if not runs:
+        return "no collective traffic in these runs (one rank each)"
+    fig, axes = plt.subplots(1, len(runs), figsize=(6 * len(runs) + 2, 4.5), squeeze=False)
+    for ax, run in zip(axes[0], runs):
+        rows = []
+        for r in run.comm:
+            key = "%s %s" % (r["group"], r["kind"])
+            if key not in rows:
+                rows.append(key)
+        ranks = sorted({r["rank"] for r in run.comm})
+        width = 0.8 / (len(ranks) + 1)
+        biggest = max(max(r["bytes_per_step"], r.get("theory_bytes_per_step") or 0) for r in run.comm)
+        unit, size = ("MiB", MIB) if biggest >= 10 * MIB else ("KiB", 1024.0)
+        for j, rank in enumerate(ranks):
+            got = {"%s %s" % (r["group"], r["kind"]): r["bytes_per_step"] for r in run.comm if r["rank"] == rank}
+            ys = [i + j * width for i in range(len(rows))]
+            ax.barh(ys, [got.get(k, 0) / size for k in rows], width, color="C%d" % (j % 10),
+                    label="rank %d measured" % rank)
+            for y, k in zip(ys, rows):  # the exact number: small ones (scalars) have no visible bar
+                ax.text(got.get(k, 0) / size, y, " " + human_bytes(got.get(k, 0)), va="center", fontsize=6)
+        theory = {"%s %s" % (r["group"], r["kind"]): r.get("theory_bytes_per_step") for r in run.comm}
+        tx = [(i + len(ranks) * width, theory[k] / size) for i, k in enumerate(rows) if theory[k] is not None]
+        if tx:
+            ax.barh([t[0] for t in tx], [t[1] for t in tx], width, color="none", edgecolor="black", hatch="//",
+                    label="theory")
+        ax.set_yticks([i + len(ranks) * width / 2 for i in range(len(rows))])
+        ax.set_yticklabels(rows)
+        ax.invert_yaxis()
+        received = any(r["kind"] == "recv" for r in run.comm)
+        ax.set_xlabel("%s sent per optimizer step%s" % (unit, " (recv: received)" if received else ""))
+        ax.set_title("%s: communication per group and collective" % run.label(), fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+        ax.legend(fontsize=8)
+    save(plt, fig, out_dir, "comm", written)
+    return None
+
+
+def trace_spans(path):
+    """Chrome trace events -> row labels in (pid, tid) order and spans
+    [(row label, name, start us, duration us)]: complete events ("X") and
+    begin/end pairs ("B"/"E")."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except OSError as e:
+        raise ReportError("cannot open trace %s: %s" % (path, e.strerror))
+    except ValueError as e:
+        raise ReportError("trace %s is not JSON: %s" % (path, e))
+    events = data.get("traceEvents") if isinstance(data, dict) else data
+    if not isinstance(events, list):
+        raise ReportError("trace %s has no trace events (a list, or an object with \"traceEvents\")" % path)
+    names, spans, open_spans = {}, [], {}
+    for e in events:
+        if not isinstance(e, dict):
+            continue
+        where = (e.get("pid", 0), e.get("tid", 0))
+        ph = e.get("ph")
+        if ph == "M" and e.get("name") in ("thread_name", "process_name"):
+            names[(where, e["name"])] = str(e.get("args", {}).get("name", ""))
+        elif ph == "X" and "ts" in e:
+            spans.append((where, str(e.get("name", "")), float(e["ts"]), float(e.get("dur", 0))))
+        elif ph == "B" and "ts" in e:
+            open_spans.setdefault(where, []).append((str(e.get("name", "")), float(e["ts"])))
+        elif ph == "E" and "ts" in e and open_spans.get(where):
+            name, start = open_spans[where].pop()
+            spans.append((where, name, start, float(e["ts"]) - start))
+
+    tids = {}
+    for (pid, tid), _, _, _ in spans:
+        tids.setdefault(pid, set()).add(tid)
+
+    def row_label(where):
+        """One row per (pid, tid): the process's name (or rank pid), then the
+        thread's name, or its id where the process has several threads."""
+        pid, tid = where
+        process = next((v for (w, k), v in names.items() if k == "process_name" and w[0] == pid), "") or \
+            "rank %s" % pid
+        thread = names.get((where, "thread_name")) or ("thread %s" % tid if len(tids[pid]) > 1 else "")
+        return "%s / %s" % (process, thread) if thread else process
+
+    order = sorted({w for w, _, _, _ in spans}, key=lambda w: (natural_key(w[0]), natural_key(w[1])))
+    return [row_label(w) for w in order], [(row_label(w), n, s, d) for w, n, s, d in spans]
+
+
+def natural_key(value):
+    """Sorts "rank 10" after "rank 9", numbers before names."""
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", str(value)) if t]
+
+
+def plot_pipeline(plt, trace, out_dir, written):
+    if trace is None:
+        return "not in this run (no --trace file given)"
+    rows, spans = trace_spans(trace)
+    if not spans:
+        return "not in this run (the trace has no spans)"
+    # Colour by what a span does, its name without micro-batch numbers.
+    kinds = sorted({re.sub(r"[\s_#]*\d+", "", s[1]).strip() or s[1] for s in spans})
+    color = {k: "C%d" % (i % 10) for i, k in enumerate(kinds)}
+    t0 = min(s[2] for s in spans)
+    span = max(s[2] + s[3] for s in spans) - t0
+    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.6 * len(rows)))
+    shown = set()
+    for row, name, start, dur in spans:
+        kind = re.sub(r"[\s_#]*\d+", "", name).strip() or name
+        y = rows.index(row)
+        ax.barh(y, dur / 1e3, left=(start - t0) / 1e3, height=0.7, color=color[kind], edgecolor="black",
+                linewidth=0.3, label=None if kind in shown else kind)
+        shown.add(kind)
+        number = re.findall(r"\d+", name)
+        if number and dur >= 0.02 * span:  # the micro-batch, where the bar has room
+            ax.text((start - t0 + dur / 2) / 1e3, y, number[-1], ha="center", va="center", fontsize=7)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels(rows, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms since the first event")
+    ax.set_title("pipeline timeline (%s)" % os.path.basename(trace), fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    if len(kinds) <= 12:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    save(plt, fig, out_dir, "pipeline", written)
+    return None
+
+
+PICTURES = [  # (file name, heading, what it shows, plot function)
+    ("loss", "Loss", "training loss per step; validation loss where the run evaluated", plot_loss),
+    ("step_time", "Step time", "milliseconds per optimizer step and MFU", plot_step_time),
+    ("memory", "Memory per rank",
+     "model states, activations and comm buffers at the end of the run, measured beside the theory", plot_memory),
+    ("memory_timeline", "Memory through one step", "tracked bytes by category, phase by phase", plot_memory_timeline),
+    ("comm", "Communication", "bytes each rank sends per step, per group and collective, beside the theory",
+     plot_comm),
+    ("pipeline", "Pipeline timeline", "what each stage does when, from the trace", plot_pipeline),
+]
+
+
+def run_summary(run):
+    m = run.machine or {}
+    last = run.steps[-1] if run.steps else {}
+    parts = [("log", run.path), ("setup", run.label()), ("CPU", m.get("cpu_model")),
+             ("BLAS", " ".join(str(m[k]) for k in ("blas_library", "blas_version", "blas_corename") if k in m)),
+             ("threads per rank", m.get("threads")), ("steps", last.get("step")),
+             ("final loss", last.get("loss")), ("tokens/s", last.get("tokens_per_s"))]
+    return "; ".join("%s: %s" % (k, html.escape(str(v))) for k, v in parts if v not in (None, ""))
+
+
+def write_index(out_dir, runs, trace, results):
+    lines = ["<!DOCTYPE html>", "<html><head><meta charset=\"utf-8\"><title>shardlab report</title>",
+             "<style>body{font-family:sans-serif;max-width:1200px;margin:auto}img{max-width:100%}"
+             ".missing{color:#888}</style></head><body>",
+             "<h1>shardlab report</h1>", "<ul>"]
+    lines += ["<li>%s</li>" % run_summary(run) for run in runs]
+    if trace:
+        lines.append("<li>trace: %s</li>" % html.escape(trace))
+    lines.append("</ul>")
+    for name, heading, what, _ in PICTURES:
+        lines.append("<h2>%s</h2>" % html.escape(heading))
+        missing = results[name]
+        if missing:
+            lines.append("<p class=\"missing\">%s: %s</p>" % (html.escape(what), html.escape(missing)))
+        else:
+            lines.append("<p>%s (<a href=\"%s.svg\">SVG</a>)</p>" % (html.escape(what), name))
+            lines.append("<img src=\"%s.png\" alt=\"%s\">" % (name, html.escape(heading)))
+    lines.append("</body></html>")
+    path = os.path.join(out_dir, "index.html")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(prog="build/report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", metavar="RUN.json", help="--log_json files, one per run")
+    parser.add_argument("--trace", help="Chrome trace-event JSON of a pipeline run")
+    parser.add_argument("--out", required=True, help="folder for the pictures and index.html")
+    args = parser.parse_args(argv)
+    try:
+        runs = [Run(p) for p in args.runs]
+        plt = load_matplotlib()
+        try:
+            os.makedirs(args.out, exist_ok=True)
+        except OSError as e:
+            raise ReportError("cannot make folder %s: %s" % (args.out, e.strerror))
+        written, results = [], {}
+        for name, _, _, plot in PICTURES:
+            source = args.trace if name == "pipeline" else runs
+            results[name] = plot(plt, source, args.out, written)
+        path = write_index(args.out, runs, args.trace, results)
+    except ReportError as e:
+        print("build/report: %s" % e, file=sys.stderr)
+        return 1
+    except OSError as e:  # writing the pictures or the page
+        print("build/report: cannot write into %s: %s" % (args.out, e), file=sys.stderr)
+        return 1
+    print("report: %s (%d picture%s)" % (path, len(written), "" if len(written) == 1 else "s"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
