@@ -8,14 +8,16 @@
 #include <stdint.h>
 #include <string.h>
 
-enum dtype { DTYPE_FP32, DTYPE_BF16 };
+/* DTYPE_U8 is raw bytes for resume sections (8-bit optimizer codes):
+ * no kernel, buffer operation or collective takes it. */
+enum dtype { DTYPE_FP32, DTYPE_BF16, DTYPE_U8 };
 /* How fp32 values become bf16 params: nearest-even, or stochastic. */
 enum rounding_mode { ROUND_NEAREST, ROUND_STOCHASTIC };
 
 typedef uint16_t bf16;
 
-static inline size_t dtype_size(enum dtype dt) { return dt == DTYPE_FP32 ? 4 : 2; }
-static inline const char *dtype_name(enum dtype dt) { return dt == DTYPE_FP32 ? "fp32" : "bf16"; }
+static inline size_t dtype_size(enum dtype dt) { return dt == DTYPE_FP32 ? 4 : dt == DTYPE_BF16 ? 2 : 1; }
+static inline const char *dtype_name(enum dtype dt) { return dt == DTYPE_FP32 ? "fp32" : dt == DTYPE_BF16 ? "bf16" : "u8"; }
 
 static inline uint32_t f32_bits(float f) {
     uint32_t u;

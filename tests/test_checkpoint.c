@@ -711,11 +711,55 @@ static void test_resume_rejects(void **state) {
     assert_int_equal(resume_load(p, &meta, &ok, 1, err), -1);
     assert_non_null(strstr(err, "magic"));
     raw[0] = saved;
-    uint32_t v2 = 2;
-    memcpy(raw + 4, &v2, 4);
+    uint32_t v3 = 3;
+    memcpy(raw + 4, &v3, 4);
     spit(p, raw, n);
     assert_int_equal(resume_load(p, &meta, &ok, 1, err), -1);
-    assert_non_null(strstr(err, "version 2"));
+    assert_non_null(strstr(err, "version 3"));
+    /* a u8 section (dtype 2) is version 2's: a version-1 file cannot have one */
+    uint32_t v1 = 1, u8_code = 2;
+    memcpy(raw + 4, &v1, 4);
+    memcpy(raw + 72 + 32, &u8_code, 4); /* the first section's dtype */
+    spit(p, raw, n);
+    assert_int_equal(resume_load(p, &meta, &ok, 1, err), -1);
+    assert_non_null(strstr(err, "'params' has unknown dtype 2 (version 1)"));
+    free(raw);
+}
+
+/* u8 sections (8-bit optimizer codes) round trip; a file says version 2
+ * only when it has one, so others stay readable by version-1 builds. */
+static void test_resume_u8_sections(void **state) {
+    struct fixture *fx = *state;
+    char err[CKPT_ERR_LEN] = "", p[256], q[256];
+    path_in(fx, "u8.bin", p);
+    path_in(fx, "no_u8.bin", q);
+    uint8_t codes[NM], back[NM] = {0};
+    float absmax[3] = {0.5f, 1e-20f, 3.0f}, back_a[3] = {0};
+    for (int i = 0; i < NM; i++) codes[i] = (uint8_t)(251 * i + 3);
+    struct state_section s[2] = {{"codes", DTYPE_U8, NM, codes}, {"absmax", DTYPE_FP32, 3, absmax}};
+    struct resume_meta meta = sample_meta();
+    assert_int_equal(resume_save(p, &meta, s, 2, err), 0);
+    struct state_section r[2] = {{"absmax", DTYPE_FP32, 3, back_a}, {"codes", DTYPE_U8, NM, back}};
+    assert_int_equal(resume_load(p, &meta, r, 2, err), 0);
+    assert_memory_equal(back, codes, NM);
+    assert_memory_equal(back_a, absmax, sizeof absmax);
+    size_t n;
+    unsigned char *raw = slurp(p, &n);
+    uint32_t version, code;
+    memcpy(&version, raw + 4, 4);
+    memcpy(&code, raw + 72 + 32, 4);
+    assert_int_equal(version, 2);
+    assert_int_equal(code, 2);
+    assert_int_equal(n, 72 + 2 * 44 + NM + 3 * 4);
+    free(raw);
+    /* asking for the codes as another dtype names both */
+    struct state_section wrong = {"codes", DTYPE_FP32, NM, back_a};
+    assert_int_equal(resume_load(p, &meta, &wrong, 1, err), -1);
+    assert_non_null(strstr(err, "37 u8 elements in the file, 37 fp32 expected"));
+    assert_int_equal(resume_save(q, &meta, s + 1, 1, err), 0);
+    raw = slurp(q, &n);
+    memcpy(&version, raw + 4, 4);
+    assert_int_equal(version, 1);
     free(raw);
 }
 
@@ -959,6 +1003,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_llmc_commit_refuses_hole, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_roundtrip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_rejects, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_resume_u8_sections, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_pieces_equal_save, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_read_ranges, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_commit_refuses_hole, setup, teardown),

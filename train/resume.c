@@ -5,8 +5,13 @@
  *   header   u32 magic "SHLB", u32 version,
  *            u64 step, seed, data_epoch, data_cursor,
  *            i32 L, C, NH, T, V, Vp, u32 fingerprint, u32 n_sections
- *   section  char name[32] (NUL-padded), u32 dtype (0 fp32, 1 bf16),
+ *   section  char name[32] (NUL-padded), u32 dtype (0 fp32, 1 bf16, 2 u8),
  *            u64 numel, then numel elements of raw data
+ *
+ * Version 2 added the u8 dtype (8-bit optimizer codes saved as they are). A
+ * file says the lowest version that reads it: 1 unless it has a u8
+ * section, so states without one stay readable by version-1 builds; this
+ * build reads both, and refuses a u8 section in a version-1 file.
  *
  * Once the sections are declared, every offset in the file is known, so a
  * writer lays down the header and all section headers first and then takes
@@ -24,12 +29,16 @@
 
 enum {
     RESUME_MAGIC = 0x53484C42, /* "SHLB" */
-    RESUME_VERSION = 1,
+    RESUME_VERSION = 2,        /* the newest this build reads and writes */
+    RESUME_VERSION_U8 = 2,     /* the first with u8 sections */
     HEADER_BYTES = 4 + 4 + 4 * 8 + 6 * 4 + 4 + 4,
     SECTION_HEAD_BYTES = STATE_NAME_LEN + 4 + 8,
     DISK_FP32 = 0,
-    DISK_BF16 = 1
+    DISK_BF16 = 1,
+    DISK_U8 = 2
 };
+
+static uint32_t disk_code(enum dtype dt) { return dt == DTYPE_BF16 ? DISK_BF16 : dt == DTYPE_U8 ? DISK_U8 : DISK_FP32; }
 
 /* Where one section lies in the file. */
 struct resume_file_section {
@@ -62,7 +71,7 @@ static int check_decls(const struct state_decl *d, int n, char err[CKPT_ERR_LEN]
     }
     for (int i = 0; i < n; i++) {
         if (check_name(d[i].name, err)) return -1;
-        if (d[i].dtype != DTYPE_FP32 && d[i].dtype != DTYPE_BF16) {
+        if (d[i].dtype != DTYPE_FP32 && d[i].dtype != DTYPE_BF16 && d[i].dtype != DTYPE_U8) {
             snprintf(err, CKPT_ERR_LEN, "section '%s': unknown dtype %d", d[i].name, (int)d[i].dtype);
             return -1;
         }
@@ -139,8 +148,11 @@ int resume_create(struct resume_writer *w, const char *path, const struct resume
         pos += SECTION_HEAD_BYTES + s->numel * esz;
     }
 
+    uint32_t version = 1;
+    for (int i = 0; i < n; i++)
+        if (decls[i].dtype == DTYPE_U8) version = RESUME_VERSION_U8;
     unsigned char head[HEADER_BYTES], *p = head;
-    put_u32(&p, RESUME_MAGIC), put_u32(&p, RESUME_VERSION);
+    put_u32(&p, RESUME_MAGIC), put_u32(&p, version);
     put_u64(&p, meta->step), put_u64(&p, meta->seed), put_u64(&p, meta->data_epoch), put_u64(&p, meta->data_cursor);
     const struct model_shape *sh = &meta->shape;
     int32_t dims[] = {sh->L, sh->C, sh->NH, sh->T, sh->V, sh->Vp};
@@ -154,7 +166,7 @@ int resume_create(struct resume_writer *w, const char *path, const struct resume
         const struct resume_file_section *s = &w->sections[i];
         unsigned char sec[SECTION_HEAD_BYTES] = {0}, *q = sec;
         memcpy(q, s->name, strlen(s->name)), q += STATE_NAME_LEN;
-        put_u32(&q, s->dtype == DTYPE_BF16 ? DISK_BF16 : DISK_FP32);
+        put_u32(&q, disk_code(s->dtype));
         put_u64(&q, s->numel);
         if (writer_io(w, atomic_write_at(&w->af, s->data_offset - SECTION_HEAD_BYTES, sec, sizeof sec, err)))
             return -1;
@@ -226,8 +238,8 @@ static int scan_file(FILE *f, const char *path, struct resume_meta *meta, struct
                  (unsigned)magic, (unsigned)RESUME_MAGIC);
         return -1;
     }
-    if (version != RESUME_VERSION) {
-        snprintf(err, CKPT_ERR_LEN, "%.300s: resume state version %u, this build reads version %d", path,
+    if (version < 1 || version > RESUME_VERSION) {
+        snprintf(err, CKPT_ERR_LEN, "%.300s: resume state version %u, this build reads versions 1 to %d", path,
                  (unsigned)version, RESUME_VERSION);
         return -1;
     }
@@ -256,11 +268,13 @@ static int scan_file(FILE *f, const char *path, struct resume_meta *meta, struct
         const unsigned char *q = sh + STATE_NAME_LEN;
         uint32_t code = get_u32(&q);
         t[i].numel = get_u64(&q);
-        if (code != DISK_FP32 && code != DISK_BF16) {
-            snprintf(err, CKPT_ERR_LEN, "%.300s: section '%s' has unknown dtype %u", path, t[i].name, (unsigned)code);
+        uint32_t known = version >= RESUME_VERSION_U8 ? DISK_U8 : DISK_BF16;
+        if (code > known) {
+            snprintf(err, CKPT_ERR_LEN, "%.300s: section '%s' has unknown dtype %u (version %u)", path, t[i].name,
+                     (unsigned)code, (unsigned)version);
             goto fail;
         }
-        t[i].dtype = code == DISK_BF16 ? DTYPE_BF16 : DTYPE_FP32;
+        t[i].dtype = code == DISK_BF16 ? DTYPE_BF16 : code == DISK_U8 ? DTYPE_U8 : DTYPE_FP32;
         t[i].data_offset = pos + SECTION_HEAD_BYTES;
         /* The section header was read whole, so data_offset <= size here. */
         uint64_t room = (uint64_t)(size - t[i].data_offset), esz = dtype_size(t[i].dtype);
