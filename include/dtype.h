@@ -8,14 +8,16 @@
 #include <stdint.h>
 #include <string.h>
 
-enum dtype { DTYPE_FP32, DTYPE_BF16 };
+/* DTYPE_U8 is raw bytes for resume sections (8-bit optimizer codes):
+ * no kernel, buffer operation or collective takes it. */
+enum dtype { DTYPE_FP32, DTYPE_BF16, DTYPE_U8 };
 /* How fp32 values become bf16 params: nearest-even, or stochastic. */
 enum rounding_mode { ROUND_NEAREST, ROUND_STOCHASTIC };
 
 typedef uint16_t bf16;
 
-static inline size_t dtype_size(enum dtype dt) { return dt == DTYPE_FP32 ? 4 : 2; }
-static inline const char *dtype_name(enum dtype dt) { return dt == DTYPE_FP32 ? "fp32" : "bf16"; }
+static inline size_t dtype_size(enum dtype dt) { return dt == DTYPE_FP32 ? 4 : dt == DTYPE_BF16 ? 2 : 1; }
+static inline const char *dtype_name(enum dtype dt) { return dt == DTYPE_FP32 ? "fp32" : dt == DTYPE_BF16 ? "bf16" : "u8"; }
 
 static inline uint32_t f32_bits(float f) {
     uint32_t u;
@@ -57,6 +59,7 @@ static inline float round_to_bf16(float f) { return bf16_to_f32(f32_to_bf16(f));
 /* Index of the first NaN or Inf among n values of dtype dt at x (all
  * exponent bits set, in either format); n when every value is finite. */
 static inline size_t dtype_first_nonfinite(const void *x, enum dtype dt, size_t n) {
+    if (dt == DTYPE_U8) return n; /* bytes (8-bit codes) are never non-finite */
     if (dt == DTYPE_BF16) {
         const bf16 *h = x;
         for (size_t i = 0; i < n; i++)

@@ -84,14 +84,37 @@ void qmap_dynamic(float map[QMAP_SIZE], bool is_signed);
  * send an exact tie to whichever of k, k+1 is even. That is what this does,
  * with a branch-free lower_bound. x below map[0] gives 0, above map[255] 255;
  * NaN gives 0 (every comparison is false), like the reference. */
+/* Which kernels quantize and dequantize: the scalar code below, or AVX2 /
+ * AVX-512 versions of it that give the same codes and values bit for bit
+ * (optim/qmap_codec.c). Picked once, when an index is built, from what the
+ * CPU supports. */
+enum qmap_isa { QMAP_ISA_SCALAR, QMAP_ISA_AVX2, QMAP_ISA_AVX512, QMAP_NUM_ISAS };
+
 /* A search index over a sorted code book: below[b] = how many codes are
  * less than the smallest float whose order key (the bits made monotone) has
  * top 16 bits b. A lookup then leaves at most a few codes to compare, where
  * the binary search takes 8 dependent loads: it made the 8-bit step 50x
- * slower than AdamW's. The result equals qmap_nearest's exactly. */
+ * slower than AdamW's. The result equals qmap_nearest's exactly.
+ *
+ * For the vector kernels, the nearest code is a step function of x with its
+ * steps at the midpoints (ties to the even code), and no bucket of 2^16 keys
+ * holds more than one midpoint on these maps: step[b] says which code the
+ * bucket starts at and where in it (the key's low 16 bits) the next one
+ * starts, so one table load and one compare find a code. The build checks
+ * the map allows it, and picks the kernels (qmap_isa_best), scalar if not. */
 struct qmap_index {
     uint16_t below[1 << 16];
+    uint32_t step[1 << 16];  /* bits 24-31: the bucket's first code; bits 0-16: the low 16 key bits
+                                of the midpoint to the next code, 0x10000 where none lies in the bucket */
+    uint8_t planes[4][QMAP_SIZE]; /* byte p of map[c] (little-endian): AVX-512 dequantizes by byte lookups */
+    uint16_t n_negative;     /* codes with the sign bit set (they come first: the map is sorted) */
+    enum qmap_isa isa;       /* the kernels used with this index */
 };
+
+/* The best kernels this CPU runs, whether it runs `isa`, and its name. */
+enum qmap_isa qmap_isa_best(void);
+bool qmap_isa_available(enum qmap_isa isa);
+const char *qmap_isa_name(enum qmap_isa isa);
 
 void qmap_index_build(struct qmap_index *ix, const float map[QMAP_SIZE]);
 
@@ -127,6 +150,18 @@ static inline uint8_t qmap_nearest_indexed(const float map[QMAP_SIZE], const str
     while (k < QMAP_SIZE && map[k] < x) k++;
     return qmap_round(map, k, x);
 }
+
+/* Block-wise codec (optim/qmap_codec.c) with isa's kernels, at most ix->isa
+ * (what the index was built for, on this CPU); ix NULL: scalar (dequantize
+ * only; quantize needs the index).
+ * Quantize: q[i] = qmap_nearest(map, x[i] / absmax), absmax > 0; with
+ * sign_fix (8-bit AdamW's m, as bitsandbytes) a code whose sign differs from
+ * x[i]'s moves one code toward x[i]'s side, in 8-bit wrap-around arithmetic.
+ * Dequantize: out[i] = map[q[i]] * absmax. */
+void qmap_quantize(const float map[QMAP_SIZE], const struct qmap_index *ix, enum qmap_isa isa, float absmax,
+                   const float *x, size_t n, bool sign_fix, uint8_t *q);
+void qmap_dequantize(const float map[QMAP_SIZE], const struct qmap_index *ix, enum qmap_isa isa, float absmax,
+                     const uint8_t *q, size_t n, float *out);
 
 
 /* Number of absmax entries (per state) for a range of n elements. */

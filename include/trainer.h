@@ -40,6 +40,7 @@ struct trainer {
     struct progress progress;   /* the step line and its ETA (rank 0 prints) */
     int stop_after;             /* > 0: trainer_run stops (and writes save_state) once step reaches it,
                                  * before steps; the LR schedule still follows steps. 0: off */
+    char opt8_resume[160];      /* how a resume loaded 8-bit states (the line rank 0 prints); "" if none */
 };
 
 /* The model's shape and the engine's options, from a configuration. */

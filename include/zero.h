@@ -194,6 +194,35 @@ void zero_gather_unit(struct zero *z, enum zero_state which, int u, void *work);
  * re-quantized from it. */
 void zero_scatter_unit(struct zero *z, enum zero_state which, int u, const void *src);
 
+/* ---- 8-bit states as they are (adamw8bit), for a resume in the same
+ * layout (dp size, stage, min_8bit_size): codes and block absmax move
+ * unchanged, so the run continues bit for bit; another layout loads the
+ * dequantized fp32 states above and requantizes. Codes travel by unit-local
+ * element (a byte each; 0 where a tensor keeps fp32 states). The absmax of
+ * a unit are the blocks of each rank holding a part of it, rank by rank,
+ * each rank's in its segment order. */
+/* Ranks whose 8-bit states differ: the dp size when states are sharded
+ * (stage >= 1), else 1 (every rank holds the same full states). */
+int zero_raw_ranks(const struct zero *z);
+/* first[u * R + r], R = zero_raw_ranks: where rank r's absmax of unit u
+ * start in the layout's array of all blocks (units in order, ranks in order
+ * within a unit); first[n_units * R] = the number of blocks. The caller
+ * gives n_units * R + 1 entries. -1 when a scratch table could not be
+ * allocated (the tracker holds the message). */
+int zero_raw_block_table(struct zero *z, size_t *first);
+/* Collective over the dp group, like zero_gather_unit: on dp rank 0, work
+ * (the unit's padded size x 4 bytes) then starts with unit u's codes of
+ * state `which` (STATE_OPT1 or STATE_OPT2), one byte per unit element. No
+ * rank holds more than this one unit of other ranks' codes. */
+void zero_gather_unit_codes(struct zero *z, enum zero_state which, int u, void *work);
+/* Collective: on dp rank 0, work starts with unit u's absmax (fp32), the
+ * blocks first[u*R] .. first[(u+1)*R] of the table above. */
+void zero_gather_unit_absmax(struct zero *z, enum zero_state which, int u, const size_t *first, void *work);
+/* This rank's codes / absmax of unit u from src, laid out as the gathers
+ * leave them (every rank passes the whole unit). */
+void zero_scatter_unit_codes(struct zero *z, enum zero_state which, int u, const void *src);
+void zero_scatter_unit_absmax(struct zero *z, enum zero_state which, int u, const size_t *first, const void *src);
+
 /* ---- optimizer states (parallel/zero/optstate.c) */
 void optstate_alloc(struct zero *z);
 void optstate_free(struct zero *z);

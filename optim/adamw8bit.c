@@ -52,18 +52,59 @@ static void write_params(const struct param_writeback *out, size_t base, size_t 
 /* Codes for x[i] / absmax. absmax 0 means the whole block is (signed) zero:
  * store the zero code rather than divide 0 by 0. For m (is_m) the sign fix of
  * bitsandbytes keeps the code's sign equal to m's: a tiny negative m that
- * rounds to the code 0.0 moves one code down, to the smallest negative. */
+ * rounds to the code 0.0 moves one code down, to the smallest negative.
+ * Through the index: the vector kernels (optim/qmap_codec.c); without one,
+ * the binary search. */
 static void quantize_block(const float *map, const struct qmap_index *ix, float absmax, const float *x, size_t len,
                            bool is_m, uint8_t zero_code, uint8_t *q) {
     if (absmax == 0.0f) {
         for (size_t i = 0; i < len; i++) q[i] = zero_code;
         return;
     }
+    if (ix) {
+        qmap_quantize(map, ix, ix->isa, absmax, x, len, is_m, q);
+        return;
+    }
     for (size_t i = 0; i < len; i++) {
-        int c = ix ? qmap_nearest_indexed(map, ix, x[i] / absmax) : qmap_nearest(map, x[i] / absmax);
+        int c = qmap_nearest(map, x[i] / absmax);
         if (is_m && !signbit(map[c]) != !signbit(x[i])) c += x[i] > 0.0f ? 1 : -1;
         q[i] = (uint8_t)c;
     }
+}
+
+static void dequantize_block(const float *map, const struct qmap_index *ix, float absmax, const uint8_t *q,
+                             size_t len, float *x) {
+    qmap_dequantize(map, ix, ix ? ix->isa : QMAP_ISA_SCALAR, absmax, q, len, x);
+}
+
+/* The fp32 part of a block's step: m, v in place from their dequantized
+ * values to the new moments, w updated; returns the new absmax of m and v.
+ * The block maxima are what fmaxf(max, |m|) and fmaxf(max, v) from +0 would
+ * give, taken on the bit patterns so the loop vectorizes: for non-negative
+ * floats the bits order like the values; a NaN counts as 0 (fmaxf skips
+ * it), and a negative v (never made) would lose to +0. */
+static void moments_block(const struct adam_consts *k, size_t len, float *restrict w, float *restrict m,
+                          float *restrict v, const float *restrict g, float *absmax1, float *absmax2) {
+    const float b1 = k->b1, b2 = k->b2, decay = k->decay, step_size = k->step_size, isb = k->isb, eps = k->eps;
+    int32_t max1 = 0, max2 = 0; /* signed: GCC 12 vectorizes this reduction, not the unsigned one */
+    for (size_t i = 0; i < len; i++) {
+        const bool ok = isfinite(g[i]);
+        /* same expressions as adamw_element, on the dequantized moments */
+        const float mi = ok ? b1 * m[i] + (1.0f - b1) * g[i] : 0.0f;
+        const float vi = ok ? b2 * v[i] + (1.0f - b2) * g[i] * g[i] : 0.0f;
+        m[i] = mi;
+        v[i] = vi;
+        int32_t am = (int32_t)(f32_bits(mi) & 0x7fffffffu), av = (int32_t)(f32_bits(vi) & 0x7fffffffu);
+        int32_t sv = (int32_t)f32_bits(vi);
+        am = am > (int32_t)0x7f800000 ? 0 : am;
+        sv = av > (int32_t)0x7f800000 ? 0 : sv;
+        max1 = am > max1 ? am : max1;
+        max2 = sv > max2 ? sv : max2;
+        const float wi = w[i] * decay - step_size * mi / (sqrtf(vi) * isb + eps);
+        w[i] = ok ? wi : w[i];
+    }
+    *absmax1 = f32_from_bits((uint32_t)max1);
+    *absmax2 = f32_from_bits((uint32_t)max2);
 }
 
 static void update_block(const struct adam_consts *k, size_t len, float *w, uint8_t *q1, uint8_t *q2, float *absmax1,
@@ -71,23 +112,11 @@ static void update_block(const struct adam_consts *k, size_t len, float *w, uint
                          const struct qmap_index *ix_u, const float *g, uint8_t zero_s,
                          uint8_t zero_u) {
     float m[ADAMW8BIT_BLOCK], v[ADAMW8BIT_BLOCK];
-    const float a1 = *absmax1, a2 = *absmax2;
-    float max1 = 0.0f, max2 = 0.0f;
-    for (size_t i = 0; i < len; i++) {
-        const bool ok = isfinite(g[i]);
-        /* same expressions as adamw_element, on the dequantized moments */
-        const float mi = ok ? k->b1 * (map_s[q1[i]] * a1) + (1.0f - k->b1) * g[i] : 0.0f;
-        const float vi = ok ? k->b2 * (map_u[q2[i]] * a2) + (1.0f - k->b2) * g[i] * g[i] : 0.0f;
-        m[i] = mi;
-        v[i] = vi;
-        max1 = fmaxf(max1, fabsf(mi));
-        max2 = fmaxf(max2, vi);
-        if (ok) w[i] = w[i] * k->decay - k->step_size * mi / (sqrtf(vi) * k->isb + k->eps);
-    }
-    *absmax1 = max1;
-    *absmax2 = max2;
-    quantize_block(map_s, ix_s, max1, m, len, true, zero_s, q1);
-    quantize_block(map_u, ix_u, max2, v, len, false, zero_u, q2);
+    dequantize_block(map_s, ix_s, *absmax1, q1, len, m);
+    dequantize_block(map_u, ix_u, *absmax2, q2, len, v);
+    moments_block(k, len, w, m, v, g, absmax1, absmax2);
+    quantize_block(map_s, ix_s, *absmax1, m, len, true, zero_s, q1);
+    quantize_block(map_u, ix_u, *absmax2, v, len, false, zero_u, q2);
 }
 
 void adamw8bit_update(const struct adamw_hparams *h, size_t n, float *w, uint8_t *q1, uint8_t *q2, float *absmax1,

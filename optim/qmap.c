@@ -3,6 +3,7 @@
  * bitsandbytes' create_dynamic_map(signed, max_exponent_bits=7, total_bits=8)
  * step by step, in float32 throughout, so the 256 values match it bit for bit
  * (as far as torch's float32 linspace and scalar multiply round the same way). */
+#include <math.h>
 #include <stdlib.h>
 
 #include "optim.h"
@@ -55,6 +56,31 @@ void qmap_dynamic(float map[QMAP_SIZE], bool is_signed) {
 }
 
 
+/* The vector kernels' table (include/optim.h). The nearest code is the
+ * number of midpoints mid[j] = fl((map[j-1] + map[j]) * 0.5) below x, a tie
+ * going to the even code, which is qmap_round's answer when every midpoint
+ * lies strictly between its two codes. False when the map breaks that or a
+ * bucket holds two midpoints. */
+static bool qmap_step_table(uint32_t step[1 << 16], const float map[QMAP_SIZE]) {
+    uint32_t key[QMAP_SIZE]; /* key[j] of mid[j], j >= 1 */
+    for (int j = 1; j < QMAP_SIZE; j++) {
+        float mid = (map[j - 1] + map[j]) * 0.5f;
+        if (!(map[j - 1] < mid && mid < map[j])) return false;
+        key[j] = qmap_order_key(mid);
+    }
+    int j = 1; /* the first midpoint not below the current bucket */
+    for (uint32_t b = 0; b < (1u << 16); b++) {
+        while (j < QMAP_SIZE && key[j] >> 16 < b) j++;
+        uint32_t first = (uint32_t)(j - 1), thr = 0x10000u;
+        if (j < QMAP_SIZE && key[j] >> 16 == b) {
+            if (j + 1 < QMAP_SIZE && key[j + 1] >> 16 == b) return false;
+            thr = key[j] & 0xffffu;
+        }
+        step[b] = first << 24 | thr;
+    }
+    return true;
+}
+
 void qmap_index_build(struct qmap_index *ix, const float map[QMAP_SIZE]) {
     unsigned k = 0; /* codes below the current bucket's first key */
     for (uint32_t b = 0; b < (1u << 16); b++) {
@@ -62,4 +88,15 @@ void qmap_index_build(struct qmap_index *ix, const float map[QMAP_SIZE]) {
         while (k < QMAP_SIZE && qmap_order_key(map[k]) < first) k++;
         ix->below[b] = (uint16_t)k;
     }
+    bool steps_ok = qmap_step_table(ix->step, map);
+    /* The vector kernels tell a code's sign by its index: the sign bits must
+     * form a prefix (a sorted map without a -0 after +0). */
+    unsigned neg = 0;
+    while (neg < QMAP_SIZE && signbit(map[neg])) neg++;
+    bool prefix = true;
+    for (unsigned i = neg; i < QMAP_SIZE; i++) prefix = prefix && !signbit(map[i]);
+    ix->n_negative = (uint16_t)neg;
+    for (int c = 0; c < QMAP_SIZE; c++)
+        for (int b = 0; b < 4; b++) ix->planes[b][c] = (uint8_t)(f32_bits(map[c]) >> (8 * b));
+    ix->isa = prefix && steps_ok ? qmap_isa_best() : QMAP_ISA_SCALAR;
 }

@@ -791,6 +791,28 @@ static void test_resume_rejects_bad_names(void **state) {
     free(raw);
 }
 
+/* u8 sections (8-bit optimizer codes) round trip, their checksums
+ * verified like any section's. */
+static void test_resume_u8_sections(void **state) {
+    struct fixture *fx = *state;
+    char err[CKPT_ERR_LEN] = "", p[256];
+    path_in(fx, "u8.bin", p);
+    uint8_t codes[NM], back[NM] = {0};
+    float absmax[3] = {0.5f, 1e-20f, 3.0f}, back_a[3] = {0};
+    for (int i = 0; i < NM; i++) codes[i] = (uint8_t)(251 * i + 3);
+    struct state_section s[2] = {{"codes", DTYPE_U8, NM, codes}, {"absmax", DTYPE_FP32, 3, absmax}};
+    struct resume_meta meta = sample_meta();
+    assert_int_equal(resume_save(p, &meta, s, 2, err), 0);
+    struct state_section r[2] = {{"absmax", DTYPE_FP32, 3, back_a}, {"codes", DTYPE_U8, NM, back}};
+    assert_int_equal(resume_load(p, &meta, r, 2, err), 0);
+    assert_memory_equal(back, codes, NM);
+    assert_memory_equal(back_a, absmax, sizeof absmax);
+    /* asking for the codes as another dtype names both */
+    struct state_section wrong = {"codes", DTYPE_FP32, NM, back_a};
+    assert_int_equal(resume_load(p, &meta, &wrong, 1, err), -1);
+    assert_non_null(strstr(err, "37 u8 elements in the file, 37 fp32 expected"));
+}
+
 /* ---- resume states, piece by piece ---- */
 
 static const struct state_decl SAMPLE_DECLS[4] = {
@@ -1032,6 +1054,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_resume_roundtrip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_rejects, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_rejects_bad_names, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_resume_u8_sections, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_pieces_equal_save, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_read_ranges, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_commit_refuses_hole, setup, teardown),

@@ -456,9 +456,76 @@ static void test_index_matches_search(void **state) {
     }
 }
 
+/* ---- the vector kernels against the scalar definition ---- */
+
+/* Inputs that probe every decision of the search: every code, every
+ * midpoint and its float neighbours, +-0, NaNs of both signs, +-Inf, values
+ * beyond the map's ends, denormals, and log-spread random values; n is no
+ * multiple of any vector width, so the tails run too. */
+static size_t codec_inputs(const float *map, float scale, float *x, size_t cap) {
+    size_t n = 0;
+    for (int i = 0; i < QMAP_SIZE; i++) {
+        float mid = i + 1 < QMAP_SIZE ? (map[i] + map[i + 1]) * 0.5f : map[i];
+        float c[] = {map[i], mid, nextafterf(mid, -2.0f), nextafterf(mid, 2.0f), -map[i], -mid};
+        for (size_t j = 0; j < sizeof c / sizeof c[0]; j++) x[n++] = c[j] * scale;
+    }
+    const float edge[] = {0.0f, -0.0f, NAN, -NAN, INFINITY, -INFINITY, 1.5f, -1.5f, 1e30f, -1e30f,
+                          1e-40f, -1e-40f, 1.4e-45f, -1.4e-45f, 1.1754942e-38f, -1.1754942e-38f, 1.0f, -1.0f};
+    for (size_t j = 0; j < sizeof edge / sizeof edge[0]; j++) x[n++] = edge[j];
+    for (uint64_t i = 0; n < cap - 1; i++) x[n++] = spread(5000000 + i) * scale * (i % 3 ? 1.0f : 1.7f);
+    return n; /* cap - 1: an odd count */
+}
+
+static void test_codec_isas_match_scalar(void **state) {
+    (void)state;
+    enum { CAP = 4099 };
+    static float maps[2][QMAP_SIZE], x[CAP], got_f[CAP], want_f[CAP];
+    static struct qmap_index ix[2];
+    static uint8_t got[CAP], want[CAP], codes[CAP];
+    const float absmax[] = {1.0f, 2.0f, 0.37f, 3e-30f, 7e20f};
+    int tested = 0;
+    for (int k = 0; k < 2; k++) {
+        qmap_dynamic(maps[k], k == 0);
+        qmap_index_build(&ix[k], maps[k]);
+        /* on these maps the vector kernels apply: the index picks the best */
+        assert_int_equal(ix[k].isa, qmap_isa_best());
+        assert_int_equal(ix[k].n_negative, k == 0 ? 127 : 0);
+    }
+    for (int isa = QMAP_ISA_SCALAR + 1; isa < QMAP_NUM_ISAS; isa++) {
+        if (!qmap_isa_available((enum qmap_isa)isa)) continue;
+        tested++;
+        for (int k = 0; k < 2; k++)
+            for (size_t a = 0; a < sizeof absmax / sizeof absmax[0]; a++) {
+                size_t n = codec_inputs(maps[k], absmax[a], x, CAP);
+                for (int fix = 0; fix < 2; fix++)
+                    for (size_t len = n; len + 64 > n; len -= 13) { /* tails of every length class */
+                        qmap_quantize(maps[k], &ix[k], QMAP_ISA_SCALAR, absmax[a], x, len, fix, want);
+                        qmap_quantize(maps[k], &ix[k], (enum qmap_isa)isa, absmax[a], x, len, fix, got);
+                        for (size_t i = 0; i < len; i++)
+                            if (got[i] != want[i])
+                                fail_msg("%s quantize (map %d, absmax %g, sign fix %d): x[%zu] = %.9g gives %d, "
+                                         "scalar %d", qmap_isa_name((enum qmap_isa)isa), k, absmax[a], fix, i, x[i],
+                                         got[i], want[i]);
+                    }
+                for (size_t i = 0; i < n; i++) codes[i] = (uint8_t)(i < QMAP_SIZE ? i : rng_u32(3, 4, i));
+                for (size_t len = n; len + 64 > n; len -= 13) {
+                    qmap_dequantize(maps[k], &ix[k], QMAP_ISA_SCALAR, absmax[a], codes, len, want_f);
+                    memset(got_f, 0xff, sizeof got_f);
+                    qmap_dequantize(maps[k], &ix[k], (enum qmap_isa)isa, absmax[a], codes, len, got_f);
+                    if (memcmp(got_f, want_f, len * sizeof *got_f) != 0)
+                        fail_msg("%s dequantize (map %d, absmax %g, %zu codes) differs from scalar",
+                                 qmap_isa_name((enum qmap_isa)isa), k, absmax[a], len);
+                    assert_true(f32_bits(got_f[len]) == 0xffffffffu); /* nothing written past the end */
+                }
+            }
+    }
+    print_message("vector kernels compared with scalar: %d (best here: %s)\n", tested, qmap_isa_name(qmap_isa_best()));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_index_matches_search),
+        cmocka_unit_test(test_codec_isas_match_scalar),
         cmocka_unit_test(test_map_values),
         cmocka_unit_test(test_nearest_exact_codes),
         cmocka_unit_test(test_nearest_ties_to_even),

@@ -260,6 +260,123 @@ static void test_resume_fp32_sequential(void **state) {
     check_resume("fp32", "0", "nearest", "1");
 }
 
+/* ---- bit-exact resume of 8-bit AdamW ------------------------------------ */
+
+/* Everything adamw8bit keeps: params, master, codes, block absmax and the
+ * fp32 states of small tensors, as bytes. */
+struct snapshot8 {
+    unsigned char *bytes;
+    size_t n;
+};
+
+static void snap8(struct snapshot8 *s, const struct trainer *tr) {
+    const struct zero *z = &tr->engine.z;
+    size_t psi = tr->engine.lay.total;
+    const struct {
+        const void *p;
+        size_t n;
+    } parts[] = {{z->st.params, psi * dtype_size(tr->cfg->param_dtype)},
+                 {z->st.master, z->st.master ? psi * 4 : 0},
+                 {z->st.q1, z->segs.n_q},
+                 {z->st.q2, z->segs.n_q},
+                 {z->st.absmax1, z->segs.n_blocks * 4},
+                 {z->st.absmax2, z->segs.n_blocks * 4},
+                 {z->st.s1, z->segs.n_f32 * 4},
+                 {z->st.s2, z->segs.n_f32 * 4}};
+    s->n = 0;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) s->n += parts[i].n;
+    s->bytes = malloc(s->n);
+    assert_non_null(s->bytes);
+    size_t at = 0;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        if (parts[i].n) memcpy(s->bytes + at, parts[i].p, parts[i].n);
+        at += parts[i].n;
+    }
+}
+
+/* The "loss" fields of the step records of a JSON log, in order. */
+static int read_losses(const char *path, double *loss, int cap) {
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[4096];
+    int n = 0;
+    while (n < cap && fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "\"loss\":");
+        if (strstr(line, "\"type\":\"step\"") && p) loss[n++] = strtod(p + 7, NULL);
+    }
+    fclose(f);
+    return n;
+}
+
+/* adamw8bit, bf16 params: 10 steps straight == 5, save, resume, 5 more,
+ * in params, master, codes, absmax and fp32 states, bit for bit, and in
+ * the losses of steps 6..10 as logged. The resume says it loaded the 8-bit
+ * states as saved. A resume with another min_8bit_size requantizes, says so,
+ * and still runs. */
+static void test_resume_adamw8bit(void **state) {
+    (void)state;
+    struct config c;
+    tiny_config(&c);
+    set(&c, "steps", "10");
+    set(&c, "warmup_steps", "2");
+    set(&c, "weight_decay", "0.1");
+    set(&c, "optimizer", "adamw8bit");
+    set(&c, "min_8bit_size", "1024"); /* the matrices quantized, norms and biases fp32 */
+    set(&c, "param_dtype", "bf16");
+    set(&c, "grad_dtype", "bf16");
+    struct trainer *tr = calloc(1, sizeof *tr);
+    assert_non_null(tr);
+    struct snapshot8 straight, half, resumed;
+    double loss_a[16], loss_b[16];
+
+    struct config ca = c;
+    path_in(ca.log_json, sizeof ca.log_json, "straight8.json");
+    open_ok(tr, &ca);
+    assert_true(tr->engine.z.segs.n_q > 0 && tr->engine.z.segs.n_f32 > 0); /* both kinds of state */
+    run_ok(tr);
+    snap8(&straight, tr);
+    trainer_close(tr);
+
+    struct config c1 = c;
+    path_in(c1.save_state, sizeof c1.save_state, "half8.state");
+    unlink(c1.save_state);
+    open_ok(tr, &c1);
+    tr->stop_after = 5;
+    run_ok(tr);
+    snap8(&half, tr);
+    trainer_close(tr);
+
+    struct config c2 = c;
+    snprintf(c2.resume, sizeof c2.resume, "%s", c1.save_state);
+    path_in(c2.log_json, sizeof c2.log_json, "resumed8.json");
+    open_ok(tr, &c2);
+    assert_string_equal(tr->opt8_resume, "8-bit states: loaded as saved (bit-exact)");
+    run_ok(tr);
+    snap8(&resumed, tr);
+    trainer_close(tr);
+
+    assert_int_equal(straight.n, resumed.n);
+    assert_true(memcmp(half.bytes, straight.bytes, half.n) != 0);
+    assert_true(memcmp(straight.bytes, resumed.bytes, straight.n) == 0);
+    assert_int_equal(read_losses(ca.log_json, loss_a, 16), 10);
+    assert_int_equal(read_losses(c2.log_json, loss_b, 16), 5);
+    for (int i = 0; i < 5; i++) assert_true(loss_a[5 + i] == loss_b[i]);
+
+    /* another layout key: requantized from the fp32 states, and it says so */
+    struct config c3 = c2;
+    set(&c3, "min_8bit_size", "512");
+    c3.log_json[0] = '\0';
+    open_ok(tr, &c3);
+    assert_string_equal(tr->opt8_resume,
+                        "8-bit states: requantized from fp32 for a new layout (dp 1 -> 1, ZeRO 0 -> 0, "
+                        "min_8bit_size 1024 -> 512)");
+    run_ok(tr);
+    assert_int_equal(tr->step, 10);
+    trainer_close(tr);
+    free(straight.bytes), free(half.bytes), free(resumed.bytes);
+    free(tr);
+}
+
 /* ---- stopping by signal ------------------------------------------------ */
 
 /* A SIGTERM that arrives during step 4 (raised here between steps 3 and 4
@@ -563,6 +680,7 @@ int main(void) {
         cmocka_unit_test(test_resume_bf16_shuffled),
         cmocka_unit_test(test_resume_bf16_stochastic_accum),
         cmocka_unit_test(test_resume_fp32_sequential),
+        cmocka_unit_test(test_resume_adamw8bit),
         cmocka_unit_test(test_stop_signal_saves_a_resumable_state),
         cmocka_unit_test(test_rejects_unwritable_outputs),
         cmocka_unit_test(test_output_check_sizes_and_space),

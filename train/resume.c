@@ -9,7 +9,8 @@
  *            char data_pattern[512] (NUL-padded), u64 data_files,
  *            u64 data_bytes, u32 data_digest, u32 n_sections
  *   table    per section: char name[32] (NUL-padded), u32 dtype (0 fp32,
- *            1 bf16), u64 numel, u32 crc32c of its data
+ *            1 bf16, 2 u8: 8-bit optimizer codes saved as they are), u64
+ *            numel, u32 crc32c of its data
  *   data     each section's numel raw elements, in table order
  *
  * Version 1 interleaved section headers with data and had no checksums.
@@ -36,6 +37,7 @@ enum {
     TABLE_ENTRY_BYTES = STATE_NAME_LEN + 4 + 8 + 4,
     DISK_FP32 = 0,
     DISK_BF16 = 1,
+    DISK_U8 = 2,
     VERIFY_CHUNK = 1 << 16 /* bytes streamed at a time to check a checksum */
 };
 
@@ -78,7 +80,7 @@ static int check_decls(const struct state_decl *d, int n, char err[CKPT_ERR_LEN]
     }
     for (int i = 0; i < n; i++) {
         if (check_name(d[i].name, err)) return -1;
-        if (d[i].dtype != DTYPE_FP32 && d[i].dtype != DTYPE_BF16) {
+        if (d[i].dtype != DTYPE_FP32 && d[i].dtype != DTYPE_BF16 && d[i].dtype != DTYPE_U8) {
             snprintf(err, CKPT_ERR_LEN, "section '%s': unknown dtype %d", d[i].name, (int)d[i].dtype);
             return -1;
         }
@@ -133,7 +135,7 @@ static void encode_header(unsigned char *buf, const struct resume_meta *meta, co
     for (int i = 0; i < n; i++) {
         memset(p, 0, STATE_NAME_LEN);
         memcpy(p, t[i].name, strlen(t[i].name)), p += STATE_NAME_LEN;
-        put_u32(&p, t[i].dtype == DTYPE_BF16 ? DISK_BF16 : DISK_FP32);
+        put_u32(&p, t[i].dtype == DTYPE_BF16 ? DISK_BF16 : t[i].dtype == DTYPE_U8 ? DISK_U8 : DISK_FP32);
         put_u64(&p, t[i].numel);
         put_u32(&p, t[i].crc);
     }
@@ -399,11 +401,11 @@ static int scan_file(FILE *f, const char *path, struct resume_meta *meta, struct
         uint32_t code = get_u32(&p);
         t[i].numel = get_u64(&p);
         t[i].crc = get_u32(&p);
-        if (code != DISK_FP32 && code != DISK_BF16) {
+        if (code > DISK_U8) {
             snprintf(err, CKPT_ERR_LEN, "%.300s: section '%s' has unknown dtype %u", path, t[i].name, (unsigned)code);
             goto fail;
         }
-        t[i].dtype = code == DISK_BF16 ? DTYPE_BF16 : DTYPE_FP32;
+        t[i].dtype = code == DISK_BF16 ? DTYPE_BF16 : code == DISK_U8 ? DTYPE_U8 : DTYPE_FP32;
         t[i].data_offset = pos;
         uint64_t room = pos <= size ? (uint64_t)(size - pos) : 0, esz = dtype_size(t[i].dtype);
         if (t[i].numel > room / esz) {

@@ -4,6 +4,7 @@
 #include "zero.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "bufops.h"
 
@@ -201,5 +202,114 @@ void zero_scatter_unit(struct zero *z, enum zero_state which, int u, const void 
     for (int k = 0; k < z->segs.n; k++) {
         const struct opt_segment *g = &z->segs.seg[k];
         if (g->unit == u) optstate_segment_from_fp32(z, which, g, (const float *)src + g->lo);
+    }
+}
+
+/* ---- 8-bit states as they are, one unit at a time */
+
+int zero_raw_ranks(const struct zero *z) { return optim_sharded(z) ? z->dp->size : 1; }
+
+static size_t seg_blocks(const struct opt_segment *g) { return (g->hi - g->lo + OPT8_BLOCK - 1) / OPT8_BLOCK; }
+
+/* Adds the absmax count of each unit of segments s into count[u * R + r]. */
+static void count_blocks(const struct opt_segments *s, int R, int r, size_t *count) {
+    for (int k = 0; k < s->n; k++)
+        if (s->seg[k].quantized) count[(size_t)s->seg[k].unit * (size_t)R + (size_t)r] += seg_blocks(&s->seg[k]);
+}
+
+int zero_raw_block_table(struct zero *z, size_t *first) {
+    const int R = zero_raw_ranks(z), U = z->lay->n_units;
+    size_t cells = (size_t)U * (size_t)R;
+    for (size_t i = 0; i <= cells; i++) first[i] = 0;
+    if (R == 1) {
+        count_blocks(&z->segs, 1, 0, first);
+    } else {
+        /* every rank's segments, as that rank builds them */
+        struct opt_segment *table = mem_alloc(z->mem, MEM_HOST, MEM_SCRATCH, "8-bit block table (one rank's segments)",
+                                              (size_t)layout_num_tensors(z->lay) * sizeof *table);
+        if (!table) return -1;
+        for (int r = 0; r < R; r++) {
+            struct shard_layout sh;
+            struct opt_segments segs;
+            shard_layout_init(&sh, z->lay, R, r);
+            opt_segments_build(&segs, table, z->lay, &sh, z->o.stage, &z->o.optim);
+            count_blocks(&segs, R, r, first);
+        }
+        mem_free(z->mem, table);
+    }
+    /* counts to starts */
+    size_t at = 0;
+    for (size_t i = 0; i <= cells; i++) {
+        size_t c = i < cells ? first[i] : 0;
+        first[i] = at;
+        at += c;
+    }
+    return 0;
+}
+
+static uint8_t *codes_of(const struct zero *z, enum zero_state which) { return which == STATE_OPT1 ? z->st.q1 : z->st.q2; }
+static float *absmax_of(const struct zero *z, enum zero_state which) {
+    return which == STATE_OPT1 ? z->st.absmax1 : z->st.absmax2;
+}
+
+/* Checkpoint traffic is not a step's: the counters are put back. */
+static void gather_uncounted(struct zero *z, void *buf, size_t chunk) {
+    struct comm_counters step_counts = z->dp->counters;
+    z->dp->all_gather(z->dp, buf, chunk, DTYPE_FP32);
+    z->dp->counters = step_counts;
+}
+
+void zero_gather_unit_codes(struct zero *z, enum zero_state which, int u, void *work) {
+    const bool sharded = optim_sharded(z);
+    const size_t chunk = shard_unit_chunk(&z->sh, u), R = (size_t)zero_raw_ranks(z);
+    /* each rank's slice of bytes in a slot of whole fp32 words, so the
+     * all-gather (which moves fp32) carries it unchanged */
+    const size_t slot = sharded ? (chunk + 3) / 4 * 4 : shard_unit_padded(&z->sh, u);
+    const size_t origin = sharded ? (size_t)z->sh.rank * chunk : 0; /* unit element of the slot's byte 0 */
+    unsigned char *w = work, *mine = w + (sharded ? (size_t)z->sh.rank * slot : 0);
+    buf_zero(w, R * slot);
+    for (int k = 0; k < z->segs.n; k++) {
+        const struct opt_segment *g = &z->segs.seg[k];
+        if (g->unit == u && g->quantized) buf_copy(mine + (g->lo - origin), codes_of(z, which) + g->q_offset, g->hi - g->lo);
+    }
+    if (!sharded) return;
+    gather_uncounted(z, w, slot / 4);
+    for (size_t r = 1; r < R; r++) memmove(w + r * chunk, w + r * slot, chunk); /* slots to slices */
+}
+
+void zero_gather_unit_absmax(struct zero *z, enum zero_state which, int u, const size_t *first, void *work) {
+    const bool sharded = optim_sharded(z);
+    const size_t chunk = shard_unit_chunk(&z->sh, u), R = (size_t)zero_raw_ranks(z), row = (size_t)u * R;
+    float *w = work, *mine = w + (sharded ? (size_t)z->sh.rank * chunk : 0);
+    /* a rank's blocks of the unit are fewer than its elements of it: a slice holds them */
+    size_t n = 0;
+    for (int k = 0; k < z->segs.n; k++) {
+        const struct opt_segment *g = &z->segs.seg[k];
+        if (g->unit != u || !g->quantized) continue;
+        buf_copy(mine + n, absmax_of(z, which) + g->block_offset, seg_blocks(g) * sizeof *w);
+        n += seg_blocks(g);
+    }
+    if (!sharded) return;
+    gather_uncounted(z, w, chunk);
+    for (size_t r = 1; r < R; r++)
+        memmove(w + (first[row + r] - first[row]), w + r * chunk, (first[row + r + 1] - first[row + r]) * sizeof *w);
+}
+
+void zero_scatter_unit_codes(struct zero *z, enum zero_state which, int u, const void *src) {
+    const unsigned char *s = src;
+    for (int k = 0; k < z->segs.n; k++) {
+        const struct opt_segment *g = &z->segs.seg[k];
+        if (g->unit == u && g->quantized) buf_copy(codes_of(z, which) + g->q_offset, s + g->lo, g->hi - g->lo);
+    }
+}
+
+void zero_scatter_unit_absmax(struct zero *z, enum zero_state which, int u, const size_t *first, const void *src) {
+    const size_t R = (size_t)zero_raw_ranks(z), row = (size_t)u * R, r = R == 1 ? 0 : (size_t)z->sh.rank;
+    const float *s = (const float *)src + (first[row + r] - first[row]);
+    for (int k = 0; k < z->segs.n; k++) {
+        const struct opt_segment *g = &z->segs.seg[k];
+        if (g->unit != u || !g->quantized) continue;
+        buf_copy(absmax_of(z, which) + g->block_offset, s, seg_blocks(g) * sizeof *s);
+        s += seg_blocks(g);
     }
 }
