@@ -98,8 +98,8 @@ assert page.count("not in this run") == len(missing), page
 EOF
 }
 check "report of both runs renders" "$build/report" "$tmp/zero3.json" "$tmp/one.json" --out "$tmp/both"
-check "  4 pictures (loss, step time, memory, comm), timeline and pipeline not in this run" \
-    check_report "$tmp/both" 4 memory_timeline pipeline
+check "  5 pictures (loss, step time, memory, comm, the memory timeline the trainer records), pipeline not in this run" \
+    check_report "$tmp/both" 5 pipeline
 cat "$tmp/zero3.json" tests/report/memory_phases.json >"$tmp/phases.json"
 check "report with memory_phase records and a trace renders" \
     "$build/report" "$tmp/phases.json" --trace tests/report/pipeline_trace.json --out "$tmp/all"
