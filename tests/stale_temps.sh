@@ -24,6 +24,7 @@ args=(--config configs/tiny.conf --train_data "$tmp/train.bin" --val_data "" --t
       --n_layer 4 --d_model 256 --micro_batch 1 --steps 1000000 --save_state "$tmp/run.state" --save_state_every 1)
 
 hits=0
+hit=() # hit[i] = 1 when run i was killed while its temp file existed
 for i in $(seq 1 $kills); do
     resume=()
     [ -e "$tmp/run.state" ] && resume=(--resume "$tmp/run.state")
@@ -35,19 +36,25 @@ for i in $(seq 1 $kills); do
         kill -0 $pid 2>/dev/null || break
         sleep 0.005
     done
-    [ -e "$tmp/run.state.shardlab-tmp.$host.$pid" ] && hits=$((hits + 1))
+    hit[i]=0
+    [ -e "$tmp/run.state.shardlab-tmp.$host.$pid" ] && hit[i]=1 && hits=$((hits + 1))
     kill -9 $pid 2>/dev/null
     wait $pid 2>/dev/null
 done
 left=$(find "$tmp" -name 'run.state.shardlab-tmp.*' | wc -l)
 removed=$(cat "$tmp"/out* | grep -c 'removed stale temp file')
 echo "     $kills runs killed, $hits of them while saving; $removed temp files removed by the next run, $left left"
-[ "$hits" -eq "$kills" ]
-check "every run was killed with SIGKILL while its temp file was being written" $?
-# run i > 1 removed the temp file of run i - 1: without the clean-up there
-# would be $kills now (the issue saw 4 full-size ones after 15 kills)
-! grep -l "^error" "$tmp"/out* >/dev/null && [ "$removed" -eq $((kills - 1)) ] && [ "$left" -eq 1 ]
-check "each run resumed the state the killed ones left and removed its predecessor's temp file" $?
+# A kill can miss a save on a slow or loaded machine (the run died between
+# two saves): that run leaves no orphan. Most must land mid-save for the
+# test to mean anything.
+[ "$hits" -ge $((kills - 3)) ]
+check "at least $((kills - 3)) of $kills runs were killed with SIGKILL while their temp file was being written" $?
+# run i > 1 removed the orphan of run i - 1 (when it left one): without the
+# clean-up there would be $hits now (the issue saw 4 full-size ones after 15
+# kills); only the last run's orphan, if any, is left
+expect_removed=$((hits - hit[kills]))
+! grep -l "^error" "$tmp"/out* >/dev/null && [ "$removed" -eq "$expect_removed" ] && [ "$left" -eq "${hit[kills]}" ]
+check "each run resumed the state the killed ones left and removed its predecessor's orphan ($removed of $expect_removed)" $?
 
 # Each of those runs removed its predecessor's temp file: put back 3 more
 # orphans to show a later run finds several, and one of another host it must
