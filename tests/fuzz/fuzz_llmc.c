@@ -103,6 +103,17 @@ static void check_open_file(const char *path, const uint8_t *data, const struct 
     /* the size check passed, so the model is no larger than the input */
     float *whole = malloc(r.lay.total * sizeof *whole + 1);
     FUZZ_CHECK(whole != NULL);
+    /* a NaN or Inf anywhere in the weights: the load is refused, naming it */
+    size_t elems = r.lay.total;
+    if (dtype_first_nonfinite(data + 1024, r.file_dt, elems) != elems) {
+        memset(err, 'x', sizeof err);
+        FUZZ_CHECK(llmc_load(path, &r.lay, whole, DTYPE_FP32, err) != 0);
+        fuzz_check_message(err, sizeof err);
+        FUZZ_CHECK(strstr(err, "(non-finite)") != NULL);
+        free(whole);
+        llmc_close(&r);
+        return;
+    }
     FUZZ_CHECK(llmc_load(path, &r.lay, whole, DTYPE_FP32, err) == 0);
     for (int t = 0; t < MODEL_NUM_TENSORS; t++) check_tensor(&r, data, model_tensor_id((enum model_tensor)t), whole);
     for (int l = 0; l < shape->L; l++)
