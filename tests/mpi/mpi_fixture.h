@@ -38,4 +38,22 @@ static inline int write_corpus_shard(const char *path, size_t bytes) {
     return rc;
 }
 
+/* A scratch folder of this rank's, /tmp/shardlab_<test>_r<rank>_XXXXXX,
+ * holding the corpus shard the test trains on (`bytes` of the bundled
+ * text). Returns 0 or -1. */
+static inline int scratch_open(char *dir, size_t dir_len, char *shard, size_t shard_len, const char *test, int rank,
+                               size_t bytes) {
+    snprintf(dir, dir_len, "/tmp/shardlab_%s_r%d_XXXXXX", test, rank);
+    if (!mkdtemp(dir)) return -1;
+    snprintf(shard, shard_len, "%s/train.bin", dir);
+    return write_corpus_shard(shard, bytes);
+}
+
+/* Removes the folder and what is in it. Returns system()'s status. */
+static inline int scratch_close(const char *dir) {
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd);
+}
+
 #endif

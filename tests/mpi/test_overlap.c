@@ -137,17 +137,12 @@ static int setup(void **state) {
     openblas_set_num_threads(1);
     char err[GRID_ERR_LEN];
     if (grid_init(&WORLD, 1, 1, err) != 0) return -1;
-    snprintf(DIR_, sizeof DIR_, "/tmp/shardlab_overlap_r%d_XXXXXX", WORLD.world_rank);
-    if (!mkdtemp(DIR_)) return -1;
-    snprintf(SHARD, sizeof SHARD, "%s/train.bin", DIR_);
-    return write_corpus_shard(SHARD, 64 * 1024);
+    return scratch_open(DIR_, sizeof DIR_, SHARD, sizeof SHARD, "overlap", WORLD.world_rank, 64 * 1024);
 }
 
 static int teardown(void **state) {
     (void)state;
-    char cmd[200];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", DIR_);
-    int rc = system(cmd);
+    int rc = scratch_close(DIR_);
     grid_free(&WORLD);
     return rc;
 }

@@ -211,17 +211,12 @@ static int setup(void **state) {
     char err[GRID_ERR_LEN];
     if (grid_init(&WORLD, 1, 1, err) != 0) return -1;
     int rank = WORLD.world_rank;
-    snprintf(DIR_, sizeof DIR_, "/tmp/shardlab_zero_r%d_XXXXXX", rank);
-    if (!mkdtemp(DIR_)) return -1;
-    snprintf(SHARD, sizeof SHARD, "%s/train.bin", DIR_);
-    return write_corpus_shard(SHARD, 100 * 1024);
+    return scratch_open(DIR_, sizeof DIR_, SHARD, sizeof SHARD, "zero", rank, 100 * 1024);
 }
 
 static int teardown(void **state) {
     (void)state;
-    char cmd[200];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", DIR_);
-    int rc = system(cmd);
+    int rc = scratch_close(DIR_);
     grid_free(&WORLD);
     return rc;
 }
