@@ -21,6 +21,7 @@
 
 #include "checkpoint.h"
 #include "crc32c.h"
+#include "file_fixture.h"
 #include "fileio.h"
 
 enum {
@@ -47,44 +48,14 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     struct fixture *fx = *state;
-    DIR *d = opendir(fx->dir);
-    if (d) {
-        char p[sizeof fx->dir + sizeof((struct dirent *)0)->d_name + 1];
-        for (struct dirent *e; (e = readdir(d));) {
-            if (e->d_name[0] == '.') continue;
-            snprintf(p, sizeof p, "%s/%s", fx->dir, e->d_name);
-            unlink(p);
-        }
-        closedir(d);
-    }
-    rmdir(fx->dir);
+    scratch_dir_remove(fx->dir);
     free(fx);
     return 0;
 }
 
-static void path_in(const struct fixture *fx, const char *name, char out[256]) {
-    snprintf(out, 256, "%s/%s", fx->dir, name);
-}
+static void path_in(const struct fixture *fx, const char *name, char out[256]) { path_in_dir(fx->dir, name, out); }
 
-static unsigned char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc(*n + 16);
-    assert_non_null(b);
-    assert_int_equal(fread(b, 1, *n, f), *n);
-    fclose(f);
-    return b;
-}
 
-static void spit(const char *path, const void *b, size_t n) {
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(b, 1, n, f), n);
-    fclose(f);
-}
 
 /* ---- CRC32C ---- */
 
