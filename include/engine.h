@@ -26,6 +26,7 @@
 #include "collectives.h"
 #include "counters.h"
 #include "gpt.h"
+#include "grid.h"
 #include "layout.h"
 #include "mem.h"
 #include "zero.h"
@@ -44,7 +45,8 @@ struct engine_options {
 struct engine {
     struct engine_options o;
     struct model_layout lay;
-    struct collectives *dp;
+    struct grid *grid;             /* the process grid: its dp, tp, pp and tie groups */
+    struct collectives *dp;        /* &grid->dp_comm */
     struct mem_tracker *mem;
     enum mem_space space;
     struct flop_counter *flops;
@@ -63,15 +65,18 @@ struct engine {
 struct mb_input {
     const int32_t *inputs;   /* first stage: (B,T) token ids */
     const int32_t *targets;  /* last stage: (B,T) */
-    const void *x_in;        /* other stages: (B,T,C) in act_dtype from the previous stage */
+    const void *x_in;        /* other stages: (B,T,C) in act_dtype from the previous stage, or
+                              * NULL when it was received into engine_stage_input already */
 };
 
 /* Builds this rank's model and states over the layout `lay` (copied);
- * dp: the data-parallel collectives (size 1 for one process). Returns 0,
+ * grid: the process grid (grid_init_single for one process), whose dp
+ * group shards the model states and whose tp, pp and tie groups the layout
+ * must match. Returns 0,
  * or -1 with a message naming the buffer (and its bytes) that could not be
  * allocated; then engine_free is still the way out. */
 int engine_init(struct engine *e, const struct engine_options *o, const struct model_layout *lay,
-                struct collectives *dp, struct mem_tracker *mem, enum mem_space space, struct flop_counter *flops,
+                struct grid *grid, struct mem_tracker *mem, enum mem_space space, struct flop_counter *flops,
                 char *err, size_t err_len);
 void engine_free(struct engine *e);
 
@@ -86,11 +91,19 @@ void engine_set_unit(struct engine *e, int u, const float *w);
 /* After params changed outside the step (load, resume). */
 void engine_params_changed(struct engine *e);
 
+/* Slot `slot`'s incoming activation (a stage that is not the first: a
+ * pipeline receives into it, then forwards with x_in = NULL) and outgoing
+ * one (not the last stage: valid after the forward, until the slot's next
+ * forward; a pipeline sends from it and passes x_out = NULL). */
+void *engine_stage_input(struct engine *e, int slot);
+const void *engine_stage_output(struct engine *e, int slot);
+
 void engine_zero_grads(struct engine *e);
 /* Forward of one micro-batch into slot `slot`. dloss: this micro-batch's
  * weight in the step's loss (1/(accum x dp)); 0 for a forward only (no
  * backward follows). Last stage: returns the micro-batch's mean loss;
- * other stages write the outgoing activation to x_out and return 0. */
+ * other stages write the outgoing activation to x_out (unless NULL) and
+ * return 0. */
 float engine_forward(struct engine *e, int slot, const struct mb_input *in, void *x_out, float dloss);
 /* Backward of slot `slot`, gradients ACCUMULATED. dx_in: the incoming
  * gradient (B,T,C) in act_dtype (NULL on the last stage); dx_out: where the

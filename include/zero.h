@@ -73,6 +73,18 @@ struct ddp_bucket {
     struct coll_request req;
 };
 
+/* The tied embedding across pipeline stages (parallel/zero/tie.c): this
+ * rank's copy of wte is elements [lo, hi) of unit `unit`, its gradient
+ * summed over `group` (first and last stage) at every step. in_norm: the
+ * copy counts in the global gradient norm (the embedding's does, the
+ * head's copy does not: one tensor is counted once). */
+struct zero_tie {
+    struct collectives *group;     /* NULL: no tie */
+    int unit;
+    size_t lo, hi;
+    bool in_norm;
+};
+
 struct model_states {
     void *params;     /* param_dtype: full padded (stage < 3) or shard (stage 3) */
     float *master;    /* fp32, when params are bf16: full (stage 0) or shard */
@@ -116,6 +128,10 @@ struct zero {
     struct ddp_bucket *ddp;
     int n_ddp, ddp_posted, ddp_waited;             /* buckets [0, ddp_posted) posted, [0, ddp_waited) reduced */
     bool last_backward;                            /* this backward's grads are the step's last */
+    struct zero_tie tie;
+    /* model-parallel groups whose ranks hold different parameters (pp:
+     * other layers): squared gradient norms sum over them too */
+    struct collectives *norm_groups[2];
 };
 
 /* Which model state a checkpoint moves. */
@@ -172,6 +188,14 @@ struct step_result zero_step(struct zero *z, int step, bool skip_nonfinite);
 void zero_comm_init(struct zero *z);
 void zero_comm_free(struct zero *z);
 void zero_reduce_step_grads(struct zero *z);
+
+/* ---- the tied embedding across stages (parallel/zero/tie.c) */
+void zero_tie_init(struct zero *z, struct collectives *tie, int unit, size_t lo, size_t hi, bool in_norm);
+/* A tie group of two ranks is set. */
+bool zero_tie_active(const struct zero *z);
+/* In zero_step, after the dp reduction: the tied copy's reduced gradient
+ * summed over the tie group. Collective over dp and the tie group. */
+void zero_tie_grads(struct zero *z);
 
 /* ---- moving states in and out, one unit at a time */
 bool zero_has_state(const struct zero *z, enum zero_state which);

@@ -9,9 +9,10 @@
 static const char *const unit_names[] = {[UNIT_EMBED] = "embedding", [UNIT_HEAD] = "head", [UNIT_LAYER] = "layer"};
 
 int engine_init(struct engine *e, const struct engine_options *o, const struct model_layout *lay,
-                struct collectives *dp, struct mem_tracker *mem, enum mem_space space, struct flop_counter *flops,
+                struct grid *grid, struct mem_tracker *mem, enum mem_space space, struct flop_counter *flops,
                 char *err, size_t err_len) {
-    *e = (struct engine){.o = *o, .lay = *lay, .dp = dp, .mem = mem, .space = space, .flops = flops};
+    struct collectives *dp = &grid->dp_comm;
+    *e = (struct engine){.o = *o, .lay = *lay, .grid = grid, .dp = dp, .mem = mem, .space = space, .flops = flops};
     if (zero_init(&e->z, &o->zero, &e->lay, dp, mem, space, flops) != 0) {
         mem_failure_message(mem, err, err_len);
         return -1;
@@ -33,6 +34,14 @@ int engine_init(struct engine *e, const struct engine_options *o, const struct m
         }
     }
     gpt_init(&e->model, &e->lay, o->micro_batch, o->slots, o->act_dtype, o->recompute, mem, space, flops);
+    /* pipeline stages: the tied wte's two copies and the norm over stages */
+    e->z.norm_groups[0] = &grid->pp_comm;
+    if (e->lay.rank.has_embed != e->lay.rank.has_head) { /* first or last of several stages */
+        bool embed = e->lay.rank.has_embed;
+        struct tensor_info t = embed ? layout_embed_tensor(&e->lay, EMB_WTE) : layout_head_tensor(&e->lay, HEAD_WTE);
+        size_t at = t.offset - layout_unit_offset(&e->lay, t.unit);
+        zero_tie_init(&e->z, &grid->tie_comm, t.unit, at, at + t.numel, embed);
+    }
     if (mem_failed(mem)) {
         mem_failure_message(mem, err, err_len);
         return -1;
@@ -99,6 +108,9 @@ static float *unit_grads_begin(struct engine *e, int u) {
     return e->dw32[k];
 }
 
+void *engine_stage_input(struct engine *e, int slot) { return gpt_stage_input(&e->model, slot); }
+const void *engine_stage_output(struct engine *e, int slot) { return gpt_stage_output(&e->model, slot); }
+
 void engine_zero_grads(struct engine *e) {
     zero_zero_grads(&e->z);
     e->backwards = 0;
@@ -128,7 +140,7 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
         phase_done(e, PHASE_FORWARD, layout_embed_unit(lay));
     } else {
         gather_ahead(e, l0 < l1 ? layout_layer_unit(lay, l0) : hu);
-        buf_copy(gpt_stage_input(m, slot), in->x_in, act_bytes);
+        if (in->x_in) buf_copy(gpt_stage_input(m, slot), in->x_in, act_bytes);
     }
     for (int l = l0; l < l1; l++) {
         const float *w = unit_weights(e, layout_layer_unit(lay, l));
@@ -138,7 +150,7 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
         phase_done(e, PHASE_FORWARD, layout_layer_unit(lay, l));
     }
     if (!lay->rank.has_head) {
-        buf_copy(x_out, gpt_stage_output(m, slot), act_bytes);
+        if (x_out) buf_copy(x_out, gpt_stage_output(m, slot), act_bytes);
         return 0.0f;
     }
     const float *wh = unit_weights(e, hu);

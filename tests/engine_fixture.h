@@ -12,13 +12,13 @@
 #include "engine.h"
 #include "trainer.h"
 
-static inline void fixture_engine_init(struct engine *e, const struct config *c, struct collectives *dp,
+static inline void fixture_engine_init(struct engine *e, const struct config *c, struct grid *grid,
                                        struct mem_tracker *mem, struct flop_counter *flops) {
     struct model_layout lay;
     layout_init_whole(&lay, trainer_model_shape(c));
     struct engine_options o = trainer_engine_options(c);
     char err[256];
-    if (engine_init(e, &o, &lay, dp, mem, MEM_HOST, flops, err, sizeof err) != 0) {
+    if (engine_init(e, &o, &lay, grid, mem, MEM_HOST, flops, err, sizeof err) != 0) {
         fprintf(stderr, "engine_init: %s\n", err);
         abort();
     }

@@ -52,7 +52,7 @@ static void stage_engine(struct rig *r, struct engine *e, int pp, int stage, int
     struct engine_options o = trainer_engine_options(&r->cfg);
     o.slots = slots;
     char err[256];
-    assert_int_equal(engine_init(e, &o, &lay, &r->grid.dp_comm, &r->mem, MEM_HOST, &r->flops, err, sizeof err), 0);
+    assert_int_equal(engine_init(e, &o, &lay, &r->grid, &r->mem, MEM_HOST, &r->flops, err, sizeof err), 0);
     engine_init_params(e);
     engine_zero_grads(e);
 }

@@ -39,7 +39,7 @@ static struct harness *harness_new(enum dtype dt, int micro_batch) {
     h->cfg.param_dtype = h->cfg.grad_dtype = h->cfg.act_dtype = dt;
     h->cfg.seed = SEED;
     grid_init_single(&h->grid);
-    fixture_engine_init(&h->e, &h->cfg, &h->grid.dp_comm, &h->mem, &h->flops);
+    fixture_engine_init(&h->e, &h->cfg, &h->grid, &h->mem, &h->flops);
     return h;
 }
 

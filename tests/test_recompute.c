@@ -36,7 +36,7 @@ static struct run *run_new(enum recompute_mode r, enum dtype dt, int T) {
     h->cfg.recompute = r;
     h->cfg.param_dtype = h->cfg.grad_dtype = h->cfg.act_dtype = dt;
     grid_init_single(&h->grid);
-    fixture_engine_init(&h->e, &h->cfg, &h->grid.dp_comm, &h->mem, &h->flops);
+    fixture_engine_init(&h->e, &h->cfg, &h->grid, &h->mem, &h->flops);
     engine_init_params(&h->e);
     return h;
 }

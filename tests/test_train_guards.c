@@ -260,7 +260,7 @@ static void test_optimizer_step_skips_nonfinite(void **state) {
     struct flop_counter flops = {0};
     struct engine *e = calloc(1, sizeof *e);
     assert_non_null(e);
-    fixture_engine_init(e, &c, &GRID.dp_comm, &mem, &flops);
+    fixture_engine_init(e, &c, &GRID, &mem, &flops);
     engine_init_params(e);
     size_t bt = (size_t)c.micro_batch * c.seq_len;
     int32_t *in = malloc(bt * sizeof *in), *tg = malloc(bt * sizeof *tg);

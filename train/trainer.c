@@ -166,7 +166,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     }
     say(tr, "allocating %.1f MiB per rank (theory, rank 0) ...",
         theory_trainer_memory(cfg, grid->dp, grid->dp_rank).total / 1048576.0);
-    rc = engine_init(&tr->engine, &eo, &lay, &grid->dp_comm, &tr->mem, MEM_HOST, &tr->flops, err, TRAINER_ERR_LEN);
+    rc = engine_init(&tr->engine, &eo, &lay, grid, &tr->mem, MEM_HOST, &tr->flops, err, TRAINER_ERR_LEN);
     tr->engine_open = true;
     tr->model_flops_per_step = theory_trainer_flops(cfg).model;
     size_t bt = (size_t)cfg->micro_batch * cfg->seq_len;

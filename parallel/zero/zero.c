@@ -81,8 +81,11 @@ static const void *segment_grad(const struct zero *z, const struct opt_segment *
  * partition exactly the elements it owns (every unit at stage 0). */
 static double local_grad_sum_squares(const struct zero *z) {
     double s = 0.0;
+    const struct zero_tie *t = &z->tie;
     for (int k = 0; k < z->segs.n; k++) {
         const struct opt_segment *g = &z->segs.seg[k];
+        /* segments never cross a tensor: one inside the uncounted copy is skipped whole */
+        if (zero_tie_active(z) && !t->in_norm && g->unit == t->unit && g->lo >= t->lo && g->hi <= t->hi) continue;
         s += buf_sum_squares(segment_grad(z, g), z->o.grad_dtype, g->hi - g->lo);
     }
     return s;
@@ -92,8 +95,11 @@ struct step_result zero_step(struct zero *z, int step, bool skip_nonfinite) {
     const struct optim_options *op = &z->o.optim;
     phase_hook_call(&z->o.hook, PHASE_REDUCE_GRADS, -1); /* before: what is in flight is still held */
     zero_reduce_step_grads(z);
+    zero_tie_grads(z);
     double sq = local_grad_sum_squares(z);
     if (z->o.stage > 0) z->dp->all_reduce_scalars(z->dp, &sq, 1);
+    for (int k = 0; k < 2; k++)
+        if (z->norm_groups[k] && z->norm_groups[k]->size > 1) z->norm_groups[k]->all_reduce_scalars(z->norm_groups[k], &sq, 1);
     struct step_result r = {.grad_norm = sqrt(sq), .lr = lr_at(&op->lr, step)};
     /* before any segment changes; the params were not touched, so there is
      * nothing to redistribute either */
