@@ -78,7 +78,7 @@ enum coll_kind {
 
 enum {
     COLL_TAG_MAX = 32767,     /* the smallest MPI_TAG_UB the MPI standard allows */
-    COLL_MAX_REQUESTS = 32,   /* pending isend/irecv handles per table */
+    COLL_MAX_REQUESTS = 160,  /* pending isend/irecv handles per table: a GPipe stage holds two per slot */
 };
 
 struct comm_counters {

@@ -12,6 +12,7 @@
 #include "dtype.h"
 #include "gpt.h"
 #include "optim.h"
+#include "pipeline.h"
 
 /* gpt2: LayerNorm, GELU MLP, biases, learned positions, tied embeddings.
  * llama: RMSNorm, SwiGLU MLP, GQA, RoPE (no position table), no biases,
@@ -71,6 +72,8 @@ struct config {
     char sample_prompt[CONFIG_PATH_LEN];
     /* parallelism: world = dp x tp x pp (dp is what remains) */
     int zero, tp, pp;
+    enum schedule_kind schedule; /* pipeline schedule (include/schedule.h) */
+    char pp_layers[CONFIG_PATH_LEN]; /* layers per stage, "3,3,2"; "": an even split */
     bool explain;
     bool overlap;          /* collectives behind compute (include/zero.h); 0: the blocking path */
     double ddp_bucket_mb;  /* ZeRO-0: MiB of gradients per all-reduce bucket (whole units) */

@@ -96,7 +96,7 @@ void engine_params_changed(struct engine *e);
  * one (not the last stage: valid after the forward, until the slot's next
  * forward; a pipeline sends from it and passes x_out = NULL). */
 void *engine_stage_input(struct engine *e, int slot);
-const void *engine_stage_output(struct engine *e, int slot);
+void *engine_stage_output(struct engine *e, int slot);
 
 void engine_zero_grads(struct engine *e);
 /* Forward of one micro-batch into slot `slot`. dloss: this micro-batch's

@@ -4,7 +4,16 @@
 #ifndef SHARDLAB_PIPELINE_H
 #define SHARDLAB_PIPELINE_H
 
+#include <stddef.h>
+
 #include "layout.h"
+
+/* The order of a step's micro-batches over the stages (include/schedule.h). */
+enum schedule_kind { SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_NUM };
+
+const char *schedule_name(enum schedule_kind k);
+
+enum { PIPELINE_MAX_STAGES = 1024 }; /* the config's limit on pp */
 
 /* Layers [*l0, *l1) of `stage` when L layers are split over pp stages:
  * evenly (counts NULL: the first L % pp stages take one layer more), or
@@ -14,5 +23,9 @@ int pipeline_stage_layers(int L, int pp, int stage, const int *counts, int *l0, 
 
 /* What the rank at (pp_rank, tp_rank) holds. Returns -1 as above. */
 int pipeline_rank_desc(int L, int pp, int pp_rank, int tp, int tp_rank, const int *counts, struct rank_desc *out);
+
+/* "3,3,2" into counts[0..pp): exactly pp counts, each at least 1, summing
+ * to L. Returns 0, or -1 with the reason in err. */
+int pipeline_parse_layers(const char *text, int pp, int L, int *counts, char *err, size_t err_len);
 
 #endif

@@ -1,26 +1,93 @@
-/* Schedules: the order in which one step's micro-batches go through this
- * rank's engine. Today's schedule runs them in sequence, each forward then
- * its backward, in one activation slot (no pipeline: one stage). A pipeline
- * schedule (GPipe, 1F1B) interleaves them across stages with more slots. */
+/* Pipeline schedules: the order in which one step's m micro-batches go
+ * through this rank's stage, and the point-to-point traffic between
+ * stages (activations forward, their gradients backward, (B,T,C) in the
+ * activation dtype over the pp group's collectives table).
+ *
+ *   gpipe  all m forwards, then all m backwards (Huang et al. 2019): every
+ *          stage holds m micro-batches' activations;
+ *   1f1b   PipeDream-Flush (Narayanan et al. 2021): stage s of p runs
+ *          min(p - s - 1, m) warm-up forwards, then alternates one forward
+ *          and one backward, then drains; it holds min(p - s, m).
+ *
+ * Both leave the same bubble, (p - 1) / (m + p - 1) of the step when every
+ * stage's forward and backward take the same time. With one stage, 1f1b is
+ * forward then backward of each micro-batch in turn, in one slot.
+ *
+ * Micro-batch k lives in activation slot k mod slots. No buffer is added
+ * for the traffic: a stage receives the activation into the slot's input,
+ * sends its output from the slot's output, receives the incoming gradient
+ * into the slot's output (its activation is no longer needed) and sends
+ * the outgoing gradient from the slot's input. Sends are non-blocking; a
+ * slot's sends are waited for before the slot is written again, which
+ * cannot deadlock: the receiver has matched them before it could send what
+ * this stage waits on next. */
 #ifndef SHARDLAB_SCHEDULE_H
 #define SHARDLAB_SCHEDULE_H
 
 #include <stdint.h>
 
+#include "collectives.h"
 #include "engine.h"
+#include "pipeline.h"
 
 /* Where a schedule gets its micro-batches: next() fills (B,T) inputs and
- * targets with the next one. */
+ * targets with the next one (every stage draws every micro-batch, in the
+ * same order, so the loaders stay in step). */
 struct batch_source {
     void (*next)(void *ctx, int32_t *inputs, int32_t *targets);
     void *ctx;
 };
 
-/* One step's forward and backward passes over n_micro micro-batches, each
+/* Activation slots stage `stage` of p needs for m micro-batches. */
+int schedule_slots(enum schedule_kind k, int p, int stage, int m);
+
+/* One operation of a stage's order. */
+enum pipe_op_kind { PIPE_FORWARD, PIPE_BACKWARD };
+struct pipe_op {
+    enum pipe_op_kind kind;
+    int micro_batch;
+};
+/* The 2m operations stage `stage` of p runs in a step, in order, into ops
+ * (room for 2m). Returns their number. */
+int schedule_order(enum schedule_kind k, int p, int stage, int m, struct pipe_op *ops);
+
+/* Time of the last schedule run on this rank, seconds. busy: inside the
+ * engine's forward and backward; waiting: in receives and send waits. The
+ * measured bubble is 1 - busy / total. */
+struct schedule_timing {
+    double total, busy, waiting;
+};
+
+/* One rank's stage of the pipeline. */
+struct pipeline {
+    struct engine *e;
+    struct collectives *pp;        /* the stage's group: rank = stage */
+    enum schedule_kind kind;
+    int m;                         /* micro-batches per step */
+    int slots;
+    struct pipe_op *ops;           /* 2m, from schedule_order */
+    struct coll_request act_sent[GPT_MAX_SLOTS], grad_sent[GPT_MAX_SLOTS]; /* pending sends by slot */
+    bool act_pending[GPT_MAX_SLOTS], grad_pending[GPT_MAX_SLOTS];
+    struct schedule_timing last;
+};
+
+/* The ops table is tracked (scratch). The engine must have been built with
+ * schedule_slots() slots. Returns 0, or -1 when the table could not be
+ * allocated (the tracker holds the message). */
+int pipeline_init(struct pipeline *p, struct engine *e, struct collectives *pp, enum schedule_kind kind, int m,
+                  struct mem_tracker *mem);
+void pipeline_free(struct pipeline *p, struct mem_tracker *mem);
+
+/* One step's forward and backward passes over m micro-batches, each
  * weighted dloss in the loss; inputs, targets: (B,T) buffers the schedule
  * fills. Gradients accumulate in the engine. Returns the sum of the
- * micro-batch losses. */
-double schedule_sequential(struct engine *e, int n_micro, float dloss, const struct batch_source *src,
-                           int32_t *inputs, int32_t *targets);
+ * micro-batch losses on the last stage, 0 on the others. */
+double pipeline_step(struct pipeline *p, float dloss, const struct batch_source *src, int32_t *inputs,
+                     int32_t *targets);
+/* n forwards only (no gradient), one micro-batch at a time through every
+ * stage, in slot 0: evaluation. Returns the sum of the losses on the last
+ * stage, 0 on the others. */
+double pipeline_forward_only(struct pipeline *p, int n, const struct batch_source *src, int32_t *inputs,
+                             int32_t *targets);
 
 #endif

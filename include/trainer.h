@@ -14,6 +14,7 @@
 #include "mem.h"
 #include "timeline.h"
 #include "progress.h"
+#include "schedule.h"
 
 enum { TRAINER_ERR_LEN = 1024 };
 
@@ -24,6 +25,8 @@ struct trainer {
     struct flop_counter flops;
     struct engine engine;
     bool engine_open;           /* engine_init ran (its buffers to free) */
+    struct pipeline pipe;       /* this rank's stage and the step's schedule (include/schedule.h) */
+    struct schedule_timing pipe_run; /* summed over the run's steps: the measured bubble */
     struct data_loader train, val;
     bool has_val;
     int32_t *inputs, *targets;  /* one micro-batch */

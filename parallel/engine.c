@@ -109,7 +109,7 @@ static float *unit_grads_begin(struct engine *e, int u) {
 }
 
 void *engine_stage_input(struct engine *e, int slot) { return gpt_stage_input(&e->model, slot); }
-const void *engine_stage_output(struct engine *e, int slot) { return gpt_stage_output(&e->model, slot); }
+void *engine_stage_output(struct engine *e, int slot) { return gpt_stage_output(&e->model, slot); }
 
 void engine_zero_grads(struct engine *e) {
     zero_zero_grads(&e->z);

@@ -86,6 +86,22 @@ static int init_weights(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     return 0;
 }
 
+/* The stage split: pp_layers, or an even one. counts gets pp entries. */
+static int stage_counts(const struct config *cfg, int *counts, char err[TRAINER_ERR_LEN]) {
+    if (cfg->pp_layers[0]) return pipeline_parse_layers(cfg->pp_layers, cfg->pp, cfg->n_layer, counts, err, TRAINER_ERR_LEN);
+    if (cfg->pp > cfg->n_layer) {
+        snprintf(err, TRAINER_ERR_LEN, "pp = %d stages for n_layer = %d layers: every stage needs at least one layer",
+                 cfg->pp, cfg->n_layer);
+        return -1;
+    }
+    for (int s = 0; s < cfg->pp; s++) {
+        int l0, l1;
+        pipeline_stage_layers(cfg->n_layer, cfg->pp, s, NULL, &l0, &l1);
+        counts[s] = l1 - l0;
+    }
+    return 0;
+}
+
 static int check_layout(const struct config *cfg, const struct grid *g, char err[TRAINER_ERR_LEN]) {
     if (cfg->arch != ARCH_GPT2 || cfg->n_kv_head != 0 || cfg->ffn_dim != 0) {
         snprintf(err, TRAINER_ERR_LEN,
@@ -93,11 +109,36 @@ static int check_layout(const struct config *cfg, const struct grid *g, char err
                  "LLaMA-style configs are for build/plan");
         return -1;
     }
-    if (g->tp != 1 || g->pp != 1) {
+    if (g->tp != 1) {
         snprintf(err, TRAINER_ERR_LEN,
-                 "tp = %d, pp = %d: tensor and pipeline parallelism are not part of this build (tp and pp must "
-                 "be 1; use data parallelism: mpirun -np N with --zero 0..3)",
-                 g->tp, g->pp);
+                 "tp = %d: tensor parallelism is not part of this build (tp must be 1; use data and pipeline "
+                 "parallelism: mpirun -np N with --zero 0..3 and --pp P)",
+                 g->tp);
+        return -1;
+    }
+    if (!cfg->pp_layers[0] && g->pp == 1) return 0;
+    int counts[PIPELINE_MAX_STAGES];
+    if (stage_counts(cfg, counts, err) != 0) return -1;
+    if (cfg->schedule == SCHEDULE_GPIPE && cfg->grad_accum > GPT_MAX_SLOTS) {
+        snprintf(err, TRAINER_ERR_LEN,
+                 "schedule gpipe holds every micro-batch of a step: grad_accum = %d is more than the %d activation "
+                 "slots (use --schedule 1f1b, which holds at most pp)", cfg->grad_accum, GPT_MAX_SLOTS);
+        return -1;
+    }
+    if (g->pp > 1 && cfg->sample_tokens > 0) {
+        snprintf(err, TRAINER_ERR_LEN,
+                 "sample_tokens with pp = %d: sampling runs on one rank holding the whole model (sample after "
+                 "training with pp = 1 from the saved model, --init_from FILE --steps 0)", g->pp);
+        return -1;
+    }
+    /* the tied wte's two copies must get the same update: the 8-bit
+     * blocks start at shard boundaries, which differ between the
+     * embedding unit and the head unit once both are sharded over dp */
+    if (g->pp > 1 && cfg->optimizer == OPTIM_ADAMW8BIT && cfg->zero >= 1 && g->dp > 1) {
+        snprintf(err, TRAINER_ERR_LEN,
+                 "adamw8bit with pp = %d, ZeRO-%d over dp = %d: the tied wte's copies on the first and last stage "
+                 "would be quantized in different blocks and drift apart (use --zero 0, dp = 1, or adamw)",
+                 g->pp, cfg->zero, g->dp);
         return -1;
     }
     return 0;
@@ -147,10 +188,12 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
         tr->cfg = NULL;
         return -1;
     }
-    /* this rank's part of the model (tp = pp = 1 here: check_layout) */
+    /* this rank's part of the model (the split was checked by check_layout) */
     struct rank_desc desc;
     struct model_layout lay;
-    if (pipeline_rank_desc(cfg->n_layer, grid->pp, grid->pp_rank, grid->tp, grid->tp_rank, NULL, &desc) != 0 ||
+    int counts[PIPELINE_MAX_STAGES];
+    stage_counts(cfg, counts, err);
+    if (pipeline_rank_desc(cfg->n_layer, grid->pp, grid->pp_rank, grid->tp, grid->tp_rank, counts, &desc) != 0 ||
         layout_init(&lay, trainer_model_shape(cfg), desc) != 0) {
         snprintf(err, TRAINER_ERR_LEN, "the model (n_layer %d, n_head %d, d_model %d) cannot be split over pp %d x tp %d",
                  cfg->n_layer, cfg->n_head, cfg->d_model, grid->pp, grid->tp);
@@ -160,6 +203,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     }
     struct engine_options eo = trainer_engine_options(cfg);
     eo.zero.hook = timeline_hook(&tr->timeline, &tr->engine);
+    eo.slots = schedule_slots(cfg->schedule, grid->pp, grid->pp_rank, cfg->grad_accum);
     if (trainer_check_memory(tr, err) != 0) { /* refuse what would be OOM-killed without a word */
         trainer_close(tr);
         return -1;
@@ -168,6 +212,10 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
         theory_trainer_memory(cfg, grid->dp, grid->dp_rank).total / 1048576.0);
     rc = engine_init(&tr->engine, &eo, &lay, grid, &tr->mem, MEM_HOST, &tr->flops, err, TRAINER_ERR_LEN);
     tr->engine_open = true;
+    if (rc == 0 && pipeline_init(&tr->pipe, &tr->engine, &grid->pp_comm, cfg->schedule, cfg->grad_accum, &tr->mem) != 0) {
+        mem_failure_message(&tr->mem, err, TRAINER_ERR_LEN);
+        rc = -1;
+    }
     tr->model_flops_per_step = theory_trainer_flops(cfg).model;
     size_t bt = (size_t)cfg->micro_batch * cfg->seq_len;
     tr->inputs = mem_alloc(&tr->mem, MEM_HOST, MEM_SCRATCH, "batch inputs", bt * sizeof(int32_t));
@@ -202,6 +250,7 @@ void trainer_close(struct trainer *tr) {
     if (tr->json) fclose(tr->json);
     loader_close(&tr->train);
     if (tr->has_val) loader_close(&tr->val);
+    pipeline_free(&tr->pipe, &tr->mem);
     if (tr->engine_open) engine_free(&tr->engine);
     tr->engine_open = false;
     mem_free_all(&tr->mem);
@@ -210,20 +259,26 @@ void trainer_close(struct trainer *tr) {
 
 /* Each data-parallel rank evaluates its part of val_batches global
  * micro-batches; the mean is taken over all of them. */
+static void next_batch(void *loader, int32_t *inputs, int32_t *targets) { loader_next(loader, inputs, targets); }
+
+/* The step's loss lives on the last stage: summed over dp, then over the
+ * stages (the others add 0), so every rank holds it. */
+static void agree_loss(struct trainer *tr, double *loss) {
+    tr->grid->dp_comm.all_reduce_scalars(&tr->grid->dp_comm, loss, 1);
+    if (tr->grid->pp > 1) tr->grid->pp_comm.all_reduce_scalars(&tr->grid->pp_comm, loss, 1);
+}
+
 float trainer_validate(struct trainer *tr) {
-    struct collectives *dp = &tr->grid->dp_comm;
+    struct collectives *dp = &tr->grid->dp_comm, *pp = &tr->grid->pp_comm;
     struct flop_counter flops = tr->flops; /* validation is not part of a step's count */
-    struct comm_counters comm = dp->counters;
+    struct comm_counters dp_comm = dp->counters, pp_comm = pp->counters;
     loader_rewind(&tr->val);
-    double sum = 0.0;
-    for (int i = 0; i < tr->cfg->val_batches; i++) {
-        loader_next(&tr->val, tr->inputs, tr->targets);
-        struct mb_input in = {.inputs = tr->inputs, .targets = tr->targets};
-        sum += engine_forward(&tr->engine, 0, &in, NULL, 0.0f);
-    }
-    dp->all_reduce_scalars(dp, &sum, 1);
+    struct batch_source src = {next_batch, &tr->val};
+    double sum = pipeline_forward_only(&tr->pipe, tr->cfg->val_batches, &src, tr->inputs, tr->targets);
+    agree_loss(tr, &sum);
     tr->flops = flops;
-    dp->counters = comm;
+    dp->counters = dp_comm;
+    pp->counters = pp_comm;
     return (float)(sum / (tr->cfg->val_batches * dp->size));
 }
 
@@ -265,10 +320,6 @@ static void log_step(struct trainer *tr, const struct step_metrics *m, bool keep
     fflush(tr->json);
 }
 
-static void next_train_batch(void *loader, int32_t *inputs, int32_t *targets) {
-    loader_next(loader, inputs, targets);
-}
-
 static struct step_metrics train_step(struct trainer *tr) {
     const struct config *c = tr->cfg;
     struct engine *e = &tr->engine;
@@ -278,13 +329,15 @@ static struct step_metrics train_step(struct trainer *tr) {
     engine_zero_grads(e);
     /* the step's loss is the mean over accum x dp micro-batches */
     int dp = tr->grid->dp;
-    struct batch_source src = {next_train_batch, &tr->train};
-    double loss = schedule_sequential(e, c->grad_accum, 1.0f / (float)(c->grad_accum * dp), &src, tr->inputs,
-                                      tr->targets);
+    struct batch_source src = {next_batch, &tr->train};
+    double loss = pipeline_step(&tr->pipe, 1.0f / (float)(c->grad_accum * dp), &src, tr->inputs, tr->targets);
+    tr->pipe_run.total += tr->pipe.last.total;
+    tr->pipe_run.busy += tr->pipe.last.busy;
+    tr->pipe_run.waiting += tr->pipe.last.waiting;
     /* Summed over the ranks before any update, so every rank sees the same
      * finiteness (a NaN or Inf on one rank makes the sum non-finite on all)
      * and decides alike. */
-    e->dp->all_reduce_scalars(e->dp, &loss, 1);
+    agree_loss(tr, &loss);
     double t_opt = now();
     struct step_result r = {.grad_norm = NAN, .lr = lr_at(&e->o.zero.optim.lr, tr->step), .skipped = true};
     /* a non-finite loss: no update at all (on every rank, so no rank waits

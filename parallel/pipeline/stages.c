@@ -1,6 +1,10 @@
 /* The split of layers into pipeline stages (include/pipeline.h). */
 #include "pipeline.h"
 
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
 int pipeline_stage_layers(int L, int pp, int stage, const int *counts, int *l0, int *l1) {
     if (L < 0 || pp < 1 || stage < 0 || stage >= pp) return -1;
     if (!counts) {
@@ -24,5 +28,36 @@ int pipeline_rank_desc(int L, int pp, int pp_rank, int tp, int tp_rank, const in
     if (pipeline_stage_layers(L, pp, pp_rank, counts, &l0, &l1) != 0) return -1;
     *out = (struct rank_desc){.l0 = l0, .l1 = l1, .tp_rank = tp_rank, .tp = tp, .has_embed = pp_rank == 0,
                               .has_head = pp_rank == pp - 1};
+    return 0;
+}
+
+int pipeline_parse_layers(const char *text, int pp, int L, int *counts, char *err, size_t err_len) {
+    const char *p = text;
+    int n = 0, sum = 0;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 1 || v > L) {
+            snprintf(err, err_len, "pp_layers \"%s\": each stage needs a count from 1 to n_layer = %d", text, L);
+            return -1;
+        }
+        if (n == pp) {
+            snprintf(err, err_len, "pp_layers \"%s\": more than pp = %d counts", text, pp);
+            return -1;
+        }
+        counts[n++] = (int)v;
+        sum += (int)v;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') {
+            snprintf(err, err_len, "pp_layers \"%s\": counts are separated by commas", text);
+            return -1;
+        }
+    }
+    if (n != pp || sum != L) {
+        snprintf(err, err_len, "pp_layers \"%s\": %d counts summing to %d; pp = %d stages must sum to n_layer = %d",
+                 text, n, sum, pp, L);
+        return -1;
+    }
     return 0;
 }

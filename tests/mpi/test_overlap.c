@@ -75,7 +75,7 @@ static void train(struct config *c, struct run *out) {
     struct batch_source src = {next_batch, &tr.train};
     for (int s = 0; s < STEPS; s++) {
         engine_zero_grads(e);
-        out->loss[s] = schedule_sequential(e, ACCUM, 1.0f / (float)(ACCUM * WORLD.dp), &src, tr.inputs, tr.targets);
+        out->loss[s] = pipeline_step(&tr.pipe, 1.0f / (float)(ACCUM * WORLD.dp), &src, tr.inputs, tr.targets);
         out->norm[s] = engine_optimizer_step(e, s, false).grad_norm;
     }
     out->comm = e->dp->counters;
