@@ -8,6 +8,24 @@
 #include "mem.h"
 #include "timeline.h"
 
+/* Where a rank sits in the grid (include/grid.h): its model is its
+ * pipeline stage's layers and its tensor-parallel slice, its states are
+ * sharded over its dp group. Every theory below is for one such rank. */
+struct rank_place {
+    int dp, dp_rank, tp, tp_rank, pp, pp_rank;
+};
+
+/* Data parallelism only: rank `rank` of N, the whole model. */
+static inline struct rank_place rank_place_dp(int N, int rank) {
+    return (struct rank_place){.dp = N, .dp_rank = rank, .tp = 1, .pp = 1};
+}
+/* World rank `world_rank` of a grid of `world` ranks with the config's tp
+ * and pp, in the grid's order (tp innermost, pp outermost). */
+struct rank_place rank_place_of(const struct config *c, int world, int world_rank);
+/* The rank's layout: its stage's layers (pp_layers or the even split) and
+ * tp slice. */
+void rank_place_layout(const struct config *c, struct rank_place p, struct model_layout *lay);
+
 /* Model states of `rank` (ZeRO 3.1 and 5 accounting) for ZeRO stage
  * c->zero over N data-parallel ranks: bytes per category and the rule in
  * words (8-bit states depend on where the rank's slices cut tensors). Padding (vocab rows V..Vp, and each unit rounded up to a multiple
@@ -32,7 +50,7 @@ struct state_theory {
     struct state_line lines[MAX_STATE_LINES];
 };
 
-struct state_theory theory_trainer_states(const struct config *c, int N, int rank);
+struct state_theory theory_trainer_states(const struct config *c, struct rank_place p);
 
 /* Data-parallel traffic of one optimizer step per rank, bytes, by
  * collective: exact for this engine's padded units (what the counters must
@@ -44,27 +62,42 @@ struct comm_theory {
     const char *rule;
 };
 
-struct comm_theory theory_trainer_comm(const struct config *c, int N);
+struct comm_theory theory_trainer_comm(const struct config *c, struct rank_place p);
+
+/* Pipeline traffic of one optimizer step on this rank's stage (bytes it
+ * sends and receives over the pp group: an activation (B,T,C) forward and
+ * its gradient backward per micro-batch and boundary, act dtype), and the
+ * tied wte's gradient all-reduced over the first and last stage (ring
+ * volume 2 (N-1)/N Vp C w_g, N = 2). */
+struct pipe_comm_theory {
+    double send, recv;
+    double tie_all_reduce;
+};
+
+struct pipe_comm_theory theory_trainer_pp_comm(const struct config *c, struct rank_place p);
 
 /* Bytes of the stage's communication buffers: ZeRO-3's gathered
  * embedding, head and layer (param dtype), ZeRO-2/3's reduce-scatter bucket
  * (largest padded unit, grad dtype); with c->overlap a second gathered
  * layer and a second bucket. */
-double theory_trainer_comm_buffers(const struct config *c, int N);
+double theory_trainer_comm_buffers(const struct config *c, struct rank_place p);
 
 /* Activation bytes for exactly the tensors model/gpt.c saves (one
  * micro-batch) under c->recompute, and Korthikanti's Table 2 for the same
  * shape and mode (eq. 1; 34 sbh selective; 2 sbh full). */
 struct activation_theory {
     double per_layer;        /* none: (16 C e + NH T e + 16) B T; selective: (16 C e + 16) B T; full: C e B T */
-    double layers;           /* L x per_layer + the one-layer recompute buffers */
-    double head;             /* last residual + final LN out (e) + LN stats + fp32 logits + losses + ids */
-    double total;
+    double layers;           /* slots x n x per_layer + the one-layer recompute buffers (n: the stage's layers) */
+    double head;             /* per slot: the stage's last residual; last stage: final LN out (e) + LN stats +
+                              * fp32 logits + losses + target ids; first stage: input ids */
+    int slots;               /* micro-batches the schedule holds (include/schedule.h) */
+    double per_slot;         /* n x per_layer + head */
+    double total;            /* slots x per_slot + the one-layer recompute buffers */
     double korthikanti_layer; /* s b h (34 + 5 a s / h), 16-bit, with dropout */
     double korthikanti_total; /* L x that + output layer 4 s b h (1 + V / h) */
 };
 
-struct activation_theory theory_trainer_activations(const struct config *c);
+struct activation_theory theory_trainer_activations(const struct config *c, struct rank_place p);
 
 /* Bytes of the fp32 working buffers (MEM_SCRATCH) of rank `rank` of N,
  * from the same layout the engine allocates from: exact for the buffers that
@@ -80,7 +113,7 @@ struct scratch_theory {
     double staging;
 };
 
-struct scratch_theory theory_trainer_scratch(const struct config *c, int N, int rank);
+struct scratch_theory theory_trainer_scratch(const struct config *c, struct rank_place p);
 
 /* What rank `rank` of N will hold at its start-up peak, by category
  * (MEM_PARAMS.. from the theories above; MEM_SCRATCH includes the one-unit
@@ -92,7 +125,7 @@ struct memory_need {
     double total;           /* the sum over categories */
 };
 
-struct memory_need theory_trainer_memory(const struct config *c, int N, int rank);
+struct memory_need theory_trainer_memory(const struct config *c, struct rank_place p);
 
 /* FLOPs of one optimizer step, as issued by this code (the HFU basis) and
  * per the papers (model FLOPs, the MFU basis). */
@@ -107,14 +140,14 @@ struct flop_theory {
     double n_gemm_params;     /* N: parameters used in GEMMs (Psi - wpe) */
 };
 
-struct flop_theory theory_trainer_flops(const struct config *c);
+struct flop_theory theory_trainer_flops(const struct config *c, struct rank_place p);
 
 /* The peak of the memory timeline (include/timeline.h, docs/MEMORY.md) of
  * rank `rank` of N for one step: the engine's phases in order, each with
  * the bytes in use by the timeline's definition, derived from the config;
  * the peak is the first phase with the largest total, split into its
  * terms (e.g. ZeRO-3: own shards + scratch + gathered units + buckets +
- * live activations). Exact for the trainer's layouts (pp = tp = 1, one
+ * live activations). Exact for pp = tp = 1 (the 1F1B schedule on one stage, one
  * slot): ZeRO 0-3, overlap on or off, every recompute mode and dtype. */
 struct timeline_theory {
     struct timeline_phase peak;  /* its phase and bytes by category */
@@ -123,11 +156,12 @@ struct timeline_theory {
     double gathered, buckets;    /* the two parts of peak.bytes[MEM_COMM] */
     double activations;
     int phases;                  /* in the step */
+    bool exact;                  /* the walk is this rank's: pp = tp = 1 (else the numbers are not its own) */
 };
 
 /* phases: NULL, or room for TIMELINE_MAX_PHASES: every phase of the step
  * (the first TIMELINE_MAX_PHASES), as the recorder keeps them. */
-struct timeline_theory theory_trainer_timeline_peak(const struct config *c, int N, int rank,
+struct timeline_theory theory_trainer_timeline_peak(const struct config *c, struct rank_place p,
                                                     struct timeline_phase *phases);
 
 #endif

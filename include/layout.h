@@ -126,6 +126,9 @@ size_t layout_unit_size(const struct model_layout *lay, int unit);
 int layout_embed_unit(const struct model_layout *lay);
 int layout_head_unit(const struct model_layout *lay);
 int layout_layer_unit(const struct model_layout *lay, int layer);
+/* A unit of kind k (the embedding, the head, the first layer), whose size
+ * every unit of that kind shares; -1 when this rank holds none. */
+int layout_kind_unit(const struct model_layout *lay, enum unit_kind k);
 
 /* This rank's tensors in flat order: the embedding's, the head's, then
  * layer by layer. */

@@ -28,7 +28,7 @@ struct mem_available {
  * folder holding proc/meminfo, proc/self/cgroup and sys/fs/cgroup/...). */
 struct mem_available memcheck_available(const char *root);
 
-/* Rank `rank` of N with `budget` bytes to itself: 0 when its start-up peak
+/* World rank `rank` of N (the grid of the config's tp and pp) with `budget` bytes to itself: 0 when its start-up peak
  * plus the libraries' allowance fits; else -1 and, in err, the breakdown,
  * the total against `budget` (described by `where`), and the total each
  * lever would give with which of them would fit. */

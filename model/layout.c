@@ -220,3 +220,12 @@ size_t layout_ref_index(const struct model_layout *lay, const struct tensor_info
     if (wte && r >= ref_vp) return lay->ref_total + (r - ref_vp) * C + c; /* tp's extra padding rows */
     return t->ref_offset + r * (size_t)t->full_cols + c;
 }
+
+int layout_kind_unit(const struct model_layout *lay, enum unit_kind k) {
+    switch (k) {
+    case UNIT_EMBED: return layout_embed_unit(lay);
+    case UNIT_HEAD: return layout_head_unit(lay);
+    case UNIT_LAYER: return lay->rank.l0 < lay->rank.l1 ? layout_layer_unit(lay, lay->rank.l0) : -1;
+    }
+    return -1;
+}

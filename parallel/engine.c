@@ -20,7 +20,9 @@ int engine_init(struct engine *e, const struct engine_options *o, const struct m
     bool bf16_params = o->zero.param_dtype == DTYPE_BF16;
     /* fp32 grads at stages 0-1 accumulate straight into the grads */
     bool accumulators = o->zero.grad_dtype == DTYPE_BF16 || o->zero.stage >= 2;
-    for (int u = 0; u < e->lay.n_units && u < 3; u++) { /* one of each kind */
+    for (int kind = 0; kind <= UNIT_LAYER; kind++) {
+        int u = layout_kind_unit(&e->lay, (enum unit_kind)kind);
+        if (u < 0) continue;
         struct unit_info ui = layout_unit(&e->lay, u);
         size_t padded = shard_unit_padded(&e->z.sh, u);
         char name[MEM_NAME_LEN];
@@ -71,7 +73,7 @@ void engine_set_unit(struct engine *e, int u, const float *w) {
 
 void engine_init_params(struct engine *e) {
     size_t most = 0; /* the largest part of a unit this rank stores */
-    for (int u = 0; u < e->lay.n_units && u < 3; u++) {
+    for (int u = 0; u < e->lay.n_units; u++) {
         size_t lo, hi;
         zero_unit_stored(&e->z, u, &lo, &hi);
         most = hi - lo > most ? hi - lo : most;

@@ -114,7 +114,7 @@ static void model_config(struct config *c) {
     c->threads = 1;
 }
 
-static double need(const struct config *c, int N) { return theory_trainer_memory(c, N, 0).total + RSS_LIBRARY_ALLOWANCE; }
+static double need(const struct config *c, int N) { return theory_trainer_memory(c, rank_place_dp(N, 0)).total + RSS_LIBRARY_ALLOWANCE; }
 
 /* "12.34 MiB" as the message writes it */
 static void mib(double b, char out[32]) { snprintf(out, 32, "%.1f MiB", b / (1024.0 * 1024.0)); }
@@ -138,7 +138,7 @@ static void test_judge_breakdown_and_levers(void **s) {
     mib(total, h);
     snprintf(line, sizeof line, "this rank needs %s at start-up", h);
     assert_non_null(strstr(err, line));
-    struct memory_need m = theory_trainer_memory(&c, 4, 0);
+    struct memory_need m = theory_trainer_memory(&c, rank_place_dp(4, 0));
     for (int k = 0; k < MEM_NUM_CATEGORIES; k++) {
         if (m.bytes[k] < 1024 * 1024) continue; /* small ones print in KiB or B */
         mib(m.bytes[k], h);

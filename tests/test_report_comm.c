@@ -79,7 +79,7 @@ static void test_report_shows_groups_with_traffic(void **state) {
     struct trainer tr = {.cfg = &cfg, .grid = &g, .train_seconds = 2.0};
     enum { N = 2, STEPS = 4 };
     struct rank_stats ranks[N] = {0};
-    struct comm_theory th = theory_trainer_comm(&cfg, N);
+    struct comm_theory th = theory_trainer_comm(&cfg, rank_place_dp(N, 0));
     for (int r = 0; r < N; r++) {
         struct rank_comm *dp = &ranks[r].comm[GROUP_DP];
         dp->bytes[COLL_ALL_REDUCE] = STEPS * th.all_reduce;
@@ -193,7 +193,7 @@ static void test_report_comm_json(void **state) {
     struct trainer tr = {.cfg = &cfg, .grid = &g, .train_seconds = 1.0};
     enum { N = 2, STEPS = 4 };
     struct rank_stats ranks[N] = {0};
-    struct comm_theory th = theory_trainer_comm(&cfg, N);
+    struct comm_theory th = theory_trainer_comm(&cfg, rank_place_dp(N, 0));
     for (int r = 0; r < N; r++) {
         ranks[r].comm[GROUP_DP].bytes[COLL_ALL_REDUCE] = STEPS * th.all_reduce;
         ranks[r].comm[GROUP_DP].calls[COLL_ALL_REDUCE] = 3 * STEPS;

@@ -106,7 +106,7 @@ static void test_405b_trainer_activations(void **state) {
     const uint64_t BT = (uint64_t)B405 * T405, C = C405, e = 2;
     const uint64_t per_layer = (16 * C * e + (uint64_t)NH405 * T405 * e) * BT + 16 * BT;
     const uint64_t head = (2 * C * e + 8 + 4 * (uint64_t)V405 + 4 + 8) * BT;
-    struct activation_theory a = theory_trainer_activations(&c);
+    struct activation_theory a = theory_trainer_activations(&c, rank_place_dp(1, 0));
     assert_exact(a.per_layer, per_layer);
     assert_exact(a.layers, L405 * per_layer);
     assert_exact(a.head, head);
@@ -126,7 +126,7 @@ static void test_405b_trainer_flops(void **state) {
     const uint64_t L = L405, C = C405, T = T405, B = B405, k = 3, V = V405;
     const uint64_t tokens = B * T * k;
     const uint64_t n_gemm = V * C + L * (12 * C * C + 13 * C) + 2 * C;
-    struct flop_theory f = theory_trainer_flops(&c);
+    struct flop_theory f = theory_trainer_flops(&c, rank_place_dp(1, 0));
     assert_exact(f.tokens, tokens);
     assert_exact(f.gemm, 6 * tokens * (12 * L * C * C + V * C));
     assert_exact(f.attention, 12 * L * B * C * T * T * k);

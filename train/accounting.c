@@ -7,25 +7,55 @@
 #include <stdlib.h>
 
 #include "layout.h"
+#include "schedule.h"
 #include "segments.h"
 #include "shard.h"
 #include "theory.h"
 #include "zero.h"
 
-static struct model_layout layout_of(const struct config *c) {
+struct rank_place rank_place_of(const struct config *c, int world, int world_rank) {
+    int tp = c->tp, pp = c->pp, dp = world / (tp * pp);
+    return (struct rank_place){.dp = dp, .dp_rank = world_rank / tp % dp, .tp = tp, .tp_rank = world_rank % tp,
+                               .pp = pp, .pp_rank = world_rank / (tp * dp)};
+}
+
+void rank_place_layout(const struct config *c, struct rank_place p, struct model_layout *lay) {
+    struct model_shape shape = {.L = c->n_layer, .C = c->d_model, .NH = c->n_head, .T = c->seq_len,
+                                .maxT = c->max_seq_len, .V = c->vocab_size};
+    int counts[PIPELINE_MAX_STAGES];
+    char err[256];
+    bool given = c->pp_layers[0] && pipeline_parse_layers(c->pp_layers, p.pp, c->n_layer, counts, err, sizeof err) == 0;
+    struct rank_desc d;
+    /* a place the trainer would refuse has no layout of its own: the whole model stands in */
+    if (pipeline_rank_desc(c->n_layer, p.pp, p.pp_rank, p.tp, p.tp_rank, given ? counts : NULL, &d) != 0 ||
+        layout_init(lay, shape, d) != 0)
+        layout_init_whole(lay, shape);
+}
+
+static struct model_layout layout_of(const struct config *c, struct rank_place p) {
     struct model_layout lay;
-    layout_init_whole(&lay, (struct model_shape){.L = c->n_layer, .C = c->d_model, .NH = c->n_head,
-                                                 .T = c->seq_len, .maxT = c->max_seq_len, .V = c->vocab_size});
+    rank_place_layout(c, p, &lay);
     return lay;
 }
 
-struct state_theory theory_trainer_states(const struct config *c, int N, int rank) {
-    struct model_layout lay = layout_of(c);
+/* Parameters this rank holds, without the padding rows of wte (in the
+ * embedding and in the head's copy of it). */
+static double rank_psi(const struct model_layout *lay) {
+    int copies = lay->rank.has_embed + lay->head_wte_copy;
+    return (double)lay->total - (double)copies * (lay->shape.Vp - lay->shape.V) * lay->shape.C;
+}
+
+/* The tied wte's gradient summed across stages (parallel/zero/tie.c). */
+static bool ties(const struct model_layout *lay) { return lay->rank.has_embed != lay->rank.has_head; }
+
+struct state_theory theory_trainer_states(const struct config *c, struct rank_place p) {
+    struct model_layout lay = layout_of(c, p);
+    int N = p.dp;
     struct shard_layout sh;
-    shard_layout_init(&sh, &lay, N, rank);
+    shard_layout_init(&sh, &lay, N, p.dp_rank);
     struct state_theory s = {0};
     s.N = N;
-    s.psi = (double)lay.total - (double)(lay.shape.Vp - lay.shape.V) * lay.shape.C;
+    s.psi = rank_psi(&lay);
     s.padding = (double)sh.total_padded - s.psi;
     s.shard_padding = (double)sh.total_shard - s.psi / N;
     bool bf16_params = c->param_dtype == DTYPE_BF16;
@@ -73,12 +103,13 @@ struct state_theory theory_trainer_states(const struct config *c, int N, int ran
     return s;
 }
 
-struct comm_theory theory_trainer_comm(const struct config *c, int N) {
-    struct model_layout lay = layout_of(c);
+struct comm_theory theory_trainer_comm(const struct config *c, struct rank_place p) {
+    struct model_layout lay = layout_of(c, p);
+    int N = p.dp;
     struct shard_layout sh;
     shard_layout_init(&sh, &lay, N, 0);
     double M = (double)sh.total_padded, f = (double)(N - 1) / N, k = c->grad_accum;
-    double psi = (double)lay.total - (double)(lay.shape.Vp - lay.shape.V) * lay.shape.C;
+    double psi = rank_psi(&lay);
     double w_p = c->param_dtype == DTYPE_BF16 ? 2 : 4, w_g = c->grad_dtype == DTYPE_BF16 ? 2 : 4;
     struct comm_theory t = {0};
     switch (c->zero) {
@@ -102,11 +133,37 @@ struct comm_theory theory_trainer_comm(const struct config *c, int N) {
     default:
         t.reduce_scatter = k * f * M * w_g;
         t.all_gather = k * 2 * f * M * w_p;
+        /* a first stage without the head gathers its embedding for the
+         * forward only: its backward (a scatter-add) reads no weights */
+        if (lay.rank.has_embed && !lay.rank.has_head)
+            t.all_gather -= k * f * (double)shard_unit_padded(&sh, layout_embed_unit(&lay)) * w_p;
         t.zero_formula = k * f * psi * (w_g + 2 * w_p);
         t.rule = "ZeRO-3: gather fwd + bwd, reduce-scatter, per micro-batch: k (N-1)/N Psi (w_g + 2 w_p)";
         break;
     }
+    /* the tied wte across stages: at stages >= 1 its unit's reduced chunks
+     * are all-gathered over dp before the sum (parallel/zero/tie.c) */
+    if (ties(&lay) && c->zero >= 1) {
+        int u = lay.rank.has_embed ? layout_embed_unit(&lay) : layout_head_unit(&lay);
+        t.all_gather += f * (double)shard_unit_padded(&sh, u) * w_g;
+    }
     t.total = t.all_reduce + t.reduce_scatter + t.all_gather;
+    return t;
+}
+
+struct pipe_comm_theory theory_trainer_pp_comm(const struct config *c, struct rank_place p) {
+    struct model_layout lay = layout_of(c, p);
+    double act = (double)c->micro_batch * c->seq_len * c->d_model * (c->act_dtype == DTYPE_BF16 ? 2 : 4);
+    double m = c->grad_accum;
+    int boundaries_after = p.pp_rank < p.pp - 1, boundaries_before = p.pp_rank > 0;
+    struct pipe_comm_theory t = {
+        .send = m * act * (boundaries_after + boundaries_before), /* activations on, gradients back */
+        .recv = m * act * (boundaries_after + boundaries_before),
+    };
+    if (ties(&lay)) {
+        struct tensor_info w = lay.rank.has_embed ? layout_embed_tensor(&lay, EMB_WTE) : layout_head_tensor(&lay, HEAD_WTE);
+        t.tie_all_reduce = theory_allreduce_bytes((double)w.numel * (c->grad_dtype == DTYPE_BF16 ? 2 : 4), 2);
+    }
     return t;
 }
 
@@ -115,43 +172,50 @@ static enum theory_recompute theory_mode(enum recompute_mode r) {
          : r == RECOMPUTE_SELECTIVE ? THEORY_RECOMPUTE_SELECTIVE : THEORY_RECOMPUTE_NONE;
 }
 
-struct activation_theory theory_trainer_activations(const struct config *c) {
-    struct model_layout lay = layout_of(c);
-    double B = c->micro_batch, T = c->seq_len, C = c->d_model, NH = c->n_head, L = c->n_layer;
+struct activation_theory theory_trainer_activations(const struct config *c, struct rank_place p) {
+    struct model_layout lay = layout_of(c, p);
+    double B = c->micro_batch, T = c->seq_len, C = c->d_model, NH = c->n_head;
+    double n = lay.rank.l1 - lay.rank.l0; /* this stage's layers */
     double e = c->act_dtype == DTYPE_BF16 ? 2 : 4, BT = B * T;
-    struct activation_theory a;
+    struct activation_theory a = {0};
+    a.slots = schedule_slots(c->schedule, p.pp, p.pp_rank, c->grad_accum);
     /* per token: input C, ln1 C, qkv 3C, atty C, res2 C, ln2 C, fch 4C,
      * gelu 4C = 16C elements; att NH T; four fp32 LayerNorm statistics */
-    double stats = 4 * 4 * BT;
+    double stats = 4 * 4 * BT, shared = 0;
     switch (c->recompute) {
     case RECOMPUTE_NONE:
         a.per_layer = (16 * C * e + NH * T * e) * BT + stats;
-        a.layers = L * a.per_layer;
         break;
     case RECOMPUTE_SELECTIVE: /* no probabilities; one layer's recomputed in fp32 */
         a.per_layer = 16 * C * e * BT + stats;
-        a.layers = L * a.per_layer + NH * T * 4 * BT;
+        shared = NH * T * 4 * BT;
         break;
     case RECOMPUTE_FULL: /* the layer input only; one layer's tensors + stats recomputed in fp32 */
         a.per_layer = C * e * BT;
-        a.layers = L * a.per_layer + (15 * C + NH * T) * 4 * BT + stats;
+        shared = (15 * C + NH * T) * 4 * BT + stats;
         break;
     }
-    /* last residual + final LN output (e), its two fp32 stats, fp32 logits
-     * over the padded vocabulary, fp32 losses, int32 inputs and targets */
-    a.head = (2 * C * e + 2 * 4 + 4 * lay.shape.Vp + 4 + 2 * 4) * BT;
-    a.total = a.layers + a.head;
+    /* the stage's last residual (its output); the last stage: final LN
+     * output (e), its two fp32 stats, fp32 logits over the padded
+     * vocabulary, fp32 losses, int32 targets; the first: int32 inputs */
+    a.head = C * e * BT;
+    if (lay.rank.has_head) a.head += (C * e + 2 * 4 + 4 * lay.shape.Vp + 4 + 4) * BT;
+    if (lay.rank.has_embed) a.head += 4 * BT;
+    a.per_slot = n * a.per_layer + a.head;
+    a.layers = a.slots * n * a.per_layer + shared;
+    a.total = a.slots * a.per_slot + shared;
     struct theory_model m;
     theory_model_from_config(&m, c);
     a.korthikanti_layer = theory_activation_layer_bytes(&m, B, 1, false, theory_mode(c->recompute));
-    a.korthikanti_total = L * a.korthikanti_layer + theory_activation_output_bytes(&m, B, 1);
+    a.korthikanti_total = a.slots * (n * a.korthikanti_layer +
+                                     (lay.rank.has_head ? theory_activation_output_bytes(&m, B, 1) : 0));
     return a;
 }
 
-struct flop_theory theory_trainer_flops(const struct config *c) {
-    struct model_layout lay = layout_of(c);
-    double B = c->micro_batch, T = c->seq_len, C = c->d_model, L = c->n_layer, k = c->grad_accum;
-    double Vp = lay.shape.Vp;
+struct flop_theory theory_trainer_flops(const struct config *c, struct rank_place p) {
+    struct model_layout lay = layout_of(c, p);
+    double B = c->micro_batch, T = c->seq_len, C = c->d_model, L = lay.rank.l1 - lay.rank.l0, k = c->grad_accum;
+    double Vp = lay.rank.has_head ? lay.shape.Vp : 0; /* the LM head's GEMM, on the last stage */
     struct flop_theory f;
     f.tokens = B * T * k;
     f.gemm = 6 * f.tokens * (12 * L * C * C + Vp * C);
@@ -168,22 +232,25 @@ struct flop_theory theory_trainer_flops(const struct config *c) {
     if (c->recompute != RECOMPUTE_NONE) f.recompute += attention_forward;
     f.gemm += c->recompute == RECOMPUTE_FULL ? 16 * L * C * C * f.tokens : 0;
     f.attention += c->recompute != RECOMPUTE_NONE ? attention_forward : 0;
-    double padding = (double)(lay.shape.Vp - lay.shape.V) * C;
-    double wpe = (double)lay.shape.maxT * C; /* all its rows: a lookup table does no FLOPs */
-    f.n_gemm_params = (double)lay.total - padding - wpe;
+    /* the embedding is a lookup (no FLOPs); the tied wte counts once, in
+     * the LM head's GEMM on the last stage */
+    double lookup = lay.rank.has_embed ? (double)(lay.shape.Vp + lay.shape.maxT) * C : 0;
+    double head_padding = lay.rank.has_head ? (double)(lay.shape.Vp - lay.shape.V) * C : 0;
+    double head_wte = lay.rank.has_head && !lay.head_wte_copy ? (double)lay.shape.Vp * C : 0;
+    f.n_gemm_params = (double)lay.total - lookup + head_wte - head_padding;
     f.model = f.tokens * (6 * f.n_gemm_params + 6 * L * C * T);
     f.attention_model = f.tokens * (6 * L * C * T); /* the causal half of 12 L C T per token */
     return f;
 }
 
-double theory_trainer_comm_buffers(const struct config *c, int N) {
-    struct model_layout lay = layout_of(c);
+double theory_trainer_comm_buffers(const struct config *c, struct rank_place p) {
+    struct model_layout lay = layout_of(c, p);
     struct shard_layout sh;
-    shard_layout_init(&sh, &lay, N, 0);
+    shard_layout_init(&sh, &lay, p.dp, 0);
     double w_p = c->param_dtype == DTYPE_BF16 ? 2 : 4, w_g = c->grad_dtype == DTYPE_BF16 ? 2 : 4;
     double bytes = 0;
     if (c->zero >= 3) { /* one gathered unit of each kind; with overlap a second layer, the next one */
-        int kinds[] = {layout_embed_unit(&lay), layout_head_unit(&lay), layout_layer_unit(&lay, 0)};
+        int kinds[] = {layout_embed_unit(&lay), layout_head_unit(&lay), layout_kind_unit(&lay, UNIT_LAYER)};
         for (int k = 0; k < 3; k++)
             if (kinds[k] >= 0) bytes += (double)shard_unit_padded(&sh, kinds[k]) * w_p;
         if (c->overlap && kinds[2] >= 0) bytes += (double)shard_unit_padded(&sh, kinds[2]) * w_p;
@@ -193,17 +260,17 @@ double theory_trainer_comm_buffers(const struct config *c, int N) {
     return bytes; /* stage 0's buckets are ranges of the grads: no buffer */
 }
 
-struct scratch_theory theory_trainer_scratch(const struct config *c, int N, int rank) {
-    struct model_layout lay = layout_of(c);
+struct scratch_theory theory_trainer_scratch(const struct config *c, struct rank_place p) {
+    struct model_layout lay = layout_of(c, p);
     struct shard_layout sh;
-    shard_layout_init(&sh, &lay, N, rank);
+    shard_layout_init(&sh, &lay, p.dp, p.dp_rank);
     double B = c->micro_batch, T = c->seq_len, C = c->d_model, NH = c->n_head, BT = B * T, n = BT * C;
     bool bf16_acts = c->act_dtype == DTYPE_BF16;
     struct scratch_theory s = {0};
     s.persistent = (double)layout_num_tensors(&lay) * sizeof(struct opt_segment);
     /* parallel/engine.c: one fp32 view and one fp32 accumulator per unit kind */
     double kinds = 0;
-    int units[] = {layout_embed_unit(&lay), layout_head_unit(&lay), layout_layer_unit(&lay, 0)};
+    int units[] = {layout_embed_unit(&lay), layout_head_unit(&lay), layout_kind_unit(&lay, UNIT_LAYER)};
     for (int k = 0; k < 3; k++)
         if (units[k] >= 0) kinds += (double)shard_unit_padded(&sh, units[k]) * 4;
     if (c->param_dtype == DTYPE_BF16) s.persistent += kinds;
@@ -215,10 +282,11 @@ struct scratch_theory theory_trainer_scratch(const struct config *c, int N, int 
      * (model/cpu/attention.c: at most B NH threads) */
     if (bf16_acts && c->recompute != RECOMPUTE_FULL)
         s.persistent += (15 * n + (c->recompute == RECOMPUTE_SELECTIVE ? 0 : B * NH * T * T)) * 4;
-    if (bf16_acts) s.persistent += 3 * n * 4;
+    if (bf16_acts) s.persistent += (lay.rank.has_head ? 3 : 2) * n * 4; /* residual in, out; final LN out */
     double head_threads = c->threads < B * NH ? c->threads : B * NH;
     s.persistent += 9 * n * 4 + head_threads * T * T * 4;
     s.persistent += 2 * BT * sizeof(int32_t); /* train/trainer.c: the batch's inputs and targets */
+    s.persistent += 2.0 * c->grad_accum * sizeof(struct pipe_op); /* parallel/pipeline/schedule.c: the step's order */
     if (c->optimizer == OPTIM_ADAMW8BIT) s.persistent += 2.0 * sizeof(struct qmap_index);
     /* parallel/zero/comm.c: stage 0's all-reduce bucket table, one entry per unit at most */
     if (c->zero == 0) s.persistent += (double)lay.n_units * sizeof(struct ddp_bucket);
@@ -226,13 +294,13 @@ struct scratch_theory theory_trainer_scratch(const struct config *c, int N, int 
     return s;
 }
 
-struct memory_need theory_trainer_memory(const struct config *c, int N, int rank) {
+struct memory_need theory_trainer_memory(const struct config *c, struct rank_place p) {
     struct memory_need m = {0};
-    struct state_theory st = theory_trainer_states(c, N, rank);
+    struct state_theory st = theory_trainer_states(c, p);
     for (int i = 0; i < st.n; i++) m.bytes[st.lines[i].category] += st.lines[i].psi_bytes + st.lines[i].padding_bytes;
-    m.bytes[MEM_ACTIVATIONS] = theory_trainer_activations(c).total;
-    m.bytes[MEM_COMM] = theory_trainer_comm_buffers(c, N);
-    struct scratch_theory sc = theory_trainer_scratch(c, N, rank);
+    m.bytes[MEM_ACTIVATIONS] = theory_trainer_activations(c, p).total;
+    m.bytes[MEM_COMM] = theory_trainer_comm_buffers(c, p);
+    struct scratch_theory sc = theory_trainer_scratch(c, p);
     m.staging = sc.staging;
     m.bytes[MEM_SCRATCH] = sc.persistent + sc.staging;
     for (int k = 0; k < MEM_NUM_CATEGORIES; k++) m.total += m.bytes[k];

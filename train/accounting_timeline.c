@@ -1,8 +1,9 @@
 /* Theory of the memory timeline (include/timeline.h, docs/MEMORY.md): the
  * step's phases in the engine's order, each with the bytes in use by the
  * same definition the recorder measures, from the config alone; the peak
- * is the first phase with the largest total. The trainer runs pp = tp = 1
- * with one slot (the sequential schedule), which is what this walks. */
+ * is the first phase with the largest total. It walks one stage holding
+ * the whole model (pp = tp = 1), micro-batches in sequence in one slot,
+ * which is the 1F1B schedule on one stage; other layouts are not walked. */
 #include "accounting.h"
 
 #include <stdio.h>
@@ -21,11 +22,12 @@ struct pieces {
     bool overlap;
 };
 
-static struct pieces pieces_of(const struct config *c, const struct model_layout *lay, int N, int rank) {
+static struct pieces pieces_of(const struct config *c, const struct model_layout *lay, struct rank_place place) {
+    int N = place.dp, rank = place.dp_rank;
     struct pieces p = {.L = c->n_layer, .stage = c->zero, .k = c->grad_accum, .overlap = c->overlap};
-    struct state_theory st = theory_trainer_states(c, N, rank);
+    struct state_theory st = theory_trainer_states(c, place);
     for (int i = 0; i < st.n; i++) p.states[st.lines[i].category] += st.lines[i].psi_bytes + st.lines[i].padding_bytes;
-    p.scratch = theory_trainer_scratch(c, N, rank).persistent;
+    p.scratch = theory_trainer_scratch(c, place).persistent;
     double B = c->micro_batch, T = c->seq_len, C = c->d_model, NH = c->n_head, BT = B * T;
     double e = c->act_dtype == DTYPE_BF16 ? 2 : 4, stats = 4 * 4 * BT; /* four fp32 LayerNorm statistics */
     p.I = 4 * BT;
@@ -111,13 +113,13 @@ static void phase(struct walk *w, enum phase_kind kind, int unit, int unit_kind,
     w->out->phases++;
 }
 
-struct timeline_theory theory_trainer_timeline_peak(const struct config *c, int N, int rank,
+struct timeline_theory theory_trainer_timeline_peak(const struct config *c, struct rank_place place,
                                                     struct timeline_phase *phases) {
     struct model_layout lay;
     layout_init_whole(&lay, (struct model_shape){.L = c->n_layer, .C = c->d_model, .NH = c->n_head,
                                                 .T = c->seq_len, .V = c->vocab_size});
-    struct pieces p = pieces_of(c, &lay, N, rank);
-    struct timeline_theory t = {.peak = {.kind = -1, .index = -1}};
+    struct pieces p = pieces_of(c, &lay, place);
+    struct timeline_theory t = {.peak = {.kind = -1, .index = -1}, .exact = place.pp == 1 && place.tp == 1};
     struct walk w = {.p = &p, .lay = &lay, .out = &t, .phases = phases};
     int eu = layout_embed_unit(&lay), hu = layout_head_unit(&lay);
     for (int mb = 1; mb <= p.k; mb++) {

@@ -149,7 +149,7 @@ static void add(struct text *t, const char *fmt, ...) {
 
 /* The start-up peak of rank `rank` of N and the libraries beside it. */
 static double need_of(const struct config *c, int N, int rank) {
-    return theory_trainer_memory(c, N, rank).total + RSS_LIBRARY_ALLOWANCE;
+    return theory_trainer_memory(c, rank_place_of(c, N, rank)).total + RSS_LIBRARY_ALLOWANCE;
 }
 
 static void lever(struct text *t, const char *name, const struct config *c, int N, int rank, double budget,
@@ -204,7 +204,7 @@ static void levers(struct text *t, const struct config *c, int N, int rank, doub
 
 int memcheck_judge(const struct config *c, int N, int rank, double budget, const char *where, char *err,
                    size_t err_len) {
-    struct memory_need m = theory_trainer_memory(c, N, rank);
+    struct memory_need m = theory_trainer_memory(c, rank_place_of(c, N, rank));
     double need = m.total + RSS_LIBRARY_ALLOWANCE;
     if (budget < 0 || need <= budget) return 0;
     struct text t = {err, err_len, 0};
@@ -261,7 +261,7 @@ int trainer_check_memory(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
                          human(a.cgroup, h2));
     if (local > 1) snprintf(where + used, sizeof where - used, ", shared by %d ranks on this host", local);
     double budget = a.bytes < 0 ? -1 : a.bytes / local;
-    int rc = memcheck_judge(c, g->dp, g->dp_rank, budget, where, err, TRAINER_ERR_LEN);
+    int rc = memcheck_judge(c, g->world_size, g->world_rank, budget, where, err, TRAINER_ERR_LEN);
     if (rc != 0 && c->force) {
         if (g->world_rank == 0) fprintf(stderr, "warning: --force 1, going on despite: %s\n", err);
         err[0] = '\0';

@@ -3,6 +3,7 @@
 #include "report.h"
 
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 
 #include "accounting.h"
@@ -119,14 +120,30 @@ static void rss_rows(FILE *out, FILE *json, const struct rank_stats *ranks, int 
     }
 }
 
+/* Each rank's theory of one row (with pp > 1 the stages differ). */
+static double activations_of(const struct config *c, struct rank_place p) { return theory_trainer_activations(c, p).total; }
+static double comm_buffers_of(const struct config *c, struct rank_place p) { return theory_trainer_comm_buffers(c, p); }
+static double scratch_of(const struct config *c, struct rank_place p) { return theory_trainer_scratch(c, p).persistent; }
+
+/* "; every rank = its own theory: yes" (or NO) after a row's rule. */
+static void own_theory(char *rule, size_t len, const struct config *c, const double *col, int n,
+                       double (*theory)(const struct config *, struct rank_place)) {
+    bool all = true;
+    for (int r = 0; r < n; r++) all = all && col[r] == theory(c, rank_place_of(c, n, r));
+    size_t used = strlen(rule);
+    if (used < len) snprintf(rule + used, len - used, "; every rank = its own theory: %s", all ? "yes" : "NO");
+}
+
 void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct rank_stats *ranks, int n,
                    const char *when) {
     const struct config *c = tr->cfg;
-    struct state_theory st = theory_trainer_states(c, n, 0);
-    struct activation_theory at = theory_trainer_activations(c);
+    struct state_theory st = theory_trainer_states(c, rank_place_of(c, n, 0));
+    struct activation_theory at = theory_trainer_activations(c, rank_place_of(c, n, 0));
     double *col = calloc((size_t)n, sizeof *col);
     fprintf(out, "\nmemory per rank, %s (bytes): ZeRO-%d over %d rank%s, Psi = %.0f; padding %.0f full, %.0f per shard\n",
             when, c->zero, n, n == 1 ? "" : "s", st.psi, st.padding, st.shard_padding);
+    if (c->pp > 1 || c->tp > 1)
+        fprintf(out, "  (theory column: rank 0's; ranks hold different parts of the model, each checked against its own)\n");
     header(out, n, "category");
     /* What the memory rows belong to, so build/report can label a run. */
     if (json)
@@ -142,7 +159,7 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
         double theory = l->psi_bytes + l->padding_bytes;
         snprintf(rule, sizeof rule, "%s%s + padding %.0f", l->rule, l->sharded ? " / N" : "", l->padding_bytes);
         for (int r = 0; r < n; r++) { /* each rank against its own theory (8-bit blocks differ by rank) */
-            struct state_theory sr = theory_trainer_states(c, n, r);
+            struct state_theory sr = theory_trainer_states(c, rank_place_of(c, n, r));
             col[r] = ranks[r].live[l->category];
             exact = exact && col[r] == sr.lines[i].psi_bytes + sr.lines[i].padding_bytes;
         }
@@ -160,23 +177,27 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
         [RECOMPUTE_NONE] = "L (16 C e + NH T e + 16) B T + head",
         [RECOMPUTE_SELECTIVE] = "L (16 C e + 16) B T + 4 NH T B T (one layer) + head",
         [RECOMPUTE_FULL] = "L C e B T + one layer in fp32 + head"};
-    snprintf(rule, sizeof rule, "recompute %s: %s; Korthikanti: %.0f",
+    snprintf(rule, sizeof rule, "recompute %s: %s%s; Korthikanti: %.0f",
              c->recompute == RECOMPUTE_NONE ? "none" : c->recompute == RECOMPUTE_FULL ? "full" : "selective",
-             act_rules[c->recompute], at.korthikanti_total);
+             act_rules[c->recompute], c->pp > 1 ? ", x the schedule's slots" : "", at.korthikanti_total);
+    own_theory(rule, sizeof rule, c, col, n, activations_of);
     row(out, "activations", col, n, at.total, rule);
     if (json) json_rows(json, "activations", ranks, n, MEM_ACTIVATIONS, at.total);
-    double comm_theory = theory_trainer_comm_buffers(c, n);
+    double comm_theory = theory_trainer_comm_buffers(c, rank_place_of(c, n, 0));
     for (int r = 0; r < n; r++) col[r] = ranks[r].live[MEM_COMM];
-    row(out, "comm", col, n, comm_theory,
-        c->zero >= 3 ? (c->overlap ? "gathered embedding, head and two layers (w_p) + two reduce-scatter buckets (w_g)"
-                                   : "gathered embedding, head and one layer (w_p) + reduce-scatter bucket (w_g)")
-        : c->zero == 2 ? (c->overlap ? "two reduce-scatter buckets: the largest padded unit (w_g)"
-                                     : "reduce-scatter bucket: the largest padded unit (w_g)")
-                       : "none: collectives work in place");
+    snprintf(rule, sizeof rule, "%s",
+             c->zero >= 3 ? (c->overlap ? "gathered embedding, head and two layers (w_p) + two reduce-scatter buckets (w_g)"
+                                        : "gathered embedding, head and one layer (w_p) + reduce-scatter bucket (w_g)")
+             : c->zero == 2 ? (c->overlap ? "two reduce-scatter buckets: the largest padded unit (w_g)"
+                                          : "reduce-scatter bucket: the largest padded unit (w_g)")
+                            : "none: collectives work in place");
+    own_theory(rule, sizeof rule, c, col, n, comm_buffers_of);
+    row(out, "comm", col, n, comm_theory, rule);
     if (json) json_rows(json, "comm", ranks, n, MEM_COMM, comm_theory);
     for (int r = 0; r < n; r++) col[r] = ranks[r].live[MEM_SCRATCH];
-    row(out, "scratch", col, n, theory_trainer_scratch(c, n, 0).persistent,
-        "fp32 unit views and accumulators, widened activations, backward temporaries, ids (listed at start)");
+    snprintf(rule, sizeof rule, "fp32 unit views and accumulators, widened activations, backward temporaries, ids");
+    own_theory(rule, sizeof rule, c, col, n, scratch_of);
+    row(out, "scratch", col, n, scratch_of(c, rank_place_of(c, n, 0)), rule);
     rss_rows(out, json, ranks, n, col);
     if (json) fflush(json);
     free(col);
@@ -185,7 +206,7 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
 void report_flops(FILE *out, const struct trainer *tr, int steps) {
     if (steps <= 0) return;
     const struct flop_counter *f = &tr->flops;
-    struct flop_theory th = theory_trainer_flops(tr->cfg);
+    struct flop_theory th = theory_trainer_flops(tr->cfg, rank_place_of(tr->cfg, tr->grid->world_size, 0));
     double secs = tr->train_seconds / steps;
     fprintf(out, "\nFLOPs per optimizer step on rank 0, averaged over %d steps (%.0f tokens per rank per step)\n",
             steps, th.tokens);
@@ -247,28 +268,50 @@ static void comm_group_rows(FILE *out, FILE *json, const struct trainer *tr, con
     int size = grid_group(tr->grid, (enum grid_group)g)->size;
     fprintf(out, "  [%s] %s, %d rank%s per group on rank 0\n", grid_group_name((enum grid_group)g), what[g], size,
             size == 1 ? "" : "s");
-    struct comm_theory th = theory_trainer_comm(tr->cfg, n);
+    struct comm_theory th = theory_trainer_comm(tr->cfg, rank_place_of(tr->cfg, n, 0));
     double theory[COLL_NUM_KINDS];
     for (int k = 0; k < COLL_NUM_KINDS; k++) theory[k] = -1; /* "-": no theory yet */
+    struct pipe_comm_theory pt = theory_trainer_pp_comm(tr->cfg, rank_place_of(tr->cfg, n, 0));
     if (g == GROUP_DP) {
         theory[COLL_ALL_REDUCE] = th.all_reduce;
         theory[COLL_REDUCE_SCATTER] = th.reduce_scatter;
         theory[COLL_ALL_GATHER] = th.all_gather;
+    } else if (g == GROUP_PP) {
+        theory[COLL_SEND] = pt.send;
+        theory[COLL_RECV] = pt.recv;
+    } else if (g == GROUP_TIE) {
+        theory[COLL_ALL_REDUCE] = pt.tie_all_reduce;
     }
     for (int k = 0; k < COLL_NUM_KINDS; k++) {
         bool always = g == GROUP_DP && (theory[k] >= 0 || k == COLL_SCALAR);
         if (!always && !comm_used(ranks, n, g, k)) continue;
         for (int r = 0; r < n; r++) col[r] = ranks[r].comm[g].bytes[k] / steps;
-        char rule[96];
+        char rule[160];
         /* The busiest rank's calls: every dp rank makes the same ones, but
          * in the tie group a middle stage makes none. */
         double calls = 0;
         for (int r = 0; r < n; r++) calls = ranks[r].comm[g].calls[k] > calls ? ranks[r].comm[g].calls[k] : calls;
         calls /= steps;
         if (k == COLL_SCALAR) snprintf(rule, sizeof rule, "loss and gradient norm (8 B each), not model traffic");
-        else if (k == COLL_SEND) snprintf(rule, sizeof rule, "%.1f calls per step; payload n x dtype size", calls);
+        else if (k == COLL_SEND) snprintf(rule, sizeof rule, "%.1f calls per step; m x B T C e per boundary", calls);
         else if (k == COLL_RECV) snprintf(rule, sizeof rule, "%.1f calls per step; payload received, not sent", calls);
+        else if (g == GROUP_TIE) snprintf(rule, sizeof rule, "%.1f calls per step; tied wte's gradient, Vp C w_g", calls);
         else snprintf(rule, sizeof rule, "%.1f calls per step", calls);
+        if (theory[k] >= 0 && (g == GROUP_PP || g == GROUP_TIE || tr->cfg->pp > 1)) {
+            bool all = true; /* the stages differ: each rank against its own */
+            for (int r = 0; r < n; r++) {
+                struct rank_place p = rank_place_of(tr->cfg, n, r);
+                struct pipe_comm_theory q = theory_trainer_pp_comm(tr->cfg, p);
+                struct comm_theory d = theory_trainer_comm(tr->cfg, p);
+                double own = g == GROUP_PP ? (k == COLL_SEND ? q.send : q.recv)
+                           : g == GROUP_TIE ? (p.pp_rank == 0 || p.pp_rank == p.pp - 1 ? q.tie_all_reduce : 0)
+                           : k == COLL_ALL_REDUCE ? d.all_reduce : k == COLL_REDUCE_SCATTER ? d.reduce_scatter
+                                                                                           : d.all_gather;
+                all = all && col[r] == own;
+            }
+            size_t used = strlen(rule);
+            snprintf(rule + used, sizeof rule - used, "; every rank = own: %s", all ? "yes" : "NO");
+        }
         row(out, coll_kind_name((enum coll_kind)k), col, n, theory[k], rule);
         if (json) comm_json_rows(json, ranks, n, steps, g, k, theory[k]);
     }

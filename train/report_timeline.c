@@ -50,9 +50,15 @@ void report_timeline(FILE *out, FILE *json, const struct trainer *tr, const stru
     fprintf(out, "\nmemory timeline (bytes in use by phase, docs/MEMORY.md):\n");
     for (int r = 0; r < n; r++) {
         const struct mem_timeline *t = &ranks[r];
-        struct timeline_theory th = theory_trainer_timeline_peak(c, n, r, NULL);
+        struct timeline_theory th = theory_trainer_timeline_peak(c, rank_place_of(c, n, r), NULL);
         char name[96], tname[96];
         timeline_phase_name(&t->peak, name, sizeof name);
+        if (!th.exact) { /* the walk covers one whole-model stage only */
+            fprintf(out, "  memory timeline of step %d on rank %d: peak %.0f bytes at phase '%s' (no theory walk for "
+                         "pp = %d, tp = %d: the pipeline table has this rank's activation theory)\n",
+                    t->step, r, timeline_total(&t->peak), name, c->pp, c->tp);
+            continue;
+        }
         timeline_phase_name(&th.peak, tname, sizeof tname);
         double peak = timeline_total(&t->peak), theory = timeline_total(&th.peak);
         bool exact = peak == theory && t->peak.index == th.peak.index;

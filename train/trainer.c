@@ -209,14 +209,15 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
         return -1;
     }
     say(tr, "allocating %.1f MiB per rank (theory, rank 0) ...",
-        theory_trainer_memory(cfg, grid->dp, grid->dp_rank).total / 1048576.0);
+        theory_trainer_memory(cfg, rank_place_of(cfg, grid->world_size, grid->world_rank)).total / 1048576.0);
     rc = engine_init(&tr->engine, &eo, &lay, grid, &tr->mem, MEM_HOST, &tr->flops, err, TRAINER_ERR_LEN);
     tr->engine_open = true;
     if (rc == 0 && pipeline_init(&tr->pipe, &tr->engine, &grid->pp_comm, cfg->schedule, cfg->grad_accum, &tr->mem) != 0) {
         mem_failure_message(&tr->mem, err, TRAINER_ERR_LEN);
         rc = -1;
     }
-    tr->model_flops_per_step = theory_trainer_flops(cfg).model;
+    /* the model's FLOPs for this dp rank's tokens, shared by its tp x pp ranks: MFU is the job's */
+    tr->model_flops_per_step = theory_trainer_flops(cfg, rank_place_dp(1, 0)).model / (grid->tp * grid->pp);
     size_t bt = (size_t)cfg->micro_batch * cfg->seq_len;
     tr->inputs = mem_alloc(&tr->mem, MEM_HOST, MEM_SCRATCH, "batch inputs", bt * sizeof(int32_t));
     tr->targets = mem_alloc(&tr->mem, MEM_HOST, MEM_SCRATCH, "batch targets", bt * sizeof(int32_t));

@@ -94,8 +94,10 @@ void zero_comm_init(struct zero *z) {
     for (int k = 0; k <= UNIT_LAYER; k++) z->gather[k] = (struct zero_pending){.unit = -1};
     for (int b = 0; b < 2; b++) z->scatter[b] = (struct zero_pending){.unit = -1};
     if (z->o.stage == 3)
-        for (int u = 0; u < z->lay->n_units && u < 3; u++) {
-            enum unit_kind k = kind_of(z, u);
+        for (int kind = 0; kind <= UNIT_LAYER; kind++) {
+            int u = layout_kind_unit(z->lay, (enum unit_kind)kind);
+            if (u < 0) continue;
+            enum unit_kind k = (enum unit_kind)kind;
             size_t bytes = shard_unit_padded(&z->sh, u) * psize(z);
             z->gathered[k] = mem_alloc(mem, z->space, MEM_COMM, gathered_names[k], bytes);
             if (k == UNIT_LAYER && z->o.overlap)

@@ -82,7 +82,7 @@ static void train(struct config *c, struct run *out) {
     for (int k = 0; k < COLL_NUM_KINDS; k++) out->comm.bytes[k] -= before.bytes[k];
     out->val = trainer_validate(&tr); /* forward only: stage 3 prefetches there too */
     out->comm_buffers = (double)tr.mem.live[MEM_COMM];
-    out->comm_theory = theory_trainer_comm_buffers(c, WORLD.dp);
+    out->comm_theory = theory_trainer_comm_buffers(c, rank_place_dp(WORLD.dp, 0));
     size_t psi = e->lay.total;
     out->params_bytes = psi * dtype_size(c->param_dtype);
     out->params = calloc(1, out->params_bytes);

@@ -61,7 +61,7 @@ static double buffer_bytes(const struct trainer *tr, const char *name) {
 /* Every phase measured equals the theory's, and the peaks agree. */
 static bool phases_match_theory(const struct trainer *tr, const struct config *c) {
     static struct timeline_phase theory[TIMELINE_MAX_PHASES];
-    struct timeline_theory th = theory_trainer_timeline_peak(c, WORLD.dp, WORLD.dp_rank, theory);
+    struct timeline_theory th = theory_trainer_timeline_peak(c, rank_place_dp(WORLD.dp, WORLD.dp_rank), theory);
     const struct mem_timeline *t = &tr->timeline;
     bool ok = t->step == STEPS && t->dropped == 0 && t->n == th.phases;
     for (int i = 0; ok && i < t->n; i++) {

@@ -126,15 +126,15 @@ static void check_case(int stage, enum dtype dt, struct variant v, double loss_t
     train(&tr, &dc, &WORLD, &dist);
 
     /* model states per rank: the ZeRO formula to the byte (padding named) */
-    struct state_theory st = theory_trainer_states(&dc, N, WORLD.dp_rank);
+    struct state_theory st = theory_trainer_states(&dc, rank_place_dp(N, WORLD.dp_rank));
     bool ok = true;
     for (int i = 0; i < st.n; i++)
         ok = ok && (double)tr.mem.live[st.lines[i].category] == st.lines[i].psi_bytes + st.lines[i].padding_bytes;
-    ok = ok && (double)tr.mem.live[MEM_COMM] == theory_trainer_comm_buffers(&dc, N);
+    ok = ok && (double)tr.mem.live[MEM_COMM] == theory_trainer_comm_buffers(&dc, rank_place_dp(N, 0));
     assert_true(all_ok(ok));
 
     /* bytes sent per step: the ring volume of the stage, exactly */
-    struct comm_theory ct = theory_trainer_comm(&dc, N);
+    struct comm_theory ct = theory_trainer_comm(&dc, rank_place_dp(N, 0));
     const struct comm_counters *cc = &WORLD.dp_comm.counters;
     ok = cc->bytes[COLL_ALL_REDUCE] == STEPS * ct.all_reduce && cc->bytes[COLL_REDUCE_SCATTER] == STEPS * ct.reduce_scatter &&
          cc->bytes[COLL_ALL_GATHER] == STEPS * ct.all_gather;
