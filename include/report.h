@@ -23,6 +23,7 @@ struct rank_stats {
     double steady_tracked;  /* tracked bytes live when collected: the run's steady state */
     double one_unit;        /* bytes of the one-unit staging a save or load uses */
     struct rank_comm comm[GROUP_NUM];  /* per group of the grid: dp, tp, pp, tie */
+    double pipe_total, pipe_busy, pipe_waiting; /* seconds in the schedule over the run (include/schedule.h) */
 };
 
 enum { RANK_STATS_DOUBLES = sizeof(struct rank_stats) / sizeof(double) };
@@ -54,6 +55,13 @@ void report_comm(FILE *out, FILE *json, const struct trainer *tr, const struct r
  * in rank order: each rank's peak in use, its phase and the theory's peak;
  * json: a "memory_phase" record for every phase of every rank. */
 void report_timeline(FILE *out, FILE *json, const struct trainer *tr, const struct mem_timeline *ranks, int n);
+/* pp > 1: per rank its stage (layers, embedding, head), the schedule's
+ * slots, the activation bytes beside the schedule's formula, the
+ * boundary traffic beside its formula, and the measured bubble (1 - busy
+ * / time in the schedule) beside (p - 1) / (m + p - 1). json: a
+ * "pipeline" record per rank. */
+void report_pipeline(FILE *out, FILE *json, const struct trainer *tr, const struct rank_stats *ranks, int n,
+                     int steps);
 /* --explain: for every unit, who owns which elements and which tensors the
  * cut passes through; which buffers each rank holds in full or in part. */
 void report_shard_map(FILE *out, const struct trainer *tr);

@@ -34,6 +34,9 @@ void rank_stats_collect(const struct trainer *tr, struct rank_stats *out) {
         rc->seconds = cc->seconds;
         rc->exposed_seconds = cc->exposed_seconds;
     }
+    out->pipe_total = tr->pipe_run.total;
+    out->pipe_busy = tr->pipe_run.busy;
+    out->pipe_waiting = tr->pipe_run.waiting;
 }
 
 void report_buffers(FILE *out, const struct trainer *tr) {

@@ -1,6 +1,7 @@
 /* --explain: the shard map. For every unit and rank, the element range the
  * rank owns and the tensors the cut passes through; then, for the chosen
  * stage, which buffers each rank holds in full and which in part. */
+#include "accounting.h"
 #include "report.h"
 #include "shard.h"
 
@@ -19,7 +20,35 @@ static void owned_tensors(FILE *out, const struct model_layout *lay, int unit, s
 
 static const char *held(bool sharded) { return sharded ? "part (1/N)" : "full"; }
 
+/* pp > 1: which layers, and the embedding or head, each stage holds, and
+ * on which world ranks (tp innermost, pp outermost: include/grid.h). */
+static void stage_map(FILE *out, const struct trainer *tr) {
+    const struct config *c = tr->cfg;
+    const struct grid *g = tr->grid;
+    fprintf(out, "\nstage map: %d layers over pp = %d stages (%s), schedule %s, m = %d micro-batches per step\n",
+            c->n_layer, g->pp, c->pp_layers[0] ? c->pp_layers : "even split", schedule_name(c->schedule),
+            c->grad_accum);
+    for (int s = 0; s < g->pp; s++) {
+        struct rank_place p = {.dp = g->dp, .tp = g->tp, .pp = g->pp, .pp_rank = s};
+        struct model_layout lay;
+        rank_place_layout(c, p, &lay);
+        fprintf(out, "  stage %d: %slayers %d..%d%s, %zu parameters, %d activation slot%s; world ranks", s,
+                lay.rank.has_embed ? "embedding, " : "", lay.rank.l0, lay.rank.l1 - 1,
+                lay.rank.has_head ? (lay.head_wte_copy ? ", head (own copy of wte)" : ", head") : "", lay.total,
+                schedule_slots(c->schedule, g->pp, s, c->grad_accum),
+                schedule_slots(c->schedule, g->pp, s, c->grad_accum) == 1 ? "" : "s");
+        for (int d = 0; d < g->dp; d++)
+            for (int t = 0; t < g->tp; t++) fprintf(out, " %d", (s * g->dp + d) * g->tp + t);
+        fprintf(out, "\n");
+    }
+    if (g->pp > 1)
+        fprintf(out, "  the tied wte lives on stage 0 and stage %d; its gradient is summed over the two each step\n",
+                g->pp - 1);
+    fprintf(out, "  the shard map below is rank 0's (stage 0)\n");
+}
+
 void report_shard_map(FILE *out, const struct trainer *tr) {
+    if (tr->grid->pp > 1) stage_map(out, tr);
     const struct engine *e = &tr->engine;
     const struct shard_layout *sh = &e->z.sh;
     int N = sh->N, z = e->o.zero.stage;

@@ -192,6 +192,7 @@ int main(int argc, char **argv) {
             if (timelines) report_timeline(stdout, tr.json, &tr, timelines, world);
             report_flops(stdout, &tr, tr.step - start);
             report_comm(stdout, tr.json, &tr, ranks, world, tr.step - start);
+            report_pipeline(stdout, tr.json, &tr, ranks, world, tr.step - start);
         }
         free(timelines);
     }
