@@ -1,0 +1,199 @@
+/* Pipeline parallelism equals one process (include/schedule.h): under
+ * mpirun -np N, the layers split over pp = N stages (and, on 4 ranks, dp 2
+ * x pp 2 with ZeRO 0-3), GPipe and 1F1B, with m below, equal to and not a
+ * multiple of p, train 20 steps in fp32 and give the one-process run's loss
+ * at every step within 1e-5 and its parameters within 1e-5 on every unit
+ * each rank holds. Also: the two copies of the tied wte (first and last
+ * stage) stay bitwise equal; each stage's activation bytes equal the
+ * schedule's formula (slots x per-slot bytes) and its send/recv bytes per
+ * step equal m x B T C x 4 per boundary, exactly.
+ *
+ * The reference runs on every rank alone (a grid of one), with grad_accum
+ * m x dp: the data-parallel ranks of the pipelined run read the same
+ * micro-batches between them. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <cblas.h>
+#include <math.h>
+#include <mpi.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "accounting.h"
+#include "mpi_fixture.h"
+#include "schedule.h"
+#include "trainer.h"
+
+enum { STEPS = 20, LAYERS = 4 };
+static const double TOL = 1e-5;
+
+static struct grid WORLD;
+static char DIR_[96], SHARD[160];
+
+static void config_for(struct config *c, int pp, int dp, int m, enum schedule_kind kind, int zero) {
+    config_defaults(c);
+    c->n_layer = LAYERS, c->d_model = 32, c->n_head = 4, c->seq_len = 16, c->vocab_size = 256;
+    c->micro_batch = 2;
+    c->grad_accum = m;
+    c->steps = STEPS;
+    c->lr = 3e-3f;
+    c->warmup_steps = 2;
+    c->val_every = 0;
+    c->threads = 1;
+    c->zero = zero;
+    c->pp = pp;
+    c->schedule = kind;
+    c->param_dtype = c->grad_dtype = c->act_dtype = DTYPE_FP32;
+    (void)dp;
+    snprintf(c->train_data, sizeof c->train_data, "%s", SHARD);
+    snprintf(c->val_data, sizeof c->val_data, "%s", SHARD);
+}
+
+static void next_batch(void *loader, int32_t *inputs, int32_t *targets) { loader_next(loader, inputs, targets); }
+
+/* `steps` steps as the trainer takes them; loss[s] is the step's mean loss
+ * (agreed over dp and the stages). */
+static void train(struct trainer *tr, double *loss) {
+    struct engine *e = &tr->engine;
+    struct grid *g = tr->grid;
+    struct batch_source src = {next_batch, &tr->train};
+    int m = tr->cfg->grad_accum;
+    for (int s = 0; s < STEPS; s++) {
+        engine_zero_grads(e);
+        double l = pipeline_step(&tr->pipe, 1.0f / (float)(m * g->dp), &src, tr->inputs, tr->targets);
+        g->dp_comm.all_reduce_scalars(&g->dp_comm, &l, 1);
+        g->pp_comm.all_reduce_scalars(&g->pp_comm, &l, 1);
+        loss[s] = l / (m * g->dp);
+        engine_optimizer_step(e, s, false);
+    }
+}
+
+/* Unit u's params of a trainer whose states are not sharded (fp32). */
+static const float *unit_params(struct trainer *tr, int u) { return zero_unit_params(&tr->engine.z, u); }
+
+/* Max |difference| between this rank's units and the whole model's. */
+static double params_diff(struct trainer *pipe, struct trainer *whole) {
+    const struct model_layout *a = &pipe->engine.lay, *b = &whole->engine.lay;
+    double worst = 0;
+    for (int t = 0; t < layout_num_tensors(a); t++) {
+        struct tensor_info ta = layout_tensor(a, t), tb;
+        if (ta.kind == UNIT_LAYER) tb = layout_layer_tensor(b, ta.layer, (enum layer_tensor)ta.id);
+        else if (ta.kind == UNIT_EMBED) tb = layout_embed_tensor(b, (enum embed_tensor)ta.id);
+        else if (ta.id == HEAD_WTE) tb = layout_embed_tensor(b, EMB_WTE); /* the copy of the tied wte */
+        else tb = layout_head_tensor(b, (enum head_tensor)ta.id);
+        const float *x = unit_params(pipe, ta.unit) + (ta.offset - layout_unit_offset(a, ta.unit));
+        const float *y = unit_params(whole, tb.unit) + (tb.offset - layout_unit_offset(b, tb.unit));
+        for (size_t i = 0; i < ta.numel; i++) worst = fmax(worst, fabs((double)x[i] - y[i]));
+    }
+    return worst;
+}
+
+/* The first and the last stage hold the same wte, bit for bit. */
+static bool tied_copies_equal(struct trainer *tr) {
+    struct collectives *tie = &tr->grid->tie_comm;
+    if (tie->size < 2) return true;
+    const struct model_layout *lay = &tr->engine.lay;
+    struct tensor_info w = lay->rank.has_embed ? layout_embed_tensor(lay, EMB_WTE) : layout_head_tensor(lay, HEAD_WTE);
+    const float *mine = unit_params(tr, w.unit) + (w.offset - layout_unit_offset(lay, w.unit));
+    float *max = malloc(w.numel * sizeof *max);
+    memcpy(max, mine, w.numel * sizeof *max);
+    tie->all_reduce_max(tie, max, w.numel, DTYPE_FP32);
+    bool same = memcmp(max, mine, w.numel * sizeof *max) == 0; /* equal to the max on both: equal */
+    free(max);
+    return same;
+}
+
+static void check(int pp, int m, enum schedule_kind kind, int zero) {
+    int dp = WORLD.world_size / pp;
+    struct grid grid, single;
+    char err[TRAINER_ERR_LEN];
+    assert_int_equal(grid_init(&grid, 1, pp, err), 0);
+    grid_init_single(&single);
+    struct config cp, cs;
+    config_for(&cp, pp, dp, m, kind, zero);
+    config_for(&cs, 1, 1, m * dp, SCHEDULE_1F1B, 0);
+    struct trainer tp, ts;
+    assert_int_equal(trainer_open(&tp, &cp, &grid, err), 0);
+    assert_int_equal(trainer_open(&ts, &cs, &single, err), 0);
+    double lp[STEPS], ls[STEPS];
+    struct comm_counters before = grid.pp_comm.counters;
+    train(&tp, lp);
+    train(&ts, ls);
+
+    double worst_loss = 0;
+    for (int s = 0; s < STEPS; s++) worst_loss = fmax(worst_loss, fabs(lp[s] - ls[s]));
+    bool ok = worst_loss <= TOL && ls[STEPS - 1] < ls[0];
+    /* stage 3 keeps a shard only: gather-free comparison at stages 0-2 */
+    double worst_param = zero < 3 ? params_diff(&tp, &ts) : 0;
+    ok = ok && worst_param <= TOL;
+    bool tied = zero < 3 ? tied_copies_equal(&tp) : true;
+    ok = ok && tied;
+    struct rank_place place = rank_place_of(&cp, WORLD.world_size, WORLD.world_rank);
+    double act = (double)tp.mem.peak[MEM_ACTIVATIONS], act_theory = theory_trainer_activations(&cp, place).total;
+    double sent = (grid.pp_comm.counters.bytes[COLL_SEND] - before.bytes[COLL_SEND]) / STEPS;
+    double recv = (grid.pp_comm.counters.bytes[COLL_RECV] - before.bytes[COLL_RECV]) / STEPS;
+    struct pipe_comm_theory pt = theory_trainer_pp_comm(&cp, place);
+    ok = ok && act == act_theory && sent == pt.send && recv == pt.recv;
+    if (!ok || WORLD.world_rank == WORLD.world_size - 1)
+        printf("  dp %d x pp %d, %s, m %d, ZeRO-%d, rank %d: loss %.6f -> %.6f, max |dloss| %.2e, max |dparam| %.2e, "
+               "tied copies %s, activations %.0f (theory %.0f), sent %.0f recv %.0f per step (theory %.0f): %s\n",
+               dp, pp, schedule_name(kind), m, zero, WORLD.world_rank, ls[0], ls[STEPS - 1], worst_loss, worst_param,
+               tied ? "equal" : "DIFFER", act, act_theory, sent, recv, pt.send, ok ? "ok" : "FAILED");
+    trainer_close(&tp);
+    trainer_close(&ts);
+    grid_free(&grid);
+    assert_true(all_ok(ok));
+}
+
+/* Every rank a stage; m below p, equal to it, and not a multiple of it. */
+static void test_stages(void **s) {
+    (void)s;
+    int p = WORLD.world_size;
+    for (int kind = 0; kind < SCHEDULE_NUM; kind++) {
+        if (p > LAYERS) break;
+        check(p, 1, (enum schedule_kind)kind, 0);
+        check(p, p, (enum schedule_kind)kind, 0);
+        check(p, p + 1, (enum schedule_kind)kind, 0);
+    }
+}
+
+/* dp 2 x pp 2 on four ranks, every ZeRO stage. */
+static void test_grid(void **s) {
+    (void)s;
+    if (WORLD.world_size != 4) skip();
+    for (int zero = 0; zero <= 3; zero++) check(2, 3, SCHEDULE_1F1B, zero);
+    check(2, 2, SCHEDULE_GPIPE, 1);
+}
+
+static int setup(void **state) {
+    (void)state;
+    omp_set_num_threads(1);
+    openblas_set_num_threads(1);
+    char err[GRID_ERR_LEN];
+    if (grid_init(&WORLD, 1, 1, err) != 0) return -1;
+    return scratch_open(DIR_, sizeof DIR_, SHARD, sizeof SHARD, "pipeline", WORLD.world_rank, 64 * 1024);
+}
+
+static int teardown(void **state) {
+    (void)state;
+    int rc = scratch_close(DIR_);
+    grid_free(&WORLD);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_stages),
+        cmocka_unit_test(test_grid),
+    };
+    int failed = cmocka_run_group_tests(tests, setup, teardown);
+    MPI_Finalize();
+    return failed;
+}
