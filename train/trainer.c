@@ -86,18 +86,11 @@ static int init_weights(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     return 0;
 }
 
-static int check_layout(const struct config *cfg, const struct grid *g, char err[TRAINER_ERR_LEN]) {
+static int check_layout(const struct config *cfg, char err[TRAINER_ERR_LEN]) {
     if (cfg->arch != ARCH_GPT2 || cfg->n_kv_head != 0 || cfg->ffn_dim != 0) {
         snprintf(err, TRAINER_ERR_LEN,
                  "the trainer implements GPT-2 blocks (arch = gpt2, n_kv_head = 0, ffn_dim = 0); "
                  "LLaMA-style configs are for build/plan");
-        return -1;
-    }
-    if (g->tp != 1 || g->pp != 1) {
-        snprintf(err, TRAINER_ERR_LEN,
-                 "tp = %d, pp = %d: tensor and pipeline parallelism are not part of this build (tp and pp must "
-                 "be 1; use data parallelism: mpirun -np N with --zero 0..3)",
-                 g->tp, g->pp);
         return -1;
     }
     return 0;
@@ -130,7 +123,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     tr->last_val_loss = -1.0;
     progress_init(&tr->progress, progress_stdout_is_terminal());
     double t_start = now();
-    int rc = trainer_agree(tr, check_layout(cfg, grid, err), err);
+    int rc = trainer_agree(tr, check_layout(cfg, err), err);
     if (rc == 0) rc = trainer_agree(tr, remove_stale_temps(cfg, grid, err), err);
     bool data_open = false;
     if (rc == 0) {
