@@ -17,6 +17,8 @@
  * sent to world rank 0, which writes (include/ckpt_grid.h). */
 #include "state_raw.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ckpt_grid.h"
@@ -194,22 +196,26 @@ static int load_codes(struct trainer *tr, struct resume_reader *r, const struct 
     return rc;
 }
 
+/* printf onto the end of out (len bytes), cut at its end. */
+static void append(char *out, size_t len, const char *fmt, ...) {
+    size_t n = strnlen(out, len);
+    if (n + 1 >= len) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out + n, len - n, fmt, ap);
+    va_end(ap);
+}
+
 /* "(dp a -> b, ZeRO a -> b" and whatever else of the key differs. */
 static void describe_change(char *out, size_t len, const int32_t saved[RAW_KEYS], const int32_t mine[RAW_KEYS]) {
-    size_t n = 0;
-#define ADD(...)                                                                   \
-    do {                                                                           \
-        int k = snprintf(out + n, len - n, __VA_ARGS__);                           \
-        n = k < 0 ? n : (size_t)k >= len - n ? len - 1 : n + (size_t)k;            \
-    } while (0)
-    ADD("8-bit states: requantized from fp32 for a new layout (dp %d -> %d, ZeRO %d -> %d", (int)saved[0],
-        (int)mine[0], (int)saved[1], (int)mine[1]);
-    if (saved[2] != mine[2]) ADD(", min_8bit_size %d -> %d", (int)saved[2], (int)mine[2]);
-    if (saved[3] != mine[3]) ADD(", tp %d -> %d", (int)saved[3], (int)mine[3]);
-    if (saved[4] != mine[4]) ADD(", pp %d -> %d", (int)saved[4], (int)mine[4]);
-    else if (saved[5] != mine[5]) ADD(", another split of layers over stages");
-    ADD(")");
-#undef ADD
+    out[0] = '\0';
+    append(out, len, "8-bit states: requantized from fp32 for a new layout (dp %d -> %d, ZeRO %d -> %d", (int)saved[0],
+           (int)mine[0], (int)saved[1], (int)mine[1]);
+    if (saved[2] != mine[2]) append(out, len, ", min_8bit_size %d -> %d", (int)saved[2], (int)mine[2]);
+    if (saved[3] != mine[3]) append(out, len, ", tp %d -> %d", (int)saved[3], (int)mine[3]);
+    if (saved[4] != mine[4]) append(out, len, ", pp %d -> %d", (int)saved[4], (int)mine[4]);
+    else if (saved[5] != mine[5]) append(out, len, ", another split of layers over stages");
+    append(out, len, ")");
 }
 
 int raw_load(struct trainer *tr, struct resume_reader *r, const struct raw_plan *p, void *work,
