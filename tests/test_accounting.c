@@ -72,7 +72,7 @@ static void check_recipe(enum dtype p, enum dtype g, enum dtype a, double expect
     char err[TRAINER_ERR_LEN];
     assert_int_equal(trainer_open(&tr, &c, &GRID, err), 0);
 
-    struct state_theory st = theory_trainer_states(&c, 1, 0);
+    struct state_theory st = theory_trainer_states(&c, rank_place_dp(1, 0));
     assert_true(st.padding == (256.0 - 200.0) * 32.0);
     assert_true(st.psi + st.padding == (double)tr.engine.lay.total);
     double per_param = 0, states = 0;
@@ -88,11 +88,11 @@ static void check_recipe(enum dtype p, enum dtype g, enum dtype a, double expect
     assert_true(measured_states == states);
     if (p == DTYPE_FP32) assert_int_equal(tr.mem.live[MEM_MASTER], 0);
 
-    struct activation_theory at = theory_trainer_activations(&c);
+    struct activation_theory at = theory_trainer_activations(&c, rank_place_dp(1, 0));
     assert_true((double)tr.mem.peak[MEM_ACTIVATIONS] == at.total);
 
     assert_int_equal(trainer_run(&tr, err), 0);
-    struct flop_theory ft = theory_trainer_flops(&c);
+    struct flop_theory ft = theory_trainer_flops(&c, rank_place_dp(1, 0));
     assert_true(tr.flops.gemm == c.steps * ft.gemm);
     assert_true(tr.flops.attention == c.steps * ft.attention);
     /* full squares: 12 L B C T^2 accum, twice the model's causal 6 L C T per token */
@@ -119,7 +119,7 @@ static void check_recompute_flops(enum recompute_mode r) {
     char err[TRAINER_ERR_LEN];
     assert_int_equal(trainer_open(&tr, &c, &GRID, err), 0);
     assert_int_equal(trainer_run(&tr, err), 0);
-    struct flop_theory ft = theory_trainer_flops(&c);
+    struct flop_theory ft = theory_trainer_flops(&c, rank_place_dp(1, 0));
     const double L = 2, B = 2, C = 32, T = 16, k = 2, tokens = B * T * k;
     assert_true(ft.attention == (12 + 4) * L * B * C * T * T * k);
     assert_true(ft.recompute == 4 * L * B * C * T * T * k + (r == RECOMPUTE_FULL ? 16 * L * C * C * tokens : 0));
@@ -137,7 +137,7 @@ static void test_activation_formula_by_hand(void **s) {
     (void)s;
     struct config c;
     small_config(&c, DTYPE_BF16, DTYPE_BF16, DTYPE_BF16);
-    struct activation_theory a = theory_trainer_activations(&c);
+    struct activation_theory a = theory_trainer_activations(&c, rank_place_dp(1, 0));
     double BT = 2 * 16, per_layer = (16 * 32 * 2 + 4 * 16 * 2 + 16) * BT;
     assert_true(a.per_layer == per_layer);
     assert_true(a.total == 2 * per_layer + (2 * 32 * 2 + 8 + 4 * 256 + 4 + 8) * BT);
@@ -154,7 +154,7 @@ static void test_scratch_attention_threads(void **s) {
     const double T = 16, used[] = {3, 8};
     struct config one;
     small_config(&one, DTYPE_FP32, DTYPE_FP32, DTYPE_FP32);
-    double base = theory_trainer_scratch(&one, 1, 0).persistent; /* 1 thread: T^2 */
+    double base = theory_trainer_scratch(&one, rank_place_dp(1, 0)).persistent; /* 1 thread: T^2 */
     for (int i = 0; i < 2; i++) {
         struct config c;
         small_config(&c, DTYPE_FP32, DTYPE_FP32, DTYPE_FP32);
@@ -165,7 +165,7 @@ static void test_scratch_attention_threads(void **s) {
         int rc = trainer_open(&tr, &c, &GRID, err);
         omp_set_num_threads(1);
         assert_int_equal(rc, 0);
-        struct scratch_theory sc = theory_trainer_scratch(&c, 1, 0);
+        struct scratch_theory sc = theory_trainer_scratch(&c, rank_place_dp(1, 0));
         assert_true(sc.persistent == base + (used[i] - 1) * T * T * 4);
         assert_true((double)tr.mem.live[MEM_SCRATCH] == sc.persistent);
         trainer_close(&tr);
@@ -197,8 +197,8 @@ static void test_scratch_and_startup_peak(void **s) {
                     struct trainer tr;
                     char err[TRAINER_ERR_LEN];
                     assert_int_equal(trainer_open(&tr, &c, &GRID, err), 0);
-                    struct scratch_theory sc = theory_trainer_scratch(&c, 1, 0);
-                    struct memory_need need = theory_trainer_memory(&c, 1, 0);
+                    struct scratch_theory sc = theory_trainer_scratch(&c, rank_place_dp(1, 0));
+                    struct memory_need need = theory_trainer_memory(&c, rank_place_dp(1, 0));
                     assert_true((double)tr.mem.live[MEM_SCRATCH] == sc.persistent);
                     assert_true((double)tr.mem.peak[MEM_SCRATCH] == sc.persistent + sc.staging);
                     assert_true(sc.staging == (double)engine_unit_staging_bytes(&tr.engine));

@@ -1,9 +1,13 @@
 /* llm.c model files in and out of a rank's model states, one unit at a
- * time: every rank reads the units it holds (--init_from), and the ranks
- * gather each unit in turn to dp rank 0, which writes it (--save). No rank
- * holds more than one unit beyond its own shards. */
+ * time, on any grid: every rank reads the units it holds (--init_from; the
+ * head's copy of wte from the file's wte), and for --save each holder's
+ * units are gathered over its dp group and sent to world rank 0, which
+ * writes them (include/ckpt_grid.h). No rank holds more than one unit
+ * beyond its own shards. */
 #include "bufops.h"
 #include "checkpoint.h"
+#include "ckpt_grid.h"
+#include "ref_runs.h"
 #include "trainer.h"
 
 /* The whole model as llm.c files hold it (Vp without tp's extra padding). */
@@ -17,22 +21,55 @@ static struct model_shape file_shape(const struct model_layout *lay) {
  * is wte, written once (by the embedding). */
 static bool in_file(const struct tensor_info *t) { return !(t->kind == UNIT_HEAD && t->id == HEAD_WTE); }
 
-/* Elements of tensor t (this rank's slice) from the file into dst, row by
- * row where a tensor-parallel slice is not contiguous in the file. */
+/* Whether holder lay writes tensor t: a replicated tensor is written by tp
+ * rank 0 alone. */
+static bool writes(const struct model_layout *lay, const struct tensor_info *t) {
+    return in_file(t) && (lay->rank.tp_rank == 0 || t->split != SPLIT_REPLICATED);
+}
+
+/* Elements of tensor t (this rank's slice) from the file into dst, run by
+ * run where a tensor-parallel slice is not contiguous in the file (tp's
+ * extra vocabulary padding rows are zero). */
 static int read_tensor(struct llmc_reader *r, const struct model_layout *lay, const struct tensor_info *t, float *dst,
                        char err[CKPT_ERR_LEN]) {
     struct tensor_id id = tensor_id_of(t);
-    if (lay->rank.tp == 1 || t->split == SPLIT_REPLICATED) return llmc_read(r, id, 0, t->numel, dst, DTYPE_FP32, err);
-    for (size_t row = 0; row < (size_t)t->rows; row++) {
-        size_t at = layout_ref_index(lay, t, row * (size_t)t->cols);
-        float *d = dst + row * (size_t)t->cols;
-        if (at >= lay->ref_total) { /* tp's extra vocabulary padding: zero */
-            for (int c = 0; c < t->cols; c++) d[c] = 0.0f;
+    for (size_t i = 0, n, ref; i < t->numel; i += n) {
+        n = ref_run(lay, t, i, &ref);
+        if (ref >= lay->ref_total) {
+            for (size_t k = 0; k < n; k++) dst[i + k] = 0.0f;
             continue;
         }
-        if (llmc_read(r, id, at - t->ref_offset, (size_t)t->cols, d, DTYPE_FP32, err) != 0) return -1;
+        if (llmc_read(r, id, ref - t->ref_offset, n, dst + i, DTYPE_FP32, err) != 0) return -1;
     }
     return 0;
+}
+
+/* Unit u of holder lay, its elements in dt as the gather leaves them, into
+ * the file: each tensor it writes, run by run at its reference place. */
+static int write_unit(struct llmc_writer *w, const struct model_layout *lay, int u, const char *data, enum dtype dt,
+                      char err[CKPT_ERR_LEN]) {
+    size_t base = layout_unit_offset(lay, u), esz = dtype_size(dt);
+    for (int k = 0; k < layout_num_tensors(lay); k++) {
+        struct tensor_info t = layout_tensor(lay, k);
+        if (t.unit != u || !writes(lay, &t)) continue;
+        for (size_t i = 0, n, ref; i < t.numel; i += n) {
+            n = ref_run(lay, &t, i, &ref);
+            if (ref < lay->ref_total &&
+                llmc_write(w, tensor_id_of(&t), ref - t.ref_offset, n, data + (t.offset - base + i) * esz, dt, err) != 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+/* Whether holder lay writes anything of unit u (a tp rank's head holds
+ * only replicated norms besides the wte copy: nothing). */
+static bool unit_writes(const struct model_layout *lay, int u) {
+    for (int k = 0; k < layout_num_tensors(lay); k++) {
+        struct tensor_info t = layout_tensor(lay, k);
+        if (t.unit == u && writes(lay, &t)) return true;
+    }
+    return false;
 }
 
 int trainer_adopt_model_file(struct config *c, char err[TRAINER_ERR_LEN]) {
@@ -102,32 +139,34 @@ int trainer_load_model(struct trainer *tr, const char *path, char err[TRAINER_ER
 
 int trainer_save_model(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]) {
     struct engine *e = &tr->engine;
+    struct grid *g = tr->grid;
     enum dtype dt = e->o.zero.param_dtype;
-    bool writer = e->z.sh.rank == 0 && tr->grid->tp_rank == 0;
+    bool writer = g->world_rank == 0;
     struct model_shape shape = file_shape(&e->lay);
     struct llmc_writer w = {0};
     char e2[CKPT_ERR_LEN] = "";
     int rc = writer ? llmc_create(&w, path, &shape, dt, e2) : 0;
     void *work = mem_alloc(&tr->mem, MEM_HOST, MEM_SCRATCH, "model file staging (one unit)",
-                           engine_unit_staging_bytes(e));
+                           ckpt_staging_bytes(tr->cfg, g, engine_unit_staging_bytes(e)));
     if (!work) mem_failure_message(&tr->mem, err, TRAINER_ERR_LEN);
     if (trainer_agree(tr, work ? 0 : -1, err) != 0) {
         if (writer && rc == 0) llmc_abort(&w);
         mem_free(&tr->mem, work);
         return -1;
     }
-    /* every rank takes part in every unit's gather, whatever happened on
-     * the writer, so no rank waits on another */
-    for (int u = 0; u < e->lay.n_units; u++) {
-        zero_gather_unit(&e->z, STATE_PARAMS, u, work);
-        size_t base = layout_unit_offset(&e->lay, u);
-        for (int k = 0; writer && rc == 0 && k < layout_num_tensors(&e->lay); k++) {
-            struct tensor_info t = layout_tensor(&e->lay, k);
-            if (t.unit == u && in_file(&t))
-                rc = llmc_write(&w, tensor_id_of(&t), 0, t.numel, (char *)work + (t.offset - base) * dtype_size(dt),
-                                dt, e2);
+    /* every rank takes part in every gather and transfer, whatever
+     * happened on the writer, so no rank waits on another */
+    for (int s = 0; s < g->pp; s++)
+        for (int t = 0; t < g->tp; t++) {
+            struct model_layout lay;
+            if (ckpt_holder_layout(tr->cfg, g, s, t, &lay) != 0) continue; /* trainer_open refused it */
+            for (int u = 0; u < lay.n_units; u++) {
+                if (ckpt_is_holder(g, s, t)) zero_gather_unit(&e->z, STATE_PARAMS, u, work);
+                if (!unit_writes(&lay, u)) continue;
+                ckpt_route_to_root(g, s, t, work, ckpt_unit_elems(&lay, u, false) * dtype_size(dt));
+                if (writer && rc == 0) rc = write_unit(&w, &lay, u, work, dt, e2);
+            }
         }
-    }
     if (writer && rc == 0) rc = llmc_commit(&w, e2);
     if (writer && rc != 0) llmc_abort(&w);
     if (rc != 0) snprintf(err, TRAINER_ERR_LEN, "--save: %s", e2);

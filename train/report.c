@@ -296,9 +296,11 @@ static void comm_group_rows(FILE *out, FILE *json, const struct trainer *tr, con
         for (int r = 0; r < n; r++) calls = ranks[r].comm[g].calls[k] > calls ? ranks[r].comm[g].calls[k] : calls;
         calls /= steps;
         if (k == COLL_SCALAR) snprintf(rule, sizeof rule, "loss and gradient norm (8 B each), not model traffic");
-        else if (k == COLL_SEND) snprintf(rule, sizeof rule, "%.1f calls per step; m x B T C e per boundary", calls);
+        else if (k == COLL_SEND && g == GROUP_PP)
+            snprintf(rule, sizeof rule, "%.1f calls per step; m x B T C e per boundary", calls);
+        else if (k == COLL_SEND) snprintf(rule, sizeof rule, "%.1f calls per step; payload n x dtype size", calls);
         else if (k == COLL_RECV) snprintf(rule, sizeof rule, "%.1f calls per step; payload received, not sent", calls);
-        else if (g == GROUP_TIE) snprintf(rule, sizeof rule, "%.1f calls per step; tied wte's gradient, Vp C w_g", calls);
+        else if (g == GROUP_TIE && k == COLL_ALL_REDUCE) snprintf(rule, sizeof rule, "%.1f calls per step; tied wte's gradient, Vp C w_g", calls);
         else snprintf(rule, sizeof rule, "%.1f calls per step", calls);
         if (theory[k] >= 0 && (g == GROUP_PP || g == GROUP_TIE || tr->cfg->pp > 1)) {
             bool all = true; /* the stages differ: each rank against its own */

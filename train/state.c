@@ -7,7 +7,10 @@
 #include <sys/stat.h>
 
 #include "checkpoint.h"
+#include "ckpt_grid.h"
 #include "crc32c.h"
+#include "ref_runs.h"
+#include "state_raw.h"
 #include "trainer.h"
 
 /* FNV-1a over what must not change across a resume. The batch enters as
@@ -52,10 +55,13 @@ static int data_sources(const char *pattern, struct data_sources *d, char err[TR
 }
 
 /* A resume state holds full, unsharded arrays in the model's reference
- * order, whatever the layout that wrote it: N ranks at stage K gather one
- * unit at a time to rank 0, which writes it; M ranks at stage J each read
- * the units they hold and keep their part. No rank holds more than one
- * unit beyond its own shards. */
+ * order, whatever the grid that wrote it: each holder's units (a pipeline
+ * stage and tp rank, include/ckpt_grid.h) are gathered over its dp group
+ * one at a time and sent to world rank 0, which writes them; on load every
+ * rank reads the units it holds and keeps its part. The head's copy of wte
+ * (pp > 1) is saved once, as wte (from the embedding: the copies stay
+ * equal, their gradients being summed), and loaded into both. No rank
+ * holds more than one unit beyond its own shards. */
 enum { MAX_SECTIONS = 4 };
 
 static const struct {
@@ -84,161 +90,74 @@ uint64_t trainer_state_bytes(const struct trainer *tr) {
     return resume_file_bytes(d, n);
 }
 
-/* Where tensor t's elements lie in a section (reference order). With
- * tp = 1 a tensor is contiguous there; the head's copy of wte is not
- * stored (the embedding's wte is). */
-static bool section_place(const struct model_layout *lay, const struct tensor_info *t, size_t *first) {
-    if (t->kind == UNIT_HEAD && t->id == HEAD_WTE) return false;
-    *first = layout_ref_index(lay, t, 0);
-    return true;
+/* Whether holder lay saves tensor t: not the head's copy of wte, and a
+ * replicated tensor from tp rank 0 alone. */
+static bool saves(const struct model_layout *lay, const struct tensor_info *t) {
+    return !(t->kind == UNIT_HEAD && t->id == HEAD_WTE) && (lay->rank.tp_rank == 0 || t->split != SPLIT_REPLICATED);
 }
 
-/* ---- 8-bit states as they are (adamw8bit) -------------------------------
- * Besides the dequantized fp32 states (which let any layout load them), an
- * adamw8bit state holds the codes and block absmax unchanged, with the
- * layout that wrote them: a run of the same layout takes those and
- * continues bit for bit; another requantizes from fp32. Sections:
- *   optim8_layout            u8, RAW_KEYS int32: dp size, ZeRO stage, min_8bit_size
- *   optim8_codes1, _codes2   u8, one per reference element (0 for fp32-state tensors)
- *   optim8_absmax1, _absmax2 fp32, the layout's blocks (zero_raw_block_table) */
-enum { RAW_SECTIONS = 5, RAW_KEYS = 3 };
-
-static const char *const RAW_NAMES[RAW_SECTIONS] = {"optim8_layout", "optim8_codes1", "optim8_codes2",
-                                                    "optim8_absmax1", "optim8_absmax2"};
-
-struct raw_plan {
-    bool on, failed;
-    int32_t key[RAW_KEYS];
-    size_t *first; /* the block table, n_units x R + 1 */
-};
-
-static void raw_key(const struct trainer *tr, int32_t key[RAW_KEYS]) {
-    key[0] = tr->grid->dp, key[1] = tr->cfg->zero, key[2] = tr->cfg->min_8bit_size;
-}
-
-static int raw_plan(struct trainer *tr, struct raw_plan *p) {
-    *p = (struct raw_plan){.on = tr->cfg->optimizer == OPTIM_ADAMW8BIT};
-    if (!p->on) return 0;
-    raw_key(tr, p->key);
-    struct zero *z = &tr->engine.z;
-    size_t cells = (size_t)tr->engine.lay.n_units * (size_t)zero_raw_ranks(z) + 1;
-    p->first = mem_alloc(&tr->mem, MEM_HOST, MEM_SCRATCH, "8-bit block table (resume)", cells * sizeof *p->first);
-    p->failed = !p->first || zero_raw_block_table(z, p->first) != 0;
-    return p->failed ? -1 : 0;
-}
-
-static void raw_free(struct trainer *tr, struct raw_plan *p) { mem_free(&tr->mem, p->first); }
-
-static size_t raw_blocks(const struct trainer *tr, const struct raw_plan *p) {
-    return p->first[(size_t)tr->engine.lay.n_units * (size_t)zero_raw_ranks(&tr->engine.z)];
-}
-
-static void raw_decls_of(const struct trainer *tr, const struct raw_plan *p, struct state_decl d[RAW_SECTIONS]) {
-    size_t numel[RAW_SECTIONS] = {RAW_KEYS * sizeof(int32_t), tr->engine.lay.ref_total, tr->engine.lay.ref_total,
-                                  raw_blocks(tr, p), raw_blocks(tr, p)};
-    for (int i = 0; i < RAW_SECTIONS; i++) {
-        d[i] = (struct state_decl){.dtype = i == 0 || i == 1 || i == 2 ? DTYPE_U8 : DTYPE_FP32, .numel = numel[i]};
-        snprintf(d[i].name, sizeof d[i].name, "%s", RAW_NAMES[i]);
+static bool unit_saves(const struct model_layout *lay, int u) {
+    for (int k = 0; k < layout_num_tensors(lay); k++) {
+        struct tensor_info t = layout_tensor(lay, k);
+        if (t.unit == u && saves(lay, &t)) return true;
     }
+    return false;
 }
 
-/* Codes and absmax gathered one unit at a time (every rank takes part in
- * every gather, whatever happened on rank 0, which writes them). */
-static int save_raw(struct trainer *tr, const struct raw_plan *p, struct resume_writer *w, int base, bool writer,
-                    int rc, void *work, char e2[CKPT_ERR_LEN]) {
-    struct engine *e = &tr->engine;
-    const size_t R = (size_t)zero_raw_ranks(&e->z);
-    if (writer && rc == 0) rc = resume_write_at(w, base, 0, sizeof p->key, p->key, e2);
-    for (int s = 0; s < 2; s++) {
-        enum zero_state which = s == 0 ? STATE_OPT1 : STATE_OPT2;
-        for (int u = 0; u < e->lay.n_units; u++) {
-            zero_gather_unit_codes(&e->z, which, u, work);
-            size_t ubase = layout_unit_offset(&e->lay, u), first;
-            for (int k = 0; writer && rc == 0 && k < layout_num_tensors(&e->lay); k++) {
-                struct tensor_info t = layout_tensor(&e->lay, k);
-                if (t.unit == u && section_place(&e->lay, &t, &first))
-                    rc = resume_write_at(w, base + 1 + s, first, t.numel, (char *)work + (t.offset - ubase), e2);
-            }
-            zero_gather_unit_absmax(&e->z, which, u, p->first, work);
-            size_t a = p->first[(size_t)u * R], b = p->first[(size_t)(u + 1) * R];
-            if (writer && rc == 0 && b > a) rc = resume_write_at(w, base + 3 + s, a, b - a, work, e2);
+/* Unit u of holder lay (elem bytes an element, as the gather leaves it)
+ * into section i, run by run at its reference places (tp's extra
+ * vocabulary padding rows are in no state). */
+static int write_unit(struct resume_writer *w, int i, const struct model_layout *lay, int u, const char *data,
+                      size_t elem, char e2[CKPT_ERR_LEN]) {
+    size_t base = layout_unit_offset(lay, u);
+    for (int k = 0; k < layout_num_tensors(lay); k++) {
+        struct tensor_info t = layout_tensor(lay, k);
+        if (t.unit != u || !saves(lay, &t)) continue;
+        for (size_t j = 0, n, ref; j < t.numel; j += n) {
+            n = ref_run(lay, &t, j, &ref);
+            if (ref < lay->ref_total && resume_write_at(w, i, ref, n, data + (t.offset - base + j) * elem, e2) != 0)
+                return -1;
         }
     }
-    return rc;
-}
-
-/* The raw sections into this rank's states, unit by unit. */
-static int load_raw(struct trainer *tr, struct resume_reader *r, const struct raw_plan *p, void *work,
-                    char e2[CKPT_ERR_LEN]) {
-    struct engine *e = &tr->engine;
-    const size_t R = (size_t)zero_raw_ranks(&e->z);
-    struct state_decl d[RAW_SECTIONS];
-    raw_decls_of(tr, p, d);
-    int at[RAW_SECTIONS];
-    for (int i = 1; i < RAW_SECTIONS; i++)
-        if ((at[i] = resume_find(r, d[i].name, d[i].dtype, d[i].numel, e2)) < 0) return -1;
-    int rc = 0;
-    for (int s = 0; rc == 0 && s < 2; s++) {
-        enum zero_state which = s == 0 ? STATE_OPT1 : STATE_OPT2;
-        for (int u = 0; rc == 0 && u < e->lay.n_units; u++) {
-            size_t ubase = layout_unit_offset(&e->lay, u), first;
-            for (int k = 0; rc == 0 && k < layout_num_tensors(&e->lay); k++) {
-                struct tensor_info t = layout_tensor(&e->lay, k);
-                if (t.unit == u && section_place(&e->lay, &t, &first))
-                    rc = resume_read_at(r, at[1 + s], first, t.numel, (char *)work + (t.offset - ubase), e2);
-            }
-            if (rc == 0) zero_scatter_unit_codes(&e->z, which, u, work);
-            size_t a = p->first[(size_t)u * R], b = p->first[(size_t)(u + 1) * R];
-            if (rc == 0 && b > a) rc = resume_read_at(r, at[3 + s], a, b - a, work, e2);
-            if (rc == 0) zero_scatter_unit_absmax(&e->z, which, u, p->first, work);
-        }
-    }
-    return rc;
-}
-
-/* After the fp32 sections (which requantized the 8-bit states): the raw
- * ones instead, when this run's layout wrote them. Says which happened in
- * tr->opt8_resume. */
-static int load_8bit_states(struct trainer *tr, struct resume_reader *r, void *work, char err[TRAINER_ERR_LEN]) {
-    if (tr->cfg->optimizer != OPTIM_ADAMW8BIT) return 0;
-    char e2[CKPT_ERR_LEN];
-    int32_t saved[RAW_KEYS], mine[RAW_KEYS];
-    raw_key(tr, mine);
-    int at = resume_find(r, RAW_NAMES[0], DTYPE_U8, sizeof saved, e2);
-    if (at < 0) {
-        snprintf(tr->opt8_resume, sizeof tr->opt8_resume,
-                 "8-bit states: requantized from fp32 (the state holds no 8-bit codes)");
-        return 0;
-    }
-    if (resume_read_at(r, at, 0, sizeof saved, saved, e2) != 0) {
-        snprintf(err, TRAINER_ERR_LEN, "loading resume state: %s", e2);
-        return -1;
-    }
-    if (memcmp(saved, mine, sizeof saved) != 0) {
-        int n = snprintf(tr->opt8_resume, sizeof tr->opt8_resume,
-                         "8-bit states: requantized from fp32 for a new layout (dp %d -> %d, ZeRO %d -> %d",
-                         (int)saved[0], (int)mine[0], (int)saved[1], (int)mine[1]);
-        if (saved[2] != mine[2] && n > 0 && (size_t)n < sizeof tr->opt8_resume)
-            n += snprintf(tr->opt8_resume + n, sizeof tr->opt8_resume - (size_t)n, ", min_8bit_size %d -> %d",
-                          (int)saved[2], (int)mine[2]);
-        if (n > 0 && (size_t)n < sizeof tr->opt8_resume)
-            snprintf(tr->opt8_resume + n, sizeof tr->opt8_resume - (size_t)n, ")");
-        return 0;
-    }
-    struct raw_plan p;
-    if (raw_plan(tr, &p) != 0) {
-        mem_failure_message(&tr->mem, err, TRAINER_ERR_LEN);
-        raw_free(tr, &p);
-        return -1;
-    }
-    int rc = load_raw(tr, r, &p, work, e2);
-    raw_free(tr, &p);
-    if (rc != 0) {
-        snprintf(err, TRAINER_ERR_LEN, "loading resume state: %s", e2);
-        return -1;
-    }
-    snprintf(tr->opt8_resume, sizeof tr->opt8_resume, "8-bit states: loaded as saved (bit-exact)");
     return 0;
+}
+
+/* This rank's unit u from section `at`: every tensor, the head's copy of
+ * wte from wte; padding rows zero. */
+static int read_unit(struct resume_reader *r, int at, const struct model_layout *lay, int u, char *data, size_t elem,
+                     char e2[CKPT_ERR_LEN]) {
+    size_t base = layout_unit_offset(lay, u);
+    for (int k = 0; k < layout_num_tensors(lay); k++) {
+        struct tensor_info t = layout_tensor(lay, k);
+        if (t.unit != u) continue;
+        for (size_t j = 0, n, ref; j < t.numel; j += n) {
+            n = ref_run(lay, &t, j, &ref);
+            char *d = data + (t.offset - base + j) * elem;
+            if (ref >= lay->ref_total) memset(d, 0, n * elem);
+            else if (resume_read_at(r, at, ref, n, d, e2) != 0) return -1;
+        }
+    }
+    return 0;
+}
+
+/* Collective: section i (state `which`) from every holder to world rank 0,
+ * which writes it while rc is 0; returns rc updated. */
+static int save_section(struct trainer *tr, struct resume_writer *w, int i, enum zero_state which, size_t elem,
+                        void *work, int rc, char e2[CKPT_ERR_LEN]) {
+    struct engine *e = &tr->engine;
+    struct grid *g = tr->grid;
+    for (int s = 0; s < g->pp; s++)
+        for (int t = 0; t < g->tp; t++) {
+            struct model_layout lay;
+            if (ckpt_holder_layout(tr->cfg, g, s, t, &lay) != 0) continue; /* trainer_open refused it */
+            for (int u = 0; u < lay.n_units; u++) {
+                if (ckpt_is_holder(g, s, t)) zero_gather_unit(&e->z, which, u, work);
+                if (!unit_saves(&lay, u)) continue;
+                ckpt_route_to_root(g, s, t, work, ckpt_unit_elems(&lay, u, false) * elem);
+                if (g->world_rank == 0 && rc == 0) rc = write_unit(w, i, &lay, u, work, elem, e2);
+            }
+        }
+    return rc;
 }
 
 int trainer_save_state(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]) {
@@ -247,12 +166,13 @@ int trainer_save_state(struct trainer *tr, const char *path, char err[TRAINER_ER
     enum zero_state which[MAX_SECTIONS];
     int n = sections(e, d, which);
     struct raw_plan raw;
-    if (raw_plan(tr, &raw) != 0) mem_failure_message(&tr->mem, err, TRAINER_ERR_LEN);
+    raw_plan(tr, &raw);
+    if (raw.failed) mem_failure_message(&tr->mem, err, TRAINER_ERR_LEN);
     if (trainer_agree(tr, raw.failed ? -1 : 0, err) != 0) {
         raw_free(tr, &raw);
         return -1;
     }
-    if (raw.on) raw_decls_of(tr, &raw, d + n);
+    if (raw.on) raw_decls(tr, &raw, d + n);
     struct resume_meta meta = {.step = (uint64_t)tr->step,
                                .seed = (uint64_t)tr->cfg->seed,
                                .data_epoch = tr->train.pos.epoch,
@@ -260,6 +180,7 @@ int trainer_save_state(struct trainer *tr, const char *path, char err[TRAINER_ER
                                .skipped_steps = (uint64_t)tr->skipped_steps,
                                .shape = tr->engine.lay.shape,
                                .fingerprint = fingerprint(tr->cfg, tr->grid->dp)};
+    meta.shape.Vp = padded_vocab(meta.shape.V); /* the reference's, not tp's padding */
     bool writer = tr->grid->world_rank == 0;
     struct resume_writer w = {0};
     char e2[CKPT_ERR_LEN] = "";
@@ -267,7 +188,7 @@ int trainer_save_state(struct trainer *tr, const char *path, char err[TRAINER_ER
     if (rc != 0) snprintf(e2, sizeof e2, "%.*s", CKPT_ERR_LEN - 1, err);
     if (writer && rc == 0) rc = resume_create(&w, path, &meta, d, n + (raw.on ? RAW_SECTIONS : 0), e2);
     void *work = mem_alloc(&tr->mem, MEM_HOST, MEM_SCRATCH, "resume state staging (one unit)",
-                           engine_unit_staging_bytes(e));
+                           ckpt_staging_bytes(tr->cfg, tr->grid, engine_unit_staging_bytes(e)));
     if (!work) mem_failure_message(&tr->mem, err, TRAINER_ERR_LEN);
     if (trainer_agree(tr, work ? 0 : -1, err) != 0) {
         if (writer && rc == 0) resume_abort(&w);
@@ -275,18 +196,10 @@ int trainer_save_state(struct trainer *tr, const char *path, char err[TRAINER_ER
         raw_free(tr, &raw);
         return -1;
     }
-    /* every rank takes part in every gather, whatever happened on rank 0 */
-    for (int i = 0; i < n; i++)
-        for (int u = 0; u < e->lay.n_units; u++) {
-            zero_gather_unit(&e->z, which[i], u, work);
-            size_t base = layout_unit_offset(&e->lay, u), elem = dtype_size(d[i].dtype), first;
-            for (int k = 0; writer && rc == 0 && k < layout_num_tensors(&e->lay); k++) {
-                struct tensor_info t = layout_tensor(&e->lay, k);
-                if (t.unit == u && section_place(&e->lay, &t, &first))
-                    rc = resume_write_at(&w, i, first, t.numel, (char *)work + (t.offset - base) * elem, e2);
-            }
-        }
-    if (raw.on) rc = save_raw(tr, &raw, &w, n, writer, rc, work, e2);
+    /* every rank takes part in every gather and transfer, whatever
+     * happened on world rank 0 */
+    for (int i = 0; i < n; i++) rc = save_section(tr, &w, i, which[i], dtype_size(d[i].dtype), work, rc, e2);
+    if (raw.on) rc = raw_save(tr, &raw, &w, n, rc, work, e2);
     if (writer && rc == 0) rc = resume_commit(&w, e2);
     if (writer && rc != 0) resume_abort(&w);
     if (rc != 0)
@@ -299,7 +212,8 @@ int trainer_save_state(struct trainer *tr, const char *path, char err[TRAINER_ER
 
 /* Every section's units this rank holds, read and scattered into the
  * states one unit at a time; then the 8-bit states as saved, if they fit. */
-static int read_sections(struct trainer *tr, struct resume_reader *r, char err[TRAINER_ERR_LEN]) {
+static int read_sections(struct trainer *tr, struct resume_reader *r, const struct raw_plan *raw,
+                         char err[TRAINER_ERR_LEN]) {
     struct engine *e = &tr->engine;
     struct state_decl d[MAX_SECTIONS];
     enum zero_state which[MAX_SECTIONS];
@@ -315,17 +229,12 @@ static int read_sections(struct trainer *tr, struct resume_reader *r, char err[T
         int at = resume_find(r, d[i].name, d[i].dtype, d[i].numel, e2);
         rc = at < 0 ? -1 : 0;
         for (int u = 0; rc == 0 && u < e->lay.n_units; u++) {
-            size_t base = layout_unit_offset(&e->lay, u), elem = dtype_size(d[i].dtype), first;
-            for (int k = 0; rc == 0 && k < layout_num_tensors(&e->lay); k++) {
-                struct tensor_info t = layout_tensor(&e->lay, k);
-                if (t.unit == u && section_place(&e->lay, &t, &first))
-                    rc = resume_read_at(r, at, first, t.numel, (char *)work + (t.offset - base) * elem, e2);
-            }
+            rc = read_unit(r, at, &e->lay, u, work, dtype_size(d[i].dtype), e2);
             if (rc == 0) zero_scatter_unit(&e->z, which[i], u, work);
         }
     }
     if (rc != 0) snprintf(err, TRAINER_ERR_LEN, "loading resume state: %s", e2);
-    if (rc == 0) rc = load_8bit_states(tr, r, work, err);
+    if (rc == 0) rc = raw_load(tr, r, raw, work, err);
     mem_free(&tr->mem, work);
     return rc;
 }
@@ -394,7 +303,7 @@ static int check_data(const struct trainer *tr, const char *path, const struct d
     return 0;
 }
 
-static int load_state(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]) {
+static int load_state(struct trainer *tr, const char *path, const struct raw_plan *raw, char err[TRAINER_ERR_LEN]) {
     struct resume_meta meta;
     struct resume_reader r;
     char e2[CKPT_ERR_LEN];
@@ -406,7 +315,7 @@ static int load_state(struct trainer *tr, const char *path, char err[TRAINER_ERR
     }
     int rc = check_meta(tr, path, &meta, err);
     if (rc == 0) rc = check_data(tr, path, &meta.data, err);
-    if (rc == 0) rc = read_sections(tr, &r, err);
+    if (rc == 0) rc = read_sections(tr, &r, raw, err);
     resume_close(&r);
     if (rc != 0) return -1;
     struct loader_position pos = {meta.data_epoch, meta.data_cursor};
@@ -422,7 +331,14 @@ static int load_state(struct trainer *tr, const char *path, char err[TRAINER_ERR
     return 0;
 }
 
-/* Every rank reads the file and keeps its part. */
+/* Every rank reads the file and keeps its part. The 8-bit plan first:
+ * it is collective, and the reads that follow may fail on one rank. */
 int trainer_load_state(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]) {
-    return trainer_agree(tr, load_state(tr, path, err), err);
+    struct raw_plan raw;
+    raw_plan(tr, &raw);
+    if (raw.failed) mem_failure_message(&tr->mem, err, TRAINER_ERR_LEN);
+    int rc = trainer_agree(tr, raw.failed ? -1 : 0, err);
+    if (rc == 0) rc = trainer_agree(tr, load_state(tr, path, &raw, err), err);
+    raw_free(tr, &raw);
+    return rc;
 }

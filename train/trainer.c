@@ -87,16 +87,16 @@ static int init_weights(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
 }
 
 /* The stage split: pp_layers, or an even one. counts gets pp entries. */
-static int stage_counts(const struct config *cfg, int *counts, char err[TRAINER_ERR_LEN]) {
-    if (cfg->pp_layers[0]) return pipeline_parse_layers(cfg->pp_layers, cfg->pp, cfg->n_layer, counts, err, TRAINER_ERR_LEN);
-    if (cfg->pp > cfg->n_layer) {
+static int stage_counts(const struct config *cfg, int pp, int *counts, char err[TRAINER_ERR_LEN]) {
+    if (cfg->pp_layers[0]) return pipeline_parse_layers(cfg->pp_layers, pp, cfg->n_layer, counts, err, TRAINER_ERR_LEN);
+    if (pp > cfg->n_layer) {
         snprintf(err, TRAINER_ERR_LEN, "pp = %d stages for n_layer = %d layers: every stage needs at least one layer",
-                 cfg->pp, cfg->n_layer);
+                 pp, cfg->n_layer);
         return -1;
     }
-    for (int s = 0; s < cfg->pp; s++) {
+    for (int s = 0; s < pp; s++) {
         int l0, l1;
-        pipeline_stage_layers(cfg->n_layer, cfg->pp, s, NULL, &l0, &l1);
+        pipeline_stage_layers(cfg->n_layer, pp, s, NULL, &l0, &l1);
         counts[s] = l1 - l0;
     }
     return 0;
@@ -118,7 +118,7 @@ static int check_layout(const struct config *cfg, const struct grid *g, char err
     }
     if (!cfg->pp_layers[0] && g->pp == 1) return 0;
     int counts[PIPELINE_MAX_STAGES];
-    if (stage_counts(cfg, counts, err) != 0) return -1;
+    if (stage_counts(cfg, g->pp, counts, err) != 0) return -1;
     if (cfg->schedule == SCHEDULE_GPIPE && cfg->grad_accum > GPT_MAX_SLOTS) {
         snprintf(err, TRAINER_ERR_LEN,
                  "schedule gpipe holds every micro-batch of a step: grad_accum = %d is more than the %d activation "
@@ -192,7 +192,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     struct rank_desc desc;
     struct model_layout lay;
     int counts[PIPELINE_MAX_STAGES];
-    stage_counts(cfg, counts, err);
+    stage_counts(cfg, grid->pp, counts, err);
     if (pipeline_rank_desc(cfg->n_layer, grid->pp, grid->pp_rank, grid->tp, grid->tp_rank, counts, &desc) != 0 ||
         layout_init(&lay, trainer_model_shape(cfg), desc) != 0) {
         snprintf(err, TRAINER_ERR_LEN, "the model (n_layer %d, n_head %d, d_model %d) cannot be split over pp %d x tp %d",
