@@ -77,7 +77,7 @@ static const struct key KEYS[] = {
     {"sample_temperature", KEY_FLOAT, F(sample_temperature), "0.8", "softmax temperature for sampling", NUM(1e-3, 100)},
     {"sample_prompt", KEY_STRING, F(sample_prompt), "And God said", "text the sample continues"},
     {"zero", KEY_INT, F(zero), "0", "ZeRO stage over the data-parallel ranks: 0 (DDP), 1 (optimizer states), 2 (+ grads), 3 (+ params)", NUM(0, 3)},
-    {"tp", KEY_INT, F(tp), "1", "tensor-parallel degree (this build: 1)", NUM(1, 1024)},
+    {"tp", KEY_INT, F(tp), "1", "tensor-parallel degree: heads, FC features and vocabulary split over tp ranks (Megatron-LM)", NUM(1, 1024)},
     {"pp", KEY_INT, F(pp), "1", "pipeline-parallel degree (this build: 1)", NUM(1, 1024)},
     {"overlap", KEY_BOOL, F(overlap), "1", "hide collectives behind compute: ZeRO-3 prefetches the next unit's all-gather, ZeRO-2/3 reduce-scatter in the background, ZeRO-0 all-reduces gradient buckets during the last backward; 0: wait for each at once (bitwise the same results)", NUM(0, 1)},
     {"ddp_bucket_mb", KEY_DOUBLE, F(ddp_bucket_mb), "25", "ZeRO-0: MiB of gradients per all-reduce bucket, filled with whole units in backward order (PyTorch DDP's default); smaller buckets start sooner, each costs a call", NUM(0, 1048576)},

@@ -93,11 +93,26 @@ static int check_layout(const struct config *cfg, const struct grid *g, char err
                  "LLaMA-style configs are for build/plan");
         return -1;
     }
-    if (g->tp != 1 || g->pp != 1) {
+    if (g->pp != 1) {
         snprintf(err, TRAINER_ERR_LEN,
-                 "tp = %d, pp = %d: tensor and pipeline parallelism are not part of this build (tp and pp must "
-                 "be 1; use data parallelism: mpirun -np N with --zero 0..3)",
-                 g->tp, g->pp);
+                 "pp = %d: pipeline parallelism is not part of this build (pp must be 1; use data or tensor "
+                 "parallelism: mpirun -np N with --zero 0..3, --tp T)",
+                 g->pp);
+        return -1;
+    }
+    /* tensor parallelism splits heads, the FC features and the vocabulary */
+    if (cfg->n_head % g->tp != 0 || (4 * cfg->d_model) % g->tp != 0 || cfg->d_model % g->tp != 0) {
+        snprintf(err, TRAINER_ERR_LEN,
+                 "tp = %d must divide n_head (%d), d_model (%d) and the FC width 4 x d_model (%d): each rank holds "
+                 "n_head/tp heads and 4 d_model/tp FC features",
+                 g->tp, cfg->n_head, cfg->d_model, 4 * cfg->d_model);
+        return -1;
+    }
+    if (g->tp > 1 && cfg->sample_tokens > 0) {
+        snprintf(err, TRAINER_ERR_LEN,
+                 "sample_tokens = %d with tp = %d: sampling reads whole rows of logits, which a tensor-parallel "
+                 "rank does not hold (run the sample with tp = 1 from a saved model)",
+                 cfg->sample_tokens, g->tp);
         return -1;
     }
     return 0;
@@ -147,7 +162,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
         tr->cfg = NULL;
         return -1;
     }
-    /* this rank's part of the model (tp = pp = 1 here: check_layout) */
+    /* this rank's part of the model (pp = 1 here: check_layout) */
     struct rank_desc desc;
     struct model_layout lay;
     if (pipeline_rank_desc(cfg->n_layer, grid->pp, grid->pp_rank, grid->tp, grid->tp_rank, NULL, &desc) != 0 ||
