@@ -108,6 +108,16 @@ static int check_layout(const struct config *cfg, const struct grid *g, char err
                  g->tp, cfg->n_head, cfg->d_model, 4 * cfg->d_model);
         return -1;
     }
+    /* model files and resume states move whole units; a tp rank holds slices of them */
+    const char *file_key = cfg->init_from[0] ? "init_from" : cfg->save[0] ? "save" : cfg->resume[0] ? "resume"
+                         : cfg->save_state[0] ? "save_state" : NULL;
+    if (g->tp > 1 && file_key) {
+        snprintf(err, TRAINER_ERR_LEN,
+                 "%s with tp = %d: model files and resume states are written and read as whole units, which "
+                 "tensor-parallel ranks hold only slices of (this build: tp = 1 for them)",
+                 file_key, g->tp);
+        return -1;
+    }
     if (g->tp > 1 && cfg->sample_tokens > 0) {
         snprintf(err, TRAINER_ERR_LEN,
                  "sample_tokens = %d with tp = %d: sampling reads whole rows of logits, which a tensor-parallel "
