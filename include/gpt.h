@@ -20,12 +20,22 @@
  *   other stages: the incoming gradient is written to gpt_stage_grad(m)
  *   gpt_layer_backward(s, l, w, dw) for l = l1-1..l0
  *   first stage: gpt_embed_backward(s, dw_embed)
- *   other stages: gpt_stage_grad(m) is the outgoing gradient */
+ *   other stages: gpt_stage_grad(m) is the outgoing gradient
+ *
+ * Tensor parallelism (Megatron-LM, Shoeybi et al. 2019): with the layout's
+ * tp > 1 the model runs this rank's slice of every layer (include/layout.h:
+ * NH/tp heads, 4C/tp FC features, Vp/tp vocabulary rows) and meets the
+ * other ranks of its group through m->tp, the group's collectives, with
+ * Megatron's f and g (include/tensor_parallel.h). Saved tensors of the
+ * split layers are local (qkv 3C/tp, att NH/tp T T, atty C/tp, fch and
+ * fch_gelu 4C/tp, logits Vp/tp); ln1, ln2, res2 and the residual stream
+ * are whole on every rank (no sequence parallelism). */
 #ifndef SHARDLAB_GPT_H
 #define SHARDLAB_GPT_H
 
 #include <stdint.h>
 
+#include "collectives.h"
 #include "counters.h"
 #include "dtype.h"
 #include "layout.h"
@@ -36,7 +46,7 @@ enum recompute_mode { RECOMPUTE_NONE, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE };
 /* Tensors one layer saves for its backward (Korthikanti-style itemisation;
  * no dropout). All are stored in act_dtype. */
 enum layer_act {
-    ACT_LN1,        /* (B,T,C)    ln1 output, input of the QKV GEMM */
+    ACT_LN1,        /* (B,T,C)    ln1 output, input of the QKV GEMM (sizes: tp = 1) */
     ACT_QKV,        /* (B,T,3C)   q, k, v */
     ACT_ATT,        /* (B,NH,T,T) softmax probabilities */
     ACT_ATTY,       /* (B,T,C)    attention output, input of the projection */
@@ -82,6 +92,8 @@ struct gpt {
     struct model_shape shape;
     const struct model_layout *lay;
     int B;
+    struct collectives *tp; /* the tensor-parallel group (f, g); NULL: no group (lay->rank.tp must be 1) */
+    int NHl, Cl, Fl;      /* this rank's heads, attention width C/tp, FC width 4C/tp */
     int n_layers;         /* this rank's layers: lay->rank.l1 - l0 */
     enum dtype act_dtype;
     enum recompute_mode recompute;
@@ -111,6 +123,8 @@ void gpt_init_unit(const struct model_layout *lay, int unit, size_t lo, size_t h
                    uint64_t seed);
 
 size_t gpt_layer_act_numel(const struct model_shape *s, int B, enum layer_act a);
+/* The same for one rank of a tensor-parallel group of tp (local sizes). */
+size_t gpt_layer_act_numel_tp(const struct model_shape *s, int B, int tp, enum layer_act a);
 
 /* Allocates n_slots slots of activations and the scratch for micro-batch B
  * in memory space `space` through the tracker. On an allocation failure
@@ -141,7 +155,8 @@ void gpt_layer_backward(struct gpt *m, int slot, int l, const float *w, float *d
 void gpt_embed_backward(struct gpt *m, int slot, float *dw_embed);
 
 /* After gpt_head_forward with dloss = 0: the logits (Vp floats, V valid) of
- * sequence b at position t, for sampling. */
+ * sequence b at position t, for sampling. tp = 1 only: a rank of a larger
+ * group holds its vocabulary slice of them. */
 const float *gpt_logits_at(const struct gpt *m, int slot, int b, int t);
 
 #endif

@@ -2,8 +2,8 @@
  * Rank order, tp innermost (Megatron's): world rank =
  * (pp_rank x dp + dp_rank) x tp + tp_rank, so a tensor-parallel group is
  * consecutive ranks (one node's fast links) and a pipeline stage is a block.
- * This build trains with tp = pp = 1; the grid and the keys exist so the
- * layout is fixed now. One process without mpirun is a 1 x 1 x 1 grid.
+ * The model's f and g run over the tp group (include/tensor_parallel.h).
+ * One process without mpirun is a 1 x 1 x 1 grid.
  *
  * Four groups, each its own collectives table and counters: dp (same
  * pp_rank and tp_rank), tp (same pp_rank and dp_rank), pp (same dp_rank

@@ -30,6 +30,21 @@ void encoder_forward(float *out, const int32_t *inp, const float *wte, const flo
 void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t B, int64_t T,
                       int64_t C);
 
+/* The vocabulary-parallel embedding (Megatron-LM): this rank holds rows
+ * [v0, v0 + rows) of wte (wte points at row v0). out[b,t,:] = wte[inp - v0]
+ * for a token in that range, 0 otherwise; the ranks' outputs then sum
+ * (over the tensor-parallel group) to the token rows, and
+ * positions_add adds wpe once. With v0 = 0 and every row, the two equal
+ * encoder_forward bit for bit (one fp32 add either way). */
+void embedding_rows_forward(float *out, const int32_t *inp, const float *wte, int64_t v0, int64_t rows, int64_t BT,
+                            int64_t C);
+/* out[b,t,:] += wpe[t,:] */
+void positions_add(float *out, const float *wpe, int64_t B, int64_t T, int64_t C);
+/* dwte[inp - v0,:] += dout[b,t,:] for tokens in [v0, v0 + rows) only;
+ * dwpe[t,:] += dout[b,t,:] (every rank: wpe is replicated). */
+void embedding_rows_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t v0,
+                             int64_t rows, int64_t B, int64_t T, int64_t C);
+
 /* LayerNorm over C with eps 1e-5; saves mean and rstd (N = B*T rows). */
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
                        const float *bias, int64_t N, int64_t C, struct flop_counter *fc);
@@ -70,6 +85,11 @@ void matmul_backward_sliced(float *dinp, float *dweight, float *dbias, const flo
                             const float *weight, int64_t N, int64_t C, int64_t OC, int64_t max_rows,
                             struct flop_counter *fc);
 
+/* out (N,OC) += bias: a row-parallel layer adds its (replicated) bias once,
+ * after the partial outputs were summed. matmul_forward with a bias is the
+ * GEMM, then exactly this loop, so the two orders give the same bits. */
+void bias_add(float *out, const float *bias, int64_t N, int64_t OC, struct flop_counter *fc);
+
 /* Causal multi-head attention. qkv (B,T,3C) holds q, k, v; out (B,T,C);
  * att (B,NH,T,T) gets the softmax probabilities (upper triangle zero).
  * Per head, QK^T and PV are GEMMs over the full T x T square: the FLOPs
@@ -98,5 +118,25 @@ void residual_forward(float *out, const float *a, const float *b, int64_t n, str
  * logits with dlogits = (softmax - onehot) * dloss (padding columns 0). */
 double crossentropy_forward_backward(float *logits, float *losses, const int32_t *targets, int64_t N,
                                      int64_t V, int64_t Vp, float dloss, struct flop_counter *fc);
+
+/* Vocabulary-parallel cross-entropy in three local passes around two
+ * collectives (model/vocab_parallel.c runs them): each of N rows holds Vl
+ * logits of this rank's vocabulary slice [v0, v0 + Vl), of which the first
+ * `valid` are real tokens (the rest padding: never in the softmax, dlogits
+ * 0). With v0 = 0, valid = V and Vl = Vp the three give
+ * crossentropy_forward_backward's values bit for bit.
+ *   row_max:  maxv[i] = the max of the row's valid logits (-inf if none)
+ *   exp_sum:  sum[i] = sum of exp(l - maxv) over valid logits (in place:
+ *             the logits become those exponentials when dloss != 0);
+ *             target[i] = the target's logit if this slice holds it, else 0
+ *   finish:   losses[i] = log(sum) + maxv - target (the sums and the max
+ *             global by now); with dloss != 0 the exponentials become
+ *             dlogits = (softmax - onehot) dloss. Returns the losses' sum. */
+void crossentropy_row_max(const float *logits, float *maxv, int64_t N, int64_t Vl, int64_t valid);
+void crossentropy_exp_sum(float *logits, const float *maxv, float *sum, float *target, const int32_t *targets,
+                          int64_t N, int64_t Vl, int64_t v0, int64_t valid, bool in_place);
+double crossentropy_finish(float *logits, float *losses, const float *maxv, const float *sum, const float *target,
+                           const int32_t *targets, int64_t N, int64_t Vl, int64_t v0, int64_t valid, float dloss,
+                           struct flop_counter *fc);
 
 #endif

@@ -23,6 +23,8 @@ struct opt_segment {
     size_t state_at;      /* element lo in the master weights and fp32 optimizer states (full or shard) */
     bool decay;           /* weight decay applies (matrices, unless decay_targets = all) */
     bool quantized;       /* adamw8bit, tensor of >= min_8bit_size elements */
+    bool tp_replicated;   /* every rank of the tensor-parallel group holds the same tensor (norms, biases of
+                           * row-parallel layers, wpe): the gradient norm counts it once */
     size_t q_offset;      /* quantized: first code in the uint8 state arrays */
     size_t block_offset;  /* quantized: first absmax */
     size_t f32_offset;    /* not quantized (adamw8bit): first element of the fp32 m, v */

@@ -130,7 +130,8 @@ struct zero {
     bool last_backward;                            /* this backward's grads are the step's last */
     struct zero_tie tie;
     /* model-parallel groups whose ranks hold different parameters (pp:
-     * other layers): squared gradient norms sum over them too */
+     * other layers, [0]; tp: other slices, [1]): squared gradient norms sum
+     * over them too */
     struct collectives *norm_groups[2];
 };
 

@@ -6,26 +6,53 @@
  * tensor is rounded to bf16 in place right after it is produced (so the
  * forward consumes exactly the values the backward will see), and the layer
  * is then packed into its bf16 store. Backward widens a layer back. With
- * act_dtype = fp32 the kernels work on the store directly. */
+ * act_dtype = fp32 the kernels work on the store directly.
+ *
+ * Tensor parallelism (Shoeybi et al. 2019, Figure 3): the QKV and FC GEMMs
+ * are column-parallel (this rank's heads, its 4C/tp features), preceded by
+ * f; the attention and FC projections are row-parallel (their inputs are
+ * this rank's features), followed by g, and their replicated biases are
+ * added once, after g's sum. The tied embedding and head are vocabulary-
+ * parallel (vocab_parallel.h). f and g are identities at tp = 1, and every
+ * path below then does the same fp32 operations in the same order as the
+ * plain model, so tp = 1 is bit for bit what it was. */
 #include "gpt.h"
 
 #include <stddef.h>
 
 #include "bufops.h"
 #include "layers.h"
+#include "tensor_parallel.h"
+#include "vocab_parallel.h"
 
 static size_t btc(const struct gpt *m) { return (size_t)m->B * m->shape.T * m->shape.C; }
 static size_t bt(const struct gpt *m) { return (size_t)m->B * m->shape.T; }
 
-size_t gpt_layer_act_numel(const struct model_shape *s, int B, enum layer_act a) {
-    size_t n = (size_t)B * s->T * s->C;
+size_t gpt_layer_act_numel_tp(const struct model_shape *s, int B, int tp, enum layer_act a) {
+    size_t n = (size_t)B * s->T * s->C, local = n / (size_t)tp; /* (B,T,C/tp) */
     switch (a) {
-    case ACT_QKV: return 3 * n;
-    case ACT_ATT: return (size_t)B * s->NH * s->T * s->T;
+    case ACT_QKV: return 3 * local;
+    case ACT_ATT: return (size_t)B * (size_t)(s->NH / tp) * s->T * s->T;
+    case ACT_ATTY: return local;
     case ACT_FCH:
-    case ACT_FCH_GELU: return 4 * n;
-    default: return n;
+    case ACT_FCH_GELU: return 4 * local;
+    default: return n; /* ln1, res2, ln2: whole on every rank */
     }
+}
+
+size_t gpt_layer_act_numel(const struct model_shape *s, int B, enum layer_act a) {
+    return gpt_layer_act_numel_tp(s, B, 1, a);
+}
+
+/* This rank's size of saved tensor a. */
+static size_t act_numel(const struct gpt *m, enum layer_act a) {
+    return gpt_layer_act_numel_tp(&m->shape, m->B, m->lay->rank.tp, a);
+}
+
+/* The vocabulary columns this rank's logits hold. */
+static struct vocab_slice vocab_slice(const struct gpt *m) {
+    int64_t Vl = m->shape.Vp / m->lay->rank.tp;
+    return (struct vocab_slice){.V = m->shape.V, .Vl = Vl, .v0 = (int64_t)m->lay->rank.tp_rank * Vl};
 }
 
 /* Selective recompute keeps the probabilities out of the per-layer block. */
@@ -36,7 +63,7 @@ static bool in_block(const struct gpt *m, enum layer_act a) {
 static size_t act_offset(const struct gpt *m, enum layer_act a) {
     size_t off = 0;
     for (int i = 0; i < (int)a; i++)
-        if (in_block(m, (enum layer_act)i)) off += gpt_layer_act_numel(&m->shape, m->B, (enum layer_act)i);
+        if (in_block(m, (enum layer_act)i)) off += act_numel(m, (enum layer_act)i);
     return off;
 }
 
@@ -118,7 +145,9 @@ static void *per_slot(struct gpt *m, struct mem_tracker *mem, enum mem_space spa
 void gpt_init(struct gpt *m, const struct model_layout *lay, int B, int n_slots, enum dtype act_dtype,
               enum recompute_mode recompute, struct mem_tracker *mem, enum mem_space space,
               struct flop_counter *flops) {
+    int tp = lay->rank.tp;
     *m = (struct gpt){.lay = lay, .shape = lay->shape, .B = B, .n_layers = lay->rank.l1 - lay->rank.l0,
+                      .NHl = lay->shape.NH / tp, .Cl = lay->shape.C / tp, .Fl = 4 * lay->shape.C / tp,
                       .act_dtype = act_dtype, .recompute = recompute, .flops = flops, .n_slots = n_slots};
     size_t e = dtype_size(act_dtype), n = btc(m), L = (size_t)m->n_layers;
     bool full = recompute == RECOMPUTE_FULL;
@@ -135,11 +164,11 @@ void gpt_init(struct gpt *m, const struct model_layout *lay, int B, int n_slots,
     }
     if (recompute == RECOMPUTE_SELECTIVE)
         m->att_recompute = mem_alloc(mem, space, A, "attention probabilities (one layer, fp32)",
-                                     gpt_layer_act_numel(&m->shape, B, ACT_ATT) * 4);
+                                     act_numel(m, ACT_ATT) * 4);
     if (lay->rank.has_head) {
         per_slot(m, mem, space, A, "final layernorm out", n * e, SLOT_MEMBER(lnf));
         per_slot(m, mem, space, A, "final layernorm stats (fp32)", 2 * bt(m) * 4, SLOT_MEMBER(lnf_stats));
-        per_slot(m, mem, space, A, "logits (fp32)", bt(m) * (size_t)m->shape.Vp * 4, SLOT_MEMBER(logits));
+        per_slot(m, mem, space, A, "logits (fp32)", bt(m) * (size_t)vocab_slice(m).Vl * 4, SLOT_MEMBER(logits));
         per_slot(m, mem, space, A, "losses (fp32)", bt(m) * 4, SLOT_MEMBER(losses));
     }
     if (lay->rank.has_embed) per_slot(m, mem, space, A, "token ids", bt(m) * sizeof(int32_t), SLOT_MEMBER(inputs));
@@ -151,11 +180,11 @@ void gpt_init(struct gpt *m, const struct model_layout *lay, int B, int n_slots,
             m->work_lnf = mem_alloc(mem, space, MEM_SCRATCH, "final layernorm out (fp32)", n * 4);
     }
     m->dresid = mem_alloc(mem, space, MEM_SCRATCH, "d residual (fp32)", n * 4);
-    m->dbig = mem_alloc(mem, space, MEM_SCRATCH, "d fc (fp32)", 4 * n * 4);
-    m->dqkv = mem_alloc(mem, space, MEM_SCRATCH, "d qkv (fp32)", 3 * n * 4);
+    m->dbig = mem_alloc(mem, space, MEM_SCRATCH, "d fc (fp32)", act_numel(m, ACT_FCH) * 4);
+    m->dqkv = mem_alloc(mem, space, MEM_SCRATCH, "d qkv (fp32)", act_numel(m, ACT_QKV) * 4);
     m->dmid = mem_alloc(mem, space, MEM_SCRATCH, "d layer temp (fp32)", n * 4);
     m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention dS (fp32, T x T per thread)",
-                               attention_backward_scratch(B, m->shape.T, m->shape.NH) * 4);
+                               attention_backward_scratch(B, m->shape.T, m->NHl) * 4);
 }
 
 void gpt_free(struct gpt *m, struct mem_tracker *mem) {
@@ -186,8 +215,12 @@ static const float *hw(const struct gpt *m, const float *w_head, enum head_tenso
 void gpt_embed_forward(struct gpt *m, int s, const float *w_embed, const int32_t *inputs) {
     buf_copy(m->slot[s].inputs, inputs, bt(m) * sizeof *inputs);
     float *out = resid_view(m, s, 0, m->work_resid_out, false);
-    encoder_forward(out, m->slot[s].inputs, ew(m, w_embed, EMB_WTE), ew(m, w_embed, EMB_WPE), m->B, m->shape.T,
-                    m->shape.C);
+    struct vocab_slice v = vocab_slice(m);
+    /* vocabulary-parallel: this rank's rows (zero for tokens it does not
+     * hold), g sums them to every token's row, then wpe once */
+    embedding_rows_forward(out, m->slot[s].inputs, ew(m, w_embed, EMB_WTE), v.v0, v.Vl, (int64_t)bt(m), m->shape.C);
+    tp_g_forward(m->tp, out, btc(m), DTYPE_FP32);
+    positions_add(out, ew(m, w_embed, EMB_WPE), m->B, m->shape.T, m->shape.C);
     m->flops->other += (double)btc(m);
     round_saved(m, out, btc(m));
     resid_commit(m, s, 0, out);
@@ -197,34 +230,48 @@ void *gpt_stage_input(struct gpt *m, int s) { return resid_at(m, s, 0); }
 void *gpt_stage_output(struct gpt *m, int s) { return resid_at(m, s, m->n_layers); }
 float *gpt_stage_grad(struct gpt *m) { return m->dresid; }
 
+/* Row-parallel GEMM (the projections): out (N,C) = inp (N,in_l) . w^T over
+ * this rank's in_l input features, then g sums the partial outputs over
+ * the group, then the replicated bias is added once. */
+static void row_parallel_forward(struct gpt *m, float *out, const float *inp, const float *w, const float *bias,
+                                 int64_t in_l) {
+    int64_t N = (int64_t)bt(m), C = m->shape.C;
+    matmul_forward(out, inp, w, NULL, N, in_l, C, m->flops);
+    tp_g_forward(m->tp, out, btc(m), DTYPE_FP32);
+    bias_add(out, bias, N, C, m->flops);
+}
+
 /* The layer's forward from x into the view's tensors; with out, also the
  * layer output (the recompute of full checkpointing needs no output: the
  * backward starts from the saved stream). */
 static void layer_forward(struct gpt *m, const float *x, struct layer_view *v, const float *w, float *out) {
-    int64_t N = (int64_t)bt(m), C = m->shape.C;
+    int64_t N = (int64_t)bt(m), C = m->shape.C, Cl = m->Cl, Fl = m->Fl;
     struct flop_counter *fc = m->flops;
     float **a = v->act, *tmp = m->dmid; /* dmid is free outside the backward's own use */
 
     layernorm_forward(a[ACT_LN1], v->stat[STAT_LN1_MEAN], v->stat[STAT_LN1_RSTD], x, wt(m, w, LAYER_LN1_W),
                       wt(m, w, LAYER_LN1_B), N, C, fc);
     round_saved(m, a[ACT_LN1], btc(m));
-    matmul_forward(a[ACT_QKV], a[ACT_LN1], wt(m, w, LAYER_QKV_W), wt(m, w, LAYER_QKV_B), N, C, 3 * C, fc);
-    round_saved(m, a[ACT_QKV], 3 * btc(m));
-    attention_forward(a[ACT_ATTY], a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, C, m->shape.NH, fc);
-    round_saved(m, a[ACT_ATT], gpt_layer_act_numel(&m->shape, m->B, ACT_ATT));
-    round_saved(m, a[ACT_ATTY], btc(m));
-    matmul_forward(tmp, a[ACT_ATTY], wt(m, w, LAYER_ATTPROJ_W), wt(m, w, LAYER_ATTPROJ_B), N, C, C, fc);
+    tp_f_forward(m->tp, a[ACT_LN1], btc(m), DTYPE_FP32); /* f: every rank holds ln1 whole */
+    /* column-parallel: this rank's heads' q, k, v */
+    matmul_forward(a[ACT_QKV], a[ACT_LN1], wt(m, w, LAYER_QKV_W), wt(m, w, LAYER_QKV_B), N, C, 3 * Cl, fc);
+    round_saved(m, a[ACT_QKV], act_numel(m, ACT_QKV));
+    attention_forward(a[ACT_ATTY], a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, Cl, m->NHl, fc);
+    round_saved(m, a[ACT_ATT], act_numel(m, ACT_ATT));
+    round_saved(m, a[ACT_ATTY], act_numel(m, ACT_ATTY));
+    row_parallel_forward(m, tmp, a[ACT_ATTY], wt(m, w, LAYER_ATTPROJ_W), wt(m, w, LAYER_ATTPROJ_B), Cl);
     residual_forward(a[ACT_RES2], x, tmp, (int64_t)btc(m), fc);
     round_saved(m, a[ACT_RES2], btc(m));
     layernorm_forward(a[ACT_LN2], v->stat[STAT_LN2_MEAN], v->stat[STAT_LN2_RSTD], a[ACT_RES2],
                       wt(m, w, LAYER_LN2_W), wt(m, w, LAYER_LN2_B), N, C, fc);
     round_saved(m, a[ACT_LN2], btc(m));
-    matmul_forward(a[ACT_FCH], a[ACT_LN2], wt(m, w, LAYER_FC_W), wt(m, w, LAYER_FC_B), N, C, 4 * C, fc);
-    round_saved(m, a[ACT_FCH], 4 * btc(m));
-    gelu_forward(a[ACT_FCH_GELU], a[ACT_FCH], (int64_t)(4 * btc(m)), fc);
-    round_saved(m, a[ACT_FCH_GELU], 4 * btc(m));
+    tp_f_forward(m->tp, a[ACT_LN2], btc(m), DTYPE_FP32); /* f */
+    matmul_forward(a[ACT_FCH], a[ACT_LN2], wt(m, w, LAYER_FC_W), wt(m, w, LAYER_FC_B), N, C, Fl, fc);
+    round_saved(m, a[ACT_FCH], act_numel(m, ACT_FCH));
+    gelu_forward(a[ACT_FCH_GELU], a[ACT_FCH], (int64_t)act_numel(m, ACT_FCH), fc);
+    round_saved(m, a[ACT_FCH_GELU], act_numel(m, ACT_FCH_GELU));
     if (!out) return;
-    matmul_forward(tmp, a[ACT_FCH_GELU], wt(m, w, LAYER_FCPROJ_W), wt(m, w, LAYER_FCPROJ_B), N, 4 * C, C, fc);
+    row_parallel_forward(m, tmp, a[ACT_FCH_GELU], wt(m, w, LAYER_FCPROJ_W), wt(m, w, LAYER_FCPROJ_B), Fl);
     residual_forward(out, a[ACT_RES2], tmp, (int64_t)btc(m), fc);
     round_saved(m, out, btc(m));
 }
@@ -249,11 +296,15 @@ float gpt_head_forward(struct gpt *m, int s, const float *w_head, const float *w
                       hw(m, w_head, HEAD_LNF_B), N, C, m->flops);
     round_saved(m, lnf, btc(m));
     if (acts_bf16(m)) pack(sl->lnf, lnf, btc(m));
-    /* The LM head is tied to the token embedding: logits = lnf . wte^T. */
-    matmul_forward(sl->logits, lnf, wte, NULL, N, C, m->shape.Vp, m->flops);
+    /* The LM head is tied to the token embedding: logits = lnf . wte^T,
+     * column-parallel over the vocabulary (f: lnf is whole on every rank). */
+    struct vocab_slice v = vocab_slice(m);
+    tp_f_forward(m->tp, lnf, btc(m), DTYPE_FP32);
+    matmul_forward(sl->logits, lnf, wte, NULL, N, C, v.Vl, m->flops);
     buf_copy(sl->targets, targets, bt(m) * sizeof *targets);
-    double sum = crossentropy_forward_backward(sl->logits, sl->losses, sl->targets, N, m->shape.V, m->shape.Vp,
-                                               dloss, m->flops);
+    /* dmid (free between layers) holds the rows' sums and target logits */
+    double sum = vocab_parallel_crossentropy(m->tp, v, sl->logits, sl->losses, sl->targets, N, dloss, m->dmid,
+                                             m->flops);
     return (float)(sum / (double)N);
 }
 
@@ -263,14 +314,15 @@ void gpt_head_backward(struct gpt *m, int s, const float *w_head, const float *w
     const float *x = resid_view(m, s, m->n_layers, m->work_resid_in, true);
     const float *lnf = lnf_view(m, s, true);
     const struct model_layout *lay = m->lay;
-    matmul_backward(m->dmid, dwte, NULL, sl->logits, lnf, wte, N, C, m->shape.Vp, m->flops);
+    matmul_backward(m->dmid, dwte, NULL, sl->logits, lnf, wte, N, C, vocab_slice(m).Vl, m->flops);
+    tp_f_backward(m->tp, m->dmid, btc(m), DTYPE_FP32); /* f: dlnf sums over the vocabulary slices */
     buf_zero(m->dresid, btc(m) * sizeof(float));
     layernorm_backward(m->dresid, dw_head + lay->head_offset[HEAD_LNF_W], dw_head + lay->head_offset[HEAD_LNF_B],
                        m->dmid, x, hw(m, w_head, HEAD_LNF_W), sl->lnf_stats, sl->lnf_stats + bt(m), N, C, m->flops);
 }
 
 void gpt_layer_backward(struct gpt *m, int s, int l, const float *w, float *dw) {
-    int64_t N = (int64_t)bt(m), C = m->shape.C;
+    int64_t N = (int64_t)bt(m), C = m->shape.C, Cl = m->Cl, Fl = m->Fl;
     int i = l - m->lay->rank.l0;
     struct flop_counter *fc = m->flops;
     const float *x = resid_view(m, s, i, m->work_resid_in, true);
@@ -280,33 +332,41 @@ void gpt_layer_backward(struct gpt *m, int s, int l, const float *w, float *dw) 
      * values equal the forward's bit for bit (rounded alike in bf16). */
     if (m->recompute == RECOMPUTE_FULL) layer_forward(m, x, &v, w, NULL);
     if (m->recompute == RECOMPUTE_SELECTIVE) {
-        attention_forward(m->dmid, a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, C, m->shape.NH, fc);
-        round_saved(m, a[ACT_ATT], gpt_layer_act_numel(&m->shape, m->B, ACT_ATT));
+        attention_forward(m->dmid, a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, Cl, m->NHl, fc);
+        round_saved(m, a[ACT_ATT], act_numel(m, ACT_ATT));
     }
-    /* On entry dresid holds dL/d(layer output); on exit dL/d(layer input). */
+    /* On entry dresid holds dL/d(layer output); on exit dL/d(layer input).
+     * g's backward is the identity: dresid reaches the row-parallel
+     * projections whole; their bias gradients come out alike on every rank. */
+    tp_g_backward(m->tp, m->dresid, btc(m), DTYPE_FP32);
     matmul_backward(m->dbig, dwt(m, dw, LAYER_FCPROJ_W), dwt(m, dw, LAYER_FCPROJ_B), m->dresid, a[ACT_FCH_GELU],
-                    wt(m, w, LAYER_FCPROJ_W), N, 4 * C, C, fc);
-    gelu_backward(m->dbig, a[ACT_FCH], m->dbig, (int64_t)(4 * btc(m)), fc);
+                    wt(m, w, LAYER_FCPROJ_W), N, Fl, C, fc);
+    gelu_backward(m->dbig, a[ACT_FCH], m->dbig, (int64_t)act_numel(m, ACT_FCH), fc);
     matmul_backward(m->dmid, dwt(m, dw, LAYER_FC_W), dwt(m, dw, LAYER_FC_B), m->dbig, a[ACT_LN2],
-                    wt(m, w, LAYER_FC_W), N, C, 4 * C, fc);
+                    wt(m, w, LAYER_FC_W), N, C, Fl, fc);
+    tp_f_backward(m->tp, m->dmid, btc(m), DTYPE_FP32); /* f: the partial dln2 of each rank's features sum */
     layernorm_backward(m->dresid, dwt(m, dw, LAYER_LN2_W), dwt(m, dw, LAYER_LN2_B), m->dmid, a[ACT_RES2],
                        wt(m, w, LAYER_LN2_W), v.stat[STAT_LN2_MEAN], v.stat[STAT_LN2_RSTD], N, C, fc);
+    tp_g_backward(m->tp, m->dresid, btc(m), DTYPE_FP32);
     matmul_backward(m->dmid, dwt(m, dw, LAYER_ATTPROJ_W), dwt(m, dw, LAYER_ATTPROJ_B), m->dresid, a[ACT_ATTY],
-                    wt(m, w, LAYER_ATTPROJ_W), N, C, C, fc);
-    attention_backward(m->dqkv, m->dmid, a[ACT_QKV], a[ACT_ATT], m->att_scratch, m->B, m->shape.T, C,
-                       m->shape.NH, fc);
+                    wt(m, w, LAYER_ATTPROJ_W), N, Cl, C, fc);
+    attention_backward(m->dqkv, m->dmid, a[ACT_QKV], a[ACT_ATT], m->att_scratch, m->B, m->shape.T, Cl, m->NHl,
+                       fc);
     matmul_backward(m->dmid, dwt(m, dw, LAYER_QKV_W), dwt(m, dw, LAYER_QKV_B), m->dqkv, a[ACT_LN1],
-                    wt(m, w, LAYER_QKV_W), N, C, 3 * C, fc);
+                    wt(m, w, LAYER_QKV_W), N, C, 3 * Cl, fc);
+    tp_f_backward(m->tp, m->dmid, btc(m), DTYPE_FP32); /* f: dln1 */
     layernorm_backward(m->dresid, dwt(m, dw, LAYER_LN1_W), dwt(m, dw, LAYER_LN1_B), m->dmid, x,
                        wt(m, w, LAYER_LN1_W), v.stat[STAT_LN1_MEAN], v.stat[STAT_LN1_RSTD], N, C, fc);
 }
 
 void gpt_embed_backward(struct gpt *m, int s, float *dw_embed) {
-    encoder_backward(dw_embed + m->lay->embed_offset[EMB_WTE], dw_embed + m->lay->embed_offset[EMB_WPE], m->dresid,
-                     m->slot[s].inputs, m->B, m->shape.T, m->shape.C);
+    /* each rank accumulates its own vocabulary rows; wpe's gradient whole (replicated) */
+    struct vocab_slice v = vocab_slice(m);
+    embedding_rows_backward(dw_embed + m->lay->embed_offset[EMB_WTE], dw_embed + m->lay->embed_offset[EMB_WPE],
+                            m->dresid, m->slot[s].inputs, v.v0, v.Vl, m->B, m->shape.T, m->shape.C);
     m->flops->other += 2.0 * (double)btc(m);
 }
 
 const float *gpt_logits_at(const struct gpt *m, int s, int b, int t) {
-    return m->slot[s].logits + ((size_t)b * m->shape.T + t) * m->shape.Vp;
+    return m->slot[s].logits + ((size_t)b * m->shape.T + t) * (size_t)vocab_slice(m).Vl;
 }

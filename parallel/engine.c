@@ -13,6 +13,11 @@ int engine_init(struct engine *e, const struct engine_options *o, const struct m
                 char *err, size_t err_len) {
     struct collectives *dp = &grid->dp_comm;
     *e = (struct engine){.o = *o, .lay = *lay, .grid = grid, .dp = dp, .mem = mem, .space = space, .flops = flops};
+    if (lay->rank.tp != grid->tp_comm.size || lay->rank.tp_rank != grid->tp_comm.rank) {
+        snprintf(err, err_len, "the layout's tensor-parallel rank %d of %d does not match the grid's tp group (rank %d of %d)",
+                 lay->rank.tp_rank, lay->rank.tp, grid->tp_comm.rank, grid->tp_comm.size);
+        return -1;
+    }
     if (zero_init(&e->z, &o->zero, &e->lay, dp, mem, space, flops) != 0) {
         mem_failure_message(mem, err, err_len);
         return -1;
@@ -36,6 +41,10 @@ int engine_init(struct engine *e, const struct engine_options *o, const struct m
         }
     }
     gpt_init(&e->model, &e->lay, o->micro_batch, o->slots, o->act_dtype, o->recompute, mem, space, flops);
+    /* tensor parallelism: the model's f and g run over the tp group, and
+     * the gradient norm sums the slices' squares over it */
+    e->model.tp = &grid->tp_comm;
+    e->z.norm_groups[1] = &grid->tp_comm;
     /* pipeline stages: the tied wte's two copies and the norm over stages */
     e->z.norm_groups[0] = &grid->pp_comm;
     if (e->lay.rank.has_embed != e->lay.rank.has_head) { /* first or last of several stages */

@@ -109,11 +109,19 @@ static int check_layout(const struct config *cfg, const struct grid *g, char err
                  "LLaMA-style configs are for build/plan");
         return -1;
     }
-    if (g->tp != 1) {
+    /* tensor parallelism splits heads, the FC features and the vocabulary */
+    if (cfg->n_head % g->tp != 0 || (4 * cfg->d_model) % g->tp != 0 || cfg->d_model % g->tp != 0) {
         snprintf(err, TRAINER_ERR_LEN,
-                 "tp = %d: tensor parallelism is not part of this build (tp must be 1; use data and pipeline "
-                 "parallelism: mpirun -np N with --zero 0..3 and --pp P)",
-                 g->tp);
+                 "tp = %d must divide n_head (%d), d_model (%d) and the FC width 4 x d_model (%d): each rank holds "
+                 "n_head/tp heads and 4 d_model/tp FC features",
+                 g->tp, cfg->n_head, cfg->d_model, 4 * cfg->d_model);
+        return -1;
+    }
+    if (g->tp > 1 && cfg->sample_tokens > 0) {
+        snprintf(err, TRAINER_ERR_LEN,
+                 "sample_tokens = %d with tp = %d: sampling reads whole rows of logits, which a tensor-parallel "
+                 "rank does not hold (run the sample with tp = 1 from a saved model)",
+                 cfg->sample_tokens, g->tp);
         return -1;
     }
     if (!cfg->pp_layers[0] && g->pp == 1) return 0;

@@ -36,3 +36,56 @@ double crossentropy_forward_backward(float *logits, float *losses, const int32_t
     fc->other += (double)CE_FLOPS_PER_LOGIT * N * V;
     return total;
 }
+
+/* ---- the vocabulary-parallel passes (layers.h); the same arithmetic as
+ * above, in the same order, cut where the collectives go */
+
+void crossentropy_row_max(const float *logits, float *maxv, int64_t N, int64_t Vl, int64_t valid) {
+#pragma omp parallel for
+    for (int64_t i = 0; i < N; i++) {
+        const float *l = logits + i * Vl;
+        float m = -INFINITY;
+        for (int64_t v = 0; v < valid; v++) m = l[v] > m ? l[v] : m;
+        maxv[i] = m;
+    }
+}
+
+void crossentropy_exp_sum(float *logits, const float *maxv, float *sum, float *target, const int32_t *targets,
+                          int64_t N, int64_t Vl, int64_t v0, int64_t valid, bool in_place) {
+#pragma omp parallel for
+    for (int64_t i = 0; i < N; i++) {
+        float *l = logits + i * Vl, s = 0.0f, m = maxv[i];
+        int64_t t = (int64_t)targets[i] - v0;
+        target[i] = t >= 0 && t < valid ? l[t] : 0.0f; /* only the slice that holds it adds it */
+        if (in_place) {
+            for (int64_t v = 0; v < valid; v++) {
+                l[v] = fast_expf(l[v] - m);
+                s += l[v];
+            }
+        } else {
+            for (int64_t v = 0; v < valid; v++) s += fast_expf(l[v] - m);
+        }
+        sum[i] = s;
+    }
+}
+
+double crossentropy_finish(float *logits, float *losses, const float *maxv, const float *sum, const float *target,
+                           const int32_t *targets, int64_t N, int64_t Vl, int64_t v0, int64_t valid, float dloss,
+                           struct flop_counter *fc) {
+    double total = 0.0;
+#pragma omp parallel for reduction(+ : total)
+    for (int64_t i = 0; i < N; i++) {
+        float *l = logits + i * Vl;
+        if (dloss != 0.0f) {
+            float k = dloss / sum[i];
+            for (int64_t v = 0; v < valid; v++) l[v] *= k;
+            int64_t t = (int64_t)targets[i] - v0;
+            if (t >= 0 && t < valid) l[t] -= dloss;
+            for (int64_t v = valid; v < Vl; v++) l[v] = 0.0f;
+        }
+        losses[i] = logf(sum[i]) + maxv[i] - target[i];
+        total += losses[i];
+    }
+    fc->other += (double)CE_FLOPS_PER_LOGIT * N * valid;
+    return total;
+}

@@ -26,3 +26,42 @@ void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t
         }
     }
 }
+
+void embedding_rows_forward(float *out, const int32_t *inp, const float *wte, int64_t v0, int64_t rows, int64_t BT,
+                            int64_t C) {
+#pragma omp parallel for
+    for (int64_t bt = 0; bt < BT; bt++) {
+        int64_t r = (int64_t)inp[bt] - v0;
+        float *o = out + bt * C;
+        if (r >= 0 && r < rows) {
+            const float *tok = wte + r * C;
+            for (int64_t c = 0; c < C; c++) o[c] = tok[c];
+        } else {
+            for (int64_t c = 0; c < C; c++) o[c] = 0.0f; /* another rank's row */
+        }
+    }
+}
+
+void positions_add(float *out, const float *wpe, int64_t B, int64_t T, int64_t C) {
+#pragma omp parallel for
+    for (int64_t bt = 0; bt < B * T; bt++) {
+        const float *pos = wpe + (bt % T) * C;
+        float *o = out + bt * C;
+        for (int64_t c = 0; c < C; c++) o[c] += pos[c];
+    }
+}
+
+/* Serial, as encoder_backward, for the same reason. */
+void embedding_rows_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t v0,
+                             int64_t rows, int64_t B, int64_t T, int64_t C) {
+    for (int64_t bt = 0; bt < B * T; bt++) {
+        const float *d = dout + bt * C;
+        float *dpos = dwpe + (bt % T) * C;
+        int64_t r = (int64_t)inp[bt] - v0;
+        float *dtok = r >= 0 && r < rows ? dwte + r * C : NULL;
+        for (int64_t c = 0; c < C; c++) {
+            if (dtok) dtok[c] += d[c];
+            dpos[c] += d[c];
+        }
+    }
+}

@@ -118,3 +118,10 @@ void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dou
                      const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
     matmul_backward_sliced(dinp, dweight, dbias, dout, inp, weight, N, C, OC, MATMUL_MAX_DIM, fc);
 }
+
+void bias_add(float *out, const float *bias, int64_t N, int64_t OC, struct flop_counter *fc) {
+#pragma omp parallel for
+    for (int64_t i = 0; i < N; i++)
+        for (int64_t o = 0; o < OC; o++) out[i * OC + o] += bias[o];
+    fc->other += (double)N * OC;
+}

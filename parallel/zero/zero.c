@@ -78,7 +78,10 @@ static const void *segment_grad(const struct zero *z, const struct opt_segment *
 }
 
 /* Sum of squares of the reduced gradients this rank updates: its segments
- * partition exactly the elements it owns (every unit at stage 0). */
+ * partition exactly the elements it owns (every unit at stage 0). Under
+ * tensor parallelism a replicated tensor's gradient is the same on every
+ * rank of the group, so only tp rank 0 counts it; the split tensors' parts
+ * sum over the group (norm_groups). */
 static double local_grad_sum_squares(const struct zero *z) {
     double s = 0.0;
     const struct zero_tie *t = &z->tie;
@@ -86,6 +89,7 @@ static double local_grad_sum_squares(const struct zero *z) {
         const struct opt_segment *g = &z->segs.seg[k];
         /* segments never cross a tensor: one inside the uncounted copy is skipped whole */
         if (zero_tie_active(z) && !t->in_norm && g->unit == t->unit && g->lo >= t->lo && g->hi <= t->hi) continue;
+        if (g->tp_replicated && z->lay->rank.tp_rank > 0) continue;
         s += buf_sum_squares(segment_grad(z, g), z->o.grad_dtype, g->hi - g->lo);
     }
     return s;

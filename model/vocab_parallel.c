@@ -1,0 +1,21 @@
+/* Vocabulary-parallel cross-entropy (include/vocab_parallel.h): the local
+ * passes are kernels (layers.h); between them the group agrees on each
+ * row's max, then on its sum of exponentials and its target logit. */
+#include "vocab_parallel.h"
+
+#include "layers.h"
+
+double vocab_parallel_crossentropy(struct collectives *tp, struct vocab_slice s, float *logits, float *losses,
+                                   const int32_t *targets, int64_t N, float dloss, float *scratch,
+                                   struct flop_counter *fc) {
+    bool group = tp && tp->size > 1;
+    int64_t valid = s.V - s.v0; /* this slice's real tokens */
+    valid = valid < 0 ? 0 : valid > s.Vl ? s.Vl : valid;
+    float *maxv = losses; /* the row maxima live where the losses will: finish reads each before writing it */
+    float *sum = scratch, *target = scratch + N;
+    crossentropy_row_max(logits, maxv, N, s.Vl, valid);
+    if (group) tp->all_reduce_max(tp, maxv, (size_t)N, DTYPE_FP32);
+    crossentropy_exp_sum(logits, maxv, sum, target, targets, N, s.Vl, s.v0, valid, dloss != 0.0f);
+    if (group) tp->all_reduce_sum(tp, scratch, 2 * (size_t)N, DTYPE_FP32); /* sums and target logits at once */
+    return crossentropy_finish(logits, losses, maxv, sum, target, targets, N, s.Vl, s.v0, valid, dloss, fc);
+}
