@@ -84,6 +84,7 @@ unit-test: deps $(PROGRAMS) $(TESTS)
 mpi-test: deps $(MPI_TESTS) $(BUILD)/report
 	tests/run_mpi.sh $(MPI_TESTS)
 	tests/mpi/failures.sh $(BUILD)
+	tests/mpi/trace.sh $(BUILD)
 	tests/mpi/stop_signal.sh $(BUILD)
 	tests/mpi/startup_peak.sh $(BUILD)
 	tests/stale_temps.sh $(BUILD)
