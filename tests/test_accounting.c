@@ -19,7 +19,6 @@
 
 #include "accounting.h"
 #include "rng.h"
-#include "trace_file.h"
 #include "trainer.h"
 
 static char DIR_[64], SHARD[128];
@@ -213,58 +212,6 @@ static void test_scratch_and_startup_peak(void **s) {
     assert_int_equal(checked, 54);
 }
 
-/* --trace: the recorder's events are scratch, in the theory to the byte
- * (automatic capacity and trace_events alike); a run records its steps'
- * spans in order, and a recorder too small for them drops the rest,
- * counted, without failing the run. */
-static void test_trace_recorder(void **s) {
-    (void)s;
-    struct config c;
-    small_config(&c, DTYPE_BF16, DTYPE_BF16, DTYPE_BF16);
-    double off = theory_trainer_scratch(&c, 1, 0).persistent;
-    assert_int_equal(trace_capacity(&c), 0);
-    snprintf(c.trace, sizeof c.trace, "%s/trace.json", DIR_);
-    const int capacities[] = {0, 5};
-    for (int i = 0; i < 2; i++) {
-        c.trace_events = capacities[i];
-        size_t cap = trace_capacity(&c);
-        assert_true(cap >= (capacities[i] ? 5u : 100u));
-        struct scratch_theory sc = theory_trainer_scratch(&c, 1, 0);
-        assert_true(sc.persistent == off + (double)cap * sizeof(struct trace_event));
-        struct trainer tr;
-        char err[TRAINER_ERR_LEN];
-        assert_int_equal(trainer_open(&tr, &c, &GRID, err), 0);
-        assert_true((double)tr.mem.live[MEM_SCRATCH] == sc.persistent);
-        bool named = false;
-        for (int r = 0; r < tr.mem.n_records; r++)
-            named |= strcmp(tr.mem.records[r].name, "trace events") == 0 &&
-                     tr.mem.records[r].bytes == cap * sizeof(struct trace_event);
-        assert_true(named);
-        assert_int_equal(trainer_run(&tr, err), 0);
-        const struct trace *t = &tr.trace;
-        if (capacities[i] == 0) {
-            /* per step: step, F0, B0, F1, B1, optimizer (the single-process
-             * collectives record nothing) */
-            assert_int_equal(t->n, 3 * 6);
-            assert_int_equal(t->dropped, 0);
-            const int kinds[] = {TRACE_STEP, TRACE_FORWARD, TRACE_BACKWARD, TRACE_FORWARD, TRACE_BACKWARD, TRACE_OPTIMIZER};
-            const int mbs[] = {-1, 0, 0, 1, 1, -1};
-            for (size_t e = 0; e < t->n; e++) {
-                const struct trace_event *ev = &t->events[e];
-                assert_int_equal(ev->kind, kinds[e % 6]);
-                assert_int_equal(ev->micro_batch, mbs[e % 6]);
-                assert_int_equal(ev->step, (int)(e / 6) + 1);
-                assert_true(ev->t1 >= ev->t0);
-                if (e > 0) assert_true(ev->t0 >= t->events[e - 1].t0);
-            }
-        } else {
-            assert_int_equal(t->n, 5);
-            assert_int_equal(t->dropped, 3 * 6 - 5);
-        }
-        trainer_close(&tr);
-    }
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bf16_bf16),
@@ -276,7 +223,6 @@ int main(void) {
         cmocka_unit_test(test_activation_formula_by_hand),
         cmocka_unit_test(test_scratch_attention_threads),
         cmocka_unit_test(test_scratch_and_startup_peak),
-        cmocka_unit_test(test_trace_recorder),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

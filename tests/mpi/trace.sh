@@ -15,7 +15,10 @@
 #  5. a trace path in a missing folder: every rank fails before step 1,
 #     one message naming --trace;
 #  6. SIGUSR1 to mpirun mid-run: the ranks stop at a step boundary (exit
-#     3) and the trace of the steps run is written and checks.
+#     3) and the trace of the steps run is written and checks;
+#  7. pp 2: GPipe's F0 F1 B0 B1 on both stages, 1F1B's one warm-up forward
+#     on stage 0 (F0 F1 B0 B1) and none on stage 1 (F0 B0 F1 B1), the pp
+#     sends, receives and tie all-reduces equal to the log.
 # Usage: tests/mpi/trace.sh BUILD_DIR (build or build-san)
 set -u
 build=${1:-build}
@@ -95,6 +98,18 @@ ran=$(sed -n 's/.*"steps_run":\([0-9]*\).*/\1/p' "$tmp/stop.json" 2>/dev/null)
 [ $rc -eq 3 ] && [ -n "$ran" ] && [ "$ran" -ge 1 ] &&
     "$py" "$checker" "$tmp/stop.json" --ranks 2 --steps "$ran" --grad-accum 2 --expect-order "F0 B0 F1 B1" >/dev/null
 check "stopped by SIGUSR1 (rc $rc): the trace of the ${ran:-?} steps run is written and checks" $?
+
+# 7.
+for sch in gpipe 1f1b; do
+    timeout 120 "${mpi[@]}" -np 2 "$train" "${common[@]}" --steps 3 --pp 2 --schedule $sch \
+        --trace "$tmp/pp_$sch.json" --log_json "$tmp/pp_$sch.log" >"$tmp/pp_$sch.out" 2>&1
+    rc=$?
+    if [ $sch = gpipe ]; then order=(--expect-order "F0 F1 B0 B1"); else
+        order=(--rank-order "0=F0 F1 B0 B1" --rank-order "1=F0 B0 F1 B1"); fi
+    [ $rc -eq 0 ] && "$py" "$checker" "$tmp/pp_$sch.json" --ranks 2 --steps 3 --grad-accum 2 "${order[@]}" \
+        --log "$tmp/pp_$sch.log" --require-comm && grep -q '"name":"recv pp"' "$tmp/pp_$sch.json"
+    check "pp 2, $sch: each stage's order, the pp traffic against the log (rc $rc)" $?
+done
 
 [ $fails -eq 0 ] && echo "trace: all passed" || echo "trace: $fails failed"
 exit $((fails > 0))
