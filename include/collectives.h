@@ -97,10 +97,19 @@ struct coll_request {
     unsigned serial;
 };
 
+struct trace;
+
 struct collectives {
     int rank, size;                 /* within this group */
     struct comm_counters counters;
     void *impl;                     /* backend state (an MPI communicator, an NCCL comm) */
+    /* The run's timeline (include/trace.h; NULL: off): the MPI backend
+     * records every call there, blocking ones as one span, non-blocking
+     * ones as a short post and the wait. trace_group: which group of the
+     * grid this table is (enum grid_group), for the span's name; set both
+     * with grid_attach_trace (include/grid.h). */
+    struct trace *trace;
+    int trace_group;
 
     /* In place: buf holds this rank's n values, then the sum over ranks. */
     void (*all_reduce_sum)(struct collectives *c, void *buf, size_t n, enum dtype dt);

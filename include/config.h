@@ -67,6 +67,8 @@ struct config {
     enum nonfinite_policy on_nonfinite;
     int max_skipped_steps;  /* skip_step: the run stops when more are skipped */
     char log_json[CONFIG_PATH_LEN];
+    char trace[CONFIG_PATH_LEN];  /* Chrome trace-event file of the run ("" = off; train/trace_file.c) */
+    int trace_events;             /* its events per rank; 0: from the run's size (trace_capacity) */
     int sample_tokens;
     float sample_temperature;
     char sample_prompt[CONFIG_PATH_LEN];

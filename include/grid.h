@@ -52,6 +52,16 @@ static inline const char *grid_group_name(enum grid_group k) {
     return (unsigned)k < GROUP_NUM ? names[k] : "?";
 }
 
+/* Every group's calls recorded into t (include/trace.h), each under its
+ * own name; NULL detaches (before t's buffer is freed). */
+static inline void grid_attach_trace(struct grid *g, struct trace *t) {
+    for (int k = 0; k < GROUP_NUM; k++) {
+        struct collectives *c = grid_group(g, (enum grid_group)k);
+        c->trace = t;
+        c->trace_group = k;
+    }
+}
+
 /* Checks world_size == dp x tp x pp for the given tp and pp (dp is what
  * remains) and splits the four groups. Collective: call on every rank. */
 int grid_init(struct grid *g, int tp, int pp, char err[GRID_ERR_LEN]);

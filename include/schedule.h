@@ -29,13 +29,19 @@
 #include "collectives.h"
 #include "engine.h"
 #include "pipeline.h"
+#include "trace.h"
 
 /* Where a schedule gets its micro-batches: next() fills (B,T) inputs and
  * targets with the next one (every stage draws every micro-batch, in the
- * same order, so the loaders stay in step). */
+ * same order, so the loaders stay in step). trace: the run's timeline
+ * (include/trace.h; NULL: off): the schedule records each micro-batch's
+ * forward and backward compute there (TRACE_FORWARD / TRACE_BACKWARD,
+ * micro-batch 0-based within the step; trace_begin_chunk for a virtual
+ * stage); receives and send waits show as the pp group's own spans. */
 struct batch_source {
     void (*next)(void *ctx, int32_t *inputs, int32_t *targets);
     void *ctx;
+    struct trace *trace;
 };
 
 /* Activation slots stage `stage` of p needs for m micro-batches. */

@@ -13,6 +13,7 @@
 #include "grid.h"
 #include "mem.h"
 #include "timeline.h"
+#include "trace.h"
 #include "progress.h"
 #include "schedule.h"
 
@@ -41,6 +42,7 @@ struct trainer {
                                  * over the whole run: kept in resume states */
     struct mem_timeline timeline; /* bytes in use phase by phase, of the latest step (include/timeline.h) */
     struct progress progress;   /* the step line and its ETA (rank 0 prints) */
+    struct trace trace;         /* --trace: this rank's timeline (include/trace.h); off when trace is "" */
     int stop_after;             /* > 0: trainer_run stops (and writes save_state) once step reaches it,
                                  * before steps; the LR schedule still follows steps. 0: off */
     char opt8_resume[160];      /* how a resume loaded 8-bit states (the line rank 0 prints); "" if none */

@@ -11,6 +11,7 @@
 #include "segments.h"
 #include "shard.h"
 #include "theory.h"
+#include "trace_file.h"
 #include "zero.h"
 
 struct rank_place rank_place_of(const struct config *c, int world, int world_rank) {
@@ -287,6 +288,7 @@ struct scratch_theory theory_trainer_scratch(const struct config *c, struct rank
     s.persistent += 9 * n * 4 + head_threads * T * T * 4;
     s.persistent += 2 * BT * sizeof(int32_t); /* train/trainer.c: the batch's inputs and targets */
     s.persistent += 2.0 * c->grad_accum * sizeof(struct pipe_op); /* parallel/pipeline/schedule.c: the step's order */
+    s.persistent += (double)trace_capacity(c) * sizeof(struct trace_event); /* --trace: the recorder's events */
     if (c->optimizer == OPTIM_ADAMW8BIT) s.persistent += 2.0 * sizeof(struct qmap_index);
     /* parallel/zero/comm.c: stage 0's all-reduce bucket table, one entry per unit at most */
     if (c->zero == 0) s.persistent += (double)lay.n_units * sizeof(struct ddp_bucket);

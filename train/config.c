@@ -73,6 +73,8 @@ static const struct key KEYS[] = {
     {"on_nonfinite", KEY_CHOICE, F(on_nonfinite), "stop", "a NaN/Inf loss or gradient norm: stop with an error before the update (nothing saved), or skip_step: drop that update and go on", .choices = {"stop", "skip_step"}},
     {"max_skipped_steps", KEY_INT, F(max_skipped_steps), "10", "on_nonfinite skip_step: stop once more than this many updates were dropped (over the run, resumes included)", NUM(0, INT_MAX)},
     {"log_json", KEY_STRING, F(log_json), "", "also write JSON-lines metrics to this file"},
+    {"trace", KEY_STRING, F(trace), "", "write a Chrome trace-event timeline of the run to this file (one track per rank: steps, forward/backward per micro-batch, collectives, optimizer, validation; open in https://ui.perfetto.dev)"},
+    {"trace_events", KEY_INT, F(trace_events), "0", "trace: events kept per rank (later ones are counted as dropped); 0: enough for the run's steps, from its size", NUM(0, 1 << 26)},
     {"sample_tokens", KEY_INT, F(sample_tokens), "0", "generate this many tokens of text at the end", NUM(0, 1 << 20)},
     {"sample_temperature", KEY_FLOAT, F(sample_temperature), "0.8", "softmax temperature for sampling", NUM(1e-3, 100)},
     {"sample_prompt", KEY_STRING, F(sample_prompt), "And God said", "text the sample continues"},

@@ -6,6 +6,7 @@
 #include <sys/statvfs.h>
 
 #include "checkpoint.h"
+#include "trace_file.h"
 
 void trainer_stop_state_path(const struct config *c, char path[FILEIO_PATH_LEN]) {
     if (*c->save_state) {
@@ -63,6 +64,9 @@ int trainer_check_outputs(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
         uint64_t state = trainer_state_bytes(tr);
         if (*c->save) rc = outputs_check_path(c->save, "--save", llmc_file_bytes(&file, c->param_dtype), stderr, err);
         if (rc == 0 && *c->save_state) rc = outputs_check_path(c->save_state, "--save_state", state, stderr, err);
+        /* about 300 bytes of JSON per event */
+        uint64_t trace = (uint64_t)trace_capacity(c) * (uint64_t)tr->grid->world_size * 300u;
+        if (rc == 0 && *c->trace) rc = outputs_check_path(c->trace, "--trace", trace, stderr, err);
         char stop[FILEIO_PATH_LEN], e2[TRAINER_ERR_LEN];
         trainer_stop_state_path(c, stop);
         if (rc == 0 && !*c->save_state && outputs_check_path(stop, "the stop state", state, stderr, e2) != 0)

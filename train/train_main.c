@@ -16,6 +16,7 @@
 #include "report.h"
 #include "run_record.h"
 #include "stop_signal.h"
+#include "trace_file.h"
 #include "trainer.h"
 
 /* Every rank fails together: the messages are gathered to rank 0, which
@@ -171,6 +172,7 @@ int main(int argc, char **argv) {
     }
     int start = tr.step;
     int rc = trainer_run(&tr, err);
+    if (rc >= 0 && trace_file_write(&tr, err) != 0) rc = -1; /* --trace: also after a stop signal */
     if (rc > 0 && rank == 0) {
         char stop[FILEIO_PATH_LEN];
         trainer_stop_state_path(&cfg, stop);

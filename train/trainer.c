@@ -16,6 +16,7 @@
 #include "pipeline.h"
 #include "schedule.h"
 #include "stop_signal.h"
+#include "trace_file.h"
 
 double peak_rss_bytes(void) {
     struct rusage ru;
@@ -54,7 +55,7 @@ struct engine_options trainer_engine_options(const struct config *c) {
  * (include/fileio.h): removed, and said so, by the rank that writes them. */
 static int remove_stale_temps(const struct config *cfg, const struct grid *g, char err[TRAINER_ERR_LEN]) {
     if (g->world_rank != 0) return 0;
-    const char *targets[] = {cfg->save, cfg->save_state};
+    const char *targets[] = {cfg->save, cfg->save_state, cfg->trace};
     for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++) {
         char e2[FILEIO_ERR_LEN];
         if (*targets[i] && atomic_remove_stale(targets[i], stdout, e2) < 0) {
@@ -229,6 +230,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     size_t bt = (size_t)cfg->micro_batch * cfg->seq_len;
     tr->inputs = mem_alloc(&tr->mem, MEM_HOST, MEM_SCRATCH, "batch inputs", bt * sizeof(int32_t));
     tr->targets = mem_alloc(&tr->mem, MEM_HOST, MEM_SCRATCH, "batch targets", bt * sizeof(int32_t));
+    trace_open(&tr->trace, &tr->mem, trace_capacity(cfg)); /* --trace; a failure is the tracker's, below */
     if (rc == 0 && mem_failed(&tr->mem)) {
         mem_failure_message(&tr->mem, err, TRAINER_ERR_LEN);
         rc = -1;
@@ -251,6 +253,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
         struct collectives *c = grid_group(grid, (enum grid_group)g);
         if (c) c->counters = (struct comm_counters){0};
     }
+    if (rc == 0) grid_attach_trace(grid, &tr->trace); /* from here every call is on the timeline */
     return rc;
 }
 
@@ -262,6 +265,8 @@ void trainer_close(struct trainer *tr) {
     pipeline_free(&tr->pipe, &tr->mem);
     if (tr->engine_open) engine_free(&tr->engine);
     tr->engine_open = false;
+    grid_attach_trace(tr->grid, NULL);
+    trace_close(&tr->trace, &tr->mem);
     mem_free_all(&tr->mem);
     tr->cfg = NULL;
 }
@@ -281,10 +286,12 @@ float trainer_validate(struct trainer *tr) {
     struct collectives *dp = &tr->grid->dp_comm, *pp = &tr->grid->pp_comm;
     struct flop_counter flops = tr->flops; /* validation is not part of a step's count */
     struct comm_counters dp_comm = dp->counters, pp_comm = pp->counters;
+    int ev = trace_begin(&tr->trace, TRACE_VALIDATION, -1);
     loader_rewind(&tr->val);
-    struct batch_source src = {next_batch, &tr->val};
+    struct batch_source src = {next_batch, &tr->val}; /* no trace: validation's forwards are not a step's */
     double sum = pipeline_forward_only(&tr->pipe, tr->cfg->val_batches, &src, tr->inputs, tr->targets);
     agree_loss(tr, &sum);
+    trace_end(&tr->trace, ev);
     tr->flops = flops;
     dp->counters = dp_comm;
     pp->counters = pp_comm;
@@ -334,11 +341,13 @@ static struct step_metrics train_step(struct trainer *tr) {
     struct engine *e = &tr->engine;
     struct flop_counter before = tr->flops;
     double t0 = now();
+    trace_set_step(&tr->trace, tr->step + 1);
+    int step_ev = trace_begin(&tr->trace, TRACE_STEP, -1);
     timeline_begin_step(&tr->timeline, tr->step + 1);
     engine_zero_grads(e);
     /* the step's loss is the mean over accum x dp micro-batches */
     int dp = tr->grid->dp;
-    struct batch_source src = {next_batch, &tr->train};
+    struct batch_source src = {next_batch, &tr->train, &tr->trace};
     double loss = pipeline_step(&tr->pipe, 1.0f / (float)(c->grad_accum * dp), &src, tr->inputs, tr->targets);
     tr->pipe_run.total += tr->pipe.last.total;
     tr->pipe_run.busy += tr->pipe.last.busy;
@@ -351,10 +360,13 @@ static struct step_metrics train_step(struct trainer *tr) {
     struct step_result r = {.grad_norm = NAN, .lr = lr_at(&e->o.zero.optim.lr, tr->step), .skipped = true};
     /* a non-finite loss: no update at all (on every rank, so no rank waits
      * in the reduction); otherwise the step itself refuses a non-finite norm */
+    int opt_ev = trace_begin(&tr->trace, TRACE_OPTIMIZER, -1);
     if (isfinite(loss)) r = engine_optimizer_step(e, tr->step, true);
+    trace_end(&tr->trace, opt_ev);
     timeline_end_step(&tr->timeline);
     double optimizer_s = now() - t_opt;
     double dt = now() - t0;
+    trace_end(&tr->trace, step_ev);
     tr->train_seconds += dt;
     tr->step++;
     double tokens = (double)c->micro_batch * c->seq_len * c->grad_accum * dp;

@@ -55,7 +55,7 @@ static MPI_Op mpi_max(struct collectives *c, enum dtype dt) {
 /* Ring volume (N-1)/N x M, times 2 for an all-reduce (THEORY.md 7). */
 static void count(struct collectives *c, enum coll_kind k, double factor, double full_bytes, double t0) {
     int n = c->size;
-    count_call(c, k, factor * (double)(n - 1) * full_bytes / (double)n, t0);
+    count_call(c, k, factor * (double)(n - 1) * full_bytes / (double)n, -1, t0);
 }
 
 /* A chunk count MPI cannot express is a caller bug: raise it the MPI way
@@ -146,7 +146,7 @@ static struct coll_request post_collective(struct collectives *c, const char *ca
     int rc = c->size > 1 ? fn(c, buf, (int)count, mpi_type(c, dt), dt, req) : MPI_SUCCESS;
     if (rc != MPI_SUCCESS) return mpi_request_abandon(c, slot, call, rc);
     struct coll_request r = mpi_request_commit(c, slot, mpi_type(c, dt), -1, t0);
-    count_post(c, k, factor * (double)(c->size - 1) * full_bytes / (double)c->size, t0);
+    count_post(c, r, k, factor * (double)(c->size - 1) * full_bytes / (double)c->size, -1, t0);
     return r;
 }
 

@@ -60,7 +60,7 @@ static int p2p_send(struct collectives *c, const void *buf, size_t n, enum dtype
     if (check_args(c, "send", n, peer, tag) != 0) return -1;
     int rc = MPI_Send(buf, (int)n, mpi_type(c, dt), peer, tag, impl_of(c)->comm);
     if (rc != MPI_SUCCESS) return mpi_failed(c, "send", rc);
-    count_call(c, COLL_SEND, (double)n * (double)dtype_size(dt), t0);
+    count_call(c, COLL_SEND, (double)n * (double)dtype_size(dt), peer, t0);
     return 0;
 }
 
@@ -71,7 +71,7 @@ static int p2p_recv(struct collectives *c, void *buf, size_t n, enum dtype dt, i
     int rc = MPI_Recv(buf, (int)n, mpi_type(c, dt), peer, tag, impl_of(c)->comm, &st);
     if (rc != MPI_SUCCESS) return mpi_failed(c, "recv", rc);
     if (check_count(c, "recv", &st, mpi_type(c, dt), (int)n) != 0) return -1;
-    count_call(c, COLL_RECV, (double)n * (double)dtype_size(dt), t0);
+    count_call(c, COLL_RECV, (double)n * (double)dtype_size(dt), peer, t0);
     return 0;
 }
 
@@ -118,7 +118,7 @@ static struct coll_request post(struct collectives *c, const char *call, const v
                       : MPI_Isend(send_buf, (int)n, type, peer, tag, m->comm, req);
     if (rc != MPI_SUCCESS) return mpi_request_abandon(c, slot, call, rc);
     struct coll_request r = mpi_request_commit(c, slot, type, recv_buf ? (int)n : -1, t0);
-    count_post(c, recv_buf ? COLL_RECV : COLL_SEND, (double)n * (double)dtype_size(dt), t0);
+    count_post(c, r, recv_buf ? COLL_RECV : COLL_SEND, (double)n * (double)dtype_size(dt), peer, t0);
     return r;
 }
 
@@ -149,7 +149,9 @@ static int p2p_wait(struct collectives *c, struct coll_request r) {
     struct mpi_request_slot done = *s;
     *s = (struct mpi_request_slot){.req = MPI_REQUEST_NULL}; /* the slot is free again */
     c->counters.seconds += done.done_at - done.posted_at;
-    c->counters.exposed_seconds += now_s() - t0;
+    double t1 = now_s();
+    c->counters.exposed_seconds += t1 - t0;
+    trace_comm(c, TRACE_CALL_WAIT, done.kind, done.bytes, done.peer, t0, t1);
     if (rc != MPI_SUCCESS) return mpi_failed(c, "wait", rc);
     return done.expect >= 0 ? check_count(c, "wait (irecv)", &done.status, done.type, done.expect) : 0;
 }

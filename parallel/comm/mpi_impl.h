@@ -4,11 +4,13 @@
 #ifndef SHARDLAB_MPI_IMPL_H
 #define SHARDLAB_MPI_IMPL_H
 
+#include <math.h>
 #include <mpi.h>
 #include <stdbool.h>
 #include <time.h>
 
 #include "collectives.h"
+#include "trace.h"
 
 /* One pending isend, irecv or non-blocking collective. expect: the count
  * an irecv must receive (-1 otherwise); serial: the post's number, matched
@@ -24,6 +26,9 @@ struct mpi_request_slot {
     int expect;
     unsigned serial;
     double posted_at, done_at;
+    enum coll_kind kind;  /* for the wait's trace span: what was posted, its bytes, its peer */
+    double bytes;
+    int peer;
 };
 
 /* Per-instance MPI state: no globals, so several groups (dp, tp, pp, tie)
@@ -48,22 +53,46 @@ static inline MPI_Datatype mpi_type(struct collectives *c, enum dtype dt) {
     return dt == DTYPE_FP32 ? MPI_FLOAT : impl_of(c)->bf16_type;
 }
 
+/* One span of the table's trace (include/trace.h) from t0 to t1 (now_s
+ * seconds, the same clock), for a call of kind k; peer: -1 for collectives. */
+static inline void trace_comm(struct collectives *c, enum trace_call call, enum coll_kind k, double bytes, int peer,
+                              double t0, double t1) {
+    if (!trace_on(c->trace)) return;
+    enum trace_kind kind = call == TRACE_CALL_WAIT ? TRACE_WAIT
+                         : k == COLL_SEND          ? TRACE_SEND
+                         : k == COLL_RECV          ? TRACE_RECV
+                                                   : TRACE_COLLECTIVE;
+    trace_add(c->trace, (struct trace_event){
+        .t0 = llround(t0 * 1e9), .t1 = llround(t1 * 1e9), .bytes = bytes, .kind = kind, .micro_batch = -1,
+        .call = (int16_t)call, .coll = (int16_t)k, .group = (int16_t)c->trace_group, .peer = (int16_t)peer});
+}
+
 /* Adds one blocking call of `bytes` to kind k and the time since t0 (in
- * flight and exposed alike). */
-static inline void count_call(struct collectives *c, enum coll_kind k, double bytes, double t0) {
-    double dt = now_s() - t0;
+ * flight and exposed alike), and its trace span. peer: point to point's,
+ * -1 for a collective. */
+static inline void count_call(struct collectives *c, enum coll_kind k, double bytes, int peer, double t0) {
+    double t1 = now_s(), dt = t1 - t0;
     c->counters.bytes[k] += bytes;
     c->counters.calls[k]++;
     c->counters.seconds += dt;
     c->counters.exposed_seconds += dt;
+    trace_comm(c, TRACE_CALL_BLOCKING, k, bytes, peer, t0, t1);
 }
 
-/* A post: its bytes and call now; its time in flight when it completes
- * (mpi_request_commit keeps t0), the post itself exposed. */
-static inline void count_post(struct collectives *c, enum coll_kind k, double bytes, double t0) {
+/* The post of handle r: its bytes and call now; its time in flight when it
+ * completes (mpi_request_commit keeps t0), the post itself exposed. The
+ * slot keeps kind, bytes and peer for the wait's trace span. */
+static inline void count_post(struct collectives *c, struct coll_request r, enum coll_kind k, double bytes, int peer,
+                              double t0) {
+    double t1 = now_s();
     c->counters.bytes[k] += bytes;
     c->counters.calls[k]++;
-    c->counters.exposed_seconds += now_s() - t0;
+    c->counters.exposed_seconds += t1 - t0;
+    struct mpi_request_slot *s = &impl_of(c)->requests[r.slot];
+    s->kind = k;
+    s->bytes = bytes;
+    s->peer = peer;
+    trace_comm(c, TRACE_CALL_POST, k, bytes, peer, t0, t1);
 }
 
 /* comm_mpi_p2p.c: fills c's point-to-point entries and empties its

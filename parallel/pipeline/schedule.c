@@ -87,7 +87,9 @@ static double forward(struct pipeline *p, int k, float dloss, const struct batch
     }
     struct mb_input in = {.inputs = inputs, .targets = targets};
     double t0 = now();
+    int ev = trace_begin(src->trace, TRACE_FORWARD, k);
     double loss = engine_forward(e, slot, &in, NULL, dloss);
+    trace_end(src->trace, ev);
     p->last.busy += now() - t0;
     if (!last_stage(p)) {
         wait_send(p, &p->act_sent[slot], &p->act_pending[slot]);
@@ -98,7 +100,7 @@ static double forward(struct pipeline *p, int k, float dloss, const struct batch
     return loss;
 }
 
-static void backward(struct pipeline *p, int k) {
+static void backward(struct pipeline *p, int k, struct trace *trace) {
     struct engine *e = p->e;
     int slot = k % p->slots, stage = p->pp->rank;
     void *dx_in = NULL, *dx_out = first_stage(p) ? NULL : engine_stage_input(e, slot);
@@ -108,7 +110,9 @@ static void backward(struct pipeline *p, int k) {
         receive(p, dx_in, stage + 1, TAG_GRADIENT);
     }
     double t0 = now();
+    int ev = trace_begin(trace, TRACE_BACKWARD, k);
     engine_backward(e, slot, dx_in, dx_out);
+    trace_end(trace, ev);
     p->last.busy += now() - t0;
     if (dx_out) {
         p->grad_sent[slot] = p->pp->isend(p->pp, dx_out, act_numel(p), e->o.act_dtype, stage - 1, TAG_GRADIENT);
@@ -130,7 +134,7 @@ double pipeline_step(struct pipeline *p, float dloss, const struct batch_source 
     for (int i = 0; i < 2 * p->m; i++) {
         const struct pipe_op *op = &p->ops[i];
         if (op->kind == PIPE_FORWARD) loss += forward(p, op->micro_batch, dloss, src, inputs, targets);
-        else backward(p, op->micro_batch);
+        else backward(p, op->micro_batch, src->trace);
     }
     drain(p);
     p->last.total = now() - t0;

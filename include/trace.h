@@ -1,0 +1,148 @@
+/* The run's timeline recorder (--trace FILE): what each rank did when, as
+ * spans of time, for a Chrome trace-event file (train/trace_file.c writes
+ * it; open it in https://ui.perfetto.dev or chrome://tracing). Header-only,
+ * so every level records into it: the schedules (forward, backward of each
+ * micro-batch), the trainer (step, optimizer, validation) and the MPI
+ * collectives (every call, with its group and counted bytes).
+ *
+ * One recorder per rank, in the run context: a fixed array of events
+ * allocated once through the memory tracker (MEM_SCRATCH, "trace events"),
+ * so the memory table accounts for it. A NULL recorder, or one never opened
+ * (zeroed), records nothing: callers need no ifs. When the array is full,
+ * recording stops and the events that did not fit are counted (dropped);
+ * the file says how many.
+ *
+ * Spans: `int ev = trace_begin(t, TRACE_FORWARD, k); ...; trace_end(t, ev);`.
+ * The event takes its array slot at begin, so the array is in begin order
+ * and spans nest (a collective inside a forward inside a step). A span
+ * begun when the array was full gets token -1, which trace_end ignores.
+ *
+ * Time: CLOCK_MONOTONIC in integer nanoseconds. On one host the clock is
+ * system-wide, so ranks line up; across hosts the clocks are NOT aligned
+ * (each host's monotonic clock starts at its own boot), so a multi-host
+ * trace shows each host's ranks shifted by an unknown offset. */
+#ifndef SHARDLAB_TRACE_H
+#define SHARDLAB_TRACE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "mem.h"
+
+enum trace_kind {
+    TRACE_STEP,        /* a whole optimizer step */
+    TRACE_FORWARD,     /* one micro-batch's forward on this rank (a chunk of it: interleaved schedules) */
+    TRACE_BACKWARD,    /* its backward */
+    TRACE_SEND,        /* point to point: a blocking send, or an isend's post */
+    TRACE_RECV,        /* a blocking receive, or an irecv's post */
+    TRACE_WAIT,        /* waiting for a non-blocking transfer or collective to complete */
+    TRACE_COLLECTIVE,  /* a blocking collective, or a non-blocking one's post */
+    TRACE_OPTIMIZER,   /* reduce, clip, update, redistribute */
+    TRACE_VALIDATION,  /* the validation forwards and their mean */
+    TRACE_NUM_KINDS
+};
+
+/* How a communication event relates to its transfer. */
+enum trace_call {
+    TRACE_CALL_NONE,      /* not communication */
+    TRACE_CALL_BLOCKING,  /* the whole transfer, inside one call */
+    TRACE_CALL_POST,      /* a non-blocking post (short): the counters count the transfer here */
+    TRACE_CALL_WAIT,      /* the wait that completes a post */
+};
+
+/* One span. Fixed size, the same on every rank: rank 0 receives them as bytes. */
+struct trace_event {
+    int64_t t0, t1;        /* CLOCK_MONOTONIC ns; t1 < t0: begun, never ended */
+    double bytes;          /* communication: the bytes the comm counters count for it (ring volumes,
+                            * include/collectives.h); on a wait, its post's */
+    int32_t kind;          /* enum trace_kind */
+    int32_t step;          /* the step it belongs to (1-based; trace_set_step), 0 before the first */
+    int32_t micro_batch;   /* 0-based within the step; -1: none */
+    int32_t chunk;         /* virtual stage of an interleaved schedule; 0 otherwise */
+    int16_t call;          /* enum trace_call */
+    int16_t coll;          /* enum coll_kind (include/collectives.h); -1: none */
+    int16_t group;         /* enum grid_group (include/grid.h); -1: none */
+    int16_t peer;          /* point to point: the peer's rank in the group; -1: none */
+};
+
+struct trace {
+    struct trace_event *events;  /* NULL: off */
+    size_t capacity, n;
+    size_t dropped;              /* events that did not fit */
+    int step;                    /* stamped on the events that follow */
+};
+
+static inline int64_t trace_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Allocates room for `capacity` events (tracked: MEM_SCRATCH, "trace
+ * events"). 0, or -1 when the allocation failed (recorded in the tracker,
+ * include/mem.h; t is then off). */
+static inline int trace_open(struct trace *t, struct mem_tracker *mem, size_t capacity) {
+    *t = (struct trace){0};
+    if (capacity == 0) return 0;
+    t->events = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "trace events", capacity * sizeof *t->events);
+    if (!t->events) return -1;
+    t->capacity = capacity;
+    return 0;
+}
+
+static inline void trace_close(struct trace *t, struct mem_tracker *mem) {
+    if (t->events) mem_free(mem, t->events);
+    *t = (struct trace){0};
+}
+
+static inline bool trace_on(const struct trace *t) { return t && t->events; }
+
+/* The step whose events follow (1-based). */
+static inline void trace_set_step(struct trace *t, int step) {
+    if (trace_on(t)) t->step = step;
+}
+
+/* Appends ev, stamped with the current step; returns its token (index), or
+ * -1 when off or full (then counted as dropped). */
+static inline int trace_add(struct trace *t, struct trace_event ev) {
+    if (!trace_on(t)) return -1;
+    if (t->n == t->capacity || t->n >= (size_t)INT32_MAX) {
+        t->dropped++;
+        return -1;
+    }
+    ev.step = t->step;
+    t->events[t->n] = ev;
+    return (int)t->n++;
+}
+
+/* A span of `kind` starting now; chunk: the virtual stage (0 unless the
+ * schedule is interleaved). micro_batch: 0-based within the step, -1: none. */
+static inline int trace_begin_chunk(struct trace *t, enum trace_kind kind, int micro_batch, int chunk) {
+    if (!trace_on(t)) return -1;
+    int64_t now = trace_now_ns();
+    return trace_add(t, (struct trace_event){.t0 = now, .t1 = now - 1, .kind = kind, .micro_batch = micro_batch,
+                                             .chunk = chunk, .coll = -1, .group = -1, .peer = -1});
+}
+
+static inline int trace_begin(struct trace *t, enum trace_kind kind, int micro_batch) {
+    return trace_begin_chunk(t, kind, micro_batch, 0);
+}
+
+/* Ends the span of token `ev` now (-1: a no-op). */
+static inline void trace_end(struct trace *t, int ev) {
+    if (!trace_on(t) || ev < 0 || (size_t)ev >= t->n) return;
+    t->events[ev].t1 = trace_now_ns();
+}
+
+/* "step", "forward", ...: the kinds' names (a collective's comes from coll_kind_name). */
+static inline const char *trace_kind_name(enum trace_kind k) {
+    static const char *const names[TRACE_NUM_KINDS] = {
+        [TRACE_STEP] = "step",           [TRACE_FORWARD] = "forward",     [TRACE_BACKWARD] = "backward",
+        [TRACE_SEND] = "send",           [TRACE_RECV] = "recv",           [TRACE_WAIT] = "wait",
+        [TRACE_COLLECTIVE] = "collective", [TRACE_OPTIMIZER] = "optimizer", [TRACE_VALIDATION] = "validation"};
+    return (unsigned)k < TRACE_NUM_KINDS ? names[k] : "?";
+}
+
+#endif
