@@ -107,6 +107,16 @@ double theory_pp_boundary_bytes(const struct theory_model *m, double b, double m
                                 bool sequence_parallel, double w_act);
 
 /* ---- layouts (theory_layout.c) ---- */
+/* The pipeline bubble: the idle share of a step, (p - 1) / (v m + p - 1),
+ * for p stages, m micro-batches and v model chunks per stage (v = 1: GPipe
+ * and 1F1B; Narayanan et al. 2021, sections 2.2 and 2.2.2), when every
+ * stage's forward and backward take the same time. The trainer prints it
+ * beside the bubble it measures; the planner's step time uses it. */
+double theory_pipeline_bubble(int p, double m, int v);
+/* Bubble time beside `compute` seconds of work: compute x (p - 1) / (v m),
+ * the same fraction of the step. */
+double theory_pipeline_bubble_seconds(double compute, int p, double m, int v);
+
 struct theory_cluster {
     double devices, memory, peak_flops, mfu, link_bandwidth, watts;
 };

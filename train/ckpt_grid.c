@@ -3,11 +3,11 @@
 #include "ckpt_grid.h"
 
 #include "pipeline.h"
-#include "trainer.h"
 
 int ckpt_holder_layout(const struct config *c, const struct grid *g, int stage, int tp_rank,
                        struct model_layout *lay) {
-    struct model_shape shape = trainer_model_shape(c);
+    struct model_shape shape = {.L = c->n_layer, .C = c->d_model, .NH = c->n_head, .T = c->seq_len,
+                                .maxT = c->max_seq_len, .V = c->vocab_size}; /* the engine's (trainer_model_shape) */
     int counts[PIPELINE_MAX_STAGES];
     char err[256];
     bool given = c->pp_layers[0] != 0;

@@ -6,18 +6,14 @@
 
 #include "accounting.h"
 #include "report.h"
-
-/* (p - 1) / (m + p - 1): GPipe's and 1F1B's idle share of a step when
- * every stage's forward and backward take the same time (Huang et al.
- * 2019; Narayanan et al. 2021, section 2.2). */
-static double bubble_theory(int p, int m) { return (double)(p - 1) / (m + p - 1); }
+#include "theory.h"
 
 void report_pipeline(FILE *out, FILE *json, const struct trainer *tr, const struct rank_stats *ranks, int n,
                      int steps) {
     const struct config *c = tr->cfg;
     if (c->pp == 1 || steps <= 0) return;
     int m = c->grad_accum;
-    double predicted = bubble_theory(c->pp, m);
+    double predicted = theory_pipeline_bubble(c->pp, m, 1); /* the planner's formula */
     fprintf(out, "\npipeline: %s, pp = %d stages, m = %d micro-batches per step, averaged over %d steps\n",
             schedule_name(c->schedule), c->pp, m, steps);
     fprintf(out, "  %-5s %-5s %-13s %5s %14s %14s %12s %12s %8s %8s %8s\n", "rank", "stage", "holds", "slots",

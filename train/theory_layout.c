@@ -11,10 +11,18 @@
  * Time model (a roofline, not a simulator):
  *  - compute = executed FLOPs per device / (peak x MFU), where executed
  *    FLOPs include recomputation (theory_hardware_flops_per_token);
- *  - bubble  = compute x (p-1)/m (Narayanan et al. 2021 §2.2, 1F1B);
+ *  - bubble  = compute x (p-1)/m (Narayanan et al. 2021 §2.2, 1F1B):
+ *    theory_pipeline_bubble_seconds, the trainer's bubble formula;
  *  - comm    = (DP + TP + PP bytes per device) / link bandwidth, all on one
  *    link of the given bandwidth, assumed to overlap perfectly with compute;
  *  - step    = max(compute, comm) + bubble; the larger term "bounds" it. */
+double theory_pipeline_bubble(int p, double m, int v) { return (double)(p - 1) / ((double)v * m + p - 1); }
+
+/* f / (1 - f) of the work, f the bubble share above */
+double theory_pipeline_bubble_seconds(double compute, int p, double m, int v) {
+    return compute * (double)(p - 1) / ((double)v * m);
+}
+
 struct theory_layout_eval theory_layout_evaluate(const struct theory_model *m, const struct theory_dtypes *dt,
                                                  double psi, double micro_batch, double batch_tokens,
                                                  const struct theory_layout *lay,
@@ -37,7 +45,7 @@ struct theory_layout_eval theory_layout_evaluate(const struct theory_model *m, c
     const double rate = cl->peak_flops * cl->mfu;
     const double flops = theory_hardware_flops_per_token(m, psi, lay->recompute) * batch_tokens / devices;
     e.compute_s = rate > 0 ? flops / rate : 0.0;
-    e.bubble_s = e.compute_s * (p - 1) / mm;
+    e.bubble_s = theory_pipeline_bubble_seconds(e.compute_s, p, mm, 1);
 
     const double bw = cl->link_bandwidth > 0 ? cl->link_bandwidth : INFINITY;
     const double layers = ceil((double)m->L / p);

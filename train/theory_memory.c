@@ -1,5 +1,6 @@
 /* Bytes per device: model states under ZeRO, activations under TP/SP/PP
  * and recomputation, and the seeds' checkpoint-based estimate. */
+#include "schedule.h"
 #include "theory.h"
 
 #include <math.h>
@@ -71,7 +72,8 @@ double theory_activation_device_bytes(const struct theory_model *m, double b, in
                                       bool sequence_parallel, enum theory_recompute r) {
     const int pp = p > 0 ? p : 1;
     const double layers = ceil((double)m->L / pp);
-    const double in_flight = fmin(m_micro, (double)pp);
+    /* the 1F1B schedule's slots on stage 0, as the trainer allocates them */
+    const double in_flight = schedule_slots(SCHEDULE_1F1B, pp, 0, (int)fmin(m_micro, (double)pp));
     const double layer = theory_activation_layer_bytes(m, b, t, sequence_parallel, r);
     const double out = theory_activation_output_bytes(m, b, t);
     double first = layers * in_flight * layer + (pp == 1 ? out : 0.0);
