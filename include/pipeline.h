@@ -24,8 +24,8 @@ int pipeline_stage_layers(int L, int pp, int stage, const int *counts, int *l0, 
 /* What the rank at (pp_rank, tp_rank) holds. Returns -1 as above. */
 int pipeline_rank_desc(int L, int pp, int pp_rank, int tp, int tp_rank, const int *counts, struct rank_desc *out);
 
-/* "3,3,2" into counts[0..pp): exactly pp counts, each at least 1, summing
- * to L. Returns 0, or -1 with the reason in err. */
+/* "3,3,2" into counts[0..pp): exactly pp counts, each from 0 (a stage of
+ * only the embedding or only the head) to L, summing to L. Returns 0, or -1 with the reason in err. */
 int pipeline_parse_layers(const char *text, int pp, int L, int *counts, char *err, size_t err_len);
 
 #endif

@@ -79,7 +79,8 @@ static void test_parse_layers(void **state) {
     assert_int_equal(pipeline_parse_layers("3,3,2", 3, 8, counts, err, sizeof err), 0);
     assert_int_equal(counts[0], 3);
     assert_int_equal(counts[2], 2);
-    const char *bad[] = {"3,3", "3,3,3", "4,4,0", "3,x,2", "3;3;2", "", "3,3,2,0"};
+    assert_int_equal(pipeline_parse_layers("8,0,0", 3, 8, counts, err, sizeof err), 0); /* stages of embedding, head */
+    const char *bad[] = {"3,3", "3,3,3", "4,5,-1", "3,x,2", "3;3;2", "", "3,3,2,0", "9,0,-1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err[0] = 0;
         assert_int_equal(pipeline_parse_layers(bad[i], 3, 8, counts, err, sizeof err), -1);

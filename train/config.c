@@ -82,7 +82,7 @@ static const struct key KEYS[] = {
     {"tp", KEY_INT, F(tp), "1", "tensor-parallel degree: heads, FC features and vocabulary split over tp ranks (Megatron-LM)", NUM(1, 1024)},
     {"pp", KEY_INT, F(pp), "1", "pipeline-parallel degree: stages, each a range of layers (the first also holds the embedding, the last the head)", NUM(1, PIPELINE_MAX_STAGES)},
     {"schedule", KEY_CHOICE, F(schedule), "1f1b", "pipeline schedule of a step's grad_accum micro-batches: gpipe (all forwards, then all backwards; holds every micro-batch) or 1f1b (one forward, one backward; stage s holds min(pp - s, grad_accum))", .choices = {"gpipe", "1f1b"}},
-    {"pp_layers", KEY_STRING, F(pp_layers), "", "layers per pipeline stage, e.g. 3,3,2 (pp counts, each >= 1, summing to n_layer); empty: an even split, the first n_layer % pp stages one more"},
+    {"pp_layers", KEY_STRING, F(pp_layers), "", "layers per pipeline stage, e.g. 3,3,2 (pp counts summing to n_layer; 0: a stage of only the embedding or only the head); empty: an even split, the first n_layer % pp stages one more"},
     {"overlap", KEY_BOOL, F(overlap), "1", "hide collectives behind compute: ZeRO-3 prefetches the next unit's all-gather, ZeRO-2/3 reduce-scatter in the background, ZeRO-0 all-reduces gradient buckets during the last backward; 0: wait for each at once (bitwise the same results)", NUM(0, 1)},
     {"ddp_bucket_mb", KEY_DOUBLE, F(ddp_bucket_mb), "25", "ZeRO-0: MiB of gradients per all-reduce bucket, filled with whole units in backward order (PyTorch DDP's default); smaller buckets start sooner, each costs a call", NUM(0, 1048576)},
     {"explain", KEY_BOOL, F(explain), "0", "print the shard map (who owns what) before training", NUM(0, 1)},

@@ -90,11 +90,6 @@ static int init_weights(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
 /* The stage split: pp_layers, or an even one. counts gets pp entries. */
 static int stage_counts(const struct config *cfg, int pp, int *counts, char err[TRAINER_ERR_LEN]) {
     if (cfg->pp_layers[0]) return pipeline_parse_layers(cfg->pp_layers, pp, cfg->n_layer, counts, err, TRAINER_ERR_LEN);
-    if (pp > cfg->n_layer) {
-        snprintf(err, TRAINER_ERR_LEN, "pp = %d stages for n_layer = %d layers: every stage needs at least one layer",
-                 pp, cfg->n_layer);
-        return -1;
-    }
     for (int s = 0; s < pp; s++) {
         int l0, l1;
         pipeline_stage_layers(cfg->n_layer, pp, s, NULL, &l0, &l1);

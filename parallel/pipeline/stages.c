@@ -38,8 +38,8 @@ int pipeline_parse_layers(const char *text, int pp, int L, int *counts, char *er
         char *end;
         errno = 0;
         long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 1 || v > L) {
-            snprintf(err, err_len, "pp_layers \"%s\": each stage needs a count from 1 to n_layer = %d", text, L);
+        if (end == p || errno || v < 0 || v > L) {
+            snprintf(err, err_len, "pp_layers \"%s\": each stage needs a count from 0 to n_layer = %d", text, L);
             return -1;
         }
         if (n == pp) {
