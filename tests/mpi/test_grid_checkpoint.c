@@ -238,7 +238,10 @@ static void test_adamw8bit_any_grid(void **s) {
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     int tp[8], pp[8], n = grids(world, tp, pp);
     for (int k = 0; k < n; k++) {
-        int zero = pp[k] == 2 ? 3 : 1;
+        int dp = world / (tp[k] * pp[k]);
+        /* the trainer refuses adamw8bit with pp over dp at ZeRO >= 1 (the tied
+         * wte's copies would be quantized in different blocks): ZeRO-0 there */
+        int zero = pp[k] > 1 && dp > 1 ? 0 : pp[k] == 2 ? 3 : 1;
         struct grid g;
         char gerr[GRID_ERR_LEN], err[TRAINER_ERR_LEN];
         assert_int_equal(grid_init(&g, tp[k], pp[k], gerr), 0);
