@@ -147,6 +147,15 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
             when, c->zero, n, n == 1 ? "" : "s", st.psi, st.padding, st.shard_padding);
     if (c->pp > 1 || c->tp > 1)
         fprintf(out, "  (theory column: rank 0's; ranks hold different parts of the model, each checked against its own)\n");
+    if (c->tp > 1) { /* the padding rows differ by tp rank: Vp = 128 t rounds V up, the last slices take the rest */
+        struct model_layout lay;
+        fprintf(out, "  (wte rows per tp rank [v0, v1), padding rows past V = %d:", c->vocab_size);
+        for (int t = 0; t < c->tp; t++) {
+            rank_place_layout(c, rank_place_of(c, n, t), &lay);
+            struct vocab_rows v = rank_vocab_rows(&lay);
+            fprintf(out, " [%d, %d) %d%s", v.v0, v.v1, v.padding, t + 1 < c->tp ? ";" : ")\n");
+        }
+    }
     header(out, n, "category");
     /* What the memory rows belong to, so build/report can label a run. */
     if (json)
