@@ -26,6 +26,17 @@ struct rank_place rank_place_of(const struct config *c, int world, int world_ran
  * tp slice. */
 void rank_place_layout(const struct config *c, struct rank_place p, struct model_layout *lay);
 
+/* The rows [v0, v1) of the vocabulary, padded to a multiple of 128 tp
+ * (include/layout.h), that the rank's slice of wte holds (and the columns
+ * of its logits), and how many of them lie at or past V: padding, zero and
+ * never trained. Only the last tp ranks hold padding rows; at tp = 4 a rank
+ * can hold nothing else. */
+struct vocab_rows {
+    int v0, v1, padding;
+};
+
+struct vocab_rows rank_vocab_rows(const struct model_layout *lay);
+
 /* Model states of `rank` (ZeRO 3.1 and 5 accounting) for ZeRO stage
  * c->zero over N data-parallel ranks: bytes per category and the rule in
  * words (8-bit states depend on where the rank's slices cut tensors). Padding (vocab rows V..Vp, and each unit rounded up to a multiple
@@ -76,6 +87,29 @@ struct pipe_comm_theory {
 
 struct pipe_comm_theory theory_trainer_pp_comm(const struct config *c, struct rank_place p);
 
+/* Tensor-parallel traffic of one optimizer step (bytes this rank sends
+ * over its tp group of t ranks, ring volumes 2 (t-1)/t M; gpt.c reduces
+ * fp32 whatever act_dtype is), validation excluded. Per micro-batch:
+ *   each of the stage's layers: theory_tp_layer_allreduces (4; 5 with full
+ *     recompute) all-reduces of (B,T,C);
+ *   first stage: the vocabulary-parallel embedding's g, (B,T,C);
+ *   last stage: the head's f in the backward (dlnf, (B,T,C)), the
+ *     cross-entropy's sum of exponentials and target logit (2 B T) and its
+ *     row maxima (B T, all-reduce-max).
+ * Sequence parallelism (Korthikanti et al. 2022) would turn each (B,T,C)
+ * all-reduce into a reduce-scatter and an all-gather of the same volume:
+ * its terms belong beside `layers`, `embedding` and `head`. */
+struct tp_comm_theory {
+    double per_layer;        /* one layer, one micro-batch */
+    int layer_all_reduces;   /* all-reduces of (B,T,C) per layer per micro-batch */
+    double layers, embedding, head, ce_sum; /* all-reduce bytes per step, by where they come from */
+    double all_reduce;       /* their sum: the [tp] all-reduce row */
+    double all_reduce_max;   /* the cross-entropy's row maxima: the [tp] all-reduce-max row */
+    double calls, calls_max; /* calls per step */
+};
+
+struct tp_comm_theory theory_trainer_tp_comm(const struct config *c, struct rank_place p);
+
 /* Bytes of the stage's communication buffers: ZeRO-3's gathered
  * embedding, head and layer (param dtype), ZeRO-2/3's reduce-scatter bucket
  * (largest padded unit, grad dtype); with c->overlap a second gathered
@@ -83,18 +117,23 @@ struct pipe_comm_theory theory_trainer_pp_comm(const struct config *c, struct ra
 double theory_trainer_comm_buffers(const struct config *c, struct rank_place p);
 
 /* Activation bytes for exactly the tensors model/gpt.c saves (one
- * micro-batch) under c->recompute, and Korthikanti's Table 2 for the same
- * shape and mode (eq. 1; 34 sbh selective; 2 sbh full). */
+ * micro-batch) under c->recompute on this rank's tp slice, and Korthikanti's
+ * Table 2 for the same shape, t and mode (eq. 1 and the "tensor parallel"
+ * row, sbh (10 + 24/t + 5 a s / (h t)); selective without the 5as/h term;
+ * full 2 sbh). At tp the residual stream, ln1, res2 and ln2 are whole on
+ * every rank; qkv, att, atty, fch and gelu are the rank's 1/t. */
 struct activation_theory {
-    double per_layer;        /* none: (16 C e + NH T e + 16) B T; selective: (16 C e + 16) B T; full: C e B T */
+    double per_layer;        /* none: ((4 + 12/t) C e + NH/t T e + 16) B T; selective: ((4 + 12/t) C e + 16) B T;
+                              * full: C e B T */
     double layers;           /* slots x n x per_layer + the one-layer recompute buffers (n: the stage's layers) */
+    double recompute_buffers; /* the one-layer fp32 buffers recompute uses (local sizes) */
     double head;             /* per slot: the stage's last residual; last stage: final LN out (e) + LN stats +
-                              * fp32 logits + losses + target ids; first stage: input ids */
+                              * fp32 logits (Vp/t columns) + losses + target ids; first stage: input ids */
     int slots;               /* micro-batches the schedule holds (include/schedule.h) */
     double per_slot;         /* n x per_layer + head */
     double total;            /* slots x per_slot + the one-layer recompute buffers */
-    double korthikanti_layer; /* s b h (34 + 5 a s / h), 16-bit, with dropout */
-    double korthikanti_total; /* L x that + output layer 4 s b h (1 + V / h) */
+    double korthikanti_layer; /* s b h (10 + 24/t + 5 a s / (h t)), 16-bit, with dropout (t = 1: 34 + 5as/h) */
+    double korthikanti_total; /* slots x (n x that + output layer 4 s b h / t (1 + V / h) on the last stage) */
 };
 
 struct activation_theory theory_trainer_activations(const struct config *c, struct rank_place p);
@@ -127,17 +166,21 @@ struct memory_need {
 
 struct memory_need theory_trainer_memory(const struct config *c, struct rank_place p);
 
-/* FLOPs of one optimizer step, as issued by this code (the HFU basis) and
- * per the papers (model FLOPs, the MFU basis). */
+/* FLOPs of one optimizer step on this rank, as issued by this code (the
+ * HFU basis) and per the papers (model FLOPs, the MFU basis). At tp every
+ * GEMM is the rank's 1/t (its heads, its 4C/t features, its Vp/t vocabulary
+ * columns); the model FLOPs are the stage's at tp = 1 over t, so that the
+ * tp group's ranks add up to the stage's and replicated tensors (norms, the
+ * row-parallel biases) count once. */
 struct flop_theory {
     double tokens;            /* B T accum per step */
-    double gemm;              /* layer GEMMs: 6 tokens (12 L C^2 + Vp C) (+ 16 L C^2 tokens full recompute) */
-    double attention;         /* attention GEMMs issued, full T x T squares: 12 L B C T^2 accum
-                               * (+ 4 L B C T^2 accum recomputed) */
+    double gemm;              /* layer GEMMs: 6 tokens (12 L C^2 + Vp C) / t (+ 16 L C^2 tokens / t full recompute) */
+    double attention;         /* attention GEMMs issued, full T x T squares: 12 L B C T^2 accum / t
+                               * (+ 4 L B C T^2 accum / t recomputed) */
     double recompute;         /* the recomputed part of gemm + attention (hardware, not model FLOPs) */
-    double model;             /* tokens (6 N + 6 L C T): PaLM App. B, causal half of 12 L H Q T */
-    double attention_model;   /* its attention term, tokens 6 L C T: half the 12 L B C T^2 accum issued */
-    double n_gemm_params;     /* N: parameters used in GEMMs (Psi - wpe) */
+    double model;             /* tokens (6 N + 6 L C T) / t: PaLM App. B, causal half of 12 L H Q T */
+    double attention_model;   /* its attention term, tokens 6 L C T / t: half the 12 L B C T^2 accum issued */
+    double n_gemm_params;     /* N: the stage's parameters used in GEMMs (Psi - wpe) at tp = 1 */
 };
 
 struct flop_theory theory_trainer_flops(const struct config *c, struct rank_place p);

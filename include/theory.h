@@ -99,7 +99,12 @@ double theory_allgather_bytes(double M, int N);
 /* DP traffic of one optimizer step for ZeRO stage 0..3 over N ranks with
  * `accum` micro-batches per step (ZeRO-2/3 communicate every micro-batch). */
 double theory_dp_step_bytes(double psi, double w_p, double w_g, int stage, int N, double accum);
-/* Megatron TP traffic of one layer for one micro-batch. */
+/* All-reduces of one (b, s, h) activation per layer per micro-batch under
+ * Megatron TP as this code issues them: 4; 5 with full recompute. The
+ * planner and the trainer's theory both count with it. */
+int theory_tp_layer_allreduces(enum theory_recompute r);
+/* Megatron TP traffic of one layer for one micro-batch (w_act: bytes of
+ * the reduced element; shardlab's gpt.c reduces fp32). */
 double theory_tp_layer_bytes(const struct theory_model *m, double b, int t, double w_act, enum theory_recompute r);
 /* Pipeline traffic across one stage boundary for one step (forward
  * activations + backward gradients of m micro-batches). */

@@ -39,11 +39,18 @@ static struct model_layout layout_of(const struct config *c, struct rank_place p
     return lay;
 }
 
-/* Parameters this rank holds, without the padding rows of wte (in the
- * embedding and in the head's copy of it). */
+struct vocab_rows rank_vocab_rows(const struct model_layout *lay) {
+    int Vl = lay->shape.Vp / lay->rank.tp, v0 = lay->rank.tp_rank * Vl;
+    int real = lay->shape.V - v0; /* rows of this slice inside the real vocabulary */
+    real = real < 0 ? 0 : real > Vl ? Vl : real;
+    return (struct vocab_rows){.v0 = v0, .v1 = v0 + Vl, .padding = Vl - real};
+}
+
+/* Parameters this rank holds, without the padding rows of its wte slice
+ * (in the embedding and in the head's copy of it). */
 static double rank_psi(const struct model_layout *lay) {
     int copies = lay->rank.has_embed + lay->head_wte_copy;
-    return (double)lay->total - (double)copies * (lay->shape.Vp - lay->shape.V) * lay->shape.C;
+    return (double)lay->total - (double)copies * rank_vocab_rows(lay).padding * lay->shape.C;
 }
 
 /* The tied wte's gradient summed across stages (parallel/zero/tie.c). */
@@ -152,6 +159,33 @@ struct comm_theory theory_trainer_comm(const struct config *c, struct rank_place
     return t;
 }
 
+static enum theory_recompute theory_mode(enum recompute_mode r) {
+    return r == RECOMPUTE_FULL ? THEORY_RECOMPUTE_FULL
+         : r == RECOMPUTE_SELECTIVE ? THEORY_RECOMPUTE_SELECTIVE : THEORY_RECOMPUTE_NONE;
+}
+
+struct tp_comm_theory theory_trainer_tp_comm(const struct config *c, struct rank_place p) {
+    struct model_layout lay = layout_of(c, p);
+    struct tp_comm_theory t = {0};
+    double BT = (double)c->micro_batch * c->seq_len, m = c->grad_accum, n = lay.rank.l1 - lay.rank.l0;
+    double act = BT * c->d_model * 4; /* one (B,T,C) fp32 tensor: f and g reduce fp32 (model/gpt.c) */
+    struct theory_model tm;
+    theory_model_from_config(&tm, c);
+    t.layer_all_reduces = theory_tp_layer_allreduces(theory_mode(c->recompute));
+    t.per_layer = theory_tp_layer_bytes(&tm, c->micro_batch, p.tp, 4, theory_mode(c->recompute));
+    if (p.tp < 2) return t; /* f and g are identities: no calls */
+    double ring = theory_allreduce_bytes(act, p.tp);
+    t.layers = m * n * t.per_layer;
+    t.embedding = lay.rank.has_embed ? m * ring : 0;  /* g after the rows' lookup */
+    t.head = lay.rank.has_head ? m * ring : 0;        /* f's backward: dlnf over the vocabulary slices */
+    t.ce_sum = lay.rank.has_head ? m * theory_allreduce_bytes(2 * BT * 4, p.tp) : 0;
+    t.all_reduce = t.layers + t.embedding + t.head + t.ce_sum;
+    t.all_reduce_max = lay.rank.has_head ? m * theory_allreduce_bytes(BT * 4, p.tp) : 0;
+    t.calls = m * (n * t.layer_all_reduces + lay.rank.has_embed + 2 * lay.rank.has_head);
+    t.calls_max = m * lay.rank.has_head;
+    return t;
+}
+
 struct pipe_comm_theory theory_trainer_pp_comm(const struct config *c, struct rank_place p) {
     struct model_layout lay = layout_of(c, p);
     double act = (double)c->micro_batch * c->seq_len * c->d_model * (c->act_dtype == DTYPE_BF16 ? 2 : 4);
@@ -168,79 +202,96 @@ struct pipe_comm_theory theory_trainer_pp_comm(const struct config *c, struct ra
     return t;
 }
 
-static enum theory_recompute theory_mode(enum recompute_mode r) {
-    return r == RECOMPUTE_FULL ? THEORY_RECOMPUTE_FULL
-         : r == RECOMPUTE_SELECTIVE ? THEORY_RECOMPUTE_SELECTIVE : THEORY_RECOMPUTE_NONE;
+
+/* Elements per token of one layer's tensors model/gpt.c keeps (the
+ * per-layer block, without the residual stream's input): ln1, res2, ln2
+ * whole (3C); qkv 3C/t, atty C/t, fch and gelu 4C/t each (12C/t); and,
+ * when `att`, the probabilities NH/t T. */
+static double layer_block_per_token(const struct config *c, int tp, bool att) {
+    double C = c->d_model, Cl = C / tp, T = c->seq_len;
+    return 3 * C + 12 * Cl + (att ? (double)(c->n_head / tp) * T : 0);
 }
 
 struct activation_theory theory_trainer_activations(const struct config *c, struct rank_place p) {
     struct model_layout lay = layout_of(c, p);
-    double B = c->micro_batch, T = c->seq_len, C = c->d_model, NH = c->n_head;
+    int tp = lay.rank.tp;
+    double B = c->micro_batch, T = c->seq_len, C = c->d_model;
     double n = lay.rank.l1 - lay.rank.l0; /* this stage's layers */
     double e = c->act_dtype == DTYPE_BF16 ? 2 : 4, BT = B * T;
     struct activation_theory a = {0};
     a.slots = schedule_slots(c->schedule, p.pp, p.pp_rank, c->grad_accum);
-    /* per token: input C, ln1 C, qkv 3C, atty C, res2 C, ln2 C, fch 4C,
-     * gelu 4C = 16C elements; att NH T; four fp32 LayerNorm statistics */
+    /* per token: the layer's input C (the residual stream) and its block
+     * (tp = 1: 15C + NH T, so 16C + NH T); four fp32 LayerNorm statistics */
     double stats = 4 * 4 * BT, shared = 0;
     switch (c->recompute) {
     case RECOMPUTE_NONE:
-        a.per_layer = (16 * C * e + NH * T * e) * BT + stats;
+        a.per_layer = (C + layer_block_per_token(c, tp, true)) * e * BT + stats;
         break;
-    case RECOMPUTE_SELECTIVE: /* no probabilities; one layer's recomputed in fp32 */
-        a.per_layer = 16 * C * e * BT + stats;
-        shared = NH * T * 4 * BT;
+    case RECOMPUTE_SELECTIVE: /* no probabilities; one layer's (its NH/t heads) recomputed in fp32 */
+        a.per_layer = (C + layer_block_per_token(c, tp, false)) * e * BT + stats;
+        shared = (double)(c->n_head / tp) * T * 4 * BT;
         break;
-    case RECOMPUTE_FULL: /* the layer input only; one layer's tensors + stats recomputed in fp32 */
+    case RECOMPUTE_FULL: /* the layer input only; one layer's block + stats recomputed in fp32 */
         a.per_layer = C * e * BT;
-        shared = (15 * C + NH * T) * 4 * BT + stats;
+        shared = layer_block_per_token(c, tp, true) * 4 * BT + stats;
         break;
     }
     /* the stage's last residual (its output); the last stage: final LN
-     * output (e), its two fp32 stats, fp32 logits over the padded
-     * vocabulary, fp32 losses, int32 targets; the first: int32 inputs */
+     * output (e, whole), its two fp32 stats, fp32 logits over the rank's
+     * Vp/t vocabulary columns, fp32 losses, int32 targets; the first:
+     * int32 inputs */
     a.head = C * e * BT;
-    if (lay.rank.has_head) a.head += (C * e + 2 * 4 + 4 * lay.shape.Vp + 4 + 4) * BT;
+    if (lay.rank.has_head) a.head += (C * e + 2 * 4 + 4.0 * (lay.shape.Vp / tp) + 4 + 4) * BT;
     if (lay.rank.has_embed) a.head += 4 * BT;
+    a.recompute_buffers = shared;
     a.per_slot = n * a.per_layer + a.head;
     a.layers = a.slots * n * a.per_layer + shared;
     a.total = a.slots * a.per_slot + shared;
     struct theory_model m;
     theory_model_from_config(&m, c);
-    a.korthikanti_layer = theory_activation_layer_bytes(&m, B, 1, false, theory_mode(c->recompute));
+    a.korthikanti_layer = theory_activation_layer_bytes(&m, B, tp, false, theory_mode(c->recompute));
     a.korthikanti_total = a.slots * (n * a.korthikanti_layer +
-                                     (lay.rank.has_head ? theory_activation_output_bytes(&m, B, 1) : 0));
+                                     (lay.rank.has_head ? theory_activation_output_bytes(&m, B, tp) : 0));
     return a;
 }
 
 struct flop_theory theory_trainer_flops(const struct config *c, struct rank_place p) {
     struct model_layout lay = layout_of(c, p);
+    double t = lay.rank.tp;
     double B = c->micro_batch, T = c->seq_len, C = c->d_model, L = lay.rank.l1 - lay.rank.l0, k = c->grad_accum;
-    double Vp = lay.rank.has_head ? lay.shape.Vp : 0; /* the LM head's GEMM, on the last stage */
+    /* the LM head's GEMM, on the last stage: the rank's Vp/t vocabulary columns */
+    double Vl = lay.rank.has_head ? (double)(lay.shape.Vp / lay.rank.tp) : 0;
     struct flop_theory f;
     f.tokens = B * T * k;
-    f.gemm = 6 * f.tokens * (12 * L * C * C + Vp * C);
+    /* every layer GEMM is the rank's 1/t: QKV and FC its output features,
+     * the projections its input features */
+    f.gemm = 6 * f.tokens * (12 * L * C * C / t + Vl * C);
     /* attention GEMMs as issued, full T x T squares: per head QK^T and PV,
-     * 2 T^2 hs each, so 4 B T^2 C per layer forward; backward dP, dV, dQ,
-     * dK, twice that */
-    const double attention_forward = 4 * L * B * C * T * T * k;
+     * 2 T^2 hs each, so 4 B T^2 C per layer forward (the rank's NH/t heads:
+     * C/t); backward dP, dV, dQ, dK, twice that */
+    const double attention_forward = 4 * L * B * C * T * T * k / t;
     f.attention = 3 * attention_forward;
     /* recomputation: full re-runs a layer's forward up to the GELU (QKV,
      * projection, FC: 16 C^2 per token; the last GEMM's output is not
      * needed); both modes re-run the attention's forward GEMMs */
+    const double full_gemm = 16 * L * C * C * f.tokens / t;
     f.recompute = 0;
-    if (c->recompute == RECOMPUTE_FULL) f.recompute += 16 * L * C * C * f.tokens;
+    if (c->recompute == RECOMPUTE_FULL) f.recompute += full_gemm;
     if (c->recompute != RECOMPUTE_NONE) f.recompute += attention_forward;
-    f.gemm += c->recompute == RECOMPUTE_FULL ? 16 * L * C * C * f.tokens : 0;
+    f.gemm += c->recompute == RECOMPUTE_FULL ? full_gemm : 0;
     f.attention += c->recompute != RECOMPUTE_NONE ? attention_forward : 0;
-    /* the embedding is a lookup (no FLOPs); the tied wte counts once, in
-     * the LM head's GEMM on the last stage */
-    double lookup = lay.rank.has_embed ? (double)(lay.shape.Vp + lay.shape.maxT) * C : 0;
-    double head_padding = lay.rank.has_head ? (double)(lay.shape.Vp - lay.shape.V) * C : 0;
-    double head_wte = lay.rank.has_head && !lay.head_wte_copy ? (double)lay.shape.Vp * C : 0;
-    f.n_gemm_params = (double)lay.total - lookup + head_wte - head_padding;
-    f.model = f.tokens * (6 * f.n_gemm_params + 6 * L * C * T);
-    f.attention_model = f.tokens * (6 * L * C * T); /* the causal half of 12 L C T per token */
+    /* Model FLOPs: the stage's at tp = 1, over t. The embedding is a
+     * lookup (no FLOPs); the tied wte counts once, in the LM head's GEMM on
+     * the last stage; vocabulary padding is no model FLOP. */
+    struct rank_place whole = p;
+    whole.tp = 1, whole.tp_rank = 0;
+    struct model_layout st = layout_of(c, whole);
+    double lookup = st.rank.has_embed ? (double)(st.shape.Vp + st.shape.maxT) * C : 0;
+    double head_padding = st.rank.has_head ? (double)(st.shape.Vp - st.shape.V) * C : 0;
+    double head_wte = st.rank.has_head && !st.head_wte_copy ? (double)st.shape.Vp * C : 0;
+    f.n_gemm_params = (double)st.total - lookup + head_wte - head_padding;
+    f.model = f.tokens * (6 * f.n_gemm_params + 6 * L * C * T) / t;
+    f.attention_model = f.tokens * (6 * L * C * T) / t; /* the causal half of 12 L C T per token */
     return f;
 }
 
@@ -265,7 +316,9 @@ struct scratch_theory theory_trainer_scratch(const struct config *c, struct rank
     struct model_layout lay = layout_of(c, p);
     struct shard_layout sh;
     shard_layout_init(&sh, &lay, p.dp, p.dp_rank);
-    double B = c->micro_batch, T = c->seq_len, C = c->d_model, NH = c->n_head, BT = B * T, n = BT * C;
+    double B = c->micro_batch, T = c->seq_len, C = c->d_model, BT = B * T, n = BT * C;
+    int tp = lay.rank.tp;
+    double NHl = c->n_head / tp, nl = n / tp; /* the rank's heads; a (B,T,C/t) tensor */
     bool bf16_acts = c->act_dtype == DTYPE_BF16;
     struct scratch_theory s = {0};
     s.persistent = (double)layout_num_tensors(&lay) * sizeof(struct opt_segment);
@@ -276,16 +329,17 @@ struct scratch_theory theory_trainer_scratch(const struct config *c, struct rank
         if (units[k] >= 0) kinds += (double)shard_unit_padded(&sh, units[k]) * 4;
     if (c->param_dtype == DTYPE_BF16) s.persistent += kinds;
     if (c->grad_dtype == DTYPE_BF16 || c->zero >= 2) s.persistent += kinds;
-    /* model/gpt.c: a layer's tensors widened (bf16, kept in the stores), the
-     * residual in and out and the final LayerNorm output widened (bf16),
-     * backward's d residual, d fc (4C), d qkv (3C) and a C temp, and the
-     * attention backward's T x T score gradient per thread sharing the heads
-     * (model/cpu/attention.c: at most B NH threads) */
+    /* model/gpt.c, at the rank's local sizes: a layer's block widened
+     * (bf16, kept in the stores), the residual in and out and the final
+     * LayerNorm output widened (bf16, whole), backward's d residual and C
+     * temp (whole), d fc (4C/t) and d qkv (3C/t), and the attention
+     * backward's T x T score gradient per thread sharing the rank's heads
+     * (model/cpu/attention.c: at most B NH/t threads) */
     if (bf16_acts && c->recompute != RECOMPUTE_FULL)
-        s.persistent += (15 * n + (c->recompute == RECOMPUTE_SELECTIVE ? 0 : B * NH * T * T)) * 4;
+        s.persistent += layer_block_per_token(c, tp, c->recompute != RECOMPUTE_SELECTIVE) * BT * 4;
     if (bf16_acts) s.persistent += (lay.rank.has_head ? 3 : 2) * n * 4; /* residual in, out; final LN out */
-    double head_threads = c->threads < B * NH ? c->threads : B * NH;
-    s.persistent += 9 * n * 4 + head_threads * T * T * 4;
+    double head_threads = c->threads < B * NHl ? c->threads : B * NHl;
+    s.persistent += (2 * n + 7 * nl) * 4 + head_threads * T * T * 4;
     s.persistent += 2 * BT * sizeof(int32_t); /* train/trainer.c: the batch's inputs and targets */
     s.persistent += 2.0 * c->grad_accum * sizeof(struct pipe_op); /* parallel/pipeline/schedule.c: the step's order */
     s.persistent += (double)trace_capacity(c) * sizeof(struct trace_event); /* --trace: the recorder's events */

@@ -147,6 +147,15 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
             when, c->zero, n, n == 1 ? "" : "s", st.psi, st.padding, st.shard_padding);
     if (c->pp > 1 || c->tp > 1)
         fprintf(out, "  (theory column: rank 0's; ranks hold different parts of the model, each checked against its own)\n");
+    if (c->tp > 1) { /* the padding rows differ by tp rank: Vp = 128 t rounds V up, the last slices take the rest */
+        struct model_layout lay;
+        fprintf(out, "  (wte rows per tp rank [v0, v1), padding rows past V = %d:", c->vocab_size);
+        for (int t = 0; t < c->tp; t++) {
+            rank_place_layout(c, rank_place_of(c, n, t), &lay);
+            struct vocab_rows v = rank_vocab_rows(&lay);
+            fprintf(out, " [%d, %d) %d%s", v.v0, v.v1, v.padding, t + 1 < c->tp ? ";" : ")\n");
+        }
+    }
     header(out, n, "category");
     /* What the memory rows belong to, so build/report can label a run. */
     if (json)
@@ -154,7 +163,7 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
                       "\"psi\":%.0f,\"recompute\":\"%s\"}\n",
                 c->zero, n, c->tp, c->pp, st.psi,
                 c->recompute == RECOMPUTE_NONE ? "none" : c->recompute == RECOMPUTE_FULL ? "full" : "selective");
-    char rule[200];
+    char rule[256];
     double states_theory = 0;
     bool exact = true;
     for (int i = 0; i < st.n; i++) {
@@ -180,9 +189,16 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
         [RECOMPUTE_NONE] = "L (16 C e + NH T e + 16) B T + head",
         [RECOMPUTE_SELECTIVE] = "L (16 C e + 16) B T + 4 NH T B T (one layer) + head",
         [RECOMPUTE_FULL] = "L C e B T + one layer in fp32 + head"};
-    snprintf(rule, sizeof rule, "recompute %s: %s%s; Korthikanti: %.0f",
+    /* at tp the rank's slices: ln1, res2, ln2 and the stream whole, the rest 1/t (docs/TP.md) */
+    static const char *const act_rules_tp[] = {
+        [RECOMPUTE_NONE] = "L ((4 + 12/t) C e + NH/t T e + 16) B T + head (Vp/t logits)",
+        [RECOMPUTE_SELECTIVE] = "L ((4 + 12/t) C e + 16) B T + 4 NH/t T B T (one layer) + head (Vp/t logits)",
+        [RECOMPUTE_FULL] = "L C e B T + one layer's slice in fp32 + head (Vp/t logits)"};
+    snprintf(rule, sizeof rule, "recompute %s: %s%s; Korthikanti%s: %.0f",
              c->recompute == RECOMPUTE_NONE ? "none" : c->recompute == RECOMPUTE_FULL ? "full" : "selective",
-             act_rules[c->recompute], c->pp > 1 ? ", x the schedule's slots" : "", at.korthikanti_total);
+             c->tp > 1 ? act_rules_tp[c->recompute] : act_rules[c->recompute],
+             c->pp > 1 ? ", x the schedule's slots" : "", c->tp > 1 ? " (tensor parallel row)" : "",
+             at.korthikanti_total);
     own_theory(rule, sizeof rule, c, col, n, activations_of);
     row(out, "activations", col, n, at.total, rule);
     if (json) json_rows(json, "activations", ranks, n, MEM_ACTIVATIONS, at.total);
@@ -215,19 +231,20 @@ void report_flops(FILE *out, const struct trainer *tr, int steps) {
             steps, th.tokens);
     fprintf(out, "  %-11s %14s %14s  %s\n", "part", "measured", "theory", "rule");
     bool full = tr->cfg->recompute == RECOMPUTE_FULL, any = tr->cfg->recompute != RECOMPUTE_NONE;
-    fprintf(out, "  %-11s %14.4e %14.4e  6 x tokens x (12 L C^2 + Vp C)%s: every weight sgemm\n", "layer GEMMs",
-            f->gemm / steps, th.gemm, full ? " + 16 L C^2 tokens recomputed" : "");
-    fprintf(out, "  %-11s %14.4e %14.4e  %s L B C T^2 x accum: QK^T, PV and their gradients, full T x T squares\n",
-            "attn GEMMs", f->attention / steps, th.attention, any ? "(12 + 4)" : "12");
+    const char *per_t = tr->cfg->tp > 1 ? " / t" : "";
+    fprintf(out, "  %-11s %14.4e %14.4e  6 x tokens x (12 L C^2 + Vp C)%s%s: every weight sgemm\n", "layer GEMMs",
+            f->gemm / steps, th.gemm, per_t, full ? " + 16 L C^2 tokens recomputed" : "");
+    fprintf(out, "  %-11s %14.4e %14.4e  %s L B C T^2 x accum%s: QK^T, PV and their gradients, full T x T squares\n",
+            "attn GEMMs", f->attention / steps, th.attention, any ? "(12 + 4)" : "12", per_t);
     if (th.recompute > 0)
         fprintf(out, "  %-11s %14s %14.4e  recomputed (hardware FLOPs: in HFU, not in MFU)\n", "recompute", "",
                 th.recompute);
     fprintf(out, "  %-11s %14.4e %14s  norms, GELU, softmax, biases, AdamW (no paper formula)\n", "other",
             f->other / steps, "-");
-    fprintf(out, "  %-11s %14s %14.4e  PaLM App. B, causal: tokens x (6 N + 6 L C T), N = %.0f (Psi - wpe)\n",
-            "model", "", th.model, th.n_gemm_params);
-    fprintf(out, "  %-11s %14s %14.4e  6 L C T x tokens: the causal half of the squares issued\n", "  attention",
-            "", th.attention_model);
+    fprintf(out, "  %-11s %14s %14.4e  PaLM App. B, causal: tokens x (6 N + 6 L C T)%s, N = %.0f (Psi - wpe%s)\n",
+            "model", "", th.model, per_t, th.n_gemm_params, tr->cfg->tp > 1 ? ", the stage at tp = 1" : "");
+    fprintf(out, "  %-11s %14s %14.4e  6 L C T x tokens%s: the causal half of the squares issued\n", "  attention",
+            "", th.attention_model, per_t);
     double issued = (f->gemm + f->attention) / steps;
     fprintf(out, "  achieved: %.2f GFLOP/s issued (every GEMM: HFU), %.2f GFLOP/s model (MFU); %.1f%% of step time "
                  "in sgemm\n",
@@ -261,6 +278,23 @@ static void comm_json_rows(FILE *json, const struct rank_stats *ranks, int n, in
     }
 }
 
+/* Rank place p's own theory of kind k in group g per step; -1: none. */
+static double comm_theory_of(const struct config *c, struct rank_place p, int g, int k) {
+    if (g == GROUP_DP) {
+        struct comm_theory d = theory_trainer_comm(c, p);
+        return k == COLL_ALL_REDUCE ? d.all_reduce : k == COLL_REDUCE_SCATTER ? d.reduce_scatter
+             : k == COLL_ALL_GATHER ? d.all_gather : -1;
+    }
+    if (g == GROUP_TP) {
+        struct tp_comm_theory t = theory_trainer_tp_comm(c, p);
+        return k == COLL_ALL_REDUCE ? t.all_reduce : k == COLL_ALL_REDUCE_MAX ? t.all_reduce_max : -1;
+    }
+    struct pipe_comm_theory q = theory_trainer_pp_comm(c, p);
+    if (g == GROUP_PP) return k == COLL_SEND ? q.send : k == COLL_RECV ? q.recv : -1;
+    if (g == GROUP_TIE && k == COLL_ALL_REDUCE) return p.pp_rank == 0 || p.pp_rank == p.pp - 1 ? q.tie_all_reduce : 0;
+    return -1;
+}
+
 /* One group's rows: dp always shows the kinds ZeRO's theory covers (and
  * the scalars), any group the kinds some rank used. */
 static void comm_group_rows(FILE *out, FILE *json, const struct trainer *tr, const struct rank_stats *ranks, int n,
@@ -271,20 +305,11 @@ static void comm_group_rows(FILE *out, FILE *json, const struct trainer *tr, con
     int size = grid_group(tr->grid, (enum grid_group)g)->size;
     fprintf(out, "  [%s] %s, %d rank%s per group on rank 0\n", grid_group_name((enum grid_group)g), what[g], size,
             size == 1 ? "" : "s");
-    struct comm_theory th = theory_trainer_comm(tr->cfg, rank_place_of(tr->cfg, n, 0));
-    double theory[COLL_NUM_KINDS];
-    for (int k = 0; k < COLL_NUM_KINDS; k++) theory[k] = -1; /* "-": no theory yet */
-    struct pipe_comm_theory pt = theory_trainer_pp_comm(tr->cfg, rank_place_of(tr->cfg, n, 0));
-    if (g == GROUP_DP) {
-        theory[COLL_ALL_REDUCE] = th.all_reduce;
-        theory[COLL_REDUCE_SCATTER] = th.reduce_scatter;
-        theory[COLL_ALL_GATHER] = th.all_gather;
-    } else if (g == GROUP_PP) {
-        theory[COLL_SEND] = pt.send;
-        theory[COLL_RECV] = pt.recv;
-    } else if (g == GROUP_TIE) {
-        theory[COLL_ALL_REDUCE] = pt.tie_all_reduce;
-    }
+    struct rank_place p0 = rank_place_of(tr->cfg, n, 0);
+    struct comm_theory th = theory_trainer_comm(tr->cfg, p0);
+    struct tp_comm_theory tt = theory_trainer_tp_comm(tr->cfg, p0);
+    double theory[COLL_NUM_KINDS]; /* "-": no theory */
+    for (int k = 0; k < COLL_NUM_KINDS; k++) theory[k] = comm_theory_of(tr->cfg, p0, g, k);
     for (int k = 0; k < COLL_NUM_KINDS; k++) {
         bool always = g == GROUP_DP && (theory[k] >= 0 || k == COLL_SCALAR);
         if (!always && !comm_used(ranks, n, g, k)) continue;
@@ -301,19 +326,15 @@ static void comm_group_rows(FILE *out, FILE *json, const struct trainer *tr, con
         else if (k == COLL_SEND) snprintf(rule, sizeof rule, "%.1f calls per step; payload n x dtype size", calls);
         else if (k == COLL_RECV) snprintf(rule, sizeof rule, "%.1f calls per step; payload received, not sent", calls);
         else if (g == GROUP_TIE && k == COLL_ALL_REDUCE) snprintf(rule, sizeof rule, "%.1f calls per step; tied wte's gradient, Vp C w_g", calls);
+        else if (g == GROUP_TP && k == COLL_ALL_REDUCE)
+            snprintf(rule, sizeof rule, "%.1f calls per step (rank 0: %.0f); m (%d n + embedding + head + CE) of "
+                     "B T C x 4 (CE: 2 B T x 4)", calls, tt.calls, tt.layer_all_reduces);
+        else if (g == GROUP_TP && k == COLL_ALL_REDUCE_MAX)
+            snprintf(rule, sizeof rule, "%.1f calls per step; m x the cross-entropy's row maxima, B T x 4", calls);
         else snprintf(rule, sizeof rule, "%.1f calls per step", calls);
-        if (theory[k] >= 0 && (g == GROUP_PP || g == GROUP_TIE || tr->cfg->pp > 1)) {
-            bool all = true; /* the stages differ: each rank against its own */
-            for (int r = 0; r < n; r++) {
-                struct rank_place p = rank_place_of(tr->cfg, n, r);
-                struct pipe_comm_theory q = theory_trainer_pp_comm(tr->cfg, p);
-                struct comm_theory d = theory_trainer_comm(tr->cfg, p);
-                double own = g == GROUP_PP ? (k == COLL_SEND ? q.send : q.recv)
-                           : g == GROUP_TIE ? (p.pp_rank == 0 || p.pp_rank == p.pp - 1 ? q.tie_all_reduce : 0)
-                           : k == COLL_ALL_REDUCE ? d.all_reduce : k == COLL_REDUCE_SCATTER ? d.reduce_scatter
-                                                                                           : d.all_gather;
-                all = all && col[r] == own;
-            }
+        if (theory[k] >= 0 && (g != GROUP_DP || tr->cfg->pp > 1 || tr->cfg->tp > 1)) {
+            bool all = true; /* the stages and tp slices differ: each rank against its own */
+            for (int r = 0; r < n; r++) all = all && col[r] == comm_theory_of(tr->cfg, rank_place_of(tr->cfg, n, r), g, k);
             size_t used = strlen(rule);
             snprintf(rule + used, sizeof rule - used, "; every rank = own: %s", all ? "yes" : "NO");
         }

@@ -49,6 +49,7 @@ static void stage_map(FILE *out, const struct trainer *tr) {
 
 void report_shard_map(FILE *out, const struct trainer *tr) {
     if (tr->grid->pp > 1) stage_map(out, tr);
+    report_tp_map(out, tr);
     const struct engine *e = &tr->engine;
     const struct shard_layout *sh = &e->z.sh;
     int N = sh->N, z = e->o.zero.stage;

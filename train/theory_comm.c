@@ -31,15 +31,22 @@ double theory_dp_step_bytes(double psi, double w_p, double w_g, int stage, int N
 }
 
 /* Megatron TP (Shoeybi et al. 2019 §3, Fig. 4): per layer two all-reduces
- * of a b x s x h activation in the forward and two in the backward, i.e.
- * 8 b s h (t-1)/t elements (Narayanan et al. 2021 §3.2). Full recomputation
- * repeats the forward's two (ZeRO §8); selective recomputation of core
- * attention is local to each head shard and adds none. Sequence parallelism
- * replaces each all-reduce by reduce-scatter + all-gather of the same volume. */
+ * of a b x s x h activation in the forward (g after each row-parallel
+ * projection) and two in the backward (f before each column-parallel
+ * GEMM), i.e. 8 b s h (t-1)/t elements (Narayanan et al. 2021 §3.2). Full
+ * recomputation re-runs the forward, but only up to the GELU: the MLP's
+ * projection output (the layer's output) is never read by the backward,
+ * which starts from dL/d(output), so model/gpt.c skips that GEMM and its g.
+ * One g is repeated, not two: 5 (counting 6, as "the forward again" would,
+ * overstates this code's traffic by a fifth). Selective recomputation of
+ * core attention is local to each head shard and adds none. Sequence
+ * parallelism replaces each all-reduce by reduce-scatter + all-gather of
+ * the same volume. */
+int theory_tp_layer_allreduces(enum theory_recompute r) { return r == THEORY_RECOMPUTE_FULL ? 5 : 4; }
+
 double theory_tp_layer_bytes(const struct theory_model *m, double b, int t, double w_act, enum theory_recompute r) {
     const double M = b * m->s * (double)m->h * w_act;
-    const int n_allreduce = r == THEORY_RECOMPUTE_FULL ? 6 : 4;
-    return n_allreduce * theory_allreduce_bytes(M, t);
+    return theory_tp_layer_allreduces(r) * theory_allreduce_bytes(M, t);
 }
 
 /* Narayanan et al. 2021 §3.2: each micro-batch sends b s h elements forward

@@ -278,9 +278,10 @@ static void agree_loss(struct trainer *tr, double *loss) {
 }
 
 float trainer_validate(struct trainer *tr) {
-    struct collectives *dp = &tr->grid->dp_comm, *pp = &tr->grid->pp_comm;
+    struct collectives *dp = &tr->grid->dp_comm;
     struct flop_counter flops = tr->flops; /* validation is not part of a step's count */
-    struct comm_counters dp_comm = dp->counters, pp_comm = pp->counters;
+    struct comm_counters kept[GROUP_NUM]; /* nor of its traffic: tp's f and g, pp's sends, all groups */
+    for (int g = 0; g < GROUP_NUM; g++) kept[g] = grid_group(tr->grid, (enum grid_group)g)->counters;
     int ev = trace_begin(&tr->trace, TRACE_VALIDATION, -1);
     loader_rewind(&tr->val);
     struct batch_source src = {next_batch, &tr->val}; /* no trace: validation's forwards are not a step's */
@@ -288,8 +289,7 @@ float trainer_validate(struct trainer *tr) {
     agree_loss(tr, &sum);
     trace_end(&tr->trace, ev);
     tr->flops = flops;
-    dp->counters = dp_comm;
-    pp->counters = pp_comm;
+    for (int g = 0; g < GROUP_NUM; g++) grid_group(tr->grid, (enum grid_group)g)->counters = kept[g];
     return (float)(sum / (tr->cfg->val_batches * dp->size));
 }
 

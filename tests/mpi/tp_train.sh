@@ -26,6 +26,25 @@ worst = max(abs(x - y) for x, y in zip(a, b)) if a and len(a) == len(b) else flo
 print(f"tp 2 vs 1 rank, {len(b)} steps: loss {a[0]:.6f} -> {a[-1]:.6f}, max |loss diff| {worst:.2e}")
 sys.exit(0 if len(a) == 20 and worst <= 1e-5 and a[-1] < a[0] - 0.5 else 1)
 PY
+# the tp 2 run's tables: every rank equals its own theory (memory, FLOPs'
+# GEMM rows, the [tp] traffic); no row says NO
+if grep -q "\bNO\b" "$tmp/tp2.out" || ! grep -q "^  all-reduce .*B T C x 4.*every rank = own: yes" "$tmp/tp2.out" ||
+   ! awk '/^  (layer|attn) GEMMs/ { n++; if ($3 != $4) bad = 1 } END { exit !(n == 2 && !bad) }' "$tmp/tp2.out"; then
+    echo "!! tp 2 tables differ from their theory:"; grep -E "NO|GEMMs|all-reduce" "$tmp/tp2.out"; fails=$((fails + 1))
+else
+    echo "tp 2 tables: every rank = its own theory (memory, GEMM FLOPs, tp all-reduces)"
+fi
+# --explain: tp rank 1 holds vocabulary rows [256, 512), 212 of them padding (V = 300), and heads 2..3
+if ! timeout 60 "${mpi[@]}" -np 2 "$build/train" "${args[@]}" --tp 2 --steps 1 --vocab_size 300 --explain 1 \
+        >"$tmp/explain.out" 2>&1 ||
+   ! grep -q "vocabulary rows \[256, 512) of 512: 44 real, 212 padding" "$tmp/explain.out" ||
+   ! grep -q "tp rank 1 (world ranks 1): heads 2..3" "$tmp/explain.out" ||
+   ! grep -q "qkvw .*rows \[16, 32) of each of q, k, v" "$tmp/explain.out"; then
+    echo "!! --explain at tp 2 does not show the slices:"; sed -n '/tensor-parallel map/,/^shard map/p' "$tmp/explain.out"
+    fails=$((fails + 1))
+else
+    echo "tp 2 --explain: vocabulary rows, padding, heads and q/k/v rows per tp rank"
+fi
 # n_head 4 over tp 3: refused, naming the numbers
 if timeout 60 "${mpi[@]}" -np 3 "$build/train" "${args[@]}" --tp 3 --steps 1 >"$tmp/bad.out" 2>&1; then
     echo "!! tp 3 with n_head 4 was not refused"; fails=$((fails + 1))
