@@ -74,6 +74,7 @@ struct config {
     char sample_prompt[CONFIG_PATH_LEN];
     /* parallelism: world = dp x tp x pp (dp is what remains) */
     int zero, tp, pp;
+    bool sequence_parallel; /* tp's LayerNorm/residual regions on T/tp positions (Korthikanti et al. 2022); no-op at tp 1 */
     enum schedule_kind schedule; /* pipeline schedule (include/schedule.h) */
     char pp_layers[CONFIG_PATH_LEN]; /* layers per stage, "3,3,2"; "": an even split */
     bool explain;

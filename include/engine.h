@@ -9,7 +9,8 @@
  * and yields the loss (last stage) or an outgoing activation; backward
  * takes the loss (set up by the forward's dloss) or an incoming gradient
  * and yields the outgoing gradient. Activations and their gradients cross
- * stages as (B,T,C) in act_dtype. Which micro-batch runs when is a
+ * stages as (B,T,C) in act_dtype (with sequence parallelism each tp rank
+ * sends its (B,T/tp,C) slice: engine_stage_numel). Which micro-batch runs when is a
  * schedule's business (include/schedule.h).
  *
  * Overlap (zero_options.overlap): units are visited in a fixed order
@@ -36,6 +37,8 @@ struct engine_options {
     int slots;                     /* micro-batches in flight: saved-activation slots */
     enum dtype act_dtype;
     enum recompute_mode recompute;
+    bool sequence_parallel;        /* Korthikanti et al. 2022 over the tp group (include/gpt.h); tp must
+                                    * divide T; a no-op at tp = 1 */
     float init_std;
     struct zero_options zero;      /* .overlap: collectives behind compute (include/zero.h) */
     int micro_batches;             /* backwards per optimizer step (grad_accum); 0: unknown, so stage 0
@@ -65,7 +68,7 @@ struct engine {
 struct mb_input {
     const int32_t *inputs;   /* first stage: (B,T) token ids */
     const int32_t *targets;  /* last stage: (B,T) */
-    const void *x_in;        /* other stages: (B,T,C) in act_dtype from the previous stage, or
+    const void *x_in;        /* other stages: engine_stage_numel values in act_dtype from the previous stage, or
                               * NULL when it was received into engine_stage_input already */
 };
 
@@ -96,6 +99,9 @@ void engine_params_changed(struct engine *e);
  * one (not the last stage: valid after the forward, until the slot's next
  * forward; a pipeline sends from it and passes x_out = NULL). */
 void *engine_stage_input(struct engine *e, int slot);
+/* Values of a stage boundary activation (and of its gradient), this rank's:
+ * B T C, or B (T/tp) C with sequence parallelism. */
+size_t engine_stage_numel(const struct engine *e);
 void *engine_stage_output(struct engine *e, int slot);
 
 void engine_zero_grads(struct engine *e);

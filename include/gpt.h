@@ -29,7 +29,11 @@
  * Megatron's f and g (include/tensor_parallel.h). Saved tensors of the
  * split layers are local (qkv 3C/tp, att NH/tp T T, atty C/tp, fch and
  * fch_gelu 4C/tp, logits Vp/tp); ln1, ln2, res2 and the residual stream
- * are whole on every rank (no sequence parallelism). */
+ * are whole on every rank, unless sequence parallelism (Korthikanti et al.
+ * 2022; gpt_init's sequence_parallel, a no-op at tp = 1) keeps them, the
+ * final LayerNorm's output and the stage boundary activation to this
+ * rank's slice of the sequence, (B, T/tp, C), with g and g-bar
+ * (include/tensor_parallel.h) at the column- and row-parallel GEMMs. */
 #ifndef SHARDLAB_GPT_H
 #define SHARDLAB_GPT_H
 
@@ -93,6 +97,8 @@ struct gpt {
     const struct model_layout *lay;
     int B;
     struct collectives *tp; /* the tensor-parallel group (f, g); NULL: no group (lay->rank.tp must be 1) */
+    bool sp;              /* sequence parallelism over tp (> 1) ranks */
+    int Ts;               /* positions per rank's sequence slice: T/tp with sp, else T */
     int NHl, Cl, Fl;      /* this rank's heads, attention width C/tp, FC width 4C/tp */
     int n_layers;         /* this rank's layers: lay->rank.l1 - l0 */
     enum dtype act_dtype;
@@ -114,6 +120,10 @@ struct gpt {
     float *dqkv;          /* (B,T,3C) */
     float *dmid;          /* (B,T,C) */
     float *att_scratch;   /* attention_backward_scratch() floats: T x T per thread */
+    /* sequence parallelism only (else NULL) */
+    float *gathered;      /* (B,T,C): a gathered LayerNorm output, or the gathered gradient of the stream */
+    float *ln_grads;      /* 4C: one micro-batch's LayerNorm weight and bias gradients of this slice,
+                           * all-reduced over the group before they join the accumulator */
 };
 
 /* GPT-2 initial values of elements [lo, hi) of unit `unit` into dst
@@ -125,18 +135,23 @@ void gpt_init_unit(const struct model_layout *lay, int unit, size_t lo, size_t h
 size_t gpt_layer_act_numel(const struct model_shape *s, int B, enum layer_act a);
 /* The same for one rank of a tensor-parallel group of tp (local sizes). */
 size_t gpt_layer_act_numel_tp(const struct model_shape *s, int B, int tp, enum layer_act a);
+/* The same with sequence parallelism (sp): ln1, res2 and ln2 are (B,T/tp,C). */
+size_t gpt_layer_act_numel_sp(const struct model_shape *s, int B, int tp, bool sp, enum layer_act a);
 
 /* Allocates n_slots slots of activations and the scratch for micro-batch B
- * in memory space `space` through the tracker. On an allocation failure
+ * in memory space `space` through the tracker. sequence_parallel: the
+ * layout's tp must divide T (the caller checks); ignored at tp = 1. On an allocation failure
  * the tracker records it (mem_failed) and the model must only be freed. */
 void gpt_init(struct gpt *m, const struct model_layout *lay, int B, int n_slots, enum dtype act_dtype,
-              enum recompute_mode recompute, struct mem_tracker *mem, enum mem_space space,
-              struct flop_counter *flops);
+              enum recompute_mode recompute, bool sequence_parallel, struct mem_tracker *mem,
+              enum mem_space space, struct flop_counter *flops);
 void gpt_free(struct gpt *m, struct mem_tracker *mem);
 
 /* inputs: (B,T) token ids, copied into the slot. */
 void gpt_embed_forward(struct gpt *m, int slot, const float *w_embed, const int32_t *inputs);
-/* The slot's incoming / outgoing activation: (B,T,C) in act_dtype. */
+/* The slot's incoming / outgoing activation: gpt_stage_numel values in
+ * act_dtype, (B,T,C), or this rank's (B,T/tp,C) with sequence parallelism. */
+size_t gpt_stage_numel(const struct gpt *m);
 void *gpt_stage_input(struct gpt *m, int slot);
 void *gpt_stage_output(struct gpt *m, int slot);
 void gpt_layer_forward(struct gpt *m, int slot, int l, const float *w);
@@ -147,7 +162,7 @@ float gpt_head_forward(struct gpt *m, int slot, const float *w_head, const float
                        float dloss);
 /* dwte: where wte's gradient accumulates (the embedding's or the copy's). */
 void gpt_head_backward(struct gpt *m, int slot, const float *w_head, const float *wte, float *dw_head, float *dwte);
-/* The gradient of the residual stream, (B,T,C) fp32: the incoming gradient
+/* The gradient of the residual stream, gpt_stage_numel fp32: the incoming gradient
  * of a stage that is not the last, the outgoing one after its first layer's
  * backward. */
 float *gpt_stage_grad(struct gpt *m);

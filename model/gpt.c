@@ -15,20 +15,36 @@
  * added once, after g's sum. The tied embedding and head are vocabulary-
  * parallel (vocab_parallel.h). f and g are identities at tp = 1, and every
  * path below then does the same fp32 operations in the same order as the
- * plain model, so tp = 1 is bit for bit what it was. */
+ * plain model, so tp = 1 is bit for bit what it was.
+ *
+ * Sequence parallelism (m->sp; Korthikanti et al. 2022, section 4.2.2):
+ * the residual stream, the LayerNorms (and their saved outputs and
+ * statistics), the residual adds, the row-parallel biases and wpe hold
+ * this rank's (B, T/tp, C) slice; g (include/sequence_parallel.h) gathers
+ * a LayerNorm's output before a column-parallel GEMM, in the forward and
+ * again in the backward (the whole tensor is not kept), and g-bar
+ * reduce-scatters a row-parallel GEMM's partial sums to the slice. The
+ * replicated parameters then get their gradients as follows: the
+ * row-parallel biases and wpe from the gathered (whole) stream gradient,
+ * alike on every rank; the LayerNorms' from this slice's tokens only, so
+ * those are all-reduced over the group per micro-batch before they join
+ * the accumulator (model/conjugates.h). */
 #include "gpt.h"
 
 #include <stddef.h>
 
 #include "bufops.h"
+#include "conjugates.h"
 #include "layers.h"
-#include "tensor_parallel.h"
 #include "vocab_parallel.h"
 
 static size_t btc(const struct gpt *m) { return (size_t)m->B * m->shape.T * m->shape.C; }
 static size_t bt(const struct gpt *m) { return (size_t)m->B * m->shape.T; }
+/* This rank's part of the stream: (B,T,C), or (B,T/tp,C) with sp. */
+static size_t btc_l(const struct gpt *m) { return (size_t)m->B * m->Ts * m->shape.C; }
+static size_t bt_l(const struct gpt *m) { return (size_t)m->B * m->Ts; }
 
-size_t gpt_layer_act_numel_tp(const struct model_shape *s, int B, int tp, enum layer_act a) {
+size_t gpt_layer_act_numel_sp(const struct model_shape *s, int B, int tp, bool sp, enum layer_act a) {
     size_t n = (size_t)B * s->T * s->C, local = n / (size_t)tp; /* (B,T,C/tp) */
     switch (a) {
     case ACT_QKV: return 3 * local;
@@ -36,8 +52,12 @@ size_t gpt_layer_act_numel_tp(const struct model_shape *s, int B, int tp, enum l
     case ACT_ATTY: return local;
     case ACT_FCH:
     case ACT_FCH_GELU: return 4 * local;
-    default: return n; /* ln1, res2, ln2: whole on every rank */
+    default: return sp ? local : n; /* ln1, res2, ln2: whole on every rank, or (B,T/tp,C) */
     }
+}
+
+size_t gpt_layer_act_numel_tp(const struct model_shape *s, int B, int tp, enum layer_act a) {
+    return gpt_layer_act_numel_sp(s, B, tp, false, a);
 }
 
 size_t gpt_layer_act_numel(const struct model_shape *s, int B, enum layer_act a) {
@@ -46,7 +66,7 @@ size_t gpt_layer_act_numel(const struct model_shape *s, int B, enum layer_act a)
 
 /* This rank's size of saved tensor a. */
 static size_t act_numel(const struct gpt *m, enum layer_act a) {
-    return gpt_layer_act_numel_tp(&m->shape, m->B, m->lay->rank.tp, a);
+    return gpt_layer_act_numel_sp(&m->shape, m->B, m->lay->rank.tp, m->sp, a);
 }
 
 /* The vocabulary columns this rank's logits hold. */
@@ -84,18 +104,18 @@ static void round_saved(const struct gpt *m, float *p, size_t n) {
 /* The residual stream entering local layer i of slot s (i = n_layers: the
  * stage's output), in act_dtype. */
 static void *resid_at(struct gpt *m, int s, int i) {
-    return (char *)m->slot[s].resid + (size_t)i * btc(m) * dtype_size(m->act_dtype);
+    return (char *)m->slot[s].resid + (size_t)i * btc_l(m) * dtype_size(m->act_dtype);
 }
 
 /* fp32 view of residual-stream entry i; `work` serves when stored as bf16. */
 static float *resid_view(struct gpt *m, int s, int i, float *work, bool load) {
     if (!acts_bf16(m)) return resid_at(m, s, i);
-    if (load) widen(work, resid_at(m, s, i), btc(m));
+    if (load) widen(work, resid_at(m, s, i), btc_l(m));
     return work;
 }
 
 static void resid_commit(struct gpt *m, int s, int i, const float *work) {
-    if (acts_bf16(m)) pack(resid_at(m, s, i), work, btc(m));
+    if (acts_bf16(m)) pack(resid_at(m, s, i), work, btc_l(m));
 }
 
 /* fp32 pointers to local layer i's saved tensors in slot s. Full
@@ -112,8 +132,8 @@ static struct layer_view layer_view(struct gpt *m, int s, int i, bool load) {
     }
     if (!full && acts_bf16(m) && load)
         widen(m->work_acts, (const bf16 *)m->slot[s].layer_acts + base, layer_act_total(m));
-    float *stats = full ? m->full_stats : m->slot[s].layer_stats + (size_t)i * STAT_NUM * bt(m);
-    for (int k = 0; k < STAT_NUM; k++) v.stat[k] = stats + (size_t)k * bt(m);
+    float *stats = full ? m->full_stats : m->slot[s].layer_stats + (size_t)i * STAT_NUM * bt_l(m);
+    for (int k = 0; k < STAT_NUM; k++) v.stat[k] = stats + (size_t)k * bt_l(m);
     return v;
 }
 
@@ -124,7 +144,7 @@ static void layer_commit(struct gpt *m, int s, int i) {
 
 static float *lnf_view(struct gpt *m, int s, bool load) {
     if (!acts_bf16(m)) return (float *)m->slot[s].lnf;
-    if (load) widen(m->work_lnf, m->slot[s].lnf, btc(m));
+    if (load) widen(m->work_lnf, m->slot[s].lnf, btc_l(m));
     return m->work_lnf;
 }
 
@@ -143,22 +163,24 @@ static void *per_slot(struct gpt *m, struct mem_tracker *mem, enum mem_space spa
 #define SLOT_MEMBER(f) offsetof(struct gpt_slot, f)
 
 void gpt_init(struct gpt *m, const struct model_layout *lay, int B, int n_slots, enum dtype act_dtype,
-              enum recompute_mode recompute, struct mem_tracker *mem, enum mem_space space,
-              struct flop_counter *flops) {
+              enum recompute_mode recompute, bool sequence_parallel, struct mem_tracker *mem,
+              enum mem_space space, struct flop_counter *flops) {
     int tp = lay->rank.tp;
+    bool sp = sequence_parallel && tp > 1; /* one rank holds the whole sequence: nothing changes */
     *m = (struct gpt){.lay = lay, .shape = lay->shape, .B = B, .n_layers = lay->rank.l1 - lay->rank.l0,
                       .NHl = lay->shape.NH / tp, .Cl = lay->shape.C / tp, .Fl = 4 * lay->shape.C / tp,
+                      .sp = sp, .Ts = sp ? lay->shape.T / tp : lay->shape.T,
                       .act_dtype = act_dtype, .recompute = recompute, .flops = flops, .n_slots = n_slots};
-    size_t e = dtype_size(act_dtype), n = btc(m), L = (size_t)m->n_layers;
+    size_t e = dtype_size(act_dtype), n = btc_l(m), L = (size_t)m->n_layers;
     bool full = recompute == RECOMPUTE_FULL;
     enum mem_category A = MEM_ACTIVATIONS;
     per_slot(m, mem, space, A, "residual stream", (L + 1) * n * e, SLOT_MEMBER(resid));
     if (full) {
         m->work_acts = mem_alloc(mem, space, A, "recompute buffer (one layer, fp32)", layer_act_total(m) * 4);
-        m->full_stats = mem_alloc(mem, space, A, "layernorm stats (one layer, fp32)", STAT_NUM * bt(m) * 4);
+        m->full_stats = mem_alloc(mem, space, A, "layernorm stats (one layer, fp32)", STAT_NUM * bt_l(m) * 4);
     } else {
         per_slot(m, mem, space, A, "layer tensors", L * layer_act_total(m) * e, SLOT_MEMBER(layer_acts));
-        per_slot(m, mem, space, A, "layernorm stats (fp32)", L * STAT_NUM * bt(m) * 4, SLOT_MEMBER(layer_stats));
+        per_slot(m, mem, space, A, "layernorm stats (fp32)", L * STAT_NUM * bt_l(m) * 4, SLOT_MEMBER(layer_stats));
         if (acts_bf16(m))
             m->work_acts = mem_alloc(mem, space, MEM_SCRATCH, "one layer's tensors (fp32)", layer_act_total(m) * 4);
     }
@@ -167,7 +189,7 @@ void gpt_init(struct gpt *m, const struct model_layout *lay, int B, int n_slots,
                                      act_numel(m, ACT_ATT) * 4);
     if (lay->rank.has_head) {
         per_slot(m, mem, space, A, "final layernorm out", n * e, SLOT_MEMBER(lnf));
-        per_slot(m, mem, space, A, "final layernorm stats (fp32)", 2 * bt(m) * 4, SLOT_MEMBER(lnf_stats));
+        per_slot(m, mem, space, A, "final layernorm stats (fp32)", 2 * bt_l(m) * 4, SLOT_MEMBER(lnf_stats));
         per_slot(m, mem, space, A, "logits (fp32)", bt(m) * (size_t)vocab_slice(m).Vl * 4, SLOT_MEMBER(logits));
         per_slot(m, mem, space, A, "losses (fp32)", bt(m) * 4, SLOT_MEMBER(losses));
     }
@@ -182,7 +204,12 @@ void gpt_init(struct gpt *m, const struct model_layout *lay, int B, int n_slots,
     m->dresid = mem_alloc(mem, space, MEM_SCRATCH, "d residual (fp32)", n * 4);
     m->dbig = mem_alloc(mem, space, MEM_SCRATCH, "d fc (fp32)", act_numel(m, ACT_FCH) * 4);
     m->dqkv = mem_alloc(mem, space, MEM_SCRATCH, "d qkv (fp32)", act_numel(m, ACT_QKV) * 4);
-    m->dmid = mem_alloc(mem, space, MEM_SCRATCH, "d layer temp (fp32)", n * 4);
+    m->dmid = mem_alloc(mem, space, MEM_SCRATCH, "d layer temp (fp32)", btc(m) * 4); /* whole: GEMM in/out */
+    if (sp) {
+        m->gathered = mem_alloc(mem, space, MEM_SCRATCH, "sequence-parallel gathered (fp32)", btc(m) * 4);
+        m->ln_grads = mem_alloc(mem, space, MEM_SCRATCH, "sequence-parallel layernorm grads (fp32)",
+                                4 * (size_t)m->shape.C * 4);
+    }
     m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention dS (fp32, T x T per thread)",
                                attention_backward_scratch(B, m->shape.T, m->NHl) * 4);
 }
@@ -193,7 +220,8 @@ void gpt_free(struct gpt *m, struct mem_tracker *mem) {
     void *bufs[] = {s->resid,       s->layer_acts,   s->layer_stats,   s->lnf,      s->lnf_stats,
                     s->logits,      s->losses,       s->inputs,        s->targets,  m->full_stats,
                     m->att_recompute, m->work_acts,  m->work_resid_in, m->work_resid_out, m->work_lnf,
-                    m->dresid,      m->dbig,         m->dqkv,          m->dmid,     m->att_scratch};
+                    m->dresid,      m->dbig,         m->dqkv,          m->dmid,     m->att_scratch,
+                    m->gathered,    m->ln_grads};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(mem, bufs[i]);
     *m = (struct gpt){0};
 }
@@ -217,63 +245,70 @@ void gpt_embed_forward(struct gpt *m, int s, const float *w_embed, const int32_t
     float *out = resid_view(m, s, 0, m->work_resid_out, false);
     struct vocab_slice v = vocab_slice(m);
     /* vocabulary-parallel: this rank's rows (zero for tokens it does not
-     * hold), g sums them to every token's row, then wpe once */
-    embedding_rows_forward(out, m->slot[s].inputs, ew(m, w_embed, EMB_WTE), v.v0, v.Vl, (int64_t)bt(m), m->shape.C);
-    tp_g_forward(m->tp, out, btc(m), DTYPE_FP32);
-    positions_add(out, ew(m, w_embed, EMB_WPE), m->B, m->shape.T, m->shape.C);
-    m->flops->other += (double)btc(m);
-    round_saved(m, out, btc(m));
+     * hold), g sums them to every token's row (with sp g-bar to this
+     * rank's slice), then wpe once, at the slice's positions */
+    float *rows = m->sp ? m->gathered : out;
+    embedding_rows_forward(rows, m->slot[s].inputs, ew(m, w_embed, EMB_WTE), v.v0, v.Vl, (int64_t)bt(m), m->shape.C);
+    conj_row_output(m, rows, out);
+    size_t t0 = m->sp ? (size_t)m->lay->rank.tp_rank * (size_t)m->Ts : 0;
+    positions_add(out, ew(m, w_embed, EMB_WPE) + t0 * (size_t)m->shape.C, m->B, m->Ts, m->shape.C);
+    m->flops->other += (double)btc_l(m);
+    round_saved(m, out, btc_l(m));
     resid_commit(m, s, 0, out);
 }
 
+size_t gpt_stage_numel(const struct gpt *m) { return btc_l(m); }
 void *gpt_stage_input(struct gpt *m, int s) { return resid_at(m, s, 0); }
 void *gpt_stage_output(struct gpt *m, int s) { return resid_at(m, s, m->n_layers); }
 float *gpt_stage_grad(struct gpt *m) { return m->dresid; }
 
 /* Row-parallel GEMM (the projections): out (N,C) = inp (N,in_l) . w^T over
  * this rank's in_l input features, then g sums the partial outputs over
- * the group, then the replicated bias is added once. */
+ * the group (with sp g-bar: to this rank's slice, at the start of out),
+ * then the replicated bias is added once. */
 static void row_parallel_forward(struct gpt *m, float *out, const float *inp, const float *w, const float *bias,
                                  int64_t in_l) {
     int64_t N = (int64_t)bt(m), C = m->shape.C;
     matmul_forward(out, inp, w, NULL, N, in_l, C, m->flops);
-    tp_g_forward(m->tp, out, btc(m), DTYPE_FP32);
-    bias_add(out, bias, N, C, m->flops);
+    conj_row_output(m, out, out);
+    bias_add(out, bias, (int64_t)bt_l(m), C, m->flops);
 }
 
 /* The layer's forward from x into the view's tensors; with out, also the
  * layer output (the recompute of full checkpointing needs no output: the
- * backward starts from the saved stream). */
+ * backward starts from the saved stream). N tokens in the GEMMs and the
+ * attention, Nl (this rank's) in the LayerNorms and residual adds. */
 static void layer_forward(struct gpt *m, const float *x, struct layer_view *v, const float *w, float *out) {
-    int64_t N = (int64_t)bt(m), C = m->shape.C, Cl = m->Cl, Fl = m->Fl;
+    int64_t N = (int64_t)bt(m), Nl = (int64_t)bt_l(m), C = m->shape.C, Cl = m->Cl, Fl = m->Fl;
+    size_t nl = btc_l(m);
     struct flop_counter *fc = m->flops;
     float **a = v->act, *tmp = m->dmid; /* dmid is free outside the backward's own use */
 
     layernorm_forward(a[ACT_LN1], v->stat[STAT_LN1_MEAN], v->stat[STAT_LN1_RSTD], x, wt(m, w, LAYER_LN1_W),
-                      wt(m, w, LAYER_LN1_B), N, C, fc);
-    round_saved(m, a[ACT_LN1], btc(m));
-    tp_f_forward(m->tp, a[ACT_LN1], btc(m), DTYPE_FP32); /* f: every rank holds ln1 whole */
-    /* column-parallel: this rank's heads' q, k, v */
-    matmul_forward(a[ACT_QKV], a[ACT_LN1], wt(m, w, LAYER_QKV_W), wt(m, w, LAYER_QKV_B), N, C, 3 * Cl, fc);
+                      wt(m, w, LAYER_LN1_B), Nl, C, fc);
+    round_saved(m, a[ACT_LN1], nl);
+    /* column-parallel: this rank's heads' q, k, v, from every token's ln1 */
+    matmul_forward(a[ACT_QKV], conj_column_input(m, a[ACT_LN1]), wt(m, w, LAYER_QKV_W), wt(m, w, LAYER_QKV_B), N, C,
+                   3 * Cl, fc);
     round_saved(m, a[ACT_QKV], act_numel(m, ACT_QKV));
     attention_forward(a[ACT_ATTY], a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, Cl, m->NHl, fc);
     round_saved(m, a[ACT_ATT], act_numel(m, ACT_ATT));
     round_saved(m, a[ACT_ATTY], act_numel(m, ACT_ATTY));
     row_parallel_forward(m, tmp, a[ACT_ATTY], wt(m, w, LAYER_ATTPROJ_W), wt(m, w, LAYER_ATTPROJ_B), Cl);
-    residual_forward(a[ACT_RES2], x, tmp, (int64_t)btc(m), fc);
-    round_saved(m, a[ACT_RES2], btc(m));
+    residual_forward(a[ACT_RES2], x, tmp, (int64_t)nl, fc);
+    round_saved(m, a[ACT_RES2], nl);
     layernorm_forward(a[ACT_LN2], v->stat[STAT_LN2_MEAN], v->stat[STAT_LN2_RSTD], a[ACT_RES2],
-                      wt(m, w, LAYER_LN2_W), wt(m, w, LAYER_LN2_B), N, C, fc);
-    round_saved(m, a[ACT_LN2], btc(m));
-    tp_f_forward(m->tp, a[ACT_LN2], btc(m), DTYPE_FP32); /* f */
-    matmul_forward(a[ACT_FCH], a[ACT_LN2], wt(m, w, LAYER_FC_W), wt(m, w, LAYER_FC_B), N, C, Fl, fc);
+                      wt(m, w, LAYER_LN2_W), wt(m, w, LAYER_LN2_B), Nl, C, fc);
+    round_saved(m, a[ACT_LN2], nl);
+    matmul_forward(a[ACT_FCH], conj_column_input(m, a[ACT_LN2]), wt(m, w, LAYER_FC_W), wt(m, w, LAYER_FC_B), N, C, Fl,
+                   fc);
     round_saved(m, a[ACT_FCH], act_numel(m, ACT_FCH));
     gelu_forward(a[ACT_FCH_GELU], a[ACT_FCH], (int64_t)act_numel(m, ACT_FCH), fc);
     round_saved(m, a[ACT_FCH_GELU], act_numel(m, ACT_FCH_GELU));
     if (!out) return;
     row_parallel_forward(m, tmp, a[ACT_FCH_GELU], wt(m, w, LAYER_FCPROJ_W), wt(m, w, LAYER_FCPROJ_B), Fl);
-    residual_forward(out, a[ACT_RES2], tmp, (int64_t)btc(m), fc);
-    round_saved(m, out, btc(m));
+    residual_forward(out, a[ACT_RES2], tmp, (int64_t)nl, fc);
+    round_saved(m, out, nl);
 }
 
 void gpt_layer_forward(struct gpt *m, int s, int l, const float *w) {
@@ -292,15 +327,15 @@ float gpt_head_forward(struct gpt *m, int s, const float *w_head, const float *w
     struct gpt_slot *sl = &m->slot[s];
     const float *x = resid_view(m, s, m->n_layers, m->work_resid_in, true);
     float *lnf = lnf_view(m, s, false);
-    layernorm_forward(lnf, sl->lnf_stats, sl->lnf_stats + bt(m), x, hw(m, w_head, HEAD_LNF_W),
-                      hw(m, w_head, HEAD_LNF_B), N, C, m->flops);
-    round_saved(m, lnf, btc(m));
-    if (acts_bf16(m)) pack(sl->lnf, lnf, btc(m));
+    layernorm_forward(lnf, sl->lnf_stats, sl->lnf_stats + bt_l(m), x, hw(m, w_head, HEAD_LNF_W),
+                      hw(m, w_head, HEAD_LNF_B), (int64_t)bt_l(m), C, m->flops);
+    round_saved(m, lnf, btc_l(m));
+    if (acts_bf16(m)) pack(sl->lnf, lnf, btc_l(m));
     /* The LM head is tied to the token embedding: logits = lnf . wte^T,
-     * column-parallel over the vocabulary (f: lnf is whole on every rank). */
+     * column-parallel over the vocabulary (f: lnf is whole on every rank;
+     * with sp g gathers it). */
     struct vocab_slice v = vocab_slice(m);
-    tp_f_forward(m->tp, lnf, btc(m), DTYPE_FP32);
-    matmul_forward(sl->logits, lnf, wte, NULL, N, C, v.Vl, m->flops);
+    matmul_forward(sl->logits, conj_column_input(m, lnf), wte, NULL, N, C, v.Vl, m->flops);
     buf_copy(sl->targets, targets, bt(m) * sizeof *targets);
     /* dmid (free between layers) holds the rows' sums and target logits */
     double sum = vocab_parallel_crossentropy(m->tp, v, sl->logits, sl->losses, sl->targets, N, dloss, m->dmid,
@@ -312,17 +347,22 @@ void gpt_head_backward(struct gpt *m, int s, const float *w_head, const float *w
     int64_t N = (int64_t)bt(m), C = m->shape.C;
     struct gpt_slot *sl = &m->slot[s];
     const float *x = resid_view(m, s, m->n_layers, m->work_resid_in, true);
-    const float *lnf = lnf_view(m, s, true);
+    float *lnf = lnf_view(m, s, true);
     const struct model_layout *lay = m->lay;
-    matmul_backward(m->dmid, dwte, NULL, sl->logits, lnf, wte, N, C, vocab_slice(m).Vl, m->flops);
-    tp_f_backward(m->tp, m->dmid, btc(m), DTYPE_FP32); /* f: dlnf sums over the vocabulary slices */
-    buf_zero(m->dresid, btc(m) * sizeof(float));
-    layernorm_backward(m->dresid, dw_head + lay->head_offset[HEAD_LNF_W], dw_head + lay->head_offset[HEAD_LNF_B],
-                       m->dmid, x, hw(m, w_head, HEAD_LNF_W), sl->lnf_stats, sl->lnf_stats + bt(m), N, C, m->flops);
+    float *dlnfw = dw_head + lay->head_offset[HEAD_LNF_W], *dlnfb = dw_head + lay->head_offset[HEAD_LNF_B];
+    matmul_backward(m->dmid, dwte, NULL, sl->logits, conj_column_input(m, lnf), wte, N, C, vocab_slice(m).Vl,
+                    m->flops);
+    conj_column_grad(m, m->dmid); /* dlnf sums over the vocabulary slices */
+    buf_zero(m->dresid, btc_l(m) * sizeof(float));
+    conj_ln_grads_begin(m);
+    layernorm_backward(m->dresid, conj_ln_grad(m, dlnfw, 0), conj_ln_grad(m, dlnfb, 1), m->dmid, x,
+                       hw(m, w_head, HEAD_LNF_W), sl->lnf_stats, sl->lnf_stats + bt_l(m), (int64_t)bt_l(m), C,
+                       m->flops);
+    conj_ln_grads_done(m, (float *const[]){dlnfw, dlnfb}, 2);
 }
 
 void gpt_layer_backward(struct gpt *m, int s, int l, const float *w, float *dw) {
-    int64_t N = (int64_t)bt(m), C = m->shape.C, Cl = m->Cl, Fl = m->Fl;
+    int64_t N = (int64_t)bt(m), Nl = (int64_t)bt_l(m), C = m->shape.C, Cl = m->Cl, Fl = m->Fl;
     int i = l - m->lay->rank.l0;
     struct flop_counter *fc = m->flops;
     const float *x = resid_view(m, s, i, m->work_resid_in, true);
@@ -335,35 +375,39 @@ void gpt_layer_backward(struct gpt *m, int s, int l, const float *w, float *dw) 
         attention_forward(m->dmid, a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, Cl, m->NHl, fc);
         round_saved(m, a[ACT_ATT], act_numel(m, ACT_ATT));
     }
+    float *ln[4] = {dwt(m, dw, LAYER_LN1_W), dwt(m, dw, LAYER_LN1_B), dwt(m, dw, LAYER_LN2_W),
+                    dwt(m, dw, LAYER_LN2_B)};
+    conj_ln_grads_begin(m);
     /* On entry dresid holds dL/d(layer output); on exit dL/d(layer input).
      * g's backward is the identity: dresid reaches the row-parallel
-     * projections whole; their bias gradients come out alike on every rank. */
-    tp_g_backward(m->tp, m->dresid, btc(m), DTYPE_FP32);
-    matmul_backward(m->dbig, dwt(m, dw, LAYER_FCPROJ_W), dwt(m, dw, LAYER_FCPROJ_B), m->dresid, a[ACT_FCH_GELU],
-                    wt(m, w, LAYER_FCPROJ_W), N, Fl, C, fc);
+     * projections whole; their bias gradients come out alike on every rank
+     * (with sp: g-bar gathers it whole first). */
+    matmul_backward(m->dbig, dwt(m, dw, LAYER_FCPROJ_W), dwt(m, dw, LAYER_FCPROJ_B), conj_row_output_grad(m),
+                    a[ACT_FCH_GELU], wt(m, w, LAYER_FCPROJ_W), N, Fl, C, fc);
     gelu_backward(m->dbig, a[ACT_FCH], m->dbig, (int64_t)act_numel(m, ACT_FCH), fc);
-    matmul_backward(m->dmid, dwt(m, dw, LAYER_FC_W), dwt(m, dw, LAYER_FC_B), m->dbig, a[ACT_LN2],
-                    wt(m, w, LAYER_FC_W), N, C, Fl, fc);
-    tp_f_backward(m->tp, m->dmid, btc(m), DTYPE_FP32); /* f: the partial dln2 of each rank's features sum */
-    layernorm_backward(m->dresid, dwt(m, dw, LAYER_LN2_W), dwt(m, dw, LAYER_LN2_B), m->dmid, a[ACT_RES2],
-                       wt(m, w, LAYER_LN2_W), v.stat[STAT_LN2_MEAN], v.stat[STAT_LN2_RSTD], N, C, fc);
-    tp_g_backward(m->tp, m->dresid, btc(m), DTYPE_FP32);
-    matmul_backward(m->dmid, dwt(m, dw, LAYER_ATTPROJ_W), dwt(m, dw, LAYER_ATTPROJ_B), m->dresid, a[ACT_ATTY],
-                    wt(m, w, LAYER_ATTPROJ_W), N, Cl, C, fc);
+    matmul_backward(m->dmid, dwt(m, dw, LAYER_FC_W), dwt(m, dw, LAYER_FC_B), m->dbig,
+                    conj_column_input(m, a[ACT_LN2]), wt(m, w, LAYER_FC_W), N, C, Fl, fc);
+    conj_column_grad(m, m->dmid); /* f: the partial dln2 of each rank's features sum */
+    layernorm_backward(m->dresid, conj_ln_grad(m, ln[2], 2), conj_ln_grad(m, ln[3], 3), m->dmid, a[ACT_RES2],
+                       wt(m, w, LAYER_LN2_W), v.stat[STAT_LN2_MEAN], v.stat[STAT_LN2_RSTD], Nl, C, fc);
+    matmul_backward(m->dmid, dwt(m, dw, LAYER_ATTPROJ_W), dwt(m, dw, LAYER_ATTPROJ_B), conj_row_output_grad(m),
+                    a[ACT_ATTY], wt(m, w, LAYER_ATTPROJ_W), N, Cl, C, fc);
     attention_backward(m->dqkv, m->dmid, a[ACT_QKV], a[ACT_ATT], m->att_scratch, m->B, m->shape.T, Cl, m->NHl,
                        fc);
-    matmul_backward(m->dmid, dwt(m, dw, LAYER_QKV_W), dwt(m, dw, LAYER_QKV_B), m->dqkv, a[ACT_LN1],
-                    wt(m, w, LAYER_QKV_W), N, C, 3 * Cl, fc);
-    tp_f_backward(m->tp, m->dmid, btc(m), DTYPE_FP32); /* f: dln1 */
-    layernorm_backward(m->dresid, dwt(m, dw, LAYER_LN1_W), dwt(m, dw, LAYER_LN1_B), m->dmid, x,
-                       wt(m, w, LAYER_LN1_W), v.stat[STAT_LN1_MEAN], v.stat[STAT_LN1_RSTD], N, C, fc);
+    matmul_backward(m->dmid, dwt(m, dw, LAYER_QKV_W), dwt(m, dw, LAYER_QKV_B), m->dqkv,
+                    conj_column_input(m, a[ACT_LN1]), wt(m, w, LAYER_QKV_W), N, C, 3 * Cl, fc);
+    conj_column_grad(m, m->dmid); /* f: dln1 */
+    layernorm_backward(m->dresid, conj_ln_grad(m, ln[0], 0), conj_ln_grad(m, ln[1], 1), m->dmid, x,
+                       wt(m, w, LAYER_LN1_W), v.stat[STAT_LN1_MEAN], v.stat[STAT_LN1_RSTD], Nl, C, fc);
+    conj_ln_grads_done(m, ln, 4);
 }
 
 void gpt_embed_backward(struct gpt *m, int s, float *dw_embed) {
-    /* each rank accumulates its own vocabulary rows; wpe's gradient whole (replicated) */
+    /* each rank accumulates its own vocabulary rows; wpe's gradient whole
+     * (replicated; with sp from the gathered gradient, alike on every rank) */
     struct vocab_slice v = vocab_slice(m);
     embedding_rows_backward(dw_embed + m->lay->embed_offset[EMB_WTE], dw_embed + m->lay->embed_offset[EMB_WPE],
-                            m->dresid, m->slot[s].inputs, v.v0, v.Vl, m->B, m->shape.T, m->shape.C);
+                            conj_row_output_grad(m), m->slot[s].inputs, v.v0, v.Vl, m->B, m->shape.T, m->shape.C);
     m->flops->other += 2.0 * (double)btc(m);
 }
 

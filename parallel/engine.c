@@ -18,6 +18,11 @@ int engine_init(struct engine *e, const struct engine_options *o, const struct m
                  lay->rank.tp_rank, lay->rank.tp, grid->tp_comm.rank, grid->tp_comm.size);
         return -1;
     }
+    if (o->sequence_parallel && lay->shape.T % lay->rank.tp != 0) {
+        snprintf(err, err_len, "sequence parallelism splits the sequence over the tp ranks: tp = %d must divide "
+                 "seq_len (%d)", lay->rank.tp, lay->shape.T);
+        return -1;
+    }
     if (zero_init(&e->z, &o->zero, &e->lay, dp, mem, space, flops) != 0) {
         mem_failure_message(mem, err, err_len);
         return -1;
@@ -40,7 +45,8 @@ int engine_init(struct engine *e, const struct engine_options *o, const struct m
             e->dw32[ui.kind] = mem_alloc(mem, space, MEM_SCRATCH, name, padded * 4);
         }
     }
-    gpt_init(&e->model, &e->lay, o->micro_batch, o->slots, o->act_dtype, o->recompute, mem, space, flops);
+    gpt_init(&e->model, &e->lay, o->micro_batch, o->slots, o->act_dtype, o->recompute, o->sequence_parallel, mem,
+             space, flops);
     /* tensor parallelism: the model's f and g run over the tp group, and
      * the gradient norm sums the slices' squares over it */
     e->model.tp = &grid->tp_comm;
@@ -121,6 +127,7 @@ static float *unit_grads_begin(struct engine *e, int u) {
 
 void *engine_stage_input(struct engine *e, int slot) { return gpt_stage_input(&e->model, slot); }
 void *engine_stage_output(struct engine *e, int slot) { return gpt_stage_output(&e->model, slot); }
+size_t engine_stage_numel(const struct engine *e) { return gpt_stage_numel(&e->model); }
 
 void engine_zero_grads(struct engine *e) {
     zero_zero_grads(&e->z);
@@ -141,7 +148,7 @@ static void gather_ahead(struct engine *e, int u) { zero_prefetch_params(&e->z, 
 float engine_forward(struct engine *e, int slot, const struct mb_input *in, void *x_out, float dloss) {
     const struct model_layout *lay = &e->lay;
     struct gpt *m = &e->model;
-    size_t act_bytes = (size_t)e->o.micro_batch * lay->shape.T * lay->shape.C * dtype_size(e->o.act_dtype);
+    size_t act_bytes = gpt_stage_numel(m) * dtype_size(e->o.act_dtype);
     int hu = layout_head_unit(lay), l0 = lay->rank.l0, l1 = lay->rank.l1;
     const float *we = NULL;
     if (lay->rank.has_embed) {
@@ -174,7 +181,7 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
 void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out) {
     const struct model_layout *lay = &e->lay;
     struct gpt *m = &e->model;
-    size_t btc = (size_t)e->o.micro_batch * lay->shape.T * lay->shape.C;
+    size_t btc = gpt_stage_numel(m); /* this rank's part of the stream */
     int eu = layout_embed_unit(lay), hu = layout_head_unit(lay), l0 = lay->rank.l0, l1 = lay->rank.l1;
     e->backwards++;
     zero_backward_begins(&e->z, e->o.micro_batches > 0 && e->backwards == e->o.micro_batches);

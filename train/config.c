@@ -80,6 +80,7 @@ static const struct key KEYS[] = {
     {"sample_prompt", KEY_STRING, F(sample_prompt), "And God said", "text the sample continues"},
     {"zero", KEY_INT, F(zero), "0", "ZeRO stage over the data-parallel ranks: 0 (DDP), 1 (optimizer states), 2 (+ grads), 3 (+ params)", NUM(0, 3)},
     {"tp", KEY_INT, F(tp), "1", "tensor-parallel degree: heads, FC features and vocabulary split over tp ranks (Megatron-LM)", NUM(1, 1024)},
+    {"sequence_parallel", KEY_BOOL, F(sequence_parallel), "0", "with tp > 1: LayerNorms, residual adds and the stage boundary on each tp rank's seq_len/tp positions, all-gather/reduce-scatter instead of tp's all-reduces (Korthikanti et al. 2022); tp must divide seq_len; a no-op at tp = 1", NUM(0, 1)},
     {"pp", KEY_INT, F(pp), "1", "pipeline-parallel degree: stages, each a range of layers (the first also holds the embedding, the last the head)", NUM(1, PIPELINE_MAX_STAGES)},
     {"schedule", KEY_CHOICE, F(schedule), "1f1b", "pipeline schedule of a step's grad_accum micro-batches: gpipe (all forwards, then all backwards; holds every micro-batch) or 1f1b (one forward, one backward; stage s holds min(pp - s, grad_accum))", .choices = {"gpipe", "1f1b"}},
     {"pp_layers", KEY_STRING, F(pp_layers), "", "layers per pipeline stage, e.g. 3,3,2 (pp counts summing to n_layer; 0: a stage of only the embedding or only the head); empty: an even split, the first n_layer % pp stages one more"},

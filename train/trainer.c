@@ -47,7 +47,8 @@ struct engine_options trainer_engine_options(const struct config *c) {
                              .rounding = c->rounding, .seed = (uint64_t)c->seed, .optim = opt,
                              .overlap = c->overlap, .ddp_bucket_bytes = (size_t)(c->ddp_bucket_mb * 1048576.0)};
     return (struct engine_options){.micro_batch = c->micro_batch, .slots = 1, .act_dtype = c->act_dtype,
-                                   .recompute = c->recompute, .init_std = c->init_std, .zero = z,
+                                   .recompute = c->recompute, .sequence_parallel = c->sequence_parallel,
+                                   .init_std = c->init_std, .zero = z,
                                    .micro_batches = c->grad_accum};
 }
 
@@ -111,6 +112,12 @@ static int check_layout(const struct config *cfg, const struct grid *g, char err
                  "tp = %d must divide n_head (%d), d_model (%d) and the FC width 4 x d_model (%d): each rank holds "
                  "n_head/tp heads and 4 d_model/tp FC features",
                  g->tp, cfg->n_head, cfg->d_model, 4 * cfg->d_model);
+        return -1;
+    }
+    if (cfg->sequence_parallel && cfg->seq_len % g->tp != 0) {
+        snprintf(err, TRAINER_ERR_LEN,
+                 "sequence_parallel: tp = %d must divide seq_len (%d), each tp rank holding seq_len/tp positions of "
+                 "every sequence", g->tp, cfg->seq_len);
         return -1;
     }
     if (g->tp > 1 && cfg->sample_tokens > 0) {

@@ -54,10 +54,8 @@ void pipeline_free(struct pipeline *p, struct mem_tracker *mem) { mem_free(mem, 
 static bool first_stage(const struct pipeline *p) { return p->pp->rank == 0; }
 static bool last_stage(const struct pipeline *p) { return p->pp->rank == p->pp->size - 1; }
 
-static size_t act_numel(const struct pipeline *p) {
-    const struct model_shape *s = &p->e->lay.shape;
-    return (size_t)p->e->o.micro_batch * s->T * s->C;
-}
+/* B T C, or this tp rank's B (T/tp) C with sequence parallelism */
+static size_t act_numel(const struct pipeline *p) { return engine_stage_numel(p->e); }
 
 /* Waits for a pending send; the time counts as waiting. */
 static void wait_send(struct pipeline *p, struct coll_request *r, bool *pending) {

@@ -23,7 +23,21 @@
  * on parameters; allowed 1e-2 and 2e-2 + 5e-2 |w|, as test_zero. 8-bit
  * AdamW: the 256-element blocks of a tp slice are not the whole tensor's
  * blocks, so absmax and codes differ: measured 1.6e-4 on the loss and
- * 2.6e-3 on parameters; allowed 1e-2 and 2e-2 + 5e-2 |w|. */
+ * 2.6e-3 on parameters; allowed 1e-2 and 2e-2 + 5e-2 |w|.
+ *
+ * Sequence parallelism (--sequence_parallel 1, Korthikanti et al. 2022):
+ * the same comparisons at tp 2 and 4 (T = 16 divides both; on 3 ranks the
+ * trainer must refuse it, naming the numbers), recompute none, selective
+ * and full, bf16, dp 2 x tp 2 under ZeRO-3, and tp 2 x pp 2, whose stage
+ * boundary carries each tp rank's (B, T/tp, C) slice (the pp group's
+ * bytes sent drop by tp, asserted). The LayerNorm gradients are partial
+ * sums over a rank's slice and are all-reduced; replicated parameters must
+ * still be bitwise equal across the group after 20 steps. At tp = 1 the
+ * option is a no-op: bitwise the run without it. On every pp = 1 case the
+ * tp group's bytes per rank are asserted against the formula of
+ * include/tensor_parallel.h (tp_bytes_theory); measured with sp, fp32,
+ * tp 2: loss and parameters agree with one process as closely as tp
+ * without sp (the LayerNorm gradients' slices add in another order). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -52,7 +66,8 @@ static int WORLD_SIZE, WORLD_RANK;
 static char DIR_[96], SHARD[160];
 
 struct variant {
-    int tp, zero;
+    int tp, zero, pp;
+    bool sp;
     enum dtype dt;
     enum optimizer_kind optimizer;
     enum recompute_mode recompute;
@@ -75,6 +90,7 @@ static void config_for(struct config *c, const struct variant *v, int tp, int ze
     c->threads = 1;
     c->tp = tp;
     c->zero = zero;
+    if (tp > 1) c->pp = v->pp, c->sequence_parallel = v->sp; /* the reference: one process, pp 1, no sp */
     c->param_dtype = c->grad_dtype = c->act_dtype = v->dt;
     snprintf(c->train_data, sizeof c->train_data, "%s", SHARD);
     c->val_data[0] = '\0';
@@ -96,6 +112,7 @@ static int read_losses(const char *path, double *loss) {
 
 struct run {
     double loss[STEPS];
+    struct comm_counters tp_comm, pp_comm; /* the steps' traffic (the trainer counts steps only) */
     float *params;            /* this rank's, fp32 (widened), layout order; valid on dp rank 0 */
     struct model_layout lay;
     struct flop_counter flops;
@@ -106,6 +123,8 @@ static void train(const struct config *c, struct grid *grid, struct run *out) {
     char err[TRAINER_ERR_LEN];
     if (trainer_open(&tr, c, grid, err) != 0) fail_msg("trainer_open: %s", err);
     if (trainer_run(&tr, err) != 0) fail_msg("trainer_run: %s", err);
+    out->tp_comm = grid->tp_comm.counters;
+    out->pp_comm = grid->pp_comm.counters;
     size_t n = tr.engine.lay.total;
     void *full = malloc(n * dtype_size(c->param_dtype));
     fixture_gather_state(&tr.engine, STATE_PARAMS, full);
@@ -193,8 +212,60 @@ static bool flops_match(const struct run *tp, const struct run *ref, int tp_size
     return ok;
 }
 
+/* The tp group's bytes per rank over the run (ring volumes, every pp = 1
+ * rank alike), from include/tensor_parallel.h's rule: M = B T C fp32
+ * bytes, q = (tp-1)/tp. Per layer and micro-batch: without sp 4
+ * all-reduces (+1 for full recompute's forward); with sp 6 all-gathers and
+ * 4 reduce-scatters (+2 and +1) and the LayerNorm gradients' all-reduce of
+ * 4C floats. Embedding: one all-reduce, or a reduce-scatter and an
+ * all-gather; head: one all-reduce, or 2 all-gathers (forward, again in
+ * backward), a reduce-scatter and the final LayerNorm's 2C all-reduce; the
+ * cross-entropy: an all-reduce-max of B T and an all-reduce of 2 B T. */
+static struct comm_counters tp_bytes_theory(const struct variant *v) {
+    double q = (v->tp - 1.0) / v->tp, M = (double)MICRO_BATCH * SEQ * WIDTH * 4, BT4 = MICRO_BATCH * SEQ * 4.0;
+    double full = v->recompute == RECOMPUTE_FULL, mb = (double)STEPS * ACCUM, C4 = WIDTH * 4.0;
+    struct comm_counters c = {0};
+    if (v->sp) {
+        c.bytes[COLL_ALL_GATHER] = mb * q * M * (LAYERS * (6 + 2 * full) + 1 + 2);
+        c.bytes[COLL_REDUCE_SCATTER] = mb * q * M * (LAYERS * (4 + full) + 1 + 1);
+        c.bytes[COLL_ALL_REDUCE] = mb * 2 * q * (LAYERS * 4 * C4 + 2 * C4 + 2 * BT4);
+    } else {
+        c.bytes[COLL_ALL_REDUCE] = mb * 2 * q * (M * (LAYERS * (4 + full) + 1 + 1) + 2 * BT4);
+    }
+    c.bytes[COLL_ALL_REDUCE_MAX] = mb * 2 * q * BT4;
+    return c;
+}
+
+static bool tp_bytes_match(const struct run *r, const struct variant *v) {
+    struct comm_counters t = tp_bytes_theory(v);
+    enum coll_kind kinds[] = {COLL_ALL_REDUCE, COLL_REDUCE_SCATTER, COLL_ALL_GATHER, COLL_ALL_REDUCE_MAX};
+    bool ok = true;
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        ok = ok && fabs(r->tp_comm.bytes[kinds[k]] - t.bytes[kinds[k]]) <= 1e-9 * t.bytes[kinds[k]];
+    double q = (v->tp - 1.0) / v->tp, M = (double)MICRO_BATCH * SEQ * WIDTH * 4, full = v->recompute == RECOMPUTE_FULL;
+    double layer = v->sp ? q * M * (10 + 3 * full) + 2 * q * 16 * WIDTH : 2 * q * M * (4 + full);
+    if (WORLD_RANK == 0 || !ok)
+        printf("  rank %d tp group bytes per rank: all-reduce %.0f, reduce-scatter %.0f, all-gather %.0f "
+               "(formula %.0f, %.0f, %.0f): per layer per micro-batch %.0f B (M = %.0f B)%s\n",
+               WORLD_RANK, r->tp_comm.bytes[COLL_ALL_REDUCE], r->tp_comm.bytes[COLL_REDUCE_SCATTER],
+               r->tp_comm.bytes[COLL_ALL_GATHER], t.bytes[COLL_ALL_REDUCE], t.bytes[COLL_REDUCE_SCATTER],
+               t.bytes[COLL_ALL_GATHER], layer, M, ok ? "" : " MISMATCH");
+    return ok;
+}
+
+/* The stage boundary: one activation on, one gradient back per
+ * micro-batch, B T C fp32 values, or B (T/tp) C with sp. */
+static bool pp_bytes_match(const struct run *r, const struct variant *v) {
+    double slice = (double)MICRO_BATCH * (v->sp ? SEQ / v->tp : SEQ) * WIDTH * 4, want = (double)STEPS * ACCUM * slice;
+    bool ok = r->pp_comm.bytes[COLL_SEND] == want && r->pp_comm.bytes[COLL_RECV] == want;
+    if (WORLD_RANK == 0 || !ok)
+        printf("  rank %d pp bytes sent %.0f, received %.0f (want %.0f: %.0f per micro-batch)\n", WORLD_RANK,
+               r->pp_comm.bytes[COLL_SEND], r->pp_comm.bytes[COLL_RECV], want, slice);
+    return ok;
+}
+
 static void check_case(const struct variant *v) {
-    int tp = v->tp, dp = WORLD_SIZE / tp;
+    int tp = v->tp, dp = WORLD_SIZE / (tp * v->pp);
     char ref_log[200], tp_log[200], err[GRID_ERR_LEN];
     snprintf(ref_log, sizeof ref_log, "%s/ref.jsonl", DIR_);
     snprintf(tp_log, sizeof tp_log, "%s/tp.jsonl", DIR_);
@@ -204,7 +275,7 @@ static void check_case(const struct variant *v) {
     struct run ref, run;
     train(&rc, &SINGLE, &ref);
     struct grid g;
-    if (grid_init(&g, tp, 1, err) != 0) fail_msg("grid_init: %s", err);
+    if (grid_init(&g, tp, v->pp, err) != 0) fail_msg("grid_init: %s", err);
     train(&tc, &g, &run);
     bool on_dp0 = g.dp_rank == 0;
     grid_free(&g);
@@ -214,16 +285,19 @@ static void check_case(const struct variant *v) {
     if (on_dp0) ok = params_match(&run, &ref, v, tc.lr, &worst_w); /* ZeRO gathers onto dp rank 0 */
     size_t replicated = 0;
     bool same = replicated_equal(&run, tp, on_dp0, &replicated);
-    if (v->dt == DTYPE_FP32 && v->optimizer == OPTIM_ADAMW && v->recompute == RECOMPUTE_NONE)
+    if (v->dt == DTYPE_FP32 && v->optimizer == OPTIM_ADAMW && v->recompute == RECOMPUTE_NONE && v->pp == 1)
         ok = ok && flops_match(&run, &ref, tp, dp);
+    if (v->pp == 1) ok = tp_bytes_match(&run, v) && ok;
+    else ok = pp_bytes_match(&run, v) && ok;
     MPI_Allreduce(MPI_IN_PLACE, &worst_w, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD); /* every rank's slices */
     if (WORLD_RANK == 0) {
         for (int s = 0; s < STEPS; s++) worst_loss = fmax(worst_loss, fabs(ref.loss[s] - run.loss[s]));
         ok = ok && worst_loss <= v->loss_tol && ref.loss[STEPS - 1] < ref.loss[0] - 0.3;
         static const char *const opt[] = {"adamw", "adamw8bit", "sgd"}, *const rec[] = {"none", "full", "selective"};
-        printf("  dp %d x tp %d ZeRO-%d %s %s recompute %s: loss %.5f -> %.5f, max |loss diff| %.2e, "
+        printf("  dp %d x tp %d x pp %d%s ZeRO-%d %s %s recompute %s: loss %.5f -> %.5f, max |loss diff| %.2e, "
                "max |param diff| %.2e, %zu replicated params %s across tp\n",
-               dp, tp, v->zero, dtype_name(v->dt), opt[v->optimizer], rec[v->recompute], ref.loss[0],
+               dp, tp, v->pp, v->sp ? " sequence parallel" : "", v->zero, dtype_name(v->dt), opt[v->optimizer],
+               rec[v->recompute], ref.loss[0],
                ref.loss[STEPS - 1], worst_loss, worst_w, replicated, same ? "bitwise equal" : "DIFFER");
     }
     free(ref.params);
@@ -235,7 +309,7 @@ static void check_case(const struct variant *v) {
 /* tp = every rank, when the world divides the heads (always: 2, 3, 4) */
 static struct variant tp_all(enum dtype dt, enum optimizer_kind o, enum recompute_mode r) {
     bool fp32 = dt == DTYPE_FP32 && o != OPTIM_ADAMW8BIT;
-    return (struct variant){.tp = WORLD_SIZE, .zero = 0, .dt = dt, .optimizer = o, .recompute = r,
+    return (struct variant){.tp = WORLD_SIZE, .zero = 0, .pp = 1, .dt = dt, .optimizer = o, .recompute = r,
                             .loss_tol = fp32 ? 1e-5 : 1e-2, .abs_tol = !fp32 ? 2e-2 : o == OPTIM_SGD ? 1e-5 : 1e-4,
                             .rel_tol = fp32 ? 0.0 : 5e-2};
 }
@@ -274,6 +348,75 @@ static void dp2_tp2(int zero) {
 static void test_dp2_tp2_zero0(void **s) { (void)s; dp2_tp2(0); }
 static void test_dp2_tp2_zero3(void **s) { (void)s; dp2_tp2(3); }
 
+/* Sequence parallelism at tp = every rank (2 and 4; T = 16 is not split
+ * over 3: refused instead, naming the numbers). */
+static void run_sp(enum dtype dt, enum recompute_mode r) {
+    struct variant v = tp_all(dt, OPTIM_ADAMW, r);
+    v.sp = true;
+    if (SEQ % v.tp == 0) {
+        check_case(&v);
+        return;
+    }
+    struct config c;
+    config_for(&c, &v, v.tp, 0, ACCUM, "");
+    struct grid g;
+    char err[TRAINER_ERR_LEN];
+    if (grid_init(&g, v.tp, 1, err) != 0) fail_msg("grid_init: %s", err);
+    struct trainer tr;
+    int rc = trainer_open(&tr, &c, &g, err);
+    grid_free(&g);
+    char want[128];
+    snprintf(want, sizeof want, "tp = %d must divide seq_len (%d)", v.tp, SEQ);
+    if (WORLD_RANK == 0) printf("  sequence parallel over tp %d, seq_len %d: refused: %s\n", v.tp, SEQ, err);
+    assert_true(all_ok(rc != 0 && strstr(err, want) != NULL));
+}
+static void test_sp_fp32(void **s) { (void)s; run_sp(DTYPE_FP32, RECOMPUTE_NONE); }
+static void test_sp_recompute_selective(void **s) { (void)s; run_sp(DTYPE_FP32, RECOMPUTE_SELECTIVE); }
+static void test_sp_recompute_full(void **s) { (void)s; run_sp(DTYPE_FP32, RECOMPUTE_FULL); }
+static void test_sp_bf16(void **s) { (void)s; run_sp(DTYPE_BF16, RECOMPUTE_NONE); }
+
+/* dp 2 x tp 2 with sp under ZeRO-3 (4 ranks). */
+static void test_sp_dp2_tp2_zero3(void **s) {
+    (void)s;
+    if (WORLD_SIZE != 4) skip();
+    struct variant v = tp_all(DTYPE_FP32, OPTIM_ADAMW, RECOMPUTE_NONE);
+    v.tp = 2, v.zero = 3, v.sp = true;
+    check_case(&v);
+}
+
+/* tp 2 x pp 2 with sp (4 ranks): the stage boundary is the slice. */
+static void test_sp_tp2_pp2(void **s) {
+    (void)s;
+    if (WORLD_SIZE != 4) skip();
+    struct variant v = tp_all(DTYPE_FP32, OPTIM_ADAMW, RECOMPUTE_NONE);
+    v.tp = 2, v.pp = 2, v.sp = true;
+    check_case(&v);
+}
+
+/* At tp = 1 sequence_parallel changes nothing: losses and parameters are
+ * bitwise those of the run without it (every rank, in-process). */
+static void test_sp_tp1_noop(void **s) {
+    (void)s;
+    struct variant v = tp_all(DTYPE_FP32, OPTIM_ADAMW, RECOMPUTE_NONE);
+    char log_a[200], log_b[200];
+    snprintf(log_a, sizeof log_a, "%s/noop_a.jsonl", DIR_);
+    snprintf(log_b, sizeof log_b, "%s/noop_b.jsonl", DIR_);
+    struct config a, b;
+    config_for(&a, &v, 1, 0, ACCUM, log_a);
+    config_for(&b, &v, 1, 0, ACCUM, log_b);
+    b.sequence_parallel = true;
+    struct run ra, rb;
+    train(&a, &SINGLE, &ra);
+    train(&b, &SINGLE, &rb);
+    bool same = memcmp(ra.loss, rb.loss, sizeof ra.loss) == 0 &&
+                memcmp(ra.params, rb.params, ra.lay.total * sizeof *ra.params) == 0;
+    if (WORLD_RANK == 0) printf("  tp 1 with sequence_parallel 1: losses and %zu params %s\n", ra.lay.total,
+                                same ? "bitwise equal to sp 0" : "DIFFER");
+    free(ra.params);
+    free(rb.params);
+    assert_true(all_ok(same));
+}
+
 static int setup(void **state) {
     (void)state;
     omp_set_num_threads(1);
@@ -300,6 +443,13 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_tp2_adamw8bit),
         cmocka_unit_test(test_dp2_tp2_zero0),
         cmocka_unit_test(test_dp2_tp2_zero3),
+        cmocka_unit_test(test_sp_tp1_noop),
+        cmocka_unit_test(test_sp_fp32),
+        cmocka_unit_test(test_sp_recompute_selective),
+        cmocka_unit_test(test_sp_recompute_full),
+        cmocka_unit_test(test_sp_bf16),
+        cmocka_unit_test(test_sp_dp2_tp2_zero3),
+        cmocka_unit_test(test_sp_tp2_pp2),
     };
     int failed = cmocka_run_group_tests(tests, setup, teardown);
     MPI_Finalize();

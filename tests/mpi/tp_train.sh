@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The trainer with tensor parallelism, end to end: build/train on 2 ranks
 # with --tp 2 logs the same loss at every one of 20 steps as the 1-rank run
-# (within 1e-5; fp32 params, grads and activations), and a model that tp
-# cannot split is refused with the numbers named and a non-zero exit.
+# (within 1e-5; fp32 params, grads and activations), so does --tp 2
+# --sequence_parallel 1, and a model that tp cannot split (or a seq_len
+# that sequence parallelism cannot) is refused with the numbers named and
+# a non-zero exit.
 # Usage: tests/mpi/tp_train.sh BUILD_DIR
 set -u
 build=${1:-build}
@@ -17,15 +19,20 @@ fails=0
 timeout 300 "$build/train" "${args[@]}" --log_json "$tmp/one.json" >"$tmp/one.out" 2>&1 || { echo "!! 1-rank run failed"; cat "$tmp/one.out"; exit 1; }
 timeout 300 "${mpi[@]}" -np 2 "$build/train" "${args[@]}" --tp 2 --log_json "$tmp/tp2.json" >"$tmp/tp2.out" 2>&1 ||
     { echo "!! tp 2 run failed"; cat "$tmp/tp2.out"; exit 1; }
-python3 - "$tmp/one.json" "$tmp/tp2.json" <<'PY' || fails=$((fails + 1))
+timeout 300 "${mpi[@]}" -np 2 "$build/train" "${args[@]}" --tp 2 --sequence_parallel 1 --log_json "$tmp/sp2.json" \
+    >"$tmp/sp2.out" 2>&1 || { echo "!! tp 2 sequence-parallel run failed"; cat "$tmp/sp2.out"; exit 1; }
+for run in tp2 sp2; do
+python3 - "$tmp/one.json" "$tmp/$run.json" "$run" <<'PY' || fails=$((fails + 1))
 import json, sys
 def losses(p):
     return [json.loads(l)["loss"] for l in open(p) if '"type":"step"' in l]
 a, b = losses(sys.argv[1]), losses(sys.argv[2])
 worst = max(abs(x - y) for x, y in zip(a, b)) if a and len(a) == len(b) else float("inf")
-print(f"tp 2 vs 1 rank, {len(b)} steps: loss {a[0]:.6f} -> {a[-1]:.6f}, max |loss diff| {worst:.2e}")
+name = {"tp2": "tp 2", "sp2": "tp 2 + sequence parallel"}[sys.argv[3]]
+print(f"{name} vs 1 rank, {len(b)} steps: loss {a[0]:.6f} -> {a[-1]:.6f}, max |loss diff| {worst:.2e}")
 sys.exit(0 if len(a) == 20 and worst <= 1e-5 and a[-1] < a[0] - 0.5 else 1)
 PY
+done
 # the tp 2 run's tables: every rank equals its own theory (memory, FLOPs'
 # GEMM rows, the [tp] traffic); no row says NO
 if grep -q "\bNO\b" "$tmp/tp2.out" || ! grep -q "^  all-reduce .*B T C x 4.*every rank = own: yes" "$tmp/tp2.out" ||
@@ -52,5 +59,14 @@ elif ! grep -q "tp = 3 must divide n_head (4)" "$tmp/bad.out"; then
     echo "!! tp 3 refusal does not name the numbers:"; cat "$tmp/bad.out"; fails=$((fails + 1))
 else
     echo "tp 3 with n_head 4: refused ($(grep -m1 -o 'tp = 3 must divide[^:]*' "$tmp/bad.out"))"
+fi
+# sequence parallelism over tp 2 with an odd seq_len: refused, naming the numbers
+if timeout 60 "${mpi[@]}" -np 2 "$build/train" "${args[@]}" --tp 2 --sequence_parallel 1 --seq_len 31 --steps 1 \
+    >"$tmp/badsp.out" 2>&1; then
+    echo "!! sequence_parallel with tp 2, seq_len 31 was not refused"; fails=$((fails + 1))
+elif ! grep -q "tp = 2 must divide seq_len (31)" "$tmp/badsp.out"; then
+    echo "!! sequence_parallel refusal does not name the numbers:"; cat "$tmp/badsp.out"; fails=$((fails + 1))
+else
+    echo "sequence_parallel, tp 2, seq_len 31: refused ($(grep -m1 -o 'tp = 2 must divide seq_len[^,]*' "$tmp/badsp.out"))"
 fi
 [ "$fails" -eq 0 ] && echo "tp training: passed" || { echo "tp training: $fails failed"; exit 1; }
