@@ -135,6 +135,13 @@ double pipeline_step(struct pipeline *p, float dloss, const struct batch_source 
         else backward(p, op->micro_batch, src->trace);
     }
     drain(p);
+    /* the step's pipeline ends when its last stage-0 backward does: a stage
+     * that finishes earlier idles until then, and that idle is bubble */
+    if (p->pp->size > 1) {
+        double t1 = now();
+        p->pp->barrier(p->pp);
+        p->last.waiting += now() - t1;
+    }
     p->last.total = now() - t0;
     return loss;
 }
