@@ -386,21 +386,43 @@ def natural_key(value):
     return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", str(value)) if t]
 
 
+# What a pipeline picture shows of a shardlab trace, by span name: each
+# micro-batch's compute, the waits for point-to-point messages, every other
+# collective, and the optimizer; the whole-step spans (which contain the
+# rest) and non-blocking posts are left out. Other traces: by name.
+SPAN_COLORS = {"forward": "tab:blue", "backward": "tab:green", "p2p wait": "tab:red",
+               "collective": "tab:orange", "optimizer": "tab:purple", "other": "tab:gray"}
+
+
+def span_kind(name):
+    base = re.sub(r"[\s_#]*\d+", "", name).strip() or name
+    if base == "step" or base.startswith("post "):
+        return None
+    if base in ("forward", "backward", "optimizer"):
+        return base
+    if base.startswith("recv") or base.startswith("wait send") or base.startswith("wait recv"):
+        return "p2p wait"
+    if base.split(" ")[0] in ("all-reduce", "all-reduce-max", "reduce-scatter", "all-gather", "scalars", "wait",
+                              "send"):
+        return "collective"
+    return "other"
+
+
 def plot_pipeline(plt, trace, out_dir, written):
     if trace is None:
         return "not in this run (no --trace file given)"
     rows, spans = trace_spans(trace)
+    spans = [s for s in spans if span_kind(s[1]) is not None]
     if not spans:
         return "not in this run (the trace has no spans)"
-    # Colour by what a span does, its name without micro-batch numbers.
-    kinds = sorted({re.sub(r"[\s_#]*\d+", "", s[1]).strip() or s[1] for s in spans})
-    color = {k: "C%d" % (i % 10) for i, k in enumerate(kinds)}
+    kinds = [k for k in SPAN_COLORS if any(span_kind(s[1]) == k for s in spans)]
+    color = SPAN_COLORS
     t0 = min(s[2] for s in spans)
     span = max(s[2] + s[3] for s in spans) - t0
     fig, ax = plt.subplots(figsize=(11, 1.2 + 0.6 * len(rows)))
     shown = set()
     for row, name, start, dur in spans:
-        kind = re.sub(r"[\s_#]*\d+", "", name).strip() or name
+        kind = span_kind(name)
         y = rows.index(row)
         ax.barh(y, dur / 1e3, left=(start - t0) / 1e3, height=0.7, color=color[kind], edgecolor="black",
                 linewidth=0.3, label=None if kind in shown else kind)
