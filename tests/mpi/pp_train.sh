@@ -5,7 +5,8 @@
 #   tp 2 x pp 2 on 4 ranks (1F1B and GPipe), and
 #   dp 2 x tp 2 x pp 2 on 8 ranks (oversubscribed), ZeRO-1, 1F1B,
 # and every one of those runs reports each rank's memory, activations and
-# pipeline traffic equal to its own theory (no "NO" in the tables).
+# pipeline traffic equal to its own theory (no "NO" in the tables); and
+# resume states on and across grids (below).
 # Usage: tests/mpi/pp_train.sh BUILD_DIR
 set -u
 build=${1:-build}
@@ -45,4 +46,40 @@ run() { # name, ranks, grad_accum of the reference, args...
 run "tp 2 x pp 2, 1f1b" 4 3 --tp 2 --pp 2 --grad_accum 3
 run "tp 2 x pp 2, gpipe" 4 3 --tp 2 --pp 2 --grad_accum 3 --schedule gpipe
 run "dp 2 x tp 2 x pp 2, ZeRO-1, 1f1b" 8 6 --tp 2 --pp 2 --grad_accum 3 --zero 1
+# Resume states on the grid: tp 2 x pp 2 stopped at step 5 and resumed on
+# the same grid continues bit for bit (losses and norms as logged); the same
+# state resumed on one process, and one process's state resumed at tp 4,
+# continue within 1e-5 of the uninterrupted runs.
+tail_same() { # name, uninterrupted log, resumed log, tolerance (0: exact)
+    python3 - "$2" "$3" "$1" "$4" <<'PY'
+import json, sys
+def steps(p):
+    return {r["step"]: r for r in (json.loads(l) for l in open(p) if '"type":"step"' in l)}
+a, b, tol = steps(sys.argv[1]), steps(sys.argv[2]), float(sys.argv[4])
+tail = [s for s in sorted(b) if s > 5]
+worst = max(max(abs(a[s]["loss"] - b[s]["loss"]), abs(a[s]["grad_norm"] - b[s]["grad_norm"])) for s in tail)
+ok = tail == list(range(6, 11)) and worst <= tol
+print(f"{sys.argv[3]}: steps {tail[0]}..{tail[-1]}, max |loss or norm diff| {worst:.2e} (allowed {tol:g}): "
+      + ("ok" if ok else "FAILED"))
+sys.exit(0 if ok else 1)
+PY
+}
+grid=(--tp 2 --pp 2 --grad_accum 3)
+timeout 300 "${mpi[@]}" -np 4 "$build/train" "${args[@]}" "${grid[@]}" --log_json "$tmp/straight.json" >/dev/null 2>&1 &&
+    timeout 300 "${mpi[@]}" -np 4 "$build/train" "${args[@]}" "${grid[@]}" --save_state "$tmp/grid.state" \
+        --save_state_every 5 --log_json "$tmp/first.json" >/dev/null 2>&1 &&
+    cp "$tmp/grid.state" "$tmp/step10.state" &&
+    timeout 300 "${mpi[@]}" -np 4 "$build/train" "${args[@]}" "${grid[@]}" --steps 5 --save_state "$tmp/grid5.state" \
+        >/dev/null 2>&1 &&
+    timeout 300 "${mpi[@]}" -np 4 "$build/train" "${args[@]}" "${grid[@]}" --resume "$tmp/grid5.state" \
+        --log_json "$tmp/resumed.json" >/dev/null 2>&1 || { echo "!! grid resume runs failed"; fails=$((fails + 1)); }
+tail_same "tp 2 x pp 2 resumed on its own grid" "$tmp/straight.json" "$tmp/resumed.json" 0 || fails=$((fails + 1))
+timeout 300 "$build/train" "${args[@]}" --grad_accum 3 --resume "$tmp/grid5.state" --log_json "$tmp/one_resumed.json" \
+    >/dev/null 2>&1 || { echo "!! one-process resume failed"; fails=$((fails + 1)); }
+tail_same "tp 2 x pp 2's state resumed on one process" "$tmp/straight.json" "$tmp/one_resumed.json" 1e-5 ||
+    fails=$((fails + 1))
+timeout 300 "$build/train" "${args[@]}" --grad_accum 3 --steps 5 --save_state "$tmp/one5.state" >/dev/null 2>&1 &&
+    timeout 300 "${mpi[@]}" -np 4 "$build/train" "${args[@]}" --grad_accum 3 --tp 4 --resume "$tmp/one5.state" \
+        --log_json "$tmp/tp4_resumed.json" >/dev/null 2>&1 || { echo "!! tp 4 resume failed"; fails=$((fails + 1)); }
+tail_same "one process's state resumed at tp 4" "$tmp/straight.json" "$tmp/tp4_resumed.json" 1e-5 || fails=$((fails + 1))
 [ "$fails" -eq 0 ] && echo "pipeline training: passed" || { echo "pipeline training: $fails failed"; exit 1; }
