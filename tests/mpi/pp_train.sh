@@ -2,8 +2,10 @@
 # The trainer on the full grid, end to end: build/train logs the same loss
 # at every one of 10 steps (within 1e-5; fp32) as one process reading the
 # same micro-batches (grad_accum x dp), for
-#   tp 2 x pp 2 on 4 ranks (1F1B and GPipe), and
-#   dp 2 x tp 2 x pp 2 on 8 ranks (oversubscribed), ZeRO-1, 1F1B,
+#   tp 2 x pp 2 on 4 ranks (1F1B and GPipe),
+#   dp 2 x tp 2 x pp 2 on 8 ranks (oversubscribed), ZeRO-1, 1F1B, and
+#   tp 2 x pp 2 with --sequence_parallel 1 on 4 ranks (the boundary carries
+#   each tp rank's T/tp positions),
 # and every one of those runs reports each rank's memory, activations and
 # pipeline traffic equal to its own theory (no "NO" in the tables).
 # Usage: tests/mpi/pp_train.sh BUILD_DIR
@@ -45,4 +47,5 @@ run() { # name, ranks, grad_accum of the reference, args...
 run "tp 2 x pp 2, 1f1b" 4 3 --tp 2 --pp 2 --grad_accum 3
 run "tp 2 x pp 2, gpipe" 4 3 --tp 2 --pp 2 --grad_accum 3 --schedule gpipe
 run "dp 2 x tp 2 x pp 2, ZeRO-1, 1f1b" 8 6 --tp 2 --pp 2 --grad_accum 3 --zero 1
+run "tp 2 x pp 2 + sequence parallel, 1f1b" 4 3 --tp 2 --pp 2 --grad_accum 3 --sequence_parallel 1
 [ "$fails" -eq 0 ] && echo "pipeline training: passed" || { echo "pipeline training: $fails failed"; exit 1; }
