@@ -141,7 +141,11 @@ double theory_trainer_comm_buffers(const struct config *c, struct rank_place p);
  * Table 2 for the same shape, t and mode (eq. 1 and the "tensor parallel"
  * row, sbh (10 + 24/t + 5 a s / (h t)); selective without the 5as/h term;
  * full 2 sbh). At tp the residual stream, ln1, res2 and ln2 are whole on
- * every rank; qkv, att, atty, fch and gelu are the rank's 1/t. */
+ * every rank; qkv, att, atty, fch and gelu are the rank's 1/t. With
+ * sequence parallelism the stream, ln1, res2, ln2, the LayerNorm stats and
+ * the final LN output are the rank's T/t positions (per layer
+ * (16 C e + 16) B T / t + NH/t T e B T) and the Korthikanti column is the
+ * "tensor + sequence parallel" row, sbh/t (34 + 5as/h). */
 struct activation_theory {
     double per_layer;        /* none: ((4 + 12/t) C e + NH/t T e + 16) B T; selective: ((4 + 12/t) C e + 16) B T;
                               * full: C e B T */
