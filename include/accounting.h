@@ -6,6 +6,7 @@
 
 #include "config.h"
 #include "mem.h"
+#include "theory.h"
 #include "timeline.h"
 
 /* Where a rank sits in the grid (include/grid.h): its model is its
@@ -76,10 +77,12 @@ struct comm_theory {
 struct comm_theory theory_trainer_comm(const struct config *c, struct rank_place p);
 
 /* Pipeline traffic of one optimizer step on this rank's stage (bytes it
- * sends and receives over the pp group: an activation (B,T,C) forward and
- * its gradient backward per micro-batch and boundary, act dtype), and the
- * tied wte's gradient all-reduced over the first and last stage (ring
- * volume 2 (N-1)/N Vp C w_g, N = 2). */
+ * sends and receives over the pp group: an activation forward and its
+ * gradient backward per micro-batch and boundary, act dtype: (B,T,C), or
+ * with sequence parallelism the rank's (B,T/tp,C): half of the planner's
+ * theory_pp_boundary_bytes per boundary), and the tied wte's gradient
+ * all-reduced over the first and last stage (ring volume 2 (N-1)/N Vp C
+ * w_g, N = 2). */
 struct pipe_comm_theory {
     double send, recv;
     double tie_all_reduce;
@@ -88,24 +91,41 @@ struct pipe_comm_theory {
 struct pipe_comm_theory theory_trainer_pp_comm(const struct config *c, struct rank_place p);
 
 /* Tensor-parallel traffic of one optimizer step (bytes this rank sends
- * over its tp group of t ranks, ring volumes 2 (t-1)/t M; gpt.c reduces
- * fp32 whatever act_dtype is), validation excluded. Per micro-batch:
- *   each of the stage's layers: theory_tp_layer_allreduces (4; 5 with full
- *     recompute) all-reduces of (B,T,C);
- *   first stage: the vocabulary-parallel embedding's g, (B,T,C);
- *   last stage: the head's f in the backward (dlnf, (B,T,C)), the
- *     cross-entropy's sum of exponentials and target logit (2 B T) and its
- *     row maxima (B T, all-reduce-max).
- * Sequence parallelism (Korthikanti et al. 2022) would turn each (B,T,C)
- * all-reduce into a reduce-scatter and an all-gather of the same volume:
- * its terms belong beside `layers`, `embedding` and `head`. */
+ * over its tp group of t ranks, ring volumes, M = B T C x 4: gpt.c reduces
+ * fp32 whatever act_dtype is), validation excluded. Per micro-batch, the
+ * layers as theory_tp_layer_collectives counts them (train/theory_comm.c),
+ * and without sequence parallelism
+ *   each of the stage's layers: 4 (5 with full recompute) all-reduces of M;
+ *   first stage: the vocabulary-parallel embedding's g, M;
+ *   last stage: the head's f in the backward (dlnf, M);
+ * with sequence parallelism (Korthikanti et al. 2022) each (B,T,C)
+ * collective a reduce-scatter or all-gather, (t-1)/t M each, issued as B
+ * calls (one per sequence, include/tensor_parallel.h):
+ *   each layer: 4 reduce-scatters and 6 all-gathers (full: 5 and 8) and
+ *     one all-reduce of its LayerNorm gradients (4C fp32);
+ *   first stage: g-bar after the rows' lookup (reduce-scatter) and its
+ *     backward (all-gather);
+ *   last stage: g before the logits, in the forward and again in the
+ *     backward (2 all-gathers), its backward (reduce-scatter of dlnf), and
+ *     the final LayerNorm's gradients' all-reduce (2C fp32);
+ * and either way, last stage: the cross-entropy's sum of exponentials and
+ * target logit (all-reduce of 2 B T) and its row maxima (B T,
+ * all-reduce-max). */
 struct tp_comm_theory {
-    double per_layer;        /* one layer, one micro-batch */
-    int layer_all_reduces;   /* all-reduces of (B,T,C) per layer per micro-batch */
+    bool sp;                 /* sequence parallelism on (c->sequence_parallel and t > 1) */
+    double per_layer;        /* one layer, one micro-batch, every kind (theory_tp_layer_bytes) */
+    struct theory_tp_layer_calls layer; /* one layer's collectives per micro-batch */
+    int layer_all_reduces;   /* all-reduces of (B,T,C) per layer per micro-batch (0 with sp) */
     double layers, embedding, head, ce_sum; /* all-reduce bytes per step, by where they come from */
+    double norm_grads;       /* sp: the LayerNorm gradients' all-reduce bytes per step (layers and head) */
     double all_reduce;       /* their sum: the [tp] all-reduce row */
     double all_reduce_max;   /* the cross-entropy's row maxima: the [tp] all-reduce-max row */
     double calls, calls_max; /* calls per step */
+    /* sp: the [tp] reduce-scatter and all-gather rows, bytes per step, and
+     * what they add up from (layers, embedding, head) */
+    double reduce_scatter, all_gather;
+    double calls_reduce_scatter, calls_all_gather;
+    double sp_layers, sp_embedding, sp_head;
 };
 
 struct tp_comm_theory theory_trainer_tp_comm(const struct config *c, struct rank_place p);
@@ -121,7 +141,11 @@ double theory_trainer_comm_buffers(const struct config *c, struct rank_place p);
  * Table 2 for the same shape, t and mode (eq. 1 and the "tensor parallel"
  * row, sbh (10 + 24/t + 5 a s / (h t)); selective without the 5as/h term;
  * full 2 sbh). At tp the residual stream, ln1, res2 and ln2 are whole on
- * every rank; qkv, att, atty, fch and gelu are the rank's 1/t. */
+ * every rank; qkv, att, atty, fch and gelu are the rank's 1/t. With
+ * sequence parallelism the stream, ln1, res2, ln2, the LayerNorm stats and
+ * the final LN output are the rank's T/t positions (per layer
+ * (16 C e + 16) B T / t + NH/t T e B T) and the Korthikanti column is the
+ * "tensor + sequence parallel" row, sbh/t (34 + 5as/h). */
 struct activation_theory {
     double per_layer;        /* none: ((4 + 12/t) C e + NH/t T e + 16) B T; selective: ((4 + 12/t) C e + 16) B T;
                               * full: C e B T */

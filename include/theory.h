@@ -103,11 +103,35 @@ double theory_dp_step_bytes(double psi, double w_p, double w_g, int stage, int N
  * Megatron TP as this code issues them: 4; 5 with full recompute. The
  * planner and the trainer's theory both count with it. */
 int theory_tp_layer_allreduces(enum theory_recompute r);
-/* Megatron TP traffic of one layer for one micro-batch (w_act: bytes of
- * the reduced element; shardlab's gpt.c reduces fp32). */
-double theory_tp_layer_bytes(const struct theory_model *m, double b, int t, double w_act, enum theory_recompute r);
+/* The tp group's collectives of one layer for one micro-batch as
+ * model/gpt.c issues them. Without sequence parallelism: the all-reduces
+ * above. With it (Korthikanti et al. 2022 section 4.2.2): reduce-scatters
+ * and all-gathers of (b, s, h) instead (g-bar and g), 4 and 6 (full
+ * recompute 5 and 8: the backward gathers ln1 and ln2 again, since the
+ * whole LayerNorm outputs are not kept), and one all-reduce of the norms'
+ * weight (and bias) gradients, each rank's partial sum over its s/t
+ * tokens. The planner and the trainer's theory both count with it. */
+struct theory_tp_layer_calls {
+    int all_reduces;     /* of (b, s, h) */
+    int reduce_scatters; /* of (b, s, h) */
+    int all_gathers;     /* of (b, s, h) */
+    int norm_all_reduces; /* of the layer's norm gradients (theory_tp_norm_grad_bytes) */
+};
+struct theory_tp_layer_calls theory_tp_layer_collectives(enum theory_recompute r, bool sequence_parallel);
+/* Bytes of one layer's norm gradients, all-reduced under sequence
+ * parallelism: 2 norms x (gain + bias; RMSNorm gain only) x h, fp32 (the
+ * gradient accumulators' type in gpt.c, whatever w_g is). */
+double theory_tp_norm_grad_bytes(const struct theory_model *m);
+/* Megatron TP traffic of one layer for one micro-batch, every collective
+ * of theory_tp_layer_collectives, ring volumes (w_act: bytes of the
+ * reduced element; shardlab's gpt.c reduces fp32). */
+double theory_tp_layer_bytes(const struct theory_model *m, double b, int t, double w_act, enum theory_recompute r,
+                             bool sequence_parallel);
 /* Pipeline traffic across one stage boundary for one step (forward
- * activations + backward gradients of m micro-batches). */
+ * activations + backward gradients of m micro-batches; each tp rank's
+ * share: with sequence parallelism it sends its s/t slice). The trainer's
+ * send and recv theory (theory_trainer_pp_comm) is half of this per
+ * boundary. */
 double theory_pp_boundary_bytes(const struct theory_model *m, double b, double m_micro, int t,
                                 bool sequence_parallel, double w_act);
 

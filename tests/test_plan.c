@@ -160,12 +160,26 @@ static void test_comm_volumes(void **state) {
     load(&c, "configs/llama3-70b.conf");
     theory_model_from_config(&m, &c);
     double bsh = 2.0 * 8192 * 8192;
-    assert_near(theory_tp_layer_bytes(&m, 2, 4, 2, THEORY_RECOMPUTE_NONE), 8 * bsh * 3.0 / 4 * 2, 1e-12);
+    assert_near(theory_tp_layer_bytes(&m, 2, 4, 2, THEORY_RECOMPUTE_NONE, false), 8 * bsh * 3.0 / 4 * 2, 1e-12);
     /* full recompute re-runs one g (the attention projection's), not two */
-    assert_near(theory_tp_layer_bytes(&m, 2, 4, 2, THEORY_RECOMPUTE_FULL), 10 * bsh * 3.0 / 4 * 2, 1e-12);
-    assert_near(theory_tp_layer_bytes(&m, 2, 4, 2, THEORY_RECOMPUTE_SELECTIVE), 8 * bsh * 3.0 / 4 * 2, 1e-12);
+    assert_near(theory_tp_layer_bytes(&m, 2, 4, 2, THEORY_RECOMPUTE_FULL, false), 10 * bsh * 3.0 / 4 * 2, 1e-12);
+    assert_near(theory_tp_layer_bytes(&m, 2, 4, 2, THEORY_RECOMPUTE_SELECTIVE, false), 8 * bsh * 3.0 / 4 * 2, 1e-12);
     assert_int_equal(theory_tp_layer_allreduces(THEORY_RECOMPUTE_FULL), 5);
+    /* sequence parallelism as gpt.c issues it: 4 reduce-scatters and 6
+     * all-gathers of b s h (the backward gathers ln1 and ln2 again), (t-1)/t
+     * each, and the RMSNorms' gains (2 h fp32) all-reduced: 10/8 of the
+     * all-reduces it replaces plus the gains; full recompute 5 and 8 */
+    double gains = 2.0 * 2 * 8192 * 4 * 3.0 / 4;
+    assert_near(theory_tp_norm_grad_bytes(&m), 2.0 * 8192 * 4, 1e-12);
+    assert_near(theory_tp_layer_bytes(&m, 2, 4, 2, THEORY_RECOMPUTE_NONE, true), 10 * bsh * 3.0 / 4 * 2 + gains,
+                1e-12);
+    assert_near(theory_tp_layer_bytes(&m, 2, 4, 2, THEORY_RECOMPUTE_FULL, true), 13 * bsh * 3.0 / 4 * 2 + gains,
+                1e-12);
+    struct theory_tp_layer_calls k = theory_tp_layer_collectives(THEORY_RECOMPUTE_SELECTIVE, true);
+    assert_int_equal(k.all_reduces, 0), assert_int_equal(k.reduce_scatters, 4);
+    assert_int_equal(k.all_gathers, 6), assert_int_equal(k.norm_all_reduces, 1);
     assert_near(theory_pp_boundary_bytes(&m, 2, 16, 1, false, 2), 2 * 16 * bsh * 2, 1e-12);
+    assert_near(theory_pp_boundary_bytes(&m, 2, 16, 4, true, 2), 2 * 16 * bsh * 2 / 4, 1e-12);
 }
 
 static void test_korthikanti_small(void **state) {

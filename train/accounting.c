@@ -164,37 +164,64 @@ static enum theory_recompute theory_mode(enum recompute_mode r) {
          : r == RECOMPUTE_SELECTIVE ? THEORY_RECOMPUTE_SELECTIVE : THEORY_RECOMPUTE_NONE;
 }
 
+/* Sequence parallelism where it acts: gpt_init ignores it at tp = 1. */
+static bool sp_on(const struct config *c, struct rank_place p) { return c->sequence_parallel && p.tp > 1; }
+
 struct tp_comm_theory theory_trainer_tp_comm(const struct config *c, struct rank_place p) {
     struct model_layout lay = layout_of(c, p);
-    struct tp_comm_theory t = {0};
-    double BT = (double)c->micro_batch * c->seq_len, m = c->grad_accum, n = lay.rank.l1 - lay.rank.l0;
-    double act = BT * c->d_model * 4; /* one (B,T,C) fp32 tensor: f and g reduce fp32 (model/gpt.c) */
+    struct tp_comm_theory t = {.sp = sp_on(c, p)};
+    double B = c->micro_batch, BT = B * c->seq_len, m = c->grad_accum, n = lay.rank.l1 - lay.rank.l0;
+    double act = BT * c->d_model * 4; /* one (B,T,C) fp32 tensor: the conjugates reduce fp32 (model/gpt.c) */
     struct theory_model tm;
     theory_model_from_config(&tm, c);
-    t.layer_all_reduces = theory_tp_layer_allreduces(theory_mode(c->recompute));
-    t.per_layer = theory_tp_layer_bytes(&tm, c->micro_batch, p.tp, 4, theory_mode(c->recompute));
+    enum theory_recompute r = theory_mode(c->recompute);
+    t.layer = theory_tp_layer_collectives(r, t.sp);
+    t.layer_all_reduces = t.layer.all_reduces;
+    t.per_layer = theory_tp_layer_bytes(&tm, c->micro_batch, p.tp, 4, r, t.sp);
     if (p.tp < 2) return t; /* f and g are identities: no calls */
-    double ring = theory_allreduce_bytes(act, p.tp);
-    t.layers = m * n * t.per_layer;
-    t.embedding = lay.rank.has_embed ? m * ring : 0;  /* g after the rows' lookup */
-    t.head = lay.rank.has_head ? m * ring : 0;        /* f's backward: dlnf over the vocabulary slices */
-    t.ce_sum = lay.rank.has_head ? m * theory_allreduce_bytes(2 * BT * 4, p.tp) : 0;
-    t.all_reduce = t.layers + t.embedding + t.head + t.ce_sum;
-    t.all_reduce_max = lay.rank.has_head ? m * theory_allreduce_bytes(BT * 4, p.tp) : 0;
-    t.calls = m * (n * t.layer_all_reduces + lay.rank.has_embed + 2 * lay.rank.has_head);
-    t.calls_max = m * lay.rank.has_head;
+    int E = lay.rank.has_embed, H = lay.rank.has_head;
+    t.ce_sum = H ? m * theory_allreduce_bytes(2 * BT * 4, p.tp) : 0;
+    t.all_reduce_max = H ? m * theory_allreduce_bytes(BT * 4, p.tp) : 0;
+    t.calls_max = m * H;
+    if (!t.sp) {
+        double ring = theory_allreduce_bytes(act, p.tp);
+        t.layers = m * n * t.per_layer;
+        t.embedding = E ? m * ring : 0; /* g after the rows' lookup */
+        t.head = H ? m * ring : 0;      /* f's backward: dlnf over the vocabulary slices */
+        t.all_reduce = t.layers + t.embedding + t.head + t.ce_sum;
+        t.calls = m * (n * t.layer_all_reduces + E + 2 * H);
+        return t;
+    }
+    /* one (B,T,C) reduce-scatter or all-gather: (t-1)/t M, one call per sequence */
+    double chunk = theory_reduce_scatter_bytes(act, p.tp);
+    double rs_layer = t.layer.reduce_scatters, ag_layer = t.layer.all_gathers;
+    double rs = n * rs_layer + E + H, ag = n * ag_layer + E + 2 * H; /* per micro-batch */
+    t.reduce_scatter = m * rs * chunk;
+    t.all_gather = m * ag * chunk;
+    t.calls_reduce_scatter = m * rs * B;
+    t.calls_all_gather = m * ag * B;
+    /* the LayerNorms' gradients: 4C per layer (theory_tp_norm_grad_bytes), 2C the final one's, fp32 */
+    double lnf = 2.0 * c->d_model * 4;
+    t.norm_grads = m * (n * t.layer.norm_all_reduces * theory_allreduce_bytes(theory_tp_norm_grad_bytes(&tm), p.tp) +
+                        H * theory_allreduce_bytes(lnf, p.tp));
+    t.all_reduce = t.norm_grads + t.ce_sum;
+    t.calls = m * (n * t.layer.norm_all_reduces + 2 * H);
+    t.sp_layers = m * n * t.per_layer;
+    t.sp_embedding = E ? m * 2 * chunk : 0;
+    t.sp_head = H ? m * (3 * chunk + theory_allreduce_bytes(lnf, p.tp)) : 0;
     return t;
 }
 
 struct pipe_comm_theory theory_trainer_pp_comm(const struct config *c, struct rank_place p) {
     struct model_layout lay = layout_of(c, p);
-    double act = (double)c->micro_batch * c->seq_len * c->d_model * (c->act_dtype == DTYPE_BF16 ? 2 : 4);
-    double m = c->grad_accum;
-    int boundaries_after = p.pp_rank < p.pp - 1, boundaries_before = p.pp_rank > 0;
-    struct pipe_comm_theory t = {
-        .send = m * act * (boundaries_after + boundaries_before), /* activations on, gradients back */
-        .recv = m * act * (boundaries_after + boundaries_before),
-    };
+    struct theory_model tm;
+    theory_model_from_config(&tm, c);
+    /* one boundary carries the planner's bytes, half each way: activations
+     * on, gradients back (with sp each tp rank its T/tp positions) */
+    double boundary = theory_pp_boundary_bytes(&tm, c->micro_batch, c->grad_accum, p.tp, sp_on(c, p),
+                                               c->act_dtype == DTYPE_BF16 ? 2 : 4);
+    int boundaries = (p.pp_rank < p.pp - 1) + (p.pp_rank > 0);
+    struct pipe_comm_theory t = {.send = boundaries * boundary / 2, .recv = boundaries * boundary / 2};
     if (ties(&lay)) {
         struct tensor_info w = lay.rank.has_embed ? layout_embed_tensor(&lay, EMB_WTE) : layout_head_tensor(&lay, HEAD_WTE);
         t.tie_all_reduce = theory_allreduce_bytes((double)w.numel * (c->grad_dtype == DTYPE_BF16 ? 2 : 4), 2);
@@ -202,46 +229,50 @@ struct pipe_comm_theory theory_trainer_pp_comm(const struct config *c, struct ra
     return t;
 }
 
-
 /* Elements per token of one layer's tensors model/gpt.c keeps (the
  * per-layer block, without the residual stream's input): ln1, res2, ln2
- * whole (3C); qkv 3C/t, atty C/t, fch and gelu 4C/t each (12C/t); and,
- * when `att`, the probabilities NH/t T. */
-static double layer_block_per_token(const struct config *c, int tp, bool att) {
+ * whole (3C), or with sequence parallelism the rank's T/tp positions of
+ * them (3C/t per token of the micro-batch); qkv 3C/t, atty C/t, fch and
+ * gelu 4C/t each (12C/t); and, when `att`, the probabilities NH/t T. */
+static double layer_block_per_token(const struct config *c, int tp, bool sp, bool att) {
     double C = c->d_model, Cl = C / tp, T = c->seq_len;
-    return 3 * C + 12 * Cl + (att ? (double)(c->n_head / tp) * T : 0);
+    return 3 * (sp ? Cl : C) + 12 * Cl + (att ? (double)(c->n_head / tp) * T : 0);
 }
 
 struct activation_theory theory_trainer_activations(const struct config *c, struct rank_place p) {
     struct model_layout lay = layout_of(c, p);
     int tp = lay.rank.tp;
+    bool sp = sp_on(c, p);
     double B = c->micro_batch, T = c->seq_len, C = c->d_model;
     double n = lay.rank.l1 - lay.rank.l0; /* this stage's layers */
     double e = c->act_dtype == DTYPE_BF16 ? 2 : 4, BT = B * T;
+    /* the tokens of the stream a rank holds: B T, or its B T/t with sp */
+    double BTs = sp ? B * (double)(c->seq_len / tp) : BT;
     struct activation_theory a = {0};
     a.slots = schedule_slots(c->schedule, p.pp, p.pp_rank, c->grad_accum);
     /* per token: the layer's input C (the residual stream) and its block
-     * (tp = 1: 15C + NH T, so 16C + NH T); four fp32 LayerNorm statistics */
-    double stats = 4 * 4 * BT, shared = 0;
+     * (tp = 1: 15C + NH T, so 16C + NH T); four fp32 LayerNorm statistics
+     * of the rank's stream tokens */
+    double stats = 4 * 4 * BTs, shared = 0;
     switch (c->recompute) {
     case RECOMPUTE_NONE:
-        a.per_layer = (C + layer_block_per_token(c, tp, true)) * e * BT + stats;
+        a.per_layer = C * e * BTs + layer_block_per_token(c, tp, sp, true) * e * BT + stats;
         break;
     case RECOMPUTE_SELECTIVE: /* no probabilities; one layer's (its NH/t heads) recomputed in fp32 */
-        a.per_layer = (C + layer_block_per_token(c, tp, false)) * e * BT + stats;
+        a.per_layer = C * e * BTs + layer_block_per_token(c, tp, sp, false) * e * BT + stats;
         shared = (double)(c->n_head / tp) * T * 4 * BT;
         break;
     case RECOMPUTE_FULL: /* the layer input only; one layer's block + stats recomputed in fp32 */
-        a.per_layer = C * e * BT;
-        shared = layer_block_per_token(c, tp, true) * 4 * BT + stats;
+        a.per_layer = C * e * BTs;
+        shared = layer_block_per_token(c, tp, sp, true) * 4 * BT + stats;
         break;
     }
     /* the stage's last residual (its output); the last stage: final LN
-     * output (e, whole), its two fp32 stats, fp32 logits over the rank's
-     * Vp/t vocabulary columns, fp32 losses, int32 targets; the first:
-     * int32 inputs */
-    a.head = C * e * BT;
-    if (lay.rank.has_head) a.head += (C * e + 2 * 4 + 4.0 * (lay.shape.Vp / tp) + 4 + 4) * BT;
+     * output (e; whole, or the slice with sp), its two fp32 stats, fp32
+     * logits over the rank's Vp/t vocabulary columns for every token,
+     * fp32 losses, int32 targets; the first: int32 inputs */
+    a.head = C * e * BTs;
+    if (lay.rank.has_head) a.head += (C * e + 2 * 4) * BTs + (4.0 * (lay.shape.Vp / tp) + 4 + 4) * BT;
     if (lay.rank.has_embed) a.head += 4 * BT;
     a.recompute_buffers = shared;
     a.per_slot = n * a.per_layer + a.head;
@@ -249,7 +280,7 @@ struct activation_theory theory_trainer_activations(const struct config *c, stru
     a.total = a.slots * a.per_slot + shared;
     struct theory_model m;
     theory_model_from_config(&m, c);
-    a.korthikanti_layer = theory_activation_layer_bytes(&m, B, tp, false, theory_mode(c->recompute));
+    a.korthikanti_layer = theory_activation_layer_bytes(&m, B, tp, sp, theory_mode(c->recompute));
     a.korthikanti_total = a.slots * (n * a.korthikanti_layer +
                                      (lay.rank.has_head ? theory_activation_output_bytes(&m, B, tp) : 0));
     return a;
@@ -319,6 +350,8 @@ struct scratch_theory theory_trainer_scratch(const struct config *c, struct rank
     double B = c->micro_batch, T = c->seq_len, C = c->d_model, BT = B * T, n = BT * C;
     int tp = lay.rank.tp;
     double NHl = c->n_head / tp, nl = n / tp; /* the rank's heads; a (B,T,C/t) tensor */
+    bool sp = sp_on(c, p);
+    double ns = sp ? nl : n; /* the rank's part of the stream: (B,T,C), or (B,T/t,C) with sp */
     bool bf16_acts = c->act_dtype == DTYPE_BF16;
     struct scratch_theory s = {0};
     s.persistent = (double)layout_num_tensors(&lay) * sizeof(struct opt_segment);
@@ -331,15 +364,18 @@ struct scratch_theory theory_trainer_scratch(const struct config *c, struct rank
     if (c->grad_dtype == DTYPE_BF16 || c->zero >= 2) s.persistent += kinds;
     /* model/gpt.c, at the rank's local sizes: a layer's block widened
      * (bf16, kept in the stores), the residual in and out and the final
-     * LayerNorm output widened (bf16, whole), backward's d residual and C
-     * temp (whole), d fc (4C/t) and d qkv (3C/t), and the attention
-     * backward's T x T score gradient per thread sharing the rank's heads
-     * (model/cpu/attention.c: at most B NH/t threads) */
+     * LayerNorm output widened (bf16; the stream's part), backward's d
+     * residual (the stream's part) and C temp (whole), d fc (4C/t) and
+     * d qkv (3C/t), and the attention backward's T x T score gradient per
+     * thread sharing the rank's heads (model/cpu/attention.c: at most
+     * B NH/t threads); with sp the gathered (B,T,C) and one micro-batch's
+     * LayerNorm gradients (4C), fp32 */
     if (bf16_acts && c->recompute != RECOMPUTE_FULL)
-        s.persistent += layer_block_per_token(c, tp, c->recompute != RECOMPUTE_SELECTIVE) * BT * 4;
-    if (bf16_acts) s.persistent += (lay.rank.has_head ? 3 : 2) * n * 4; /* residual in, out; final LN out */
+        s.persistent += layer_block_per_token(c, tp, sp, c->recompute != RECOMPUTE_SELECTIVE) * BT * 4;
+    if (bf16_acts) s.persistent += (lay.rank.has_head ? 3 : 2) * ns * 4; /* residual in, out; final LN out */
     double head_threads = c->threads < B * NHl ? c->threads : B * NHl;
-    s.persistent += (2 * n + 7 * nl) * 4 + head_threads * T * T * 4;
+    s.persistent += (ns + n + 7 * nl) * 4 + head_threads * T * T * 4;
+    if (sp) s.persistent += (n + 4 * C) * 4;
     s.persistent += 2 * BT * sizeof(int32_t); /* train/trainer.c: the batch's inputs and targets */
     s.persistent += 2.0 * c->grad_accum * sizeof(struct pipe_op); /* parallel/pipeline/schedule.c: the step's order */
     s.persistent += (double)trace_capacity(c) * sizeof(struct trace_event); /* --trace: the recorder's events */

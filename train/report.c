@@ -163,7 +163,7 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
                       "\"psi\":%.0f,\"recompute\":\"%s\"}\n",
                 c->zero, n, c->tp, c->pp, st.psi,
                 c->recompute == RECOMPUTE_NONE ? "none" : c->recompute == RECOMPUTE_FULL ? "full" : "selective");
-    char rule[256];
+    char rule[320];
     double states_theory = 0;
     bool exact = true;
     for (int i = 0; i < st.n; i++) {
@@ -194,10 +194,17 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
         [RECOMPUTE_NONE] = "L ((4 + 12/t) C e + NH/t T e + 16) B T + head (Vp/t logits)",
         [RECOMPUTE_SELECTIVE] = "L ((4 + 12/t) C e + 16) B T + 4 NH/t T B T (one layer) + head (Vp/t logits)",
         [RECOMPUTE_FULL] = "L C e B T + one layer's slice in fp32 + head (Vp/t logits)"};
+    /* with sp also ln1, res2, ln2, the stream, the stats and lnf on T/t positions */
+    static const char *const act_rules_sp[] = {
+        [RECOMPUTE_NONE] = "L ((4 + 12) C e / t + NH/t T e + 16 / t) B T + head (Vp/t logits)",
+        [RECOMPUTE_SELECTIVE] = "L ((4 + 12) C e / t + 16 / t) B T + 4 NH/t T B T (one layer) + head (Vp/t logits)",
+        [RECOMPUTE_FULL] = "L C e B T / t + one layer's slice in fp32 + head (Vp/t logits)"};
+    bool sp = c->sequence_parallel && c->tp > 1;
     snprintf(rule, sizeof rule, "recompute %s: %s%s; Korthikanti%s: %.0f",
              c->recompute == RECOMPUTE_NONE ? "none" : c->recompute == RECOMPUTE_FULL ? "full" : "selective",
-             c->tp > 1 ? act_rules_tp[c->recompute] : act_rules[c->recompute],
-             c->pp > 1 ? ", x the schedule's slots" : "", c->tp > 1 ? " (tensor parallel row)" : "",
+             sp ? act_rules_sp[c->recompute] : c->tp > 1 ? act_rules_tp[c->recompute] : act_rules[c->recompute],
+             c->pp > 1 ? ", x the schedule's slots" : "",
+             sp ? " (tensor + sequence parallel row)" : c->tp > 1 ? " (tensor parallel row)" : "",
              at.korthikanti_total);
     own_theory(rule, sizeof rule, c, col, n, activations_of);
     row(out, "activations", col, n, at.total, rule);
@@ -214,7 +221,8 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
     row(out, "comm", col, n, comm_theory, rule);
     if (json) json_rows(json, "comm", ranks, n, MEM_COMM, comm_theory);
     for (int r = 0; r < n; r++) col[r] = ranks[r].live[MEM_SCRATCH];
-    snprintf(rule, sizeof rule, "fp32 unit views and accumulators, widened activations, backward temporaries, ids");
+    snprintf(rule, sizeof rule, "fp32 unit views and accumulators, widened activations, backward temporaries, ids%s",
+             c->sequence_parallel && c->tp > 1 ? ", sp's gathered (B,T,C) and LN grads" : "");
     own_theory(rule, sizeof rule, c, col, n, scratch_of);
     row(out, "scratch", col, n, scratch_of(c, rank_place_of(c, n, 0)), rule);
     rss_rows(out, json, ranks, n, col);
@@ -287,7 +295,8 @@ static double comm_theory_of(const struct config *c, struct rank_place p, int g,
     }
     if (g == GROUP_TP) {
         struct tp_comm_theory t = theory_trainer_tp_comm(c, p);
-        return k == COLL_ALL_REDUCE ? t.all_reduce : k == COLL_ALL_REDUCE_MAX ? t.all_reduce_max : -1;
+        return k == COLL_ALL_REDUCE ? t.all_reduce : k == COLL_ALL_REDUCE_MAX ? t.all_reduce_max
+             : k == COLL_REDUCE_SCATTER ? t.reduce_scatter : k == COLL_ALL_GATHER ? t.all_gather : -1;
     }
     struct pipe_comm_theory q = theory_trainer_pp_comm(c, p);
     if (g == GROUP_PP) return k == COLL_SEND ? q.send : k == COLL_RECV ? q.recv : -1;
@@ -322,13 +331,23 @@ static void comm_group_rows(FILE *out, FILE *json, const struct trainer *tr, con
         calls /= steps;
         if (k == COLL_SCALAR) snprintf(rule, sizeof rule, "loss and gradient norm (8 B each), not model traffic");
         else if (k == COLL_SEND && g == GROUP_PP)
-            snprintf(rule, sizeof rule, "%.1f calls per step; m x B T C e per boundary", calls);
+            snprintf(rule, sizeof rule, "%.1f calls per step; m x B T C e per boundary%s", calls,
+                     tr->cfg->sequence_parallel && tr->cfg->tp > 1 ? " / t (sp: the rank's T/t positions)" : "");
         else if (k == COLL_SEND) snprintf(rule, sizeof rule, "%.1f calls per step; payload n x dtype size", calls);
         else if (k == COLL_RECV) snprintf(rule, sizeof rule, "%.1f calls per step; payload received, not sent", calls);
         else if (g == GROUP_TIE && k == COLL_ALL_REDUCE) snprintf(rule, sizeof rule, "%.1f calls per step; tied wte's gradient, Vp C w_g", calls);
+        else if (g == GROUP_TP && k == COLL_ALL_REDUCE && tt.sp)
+            snprintf(rule, sizeof rule, "%.1f calls per step (rank 0: %.0f); m (n LN grads 4C + head's LN 2C + CE "
+                     "2 B T) x 4", calls, tt.calls);
         else if (g == GROUP_TP && k == COLL_ALL_REDUCE)
             snprintf(rule, sizeof rule, "%.1f calls per step (rank 0: %.0f); m (%d n + embedding + head + CE) of "
                      "B T C x 4 (CE: 2 B T x 4)", calls, tt.calls, tt.layer_all_reduces);
+        else if (g == GROUP_TP && k == COLL_REDUCE_SCATTER)
+            snprintf(rule, sizeof rule, "%.1f calls per step (rank 0: %.0f); sp: m (%d n + embedding + head) of "
+                     "B T C x 4, B calls each", calls, tt.calls_reduce_scatter, tt.layer.reduce_scatters);
+        else if (g == GROUP_TP && k == COLL_ALL_GATHER)
+            snprintf(rule, sizeof rule, "%.1f calls per step (rank 0: %.0f); sp: m (%d n + embedding + 2 head) of "
+                     "B T C x 4, B calls each", calls, tt.calls_all_gather, tt.layer.all_gathers);
         else if (g == GROUP_TP && k == COLL_ALL_REDUCE_MAX)
             snprintf(rule, sizeof rule, "%.1f calls per step; m x the cross-entropy's row maxima, B T x 4", calls);
         else snprintf(rule, sizeof rule, "%.1f calls per step", calls);

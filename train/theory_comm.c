@@ -39,14 +39,36 @@ double theory_dp_step_bytes(double psi, double w_p, double w_g, int stage, int N
  * which starts from dL/d(output), so model/gpt.c skips that GEMM and its g.
  * One g is repeated, not two: 5 (counting 6, as "the forward again" would,
  * overstates this code's traffic by a fifth). Selective recomputation of
- * core attention is local to each head shard and adds none. Sequence
- * parallelism replaces each all-reduce by reduce-scatter + all-gather of
- * the same volume. */
+ * core attention is local to each head shard and adds none. */
 int theory_tp_layer_allreduces(enum theory_recompute r) { return r == THEORY_RECOMPUTE_FULL ? 5 : 4; }
 
-double theory_tp_layer_bytes(const struct theory_model *m, double b, int t, double w_act, enum theory_recompute r) {
+/* Sequence parallelism (Korthikanti et al. 2022 §4.2.2, Fig. 5): each g
+ * becomes g-bar (reduce-scatter forward, all-gather backward), each f
+ * becomes g (all-gather forward, reduce-scatter backward), together the
+ * volume of the all-reduces they replace, as the paper says. gpt.c keeps
+ * only its s/t slice of ln1 and ln2, so the backward's weight-gradient
+ * GEMMs gather them again: 2 more all-gathers (the paper's "tensor +
+ * sequence parallel" activation row assumes the same re-gather). Full
+ * recompute's forward up to the GELU adds 2 g and 1 g-bar. The norms'
+ * weight and bias gradients of a slice are partial sums: one all-reduce
+ * per layer (model/conjugates.c). Forward 2 RS + 2 AG; backward 2 RS +
+ * 4 AG. */
+struct theory_tp_layer_calls theory_tp_layer_collectives(enum theory_recompute r, bool sequence_parallel) {
+    bool full = r == THEORY_RECOMPUTE_FULL;
+    if (!sequence_parallel) return (struct theory_tp_layer_calls){.all_reduces = theory_tp_layer_allreduces(r)};
+    return (struct theory_tp_layer_calls){.reduce_scatters = full ? 5 : 4, .all_gathers = full ? 8 : 6,
+                                          .norm_all_reduces = 1};
+}
+
+double theory_tp_norm_grad_bytes(const struct theory_model *m) { return 2.0 * (m->rmsnorm ? 1 : 2) * m->h * 4; }
+
+double theory_tp_layer_bytes(const struct theory_model *m, double b, int t, double w_act, enum theory_recompute r,
+                             bool sequence_parallel) {
     const double M = b * m->s * (double)m->h * w_act;
-    return theory_tp_layer_allreduces(r) * theory_allreduce_bytes(M, t);
+    struct theory_tp_layer_calls k = theory_tp_layer_collectives(r, sequence_parallel);
+    return k.all_reduces * theory_allreduce_bytes(M, t) + k.reduce_scatters * theory_reduce_scatter_bytes(M, t) +
+           k.all_gathers * theory_allgather_bytes(M, t) +
+           k.norm_all_reduces * theory_allreduce_bytes(theory_tp_norm_grad_bytes(m), t);
 }
 
 /* Narayanan et al. 2021 §3.2: each micro-batch sends b s h elements forward

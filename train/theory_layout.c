@@ -50,7 +50,7 @@ struct theory_layout_eval theory_layout_evaluate(const struct theory_model *m, c
     const double bw = cl->link_bandwidth > 0 ? cl->link_bandwidth : INFINITY;
     const double layers = ceil((double)m->L / p);
     e.dp_comm_s = theory_dp_step_bytes(e.psi_device, dt->w_p, dt->w_g, lay->zero_stage, d, mm) / bw;
-    e.tp_comm_s = layers * mm * theory_tp_layer_bytes(m, b, t, dt->w_act, lay->recompute) / bw;
+    e.tp_comm_s = layers * mm * theory_tp_layer_bytes(m, b, t, dt->w_act, lay->recompute, lay->sequence_parallel) / bw;
     e.pp_comm_s = p > 1 ? theory_pp_boundary_bytes(m, b, mm, t, lay->sequence_parallel, dt->w_act) / bw : 0.0;
     e.comm_s = e.dp_comm_s + e.tp_comm_s + e.pp_comm_s;
     e.comm_bound = e.comm_s > e.compute_s;

@@ -13,7 +13,14 @@
  *     factor (t-1)/t is not a binary fraction at t = 3).
  * V = 300 is padded to 128 t rows, so the last tp ranks hold padding rows
  * (at tp 4 rank 3 holds nothing else): the state theory must count each
- * rank's own. Every recompute mode and both activation dtypes appear. */
+ * rank's own. Every recompute mode and both activation dtypes appear.
+ * Sequence parallelism (--sequence_parallel 1, seq_len 24 so that 2, 3 and
+ * 4 divide it) the same way: tp = N with every recompute mode, tp 2 x pp 2
+ * (both schedules) and dp 2 x tp 2 at ZeRO 3; there the tp rows are
+ * reduce-scatters and all-gathers (bytes and calls, one call per sequence)
+ * beside the LayerNorm gradients' and the cross-entropy's all-reduces, and
+ * the pp group's send and recv bytes (the rank's T/tp positions) equal the
+ * theory too. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -43,6 +50,7 @@ struct variant {
     enum recompute_mode recompute;
     enum optimizer_kind optimizer;
     enum schedule_kind schedule;
+    bool sp;
 };
 
 static void config_for(struct config *c, const struct variant *v) {
@@ -56,6 +64,8 @@ static void config_for(struct config *c, const struct variant *v) {
     c->recompute = v->recompute, c->optimizer = v->optimizer;
     c->min_8bit_size = 64;
     c->param_dtype = c->grad_dtype = c->act_dtype = v->dt;
+    c->sequence_parallel = v->sp;
+    if (v->sp) c->seq_len = 24; /* divisible by tp 2, 3 and 4 */
     snprintf(c->train_data, sizeof c->train_data, "%s", SHARD);
     snprintf(c->val_data, sizeof c->val_data, "%s", SHARD);
 }
@@ -99,11 +109,21 @@ static void check_case(const struct variant *v) {
     struct tp_comm_theory tt = theory_trainer_tp_comm(&c, p);
     const struct comm_counters *k = &g.tp_comm.counters;
     double ar = k->bytes[COLL_ALL_REDUCE] / STEPS, arm = k->bytes[COLL_ALL_REDUCE_MAX] / STEPS;
+    double rs = k->bytes[COLL_REDUCE_SCATTER] / STEPS, ag = k->bytes[COLL_ALL_GATHER] / STEPS;
     ok = ok && k->calls[COLL_ALL_REDUCE] == (long)(tt.calls * STEPS) && k->calls[COLL_ALL_REDUCE_MAX] == (long)(tt.calls_max * STEPS);
-    ok = ok && near(ar, tt.all_reduce) && near(arm, tt.all_reduce_max);
-    ok = ok && k->bytes[COLL_ALL_GATHER] == 0 && k->bytes[COLL_REDUCE_SCATTER] == 0;
-    /* the tp rows are not zero by accident: the group really moved bytes */
-    ok = ok && ar > 0;
+    ok = ok && k->calls[COLL_REDUCE_SCATTER] == (long)(tt.calls_reduce_scatter * STEPS) &&
+         k->calls[COLL_ALL_GATHER] == (long)(tt.calls_all_gather * STEPS);
+    ok = ok && near(ar, tt.all_reduce) && near(arm, tt.all_reduce_max) && near(rs, tt.reduce_scatter) &&
+         near(ag, tt.all_gather);
+    /* the tp rows are not zero by accident: the group really moved bytes,
+     * and sequence parallelism really ran (no reduce-scatter without it) */
+    ok = ok && ar > 0 && tt.sp == v->sp && (v->sp ? rs > 0 && ag > 0 : rs == 0 && ag == 0);
+    /* the pipeline's traffic per step (with sp each tp rank's T/tp
+     * positions), over the pp group's counters */
+    struct pipe_comm_theory pt = theory_trainer_pp_comm(&c, p);
+    const struct comm_counters *q = &g.pp_comm.counters;
+    double sent = q->bytes[COLL_SEND] / STEPS, recv = q->bytes[COLL_RECV] / STEPS;
+    ok = ok && sent == pt.send && recv == pt.recv && (v->pp > 1) == (sent > 0);
     /* Psi, not only the bytes (a category's bytes are Psi + padding
      * whatever the split): over the tp group the ranks' real parameters add
      * up to the stage's Psi at tp 1 plus t - 1 extra copies of the
@@ -120,12 +140,15 @@ static void check_case(const struct variant *v) {
     ok = ok && sums[0] - (v->tp - 1) * replicated == stage_psi;
     struct vocab_rows vr = rank_vocab_rows(lay);
     if (!ok || WORLD_RANK == WORLD_SIZE - 1)
-        printf("  dp %d x tp %d x pp %d, ZeRO-%d, %s, recompute %s, rank %d (vocab [%d, %d), %d padding): "
-               "activations %.0f (theory %.0f), scratch %.0f (%.0f), comm %.0f (%.0f), gemm %.6e (%.6e), "
-               "attention %.6e (%.6e), Psi over tp %.0f (stage %.0f + %d x %.0f replicated), tp all-reduce %.1f B %ld calls (%.1f B, %.0f calls), max %.1f (%.1f): %s\n",
-               p.dp, v->tp, v->pp, v->zero, v->dt == DTYPE_BF16 ? "bf16" : "fp32", v->recompute == RECOMPUTE_NONE ? "none" : v->recompute == RECOMPUTE_FULL ? "full" : "selective", WORLD_RANK,
-               vr.v0, vr.v1, vr.padding, act, act_th, scr, scr_th, comm, comm_th, gemm, ft.gemm, att, ft.attention, sums[0], stage_psi, v->tp - 1, replicated, ar,
-               k->calls[COLL_ALL_REDUCE] / STEPS, tt.all_reduce, tt.calls, arm, tt.all_reduce_max, ok ? "ok" : "FAILED");
+        printf("  dp %d x tp %d x pp %d%s, ZeRO-%d, %s, recompute %s, rank %d (vocab [%d, %d), %d padding): "
+               "activations %.0f (theory %.0f, Korthikanti %.0f), scratch %.0f (%.0f), comm %.0f (%.0f), gemm %.6e (%.6e), "
+               "attention %.6e (%.6e), Psi over tp %.0f (stage %.0f + %d x %.0f replicated), tp all-reduce %.1f B %ld calls (%.1f B, %.0f calls), max %.1f (%.1f), "
+               "reduce-scatter %.1f B %ld calls (%.1f B, %.0f calls), all-gather %.1f B %ld calls (%.1f B, %.0f calls), pp sent %.0f recv %.0f (%.0f, %.0f): %s\n",
+               p.dp, v->tp, v->pp, v->sp ? " + sp" : "", v->zero, v->dt == DTYPE_BF16 ? "bf16" : "fp32", v->recompute == RECOMPUTE_NONE ? "none" : v->recompute == RECOMPUTE_FULL ? "full" : "selective", WORLD_RANK,
+               vr.v0, vr.v1, vr.padding, act, act_th, theory_trainer_activations(&c, p).korthikanti_total, scr, scr_th, comm, comm_th, gemm, ft.gemm, att, ft.attention, sums[0], stage_psi, v->tp - 1, replicated, ar,
+               k->calls[COLL_ALL_REDUCE] / STEPS, tt.all_reduce, tt.calls, arm, tt.all_reduce_max,
+               rs, k->calls[COLL_REDUCE_SCATTER] / STEPS, tt.reduce_scatter, tt.calls_reduce_scatter,
+               ag, k->calls[COLL_ALL_GATHER] / STEPS, tt.all_gather, tt.calls_all_gather, sent, recv, pt.send, pt.recv, ok ? "ok" : "FAILED");
     trainer_close(&tr);
     grid_free(&g);
     assert_true(all_ok(ok));
@@ -170,6 +193,44 @@ static void test_dp2_tp2(void **s) {
     check_case(&z1);
 }
 
+/* Sequence parallelism over tp = N: every recompute mode, both dtypes. */
+static struct variant sp_all(enum dtype dt, enum recompute_mode r) {
+    struct variant v = tp_all(dt, r);
+    v.sp = true;
+    return v;
+}
+
+static void test_sp_none_bf16(void **s) { (void)s; struct variant v = sp_all(DTYPE_BF16, RECOMPUTE_NONE); check_case(&v); }
+static void test_sp_selective_bf16(void **s) {
+    (void)s;
+    struct variant v = sp_all(DTYPE_BF16, RECOMPUTE_SELECTIVE);
+    check_case(&v);
+}
+static void test_sp_full_fp32(void **s) { (void)s; struct variant v = sp_all(DTYPE_FP32, RECOMPUTE_FULL); check_case(&v); }
+
+/* 4 ranks: tp 2 x pp 2 with sp, both schedules (the boundary carries the
+ * rank's (B,T/2,C)). */
+static void test_sp_tp2_pp2(void **s) {
+    (void)s;
+    if (WORLD_SIZE != 4) skip();
+    struct variant a = {.tp = 2, .pp = 2, .dt = DTYPE_BF16, .recompute = RECOMPUTE_FULL, .optimizer = OPTIM_ADAMW,
+                        .schedule = SCHEDULE_GPIPE, .sp = true};
+    check_case(&a);
+    struct variant b = {.tp = 2, .pp = 2, .zero = 1, .dt = DTYPE_FP32, .recompute = RECOMPUTE_SELECTIVE,
+                        .optimizer = OPTIM_ADAMW, .schedule = SCHEDULE_1F1B, .sp = true};
+    check_case(&b);
+}
+
+/* 4 ranks: dp 2 x tp 2 with sp, ZeRO 3 (gathered units and buckets beside
+ * sp's scratch). */
+static void test_sp_dp2_tp2_zero3(void **s) {
+    (void)s;
+    if (WORLD_SIZE != 4) skip();
+    struct variant z3 = {.tp = 2, .pp = 1, .zero = 3, .dt = DTYPE_BF16, .recompute = RECOMPUTE_NONE,
+                         .optimizer = OPTIM_ADAMW, .sp = true};
+    check_case(&z3);
+}
+
 static int setup(void **state) {
     (void)state;
     omp_set_num_threads(1);
@@ -189,7 +250,9 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tp_none_bf16),  cmocka_unit_test(test_tp_selective_fp32),
         cmocka_unit_test(test_tp_full_bf16),  cmocka_unit_test(test_tp2_pp2),
-        cmocka_unit_test(test_dp2_tp2),
+        cmocka_unit_test(test_dp2_tp2),       cmocka_unit_test(test_sp_none_bf16),
+        cmocka_unit_test(test_sp_selective_bf16), cmocka_unit_test(test_sp_full_fp32),
+        cmocka_unit_test(test_sp_tp2_pp2),    cmocka_unit_test(test_sp_dp2_tp2_zero3),
     };
     int failed = cmocka_run_group_tests(tests, setup, teardown);
     MPI_Finalize();

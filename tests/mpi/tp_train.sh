@@ -4,7 +4,8 @@
 # (within 1e-5; fp32 params, grads and activations), so does --tp 2
 # --sequence_parallel 1, and a model that tp cannot split (or a seq_len
 # that sequence parallelism cannot) is refused with the numbers named and
-# a non-zero exit.
+# a non-zero exit. Both tp runs' tables (memory, FLOPs, the [tp] rows)
+# equal each rank's own theory.
 # Usage: tests/mpi/tp_train.sh BUILD_DIR
 set -u
 build=${1:-build}
@@ -40,6 +41,20 @@ if grep -q "\bNO\b" "$tmp/tp2.out" || ! grep -q "^  all-reduce .*B T C x 4.*ever
     echo "!! tp 2 tables differ from their theory:"; grep -E "NO|GEMMs|all-reduce" "$tmp/tp2.out"; fails=$((fails + 1))
 else
     echo "tp 2 tables: every rank = its own theory (memory, GEMM FLOPs, tp all-reduces)"
+fi
+# the sp run's tables: every rank equals its own theory too (activations and
+# scratch on T/tp positions, the [tp] reduce-scatter and all-gather rows
+# beside the LayerNorm gradients' all-reduce); no row says NO
+if grep -q "\bNO\b" "$tmp/sp2.out" ||
+   ! grep -q "^  reduce-scatter .*sp: m (4 n + embedding + head).*every rank = own: yes" "$tmp/sp2.out" ||
+   ! grep -q "^  all-gather .*sp: m (6 n + embedding + 2 head).*every rank = own: yes" "$tmp/sp2.out" ||
+   ! grep -q "^  all-reduce .*LN grads.*every rank = own: yes" "$tmp/sp2.out" ||
+   ! grep -q "^  activations .*tensor + sequence parallel row.*every rank = its own theory: yes" "$tmp/sp2.out" ||
+   ! awk '/^  (layer|attn) GEMMs/ { n++; if ($3 != $4) bad = 1 } END { exit !(n == 2 && !bad) }' "$tmp/sp2.out"; then
+    echo "!! tp 2 + sp tables differ from their theory:"
+    grep -E "NO|GEMMs|all-reduce|reduce-scatter|all-gather|activations  " "$tmp/sp2.out"; fails=$((fails + 1))
+else
+    echo "tp 2 + sp tables: every rank = its own theory (memory, GEMM FLOPs, tp reduce-scatter, all-gather, all-reduce)"
 fi
 # --explain: tp rank 1 holds vocabulary rows [256, 512), 212 of them padding (V = 300), and heads 2..3
 if ! timeout 60 "${mpi[@]}" -np 2 "$build/train" "${args[@]}" --tp 2 --steps 1 --vocab_size 300 --explain 1 \
