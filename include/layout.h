@@ -92,6 +92,8 @@ struct tensor_info {
     int full_rows, full_cols;
     enum tp_split split;
     size_t ref_offset;    /* offset of the whole tensor in the reference numbering */
+    int sections;         /* equal blocks along the split dimension (QKV: q, k, v); 1 for the rest. A
+                           * rank's slice holds its part of each, one after the other */
 };
 
 struct model_layout {

@@ -1,8 +1,8 @@
 /* The optimizer's view of a rank's work: every (tensor ∩ update range) in
  * unit order. The update range of a unit is the whole unit at ZeRO-0 and
  * this rank's slice otherwise, so a segment never crosses a tensor (weight
- * decay and 8-bit eligibility are per tensor) nor a shard boundary (8-bit
- * blocks start at a segment's first element). The engine walks these to
+ * decay and 8-bit eligibility are per tensor), a section of one (QKV's q, k,
+ * v) nor a shard boundary (8-bit blocks start at a segment's first element). The engine walks these to
  * update; the accounting walks the same list to predict the bytes. */
 #ifndef SHARDLAB_SEGMENTS_H
 #define SHARDLAB_SEGMENTS_H
@@ -36,8 +36,13 @@ struct opt_segments {
     size_t n_q, n_blocks, n_f32; /* adamw8bit state sizes */
 };
 
-/* Fills s over `table`, which has room for layout_num_tensors(lay)
- * segments (a rank has at most one per tensor); the caller owns it. */
+/* Segments at most: one per tensor section (QKV's q, k and v are cut
+ * apart, so an 8-bit block never mixes them: their gradients differ by
+ * orders of magnitude, and at tp > 1 a rank's q, k and v slices need not
+ * be multiples of a block). */
+size_t opt_segments_capacity(const struct model_layout *lay);
+/* Fills s over `table`, which has room for opt_segments_capacity(lay)
+ * segments; the caller owns it. */
 void opt_segments_build(struct opt_segments *s, struct opt_segment *table, const struct model_layout *lay,
                         const struct shard_layout *sh, int stage, const struct optim_options *o);
 

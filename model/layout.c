@@ -163,7 +163,7 @@ static struct tensor_info make(const struct model_layout *lay, struct shape2d fu
                                int id, int layer, size_t offset, size_t ref_offset) {
     struct shape2d d = local_shape(full, lay->rank.tp);
     return (struct tensor_info){d.name, unit,      kind,      id,         layer,      offset, numel(d), d.rows,
-                                d.cols, full.rows, full.cols, full.split, ref_offset};
+                                d.cols, full.rows, full.cols, full.split, ref_offset, full.sections};
 }
 
 struct tensor_info layout_embed_tensor(const struct model_layout *lay, enum embed_tensor t) {

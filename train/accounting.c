@@ -97,7 +97,7 @@ struct state_theory theory_trainer_states(const struct config *c, struct rank_pl
         struct opt_segments g;
         struct optim_options o = {.kind = c->optimizer, .decay_targets = c->decay_targets,
                                   .min_8bit_size = c->min_8bit_size};
-        struct opt_segment *table = malloc((size_t)layout_num_tensors(&lay) * sizeof *table);
+        struct opt_segment *table = malloc(opt_segments_capacity(&lay) * sizeof *table);
         if (!table) { /* theory of a model too big to describe is not worth a crash */
             fprintf(stderr, "error: out of memory for the segment table of the 8-bit theory\n");
             exit(1);
@@ -354,7 +354,7 @@ struct scratch_theory theory_trainer_scratch(const struct config *c, struct rank
     double ns = sp ? nl : n; /* the rank's part of the stream: (B,T,C), or (B,T/t,C) with sp */
     bool bf16_acts = c->act_dtype == DTYPE_BF16;
     struct scratch_theory s = {0};
-    s.persistent = (double)layout_num_tensors(&lay) * sizeof(struct opt_segment);
+    s.persistent = (double)opt_segments_capacity(&lay) * sizeof(struct opt_segment);
     /* parallel/engine.c: one fp32 view and one fp32 accumulator per unit kind */
     double kinds = 0;
     int units[] = {layout_embed_unit(&lay), layout_head_unit(&lay), layout_kind_unit(&lay, UNIT_LAYER)};

@@ -10,6 +10,12 @@ static void update_range(const struct model_layout *lay, const struct shard_layo
     }
 }
 
+size_t opt_segments_capacity(const struct model_layout *lay) {
+    size_t n = 0;
+    for (int t = 0; t < layout_num_tensors(lay); t++) n += (size_t)layout_tensor(lay, t).sections;
+    return n;
+}
+
 void opt_segments_build(struct opt_segments *s, struct opt_segment *table, const struct model_layout *lay,
                         const struct shard_layout *sh, int stage, const struct optim_options *o) {
     s->n = 0;
@@ -17,28 +23,31 @@ void opt_segments_build(struct opt_segments *s, struct opt_segment *table, const
     s->seg = table;
     for (int t = 0; t < layout_num_tensors(lay); t++) {
         struct tensor_info ti = layout_tensor(lay, t);
-        size_t lo, hi, base = layout_unit_offset(lay, ti.unit);
+        size_t lo, hi, base = layout_unit_offset(lay, ti.unit), section = ti.numel / (size_t)ti.sections;
         update_range(lay, sh, stage, ti.unit, &lo, &hi);
-        size_t a = ti.offset - base, b = a + ti.numel;
-        if (a < lo) a = lo;
-        if (b > hi) b = hi;
-        if (a >= b) continue;
-        struct opt_segment *g = &s->seg[s->n++];
-        size_t state_at = stage == 0 ? shard_padded_offset(sh, ti.unit) + a
-                                     : shard_offset(sh, ti.unit) + (a - (size_t)sh->rank * shard_unit_chunk(sh, ti.unit));
-        *g = (struct opt_segment){.unit = ti.unit, .lo = a, .hi = b, .state_at = state_at,
-                                  .global = layout_ref_index(lay, &ti, a - (ti.offset - base))};
-        g->decay = o->decay_targets == DECAY_ALL || tensor_is_matrix(&ti);
-        g->tp_replicated = ti.split == SPLIT_REPLICATED;
-        g->quantized = o->kind == OPTIM_ADAMW8BIT && ti.numel >= (size_t)o->min_8bit_size;
-        if (g->quantized) {
-            g->q_offset = s->n_q;
-            g->block_offset = s->n_blocks;
-            s->n_q += b - a;
-            s->n_blocks += (b - a + OPT8_BLOCK - 1) / OPT8_BLOCK;
-        } else {
-            g->f32_offset = s->n_f32;
-            s->n_f32 += b - a;
+        for (int k = 0; k < ti.sections; k++) {
+            size_t a = ti.offset - base + (size_t)k * section, b = a + section;
+            if (a < lo) a = lo;
+            if (b > hi) b = hi;
+            if (a >= b) continue;
+            struct opt_segment *g = &s->seg[s->n++];
+            size_t state_at = stage == 0 ? shard_padded_offset(sh, ti.unit) + a
+                                         : shard_offset(sh, ti.unit) +
+                                               (a - (size_t)sh->rank * shard_unit_chunk(sh, ti.unit));
+            *g = (struct opt_segment){.unit = ti.unit, .lo = a, .hi = b, .state_at = state_at,
+                                      .global = layout_ref_index(lay, &ti, a - (ti.offset - base))};
+            g->decay = o->decay_targets == DECAY_ALL || tensor_is_matrix(&ti);
+            g->tp_replicated = ti.split == SPLIT_REPLICATED;
+            g->quantized = o->kind == OPTIM_ADAMW8BIT && ti.numel >= (size_t)o->min_8bit_size;
+            if (g->quantized) {
+                g->q_offset = s->n_q;
+                g->block_offset = s->n_blocks;
+                s->n_q += b - a;
+                s->n_blocks += (b - a + OPT8_BLOCK - 1) / OPT8_BLOCK;
+            } else {
+                g->f32_offset = s->n_f32;
+                s->n_f32 += b - a;
+            }
         }
     }
 }

@@ -32,7 +32,7 @@ int zero_init(struct zero *z, const struct zero_options *o, const struct model_l
     *z = (struct zero){.o = *o, .lay = lay, .dp = dp, .mem = mem, .space = space, .flops = flops};
     shard_layout_init(&z->sh, lay, dp->size, dp->rank);
     struct opt_segment *table = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "optimizer segment table",
-                                          (size_t)layout_num_tensors(lay) * sizeof *table);
+                                          opt_segments_capacity(lay) * sizeof *table);
     if (!table) return -1; /* the tracker holds the message */
     opt_segments_build(&z->segs, table, lay, &z->sh, o->stage, &o->optim);
     size_t full = z->sh.total_padded, shard = z->sh.total_shard;
@@ -236,7 +236,7 @@ int zero_raw_block_table(struct zero *z, size_t *first) {
     } else {
         /* every rank's segments, as that rank builds them */
         struct opt_segment *table = mem_alloc(z->mem, MEM_HOST, MEM_SCRATCH, "8-bit block table (one rank's segments)",
-                                              (size_t)layout_num_tensors(z->lay) * sizeof *table);
+                                              opt_segments_capacity(z->lay) * sizeof *table);
         if (!table) return -1;
         for (int r = 0; r < R; r++) {
             struct shard_layout sh;
