@@ -23,12 +23,13 @@ struct rank_place rank_place_of(const struct config *c, int world, int world_ran
 void rank_place_layout(const struct config *c, struct rank_place p, struct model_layout *lay) {
     struct model_shape shape = {.L = c->n_layer, .C = c->d_model, .NH = c->n_head, .T = c->seq_len,
                                 .maxT = c->max_seq_len, .V = c->vocab_size};
-    int counts[PIPELINE_MAX_STAGES];
+    int counts[PIPELINE_MAX_STAGES * RANK_MAX_CHUNKS], v = config_chunks(c);
     char err[256];
-    bool given = c->pp_layers[0] && pipeline_parse_layers(c->pp_layers, p.pp, c->n_layer, counts, err, sizeof err) == 0;
+    bool given = c->pp_layers[0] &&
+                 pipeline_parse_layers(c->pp_layers, p.pp * v, c->n_layer, counts, err, sizeof err) == 0;
     struct rank_desc d;
     /* a place the trainer would refuse has no layout of its own: the whole model stands in */
-    if (pipeline_rank_desc(c->n_layer, p.pp, p.pp_rank, p.tp, p.tp_rank, given ? counts : NULL, &d) != 0 ||
+    if (pipeline_rank_desc_v(c->n_layer, p.pp, v, p.pp_rank, p.tp, p.tp_rank, given ? counts : NULL, &d) != 0 ||
         layout_init(lay, shape, d) != 0)
         layout_init_whole(lay, shape);
 }
@@ -167,7 +168,7 @@ static enum theory_recompute theory_mode(enum recompute_mode r) {
 struct tp_comm_theory theory_trainer_tp_comm(const struct config *c, struct rank_place p) {
     struct model_layout lay = layout_of(c, p);
     struct tp_comm_theory t = {0};
-    double BT = (double)c->micro_batch * c->seq_len, m = c->grad_accum, n = lay.rank.l1 - lay.rank.l0;
+    double BT = (double)c->micro_batch * c->seq_len, m = c->grad_accum, n = rank_layers(&lay.rank);
     double act = BT * c->d_model * 4; /* one (B,T,C) fp32 tensor: f and g reduce fp32 (model/gpt.c) */
     struct theory_model tm;
     theory_model_from_config(&tm, c);
@@ -190,7 +191,12 @@ struct pipe_comm_theory theory_trainer_pp_comm(const struct config *c, struct ra
     struct model_layout lay = layout_of(c, p);
     double act = (double)c->micro_batch * c->seq_len * c->d_model * (c->act_dtype == DTYPE_BF16 ? 2 : 4);
     double m = c->grad_accum;
-    int boundaries_after = p.pp_rank < p.pp - 1, boundaries_before = p.pp_rank > 0;
+    /* each of the rank's v chunks (virtual stages) has a boundary after it
+     * but the model's last, and one before it but the model's first; the
+     * interleaved schedule's wrap-around (the last rank's chunk c to rank
+     * 0's c + 1) is one of them */
+    int v = config_chunks(c);
+    int boundaries_after = v - (p.pp_rank == p.pp - 1), boundaries_before = v - (p.pp_rank == 0);
     struct pipe_comm_theory t = {
         .send = m * act * (boundaries_after + boundaries_before), /* activations on, gradients back */
         .recv = m * act * (boundaries_after + boundaries_before),
@@ -216,10 +222,13 @@ struct activation_theory theory_trainer_activations(const struct config *c, stru
     struct model_layout lay = layout_of(c, p);
     int tp = lay.rank.tp;
     double B = c->micro_batch, T = c->seq_len, C = c->d_model;
-    double n = lay.rank.l1 - lay.rank.l0; /* this stage's layers */
+    double n = rank_layers(&lay.rank); /* this stage's layers */
     double e = c->act_dtype == DTYPE_BF16 ? 2 : 4, BT = B * T;
     struct activation_theory a = {0};
-    a.slots = schedule_slots(c->schedule, p.pp, p.pp_rank, c->grad_accum);
+    int v = lay.rank.n_chunks;
+    a.slots = v > 1 ? 0 : schedule_slots(c->schedule, p.pp, p.pp_rank, c->grad_accum);
+    for (int ch = 0; v > 1 && ch < v; ch++)
+        a.slots += schedule_chunk_slots(c->schedule, p.pp, p.pp_rank, c->grad_accum, v, ch);
     /* per token: the layer's input C (the residual stream) and its block
      * (tp = 1: 15C + NH T, so 16C + NH T); four fp32 LayerNorm statistics */
     double stats = 4 * 4 * BT, shared = 0;
@@ -240,25 +249,39 @@ struct activation_theory theory_trainer_activations(const struct config *c, stru
      * output (e, whole), its two fp32 stats, fp32 logits over the rank's
      * Vp/t vocabulary columns, fp32 losses, int32 targets; the first:
      * int32 inputs */
-    a.head = C * e * BT;
-    if (lay.rank.has_head) a.head += (C * e + 2 * 4 + 4.0 * (lay.shape.Vp / tp) + 4 + 4) * BT;
-    if (lay.rank.has_embed) a.head += 4 * BT;
+    double out = C * e * BT, head = (C * e + 2 * 4 + 4.0 * (lay.shape.Vp / tp) + 4 + 4) * BT, ids = 4 * BT;
+    a.head = out + (lay.rank.has_head ? head : 0) + (lay.rank.has_embed ? ids : 0);
     a.recompute_buffers = shared;
     a.per_slot = n * a.per_layer + a.head;
-    a.layers = a.slots * n * a.per_layer + shared;
-    a.total = a.slots * a.per_slot + shared;
     struct theory_model m;
     theory_model_from_config(&m, c);
     a.korthikanti_layer = theory_activation_layer_bytes(&m, B, tp, false, theory_mode(c->recompute));
-    a.korthikanti_total = a.slots * (n * a.korthikanti_layer +
-                                     (lay.rank.has_head ? theory_activation_output_bytes(&m, B, tp) : 0));
+    double output = theory_activation_output_bytes(&m, B, tp);
+    if (v == 1) {
+        a.layers = a.slots * n * a.per_layer + shared;
+        a.total = a.slots * a.per_slot + shared;
+        a.korthikanti_total = a.slots * (n * a.korthikanti_layer + (lay.rank.has_head ? output : 0));
+        return a;
+    }
+    /* interleaved: each chunk's slots hold its layers and output, the head
+     * only the last chunk's, the token ids only chunk 0's (model/gpt.c) */
+    a.layers = shared;
+    a.total = shared;
+    for (int ch = 0; ch < v; ch++) {
+        double slots = schedule_chunk_slots(c->schedule, p.pp, p.pp_rank, c->grad_accum, v, ch);
+        double nc = lay.rank.chunk[ch].l1 - lay.rank.chunk[ch].l0;
+        bool head_here = lay.rank.has_head && ch == v - 1, ids_here = lay.rank.has_embed && ch == 0;
+        a.layers += slots * nc * a.per_layer;
+        a.total += slots * (nc * a.per_layer + out + (head_here ? head : 0) + (ids_here ? ids : 0));
+        a.korthikanti_total += slots * (nc * a.korthikanti_layer + (head_here ? output : 0));
+    }
     return a;
 }
 
 struct flop_theory theory_trainer_flops(const struct config *c, struct rank_place p) {
     struct model_layout lay = layout_of(c, p);
     double t = lay.rank.tp;
-    double B = c->micro_batch, T = c->seq_len, C = c->d_model, L = lay.rank.l1 - lay.rank.l0, k = c->grad_accum;
+    double B = c->micro_batch, T = c->seq_len, C = c->d_model, L = rank_layers(&lay.rank), k = c->grad_accum;
     /* the LM head's GEMM, on the last stage: the rank's Vp/t vocabulary columns */
     double Vl = lay.rank.has_head ? (double)(lay.shape.Vp / lay.rank.tp) : 0;
     struct flop_theory f;
