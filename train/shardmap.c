@@ -3,6 +3,7 @@
  * stage, which buffers each rank holds in full and which in part. */
 #include "accounting.h"
 #include "report.h"
+#include "schedule.h"
 #include "shard.h"
 
 static void owned_tensors(FILE *out, const struct model_layout *lay, int unit, size_t lo, size_t hi) {
@@ -42,10 +43,16 @@ static void stage_map(FILE *out, const struct trainer *tr) {
         for (int ch = 0; ch < lay.rank.n_chunks && at_c < sizeof layers; ch++)
             at_c += (size_t)snprintf(layers + at_c, sizeof layers - at_c, "%s%d..%d", ch ? ", " : "",
                                      lay.rank.chunk[ch].l0, lay.rank.chunk[ch].l1 - 1);
-        fprintf(out, "  stage %d: %slayers %s%s, %zu parameters, %d activation slot%s; world ranks", s,
+        char per_chunk[160] = "";
+        at_c = 0;
+        for (int ch = 0; v > 1 && ch < v && at_c < sizeof per_chunk; ch++)
+            at_c += (size_t)snprintf(per_chunk + at_c, sizeof per_chunk - at_c, "%s%d", ch ? " + " : " (per chunk: ",
+                                     schedule_chunk_slots(c->schedule, g->pp, s, c->grad_accum, v, ch));
+        if (v > 1 && at_c < sizeof per_chunk) snprintf(per_chunk + at_c, sizeof per_chunk - at_c, ")");
+        fprintf(out, "  stage %d: %slayers %s%s, %zu parameters, %d activation slot%s%s; world ranks", s,
                 lay.rank.has_embed ? "embedding, " : "", layers,
                 lay.rank.has_head ? (lay.head_wte_copy ? ", head (own copy of wte)" : ", head") : "", lay.total,
-                at.slots, at.slots == 1 ? "" : "s");
+                at.slots, at.slots == 1 ? "" : "s", per_chunk);
         for (int d = 0; d < g->dp; d++)
             for (int t = 0; t < g->tp; t++) fprintf(out, " %d", (s * g->dp + d) * g->tp + t);
         fprintf(out, "\n");
