@@ -71,9 +71,9 @@ bool schedule_runs(enum schedule_kind k, int p, int m, int v);
  * through one of the rank's chunks (0 unless interleaved). */
 enum pipe_op_kind { PIPE_FORWARD, PIPE_BACKWARD };
 struct pipe_op {
-    enum pipe_op_kind kind;
     int micro_batch;
-    int chunk;
+    short chunk;         /* < RANK_MAX_CHUNKS */
+    unsigned char kind;  /* enum pipe_op_kind, in a byte: the op stays 8 bytes, as before chunks */
 };
 /* Operation i (0 <= i < 2 m v) of stage `stage`'s order (v = 1 but for
  * interleaved; the arguments must pass schedule_runs). */

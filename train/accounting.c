@@ -364,7 +364,8 @@ struct scratch_theory theory_trainer_scratch(const struct config *c, struct rank
     double head_threads = c->threads < B * NHl ? c->threads : B * NHl;
     s.persistent += (2 * n + 7 * nl) * 4 + head_threads * T * T * 4;
     s.persistent += 2 * BT * sizeof(int32_t); /* train/trainer.c: the batch's inputs and targets */
-    s.persistent += 2.0 * c->grad_accum * sizeof(struct pipe_op); /* parallel/pipeline/schedule.c: the step's order */
+    /* parallel/pipeline/schedule.c: the step's order, 2 m v operations */
+    s.persistent += 2.0 * c->grad_accum * config_chunks(c) * sizeof(struct pipe_op);
     s.persistent += (double)trace_capacity(c) * sizeof(struct trace_event); /* --trace: the recorder's events */
     if (c->optimizer == OPTIM_ADAMW8BIT) s.persistent += 2.0 * sizeof(struct qmap_index);
     /* parallel/zero/comm.c: stage 0's all-reduce bucket table, one entry per unit at most */

@@ -31,7 +31,8 @@ bool schedule_runs(enum schedule_kind k, int p, int m, int v) {
  * visit the chunks from the last. */
 static struct pipe_op virtual_op(enum pipe_op_kind kind, int p, int v, int i) {
     int chunk = i / p % v, mb = i % p + p * (i / (p * v));
-    return (struct pipe_op){kind, mb, kind == PIPE_FORWARD ? chunk : v - 1 - chunk};
+    return (struct pipe_op){.micro_batch = mb, .chunk = (short)(kind == PIPE_FORWARD ? chunk : v - 1 - chunk),
+                            .kind = (unsigned char)kind};
 }
 
 struct pipe_op schedule_op(enum schedule_kind k, int p, int stage, int m, int v, int i) {
