@@ -76,6 +76,7 @@ struct config {
     int zero, tp, pp;
     bool sequence_parallel; /* tp's LayerNorm/residual regions on T/tp positions (Korthikanti et al. 2022); no-op at tp 1 */
     enum schedule_kind schedule; /* pipeline schedule (include/schedule.h) */
+    int virtual_stages;          /* model chunks per stage: interleaved only (include/pipeline.h) */
     char pp_layers[CONFIG_PATH_LEN]; /* layers per stage, "3,3,2"; "": an even split */
     bool explain;
     bool overlap;          /* collectives behind compute (include/zero.h); 0: the blocking path */
@@ -85,6 +86,12 @@ struct config {
     double peak_flops;
     bool force;            /* go on when the memory check says the run will not fit */
 };
+
+/* Model chunks per pipeline stage: virtual_stages under the interleaved
+ * schedule, 1 under the others (the trainer refuses virtual_stages > 1 there). */
+static inline int config_chunks(const struct config *c) {
+    return c->schedule == SCHEDULE_INTERLEAVED ? c->virtual_stages : 1;
+}
 
 void config_defaults(struct config *c);
 /* Each returns 0, or -1 with a message naming the key (and the valid choices)

@@ -5,6 +5,8 @@
  * accumulator, and after the unit's backward hands that gradient to the
  * model states (include/zero.h), which keep it where the ZeRO stage says.
  *
+ * One call runs one model chunk (include/layout.h) of one micro-batch: a
+ * rank of the interleaved schedule holds several, each a virtual stage.
  * Boundaries: forward takes tokens (first stage) or an incoming activation
  * and yields the loss (last stage) or an outgoing activation; backward
  * takes the loss (set up by the forward's dloss) or an incoming gradient
@@ -34,14 +36,16 @@
 
 struct engine_options {
     int micro_batch;               /* B */
-    int slots;                     /* micro-batches in flight: saved-activation slots */
+    int slots;                     /* micro-batches in flight: saved-activation slots (one chunk) */
+    int chunk_slots[RANK_MAX_CHUNKS]; /* several chunks (the interleaved schedule): each one's slots;
+                                    * all 0: `slots` for the one chunk */
     enum dtype act_dtype;
     enum recompute_mode recompute;
     bool sequence_parallel;        /* Korthikanti et al. 2022 over the tp group (include/gpt.h); tp must
                                     * divide T; a no-op at tp = 1 */
     float init_std;
     struct zero_options zero;      /* .overlap: collectives behind compute (include/zero.h) */
-    int micro_batches;             /* backwards per optimizer step (grad_accum); 0: unknown, so stage 0
+    int micro_batches;             /* backwards per optimizer step (grad_accum x chunks); 0: unknown, so stage 0
                                     * all-reduces at the step rather than during the last backward */
 };
 
@@ -104,8 +108,13 @@ void *engine_stage_input(struct engine *e, int slot);
 size_t engine_stage_numel(const struct engine *e);
 void *engine_stage_output(struct engine *e, int slot);
 
+/* The slot of micro-batch k (0-based in the step) of this rank's chunk c. */
+int engine_chunk_slot(const struct engine *e, int chunk, int k);
+
 void engine_zero_grads(struct engine *e);
-/* Forward of one micro-batch into slot `slot`. dloss: this micro-batch's
+/* Forward of one micro-batch's chunk into slot `slot` (engine_chunk_slot:
+ * the slot names the chunk, whose layers run; the embedding only in chunk
+ * 0 of the first stage, the head only in the last chunk of the last). dloss: this micro-batch's
  * weight in the step's loss (1/(accum x dp)); 0 for a forward only (no
  * backward follows). Last stage: returns the micro-batch's mean loss;
  * other stages write the outgoing activation to x_out (unless NULL) and

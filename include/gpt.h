@@ -9,7 +9,13 @@
  * micro-batch's forward leaves for its backward, so a pipeline schedule can
  * keep several micro-batches in flight. Scratch is shared by all slots.
  *
- * One micro-batch in slot s, on a rank holding layers [l0, l1):
+ * Under the interleaved schedule a rank holds several model chunks
+ * (include/layout.h); every slot belongs to one chunk and holds one
+ * micro-batch of that chunk's layers (gpt_init_chunks), so the functions
+ * below work on the slot's chunk: its layers [l0, l1), the embedding only
+ * in chunk 0, the head only in the last chunk.
+ *
+ * One micro-batch in slot s, of a chunk holding layers [l0, l1):
  *   first stage: gpt_embed_forward(s, w_embed, inputs)
  *   other stages: the incoming activation is written to gpt_stage_input(s)
  *   gpt_layer_forward(s, l, w) for l = l0..l1-1
@@ -88,6 +94,8 @@ struct gpt_slot {
     float *losses;        /* last stage: (B,T) fp32 */
     int32_t *inputs;      /* first stage: (B,T) token ids, for the embedding's backward */
     int32_t *targets;     /* last stage: (B,T) */
+    int chunk;            /* the model chunk whose micro-batch this slot holds */
+    int l0, n_layers;     /* that chunk's first layer and layer count */
 };
 
 enum { GPT_MAX_SLOTS = 64 };
@@ -100,12 +108,13 @@ struct gpt {
     bool sp;              /* sequence parallelism over tp (> 1) ranks */
     int Ts;               /* positions per rank's sequence slice: T/tp with sp, else T */
     int NHl, Cl, Fl;      /* this rank's heads, attention width C/tp, FC width 4C/tp */
-    int n_layers;         /* this rank's layers: lay->rank.l1 - l0 */
+    int n_layers;         /* this rank's layers over all its chunks */
     enum dtype act_dtype;
     enum recompute_mode recompute;
     struct flop_counter *flops;
     int n_slots;
     struct gpt_slot slot[GPT_MAX_SLOTS];
+    int chunk_slot0[RANK_MAX_CHUNKS], chunk_slots[RANK_MAX_CHUNKS]; /* chunk c: slots [slot0, slot0 + slots) */
 
     float *full_stats;    /* full recompute: one layer's STAT_NUM x (B,T), fp32 */
     float *att_recompute; /* selective: one layer's probabilities, fp32 */
@@ -145,7 +154,16 @@ size_t gpt_layer_act_numel_sp(const struct model_shape *s, int B, int tp, bool s
 void gpt_init(struct gpt *m, const struct model_layout *lay, int B, int n_slots, enum dtype act_dtype,
               enum recompute_mode recompute, bool sequence_parallel, struct mem_tracker *mem,
               enum mem_space space, struct flop_counter *flops);
+/* The same with chunk_slots[c] slots for each of the layout's chunks
+ * (their sum at most GPT_MAX_SLOTS): a slot holds its chunk's layers, and
+ * only the last chunk's (on the last stage) the head's tensors, only chunk
+ * 0's (on the first) the token ids. gpt_init is this with one chunk. */
+void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const int *chunk_slots,
+                     enum dtype act_dtype, enum recompute_mode recompute, bool sequence_parallel,
+                     struct mem_tracker *mem, enum mem_space space, struct flop_counter *flops);
 void gpt_free(struct gpt *m, struct mem_tracker *mem);
+/* The slot of micro-batch k of chunk c: slot0 + k mod slots. */
+int gpt_chunk_slot(const struct gpt *m, int chunk, int k);
 
 /* inputs: (B,T) token ids, copied into the slot. */
 void gpt_embed_forward(struct gpt *m, int slot, const float *w_embed, const int32_t *inputs);

@@ -1,13 +1,15 @@
 /* A rank's model: which parameters this rank holds, as flat units.
  *
- * A rank is described by its pipeline stage's layer range [l0, l1), its
- * tensor-parallel index and degree, and whether it holds the embedding
- * and/or the head (struct rank_desc). Its parameters are one flat buffer
- * cut into units, in this order:
+ * A rank is described by the layer ranges it holds (one per model chunk:
+ * one for GPipe and 1F1B, v non-adjacent ones under the interleaved
+ * schedule's virtual stages), its tensor-parallel index and degree, and
+ * whether it holds the embedding and/or the head (struct rank_desc). Its
+ * parameters are one flat buffer cut into units, in this order:
  *
  *   embedding  wte, wpe                       (first stage)
  *   head       lnfw, lnfb [, wte copy]        (last stage)
- *   layer l    ln1w ... fcprojb, l0 <= l < l1 (llm.c's order)
+ *   layer l    ln1w ... fcprojb, for each held layer in ascending order
+ *              (llm.c's order)
  *
  * The LM head is tied to the token embedding: when both sit on one rank the
  * head reads the embedding unit's wte; when they sit on different stages
@@ -39,16 +41,36 @@ struct model_shape {
     int Vp;  /* vocabulary padded to a multiple of 128 (llm.c) */
 };
 
+/* Most model chunks one rank holds (the config's limit on virtual_stages). */
+enum { RANK_MAX_CHUNKS = 16 };
+
+/* Layers [l0, l1). */
+struct layer_range {
+    int l0, l1;
+};
+
 /* What one rank holds. */
 struct rank_desc {
-    int l0, l1;          /* layers [l0, l1) of this pipeline stage */
+    int n_chunks;        /* model chunks (virtual stages) on this rank: 1 unless interleaved */
+    struct layer_range chunk[RANK_MAX_CHUNKS]; /* each chunk's layers, ascending and disjoint */
     int tp_rank, tp;     /* tensor-parallel index and degree */
-    bool has_embed;      /* first stage */
-    bool has_head;       /* last stage */
+    bool has_embed;      /* first stage (in chunk 0) */
+    bool has_head;       /* last stage (in chunk n_chunks - 1) */
 };
 
 /* The whole model on one rank: every layer, tp = 1, embedding and head. */
 struct rank_desc rank_desc_whole(const struct model_shape *s);
+/* One chunk of layers [l0, l1). */
+struct rank_desc rank_desc_range(int l0, int l1, int tp, int tp_rank, bool has_embed, bool has_head);
+
+/* The rank's layers over all its chunks. */
+int rank_layers(const struct rank_desc *r);
+/* The model layer of the rank's i-th held layer (0 <= i < rank_layers). */
+int rank_layer_at(const struct rank_desc *r, int i);
+/* The held layer's index among the rank's layers; -1 when not held. */
+int rank_layer_index(const struct rank_desc *r, int layer);
+/* "E 0-1,4-5 H": the embedding, each chunk's first-last layers, the head. */
+void rank_holds_text(const struct rank_desc *r, char *buf, size_t len);
 
 enum unit_kind { UNIT_EMBED, UNIT_HEAD, UNIT_LAYER };
 
@@ -104,7 +126,7 @@ struct model_layout {
     size_t embed_offset[EMB_NUM_TENSORS], embed_size;
     size_t head_offset[HEAD_NUM_TENSORS], head_size;
     size_t layer_offset[LAYER_NUM_TENSORS], layer_size;
-    int n_units;          /* embedding? + head? + (l1 - l0) */
+    int n_units;          /* embedding? + head? + rank_layers */
     size_t total;         /* this rank's parameters, padding rows of wte included */
     size_t ref_total;     /* the whole model's (the reference numbering) */
 };

@@ -9,7 +9,7 @@
 #include "layout.h"
 
 /* The order of a step's micro-batches over the stages (include/schedule.h). */
-enum schedule_kind { SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_NUM };
+enum schedule_kind { SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED, SCHEDULE_NUM };
 
 const char *schedule_name(enum schedule_kind k);
 
@@ -23,8 +23,17 @@ int pipeline_stage_layers(int L, int pp, int stage, const int *counts, int *l0, 
 
 /* What the rank at (pp_rank, tp_rank) holds. Returns -1 as above. */
 int pipeline_rank_desc(int L, int pp, int pp_rank, int tp, int tp_rank, const int *counts, struct rank_desc *out);
+/* The same with v virtual stages (the interleaved schedule, Narayanan et
+ * al. 2021): the layers are split into pp x v model chunks (evenly, or
+ * counts[j] layers in chunk j: pp x v counts), and rank s holds chunks
+ * s, s + pp, ..., s + (v - 1) pp; chunk 0 (rank 0) holds the embedding,
+ * chunk pp v - 1 (rank pp - 1) the head. v = 1 is pipeline_rank_desc.
+ * Returns -1 when the split is impossible or v is outside 1..RANK_MAX_CHUNKS. */
+int pipeline_rank_desc_v(int L, int pp, int v, int pp_rank, int tp, int tp_rank, const int *counts,
+                         struct rank_desc *out);
 
-/* "3,3,2" into counts[0..pp): exactly pp counts, each from 0 (a stage of
+/* "3,3,2" into counts[0..pp): exactly pp counts (pp x v model chunks'
+ * under the interleaved schedule: the caller passes pp x v), each from 0 (a stage of
  * only the embedding or only the head) to L, summing to L. Returns 0, or -1 with the reason in err. */
 int pipeline_parse_layers(const char *text, int pp, int L, int *counts, char *err, size_t err_len);
 

@@ -101,8 +101,8 @@ static void round_saved(const struct gpt *m, float *p, size_t n) {
     if (acts_bf16(m)) buf_round_bf16(p, n);
 }
 
-/* The residual stream entering local layer i of slot s (i = n_layers: the
- * stage's output), in act_dtype. */
+/* The residual stream entering layer i of slot s's chunk (i = its
+ * n_layers: the chunk's output), in act_dtype. */
 static void *resid_at(struct gpt *m, int s, int i) {
     return (char *)m->slot[s].resid + (size_t)i * btc_l(m) * dtype_size(m->act_dtype);
 }
@@ -148,14 +148,25 @@ static float *lnf_view(struct gpt *m, int s, bool load) {
     return m->work_lnf;
 }
 
-/* One tracked buffer holds a kind of saved tensor for every slot; each
- * slot points at its part. */
+/* Which slots hold a kind of saved tensor: all, or only one chunk's. */
+enum { EVERY_CHUNK = -1 };
+
+/* One tracked buffer holds a kind of saved tensor for every slot that has
+ * it: per_layer bytes per layer of the slot's chunk plus `fixed`; each slot
+ * points at its part (a slot without it at where the next part starts, so
+ * slot 0 always points at the buffer's start, which gpt_free frees). */
 static void *per_slot(struct gpt *m, struct mem_tracker *mem, enum mem_space space, enum mem_category c,
-                      const char *name, size_t bytes, size_t slot_member) {
-    char *p = mem_alloc(mem, space, c, name, bytes * (size_t)m->n_slots);
+                      const char *name, size_t per_layer, size_t fixed, int only_chunk, size_t slot_member) {
+    size_t total = 0;
+    for (int s = 0; s < m->n_slots; s++)
+        if (only_chunk == EVERY_CHUNK || m->slot[s].chunk == only_chunk)
+            total += per_layer * (size_t)m->slot[s].n_layers + fixed;
+    char *p = mem_alloc(mem, space, c, name, total), *at = p;
     for (int s = 0; s < m->n_slots; s++) {
         void **member = (void **)((char *)&m->slot[s] + slot_member);
-        *member = p ? p + (size_t)s * bytes : NULL;
+        *member = at;
+        if (p && (only_chunk == EVERY_CHUNK || m->slot[s].chunk == only_chunk))
+            at += per_layer * (size_t)m->slot[s].n_layers + fixed;
     }
     return p;
 }
@@ -165,22 +176,38 @@ static void *per_slot(struct gpt *m, struct mem_tracker *mem, enum mem_space spa
 void gpt_init(struct gpt *m, const struct model_layout *lay, int B, int n_slots, enum dtype act_dtype,
               enum recompute_mode recompute, bool sequence_parallel, struct mem_tracker *mem,
               enum mem_space space, struct flop_counter *flops) {
+    gpt_init_chunks(m, lay, B, &n_slots, act_dtype, recompute, sequence_parallel, mem, space, flops);
+}
+
+void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const int *chunk_slots,
+                     enum dtype act_dtype, enum recompute_mode recompute, bool sequence_parallel,
+                     struct mem_tracker *mem, enum mem_space space, struct flop_counter *flops) {
     int tp = lay->rank.tp;
     bool sp = sequence_parallel && tp > 1; /* one rank holds the whole sequence: nothing changes */
-    *m = (struct gpt){.lay = lay, .shape = lay->shape, .B = B, .n_layers = lay->rank.l1 - lay->rank.l0,
+    *m = (struct gpt){.lay = lay, .shape = lay->shape, .B = B, .n_layers = rank_layers(&lay->rank),
                       .NHl = lay->shape.NH / tp, .Cl = lay->shape.C / tp, .Fl = 4 * lay->shape.C / tp,
                       .sp = sp, .Ts = sp ? lay->shape.T / tp : lay->shape.T,
-                      .act_dtype = act_dtype, .recompute = recompute, .flops = flops, .n_slots = n_slots};
-    size_t e = dtype_size(act_dtype), n = btc_l(m), L = (size_t)m->n_layers;
+                      .act_dtype = act_dtype, .recompute = recompute, .flops = flops};
+    int head_chunk = lay->rank.has_head ? lay->rank.n_chunks - 1 : -2, embed_chunk = lay->rank.has_embed ? 0 : -2;
+    for (int c = 0; c < lay->rank.n_chunks; c++) {
+        struct layer_range r = lay->rank.chunk[c];
+        m->chunk_slot0[c] = m->n_slots;
+        m->chunk_slots[c] = chunk_slots[c];
+        for (int k = 0; k < chunk_slots[c]; k++)
+            m->slot[m->n_slots++] = (struct gpt_slot){.chunk = c, .l0 = r.l0, .n_layers = r.l1 - r.l0};
+    }
+    size_t e = dtype_size(act_dtype), n = btc_l(m);
     bool full = recompute == RECOMPUTE_FULL;
     enum mem_category A = MEM_ACTIVATIONS;
-    per_slot(m, mem, space, A, "residual stream", (L + 1) * n * e, SLOT_MEMBER(resid));
+    /* the stream: each layer's input, then the chunk's output */
+    per_slot(m, mem, space, A, "residual stream", n * e, n * e, EVERY_CHUNK, SLOT_MEMBER(resid));
     if (full) {
         m->work_acts = mem_alloc(mem, space, A, "recompute buffer (one layer, fp32)", layer_act_total(m) * 4);
         m->full_stats = mem_alloc(mem, space, A, "layernorm stats (one layer, fp32)", STAT_NUM * bt_l(m) * 4);
     } else {
-        per_slot(m, mem, space, A, "layer tensors", L * layer_act_total(m) * e, SLOT_MEMBER(layer_acts));
-        per_slot(m, mem, space, A, "layernorm stats (fp32)", L * STAT_NUM * bt_l(m) * 4, SLOT_MEMBER(layer_stats));
+        per_slot(m, mem, space, A, "layer tensors", layer_act_total(m) * e, 0, EVERY_CHUNK, SLOT_MEMBER(layer_acts));
+        per_slot(m, mem, space, A, "layernorm stats (fp32)", STAT_NUM * bt_l(m) * 4, 0, EVERY_CHUNK,
+                 SLOT_MEMBER(layer_stats));
         if (acts_bf16(m))
             m->work_acts = mem_alloc(mem, space, MEM_SCRATCH, "one layer's tensors (fp32)", layer_act_total(m) * 4);
     }
@@ -188,13 +215,17 @@ void gpt_init(struct gpt *m, const struct model_layout *lay, int B, int n_slots,
         m->att_recompute = mem_alloc(mem, space, A, "attention probabilities (one layer, fp32)",
                                      act_numel(m, ACT_ATT) * 4);
     if (lay->rank.has_head) {
-        per_slot(m, mem, space, A, "final layernorm out", n * e, SLOT_MEMBER(lnf));
-        per_slot(m, mem, space, A, "final layernorm stats (fp32)", 2 * bt_l(m) * 4, SLOT_MEMBER(lnf_stats));
-        per_slot(m, mem, space, A, "logits (fp32)", bt(m) * (size_t)vocab_slice(m).Vl * 4, SLOT_MEMBER(logits));
-        per_slot(m, mem, space, A, "losses (fp32)", bt(m) * 4, SLOT_MEMBER(losses));
+        per_slot(m, mem, space, A, "final layernorm out", 0, n * e, head_chunk, SLOT_MEMBER(lnf));
+        per_slot(m, mem, space, A, "final layernorm stats (fp32)", 0, 2 * bt_l(m) * 4, head_chunk,
+                 SLOT_MEMBER(lnf_stats));
+        per_slot(m, mem, space, A, "logits (fp32)", 0, bt(m) * (size_t)vocab_slice(m).Vl * 4, head_chunk,
+                 SLOT_MEMBER(logits));
+        per_slot(m, mem, space, A, "losses (fp32)", 0, bt(m) * 4, head_chunk, SLOT_MEMBER(losses));
     }
-    if (lay->rank.has_embed) per_slot(m, mem, space, A, "token ids", bt(m) * sizeof(int32_t), SLOT_MEMBER(inputs));
-    if (lay->rank.has_head) per_slot(m, mem, space, A, "target ids", bt(m) * sizeof(int32_t), SLOT_MEMBER(targets));
+    if (lay->rank.has_embed)
+        per_slot(m, mem, space, A, "token ids", 0, bt(m) * sizeof(int32_t), embed_chunk, SLOT_MEMBER(inputs));
+    if (lay->rank.has_head)
+        per_slot(m, mem, space, A, "target ids", 0, bt(m) * sizeof(int32_t), head_chunk, SLOT_MEMBER(targets));
     if (acts_bf16(m)) {
         m->work_resid_in = mem_alloc(mem, space, MEM_SCRATCH, "residual in (fp32)", n * 4);
         m->work_resid_out = mem_alloc(mem, space, MEM_SCRATCH, "residual out (fp32)", n * 4);
@@ -212,6 +243,10 @@ void gpt_init(struct gpt *m, const struct model_layout *lay, int B, int n_slots,
     }
     m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention dS (fp32, T x T per thread)",
                                attention_backward_scratch(B, m->shape.T, m->NHl) * 4);
+}
+
+int gpt_chunk_slot(const struct gpt *m, int chunk, int k) {
+    return m->chunk_slot0[chunk] + k % m->chunk_slots[chunk];
 }
 
 void gpt_free(struct gpt *m, struct mem_tracker *mem) {
@@ -259,7 +294,7 @@ void gpt_embed_forward(struct gpt *m, int s, const float *w_embed, const int32_t
 
 size_t gpt_stage_numel(const struct gpt *m) { return btc_l(m); }
 void *gpt_stage_input(struct gpt *m, int s) { return resid_at(m, s, 0); }
-void *gpt_stage_output(struct gpt *m, int s) { return resid_at(m, s, m->n_layers); }
+void *gpt_stage_output(struct gpt *m, int s) { return resid_at(m, s, m->slot[s].n_layers); }
 float *gpt_stage_grad(struct gpt *m) { return m->dresid; }
 
 /* Row-parallel GEMM (the projections): out (N,C) = inp (N,in_l) . w^T over
@@ -312,7 +347,7 @@ static void layer_forward(struct gpt *m, const float *x, struct layer_view *v, c
 }
 
 void gpt_layer_forward(struct gpt *m, int s, int l, const float *w) {
-    int i = l - m->lay->rank.l0;
+    int i = l - m->slot[s].l0;
     const float *x = resid_view(m, s, i, m->work_resid_in, true);
     struct layer_view v = layer_view(m, s, i, false);
     float *out = resid_view(m, s, i + 1, m->work_resid_out, false);
@@ -325,7 +360,7 @@ float gpt_head_forward(struct gpt *m, int s, const float *w_head, const float *w
                        float dloss) {
     int64_t N = (int64_t)bt(m), C = m->shape.C;
     struct gpt_slot *sl = &m->slot[s];
-    const float *x = resid_view(m, s, m->n_layers, m->work_resid_in, true);
+    const float *x = resid_view(m, s, m->slot[s].n_layers, m->work_resid_in, true);
     float *lnf = lnf_view(m, s, false);
     layernorm_forward(lnf, sl->lnf_stats, sl->lnf_stats + bt_l(m), x, hw(m, w_head, HEAD_LNF_W),
                       hw(m, w_head, HEAD_LNF_B), (int64_t)bt_l(m), C, m->flops);
@@ -346,7 +381,7 @@ float gpt_head_forward(struct gpt *m, int s, const float *w_head, const float *w
 void gpt_head_backward(struct gpt *m, int s, const float *w_head, const float *wte, float *dw_head, float *dwte) {
     int64_t N = (int64_t)bt(m), C = m->shape.C;
     struct gpt_slot *sl = &m->slot[s];
-    const float *x = resid_view(m, s, m->n_layers, m->work_resid_in, true);
+    const float *x = resid_view(m, s, m->slot[s].n_layers, m->work_resid_in, true);
     float *lnf = lnf_view(m, s, true);
     const struct model_layout *lay = m->lay;
     float *dlnfw = dw_head + lay->head_offset[HEAD_LNF_W], *dlnfb = dw_head + lay->head_offset[HEAD_LNF_B];
@@ -363,7 +398,7 @@ void gpt_head_backward(struct gpt *m, int s, const float *w_head, const float *w
 
 void gpt_layer_backward(struct gpt *m, int s, int l, const float *w, float *dw) {
     int64_t N = (int64_t)bt(m), Nl = (int64_t)bt_l(m), C = m->shape.C, Cl = m->Cl, Fl = m->Fl;
-    int i = l - m->lay->rank.l0;
+    int i = l - m->slot[s].l0;
     struct flop_counter *fc = m->flops;
     const float *x = resid_view(m, s, i, m->work_resid_in, true);
     struct layer_view v = layer_view(m, s, i, true);

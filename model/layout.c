@@ -1,6 +1,8 @@
 /* A rank's units and tensors (include/layout.h). */
 #include "layout.h"
 
+#include <stdio.h>
+
 struct shape2d {
     const char *name;
     int rows, cols;
@@ -17,8 +19,53 @@ const char *tp_split_name(enum tp_split s) {
     return names[s];
 }
 
-struct rank_desc rank_desc_whole(const struct model_shape *s) {
-    return (struct rank_desc){.l0 = 0, .l1 = s->L, .tp_rank = 0, .tp = 1, .has_embed = true, .has_head = true};
+struct rank_desc rank_desc_range(int l0, int l1, int tp, int tp_rank, bool has_embed, bool has_head) {
+    return (struct rank_desc){.n_chunks = 1, .chunk = {{l0, l1}}, .tp_rank = tp_rank, .tp = tp,
+                              .has_embed = has_embed, .has_head = has_head};
+}
+
+struct rank_desc rank_desc_whole(const struct model_shape *s) { return rank_desc_range(0, s->L, 1, 0, true, true); }
+
+int rank_layers(const struct rank_desc *r) {
+    int n = 0;
+    for (int c = 0; c < r->n_chunks; c++) n += r->chunk[c].l1 - r->chunk[c].l0;
+    return n;
+}
+
+int rank_layer_at(const struct rank_desc *r, int i) {
+    for (int c = 0; c < r->n_chunks; c++) {
+        int n = r->chunk[c].l1 - r->chunk[c].l0;
+        if (i < n) return r->chunk[c].l0 + i;
+        i -= n;
+    }
+    return -1;
+}
+
+int rank_layer_index(const struct rank_desc *r, int layer) {
+    int before = 0;
+    for (int c = 0; c < r->n_chunks; c++) {
+        if (layer >= r->chunk[c].l0 && layer < r->chunk[c].l1) return before + layer - r->chunk[c].l0;
+        before += r->chunk[c].l1 - r->chunk[c].l0;
+    }
+    return -1;
+}
+
+void rank_holds_text(const struct rank_desc *r, char *buf, size_t len) {
+    size_t at = (size_t)snprintf(buf, len, "%s", r->has_embed ? "E " : "");
+    for (int c = 0; c < r->n_chunks && at < len; c++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%d-%d", c ? "," : "", r->chunk[c].l0, r->chunk[c].l1 - 1);
+    if (at < len) snprintf(buf + at, len - at, "%s", r->has_head ? " H" : "");
+}
+
+/* Chunks ascending, disjoint, inside [0, L). */
+static bool chunks_valid(const struct rank_desc *r, int L) {
+    if (r->n_chunks < 1 || r->n_chunks > RANK_MAX_CHUNKS) return false;
+    int end = 0;
+    for (int c = 0; c < r->n_chunks; c++) {
+        if (r->chunk[c].l0 < end || r->chunk[c].l1 < r->chunk[c].l0 || r->chunk[c].l1 > L) return false;
+        end = r->chunk[c].l1;
+    }
+    return true;
 }
 
 /* Full shapes. Weights are (out, in), so y = x W^T as in llm.c. */
@@ -77,7 +124,7 @@ static struct shape2d local_shape(struct shape2d d, int tp) {
 static size_t numel(struct shape2d d) { return (size_t)d.rows * (size_t)d.cols; }
 
 int layout_init(struct model_layout *lay, struct model_shape shape, struct rank_desc r) {
-    if (r.tp < 1 || r.tp_rank < 0 || r.tp_rank >= r.tp || r.l0 < 0 || r.l1 < r.l0 || r.l1 > shape.L) return -1;
+    if (r.tp < 1 || r.tp_rank < 0 || r.tp_rank >= r.tp || !chunks_valid(&r, shape.L)) return -1;
     if (shape.NH % r.tp != 0 || (4 * shape.C) % r.tp != 0 || shape.C % r.tp != 0) return -1;
     if (shape.maxT != 0 && shape.maxT < shape.T) return -1;
     shape.maxT = shape_pos_rows(&shape);
@@ -101,9 +148,9 @@ int layout_init(struct model_layout *lay, struct model_shape shape, struct rank_
         off += numel(local_shape(layer_shape(&shape, (enum layer_tensor)t), r.tp));
     }
     lay->layer_size = off;
-    lay->n_units = (r.has_embed ? 1 : 0) + (r.has_head ? 1 : 0) + (r.l1 - r.l0);
+    lay->n_units = (r.has_embed ? 1 : 0) + (r.has_head ? 1 : 0) + rank_layers(&r);
     lay->total = (r.has_embed ? lay->embed_size : 0) + (r.has_head ? lay->head_size : 0) +
-                 (size_t)(r.l1 - r.l0) * lay->layer_size;
+                 (size_t)rank_layers(&r) * lay->layer_size;
     struct model_shape ref = shape;
     ref.Vp = padded_vocab(shape.V);
     size_t C = (size_t)shape.C;
@@ -123,8 +170,9 @@ int layout_head_unit(const struct model_layout *lay) {
 }
 
 int layout_layer_unit(const struct model_layout *lay, int layer) {
-    if (layer < lay->rank.l0 || layer >= lay->rank.l1) return -1;
-    return (lay->rank.has_embed ? 1 : 0) + (lay->rank.has_head ? 1 : 0) + (layer - lay->rank.l0);
+    int i = rank_layer_index(&lay->rank, layer);
+    if (i < 0) return -1;
+    return (lay->rank.has_embed ? 1 : 0) + (lay->rank.has_head ? 1 : 0) + i;
 }
 
 struct unit_info layout_unit(const struct model_layout *lay, int unit) {
@@ -139,7 +187,7 @@ struct unit_info layout_unit(const struct model_layout *lay, int unit) {
         off += lay->head_size;
         unit--;
     }
-    return (struct unit_info){UNIT_LAYER, lay->rank.l0 + unit, off + (size_t)unit * lay->layer_size, lay->layer_size};
+    return (struct unit_info){UNIT_LAYER, rank_layer_at(&lay->rank, unit), off + (size_t)unit * lay->layer_size, lay->layer_size};
 }
 
 size_t layout_unit_offset(const struct model_layout *lay, int unit) { return layout_unit(lay, unit).offset; }
@@ -151,7 +199,7 @@ static int head_tensors(const struct model_layout *lay) {
 
 int layout_num_tensors(const struct model_layout *lay) {
     return (lay->rank.has_embed ? EMB_NUM_TENSORS : 0) + head_tensors(lay) +
-           (lay->rank.l1 - lay->rank.l0) * LAYER_NUM_TENSORS;
+           rank_layers(&lay->rank) * LAYER_NUM_TENSORS;
 }
 
 /* Reference offsets: the whole model at tp = 1 in flat order. */
@@ -196,7 +244,7 @@ struct tensor_info layout_tensor(const struct model_layout *lay, int index) {
     }
     if (index < head_tensors(lay)) return layout_head_tensor(lay, (enum head_tensor)index);
     index -= head_tensors(lay);
-    return layout_layer_tensor(lay, lay->rank.l0 + index / LAYER_NUM_TENSORS,
+    return layout_layer_tensor(lay, rank_layer_at(&lay->rank, index / LAYER_NUM_TENSORS),
                                (enum layer_tensor)(index % LAYER_NUM_TENSORS));
 }
 
@@ -225,7 +273,7 @@ int layout_kind_unit(const struct model_layout *lay, enum unit_kind k) {
     switch (k) {
     case UNIT_EMBED: return layout_embed_unit(lay);
     case UNIT_HEAD: return layout_head_unit(lay);
-    case UNIT_LAYER: return lay->rank.l0 < lay->rank.l1 ? layout_layer_unit(lay, lay->rank.l0) : -1;
+    case UNIT_LAYER: return rank_layers(&lay->rank) > 0 ? layout_layer_unit(lay, rank_layer_at(&lay->rank, 0)) : -1;
     }
     return -1;
 }

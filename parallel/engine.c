@@ -45,8 +45,18 @@ int engine_init(struct engine *e, const struct engine_options *o, const struct m
             e->dw32[ui.kind] = mem_alloc(mem, space, MEM_SCRATCH, name, padded * 4);
         }
     }
-    gpt_init(&e->model, &e->lay, o->micro_batch, o->slots, o->act_dtype, o->recompute, o->sequence_parallel, mem,
-             space, flops);
+    int slots[RANK_MAX_CHUNKS] = {o->slots}, total = 0;
+    for (int c = 0; c < e->lay.rank.n_chunks; c++) {
+        if (o->chunk_slots[c] > 0) slots[c] = o->chunk_slots[c];
+        total += slots[c];
+    }
+    if (total > GPT_MAX_SLOTS) {
+        snprintf(err, err_len, "%d activation slots over %d chunks: more than the %d a rank holds", total,
+                 e->lay.rank.n_chunks, GPT_MAX_SLOTS);
+        return -1;
+    }
+    gpt_init_chunks(&e->model, &e->lay, o->micro_batch, slots, o->act_dtype, o->recompute, o->sequence_parallel,
+                    mem, space, flops);
     /* tensor parallelism: the model's f and g run over the tp group, and
      * the gradient norm sums the slices' squares over it */
     e->model.tp = &grid->tp_comm;
@@ -129,6 +139,22 @@ void *engine_stage_input(struct engine *e, int slot) { return gpt_stage_input(&e
 void *engine_stage_output(struct engine *e, int slot) { return gpt_stage_output(&e->model, slot); }
 size_t engine_stage_numel(const struct engine *e) { return gpt_stage_numel(&e->model); }
 
+int engine_chunk_slot(const struct engine *e, int chunk, int k) { return gpt_chunk_slot(&e->model, chunk, k); }
+
+/* What slot s's chunk runs: its layers, the embedding (chunk 0 of the
+ * first stage), the head (the last chunk of the last stage). */
+struct chunk_units {
+    int l0, l1, eu, hu; /* eu, hu: the units, -1 when this chunk does not run them */
+};
+
+static struct chunk_units chunk_units(const struct engine *e, int slot) {
+    const struct rank_desc *r = &e->lay.rank;
+    int c = e->model.slot[slot].chunk;
+    return (struct chunk_units){.l0 = r->chunk[c].l0, .l1 = r->chunk[c].l1,
+                                .eu = c == 0 ? layout_embed_unit(&e->lay) : -1,
+                                .hu = c == r->n_chunks - 1 ? layout_head_unit(&e->lay) : -1};
+}
+
 void engine_zero_grads(struct engine *e) {
     zero_zero_grads(&e->z);
     e->backwards = 0;
@@ -149,13 +175,14 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
     const struct model_layout *lay = &e->lay;
     struct gpt *m = &e->model;
     size_t act_bytes = gpt_stage_numel(m) * dtype_size(e->o.act_dtype);
-    int hu = layout_head_unit(lay), l0 = lay->rank.l0, l1 = lay->rank.l1;
+    struct chunk_units cu = chunk_units(e, slot);
+    int hu = cu.hu, l0 = cu.l0, l1 = cu.l1;
     const float *we = NULL;
-    if (lay->rank.has_embed) {
-        we = unit_weights(e, layout_embed_unit(lay)); /* stays valid for the tied head */
+    if (cu.eu >= 0) {
+        we = unit_weights(e, cu.eu); /* stays valid for the tied head */
         gather_ahead(e, l0 < l1 ? layout_layer_unit(lay, l0) : hu);
         gpt_embed_forward(m, slot, we, in->inputs);
-        phase_done(e, PHASE_FORWARD, layout_embed_unit(lay));
+        phase_done(e, PHASE_FORWARD, cu.eu);
     } else {
         gather_ahead(e, l0 < l1 ? layout_layer_unit(lay, l0) : hu);
         if (in->x_in) buf_copy(gpt_stage_input(m, slot), in->x_in, act_bytes);
@@ -167,7 +194,7 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
         gpt_layer_forward(m, slot, l, w);
         phase_done(e, PHASE_FORWARD, layout_layer_unit(lay, l));
     }
-    if (!lay->rank.has_head) {
+    if (hu < 0) {
         if (x_out) buf_copy(x_out, gpt_stage_output(m, slot), act_bytes);
         return 0.0f;
     }
@@ -182,7 +209,8 @@ void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out
     const struct model_layout *lay = &e->lay;
     struct gpt *m = &e->model;
     size_t btc = gpt_stage_numel(m); /* this rank's part of the stream */
-    int eu = layout_embed_unit(lay), hu = layout_head_unit(lay), l0 = lay->rank.l0, l1 = lay->rank.l1;
+    struct chunk_units cu = chunk_units(e, slot);
+    int eu = cu.eu, hu = cu.hu, l0 = cu.l0, l1 = cu.l1;
     e->backwards++;
     zero_backward_begins(&e->z, e->o.micro_batches > 0 && e->backwards == e->o.micro_batches);
     int first_layer = l0 < l1 ? layout_layer_unit(lay, l1 - 1) : -1;

@@ -83,8 +83,8 @@ static void test_two_stages_equal_the_whole(void **state) {
     stage_engine(r, &whole, 1, 0, 1);
     stage_engine(r, &first, 2, 0, 1);
     stage_engine(r, &last, 2, 1, 1);
-    assert_true(first.lay.rank.has_embed && !first.lay.rank.has_head && first.lay.rank.l1 == 2);
-    assert_true(last.lay.head_wte_copy && last.lay.rank.l0 == 2);
+    assert_true(first.lay.rank.has_embed && !first.lay.rank.has_head && first.lay.rank.chunk[0].l1 == 2);
+    assert_true(last.lay.head_wte_copy && last.lay.rank.chunk[0].l0 == 2);
 
     int32_t in[B * T], tgt[B * T];
     tokens(in, B * T, 1);

@@ -135,7 +135,7 @@ static void test_bad_descriptions_fail(void **state) {
     d.tp = 3; /* 4 heads do not split over 3 */
     assert_int_equal(layout_init(&lay, SMALL, d), -1);
     d = rank_desc_whole(&SMALL);
-    d.l1 = 6;
+    d.chunk[0].l1 = 6;
     assert_int_equal(layout_init(&lay, SMALL, d), -1);
     int l0, l1;
     assert_int_equal(pipeline_stage_layers(5, 3, 0, NULL, &l0, &l1), 0);
@@ -210,7 +210,7 @@ static void test_405b_counts_are_64_bit(void **state) {
     /* the last of 8 stages (126 = 6 x 16 + 2 x 15 layers) at tp 8: split
      * tensors hold 1/8, replicated ones (four norm vectors, two row biases) all */
     struct model_layout last = layout_for(s, 8, 7, 8, 7);
-    assert_true(last.rank.l0 == 111 && last.rank.l1 == 126);
+    assert_true(last.rank.chunk[0].l0 == 111 && last.rank.chunk[0].l1 == 126);
     uint64_t tp_layer = (12 * C * C + 7 * C) / 8 + 6 * C;
     assert_int_equal(last.layer_size, tp_layer);
     uint64_t Vp8 = 129024; /* the vocabulary padded to a multiple of 128 x tp = 1024 */

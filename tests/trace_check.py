@@ -2,7 +2,7 @@
 """Checks a --trace file of build/train (Chrome trace-event JSON,
 include/trace_file.h) against what the run must have done.
 
-    tests/trace_check.py FILE --ranks N [--steps S --grad-accum K]
+    tests/trace_check.py FILE --ranks N [--steps S --grad-accum K [--virtual-stages V]]
         [--expect-order "F0 B0 F1 B1"] [--rank-order R="F0 F1 B0 B1"] ...
         [--log RUN.json] [--require-comm] [--allow-dropped]
     tests/trace_check.py --selftest
@@ -16,8 +16,10 @@ inside it, the optimizer after the step's last backward; communication
 spans named after their kind and group, with bytes (or posted_bytes on a
 wait); no dropped events unless --allow-dropped.
 
---steps S --grad-accum K: per rank exactly S step spans, S x K forwards and
-S x K backwards, each step's micro-batches 0..K-1 forward and backward.
+--steps S --grad-accum K [--virtual-stages V]: per rank exactly S step
+spans, S x K x V forwards and S x K x V backwards, each step's micro-batches
+0..K-1 forward and backward through each of the rank's V chunks (the
+interleaved schedule; 1 otherwise) once, each backward after its forward.
 --expect-order: every step's forward/backward sequence on every rank, as
 tokens F<mb> / B<mb> (F<mb>:<chunk> for a virtual stage > 0);
 --rank-order R=ORDER overrides it for world rank R (a pipeline stage's
@@ -156,9 +158,9 @@ def check_rank(r, spans, args, order, errors, truncated=False):
     for kind in ("forward", "backward"):
         count = sum(1 for s in spans if s.cat == kind)
         if args.steps is not None and args.grad_accum is not None and not truncated and \
-                count != args.steps * args.grad_accum:
-            errors.append("rank %d: %d %s spans, expected steps x grad_accum = %d"
-                          % (r, count, kind, args.steps * args.grad_accum))
+                count != args.steps * args.grad_accum * args.virtual_stages:
+            errors.append("rank %d: %d %s spans, expected steps x grad_accum x virtual_stages = %d"
+                          % (r, count, kind, args.steps * args.grad_accum * args.virtual_stages))
     for n, ss in sorted(steps.items()):
         if truncated and n == max(steps):
             continue
@@ -176,6 +178,15 @@ def check_rank(r, spans, args, order, errors, truncated=False):
                 if sorted(set(mbs)) != list(range(args.grad_accum)):
                     errors.append("rank %d step %d: %s micro-batches %s, expected 0..%d"
                                   % (r, n, letter, mbs, args.grad_accum - 1))
+                # each (micro-batch, chunk) once; a backward after its forward
+                pairs = [(int(TOKEN.match(t).group(2)), int(TOKEN.match(t).group(3) or 0)) for t in seq if t[0] == letter]
+                every = [(k, c) for k in range(args.grad_accum) for c in range(args.virtual_stages)]
+                if sorted(pairs) != every:
+                    errors.append("rank %d step %d: %s (micro-batch, chunk) pairs %s, expected each of %s once"
+                                  % (r, n, letter, sorted(pairs), every))
+            for i, t in enumerate(seq):
+                if t[0] == "B" and "F" + t[1:] not in seq[:i]:
+                    errors.append("rank %d step %d: %s before its forward" % (r, n, t))
         opts = [s for s in mine if s.cat == "optimizer"]
         if len(opts) != 1:
             errors.append("rank %d step %d: %d optimizer spans, expected 1" % (r, n, len(opts)))
@@ -277,6 +288,7 @@ def parse_args(argv):
     p.add_argument("--ranks", type=int)
     p.add_argument("--steps", type=int)
     p.add_argument("--grad-accum", type=int)
+    p.add_argument("--virtual-stages", type=int, default=1)
     p.add_argument("--expect-order", type=parse_order)
     p.add_argument("--rank-order", action="append", default=[], metavar="R=ORDER")
     p.add_argument("--log")

@@ -23,12 +23,13 @@ struct rank_place rank_place_of(const struct config *c, int world, int world_ran
 void rank_place_layout(const struct config *c, struct rank_place p, struct model_layout *lay) {
     struct model_shape shape = {.L = c->n_layer, .C = c->d_model, .NH = c->n_head, .T = c->seq_len,
                                 .maxT = c->max_seq_len, .V = c->vocab_size};
-    int counts[PIPELINE_MAX_STAGES];
+    int counts[PIPELINE_MAX_STAGES * RANK_MAX_CHUNKS], v = config_chunks(c);
     char err[256];
-    bool given = c->pp_layers[0] && pipeline_parse_layers(c->pp_layers, p.pp, c->n_layer, counts, err, sizeof err) == 0;
+    bool given = c->pp_layers[0] &&
+                 pipeline_parse_layers(c->pp_layers, p.pp * v, c->n_layer, counts, err, sizeof err) == 0;
     struct rank_desc d;
     /* a place the trainer would refuse has no layout of its own: the whole model stands in */
-    if (pipeline_rank_desc(c->n_layer, p.pp, p.pp_rank, p.tp, p.tp_rank, given ? counts : NULL, &d) != 0 ||
+    if (pipeline_rank_desc_v(c->n_layer, p.pp, v, p.pp_rank, p.tp, p.tp_rank, given ? counts : NULL, &d) != 0 ||
         layout_init(lay, shape, d) != 0)
         layout_init_whole(lay, shape);
 }
@@ -170,7 +171,7 @@ static bool sp_on(const struct config *c, struct rank_place p) { return c->seque
 struct tp_comm_theory theory_trainer_tp_comm(const struct config *c, struct rank_place p) {
     struct model_layout lay = layout_of(c, p);
     struct tp_comm_theory t = {.sp = sp_on(c, p)};
-    double B = c->micro_batch, BT = B * c->seq_len, m = c->grad_accum, n = lay.rank.l1 - lay.rank.l0;
+    double B = c->micro_batch, BT = B * c->seq_len, m = c->grad_accum, n = rank_layers(&lay.rank);
     double act = BT * c->d_model * 4; /* one (B,T,C) fp32 tensor: the conjugates reduce fp32 (model/gpt.c) */
     struct theory_model tm;
     theory_model_from_config(&tm, c);
@@ -217,10 +218,15 @@ struct pipe_comm_theory theory_trainer_pp_comm(const struct config *c, struct ra
     struct theory_model tm;
     theory_model_from_config(&tm, c);
     /* one boundary carries the planner's bytes, half each way: activations
-     * on, gradients back (with sp each tp rank its T/tp positions) */
+     * on, gradients back (with sp each tp rank its T/tp positions). Each of
+     * the rank's v chunks (virtual stages) has a boundary after it but the
+     * model's last, and one before it but the model's first; the
+     * interleaved schedule's wrap-around (the last rank's chunk c to rank
+     * 0's c + 1) is one of them */
     double boundary = theory_pp_boundary_bytes(&tm, c->micro_batch, c->grad_accum, p.tp, sp_on(c, p),
                                                c->act_dtype == DTYPE_BF16 ? 2 : 4);
-    int boundaries = (p.pp_rank < p.pp - 1) + (p.pp_rank > 0);
+    int v = config_chunks(c);
+    int boundaries = (v - (p.pp_rank == p.pp - 1)) + (v - (p.pp_rank == 0));
     struct pipe_comm_theory t = {.send = boundaries * boundary / 2, .recv = boundaries * boundary / 2};
     if (ties(&lay)) {
         struct tensor_info w = lay.rank.has_embed ? layout_embed_tensor(&lay, EMB_WTE) : layout_head_tensor(&lay, HEAD_WTE);
@@ -244,12 +250,15 @@ struct activation_theory theory_trainer_activations(const struct config *c, stru
     int tp = lay.rank.tp;
     bool sp = sp_on(c, p);
     double B = c->micro_batch, T = c->seq_len, C = c->d_model;
-    double n = lay.rank.l1 - lay.rank.l0; /* this stage's layers */
+    double n = rank_layers(&lay.rank); /* this stage's layers */
     double e = c->act_dtype == DTYPE_BF16 ? 2 : 4, BT = B * T;
     /* the tokens of the stream a rank holds: B T, or its B T/t with sp */
     double BTs = sp ? B * (double)(c->seq_len / tp) : BT;
     struct activation_theory a = {0};
-    a.slots = schedule_slots(c->schedule, p.pp, p.pp_rank, c->grad_accum);
+    int v = lay.rank.n_chunks;
+    a.slots = v > 1 ? 0 : schedule_slots(c->schedule, p.pp, p.pp_rank, c->grad_accum);
+    for (int ch = 0; v > 1 && ch < v; ch++)
+        a.slots += schedule_chunk_slots(c->schedule, p.pp, p.pp_rank, c->grad_accum, v, ch);
     /* per token: the layer's input C (the residual stream) and its block
      * (tp = 1: 15C + NH T, so 16C + NH T); four fp32 LayerNorm statistics
      * of the rank's stream tokens */
@@ -271,25 +280,40 @@ struct activation_theory theory_trainer_activations(const struct config *c, stru
      * output (e; whole, or the slice with sp), its two fp32 stats, fp32
      * logits over the rank's Vp/t vocabulary columns for every token,
      * fp32 losses, int32 targets; the first: int32 inputs */
-    a.head = C * e * BTs;
-    if (lay.rank.has_head) a.head += (C * e + 2 * 4) * BTs + (4.0 * (lay.shape.Vp / tp) + 4 + 4) * BT;
-    if (lay.rank.has_embed) a.head += 4 * BT;
+    double out = C * e * BTs, ids = 4 * BT;
+    double head = (C * e + 2 * 4) * BTs + (4.0 * (lay.shape.Vp / tp) + 4 + 4) * BT;
+    a.head = out + (lay.rank.has_head ? head : 0) + (lay.rank.has_embed ? ids : 0);
     a.recompute_buffers = shared;
     a.per_slot = n * a.per_layer + a.head;
-    a.layers = a.slots * n * a.per_layer + shared;
-    a.total = a.slots * a.per_slot + shared;
     struct theory_model m;
     theory_model_from_config(&m, c);
     a.korthikanti_layer = theory_activation_layer_bytes(&m, B, tp, sp, theory_mode(c->recompute));
-    a.korthikanti_total = a.slots * (n * a.korthikanti_layer +
-                                     (lay.rank.has_head ? theory_activation_output_bytes(&m, B, tp) : 0));
+    double output = theory_activation_output_bytes(&m, B, tp);
+    if (v == 1) {
+        a.layers = a.slots * n * a.per_layer + shared;
+        a.total = a.slots * a.per_slot + shared;
+        a.korthikanti_total = a.slots * (n * a.korthikanti_layer + (lay.rank.has_head ? output : 0));
+        return a;
+    }
+    /* interleaved: each chunk's slots hold its layers and output, the head
+     * only the last chunk's, the token ids only chunk 0's (model/gpt.c) */
+    a.layers = shared;
+    a.total = shared;
+    for (int ch = 0; ch < v; ch++) {
+        double slots = schedule_chunk_slots(c->schedule, p.pp, p.pp_rank, c->grad_accum, v, ch);
+        double nc = lay.rank.chunk[ch].l1 - lay.rank.chunk[ch].l0;
+        bool head_here = lay.rank.has_head && ch == v - 1, ids_here = lay.rank.has_embed && ch == 0;
+        a.layers += slots * nc * a.per_layer;
+        a.total += slots * (nc * a.per_layer + out + (head_here ? head : 0) + (ids_here ? ids : 0));
+        a.korthikanti_total += slots * (nc * a.korthikanti_layer + (head_here ? output : 0));
+    }
     return a;
 }
 
 struct flop_theory theory_trainer_flops(const struct config *c, struct rank_place p) {
     struct model_layout lay = layout_of(c, p);
     double t = lay.rank.tp;
-    double B = c->micro_batch, T = c->seq_len, C = c->d_model, L = lay.rank.l1 - lay.rank.l0, k = c->grad_accum;
+    double B = c->micro_batch, T = c->seq_len, C = c->d_model, L = rank_layers(&lay.rank), k = c->grad_accum;
     /* the LM head's GEMM, on the last stage: the rank's Vp/t vocabulary columns */
     double Vl = lay.rank.has_head ? (double)(lay.shape.Vp / lay.rank.tp) : 0;
     struct flop_theory f;
@@ -377,7 +401,8 @@ struct scratch_theory theory_trainer_scratch(const struct config *c, struct rank
     s.persistent += (ns + n + 7 * nl) * 4 + head_threads * T * T * 4;
     if (sp) s.persistent += (n + 4 * C) * 4;
     s.persistent += 2 * BT * sizeof(int32_t); /* train/trainer.c: the batch's inputs and targets */
-    s.persistent += 2.0 * c->grad_accum * sizeof(struct pipe_op); /* parallel/pipeline/schedule.c: the step's order */
+    /* parallel/pipeline/schedule.c: the step's order, 2 m v operations */
+    s.persistent += 2.0 * c->grad_accum * config_chunks(c) * sizeof(struct pipe_op);
     s.persistent += (double)trace_capacity(c) * sizeof(struct trace_event); /* --trace: the recorder's events */
     if (c->optimizer == OPTIM_ADAMW8BIT) s.persistent += 2.0 * sizeof(struct qmap_index);
     /* parallel/zero/comm.c: stage 0's all-reduce bucket table, one entry per unit at most */

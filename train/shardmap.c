@@ -3,6 +3,7 @@
  * stage, which buffers each rank holds in full and which in part. */
 #include "accounting.h"
 #include "report.h"
+#include "schedule.h"
 #include "shard.h"
 
 static void owned_tensors(FILE *out, const struct model_layout *lay, int unit, size_t lo, size_t hi) {
@@ -25,18 +26,33 @@ static const char *held(bool sharded) { return sharded ? "part (1/N)" : "full"; 
 static void stage_map(FILE *out, const struct trainer *tr) {
     const struct config *c = tr->cfg;
     const struct grid *g = tr->grid;
+    int v = config_chunks(c);
     fprintf(out, "\nstage map: %d layers over pp = %d stages (%s), schedule %s, m = %d micro-batches per step\n",
             c->n_layer, g->pp, c->pp_layers[0] ? c->pp_layers : "even split", schedule_name(c->schedule),
             c->grad_accum);
+    if (v > 1)
+        fprintf(out, "  %d model chunks (virtual stages), %d per stage: stage s holds chunks s, s + %d, ...; the last "
+                "stage's chunk c feeds stage 0's chunk c + 1\n", g->pp * v, v, g->pp);
     for (int s = 0; s < g->pp; s++) {
         struct rank_place p = {.dp = g->dp, .tp = g->tp, .pp = g->pp, .pp_rank = s};
         struct model_layout lay;
         rank_place_layout(c, p, &lay);
-        fprintf(out, "  stage %d: %slayers %d..%d%s, %zu parameters, %d activation slot%s; world ranks", s,
-                lay.rank.has_embed ? "embedding, " : "", lay.rank.l0, lay.rank.l1 - 1,
+        struct activation_theory at = theory_trainer_activations(c, p);
+        char layers[160] = "";
+        size_t at_c = 0;
+        for (int ch = 0; ch < lay.rank.n_chunks && at_c < sizeof layers; ch++)
+            at_c += (size_t)snprintf(layers + at_c, sizeof layers - at_c, "%s%d..%d", ch ? ", " : "",
+                                     lay.rank.chunk[ch].l0, lay.rank.chunk[ch].l1 - 1);
+        char per_chunk[160] = "";
+        at_c = 0;
+        for (int ch = 0; v > 1 && ch < v && at_c < sizeof per_chunk; ch++)
+            at_c += (size_t)snprintf(per_chunk + at_c, sizeof per_chunk - at_c, "%s%d", ch ? " + " : " (per chunk: ",
+                                     schedule_chunk_slots(c->schedule, g->pp, s, c->grad_accum, v, ch));
+        if (v > 1 && at_c < sizeof per_chunk) snprintf(per_chunk + at_c, sizeof per_chunk - at_c, ")");
+        fprintf(out, "  stage %d: %slayers %s%s, %zu parameters, %d activation slot%s%s; world ranks", s,
+                lay.rank.has_embed ? "embedding, " : "", layers,
                 lay.rank.has_head ? (lay.head_wte_copy ? ", head (own copy of wte)" : ", head") : "", lay.total,
-                schedule_slots(c->schedule, g->pp, s, c->grad_accum),
-                schedule_slots(c->schedule, g->pp, s, c->grad_accum) == 1 ? "" : "s");
+                at.slots, at.slots == 1 ? "" : "s", per_chunk);
         for (int d = 0; d < g->dp; d++)
             for (int t = 0; t < g->tp; t++) fprintf(out, " %d", (s * g->dp + d) * g->tp + t);
         fprintf(out, "\n");
@@ -56,7 +72,7 @@ void report_shard_map(FILE *out, const struct trainer *tr) {
     fprintf(out, "\nshard map: ZeRO-%d over %d data-parallel rank%s. Rank r owns slice r of every unit; each unit is\n"
                  "padded to a multiple of N elements, so no slice crosses a unit. [a:b) = elements a..b-1 of a tensor.\n",
             z, N, N == 1 ? "" : "s");
-    int first_layer = layout_layer_unit(&e->lay, e->lay.rank.l0), last_unit = e->lay.n_units - 1;
+    int first_layer = layout_layer_unit(&e->lay, rank_layer_at(&e->lay.rank, 0)), last_unit = e->lay.n_units - 1;
     for (int u = 0; u < e->lay.n_units; u++) {
         struct unit_info ui = layout_unit(&e->lay, u);
         char what[48];

@@ -65,7 +65,7 @@ void report_tp_map(FILE *out, const struct trainer *tr) {
             rank_place_layout(c, p, &lay);
             for (int i = 0; i < layout_num_tensors(&lay); i++) {
                 struct tensor_info ti = layout_tensor(&lay, i);
-                if (ti.kind == UNIT_LAYER && (s > 0 || ti.layer != lay.rank.l0)) continue; /* one layer shown */
+                if (ti.kind == UNIT_LAYER && (s > 0 || ti.layer != rank_layer_at(&lay.rank, 0))) continue; /* one layer shown */
                 if (ti.kind == UNIT_LAYER && ti.id == 0)
                     fprintf(out, "   layer %d (every layer is cut alike):\n", ti.layer);
                 else if (ti.kind == UNIT_EMBED && ti.id == 0) fprintf(out, "   embedding:\n");

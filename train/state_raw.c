@@ -27,14 +27,18 @@
 static const char *const RAW_NAMES[RAW_SECTIONS] = {"optim8_layout", "optim8_codes1", "optim8_codes2",
                                                     "optim8_absmax1", "optim8_absmax2"};
 
-/* FNV-1a over each stage's first layer: the split of layers over stages. */
+/* FNV-1a over the first layer of each stage's chunks (one chunk but for
+ * the interleaved schedule): the split of layers over stages. */
 static int32_t split_digest(const struct trainer *tr) {
     uint32_t h = 2166136261u;
     for (int s = 0; s < tr->grid->pp; s++) {
         struct model_layout lay;
-        int32_t l0 = ckpt_holder_layout(tr->cfg, tr->grid, s, 0, &lay) == 0 ? lay.rank.l0 : -1;
-        const unsigned char *b = (const unsigned char *)&l0;
-        for (size_t i = 0; i < sizeof l0; i++) h = (h ^ b[i]) * 16777619u;
+        bool ok = ckpt_holder_layout(tr->cfg, tr->grid, s, 0, &lay) == 0;
+        for (int c = 0; c < (ok ? lay.rank.n_chunks : 1); c++) {
+            int32_t l0 = ok ? lay.rank.chunk[c].l0 : -1;
+            const unsigned char *b = (const unsigned char *)&l0;
+            for (size_t i = 0; i < sizeof l0; i++) h = (h ^ b[i]) * 16777619u;
+        }
     }
     return (int32_t)h;
 }

@@ -68,13 +68,13 @@ static double one_layer(const struct engine *e, const void *p) {
 static double activations_in_use(const struct engine *e, const struct timeline_phase *p) {
     const struct gpt *m = &e->model;
     const struct gpt_slot *s = &m->slot[0];
-    int n = m->n_layers;
+    int n = s->n_layers; /* slot 0's chunk (the one chunk but for the interleaved schedule) */
     double I = per_slot(e, s->inputs), R = per_slot(e, s->resid) / (n + 1);
     double S = n > 0 ? (per_slot(e, s->layer_acts) + per_slot(e, s->layer_stats)) / n : 0.0;
     double H = per_slot(e, s->lnf) + per_slot(e, s->lnf_stats) + per_slot(e, s->logits) + per_slot(e, s->losses) +
                per_slot(e, s->targets);
     double one = one_layer(e, m->work_acts) + one_layer(e, m->full_stats) + one_layer(e, m->att_recompute);
-    int i = p->layer - e->lay.rank.l0; /* local layer */
+    int i = p->layer - s->l0; /* the layer within slot 0's chunk */
     bool fwd = p->kind == PHASE_FORWARD;
     if (p->kind != PHASE_FORWARD && p->kind != PHASE_BACKWARD) return 0.0;
     switch (p->unit_kind) {

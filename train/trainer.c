@@ -49,7 +49,7 @@ struct engine_options trainer_engine_options(const struct config *c) {
     return (struct engine_options){.micro_batch = c->micro_batch, .slots = 1, .act_dtype = c->act_dtype,
                                    .recompute = c->recompute, .sequence_parallel = c->sequence_parallel,
                                    .init_std = c->init_std, .zero = z,
-                                   .micro_batches = c->grad_accum};
+                                   .micro_batches = c->grad_accum * config_chunks(c)};
 }
 
 /* Temp files of --save and --save_state that a killed run left behind
@@ -88,13 +88,53 @@ static int init_weights(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     return 0;
 }
 
-/* The stage split: pp_layers, or an even one. counts gets pp entries. */
+/* The split into model chunks (stages, or pp x virtual_stages under the
+ * interleaved schedule): pp_layers, or an even one. counts gets that many
+ * entries. */
 static int stage_counts(const struct config *cfg, int pp, int *counts, char err[TRAINER_ERR_LEN]) {
-    if (cfg->pp_layers[0]) return pipeline_parse_layers(cfg->pp_layers, pp, cfg->n_layer, counts, err, TRAINER_ERR_LEN);
-    for (int s = 0; s < pp; s++) {
+    int n = pp * config_chunks(cfg);
+    if (cfg->pp_layers[0]) return pipeline_parse_layers(cfg->pp_layers, n, cfg->n_layer, counts, err, TRAINER_ERR_LEN);
+    for (int s = 0; s < n; s++) {
         int l0, l1;
-        pipeline_stage_layers(cfg->n_layer, pp, s, NULL, &l0, &l1);
+        pipeline_stage_layers(cfg->n_layer, n, s, NULL, &l0, &l1);
         counts[s] = l1 - l0;
+    }
+    return 0;
+}
+
+/* The interleaved schedule's shape (include/schedule.h): Megatron-LM's
+ * order needs m a multiple of p, and every chunk a layer. */
+static int check_interleaved(const struct config *cfg, const struct grid *g, const int *counts,
+                             char err[TRAINER_ERR_LEN]) {
+    int v = cfg->virtual_stages, p = g->pp, m = cfg->grad_accum;
+    if (cfg->schedule != SCHEDULE_INTERLEAVED) {
+        if (v == 1) return 0;
+        snprintf(err, TRAINER_ERR_LEN, "virtual_stages = %d needs --schedule interleaved (schedule %s holds one "
+                 "chunk per stage)", v, schedule_name(cfg->schedule));
+        return -1;
+    }
+    if (p < 2 || v < 2) {
+        snprintf(err, TRAINER_ERR_LEN, "schedule interleaved needs pp >= 2 and virtual_stages >= 2 (pp = %d, "
+                 "virtual_stages = %d; with one chunk per stage use --schedule 1f1b)", p, v);
+        return -1;
+    }
+    if (m % p != 0) {
+        snprintf(err, TRAINER_ERR_LEN, "schedule interleaved runs micro-batches in groups of pp: grad_accum "
+                 "(m = %d) must be a multiple of pp (p = %d) (gpipe and 1f1b run any m)", m, p);
+        return -1;
+    }
+    for (int j = 0; j < p * v; j++)
+        if (counts[j] < 1) {
+            snprintf(err, TRAINER_ERR_LEN, "schedule interleaved: model chunk %d of pp x virtual_stages = %d has no "
+                     "layer (n_layer = %d; each chunk needs one)", j, p * v, cfg->n_layer);
+            return -1;
+        }
+    int slots = 0;
+    for (int c = 0; c < v; c++) slots += schedule_chunk_slots(SCHEDULE_INTERLEAVED, p, 0, m, v, c);
+    if (slots > GPT_MAX_SLOTS) {
+        snprintf(err, TRAINER_ERR_LEN, "schedule interleaved: stage 0 would hold %d micro-batch chunks, more than "
+                 "the %d activation slots (fewer pp or virtual_stages)", slots, GPT_MAX_SLOTS);
+        return -1;
     }
     return 0;
 }
@@ -127,9 +167,11 @@ static int check_layout(const struct config *cfg, const struct grid *g, char err
                  cfg->sample_tokens, g->tp);
         return -1;
     }
-    if (!cfg->pp_layers[0] && g->pp == 1) return 0;
-    int counts[PIPELINE_MAX_STAGES];
+    if (!cfg->pp_layers[0] && g->pp == 1 && cfg->virtual_stages == 1 && cfg->schedule != SCHEDULE_INTERLEAVED)
+        return 0;
+    int counts[PIPELINE_MAX_STAGES * RANK_MAX_CHUNKS];
     if (stage_counts(cfg, g->pp, counts, err) != 0) return -1;
+    if (check_interleaved(cfg, g, counts, err) != 0) return -1;
     if (cfg->schedule == SCHEDULE_GPIPE && cfg->grad_accum > GPT_MAX_SLOTS) {
         snprintf(err, TRAINER_ERR_LEN,
                  "schedule gpipe holds every micro-batch of a step: grad_accum = %d is more than the %d activation "
@@ -202,9 +244,9 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     /* this rank's part of the model (the split was checked by check_layout) */
     struct rank_desc desc;
     struct model_layout lay;
-    int counts[PIPELINE_MAX_STAGES];
+    int counts[PIPELINE_MAX_STAGES * RANK_MAX_CHUNKS], v = config_chunks(cfg);
     stage_counts(cfg, grid->pp, counts, err);
-    if (pipeline_rank_desc(cfg->n_layer, grid->pp, grid->pp_rank, grid->tp, grid->tp_rank, counts, &desc) != 0 ||
+    if (pipeline_rank_desc_v(cfg->n_layer, grid->pp, v, grid->pp_rank, grid->tp, grid->tp_rank, counts, &desc) != 0 ||
         layout_init(&lay, trainer_model_shape(cfg), desc) != 0) {
         snprintf(err, TRAINER_ERR_LEN, "the model (n_layer %d, n_head %d, d_model %d) cannot be split over pp %d x tp %d",
                  cfg->n_layer, cfg->n_head, cfg->d_model, grid->pp, grid->tp);
@@ -215,6 +257,9 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     struct engine_options eo = trainer_engine_options(cfg);
     eo.zero.hook = timeline_hook(&tr->timeline, &tr->engine);
     eo.slots = schedule_slots(cfg->schedule, grid->pp, grid->pp_rank, cfg->grad_accum);
+    if (v > 1)
+        for (int c = 0; c < v; c++)
+            eo.chunk_slots[c] = schedule_chunk_slots(cfg->schedule, grid->pp, grid->pp_rank, cfg->grad_accum, v, c);
     if (trainer_check_memory(tr, err) != 0) { /* refuse what would be OOM-killed without a word */
         trainer_close(tr);
         return -1;

@@ -1,4 +1,5 @@
-/* GPipe and 1F1B over the pp group (include/schedule.h). */
+/* Running a schedule's order over the pp group (include/schedule.h; the
+ * orders are in order.c). */
 #include "schedule.h"
 
 #include <time.h>
@@ -11,48 +12,36 @@ static double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-const char *schedule_name(enum schedule_kind k) {
-    static const char *const names[SCHEDULE_NUM] = {[SCHEDULE_GPIPE] = "gpipe", [SCHEDULE_1F1B] = "1f1b"};
-    return (unsigned)k < SCHEDULE_NUM ? names[k] : "?";
-}
-
-static int min_int(int a, int b) { return a < b ? a : b; }
-
-int schedule_slots(enum schedule_kind k, int p, int stage, int m) {
-    return k == SCHEDULE_GPIPE ? m : min_int(p - stage, m);
-}
-
-int schedule_order(enum schedule_kind k, int p, int stage, int m, struct pipe_op *ops) {
-    int n = 0;
-    if (k == SCHEDULE_GPIPE) {
-        for (int i = 0; i < m; i++) ops[n++] = (struct pipe_op){PIPE_FORWARD, i};
-        for (int i = 0; i < m; i++) ops[n++] = (struct pipe_op){PIPE_BACKWARD, i};
-        return n;
-    }
-    int warmup = min_int(p - stage - 1, m), f = 0, b = 0;
-    while (f < warmup) ops[n++] = (struct pipe_op){PIPE_FORWARD, f++};
-    while (f < m) { /* steady state: one forward, one backward */
-        ops[n++] = (struct pipe_op){PIPE_FORWARD, f++};
-        ops[n++] = (struct pipe_op){PIPE_BACKWARD, b++};
-    }
-    while (b < m) ops[n++] = (struct pipe_op){PIPE_BACKWARD, b++}; /* drain */
-    return n;
-}
-
 int pipeline_init(struct pipeline *p, struct engine *e, struct collectives *pp, enum schedule_kind kind, int m,
                   struct mem_tracker *mem) {
-    *p = (struct pipeline){.e = e, .pp = pp, .kind = kind, .m = m,
-                           .slots = schedule_slots(kind, pp->size, pp->rank, m)};
-    p->ops = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "pipeline schedule", 2 * (size_t)m * sizeof *p->ops);
+    int v = e->lay.rank.n_chunks;
+    *p = (struct pipeline){.e = e, .pp = pp, .kind = kind, .m = m, .v = v};
+    if (!schedule_runs(kind, pp->size, m, v)) return -1;
+    p->ops = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "pipeline schedule", 2 * (size_t)m * (size_t)v * sizeof *p->ops);
     if (!p->ops) return -1;
-    schedule_order(kind, pp->size, pp->rank, m, p->ops);
+    schedule_order_v(kind, pp->size, pp->rank, m, v, p->ops);
     return 0;
 }
 
 void pipeline_free(struct pipeline *p, struct mem_tracker *mem) { mem_free(mem, p->ops); }
 
-static bool first_stage(const struct pipeline *p) { return p->pp->rank == 0; }
-static bool last_stage(const struct pipeline *p) { return p->pp->rank == p->pp->size - 1; }
+/* Chunk c of this rank is virtual stage c p + s; the first has the
+ * embedding, the last the head. Its neighbours are on the ranks before
+ * and after it in the pp group, around the ring: the last rank's chunk c
+ * feeds rank 0's chunk c + 1. */
+static int virtual_stage(const struct pipeline *p, int c) { return c * p->pp->size + p->pp->rank; }
+static bool first_virtual(const struct pipeline *p, int c) { return virtual_stage(p, c) == 0; }
+static bool last_virtual(const struct pipeline *p, int c) { return virtual_stage(p, c) == p->pp->size * p->v - 1; }
+static int prev_rank(const struct pipeline *p) { return (p->pp->rank + p->pp->size - 1) % p->pp->size; }
+static int next_rank(const struct pipeline *p) { return (p->pp->rank + 1) % p->pp->size; }
+/* The receiving chunk of what chunk c sends on, and back. */
+static int next_chunk(const struct pipeline *p, int c) { return p->pp->rank == p->pp->size - 1 ? c + 1 : c; }
+static int prev_chunk(const struct pipeline *p, int c) { return p->pp->rank == 0 ? c - 1 : c; }
+/* A tag per receiving chunk: v = 1 keeps 1 and 2 */
+static int act_tag(int recv_chunk) { return TAG_ACTIVATION + 2 * recv_chunk; }
+static int grad_tag(int recv_chunk) { return TAG_GRADIENT + 2 * recv_chunk; }
+
+static int slot_of(const struct pipeline *p, int c, int k) { return engine_chunk_slot(p->e, c, p->one_slot ? 0 : k); }
 
 /* B T C, or this tp rank's B (T/tp) C with sequence parallelism */
 static size_t act_numel(const struct pipeline *p) { return engine_stage_numel(p->e); }
@@ -72,54 +61,64 @@ static void receive(struct pipeline *p, void *buf, int peer, int tag) {
     p->last.waiting += now() - t0;
 }
 
-static double forward(struct pipeline *p, int k, float dloss, const struct batch_source *src, int32_t *inputs,
-                      int32_t *targets) {
+/* Every rank draws every micro-batch once, in order: the last stage when
+ * its last chunk (the head's) needs the targets, the others at chunk 0 (the
+ * embedding's inputs on the first). The interleaved order runs the chunks
+ * of one micro-batch far apart, and the (B,T) buffers hold one. */
+static int draw_chunk(const struct pipeline *p) {
+    const struct rank_desc *r = &p->e->lay.rank;
+    return r->has_head && !r->has_embed ? p->v - 1 : 0;
+}
+
+static double forward(struct pipeline *p, int c, int k, float dloss, const struct batch_source *src,
+                      int32_t *inputs, int32_t *targets) {
     struct engine *e = p->e;
-    int slot = k % p->slots, stage = p->pp->rank;
-    src->next(src->ctx, inputs, targets);
-    if (!first_stage(p)) {
+    int slot = slot_of(p, c, k);
+    if (c == draw_chunk(p)) src->next(src->ctx, inputs, targets);
+    if (!first_virtual(p, c)) {
         /* the slot's sends of its previous micro-batch left before it is overwritten */
         wait_send(p, &p->grad_sent[slot], &p->grad_pending[slot]);
         wait_send(p, &p->act_sent[slot], &p->act_pending[slot]);
-        receive(p, engine_stage_input(e, slot), stage - 1, TAG_ACTIVATION);
+        receive(p, engine_stage_input(e, slot), prev_rank(p), act_tag(c));
     }
     struct mb_input in = {.inputs = inputs, .targets = targets};
     double t0 = now();
-    int ev = trace_begin(src->trace, TRACE_FORWARD, k);
+    int ev = trace_begin_chunk(src->trace, TRACE_FORWARD, k, c);
     double loss = engine_forward(e, slot, &in, NULL, dloss);
     trace_end(src->trace, ev);
     p->last.busy += now() - t0;
-    if (!last_stage(p)) {
+    if (!last_virtual(p, c)) {
         wait_send(p, &p->act_sent[slot], &p->act_pending[slot]);
         p->act_sent[slot] = p->pp->isend(p->pp, engine_stage_output(e, slot), act_numel(p), e->o.act_dtype,
-                                         stage + 1, TAG_ACTIVATION);
+                                         next_rank(p), act_tag(next_chunk(p, c)));
         p->act_pending[slot] = true;
     }
     return loss;
 }
 
-static void backward(struct pipeline *p, int k, struct trace *trace) {
+static void backward(struct pipeline *p, int c, int k, struct trace *trace) {
     struct engine *e = p->e;
-    int slot = k % p->slots, stage = p->pp->rank;
-    void *dx_in = NULL, *dx_out = first_stage(p) ? NULL : engine_stage_input(e, slot);
-    if (!last_stage(p)) { /* the gradient arrives where the sent activation was */
+    int slot = slot_of(p, c, k);
+    void *dx_in = NULL, *dx_out = first_virtual(p, c) ? NULL : engine_stage_input(e, slot);
+    if (!last_virtual(p, c)) { /* the gradient arrives where the sent activation was */
         wait_send(p, &p->act_sent[slot], &p->act_pending[slot]);
         dx_in = engine_stage_output(e, slot);
-        receive(p, dx_in, stage + 1, TAG_GRADIENT);
+        receive(p, dx_in, next_rank(p), grad_tag(c));
     }
     double t0 = now();
-    int ev = trace_begin(trace, TRACE_BACKWARD, k);
+    int ev = trace_begin_chunk(trace, TRACE_BACKWARD, k, c);
     engine_backward(e, slot, dx_in, dx_out);
     trace_end(trace, ev);
     p->last.busy += now() - t0;
     if (dx_out) {
-        p->grad_sent[slot] = p->pp->isend(p->pp, dx_out, act_numel(p), e->o.act_dtype, stage - 1, TAG_GRADIENT);
+        p->grad_sent[slot] = p->pp->isend(p->pp, dx_out, act_numel(p), e->o.act_dtype, prev_rank(p),
+                                          grad_tag(prev_chunk(p, c)));
         p->grad_pending[slot] = true;
     }
 }
 
 static void drain(struct pipeline *p) {
-    for (int s = 0; s < p->slots; s++) {
+    for (int s = 0; s < p->e->model.n_slots; s++) {
         wait_send(p, &p->act_sent[s], &p->act_pending[s]);
         wait_send(p, &p->grad_sent[s], &p->grad_pending[s]);
     }
@@ -129,10 +128,10 @@ double pipeline_step(struct pipeline *p, float dloss, const struct batch_source 
                      int32_t *targets) {
     p->last = (struct schedule_timing){0};
     double t0 = now(), loss = 0.0;
-    for (int i = 0; i < 2 * p->m; i++) {
+    for (int i = 0; i < 2 * p->m * p->v; i++) {
         const struct pipe_op *op = &p->ops[i];
-        if (op->kind == PIPE_FORWARD) loss += forward(p, op->micro_batch, dloss, src, inputs, targets);
-        else backward(p, op->micro_batch, src->trace);
+        if (op->kind == PIPE_FORWARD) loss += forward(p, op->chunk, op->micro_batch, dloss, src, inputs, targets);
+        else backward(p, op->chunk, op->micro_batch, src->trace);
     }
     drain(p);
     /* the step's pipeline ends when its last stage-0 backward does: a stage
@@ -148,11 +147,11 @@ double pipeline_step(struct pipeline *p, float dloss, const struct batch_source 
 
 double pipeline_forward_only(struct pipeline *p, int n, const struct batch_source *src, int32_t *inputs,
                              int32_t *targets) {
-    int slots = p->slots;
-    p->slots = 1; /* micro-batch k in slot 0: nothing is kept for a backward */
+    p->one_slot = true; /* nothing is kept for a backward */
     double loss = 0.0;
-    for (int k = 0; k < n; k++) loss += forward(p, k, 0.0f, src, inputs, targets);
+    for (int k = 0; k < n; k++)
+        for (int c = 0; c < p->v; c++) loss += forward(p, c, k, 0.0f, src, inputs, targets);
     drain(p);
-    p->slots = slots;
+    p->one_slot = false;
     return loss;
 }

@@ -24,10 +24,18 @@ int pipeline_stage_layers(int L, int pp, int stage, const int *counts, int *l0, 
 }
 
 int pipeline_rank_desc(int L, int pp, int pp_rank, int tp, int tp_rank, const int *counts, struct rank_desc *out) {
-    int l0, l1;
-    if (pipeline_stage_layers(L, pp, pp_rank, counts, &l0, &l1) != 0) return -1;
-    *out = (struct rank_desc){.l0 = l0, .l1 = l1, .tp_rank = tp_rank, .tp = tp, .has_embed = pp_rank == 0,
-                              .has_head = pp_rank == pp - 1};
+    return pipeline_rank_desc_v(L, pp, 1, pp_rank, tp, tp_rank, counts, out);
+}
+
+int pipeline_rank_desc_v(int L, int pp, int v, int pp_rank, int tp, int tp_rank, const int *counts,
+                         struct rank_desc *out) {
+    if (v < 1 || v > RANK_MAX_CHUNKS || pp < 1 || pp_rank < 0 || pp_rank >= pp) return -1;
+    *out = rank_desc_range(0, 0, tp, tp_rank, pp_rank == 0, pp_rank == pp - 1);
+    out->n_chunks = v;
+    for (int c = 0; c < v; c++) { /* the rank's chunk c is the model's chunk c pp + pp_rank */
+        struct layer_range *r = &out->chunk[c];
+        if (pipeline_stage_layers(L, pp * v, c * pp + pp_rank, counts, &r->l0, &r->l1) != 0) return -1;
+    }
     return 0;
 }
 
@@ -55,8 +63,8 @@ int pipeline_parse_layers(const char *text, int pp, int L, int *counts, char *er
         }
     }
     if (n != pp || sum != L) {
-        snprintf(err, err_len, "pp_layers \"%s\": %d counts summing to %d; pp = %d stages must sum to n_layer = %d",
-                 text, n, sum, pp, L);
+        snprintf(err, err_len, "pp_layers \"%s\": %d counts summing to %d; %d stages (pp, or pp x virtual_stages under "
+                 "the interleaved schedule) must sum to n_layer = %d", text, n, sum, pp, L);
         return -1;
     }
     return 0;

@@ -29,7 +29,7 @@ static void wait_or_report(struct zero *z, struct coll_request r, const char *wh
 static int backward_order(const struct model_layout *lay, int *order) {
     int n = 0;
     if (lay->rank.has_head) order[n++] = layout_head_unit(lay);
-    for (int l = lay->rank.l1 - 1; l >= lay->rank.l0; l--) order[n++] = layout_layer_unit(lay, l);
+    for (int i = rank_layers(&lay->rank) - 1; i >= 0; i--) order[n++] = layout_layer_unit(lay, rank_layer_at(&lay->rank, i));
     if (lay->rank.has_embed) order[n++] = layout_embed_unit(lay);
     return n;
 }

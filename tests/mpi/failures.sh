@@ -18,7 +18,8 @@
 #     ZeRO-1: every rank stops at the same step, one message naming it, and
 #     the resume state written before that step still loads;
 #  9. pipeline layouts that cannot run: a bad pp_layers, gpipe past its slots, adamw8bit's tied copies under ZeRO
-#     over dp: every rank exits non-zero, one message naming the keys.
+#     over dp; interleaved: m not a multiple of p, virtual_stages with another schedule, one chunk, a chunk
+#     with no layer, pp_layers not of pp x v counts: every rank exits non-zero, one message naming the keys.
 # Usage: tests/mpi/failures.sh BUILD_DIR (build or build-san)
 set -u
 build=${1:-build}
@@ -133,5 +134,14 @@ pp_case() { # name, expected text, ranks, args...
 pp_case "pp_layers 2,1 for 2 layers" "must sum to n_layer = 2" 2 --pp 2 --pp_layers 2,1
 pp_case "gpipe with grad_accum 65" "grad_accum = 65 is more than the 64" 2 --pp 2 --schedule gpipe --grad_accum 65
 pp_case "adamw8bit, pp 2, ZeRO-1 over dp 2" "quantized in different blocks" 4 --pp 2 --zero 1 --optimizer adamw8bit
+inter=(--pp 2 --n_layer 4 --schedule interleaved --virtual_stages 2)
+pp_case "interleaved, m 3 not a multiple of p 2" "(m = 3) must be a multiple of pp (p = 2)" 2 "${inter[@]}" --grad_accum 3
+pp_case "virtual_stages 2 with 1f1b" "virtual_stages = 2 needs --schedule interleaved" 2 --pp 2 --n_layer 4 \
+    --schedule 1f1b --virtual_stages 2
+pp_case "interleaved with virtual_stages 1" "needs pp >= 2 and virtual_stages >= 2" 2 --pp 2 --schedule interleaved \
+    --grad_accum 2
+pp_case "interleaved, 3 layers over 4 chunks" "model chunk 3 of pp x virtual_stages = 4 has no layer" 2 "${inter[@]}" \
+    --n_layer 3 --grad_accum 2
+pp_case "interleaved, pp_layers of pp counts" "must sum to n_layer = 4" 2 "${inter[@]}" --grad_accum 2 --pp_layers 2,2
 
 [ $fails -eq 0 ] && echo "failure tests passed" || { echo "$fails failure test(s) failed"; exit 1; }

@@ -4,8 +4,11 @@
 # resumes, and saves):
 #  1. --save at pp 2 (tiny's 2 layers), pp 2 over 3 layers (2 + 1), pp 4
 #     over 3 layers (the last stage holds only the head), dp 2 x pp 2 at
-#     ZeRO 0 and 3, tp 2, and tp 2 x pp 2 in bf16: each byte-equal (cmp) to
-#     the file one process writes from the same seed;
+#     ZeRO 0 and 3, tp 2, tp 2 x pp 2 in bf16, and the interleaved schedule
+#     (pp 2, 2 chunks a stage; and over dp 2 at ZeRO 3): each byte-equal
+#     (cmp) to the file one process writes from the same seed; interleaved
+#     resume states: 2 steps + 2 resumed byte-equal to 4 in one go, and
+#     loaded by one process;
 #  2. a trained model file --init_from at pp 2, then --save: byte-equal;
 #  3. bad input at pp 2: a model file of another shape, a truncated one, a
 #     resume state of another model: every rank exits 1 (no hang), one message.
@@ -52,6 +55,24 @@ same "dp 2 x pp 2, ZeRO 0" "$tmp/l2.bin" 4 "$tmp/dp2pp2z0.bin" --pp 2 --zero 0
 same "dp 2 x pp 2, ZeRO 3" "$tmp/l2.bin" 4 "$tmp/dp2pp2z3.bin" --pp 2 --zero 3
 same "tp 2" "$tmp/l2.bin" 2 "$tmp/tp2.bin" --tp 2
 same "tp 2 x pp 2, bf16, ZeRO 3" "$tmp/l2bf16.bin" 4 "$tmp/tp2pp2bf16.bin" --tp 2 --pp 2 --param_dtype bf16 --zero 3
+# interleaved: rank 0 holds layers 0 and 2, rank 1 layers 1 and 3 (and the head)
+inter=(--n_layer 4 --grad_accum 2 --pp 2 --schedule interleaved --virtual_stages 2)
+one "$tmp/l4.bin" --n_layer 4 --grad_accum 2
+same "pp 2 interleaved, 2 chunks a stage (layers 0, 2 | 1, 3)" "$tmp/l4.bin" 2 "$tmp/inter.bin" "${inter[@]}"
+same "dp 2 x pp 2 interleaved, ZeRO 3" "$tmp/l4.bin" 4 "$tmp/inter_z3.bin" "${inter[@]}" --zero 3
+# resume states at pp 2 interleaved: 2 steps, saved, resumed for 2 more:
+# byte-equal to 4 steps in one go; the state also loads on one process
+igrid() { # out, args
+    local out=$1
+    shift
+    timeout 120 "${mpi[@]}" -np 2 "$train" "${common[@]}" "${inter[@]}" "$@" >"$out.log" 2>&1
+}
+igrid "$tmp/i2" --steps 2 --save_state "$tmp/i2.state" &&
+    igrid "$tmp/i4r" --steps 4 --resume "$tmp/i2.state" --save_state "$tmp/i4r.state" &&
+    igrid "$tmp/i4" --steps 4 --save_state "$tmp/i4.state" && cmp "$tmp/i4.state" "$tmp/i4r.state" &&
+    timeout 60 "$train" "${common[@]}" --n_layer 4 --grad_accum 2 --steps 3 --resume "$tmp/i2.state" \
+        >"$tmp/i2one.log" 2>&1
+check "resume state at pp 2 interleaved: 2 + 2 steps byte-equal to 4, and it loads on one process" $?
 
 # 2. a trained model (3 steps on one process), loaded at pp 2 and saved again
 timeout 60 "$train" "${common[@]}" --steps 3 --save "$tmp/trained.bin" >/dev/null 2>&1 &&

@@ -1,7 +1,8 @@
 /* Pipeline parallelism equals one process (include/schedule.h): under
  * mpirun -np N, the layers split over pp = N stages (and, on 4 ranks, dp 2
  * x pp 2 with ZeRO 0-3), GPipe and 1F1B, with m below, equal to and not a
- * multiple of p, train 20 steps in fp32 and give the one-process run's loss
+ * multiple of p, and interleaved 1F1B with two chunks a stage (pp 2, and
+ * dp 2 x pp 2 at ZeRO-0 and ZeRO-3), train 20 steps in fp32 and give the one-process run's loss
  * at every step within 1e-5 and its parameters within 1e-5 on every unit
  * each rank holds. Also: the two copies of the tied wte (first and last
  * stage) stay bitwise equal; each stage's activation bytes equal the
@@ -36,7 +37,7 @@ static const double TOL = 1e-5;
 static struct grid WORLD;
 static char DIR_[96], SHARD[160];
 
-static void config_for(struct config *c, int pp, int dp, int m, enum schedule_kind kind, int zero) {
+static void config_for(struct config *c, int pp, int dp, int m, enum schedule_kind kind, int zero, int v) {
     config_defaults(c);
     c->n_layer = LAYERS, c->d_model = 32, c->n_head = 4, c->seq_len = 16, c->vocab_size = 256;
     c->micro_batch = 2;
@@ -49,6 +50,7 @@ static void config_for(struct config *c, int pp, int dp, int m, enum schedule_ki
     c->zero = zero;
     c->pp = pp;
     c->schedule = kind;
+    c->virtual_stages = v;
     c->param_dtype = c->grad_dtype = c->act_dtype = DTYPE_FP32;
     (void)dp;
     snprintf(c->train_data, sizeof c->train_data, "%s", SHARD);
@@ -109,15 +111,15 @@ static bool tied_copies_equal(struct trainer *tr) {
     return same;
 }
 
-static void check(int pp, int m, enum schedule_kind kind, int zero) {
+static void check_v(int pp, int m, enum schedule_kind kind, int zero, int v) {
     int dp = WORLD.world_size / pp;
     struct grid grid, single;
     char err[TRAINER_ERR_LEN];
     assert_int_equal(grid_init(&grid, 1, pp, err), 0);
     grid_init_single(&single);
     struct config cp, cs;
-    config_for(&cp, pp, dp, m, kind, zero);
-    config_for(&cs, 1, 1, m * dp, SCHEDULE_1F1B, 0);
+    config_for(&cp, pp, dp, m, kind, zero, v);
+    config_for(&cs, 1, 1, m * dp, SCHEDULE_1F1B, 0, 1);
     struct trainer tp, ts;
     assert_int_equal(trainer_open(&tp, &cp, &grid, err), 0);
     assert_int_equal(trainer_open(&ts, &cs, &single, err), 0);
@@ -141,9 +143,9 @@ static void check(int pp, int m, enum schedule_kind kind, int zero) {
     struct pipe_comm_theory pt = theory_trainer_pp_comm(&cp, place);
     ok = ok && act == act_theory && sent == pt.send && recv == pt.recv;
     if (!ok || WORLD.world_rank == WORLD.world_size - 1)
-        printf("  dp %d x pp %d, %s, m %d, ZeRO-%d, rank %d: loss %.6f -> %.6f, max |dloss| %.2e, max |dparam| %.2e, "
+        printf("  dp %d x pp %d, %s, v %d, m %d, ZeRO-%d, rank %d: loss %.6f -> %.6f, max |dloss| %.2e, max |dparam| %.2e, "
                "tied copies %s, activations %.0f (theory %.0f), sent %.0f recv %.0f per step (theory %.0f): %s\n",
-               dp, pp, schedule_name(kind), m, zero, WORLD.world_rank, ls[0], ls[STEPS - 1], worst_loss, worst_param,
+               dp, pp, schedule_name(kind), v, m, zero, WORLD.world_rank, ls[0], ls[STEPS - 1], worst_loss, worst_param,
                tied ? "equal" : "DIFFER", act, act_theory, sent, recv, pt.send, ok ? "ok" : "FAILED");
     trainer_close(&tp);
     trainer_close(&ts);
@@ -151,15 +153,23 @@ static void check(int pp, int m, enum schedule_kind kind, int zero) {
     assert_true(all_ok(ok));
 }
 
-/* Every rank a stage; m below p, equal to it, and not a multiple of it. */
+static void check(int pp, int m, enum schedule_kind kind, int zero) { check_v(pp, m, kind, zero, 1); }
+
+/* Every rank a stage; m below p, equal to it, and not a multiple of it.
+ * Interleaved (2 chunks a stage, one layer each: pp 2 only) with m = p and
+ * 2p: the last rank's chunk 0 feeds rank 0's chunk 1. */
 static void test_stages(void **s) {
     (void)s;
     int p = WORLD.world_size;
-    for (int kind = 0; kind < SCHEDULE_NUM; kind++) {
+    for (int kind = SCHEDULE_GPIPE; kind <= SCHEDULE_1F1B; kind++) {
         if (p > LAYERS) break;
         check(p, 1, (enum schedule_kind)kind, 0);
         check(p, p, (enum schedule_kind)kind, 0);
         check(p, p + 1, (enum schedule_kind)kind, 0);
+    }
+    if (2 * p <= LAYERS) {
+        check_v(p, p, SCHEDULE_INTERLEAVED, 0, 2);
+        check_v(p, 2 * p, SCHEDULE_INTERLEAVED, 0, 2);
     }
 }
 
@@ -169,6 +179,8 @@ static void test_grid(void **s) {
     if (WORLD.world_size != 4) skip();
     for (int zero = 0; zero <= 3; zero++) check(2, 3, SCHEDULE_1F1B, zero);
     check(2, 2, SCHEDULE_GPIPE, 1);
+    check_v(2, 4, SCHEDULE_INTERLEAVED, 0, 2);
+    check_v(2, 2, SCHEDULE_INTERLEAVED, 3, 2);
 }
 
 static int setup(void **state) {

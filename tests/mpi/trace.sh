@@ -18,7 +18,9 @@
 #     3) and the trace of the steps run is written and checks;
 #  7. pp 2: GPipe's F0 F1 B0 B1 on both stages, 1F1B's one warm-up forward
 #     on stage 0 (F0 F1 B0 B1) and none on stage 1 (F0 B0 F1 B1), the pp
-#     sends, receives and tie all-reduces equal to the log.
+#     sends, receives and tie all-reduces equal to the log;
+#  8. pp 2 interleaved (2 chunks a stage): each stage's order of
+#     (micro-batch, chunk) forwards and backwards, the pp traffic.
 # Usage: tests/mpi/trace.sh BUILD_DIR (build or build-san)
 set -u
 build=${1:-build}
@@ -110,6 +112,20 @@ for sch in gpipe 1f1b; do
         --log "$tmp/pp_$sch.log" --require-comm && grep -q '"name":"recv pp"' "$tmp/pp_$sch.json"
     check "pp 2, $sch: each stage's order, the pp traffic against the log (rc $rc)" $?
 done
+
+# 8. pp 2 interleaved, 2 chunks a stage (4 layers), m 2: Megatron-LM's order
+#    (include/schedule.h), F<mb>:<chunk> for the rank's chunk 1. Stage 0
+#    warms up with 2 + 2 = all 4 forwards; stage 1 with 2, then alternates.
+timeout 120 "${mpi[@]}" -np 2 "$train" "${common[@]}" --steps 3 --pp 2 --n_layer 4 --schedule interleaved \
+    --virtual_stages 2 --trace "$tmp/pp_inter.json" --log_json "$tmp/pp_inter.log" >"$tmp/pp_inter.out" 2>&1
+rc=$?
+[ $rc -eq 0 ] && "$py" "$checker" "$tmp/pp_inter.json" --ranks 2 --steps 3 --grad-accum 2 --virtual-stages 2 \
+    --rank-order "0=F0 F1 F0:1 F1:1 B0:1 B1:1 B0 B1" --rank-order "1=F0 F1 F0:1 B0:1 F1:1 B1:1 B0 B1" \
+    --log "$tmp/pp_inter.log" --require-comm
+check "pp 2 interleaved: each stage's order (chunks), the pp traffic against the log (rc $rc)" $?
+"$py" "$checker" "$tmp/pp_inter.json" --ranks 2 --steps 3 --grad-accum 2 >/dev/null
+[ $? -ne 0 ]
+check "the interleaved trace without --virtual-stages fails the span count" $?
 
 [ $fails -eq 0 ] && echo "trace: all passed" || echo "trace: $fails failed"
 exit $((fails > 0))
