@@ -23,9 +23,10 @@ BLAS_DIR := /usr/lib/$(shell gcc -print-multiarch)/openblas-openmp
 LDLIBS  := -L$(BLAS_DIR) -l:libopenblas.so.0 -Wl,-rpath,$(BLAS_DIR) -lm
 
 # Every .c under the module folders is library code, except the *_main.c
-# files, each of which is one program.
+# files, each of which is one program, and the CUDA build's own sources
+# (any */cuda/ folder: `make cuda`, below).
 MODULES   := model optim parallel data train
-ALL_SRC   := $(sort $(shell find $(MODULES) -name "*.c"))
+ALL_SRC   := $(sort $(shell find $(MODULES) -name "*.c" -not -path "*/cuda/*"))
 MAIN_SRC  := $(filter %_main.c,$(ALL_SRC))
 LIB_SRC   := $(filter-out %_main.c,$(ALL_SRC))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
@@ -37,7 +38,7 @@ MPI_TEST_SRC := $(wildcard tests/mpi/test_*.c)
 MPI_TESTS    := $(MPI_TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 .SECONDARY:
-.PHONY: all test check-deps unit-test mpi-test san-test demo report multihost-demo bench deps data clean
+.PHONY: all cuda cuda-test test check-deps unit-test mpi-test san-test demo report multihost-demo bench deps data clean
 all: $(PROGRAMS) $(BUILD)/report
 
 $(BUILD)/obj/%.o: %.c Makefile
@@ -202,8 +203,78 @@ fuzz-corpus: build-fuzz/seed_corpus
 	cp configs/*.conf tests/fuzz/corpus/config/
 	build-fuzz/seed_corpus data/kjv.txt tests/fuzz/corpus
 
+# ---- The CUDA build (docs/GPU.md): compile and link only, so far ----
+# build-cuda/ holds every library file of the CPU build plus the */cuda/
+# folders' .c (mpicc, -DSHARDLAB_CUDA, the CUDA headers) and .cu (nvcc)
+# files, linked against cudart, cuBLAS, cuBLASLt, NCCL and MPI. The device
+# build's bufops (model/cuda/bufops_dispatch.c) take the names buf_*, so
+# model/cpu/bufops.c is compiled there under the names cpu_buf_*
+# (model/cuda/bufops_rename.h) as the host path and the test's reference.
+# Nothing here is part of `make all` or `make test`.
+CUDA_HOME  ?= /usr/local/cuda
+NVCC       ?= $(CUDA_HOME)/bin/nvcc
+CUDA_ARCHS ?= sm_80 sm_90
+CUDA_BUILD := build-cuda
+CUDA_CFLAGS := $(filter-out -MMD -MP,$(CFLAGS)) -DSHARDLAB_CUDA -isystem $(CUDA_HOME)/include -MMD -MP
+CUDA_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a:sm_%=%),code=$(a))
+NVCC_FLAGS := -std=c++17 -O3 -g -Iinclude $(CUDA_GENCODE) -Werror all-warnings \
+              -Xcompiler -Wall,-Wextra,-Werror -MMD -MP
+CUDA_LDLIBS := $(LDLIBS) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
+               -lcudart -lcublasLt -lcublas -lnccl -lstdc++
+CUDA_C_SRC  := $(sort $(shell find $(MODULES) -path "*/cuda/*" -name "*.c"))
+CUDA_CU_SRC := $(sort $(shell find $(MODULES) -path "*/cuda/*" -name "*.cu"))
+CUDA_LIB_OBJ := $(filter-out %_main.o,$(ALL_SRC:%.c=$(CUDA_BUILD)/obj/%.o)) \
+                $(CUDA_C_SRC:%.c=$(CUDA_BUILD)/obj/%.o) $(CUDA_CU_SRC:%.cu=$(CUDA_BUILD)/obj/%.o)
+CUDA_PROGRAMS := $(foreach s,$(MAIN_SRC),$(CUDA_BUILD)/$(notdir $(s:_main.c=)))
+CUDA_TEST_SRC := $(wildcard tests/cuda/test_*.c)
+CUDA_TESTS    := $(CUDA_TEST_SRC:tests/%.c=$(CUDA_BUILD)/tests/%)
+
+cuda: nvcc-present $(CUDA_PROGRAMS) $(CUDA_TESTS)
+	@tests/check_deps.sh $(CUDA_BUILD)/obj
+	@echo "CUDA build in $(CUDA_BUILD)/ ($(CUDA_ARCHS)): compiled and linked; not run on a GPU here (docs/GPU.md)"
+
+# Without a GPU every test reports itself skipped ("no CUDA device") and the
+# program exits 0; with one, each CUDA buffer operation meets the CPU's.
+cuda-test: cuda
+	@set -e; for t in $(CUDA_TESTS); do echo "== $$t"; $$t; done
+
+.PHONY: nvcc-present
+nvcc-present:
+	@test -x "$(NVCC)" || { echo "make cuda: nvcc not found at $(NVCC) (install the CUDA toolkit or set CUDA_HOME=...)" >&2; exit 1; }
+
+$(CUDA_BUILD)/obj/%.o: %.c Makefile
+	@mkdir -p $(dir $@)
+	@echo "  CC    $< (cuda build)"
+	@$(CC) $(CUDA_CFLAGS) -c $< -o $@
+
+# model/cpu/bufops.c under the names cpu_buf_*.
+$(CUDA_BUILD)/obj/model/cpu/bufops.o: model/cpu/bufops.c model/cuda/bufops_rename.h Makefile
+	@mkdir -p $(dir $@)
+	@echo "  CC    $< (cuda build, as cpu_buf_*)"
+	@$(CC) $(CUDA_CFLAGS) -include model/cuda/bufops_rename.h -c $< -o $@
+
+$(CUDA_BUILD)/obj/%.o: %.cu Makefile
+	@mkdir -p $(dir $@)
+	@echo "  NVCC  $<"
+	@$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+
+$(CUDA_BUILD)/libshardlab.a: $(CUDA_LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+define cuda_program_rule
+$(CUDA_BUILD)/$(notdir $(1:_main.c=)): $(CUDA_BUILD)/obj/$(1:.c=.o) $(CUDA_BUILD)/libshardlab.a
+	$$(CC) $$(LDFLAGS) $$^ -o $$@ $$(CUDA_LDLIBS)
+endef
+$(foreach s,$(MAIN_SRC),$(eval $(call cuda_program_rule,$(s))))
+
+$(CUDA_BUILD)/tests/%: $(CUDA_BUILD)/obj/tests/%.o $(CUDA_BUILD)/libshardlab.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@ $(CUDA_LDLIBS) -lcmocka
+
 clean:
-	rm -rf build build-san build-fuzz
+	rm -rf build build-san build-fuzz build-cuda
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 -include $(shell find build-fuzz -name '*.d' 2>/dev/null)
+-include $(shell find $(CUDA_BUILD) -name '*.d' 2>/dev/null)

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "device.h"
 #include "dtype.h"
 #include "gpt.h"
 #include "optim.h"
@@ -82,6 +83,7 @@ struct config {
     bool overlap;          /* collectives behind compute (include/zero.h); 0: the blocking path */
     double ddp_bucket_mb;  /* ZeRO-0: MiB of gradients per all-reduce bucket (whole units) */
     /* machine */
+    enum device_kind device; /* --device: auto, cpu or cuda (include/device.h) */
     int threads;
     double peak_flops;
     bool force;            /* go on when the memory check says the run will not fit */

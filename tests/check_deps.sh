@@ -26,25 +26,34 @@ objdir=${1:-build/obj}
 [ -d "$objdir" ] || { echo "check_deps: no object folder $objdir (build first)" >&2; exit 2; }
 levels="include:0 data:1 model:1 optim:1 parallel:2 train:3"
 folders=$(for d in ${levels//:[0-9]/}; do if [ -d "$d" ]; then echo "$d"; fi; done)
-decomment() { gcc -fpreprocessed -dD -E -P "$1"; }   # drops comments, keeps the rest
+decomment() {   # drops comments, keeps the rest (.cu read as C++)
+    case $1 in *.cu) gcc -x c++ -fpreprocessed -dD -E -P "$1" ;; *) gcc -fpreprocessed -dD -E -P "$1" ;; esac
+}
 
-# Objects of the sources that exist (a stale .o of a moved file is skipped).
+# Objects of the sources that exist (a stale .o of a moved file is skipped);
+# a .cu file's object (the CUDA build) counts as its source's too.
 objs=$(find "$objdir" -name '*.o' ! -path "$objdir/tests/*" | sort | while read -r o; do
-    s=${o#"$objdir"/}; if [ -f "${s%.o}.c" ]; then echo "$o"; fi; done)
+    s=${o#"$objdir"/}; if [ -f "${s%.o}.c" ] || [ -f "${s%.o}.cu" ]; then echo "$o"; fi; done)
 [ -n "$objs" ] || { echo "check_deps: no objects under $objdir" >&2; exit 2; }
+# Every source is built, except that the CPU build leaves out the CUDA
+# build's folders (*/cuda/, `make cuda`); the CUDA build's objdir has them.
 # shellcheck disable=SC2086
-for c in $(find $folders -name "*.c" | sort); do
-    [ -f "$objdir/${c%.c}.o" ] || { echo "check_deps: $c is not built ($objdir/${c%.c}.o)" >&2; exit 2; }
+for c in $(find $folders \( -name "*.c" -o -name "*.cu" \) | sort); do
+    o="$objdir/${c%.*}.o"
+    case $c in */cuda/*) [ -d "$objdir/$(dirname "$c")" ] || continue ;; esac
+    [ -f "$o" ] || { echo "check_deps: $c is not built ($o)" >&2; exit 2; }
 done
 
 {
     # S <source> <symbol> <D|U>: what each object defines and uses.
     # shellcheck disable=SC2086
-    nm -P -A -g $objs | awk -v dir="$objdir/" '{
-        f = $1; sub(/:$/, "", f); f = substr(f, length(dir) + 1); sub(/\.o$/, ".c", f)
+    nm -P -A -g $objs | awk -v dir="$objdir/" -v cus="$(find $folders -name "*.cu" | tr '\n' ' ')" '
+    BEGIN { n = split(cus, a, " "); for (i = 1; i <= n; i++) { sub(/\.cu$/, "", a[i]); cu[a[i]] = 1 } }
+    {   f = $1; sub(/:$/, "", f); f = substr(f, length(dir) + 1); sub(/\.o$/, "", f)
+        f = (f in cu) ? f ".cu" : f ".c"
         print "S", f, $2, ($3 == "U" || $3 == "w") ? "U" : "D" }'
     # shellcheck disable=SC2086
-    for f in $(find $folders -name "*.[ch]" | sort); do
+    for f in $(find $folders \( -name "*.[ch]" -o -name "*.cu" \) | sort); do
         text=$(decomment "$f")
         # I <file> <header>: "X.h" resolves to the includer's folder, then include/.
         # shellcheck disable=SC2013 # header names have no spaces

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "config.h"
+#include "device.h"
 
 /* A temp file holding `text`; the caller unlinks it. */
 static void write_temp(char path[64], const char *text) {
@@ -155,6 +156,34 @@ static void test_bench_small_shape(void **state) {
     assert_int_equal(config_load_file(&c, "configs/demo.conf", err), 0);
     assert_string_equal(c.sample_prompt, "And God said"); /* value with spaces */
     assert_int_equal(c.sample_tokens, 300);
+}
+
+/* --device: auto by default; cpu and cuda by name; anything else names
+ * the choices. Opening cuda in the CPU build is a clear error, auto and
+ * cpu are the CPU. */
+static void test_device_key(void **state) {
+    (void)state;
+    struct config c;
+    config_defaults(&c);
+    char err[CONFIG_ERR_LEN] = "";
+    assert_int_equal(c.device, DEVICE_AUTO);
+    assert_int_equal(config_set(&c, "device", "cuda", err), 0);
+    assert_int_equal(c.device, DEVICE_CUDA);
+    assert_int_equal(config_set(&c, "device", "cpu", err), 0);
+    assert_int_equal(c.device, DEVICE_CPU);
+    assert_int_equal(config_set(&c, "device", "gpu", err), -1);
+    assert_non_null(strstr(err, "auto cpu cuda"));
+    struct device_info d;
+    char derr[DEVICE_ERR_LEN] = "";
+    assert_false(device_build_has_cuda());
+    assert_int_equal(device_open(DEVICE_AUTO, &d, derr, sizeof derr), 0);
+    assert_int_equal(d.kind, DEVICE_CPU);
+    assert_int_equal(device_open(DEVICE_CUDA, &d, derr, sizeof derr), -1);
+    assert_non_null(strstr(derr, "without CUDA support"));
+    size_t used = 1, total = 1;
+    assert_int_equal(device_open(DEVICE_CPU, &d, derr, sizeof derr), 0);
+    assert_int_equal(device_memory_used(&d, &used, &total, derr, sizeof derr), -1);
+    assert_int_equal(used, 0);
 }
 
 static void test_unknown_key(void **state) {
@@ -602,6 +631,7 @@ int main(void) {
         cmocka_unit_test(test_every_config_file_loads),
         cmocka_unit_test(test_bench_small_shape),
         cmocka_unit_test(test_unknown_key),
+        cmocka_unit_test(test_device_key),
         cmocka_unit_test(test_file_errors_name_file_and_line),
         cmocka_unit_test(test_directory_config),
         cmocka_unit_test(test_warnings_and_steps_zero),

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h"
 #include "grid.h"
 #include "outputs.h"
 #include "peak.h"
@@ -115,6 +116,25 @@ static struct mem_timeline *gather_timelines(const struct trainer *tr, int rank,
     return all;
 }
 
+/* --device (include/device.h), every rank agreeing. The CUDA build's
+ * device side (memory, buffer operations, NCCL) is compiled and linked,
+ * but the layer kernels are not written yet, so a run on a GPU stops here
+ * with that reason rather than computing on the CPU behind a GPU's name. */
+static int open_device(const struct config *cfg, char err[TRAINER_ERR_LEN]) {
+    struct device_info dev;
+    int ok = device_open(cfg->device, &dev, err, TRAINER_ERR_LEN) == 0;
+    if (ok && dev.kind == DEVICE_CUDA) {
+        snprintf(err, TRAINER_ERR_LEN, "--device cuda: GPU %d (%s) found, but the CUDA layer kernels are not written "
+                                       "yet (docs/GPU.md); run with --device cpu", dev.ordinal, dev.name);
+        ok = 0;
+    }
+    int all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (all) return 0;
+    if (ok) snprintf(err, TRAINER_ERR_LEN, "another rank failed opening its device");
+    return -1;
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int rank, world;
@@ -144,6 +164,10 @@ int main(int argc, char **argv) {
     struct grid grid;
     char gerr[GRID_ERR_LEN];
     if (grid_init(&grid, cfg.tp, cfg.pp, gerr) != 0) return fail(rank, world, gerr);
+    if (open_device(&cfg, err) != 0) {
+        grid_free(&grid);
+        return fail(rank, world, err);
+    }
     omp_set_num_threads(cfg.threads);
     openblas_set_num_threads(cfg.threads);
 

@@ -1,0 +1,55 @@
+/* Where a rank's model runs: the CPU, or one CUDA GPU per rank (the CUDA
+ * build, `make cuda`: docs/GPU.md). The config key --device chooses:
+ *   auto  the CPU build: cpu; the CUDA build: cuda when a GPU is present,
+ *         else cpu
+ *   cpu   host memory and the model/cpu/ kernels, in either build
+ *   cuda  the CUDA build only, and only with a GPU: a rank takes the GPU
+ *         of its local rank on the host (OMPI_COMM_WORLD_LOCAL_RANK; 0
+ *         without mpirun), one GPU per rank
+ * A request that cannot be met is an error with a message, never a quiet
+ * fall-back: "no CUDA device" when cuda is asked for and none is present. */
+#ifndef SHARDLAB_DEVICE_H
+#define SHARDLAB_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "mem.h"
+
+/* The order of the --device choices (train/config.c). */
+enum device_kind { DEVICE_AUTO, DEVICE_CPU, DEVICE_CUDA };
+
+enum { DEVICE_NAME_LEN = 96, DEVICE_ERR_LEN = 256 };
+
+struct device_info {
+    enum device_kind kind;      /* DEVICE_CPU or DEVICE_CUDA once opened */
+    int local_rank;             /* this rank's index on its host */
+    int ordinal;                /* the CUDA device this rank uses; -1 on the CPU */
+    int count;                  /* CUDA devices visible on the host (0 on the CPU build) */
+    size_t total_bytes;         /* the GPU's memory (0 on the CPU) */
+    char name[DEVICE_NAME_LEN]; /* "cpu", or the GPU's name */
+};
+
+static inline const char *device_kind_name(enum device_kind k) {
+    return k == DEVICE_CUDA ? "cuda" : k == DEVICE_CPU ? "cpu" : "auto";
+}
+
+/* True in the CUDA build (compiled with CUDA support, GPU or not). */
+bool device_build_has_cuda(void);
+
+/* Resolves `want` (above), selects this rank's GPU when it is cuda, and
+ * fills d. 0, or -1 with a message in err. Local: no collective. */
+int device_open(enum device_kind want, struct device_info *d, char *err, size_t err_len);
+
+/* On a CUDA device: t's MEM_DEVICE space allocates with cudaMalloc (zero
+ * filled) and frees with cudaFree; a failed cudaMalloc is a recorded
+ * allocation failure (include/mem.h), never an exit. On the CPU: nothing. */
+void device_install_memory(const struct device_info *d, struct mem_tracker *t);
+
+/* The device's used and total bytes as the driver reports them
+ * (cudaMemGetInfo: total - free, every allocation of every process on the
+ * GPU, the CUDA context included). 0, or -1 with a message (the CPU has
+ * no such number). */
+int device_memory_used(const struct device_info *d, size_t *used, size_t *total, char *err, size_t err_len);
+
+#endif

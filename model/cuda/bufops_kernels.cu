@@ -1,0 +1,119 @@
+// The device build's elementwise buffer kernels (bufops_kernels.h). The
+// bf16 conversions are include/dtype.h's, bit for bit: round to nearest
+// even on the bit pattern, NaN kept quiet, Inf passed through.
+#include <cuda_runtime.h>
+
+#include "bufops_kernels.h"
+
+namespace {
+
+__device__ __forceinline__ float bf16_to_f32_dev(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
+// dtype.h's f32_to_bf16: the bias 0x7fff plus the kept lowest bit rounds
+// ties to even; a NaN keeps its top bits and sets the quiet bit.
+__device__ __forceinline__ uint16_t f32_to_bf16_dev(float f) {
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+    uint32_t lsb = (u >> 16) & 1u;
+    return (uint16_t)((u + 0x7fffu + lsb) >> 16);
+}
+
+// A grid-stride loop: any n with a grid of at most max_blocks.
+constexpr unsigned kMaxBlocks = 65535;
+constexpr unsigned kSumBlocks = 1024;  // partials of the sum of squares
+
+unsigned blocks_for(size_t n) {
+    size_t b = (n + BUFOPS_BLOCK - 1) / BUFOPS_BLOCK;
+    return b > kMaxBlocks ? kMaxBlocks : (unsigned)(b ? b : 1);
+}
+
+#define GRID_STRIDE(i, n) for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+
+__global__ void widen_kernel(float *dst, const uint16_t *src, size_t n) {
+    GRID_STRIDE(i, n) dst[i] = bf16_to_f32_dev(src[i]);
+}
+__global__ void narrow_kernel(uint16_t *dst, const float *src, size_t n) {
+    GRID_STRIDE(i, n) dst[i] = f32_to_bf16_dev(src[i]);
+}
+__global__ void round_kernel(float *x, size_t n) {
+    GRID_STRIDE(i, n) x[i] = bf16_to_f32_dev(f32_to_bf16_dev(x[i]));
+}
+// __fadd_rn: an IEEE add the compiler may not contract into an FMA.
+__global__ void acc_f32_kernel(float *dst, const float *src, size_t n) {
+    GRID_STRIDE(i, n) dst[i] = __fadd_rn(dst[i], src[i]);
+}
+__global__ void acc_bf16_kernel(uint16_t *dst, const float *src, size_t n) {
+    GRID_STRIDE(i, n) dst[i] = f32_to_bf16_dev(__fadd_rn(bf16_to_f32_dev(dst[i]), src[i]));
+}
+__global__ void add_bf16_kernel(uint16_t *dst, const uint16_t *src, size_t n) {
+    GRID_STRIDE(i, n) dst[i] = f32_to_bf16_dev(__fadd_rn(bf16_to_f32_dev(dst[i]), bf16_to_f32_dev(src[i])));
+}
+
+__device__ __forceinline__ double square(float x) { return __dmul_rn((double)x, (double)x); }
+__device__ __forceinline__ double square(uint16_t h) { return square(bf16_to_f32_dev(h)); }
+
+// Block sum in shared memory, a fixed tree: deterministic for a given grid.
+__device__ double block_sum(double v) {
+    __shared__ double s[BUFOPS_BLOCK];
+    s[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned w = BUFOPS_BLOCK / 2; w > 0; w /= 2) {
+        if (threadIdx.x < w) s[threadIdx.x] = __dadd_rn(s[threadIdx.x], s[threadIdx.x + w]);
+        __syncthreads();
+    }
+    return s[0];
+}
+
+template <typename T>
+__global__ void sumsq_partials(const T *src, size_t n, double *partials) {
+    double acc = 0.0;
+    GRID_STRIDE(i, n) acc = __dadd_rn(acc, square(src[i]));
+    double b = block_sum(acc);
+    if (threadIdx.x == 0) partials[blockIdx.x] = b;
+}
+
+__global__ void sumsq_finish(const double *partials, unsigned n, double *out) {
+    double acc = 0.0;
+    for (unsigned i = threadIdx.x; i < n; i += blockDim.x) acc = __dadd_rn(acc, partials[i]);
+    double b = block_sum(acc);
+    if (threadIdx.x == 0) *out = b;
+}
+
+template <typename T>
+int sum_squares(const T *src, size_t n, double *out) {
+    *out = 0.0;
+    if (n == 0) return 0;
+    unsigned blocks = blocks_for(n);
+    if (blocks > kSumBlocks) blocks = kSumBlocks;
+    double *scratch = nullptr;  // blocks partials, then the result
+    cudaError_t e = cudaMalloc(&scratch, (blocks + 1) * sizeof(double));
+    if (e != cudaSuccess) return (int)e;
+    sumsq_partials<T><<<blocks, BUFOPS_BLOCK>>>(src, n, scratch);
+    sumsq_finish<<<1, BUFOPS_BLOCK>>>(scratch, blocks, scratch + blocks);
+    e = cudaGetLastError();
+    if (e == cudaSuccess) e = cudaMemcpy(out, scratch + blocks, sizeof(double), cudaMemcpyDeviceToHost);
+    cudaError_t f = cudaFree(scratch);
+    return (int)(e != cudaSuccess ? e : f);
+}
+
+template <typename K, typename... A>
+int launch(K kernel, size_t n, A... args) {
+    if (n == 0) return 0;
+    kernel<<<blocks_for(n), BUFOPS_BLOCK>>>(args..., n);
+    return (int)cudaGetLastError();
+}
+
+}  // namespace
+
+extern "C" {
+
+int cuda_k_widen(float *dst, const uint16_t *src, size_t n) { return launch(widen_kernel, n, dst, src); }
+int cuda_k_narrow(uint16_t *dst, const float *src, size_t n) { return launch(narrow_kernel, n, dst, src); }
+int cuda_k_round_bf16(float *x, size_t n) { return launch(round_kernel, n, x); }
+int cuda_k_accumulate_f32(float *dst, const float *src, size_t n) { return launch(acc_f32_kernel, n, dst, src); }
+int cuda_k_accumulate_bf16(uint16_t *dst, const float *src, size_t n) { return launch(acc_bf16_kernel, n, dst, src); }
+int cuda_k_add_bf16(uint16_t *dst, const uint16_t *src, size_t n) { return launch(add_bf16_kernel, n, dst, src); }
+int cuda_k_sum_squares_f32(const float *src, size_t n, double *out) { return sum_squares(src, n, out); }
+int cuda_k_sum_squares_bf16(const uint16_t *src, size_t n, double *out) { return sum_squares(src, n, out); }
+
+}  // extern "C"

@@ -1,0 +1,23 @@
+/* The CUDA build's device selection and device memory (model/cuda/
+ * device_select.c, mem_device.c), behind include/device.h. */
+#ifndef SHARDLAB_CUDA_DEVICE_H
+#define SHARDLAB_CUDA_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "device.h"
+#include "mem.h"
+
+/* required: --device cuda (no GPU is an error); else auto (no GPU: the
+ * CPU, d left as the caller filled it). 0, or -1 with a message. */
+int cuda_device_open(bool required, struct device_info *d, char *err, size_t err_len);
+
+/* This rank's index on its host: OMPI_COMM_WORLD_LOCAL_RANK, 0 when unset
+ * (one process without mpirun); -1 with a message when it is not a number. */
+int cuda_local_rank(char *err, size_t err_len);
+
+void cuda_mem_install(struct mem_tracker *t);
+int cuda_mem_used(size_t *used, size_t *total, char *err, size_t err_len);
+
+#endif

@@ -1,0 +1,56 @@
+/* Device selection (include/device.h). The CPU build knows the CPU alone;
+ * the CUDA build (-DSHARDLAB_CUDA, `make cuda`) hands cuda and auto to
+ * model/cuda/. */
+#include "device.h"
+
+#include <stdio.h>
+
+#ifdef SHARDLAB_CUDA
+#include "cuda/cuda_device.h"
+#endif
+
+bool device_build_has_cuda(void) {
+#ifdef SHARDLAB_CUDA
+    return true;
+#else
+    return false;
+#endif
+}
+
+static void open_cpu(struct device_info *d) {
+    *d = (struct device_info){.kind = DEVICE_CPU, .ordinal = -1};
+    snprintf(d->name, sizeof d->name, "cpu");
+}
+
+int device_open(enum device_kind want, struct device_info *d, char *err, size_t err_len) {
+    open_cpu(d);
+    if (want == DEVICE_CPU) return 0;
+#ifdef SHARDLAB_CUDA
+    return cuda_device_open(want == DEVICE_CUDA, d, err, err_len);
+#else
+    if (want == DEVICE_CUDA) {
+        snprintf(err, err_len, "--device cuda: this is the CPU build, without CUDA support (build it with make cuda: "
+                               "docs/GPU.md)");
+        return -1;
+    }
+    return 0;
+#endif
+}
+
+void device_install_memory(const struct device_info *d, struct mem_tracker *t) {
+#ifdef SHARDLAB_CUDA
+    if (d->kind == DEVICE_CUDA) cuda_mem_install(t);
+#else
+    (void)d;
+    (void)t;
+#endif
+}
+
+int device_memory_used(const struct device_info *d, size_t *used, size_t *total, char *err, size_t err_len) {
+    *used = *total = 0;
+#ifdef SHARDLAB_CUDA
+    if (d->kind == DEVICE_CUDA) return cuda_mem_used(used, total, err, err_len);
+#endif
+    snprintf(err, err_len, "device memory: the run is on the %s, which has no device memory", d->name);
+    return -1;
+}

@@ -1,0 +1,73 @@
+/* Private to the NCCL backend (comm_nccl.c: the table and its
+ * collectives; comm_nccl_p2p.c: point to point and the request table;
+ * grid_nccl.c): the per-table state and the helpers both halves count and
+ * fail with. Time and trace spans reuse the MPI backend's helpers
+ * (../mpi_impl.h: now_s, count_call, trace_comm), so both backends count
+ * and trace alike. */
+#ifndef SHARDLAB_NCCL_IMPL_H
+#define SHARDLAB_NCCL_IMPL_H
+
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "../mpi_impl.h"
+#include "collectives.h"
+
+/* One pending isend, irecv or non-blocking collective: done when its
+ * event (recorded after the call on the table's stream) completes. */
+struct nccl_request_slot {
+    cudaEvent_t done_event;
+    bool busy, done;
+    unsigned serial;
+    double posted_at, done_at;
+    enum coll_kind kind;
+    double bytes;
+    int peer;
+};
+
+struct nccl_impl {
+    MPI_Comm comm;          /* a duplicate: the id's broadcast, the barrier */
+    ncclComm_t nccl;
+    cudaStream_t stream;    /* every NCCL call of this table */
+    cudaEvent_t queued;     /* the default stream's work before a call */
+    double *scalars;        /* device staging of all_reduce_scalars */
+    int scalars_cap;
+    void *scratch;          /* bf16 max keys */
+    size_t scratch_bytes;
+    struct nccl_request_slot requests[COLL_MAX_REQUESTS];
+    unsigned next_serial;
+};
+
+static inline struct nccl_impl *nccl_of(struct collectives *c) { return c->impl; }
+
+static inline ncclDataType_t nccl_type(enum dtype dt) { return dt == DTYPE_FP32 ? ncclFloat32 : ncclBfloat16; }
+
+/* An NCCL or CUDA failure in `call`: the message, then the group's MPI
+ * error handler (fatal by default); -1 where the handler returns. */
+static inline int nccl_failed(struct collectives *c, const char *call, const char *why) {
+    fprintf(stderr, "collectives: %s on rank %d of a group of %d: %s\n", call, c->rank, c->size, why);
+    MPI_Comm_call_errhandler(nccl_of(c)->comm, MPI_ERR_OTHER);
+    return -1;
+}
+
+/* Makes the table's stream wait for the work queued on the legacy default
+ * stream (the buffer operations' and kernels'). 0 or -1. */
+static inline int nccl_after_default_stream(struct collectives *c, const char *call) {
+    struct nccl_impl *m = nccl_of(c);
+    cudaError_t e = cudaEventRecord(m->queued, 0);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(m->stream, m->queued, 0);
+    return e == cudaSuccess ? 0 : nccl_failed(c, call, cudaGetErrorString(e));
+}
+
+/* comm_nccl_p2p.c: point to point and the request table. */
+void nccl_p2p_install(struct collectives *c);
+int nccl_p2p_pending(const struct nccl_impl *m);
+int nccl_request_claim(struct collectives *c, const char *call);
+/* Records the slot's event after the posted call; the handle, or slot -1. */
+struct coll_request nccl_request_commit(struct collectives *c, int slot, const char *call, enum coll_kind k,
+                                        double bytes, int peer, double t0);
+
+#endif
