@@ -234,7 +234,8 @@ cuda: nvcc-present $(CUDA_PROGRAMS) $(CUDA_TESTS)
 	@echo "CUDA build in $(CUDA_BUILD)/ ($(CUDA_ARCHS)): compiled and linked; not run on a GPU here (docs/GPU.md)"
 
 # Without a GPU every test reports itself skipped ("no CUDA device") and the
-# program exits 0; with one, each CUDA buffer operation meets the CPU's.
+# program exits 0; with one, each CUDA buffer operation and layer kernel
+# meets the CPU's (within the bounds stated in each test file).
 cuda-test: cuda
 	@set -e; for t in $(CUDA_TESTS); do echo "== $$t"; $$t; done
 
@@ -252,6 +253,20 @@ $(CUDA_BUILD)/obj/model/cpu/bufops.o: model/cpu/bufops.c model/cuda/bufops_renam
 	@mkdir -p $(dir $@)
 	@echo "  CC    $< (cuda build, as cpu_buf_*)"
 	@$(CC) $(CUDA_CFLAGS) -include model/cuda/bufops_rename.h -c $< -o $@
+
+# The CPU's layer kernels under the names cpu_* (model/cuda/layers_rename.h):
+# the host path of the device build's layers.h (model/cuda/layers_dispatch.c).
+CUDA_RENAMED_LAYERS := $(patsubst %,$(CUDA_BUILD)/obj/model/cpu/%.o,encoder gelu layernorm matmul crossentropy)
+$(CUDA_RENAMED_LAYERS): $(CUDA_BUILD)/obj/model/cpu/%.o: model/cpu/%.c model/cuda/layers_rename.h Makefile
+	@mkdir -p $(dir $@)
+	@echo "  CC    $< (cuda build, as cpu_*)"
+	@$(CC) $(CUDA_CFLAGS) -include model/cuda/layers_rename.h -c $< -o $@
+
+# The layer kernels do the CPU's arithmetic operation for operation, so the
+# elementwise ones give its bits: no a*b+c contracted into an FMA (gcc
+# -std=c17 contracts none either).
+CUDA_LAYER_CU := $(patsubst %,$(CUDA_BUILD)/obj/model/cuda/%.o,encoder gelu layernorm matmul crossentropy)
+$(CUDA_LAYER_CU): NVCC_FLAGS += --fmad=false
 
 $(CUDA_BUILD)/obj/%.o: %.cu Makefile
 	@mkdir -p $(dir $@)

@@ -1,8 +1,6 @@
 /* include/bufops.h in the CUDA build: each call runs where its buffers
- * live, so --device cpu keeps working in this build and --device cuda
- * runs on the GPU. A pointer is device memory when the CUDA runtime says
- * so (cudaPointerGetAttributes: device or managed); plain host memory,
- * and every pointer on a machine without a GPU, takes the CPU's path
+ * live (pointer_space.h), so --device cpu keeps working in this build and
+ * --device cuda runs on the GPU; host memory takes the CPU's path
  * (cpu_buf_*). buf_copy takes any pair; the other operations need all
  * their buffers in one space, and a mix is a caller bug reported by name
  * (exit non-zero, as a failed kernel in bufops_device.c). */
@@ -13,19 +11,11 @@
 
 #include "bufops.h"
 #include "bufops_cuda.h"
-
-static bool on_device(const void *p) {
-    struct cudaPointerAttributes a;
-    if (!p || cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-        (void)cudaGetLastError(); /* no device, or not a CUDA pointer: host memory */
-        return false;
-    }
-    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
-}
+#include "pointer_space.h"
 
 /* Both buffers' space: true on the device; a mix exits with op's name. */
 static bool both_on_device(const void *dst, const void *src, const char *op) {
-    bool d = on_device(dst), s = on_device(src);
+    bool d = cuda_on_device(dst), s = cuda_on_device(src);
     if (d == s) return d;
     fprintf(stderr, "error: %s: the destination is in %s memory and the source in %s memory (one space per call)\n",
             op, d ? "device" : "host", s ? "device" : "host");
@@ -33,12 +23,12 @@ static bool both_on_device(const void *dst, const void *src, const char *op) {
 }
 
 void buf_zero(void *dst, size_t bytes) {
-    if (bytes && on_device(dst)) cuda_buf_zero(dst, bytes);
+    if (bytes && cuda_on_device(dst)) cuda_buf_zero(dst, bytes);
     else cpu_buf_zero(dst, bytes);
 }
 
 void buf_copy(void *dst, const void *src, size_t bytes) {
-    if (bytes && (on_device(dst) || on_device(src))) cuda_buf_copy(dst, src, bytes);
+    if (bytes && (cuda_on_device(dst) || cuda_on_device(src))) cuda_buf_copy(dst, src, bytes);
     else cpu_buf_copy(dst, src, bytes);
 }
 
@@ -53,7 +43,7 @@ void buf_narrow(bf16 *dst, const float *src, size_t n) {
 }
 
 void buf_round_bf16(float *x, size_t n) {
-    if (n && on_device(x)) cuda_buf_round_bf16(x, n);
+    if (n && cuda_on_device(x)) cuda_buf_round_bf16(x, n);
     else cpu_buf_round_bf16(x, n);
 }
 
@@ -78,5 +68,5 @@ void buf_add(void *dst, const void *src, enum dtype dt, size_t n) {
 }
 
 double buf_sum_squares(const void *src, enum dtype dt, size_t n) {
-    return n && on_device(src) ? cuda_buf_sum_squares(src, dt, n) : cpu_buf_sum_squares(src, dt, n);
+    return n && cuda_on_device(src) ? cuda_buf_sum_squares(src, dt, n) : cpu_buf_sum_squares(src, dt, n);
 }

@@ -1,0 +1,35 @@
+// For the layer kernels (.cu): a launch or CUDA call that failed leaves the
+// device unusable, so the kernel's name and CUDA's reason go to stderr and
+// the process exits non-zero (layers_cuda.h). cuda_done also waits for the
+// device, so a cuda_* layer returns with its results in place.
+#ifndef SHARDLAB_CUDA_CHECK_H
+#define SHARDLAB_CUDA_CHECK_H
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static inline void cuda_check(cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return;
+    fprintf(stderr, "error: CUDA %s: %s (error %d)\n", what, cudaGetErrorString(e), (int)e);
+    exit(EXIT_FAILURE);
+}
+
+// After the launches of one layers.h call: their launch error, then the run's.
+static inline void cuda_done(const char *what) {
+    cuda_check(cudaGetLastError(), what);
+    cuda_check(cudaDeviceSynchronize(), what);
+}
+
+// Blocks for n elements at `block` threads each, for grid-stride loops.
+static inline unsigned cuda_blocks(int64_t n, unsigned block) {
+    const int64_t max_blocks = 65535;
+    int64_t b = (n + block - 1) / block;
+    return (unsigned)(b < 1 ? 1 : b > max_blocks ? max_blocks : b);
+}
+
+#define CUDA_GRID_STRIDE(i, n)                                                                         \
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+#endif

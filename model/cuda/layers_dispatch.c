@@ -1,0 +1,160 @@
+/* include/layers.h in the CUDA build, all but the attention: each call runs
+ * where its buffers live (pointer_space.h): host memory takes the CPU's
+ * kernels (cpu_*, model/cpu/ renamed by layers_rename.h), so --device cpu
+ * keeps working in this build with the CPU build's results; device memory
+ * takes the CUDA kernels (cuda_*, the .cu files of model/cuda/). A NULL pointer (an
+ * absent bias, an empty tensor) has no say. Buffers of one call in both
+ * spaces are a caller bug, reported by name (exit non-zero). The
+ * flop_counter is always host memory. The attention (model/cpu/attention.c,
+ * not renamed) runs on the host only; its GEMMs come through gemm_counted
+ * here and take the CPU's path. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "layers.h"
+#include "layers_cuda.h"
+#include "pointer_space.h"
+
+static bool on_device_all(const char *op, const void *const *p, size_t n) {
+    size_t dev = 0, host = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!p[i]) continue;
+        if (cuda_on_device(p[i])) dev++;
+        else host++;
+    }
+    if (dev && host) {
+        fprintf(stderr, "error: %s: %zu of its buffers are in device memory and %zu in host memory (one space per "
+                        "call)\n", op, dev, host);
+        exit(EXIT_FAILURE);
+    }
+    return dev > 0;
+}
+
+/* ON_DEVICE("name", p, q, ...): whether every non-NULL pointer is device memory. */
+#define PTRS(...) ((const void *const[]){__VA_ARGS__})
+#define ON_DEVICE(op, ...) on_device_all(op, PTRS(__VA_ARGS__), sizeof PTRS(__VA_ARGS__) / sizeof(const void *))
+
+void encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int64_t B, int64_t T,
+                     int64_t C) {
+    if (ON_DEVICE("encoder_forward", out, inp, wte, wpe)) cuda_encoder_forward(out, inp, wte, wpe, B, T, C);
+    else cpu_encoder_forward(out, inp, wte, wpe, B, T, C);
+}
+
+void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t B, int64_t T,
+                      int64_t C) {
+    if (ON_DEVICE("encoder_backward", dwte, dwpe, dout, inp)) cuda_encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+    else cpu_encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+}
+
+void embedding_rows_forward(float *out, const int32_t *inp, const float *wte, int64_t v0, int64_t rows, int64_t BT,
+                            int64_t C) {
+    if (ON_DEVICE("embedding_rows_forward", out, inp, wte)) cuda_embedding_rows_forward(out, inp, wte, v0, rows, BT, C);
+    else cpu_embedding_rows_forward(out, inp, wte, v0, rows, BT, C);
+}
+
+void positions_add(float *out, const float *wpe, int64_t B, int64_t T, int64_t C) {
+    if (ON_DEVICE("positions_add", out, wpe)) cuda_positions_add(out, wpe, B, T, C);
+    else cpu_positions_add(out, wpe, B, T, C);
+}
+
+void embedding_rows_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t v0,
+                             int64_t rows, int64_t B, int64_t T, int64_t C) {
+    if (ON_DEVICE("embedding_rows_backward", dwte, dwpe, dout, inp))
+        cuda_embedding_rows_backward(dwte, dwpe, dout, inp, v0, rows, B, T, C);
+    else cpu_embedding_rows_backward(dwte, dwpe, dout, inp, v0, rows, B, T, C);
+}
+
+void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                       const float *bias, int64_t N, int64_t C, struct flop_counter *fc) {
+    if (ON_DEVICE("layernorm_forward", out, mean, rstd, inp, weight, bias))
+        cuda_layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, fc);
+    else cpu_layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, fc);
+}
+
+void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                        const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
+                        struct flop_counter *fc) {
+    if (ON_DEVICE("layernorm_backward", dinp, dweight, dbias, dout, inp, weight, mean, rstd))
+        cuda_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, fc);
+    else cpu_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, fc);
+}
+
+void gemm_counted(struct flop_counter *fc, enum gemm_kind kind, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                  int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                  float *c, int64_t ldc) {
+    if (ON_DEVICE("gemm_counted", a, b, c))
+        cuda_gemm_counted(fc, kind, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    else cpu_gemm_counted(fc, kind, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void matmul_forward_sliced(float *out, const float *inp, const float *weight, const float *bias, int64_t N,
+                           int64_t C, int64_t OC, int64_t max_rows, struct flop_counter *fc) {
+    if (ON_DEVICE("matmul_forward", out, inp, weight, bias))
+        cuda_matmul_forward_sliced(out, inp, weight, bias, N, C, OC, max_rows, fc);
+    else cpu_matmul_forward_sliced(out, inp, weight, bias, N, C, OC, max_rows, fc);
+}
+
+void matmul_backward_sliced(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                            const float *weight, int64_t N, int64_t C, int64_t OC, int64_t max_rows,
+                            struct flop_counter *fc) {
+    if (ON_DEVICE("matmul_backward", dinp, dweight, dbias, dout, inp, weight))
+        cuda_matmul_backward_sliced(dinp, dweight, dbias, dout, inp, weight, N, C, OC, max_rows, fc);
+    else cpu_matmul_backward_sliced(dinp, dweight, dbias, dout, inp, weight, N, C, OC, max_rows, fc);
+}
+
+void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int64_t N, int64_t C,
+                    int64_t OC, struct flop_counter *fc) {
+    matmul_forward_sliced(out, inp, weight, bias, N, C, OC, MATMUL_MAX_DIM, fc);
+}
+
+void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                     const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
+    matmul_backward_sliced(dinp, dweight, dbias, dout, inp, weight, N, C, OC, MATMUL_MAX_DIM, fc);
+}
+
+void bias_add(float *out, const float *bias, int64_t N, int64_t OC, struct flop_counter *fc) {
+    if (ON_DEVICE("bias_add", out, bias)) cuda_bias_add(out, bias, N, OC, fc);
+    else cpu_bias_add(out, bias, N, OC, fc);
+}
+
+void gelu_forward(float *out, const float *inp, int64_t n, struct flop_counter *fc) {
+    if (ON_DEVICE("gelu_forward", out, inp)) cuda_gelu_forward(out, inp, n, fc);
+    else cpu_gelu_forward(out, inp, n, fc);
+}
+
+void gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n, struct flop_counter *fc) {
+    if (ON_DEVICE("gelu_backward", dinp, inp, dout)) cuda_gelu_backward(dinp, inp, dout, n, fc);
+    else cpu_gelu_backward(dinp, inp, dout, n, fc);
+}
+
+void residual_forward(float *out, const float *a, const float *b, int64_t n, struct flop_counter *fc) {
+    if (ON_DEVICE("residual_forward", out, a, b)) cuda_residual_forward(out, a, b, n, fc);
+    else cpu_residual_forward(out, a, b, n, fc);
+}
+
+double crossentropy_forward_backward(float *logits, float *losses, const int32_t *targets, int64_t N, int64_t V,
+                                     int64_t Vp, float dloss, struct flop_counter *fc) {
+    return ON_DEVICE("crossentropy_forward_backward", logits, losses, targets)
+               ? cuda_crossentropy_forward_backward(logits, losses, targets, N, V, Vp, dloss, fc)
+               : cpu_crossentropy_forward_backward(logits, losses, targets, N, V, Vp, dloss, fc);
+}
+
+void crossentropy_row_max(const float *logits, float *maxv, int64_t N, int64_t Vl, int64_t valid) {
+    if (ON_DEVICE("crossentropy_row_max", logits, maxv)) cuda_crossentropy_row_max(logits, maxv, N, Vl, valid);
+    else cpu_crossentropy_row_max(logits, maxv, N, Vl, valid);
+}
+
+void crossentropy_exp_sum(float *logits, const float *maxv, float *sum, float *target, const int32_t *targets,
+                          int64_t N, int64_t Vl, int64_t v0, int64_t valid, bool in_place) {
+    if (ON_DEVICE("crossentropy_exp_sum", logits, maxv, sum, target, targets))
+        cuda_crossentropy_exp_sum(logits, maxv, sum, target, targets, N, Vl, v0, valid, in_place);
+    else cpu_crossentropy_exp_sum(logits, maxv, sum, target, targets, N, Vl, v0, valid, in_place);
+}
+
+double crossentropy_finish(float *logits, float *losses, const float *maxv, const float *sum, const float *target,
+                           const int32_t *targets, int64_t N, int64_t Vl, int64_t v0, int64_t valid, float dloss,
+                           struct flop_counter *fc) {
+    return ON_DEVICE("crossentropy_finish", logits, losses, maxv, sum, target, targets)
+               ? cuda_crossentropy_finish(logits, losses, maxv, sum, target, targets, N, Vl, v0, valid, dloss, fc)
+               : cpu_crossentropy_finish(logits, losses, maxv, sum, target, targets, N, Vl, v0, valid, dloss, fc);
+}

@@ -1,0 +1,27 @@
+/* Forced into the CUDA build's compile of model/cpu/{encoder,gelu,
+ * layernorm,matmul,crossentropy}.c (-include, the Makefile), so their
+ * functions, prototypes included, take the names cpu_*: the host path of
+ * the device build's layers.h functions (layers_dispatch.c) and the
+ * reference of tests/cuda/. model/cpu/attention.c is not renamed (no CUDA
+ * attention yet): it calls gemm_counted, the dispatcher, which sends its
+ * host pointers to cpu_gemm_counted. The CPU build never sees this header. */
+#define encoder_forward cpu_encoder_forward
+#define encoder_backward cpu_encoder_backward
+#define embedding_rows_forward cpu_embedding_rows_forward
+#define positions_add cpu_positions_add
+#define embedding_rows_backward cpu_embedding_rows_backward
+#define layernorm_forward cpu_layernorm_forward
+#define layernorm_backward cpu_layernorm_backward
+#define gemm_counted cpu_gemm_counted
+#define matmul_forward cpu_matmul_forward
+#define matmul_backward cpu_matmul_backward
+#define matmul_forward_sliced cpu_matmul_forward_sliced
+#define matmul_backward_sliced cpu_matmul_backward_sliced
+#define bias_add cpu_bias_add
+#define gelu_forward cpu_gelu_forward
+#define gelu_backward cpu_gelu_backward
+#define residual_forward cpu_residual_forward
+#define crossentropy_forward_backward cpu_crossentropy_forward_backward
+#define crossentropy_row_max cpu_crossentropy_row_max
+#define crossentropy_exp_sum cpu_crossentropy_exp_sum
+#define crossentropy_finish cpu_crossentropy_finish

@@ -1,0 +1,156 @@
+// The GEMMs on the device (layers.h; model/cpu/matmul.c) through cuBLAS,
+// fp32 operands and fp32 compute (CUBLAS_DEFAULT_MATH: no TF32), since
+// the engine hands the layers fp32 views. bf16 operands with fp32
+// accumulation (cublasLtMatmul, with the bias and GELU epilogues) are the
+// speed step's (docs/GPU.md). FLOPs are counted as the CPU counts them:
+// 2mnk per GEMM into fc->gemm or fc->attention, its synchronized wall
+// time into fc->gemm_seconds, N*OC into fc->other for a bias.
+//
+// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so each
+// GEMM is cublasSgemm with the operands swapped and the same leading
+// dimensions. cuBLAS takes int sizes, as cblas does: the same limits
+// (MATMUL_MAX_DIM), the same row slicing of N, the same errors.
+//
+// One cuBLAS handle per GEMM: layers.h passes no context to keep one in,
+// and the house rules allow no global. Creating it costs time on every
+// call; a handle owned by the run's device context comes with wiring the
+// engine (docs/GPU.md, "next").
+#include <cublas_v2.h>
+#include <time.h>
+
+#include "cuda_check.h"
+#include "layers_cuda.h"
+
+namespace {
+
+constexpr unsigned kBlock = 256;
+constexpr int64_t kMaxDim = 2147483647;  // MATMUL_MAX_DIM (layers.h): INT_MAX
+
+double seconds() {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+void blas_check(cublasStatus_t st, const char *what) {
+    if (st == CUBLAS_STATUS_SUCCESS) return;
+    fprintf(stderr, "error: cuBLAS %s: %s (status %d)\n", what, cublasGetStatusString(st), (int)st);
+    exit(EXIT_FAILURE);
+}
+
+bool fits_int(int64_t v, int64_t lo) { return v >= lo && v <= kMaxDim; }
+
+void check_shape(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc) {
+    int64_t a_cols = ta ? m : k, b_cols = tb ? k : n;  // row-major: a row of op's stored matrix
+    if (fits_int(m, 0) && fits_int(n, 0) && fits_int(k, 0) && fits_int(lda, 1) && fits_int(ldb, 1) &&
+        fits_int(ldc, 1) && lda >= a_cols && ldb >= b_cols && ldc >= n)
+        return;
+    fprintf(stderr,
+            "gemm_counted: shape m %lld n %lld k %lld (lda %lld, ldb %lld, ldc %lld%s%s) cannot go through "
+            "cublasSgemm: sizes must be in 0..%lld, leading dimensions in 1..%lld and at least a row long\n",
+            (long long)m, (long long)n, (long long)k, (long long)lda, (long long)ldb, (long long)ldc,
+            ta ? ", A transposed" : "", tb ? ", B transposed" : "", (long long)kMaxDim, (long long)kMaxDim);
+    exit(1);
+}
+
+int64_t slice_rows(const char *kernel, int64_t N, int64_t C, int64_t OC, int64_t max_rows) {
+    if (N < 0 || C < 1 || OC < 1 || C > kMaxDim || OC > kMaxDim || max_rows < 1) {
+        fprintf(stderr,
+                "%s: shape N %lld x C %lld -> OC %lld (slices of %lld rows) cannot go through cublasSgemm: "
+                "C and OC must be in 1..%lld (its sizes are int), N >= 0 and the slice >= 1 row\n",
+                kernel, (long long)N, (long long)C, (long long)OC, (long long)max_rows, (long long)kMaxDim);
+        exit(1);
+    }
+    return max_rows < kMaxDim ? max_rows : kMaxDim;
+}
+
+int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+__global__ void bias_rows(float *out, const float *bias, int64_t N, int64_t OC) {
+    CUDA_GRID_STRIDE(i, N * OC) out[i] += bias[i % OC];
+}
+
+// One thread per column, rows in order: the CPU's sum, then +=.
+__global__ void bias_grad(float *dbias, const float *dout, int64_t N, int64_t OC) {
+    CUDA_GRID_STRIDE(o, OC) {
+        float s = 0.0f;
+        for (int64_t i = 0; i < N; i++) s += dout[i * OC + o];
+        dbias[o] += s;
+    }
+}
+
+void add_bias(float *out, const float *bias, int64_t N, int64_t OC, const char *what) {
+    if (N * OC == 0) return;
+    bias_rows<<<cuda_blocks(N * OC, kBlock), kBlock>>>(out, bias, N, OC);
+    cuda_done(what);
+}
+
+}  // namespace
+
+extern "C" {
+
+void cuda_gemm_counted(struct flop_counter *fc, enum gemm_kind kind, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                       int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                       float *c, int64_t ldc) {
+    check_shape(trans_a, trans_b, m, n, k, lda, ldb, ldc);
+    double t0 = seconds();
+    if (m > 0 && n > 0) {  // cuBLAS, like BLAS, scales C by beta when k == 0
+        cublasHandle_t h;
+        blas_check(cublasCreate(&h), "cublasCreate");
+        blas_check(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+        blas_check(cublasSgemm(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n,
+                               (int)m, (int)k, &alpha, b, (int)ldb, a, (int)lda, &beta, c, (int)ldc),
+                   "cublasSgemm");
+        cuda_done("gemm_counted");
+        blas_check(cublasDestroy(h), "cublasDestroy");
+    }
+    // Not called from OpenMP regions on the device path: plain adds.
+    fc->gemm_seconds += seconds() - t0;
+    (kind == GEMM_ATTENTION ? fc->attention : fc->gemm) += 2.0 * (double)m * (double)n * (double)k;
+}
+
+void cuda_matmul_forward_sliced(float *out, const float *inp, const float *weight, const float *bias, int64_t N,
+                                int64_t C, int64_t OC, int64_t max_rows, struct flop_counter *fc) {
+    const int64_t rows = slice_rows("matmul_forward", N, C, OC, max_rows);
+    for (int64_t r = 0; r < N; r += rows)
+        cuda_gemm_counted(fc, GEMM_LAYER, false, true, min64(rows, N - r), OC, C, 1.0f, inp + r * C, C, weight, C,
+                          0.0f, out + r * OC, OC);
+    if (!bias) return;
+    add_bias(out, bias, N, OC, "matmul_forward (bias)");
+    fc->other += (double)N * OC;
+}
+
+void cuda_matmul_backward_sliced(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                                 const float *weight, int64_t N, int64_t C, int64_t OC, int64_t max_rows,
+                                 struct flop_counter *fc) {
+    const int64_t rows = slice_rows("matmul_backward", N, C, OC, max_rows);
+    for (int64_t r = 0; r < N; r += rows)  // dinp rows are independent
+        cuda_gemm_counted(fc, GEMM_LAYER, false, false, min64(rows, N - r), C, OC, 1.0f, dout + r * OC, OC, weight,
+                          C, 0.0f, dinp + r * C, C);
+    for (int64_t r = 0; r < N; r += rows)  // N is dweight's reduction: each slice adds (beta = 1)
+        cuda_gemm_counted(fc, GEMM_LAYER, true, false, OC, C, min64(rows, N - r), 1.0f, dout + r * OC, OC,
+                          inp + r * C, C, 1.0f, dweight, C);
+    if (!dbias) return;
+    if (N * OC > 0) {
+        bias_grad<<<cuda_blocks(OC, kBlock), kBlock>>>(dbias, dout, N, OC);
+        cuda_done("matmul_backward (bias)");
+    }
+    fc->other += (double)N * OC;
+}
+
+void cuda_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int64_t N, int64_t C,
+                         int64_t OC, struct flop_counter *fc) {
+    cuda_matmul_forward_sliced(out, inp, weight, bias, N, C, OC, kMaxDim, fc);
+}
+
+void cuda_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                          const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
+    cuda_matmul_backward_sliced(dinp, dweight, dbias, dout, inp, weight, N, C, OC, kMaxDim, fc);
+}
+
+void cuda_bias_add(float *out, const float *bias, int64_t N, int64_t OC, struct flop_counter *fc) {
+    add_bias(out, bias, N, OC, "bias_add");
+    fc->other += (double)N * OC;
+}
+
+}  // extern "C"
