@@ -117,15 +117,18 @@ static struct mem_timeline *gather_timelines(const struct trainer *tr, int rank,
 }
 
 /* --device (include/device.h), every rank agreeing. The CUDA build's
- * device side (memory, buffer operations, NCCL) is compiled and linked,
- * but the layer kernels are not written yet, so a run on a GPU stops here
- * with that reason rather than computing on the CPU behind a GPU's name. */
+ * device side (memory, buffer operations, NCCL, the layer kernels but
+ * attention) is compiled and linked, but the engine does not place its
+ * buffers on the GPU yet, so a run on a GPU stops here with that reason
+ * rather than computing on the CPU behind a GPU's name. */
 static int open_device(const struct config *cfg, char err[TRAINER_ERR_LEN]) {
     struct device_info dev;
     int ok = device_open(cfg->device, &dev, err, TRAINER_ERR_LEN) == 0;
     if (ok && dev.kind == DEVICE_CUDA) {
-        snprintf(err, TRAINER_ERR_LEN, "--device cuda: GPU %d (%s) found, but the CUDA layer kernels are not written "
-                                       "yet (docs/GPU.md); run with --device cpu", dev.ordinal, dev.name);
+        snprintf(err, TRAINER_ERR_LEN, "--device cuda: GPU %d (%s) found, but this build does not train on a GPU yet "
+                                       "(attention and the optimizers have no CUDA kernels, and the engine keeps its "
+                                       "buffers in host memory: docs/GPU.md); run with --device cpu",
+                 dev.ordinal, dev.name);
         ok = 0;
     }
     int all = 0;
