@@ -23,8 +23,14 @@ static inline struct rank_place rank_place_dp(int N, int rank) {
 /* World rank `world_rank` of a grid of `world` ranks with the config's tp
  * and pp, in the grid's order (tp innermost, pp outermost). */
 struct rank_place rank_place_of(const struct config *c, int world, int world_rank);
-/* The rank's layout: its stage's layers (pp_layers or the even split) and
- * tp slice. */
+/* The rank's layout: its chunks of layers (pp_layers, or the even split;
+ * pp x virtual_stages chunks under the interleaved schedule) and its tp
+ * slice, the one layout every part of the trainer (engine, checkpoints,
+ * theory) uses. -1 when the config cannot be split so (the trainer refuses
+ * it first). */
+int rank_layout(const struct config *c, struct rank_place p, struct model_layout *lay);
+/* The same for the theory of any place: where there is none, the whole
+ * model stands in. */
 void rank_place_layout(const struct config *c, struct rank_place p, struct model_layout *lay);
 
 /* The rows [v0, v1) of the vocabulary, padded to a multiple of 128 tp

@@ -92,9 +92,6 @@ double peak_rss_bytes(void);
 /* train/layout_check.c: 0 when the trainer runs this config on grid g,
  * else -1 with the reason (every rank decides alike). */
 int trainer_check_layout(const struct config *cfg, const struct grid *g, char err[TRAINER_ERR_LEN]);
-/* The split into model chunks, pp x virtual_stages of them (interleaved;
- * else pp), into counts: pp_layers, or the even split. */
-int trainer_stage_counts(const struct config *cfg, int pp, int *counts, char err[TRAINER_ERR_LEN]);
 
 /* Every rank's rc agreed over the grid: a failure anywhere fails every
  * rank (those that did not fail get a message saying so). */

@@ -20,18 +20,25 @@ struct rank_place rank_place_of(const struct config *c, int world, int world_ran
                                .pp = pp, .pp_rank = world_rank / (tp * dp)};
 }
 
-void rank_place_layout(const struct config *c, struct rank_place p, struct model_layout *lay) {
-    struct model_shape shape = {.L = c->n_layer, .C = c->d_model, .NH = c->n_head, .T = c->seq_len,
+/* The model's shape as the engine takes it (trainer_model_shape). */
+static struct model_shape shape_of(const struct config *c) {
+    return (struct model_shape){.L = c->n_layer, .C = c->d_model, .NH = c->n_head, .T = c->seq_len,
                                 .maxT = c->max_seq_len, .V = c->vocab_size};
+}
+
+int rank_layout(const struct config *c, struct rank_place p, struct model_layout *lay) {
     int counts[PIPELINE_MAX_STAGES * RANK_MAX_CHUNKS], v = config_chunks(c);
     char err[256];
-    bool given = c->pp_layers[0] &&
-                 pipeline_parse_layers(c->pp_layers, p.pp * v, c->n_layer, counts, err, sizeof err) == 0;
+    bool given = c->pp_layers[0] != 0;
+    if (given && pipeline_parse_layers(c->pp_layers, p.pp * v, c->n_layer, counts, err, sizeof err) != 0) return -1;
     struct rank_desc d;
-    /* a place the trainer would refuse has no layout of its own: the whole model stands in */
-    if (pipeline_rank_desc_v(c->n_layer, p.pp, v, p.pp_rank, p.tp, p.tp_rank, given ? counts : NULL, &d) != 0 ||
-        layout_init(lay, shape, d) != 0)
-        layout_init_whole(lay, shape);
+    if (pipeline_rank_desc_v(c->n_layer, p.pp, v, p.pp_rank, p.tp, p.tp_rank, given ? counts : NULL, &d) != 0)
+        return -1;
+    return layout_init(lay, shape_of(c), d);
+}
+
+void rank_place_layout(const struct config *c, struct rank_place p, struct model_layout *lay) {
+    if (rank_layout(c, p, lay) != 0) layout_init_whole(lay, shape_of(c));
 }
 
 static struct model_layout layout_of(const struct config *c, struct rank_place p) {

@@ -2,19 +2,12 @@
  * (include/ckpt_grid.h). */
 #include "ckpt_grid.h"
 
-#include "pipeline.h"
+#include "accounting.h"
 
 int ckpt_holder_layout(const struct config *c, const struct grid *g, int stage, int tp_rank,
                        struct model_layout *lay) {
-    struct model_shape shape = {.L = c->n_layer, .C = c->d_model, .NH = c->n_head, .T = c->seq_len,
-                                .maxT = c->max_seq_len, .V = c->vocab_size}; /* the engine's (trainer_model_shape) */
-    int counts[PIPELINE_MAX_STAGES * RANK_MAX_CHUNKS], v = config_chunks(c); /* interleaved: v chunks a stage */
-    char err[256];
-    bool given = c->pp_layers[0] != 0;
-    if (given && pipeline_parse_layers(c->pp_layers, g->pp * v, shape.L, counts, err, sizeof err) != 0) return -1;
-    struct rank_desc d;
-    if (pipeline_rank_desc_v(shape.L, g->pp, v, stage, g->tp, tp_rank, given ? counts : NULL, &d) != 0) return -1;
-    return layout_init(lay, shape, d);
+    struct rank_place p = {.dp = g->dp, .tp = g->tp, .tp_rank = tp_rank, .pp = g->pp, .pp_rank = stage};
+    return rank_layout(c, p, lay);
 }
 
 bool ckpt_is_holder(const struct grid *g, int stage, int tp_rank) {

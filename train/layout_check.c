@@ -7,7 +7,7 @@
 /* The split into model chunks (stages, or pp x virtual_stages under the
  * interleaved schedule): pp_layers, or an even one. counts gets that many
  * entries. */
-int trainer_stage_counts(const struct config *cfg, int pp, int *counts, char err[TRAINER_ERR_LEN]) {
+static int stage_counts(const struct config *cfg, int pp, int *counts, char err[TRAINER_ERR_LEN]) {
     int n = pp * config_chunks(cfg);
     if (cfg->pp_layers[0]) return pipeline_parse_layers(cfg->pp_layers, n, cfg->n_layer, counts, err, TRAINER_ERR_LEN);
     for (int s = 0; s < n; s++) {
@@ -86,7 +86,7 @@ int trainer_check_layout(const struct config *cfg, const struct grid *g, char er
     if (!cfg->pp_layers[0] && g->pp == 1 && cfg->virtual_stages == 1 && cfg->schedule != SCHEDULE_INTERLEAVED)
         return 0;
     int counts[PIPELINE_MAX_STAGES * RANK_MAX_CHUNKS];
-    if (trainer_stage_counts(cfg, g->pp, counts, err) != 0) return -1;
+    if (stage_counts(cfg, g->pp, counts, err) != 0) return -1;
     if (check_interleaved(cfg, g, counts, err) != 0) return -1;
     if (cfg->schedule == SCHEDULE_GPIPE && cfg->grad_accum > GPT_MAX_SLOTS) {
         snprintf(err, TRAINER_ERR_LEN,

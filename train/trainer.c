@@ -133,12 +133,10 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
         return -1;
     }
     /* this rank's part of the model (the split was checked by check_layout) */
-    struct rank_desc desc;
     struct model_layout lay;
-    int counts[PIPELINE_MAX_STAGES * RANK_MAX_CHUNKS], v = config_chunks(cfg);
-    trainer_stage_counts(cfg, grid->pp, counts, err);
-    if (pipeline_rank_desc_v(cfg->n_layer, grid->pp, v, grid->pp_rank, grid->tp, grid->tp_rank, counts, &desc) != 0 ||
-        layout_init(&lay, trainer_model_shape(cfg), desc) != 0) {
+    struct rank_place place = {.dp = grid->dp, .dp_rank = grid->dp_rank, .tp = grid->tp, .tp_rank = grid->tp_rank,
+                               .pp = grid->pp, .pp_rank = grid->pp_rank};
+    if (rank_layout(cfg, place, &lay) != 0) {
         snprintf(err, TRAINER_ERR_LEN, "the model (n_layer %d, n_head %d, d_model %d) cannot be split over pp %d x tp %d",
                  cfg->n_layer, cfg->n_head, cfg->d_model, grid->pp, grid->tp);
         trainer_agree(tr, -1, err);
@@ -148,6 +146,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     struct engine_options eo = trainer_engine_options(cfg);
     eo.zero.hook = timeline_hook(&tr->timeline, &tr->engine);
     eo.slots = schedule_slots(cfg->schedule, grid->pp, grid->pp_rank, cfg->grad_accum);
+    int v = lay.rank.n_chunks;
     if (v > 1)
         for (int c = 0; c < v; c++)
             eo.chunk_slots[c] = schedule_chunk_slots(cfg->schedule, grid->pp, grid->pp_rank, cfg->grad_accum, v, c);

@@ -9,6 +9,10 @@
 #include "device.h"
 #include "mem.h"
 
+/* The number of CUDA devices, or 0 with the reason in why ("no CUDA
+ * device (cudaGetDeviceCount: ..., error 35)"); the CUDA error is cleared. */
+int cuda_device_count(char *why, size_t why_len);
+
 /* required: --device cuda (no GPU is an error); else auto (no GPU: the
  * CPU, d left as the caller filled it). 0, or -1 with a message. */
 int cuda_device_open(bool required, struct device_info *d, char *err, size_t err_len);

@@ -26,18 +26,26 @@ int cuda_local_rank(char *err, size_t err_len) {
     return (int)v;
 }
 
-int cuda_device_open(bool required, struct device_info *d, char *err, size_t err_len) {
+int cuda_device_count(char *why, size_t why_len) {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess || count == 0) {
-        (void)cudaGetLastError(); /* clear it: the CPU path goes on */
-        if (!required) return 0;   /* auto: the CPU */
-        if (e != cudaSuccess)
-            snprintf(err, err_len, "--device cuda: no CUDA device (cudaGetDeviceCount: %s, error %d)",
-                     cudaGetErrorString(e), (int)e);
-        else snprintf(err, err_len, "--device cuda: no CUDA device (cudaGetDeviceCount found none)");
+    if (e == cudaSuccess && count > 0) return count;
+    (void)cudaGetLastError(); /* clear it: the CPU path goes on */
+    if (e != cudaSuccess)
+        snprintf(why, why_len, "no CUDA device (cudaGetDeviceCount: %s, error %d)", cudaGetErrorString(e), (int)e);
+    else snprintf(why, why_len, "no CUDA device (cudaGetDeviceCount found none)");
+    return 0;
+}
+
+int cuda_device_open(bool required, struct device_info *d, char *err, size_t err_len) {
+    char why[160];
+    int count = cuda_device_count(why, sizeof why);
+    if (count == 0) {
+        if (!required) return 0; /* auto: the CPU */
+        snprintf(err, err_len, "--device cuda: %s", why);
         return -1;
     }
+    cudaError_t e;
     int local = cuda_local_rank(err, err_len);
     if (local < 0) return -1;
     if (local >= count) {

@@ -40,33 +40,13 @@
 #include "../../model/cuda/cuda_device.h"
 #include "mem.h"
 #include "rng.h"
+#include "cuda_fixture.h"
 
 static const size_t SIZES[] = {1, 3, BUFOPS_BLOCK - 1, BUFOPS_BLOCK, BUFOPS_BLOCK + 1, 1000, 4099, 65537,
                                (1u << 20) + 7};
 enum { NSIZES = sizeof SIZES / sizeof SIZES[0], GUARD = 64 /* bytes past n */ };
 static uint64_t seed; /* set once in main, read by every test */
 
-/* "no CUDA device" (the reason) unless a GPU is present. */
-static const char *no_device(void) {
-    static char why[160];
-    int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
-    if (e == cudaSuccess && n > 0) return NULL;
-    (void)cudaGetLastError();
-    if (e != cudaSuccess) snprintf(why, sizeof why, "no CUDA device (cudaGetDeviceCount: %s, error %d)",
-                                   cudaGetErrorString(e), (int)e);
-    else snprintf(why, sizeof why, "no CUDA device");
-    return why;
-}
-
-#define SKIP_WITHOUT_DEVICE()                                                   \
-    do {                                                                        \
-        const char *why_ = no_device();                                         \
-        if (why_) {                                                             \
-            printf("[  SKIPPED ] %s: %s\n", __func__, why_);                    \
-            skip();                                                             \
-        }                                                                       \
-    } while (0)
 
 /* Half random bit patterns (every class: NaN, Inf, denormals, ties of
  * the bf16 rounding), half values near 1 in magnitude of either sign. */

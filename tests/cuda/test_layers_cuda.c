@@ -45,30 +45,11 @@
 #include "../../model/cuda/layers_cuda.h"
 #include "dtype.h"
 #include "rng.h"
+#include "cuda_fixture.h"
 
 enum { GUARD = 64 /* poisoned bytes past an output */ };
 static uint64_t seed; /* set once in main, read by every test */
 
-static const char *no_device(void) {
-    static char why[160];
-    int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
-    if (e == cudaSuccess && n > 0) return NULL;
-    (void)cudaGetLastError();
-    if (e != cudaSuccess) snprintf(why, sizeof why, "no CUDA device (cudaGetDeviceCount: %s, error %d)",
-                                   cudaGetErrorString(e), (int)e);
-    else snprintf(why, sizeof why, "no CUDA device");
-    return why;
-}
-
-#define SKIP_WITHOUT_DEVICE()                                                   \
-    do {                                                                        \
-        const char *why_ = no_device();                                         \
-        if (why_) {                                                             \
-            printf("[  SKIPPED ] %s: %s\n", __func__, why_);                    \
-            skip();                                                             \
-        }                                                                       \
-    } while (0)
 
 /* n uniform values in [-scale, scale), stream by stream. */
 static float *rand_f32(size_t n, uint64_t stream, float scale) {
