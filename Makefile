@@ -236,8 +236,10 @@ cuda: nvcc-present $(CUDA_PROGRAMS) $(CUDA_TESTS)
 # Without a GPU every test reports itself skipped ("no CUDA device") and the
 # program exits 0; with one, each CUDA buffer operation and layer kernel
 # meets the CPU's (within the bounds stated in each test file).
-cuda-test: cuda
+cuda-test: cuda all data
 	@set -e; for t in $(CUDA_TESTS); do echo "== $$t"; $$t; done
+	@echo "== tests/cuda/gpu_train.sh (the whole model: GPU vs CPU build, 2 ranks on one GPU)"
+	@tests/cuda/gpu_train.sh $(BUILD) $(CUDA_BUILD)
 
 .PHONY: nvcc-present
 nvcc-present:

@@ -52,4 +52,14 @@ void device_install_memory(const struct device_info *d, struct mem_tracker *t);
  * no such number). */
 int device_memory_used(const struct device_info *d, size_t *used, size_t *total, char *err, size_t err_len);
 
+/* A GPU's peak FLOP/s: the data sheet's dense bf16 figure for its name
+ * (0 when the name is not in the table; MFU divides by it) and cuBLAS
+ * GEMMs measured now: bf16 operands with fp32 accumulation, and fp32
+ * without TF32 (the math this build's layer GEMMs use). */
+struct device_peak {
+    double spec_bf16, gemm_bf16, gemm_fp32;
+};
+/* 0, or -1 with a message (the CPU: there is no such peak). */
+int device_measure_peak(const struct device_info *d, struct device_peak *p, char *err, size_t err_len);
+
 #endif

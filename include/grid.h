@@ -32,6 +32,7 @@ struct grid {
     struct collectives dp_comm, tp_comm, pp_comm;
     struct collectives tie_comm;
     bool tie_member;  /* this rank is the first or the last pipeline stage */
+    bool nccl;        /* the four tables are NCCL's (include/device_grid.h) */
 };
 
 /* The table of group k, so reports and teardown can loop over groups. */

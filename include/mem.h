@@ -52,6 +52,7 @@ struct mem_tracker {
     size_t live[MEM_NUM_CATEGORIES];
     size_t peak[MEM_NUM_CATEGORIES];
     size_t live_total, peak_total;
+    size_t live_space[MEM_NUM_SPACES], peak_space[MEM_NUM_SPACES]; /* host and device apart */
     int n_records;
     struct mem_record records[MEM_MAX_RECORDS];
     struct mem_space_ops device;   /* unset in the CPU build: MEM_DEVICE is an error */
@@ -107,6 +108,8 @@ static inline void *mem_alloc(struct mem_tracker *t, enum mem_space s, enum mem_
     snprintf(r->name, sizeof r->name, "%s", name);
     t->live[c] += bytes;
     t->live_total += bytes;
+    t->live_space[s] += bytes;
+    if (t->live_space[s] > t->peak_space[s]) t->peak_space[s] = t->live_space[s];
     if (t->live[c] > t->peak[c]) t->peak[c] = t->live[c];
     if (t->live_total > t->peak_total) t->peak_total = t->live_total;
     return p;
@@ -128,6 +131,7 @@ static inline void mem_free(struct mem_tracker *t, void *ptr) {
         if (r->ptr != ptr) continue;
         t->live[r->category] -= r->bytes;
         t->live_total -= r->bytes;
+        t->live_space[r->space] -= r->bytes;
         if (r->space == MEM_HOST) free(ptr);
         else t->device.free(ptr);
         memmove(r, r + 1, (size_t)(t->n_records - i - 1) * sizeof *r);

@@ -24,6 +24,10 @@ struct rank_stats {
     double one_unit;        /* bytes of the one-unit staging a save or load uses */
     struct rank_comm comm[GROUP_NUM];  /* per group of the grid: dp, tp, pp, tie */
     double pipe_total, pipe_busy, pipe_waiting; /* seconds in the schedule over the run (include/schedule.h) */
+    /* a GPU run: tracked device bytes (peak) beside the driver's used bytes
+     * (cudaMemGetInfo, highest seen at start-up and after each step) and
+     * the device's total; all 0 on the CPU */
+    double device_tracked_peak, device_used_peak, device_total;
 };
 
 enum { RANK_STATS_DOUBLES = sizeof(struct rank_stats) / sizeof(double) };

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "device.h"
 #include "machine.h"
 #include "peak.h"
 
@@ -18,6 +19,9 @@ struct run_record {
     char cpu[128];           /* machine_cpu_model() */
     enum isa_level isa;      /* machine_cpu_isa() */
     struct blas_info blas;
+    bool on_gpu;             /* the ranks run on GPUs: peak_flops is the GPU's (gpu below), not the CPU's */
+    char gpu[DEVICE_NAME_LEN];
+    struct device_peak gpu_peak;
 };
 
 /* Fills the machine's fields (CPU model, ISA, BLAS). */

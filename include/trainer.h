@@ -9,6 +9,7 @@
 #include "config.h"
 #include "counters.h"
 #include "data.h"
+#include "device.h"
 #include "engine.h"
 #include "grid.h"
 #include "mem.h"
@@ -22,6 +23,8 @@ enum { TRAINER_ERR_LEN = 1024 };
 struct trainer {
     const struct config *cfg;
     struct grid *grid;          /* dp x tp x pp; the engine uses its dp group */
+    struct device_info dev;     /* where the model runs (include/device.h): the CPU, or this rank's GPU */
+    enum mem_space space;       /* where the engine's buffers live: MEM_DEVICE on a GPU */
     struct mem_tracker mem;
     struct flop_counter flops;
     struct engine engine;
@@ -37,6 +40,8 @@ struct trainer {
     double last_val_loss;
     double peak_flops;          /* FLOP/s for MFU; 0 = unknown */
     double startup_tracked_peak, startup_rss; /* bytes, at the end of trainer_open */
+    double device_used_peak;    /* a GPU run: the highest cudaMemGetInfo used bytes seen (start-up, each step) */
+    double device_total;        /* its total bytes */
     double model_flops_per_step; /* theory, per rank: fixed by the config, so computed once */
     int skipped_steps;          /* updates dropped for a non-finite loss or norm (on_nonfinite skip_step),
                                  * over the whole run: kept in resume states */
@@ -55,7 +60,8 @@ struct engine_options trainer_engine_options(const struct config *c);
 /* Builds everything (data, model, init/load/resume). Collective over the
  * grid: when any rank fails, every rank returns -1 (the failing rank with
  * its message, the others saying so), and the trainer is torn down. */
-int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid, char err[TRAINER_ERR_LEN]);
+int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid, const struct device_info *dev,
+                 char err[TRAINER_ERR_LEN]);
 /* Runs the remaining steps. Returns 0 when done; -1 (with err) on I/O
  * failure and on a NaN or Inf loss or gradient norm (on_nonfinite stop, or
  * more than max_skipped_steps skipped: the update of that step is not
@@ -88,6 +94,8 @@ int trainer_load_state(struct trainer *tr, const char *path, char err[TRAINER_ER
 
 /* This process's peak resident set so far (getrusage), bytes. */
 double peak_rss_bytes(void);
+/* A GPU run: samples the driver's used bytes into device_used_peak. */
+void trainer_sample_device_memory(struct trainer *tr);
 
 /* train/layout_check.c: 0 when the trainer runs this config on grid g,
  * else -1 with the reason (every rank decides alike). */
@@ -96,7 +104,7 @@ int trainer_check_layout(const struct config *cfg, const struct grid *g, char er
 /* Every rank's rc agreed over the grid: a failure anywhere fails every
  * rank (those that did not fail get a message saying so). */
 int trainer_agree(struct trainer *tr, int rc, char err[TRAINER_ERR_LEN]);
-/* The largest of every rank's value (>= 0), agreed over the grid. */
+/* The largest of every rank's value (in [0, 64): signal numbers), agreed over the grid. */
 int trainer_agree_max(struct trainer *tr, int mine);
 
 /* Generates cfg->sample_tokens tokens after cfg->sample_prompt (train/sample.c).

@@ -54,3 +54,15 @@ int device_memory_used(const struct device_info *d, size_t *used, size_t *total,
     snprintf(err, err_len, "device memory: the run is on the %s, which has no device memory", d->name);
     return -1;
 }
+
+int device_measure_peak(const struct device_info *d, struct device_peak *p, char *err, size_t err_len) {
+    *p = (struct device_peak){0};
+#ifdef SHARDLAB_CUDA
+    if (d->kind == DEVICE_CUDA) {
+        p->spec_bf16 = cuda_spec_bf16_flops(d->name);
+        return cuda_gemm_peak(&p->gemm_bf16, &p->gemm_fp32, err, err_len);
+    }
+#endif
+    snprintf(err, err_len, "peak FLOP/s: the run is on the %s, not a GPU", d->name);
+    return -1;
+}

@@ -91,8 +91,24 @@ void engine_params_changed(struct engine *e) {
 
 size_t engine_unit_staging_bytes(const struct engine *e) { return shard_max_unit_padded(&e->z.sh) * 4; }
 
+/* Values drawn or read on the host reach a model in device memory through
+ * a device buffer of the unit's size (dev; NULL when the model is on the
+ * host, whose values then serve as they are). */
+static const float *to_model_space(float *dev, const float *w, size_t n) {
+    if (!dev) return w;
+    buf_copy(dev, w, n * sizeof *w);
+    return dev;
+}
+
+static float *device_staging(struct engine *e, const char *name, size_t n) {
+    return e->space == MEM_HOST ? NULL : mem_alloc(e->mem, e->space, MEM_SCRATCH, name, n * sizeof(float));
+}
+
 void engine_set_unit(struct engine *e, int u, const float *w) {
-    zero_set_unit(&e->z, u, 0, layout_unit_size(&e->lay, u), w);
+    size_t n = layout_unit_size(&e->lay, u);
+    float *dev = device_staging(e, "unit staging (fp32, device)", n);
+    zero_set_unit(&e->z, u, 0, n, to_model_space(dev, w, n));
+    mem_free(e->mem, dev);
     engine_params_changed(e);
 }
 
@@ -103,13 +119,15 @@ void engine_init_params(struct engine *e) {
         zero_unit_stored(&e->z, u, &lo, &hi);
         most = hi - lo > most ? hi - lo : most;
     }
-    float *w = mem_alloc(e->mem, e->space, MEM_SCRATCH, "init staging (fp32)", most * sizeof *w);
+    float *w = mem_alloc(e->mem, MEM_HOST, MEM_SCRATCH, "init staging (fp32)", most * sizeof *w);
+    float *dev = device_staging(e, "init staging (fp32, device)", most);
     for (int u = 0; u < e->lay.n_units; u++) {
         size_t lo, hi;
         zero_unit_stored(&e->z, u, &lo, &hi); /* only what this rank keeps is drawn */
-        gpt_init_unit(&e->lay, u, lo, hi, w, e->o.init_std, e->o.zero.seed);
-        zero_set_unit(&e->z, u, lo, hi, w);
+        gpt_init_unit(&e->lay, u, lo, hi, w, e->o.init_std, e->o.zero.seed); /* on the host: rng.h */
+        zero_set_unit(&e->z, u, lo, hi, to_model_space(dev, w, hi - lo));
     }
+    mem_free(e->mem, dev);
     mem_free(e->mem, w);
     engine_params_changed(e);
 }

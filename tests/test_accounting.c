@@ -70,7 +70,7 @@ static void check_recipe(enum dtype p, enum dtype g, enum dtype a, double expect
     small_config(&c, p, g, a);
     struct trainer tr;
     char err[TRAINER_ERR_LEN];
-    assert_int_equal(trainer_open(&tr, &c, &GRID, err), 0);
+    assert_int_equal(trainer_open(&tr, &c, &GRID, NULL, err), 0);
 
     struct state_theory st = theory_trainer_states(&c, rank_place_dp(1, 0));
     assert_true(st.padding == (256.0 - 200.0) * 32.0);
@@ -117,7 +117,7 @@ static void check_recompute_flops(enum recompute_mode r) {
     c.recompute = r;
     struct trainer tr;
     char err[TRAINER_ERR_LEN];
-    assert_int_equal(trainer_open(&tr, &c, &GRID, err), 0);
+    assert_int_equal(trainer_open(&tr, &c, &GRID, NULL, err), 0);
     assert_int_equal(trainer_run(&tr, err), 0);
     struct flop_theory ft = theory_trainer_flops(&c, rank_place_dp(1, 0));
     const double L = 2, B = 2, C = 32, T = 16, k = 2, tokens = B * T * k;
@@ -162,7 +162,7 @@ static void test_scratch_attention_threads(void **s) {
         omp_set_num_threads(c.threads); /* as train_main does before trainer_open */
         struct trainer tr;
         char err[TRAINER_ERR_LEN];
-        int rc = trainer_open(&tr, &c, &GRID, err);
+        int rc = trainer_open(&tr, &c, &GRID, NULL, err);
         omp_set_num_threads(1);
         assert_int_equal(rc, 0);
         struct scratch_theory sc = theory_trainer_scratch(&c, rank_place_dp(1, 0));
@@ -196,7 +196,7 @@ static void test_scratch_and_startup_peak(void **s) {
                     c.zero = zeros[z];
                     struct trainer tr;
                     char err[TRAINER_ERR_LEN];
-                    assert_int_equal(trainer_open(&tr, &c, &GRID, err), 0);
+                    assert_int_equal(trainer_open(&tr, &c, &GRID, NULL, err), 0);
                     struct scratch_theory sc = theory_trainer_scratch(&c, rank_place_dp(1, 0));
                     struct memory_need need = theory_trainer_memory(&c, rank_place_dp(1, 0));
                     assert_true((double)tr.mem.live[MEM_SCRATCH] == sc.persistent);

@@ -199,7 +199,7 @@ static void test_trainer_refuses_oversized(void **s) {
     struct trainer tr;
     char err[TRAINER_ERR_LEN] = "";
     if (access(c.train_data, R_OK) != 0) skip(); /* make data */
-    assert_int_equal(trainer_open(&tr, &c, &g, err), -1);
+    assert_int_equal(trainer_open(&tr, &c, &g, NULL, err), -1);
     assert_non_null(strstr(err, "not enough memory: this rank needs 3."));  /* 3.x TiB */
     assert_non_null(strstr(err, " TiB at start-up"));
     assert_non_null(strstr(err, "master "));

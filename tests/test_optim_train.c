@@ -84,7 +84,7 @@ static float val_loss_after(enum optimizer_kind opt, float lr) {
     snprintf(c.train_data, sizeof c.train_data, "%s", TRAIN);
     snprintf(c.val_data, sizeof c.val_data, "%s", VAL);
     struct trainer tr;
-    if (trainer_open(&tr, &c, &GRID, err) != 0) fail_msg("trainer_open: %s", err);
+    if (trainer_open(&tr, &c, &GRID, NULL, err) != 0) fail_msg("trainer_open: %s", err);
     if (trainer_run(&tr, err) != 0) fail_msg("trainer_run: %s", err);
     float v = (float)tr.last_val_loss;
     trainer_close(&tr);

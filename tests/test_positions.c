@@ -53,7 +53,7 @@ static void tiny(struct config *c) {
 
 static void open_ok(struct trainer *tr, const struct config *c) {
     char err[TRAINER_ERR_LEN];
-    if (trainer_open(tr, c, &GRID, err) != 0) fail_msg("trainer_open: %s", err);
+    if (trainer_open(tr, c, &GRID, NULL, err) != 0) fail_msg("trainer_open: %s", err);
 }
 
 static void run_ok(struct trainer *tr) {
@@ -144,7 +144,7 @@ static int setup(void **state) {
     snprintf(c.save, sizeof c.save, "%s", M32);
     struct trainer *tr = calloc(1, sizeof *tr);
     char err[TRAINER_ERR_LEN];
-    int rc = !tr || trainer_open(tr, &c, &GRID, err) != 0 || trainer_run(tr, err) != 0;
+    int rc = !tr || trainer_open(tr, &c, &GRID, NULL, err) != 0 || trainer_run(tr, err) != 0;
     if (rc) fprintf(stderr, "%s\n", err);
     if (tr && tr->cfg) trainer_close(tr);
     free(tr);
@@ -309,7 +309,7 @@ static void test_config_disagreeing_with_file(void **state) {
     snprintf(c.init_from, sizeof c.init_from, "%s", M32);
     struct trainer *tr = calloc(1, sizeof *tr);
     assert_non_null(tr);
-    assert_int_equal(trainer_open(tr, &c, &GRID, err), -1);
+    assert_int_equal(trainer_open(tr, &c, &GRID, NULL, err), -1);
     assert_non_null(strstr(err, "max_seq_len is 32 in the file, 16 in the config"));
     free(tr);
     /* a missing file is named */

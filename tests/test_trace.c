@@ -131,7 +131,7 @@ static void test_trainer_trace(void **s) {
         assert_true(sc.persistent == off + (double)cap * sizeof(struct trace_event));
         struct trainer tr;
         char err[TRAINER_ERR_LEN];
-        assert_int_equal(trainer_open(&tr, &c, &GRID, err), 0);
+        assert_int_equal(trainer_open(&tr, &c, &GRID, NULL, err), 0);
         assert_true((double)tr.mem.live[MEM_SCRATCH] == sc.persistent);
         assert_int_equal(trainer_run(&tr, err), 0);
         const struct trace *t = &tr.trace;

@@ -113,7 +113,7 @@ static void set(struct config *c, const char *key, const char *value) {
 
 static void open_ok(struct trainer *tr, const struct config *c) {
     char err[TRAINER_ERR_LEN];
-    if (trainer_open(tr, c, &GRID, err) != 0) fail_msg("trainer_open: %s", err);
+    if (trainer_open(tr, c, &GRID, NULL, err) != 0) fail_msg("trainer_open: %s", err);
 }
 
 static void run_ok(struct trainer *tr) {
@@ -494,7 +494,7 @@ static void expect_open_fails(const struct config *c, const char *need1, const c
     struct trainer *tr = calloc(1, sizeof *tr);
     assert_non_null(tr);
     char err[TRAINER_ERR_LEN] = "";
-    int rc = trainer_open(tr, c, &GRID, err);
+    int rc = trainer_open(tr, c, &GRID, NULL, err);
     if (rc == 0) {
         trainer_close(tr);
         free(tr);

@@ -113,7 +113,7 @@ enum { FIRST_NONFINITE_STEP = 8 };
 static int run(const struct config *c, char err[TRAINER_ERR_LEN], int *skipped) {
     struct trainer *tr = calloc(1, sizeof *tr);
     assert_non_null(tr);
-    if (trainer_open(tr, c, &GRID, err) != 0) fail_msg("trainer_open: %s", err);
+    if (trainer_open(tr, c, &GRID, NULL, err) != 0) fail_msg("trainer_open: %s", err);
     int rc = trainer_run(tr, err);
     if (skipped) *skipped = tr->skipped_steps;
     trainer_close(tr);
@@ -181,7 +181,7 @@ static void test_nan_run_stops_and_keeps_last_good_state(void **state) {
     c7.save[0] = '\0';
     struct trainer *tr = calloc(1, sizeof *tr);
     assert_non_null(tr);
-    if (trainer_open(tr, &c7, &GRID, err) != 0) fail_msg("%s", err);
+    if (trainer_open(tr, &c7, &GRID, NULL, err) != 0) fail_msg("%s", err);
     tr->stop_after = FIRST_NONFINITE_STEP - 1;
     assert_int_equal(trainer_run(tr, err), 0);
     trainer_close(tr);
@@ -193,7 +193,7 @@ static void test_nan_run_stops_and_keeps_last_good_state(void **state) {
     struct config resume = c;
     snprintf(resume.resume, sizeof resume.resume, "%s", c.save_state);
     resume.save_state[0] = resume.save[0] = '\0';
-    if (trainer_open(tr, &resume, &GRID, err) != 0) fail_msg("the kept state does not load: %s", err);
+    if (trainer_open(tr, &resume, &GRID, NULL, err) != 0) fail_msg("the kept state does not load: %s", err);
     assert_int_equal(tr->step, FIRST_NONFINITE_STEP - 1);
     trainer_close(tr);
     free(tr);
@@ -225,7 +225,7 @@ static void test_skip_step_counts_and_stops(void **state) {
     path_in(c9.save_state, sizeof c9.save_state, "skip7.state");
     struct trainer *tr = calloc(1, sizeof *tr);
     assert_non_null(tr);
-    if (trainer_open(tr, &c9, &GRID, err) != 0) fail_msg("%s", err);
+    if (trainer_open(tr, &c9, &GRID, NULL, err) != 0) fail_msg("%s", err);
     tr->stop_after = FIRST_NONFINITE_STEP - 1;
     assert_int_equal(trainer_run(tr, err), 0);
     assert_int_equal(tr->skipped_steps, 0);
@@ -301,7 +301,7 @@ static void expect_open_fails(const struct config *c, const char *need1, const c
     struct trainer *tr = calloc(1, sizeof *tr);
     assert_non_null(tr);
     char err[TRAINER_ERR_LEN] = "";
-    int rc = trainer_open(tr, c, &GRID, err);
+    int rc = trainer_open(tr, c, &GRID, NULL, err);
     if (rc == 0) {
         trainer_close(tr);
         free(tr);
@@ -317,7 +317,7 @@ static void open_ok(const struct config *c) {
     struct trainer *tr = calloc(1, sizeof *tr);
     assert_non_null(tr);
     char err[TRAINER_ERR_LEN];
-    if (trainer_open(tr, c, &GRID, err) != 0) fail_msg("trainer_open: %s", err);
+    if (trainer_open(tr, c, &GRID, NULL, err) != 0) fail_msg("trainer_open: %s", err);
     trainer_close(tr);
     free(tr);
 }

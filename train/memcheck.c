@@ -249,9 +249,41 @@ static int ranks_on_this_host(struct collectives *dp) {
     return n;
 }
 
+/* --force 1 turns a refusal into a warning. */
+static int judged(const struct trainer *tr, int rc, char err[TRAINER_ERR_LEN]) {
+    if (rc != 0 && tr->cfg->force) {
+        if (tr->grid->world_rank == 0) fprintf(stderr, "warning: --force 1, going on despite: %s\n", err);
+        err[0] = '\0';
+        return 0;
+    }
+    if (rc != 0) {
+        size_t n = strlen(err);
+        snprintf(err + n, TRAINER_ERR_LEN - n, "\n  --force 1 allocates anyway");
+    }
+    return rc;
+}
+
+/* A GPU run's budget: its own GPU's free bytes (one GPU per rank). */
+static double device_budget(const struct trainer *tr, char *where, size_t len) {
+    size_t used, total;
+    char e[DEVICE_ERR_LEN], h1[24];
+    if (device_memory_used(&tr->dev, &used, &total, e, sizeof e) != 0) {
+        snprintf(where, len, "GPU memory unknown (%.200s)", e);
+        return -1;
+    }
+    snprintf(where, len, "free on GPU %d (%.96s) %s", tr->dev.ordinal, tr->dev.name, human((double)(total - used), h1));
+    return (double)(total - used);
+}
+
 int trainer_check_memory(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     const struct config *c = tr->cfg;
     struct grid *g = tr->grid;
+    if (tr->space == MEM_DEVICE) {
+        char where[256];
+        double budget = device_budget(tr, where, sizeof where);
+        return trainer_agree(tr, judged(tr, memcheck_judge(c, g->world_size, g->world_rank, budget, where, err,
+                                                           TRAINER_ERR_LEN), err), err);
+    }
     int local = ranks_on_this_host(&g->dp_comm);
     struct mem_available a = memcheck_available("");
     char where[256], h1[24], h2[24];
@@ -262,13 +294,5 @@ int trainer_check_memory(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     if (local > 1) snprintf(where + used, sizeof where - used, ", shared by %d ranks on this host", local);
     double budget = a.bytes < 0 ? -1 : a.bytes / local;
     int rc = memcheck_judge(c, g->world_size, g->world_rank, budget, where, err, TRAINER_ERR_LEN);
-    if (rc != 0 && c->force) {
-        if (g->world_rank == 0) fprintf(stderr, "warning: --force 1, going on despite: %s\n", err);
-        err[0] = '\0';
-        rc = 0;
-    } else if (rc != 0) {
-        size_t n = strlen(err);
-        snprintf(err + n, TRAINER_ERR_LEN - n, "\n  --force 1 allocates anyway");
-    }
-    return trainer_agree(tr, rc, err);
+    return trainer_agree(tr, judged(tr, rc, err), err);
 }

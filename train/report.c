@@ -37,6 +37,9 @@ void rank_stats_collect(const struct trainer *tr, struct rank_stats *out) {
     out->pipe_total = tr->pipe_run.total;
     out->pipe_busy = tr->pipe_run.busy;
     out->pipe_waiting = tr->pipe_run.waiting;
+    out->device_tracked_peak = (double)m->peak_space[MEM_DEVICE];
+    out->device_used_peak = tr->device_used_peak;
+    out->device_total = tr->device_total;
 }
 
 void report_buffers(FILE *out, const struct trainer *tr) {
@@ -120,6 +123,26 @@ static void rss_rows(FILE *out, FILE *json, const struct rank_stats *ranks, int 
         json_row(json, r, "untracked", k->rss - k->tracked_peak, RSS_LIBRARY_ALLOWANCE);
         json_row(json, r, "steady_tracked", k->steady_tracked, -1);
         json_row(json, r, "one_unit", k->one_unit, -1);
+    }
+}
+
+/* A GPU run: the tracked device bytes beside what the driver says is in
+ * use on the GPU (cudaMemGetInfo: every allocation on it, the CUDA
+ * context, cuBLAS's workspace and NCCL's buffers included, and any other
+ * process's). Nothing on the CPU. */
+static void device_rows(FILE *out, FILE *json, const struct rank_stats *ranks, int n, double *col) {
+    if (ranks[0].device_total <= 0) return;
+    for (int r = 0; r < n; r++) col[r] = ranks[r].device_tracked_peak;
+    row(out, "device tracked peak", col, n, -1, "tagged buffers in GPU memory, whole run");
+    for (int r = 0; r < n; r++) col[r] = ranks[r].device_used_peak;
+    row(out, "device used peak", col, n, -1, "cudaMemGetInfo total - free, highest at start-up and step ends");
+    for (int r = 0; r < n; r++) col[r] = ranks[r].device_used_peak - ranks[r].device_tracked_peak;
+    row(out, "device untracked", col, n, -1, "used - tracked: CUDA context, cuBLAS, NCCL, allocator rounding");
+    if (!json) return;
+    for (int r = 0; r < n; r++) {
+        json_row(json, r, "device_tracked_peak", ranks[r].device_tracked_peak, -1);
+        json_row(json, r, "device_used_peak", ranks[r].device_used_peak, -1);
+        json_row(json, r, "device_total", ranks[r].device_total, -1);
     }
 }
 
@@ -226,6 +249,7 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
     own_theory(rule, sizeof rule, c, col, n, scratch_of);
     row(out, "scratch", col, n, scratch_of(c, rank_place_of(c, n, 0)), rule);
     rss_rows(out, json, ranks, n, col);
+    device_rows(out, json, ranks, n, col);
     if (json) fflush(json);
     free(col);
 }

@@ -10,6 +10,16 @@ void run_record_describe_machine(struct run_record *r) {
 void run_record_print(FILE *out, const struct run_record *r) {
     fprintf(out, "machine: %s (%s) | BLAS: %s %s (%s), kernel %s (%s)\n", r->cpu, isa_name(r->isa), r->blas.library,
             r->blas.version, r->blas.threading, r->blas.corename, isa_name(blas_kernel_isa(r->blas.corename)));
+    if (r->on_gpu) {
+        const struct device_peak *g = &r->gpu_peak;
+        fprintf(out, "gpu: %s | peak (MFU's): %.1f TFLOP/s per rank (%s) | measured cuBLAS GEMM 8192^3: bf16 %.1f "
+                     "TFLOP/s, fp32 (no TF32) %.1f TFLOP/s\n",
+                r->gpu, r->peak_flops / 1e12,
+                !r->peak_measured ? "peak_flops from the config"
+                : g->spec_bf16 > 0 ? "data sheet, dense bf16" : "measured bf16 GEMM: the GPU is not in the data-sheet table",
+                g->gemm_bf16 / 1e12, g->gemm_fp32 / 1e12);
+        return;
+    }
     if (!r->peak_measured) {
         fprintf(out, "peak: %.1f GFLOP/s per rank (peak_flops from the config)\n", r->peak_flops / 1e9);
         return;
@@ -58,8 +68,13 @@ void run_record_json(FILE *json, const struct run_record *r) {
     field(json, "blas_kernel_isa", isa_name(blas_kernel_isa(r->blas.corename)));
     field(json, "blas_threading", r->blas.threading);
     fprintf(json, ",\"peak_flops\":%.6e", r->peak_flops);
-    field(json, "peak_source", r->peak_measured ? "measured" : "config");
-    if (r->peak_measured) {
+    field(json, "peak_source", !r->peak_measured ? "config" : r->on_gpu && r->gpu_peak.spec_bf16 > 0 ? "data sheet" : "measured");
+    if (r->on_gpu) {
+        field(json, "gpu", r->gpu);
+        fprintf(json, ",\"gpu_spec_bf16\":%.6e,\"gpu_gemm_bf16\":%.6e,\"gpu_gemm_fp32\":%.6e", r->gpu_peak.spec_bf16,
+                r->gpu_peak.gemm_bf16, r->gpu_peak.gemm_fp32);
+    }
+    if (r->peak_measured && !r->on_gpu) {
         field(json, "peak_kernel", r->peak.kernel);
         fprintf(json, ",\"peak_trials\":%d,\"peak_flops_median\":%.6e,\"peak_flops_min\":%.6e,\"peak_spread\":%.5f",
                 r->peak.trials, r->peak.median, r->peak.min, peak_spread(&r->peak));

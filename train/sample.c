@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "rng.h"
+#include "bufops.h"
 #include "trainer.h"
 
 static int sample_token(const float *logits, int V, float temperature, float coin) {
@@ -36,6 +37,13 @@ void trainer_sample(struct trainer *tr, FILE *out) {
         if (out) fputc(*p, out);
     }
     if (n_ctx == 0) ctx[n_ctx++] = '\n';
+    /* the last position's logits, copied out of the model's space (a GPU's memory) */
+    float *row = mem_alloc(&tr->mem, MEM_HOST, MEM_SCRATCH, "sampling logits row", (size_t)c->vocab_size * sizeof *row);
+    if (!row) {
+        if (out) fprintf(out, "\n(sampling skipped: %zu bytes for a logits row could not be allocated)\n",
+                         (size_t)c->vocab_size * sizeof *row);
+        return;
+    }
     for (int i = 0; i < c->sample_tokens; i++) {
         if (n_ctx == T) { /* slide the window: keep the last T-1 tokens */
             memmove(ctx, ctx + 1, (size_t)(T - 1) * sizeof *ctx);
@@ -43,13 +51,14 @@ void trainer_sample(struct trainer *tr, FILE *out) {
         }
         struct mb_input in = {.inputs = ctx, .targets = tr->targets};
         engine_forward(&tr->engine, 0, &in, NULL, 0.0f);
-        const float *logits = gpt_logits_at(&tr->engine.model, 0, 0, n_ctx - 1);
+        buf_copy(row, gpt_logits_at(&tr->engine.model, 0, 0, n_ctx - 1), (size_t)c->vocab_size * sizeof *row);
         float coin = rng_uniform((uint64_t)c->seed, RNG_STREAM_SAMPLE, (uint64_t)i);
-        int next = sample_token(logits, c->vocab_size, c->sample_temperature, coin);
+        int next = sample_token(row, c->vocab_size, c->sample_temperature, coin);
         ctx[n_ctx++] = next;
         if (out) fputc(detokenize_byte(next), out);
     }
     if (out) fputc('\n', out);
+    mem_free(&tr->mem, row);
     tr->flops = training;
     tr->grid->dp_comm.counters = comm;
 }

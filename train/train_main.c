@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "device.h"
+#include "device_grid.h"
 #include "grid.h"
 #include "outputs.h"
 #include "peak.h"
@@ -116,26 +117,22 @@ static struct mem_timeline *gather_timelines(const struct trainer *tr, int rank,
     return all;
 }
 
-/* --device (include/device.h), every rank agreeing. The CUDA build's
- * device side (memory, buffer operations, NCCL, the layer kernels but
- * attention) is compiled and linked, but the engine does not place its
- * buffers on the GPU yet, so a run on a GPU stops here with that reason
- * rather than computing on the CPU behind a GPU's name. */
-static int open_device(const struct config *cfg, char err[TRAINER_ERR_LEN]) {
-    struct device_info dev;
-    int ok = device_open(cfg->device, &dev, err, TRAINER_ERR_LEN) == 0;
-    if (ok && dev.kind == DEVICE_CUDA) {
-        snprintf(err, TRAINER_ERR_LEN, "--device cuda: GPU %d (%s) found, but this build does not train on a GPU yet "
-                                       "(attention and the optimizers have no CUDA kernels, and the engine keeps its "
-                                       "buffers in host memory: docs/GPU.md); run with --device cpu",
-                 dev.ordinal, dev.name);
-        ok = 0;
-    }
-    int all = 0;
+/* --device (include/device.h), every rank agreeing; on GPUs the grid's
+ * groups then move to NCCL (include/device_grid.h). */
+static int open_device(const struct config *cfg, struct device_info *dev, struct grid *grid,
+                       char err[TRAINER_ERR_LEN]) {
+    int ok = device_open(cfg->device, dev, err, TRAINER_ERR_LEN) == 0, all = 0;
     MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (all) return 0;
-    if (ok) snprintf(err, TRAINER_ERR_LEN, "another rank failed opening its device");
-    return -1;
+    if (!all) {
+        if (ok) snprintf(err, TRAINER_ERR_LEN, "another rank failed opening its device");
+        return -1;
+    }
+    char gerr[GRID_ERR_LEN];
+    if (device_grid_attach(dev, grid, gerr) != 0) {
+        snprintf(err, TRAINER_ERR_LEN, "%s", gerr);
+        return -1;
+    }
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -167,8 +164,9 @@ int main(int argc, char **argv) {
     struct grid grid;
     char gerr[GRID_ERR_LEN];
     if (grid_init(&grid, cfg.tp, cfg.pp, gerr) != 0) return fail(rank, world, gerr);
-    if (open_device(&cfg, err) != 0) {
-        grid_free(&grid);
+    struct device_info dev;
+    if (open_device(&cfg, &dev, &grid, err) != 0) {
+        device_grid_free(&dev, &grid);
         return fail(rank, world, err);
     }
     omp_set_num_threads(cfg.threads);
@@ -177,13 +175,23 @@ int main(int argc, char **argv) {
     /* from here a stop signal is a request the loop honours at a step boundary */
     stop_signal_install();
     struct trainer tr;
-    if (trainer_open(&tr, &cfg, &grid, err) != 0) {
-        grid_free(&grid);
+    if (trainer_open(&tr, &cfg, &grid, &dev, err) != 0) {
+        device_grid_free(&dev, &grid);
         return fail(rank, world, err);
     }
     struct run_record run = {.world_size = world, .threads = cfg.threads, .peak_measured = !(cfg.peak_flops > 0)};
-    if (run.peak_measured) peak_measure(&run.peak, cfg.threads, PEAK_MIN_TRIALS, PEAK_SECONDS);
-    run.peak_flops = tr.peak_flops = run.peak_measured ? run.peak.best : cfg.peak_flops;
+    if (tr.space == MEM_DEVICE) { /* MFU against the GPU: its data sheet's dense bf16 peak */
+        run.on_gpu = true;
+        snprintf(run.gpu, sizeof run.gpu, "%s", dev.name);
+        char perr[DEVICE_ERR_LEN];
+        if (device_measure_peak(&dev, &run.gpu_peak, perr, sizeof perr) != 0 && rank == 0)
+            fprintf(stderr, "warning: %s\n", perr);
+        double sheet = run.gpu_peak.spec_bf16 > 0 ? run.gpu_peak.spec_bf16 : run.gpu_peak.gemm_bf16;
+        run.peak_flops = tr.peak_flops = run.peak_measured ? sheet : cfg.peak_flops;
+    } else {
+        if (run.peak_measured) peak_measure(&run.peak, cfg.threads, PEAK_MIN_TRIALS, PEAK_SECONDS);
+        run.peak_flops = tr.peak_flops = run.peak_measured ? run.peak.best : cfg.peak_flops;
+    }
     struct rank_stats *ranks = calloc((size_t)world, sizeof *ranks);
     gather_stats(&tr, ranks);
     if (rank == 0) {
@@ -200,7 +208,10 @@ int main(int argc, char **argv) {
     int start = tr.step;
     int rc = trainer_run(&tr, err);
     if (rc >= 0 && trace_file_write(&tr, err) != 0) rc = -1; /* --trace: also after a stop signal */
-    if (rc > 0 && rank == 0) {
+    if (rc > 0 && rank == 0 && tr.space != MEM_HOST)
+        printf("\nstopped by %s after step %d of %d (no resume state: a GPU run writes none yet)\n",
+               stop_signal_name(rc), tr.step, cfg.steps);
+    else if (rc > 0 && rank == 0) {
         char stop[FILEIO_PATH_LEN];
         trainer_stop_state_path(&cfg, stop);
         printf("\nstopped by %s after step %d of %d: resume state in %s (continue with --resume %s)\n",
@@ -228,7 +239,7 @@ int main(int argc, char **argv) {
     if (rc == 0) rc = trainer_agree(&tr, close_log(&tr, cfg.log_json, err), err); /* rank 0 writes it */
     free(ranks);
     trainer_close(&tr);
-    grid_free(&grid);
+    device_grid_free(&dev, &grid);
     if (rc < 0) return fail(rank, world, err);
     MPI_Finalize();
     return rc > 0 ? SHARDLAB_EXIT_STOPPED : 0;

@@ -108,14 +108,42 @@ static int open_data(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     return 0;
 }
 
-int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid, char err[TRAINER_ERR_LEN]) {
+void trainer_sample_device_memory(struct trainer *tr) {
+    size_t used, total;
+    char e[DEVICE_ERR_LEN];
+    if (tr->space == MEM_HOST || device_memory_used(&tr->dev, &used, &total, e, sizeof e) != 0) return;
+    if ((double)used > tr->device_used_peak) tr->device_used_peak = (double)used;
+    tr->device_total = (double)total;
+}
+
+/* Checkpoints read and write host files one unit at a time through host
+ * staging; a model in device memory has no such path yet (docs/GPU.md),
+ * so a GPU run refuses every key that reads or writes one. */
+static int check_device_outputs(const struct trainer *tr, char err[TRAINER_ERR_LEN]) {
+    const struct config *c = tr->cfg;
+    if (tr->space == MEM_HOST) return 0;
+    const char *key = *c->init_from ? "init_from" : *c->save ? "save" : *c->resume ? "resume"
+                    : *c->save_state ? "save_state" : c->save_state_every > 0 ? "save_state_every" : NULL;
+    if (!key) return 0;
+    snprintf(err, TRAINER_ERR_LEN, "--%s on a GPU (--device %s): checkpoints of a model in device memory are not "
+             "supported yet (docs/GPU.md); run without it, or with --device cpu", key, tr->dev.name);
+    return -1;
+}
+
+int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid, const struct device_info *dev,
+                 char err[TRAINER_ERR_LEN]) {
     memset(tr, 0, sizeof *tr);
     tr->cfg = cfg;
     tr->grid = grid;
+    if (dev) tr->dev = *dev;
+    else tr->dev = (struct device_info){.kind = DEVICE_CPU, .ordinal = -1, .name = "cpu"};
+    tr->space = tr->dev.kind == DEVICE_CUDA ? MEM_DEVICE : MEM_HOST;
+    device_install_memory(&tr->dev, &tr->mem);
     tr->last_val_loss = -1.0;
     progress_init(&tr->progress, progress_stdout_is_terminal());
     double t_start = now();
     int rc = trainer_agree(tr, trainer_check_layout(cfg, grid, err), err);
+    if (rc == 0) rc = trainer_agree(tr, check_device_outputs(tr, err), err);
     if (rc == 0) rc = trainer_agree(tr, remove_stale_temps(cfg, grid, err), err);
     bool data_open = false;
     if (rc == 0) {
@@ -156,7 +184,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     }
     say(tr, "allocating %.1f MiB per rank (theory, rank 0) ...",
         theory_trainer_memory(cfg, rank_place_of(cfg, grid->world_size, grid->world_rank)).total / 1048576.0);
-    rc = engine_init(&tr->engine, &eo, &lay, grid, &tr->mem, MEM_HOST, &tr->flops, err, TRAINER_ERR_LEN);
+    rc = engine_init(&tr->engine, &eo, &lay, grid, &tr->mem, tr->space, &tr->flops, err, TRAINER_ERR_LEN);
     tr->engine_open = true;
     if (rc == 0 && pipeline_init(&tr->pipe, &tr->engine, &grid->pp_comm, cfg->schedule, cfg->grad_accum, &tr->mem) != 0) {
         mem_failure_message(&tr->mem, err, TRAINER_ERR_LEN);
@@ -186,6 +214,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     else say(tr, "ready in %.1f s", now() - t_start);
     tr->startup_tracked_peak = (double)tr->mem.peak_total;
     tr->startup_rss = peak_rss_bytes();
+    trainer_sample_device_memory(tr);
     for (int g = 0; g < GROUP_NUM; g++) { /* count steps only */
         struct collectives *c = grid_group(grid, (enum grid_group)g);
         if (c) c->counters = (struct comm_counters){0};
@@ -347,6 +376,10 @@ static int on_nonfinite(struct trainer *tr, const struct step_metrics *m, char e
 static int stop_run(struct trainer *tr, int sig, int saved_step, char err[TRAINER_ERR_LEN]) {
     char path[FILEIO_PATH_LEN];
     trainer_stop_state_path(tr->cfg, path);
+    if (tr->space != MEM_HOST) { /* check_device_outputs: no checkpoints from device memory yet */
+        if (tr->grid->world_rank == 0) printf("\n(a GPU run writes no resume state yet: docs/GPU.md)\n");
+        return sig;
+    }
     if (saved_step == tr->step && strcmp(path, tr->cfg->save_state) == 0) return sig;
     return trainer_save_state(tr, path, err) == 0 ? sig : -1;
 }
@@ -370,6 +403,7 @@ int trainer_run(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
         if (tr->has_val && (tr->step % c->val_every == 0 || last)) m.val_loss = tr->last_val_loss = trainer_validate(tr);
         bool periodic = c->save_state_every > 0 && tr->step % c->save_state_every == 0;
         bool saves = *c->save_state && (periodic || last || stop);
+        trainer_sample_device_memory(tr);
         log_step(tr, &m, last || stop || saves || m.val_loss >= 0);
         if (saves) {
             if (trainer_save_state(tr, c->save_state, err) != 0) return -1;

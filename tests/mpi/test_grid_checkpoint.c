@@ -122,11 +122,11 @@ static void write_reference(enum optimizer_kind opt, struct files *f) {
             snprintf(c.save, sizeof c.save, "%s", f->model);
             struct trainer tr;
             char err[TRAINER_ERR_LEN];
-            ok = trainer_open(&tr, &c, &SINGLE, err) == 0 && trainer_run(&tr, err) == 0;
+            ok = trainer_open(&tr, &c, &SINGLE, err) == 0 && trainer_run(&tr, NULL, err) == 0;
             if (tr.cfg) trainer_close(&tr);
             c.steps = 0, c.save_state[0] = '\0';
             snprintf(c.save, sizeof c.save, "%s", f->init_model);
-            ok = ok && trainer_open(&tr, &c, &SINGLE, err) == 0 && trainer_run(&tr, err) == 0;
+            ok = ok && trainer_open(&tr, &c, &SINGLE, err) == 0 && trainer_run(&tr, NULL, err) == 0;
             if (tr.cfg) trainer_close(&tr);
             if (!ok) fprintf(stderr, "reference run: %s\n", err);
         }
@@ -152,7 +152,7 @@ static int grids(int N, int tp[8], int pp[8]) {
 /* Opens a trainer on grid g; on failure every rank fails the test. */
 static bool open_on(struct trainer *tr, struct config *c, struct grid *g) {
     char err[TRAINER_ERR_LEN];
-    int rc = trainer_open(tr, c, g, err);
+    int rc = trainer_open(tr, c, g, NULL, err);
     if (rc != 0) fprintf(stderr, "rank %d: trainer_open: %s\n", g->world_rank, err);
     return rc == 0;
 }

@@ -69,7 +69,7 @@ static void next_batch(void *loader, int32_t *inputs, int32_t *targets) { loader
 static void train(struct config *c, struct run *out) {
     struct trainer tr;
     char err[TRAINER_ERR_LEN];
-    if (trainer_open(&tr, c, &WORLD, err) != 0) fail_msg("trainer_open: %s", err);
+    if (trainer_open(&tr, c, &WORLD, NULL, err) != 0) fail_msg("trainer_open: %s", err);
     struct engine *e = &tr.engine;
     struct comm_counters before = e->dp->counters;
     struct batch_source src = {next_batch, &tr.train};

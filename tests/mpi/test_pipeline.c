@@ -121,8 +121,8 @@ static void check_v(int pp, int m, enum schedule_kind kind, int zero, int v) {
     config_for(&cp, pp, dp, m, kind, zero, v);
     config_for(&cs, 1, 1, m * dp, SCHEDULE_1F1B, 0, 1);
     struct trainer tp, ts;
-    assert_int_equal(trainer_open(&tp, &cp, &grid, err), 0);
-    assert_int_equal(trainer_open(&ts, &cs, &single, err), 0);
+    assert_int_equal(trainer_open(&tp, &cp, &grid, NULL, err), 0);
+    assert_int_equal(trainer_open(&ts, &cs, &single, NULL, err), 0);
     double lp[STEPS], ls[STEPS];
     struct comm_counters before = grid.pp_comm.counters;
     train(&tp, lp);

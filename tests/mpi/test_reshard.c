@@ -49,7 +49,7 @@ static void config_for(struct config *c, int stage, int accum) {
 static float *run(struct config *c, struct grid *g, int stop_after) {
     struct trainer tr;
     char err[TRAINER_ERR_LEN];
-    if (trainer_open(&tr, c, g, err) != 0) fail_msg("trainer_open: %s", err);
+    if (trainer_open(&tr, c, g, NULL, err) != 0) fail_msg("trainer_open: %s", err);
     tr.stop_after = stop_after;
     if (trainer_run(&tr, err) != 0) fail_msg("trainer_run: %s", err);
     float *w = malloc(tr.engine.lay.total * sizeof *w);
@@ -108,7 +108,7 @@ static void test_2_to_single(void **s) { (void)s; check(2, 0, true); }
 static float *run8(struct config *c, struct grid *g, int stop_after, char note[160]) {
     struct trainer tr;
     char err[TRAINER_ERR_LEN];
-    if (trainer_open(&tr, c, g, err) != 0) fail_msg("trainer_open: %s", err);
+    if (trainer_open(&tr, c, g, NULL, err) != 0) fail_msg("trainer_open: %s", err);
     if (note) snprintf(note, 160, "%s", tr.opt8_resume);
     tr.stop_after = stop_after;
     if (trainer_run(&tr, err) != 0) fail_msg("trainer_run: %s", err);
@@ -191,7 +191,7 @@ static void test_one_rank_without_data(void **s) {
     if (WORLD.world_rank == 1) snprintf(c.train_data, sizeof c.train_data, "%s/missing.bin", DIR_);
     struct trainer tr;
     char err[TRAINER_ERR_LEN] = "";
-    int rc = trainer_open(&tr, &c, &WORLD, err);
+    int rc = trainer_open(&tr, &c, &WORLD, NULL, err);
     bool ok = rc == -1 && (WORLD.world_rank == 1 ? strstr(err, "missing.bin") != NULL
                                                    : strstr(err, "another rank failed") != NULL);
     if (!ok) fprintf(stderr, "rank %d: rc %d, err '%s'\n", WORLD.world_rank, rc, err);

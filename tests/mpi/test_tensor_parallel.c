@@ -121,7 +121,7 @@ struct run {
 static void train(const struct config *c, struct grid *grid, struct run *out) {
     struct trainer tr;
     char err[TRAINER_ERR_LEN];
-    if (trainer_open(&tr, c, grid, err) != 0) fail_msg("trainer_open: %s", err);
+    if (trainer_open(&tr, c, grid, NULL, err) != 0) fail_msg("trainer_open: %s", err);
     if (trainer_run(&tr, err) != 0) fail_msg("trainer_run: %s", err);
     out->tp_comm = grid->tp_comm.counters;
     out->pp_comm = grid->pp_comm.counters;
@@ -363,7 +363,7 @@ static void run_sp(enum dtype dt, enum recompute_mode r) {
     char err[TRAINER_ERR_LEN];
     if (grid_init(&g, v.tp, 1, err) != 0) fail_msg("grid_init: %s", err);
     struct trainer tr;
-    int rc = trainer_open(&tr, &c, &g, err);
+    int rc = trainer_open(&tr, &c, &g, NULL, NULL, err);
     grid_free(&g);
     char want[128];
     snprintf(want, sizeof want, "tp = %d must divide seq_len (%d)", v.tp, SEQ);

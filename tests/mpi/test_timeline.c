@@ -86,7 +86,7 @@ static void check(int stage, bool overlap, const char *peak_phase, const char *u
     config_for(&c, stage, overlap);
     struct trainer tr;
     char err[TRAINER_ERR_LEN];
-    if (trainer_open(&tr, &c, &WORLD, err) != 0) fail_msg("trainer_open: %s", err);
+    if (trainer_open(&tr, &c, &WORLD, NULL, err) != 0) fail_msg("trainer_open: %s", err);
     if (trainer_run(&tr, err) != 0) fail_msg("trainer_run: %s", err);
     const struct mem_timeline *t = &tr.timeline;
     char name[96];
@@ -148,7 +148,7 @@ static void test_zero1_zero2(void **s) {
         config_for(&c, stage, true);
         struct trainer tr;
         char err[TRAINER_ERR_LEN];
-        if (trainer_open(&tr, &c, &WORLD, err) != 0) fail_msg("trainer_open: %s", err);
+        if (trainer_open(&tr, &c, &WORLD, NULL, err) != 0) fail_msg("trainer_open: %s", err);
         if (trainer_run(&tr, err) != 0) fail_msg("trainer_run: %s", err);
         assert_true(all_ok(phases_match_theory(&tr, &c)));
         trainer_close(&tr);

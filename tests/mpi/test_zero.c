@@ -91,7 +91,7 @@ struct run {
  * The trainer stays open for the caller to inspect and close. */
 static void train(struct trainer *tr, struct config *c, struct grid *grid, struct run *out) {
     char err[TRAINER_ERR_LEN];
-    if (trainer_open(tr, c, grid, err) != 0) fail_msg("trainer_open: %s", err);
+    if (trainer_open(tr, c, grid, NULL, err) != 0) fail_msg("trainer_open: %s", err);
     if (trainer_run(tr, err) != 0) fail_msg("trainer_run: %s", err);
     size_t psi = tr->engine.lay.total;
     void *full = malloc(psi * dtype_size(c->param_dtype));
