@@ -258,7 +258,7 @@ $(CUDA_BUILD)/obj/model/cpu/bufops.o: model/cpu/bufops.c model/cuda/bufops_renam
 
 # The CPU's layer kernels under the names cpu_* (model/cuda/layers_rename.h):
 # the host path of the device build's layers.h (model/cuda/layers_dispatch.c).
-CUDA_RENAMED_LAYERS := $(patsubst %,$(CUDA_BUILD)/obj/model/cpu/%.o,encoder gelu layernorm matmul crossentropy)
+CUDA_RENAMED_LAYERS := $(patsubst %,$(CUDA_BUILD)/obj/model/cpu/%.o,encoder gelu layernorm matmul crossentropy attention)
 $(CUDA_RENAMED_LAYERS): $(CUDA_BUILD)/obj/model/cpu/%.o: model/cpu/%.c model/cuda/layers_rename.h Makefile
 	@mkdir -p $(dir $@)
 	@echo "  CC    $< (cuda build, as cpu_*)"
@@ -267,7 +267,7 @@ $(CUDA_RENAMED_LAYERS): $(CUDA_BUILD)/obj/model/cpu/%.o: model/cpu/%.c model/cud
 # The layer kernels do the CPU's arithmetic operation for operation, so the
 # elementwise ones give its bits: no a*b+c contracted into an FMA (gcc
 # -std=c17 contracts none either).
-CUDA_LAYER_CU := $(patsubst %,$(CUDA_BUILD)/obj/model/cuda/%.o,encoder gelu layernorm matmul crossentropy)
+CUDA_LAYER_CU := $(patsubst %,$(CUDA_BUILD)/obj/model/cuda/%.o,encoder gelu layernorm matmul crossentropy attention)
 $(CUDA_LAYER_CU): NVCC_FLAGS += --fmad=false
 
 $(CUDA_BUILD)/obj/%.o: %.cu Makefile

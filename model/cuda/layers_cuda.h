@@ -1,13 +1,16 @@
-/* The CUDA build's two implementations of include/layers.h (all but the
- * attention), under their own names; the layers.h names themselves
+/* The CUDA build's two implementations of include/layers.h, under their
+ * own names; the layers.h names themselves
  * (layers_dispatch.c) pick one by where the buffers live.
  *   cpu_*   the model/cpu/ files compiled under these names (layers_rename.h):
  *           host memory
- *   cuda_*  model/cuda/{encoder,layernorm,gelu,matmul,crossentropy}.cu:
+ *   cuda_*  model/cuda/{encoder,layernorm,gelu,matmul,crossentropy,attention}.cu:
  *           every buffer in device memory (the int32 tokens and targets
  *           included); the flop_counter is host memory, counted exactly as
  *           the CPU counts (gemm_seconds: the GEMM's wall time, synchronized)
  * Semantics, shapes, what is accumulated and what is written are layers.h's.
+ * attention_backward_scratch is not renamed: one definition (model/cpu/
+ * attention.c) sizes the scratch of both backwards (attention.cu: how the
+ * device uses it).
  * Each cuda_* call returns when its results are in place (it synchronizes,
  * as the CUDA bufops do); a CUDA failure prints the function and CUDA's
  * reason and exits non-zero (cuda_check.h). */
@@ -15,6 +18,7 @@
 #define SHARDLAB_LAYERS_CUDA_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "counters.h"
@@ -61,6 +65,11 @@ void cpu_crossentropy_exp_sum(float *logits, const float *maxv, float *sum, floa
 double cpu_crossentropy_finish(float *logits, float *losses, const float *maxv, const float *sum, const float *target,
                                const int32_t *targets, int64_t N, int64_t Vl, int64_t v0, int64_t valid, float dloss,
                                struct flop_counter *fc);
+void cpu_attention_forward(float *out, float *att, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
+                           struct flop_counter *fc);
+void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
+                            int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
+size_t attention_backward_scratch(int64_t B, int64_t T, int64_t NH); /* layers.h's, for the .cu files */
 
 void cuda_encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int64_t B, int64_t T,
                           int64_t C);
@@ -100,6 +109,10 @@ void cuda_crossentropy_exp_sum(float *logits, const float *maxv, float *sum, flo
 double cuda_crossentropy_finish(float *logits, float *losses, const float *maxv, const float *sum, const float *target,
                                 const int32_t *targets, int64_t N, int64_t Vl, int64_t v0, int64_t valid, float dloss,
                                 struct flop_counter *fc);
+void cuda_attention_forward(float *out, float *att, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
+                            struct flop_counter *fc);
+void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
+                             int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
 
 #ifdef __cplusplus
 }

@@ -1,13 +1,13 @@
-/* include/layers.h in the CUDA build, all but the attention: each call runs
- * where its buffers live (pointer_space.h): host memory takes the CPU's
- * kernels (cpu_*, model/cpu/ renamed by layers_rename.h), so --device cpu
- * keeps working in this build with the CPU build's results; device memory
- * takes the CUDA kernels (cuda_*, the .cu files of model/cuda/). A NULL pointer (an
+/* include/layers.h in the CUDA build: each call runs where its buffers
+ * live (pointer_space.h): host memory takes the CPU's kernels (cpu_*,
+ * model/cpu/ renamed by layers_rename.h), so --device cpu keeps working in
+ * this build with the CPU build's results; device memory takes the CUDA
+ * kernels (cuda_*, the .cu files of model/cuda/). A NULL pointer (an
  * absent bias, an empty tensor) has no say. Buffers of one call in both
  * spaces are a caller bug, reported by name (exit non-zero). The
- * flop_counter is always host memory. The attention (model/cpu/attention.c,
- * not renamed) runs on the host only; its GEMMs come through gemm_counted
- * here and take the CPU's path. */
+ * flop_counter is always host memory. attention_backward_scratch is not
+ * dispatched (no pointer): model/cpu/attention.c's one definition sizes
+ * the scratch of both paths. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -157,4 +157,17 @@ double crossentropy_finish(float *logits, float *losses, const float *maxv, cons
     return ON_DEVICE("crossentropy_finish", logits, losses, maxv, sum, target, targets)
                ? cuda_crossentropy_finish(logits, losses, maxv, sum, target, targets, N, Vl, v0, valid, dloss, fc)
                : cpu_crossentropy_finish(logits, losses, maxv, sum, target, targets, N, Vl, v0, valid, dloss, fc);
+}
+
+void attention_forward(float *out, float *att, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
+                       struct flop_counter *fc) {
+    if (ON_DEVICE("attention_forward", out, att, qkv)) cuda_attention_forward(out, att, qkv, B, T, C, NH, fc);
+    else cpu_attention_forward(out, att, qkv, B, T, C, NH, fc);
+}
+
+void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
+                        int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc) {
+    if (ON_DEVICE("attention_backward", dqkv, dout, qkv, att, scratch))
+        cuda_attention_backward(dqkv, dout, qkv, att, scratch, B, T, C, NH, fc);
+    else cpu_attention_backward(dqkv, dout, qkv, att, scratch, B, T, C, NH, fc);
 }

@@ -1,10 +1,10 @@
 /* Forced into the CUDA build's compile of model/cpu/{encoder,gelu,
- * layernorm,matmul,crossentropy}.c (-include, the Makefile), so their
- * functions, prototypes included, take the names cpu_*: the host path of
- * the device build's layers.h functions (layers_dispatch.c) and the
- * reference of tests/cuda/. model/cpu/attention.c is not renamed (no CUDA
- * attention yet): it calls gemm_counted, the dispatcher, which sends its
- * host pointers to cpu_gemm_counted. The CPU build never sees this header. */
+ * layernorm,matmul,crossentropy,attention}.c (-include, the Makefile), so
+ * their functions, prototypes included, take the names cpu_*: the host path
+ * of the device build's layers.h functions (layers_dispatch.c) and the
+ * reference of tests/cuda/. attention_backward_scratch keeps its name (a
+ * size, no pointer to dispatch on): the one definition for both paths.
+ * The CPU build never sees this header. */
 #define encoder_forward cpu_encoder_forward
 #define encoder_backward cpu_encoder_backward
 #define embedding_rows_forward cpu_embedding_rows_forward
@@ -25,3 +25,5 @@
 #define crossentropy_row_max cpu_crossentropy_row_max
 #define crossentropy_exp_sum cpu_crossentropy_exp_sum
 #define crossentropy_finish cpu_crossentropy_finish
+#define attention_forward cpu_attention_forward
+#define attention_backward cpu_attention_backward
