@@ -264,11 +264,23 @@ $(CUDA_RENAMED_LAYERS): $(CUDA_BUILD)/obj/model/cpu/%.o: model/cpu/%.c model/cud
 	@echo "  CC    $< (cuda build, as cpu_*)"
 	@$(CC) $(CUDA_CFLAGS) -include model/cuda/layers_rename.h -c $< -o $@
 
+# The CPU's update rules and 8-bit codec under the names cpu_*
+# (optim/cuda/optim_rename.h): the host path of the device build's optim.h
+# (optim/cuda/optim_dispatch.c).
+CUDA_RENAMED_OPTIM := $(patsubst %,$(CUDA_BUILD)/obj/optim/%.o,adamw sgd adamw8bit adamw8bit_state)
+$(CUDA_RENAMED_OPTIM): $(CUDA_BUILD)/obj/optim/%.o: optim/%.c optim/cuda/optim_rename.h Makefile
+	@mkdir -p $(dir $@)
+	@echo "  CC    $< (cuda build, as cpu_*)"
+	@$(CC) $(CUDA_CFLAGS) -include optim/cuda/optim_rename.h -c $< -o $@
+
 # The layer kernels do the CPU's arithmetic operation for operation, so the
 # elementwise ones give its bits: no a*b+c contracted into an FMA (gcc
 # -std=c17 contracts none either).
 CUDA_LAYER_CU := $(patsubst %,$(CUDA_BUILD)/obj/model/cuda/%.o,encoder gelu layernorm matmul crossentropy attention)
 $(CUDA_LAYER_CU): NVCC_FLAGS += --fmad=false
+# So do the optimizer kernels (optim/cuda/optim_kernels.h).
+CUDA_OPTIM_CU := $(patsubst %.cu,$(CUDA_BUILD)/obj/%.o,$(wildcard optim/cuda/*.cu))
+$(CUDA_OPTIM_CU): NVCC_FLAGS += --fmad=false
 
 $(CUDA_BUILD)/obj/%.o: %.cu Makefile
 	@mkdir -p $(dir $@)

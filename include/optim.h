@@ -180,6 +180,17 @@ void adamw8bit_update(const struct adamw_hparams *h, size_t n, float *w, uint8_t
                       const struct qmap_index *ix_signed, const struct qmap_index *ix_unsigned, const void *grad,
                       enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
 
+/* The 8-bit states of a range to and from fp32, block by block as
+ * adamw8bit_update lays them out (checkpoints: parallel/zero/optstate.c).
+ * Dequantize: out[i] = map[q[i]] * absmax[i / 256].
+ * Quantize: absmax[b] = the largest |x| of block b (NaN skipped, +0 when
+ * none), q[i] = qmap_nearest(map, x[i] / absmax[b]), or of 0 when absmax[b]
+ * is 0; no sign fix (the update's quantizer has one, for m). ix (may be
+ * NULL) only speeds up the search; the codes are qmap_nearest's. */
+void adamw8bit_dequantize(const float map[QMAP_SIZE], const uint8_t *q, const float *absmax, size_t n, float *out);
+void adamw8bit_quantize(const float map[QMAP_SIZE], const struct qmap_index *ix, const float *x, size_t n, uint8_t *q,
+                        float *absmax);
+
 /* ---- SGD with momentum as PyTorch's torch.optim.SGD (dampening 0):
  *   g   = grad * grad_scale + weight_decay * w     (coupled L2 decay)
  *   buf = g on the first step, else momentum * buf + g

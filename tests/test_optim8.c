@@ -476,6 +476,45 @@ static size_t codec_inputs(const float *map, float scale, float *x, size_t cap) 
     return n; /* cap - 1: an odd count */
 }
 
+/* The checkpoints' codec (adamw8bit_quantize / _dequantize) against its
+ * definition: absmax = the largest |x| of each 256-block, NaN skipped; codes
+ * qmap_nearest(x / absmax), of 0 for an all-zero block (-0 included), no sign
+ * fix; the same codes with and without the search index; values map * absmax. */
+static void test_state_codec(void **state) {
+    (void)state;
+    enum { N = 700 }; /* blocks of 256, 256, 188 */
+    float map[QMAP_SIZE], x[N], out[N], absmax[3], absmax2[3];
+    uint8_t q[N], q2[N];
+    qmap_dynamic(map, true);
+    struct qmap_index *ix = malloc(sizeof *ix);
+    assert_non_null(ix);
+    qmap_index_build(ix, map);
+    for (int i = 0; i < N; i++) x[i] = spread(5000 + (uint64_t)i);
+    for (int i = 256; i < 512; i++) x[i] = i % 2 ? -0.0f : 0.0f;
+    x[600] = NAN;
+    adamw8bit_quantize(map, ix, x, N, q, absmax);
+    adamw8bit_quantize(map, NULL, x, N, q2, absmax2);
+    assert_memory_equal(q, q2, N);
+    assert_memory_equal(absmax, absmax2, sizeof absmax);
+    for (int b = 0; b < 3; b++) {
+        float mx = 0.0f;
+        for (int i = 256 * b; i < N && i < 256 * (b + 1); i++)
+            if (!isnan(x[i])) mx = fmaxf(mx, fabsf(x[i]));
+        assert_true(f32_bits(absmax[b]) == f32_bits(mx));
+    }
+    assert_true(absmax[0] > 0.1f && absmax[1] == 0.0f && !signbit(absmax[1]) && absmax[2] > 0.1f);
+    for (int i = 0; i < N; i++) {
+        float a = absmax[i / 256];
+        uint8_t want = a > 0.0f ? qmap_nearest(map, x[i] / a) : qmap_nearest(map, 0.0f);
+        if (q[i] != want) fail_msg("code %d: %u, want %u", i, q[i], want);
+    }
+    assert_int_equal(q[600], 0); /* NaN */
+    adamw8bit_dequantize(map, q, absmax, N, out);
+    for (int i = 0; i < N; i++) assert_true(f32_bits(out[i]) == f32_bits(map[q[i]] * absmax[i / 256]));
+    assert_true(fabsf(out[3] - x[3]) <= 0.1f * absmax[0]); /* a value comes back near where it was */
+    free(ix);
+}
+
 static void test_codec_isas_match_scalar(void **state) {
     (void)state;
     enum { CAP = 4099 };
@@ -526,6 +565,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_index_matches_search),
         cmocka_unit_test(test_codec_isas_match_scalar),
+        cmocka_unit_test(test_state_codec),
         cmocka_unit_test(test_map_values),
         cmocka_unit_test(test_nearest_exact_codes),
         cmocka_unit_test(test_nearest_ties_to_even),

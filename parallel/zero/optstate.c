@@ -2,8 +2,6 @@
  * rules: AdamW (fp32 m, v), 8-bit AdamW (block-wise quantized m, v; small
  * tensors fp32) and SGD with momentum (fp32 buffer). States are full at
  * ZeRO-0 and shards otherwise, like the master weights. */
-#include <math.h>
-
 #include "bufops.h"
 #include "zero.h"
 
@@ -27,8 +25,12 @@ void optstate_alloc(struct zero *z) {
         const struct opt_segments *g = &z->segs;
         qmap_dynamic(z->qmap_signed, true);
         qmap_dynamic(z->qmap_unsigned, false);
-        z->qindex_signed = mem_alloc(mem, sp, MEM_SCRATCH, "8-bit code search index (m)", sizeof *z->qindex_signed);
-        z->qindex_unsigned = mem_alloc(mem, sp, MEM_SCRATCH, "8-bit code search index (v)", sizeof *z->qindex_unsigned);
+        /* host memory whatever sp is: the host builds the index and only the
+         * CPU's quantizer reads it (the CUDA one searches the map itself) */
+        z->qindex_signed = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "8-bit code search index (m)",
+                                     sizeof *z->qindex_signed);
+        z->qindex_unsigned = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "8-bit code search index (v)",
+                                       sizeof *z->qindex_unsigned);
         if (z->qindex_signed) qmap_index_build(z->qindex_signed, z->qmap_signed);
         if (z->qindex_unsigned) qmap_index_build(z->qindex_unsigned, z->qmap_unsigned);
         z->st.q1 = mem_alloc(mem, sp, MEM_OPTIMIZER, "adam m (8-bit codes)", g->n_q);
@@ -82,6 +84,11 @@ void optstate_update(struct zero *z, const struct opt_segment *g, const struct a
     }
 }
 
+/* The 8-bit forms go through optim.h's codec (adamw8bit_dequantize /
+ * _quantize), which the CUDA build runs where the states live; the fp32
+ * states through buf_copy. Neither reads state memory here. */
+_Static_assert((int)OPT8_BLOCK == (int)ADAMW8BIT_BLOCK, "segments and the 8-bit codec block alike");
+
 void optstate_segment_to_fp32(const struct zero *z, enum zero_state which, const struct opt_segment *g, float *d) {
     bool first = which == STATE_OPT1;
     size_t n = g->hi - g->lo;
@@ -89,10 +96,8 @@ void optstate_segment_to_fp32(const struct zero *z, enum zero_state which, const
         buf_copy(d, (first ? z->st.s1 : z->st.s2) + f32_index(z, g), n * sizeof *d);
         return;
     }
-    const uint8_t *q = (first ? z->st.q1 : z->st.q2) + g->q_offset;
-    const float *absmax = (first ? z->st.absmax1 : z->st.absmax2) + g->block_offset;
-    const float *map = first ? z->qmap_signed : z->qmap_unsigned;
-    for (size_t i = 0; i < n; i++) d[i] = map[q[i]] * absmax[i / OPT8_BLOCK];
+    adamw8bit_dequantize(first ? z->qmap_signed : z->qmap_unsigned, (first ? z->st.q1 : z->st.q2) + g->q_offset,
+                         (first ? z->st.absmax1 : z->st.absmax2) + g->block_offset, n, d);
 }
 
 /* The inverse: copy, or quantize block by block (absmax = max |x|). */
@@ -103,15 +108,7 @@ void optstate_segment_from_fp32(struct zero *z, enum zero_state which, const str
         buf_copy((first ? z->st.s1 : z->st.s2) + f32_index(z, g), s, n * sizeof *s);
         return;
     }
-    uint8_t *q = (first ? z->st.q1 : z->st.q2) + g->q_offset;
-    float *absmax = (first ? z->st.absmax1 : z->st.absmax2) + g->block_offset;
-    const float *map = first ? z->qmap_signed : z->qmap_unsigned;
-    const struct qmap_index *ix = first ? z->qindex_signed : z->qindex_unsigned;
-    for (size_t b0 = 0; b0 < n; b0 += OPT8_BLOCK) {
-        size_t b1 = b0 + OPT8_BLOCK < n ? b0 + OPT8_BLOCK : n;
-        float mx = 0.0f;
-        for (size_t i = b0; i < b1; i++) mx = fabsf(s[i]) > mx ? fabsf(s[i]) : mx;
-        absmax[b0 / OPT8_BLOCK] = mx;
-        for (size_t i = b0; i < b1; i++) q[i] = qmap_nearest_indexed(map, ix, mx > 0.0f ? s[i] / mx : 0.0f);
-    }
+    adamw8bit_quantize(first ? z->qmap_signed : z->qmap_unsigned, first ? z->qindex_signed : z->qindex_unsigned, s, n,
+                       (first ? z->st.q1 : z->st.q2) + g->q_offset,
+                       (first ? z->st.absmax1 : z->st.absmax2) + g->block_offset);
 }

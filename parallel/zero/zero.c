@@ -284,7 +284,9 @@ void zero_gather_unit_codes(struct zero *z, enum zero_state which, int u, void *
     }
     if (!sharded) return;
     gather_uncounted(z, w, slot / 4);
-    for (size_t r = 1; r < R; r++) memmove(w + r * chunk, w + r * slot, chunk); /* slots to slices */
+    /* slots to slices, on the host: work is the caller's host staging
+     * (train/state_raw.c allocates it MEM_HOST); the states reach it by buf_copy */
+    for (size_t r = 1; r < R; r++) memmove(w + r * chunk, w + r * slot, chunk);
 }
 
 void zero_gather_unit_absmax(struct zero *z, enum zero_state which, int u, const size_t *first, void *work) {
@@ -301,7 +303,7 @@ void zero_gather_unit_absmax(struct zero *z, enum zero_state which, int u, const
     }
     if (!sharded) return;
     gather_uncounted(z, w, chunk);
-    for (size_t r = 1; r < R; r++)
+    for (size_t r = 1; r < R; r++) /* host staging, as in zero_gather_unit_codes */
         memmove(w + (first[row + r] - first[row]), w + r * chunk, (first[row + r + 1] - first[row + r]) * sizeof *w);
 }
 

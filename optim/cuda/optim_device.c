@@ -1,0 +1,123 @@
+/* The cuda_* update rules and 8-bit codec (optim_cuda.h): the per-call
+ * constants computed here by optim/adamw.c's and adamw8bit.c's own C
+ * expressions (this file is compiled with the CPU build's flags, so powf,
+ * sqrtf and the float arithmetic are the CPU's), then the kernels of
+ * optim_kernels.h, a wait, and the FLOPs counted as the CPU counts. */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "optim_cuda.h"
+#include "optim_kernels.h"
+
+/* As optim/adamw.c, sgd.c and adamw8bit.c count (their FLOPS_PER_PARAM). */
+enum { ADAMW_FLOPS = 14, SGD_FLOPS = 9, ADAMW8BIT_FLOPS = 24 };
+
+/* A failed launch or run leaves the device unusable: say which and exit. */
+static void check(int err, const char *what) {
+    if (err == (int)cudaSuccess) return;
+    fprintf(stderr, "error: CUDA %s: %s (error %d)\n", what, cudaGetErrorString((cudaError_t)err), err);
+    exit(EXIT_FAILURE);
+}
+
+/* The launch's error, then the run's: the results are in place on return. */
+static void finish(int launch_err, const char *what) {
+    check(launch_err, what);
+    check((int)cudaDeviceSynchronize(), what);
+}
+
+static struct cuda_k_adam_consts adam_consts(const struct adamw_hparams *h) {
+    return (struct cuda_k_adam_consts){
+        .b1 = h->beta1,
+        .b2 = h->beta2,
+        .eps = h->eps,
+        .step_size = h->lr / (1.0f - powf(h->beta1, (float)h->t)),
+        .isb = 1.0f / sqrtf(1.0f - powf(h->beta2, (float)h->t)),
+        .decay = 1.0f - h->lr * h->weight_decay,
+        .grad_scale = h->grad_scale,
+    };
+}
+
+static struct cuda_k_writeback writeback(const struct param_writeback *out) {
+    return (struct cuda_k_writeback){.params = out->params, .stochastic = out->rounding == ROUND_STOCHASTIC,
+                                     .seed = out->seed, .noise_index = out->noise_index};
+}
+
+/* The CPU reads any dtype but fp32 as bf16; so does this. */
+static int is_bf16(enum dtype dt) { return dt != DTYPE_FP32; }
+
+static struct cuda_k_map map_of(const float map[QMAP_SIZE]) {
+    struct cuda_k_map m;
+    _Static_assert(sizeof m.code == QMAP_SIZE * sizeof(float), "one code book");
+    memcpy(m.code, map, sizeof m.code);
+    return m;
+}
+
+void cuda_adamw_update(const struct adamw_hparams *h, size_t n, float *w, float *m, float *v, const void *grad,
+                       enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
+    const struct cuda_k_adam_consts k = adam_consts(h);
+    const struct cuda_k_writeback wb = writeback(out);
+    if (n) finish(cuda_k_adamw(&k, n, w, m, v, grad, is_bf16(grad_dtype), &wb), "adamw_update");
+    fc->other += (double)ADAMW_FLOPS * (double)n;
+}
+
+void cuda_sgd_update(const struct sgd_hparams *h, size_t n, float *w, float *buf, const void *grad,
+                     enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
+    const struct cuda_k_sgd_consts k = {.lr = h->lr, .momentum = h->momentum, .weight_decay = h->weight_decay,
+                                 .grad_scale = h->grad_scale, .nesterov = h->nesterov, .first_step = h->first_step};
+    const struct cuda_k_writeback wb = writeback(out);
+    if (n) finish(cuda_k_sgd(&k, n, w, buf, grad, is_bf16(grad_dtype), &wb), "sgd_update");
+    fc->other += (double)SGD_FLOPS * (double)n;
+}
+
+void cuda_adamw8bit_update(const struct adamw_hparams *h, size_t n, float *w, uint8_t *q1, uint8_t *q2,
+                           float *absmax1, float *absmax2, const float *map_signed, const float *map_unsigned,
+                           const void *grad, enum dtype grad_dtype, const struct param_writeback *out,
+                           struct flop_counter *fc) {
+    const struct cuda_k_adam_consts k = adam_consts(h);
+    const struct cuda_k_writeback wb = writeback(out);
+    const struct cuda_k_map ms = map_of(map_signed), mu = map_of(map_unsigned);
+    /* as adamw8bit.c: the codes of an all-zero block */
+    const uint8_t zero_s = qmap_nearest(map_signed, 0.0f), zero_u = qmap_nearest(map_unsigned, 0.0f);
+    if (n)
+        finish(cuda_k_adamw8bit(&k, n, w, q1, q2, absmax1, absmax2, &ms, &mu, zero_s, zero_u, grad,
+                                is_bf16(grad_dtype), &wb),
+               "adamw8bit_update");
+    fc->other += (double)ADAMW8BIT_FLOPS * (double)n;
+}
+
+/* A device buffer of `bytes` for staging a host-side fp32 range. */
+static float *staging(size_t bytes, const char *what) {
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+        fprintf(stderr, "error: %s: no device memory to stage %zu bytes of fp32 states (%s)\n", what, bytes,
+                cudaGetErrorString(e));
+        exit(EXIT_FAILURE);
+    }
+    return p;
+}
+
+void cuda_adamw8bit_dequantize(const float map[QMAP_SIZE], const uint8_t *q, const float *absmax, size_t n,
+                               float *out, bool out_on_device) {
+    if (!n) return;
+    const struct cuda_k_map m = map_of(map);
+    float *d = out_on_device ? out : staging(n * sizeof *d, "adamw8bit_dequantize");
+    finish(cuda_k_dequantize8(&m, q, absmax, n, d), "adamw8bit_dequantize");
+    if (out_on_device) return;
+    check((int)cudaMemcpy(out, d, n * sizeof *d, cudaMemcpyDeviceToHost), "adamw8bit_dequantize (to the host)");
+    check((int)cudaFree(d), "adamw8bit_dequantize");
+}
+
+void cuda_adamw8bit_quantize(const float map[QMAP_SIZE], const float *x, bool x_on_device, size_t n, uint8_t *q,
+                             float *absmax) {
+    if (!n) return;
+    const struct cuda_k_map m = map_of(map);
+    float *tmp = x_on_device ? NULL : staging(n * sizeof *tmp, "adamw8bit_quantize");
+    if (tmp)
+        check((int)cudaMemcpy(tmp, x, n * sizeof *tmp, cudaMemcpyHostToDevice), "adamw8bit_quantize (from the host)");
+    finish(cuda_k_quantize8(&m, tmp ? tmp : x, n, q, absmax), "adamw8bit_quantize");
+    if (tmp) check((int)cudaFree(tmp), "adamw8bit_quantize");
+}
