@@ -25,6 +25,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -37,6 +38,7 @@
 #include <cmocka.h>
 
 #include "layers.h"
+#include "dtype.h"
 #include "rng.h"
 #include "../../model/cuda/flash_attention.h"
 #include "cuda_fixture.h"
@@ -80,25 +82,29 @@ static float *back(const float *dev, size_t bytes, const char *what) {
     return (float *)(void *)h;
 }
 
-/* Normwise: max |gpu - cpu| <= rel max(max |cpu|, at_least) (a NaN fails);
- * returns the reached ratio. */
-static double expect_close(const char *what, const float *want, const float *got, size_t n, double rel,
-                           double at_least) {
+/* Normwise error: max |gpu - cpu| / max(max |cpu|, at_least), and where
+ * the worst element is (NaN, and at that element, when one is NaN). */
+struct error {
+    double ratio;
+    size_t at;
+};
+
+static struct error normwise(const float *want, const float *got, size_t n, double at_least) {
     double scale = at_least, worst = 0.0;
     size_t at = 0;
     for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(want[i]));
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)got[i] - want[i]);
-        if (isnan(d) || d > worst) {
-            worst = d;
-            at = i;
-            if (isnan(d)) break;
-        }
+        if (isnan(d)) return (struct error){NAN, i};
+        if (d > worst) worst = d, at = i;
     }
-    if (!(worst <= rel * scale))
-        fail_msg("%s: element %zu of %zu: cpu %.9g, gpu %.9g: |diff| %.3g > %.0e x scale %.3g", what, at, n,
-                 (double)want[at], (double)got[at], worst, rel, scale);
-    return scale > 0.0 ? worst / scale : worst;
+    return (struct error){scale > 0.0 ? worst / scale : worst, at};
+}
+
+static void expect_within(const char *what, struct error e, double bound, const float *want, const float *got) {
+    if (!(e.ratio <= bound))
+        fail_msg("%s: element %zu: cpu %.9g, gpu %.9g: normwise error %.3g > %.0e", what, e.at, (double)want[e.at],
+                 (double)got[e.at], e.ratio, bound);
 }
 
 /* Column block `part` (0 q, 1 k, 2 v) of a (B T, 3C) array, as (B T, C). */
@@ -159,12 +165,21 @@ static void free_run(struct flash_run *r) { free(r->out), free(r->lse), free(r->
 static void test_against_cpu(void **state) {
     (void)state;
     SKIP_WITHOUT_DEVICE();
-    /* B, T, NH, hs, and the inputs' amplitude (x10) */
-    const int64_t shapes[][5] = {{1, 1, 1, 64, 10},   {2, 37, 3, 64, 10},  {1, 128, 2, 64, 30}, {2, 257, 4, 64, 10},
-                                 {1, 1024, 2, 64, 30}, {3, 130, 5, 32, 30}, {2, 200, 2, 128, 10}, {1, 64, 1, 128, 30}};
+    /* B, T, NH, hs, the inputs' amplitude (x10), and whether q, k, v, dout
+     * are rounded to bf16 first (the kernels' conversions then exact) */
+    const int64_t shapes[][6] = {{1, 1, 1, 64, 10, 0},    {2, 37, 3, 64, 10, 0},   {1, 128, 2, 64, 30, 1},
+                                 {2, 257, 4, 64, 10, 0},  {1, 1024, 2, 64, 10, 0}, {1, 1024, 2, 64, 30, 1},
+                                 {3, 130, 5, 32, 10, 0},  {3, 130, 5, 32, 30, 1},  {2, 200, 2, 128, 10, 0},
+                                 {1, 64, 1, 128, 30, 1}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int64_t B = shapes[s][0], T = shapes[s][1], NH = shapes[s][2], hs = shapes[s][3], C = NH * hs, BT = B * T;
-        float *qkv = rand_f32(BT * 3 * C, 10 + s, (float)shapes[s][4] / 10.0f), *dout = rand_f32(BT * C, 30 + s, 1.0f);
+        const double amp = (double)shapes[s][4] / 10.0;
+        const bool exact = shapes[s][5];
+        float *qkv = rand_f32(BT * 3 * C, 10 + s, (float)amp), *dout = rand_f32(BT * C, 30 + s, 1.0f);
+        if (exact) {
+            for (int64_t i = 0; i < BT * 3 * C; i++) qkv[i] = round_to_bf16(qkv[i]);
+            for (int64_t i = 0; i < BT * C; i++) dout[i] = round_to_bf16(dout[i]);
+        }
         /* the CPU: the plain attention's probabilities, out and dqkv */
         float *out = malloc(F(BT * C)), *att = malloc(F(B * NH * T * T)), *dqkv = malloc(F(BT * 3 * C));
         float *scratch = malloc(F(attention_backward_scratch(B, T, NH)));
@@ -173,38 +188,38 @@ static void test_against_cpu(void **state) {
         attention_forward(out, att, qkv, B, T, C, NH, &fc);
         attention_backward(dqkv, dout, qkv, att, scratch, B, T, C, NH, &fc);
         double *lse = lse_reference(qkv, B, T, C, NH);
-
         struct flash_run g = run_flash(qkv, dout, B, T, C, NH);
-        char what[96];
-        snprintf(what, sizeof what, "(B %lld, T %lld, NH %lld, hs %lld) out", (long long)B, (long long)T,
-                 (long long)NH, (long long)hs);
-        const double e_out = expect_close(what, out, g.out, BT * C, REL_BOUND, 0.0);
-        double e_lse = 0.0;
-        for (int64_t i = 0; i < B * NH * T; i++) {
-            const double d = fabs((double)g.lse[i] - lse[i]);
-            if (!(d <= LSE_BOUND))
-                fail_msg("%s: lse %lld: %.9g, want %.9g (bound %g absolute)", what, (long long)i, (double)g.lse[i],
-                         lse[i], LSE_BOUND);
-            e_lse = fmax(e_lse, d);
-        }
+
         /* At T = 1 the exact dq and dk are 0 (a softmax over one key is 1
          * whatever the score) and the GPU's are bf16 rounding noise of dS =
          * dP - D, so they are measured against the size of their terms,
-         * |dS| <= 2 hs max|dout| max|v| times max|k| (or |q|) / sqrt(hs). */
-        double amp = 0.0, amp_dout = 0.0, e_d[3];
-        for (int64_t i = 0; i < BT * 3 * C; i++) amp = fmax(amp, fabs(qkv[i]));
-        for (int64_t i = 0; i < BT * C; i++) amp_dout = fmax(amp_dout, fabs(dout[i]));
-        const double term_size = T == 1 ? 2.0 * hs * amp_dout * amp * amp / sqrt((double)hs) : 0.0;
+         * |dS| <= 2 hs max|dout| max|v|, times max|k| (or |q|) / sqrt(hs). */
+        const double term_size = T == 1 ? 2.0 * hs * amp * amp / sqrt((double)hs) : 0.0;
+        struct error e_out = normwise(out, g.out, BT * C, 0.0), e_d[3], e_lse = {0.0, 0};
+        float *want[3], *got[3];
         for (int part = 0; part < 3; part++) {
-            float *want = third(dqkv, BT, C, part), *got = third(g.dqkv, BT, C, part);
-            snprintf(what, sizeof what, "(B %lld, T %lld, NH %lld, hs %lld) d%c", (long long)B, (long long)T,
-                     (long long)NH, (long long)hs, "qkv"[part]);
-            e_d[part] = expect_close(what, want, got, BT * C, REL_BOUND, part < 2 ? term_size : 0.0);
-            free(want), free(got);
+            want[part] = third(dqkv, BT, C, part), got[part] = third(g.dqkv, BT, C, part);
+            e_d[part] = normwise(want[part], got[part], BT * C, part < 2 ? term_size : 0.0);
         }
-        printf("  B %lld T %4lld NH %lld hs %3lld amplitude %.1f: normwise out %.2e dq %.2e dk %.2e dv %.2e, lse %.2e abs\n",
-               (long long)B, (long long)T, (long long)NH, (long long)hs, (double)shapes[s][4] / 10.0, e_out, e_d[0],
-               e_d[1], e_d[2], e_lse);
+        for (int64_t i = 0; i < B * NH * T; i++) {
+            const double d = fabs((double)g.lse[i] - lse[i]);
+            if (!(d <= e_lse.ratio)) e_lse = (struct error){d, (size_t)i};
+        }
+        char what[128];
+        int len = snprintf(what, sizeof what, "B %lld T %lld NH %lld hs %lld amplitude %.0f%s", (long long)B,
+                           (long long)T, (long long)NH, (long long)hs, amp, exact ? " bf16 inputs" : "");
+        printf("  %s: normwise out %.1e dq %.1e dk %.1e dv %.1e, lse %.1e absolute\n", what, e_out.ratio,
+               e_d[0].ratio, e_d[1].ratio, e_d[2].ratio, e_lse.ratio);
+        snprintf(what + len, sizeof what - (size_t)len, ": out");
+        expect_within(what, e_out, REL_BOUND, out, g.out);
+        for (int part = 0; part < 3; part++) {
+            snprintf(what + len, sizeof what - (size_t)len, ": d%c", "qkv"[part]);
+            expect_within(what, e_d[part], REL_BOUND, want[part], got[part]);
+            free(want[part]), free(got[part]);
+        }
+        if (!(e_lse.ratio <= LSE_BOUND))
+            fail_msg("%s: lse %zu: gpu %.9g, want %.9g (bound %g absolute)", what, e_lse.at, (double)g.lse[e_lse.at],
+                     lse[e_lse.at], LSE_BOUND);
         free_run(&g);
         free(qkv), free(dout), free(out), free(att), free(dqkv), free(scratch), free(lse);
     }
