@@ -217,6 +217,7 @@ static void test_against_cpu(void **state) {
             expect_within(what, e_d[part], REL_BOUND, want[part], got[part]);
             free(want[part]), free(got[part]);
         }
+        what[len] = '\0';
         if (!(e_lse.ratio <= LSE_BOUND))
             fail_msg("%s: lse %zu: gpu %.9g, want %.9g (bound %g absolute)", what, e_lse.at, (double)g.lse[e_lse.at],
                      lse[e_lse.at], LSE_BOUND);
