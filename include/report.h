@@ -40,6 +40,8 @@ void rank_stats_collect(const struct trainer *tr, struct rank_stats *out);
  * peak RSS, at start-up and over the run, stays within tracked peak + this
  * (the tracked peak includes the one-unit staging of init and saves). */
 enum { RSS_LIBRARY_ALLOWANCE = 64 << 20 };
+/* The same for a rank on a GPU: CUDA's libraries add their own host memory. */
+enum { RSS_CUDA_ALLOWANCE = 1536 << 20 };
 
 void report_buffers(FILE *out, const struct trainer *tr);
 /* json: when not NULL, a "memory_setup" record (ZeRO stage, ranks, tp, pp,

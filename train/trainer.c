@@ -212,7 +212,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     rc = trainer_agree(tr, rc, err);
     if (rc != 0) trainer_close(tr);
     else say(tr, "ready in %.1f s", now() - t_start);
-    tr->startup_tracked_peak = (double)tr->mem.peak_total;
+    tr->startup_tracked_peak = (double)tr->mem.peak_space[MEM_HOST]; /* beside the RSS */
     tr->startup_rss = peak_rss_bytes();
     trainer_sample_device_memory(tr);
     for (int g = 0; g < GROUP_NUM; g++) { /* count steps only */

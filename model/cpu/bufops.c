@@ -1,6 +1,8 @@
 /* The CPU build's buffer operations (include/bufops.h): OpenMP loops. */
 #include "bufops.h"
 
+#include <omp.h>
+
 #include <string.h>
 
 void buf_zero(void *dst, size_t bytes) {
@@ -59,19 +61,33 @@ void buf_add(void *dst, const void *src, enum dtype dt, size_t n) {
     for (size_t i = 0; i < n; i++) d[i] = f32_to_bf16(bf16_to_f32(d[i]) + bf16_to_f32(s[i]));
 }
 
+/* Each part is a fixed block of the range, summed in part order: OpenMP's
+ * reduction clause combines the threads' partial sums in the order they
+ * finish, which changes the last bits from run to run beyond two threads
+ * (seen with 16). So the result depends on the thread count only. */
+enum { SUM_MAX_PARTS = 256 };
+
 double buf_sum_squares(const void *src, enum dtype dt, size_t n) {
-    double s = 0.0;
-    if (dt == DTYPE_FP32) {
-        const float *g = src;
-#pragma omp parallel for reduction(+ : s)
-        for (size_t i = 0; i < n; i++) s += (double)g[i] * g[i];
-    } else {
-        const bf16 *g = src;
-#pragma omp parallel for reduction(+ : s)
-        for (size_t i = 0; i < n; i++) {
-            double x = bf16_to_f32(g[i]);
-            s += x * x;
+    double part[SUM_MAX_PARTS] = {0};
+    int parts = omp_get_max_threads();
+    parts = parts < 1 ? 1 : parts > SUM_MAX_PARTS ? SUM_MAX_PARTS : parts;
+#pragma omp parallel for schedule(static) num_threads(parts)
+    for (int p = 0; p < parts; p++) {
+        size_t lo = n / (size_t)parts * (size_t)p, hi = p == parts - 1 ? n : lo + n / (size_t)parts;
+        double s = 0.0;
+        if (dt == DTYPE_FP32) {
+            const float *g = src;
+            for (size_t i = lo; i < hi; i++) s += (double)g[i] * g[i];
+        } else {
+            const bf16 *g = src;
+            for (size_t i = lo; i < hi; i++) {
+                double x = bf16_to_f32(g[i]);
+                s += x * x;
+            }
         }
+        part[p] = s;
     }
+    double s = 0.0;
+    for (int p = 0; p < parts; p++) s += part[p];
     return s;
 }
