@@ -21,7 +21,11 @@
  * (one thread block per query tile walks the key tiles in order) instead
  * of FlashAttention-2's atomic adds from the key-tile blocks.
  *
- * Only in the CUDA build (make cuda). */
+ * Shared memory per block: 50 to 72 KB (hs 32), 70 to 89 KB (hs 64), 110
+ * to 121 KB (hs 128), forward to backward,
+ * which sm_80 and sm_90 give (CUDA_ARCHS); a GPU with less per block
+ * (sm_86/89: 99 KB) fails hs 128 at cudaFuncSetAttribute, with CUDA's
+ * message. Only in the CUDA build (make cuda). */
 #ifndef SHARDLAB_FLASH_ATTENTION_H
 #define SHARDLAB_FLASH_ATTENTION_H
 
