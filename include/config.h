@@ -84,6 +84,7 @@ struct config {
     double ddp_bucket_mb;  /* ZeRO-0: MiB of gradients per all-reduce bucket (whole units) */
     /* machine */
     enum device_kind device; /* --device: auto, cpu or cuda (include/device.h) */
+    enum dtype gemm_dtype;   /* the layer GEMMs' operands: fp32, or bf16 (GPUs only: fp32 accumulation) */
     int threads;
     double peak_flops;
     bool force;            /* go on when the memory check says the run will not fit */

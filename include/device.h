@@ -52,6 +52,14 @@ void device_install_memory(const struct device_info *d, struct mem_tracker *t);
  * no such number). */
 int device_memory_used(const struct device_info *d, size_t *used, size_t *total, char *err, size_t err_len);
 
+/* The run's kernel context on a GPU (one cuBLAS handle for the run, and
+ * whether layer GEMMs take bf16 operands), for the run's flop_counter's
+ * `kernels` (include/counters.h). NULL with a message on failure, and on
+ * the CPU, which needs none (bf16_gemms there is an error: OpenBLAS has no
+ * bf16 GEMM in Debian's build; the config refuses it first). */
+struct kernel_context *device_kernels_open(const struct device_info *d, bool bf16_gemms, char *err, size_t err_len);
+void device_kernels_close(const struct device_info *d, struct kernel_context *k);
+
 /* A GPU's peak FLOP/s: the data sheet's dense bf16 figure for its name
  * (0 when the name is not in the table; MFU divides by it) and cuBLAS
  * GEMMs measured now: bf16 operands with fp32 accumulation, and fp32

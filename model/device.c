@@ -66,3 +66,21 @@ int device_measure_peak(const struct device_info *d, struct device_peak *p, char
     snprintf(err, err_len, "peak FLOP/s: the run is on the %s, not a GPU", d->name);
     return -1;
 }
+
+struct kernel_context *device_kernels_open(const struct device_info *d, bool bf16_gemms, char *err, size_t err_len) {
+#ifdef SHARDLAB_CUDA
+    if (d->kind == DEVICE_CUDA) return cuda_kernels_open(bf16_gemms, err, err_len);
+#endif
+    (void)bf16_gemms;
+    snprintf(err, err_len, "kernel context: the run is on the %s, which needs none", d->name);
+    return NULL;
+}
+
+void device_kernels_close(const struct device_info *d, struct kernel_context *k) {
+#ifdef SHARDLAB_CUDA
+    if (d->kind == DEVICE_CUDA) cuda_kernels_close(k);
+#else
+    (void)d;
+    (void)k;
+#endif
+}

@@ -88,6 +88,7 @@ static const struct key KEYS[] = {
     {"overlap", KEY_BOOL, F(overlap), "1", "hide collectives behind compute: ZeRO-3 prefetches the next unit's all-gather, ZeRO-2/3 reduce-scatter in the background, ZeRO-0 all-reduces gradient buckets during the last backward; 0: wait for each at once (bitwise the same results)", NUM(0, 1)},
     {"ddp_bucket_mb", KEY_DOUBLE, F(ddp_bucket_mb), "25", "ZeRO-0: MiB of gradients per all-reduce bucket, filled with whole units in backward order (PyTorch DDP's default); smaller buckets start sooner, each costs a call", NUM(0, 1048576)},
     {"explain", KEY_BOOL, F(explain), "0", "print the shard map (who owns what) before training", NUM(0, 1)},
+    {"gemm_dtype", KEY_CHOICE, F(gemm_dtype), "fp32", "the layer GEMMs' operands: fp32 (the CPU's sgemm, and the GPU's without TF32), or bf16 (GPUs only: operands rounded to bf16, fp32 accumulation on the tensor cores; the attention's own products stay fp32)", .choices = {"fp32", "bf16"}},
     {"device", KEY_CHOICE, F(device), "auto", "where the model runs: cpu, or cuda (one GPU per rank by local rank; the CUDA build only, make cuda: docs/GPU.md); auto: cuda in the CUDA build when a GPU is present, else cpu", .choices = {"auto", "cpu", "cuda"}},
     {"threads", KEY_INT, F(threads), "2", "threads for BLAS and the elementwise kernels", NUM(1, 1024)},
     {"peak_flops", KEY_DOUBLE, F(peak_flops), "0", "peak FLOP/s for MFU; 0: measure at start-up", NUM(0, 1e30)},

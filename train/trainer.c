@@ -116,6 +116,23 @@ void trainer_sample_device_memory(struct trainer *tr) {
     tr->device_total = (double)total;
 }
 
+/* The GPU's kernel context (one cuBLAS handle, the GEMM math), reached by
+ * the kernels through the run's flop counter (include/counters.h). */
+static int open_kernels(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
+    bool bf16 = tr->cfg->gemm_dtype == DTYPE_BF16;
+    if (tr->space == MEM_HOST) {
+        if (!bf16) return 0;
+        snprintf(err, TRAINER_ERR_LEN, "--gemm_dtype bf16 on the %s: bf16 GEMMs need a GPU (--device cuda in the CUDA "
+                 "build); Debian's OpenBLAS has no bf16 GEMM, so the CPU's GEMMs are fp32", tr->dev.name);
+        return -1;
+    }
+    char e[DEVICE_ERR_LEN];
+    tr->flops.kernels = device_kernels_open(&tr->dev, bf16, e, sizeof e);
+    if (tr->flops.kernels) return 0;
+    snprintf(err, TRAINER_ERR_LEN, "%s", e);
+    return -1;
+}
+
 /* Checkpoints read and write host files one unit at a time through host
  * staging; a model in device memory has no such path yet (docs/GPU.md),
  * so a GPU run refuses every key that reads or writes one. */
@@ -144,6 +161,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     double t_start = now();
     int rc = trainer_agree(tr, trainer_check_layout(cfg, grid, err), err);
     if (rc == 0) rc = trainer_agree(tr, check_device_outputs(tr, err), err);
+    if (rc == 0) rc = trainer_agree(tr, open_kernels(tr, err), err);
     if (rc == 0) rc = trainer_agree(tr, remove_stale_temps(cfg, grid, err), err);
     bool data_open = false;
     if (rc == 0) {
@@ -157,6 +175,8 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
             loader_close(&tr->train);
             if (tr->has_val) loader_close(&tr->val);
         }
+        device_kernels_close(&tr->dev, tr->flops.kernels);
+        tr->flops.kernels = NULL;
         tr->cfg = NULL;
         return -1;
     }
@@ -234,6 +254,8 @@ void trainer_close(struct trainer *tr) {
     grid_attach_trace(tr->grid, NULL);
     trace_close(&tr->trace, &tr->mem);
     mem_free_all(&tr->mem);
+    device_kernels_close(&tr->dev, tr->flops.kernels);
+    tr->flops.kernels = NULL;
     tr->cfg = NULL;
 }
 

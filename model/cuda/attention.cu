@@ -34,6 +34,7 @@
 #include <time.h>
 
 #include "cuda_check.h"
+#include "kernel_context.h"
 #include "layers_cuda.h"
 
 namespace {
@@ -177,7 +178,7 @@ void cuda_attention_forward(float *out, float *att, const float *qkv, int64_t B,
     const int64_t hs = C / NH, C3 = 3 * C, TT = T * T;
     const float scale = 1.0f / sqrtf((float)hs);
     if (B * T > 0) {
-        const batched_gemm gemm{handle_open(), fc};
+        const batched_gemm gemm{fc->kernels ? (cublasHandle_t)fc->kernels->cublas : handle_open(), fc};
         for (int64_t b = 0; b < B; b++) {  // S = q k^T / sqrt(hs), the NH heads of b
             const float *q = qkv + b * T * C3, *k = q + C;
             gemm(false, true, T, T, hs, scale, q, C3, hs, k, C3, hs, att + b * NH * TT, T, TT, NH);
@@ -188,7 +189,7 @@ void cuda_attention_forward(float *out, float *att, const float *qkv, int64_t B,
             const float *v = qkv + b * T * C3 + 2 * C;
             gemm(false, false, T, hs, T, 1.0f, att + b * NH * TT, T, TT, v, C3, hs, out + b * T * C, C, hs, NH);
         }
-        blas_check(cublasDestroy(gemm.h), "cublasDestroy");
+        if (!fc->kernels) blas_check(cublasDestroy(gemm.h), "cublasDestroy");
     }
     fc->other += SOFTMAX_FORWARD_FLOPS * (double)B * NH * T * (T + 1) / 2; /* the causal entries */
 }
@@ -201,7 +202,7 @@ void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, c
     if (B * T > 0) {
         // The caller's scratch holds this many T x T squares (>= 1 here: B NH >= 1).
         const int64_t group = (int64_t)(attention_backward_scratch(B, T, NH) / (size_t)TT);
-        const batched_gemm gemm{handle_open(), fc};
+        const batched_gemm gemm{fc->kernels ? (cublasHandle_t)fc->kernels->cublas : handle_open(), fc};
         for (int64_t b = 0; b < B; b++) {
             for (int64_t h0 = 0; h0 < NH; h0 += group) {
                 // heads h0 .. h0 + n - 1 of batch row b; head i's dP/dS square at d + i T^2
@@ -217,7 +218,7 @@ void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, c
                 gemm(true, false, T, hs, T, scale, d, T, TT, q, C3, hs, dk, C3, hs, n);   // dk = dS^T q / sqrt(hs)
             }
         }
-        blas_check(cublasDestroy(gemm.h), "cublasDestroy");
+        if (!fc->kernels) blas_check(cublasDestroy(gemm.h), "cublasDestroy");
     }
     fc->other += SOFTMAX_BACKWARD_FLOPS * (double)B * NH * T * (T + 1) / 2;
 }

@@ -11,14 +11,17 @@
 // dimensions. cuBLAS takes int sizes, as cblas does: the same limits
 // (MATMUL_MAX_DIM), the same row slicing of N, the same errors.
 //
-// One cuBLAS handle per GEMM: layers.h passes no context to keep one in,
-// and the house rules allow no global. Creating it costs time on every
-// call; a handle owned by the run's device context comes with wiring the
-// engine (docs/GPU.md, "next").
+// The run's kernel context (kernel_context.h, reached through the flop
+// counter) gives every GEMM one cuBLAS handle, and with gemm_dtype bf16
+// the layer GEMMs (not the attention's) take bf16 operands with fp32
+// accumulation. Without it (a test's counter) each GEMM makes its own
+// handle and stays fp32.
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <time.h>
 
 #include "cuda_check.h"
+#include "kernel_context.h"
 #include "layers_cuda.h"
 
 namespace {
@@ -79,6 +82,50 @@ __global__ void bias_grad(float *dbias, const float *dout, int64_t N, int64_t OC
     }
 }
 
+// Without a run's context (a test's counter): a handle for this call.
+cublasHandle_t open_handle() {
+    cublasHandle_t h;
+    blas_check(cublasCreate(&h), "cublasCreate");
+    blas_check(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    return h;
+}
+
+// x (rows of `cols` values, ld apart; row-major) rounded to bf16 (nearest
+// even) into a packed copy with the same leading dimension.
+__global__ void round_rows_bf16(__nv_bfloat16 *dst, const float *src, int64_t n) {
+    CUDA_GRID_STRIDE(i, n) dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+__nv_bfloat16 *to_bf16(const float *x, int64_t rows, int64_t cols, int64_t ld) {
+    int64_t n = (rows - 1) * ld + cols;  // the span the GEMM reads, gaps between rows included
+    __nv_bfloat16 *p = nullptr;
+    cuda_check(cudaMallocAsync((void **)&p, (size_t)n * sizeof *p, 0), "gemm_counted (bf16 operand)");
+    round_rows_bf16<<<cuda_blocks(n, kBlock), kBlock>>>(p, x, n);
+    return p;
+}
+
+// A GEMM operand as stored: row-major rows of cols values, ld apart.
+struct operand {
+    const float *p;
+    int64_t ld, rows, cols;
+};
+
+// Column-major C (mc, nc) = alpha op(X) op(Y) + beta C with X, Y rounded to
+// bf16 and fp32 accumulation (the tensor cores' bf16 path). The operands'
+// rounded copies come from CUDA's stream-ordered pool (cudaMallocAsync),
+// which the tracker does not see: the memory table's "device untracked"
+// row holds them.
+void bf16_gemm(cublasHandle_t h, cublasOperation_t opx, cublasOperation_t opy, int64_t mc, int64_t nc, int64_t k,
+               float alpha, struct operand x, struct operand y, float beta, float *c, int64_t ldc) {
+    __nv_bfloat16 *xb = to_bf16(x.p, x.rows, x.cols, x.ld), *yb = to_bf16(y.p, y.rows, y.cols, y.ld);
+    blas_check(cublasGemmEx(h, opx, opy, (int)mc, (int)nc, (int)k, &alpha, xb, CUDA_R_16BF, (int)x.ld, yb,
+                            CUDA_R_16BF, (int)y.ld, &beta, c, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT),
+               "cublasGemmEx (bf16)");
+    cuda_check(cudaFreeAsync(xb, 0), "gemm_counted (bf16 operand)");
+    cuda_check(cudaFreeAsync(yb, 0), "gemm_counted (bf16 operand)");
+}
+
 void add_bias(float *out, const float *bias, int64_t N, int64_t OC, const char *what) {
     if (N * OC == 0) return;
     bias_rows<<<cuda_blocks(N * OC, kBlock), kBlock>>>(out, bias, N, OC);
@@ -95,14 +142,18 @@ void cuda_gemm_counted(struct flop_counter *fc, enum gemm_kind kind, bool trans_
     check_shape(trans_a, trans_b, m, n, k, lda, ldb, ldc);
     double t0 = seconds();
     if (m > 0 && n > 0) {  // cuBLAS, like BLAS, scales C by beta when k == 0
-        cublasHandle_t h;
-        blas_check(cublasCreate(&h), "cublasCreate");
-        blas_check(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
-        blas_check(cublasSgemm(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n,
-                               (int)m, (int)k, &alpha, b, (int)ldb, a, (int)lda, &beta, c, (int)ldc),
-                   "cublasSgemm");
+        const struct kernel_context *kc = fc->kernels;
+        cublasHandle_t h = kc ? (cublasHandle_t)kc->cublas : open_handle();
+        cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+        if (kc && kc->bf16_gemms && kind == GEMM_LAYER && k > 0)
+            bf16_gemm(h, op_b, op_a, n, m, k, alpha, (struct operand){b, ldb, trans_b ? n : k, trans_b ? k : n},
+                      (struct operand){a, lda, trans_a ? k : m, trans_a ? m : k}, beta, c, ldc);
+        else
+            blas_check(cublasSgemm(h, op_b, op_a, (int)n, (int)m, (int)k, &alpha, b, (int)ldb, a, (int)lda, &beta, c,
+                                   (int)ldc),
+                       "cublasSgemm");
         cuda_done("gemm_counted");
-        blas_check(cublasDestroy(h), "cublasDestroy");
+        if (!kc) blas_check(cublasDestroy(h), "cublasDestroy");
     }
     // Not called from OpenMP regions on the device path: plain adds.
     fc->gemm_seconds += seconds() - t0;

@@ -5,8 +5,9 @@
 #     norm against the CPU build's, fp32 everywhere and with the default
 #     dtypes (bf16 params, grads and activations);
 #  2. 2 ranks on one GPU over NCCL (each rank its own NCCL_HOSTID, both
-#     taking GPU 0: tests/cuda/one_gpu_rank.sh), ZeRO 0-3, fp32: the loss at
-#     every step against one GPU rank with grad_accum 2 (the same samples).
+#     taking GPU 0: tests/cuda/one_gpu_rank.sh), fp32, 20 steps: dp with
+#     ZeRO 0-3 against one GPU rank with grad_accum 2 (the same samples),
+#     and tp 2 with sequence parallelism against one GPU rank.
 # Bounds (fp32 / bf16) are stated below and were calibrated on an H100
 # (docs/GPU.md gives the measured gaps). Without a GPU every part is
 # reported skipped and the script exits 0.
@@ -63,12 +64,20 @@ run cpu16 "$cpu/train" "${base[@]}" --threads "$threads" || fails=$((fails + 1))
 run gpu16 "$gpu/train" "${base[@]}" --device cuda || fails=$((fails + 1))
 compare cpu16 gpu16 2e-2 1e-2 "GPU vs CPU build, bf16 params/grads/activations" || fails=$((fails + 1))
 grep -A40 "^memory" "$tmp/gpu16.out" | grep -E "device|tracked peak" | head -6
-# 2 ranks on the one GPU, NCCL, against one GPU rank with the same samples
+# 2 ranks on the one GPU, NCCL (20 steps: two ranks share the GPU's time),
+# against one GPU rank with the same samples: dp with each ZeRO stage
+# (one rank takes grad_accum 2), then tp 2 (the same batch on both)
 mpi=(mpirun --oversubscribe --allow-run-as-root -np 2 "$here/one_gpu_rank.sh")
-run one "$gpu/train" "${base[@]}" "${fp32[@]}" --device cuda --grad_accum 2 || fails=$((fails + 1))
+short=(--steps 20)
+run one "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" --device cuda --grad_accum 2 || fails=$((fails + 1))
 for z in 0 1 2 3; do
-    run "zero$z" "${mpi[@]}" "$gpu/train" "${base[@]}" "${fp32[@]}" --device cuda --zero "$z" || { fails=$((fails + 1)); continue; }
+    run "zero$z" "${mpi[@]}" "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" --device cuda --zero "$z" ||
+        { fails=$((fails + 1)); continue; }
     compare one "zero$z" 1e-5 1e-5 "2 ranks on one GPU (NCCL), ZeRO-$z, vs 1 GPU rank" || fails=$((fails + 1))
 done
+run onetp "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" --device cuda || fails=$((fails + 1))
+run tp2 "${mpi[@]}" "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" --device cuda --tp 2 --sequence_parallel 1 ||
+    fails=$((fails + 1))
+compare onetp tp2 1e-5 1e-5 "tp 2 + sequence parallel on one GPU (NCCL) vs 1 GPU rank" || fails=$((fails + 1))
 [ "$fails" -eq 0 ] && echo "gpu_train: all passed" || echo "gpu_train: $fails failed"
 exit $((fails > 0))
