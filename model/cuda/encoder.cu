@@ -4,8 +4,10 @@
 // thread owns one channel c and walks the B*T positions in order, adding
 // into dwte[token, c] and dwpe[t, c] exactly as the CPU's serial loop
 // does, so the gradients are the CPU's bits and the same on every run.
-// Its parallelism is only C threads; a sorted, segmented reduction over
-// the tokens is the faster form, for the speed step (docs/GPU.md).
+// encoder_backward (which does not know the vocabulary size) keeps that
+// form, C threads only; embedding_rows_backward, the model's, gives every
+// row of its slice a block and the positions their own kernel (below),
+// in the same orders.
 #include "cuda_check.h"
 #include "layers_cuda.h"
 
@@ -47,6 +49,36 @@ __global__ void rows_bwd(float *dwte, float *dwpe, const float *dout, const int3
     }
 }
 
+// embedding_rows_backward's dwte: one block per row of this rank's slice,
+// which walks the positions in order (a tile of kBlock at a time: each
+// thread tests one position, then the block adds the tile's matches in
+// position order, its threads over the channels). Each dwte[row, c] thus
+// sums its positions in the CPU's order, the CPU's bits, with every row in
+// parallel; a row no token hits only scans.
+__global__ void rows_bwd_wte(float *dwte, const float *dout, const int32_t *inp, int64_t v0, int64_t BT, int64_t C) {
+    __shared__ bool hit[kBlock];
+    const int64_t row = blockIdx.x;
+    float *dst = dwte + row * C;
+    for (int64_t t0 = 0; t0 < BT; t0 += kBlock) {
+        int64_t i = t0 + threadIdx.x;
+        hit[threadIdx.x] = i < BT && (int64_t)inp[i] - v0 == row;
+        __syncthreads();
+        for (int64_t j = 0; j < kBlock && t0 + j < BT; j++)
+            if (hit[j])
+                for (int64_t c = threadIdx.x; c < C; c += kBlock) dst[c] += dout[(t0 + j) * C + c];
+        __syncthreads();
+    }
+}
+
+// dwpe[t, c] += dout[b, t, c] for b in order: one thread per (t, c).
+__global__ void positions_bwd(float *dwpe, const float *dout, int64_t B, int64_t T, int64_t C) {
+    CUDA_GRID_STRIDE(tc, T * C) {
+        float s = dwpe[tc];
+        for (int64_t b = 0; b < B; b++) s += dout[b * T * C + tc];
+        dwpe[tc] = s;
+    }
+}
+
 }  // namespace
 
 extern "C" {
@@ -81,7 +113,8 @@ void cuda_positions_add(float *out, const float *wpe, int64_t B, int64_t T, int6
 void cuda_embedding_rows_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t v0,
                                   int64_t rows, int64_t B, int64_t T, int64_t C) {
     if (B * T * C == 0) return;
-    rows_bwd<<<cuda_blocks(C, kBlock), kBlock>>>(dwte, dwpe, dout, inp, v0, rows < 0 ? 0 : rows, B * T, T, C);
+    if (rows > 0) rows_bwd_wte<<<(unsigned)rows, kBlock>>>(dwte, dout, inp, v0, B * T, C);
+    positions_bwd<<<cuda_blocks(T * C, kBlock), kBlock>>>(dwpe, dout, B, T, C);
     cuda_done("embedding_rows_backward");
 }
 

@@ -7,6 +7,7 @@
 // rows in the CPU's order, then added (+=): the CPU's bits given the same
 // inputs, mean and rstd, and no atomics.
 #include "block_reduce.h"
+#include "column_sum.h"
 #include "cuda_check.h"
 #include "layers_cuda.h"
 
@@ -61,20 +62,21 @@ __global__ void ln_bwd_inp(float *dinp, const float *dout, const float *inp, con
     }
 }
 
-// One thread per channel, rows in order: the CPU's sums.
-__global__ void ln_bwd_params(float *dweight, float *dbias, const float *dout, const float *inp, const float *mean,
-                              const float *rstd, int64_t N, int64_t C) {
-    CUDA_GRID_STRIDE(c, C) {
-        float dw = 0.0f, db = 0.0f;
-        for (int64_t i = 0; i < N; i++) {
-            float dy = dout[i * C + c];
-            dw += (inp[i * C + c] - mean[i]) * rstd[i] * dy;
-            db += dy;
-        }
-        dweight[c] += dw;
-        dbias[c] += db;
+// The terms of dweight and dbias at (row i, channel c), summed over the
+// rows by column_sum (column_sum.h: chunked, a fixed order).
+struct ln_dweight_term {
+    const float *dout, *inp, *mean, *rstd;
+    int64_t C;
+    __device__ float operator()(int64_t i, int64_t c) const {
+        return (inp[i * C + c] - mean[i]) * rstd[i] * dout[i * C + c];
     }
-}
+};
+
+struct ln_dbias_term {
+    const float *dout;
+    int64_t C;
+    __device__ float operator()(int64_t i, int64_t c) const { return dout[i * C + c]; }
+};
 
 unsigned row_blocks(int64_t N) { return (unsigned)(N < 65535 ? N : 65535); }
 
@@ -96,7 +98,8 @@ void cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const fl
                              struct flop_counter *fc) {
     if (N > 0 && C > 0) {
         ln_bwd_inp<<<row_blocks(N), LAYER_BLOCK>>>(dinp, dout, inp, weight, mean, rstd, N, C);
-        ln_bwd_params<<<cuda_blocks(C, LAYER_BLOCK), LAYER_BLOCK>>>(dweight, dbias, dout, inp, mean, rstd, N, C);
+        column_sum(dweight, N, C, ln_dweight_term{dout, inp, mean, rstd, C}, "layernorm_backward (dweight)");
+        column_sum(dbias, N, C, ln_dbias_term{dout, C}, "layernorm_backward (dbias)");
         cuda_done("layernorm_backward");
     }
     fc->other += (double)LN_FLOPS_BWD_PER_ELEM * N * C;

@@ -20,6 +20,7 @@
 #include <cuda_bf16.h>
 #include <time.h>
 
+#include "column_sum.h"
 #include "cuda_check.h"
 #include "kernel_context.h"
 #include "layers_cuda.h"
@@ -73,14 +74,12 @@ __global__ void bias_rows(float *out, const float *bias, int64_t N, int64_t OC) 
     CUDA_GRID_STRIDE(i, N * OC) out[i] += bias[i % OC];
 }
 
-// One thread per column, rows in order: the CPU's sum, then +=.
-__global__ void bias_grad(float *dbias, const float *dout, int64_t N, int64_t OC) {
-    CUDA_GRID_STRIDE(o, OC) {
-        float s = 0.0f;
-        for (int64_t i = 0; i < N; i++) s += dout[i * OC + o];
-        dbias[o] += s;
-    }
-}
+// dbias's term at (row i, column o), summed by column_sum (column_sum.h).
+struct dbias_term {
+    const float *dout;
+    int64_t OC;
+    __device__ float operator()(int64_t i, int64_t o) const { return dout[i * OC + o]; }
+};
 
 // Without a run's context (a test's counter): a handle for this call.
 cublasHandle_t open_handle() {
@@ -183,7 +182,7 @@ void cuda_matmul_backward_sliced(float *dinp, float *dweight, float *dbias, cons
                           inp + r * C, C, 1.0f, dweight, C);
     if (!dbias) return;
     if (N * OC > 0) {
-        bias_grad<<<cuda_blocks(OC, kBlock), kBlock>>>(dbias, dout, N, OC);
+        column_sum(dbias, N, OC, dbias_term{dout, OC}, "matmul_backward (bias)");
         cuda_done("matmul_backward (bias)");
     }
     fc->other += (double)N * OC;
