@@ -269,7 +269,7 @@ int gpt_chunk_slot(const struct gpt *m, int chunk, int k) {
 void gpt_free(struct gpt *m, struct mem_tracker *mem) {
     /* slot 0's pointers are the starts of the per-slot buffers */
     struct gpt_slot *s = &m->slot[0];
-    void *bufs[] = {s->resid,       s->layer_acts,   s->layer_stats,   s->layer_lse, s->lnf, s->lnf_stats,
+    void *bufs[] = {s->resid,       s->layer_acts,   s->layer_stats,   s->layer_lse, s->lnf,    s->lnf_stats,
                     s->logits,      s->losses,       s->inputs,        s->targets,  m->full_stats,
                     m->att_recompute, m->work_acts,  m->work_resid_in, m->work_resid_out, m->work_lnf,
                     m->dresid,      m->dbig,         m->dqkv,          m->dmid,     m->att_scratch,
