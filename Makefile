@@ -258,7 +258,8 @@ $(CUDA_BUILD)/obj/model/cpu/bufops.o: model/cpu/bufops.c model/cuda/bufops_renam
 
 # The CPU's layer kernels under the names cpu_* (model/cuda/layers_rename.h):
 # the host path of the device build's layers.h (model/cuda/layers_dispatch.c).
-CUDA_RENAMED_LAYERS := $(patsubst %,$(CUDA_BUILD)/obj/model/cpu/%.o,encoder gelu layernorm matmul crossentropy attention)
+CUDA_RENAMED_LAYERS := $(patsubst %,$(CUDA_BUILD)/obj/model/cpu/%.o,encoder gelu layernorm matmul crossentropy attention \
+                       attention_lse)
 $(CUDA_RENAMED_LAYERS): $(CUDA_BUILD)/obj/model/cpu/%.o: model/cpu/%.c model/cuda/layers_rename.h Makefile
 	@mkdir -p $(dir $@)
 	@echo "  CC    $< (cuda build, as cpu_*)"

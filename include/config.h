@@ -52,6 +52,7 @@ struct config {
     bool nesterov;         /* sgd */
     int min_8bit_size;     /* adamw8bit: smaller tensors keep 32-bit states */
     enum recompute_mode recompute;
+    enum attention_kind attention; /* plain or flash (include/gpt.h) */
     /* precision */
     enum dtype param_dtype, grad_dtype, act_dtype;
     enum rounding_mode rounding;

@@ -13,6 +13,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "mem.h"
 
@@ -69,5 +70,13 @@ struct device_peak {
 };
 /* 0, or -1 with a message (the CPU: there is no such peak). */
 int device_measure_peak(const struct device_info *d, struct device_peak *p, char *err, size_t err_len);
+
+/* Whether d's attention_lse kernels (--attention flash; include/layers.h)
+ * take B sequences of T positions, C channels in NH heads (a rank's:
+ * C/tp, NH/tp): the CPU's take any shape; a GPU's flash attention
+ * (model/cuda/flash_attention.h) head sizes 32, 64 and 128. 0, or -1 with
+ * a message in err (and the kernel's own reason on stderr). */
+int device_check_flash_attention(const struct device_info *d, int64_t B, int64_t T, int64_t C, int64_t NH, char *err,
+                                 size_t err_len);
 
 #endif

@@ -41,6 +41,7 @@ struct engine_options {
                                     * all 0: `slots` for the one chunk */
     enum dtype act_dtype;
     enum recompute_mode recompute;
+    enum attention_kind attention; /* plain or flash (include/gpt.h) */
     bool sequence_parallel;        /* Korthikanti et al. 2022 over the tp group (include/gpt.h); tp must
                                     * divide T; a no-op at tp = 1 */
     float init_std;

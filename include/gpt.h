@@ -53,12 +53,25 @@
 
 enum recompute_mode { RECOMPUTE_NONE, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE };
 
+/* The attention kernels (include/layers.h; --attention):
+ *  plain  attention_forward/backward: ACT_ATT holds the (B,NH,T,T)
+ *         probabilities, in act_dtype
+ *  flash  attention_lse_forward/backward: ACT_ATT holds each row's
+ *         log-sum-exp, (B,NH,T), always fp32 (a bf16 lse would be off by
+ *         up to |lse| 2^-9 in every probability the backward rebuilds):
+ *         beside the act_dtype block per layer (slot.layer_lse), or in
+ *         full recompute's fp32 one-layer buffer. The backward recomputes
+ *         the probabilities itself, so selective recompute has nothing
+ *         left to drop: with flash it keeps what none keeps and
+ *         recomputes nothing (the same memory, FLOPs and results). */
+enum attention_kind { ATTENTION_PLAIN, ATTENTION_FLASH };
+
 /* Tensors one layer saves for its backward (Korthikanti-style itemisation;
  * no dropout). All are stored in act_dtype. */
 enum layer_act {
     ACT_LN1,        /* (B,T,C)    ln1 output, input of the QKV GEMM (sizes: tp = 1) */
     ACT_QKV,        /* (B,T,3C)   q, k, v */
-    ACT_ATT,        /* (B,NH,T,T) softmax probabilities */
+    ACT_ATT,        /* (B,NH,T,T) softmax probabilities; flash: (B,NH,T) lse, fp32 */
     ACT_ATTY,       /* (B,T,C)    attention output, input of the projection */
     ACT_RES2,       /* (B,T,C)    residual after attention, input of ln2 */
     ACT_LN2,        /* (B,T,C)    ln2 output, input of the FC GEMM */
@@ -79,7 +92,8 @@ struct layer_view {
 /* Activation checkpointing (Korthikanti et al. 2022):
  *  none       every layer keeps all ACT_* tensors;
  *  selective  the attention probabilities (the s^2 term) are not kept: the
- *             backward recomputes them from q and k;
+ *             backward recomputes them from q and k (with flash attention
+ *             there are none to drop: selective is none, attention_kind);
  *  full       a layer keeps only its input (the residual stream); the
  *             backward re-runs the layer's forward into a one-layer fp32
  *             buffer first. */
@@ -88,6 +102,7 @@ struct gpt_slot {
     void *resid;          /* (n+1) x (B,T,C): the residual stream entering each of the n layers, then the last output */
     void *layer_acts;     /* n x the kept ACT_* tensors (none and selective) */
     float *layer_stats;   /* n x STAT_NUM x (B,T), fp32 (none and selective) */
+    float *layer_lse;     /* flash attention: n x (B,NH,T) lse, fp32 (none and selective) */
     void *lnf;            /* last stage: (B,T,C) */
     float *lnf_stats;     /* last stage: 2 x (B,T): mean, rstd */
     float *logits;        /* last stage: (B,T,Vp) fp32; becomes dlogits in place */
@@ -111,13 +126,14 @@ struct gpt {
     int n_layers;         /* this rank's layers over all its chunks */
     enum dtype act_dtype;
     enum recompute_mode recompute;
+    enum attention_kind attention;
     struct flop_counter *flops;
     int n_slots;
     struct gpt_slot slot[GPT_MAX_SLOTS];
     int chunk_slot0[RANK_MAX_CHUNKS], chunk_slots[RANK_MAX_CHUNKS]; /* chunk c: slots [slot0, slot0 + slots) */
 
     float *full_stats;    /* full recompute: one layer's STAT_NUM x (B,T), fp32 */
-    float *att_recompute; /* selective: one layer's probabilities, fp32 */
+    float *att_recompute; /* selective, plain attention: one layer's probabilities, fp32 */
 
     /* fp32 working copies of one layer's tensors when act_dtype is bf16;
      * with full recompute, work_acts is the recompute buffer (always) */
@@ -128,7 +144,8 @@ struct gpt {
     float *dbig;          /* (B,T,4C) */
     float *dqkv;          /* (B,T,3C) */
     float *dmid;          /* (B,T,C) */
-    float *att_scratch;   /* attention_backward_scratch() floats: T x T per thread */
+    float *att_scratch;   /* attention_backward_scratch() floats: T x T per thread;
+                           * flash: attention_lse_backward_scratch(), B NH T */
     /* sequence parallelism only (else NULL) */
     float *gathered;      /* (B,T,C): a gathered LayerNorm output, or the gathered gradient of the stream */
     float *ln_grads;      /* 4C: one micro-batch's LayerNorm weight and bias gradients of this slice,
@@ -152,15 +169,16 @@ size_t gpt_layer_act_numel_sp(const struct model_shape *s, int B, int tp, bool s
  * layout's tp must divide T (the caller checks); ignored at tp = 1. On an allocation failure
  * the tracker records it (mem_failed) and the model must only be freed. */
 void gpt_init(struct gpt *m, const struct model_layout *lay, int B, int n_slots, enum dtype act_dtype,
-              enum recompute_mode recompute, bool sequence_parallel, struct mem_tracker *mem,
-              enum mem_space space, struct flop_counter *flops);
+              enum recompute_mode recompute, enum attention_kind attention, bool sequence_parallel,
+              struct mem_tracker *mem, enum mem_space space, struct flop_counter *flops);
 /* The same with chunk_slots[c] slots for each of the layout's chunks
  * (their sum at most GPT_MAX_SLOTS): a slot holds its chunk's layers, and
  * only the last chunk's (on the last stage) the head's tensors, only chunk
  * 0's (on the first) the token ids. gpt_init is this with one chunk. */
 void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const int *chunk_slots,
-                     enum dtype act_dtype, enum recompute_mode recompute, bool sequence_parallel,
-                     struct mem_tracker *mem, enum mem_space space, struct flop_counter *flops);
+                     enum dtype act_dtype, enum recompute_mode recompute, enum attention_kind attention,
+                     bool sequence_parallel, struct mem_tracker *mem, enum mem_space space,
+                     struct flop_counter *flops);
 void gpt_free(struct gpt *m, struct mem_tracker *mem);
 /* The slot of micro-batch k of chunk c: slot0 + k mod slots. */
 int gpt_chunk_slot(const struct gpt *m, int chunk, int k);

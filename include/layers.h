@@ -105,6 +105,42 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
  * the B NH T^2 probabilities, so the count cannot overflow). */
 size_t attention_backward_scratch(int64_t B, int64_t T, int64_t NH);
 
+/* The same causal attention keeping only each row's log-sum-exp of the
+ * scaled scores instead of the probabilities (FlashAttention-2, Dao 2023;
+ * --attention flash): lse (B,NH,T), lse[b][h][t] = log sum_{j<=t}
+ * exp(q_t.k_j / sqrt(hs)); the backward recomputes P = exp(S - lse) from
+ * qkv. No T x T matrix exists: the CPU (model/cpu/attention_lse.c) works
+ * row by row in fp32, keys in tiles of ATTENTION_LSE_TILE with an online
+ * softmax; the CUDA build's device path is model/cuda/flash_attention.h
+ * (bf16 operands, fp32 accumulation: GPU and CPU agree to about 1e-2
+ * normwise, not to fp32). Both deterministic. FLOPs, as issued:
+ *   CPU  fc->attention: the causal products only, 2 hs per score and
+ *        product, over the B NH T (T+1)/2 scores (key j <= query t):
+ *        forward QK^T and PV, 2 B C T (T+1); backward QK^T again (the
+ *        probabilities), dP = dout V^T, dV, dQ, dK, 5 B C T (T+1).
+ *        fc->other: forward per score 5 (scale, max, subtract, exp, sum),
+ *        per row and key tile hs + 4 (new max, the correction
+ *        exp(m_old - m_new) (2), l times it, O times it), per row hs + 3
+ *        (1/l, O times it, log, add); backward per score 5 (scale,
+ *        subtract lse, exp, dP - D, times P), per row 4 hs (D =
+ *        rowsum(dout * out), dQ's and dK's final scale by 1/sqrt(hs)).
+ *   GPU  flash_attention_flops' issued numbers: whole 64 x 64 tiles
+ *        (the masked half of the diagonal tiles and the rows past T
+ *        included) in fc->attention, its elementwise count in fc->other.
+ * Model FLOPs (MFU) are neither: PaLM's causal 6 L C T per token
+ * (train/theory_flops.c), whatever the attention. */
+enum { ATTENTION_LSE_TILE = 64 };
+void attention_lse_forward(float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
+                           struct flop_counter *fc);
+/* dqkv (every element) overwritten from dout (B,T,C) and the forward's
+ * qkv, out and lse. scratch: attention_lse_backward_scratch(B, T, NH)
+ * floats (D = rowsum(dout * out) per head and row); garbage on return. */
+void attention_lse_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
+                            const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
+/* B NH T: one definition for the CPU and the GPU (flash_attention.h's
+ * flash_attention_backward_scratch is the same count). */
+size_t attention_lse_backward_scratch(int64_t B, int64_t T, int64_t NH);
+
 /* GELU, GPT-2's tanh approximation. */
 void gelu_forward(float *out, const float *inp, int64_t n, struct flop_counter *fc);
 /* dinp = gelu'(inp) * dout (overwritten; may alias dout). */

@@ -7,6 +7,7 @@
 
 #ifdef SHARDLAB_CUDA
 #include "cuda/cuda_device.h"
+#include "cuda/flash_attention.h"
 #endif
 
 bool device_build_has_cuda(void) {
@@ -67,6 +68,7 @@ int device_measure_peak(const struct device_info *d, struct device_peak *p, char
     return -1;
 }
 
+<<<<<<< HEAD
 struct kernel_context *device_kernels_open(const struct device_info *d, bool bf16_gemms, char *err, size_t err_len) {
 #ifdef SHARDLAB_CUDA
     if (d->kind == DEVICE_CUDA) return cuda_kernels_open(bf16_gemms, err, err_len);
@@ -83,4 +85,19 @@ void device_kernels_close(const struct device_info *d, struct kernel_context *k)
     (void)d;
     (void)k;
 #endif
+=======
+int device_check_flash_attention(const struct device_info *d, int64_t B, int64_t T, int64_t C, int64_t NH, char *err,
+                                 size_t err_len) {
+#ifdef SHARDLAB_CUDA
+    if (d->kind == DEVICE_CUDA && flash_attention_check("--attention flash", B, T, C, NH) != 0) {
+        snprintf(err, err_len, "--attention flash on %s: the GPU's flash attention does not take %lld heads of size "
+                 "%lld over T %lld (the reason above; model/cuda/flash_attention.h); use --attention plain",
+                 d->name, (long long)NH, (long long)(NH > 0 ? C / NH : 0), (long long)T);
+        return -1;
+    }
+#else
+    (void)d, (void)B, (void)T, (void)C, (void)NH, (void)err, (void)err_len;
+#endif
+    return 0;
+>>>>>>> feat-flashwire
 }

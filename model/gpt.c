@@ -64,8 +64,11 @@ size_t gpt_layer_act_numel(const struct model_shape *s, int B, enum layer_act a)
     return gpt_layer_act_numel_tp(s, B, 1, a);
 }
 
-/* This rank's size of saved tensor a. */
+static bool flash(const struct gpt *m) { return m->attention == ATTENTION_FLASH; }
+
+/* This rank's size of saved tensor a (flash: ACT_ATT is the lse, B NH/tp T). */
 static size_t act_numel(const struct gpt *m, enum layer_act a) {
+    if (a == ACT_ATT && flash(m)) return (size_t)m->B * (size_t)m->NHl * (size_t)m->shape.T;
     return gpt_layer_act_numel_sp(&m->shape, m->B, m->lay->rank.tp, m->sp, a);
 }
 
@@ -75,9 +78,14 @@ static struct vocab_slice vocab_slice(const struct gpt *m) {
     return (struct vocab_slice){.V = m->shape.V, .Vl = Vl, .v0 = (int64_t)m->lay->rank.tp_rank * Vl};
 }
 
-/* Selective recompute keeps the probabilities out of the per-layer block. */
+/* Whether tensor a is in the per-layer block (act_dtype; fp32 in full
+ * recompute's one-layer buffer). Selective recompute keeps the
+ * probabilities out (recomputed into att_recompute); flash's fp32 lse
+ * lives beside the block (slot.layer_lse) unless the whole layer is fp32. */
 static bool in_block(const struct gpt *m, enum layer_act a) {
-    return !(m->recompute == RECOMPUTE_SELECTIVE && a == ACT_ATT);
+    if (a != ACT_ATT) return true;
+    if (flash(m)) return m->recompute == RECOMPUTE_FULL;
+    return m->recompute != RECOMPUTE_SELECTIVE;
 }
 
 static size_t act_offset(const struct gpt *m, enum layer_act a) {
@@ -127,7 +135,8 @@ static struct layer_view layer_view(struct gpt *m, int s, int i, bool load) {
     size_t base = (size_t)i * layer_act_total(m);
     for (int a = 0; a < ACT_NUM; a++) {
         size_t off = act_offset(m, (enum layer_act)a);
-        if (!in_block(m, (enum layer_act)a)) v.act[a] = m->att_recompute;
+        if (!in_block(m, (enum layer_act)a))
+            v.act[a] = flash(m) ? m->slot[s].layer_lse + (size_t)i * act_numel(m, ACT_ATT) : m->att_recompute;
         else v.act[a] = work ? m->work_acts + off : (float *)m->slot[s].layer_acts + base + off;
     }
     if (!full && acts_bf16(m) && load)
@@ -174,20 +183,21 @@ static void *per_slot(struct gpt *m, struct mem_tracker *mem, enum mem_space spa
 #define SLOT_MEMBER(f) offsetof(struct gpt_slot, f)
 
 void gpt_init(struct gpt *m, const struct model_layout *lay, int B, int n_slots, enum dtype act_dtype,
-              enum recompute_mode recompute, bool sequence_parallel, struct mem_tracker *mem,
-              enum mem_space space, struct flop_counter *flops) {
-    gpt_init_chunks(m, lay, B, &n_slots, act_dtype, recompute, sequence_parallel, mem, space, flops);
+              enum recompute_mode recompute, enum attention_kind attention, bool sequence_parallel,
+              struct mem_tracker *mem, enum mem_space space, struct flop_counter *flops) {
+    gpt_init_chunks(m, lay, B, &n_slots, act_dtype, recompute, attention, sequence_parallel, mem, space, flops);
 }
 
 void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const int *chunk_slots,
-                     enum dtype act_dtype, enum recompute_mode recompute, bool sequence_parallel,
-                     struct mem_tracker *mem, enum mem_space space, struct flop_counter *flops) {
+                     enum dtype act_dtype, enum recompute_mode recompute, enum attention_kind attention,
+                     bool sequence_parallel, struct mem_tracker *mem, enum mem_space space,
+                     struct flop_counter *flops) {
     int tp = lay->rank.tp;
     bool sp = sequence_parallel && tp > 1; /* one rank holds the whole sequence: nothing changes */
     *m = (struct gpt){.lay = lay, .shape = lay->shape, .B = B, .n_layers = rank_layers(&lay->rank),
                       .NHl = lay->shape.NH / tp, .Cl = lay->shape.C / tp, .Fl = 4 * lay->shape.C / tp,
                       .sp = sp, .Ts = sp ? lay->shape.T / tp : lay->shape.T,
-                      .act_dtype = act_dtype, .recompute = recompute, .flops = flops};
+                      .act_dtype = act_dtype, .recompute = recompute, .attention = attention, .flops = flops};
     int head_chunk = lay->rank.has_head ? lay->rank.n_chunks - 1 : -2, embed_chunk = lay->rank.has_embed ? 0 : -2;
     for (int c = 0; c < lay->rank.n_chunks; c++) {
         struct layer_range r = lay->rank.chunk[c];
@@ -208,10 +218,13 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
         per_slot(m, mem, space, A, "layer tensors", layer_act_total(m) * e, 0, EVERY_CHUNK, SLOT_MEMBER(layer_acts));
         per_slot(m, mem, space, A, "layernorm stats (fp32)", STAT_NUM * bt_l(m) * 4, 0, EVERY_CHUNK,
                  SLOT_MEMBER(layer_stats));
+        if (flash(m))
+            per_slot(m, mem, space, A, "attention lse (fp32)", act_numel(m, ACT_ATT) * 4, 0, EVERY_CHUNK,
+                     SLOT_MEMBER(layer_lse));
         if (acts_bf16(m))
             m->work_acts = mem_alloc(mem, space, MEM_SCRATCH, "one layer's tensors (fp32)", layer_act_total(m) * 4);
     }
-    if (recompute == RECOMPUTE_SELECTIVE)
+    if (recompute == RECOMPUTE_SELECTIVE && !flash(m))
         m->att_recompute = mem_alloc(mem, space, A, "attention probabilities (one layer, fp32)",
                                      act_numel(m, ACT_ATT) * 4);
     if (lay->rank.has_head) {
@@ -241,8 +254,12 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
         m->ln_grads = mem_alloc(mem, space, MEM_SCRATCH, "sequence-parallel layernorm grads (fp32)",
                                 4 * (size_t)m->shape.C * 4);
     }
-    m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention dS (fp32, T x T per thread)",
-                               attention_backward_scratch(B, m->shape.T, m->NHl) * 4);
+    if (flash(m))
+        m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention D (fp32, B NH T)",
+                                   attention_lse_backward_scratch(B, m->shape.T, m->NHl) * 4);
+    else
+        m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention dS (fp32, T x T per thread)",
+                                   attention_backward_scratch(B, m->shape.T, m->NHl) * 4);
 }
 
 int gpt_chunk_slot(const struct gpt *m, int chunk, int k) {
@@ -252,7 +269,7 @@ int gpt_chunk_slot(const struct gpt *m, int chunk, int k) {
 void gpt_free(struct gpt *m, struct mem_tracker *mem) {
     /* slot 0's pointers are the starts of the per-slot buffers */
     struct gpt_slot *s = &m->slot[0];
-    void *bufs[] = {s->resid,       s->layer_acts,   s->layer_stats,   s->lnf,      s->lnf_stats,
+    void *bufs[] = {s->resid,       s->layer_acts,   s->layer_stats,   s->layer_lse, s->lnf,    s->lnf_stats,
                     s->logits,      s->losses,       s->inputs,        s->targets,  m->full_stats,
                     m->att_recompute, m->work_acts,  m->work_resid_in, m->work_resid_out, m->work_lnf,
                     m->dresid,      m->dbig,         m->dqkv,          m->dmid,     m->att_scratch,
@@ -326,8 +343,12 @@ static void layer_forward(struct gpt *m, const float *x, struct layer_view *v, c
     matmul_forward(a[ACT_QKV], conj_column_input(m, a[ACT_LN1]), wt(m, w, LAYER_QKV_W), wt(m, w, LAYER_QKV_B), N, C,
                    3 * Cl, fc);
     round_saved(m, a[ACT_QKV], act_numel(m, ACT_QKV));
-    attention_forward(a[ACT_ATTY], a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, Cl, m->NHl, fc);
-    round_saved(m, a[ACT_ATT], act_numel(m, ACT_ATT));
+    if (flash(m)) { /* the lse stays fp32 */
+        attention_lse_forward(a[ACT_ATTY], a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, Cl, m->NHl, fc);
+    } else {
+        attention_forward(a[ACT_ATTY], a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, Cl, m->NHl, fc);
+        round_saved(m, a[ACT_ATT], act_numel(m, ACT_ATT));
+    }
     round_saved(m, a[ACT_ATTY], act_numel(m, ACT_ATTY));
     row_parallel_forward(m, tmp, a[ACT_ATTY], wt(m, w, LAYER_ATTPROJ_W), wt(m, w, LAYER_ATTPROJ_B), Cl);
     residual_forward(a[ACT_RES2], x, tmp, (int64_t)nl, fc);
@@ -406,7 +427,7 @@ void gpt_layer_backward(struct gpt *m, int s, int l, const float *w, float *dw) 
     /* Recompute what was not kept. The kernels are deterministic, so the
      * values equal the forward's bit for bit (rounded alike in bf16). */
     if (m->recompute == RECOMPUTE_FULL) layer_forward(m, x, &v, w, NULL);
-    if (m->recompute == RECOMPUTE_SELECTIVE) {
+    if (m->recompute == RECOMPUTE_SELECTIVE && !flash(m)) { /* flash: nothing was dropped */
         attention_forward(m->dmid, a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, Cl, m->NHl, fc);
         round_saved(m, a[ACT_ATT], act_numel(m, ACT_ATT));
     }
@@ -427,8 +448,14 @@ void gpt_layer_backward(struct gpt *m, int s, int l, const float *w, float *dw) 
                        wt(m, w, LAYER_LN2_W), v.stat[STAT_LN2_MEAN], v.stat[STAT_LN2_RSTD], Nl, C, fc);
     matmul_backward(m->dmid, dwt(m, dw, LAYER_ATTPROJ_W), dwt(m, dw, LAYER_ATTPROJ_B), conj_row_output_grad(m),
                     a[ACT_ATTY], wt(m, w, LAYER_ATTPROJ_W), N, Cl, C, fc);
-    attention_backward(m->dqkv, m->dmid, a[ACT_QKV], a[ACT_ATT], m->att_scratch, m->B, m->shape.T, Cl, m->NHl,
-                       fc);
+    /* flash: D = rowsum(dout * out) from the saved output (rounded alike
+     * to act_dtype, as the rest of the layer's saved tensors) */
+    if (flash(m))
+        attention_lse_backward(m->dqkv, m->att_scratch, m->dmid, a[ACT_QKV], a[ACT_ATTY], a[ACT_ATT], m->B,
+                               m->shape.T, Cl, m->NHl, fc);
+    else
+        attention_backward(m->dqkv, m->dmid, a[ACT_QKV], a[ACT_ATT], m->att_scratch, m->B, m->shape.T, Cl, m->NHl,
+                           fc);
     matmul_backward(m->dmid, dwt(m, dw, LAYER_QKV_W), dwt(m, dw, LAYER_QKV_B), m->dqkv,
                     conj_column_input(m, a[ACT_LN1]), wt(m, w, LAYER_QKV_W), N, C, 3 * Cl, fc);
     conj_column_grad(m, m->dmid); /* f: dln1 */

@@ -242,14 +242,22 @@ struct pipe_comm_theory theory_trainer_pp_comm(const struct config *c, struct ra
     return t;
 }
 
+static bool flash(const struct config *c) { return c->attention == ATTENTION_FLASH; }
+
+/* Elements per token of the attention's saved tensor (model/gpt.c's
+ * ACT_ATT): the probabilities NH/t T, or flash's lse NH/t (B NH/t T). */
+static double att_per_token(const struct config *c, int tp) {
+    return (double)(c->n_head / tp) * (flash(c) ? 1 : c->seq_len);
+}
+
 /* Elements per token of one layer's tensors model/gpt.c keeps (the
  * per-layer block, without the residual stream's input): ln1, res2, ln2
  * whole (3C), or with sequence parallelism the rank's T/tp positions of
  * them (3C/t per token of the micro-batch); qkv 3C/t, atty C/t, fch and
- * gelu 4C/t each (12C/t); and, when `att`, the probabilities NH/t T. */
+ * gelu 4C/t each (12C/t); and, when `att`, the attention's tensor. */
 static double layer_block_per_token(const struct config *c, int tp, bool sp, bool att) {
-    double C = c->d_model, Cl = C / tp, T = c->seq_len;
-    return 3 * (sp ? Cl : C) + 12 * Cl + (att ? (double)(c->n_head / tp) * T : 0);
+    double C = c->d_model, Cl = C / tp;
+    return 3 * (sp ? Cl : C) + 12 * Cl + (att ? att_per_token(c, tp) : 0);
 }
 
 struct activation_theory theory_trainer_activations(const struct config *c, struct rank_place p) {
@@ -270,15 +278,19 @@ struct activation_theory theory_trainer_activations(const struct config *c, stru
      * (tp = 1: 15C + NH T, so 16C + NH T); four fp32 LayerNorm statistics
      * of the rank's stream tokens */
     double stats = 4 * 4 * BTs, shared = 0;
-    switch (c->recompute) {
+    /* flash: the lse (NH/t per token) in fp32 beside the block, and
+     * selective is none (include/gpt.h) */
+    double lse = flash(c) ? att_per_token(c, tp) * 4 * BT : 0;
+    enum recompute_mode mode = flash(c) && c->recompute == RECOMPUTE_SELECTIVE ? RECOMPUTE_NONE : c->recompute;
+    switch (mode) {
     case RECOMPUTE_NONE:
-        a.per_layer = C * e * BTs + layer_block_per_token(c, tp, sp, true) * e * BT + stats;
+        a.per_layer = C * e * BTs + layer_block_per_token(c, tp, sp, !flash(c)) * e * BT + stats + lse;
         break;
     case RECOMPUTE_SELECTIVE: /* no probabilities; one layer's (its NH/t heads) recomputed in fp32 */
         a.per_layer = C * e * BTs + layer_block_per_token(c, tp, sp, false) * e * BT + stats;
         shared = (double)(c->n_head / tp) * T * 4 * BT;
         break;
-    case RECOMPUTE_FULL: /* the layer input only; one layer's block + stats recomputed in fp32 */
+    case RECOMPUTE_FULL: /* the layer input only; one layer's block (flash: the lse in it) + stats in fp32 */
         a.per_layer = C * e * BTs;
         shared = layer_block_per_token(c, tp, sp, true) * 4 * BT + stats;
         break;
@@ -331,17 +343,28 @@ struct flop_theory theory_trainer_flops(const struct config *c, struct rank_plac
     /* attention GEMMs as issued, full T x T squares: per head QK^T and PV,
      * 2 T^2 hs each, so 4 B T^2 C per layer forward (the rank's NH/t heads:
      * C/t); backward dP, dV, dQ, dK, twice that */
-    const double attention_forward = 4 * L * B * C * T * T * k / t;
+    double attention_forward = 4 * L * B * C * T * T * k / t;
     f.attention = 3 * attention_forward;
+    /* flash on the CPU (model/cpu/attention_lse.c): the causal products
+     * only, B NH T (T+1)/2 scores of 2 hs each: forward QK^T and PV,
+     * 2 B C T (T+1) per layer; backward QK^T again, dP, dV, dQ, dK,
+     * 5 B C T (T+1). (A GPU's flash kernel issues whole 64 x 64 tiles,
+     * flash_attention.h: more than this.) */
+    if (flash(c)) {
+        attention_forward = 2 * L * B * C * T * (T + 1) * k / t;
+        f.attention = attention_forward * 7 / 2;
+    }
     /* recomputation: full re-runs a layer's forward up to the GELU (QKV,
      * projection, FC: 16 C^2 per token; the last GEMM's output is not
-     * needed); both modes re-run the attention's forward GEMMs */
+     * needed); both modes re-run the attention's forward GEMMs (flash:
+     * only full; its backward's QK^T is counted above) */
     const double full_gemm = 16 * L * C * C * f.tokens / t;
+    bool att_again = c->recompute == RECOMPUTE_FULL || (c->recompute == RECOMPUTE_SELECTIVE && !flash(c));
     f.recompute = 0;
     if (c->recompute == RECOMPUTE_FULL) f.recompute += full_gemm;
-    if (c->recompute != RECOMPUTE_NONE) f.recompute += attention_forward;
+    if (att_again) f.recompute += attention_forward;
     f.gemm += c->recompute == RECOMPUTE_FULL ? full_gemm : 0;
-    f.attention += c->recompute != RECOMPUTE_NONE ? attention_forward : 0;
+    f.attention += att_again ? attention_forward : 0;
     /* Model FLOPs: the stage's at tp = 1, over t. The embedding is a
      * lookup (no FLOPs); the tied wte counts once, in the LM head's GEMM on
      * the last stage; vocabulary padding is no model FLOP. */
@@ -399,13 +422,15 @@ struct scratch_theory theory_trainer_scratch(const struct config *c, struct rank
      * residual (the stream's part) and C temp (whole), d fc (4C/t) and
      * d qkv (3C/t), and the attention backward's T x T score gradient per
      * thread sharing the rank's heads (model/cpu/attention.c: at most
-     * B NH/t threads); with sp the gathered (B,T,C) and one micro-batch's
-     * LayerNorm gradients (4C), fp32 */
+     * B NH/t threads; flash: D, B NH/t T); with sp the gathered (B,T,C)
+     * and one micro-batch's LayerNorm gradients (4C), fp32. The widened
+     * block holds the probabilities where the store does (not selective's,
+     * never flash's fp32 lse) */
     if (bf16_acts && c->recompute != RECOMPUTE_FULL)
-        s.persistent += layer_block_per_token(c, tp, sp, c->recompute != RECOMPUTE_SELECTIVE) * BT * 4;
+        s.persistent += layer_block_per_token(c, tp, sp, c->recompute == RECOMPUTE_NONE && !flash(c)) * BT * 4;
     if (bf16_acts) s.persistent += (lay.rank.has_head ? 3 : 2) * ns * 4; /* residual in, out; final LN out */
     double head_threads = c->threads < B * NHl ? c->threads : B * NHl;
-    s.persistent += (ns + n + 7 * nl) * 4 + head_threads * T * T * 4;
+    s.persistent += (ns + n + 7 * nl) * 4 + (flash(c) ? B * NHl * T : head_threads * T * T) * 4;
     if (sp) s.persistent += (n + 4 * C) * 4;
     s.persistent += 2 * BT * sizeof(int32_t); /* train/trainer.c: the batch's inputs and targets */
     /* parallel/pipeline/schedule.c: the step's order, 2 m v operations */

@@ -32,11 +32,14 @@ static struct pieces pieces_of(const struct config *c, const struct model_layout
     double e = c->act_dtype == DTYPE_BF16 ? 2 : 4, stats = 4 * 4 * BT; /* four fp32 LayerNorm statistics */
     p.I = 4 * BT;
     p.R = C * e * BT;
-    /* a layer's tensors besides its input: ln1, qkv, atty, res2, ln2, fch, gelu = 15 C, probabilities NH T */
-    switch (c->recompute) {
-    case RECOMPUTE_NONE: p.S = (15 * C + NH * T) * e * BT + stats; break;
+    /* a layer's tensors besides its input: ln1, qkv, atty, res2, ln2, fch, gelu = 15 C, probabilities NH T;
+     * flash: the lse, NH per token, fp32 (in full's fp32 layer), and selective is none (include/gpt.h) */
+    bool flash = c->attention == ATTENTION_FLASH;
+    enum recompute_mode mode = flash && c->recompute == RECOMPUTE_SELECTIVE ? RECOMPUTE_NONE : c->recompute;
+    switch (mode) {
+    case RECOMPUTE_NONE: p.S = (15 * C + (flash ? 0 : NH * T)) * e * BT + stats + (flash ? NH * 4 * BT : 0); break;
     case RECOMPUTE_SELECTIVE: p.S = 15 * C * e * BT + stats, p.one = NH * T * 4 * BT; break;
-    case RECOMPUTE_FULL: p.one = (15 * C + NH * T) * 4 * BT + stats; break;
+    case RECOMPUTE_FULL: p.one = (15 * C + NH * (flash ? 1 : T)) * 4 * BT + stats; break;
     }
     /* final LN output (e), its two fp32 stats, fp32 logits over Vp, fp32 losses, int32 targets */
     p.H = (C * e + 2 * 4 + 4 * lay->shape.Vp + 4 + 4) * BT;

@@ -176,6 +176,7 @@ static void levers(struct text *t, const struct config *c, int N, int rank, doub
         {RECOMPUTE_SELECTIVE, "--recompute selective"}, {RECOMPUTE_FULL, "--recompute full"}};
     for (size_t i = 0; i < sizeof recompute / sizeof recompute[0]; i++) {
         if (c->recompute == RECOMPUTE_FULL || c->recompute == recompute[i].mode) continue;
+        if (c->attention == ATTENTION_FLASH && recompute[i].mode == RECOMPUTE_SELECTIVE) continue; /* = none */
         struct config k = *c;
         k.recompute = all.recompute = recompute[i].mode;
         lever(t, recompute[i].name, &k, N, rank, budget, &first);

@@ -191,9 +191,10 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
     /* What the memory rows belong to, so build/report can label a run. */
     if (json)
         fprintf(json, "{\"type\":\"memory_setup\",\"zero\":%d,\"world_size\":%d,\"tp\":%d,\"pp\":%d,"
-                      "\"psi\":%.0f,\"recompute\":\"%s\"}\n",
+                      "\"psi\":%.0f,\"recompute\":\"%s\",\"attention\":\"%s\"}\n",
                 c->zero, n, c->tp, c->pp, st.psi,
-                c->recompute == RECOMPUTE_NONE ? "none" : c->recompute == RECOMPUTE_FULL ? "full" : "selective");
+                c->recompute == RECOMPUTE_NONE ? "none" : c->recompute == RECOMPUTE_FULL ? "full" : "selective",
+                c->attention == ATTENTION_FLASH ? "flash" : "plain");
     char rule[320];
     double states_theory = 0;
     bool exact = true;
@@ -230,10 +231,18 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
         [RECOMPUTE_NONE] = "L ((4 + 12) C e / t + NH/t T e + 16 / t) B T + head (Vp/t logits)",
         [RECOMPUTE_SELECTIVE] = "L ((4 + 12) C e / t + 16 / t) B T + 4 NH/t T B T (one layer) + head (Vp/t logits)",
         [RECOMPUTE_FULL] = "L C e B T / t + one layer's slice in fp32 + head (Vp/t logits)"};
-    bool sp = c->sequence_parallel && c->tp > 1;
-    snprintf(rule, sizeof rule, "recompute %s: %s%s; Korthikanti%s: %.0f",
+    /* flash attention: the fp32 lse (4 NH/t bytes a token) instead of the
+     * probabilities, and selective keeps what none keeps (include/gpt.h) */
+    static const char *const act_rules_flash[] = {"L (16 C e + 4 NH + 16) B T + head",
+                                                  "L ((4 + 12/t) C e + 4 NH/t + 16) B T + head (Vp/t logits)",
+                                                  "L ((4 + 12) C e / t + 4 NH/t + 16 / t) B T + head (Vp/t logits)"};
+    bool sp = c->sequence_parallel && c->tp > 1, flash = c->attention == ATTENTION_FLASH;
+    const char *act_rule = sp ? act_rules_sp[c->recompute]
+                         : c->tp > 1 ? act_rules_tp[c->recompute] : act_rules[c->recompute];
+    if (flash && c->recompute != RECOMPUTE_FULL) act_rule = act_rules_flash[sp ? 2 : c->tp > 1 ? 1 : 0];
+    snprintf(rule, sizeof rule, "%srecompute %s%s: %s%s; Korthikanti%s: %.0f", flash ? "attention flash, " : "",
              c->recompute == RECOMPUTE_NONE ? "none" : c->recompute == RECOMPUTE_FULL ? "full" : "selective",
-             sp ? act_rules_sp[c->recompute] : c->tp > 1 ? act_rules_tp[c->recompute] : act_rules[c->recompute],
+             flash && c->recompute == RECOMPUTE_SELECTIVE ? " (= none)" : "", act_rule,
              c->pp > 1 ? ", x the schedule's slots" : "",
              sp ? " (tensor + sequence parallel row)" : c->tp > 1 ? " (tensor parallel row)" : "",
              at.korthikanti_total);
@@ -270,12 +279,18 @@ void report_flops(FILE *out, const struct trainer *tr, int steps) {
     fprintf(out, "\nFLOPs per optimizer step on rank 0, averaged over %d steps (%.0f tokens per rank per step)\n",
             steps, th.tokens);
     fprintf(out, "  %-11s %14s %14s  %s\n", "part", "measured", "theory", "rule");
-    bool full = tr->cfg->recompute == RECOMPUTE_FULL, any = tr->cfg->recompute != RECOMPUTE_NONE;
+    bool flash = tr->cfg->attention == ATTENTION_FLASH;
+    bool full = tr->cfg->recompute == RECOMPUTE_FULL, any = tr->cfg->recompute != RECOMPUTE_NONE && (full || !flash);
     const char *per_t = tr->cfg->tp > 1 ? " / t" : "";
     fprintf(out, "  %-11s %14.4e %14.4e  6 x tokens x (12 L C^2 + Vp C)%s%s: every weight sgemm\n", "layer GEMMs",
             f->gemm / steps, th.gemm, per_t, full ? " + 16 L C^2 tokens recomputed" : "");
-    fprintf(out, "  %-11s %14.4e %14.4e  %s L B C T^2 x accum%s: QK^T, PV and their gradients, full T x T squares\n",
-            "attn GEMMs", f->attention / steps, th.attention, any ? "(12 + 4)" : "12", per_t);
+    if (flash) /* model/cpu/attention_lse.c's count; a GPU's tiles issue more (flash_attention.h) */
+        fprintf(out, "  %-11s %14.4e %14.4e  %s L B C T (T+1) x accum%s: flash, causal products (QK^T, PV; QK^T again, "
+                     "dP, dV, dQ, dK), as the CPU issues them; a GPU issues whole 64 x 64 tiles\n",
+                "attn GEMMs", f->attention / steps, th.attention, any ? "(7 + 2)" : "7", per_t);
+    else
+        fprintf(out, "  %-11s %14.4e %14.4e  %s L B C T^2 x accum%s: QK^T, PV and their gradients, full T x T squares\n",
+                "attn GEMMs", f->attention / steps, th.attention, any ? "(12 + 4)" : "12", per_t);
     if (th.recompute > 0)
         fprintf(out, "  %-11s %14s %14.4e  recomputed (hardware FLOPs: in HFU, not in MFU)\n", "recompute", "",
                 th.recompute);
@@ -283,8 +298,8 @@ void report_flops(FILE *out, const struct trainer *tr, int steps) {
             f->other / steps, "-");
     fprintf(out, "  %-11s %14s %14.4e  PaLM App. B, causal: tokens x (6 N + 6 L C T)%s, N = %.0f (Psi - wpe%s)\n",
             "model", "", th.model, per_t, th.n_gemm_params, tr->cfg->tp > 1 ? ", the stage at tp = 1" : "");
-    fprintf(out, "  %-11s %14s %14.4e  6 L C T x tokens%s: the causal half of the squares issued\n", "  attention",
-            "", th.attention_model, per_t);
+    fprintf(out, "  %-11s %14s %14.4e  6 L C T x tokens%s: %s\n", "  attention", "", th.attention_model, per_t,
+            flash ? "PaLM's causal half of the T x T products" : "the causal half of the squares issued");
     double issued = (f->gemm + f->attention) / steps;
     fprintf(out, "  achieved: %.2f GFLOP/s issued (every GEMM: HFU), %.2f GFLOP/s model (MFU); %.1f%% of step time "
                  "in sgemm\n",

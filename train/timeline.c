@@ -70,7 +70,8 @@ static double activations_in_use(const struct engine *e, const struct timeline_p
     const struct gpt_slot *s = &m->slot[0];
     int n = s->n_layers; /* slot 0's chunk (the one chunk but for the interleaved schedule) */
     double I = per_slot(e, s->inputs), R = per_slot(e, s->resid) / (n + 1);
-    double S = n > 0 ? (per_slot(e, s->layer_acts) + per_slot(e, s->layer_stats)) / n : 0.0;
+    double S = n > 0 ? (per_slot(e, s->layer_acts) + per_slot(e, s->layer_stats) + per_slot(e, s->layer_lse)) / n
+                     : 0.0;
     double H = per_slot(e, s->lnf) + per_slot(e, s->lnf_stats) + per_slot(e, s->logits) + per_slot(e, s->losses) +
                per_slot(e, s->targets);
     double one = one_layer(e, m->work_acts) + one_layer(e, m->full_stats) + one_layer(e, m->att_recompute);

@@ -47,7 +47,8 @@ struct engine_options trainer_engine_options(const struct config *c) {
                              .rounding = c->rounding, .seed = (uint64_t)c->seed, .optim = opt,
                              .overlap = c->overlap, .ddp_bucket_bytes = (size_t)(c->ddp_bucket_mb * 1048576.0)};
     return (struct engine_options){.micro_batch = c->micro_batch, .slots = 1, .act_dtype = c->act_dtype,
-                                   .recompute = c->recompute, .sequence_parallel = c->sequence_parallel,
+                                   .recompute = c->recompute, .attention = c->attention,
+                                   .sequence_parallel = c->sequence_parallel,
                                    .init_std = c->init_std, .zero = z,
                                    .micro_batches = c->grad_accum * config_chunks(c)};
 }
@@ -147,6 +148,15 @@ static int check_device_outputs(const struct trainer *tr, char err[TRAINER_ERR_L
     return -1;
 }
 
+/* --attention flash on a GPU: the fused kernel takes only some head sizes. */
+static int check_device_attention(const struct trainer *tr, char err[TRAINER_ERR_LEN]) {
+    const struct config *c = tr->cfg;
+    if (c->attention != ATTENTION_FLASH) return 0;
+    int tp = tr->grid->tp; /* the layout check passed: tp divides n_head and d_model */
+    return device_check_flash_attention(&tr->dev, c->micro_batch, c->seq_len, c->d_model / tp, c->n_head / tp, err,
+                                        TRAINER_ERR_LEN);
+}
+
 int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid, const struct device_info *dev,
                  char err[TRAINER_ERR_LEN]) {
     memset(tr, 0, sizeof *tr);
@@ -161,6 +171,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     double t_start = now();
     int rc = trainer_agree(tr, trainer_check_layout(cfg, grid, err), err);
     if (rc == 0) rc = trainer_agree(tr, check_device_outputs(tr, err), err);
+    if (rc == 0) rc = trainer_agree(tr, check_device_attention(tr, err), err);
     if (rc == 0) rc = trainer_agree(tr, open_kernels(tr, err), err);
     if (rc == 0) rc = trainer_agree(tr, remove_stale_temps(cfg, grid, err), err);
     bool data_open = false;

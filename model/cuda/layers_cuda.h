@@ -10,7 +10,10 @@
  * Semantics, shapes, what is accumulated and what is written are layers.h's.
  * attention_backward_scratch is not renamed: one definition (model/cpu/
  * attention.c) sizes the scratch of both backwards (attention.cu: how the
- * device uses it).
+ * device uses it); nor is attention_lse_backward_scratch (model/cpu/
+ * attention_lse.c: B NH T, flash_attention_backward_scratch's count).
+ * attention_lse_* on device memory is model/cuda/flash_attention.h itself
+ * (layers_dispatch.c), so it has no cuda_* name here.
  * Each cuda_* call returns when its results are in place (it synchronizes,
  * as the CUDA bufops do); a CUDA failure prints the function and CUDA's
  * reason and exits non-zero (cuda_check.h). */
@@ -70,6 +73,11 @@ void cpu_attention_forward(float *out, float *att, const float *qkv, int64_t B, 
 void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
                             int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
 size_t attention_backward_scratch(int64_t B, int64_t T, int64_t NH); /* layers.h's, for the .cu files */
+void cpu_attention_lse_forward(float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
+                               struct flop_counter *fc);
+void cpu_attention_lse_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
+                                const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH,
+                                struct flop_counter *fc);
 
 void cuda_encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int64_t B, int64_t T,
                           int64_t C);

@@ -7,10 +7,15 @@
  * spaces are a caller bug, reported by name (exit non-zero). The
  * flop_counter is always host memory. attention_backward_scratch is not
  * dispatched (no pointer): model/cpu/attention.c's one definition sizes
- * the scratch of both paths. */
+ * the scratch of both paths. attention_lse_* on device memory is flash
+ * attention (flash_attention.h), its FLOPs flash_attention_flops' issued
+ * numbers; a shape it does not take (a head size other than 32, 64, 128)
+ * exits non-zero with its message (the trainer refuses such a run at
+ * start-up: device_check_flash_attention). */
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "flash_attention.h"
 #include "layers.h"
 #include "layers_cuda.h"
 #include "pointer_space.h"
@@ -170,4 +175,37 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
     if (ON_DEVICE("attention_backward", dqkv, dout, qkv, att, scratch))
         cuda_attention_backward(dqkv, dout, qkv, att, scratch, B, T, C, NH, fc);
     else cpu_attention_backward(dqkv, dout, qkv, att, scratch, B, T, C, NH, fc);
+}
+
+/* flash_attention.h's kernels return non-zero for a shape they do not
+ * take, after their message; layers.h's functions return nothing. */
+static void flash_or_exit(const char *op, int rc) {
+    if (rc == 0) return;
+    fprintf(stderr, "error: %s: flash attention refused the shape (above)\n", op);
+    exit(EXIT_FAILURE);
+}
+
+void attention_lse_forward(float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
+                           struct flop_counter *fc) {
+    if (!ON_DEVICE("attention_lse_forward", out, lse, qkv)) {
+        cpu_attention_lse_forward(out, lse, qkv, B, T, C, NH, fc);
+        return;
+    }
+    flash_or_exit("attention_lse_forward", flash_attention_forward(out, lse, qkv, B, T, C, NH));
+    struct flash_attention_flops f = flash_attention_flops(B, T, C, NH);
+    fc->attention += f.forward_mma;
+    fc->other += f.forward_other;
+}
+
+void attention_lse_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
+                            const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc) {
+    if (!ON_DEVICE("attention_lse_backward", dqkv, scratch, dout, qkv, out, lse)) {
+        cpu_attention_lse_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, fc);
+        return;
+    }
+    flash_or_exit("attention_lse_backward",
+                  flash_attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH));
+    struct flash_attention_flops f = flash_attention_flops(B, T, C, NH);
+    fc->attention += f.backward_mma;
+    fc->other += f.backward_other;
 }

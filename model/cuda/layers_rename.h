@@ -1,9 +1,11 @@
 /* Forced into the CUDA build's compile of model/cpu/{encoder,gelu,
- * layernorm,matmul,crossentropy,attention}.c (-include, the Makefile), so
- * their functions, prototypes included, take the names cpu_*: the host path
+ * layernorm,matmul,crossentropy,attention,attention_lse}.c (-include, the
+ * Makefile), so their functions, prototypes included, take the names
+ * cpu_*: the host path
  * of the device build's layers.h functions (layers_dispatch.c) and the
- * reference of tests/cuda/. attention_backward_scratch keeps its name (a
- * size, no pointer to dispatch on): the one definition for both paths.
+ * reference of tests/cuda/. attention_backward_scratch and
+ * attention_lse_backward_scratch keep their names (sizes, no pointer to
+ * dispatch on): the one definition for both paths.
  * The CPU build never sees this header. */
 #define encoder_forward cpu_encoder_forward
 #define encoder_backward cpu_encoder_backward
@@ -27,3 +29,5 @@
 #define crossentropy_finish cpu_crossentropy_finish
 #define attention_forward cpu_attention_forward
 #define attention_backward cpu_attention_backward
+#define attention_lse_forward cpu_attention_lse_forward
+#define attention_lse_backward cpu_attention_lse_backward

@@ -3,7 +3,11 @@
 #  1. configs/demo.conf, 50 steps, one process, the same init and data:
 #     the CUDA build's loss at every step and its first step's gradient
 #     norm against the CPU build's, fp32 everywhere and with the default
-#     dtypes (bf16 params, grads and activations);
+#     dtypes (bf16 params, grads and activations); and --attention flash
+#     (fp32 otherwise): the GPU's fused kernel (bf16 operands, fp32
+#     accumulation) against the CPU's fp32 attention_lse, bound 2e-2 on
+#     the loss at every step and 1e-2 on the first gradient norm, the bf16
+#     case's (its operands round alike; reasoned, not yet run on a GPU);
 #  2. 2 ranks on one GPU over NCCL (each rank its own NCCL_HOSTID, both
 #     taking GPU 0: tests/cuda/one_gpu_rank.sh), fp32, 20 steps: dp with
 #     ZeRO 0-3 against one GPU rank with grad_accum 2 (the same samples),
@@ -63,6 +67,11 @@ compare cpu32 gpu32 1e-4 1e-5 "GPU vs CPU build, fp32" || fails=$((fails + 1))
 run cpu16 "$cpu/train" "${base[@]}" --threads "$threads" || fails=$((fails + 1))
 run gpu16 "$gpu/train" "${base[@]}" --device cuda || fails=$((fails + 1))
 compare cpu16 gpu16 2e-2 1e-2 "GPU vs CPU build, bf16 params/grads/activations" || fails=$((fails + 1))
+run cpuflash "$cpu/train" "${base[@]}" "${fp32[@]}" --attention flash --threads "$threads" || fails=$((fails + 1))
+run gpuflash "$gpu/train" "${base[@]}" "${fp32[@]}" --attention flash --device cuda || fails=$((fails + 1))
+compare cpuflash gpuflash 2e-2 1e-2 "GPU vs CPU build, --attention flash (GPU: bf16 operands), fp32 otherwise" ||
+    fails=$((fails + 1))
+grep -E "attn GEMMs|activations " "$tmp/gpuflash.out" | head -3
 grep -A40 "^memory" "$tmp/gpu16.out" | grep -E "device|tracked peak" | head -6
 # 2 ranks on the one GPU, NCCL (20 steps: two ranks share the GPU's time),
 # against one GPU rank with the same samples: dp with each ZeRO stage

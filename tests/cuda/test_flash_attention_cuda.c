@@ -25,7 +25,17 @@
  * non-zero return. Without a GPU the device tests say "skipped: no CUDA
  * device" and the program exits 0; the FLOP and refusal tests run
  * everywhere. test_timing prints ms per call at B=4, T=1024, NH=12, hs=64
- * (informational, not asserted). */
+ * (informational, not asserted).
+ *
+ * layers.h's attention_lse_* (--attention flash; model/cuda/
+ * layers_dispatch.c): on device memory they are flash_attention_* bit for
+ * bit, adding flash_attention_flops' issued numbers to the counter (FLOP
+ * for FLOP), and they meet the CPU's fp32 attention_lse (model/cpu/
+ * attention_lse.c as cpu_attention_lse_*) within the bounds above; on host
+ * memory they are cpu_attention_lse_* bit for bit (runs everywhere); their
+ * one scratch size is flash_attention_backward_scratch's (everywhere); and
+ * the trainer's start-up check (device_check_flash_attention) refuses the
+ * head sizes the GPU kernel does not take (everywhere). */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <setjmp.h>
@@ -41,10 +51,12 @@
 
 #include <cmocka.h>
 
+#include "device.h"
 #include "layers.h"
 #include "dtype.h"
 #include "rng.h"
 #include "../../model/cuda/flash_attention.h"
+#include "../../model/cuda/layers_cuda.h"
 #include "cuda_fixture.h"
 
 enum { GUARD = 64 /* poisoned bytes past an output */ };
@@ -331,6 +343,109 @@ static void test_timing(void **state) {
     free(qkv), free(dout);
 }
 
+/* layers.h's attention_lse_* on device memory: flash_attention_*'s bits and
+ * FLOPs; against the CPU's attention_lse within REL_BOUND / LSE_BOUND. */
+static void test_lse_dispatch_device(void **state) {
+    (void)state;
+    SKIP_WITHOUT_DEVICE();
+    const int64_t shapes[][4] = {{1, 1, 1, 64}, {2, 37, 3, 64}, {1, 130, 2, 32}, {2, 65, 1, 128}}; /* B T NH hs */
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t B = shapes[si][0], T = shapes[si][1], NH = shapes[si][2], hs = shapes[si][3];
+        const int64_t C = NH * hs, BT = B * T, nl = B * NH * T;
+        float *qkv = rand_f32(BT * 3 * C, 80 + si, 1.0f), *dout = rand_f32(BT * C, 90 + si, 1.0f);
+        struct flash_run direct = run_flash(qkv, dout, B, T, C, NH);
+        /* the layers.h names on fresh device buffers */
+        float *d_qkv = dev_from(qkv, F(BT * 3 * C)), *d_dout = dev_from(dout, F(BT * C));
+        float *d_out = dev_poisoned(F(BT * C)), *d_lse = dev_poisoned(F(nl)), *d_dqkv = dev_poisoned(F(BT * 3 * C));
+        float *d_scratch = dev_poisoned(F(attention_lse_backward_scratch(B, T, NH)));
+        struct flop_counter fc = {0};
+        attention_lse_forward(d_out, d_lse, d_qkv, B, T, C, NH, &fc);
+        attention_lse_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, &fc);
+        float *out = back(d_out, F(BT * C), "out"), *lse = back(d_lse, F(nl), "lse");
+        float *dqkv = back(d_dqkv, F(BT * 3 * C), "dqkv");
+        assert_memory_equal(out, direct.out, F(BT * C));
+        assert_memory_equal(lse, direct.lse, F(nl));
+        assert_memory_equal(dqkv, direct.dqkv, F(BT * 3 * C));
+        struct flash_attention_flops f = flash_attention_flops(B, T, C, NH);
+        assert_true(fc.attention == f.forward_mma + f.backward_mma);
+        assert_true(fc.other == f.forward_other + f.backward_other);
+        assert_true(fc.gemm == 0.0);
+        /* the CPU's fp32 attention_lse on the same inputs */
+        float *c_out = malloc(F(BT * C)), *c_lse = malloc(F(nl)), *c_dqkv = malloc(F(BT * 3 * C));
+        float *c_scratch = malloc(F(attention_lse_backward_scratch(B, T, NH)));
+        assert_true(c_out && c_lse && c_dqkv && c_scratch);
+        struct flop_counter cfc = {0};
+        cpu_attention_lse_forward(c_out, c_lse, qkv, B, T, C, NH, &cfc);
+        cpu_attention_lse_backward(c_dqkv, c_scratch, dout, qkv, c_out, c_lse, B, T, C, NH, &cfc);
+        /* T = 1: dq and dk are exactly 0 on the CPU, bf16 noise of dS on the
+         * GPU, measured against their terms' size (test_against_cpu) */
+        const double term_size = T == 1 ? 2.0 * hs / sqrt((double)hs) : 0.0;
+        struct error e_out = normwise(c_out, out, BT * C, 0.0), e_lse = {0.0, 0};
+        for (int64_t i = 0; i < nl; i++) {
+            const double d = fabs((double)lse[i] - c_lse[i]);
+            if (!(d <= e_lse.ratio)) e_lse = (struct error){d, (size_t)i};
+        }
+        printf("  attention_lse B %lld T %lld NH %lld hs %lld: gpu vs cpu normwise out %.1e", (long long)B,
+               (long long)T, (long long)NH, (long long)hs, e_out.ratio);
+        expect_within("attention_lse out", e_out, REL_BOUND, c_out, out);
+        for (int part = 0; part < 3; part++) {
+            float *want = third(c_dqkv, BT, C, part), *got = third(dqkv, BT, C, part);
+            struct error e = normwise(want, got, BT * C, part < 2 ? term_size : 0.0);
+            printf(" d%c %.1e", "qkv"[part], e.ratio);
+            expect_within("attention_lse dqkv", e, REL_BOUND, want, got);
+            free(want), free(got);
+        }
+        printf(", lse %.1e absolute\n", e_lse.ratio);
+        assert_true(e_lse.ratio <= LSE_BOUND);
+        free(c_out), free(c_lse), free(c_dqkv), free(c_scratch), free(out), free(lse), free(dqkv);
+        cudaFree(d_qkv), cudaFree(d_dout), cudaFree(d_out), cudaFree(d_lse), cudaFree(d_dqkv), cudaFree(d_scratch);
+        free_run(&direct), free(qkv), free(dout);
+    }
+}
+
+/* Runs everywhere: attention_lse_* on host memory is the CPU's, bit for bit
+ * and FLOP for FLOP; the one scratch size serves flash attention. */
+static void test_lse_dispatch_host(void **state) {
+    (void)state;
+    const int64_t B = 2, T = 70, NH = 3, C = 96, BT = B * T, nl = B * NH * T;
+    float *qkv = rand_f32(BT * 3 * C, 100, 1.0f), *dout = rand_f32(BT * C, 101, 1.0f);
+    float *o[2], *l[2], *d[2], *scr[2];
+    struct flop_counter fc[2] = {{0}, {0}};
+    for (int k = 0; k < 2; k++) {
+        o[k] = malloc(F(BT * C)), l[k] = malloc(F(nl)), d[k] = malloc(F(BT * 3 * C));
+        scr[k] = malloc(F(attention_lse_backward_scratch(B, T, NH)));
+        assert_true(o[k] && l[k] && d[k] && scr[k]);
+    }
+    attention_lse_forward(o[0], l[0], qkv, B, T, C, NH, &fc[0]);
+    attention_lse_backward(d[0], scr[0], dout, qkv, o[0], l[0], B, T, C, NH, &fc[0]);
+    cpu_attention_lse_forward(o[1], l[1], qkv, B, T, C, NH, &fc[1]);
+    cpu_attention_lse_backward(d[1], scr[1], dout, qkv, o[1], l[1], B, T, C, NH, &fc[1]);
+    assert_memory_equal(o[0], o[1], F(BT * C));
+    assert_memory_equal(l[0], l[1], F(nl));
+    assert_memory_equal(d[0], d[1], F(BT * 3 * C));
+    assert_true(fc[0].attention == fc[1].attention && fc[0].other == fc[1].other && fc[0].attention > 0.0);
+    for (int k = 0; k < 2; k++) free(o[k]), free(l[k]), free(d[k]), free(scr[k]);
+    free(qkv), free(dout);
+    const int64_t sizes[][3] = {{1, 1, 1}, {2, 37, 3}, {4, 1024, 12}, {3, 130, 5}};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        assert_int_equal(attention_lse_backward_scratch(sizes[i][0], sizes[i][1], sizes[i][2]),
+                         flash_attention_backward_scratch(sizes[i][0], sizes[i][1], sizes[i][2]));
+}
+
+/* Runs everywhere (no GPU is touched): the trainer's start-up check of
+ * --attention flash refuses, on a GPU, the head sizes the kernel does not
+ * take, naming them; the CPU takes any. */
+static void test_device_check(void **state) {
+    (void)state;
+    struct device_info gpu = {.kind = DEVICE_CUDA, .ordinal = 0, .name = "a GPU"}, cpu = {.kind = DEVICE_CPU};
+    char err[DEVICE_ERR_LEN] = "";
+    assert_int_equal(device_check_flash_attention(&gpu, 4, 128, 192, 6, err, sizeof err), 0); /* hs 32 */
+    assert_int_equal(device_check_flash_attention(&gpu, 4, 64, 32, 4, err, sizeof err), -1);  /* hs 8 */
+    assert_non_null(strstr(err, "--attention flash on a GPU"));
+    assert_non_null(strstr(err, "4 heads of size 8"));
+    assert_int_equal(device_check_flash_attention(&cpu, 4, 64, 32, 4, err, sizeof err), 0);
+}
+
 int main(void) {
     seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     printf("test_flash_attention_cuda: seed %llu\n", (unsigned long long)seed);
@@ -339,6 +454,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_cpu), cmocka_unit_test(test_deterministic), cmocka_unit_test(test_flops),
         cmocka_unit_test(test_refusals),    cmocka_unit_test(test_timing),
+        cmocka_unit_test(test_lse_dispatch_device), cmocka_unit_test(test_lse_dispatch_host),
+        cmocka_unit_test(test_device_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

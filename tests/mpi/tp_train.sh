@@ -5,7 +5,9 @@
 # --sequence_parallel 1, and a model that tp cannot split (or a seq_len
 # that sequence parallelism cannot) is refused with the numbers named and
 # a non-zero exit. Both tp runs' tables (memory, FLOPs, the [tp] rows)
-# equal each rank's own theory.
+# equal each rank's own theory. --attention flash at tp 2 (recompute none,
+# selective, full): the 1-rank plain run's loss within 1e-5, and its tables
+# equal to each rank's own theory.
 # Usage: tests/mpi/tp_train.sh BUILD_DIR
 set -u
 build=${1:-build}
@@ -67,6 +69,33 @@ if ! timeout 60 "${mpi[@]}" -np 2 "$build/train" "${args[@]}" --tp 2 --steps 1 -
 else
     echo "tp 2 --explain: vocabulary rows, padding, heads and q/k/v rows per tp rank"
 fi
+# --attention flash on tp 2, recompute none, selective and full: the 1-rank
+# plain run's loss within 1e-5 at every step (the CPU's attention_lse is
+# fp32), and every table equal to each rank's own theory (the activations'
+# lse rule, the causal attention FLOPs)
+for r in none selective full; do
+    out="$tmp/flash_$r"
+    if ! timeout 300 "${mpi[@]}" -np 2 "$build/train" "${args[@]}" --tp 2 --attention flash --recompute "$r" \
+            --log_json "$out.json" >"$out.out" 2>&1; then
+        echo "!! tp 2 --attention flash --recompute $r failed"; tail -20 "$out.out"; fails=$((fails + 1)); continue
+    fi
+    python3 - "$tmp/one.json" "$out.json" "$r" <<'PY' || fails=$((fails + 1))
+import json, sys
+def losses(p):
+    return [json.loads(l)["loss"] for l in open(p) if '"type":"step"' in l]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+worst = max(abs(x - y) for x, y in zip(a, b)) if a and len(a) == len(b) else float("inf")
+print(f"tp 2 --attention flash --recompute {sys.argv[3]} vs 1 rank plain, {len(b)} steps: max |loss diff| {worst:.2e}")
+sys.exit(0 if len(b) == 20 and worst <= 1e-5 else 1)
+PY
+    if grep -q "\bNO\b" "$out.out" ||
+       ! grep -q "^  activations .*attention flash, recompute $r.*every rank = its own theory: yes" "$out.out" ||
+       ! grep -q "^  scratch .*every rank = its own theory: yes" "$out.out" ||
+       ! awk '/^  (layer|attn) GEMMs/ { n++; if ($3 != $4) bad = 1 } END { exit !(n == 2 && !bad) }' "$out.out"; then
+        echo "!! tp 2 --attention flash --recompute $r tables differ from their theory:"
+        grep -E "NO|GEMMs|activations  |scratch  " "$out.out"; fails=$((fails + 1))
+    fi
+done
 # n_head 4 over tp 3: refused, naming the numbers
 if timeout 60 "${mpi[@]}" -np 3 "$build/train" "${args[@]}" --tp 3 --steps 1 >"$tmp/bad.out" 2>&1; then
     echo "!! tp 3 with n_head 4 was not refused"; fails=$((fails + 1))

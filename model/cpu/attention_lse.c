@@ -1,0 +1,134 @@
+/* Causal multi-head self-attention that saves each row's log-sum-exp
+ * instead of its probabilities (FlashAttention-2's algorithm, Dao 2023,
+ * in plain fp32 C; --attention flash on the CPU). Per (batch, head), for
+ * query row t with scores s_j = q_t.k_j / sqrt(hs), j <= t:
+ *   forward   keys in tiles of ATTENTION_LSE_TILE, an online softmax: the
+ *             running max m and sum l, and the output row O, are rescaled
+ *             by exp(m_old - m_new) when a tile raises the max; then
+ *             out_t = O / l and lse_t = m + log l
+ *   backward  D_t = dout_t . out_t (= sum_j P_tj dP_tj), then for every
+ *             j <= t: P = exp(s_j - lse_t), dP = dout_t . v_j,
+ *             dv_j += P dout_t, dS = P (dP - D_t), dq_t += dS k_j,
+ *             dk_j += dS q_t; dq and dk scaled by 1/sqrt(hs) at the end
+ * so no T x T matrix exists: the forward keeps one tile of scores per
+ * thread (on the stack), the backward one float per score in flight.
+ * Only the causal scores are computed, so every product counted in
+ * fc->attention is a causal one (layers.h lists the counts).
+ *
+ * One OpenMP thread per (b, h), each head's sums in a fixed order: the
+ * results do not depend on the thread count, and repeat bit for bit. */
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "layers.h"
+
+/* fc->other per score, per row and tile, per row (layers.h); the row
+ * terms add hs (forward) and 4 hs (backward). */
+enum { FWD_PER_SCORE = 5, FWD_PER_TILE = 4, FWD_PER_ROW = 3, BWD_PER_SCORE = 5, BWD_PER_ROW_HS = 4 };
+
+static int head_threads(int64_t B, int64_t NH) {
+    int64_t heads = B * NH, max = omp_get_max_threads();
+    return (int)(heads < max ? heads : max);
+}
+
+size_t attention_lse_backward_scratch(int64_t B, int64_t T, int64_t NH) { return (size_t)(B * NH * T); }
+
+static float dot(const float *a, const float *b, int64_t n) {
+    float s = 0.0f;
+    for (int64_t d = 0; d < n; d++) s += a[d] * b[d];
+    return s;
+}
+
+/* y += a x */
+static void axpy(float *y, float a, const float *x, int64_t n) {
+    for (int64_t d = 0; d < n; d++) y[d] += a * x[d];
+}
+
+static void scale_row(float *y, float a, int64_t n) {
+    for (int64_t d = 0; d < n; d++) y[d] *= a;
+}
+
+/* One query row: o (hs, the output row) and its lse from q and the keys
+ * and values 0..t (rows C3 apart). */
+static void forward_row(float *o, float *lse, const float *q, const float *k, const float *v, int64_t t, int64_t hs,
+                        int64_t C3, float scale) {
+    float s[ATTENTION_LSE_TILE], m = -INFINITY, l = 0.0f;
+    memset(o, 0, (size_t)hs * sizeof *o);
+    for (int64_t j0 = 0; j0 <= t; j0 += ATTENTION_LSE_TILE) {
+        int64_t n = t + 1 - j0 < ATTENTION_LSE_TILE ? t + 1 - j0 : ATTENTION_LSE_TILE;
+        float tile_max = -INFINITY;
+        for (int64_t j = 0; j < n; j++) {
+            s[j] = dot(q, k + (j0 + j) * C3, hs) * scale;
+            tile_max = s[j] > tile_max ? s[j] : tile_max;
+        }
+        float m_new = tile_max > m ? tile_max : m;
+        float correction = expf(m - m_new); /* 0 on the first tile: m = -inf, and l, o are 0 */
+        l *= correction;
+        scale_row(o, correction, hs);
+        for (int64_t j = 0; j < n; j++) {
+            float p = expf(s[j] - m_new);
+            l += p;
+            axpy(o, p, v + (j0 + j) * C3, hs);
+        }
+        m = m_new;
+    }
+    scale_row(o, 1.0f / l, hs);
+    *lse = m + logf(l);
+}
+
+/* Row t's tiles of keys: ceil((t + 1) / tile). */
+static int64_t key_tiles(int64_t t) { return t / ATTENTION_LSE_TILE + 1; }
+
+void attention_lse_forward(float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
+                           struct flop_counter *fc) {
+    const int64_t hs = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for num_threads(head_threads(B, NH))
+    for (int64_t bh = 0; bh < B * NH; bh++) {
+        const int64_t b = bh / NH, h = bh % NH;
+        const float *q = qkv + b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+        for (int64_t t = 0; t < T; t++)
+            forward_row(out + (b * T + t) * C + h * hs, lse + bh * T + t, q + t * C3, k, v, t, hs, C3, scale);
+    }
+    double heads = (double)B * NH, scores = (double)T * (T + 1) / 2, tiles = 0;
+    for (int64_t t = 0; t < T; t++) tiles += (double)key_tiles(t);
+    fc->attention += heads * scores * 2 * 2 * hs; /* QK^T and PV */
+    fc->other += heads * (scores * FWD_PER_SCORE + tiles * (hs + FWD_PER_TILE) + (double)T * (hs + FWD_PER_ROW));
+}
+
+void attention_lse_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
+                            const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc) {
+    const int64_t hs = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for num_threads(head_threads(B, NH))
+    for (int64_t bh = 0; bh < B * NH; bh++) {
+        const int64_t b = bh / NH, h = bh % NH;
+        const float *q = qkv + b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C, *l = lse + bh * T;
+        const float *dy = dout + b * T * C + h * hs, *y = out + b * T * C + h * hs;
+        float *dq = dqkv + b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C, *D = scratch + bh * T;
+        for (int64_t t = 0; t < T; t++) {
+            D[t] = dot(dy + t * C, y + t * C, hs);
+            memset(dq + t * C3, 0, (size_t)hs * sizeof *dq);
+            memset(dk + t * C3, 0, (size_t)hs * sizeof *dk);
+            memset(dv + t * C3, 0, (size_t)hs * sizeof *dv);
+        }
+        for (int64_t t = 0; t < T; t++) {
+            const float *qt = q + t * C3, *dyt = dy + t * C;
+            float *dqt = dq + t * C3;
+            for (int64_t j = 0; j <= t; j++) {
+                float p = expf(dot(qt, k + j * C3, hs) * scale - l[t]);
+                float dp = dot(dyt, v + j * C3, hs);
+                axpy(dv + j * C3, p, dyt, hs);
+                float ds = p * (dp - D[t]);
+                axpy(dqt, ds, k + j * C3, hs);
+                axpy(dk + j * C3, ds, qt, hs);
+            }
+            scale_row(dqt, scale, hs);
+        }
+        for (int64_t j = 0; j < T; j++) scale_row(dk + j * C3, scale, hs);
+    }
+    double heads = (double)B * NH, scores = (double)T * (T + 1) / 2;
+    fc->attention += heads * scores * 5 * 2 * hs; /* QK^T, dP, dV, dQ, dK */
+    fc->other += heads * (scores * BWD_PER_SCORE + (double)T * BWD_PER_ROW_HS * hs);
+}
