@@ -68,7 +68,6 @@ int device_measure_peak(const struct device_info *d, struct device_peak *p, char
     return -1;
 }
 
-<<<<<<< HEAD
 struct kernel_context *device_kernels_open(const struct device_info *d, bool bf16_gemms, char *err, size_t err_len) {
 #ifdef SHARDLAB_CUDA
     if (d->kind == DEVICE_CUDA) return cuda_kernels_open(bf16_gemms, err, err_len);
@@ -85,7 +84,8 @@ void device_kernels_close(const struct device_info *d, struct kernel_context *k)
     (void)d;
     (void)k;
 #endif
-=======
+}
+
 int device_check_flash_attention(const struct device_info *d, int64_t B, int64_t T, int64_t C, int64_t NH, char *err,
                                  size_t err_len) {
 #ifdef SHARDLAB_CUDA
@@ -99,5 +99,4 @@ int device_check_flash_attention(const struct device_info *d, int64_t B, int64_t
     (void)d, (void)B, (void)T, (void)C, (void)NH, (void)err, (void)err_len;
 #endif
     return 0;
->>>>>>> feat-flashwire
 }
