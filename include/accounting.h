@@ -176,7 +176,10 @@ struct activation_theory theory_trainer_activations(const struct config *c, stru
  * score gradients for min(c->threads, B NH) threads, the batch's ids, the
  * 8-bit code-search indexes). `staging` is the one-unit fp32 buffer init,
  * loads and saves hold for a moment: the largest padded unit, an upper
- * bound of what any of them takes. */
+ * bound of what any of them takes. On a GPU each is a pair of that size,
+ * one in device memory (what the collectives touch) and its host mirror
+ * (what files and the host's init see; include/ckpt_staging.h): `staging`
+ * is one of them, in each memory space. */
 struct scratch_theory {
     double persistent;
     double staging;

@@ -211,12 +211,13 @@ void zero_set_unit(struct zero *z, int u, size_t lo, size_t hi, const float *w);
  * or its slice. */
 void zero_unit_stored(const struct zero *z, int u, size_t *lo, size_t *hi);
 /* Collective over the dp group: unit u of state `which` gathered into
- * work (the unit's padded size x 4 bytes); on dp rank 0 it then starts
- * with the unit's elements in zero_state_dtype. */
+ * work (the unit's padded size x 4 bytes, in the states' memory space:
+ * the collectives move it); on dp rank 0 it then starts with the unit's
+ * elements in zero_state_dtype. */
 void zero_gather_unit(struct zero *z, enum zero_state which, int u, void *work);
 /* Takes this rank's part of unit u of state `which` from src (the whole
- * unit, zero_state_dtype; every rank passes it). 8-bit states are
- * re-quantized from it. */
+ * unit, zero_state_dtype; every rank passes it; either memory space, best
+ * the states': 8-bit states are re-quantized from it). */
 void zero_scatter_unit(struct zero *z, enum zero_state which, int u, const void *src);
 
 /* ---- 8-bit states as they are (adamw8bit), for a resume in the same
@@ -238,11 +239,16 @@ int zero_raw_block_table(struct zero *z, size_t *first);
 /* Collective over the dp group, like zero_gather_unit: on dp rank 0, work
  * (the unit's padded size x 4 bytes) then starts with unit u's codes of
  * state `which` (STATE_OPT1 or STATE_OPT2), one byte per unit element. No
- * rank holds more than this one unit of other ranks' codes. */
-void zero_gather_unit_codes(struct zero *z, enum zero_state which, int u, void *work);
+ * rank holds more than this one unit of other ranks' codes. The ranks'
+ * slots are compacted on the host: `host` is work itself when the states
+ * are host memory, else a host buffer of work's size (a mirror: work is
+ * copied there, compacted and copied back). */
+void zero_gather_unit_codes(struct zero *z, enum zero_state which, int u, void *work, void *host);
 /* Collective: on dp rank 0, work starts with unit u's absmax (fp32), the
- * blocks first[u*R] .. first[(u+1)*R] of the table above. */
-void zero_gather_unit_absmax(struct zero *z, enum zero_state which, int u, const size_t *first, void *work);
+ * blocks first[u*R] .. first[(u+1)*R] of the table above; `host` as for
+ * the codes. */
+void zero_gather_unit_absmax(struct zero *z, enum zero_state which, int u, const size_t *first, void *work,
+                             void *host);
 /* This rank's codes / absmax of unit u from src, laid out as the gathers
  * leave them (every rank passes the whole unit). */
 void zero_scatter_unit_codes(struct zero *z, enum zero_state which, int u, const void *src);

@@ -3,10 +3,13 @@
  * head's copy of wte from the file's wte), and for --save each holder's
  * units are gathered over its dp group and sent to world rank 0, which
  * writes them (include/ckpt_grid.h). No rank holds more than one unit
- * beyond its own shards. */
+ * beyond its own shards. A model in GPU memory is gathered and routed in
+ * device staging and written from its host mirror (include/ckpt_staging.h);
+ * a load reads into host memory and engine_set_unit copies it over. */
 #include "bufops.h"
 #include "checkpoint.h"
 #include "ckpt_grid.h"
+#include "ckpt_staging.h"
 #include "ref_runs.h"
 #include "trainer.h"
 
@@ -146,12 +149,13 @@ int trainer_save_model(struct trainer *tr, const char *path, char err[TRAINER_ER
     struct llmc_writer w = {0};
     char e2[CKPT_ERR_LEN] = "";
     int rc = writer ? llmc_create(&w, path, &shape, dt, e2) : 0;
-    void *work = mem_alloc(&tr->mem, MEM_HOST, MEM_SCRATCH, "model file staging (one unit)",
-                           ckpt_staging_bytes(tr->cfg, g, engine_unit_staging_bytes(e)));
-    if (!work) mem_failure_message(&tr->mem, err, TRAINER_ERR_LEN);
-    if (trainer_agree(tr, work ? 0 : -1, err) != 0) {
+    struct ckpt_staging st; /* gathered and routed in the model's space, written from the host */
+    int got = ckpt_staging_alloc(&st, &tr->mem, tr->space, "model file staging (one unit)",
+                                 ckpt_staging_bytes(tr->cfg, g, engine_unit_staging_bytes(e)));
+    if (got != 0) mem_failure_message(&tr->mem, err, TRAINER_ERR_LEN);
+    if (trainer_agree(tr, got, err) != 0) {
         if (writer && rc == 0) llmc_abort(&w);
-        mem_free(&tr->mem, work);
+        ckpt_staging_free(&st, &tr->mem);
         return -1;
     }
     /* every rank takes part in every gather and transfer, whatever
@@ -161,15 +165,18 @@ int trainer_save_model(struct trainer *tr, const char *path, char err[TRAINER_ER
             struct model_layout lay;
             if (ckpt_holder_layout(tr->cfg, g, s, t, &lay) != 0) continue; /* trainer_open refused it */
             for (int u = 0; u < lay.n_units; u++) {
-                if (ckpt_is_holder(g, s, t)) zero_gather_unit(&e->z, STATE_PARAMS, u, work);
+                if (ckpt_is_holder(g, s, t)) zero_gather_unit(&e->z, STATE_PARAMS, u, st.work);
                 if (!unit_writes(&lay, u)) continue;
-                ckpt_route_to_root(g, s, t, work, ckpt_unit_elems(&lay, u, false) * dtype_size(dt));
-                if (writer && rc == 0) rc = write_unit(&w, &lay, u, work, dt, e2);
+                size_t bytes = ckpt_unit_elems(&lay, u, false) * dtype_size(dt);
+                ckpt_route_to_root(g, s, t, st.work, bytes);
+                if (!writer || rc != 0) continue;
+                ckpt_staging_to_host(&st, bytes);
+                rc = write_unit(&w, &lay, u, st.host, dt, e2);
             }
         }
     if (writer && rc == 0) rc = llmc_commit(&w, e2);
     if (writer && rc != 0) llmc_abort(&w);
     if (rc != 0) snprintf(err, TRAINER_ERR_LEN, "--save: %s", e2);
-    mem_free(&tr->mem, work);
+    ckpt_staging_free(&st, &tr->mem);
     return trainer_agree(tr, rc, err);
 }

@@ -8,6 +8,7 @@
 
 #include "checkpoint.h"
 #include "ckpt_grid.h"
+#include "ckpt_staging.h"
 #include "crc32c.h"
 #include "ref_runs.h"
 #include "state_raw.h"
@@ -61,7 +62,8 @@ static int data_sources(const char *pattern, struct data_sources *d, char err[TR
  * rank reads the units it holds and keeps its part. The head's copy of wte
  * (pp > 1) is saved once, as wte (from the embedding: the copies stay
  * equal, their gradients being summed), and loaded into both. No rank
- * holds more than one unit beyond its own shards. */
+ * holds more than one unit beyond its own shards. The staging lives where
+ * the model does and files see its host side (include/ckpt_staging.h). */
 enum { MAX_SECTIONS = 4 };
 
 static const struct {
@@ -143,7 +145,7 @@ static int read_unit(struct resume_reader *r, int at, const struct model_layout 
 /* Collective: section i (state `which`) from every holder to world rank 0,
  * which writes it while rc is 0; returns rc updated. */
 static int save_section(struct trainer *tr, struct resume_writer *w, int i, enum zero_state which, size_t elem,
-                        void *work, int rc, char e2[CKPT_ERR_LEN]) {
+                        const struct ckpt_staging *st, int rc, char e2[CKPT_ERR_LEN]) {
     struct engine *e = &tr->engine;
     struct grid *g = tr->grid;
     for (int s = 0; s < g->pp; s++)
@@ -151,10 +153,13 @@ static int save_section(struct trainer *tr, struct resume_writer *w, int i, enum
             struct model_layout lay;
             if (ckpt_holder_layout(tr->cfg, g, s, t, &lay) != 0) continue; /* trainer_open refused it */
             for (int u = 0; u < lay.n_units; u++) {
-                if (ckpt_is_holder(g, s, t)) zero_gather_unit(&e->z, which, u, work);
+                if (ckpt_is_holder(g, s, t)) zero_gather_unit(&e->z, which, u, st->work);
                 if (!unit_saves(&lay, u)) continue;
-                ckpt_route_to_root(g, s, t, work, ckpt_unit_elems(&lay, u, false) * elem);
-                if (g->world_rank == 0 && rc == 0) rc = write_unit(w, i, &lay, u, work, elem, e2);
+                size_t bytes = ckpt_unit_elems(&lay, u, false) * elem;
+                ckpt_route_to_root(g, s, t, st->work, bytes);
+                if (g->world_rank != 0 || rc != 0) continue;
+                ckpt_staging_to_host(st, bytes);
+                rc = write_unit(w, i, &lay, u, st->host, elem, e2);
             }
         }
     return rc;
@@ -187,25 +192,26 @@ int trainer_save_state(struct trainer *tr, const char *path, char err[TRAINER_ER
     int rc = writer ? data_sources(tr->cfg->train_data, &meta.data, err) : 0;
     if (rc != 0) snprintf(e2, sizeof e2, "%.*s", CKPT_ERR_LEN - 1, err);
     if (writer && rc == 0) rc = resume_create(&w, path, &meta, d, n + (raw.on ? RAW_SECTIONS : 0), e2);
-    void *work = mem_alloc(&tr->mem, MEM_HOST, MEM_SCRATCH, "resume state staging (one unit)",
-                           ckpt_staging_bytes(tr->cfg, tr->grid, engine_unit_staging_bytes(e)));
-    if (!work) mem_failure_message(&tr->mem, err, TRAINER_ERR_LEN);
-    if (trainer_agree(tr, work ? 0 : -1, err) != 0) {
+    struct ckpt_staging st;
+    int got = ckpt_staging_alloc(&st, &tr->mem, tr->space, "resume state staging (one unit)",
+                                 ckpt_staging_bytes(tr->cfg, tr->grid, engine_unit_staging_bytes(e)));
+    if (got != 0) mem_failure_message(&tr->mem, err, TRAINER_ERR_LEN);
+    if (trainer_agree(tr, got, err) != 0) {
         if (writer && rc == 0) resume_abort(&w);
-        mem_free(&tr->mem, work);
+        ckpt_staging_free(&st, &tr->mem);
         raw_free(tr, &raw);
         return -1;
     }
     /* every rank takes part in every gather and transfer, whatever
      * happened on world rank 0 */
-    for (int i = 0; i < n; i++) rc = save_section(tr, &w, i, which[i], dtype_size(d[i].dtype), work, rc, e2);
-    if (raw.on) rc = raw_save(tr, &raw, &w, n, rc, work, e2);
+    for (int i = 0; i < n; i++) rc = save_section(tr, &w, i, which[i], dtype_size(d[i].dtype), &st, rc, e2);
+    if (raw.on) rc = raw_save(tr, &raw, &w, n, rc, &st, e2);
     if (writer && rc == 0) rc = resume_commit(&w, e2);
     if (writer && rc != 0) resume_abort(&w);
     if (rc != 0)
         snprintf(err, TRAINER_ERR_LEN, "step %d: saving resume state: %s (any earlier file there is untouched)",
                  tr->step, e2);
-    mem_free(&tr->mem, work);
+    ckpt_staging_free(&st, &tr->mem);
     raw_free(tr, &raw);
     return trainer_agree(tr, rc, err);
 }
@@ -219,9 +225,9 @@ static int read_sections(struct trainer *tr, struct resume_reader *r, const stru
     enum zero_state which[MAX_SECTIONS];
     int n = sections(e, d, which), rc = 0;
     char e2[CKPT_ERR_LEN];
-    void *work = mem_alloc(&tr->mem, MEM_HOST, MEM_SCRATCH, "resume state staging (one unit)",
-                           engine_unit_staging_bytes(e));
-    if (!work) {
+    struct ckpt_staging st; /* read on the host, scattered from the model's space */
+    if (ckpt_staging_alloc(&st, &tr->mem, tr->space, "resume state staging (one unit)",
+                           engine_unit_staging_bytes(e)) != 0) {
         mem_failure_message(&tr->mem, err, TRAINER_ERR_LEN);
         return -1;
     }
@@ -229,13 +235,15 @@ static int read_sections(struct trainer *tr, struct resume_reader *r, const stru
         int at = resume_find(r, d[i].name, d[i].dtype, d[i].numel, e2);
         rc = at < 0 ? -1 : 0;
         for (int u = 0; rc == 0 && u < e->lay.n_units; u++) {
-            rc = read_unit(r, at, &e->lay, u, work, dtype_size(d[i].dtype), e2);
-            if (rc == 0) zero_scatter_unit(&e->z, which[i], u, work);
+            rc = read_unit(r, at, &e->lay, u, st.host, dtype_size(d[i].dtype), e2);
+            if (rc != 0) break;
+            ckpt_staging_to_work(&st, layout_unit_size(&e->lay, u) * dtype_size(d[i].dtype));
+            zero_scatter_unit(&e->z, which[i], u, st.work);
         }
     }
     if (rc != 0) snprintf(err, TRAINER_ERR_LEN, "loading resume state: %s", e2);
-    if (rc == 0) rc = raw_load(tr, r, raw, work, err);
-    mem_free(&tr->mem, work);
+    if (rc == 0) rc = raw_load(tr, r, raw, &st, err);
+    ckpt_staging_free(&st, &tr->mem);
     return rc;
 }
 

@@ -14,7 +14,9 @@
  *   optim8_absmax1, _absmax2 fp32, every holder's blocks (zero_raw_block_table),
  *                            holders in (stage, tp rank) order
  * Moved like the other sections: gathered over each holder's dp group and
- * sent to world rank 0, which writes (include/ckpt_grid.h). */
+ * sent to world rank 0, which writes (include/ckpt_grid.h), in staging of
+ * the model's space that files see through its host side
+ * (include/ckpt_staging.h). */
 #include "state_raw.h"
 
 #include <stdarg.h>
@@ -63,7 +65,9 @@ int raw_plan(struct trainer *tr, struct raw_plan *p) {
     p->first = mem_alloc(&tr->mem, MEM_HOST, MEM_SCRATCH, "8-bit block table (resume)", cells * sizeof *p->first);
     p->base = mem_alloc(&tr->mem, MEM_HOST, MEM_SCRATCH, "8-bit holder blocks (resume)", (size_t)(H + 1) * sizeof *p->base);
     double *count = mem_alloc(&tr->mem, MEM_HOST, MEM_SCRATCH, "8-bit holder counts (resume)", (size_t)H * sizeof *count);
-    p->failed = !p->first || !p->base || !count || zero_raw_block_table(z, p->first) != 0;
+    p->failed = !p->first || !p->base || !count || zero_raw_block_table(z, p->first) != 0 ||
+                ckpt_staging_over(&p->span, &tr->mem, tr->space, "8-bit block span", p->span_host,
+                                  sizeof p->span_host) != 0;
     /* agreed first, so every rank makes the same calls below */
     double failed = p->failed;
     ckpt_world_sum(g, &failed, 1);
@@ -83,6 +87,7 @@ int raw_plan(struct trainer *tr, struct raw_plan *p) {
 void raw_free(struct trainer *tr, struct raw_plan *p) {
     mem_free(&tr->mem, p->first);
     mem_free(&tr->mem, p->base);
+    ckpt_staging_free(&p->span, &tr->mem);
     p->first = NULL, p->base = NULL;
 }
 
@@ -141,7 +146,7 @@ static int codes_io(struct resume_writer *w, struct resume_reader *r, int at, co
 }
 
 int raw_save(struct trainer *tr, const struct raw_plan *p, struct resume_writer *w, int first_section, int rc,
-             void *work, char e2[CKPT_ERR_LEN]) {
+             const struct ckpt_staging *st, char e2[CKPT_ERR_LEN]) {
     struct engine *e = &tr->engine;
     struct grid *g = tr->grid;
     const bool writer = g->world_rank == 0;
@@ -155,20 +160,29 @@ int raw_save(struct trainer *tr, const struct raw_plan *p, struct resume_writer 
                 if (ckpt_holder_layout(tr->cfg, g, s, t, &lay) != 0) continue; /* trainer_open refused it */
                 bool mine = ckpt_is_holder(g, s, t);
                 for (int u = 0; u < lay.n_units; u++) {
-                    if (mine) zero_gather_unit_codes(&e->z, which, u, work);
-                    ckpt_route_to_root(g, s, t, work, layout_unit_size(&lay, u));
-                    if (writer && rc == 0) rc = codes_io(w, NULL, first_section + 1 + q, &lay, u, work, e2);
+                    if (mine) zero_gather_unit_codes(&e->z, which, u, st->work, st->host);
+                    ckpt_route_to_root(g, s, t, st->work, layout_unit_size(&lay, u));
+                    if (writer && rc == 0) {
+                        ckpt_staging_to_host(st, layout_unit_size(&lay, u));
+                        rc = codes_io(w, NULL, first_section + 1 + q, &lay, u, st->host, e2);
+                    }
                     /* the unit's blocks [a, b) of its holder's, then them */
-                    uint64_t span[2] = {0, 0};
+                    uint64_t *span = p->span.host;
+                    span[0] = span[1] = 0;
                     if (mine) {
-                        zero_gather_unit_absmax(&e->z, which, u, p->first, work);
+                        zero_gather_unit_absmax(&e->z, which, u, p->first, st->work, st->host);
                         span[0] = p->first[(size_t)u * R], span[1] = p->first[(size_t)(u + 1) * R];
                     }
-                    ckpt_route_to_root(g, s, t, span, sizeof span);
-                    ckpt_route_to_root(g, s, t, work, (size_t)(span[1] - span[0]) * sizeof(float));
+                    ckpt_staging_to_work(&p->span, sizeof p->span_host);
+                    ckpt_route_to_root(g, s, t, p->span.work, sizeof p->span_host);
+                    ckpt_staging_to_host(&p->span, sizeof p->span_host);
+                    size_t blocks = (size_t)(span[1] - span[0]);
+                    ckpt_route_to_root(g, s, t, st->work, blocks * sizeof(float));
                     size_t at = p->base[holder_index(g, s, t)] + (size_t)span[0];
-                    if (writer && rc == 0 && span[1] > span[0])
-                        rc = resume_write_at(w, first_section + 3 + q, at, (size_t)(span[1] - span[0]), work, e2);
+                    if (writer && rc == 0 && blocks > 0) {
+                        ckpt_staging_to_host(st, blocks * sizeof(float));
+                        rc = resume_write_at(w, first_section + 3 + q, at, blocks, st->host, e2);
+                    }
                 }
             }
     }
@@ -176,8 +190,8 @@ int raw_save(struct trainer *tr, const struct raw_plan *p, struct resume_writer 
 }
 
 /* The raw sections into this rank's states, unit by unit. */
-static int load_codes(struct trainer *tr, struct resume_reader *r, const struct raw_plan *p, void *work,
-                      char e2[CKPT_ERR_LEN]) {
+static int load_codes(struct trainer *tr, struct resume_reader *r, const struct raw_plan *p,
+                      const struct ckpt_staging *st, char e2[CKPT_ERR_LEN]) {
     struct engine *e = &tr->engine;
     const size_t R = (size_t)zero_raw_ranks(&e->z);
     struct state_decl d[RAW_SECTIONS];
@@ -190,11 +204,15 @@ static int load_codes(struct trainer *tr, struct resume_reader *r, const struct 
     for (int q = 0; rc == 0 && q < 2; q++) {
         enum zero_state which = q == 0 ? STATE_OPT1 : STATE_OPT2;
         for (int u = 0; rc == 0 && u < e->lay.n_units; u++) {
-            rc = codes_io(NULL, r, at[1 + q], &e->lay, u, work, e2);
-            if (rc == 0) zero_scatter_unit_codes(&e->z, which, u, work);
+            rc = codes_io(NULL, r, at[1 + q], &e->lay, u, st->host, e2);
+            if (rc != 0) break;
+            ckpt_staging_to_work(st, layout_unit_size(&e->lay, u));
+            zero_scatter_unit_codes(&e->z, which, u, st->work);
             size_t a = p->first[(size_t)u * R], b = p->first[(size_t)(u + 1) * R];
-            if (rc == 0 && b > a) rc = resume_read_at(r, at[3 + q], mine + a, b - a, work, e2);
-            if (rc == 0) zero_scatter_unit_absmax(&e->z, which, u, p->first, work);
+            if (b > a) rc = resume_read_at(r, at[3 + q], mine + a, b - a, st->host, e2);
+            if (rc != 0) break;
+            ckpt_staging_to_work(st, (b - a) * sizeof(float));
+            zero_scatter_unit_absmax(&e->z, which, u, p->first, st->work);
         }
     }
     return rc;
@@ -222,7 +240,7 @@ static void describe_change(char *out, size_t len, const int32_t saved[RAW_KEYS]
     append(out, len, ")");
 }
 
-int raw_load(struct trainer *tr, struct resume_reader *r, const struct raw_plan *p, void *work,
+int raw_load(struct trainer *tr, struct resume_reader *r, const struct raw_plan *p, const struct ckpt_staging *st,
              char err[TRAINER_ERR_LEN]) {
     if (!p->on) return 0;
     char e2[CKPT_ERR_LEN];
@@ -241,7 +259,7 @@ int raw_load(struct trainer *tr, struct resume_reader *r, const struct raw_plan 
         describe_change(tr->opt8_resume, sizeof tr->opt8_resume, saved, p->key);
         return 0;
     }
-    if (load_codes(tr, r, p, work, e2) != 0) {
+    if (load_codes(tr, r, p, st, e2) != 0) {
         snprintf(err, TRAINER_ERR_LEN, "loading resume state: %s", e2);
         return -1;
     }

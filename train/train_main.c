@@ -208,10 +208,7 @@ int main(int argc, char **argv) {
     int start = tr.step;
     int rc = trainer_run(&tr, err);
     if (rc >= 0 && trace_file_write(&tr, err) != 0) rc = -1; /* --trace: also after a stop signal */
-    if (rc > 0 && rank == 0 && tr.space != MEM_HOST)
-        printf("\nstopped by %s after step %d of %d (no resume state: a GPU run writes none yet)\n",
-               stop_signal_name(rc), tr.step, cfg.steps);
-    else if (rc > 0 && rank == 0) {
+    if (rc > 0 && rank == 0) {
         char stop[FILEIO_PATH_LEN];
         trainer_stop_state_path(&cfg, stop);
         printf("\nstopped by %s after step %d of %d: resume state in %s (continue with --resume %s)\n",

@@ -134,20 +134,6 @@ static int open_kernels(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     return -1;
 }
 
-/* Checkpoints read and write host files one unit at a time through host
- * staging; a model in device memory has no such path yet (docs/GPU.md),
- * so a GPU run refuses every key that reads or writes one. */
-static int check_device_outputs(const struct trainer *tr, char err[TRAINER_ERR_LEN]) {
-    const struct config *c = tr->cfg;
-    if (tr->space == MEM_HOST) return 0;
-    const char *key = *c->init_from ? "init_from" : *c->save ? "save" : *c->resume ? "resume"
-                    : *c->save_state ? "save_state" : c->save_state_every > 0 ? "save_state_every" : NULL;
-    if (!key) return 0;
-    snprintf(err, TRAINER_ERR_LEN, "--%s on a GPU (--device %s): checkpoints of a model in device memory are not "
-             "supported yet (docs/GPU.md); run without it, or with --device cpu", key, tr->dev.name);
-    return -1;
-}
-
 /* --attention flash on a GPU: the fused kernel takes only some head sizes. */
 static int check_device_attention(const struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     const struct config *c = tr->cfg;
@@ -170,7 +156,6 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     progress_init(&tr->progress, progress_stdout_is_terminal());
     double t_start = now();
     int rc = trainer_agree(tr, trainer_check_layout(cfg, grid, err), err);
-    if (rc == 0) rc = trainer_agree(tr, check_device_outputs(tr, err), err);
     if (rc == 0) rc = trainer_agree(tr, check_device_attention(tr, err), err);
     if (rc == 0) rc = trainer_agree(tr, open_kernels(tr, err), err);
     if (rc == 0) rc = trainer_agree(tr, remove_stale_temps(cfg, grid, err), err);
@@ -409,10 +394,6 @@ static int on_nonfinite(struct trainer *tr, const struct step_metrics *m, char e
 static int stop_run(struct trainer *tr, int sig, int saved_step, char err[TRAINER_ERR_LEN]) {
     char path[FILEIO_PATH_LEN];
     trainer_stop_state_path(tr->cfg, path);
-    if (tr->space != MEM_HOST) { /* check_device_outputs: no checkpoints from device memory yet */
-        if (tr->grid->world_rank == 0) printf("\n(a GPU run writes no resume state yet: docs/GPU.md)\n");
-        return sig;
-    }
     if (saved_step == tr->step && strcmp(path, tr->cfg->save_state) == 0) return sig;
     return trainer_save_state(tr, path, err) == 0 ? sig : -1;
 }

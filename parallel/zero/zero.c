@@ -269,7 +269,19 @@ static void gather_uncounted(struct zero *z, void *buf, size_t chunk) {
     z->dp->counters = step_counts;
 }
 
-void zero_gather_unit_codes(struct zero *z, enum zero_state which, int u, void *work) {
+/* The gathered rank slots of work compacted in place by memmove, which
+ * needs the bytes on the host: done in host, a host mirror of work's
+ * first `mirror` bytes when work is device memory (copied there and back:
+ * `back` bytes of the result), or work itself. */
+static void *compact_begin(void *work, void *host, size_t mirror) {
+    if (host != work) buf_copy(host, work, mirror);
+    return host;
+}
+static void compact_end(void *work, const void *host, size_t back) {
+    if (host != work) buf_copy(work, host, back);
+}
+
+void zero_gather_unit_codes(struct zero *z, enum zero_state which, int u, void *work, void *host) {
     const bool sharded = optim_sharded(z);
     const size_t chunk = shard_unit_chunk(&z->sh, u), R = (size_t)zero_raw_ranks(z);
     /* each rank's slice of bytes in a slot of whole fp32 words, so the
@@ -284,12 +296,14 @@ void zero_gather_unit_codes(struct zero *z, enum zero_state which, int u, void *
     }
     if (!sharded) return;
     gather_uncounted(z, w, slot / 4);
-    /* slots to slices, on the host: work is the caller's host staging
-     * (train/state_raw.c allocates it MEM_HOST); the states reach it by buf_copy */
-    for (size_t r = 1; r < R; r++) memmove(w + r * chunk, w + r * slot, chunk);
+    /* slots to slices */
+    unsigned char *h = compact_begin(work, host, R * slot);
+    for (size_t r = 1; r < R; r++) memmove(h + r * chunk, h + r * slot, chunk);
+    compact_end(work, h, R * chunk);
 }
 
-void zero_gather_unit_absmax(struct zero *z, enum zero_state which, int u, const size_t *first, void *work) {
+void zero_gather_unit_absmax(struct zero *z, enum zero_state which, int u, const size_t *first, void *work,
+                             void *host) {
     const bool sharded = optim_sharded(z);
     const size_t chunk = shard_unit_chunk(&z->sh, u), R = (size_t)zero_raw_ranks(z), row = (size_t)u * R;
     float *w = work, *mine = w + (sharded ? (size_t)z->sh.rank * chunk : 0);
@@ -303,8 +317,10 @@ void zero_gather_unit_absmax(struct zero *z, enum zero_state which, int u, const
     }
     if (!sharded) return;
     gather_uncounted(z, w, chunk);
-    for (size_t r = 1; r < R; r++) /* host staging, as in zero_gather_unit_codes */
-        memmove(w + (first[row + r] - first[row]), w + r * chunk, (first[row + r + 1] - first[row + r]) * sizeof *w);
+    float *h = compact_begin(work, host, R * chunk * sizeof *w);
+    for (size_t r = 1; r < R; r++)
+        memmove(h + (first[row + r] - first[row]), h + r * chunk, (first[row + r + 1] - first[row + r]) * sizeof *h);
+    compact_end(work, h, (first[row + R] - first[row]) * sizeof *h);
 }
 
 void zero_scatter_unit_codes(struct zero *z, enum zero_state which, int u, const void *src) {
