@@ -2,7 +2,9 @@
 # GPU speed (issue: the GPU build; docs/GPU.md): the CUDA build's trainer on
 # one GPU at GPT-2 124M's shape (configs/gpt2-124m.conf: L12 C768 NH12,
 # V 50257 padded, T 1024, bf16 params/grads/activations, AdamW, random
-# init) and at the 350M shape (L24 C1024 NH16), printing tokens/s and MFU
+# init) and at the 350M shape (L24 C1024 NH16), with bf16 GEMMs and flash
+# attention (the fast settings) and, for 124M, fp32 GEMMs and the plain
+# attention beside them, printing tokens/s and MFU
 # (the trainer's: model FLOPs 6N + 12LTC per token over the GPU's data-sheet
 # dense bf16 peak, printed in the banner with the measured cuBLAS peaks),
 # medians over the steps after the first 3, and the share of the step in
@@ -38,17 +40,25 @@ bench() { # label, args...
     summary "$label" "$tmp/run.json"
 }
 "$build/train" --help >/dev/null
-bench "124M  B 16 T 1024" --micro_batch 16
-grep -E "^gpu:|device (tracked|used)|untracked" "$tmp/out.txt" || true
-bench "350M  B 8 T 1024" --n_layer 24 --d_model 1024 --n_head 16 --micro_batch 8
-if command -v nsys >/dev/null; then
-    nsys profile -o "$tmp/prof" --force-overwrite true "$build/train" --config configs/gpt2-124m.conf --device cuda \
-        --steps 4 --micro_batch 16 >/dev/null 2>&1 &&
-        nsys stats --report cuda_gpu_kern_sum --format csv "$tmp/prof.nsys-rep" 2>/dev/null |
+fast=(--gemm_dtype bf16 --attention flash)
+bench "124M  B 32 T 1024, bf16 GEMMs, flash attention" --micro_batch 32 "${fast[@]}"
+grep -E "^gpu:|device (tracked|used)|device untracked" "$tmp/out.txt" || true
+bench "124M  B 16 T 1024, fp32 GEMMs, plain attention" --micro_batch 16
+bench "124M  B 16 T 1024, bf16 GEMMs, plain attention" --micro_batch 16 --gemm_dtype bf16
+bench "350M  B 16 T 1024, bf16 GEMMs, flash attention" --n_layer 24 --d_model 1024 --n_head 16 --micro_batch 16 \
+    --lr 3e-4 "${fast[@]}"
+nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1 || true)
+if [ -n "$nsys" ]; then
+    "$nsys" profile -o "$tmp/prof" --force-overwrite true "$build/train" --config configs/gpt2-124m.conf --device cuda \
+        --steps 4 --micro_batch 32 "${fast[@]}" >/dev/null 2>&1 &&
+        "$nsys" stats --report cuda_gpu_kern_sum --format csv "$tmp/prof.nsys-rep" 2>/dev/null |
         python3 -c '
 import csv, sys
 rows = [r for r in csv.reader(sys.stdin) if len(r) > 8]
-head, body = rows[0], rows[1:]
-print("per-kernel time (nsys, 4 steps incl. start-up), top 15:")
-for r in body[:15]: print(f"  {float(r[0]):5.1f}%  {float(r[1]) / 1e6:9.1f} ms  {r[2]:>6} calls  {r[-1][:90]}")' || echo "nsys profile failed"
+body = rows[1:]
+print("per-kernel GPU time (nsys, 4 steps of 124M B 32 incl. start-up), top 15:")
+for r in body[:15]: print(f"  {float(r[0]):5.1f}%  {float(r[1]) / 1e6:9.1f} ms  {r[2]:>6} calls  {r[-1][:90]}")' ||
+        echo "nsys profile failed"
+else
+    echo "no nsys here: no per-kernel profile (the step's split above is the trainer's own timers)"
 fi

@@ -31,7 +31,7 @@ static struct config small_config(void) {
 static void test_rank_stats_are_doubles(void **state) {
     (void)state;
     assert_int_equal(RANK_STATS_DOUBLES * sizeof(double), sizeof(struct rank_stats));
-    assert_int_equal(offsetof(struct rank_stats, pipe_waiting) + sizeof(double), sizeof(struct rank_stats));
+    assert_int_equal(offsetof(struct rank_stats, device_total) + sizeof(double), sizeof(struct rank_stats));
 }
 
 static void test_collect_copies_every_group(void **state) {
