@@ -363,7 +363,7 @@ static void run_sp(enum dtype dt, enum recompute_mode r) {
     char err[TRAINER_ERR_LEN];
     if (grid_init(&g, v.tp, 1, err) != 0) fail_msg("grid_init: %s", err);
     struct trainer tr;
-    int rc = trainer_open(&tr, &c, &g, NULL, NULL, err);
+    int rc = trainer_open(&tr, &c, &g, NULL, err);
     grid_free(&g);
     char want[128];
     snprintf(want, sizeof want, "tp = %d must divide seq_len (%d)", v.tp, SEQ);

@@ -79,7 +79,7 @@ static void check_case(const struct variant *v) {
     char err[TRAINER_ERR_LEN];
     assert_int_equal(grid_init(&g, v->tp, v->pp, err), 0);
     struct trainer tr;
-    int rc = trainer_open(&tr, &c, &g, NULL, NULL, err);
+    int rc = trainer_open(&tr, &c, &g, NULL, err);
     if (rc == 0) rc = trainer_run(&tr, err);
     if (rc != 0) fprintf(stderr, "rank %d: %s\n", WORLD_RANK, err);
     assert_true(all_ok(rc == 0));
