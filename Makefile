@@ -240,6 +240,8 @@ cuda-test: cuda all data
 	@set -e; for t in $(CUDA_TESTS); do echo "== $$t"; $$t; done
 	@echo "== tests/cuda/gpu_train.sh (the whole model: GPU vs CPU build, 2 ranks on one GPU)"
 	@tests/cuda/gpu_train.sh $(BUILD) $(CUDA_BUILD)
+	@echo "== tests/cuda/gpu_grads.sh (one step's gradients, tensor by tensor: GPU vs CPU build)"
+	@tests/cuda/gpu_grads.sh $(BUILD) $(CUDA_BUILD)
 
 .PHONY: nvcc-present
 nvcc-present:
