@@ -33,6 +33,7 @@
 #include <math.h>
 #include <time.h>
 
+#include "cublas_check.h"
 #include "cuda_check.h"
 #include "kernel_context.h"
 #include "layers_cuda.h"
@@ -46,18 +47,6 @@ enum { SOFTMAX_FORWARD_FLOPS = 5, SOFTMAX_BACKWARD_FLOPS = 4 };
 constexpr unsigned kWarp = 32;
 constexpr unsigned kRowsPerBlock = 8;  // warps per block of the softmax kernels
 constexpr int64_t kMaxDim = 2147483647;  // cuBLAS sizes are int (MATMUL_MAX_DIM)
-
-double seconds() {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-void blas_check(cublasStatus_t st, const char *what) {
-    if (st == CUBLAS_STATUS_SUCCESS) return;
-    fprintf(stderr, "error: cuBLAS %s: %s (status %d)\n", what, cublasGetStatusString(st), (int)st);
-    exit(EXIT_FAILURE);
-}
 
 // The products' sizes and leading dimensions (T, hs, C, 3C) and the head
 // count of one call go to cuBLAS as int.

@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "column_sum.h"
+#include "cublas_check.h"
 #include "cuda_check.h"
 #include "kernel_context.h"
 #include "layers_cuda.h"
@@ -29,18 +30,6 @@ namespace {
 
 constexpr unsigned kBlock = 256;
 constexpr int64_t kMaxDim = 2147483647;  // MATMUL_MAX_DIM (layers.h): INT_MAX
-
-double seconds() {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-void blas_check(cublasStatus_t st, const char *what) {
-    if (st == CUBLAS_STATUS_SUCCESS) return;
-    fprintf(stderr, "error: cuBLAS %s: %s (status %d)\n", what, cublasGetStatusString(st), (int)st);
-    exit(EXIT_FAILURE);
-}
 
 bool fits_int(int64_t v, int64_t lo) { return v >= lo && v <= kMaxDim; }
 

@@ -1,10 +1,15 @@
 /* Shared by the CUDA tests: skip a test, with the reason, where this
  * machine has no GPU (the reason comes from the device selector, so tests
- * and `--device cuda` say the same). Header-only: each test is one program. */
+ * and `--device cuda` say the same); device buffers poisoned with 0xff
+ * bytes and a poisoned guard past their end, which a kernel must leave
+ * alone. Header-only: each test is one program. The test includes cmocka
+ * first. */
 #ifndef SHARDLAB_TEST_CUDA_FIXTURE_H
 #define SHARDLAB_TEST_CUDA_FIXTURE_H
 
+#include <cuda_runtime.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "../../model/cuda/cuda_device.h"
 
@@ -22,5 +27,34 @@ static inline const char *no_device(void) {
             skip();                                                             \
         }                                                                       \
     } while (0)
+
+enum { GUARD = 64 /* poisoned bytes past each device buffer */ };
+
+/* bytes of 0xff, and GUARD more. */
+static inline void *dev_poisoned(size_t bytes) {
+    void *p = NULL;
+    assert_int_equal(cudaMalloc(&p, bytes + GUARD), cudaSuccess);
+    assert_int_equal(cudaMemset(p, 0xff, bytes + GUARD), cudaSuccess);
+    return p;
+}
+
+/* A poisoned device buffer holding a copy of host's bytes. */
+static inline void *dev_from(const void *host, size_t bytes) {
+    void *p = dev_poisoned(bytes);
+    if (bytes) assert_int_equal(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    return p;
+}
+
+/* The device buffer's bytes back on the host (malloc'd; the device buffer
+ * freed), its guard checked. */
+static inline float *back(void *dev, size_t bytes, const char *what) {
+    unsigned char *h = malloc(bytes + GUARD);
+    assert_non_null(h);
+    assert_int_equal(cudaMemcpy(h, dev, bytes + GUARD, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (size_t i = bytes; i < bytes + GUARD; i++)
+        if (h[i] != 0xff) fail_msg("%s: byte %zu past the end of its %zu-byte output was written", what, i - bytes, bytes);
+    cudaFree(dev);
+    return (float *)(void *)h;
+}
 
 #endif

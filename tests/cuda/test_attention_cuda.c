@@ -47,7 +47,6 @@
 #include "rng.h"
 #include "cuda_fixture.h"
 
-enum { GUARD = 64 /* poisoned bytes past an output */ };
 static uint64_t seed; /* set once in main, read by every test */
 
 #define ATT_ABS 1e-5
@@ -72,30 +71,6 @@ static float *host_nan(size_t n) {
     assert_non_null(x);
     for (size_t i = 0; i < n; i++) x[i] = NAN;
     return x;
-}
-
-static void *dev_poisoned(size_t bytes) {
-    void *p = NULL;
-    assert_int_equal(cudaMalloc(&p, bytes + GUARD), cudaSuccess);
-    assert_int_equal(cudaMemset(p, 0xff, bytes + GUARD), cudaSuccess);
-    return p;
-}
-
-static void *dev_from(const void *host, size_t bytes) {
-    void *p = dev_poisoned(bytes);
-    if (bytes) assert_int_equal(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-    return p;
-}
-
-/* The device buffer back on the host (freed there), its guard checked. */
-static float *back(void *dev, size_t bytes, const char *what) {
-    unsigned char *h = malloc(bytes + GUARD);
-    assert_non_null(h);
-    assert_int_equal(cudaMemcpy(h, dev, bytes + GUARD, cudaMemcpyDeviceToHost), cudaSuccess);
-    for (size_t i = bytes; i < bytes + GUARD; i++)
-        if (h[i] != 0xff) fail_msg("%s: byte %zu past the end of its %zu-byte output was written", what, i - bytes, bytes);
-    cudaFree(dev);
-    return (float *)(void *)h;
 }
 
 /* Normwise: max |gpu - cpu| <= rel max |cpu|; a NaN fails. */

@@ -44,7 +44,7 @@
 
 static const size_t SIZES[] = {1, 3, BUFOPS_BLOCK - 1, BUFOPS_BLOCK, BUFOPS_BLOCK + 1, 1000, 4099, 65537,
                                (1u << 20) + 7};
-enum { NSIZES = sizeof SIZES / sizeof SIZES[0], GUARD = 64 /* bytes past n */ };
+enum { NSIZES = sizeof SIZES / sizeof SIZES[0] };
 static uint64_t seed; /* set once in main, read by every test */
 
 
@@ -71,19 +71,6 @@ static void fill_bf16(bf16 *x, size_t n, uint64_t stream, int finite_only) {
 }
 
 /* A device buffer of bytes + GUARD, all 0xff. */
-static void *dev_poisoned(size_t bytes) {
-    void *p = NULL;
-    assert_int_equal(cudaMalloc(&p, bytes + GUARD), cudaSuccess);
-    assert_int_equal(cudaMemset(p, 0xff, bytes + GUARD), cudaSuccess);
-    return p;
-}
-
-static void *dev_from(const void *host, size_t bytes) {
-    void *p = dev_poisoned(bytes);
-    assert_int_equal(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-    return p;
-}
-
 /* Copies bytes back and checks the guard is still 0xff. */
 static void *host_from(const void *dev, size_t bytes) {
     unsigned char *h = malloc(bytes + GUARD);

@@ -59,7 +59,6 @@
 #include "../../model/cuda/layers_cuda.h"
 #include "cuda_fixture.h"
 
-enum { GUARD = 64 /* poisoned bytes past an output */ };
 #define REL_BOUND 1e-2 /* out, dq, dk, dv: normwise */
 #define LSE_BOUND 1e-2 /* lse: absolute */
 
@@ -75,21 +74,8 @@ static float *rand_f32(size_t n, uint64_t stream, float scale) {
     return x;
 }
 
-static void *dev_poisoned(size_t bytes) {
-    void *p = NULL;
-    assert_int_equal(cudaMalloc(&p, bytes + GUARD), cudaSuccess);
-    assert_int_equal(cudaMemset(p, 0xff, bytes + GUARD), cudaSuccess);
-    return p;
-}
-
-static float *dev_from(const float *host, size_t bytes) {
-    float *p = dev_poisoned(bytes);
-    assert_int_equal(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-    return p;
-}
-
 /* A device buffer's contents on the host (the device copy kept), its guard checked. */
-static float *back(const float *dev, size_t bytes, const char *what) {
+static float *peek(const float *dev, size_t bytes, const char *what) {
     unsigned char *h = malloc(bytes + GUARD);
     assert_non_null(h);
     assert_int_equal(cudaMemcpy(h, dev, bytes + GUARD, cudaMemcpyDeviceToHost), cudaSuccess);
@@ -169,9 +155,9 @@ static struct flash_run run_flash(const float *qkv, const float *dout, int64_t B
     float *d_scratch = dev_poisoned(F(flash_attention_backward_scratch(B, T, NH)));
     assert_int_equal(flash_attention_forward(d_out, d_lse, d_qkv, B, T, C, NH), 0);
     assert_int_equal(flash_attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH), 0);
-    struct flash_run r = {back(d_out, F(BT * C), "out"), back(d_lse, F(B * NH * T), "lse"),
-                          back(d_dqkv, F(BT * 3 * C), "dqkv")};
-    back(d_scratch, F(flash_attention_backward_scratch(B, T, NH)), "scratch"); /* its guard */
+    struct flash_run r = {peek(d_out, F(BT * C), "out"), peek(d_lse, F(B * NH * T), "lse"),
+                          peek(d_dqkv, F(BT * 3 * C), "dqkv")};
+    peek(d_scratch, F(flash_attention_backward_scratch(B, T, NH)), "scratch"); /* its guard */
     cudaFree(d_qkv), cudaFree(d_dout), cudaFree(d_out), cudaFree(d_lse), cudaFree(d_dqkv), cudaFree(d_scratch);
     return r;
 }
@@ -361,8 +347,8 @@ static void test_lse_dispatch_device(void **state) {
         struct flop_counter fc = {0};
         attention_lse_forward(d_out, d_lse, d_qkv, B, T, C, NH, &fc);
         attention_lse_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, &fc);
-        float *out = back(d_out, F(BT * C), "out"), *lse = back(d_lse, F(nl), "lse");
-        float *dqkv = back(d_dqkv, F(BT * 3 * C), "dqkv");
+        float *out = peek(d_out, F(BT * C), "out"), *lse = peek(d_lse, F(nl), "lse");
+        float *dqkv = peek(d_dqkv, F(BT * 3 * C), "dqkv");
         assert_memory_equal(out, direct.out, F(BT * C));
         assert_memory_equal(lse, direct.lse, F(nl));
         assert_memory_equal(dqkv, direct.dqkv, F(BT * 3 * C));

@@ -46,7 +46,6 @@
 #include "rng.h"
 #include "cuda_fixture.h"
 
-enum { GUARD = 64 /* poisoned bytes past each device buffer */ };
 static uint64_t seed; /* set once in main, read by every test */
 static const size_t sizes[] = {1, 255, 256, 257, 1000, 65537};
 #define NSIZES (sizeof sizes / sizeof sizes[0])
@@ -81,19 +80,6 @@ static void *rand_grad(size_t n, uint64_t stream, enum dtype dt) {
 static void set_grad(void *g, enum dtype dt, size_t i, float x) {
     if (dt == DTYPE_FP32) ((float *)g)[i] = x;
     else ((bf16 *)g)[i] = f32_to_bf16(x);
-}
-
-static void *dev_poisoned(size_t bytes) {
-    void *p = NULL;
-    assert_int_equal(cudaMalloc(&p, bytes + GUARD), cudaSuccess);
-    assert_int_equal(cudaMemset(p, 0xff, bytes + GUARD), cudaSuccess);
-    return p;
-}
-
-static void *dev_from(const void *host, size_t bytes) {
-    void *p = dev_poisoned(bytes);
-    assert_int_equal(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-    return p;
 }
 
 static void poison(void *dev, size_t bytes) { assert_int_equal(cudaMemset(dev, 0xff, bytes), cudaSuccess); }
