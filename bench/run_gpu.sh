@@ -8,8 +8,10 @@
 # (the trainer's: model FLOPs 6N + 12LTC per token over the GPU's data-sheet
 # dense bf16 peak, printed in the banner with the measured cuBLAS peaks),
 # medians over the steps after the first 3, and the share of the step in
-# the GEMMs and the optimizer (the trainer's own timers). With nsys on the
-# PATH it also writes a per-kernel profile of a few 124M steps.
+# the GEMMs and the optimizer (the trainer's own timers), and for the first
+# run the trainer's kernel table (time per kernel kind: every CUDA call
+# synchronizes, so its wall time is its GPU time). With nsys on the PATH it
+# also writes nsys's per-kernel summary of a few 124M steps.
 # Usage: bench/run_gpu.sh [CUDA_BUILD] [STEPS]   (default build-cuda 15)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +45,7 @@ bench() { # label, args...
 fast=(--gemm_dtype bf16 --attention flash)
 bench "124M  B 32 T 1024, bf16 GEMMs, flash attention" --micro_batch 32 "${fast[@]}"
 grep -E "^gpu:|device (tracked|used)|device untracked" "$tmp/out.txt" || true
+sed -n '/^Kernel time/,/the rest/p' "$tmp/out.txt" # the trainer's per-kernel profile
 bench "124M  B 16 T 1024, fp32 GEMMs, plain attention" --micro_batch 16
 bench "124M  B 16 T 1024, bf16 GEMMs, plain attention" --micro_batch 16 --gemm_dtype bf16
 bench "350M  B 16 T 1024, bf16 GEMMs, flash attention" --n_layer 24 --d_model 1024 --n_head 16 --micro_batch 16 \

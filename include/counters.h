@@ -4,6 +4,46 @@
 #ifndef SHARDLAB_COUNTERS_H
 #define SHARDLAB_COUNTERS_H
 
+#include <time.h>
+
+/* Where a step's kernel time goes, kernel kind by kind (the report's
+ * kernel table). The CUDA build's dispatch (model/cuda/layers_dispatch.c,
+ * optim/cuda/optim_dispatch.c) times every layers.h and update-rule call on
+ * either memory space: each call synchronizes before it returns, so its
+ * wall time is its device time plus the launch. The CPU build leaves the
+ * table at 0 (its kernels are timed as a whole: gemm_seconds). */
+enum kernel_kind {
+    KERNEL_EMBEDDING,      /* token and position rows, forward and backward */
+    KERNEL_LAYERNORM_FWD,
+    KERNEL_LAYERNORM_BWD,
+    KERNEL_MATMUL_FWD,     /* the layers' GEMMs and their biases */
+    KERNEL_MATMUL_BWD,
+    KERNEL_GEMM,           /* gemm_counted called directly */
+    KERNEL_ATTENTION_FWD,  /* plain or flash */
+    KERNEL_ATTENTION_BWD,
+    KERNEL_GELU,           /* forward and backward */
+    KERNEL_RESIDUAL,       /* residual adds and row-parallel bias adds */
+    KERNEL_CROSSENTROPY,   /* fused, or the vocabulary-parallel passes */
+    KERNEL_OPTIMIZER,      /* the update rules */
+    KERNEL_NUM_KINDS
+};
+
+static inline const char *kernel_kind_name(enum kernel_kind k) {
+    static const char *const names[KERNEL_NUM_KINDS] = {
+        [KERNEL_EMBEDDING] = "embedding",           [KERNEL_LAYERNORM_FWD] = "layernorm forward",
+        [KERNEL_LAYERNORM_BWD] = "layernorm backward", [KERNEL_MATMUL_FWD] = "matmul forward",
+        [KERNEL_MATMUL_BWD] = "matmul backward",    [KERNEL_GEMM] = "gemm (direct)",
+        [KERNEL_ATTENTION_FWD] = "attention forward", [KERNEL_ATTENTION_BWD] = "attention backward",
+        [KERNEL_GELU] = "gelu",                     [KERNEL_RESIDUAL] = "residual, bias add",
+        [KERNEL_CROSSENTROPY] = "cross-entropy",    [KERNEL_OPTIMIZER] = "optimizer update",
+    };
+    return (unsigned)k < KERNEL_NUM_KINDS ? names[k] : "?";
+}
+
+struct kernel_time {
+    double seconds, calls;
+};
+
 /* The CUDA build's per-run kernel context (model/cuda/kernel_context.h):
  * its cuBLAS handle and GEMM math. Opaque here. */
 struct kernel_context;
@@ -21,7 +61,21 @@ struct flop_counter {
      * on the spot: a GPU kernel then uses fp32 GEMMs and a cuBLAS handle of
      * its own per call. */
     struct kernel_context *kernels;
+    struct kernel_time profile[KERNEL_NUM_KINDS]; /* the CUDA build's dispatch: time per kernel kind */
 };
+
+/* A monotonic clock for the profile, in seconds. */
+static inline double kernel_clock(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* One call of kind k, started at t0 (kernel_clock), into fc's profile. */
+static inline void kernel_profile_add(struct flop_counter *fc, enum kernel_kind k, double t0) {
+    fc->profile[k].seconds += kernel_clock() - t0;
+    fc->profile[k].calls += 1.0;
+}
 
 /* Which total a GEMM's FLOPs go to (gemm_counted, layers.h). */
 enum gemm_kind { GEMM_LAYER, GEMM_ATTENTION };

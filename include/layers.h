@@ -37,13 +37,17 @@ void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t
  * positions_add adds wpe once. With v0 = 0 and every row, the two equal
  * encoder_forward bit for bit (one fp32 add either way). */
 void embedding_rows_forward(float *out, const int32_t *inp, const float *wte, int64_t v0, int64_t rows, int64_t BT,
-                            int64_t C);
+                            int64_t C, struct flop_counter *fc);
+/* The embedding's calls and the vocabulary-parallel cross-entropy's first
+ * two passes add no FLOPs themselves (the caller, or crossentropy_finish,
+ * counts them); they take the run's counter all the same, so that the CUDA
+ * build's dispatch can time them (include/counters.h: profile). */
 /* out[b,t,:] += wpe[t,:] */
-void positions_add(float *out, const float *wpe, int64_t B, int64_t T, int64_t C);
+void positions_add(float *out, const float *wpe, int64_t B, int64_t T, int64_t C, struct flop_counter *fc);
 /* dwte[inp - v0,:] += dout[b,t,:] for tokens in [v0, v0 + rows) only;
  * dwpe[t,:] += dout[b,t,:] (every rank: wpe is replicated). */
 void embedding_rows_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t v0,
-                             int64_t rows, int64_t B, int64_t T, int64_t C);
+                             int64_t rows, int64_t B, int64_t T, int64_t C, struct flop_counter *fc);
 
 /* LayerNorm over C with eps 1e-5; saves mean and rstd (N = B*T rows). */
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
@@ -168,9 +172,10 @@ double crossentropy_forward_backward(float *logits, float *losses, const int32_t
  *   finish:   losses[i] = log(sum) + maxv - target (the sums and the max
  *             global by now); with dloss != 0 the exponentials become
  *             dlogits = (softmax - onehot) dloss. Returns the losses' sum. */
-void crossentropy_row_max(const float *logits, float *maxv, int64_t N, int64_t Vl, int64_t valid);
+void crossentropy_row_max(const float *logits, float *maxv, int64_t N, int64_t Vl, int64_t valid,
+                          struct flop_counter *fc);
 void crossentropy_exp_sum(float *logits, const float *maxv, float *sum, float *target, const int32_t *targets,
-                          int64_t N, int64_t Vl, int64_t v0, int64_t valid, bool in_place);
+                          int64_t N, int64_t Vl, int64_t v0, int64_t valid, bool in_place, struct flop_counter *fc);
 double crossentropy_finish(float *logits, float *losses, const float *maxv, const float *sum, const float *target,
                            const int32_t *targets, int64_t N, int64_t Vl, int64_t v0, int64_t valid, float dloss,
                            struct flop_counter *fc);

@@ -49,6 +49,9 @@ void report_buffers(FILE *out, const struct trainer *tr);
 void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct rank_stats *ranks, int n,
                    const char *when);
 void report_flops(FILE *out, const struct trainer *tr, int steps);
+/* Rank 0's kernel time per step by kind (the CUDA build's profile:
+ * include/counters.h); nothing when no kernel was profiled (the CPU build). */
+void report_kernels(FILE *out, FILE *json, const struct trainer *tr, int steps);
 /* Per group with traffic on any rank (dp always): bytes per step by kind,
  * with ZeRO's theory beside the dp rows ("-" elsewhere, for now); then the
  * time collectives were in flight and the part exposed (the compute thread

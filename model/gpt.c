@@ -300,10 +300,11 @@ void gpt_embed_forward(struct gpt *m, int s, const float *w_embed, const int32_t
      * hold), g sums them to every token's row (with sp g-bar to this
      * rank's slice), then wpe once, at the slice's positions */
     float *rows = m->sp ? m->gathered : out;
-    embedding_rows_forward(rows, m->slot[s].inputs, ew(m, w_embed, EMB_WTE), v.v0, v.Vl, (int64_t)bt(m), m->shape.C);
+    embedding_rows_forward(rows, m->slot[s].inputs, ew(m, w_embed, EMB_WTE), v.v0, v.Vl, (int64_t)bt(m), m->shape.C,
+                           m->flops);
     conj_row_output(m, rows, out);
     size_t t0 = m->sp ? (size_t)m->lay->rank.tp_rank * (size_t)m->Ts : 0;
-    positions_add(out, ew(m, w_embed, EMB_WPE) + t0 * (size_t)m->shape.C, m->B, m->Ts, m->shape.C);
+    positions_add(out, ew(m, w_embed, EMB_WPE) + t0 * (size_t)m->shape.C, m->B, m->Ts, m->shape.C, m->flops);
     m->flops->other += (double)btc_l(m);
     round_saved(m, out, btc_l(m));
     resid_commit(m, s, 0, out);
@@ -469,7 +470,8 @@ void gpt_embed_backward(struct gpt *m, int s, float *dw_embed) {
      * (replicated; with sp from the gathered gradient, alike on every rank) */
     struct vocab_slice v = vocab_slice(m);
     embedding_rows_backward(dw_embed + m->lay->embed_offset[EMB_WTE], dw_embed + m->lay->embed_offset[EMB_WPE],
-                            conj_row_output_grad(m), m->slot[s].inputs, v.v0, v.Vl, m->B, m->shape.T, m->shape.C);
+                            conj_row_output_grad(m), m->slot[s].inputs, v.v0, v.Vl, m->B, m->shape.T, m->shape.C,
+                            m->flops);
     m->flops->other += 2.0 * (double)btc(m);
 }
 

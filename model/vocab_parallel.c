@@ -13,9 +13,9 @@ double vocab_parallel_crossentropy(struct collectives *tp, struct vocab_slice s,
     valid = valid < 0 ? 0 : valid > s.Vl ? s.Vl : valid;
     float *maxv = losses; /* the row maxima live where the losses will: finish reads each before writing it */
     float *sum = scratch, *target = scratch + N;
-    crossentropy_row_max(logits, maxv, N, s.Vl, valid);
+    crossentropy_row_max(logits, maxv, N, s.Vl, valid, fc);
     if (group) tp->all_reduce_max(tp, maxv, (size_t)N, DTYPE_FP32);
-    crossentropy_exp_sum(logits, maxv, sum, target, targets, N, s.Vl, s.v0, valid, dloss != 0.0f);
+    crossentropy_exp_sum(logits, maxv, sum, target, targets, N, s.Vl, s.v0, valid, dloss != 0.0f, fc);
     if (group) tp->all_reduce_sum(tp, scratch, 2 * (size_t)N, DTYPE_FP32); /* sums and target logits at once */
     return crossentropy_finish(logits, losses, maxv, sum, target, targets, N, s.Vl, s.v0, valid, dloss, fc);
 }

@@ -28,7 +28,8 @@ void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t
 }
 
 void embedding_rows_forward(float *out, const int32_t *inp, const float *wte, int64_t v0, int64_t rows, int64_t BT,
-                            int64_t C) {
+                            int64_t C, struct flop_counter *fc) {
+    (void)fc; /* a lookup: no FLOPs */
 #pragma omp parallel for
     for (int64_t bt = 0; bt < BT; bt++) {
         int64_t r = (int64_t)inp[bt] - v0;
@@ -42,7 +43,8 @@ void embedding_rows_forward(float *out, const int32_t *inp, const float *wte, in
     }
 }
 
-void positions_add(float *out, const float *wpe, int64_t B, int64_t T, int64_t C) {
+void positions_add(float *out, const float *wpe, int64_t B, int64_t T, int64_t C, struct flop_counter *fc) {
+    (void)fc; /* the caller counts the adds (model/gpt.c) */
 #pragma omp parallel for
     for (int64_t bt = 0; bt < B * T; bt++) {
         const float *pos = wpe + (bt % T) * C;
@@ -53,7 +55,8 @@ void positions_add(float *out, const float *wpe, int64_t B, int64_t T, int64_t C
 
 /* Serial, as encoder_backward, for the same reason. */
 void embedding_rows_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t v0,
-                             int64_t rows, int64_t B, int64_t T, int64_t C) {
+                             int64_t rows, int64_t B, int64_t T, int64_t C, struct flop_counter *fc) {
+    (void)fc; /* the caller counts the adds (model/gpt.c) */
     for (int64_t bt = 0; bt < B * T; bt++) {
         const float *d = dout + bt * C;
         float *dpos = dwpe + (bt % T) * C;

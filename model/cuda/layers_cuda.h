@@ -35,10 +35,10 @@ void cpu_encoder_forward(float *out, const int32_t *inp, const float *wte, const
 void cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t B, int64_t T,
                           int64_t C);
 void cpu_embedding_rows_forward(float *out, const int32_t *inp, const float *wte, int64_t v0, int64_t rows, int64_t BT,
-                                int64_t C);
-void cpu_positions_add(float *out, const float *wpe, int64_t B, int64_t T, int64_t C);
+                                int64_t C, struct flop_counter *fc);
+void cpu_positions_add(float *out, const float *wpe, int64_t B, int64_t T, int64_t C, struct flop_counter *fc);
 void cpu_embedding_rows_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t v0,
-                                 int64_t rows, int64_t B, int64_t T, int64_t C);
+                                 int64_t rows, int64_t B, int64_t T, int64_t C, struct flop_counter *fc);
 void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
                            const float *bias, int64_t N, int64_t C, struct flop_counter *fc);
 void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
@@ -62,9 +62,10 @@ void cpu_gelu_backward(float *dinp, const float *inp, const float *dout, int64_t
 void cpu_residual_forward(float *out, const float *a, const float *b, int64_t n, struct flop_counter *fc);
 double cpu_crossentropy_forward_backward(float *logits, float *losses, const int32_t *targets, int64_t N,
                                          int64_t V, int64_t Vp, float dloss, struct flop_counter *fc);
-void cpu_crossentropy_row_max(const float *logits, float *maxv, int64_t N, int64_t Vl, int64_t valid);
+void cpu_crossentropy_row_max(const float *logits, float *maxv, int64_t N, int64_t Vl, int64_t valid,
+                              struct flop_counter *fc);
 void cpu_crossentropy_exp_sum(float *logits, const float *maxv, float *sum, float *target, const int32_t *targets,
-                              int64_t N, int64_t Vl, int64_t v0, int64_t valid, bool in_place);
+                              int64_t N, int64_t Vl, int64_t v0, int64_t valid, bool in_place, struct flop_counter *fc);
 double cpu_crossentropy_finish(float *logits, float *losses, const float *maxv, const float *sum, const float *target,
                                const int32_t *targets, int64_t N, int64_t Vl, int64_t v0, int64_t valid, float dloss,
                                struct flop_counter *fc);

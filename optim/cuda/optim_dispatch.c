@@ -6,7 +6,8 @@
  * pointer (no bf16 params) has no say, nor do the hyperparameters, the maps,
  * the search indexes and the flop_counter (host memory always). n == 0
  * touches nothing: the CPU's path counts its zero FLOPs, whatever the
- * pointers (one past an end, say). */
+ * pointers (one past an end, say). The updates are timed into the
+ * counter's kernel profile (include/counters.h). */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,27 +46,33 @@ static bool on_device_all(const char *op, const void *const *p, size_t n) {
 
 void adamw_update(const struct adamw_hparams *h, size_t n, float *w, float *m, float *v, const void *grad,
                   enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
+    double t0 = kernel_clock(); /* the kernels return with their work done */
     if (n && ON_DEVICE("adamw_update", w, m, v, grad, out->params))
         cuda_adamw_update(h, n, w, m, v, grad, grad_dtype, out, fc);
     else cpu_adamw_update(h, n, w, m, v, grad, grad_dtype, out, fc);
+    kernel_profile_add(fc, KERNEL_OPTIMIZER, t0);
 }
 
 void sgd_update(const struct sgd_hparams *h, size_t n, float *w, float *buf, const void *grad, enum dtype grad_dtype,
                 const struct param_writeback *out, struct flop_counter *fc) {
+    double t0 = kernel_clock(); /* the kernels return with their work done */
     if (n && ON_DEVICE("sgd_update", w, buf, grad, out->params))
         cuda_sgd_update(h, n, w, buf, grad, grad_dtype, out, fc);
     else cpu_sgd_update(h, n, w, buf, grad, grad_dtype, out, fc);
+    kernel_profile_add(fc, KERNEL_OPTIMIZER, t0);
 }
 
 void adamw8bit_update(const struct adamw_hparams *h, size_t n, float *w, uint8_t *q1, uint8_t *q2, float *absmax1,
                       float *absmax2, const float *map_signed, const float *map_unsigned,
                       const struct qmap_index *ix_signed, const struct qmap_index *ix_unsigned, const void *grad,
                       enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
+    double t0 = kernel_clock(); /* the kernels return with their work done */
     if (n && ON_DEVICE("adamw8bit_update", w, q1, q2, absmax1, absmax2, grad, out->params))
         cuda_adamw8bit_update(h, n, w, q1, q2, absmax1, absmax2, map_signed, map_unsigned, grad, grad_dtype, out, fc);
     else
         cpu_adamw8bit_update(h, n, w, q1, q2, absmax1, absmax2, map_signed, map_unsigned, ix_signed, ix_unsigned,
                              grad, grad_dtype, out, fc);
+    kernel_profile_add(fc, KERNEL_OPTIMIZER, t0);
 }
 
 /* The codec runs where the 8-bit states live. Its fp32 side may be host

@@ -133,8 +133,8 @@ static void test_encoder(void **state) {
         d_out = dev_poisoned(F(BT * C));
         cuda_embedding_rows_forward(d_out, d_inp, d_wte + v0 * C, v0, rows, BT, C);
         cuda_positions_add(d_out, d_wpe, B, T, C);
-        cpu_embedding_rows_forward(want, inp, wte + v0 * C, v0, rows, BT, C);
-        cpu_positions_add(want, wpe, B, T, C);
+        cpu_embedding_rows_forward(want, inp, wte + v0 * C, v0, rows, BT, C, NULL);
+        cpu_positions_add(want, wpe, B, T, C, NULL);
         got = back(d_out, F(BT * C), "embedding_rows_forward + positions_add");
         expect_bits("embedding_rows_forward + positions_add", want, got, BT * C);
         free(got);
@@ -157,7 +157,7 @@ static void test_encoder(void **state) {
         memcpy(w_dwte, dwte, F(rows * C));
         memcpy(w_dwpe, dwpe, F(T * C));
         cuda_embedding_rows_backward(d_dwte, d_dwpe, d_dout, d_inp, v0, rows, B, T, C);
-        cpu_embedding_rows_backward(w_dwte, w_dwpe, dout, inp, v0, rows, B, T, C);
+        cpu_embedding_rows_backward(w_dwte, w_dwpe, dout, inp, v0, rows, B, T, C, NULL);
         got = back(d_dwte, F(rows * C), "embedding_rows_backward dwte");
         expect_bits("embedding_rows_backward dwte", w_dwte, got, rows * C);
         free(got);
@@ -422,14 +422,14 @@ static void test_crossentropy_vocab_parallel(void **state) {
         float *d_logits = dev_from(logits, F(N * Vl)), *d_maxv = dev_poisoned(F(N));
         int32_t *d_targets = dev_from(targets, I(N));
         cuda_crossentropy_row_max(d_logits, d_maxv, N, Vl, valid);
-        cpu_crossentropy_row_max(logits, maxv, N, Vl, valid);
+        cpu_crossentropy_row_max(logits, maxv, N, Vl, valid, NULL);
         float *got = back(d_maxv, F(N), "crossentropy_row_max");
         expect_bits("crossentropy_row_max", maxv, got, N);
         free(got);
         d_maxv = dev_from(maxv, F(N));
         float *d_sum = dev_poisoned(F(N)), *d_target = dev_poisoned(F(N));
         cuda_crossentropy_exp_sum(d_logits, d_maxv, d_sum, d_target, d_targets, N, Vl, v0, valid, true);
-        cpu_crossentropy_exp_sum(logits, maxv, sum, target, targets, N, Vl, v0, valid, true);
+        cpu_crossentropy_exp_sum(logits, maxv, sum, target, targets, N, Vl, v0, valid, true, NULL);
         got = back(d_target, F(N), "crossentropy_exp_sum target");
         expect_bits("crossentropy_exp_sum target", target, got, N);
         free(got);
