@@ -94,6 +94,16 @@ int trainer_load_state(struct trainer *tr, const char *path, char err[TRAINER_ER
 
 /* This process's peak resident set so far (getrusage), bytes. */
 double peak_rss_bytes(void);
+/* Where the run's model lives (train/trainer_device.c): dev, or the CPU
+ * when NULL; on a GPU the tracker's device space allocates with cudaMalloc. */
+void trainer_place(struct trainer *tr, const struct device_info *dev);
+/* The GPU's kernel context (one cuBLAS handle, the GEMM math), reached by
+ * the kernels through the run's flop counter (include/counters.h), after
+ * checking that --attention flash takes this shape there. On the CPU:
+ * nothing, or the error that names what needs a GPU (--gemm_dtype bf16).
+ * 0, or -1 with a message. trainer_close_kernels undoes it (any time). */
+int trainer_open_kernels(struct trainer *tr, char err[TRAINER_ERR_LEN]);
+void trainer_close_kernels(struct trainer *tr);
 /* A GPU run: samples the driver's used bytes into device_used_peak. */
 void trainer_sample_device_memory(struct trainer *tr);
 

@@ -109,55 +109,17 @@ static int open_data(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     return 0;
 }
 
-void trainer_sample_device_memory(struct trainer *tr) {
-    size_t used, total;
-    char e[DEVICE_ERR_LEN];
-    if (tr->space == MEM_HOST || device_memory_used(&tr->dev, &used, &total, e, sizeof e) != 0) return;
-    if ((double)used > tr->device_used_peak) tr->device_used_peak = (double)used;
-    tr->device_total = (double)total;
-}
-
-/* The GPU's kernel context (one cuBLAS handle, the GEMM math), reached by
- * the kernels through the run's flop counter (include/counters.h). */
-static int open_kernels(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
-    bool bf16 = tr->cfg->gemm_dtype == DTYPE_BF16;
-    if (tr->space == MEM_HOST) {
-        if (!bf16) return 0;
-        snprintf(err, TRAINER_ERR_LEN, "--gemm_dtype bf16 on the %s: bf16 GEMMs need a GPU (--device cuda in the CUDA "
-                 "build); Debian's OpenBLAS has no bf16 GEMM, so the CPU's GEMMs are fp32", tr->dev.name);
-        return -1;
-    }
-    char e[DEVICE_ERR_LEN];
-    tr->flops.kernels = device_kernels_open(&tr->dev, bf16, e, sizeof e);
-    if (tr->flops.kernels) return 0;
-    snprintf(err, TRAINER_ERR_LEN, "%s", e);
-    return -1;
-}
-
-/* --attention flash on a GPU: the fused kernel takes only some head sizes. */
-static int check_device_attention(const struct trainer *tr, char err[TRAINER_ERR_LEN]) {
-    const struct config *c = tr->cfg;
-    if (c->attention != ATTENTION_FLASH) return 0;
-    int tp = tr->grid->tp; /* the layout check passed: tp divides n_head and d_model */
-    return device_check_flash_attention(&tr->dev, c->micro_batch, c->seq_len, c->d_model / tp, c->n_head / tp, err,
-                                        TRAINER_ERR_LEN);
-}
-
 int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid, const struct device_info *dev,
                  char err[TRAINER_ERR_LEN]) {
     memset(tr, 0, sizeof *tr);
     tr->cfg = cfg;
     tr->grid = grid;
-    if (dev) tr->dev = *dev;
-    else tr->dev = (struct device_info){.kind = DEVICE_CPU, .ordinal = -1, .name = "cpu"};
-    tr->space = tr->dev.kind == DEVICE_CUDA ? MEM_DEVICE : MEM_HOST;
-    device_install_memory(&tr->dev, &tr->mem);
+    trainer_place(tr, dev);
     tr->last_val_loss = -1.0;
     progress_init(&tr->progress, progress_stdout_is_terminal());
     double t_start = now();
     int rc = trainer_agree(tr, trainer_check_layout(cfg, grid, err), err);
-    if (rc == 0) rc = trainer_agree(tr, check_device_attention(tr, err), err);
-    if (rc == 0) rc = trainer_agree(tr, open_kernels(tr, err), err);
+    if (rc == 0) rc = trainer_agree(tr, trainer_open_kernels(tr, err), err);
     if (rc == 0) rc = trainer_agree(tr, remove_stale_temps(cfg, grid, err), err);
     bool data_open = false;
     if (rc == 0) {
@@ -171,8 +133,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
             loader_close(&tr->train);
             if (tr->has_val) loader_close(&tr->val);
         }
-        device_kernels_close(&tr->dev, tr->flops.kernels);
-        tr->flops.kernels = NULL;
+        trainer_close_kernels(tr);
         tr->cfg = NULL;
         return -1;
     }
@@ -250,8 +211,7 @@ void trainer_close(struct trainer *tr) {
     grid_attach_trace(tr->grid, NULL);
     trace_close(&tr->trace, &tr->mem);
     mem_free_all(&tr->mem);
-    device_kernels_close(&tr->dev, tr->flops.kernels);
-    tr->flops.kernels = NULL;
+    trainer_close_kernels(tr);
     tr->cfg = NULL;
 }
 

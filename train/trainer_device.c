@@ -1,0 +1,51 @@
+/* Where a run's model lives (include/trainer.h: trainer_place and the
+ * functions after it): the CPU, or this rank's GPU with its memory hooks,
+ * kernel context and memory readings. */
+#include "trainer.h"
+
+#include <stdio.h>
+
+void trainer_place(struct trainer *tr, const struct device_info *dev) {
+    if (dev) tr->dev = *dev;
+    else tr->dev = (struct device_info){.kind = DEVICE_CPU, .ordinal = -1, .name = "cpu"};
+    tr->space = tr->dev.kind == DEVICE_CUDA ? MEM_DEVICE : MEM_HOST;
+    device_install_memory(&tr->dev, &tr->mem);
+}
+
+/* --attention flash on a GPU: the fused kernel takes only some head sizes. */
+static int check_device_attention(const struct trainer *tr, char err[TRAINER_ERR_LEN]) {
+    const struct config *c = tr->cfg;
+    if (c->attention != ATTENTION_FLASH) return 0;
+    int tp = tr->grid->tp; /* the layout check passed: tp divides n_head and d_model */
+    return device_check_flash_attention(&tr->dev, c->micro_batch, c->seq_len, c->d_model / tp, c->n_head / tp, err,
+                                        TRAINER_ERR_LEN);
+}
+
+void trainer_sample_device_memory(struct trainer *tr) {
+    size_t used, total;
+    char e[DEVICE_ERR_LEN];
+    if (tr->space == MEM_HOST || device_memory_used(&tr->dev, &used, &total, e, sizeof e) != 0) return;
+    if ((double)used > tr->device_used_peak) tr->device_used_peak = (double)used;
+    tr->device_total = (double)total;
+}
+
+int trainer_open_kernels(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
+    if (check_device_attention(tr, err) != 0) return -1;
+    bool bf16 = tr->cfg->gemm_dtype == DTYPE_BF16;
+    if (tr->space == MEM_HOST) {
+        if (!bf16) return 0;
+        snprintf(err, TRAINER_ERR_LEN, "--gemm_dtype bf16 on the %s: bf16 GEMMs need a GPU (--device cuda in the CUDA "
+                 "build); Debian's OpenBLAS has no bf16 GEMM, so the CPU's GEMMs are fp32", tr->dev.name);
+        return -1;
+    }
+    char e[DEVICE_ERR_LEN];
+    tr->flops.kernels = device_kernels_open(&tr->dev, bf16, e, sizeof e);
+    if (tr->flops.kernels) return 0;
+    snprintf(err, TRAINER_ERR_LEN, "%s", e);
+    return -1;
+}
+
+void trainer_close_kernels(struct trainer *tr) {
+    device_kernels_close(&tr->dev, tr->flops.kernels);
+    tr->flops.kernels = NULL;
+}
