@@ -203,7 +203,7 @@ fuzz-corpus: build-fuzz/seed_corpus
 	cp configs/*.conf tests/fuzz/corpus/config/
 	build-fuzz/seed_corpus data/kjv.txt tests/fuzz/corpus
 
-# ---- The CUDA build (docs/GPU.md): compile and link only, so far ----
+# ---- The CUDA build (docs/GPU.md) ----
 # build-cuda/ holds every library file of the CPU build plus the */cuda/
 # folders' .c (mpicc, -DSHARDLAB_CUDA, the CUDA headers) and .cu (nvcc)
 # files, linked against cudart, cuBLAS, cuBLASLt, NCCL and MPI. The device
@@ -231,7 +231,7 @@ CUDA_TESTS    := $(CUDA_TEST_SRC:tests/%.c=$(CUDA_BUILD)/tests/%)
 
 cuda: nvcc-present $(CUDA_PROGRAMS) $(CUDA_TESTS)
 	@tests/check_deps.sh $(CUDA_BUILD)/obj
-	@echo "CUDA build in $(CUDA_BUILD)/ ($(CUDA_ARCHS)): compiled and linked; not run on a GPU here (docs/GPU.md)"
+	@echo "CUDA build in $(CUDA_BUILD)/ ($(CUDA_ARCHS)): compiled and linked; make cuda-test runs it on a GPU (docs/GPU.md)"
 
 # Without a GPU every test reports itself skipped ("no CUDA device") and the
 # program exits 0; with one, each CUDA buffer operation and layer kernel
