@@ -24,6 +24,9 @@
  *     sums and dlogits (the target's column: b |dloss|, as p - 1
  *     cancels), its losses and total (b max(1, |loss|));
  *     crossentropy_finish's losses 1e-6 (CUDA's logf vs glibc's)
+ *   the bf16 GEMM path (a kernel context with bf16_gemms): normwise 1e-5
+ *     against the CPU's sgemm of the operands rounded to bf16, and more
+ *     than 1e-4 away from the unrounded result where k >= 129
  *   FLOP counters: gemm, attention and other equal the CPU's exactly
  * Without a GPU every device test says "skipped: no CUDA device" and the
  * program exits 0. One test needs no GPU and runs everywhere: the layers.h
@@ -295,6 +298,63 @@ static void test_gemm_counted(void **state) {
         }
 }
 
+/* x with every element rounded to bf16 (nearest even): what the bf16 GEMM
+ * path rounds its operands to. */
+static float *rounded_bf16(const float *x, size_t n) {
+    float *r = malloc(F(n ? n : 1));
+    assert_non_null(r);
+    for (size_t i = 0; i < n; i++) r[i] = round_to_bf16(x[i]);
+    return r;
+}
+
+/* --gemm_dtype bf16 (a run's kernel context with bf16_gemms): a layer GEMM
+ * equals the CPU's fp32 sgemm of the operands rounded to bf16 within
+ * normwise 1e-5 (the products are exact in fp32; only the order of the
+ * fp32 sums differs), and differs from the unrounded operands' result by
+ * more than 1e-4 normwise where k >= 129 (the rounding happened: about
+ * 2^-9 relative). Strided operands, all four transposes. The attention's
+ * GEMMs stay fp32 (GEMM_ATTENTION: test_gemm_counted). */
+static void test_gemm_bf16(void **state) {
+    (void)state;
+    SKIP_WITHOUT_DEVICE();
+    char err[128];
+    struct kernel_context *ctx = cuda_kernels_open(true, err, sizeof err);
+    if (!ctx) fail_msg("cuda_kernels_open: %s", err);
+    const int64_t shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {255, 257, 129}, {64, 768, 1000}}; /* m n k */
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int t = 0; t < 4; t++) {
+            bool ta = t & 1, tb = t & 2;
+            int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+            int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 3, ldc = n + 3;
+            int64_t na = (ta ? k : m) * lda, nb = (tb ? n : k) * ldb, nc = m * ldc;
+            float *a = rand_f32(na, 90, 1.0f), *b = rand_f32(nb, 91, 1.0f), *c = rand_f32(nc, 92, 1.0f);
+            float *ar = rounded_bf16(a, na), *br = rounded_bf16(b, nb), *c32 = malloc(F(nc));
+            memcpy(c32, c, F(nc));
+            float *d_a = dev_from(a, F(na)), *d_b = dev_from(b, F(nb)), *d_c = dev_from(c, F(nc));
+            struct flop_counter fc = {0}, f32 = {0}, gc = {.kernels = ctx};
+            cuda_gemm_counted(&gc, GEMM_LAYER, ta, tb, m, n, k, 0.5f, d_a, lda, d_b, ldb, 0.75f, d_c, ldc);
+            cpu_gemm_counted(&fc, GEMM_LAYER, ta, tb, m, n, k, 0.5f, ar, lda, br, ldb, 0.75f, c, ldc);
+            cpu_gemm_counted(&f32, GEMM_LAYER, ta, tb, m, n, k, 0.5f, a, lda, b, ldb, 0.75f, c32, ldc);
+            float *got = back(d_c, F(nc), "gemm_counted (bf16)");
+            char what[96];
+            snprintf(what, sizeof what, "gemm_counted bf16 m %lld n %lld k %lld%s%s", (long long)m, (long long)n,
+                     (long long)k, ta ? " A^T" : "", tb ? " B^T" : "");
+            expect_close(what, c, got, nc, 1e-5);
+            expect_flops(what, &fc, &gc);
+            if (k >= 129) {
+                double scale = 0.0, diff = 0.0;
+                for (int64_t i = 0; i < nc; i++) {
+                    scale = fmax(scale, fabs(c32[i]));
+                    diff = fmax(diff, fabs((double)got[i] - c32[i]));
+                }
+                if (!(diff > 1e-4 * scale)) fail_msg("%s: within %.3g of the fp32 operands' result: not rounded", what, diff);
+            }
+            free(got), cudaFree(d_a), cudaFree(d_b);
+            free(a), free(b), free(c), free(ar), free(br), free(c32);
+        }
+    cuda_kernels_close(ctx);
+}
+
 static void test_matmul(void **state) {
     (void)state;
     SKIP_WITHOUT_DEVICE();
@@ -521,6 +581,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_encoder),           cmocka_unit_test(test_layernorm),
         cmocka_unit_test(test_elementwise),       cmocka_unit_test(test_gemm_counted),
+        cmocka_unit_test(test_gemm_bf16),
         cmocka_unit_test(test_matmul),            cmocka_unit_test(test_crossentropy),
         cmocka_unit_test(test_crossentropy_vocab_parallel), cmocka_unit_test(test_dispatch_device),
         cmocka_unit_test(test_dispatch_host),
