@@ -61,14 +61,16 @@ int device_memory_used(const struct device_info *d, size_t *used, size_t *total,
 struct kernel_context *device_kernels_open(const struct device_info *d, bool bf16_gemms, char *err, size_t err_len);
 void device_kernels_close(const struct device_info *d, struct kernel_context *k);
 
-/* A GPU's peak FLOP/s: the data sheet's dense bf16 figure for its name
- * (0 when the name is not in the table; MFU divides by it) and cuBLAS
- * GEMMs measured now: bf16 operands with fp32 accumulation, and fp32
- * without TF32 (the math this build's layer GEMMs use). */
+/* A GPU's peak FLOP/s: cuBLAS GEMMs measured now, bf16 operands with fp32
+ * accumulation and fp32 without TF32 (the math this build's layer GEMMs
+ * use); and the data sheet's dense bf16 figure, which MFU divides by: the
+ * trainer fills it from train/theory_devices.c (0 when the GPU is not in
+ * that table), which this layer cannot reach. */
 struct device_peak {
     double spec_bf16, gemm_bf16, gemm_fp32;
 };
-/* 0, or -1 with a message (the CPU: there is no such peak). */
+/* The measured fields (spec_bf16 0); 0, or -1 with a message (the CPU:
+ * there is no such peak). */
 int device_measure_peak(const struct device_info *d, struct device_peak *p, char *err, size_t err_len);
 
 /* Whether d's attention_lse kernels (--attention flash; include/layers.h)

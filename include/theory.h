@@ -184,9 +184,13 @@ struct theory_device {
     const char *name;
     double peak_flops;  /* dense bf16 FLOP/s */
     double memory;      /* bytes */
+    const char *gpu;    /* a part of the CUDA device name (cudaGetDeviceProperties) that identifies it; NULL: none */
 };
 /* NULL when the name is unknown. */
 const struct theory_device *theory_device_find(const char *name);
+/* The device whose `gpu` part a CUDA device name holds (a GPU run's MFU
+ * divides by its peak); NULL when none does. */
+const struct theory_device *theory_device_of_gpu(const char *cuda_name);
 /* "a100, h100, ..." for error messages. */
 const char *theory_device_names(void);
 

@@ -59,10 +59,7 @@ int device_memory_used(const struct device_info *d, size_t *used, size_t *total,
 int device_measure_peak(const struct device_info *d, struct device_peak *p, char *err, size_t err_len) {
     *p = (struct device_peak){0};
 #ifdef SHARDLAB_CUDA
-    if (d->kind == DEVICE_CUDA) {
-        p->spec_bf16 = cuda_spec_bf16_flops(d->name);
-        return cuda_gemm_peak(&p->gemm_bf16, &p->gemm_fp32, err, err_len);
-    }
+    if (d->kind == DEVICE_CUDA) return cuda_gemm_peak(&p->gemm_bf16, &p->gemm_fp32, err, err_len);
 #endif
     snprintf(err, err_len, "peak FLOP/s: the run is on the %s, not a GPU", d->name);
     return -1;

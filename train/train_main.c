@@ -18,6 +18,7 @@
 #include "report.h"
 #include "run_record.h"
 #include "stop_signal.h"
+#include "theory.h"
 #include "trace_file.h"
 #include "trainer.h"
 
@@ -186,6 +187,8 @@ int main(int argc, char **argv) {
         char perr[DEVICE_ERR_LEN];
         if (device_measure_peak(&dev, &run.gpu_peak, perr, sizeof perr) != 0 && rank == 0)
             fprintf(stderr, "warning: %s\n", perr);
+        const struct theory_device *sheet_of = theory_device_of_gpu(dev.name);
+        run.gpu_peak.spec_bf16 = sheet_of ? sheet_of->peak_flops : 0.0;
         double sheet = run.gpu_peak.spec_bf16 > 0 ? run.gpu_peak.spec_bf16 : run.gpu_peak.gemm_bf16;
         run.peak_flops = tr.peak_flops = run.peak_measured ? sheet : cfg.peak_flops;
     } else {

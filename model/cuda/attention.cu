@@ -73,13 +73,13 @@ struct batched_gemm {
                     int64_t sa, const float *b, int64_t ldb, int64_t sb, float *c, int64_t ldc, int64_t sc,
                     int64_t batch) const {
         const float beta = 0.0f;
-        double t0 = seconds();
+        double t0 = kernel_clock();
         blas_check(cublasSgemmStridedBatched(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                                              (int)n, (int)m, (int)k, &alpha, b, (int)ldb, (long long)sb, a, (int)lda,
                                              (long long)sa, &beta, c, (int)ldc, (long long)sc, (int)batch),
                    "cublasSgemmStridedBatched");
         cuda_done("attention (GEMM)");
-        fc->gemm_seconds += seconds() - t0;
+        fc->gemm_seconds += kernel_clock() - t0;
         fc->attention += 2.0 * (double)m * (double)n * (double)k * (double)batch;
     }
 };

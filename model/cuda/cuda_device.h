@@ -22,13 +22,11 @@ int cuda_device_open(bool required, struct device_info *d, char *err, size_t err
 int cuda_local_rank(char *err, size_t err_len);
 
 void cuda_mem_install(struct mem_tracker *t);
-/* model/cuda/device_peak.cu: the data sheet's dense bf16 FLOP/s for a GPU
- * name (0 if unknown); cuBLAS GEMM FLOP/s measured on the current GPU,
- * bf16 operands (fp32 accumulation) and fp32 (no TF32). */
-double cuda_spec_bf16_flops(const char *name);
 /* model/cuda/kernel_context.cu: device_kernels_open/close on the current GPU. */
 struct kernel_context *cuda_kernels_open(bool bf16_gemms, char *err, size_t err_len);
 void cuda_kernels_close(struct kernel_context *k);
+/* model/cuda/device_peak.cu: cuBLAS GEMM FLOP/s measured on the current
+ * GPU, bf16 operands (fp32 accumulation) and fp32 (no TF32). */
 int cuda_gemm_peak(double *bf16, double *fp32, char *err, size_t err_len);
 int cuda_mem_used(size_t *used, size_t *total, char *err, size_t err_len);
 

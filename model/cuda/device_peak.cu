@@ -1,7 +1,6 @@
-// A GPU's peak FLOP/s (include/device.h: device_measure_peak): the spec
-// sheet's dense bf16 figure, which MFU divides by (the sparse figure, twice
-// as large, is not a dense GEMM's), and cuBLAS GEMMs timed now with CUDA
-// events: bf16 operands with fp32 accumulation (what the tensor cores
+// A GPU's measured peak FLOP/s (include/device.h: device_measure_peak; the
+// data sheet's, which MFU divides by, is train/theory_devices.c's): cuBLAS
+// GEMMs timed now with CUDA events: bf16 operands with fp32 accumulation (what the tensor cores
 // give a transformer) and fp32 operands without TF32 (the math this
 // build's layer GEMMs use today: matmul.cu). Square n x n x n, a warm-up
 // then the best of several timed calls.
@@ -14,16 +13,6 @@
 namespace {
 
 constexpr int kN = 8192, kTrials = 5;
-
-// Dense bf16 tensor-core peaks from the vendors' data sheets (FLOP/s).
-struct spec { const char *name_part; double bf16; };
-constexpr spec kSpecs[] = {
-    {"H100 80GB HBM3", 989.4e12}, // H100 SXM5
-    {"H100 PCIe", 756.5e12},
-    {"H100 NVL", 835.5e12},
-    {"H200", 989.4e12},
-    {"A100", 312e12},
-};
 
 bool ok(cudaError_t e, const char *what, char *err, size_t len) {
     if (e == cudaSuccess) return true;
@@ -58,12 +47,6 @@ double best_gemm(cublasHandle_t h, cudaDataType t, cublasComputeType_t compute, 
 }
 
 } // namespace
-
-extern "C" double cuda_spec_bf16_flops(const char *name) {
-    for (const spec &s : kSpecs)
-        if (strstr(name, s.name_part)) return s.bf16;
-    return 0.0;
-}
 
 extern "C" int cuda_gemm_peak(double *bf16, double *fp32, char *err, size_t err_len) {
     *bf16 = *fp32 = 0.0;

@@ -128,7 +128,7 @@ void cuda_gemm_counted(struct flop_counter *fc, enum gemm_kind kind, bool trans_
                        int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                        float *c, int64_t ldc) {
     check_shape(trans_a, trans_b, m, n, k, lda, ldb, ldc);
-    double t0 = seconds();
+    double t0 = kernel_clock();
     if (m > 0 && n > 0) {  // cuBLAS, like BLAS, scales C by beta when k == 0
         const struct kernel_context *kc = fc->kernels;
         cublasHandle_t h = kc ? (cublasHandle_t)kc->cublas : open_handle();
@@ -144,7 +144,7 @@ void cuda_gemm_counted(struct flop_counter *fc, enum gemm_kind kind, bool trans_
         if (!kc) blas_check(cublasDestroy(h), "cublasDestroy");
     }
     // Not called from OpenMP regions on the device path: plain adds.
-    fc->gemm_seconds += seconds() - t0;
+    fc->gemm_seconds += kernel_clock() - t0;
     (kind == GEMM_ATTENTION ? fc->attention : fc->gemm) += 2.0 * (double)m * (double)n * (double)k;
 }
 
