@@ -39,9 +39,11 @@ void trainer_sample(struct trainer *tr, FILE *out) {
     if (n_ctx == 0) ctx[n_ctx++] = '\n';
     /* the last position's logits, copied out of the model's space (a GPU's memory) */
     float *row = mem_alloc(&tr->mem, MEM_HOST, MEM_SCRATCH, "sampling logits row", (size_t)c->vocab_size * sizeof *row);
-    if (!row) {
-        if (out) fprintf(out, "\n(sampling skipped: %zu bytes for a logits row could not be allocated)\n",
+    char err[TRAINER_ERR_LEN];
+    if (trainer_agree(tr, row ? 0 : -1, err) != 0) { /* every rank runs the forwards, so all skip or none */
+        if (out) fprintf(out, "\n(sampling skipped: %zu bytes for a logits row could not be allocated on some rank)\n",
                          (size_t)c->vocab_size * sizeof *row);
+        mem_free(&tr->mem, row);
         return;
     }
     for (int i = 0; i < c->sample_tokens; i++) {
