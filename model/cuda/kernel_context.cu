@@ -1,5 +1,7 @@
 // The run's kernel context (kernel_context.h; include/device.h).
 #include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -12,6 +14,24 @@ extern "C" struct kernel_context *cuda_kernels_open(bool bf16_gemms, char *err, 
         cublasSetMathMode(h, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS) {
         snprintf(err, err_len, "the GPU's kernel context: %s", k ? "cublasCreate failed" : "out of host memory");
         if (h) cublasDestroy(h);
+        free(k);
+        return nullptr;
+    }
+    /* The kernels' short-lived buffers (bf16 GEMM operands, column-sum
+     * partials, the embedding's sort) come from the device's stream-ordered
+     * pool. Its default release threshold is 0: every synchronize (each
+     * layers.h call makes one) hands the pool's memory back to the driver,
+     * and the next cudaMallocAsync maps it again, gigabytes a step. Kept
+     * instead, the pool stays at its peak, which the memory table shows as
+     * "device untracked". */
+    cudaMemPool_t pool;
+    int dev = 0;
+    uint64_t keep = UINT64_MAX;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetDefaultMemPool(&pool, dev) != cudaSuccess ||
+        cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) != cudaSuccess) {
+        snprintf(err, err_len, "the GPU's kernel context: the device's memory pool: %s",
+                 cudaGetErrorString(cudaGetLastError()));
+        cublasDestroy(h);
         free(k);
         return nullptr;
     }
