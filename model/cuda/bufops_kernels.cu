@@ -85,14 +85,17 @@ int sum_squares(const T *src, size_t n, double *out) {
     if (n == 0) return 0;
     unsigned blocks = blocks_for(n);
     if (blocks > kSumBlocks) blocks = kSumBlocks;
-    double *scratch = nullptr;  // blocks partials, then the result
-    cudaError_t e = cudaMalloc(&scratch, (blocks + 1) * sizeof(double));
+    // blocks partials, then the result; from the stream-ordered pool, as
+    // cudaMalloc/cudaFree would synchronize the device per call (one call a
+    // gradient segment: hundreds a step)
+    double *scratch = nullptr;
+    cudaError_t e = cudaMallocAsync((void **)&scratch, (blocks + 1) * sizeof(double), 0);
     if (e != cudaSuccess) return (int)e;
     sumsq_partials<T><<<blocks, BUFOPS_BLOCK>>>(src, n, scratch);
     sumsq_finish<<<1, BUFOPS_BLOCK>>>(scratch, blocks, scratch + blocks);
     e = cudaGetLastError();
     if (e == cudaSuccess) e = cudaMemcpy(out, scratch + blocks, sizeof(double), cudaMemcpyDeviceToHost);
-    cudaError_t f = cudaFree(scratch);
+    cudaError_t f = cudaFreeAsync(scratch, 0);
     return (int)(e != cudaSuccess ? e : f);
 }
 

@@ -1,8 +1,6 @@
 // The GEMMs on the device (layers.h; model/cpu/matmul.c) through cuBLAS,
 // fp32 operands and fp32 compute (CUBLAS_DEFAULT_MATH: no TF32), since
-// the engine hands the layers fp32 views. bf16 operands with fp32
-// accumulation (cublasLtMatmul, with the bias and GELU epilogues) are the
-// speed step's (docs/GPU.md). FLOPs are counted as the CPU counts them:
+// the engine hands the layers fp32 views. FLOPs are counted as the CPU counts them:
 // 2mnk per GEMM into fc->gemm or fc->attention, its synchronized wall
 // time into fc->gemm_seconds, N*OC into fc->other for a bias.
 //
@@ -14,8 +12,9 @@
 // The run's kernel context (kernel_context.h, reached through the flop
 // counter) gives every GEMM one cuBLAS handle, and with gemm_dtype bf16
 // the layer GEMMs (not the attention's) take bf16 operands with fp32
-// accumulation. Without it (a test's counter) each GEMM makes its own
-// handle and stays fp32.
+// accumulation; matmul_forward/backward round each operand once for all
+// the GEMMs that read it (the backward's dout feeds two). Without a
+// context (a test's counter) each GEMM makes its own handle and stays fp32.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <time.h>
@@ -92,27 +91,42 @@ __nv_bfloat16 *to_bf16(const float *x, int64_t rows, int64_t cols, int64_t ld) {
     return p;
 }
 
-// A GEMM operand as stored: row-major rows of cols values, ld apart.
-struct operand {
-    const float *p;
-    int64_t ld, rows, cols;
+// A bf16 copy of a row-major operand (rows of cols values, ld apart).
+struct bf16_operand {
+    const __nv_bfloat16 *p;
+    int64_t ld;
 };
 
-// Column-major C (mc, nc) = alpha op(X) op(Y) + beta C with X, Y rounded to
-// bf16 and fp32 accumulation (the tensor cores' bf16 path). The operands'
-// rounded copies come from CUDA's stream-ordered pool (cudaMallocAsync),
-// which the tracker does not see: the memory table's "device untracked"
-// row holds them.
-void bf16_gemm(cublasHandle_t h, cublasOperation_t opx, cublasOperation_t opy, int64_t mc, int64_t nc, int64_t k,
-               float alpha, struct operand x, struct operand y, float beta, float *c, int64_t ldc) {
-    __nv_bfloat16 *xb = to_bf16(x.p, x.rows, x.cols, x.ld), *yb = to_bf16(y.p, y.rows, y.cols, y.ld);
-    blas_check(cublasGemmEx(h, opx, opy, (int)mc, (int)nc, (int)k, &alpha, xb, CUDA_R_16BF, (int)x.ld, yb,
-                            CUDA_R_16BF, (int)y.ld, &beta, c, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F,
-                            CUBLAS_GEMM_DEFAULT),
-               "cublasGemmEx (bf16)");
-    cuda_check(cudaFreeAsync(xb, 0), "gemm_counted (bf16 operand)");
-    cuda_check(cudaFreeAsync(yb, 0), "gemm_counted (bf16 operand)");
+bf16_operand bf16_of(const float *x, int64_t rows, int64_t cols, int64_t ld) {
+    return bf16_operand{rows > 0 && cols > 0 ? to_bf16(x, rows, cols, ld) : nullptr, ld};
 }
+
+void bf16_free(bf16_operand x, const char *what) {
+    if (x.p) cuda_check(cudaFreeAsync((void *)x.p, 0), what);
+}
+
+// Row-major C (m, n) = alpha op(A) op(B) + beta C from bf16 operands with
+// fp32 accumulation (the tensor cores' bf16 path), counted and timed as
+// cuda_gemm_counted counts a GEMM (the rounding is not in the time).
+void gemm_bf16_counted(struct flop_counter *fc, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                       float alpha, bf16_operand a, bf16_operand b, float beta, float *c, int64_t ldc) {
+    check_shape(trans_a, trans_b, m, n, k, a.ld, b.ld, ldc);
+    double t0 = kernel_clock();
+    if (m > 0 && n > 0) {  // k == 0 still scales C by beta
+        cublasHandle_t h = (cublasHandle_t)fc->kernels->cublas;
+        cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+        blas_check(cublasGemmEx(h, op_b, op_a, (int)n, (int)m, (int)k, &alpha, b.p, CUDA_R_16BF, (int)b.ld, a.p,
+                                CUDA_R_16BF, (int)a.ld, &beta, c, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT),
+                   "cublasGemmEx (bf16)");
+        cuda_done("gemm_counted");
+    }
+    fc->gemm_seconds += kernel_clock() - t0;
+    fc->gemm += 2.0 * (double)m * (double)n * (double)k;
+}
+
+// Whether the run's layer GEMMs take bf16 operands (kernel_context.h).
+bool bf16_layers(const struct flop_counter *fc) { return fc->kernels && fc->kernels->bf16_gemms; }
 
 void add_bias(float *out, const float *bias, int64_t N, int64_t OC, const char *what) {
     if (N * OC == 0) return;
@@ -128,18 +142,22 @@ void cuda_gemm_counted(struct flop_counter *fc, enum gemm_kind kind, bool trans_
                        int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                        float *c, int64_t ldc) {
     check_shape(trans_a, trans_b, m, n, k, lda, ldb, ldc);
+    if (kind == GEMM_LAYER && bf16_layers(fc) && k > 0) {
+        bf16_operand ab = bf16_of(a, trans_a ? k : m, trans_a ? m : k, lda);
+        bf16_operand bb = bf16_of(b, trans_b ? n : k, trans_b ? k : n, ldb);
+        gemm_bf16_counted(fc, trans_a, trans_b, m, n, k, alpha, ab, bb, beta, c, ldc);
+        bf16_free(ab, "gemm_counted (bf16 operand)");
+        bf16_free(bb, "gemm_counted (bf16 operand)");
+        return;
+    }
     double t0 = kernel_clock();
     if (m > 0 && n > 0) {  // cuBLAS, like BLAS, scales C by beta when k == 0
         const struct kernel_context *kc = fc->kernels;
         cublasHandle_t h = kc ? (cublasHandle_t)kc->cublas : open_handle();
         cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-        if (kc && kc->bf16_gemms && kind == GEMM_LAYER && k > 0)
-            bf16_gemm(h, op_b, op_a, n, m, k, alpha, (struct operand){b, ldb, trans_b ? n : k, trans_b ? k : n},
-                      (struct operand){a, lda, trans_a ? k : m, trans_a ? m : k}, beta, c, ldc);
-        else
-            blas_check(cublasSgemm(h, op_b, op_a, (int)n, (int)m, (int)k, &alpha, b, (int)ldb, a, (int)lda, &beta, c,
-                                   (int)ldc),
-                       "cublasSgemm");
+        blas_check(cublasSgemm(h, op_b, op_a, (int)n, (int)m, (int)k, &alpha, b, (int)ldb, a, (int)lda, &beta, c,
+                               (int)ldc),
+                   "cublasSgemm");
         cuda_done("gemm_counted");
         if (!kc) blas_check(cublasDestroy(h), "cublasDestroy");
     }
@@ -151,9 +169,19 @@ void cuda_gemm_counted(struct flop_counter *fc, enum gemm_kind kind, bool trans_
 void cuda_matmul_forward_sliced(float *out, const float *inp, const float *weight, const float *bias, int64_t N,
                                 int64_t C, int64_t OC, int64_t max_rows, struct flop_counter *fc) {
     const int64_t rows = slice_rows("matmul_forward", N, C, OC, max_rows);
-    for (int64_t r = 0; r < N; r += rows)
-        cuda_gemm_counted(fc, GEMM_LAYER, false, true, min64(rows, N - r), OC, C, 1.0f, inp + r * C, C, weight, C,
-                          0.0f, out + r * OC, OC);
+    if (bf16_layers(fc)) {  // each operand rounded once for all its slices
+        const char *what = "matmul_forward (bf16 operands)";
+        bf16_operand x = bf16_of(inp, N, C, C), w = bf16_of(weight, OC, C, C);
+        for (int64_t r = 0; r < N; r += rows)
+            gemm_bf16_counted(fc, false, true, min64(rows, N - r), OC, C, 1.0f, bf16_operand{x.p + r * C, C}, w,
+                              0.0f, out + r * OC, OC);
+        bf16_free(x, what);
+        bf16_free(w, what);
+    } else {
+        for (int64_t r = 0; r < N; r += rows)
+            cuda_gemm_counted(fc, GEMM_LAYER, false, true, min64(rows, N - r), OC, C, 1.0f, inp + r * C, C, weight,
+                              C, 0.0f, out + r * OC, OC);
+    }
     if (!bias) return;
     add_bias(out, bias, N, OC, "matmul_forward (bias)");
     fc->other += (double)N * OC;
@@ -163,12 +191,26 @@ void cuda_matmul_backward_sliced(float *dinp, float *dweight, float *dbias, cons
                                  const float *weight, int64_t N, int64_t C, int64_t OC, int64_t max_rows,
                                  struct flop_counter *fc) {
     const int64_t rows = slice_rows("matmul_backward", N, C, OC, max_rows);
-    for (int64_t r = 0; r < N; r += rows)  // dinp rows are independent
-        cuda_gemm_counted(fc, GEMM_LAYER, false, false, min64(rows, N - r), C, OC, 1.0f, dout + r * OC, OC, weight,
-                          C, 0.0f, dinp + r * C, C);
-    for (int64_t r = 0; r < N; r += rows)  // N is dweight's reduction: each slice adds (beta = 1)
-        cuda_gemm_counted(fc, GEMM_LAYER, true, false, OC, C, min64(rows, N - r), 1.0f, dout + r * OC, OC,
-                          inp + r * C, C, 1.0f, dweight, C);
+    if (bf16_layers(fc)) {  // dout serves both GEMMs: rounded once (the logits' gradient is B T Vp values)
+        const char *what = "matmul_backward (bf16 operands)";
+        bf16_operand d = bf16_of(dout, N, OC, OC), w = bf16_of(weight, OC, C, C), x = bf16_of(inp, N, C, C);
+        for (int64_t r = 0; r < N; r += rows)
+            gemm_bf16_counted(fc, false, false, min64(rows, N - r), C, OC, 1.0f, bf16_operand{d.p + r * OC, OC}, w,
+                              0.0f, dinp + r * C, C);
+        for (int64_t r = 0; r < N; r += rows)
+            gemm_bf16_counted(fc, true, false, OC, C, min64(rows, N - r), 1.0f, bf16_operand{d.p + r * OC, OC},
+                              bf16_operand{x.p + r * C, C}, 1.0f, dweight, C);
+        bf16_free(d, what);
+        bf16_free(w, what);
+        bf16_free(x, what);
+    } else {
+        for (int64_t r = 0; r < N; r += rows)  // dinp rows are independent
+            cuda_gemm_counted(fc, GEMM_LAYER, false, false, min64(rows, N - r), C, OC, 1.0f, dout + r * OC, OC,
+                              weight, C, 0.0f, dinp + r * C, C);
+        for (int64_t r = 0; r < N; r += rows)  // N is dweight's reduction: each slice adds (beta = 1)
+            cuda_gemm_counted(fc, GEMM_LAYER, true, false, OC, C, min64(rows, N - r), 1.0f, dout + r * OC, OC,
+                              inp + r * C, C, 1.0f, dweight, C);
+    }
     if (!dbias) return;
     if (N * OC > 0) {
         column_sum(dbias, N, OC, dbias_term{dout, OC}, "matmul_backward (bias)");

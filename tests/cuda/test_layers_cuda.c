@@ -355,46 +355,63 @@ static void test_gemm_bf16(void **state) {
     cuda_kernels_close(ctx);
 }
 
+/* matmul_forward/backward, fp32 (bf16 0) and with --gemm_dtype bf16's
+ * context (bf16 1: each operand rounded once for all its slices' GEMMs),
+ * against the CPU on the operands the GPU multiplies (rounded to bf16 for
+ * bf16 1), normwise 1e-5. The bias (added and summed in fp32 either way)
+ * is checked on the fp32 pass. */
 static void test_matmul(void **state) {
     (void)state;
     SKIP_WITHOUT_DEVICE();
+    char err[128];
+    struct kernel_context *ctx = cuda_kernels_open(true, err, sizeof err);
+    if (!ctx) fail_msg("cuda_kernels_open: %s", err);
     /* N C OC max_rows (MATMUL_MAX_DIM: unsliced) */
     const int64_t shapes[][4] = {{1, 1, 1, MATMUL_MAX_DIM}, {7, 257, 255, MATMUL_MAX_DIM}, {64, 768, 1000, 64},
                                  {100, 129, 300, 7}, {513, 64, 65, MATMUL_MAX_DIM}};
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-        for (int with_bias = 0; with_bias < 2; with_bias++) {
-            int64_t N = shapes[s][0], C = shapes[s][1], OC = shapes[s][2], R = shapes[s][3];
-            float *inp = rand_f32(N * C, 70, 1.0f), *w = rand_f32(OC * C, 71, 1.0f), *bias = rand_f32(OC, 72, 1.0f);
-            float *dout = rand_f32(N * OC, 73, 1.0f), *dw = rand_f32(OC * C, 74, 1.0f), *db = rand_f32(OC, 75, 1.0f);
-            float *out = malloc(F(N * OC)), *dinp = malloc(F(N * C));
-            float *d_inp = dev_from(inp, F(N * C)), *d_w = dev_from(w, F(OC * C));
-            float *d_bias = with_bias ? dev_from(bias, F(OC)) : NULL, *d_out = dev_poisoned(F(N * OC));
-            struct flop_counter fc = {0}, gc = {0};
-            cuda_matmul_forward_sliced(d_out, d_inp, d_w, d_bias, N, C, OC, R, &gc);
-            cpu_matmul_forward_sliced(out, inp, w, with_bias ? bias : NULL, N, C, OC, R, &fc);
-            float *got = back(d_out, F(N * OC), "matmul_forward");
-            expect_close("matmul_forward", out, got, N * OC, 1e-5);
-            free(got);
-            float *d_dout = dev_from(dout, F(N * OC)), *d_dinp = dev_poisoned(F(N * C));
-            float *d_dw = dev_from(dw, F(OC * C)), *d_db = with_bias ? dev_from(db, F(OC)) : NULL;
-            cuda_matmul_backward_sliced(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC, R, &gc);
-            cpu_matmul_backward_sliced(dinp, dw, with_bias ? db : NULL, dout, inp, w, N, C, OC, R, &fc);
-            got = back(d_dinp, F(N * C), "matmul_backward dinp");
-            expect_close("matmul_backward dinp", dinp, got, N * C, 1e-5);
-            free(got);
-            got = back(d_dw, F(OC * C), "matmul_backward dweight");
-            expect_close("matmul_backward dweight (+=)", dw, got, OC * C, 1e-5);
-            free(got);
-            if (with_bias) {
-                got = back(d_db, F(OC), "matmul_backward dbias");
-                expect_column_sum("matmul_backward dbias (+=)", db, got, OC, N);
+    for (int bf = 0; bf < 2; bf++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int with_bias = 0; with_bias < 2 - bf; with_bias++) {
+                int64_t N = shapes[s][0], C = shapes[s][1], OC = shapes[s][2], R = shapes[s][3];
+                float *inp = rand_f32(N * C, 70, 1.0f), *w = rand_f32(OC * C, 71, 1.0f);
+                float *bias = rand_f32(OC, 72, 1.0f), *dout = rand_f32(N * OC, 73, 1.0f);
+                float *dw = rand_f32(OC * C, 74, 1.0f), *db = rand_f32(OC, 75, 1.0f);
+                float *out = malloc(F(N * OC)), *dinp = malloc(F(N * C));
+                /* what the GPU multiplies */
+                float *inp_m = bf ? rounded_bf16(inp, N * C) : inp, *w_m = bf ? rounded_bf16(w, OC * C) : w;
+                float *dout_m = bf ? rounded_bf16(dout, N * OC) : dout;
+                float *d_inp = dev_from(inp, F(N * C)), *d_w = dev_from(w, F(OC * C));
+                float *d_bias = with_bias ? dev_from(bias, F(OC)) : NULL, *d_out = dev_poisoned(F(N * OC));
+                struct flop_counter fc = {0}, gc = {.kernels = bf ? ctx : NULL};
+                const char *fwd = bf ? "matmul_forward (bf16)" : "matmul_forward";
+                cuda_matmul_forward_sliced(d_out, d_inp, d_w, d_bias, N, C, OC, R, &gc);
+                cpu_matmul_forward_sliced(out, inp_m, w_m, with_bias ? bias : NULL, N, C, OC, R, &fc);
+                float *got = back(d_out, F(N * OC), fwd);
+                expect_close(fwd, out, got, N * OC, 1e-5);
                 free(got);
-                cudaFree(d_bias);
+                float *d_dout = dev_from(dout, F(N * OC)), *d_dinp = dev_poisoned(F(N * C));
+                float *d_dw = dev_from(dw, F(OC * C)), *d_db = with_bias ? dev_from(db, F(OC)) : NULL;
+                cuda_matmul_backward_sliced(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC, R, &gc);
+                cpu_matmul_backward_sliced(dinp, dw, with_bias ? db : NULL, dout_m, inp_m, w_m, N, C, OC, R, &fc);
+                got = back(d_dinp, F(N * C), "matmul_backward dinp");
+                expect_close(bf ? "matmul_backward dinp (bf16)" : "matmul_backward dinp", dinp, got, N * C, 1e-5);
+                free(got);
+                got = back(d_dw, F(OC * C), "matmul_backward dweight");
+                expect_close(bf ? "matmul_backward dweight (+=, bf16)" : "matmul_backward dweight (+=)", dw, got,
+                             OC * C, 1e-5);
+                free(got);
+                if (with_bias) {
+                    got = back(d_db, F(OC), "matmul_backward dbias");
+                    expect_column_sum("matmul_backward dbias (+=)", db, got, OC, N);
+                    free(got);
+                    cudaFree(d_bias);
+                }
+                expect_flops(bf ? "matmul (bf16)" : "matmul", &fc, &gc);
+                cudaFree(d_inp), cudaFree(d_w), cudaFree(d_dout); /* back() freed the rest */
+                if (bf) free(inp_m), free(w_m), free(dout_m);
+                free(inp), free(w), free(bias), free(dout), free(dw), free(db), free(out), free(dinp);
             }
-            expect_flops("matmul", &fc, &gc);
-            cudaFree(d_inp), cudaFree(d_w), cudaFree(d_dout);
-            free(inp), free(w), free(bias), free(dout), free(dw), free(db), free(out), free(dinp);
-        }
+    cuda_kernels_close(ctx);
 }
 
 /* ---- cross-entropy ---- */
