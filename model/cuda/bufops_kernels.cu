@@ -38,6 +38,31 @@ __global__ void narrow_kernel(uint16_t *dst, const float *src, size_t n) {
 __global__ void round_kernel(float *x, size_t n) {
     GRID_STRIDE(i, n) x[i] = bf16_to_f32_dev(f32_to_bf16_dev(x[i]));
 }
+
+// The same three, four values a thread: one 16-byte float4 and one 8-byte
+// uint2 of four bf16 per access instead of four narrow ones. The saved
+// activations go through them every layer (a step at GPT-2 124M's B 32
+// moves about 100 GB this way), where the scalar forms reach a part of
+// the memory bandwidth only. n4 groups of 4; the caller does the tail.
+__device__ __forceinline__ uint2 narrow4(float4 v) {
+    return make_uint2((uint32_t)f32_to_bf16_dev(v.x) | (uint32_t)f32_to_bf16_dev(v.y) << 16,
+                      (uint32_t)f32_to_bf16_dev(v.z) | (uint32_t)f32_to_bf16_dev(v.w) << 16);
+}
+__device__ __forceinline__ float4 widen4(uint2 h) {
+    return make_float4(bf16_to_f32_dev((uint16_t)h.x), bf16_to_f32_dev((uint16_t)(h.x >> 16)),
+                       bf16_to_f32_dev((uint16_t)h.y), bf16_to_f32_dev((uint16_t)(h.y >> 16)));
+}
+__global__ void widen4_kernel(float4 *dst, const uint2 *src, size_t n4) {
+    GRID_STRIDE(i, n4) dst[i] = widen4(src[i]);
+}
+__global__ void narrow4_kernel(uint2 *dst, const float4 *src, size_t n4) {
+    GRID_STRIDE(i, n4) dst[i] = narrow4(src[i]);
+}
+__global__ void round4_kernel(float4 *x, size_t n4) {
+    GRID_STRIDE(i, n4) x[i] = widen4(narrow4(x[i]));
+}
+
+bool aligned(const void *p, size_t bytes) { return (uintptr_t)p % bytes == 0; }
 // __fadd_rn: an IEEE add the compiler may not contract into an FMA.
 __global__ void acc_f32_kernel(float *dst, const float *src, size_t n) {
     GRID_STRIDE(i, n) dst[i] = __fadd_rn(dst[i], src[i]);
@@ -110,9 +135,23 @@ int launch(K kernel, size_t n, A... args) {
 
 extern "C" {
 
-int cuda_k_widen(float *dst, const uint16_t *src, size_t n) { return launch(widen_kernel, n, dst, src); }
-int cuda_k_narrow(uint16_t *dst, const float *src, size_t n) { return launch(narrow_kernel, n, dst, src); }
-int cuda_k_round_bf16(float *x, size_t n) { return launch(round_kernel, n, x); }
+// Four at a time where both sides are aligned for it (the tracked buffers
+// are; a view into one may not be), then the scalar kernel for the tail.
+int cuda_k_widen(float *dst, const uint16_t *src, size_t n) {
+    size_t n4 = aligned(dst, 16) && aligned(src, 8) ? n / 4 : 0;
+    int e = launch(widen4_kernel, n4, (float4 *)dst, (const uint2 *)src);
+    return e ? e : launch(widen_kernel, n - 4 * n4, dst + 4 * n4, src + 4 * n4);
+}
+int cuda_k_narrow(uint16_t *dst, const float *src, size_t n) {
+    size_t n4 = aligned(dst, 8) && aligned(src, 16) ? n / 4 : 0;
+    int e = launch(narrow4_kernel, n4, (uint2 *)dst, (const float4 *)src);
+    return e ? e : launch(narrow_kernel, n - 4 * n4, dst + 4 * n4, src + 4 * n4);
+}
+int cuda_k_round_bf16(float *x, size_t n) {
+    size_t n4 = aligned(x, 16) ? n / 4 : 0;
+    int e = launch(round4_kernel, n4, (float4 *)x);
+    return e ? e : launch(round_kernel, n - 4 * n4, x + 4 * n4);
+}
 int cuda_k_accumulate_f32(float *dst, const float *src, size_t n) { return launch(acc_f32_kernel, n, dst, src); }
 int cuda_k_accumulate_bf16(uint16_t *dst, const float *src, size_t n) { return launch(acc_bf16_kernel, n, dst, src); }
 int cuda_k_add_bf16(uint16_t *dst, const uint16_t *src, size_t n) { return launch(add_bf16_kernel, n, dst, src); }

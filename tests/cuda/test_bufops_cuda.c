@@ -192,6 +192,28 @@ static void test_widen_narrow_round(void **state) {
         cpu_buf_round_bf16(fw, n);
         expect_bytes_equal(fw, got, n * 4, "buf_round_bf16", n);
         free(got);
+        /* the same from one element in: views the four-at-a-time kernels
+         * cannot take (misaligned), so the scalar ones do it all */
+        if (n > 1) {
+            cuda_buf_widen(dfw + 1, dh + 1, n - 1);
+            got = host_from(dfw, n * 4);
+            cpu_buf_widen(fw, h, n);
+            expect_bytes_equal(fw + 1, (float *)got + 1, (n - 1) * 4, "buf_widen (misaligned)", n - 1);
+            free(got);
+            float *dfm = dev_from(f, n * 4);
+            cuda_buf_narrow(dhn + 1, dfm + 1, n - 1);
+            got = host_from(dhn, n * 2);
+            cpu_buf_narrow(hw, f, n);
+            expect_bytes_equal(hw + 1, (bf16 *)got + 1, (n - 1) * 2, "buf_narrow (misaligned)", n - 1);
+            free(got);
+            cuda_buf_round_bf16(dfm + 1, n - 1);
+            got = host_from(dfm, n * 4);
+            memcpy(fw, f, n * 4);
+            cpu_buf_round_bf16(fw + 1, n - 1);
+            expect_bytes_equal(fw, got, n * 4, "buf_round_bf16 (misaligned)", n - 1);
+            free(got);
+            cudaFree(dfm);
+        }
         cudaFree(dh);
         cudaFree(dfw);
         cudaFree(df);
