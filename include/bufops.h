@@ -19,6 +19,10 @@ void buf_widen(float *dst, const bf16 *src, size_t n);
 void buf_narrow(bf16 *dst, const float *src, size_t n);
 /* x = the fp32 value nearest x that bf16 can hold (in place). */
 void buf_round_bf16(float *x, size_t n);
+/* Both at once: x rounded in place as buf_round_bf16 rounds it, and dst
+ * (bf16) = that value (buf_narrow's bits). A saved activation is rounded
+ * for the forward and packed for the backward in one pass. */
+void buf_round_narrow(bf16 *dst, float *x, size_t n);
 
 /* dst (dt) = src (fp32): a copy, or a rounding to bf16. */
 void buf_from_fp32(void *dst, enum dtype dt, const float *src, size_t n);

@@ -87,6 +87,9 @@ enum layer_stat { STAT_LN1_MEAN, STAT_LN1_RSTD, STAT_LN2_MEAN, STAT_LN2_RSTD, ST
 struct layer_view {
     float *act[ACT_NUM];
     float *stat[STAT_NUM];
+    /* where each tensor is kept as bf16 (act_dtype bf16 without full
+     * recompute, for the tensors of the per-layer block), else NULL */
+    bf16 *store[ACT_NUM];
 };
 
 /* Activation checkpointing (Korthikanti et al. 2022):

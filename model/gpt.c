@@ -2,11 +2,12 @@
  * per micro-batch slot.
  *
  * Mixed precision of activations: every kernel computes in fp32. With
- * act_dtype = bf16 a layer computes into fp32 working buffers, each saved
- * tensor is rounded to bf16 in place right after it is produced (so the
- * forward consumes exactly the values the backward will see), and the layer
- * is then packed into its bf16 store. Backward widens a layer back. With
- * act_dtype = fp32 the kernels work on the store directly.
+ * act_dtype = bf16 a layer computes into fp32 working buffers, and each
+ * saved tensor, right after it is produced, is rounded to bf16 in place
+ * (so the forward consumes exactly the values the backward will see) and
+ * written to its bf16 store in the same pass (buf_round_narrow). Backward
+ * widens a layer back. With act_dtype = fp32 the kernels work on the store
+ * directly.
  *
  * Tensor parallelism (Shoeybi et al. 2019, Figure 3): the QKV and FC GEMMs
  * are column-parallel (this rank's heads, its 4C/tp features), preceded by
@@ -101,12 +102,17 @@ static bool acts_bf16(const struct gpt *m) { return m->act_dtype == DTYPE_BF16; 
 
 static void widen(float *dst, const bf16 *src, size_t n) { buf_widen(dst, src, n); }
 
-/* Values were already rounded in place, so this conversion is exact. */
-static void pack(bf16 *dst, const float *src, size_t n) { buf_narrow(dst, src, n); }
+/* Rounds a just-computed saved tensor p (n values) to what act_dtype can
+ * hold; with a bf16 store (NULL: none) also writes it there. */
+static void round_saved(const struct gpt *m, float *p, size_t n, bf16 *store) {
+    if (!acts_bf16(m)) return;
+    if (store) buf_round_narrow(store, p, n);
+    else buf_round_bf16(p, n);
+}
 
-/* Rounds a just-computed saved tensor to what act_dtype can hold. */
-static void round_saved(const struct gpt *m, float *p, size_t n) {
-    if (acts_bf16(m)) buf_round_bf16(p, n);
+/* Layer tensor a of view v: rounded, and kept where the view keeps it. */
+static void round_act(const struct gpt *m, struct layer_view *v, enum layer_act a, size_t n) {
+    round_saved(m, v->act[a], n, v->store[a]);
 }
 
 /* The residual stream entering layer i of slot s's chunk (i = its
@@ -122,33 +128,32 @@ static float *resid_view(struct gpt *m, int s, int i, float *work, bool load) {
     return work;
 }
 
-static void resid_commit(struct gpt *m, int s, int i, const float *work) {
-    if (acts_bf16(m)) pack(resid_at(m, s, i), work, btc_l(m));
-}
+/* Residual-stream entry i's bf16 store (NULL when the stream is fp32:
+ * the view is the store). */
+static bf16 *resid_store(struct gpt *m, int s, int i) { return acts_bf16(m) ? resid_at(m, s, i) : NULL; }
 
 /* fp32 pointers to local layer i's saved tensors in slot s. Full
  * recompute: the one-layer buffer (filled by the recompute). bf16: the
- * working copy, widened from the store when `load`. fp32: the store. */
+ * working copy, widened from the store when `load`, and the store itself
+ * in v.store. fp32: the store. */
 static struct layer_view layer_view(struct gpt *m, int s, int i, bool load) {
     struct layer_view v;
     bool full = m->recompute == RECOMPUTE_FULL, work = full || acts_bf16(m);
     size_t base = (size_t)i * layer_act_total(m);
     for (int a = 0; a < ACT_NUM; a++) {
         size_t off = act_offset(m, (enum layer_act)a);
+        v.store[a] = NULL;
         if (!in_block(m, (enum layer_act)a))
             v.act[a] = flash(m) ? m->slot[s].layer_lse + (size_t)i * act_numel(m, ACT_ATT) : m->att_recompute;
         else v.act[a] = work ? m->work_acts + off : (float *)m->slot[s].layer_acts + base + off;
+        if (in_block(m, (enum layer_act)a) && !full && acts_bf16(m))
+            v.store[a] = (bf16 *)m->slot[s].layer_acts + base + off;
     }
     if (!full && acts_bf16(m) && load)
         widen(m->work_acts, (const bf16 *)m->slot[s].layer_acts + base, layer_act_total(m));
     float *stats = full ? m->full_stats : m->slot[s].layer_stats + (size_t)i * STAT_NUM * bt_l(m);
     for (int k = 0; k < STAT_NUM; k++) v.stat[k] = stats + (size_t)k * bt_l(m);
     return v;
-}
-
-static void layer_commit(struct gpt *m, int s, int i) {
-    if (m->recompute != RECOMPUTE_FULL && acts_bf16(m))
-        pack((bf16 *)m->slot[s].layer_acts + (size_t)i * layer_act_total(m), m->work_acts, layer_act_total(m));
 }
 
 static float *lnf_view(struct gpt *m, int s, bool load) {
@@ -306,8 +311,7 @@ void gpt_embed_forward(struct gpt *m, int s, const float *w_embed, const int32_t
     size_t t0 = m->sp ? (size_t)m->lay->rank.tp_rank * (size_t)m->Ts : 0;
     positions_add(out, ew(m, w_embed, EMB_WPE) + t0 * (size_t)m->shape.C, m->B, m->Ts, m->shape.C, m->flops);
     m->flops->other += (double)btc_l(m);
-    round_saved(m, out, btc_l(m));
-    resid_commit(m, s, 0, out);
+    round_saved(m, out, btc_l(m), resid_store(m, s, 0));
 }
 
 size_t gpt_stage_numel(const struct gpt *m) { return btc_l(m); }
@@ -331,7 +335,8 @@ static void row_parallel_forward(struct gpt *m, float *out, const float *inp, co
  * layer output (the recompute of full checkpointing needs no output: the
  * backward starts from the saved stream). N tokens in the GEMMs and the
  * attention, Nl (this rank's) in the LayerNorms and residual adds. */
-static void layer_forward(struct gpt *m, const float *x, struct layer_view *v, const float *w, float *out) {
+static void layer_forward(struct gpt *m, const float *x, struct layer_view *v, const float *w, float *out,
+                          bf16 *out_store) {
     int64_t N = (int64_t)bt(m), Nl = (int64_t)bt_l(m), C = m->shape.C, Cl = m->Cl, Fl = m->Fl;
     size_t nl = btc_l(m);
     struct flop_counter *fc = m->flops;
@@ -339,33 +344,33 @@ static void layer_forward(struct gpt *m, const float *x, struct layer_view *v, c
 
     layernorm_forward(a[ACT_LN1], v->stat[STAT_LN1_MEAN], v->stat[STAT_LN1_RSTD], x, wt(m, w, LAYER_LN1_W),
                       wt(m, w, LAYER_LN1_B), Nl, C, fc);
-    round_saved(m, a[ACT_LN1], nl);
+    round_act(m, v, ACT_LN1, nl);
     /* column-parallel: this rank's heads' q, k, v, from every token's ln1 */
     matmul_forward(a[ACT_QKV], conj_column_input(m, a[ACT_LN1]), wt(m, w, LAYER_QKV_W), wt(m, w, LAYER_QKV_B), N, C,
                    3 * Cl, fc);
-    round_saved(m, a[ACT_QKV], act_numel(m, ACT_QKV));
+    round_act(m, v, ACT_QKV, act_numel(m, ACT_QKV));
     if (flash(m)) { /* the lse stays fp32 */
         attention_lse_forward(a[ACT_ATTY], a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, Cl, m->NHl, fc);
     } else {
         attention_forward(a[ACT_ATTY], a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, Cl, m->NHl, fc);
-        round_saved(m, a[ACT_ATT], act_numel(m, ACT_ATT));
+        round_act(m, v, ACT_ATT, act_numel(m, ACT_ATT));
     }
-    round_saved(m, a[ACT_ATTY], act_numel(m, ACT_ATTY));
+    round_act(m, v, ACT_ATTY, act_numel(m, ACT_ATTY));
     row_parallel_forward(m, tmp, a[ACT_ATTY], wt(m, w, LAYER_ATTPROJ_W), wt(m, w, LAYER_ATTPROJ_B), Cl);
     residual_forward(a[ACT_RES2], x, tmp, (int64_t)nl, fc);
-    round_saved(m, a[ACT_RES2], nl);
+    round_act(m, v, ACT_RES2, nl);
     layernorm_forward(a[ACT_LN2], v->stat[STAT_LN2_MEAN], v->stat[STAT_LN2_RSTD], a[ACT_RES2],
                       wt(m, w, LAYER_LN2_W), wt(m, w, LAYER_LN2_B), Nl, C, fc);
-    round_saved(m, a[ACT_LN2], nl);
+    round_act(m, v, ACT_LN2, nl);
     matmul_forward(a[ACT_FCH], conj_column_input(m, a[ACT_LN2]), wt(m, w, LAYER_FC_W), wt(m, w, LAYER_FC_B), N, C, Fl,
                    fc);
-    round_saved(m, a[ACT_FCH], act_numel(m, ACT_FCH));
+    round_act(m, v, ACT_FCH, act_numel(m, ACT_FCH));
     gelu_forward(a[ACT_FCH_GELU], a[ACT_FCH], (int64_t)act_numel(m, ACT_FCH), fc);
-    round_saved(m, a[ACT_FCH_GELU], act_numel(m, ACT_FCH_GELU));
+    round_act(m, v, ACT_FCH_GELU, act_numel(m, ACT_FCH_GELU));
     if (!out) return;
     row_parallel_forward(m, tmp, a[ACT_FCH_GELU], wt(m, w, LAYER_FCPROJ_W), wt(m, w, LAYER_FCPROJ_B), Fl);
     residual_forward(out, a[ACT_RES2], tmp, (int64_t)nl, fc);
-    round_saved(m, out, nl);
+    round_saved(m, out, nl, out_store);
 }
 
 void gpt_layer_forward(struct gpt *m, int s, int l, const float *w) {
@@ -373,9 +378,7 @@ void gpt_layer_forward(struct gpt *m, int s, int l, const float *w) {
     const float *x = resid_view(m, s, i, m->work_resid_in, true);
     struct layer_view v = layer_view(m, s, i, false);
     float *out = resid_view(m, s, i + 1, m->work_resid_out, false);
-    layer_forward(m, x, &v, w, out);
-    layer_commit(m, s, i);
-    resid_commit(m, s, i + 1, out);
+    layer_forward(m, x, &v, w, out, resid_store(m, s, i + 1));
 }
 
 float gpt_head_forward(struct gpt *m, int s, const float *w_head, const float *wte, const int32_t *targets,
@@ -386,8 +389,7 @@ float gpt_head_forward(struct gpt *m, int s, const float *w_head, const float *w
     float *lnf = lnf_view(m, s, false);
     layernorm_forward(lnf, sl->lnf_stats, sl->lnf_stats + bt_l(m), x, hw(m, w_head, HEAD_LNF_W),
                       hw(m, w_head, HEAD_LNF_B), (int64_t)bt_l(m), C, m->flops);
-    round_saved(m, lnf, btc_l(m));
-    if (acts_bf16(m)) pack(sl->lnf, lnf, btc_l(m));
+    round_saved(m, lnf, btc_l(m), acts_bf16(m) ? (bf16 *)sl->lnf : NULL);
     /* The LM head is tied to the token embedding: logits = lnf . wte^T,
      * column-parallel over the vocabulary (f: lnf is whole on every rank;
      * with sp g gathers it). */
@@ -427,10 +429,10 @@ void gpt_layer_backward(struct gpt *m, int s, int l, const float *w, float *dw) 
     float **a = v.act;
     /* Recompute what was not kept. The kernels are deterministic, so the
      * values equal the forward's bit for bit (rounded alike in bf16). */
-    if (m->recompute == RECOMPUTE_FULL) layer_forward(m, x, &v, w, NULL);
+    if (m->recompute == RECOMPUTE_FULL) layer_forward(m, x, &v, w, NULL, NULL);
     if (m->recompute == RECOMPUTE_SELECTIVE && !flash(m)) { /* flash: nothing was dropped */
         attention_forward(m->dmid, a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, Cl, m->NHl, fc);
-        round_saved(m, a[ACT_ATT], act_numel(m, ACT_ATT));
+        round_act(m, &v, ACT_ATT, act_numel(m, ACT_ATT));
     }
     float *ln[4] = {dwt(m, dw, LAYER_LN1_W), dwt(m, dw, LAYER_LN1_B), dwt(m, dw, LAYER_LN2_W),
                     dwt(m, dw, LAYER_LN2_B)};

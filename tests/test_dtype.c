@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "../model/cpu/fastmath.h"
+#include "bufops.h"
 #include "dtype.h"
 #include "rng.h"
 
@@ -232,6 +233,31 @@ static void test_fast_expf_nan_inf(void **state) {
     for (int i = 0; i < 64; i++) assert_true(i % 3 ? fabsf(v[i] - expf((float)i - 40.0f)) <= 3e-7f * expf((float)i - 40.0f) : isnan(v[i]));
 }
 
+/* buf_round_narrow is buf_round_bf16 and buf_narrow in one pass: the same
+ * bits in both outputs, over random patterns with every special kind
+ * (ties, NaN, Inf, denormals) forced in, at a size OpenMP splits. */
+static void test_round_narrow_is_round_then_narrow(void **state) {
+    (void)state;
+    enum { N = 4099 };
+    static float x[N], rounded[N];
+    static bf16 h[N], want[N];
+    const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x7f800000u, 0xff800000u, 0x7fc00001u,
+                                0xffa00000u, 0x00000001u, 0x80000000u, 0x7f7fffffu};
+    for (int i = 0; i < N; i++) {
+        uint32_t bits = i < (int)(sizeof special / sizeof special[0]) ? special[i] : rng_u32(77, 0, (uint64_t)i);
+        x[i] = rounded[i] = f32_from_bits(bits);
+    }
+    buf_narrow(want, x, N);
+    buf_round_bf16(rounded, N);
+    buf_round_narrow(h, x, N);
+    for (int i = 0; i < N; i++) {
+        if (h[i] != want[i]) fail_msg("element %d: bf16 0x%04x, buf_narrow gives 0x%04x", i, h[i], want[i]);
+        if (f32_bits(x[i]) != f32_bits(rounded[i]))
+            fail_msg("element %d: rounded 0x%08x, buf_round_bf16 gives 0x%08x", i, f32_bits(x[i]),
+                     f32_bits(rounded[i]));
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rne_exact_values),
@@ -243,6 +269,7 @@ int main(void) {
         cmocka_unit_test(test_sr_special),
         cmocka_unit_test(test_fast_expf),
         cmocka_unit_test(test_fast_expf_nan_inf),
+        cmocka_unit_test(test_round_narrow_is_round_then_narrow),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

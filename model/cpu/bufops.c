@@ -28,6 +28,14 @@ void buf_round_bf16(float *x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = round_to_bf16(x[i]);
 }
 
+void buf_round_narrow(bf16 *dst, float *x, size_t n) {
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) {
+        dst[i] = f32_to_bf16(x[i]);
+        x[i] = bf16_to_f32(dst[i]);
+    }
+}
+
 void buf_from_fp32(void *dst, enum dtype dt, const float *src, size_t n) {
     if (dt == DTYPE_FP32) buf_copy(dst, src, n * sizeof *src);
     else buf_narrow(dst, src, n);

@@ -33,6 +33,9 @@ void cuda_buf_widen(float *dst, const bf16 *src, size_t n) { check(cuda_k_widen(
 void cuda_buf_narrow(bf16 *dst, const float *src, size_t n) { check(cuda_k_narrow(dst, src, n), "buf_narrow"); }
 
 void cuda_buf_round_bf16(float *x, size_t n) { check(cuda_k_round_bf16(x, n), "buf_round_bf16"); }
+void cuda_buf_round_narrow(bf16 *dst, float *x, size_t n) {
+    check(cuda_k_round_narrow(dst, x, n), "buf_round_narrow");
+}
 
 void cuda_buf_from_fp32(void *dst, enum dtype dt, const float *src, size_t n) {
     if (dt == DTYPE_FP32) cuda_buf_copy(dst, src, n * sizeof *src);

@@ -47,6 +47,11 @@ void buf_round_bf16(float *x, size_t n) {
     else cpu_buf_round_bf16(x, n);
 }
 
+void buf_round_narrow(bf16 *dst, float *x, size_t n) {
+    if (n && both_on_device(dst, x, "buf_round_narrow")) cuda_buf_round_narrow(dst, x, n);
+    else cpu_buf_round_narrow(dst, x, n);
+}
+
 void buf_from_fp32(void *dst, enum dtype dt, const float *src, size_t n) {
     if (n && both_on_device(dst, src, "buf_from_fp32")) cuda_buf_from_fp32(dst, dt, src, n);
     else cpu_buf_from_fp32(dst, dt, src, n);

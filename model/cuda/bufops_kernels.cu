@@ -38,6 +38,13 @@ __global__ void narrow_kernel(uint16_t *dst, const float *src, size_t n) {
 __global__ void round_kernel(float *x, size_t n) {
     GRID_STRIDE(i, n) x[i] = bf16_to_f32_dev(f32_to_bf16_dev(x[i]));
 }
+__global__ void round_narrow_kernel(uint16_t *dst, float *x, size_t n) {
+    GRID_STRIDE(i, n) {
+        const uint16_t h = f32_to_bf16_dev(x[i]);
+        dst[i] = h;
+        x[i] = bf16_to_f32_dev(h);
+    }
+}
 
 // The same three, four values a thread: one 16-byte float4 and one 8-byte
 // uint2 of four bf16 per access instead of four narrow ones. The saved
@@ -60,6 +67,13 @@ __global__ void narrow4_kernel(uint2 *dst, const float4 *src, size_t n4) {
 }
 __global__ void round4_kernel(float4 *x, size_t n4) {
     GRID_STRIDE(i, n4) x[i] = widen4(narrow4(x[i]));
+}
+__global__ void round_narrow4_kernel(uint2 *dst, float4 *x, size_t n4) {
+    GRID_STRIDE(i, n4) {
+        const uint2 h = narrow4(x[i]);
+        dst[i] = h;
+        x[i] = widen4(h);
+    }
 }
 
 bool aligned(const void *p, size_t bytes) { return (uintptr_t)p % bytes == 0; }
@@ -151,6 +165,11 @@ int cuda_k_round_bf16(float *x, size_t n) {
     size_t n4 = aligned(x, 16) ? n / 4 : 0;
     int e = launch(round4_kernel, n4, (float4 *)x);
     return e ? e : launch(round_kernel, n - 4 * n4, x + 4 * n4);
+}
+int cuda_k_round_narrow(uint16_t *dst, float *x, size_t n) {
+    size_t n4 = aligned(dst, 8) && aligned(x, 16) ? n / 4 : 0;
+    int e = launch(round_narrow4_kernel, n4, (uint2 *)dst, (float4 *)x);
+    return e ? e : launch(round_narrow_kernel, n - 4 * n4, dst + 4 * n4, x + 4 * n4);
 }
 int cuda_k_accumulate_f32(float *dst, const float *src, size_t n) { return launch(acc_f32_kernel, n, dst, src); }
 int cuda_k_accumulate_bf16(uint16_t *dst, const float *src, size_t n) { return launch(acc_bf16_kernel, n, dst, src); }

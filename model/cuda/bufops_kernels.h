@@ -20,6 +20,7 @@ enum { BUFOPS_BLOCK = 256 };
 int cuda_k_widen(float *dst, const uint16_t *src, size_t n);          /* dst = fp32(src), exact */
 int cuda_k_narrow(uint16_t *dst, const float *src, size_t n);         /* dst = RNE bf16(src) */
 int cuda_k_round_bf16(float *x, size_t n);                            /* x = fp32(RNE bf16(x)) */
+int cuda_k_round_narrow(uint16_t *dst, float *x, size_t n);           /* dst = RNE bf16(x), x = fp32(dst) */
 int cuda_k_accumulate_f32(float *dst, const float *src, size_t n);    /* dst += src */
 int cuda_k_accumulate_bf16(uint16_t *dst, const float *src, size_t n); /* dst = RNE(fp32(dst) + src) */
 int cuda_k_add_bf16(uint16_t *dst, const uint16_t *src, size_t n);    /* dst = RNE(fp32(dst) + fp32(src)) */

@@ -8,6 +8,7 @@
 #define buf_widen cpu_buf_widen
 #define buf_narrow cpu_buf_narrow
 #define buf_round_bf16 cpu_buf_round_bf16
+#define buf_round_narrow cpu_buf_round_narrow
 #define buf_from_fp32 cpu_buf_from_fp32
 #define buf_to_fp32 cpu_buf_to_fp32
 #define buf_accumulate cpu_buf_accumulate

@@ -192,6 +192,23 @@ static void test_widen_narrow_round(void **state) {
         cpu_buf_round_bf16(fw, n);
         expect_bytes_equal(fw, got, n * 4, "buf_round_bf16", n);
         free(got);
+        /* round_narrow, from element 0 and (misaligned) from element 1 */
+        for (size_t at = 0; at < 2 && at < n; at++) {
+            float *dx = dev_from(f, n * 4);
+            bf16 *dhr = dev_poisoned(n * 2);
+            cuda_buf_round_narrow(dhr + at, dx + at, n - at);
+            memcpy(fw, f, n * 4);
+            cpu_buf_round_narrow(hw + at, fw + at, n - at);
+            got = host_from(dx, n * 4);
+            expect_bytes_equal(fw, got, n * 4, at ? "buf_round_narrow x (misaligned)" : "buf_round_narrow x", n);
+            free(got);
+            got = host_from(dhr, n * 2);
+            expect_bytes_equal(hw + at, (bf16 *)got + at, (n - at) * 2,
+                               at ? "buf_round_narrow dst (misaligned)" : "buf_round_narrow dst", n - at);
+            free(got);
+            cudaFree(dx);
+            cudaFree(dhr);
+        }
         /* the same from one element in: views the four-at-a-time kernels
          * cannot take (misaligned), so the scalar ones do it all */
         if (n > 1) {
