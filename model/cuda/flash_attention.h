@@ -1,14 +1,19 @@
 /* Fused causal multi-head attention on the GPU, FlashAttention-2 style
- * (Dao 2023): tiled, an online softmax, bf16 tensor-core products with fp32
- * accumulation; no T x T matrix is ever stored, only one 64 x 64 tile of
- * scores per thread block, in shared memory (model/cuda/flash_attention.cu).
+ * (Dao 2023): tiled, an online softmax, bf16 tensor-core products (mma
+ * m16n8k16) with fp32 accumulation; no T x T matrix is ever stored, only
+ * one 64 x 64 tile of scores per thread block, in the warps' registers
+ * (model/cuda/flash_attention.cu: these entry points; flash_forward.cu,
+ * flash_backward.cu: the kernels; flash_attention_mma.h: their tiles).
  *
  * Shapes and layout are model/cpu/attention.c's: qkv (B,T,3C), each row
  * holding q, k, v as C-wide thirds, head h at columns h*hs of each third;
  * out (B,T,C), head h at columns h*hs; hs = C/NH; the scores are
  * q.k / sqrt(hs), causal (key j <= query i). Every pointer is device
- * memory, fp32; the kernels round q, k, v, dout and the probabilities to
- * bf16 as they load them into shared memory and accumulate in fp32.
+ * memory, fp32; the kernels round q, k, v and dout to bf16 as they load
+ * them into shared memory, the probabilities P and dS = P (dP - D) to bf16
+ * in registers as the operands of the next product, and accumulate in fp32.
+ * The forward's row sum l adds the rounded probabilities, the ones P V
+ * uses, so that out = O / l is a weighted mean of the rows of V.
  *
  * Head sizes: 32, 64 and 128; any T >= 1 (the tiles past T are masked);
  * anything else is an error: a message on stderr naming the value, and a
@@ -21,11 +26,9 @@
  * (one thread block per query tile walks the key tiles in order) instead
  * of FlashAttention-2's atomic adds from the key-tile blocks.
  *
- * Shared memory per block: 50 to 72 KB (hs 32), 70 to 89 KB (hs 64), 110
- * to 121 KB (hs 128), forward to backward,
- * which sm_80 and sm_90 give (CUDA_ARCHS); a GPU with less per block
- * (sm_86/89: 99 KB) fails hs 128 at cudaFuncSetAttribute, with CUDA's
- * message. Only in the CUDA build (make cuda). */
+ * Shared memory per block: 15 to 21 KB (hs 32), 27 to 37 KB (hs 64), 51
+ * to 69 KB (hs 128), forward to backward (bf16 operand tiles only), which
+ * every GPU from sm_80 on gives. Only in the CUDA build (make cuda). */
 #ifndef SHARDLAB_FLASH_ATTENTION_H
 #define SHARDLAB_FLASH_ATTENTION_H
 
