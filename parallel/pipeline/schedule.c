@@ -80,12 +80,14 @@ static double forward(struct pipeline *p, int c, int k, float dloss, const struc
     struct op_messages m;
     op_messages(p, c, PIPE_FORWARD, &m);
     if (c == draw_chunk(p)) src->next(src->ctx, inputs, targets);
-    if (m.in) {
-        /* the slot's sends of its previous micro-batch left before it is overwritten */
-        wait_send(p, &p->grad_sent[slot], &p->grad_pending[slot]);
-        wait_send(p, &p->act_sent[slot], &p->act_pending[slot]);
-        receive(p, engine_stage_input(e, slot), m.in->peer, m.in->tag);
-    }
+    /* the slot's sends of its previous micro-batch left before the receive
+     * or the forward overwrites them. Evaluation (one_slot) reuses a slot
+     * with its activation's send still in flight: the data must have left
+     * (MPI's eager sends copied it at the post; NCCL and synchronous sends
+     * read it when matched) */
+    wait_send(p, &p->grad_sent[slot], &p->grad_pending[slot]);
+    wait_send(p, &p->act_sent[slot], &p->act_pending[slot]);
+    if (m.in) receive(p, engine_stage_input(e, slot), m.in->peer, m.in->tag);
     struct mb_input in = {.inputs = inputs, .targets = targets};
     double t0 = now();
     int ev = trace_begin_chunk(src->trace, TRACE_FORWARD, k, c);
