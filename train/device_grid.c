@@ -10,15 +10,11 @@
 int device_grid_attach(const struct device_info *d, struct grid *g, char err[GRID_ERR_LEN]) {
     if (d->kind != DEVICE_CUDA) return 0;
 #ifdef SHARDLAB_CUDA
-    /* NCCL matches point-to-point messages in posting order (no tags), and
-     * a send waits for its receive: the pipeline schedules post them for
-     * MPI's semantics (comm_nccl.h). Refused on every rank alike. */
-    if (g->pp > 1) {
-        snprintf(err, GRID_ERR_LEN, "--pp %d on GPUs: pipeline parallelism over NCCL is not supported yet (NCCL has "
-                                    "no message tags and its sends and receives must be grouped: docs/GPU.md); "
-                                    "use --pp 1, or --device cpu", g->pp);
-        return -1;
-    }
+    /* The pp group's point to point runs on one-direction links, each its
+     * own NCCL communicator and stream (parallel/comm/cuda/nccl_links.c);
+     * NCCL matches a link's messages in posting order, which the trainer
+     * checks for the schedule before anything runs (trainer_check_layout:
+     * include/pipe_messages.h). */
     if (grid_use_nccl(g, err) != 0) return -1;
     g->nccl = true;
     return 0;

@@ -4,6 +4,8 @@
  * every rank before anything is allocated. */
 #include "trainer.h"
 
+#include "pipe_messages.h"
+
 /* The split into model chunks (stages, or pp x virtual_stages under the
  * interleaved schedule): pp_layers, or an even one. counts gets that many
  * entries. */
@@ -88,6 +90,12 @@ int trainer_check_layout(const struct config *cfg, const struct grid *g, char er
     int counts[PIPELINE_MAX_STAGES * RANK_MAX_CHUNKS];
     if (stage_counts(cfg, g->pp, counts, err) != 0) return -1;
     if (check_interleaved(cfg, g, counts, err) != 0) return -1;
+    /* over NCCL the k-th send of a link meets its k-th receive, whatever
+     * the tags: every link's two ends must post in one order (checked on
+     * the CPU too, so that both builds run the same schedules) */
+    if (g->pp > 1 && pipe_check_order(cfg->schedule, g->pp, cfg->grad_accum, config_chunks(cfg), err,
+                                      TRAINER_ERR_LEN) != 0)
+        return -1;
     if (cfg->schedule == SCHEDULE_GPIPE && cfg->grad_accum > GPT_MAX_SLOTS) {
         snprintf(err, TRAINER_ERR_LEN,
                  "schedule gpipe holds every micro-batch of a step: grad_accum = %d is more than the %d activation "

@@ -6,6 +6,8 @@
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "mpi_impl.h"
 
@@ -58,7 +60,8 @@ static int check_count(struct collectives *c, const char *call, const MPI_Status
 static int p2p_send(struct collectives *c, const void *buf, size_t n, enum dtype dt, int peer, int tag) {
     double t0 = now_s();
     if (check_args(c, "send", n, peer, tag) != 0) return -1;
-    int rc = MPI_Send(buf, (int)n, mpi_type(c, dt), peer, tag, impl_of(c)->comm);
+    struct mpi_impl *m = impl_of(c);
+    int rc = (m->sync_sends ? MPI_Ssend : MPI_Send)(buf, (int)n, mpi_type(c, dt), peer, tag, m->comm);
     if (rc != MPI_SUCCESS) return mpi_failed(c, "send", rc);
     count_call(c, COLL_SEND, (double)n * (double)dtype_size(dt), peer, t0);
     return 0;
@@ -115,7 +118,7 @@ static struct coll_request post(struct collectives *c, const char *call, const v
     MPI_Request *req = &m->requests[slot].req;
     MPI_Datatype type = mpi_type(c, dt);
     int rc = recv_buf ? MPI_Irecv(recv_buf, (int)n, type, peer, tag, m->comm, req)
-                      : MPI_Isend(send_buf, (int)n, type, peer, tag, m->comm, req);
+                      : (m->sync_sends ? MPI_Issend : MPI_Isend)(send_buf, (int)n, type, peer, tag, m->comm, req);
     if (rc != MPI_SUCCESS) return mpi_request_abandon(c, slot, call, rc);
     struct coll_request r = mpi_request_commit(c, slot, type, recv_buf ? (int)n : -1, t0);
     count_post(c, r, recv_buf ? COLL_RECV : COLL_SEND, (double)n * (double)dtype_size(dt), peer, t0);
@@ -178,6 +181,8 @@ void mpi_p2p_install(struct collectives *c) {
     struct mpi_impl *m = impl_of(c);
     for (int i = 0; i < COLL_MAX_REQUESTS; i++) m->requests[i] = (struct mpi_request_slot){.req = MPI_REQUEST_NULL};
     m->next_serial = 0;
+    const char *sync = getenv("SHARDLAB_MPI_SYNC_SENDS");
+    m->sync_sends = sync && strcmp(sync, "1") == 0;
     c->progress = progress;
     c->send = p2p_send;
     c->recv = p2p_recv;

@@ -39,6 +39,10 @@ struct mpi_impl {
     MPI_Op bf16_sum, bf16_max, fp32_max;
     struct mpi_request_slot requests[COLL_MAX_REQUESTS];
     unsigned next_serial;
+    /* SHARDLAB_MPI_SYNC_SENDS=1: sends are synchronous (MPI_Issend,
+     * MPI_Ssend): done only once matched, and reading the buffer then, as
+     * NCCL's do, so the CPU's tests show what would break over NCCL */
+    bool sync_sends;
 };
 
 static inline struct mpi_impl *impl_of(struct collectives *c) { return c->impl; }

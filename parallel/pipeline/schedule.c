@@ -4,7 +4,7 @@
 
 #include <time.h>
 
-enum { TAG_ACTIVATION = 1, TAG_GRADIENT = 2 }; /* MPI keeps each tag's messages in order */
+#include "pipe_messages.h"
 
 static double now(void) {
     struct timespec t;
@@ -25,21 +25,24 @@ int pipeline_init(struct pipeline *p, struct engine *e, struct collectives *pp, 
 
 void pipeline_free(struct pipeline *p, struct mem_tracker *mem) { mem_free(mem, p->ops); }
 
-/* Chunk c of this rank is virtual stage c p + s; the first has the
- * embedding, the last the head. Its neighbours are on the ranks before
- * and after it in the pp group, around the ring: the last rank's chunk c
- * feeds rank 0's chunk c + 1. */
-static int virtual_stage(const struct pipeline *p, int c) { return c * p->pp->size + p->pp->rank; }
-static bool first_virtual(const struct pipeline *p, int c) { return virtual_stage(p, c) == 0; }
-static bool last_virtual(const struct pipeline *p, int c) { return virtual_stage(p, c) == p->pp->size * p->v - 1; }
-static int prev_rank(const struct pipeline *p) { return (p->pp->rank + p->pp->size - 1) % p->pp->size; }
-static int next_rank(const struct pipeline *p) { return (p->pp->rank + 1) % p->pp->size; }
-/* The receiving chunk of what chunk c sends on, and back. */
-static int next_chunk(const struct pipeline *p, int c) { return p->pp->rank == p->pp->size - 1 ? c + 1 : c; }
-static int prev_chunk(const struct pipeline *p, int c) { return p->pp->rank == 0 ? c - 1 : c; }
-/* A tag per receiving chunk: v = 1 keeps 1 and 2 */
-static int act_tag(int recv_chunk) { return TAG_ACTIVATION + 2 * recv_chunk; }
-static int grad_tag(int recv_chunk) { return TAG_GRADIENT + 2 * recv_chunk; }
+/* An op's receive and send (include/pipe_messages.h: which, from and to
+ * whom, and the tags), so that what runs is what pipe_check_order checked:
+ * chunk c of this rank is virtual stage c p + s; the first has no
+ * receive going forward (and no send going back), the last the reverse. */
+struct op_messages {
+    const struct pipe_msg *in, *out; /* NULL: none */
+    struct pipe_msg msg[PIPE_OP_MAX_MSGS];
+};
+
+static void op_messages(const struct pipeline *p, int c, enum pipe_op_kind kind, struct op_messages *m) {
+    struct pipe_op op = {.chunk = (short)c, .kind = (unsigned char)kind};
+    int n = pipe_op_messages(p->pp->size, p->v, p->pp->rank, op, m->msg);
+    m->in = m->out = NULL;
+    for (int i = 0; i < n; i++) {
+        if (m->msg[i].send) m->out = &m->msg[i];
+        else m->in = &m->msg[i];
+    }
+}
 
 static int slot_of(const struct pipeline *p, int c, int k) { return engine_chunk_slot(p->e, c, p->one_slot ? 0 : k); }
 
@@ -74,23 +77,27 @@ static double forward(struct pipeline *p, int c, int k, float dloss, const struc
                       int32_t *inputs, int32_t *targets) {
     struct engine *e = p->e;
     int slot = slot_of(p, c, k);
+    struct op_messages m;
+    op_messages(p, c, PIPE_FORWARD, &m);
     if (c == draw_chunk(p)) src->next(src->ctx, inputs, targets);
-    if (!first_virtual(p, c)) {
-        /* the slot's sends of its previous micro-batch left before it is overwritten */
-        wait_send(p, &p->grad_sent[slot], &p->grad_pending[slot]);
-        wait_send(p, &p->act_sent[slot], &p->act_pending[slot]);
-        receive(p, engine_stage_input(e, slot), prev_rank(p), act_tag(c));
-    }
+    /* the slot's sends of its previous micro-batch left before the receive
+     * or the forward overwrites them. Evaluation (one_slot) reuses a slot
+     * with its activation's send still in flight: the data must have left
+     * (MPI's eager sends copied it at the post; NCCL and synchronous sends
+     * read it when matched) */
+    wait_send(p, &p->grad_sent[slot], &p->grad_pending[slot]);
+    wait_send(p, &p->act_sent[slot], &p->act_pending[slot]);
+    if (m.in) receive(p, engine_stage_input(e, slot), m.in->peer, m.in->tag);
     struct mb_input in = {.inputs = inputs, .targets = targets};
     double t0 = now();
     int ev = trace_begin_chunk(src->trace, TRACE_FORWARD, k, c);
     double loss = engine_forward(e, slot, &in, NULL, dloss);
     trace_end(src->trace, ev);
     p->last.busy += now() - t0;
-    if (!last_virtual(p, c)) {
+    if (m.out) {
         wait_send(p, &p->act_sent[slot], &p->act_pending[slot]);
         p->act_sent[slot] = p->pp->isend(p->pp, engine_stage_output(e, slot), act_numel(p), e->o.act_dtype,
-                                         next_rank(p), act_tag(next_chunk(p, c)));
+                                         m.out->peer, m.out->tag);
         p->act_pending[slot] = true;
     }
     return loss;
@@ -99,11 +106,13 @@ static double forward(struct pipeline *p, int c, int k, float dloss, const struc
 static void backward(struct pipeline *p, int c, int k, struct trace *trace) {
     struct engine *e = p->e;
     int slot = slot_of(p, c, k);
-    void *dx_in = NULL, *dx_out = first_virtual(p, c) ? NULL : engine_stage_input(e, slot);
-    if (!last_virtual(p, c)) { /* the gradient arrives where the sent activation was */
+    struct op_messages m;
+    op_messages(p, c, PIPE_BACKWARD, &m);
+    void *dx_in = NULL, *dx_out = m.out ? engine_stage_input(e, slot) : NULL;
+    if (m.in) { /* the gradient arrives where the sent activation was */
         wait_send(p, &p->act_sent[slot], &p->act_pending[slot]);
         dx_in = engine_stage_output(e, slot);
-        receive(p, dx_in, next_rank(p), grad_tag(c));
+        receive(p, dx_in, m.in->peer, m.in->tag);
     }
     double t0 = now();
     int ev = trace_begin_chunk(trace, TRACE_BACKWARD, k, c);
@@ -111,8 +120,7 @@ static void backward(struct pipeline *p, int c, int k, struct trace *trace) {
     trace_end(trace, ev);
     p->last.busy += now() - t0;
     if (dx_out) {
-        p->grad_sent[slot] = p->pp->isend(p->pp, dx_out, act_numel(p), e->o.act_dtype, prev_rank(p),
-                                          grad_tag(prev_chunk(p, c)));
+        p->grad_sent[slot] = p->pp->isend(p->pp, dx_out, act_numel(p), e->o.act_dtype, m.out->peer, m.out->tag);
         p->grad_pending[slot] = true;
     }
 }

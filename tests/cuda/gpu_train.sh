@@ -11,7 +11,12 @@
 #  2. 2 ranks on one GPU over NCCL (each rank its own NCCL_HOSTID, both
 #     taking GPU 0: tests/cuda/one_gpu_rank.sh), fp32, 20 steps: dp with
 #     ZeRO 0-3 against one GPU rank with grad_accum 2 (the same samples),
-#     and tp 2 with sequence parallelism against one GPU rank;
+#     and tp 2 with sequence parallelism against one GPU rank; then
+#     pipeline parallelism over the pp group's NCCL links: pp 2 with each
+#     schedule (gpipe, 1f1b, interleaved with 2 chunks a stage), 4
+#     micro-batches, against one GPU rank with grad_accum 4, and dp 2 x
+#     pp 2 (4 ranks) against one with grad_accum 8; validation every 10
+#     steps runs the forward-only order too;
 #  3. checkpoints of a model in GPU memory (demo.conf, constant LR after
 #     warmup, so a run of 10 steps is the first 10 of a run of 20):
 #     a. 1 GPU rank, default dtypes (bf16 params + fp32 master): 20 steps
@@ -104,6 +109,27 @@ run onetp "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" --device cuda || 
 run tp2 "${mpi[@]}" "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" --device cuda --tp 2 --sequence_parallel 1 ||
     fails=$((fails + 1))
 compare onetp tp2 1e-5 1e-5 "tp 2 + sequence parallel on one GPU (NCCL) vs 1 GPU rank" || fails=$((fails + 1))
+# pp 2 over NCCL's one-direction links (parallel/comm/cuda/nccl_links.c),
+# each schedule; 4 micro-batches a step (interleaved: a multiple of pp),
+# so the reference is one GPU rank with grad_accum 4 (demo.conf's 4 layers:
+# 2 a stage, or 1 a chunk with 2 chunks a stage)
+pp=(--grad_accum 4 --val_every 10 --val_batches 2)
+run onepp "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" "${pp[@]}" --device cuda || fails=$((fails + 1))
+for s in gpipe 1f1b interleaved; do
+    chunks=(--virtual_stages 1)
+    [ "$s" = interleaved ] && chunks=(--virtual_stages 2)
+    run "pp2_$s" "${mpi[@]}" "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" "${pp[@]}" --device cuda \
+        --pp 2 --schedule "$s" "${chunks[@]}" || { fails=$((fails + 1)); continue; }
+    compare onepp "pp2_$s" 1e-5 1e-5 "pp 2, $s, on one GPU (NCCL links) vs 1 GPU rank" || fails=$((fails + 1))
+done
+# dp 2 x pp 2 on 4 ranks: each dp rank's 4 micro-batches, so the reference
+# takes grad_accum 8 (the same samples)
+mpi4=(mpirun --oversubscribe --allow-run-as-root -np 4 "$here/one_gpu_rank.sh")
+run onepp8 "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" "${pp[@]}" --grad_accum 8 --device cuda ||
+    fails=$((fails + 1))
+run dp2pp2 "${mpi4[@]}" "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" "${pp[@]}" --device cuda --pp 2 ||
+    fails=$((fails + 1))
+compare onepp8 dp2pp2 1e-5 1e-5 "dp 2 x pp 2 (1f1b) on one GPU (NCCL) vs 1 GPU rank" || fails=$((fails + 1))
 # 3. checkpoints of a model in GPU memory
 ck=(--config configs/demo.conf --micro_batch 8 --val_every 0 --sample_tokens 0 --lr_schedule constant
     --train_data "$tmp/train.bin" --val_data "$tmp/val.bin")

@@ -6,6 +6,7 @@
 #   dp 2 x tp 2 x pp 2 on 8 ranks (oversubscribed), ZeRO-1, 1F1B, and
 #   tp 2 x pp 2 with --sequence_parallel 1 on 4 ranks (the boundary carries
 #   each tp rank's T/tp positions),
+#   pp 2 (each schedule) and pp 3 with synchronous sends (NCCL's: below),
 # and every one of those runs reports each rank's memory, activations and
 # pipeline traffic equal to its own theory (no "NO" in the tables); and
 # resume states on and across grids (below).
@@ -49,6 +50,43 @@ run "tp 2 x pp 2, 1f1b" 4 3 --tp 2 --pp 2 --grad_accum 3
 run "tp 2 x pp 2, gpipe" 4 3 --tp 2 --pp 2 --grad_accum 3 --schedule gpipe
 run "dp 2 x tp 2 x pp 2, ZeRO-1, 1f1b" 8 6 --tp 2 --pp 2 --grad_accum 3 --zero 1
 run "tp 2 x pp 2 + sequence parallel, 1f1b" 4 3 --tp 2 --pp 2 --grad_accum 3 --sequence_parallel 1
+# Synchronous sends (SHARDLAB_MPI_SYNC_SENDS=1: MPI_Issend / MPI_Ssend),
+# which complete only once matched and read the buffer then, as NCCL's do
+# (parallel/comm/cuda/comm_nccl.h): a schedule that reused a buffer with
+# its send in flight, or that waited on a send whose receive comes later,
+# would show here as a wrong loss or a hang. Each schedule at pp 2 and
+# 1f1b at pp 3, with validation (evaluation's forward-only order): the
+# losses and validation losses of one process within 1e-5.
+sync_same() { # name, reference log, log
+    python3 - "$2" "$3" "$1" <<'PY'
+import json, sys
+def rows(p):
+    return [json.loads(l) for l in open(p) if '"type":"step"' in l]
+a, b = rows(sys.argv[1]), rows(sys.argv[2])
+pairs = [(x[k], y[k]) for x, y in zip(a, b) for k in ("loss", "val_loss") if x[k] is not None]
+worst = max(abs(u - v) for u, v in pairs) if a and len(a) == len(b) and pairs else float("inf")
+vals = sum(x["val_loss"] is not None for x in a)
+print(f"{sys.argv[3]}: {len(b)} steps, {vals} validations, max |loss or val loss diff| {worst:.2e}")
+sys.exit(0 if len(a) == 10 and vals >= 5 and worst <= 1e-5 else 1)
+PY
+}
+sync_run() { # name, ranks, grad_accum, args...
+    local name=$1 n=$2 accum=$3
+    shift 3
+    local eval=(--val_every 2 --val_batches 2) # 5 validations: the old slot race showed from the second
+    timeout 300 "$build/train" "${args[@]}" --grad_accum "$accum" "${eval[@]}" --log_json "$tmp/sref.json" \
+        >/dev/null 2>&1 ||
+        { echo "!! reference run failed"; fails=$((fails + 1)); return; }
+    if ! SHARDLAB_MPI_SYNC_SENDS=1 timeout 300 "${mpi[@]}" -x SHARDLAB_MPI_SYNC_SENDS -np "$n" "$build/train" \
+        "${args[@]}" --grad_accum "$accum" "${eval[@]}" "$@" --log_json "$tmp/srun.json" >"$tmp/srun.out" 2>&1; then
+        echo "!! $name failed:"; tail -5 "$tmp/srun.out"; fails=$((fails + 1)); return
+    fi
+    sync_same "$name" "$tmp/sref.json" "$tmp/srun.json" || fails=$((fails + 1))
+}
+sync_run "pp 2, gpipe, synchronous sends" 2 3 --pp 2 --schedule gpipe
+sync_run "pp 2, 1f1b, synchronous sends" 2 3 --pp 2 --schedule 1f1b
+sync_run "pp 2, interleaved (2 chunks), synchronous sends" 2 4 --pp 2 --schedule interleaved --virtual_stages 2
+sync_run "pp 3, 1f1b, synchronous sends" 3 4 --pp 3
 # Resume states on the grid: tp 2 x pp 2 stopped at step 5 and resumed on
 # the same grid continues bit for bit (losses and norms as logged); the same
 # state resumed on one process, and one process's state resumed at tp 4,

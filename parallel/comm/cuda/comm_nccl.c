@@ -131,8 +131,8 @@ static struct coll_request post(struct collectives *c, const char *call, void *b
         m->requests[slot].busy = false;
         return (struct coll_request){.slot = -1};
     }
-    return nccl_request_commit(c, slot, call, k, factor * (double)(c->size - 1) * full_bytes / (double)c->size, -1,
-                               t0);
+    return nccl_request_commit(c, slot, m->stream, call, k,
+                               factor * (double)(c->size - 1) * full_bytes / (double)c->size, -1, t0);
 }
 
 static struct coll_request iall_reduce_sum(struct collectives *c, void *buf, size_t n, enum dtype dt) {
@@ -251,6 +251,7 @@ void collectives_free_nccl(struct collectives *c) {
     if (pending > 0)
         fprintf(stderr, "collectives_free_nccl: rank %d of %d frees its table with %d requests not waited on\n",
                 c->rank, c->size, pending);
+    nccl_links_free(m);
     cudaStreamSynchronize(m->stream);
     ncclCommDestroy(m->nccl);
     MPI_Comm_free(&m->comm);

@@ -27,12 +27,19 @@
  *    (scratch of 4 bytes a value; the counters still count 2 bytes).
  *  - Point to point: NCCL has no tags. A tag is checked for its range
  *    only, and messages between two ranks match in the order they are
- *    posted, so both sides must post them in one order. NCCL cannot see a
- *    short message either: a receive takes n values on trust. And a send
- *    waits on its stream for the matching receive, so two ranks that each
- *    post a send before their receive to the other can deadlock past
- *    NCCL's buffering: the pipeline schedule must pair them (ncclGroup)
- *    before it runs on NCCL (not done: docs/GPU.md).
+ *    posted, so both ends must post them in one order (the pipeline's
+ *    order is checked at start-up: include/pipe_messages.h). NCCL cannot
+ *    see a short message either: a receive takes n values on trust. A
+ *    send's kernel waits on its stream for the matching receive, so on
+ *    one stream a rank's send queued before its receive from a rank that
+ *    did the same deadlocks. Hence links (collectives_nccl_add_links, the
+ *    pp table's): each direction to each neighbour its own 2-rank
+ *    communicator and stream, on which this rank only sends or only
+ *    receives; sends and receives to a neighbour go there, and a link's
+ *    queue drains in posting order whatever the other direction does.
+ *    Without a link (another group, or a peer that is no neighbour, as
+ *    the checkpoint's route) point to point shares the table's stream:
+ *    blocking calls, one message at a time, are safe there.
  * Errors: caller bugs (bad peer, tag, full request table, stale handle)
  * are reported as in the MPI backend; an NCCL or CUDA failure prints the
  * call and NCCL's message, then raises the group's MPI error handler
@@ -53,6 +60,14 @@ int collectives_init_nccl(struct collectives *c, MPI_Comm comm, char *err, size_
 /* Destroys the NCCL communicator, stream and events; the counters stay.
  * Collective. */
 void collectives_free_nccl(struct collectives *c);
+
+/* Gives table c (a pp group's: a ring) one link per direction to each
+ * neighbour, rank r -> r + 1 and r -> r - 1 around the group (2 links
+ * when the group has 2 ranks, none below): a 2-rank NCCL communicator
+ * split from the table's and a stream of its own (nccl_links.c), which
+ * then carries every send to, or receive from, that neighbour. Collective
+ * over c; 0, or -1 with a message on every rank (then c has none). */
+int collectives_nccl_add_links(struct collectives *c, char *err, size_t err_len);
 
 /* Replaces each of g's four MPI tables by an NCCL table over the same
  * ranks (the trace settings kept, the counters from zero). Collective over

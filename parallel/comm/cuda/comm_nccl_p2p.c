@@ -1,9 +1,12 @@
-/* Point to point over NCCL (parallel/comm/cuda/comm_nccl.h): ncclSend / ncclRecv on
- * the table's stream; isend, irecv and the non-blocking collectives of
- * comm_nccl.c share a fixed request table whose slots each own a CUDA
- * event, so nothing is global and two groups never share a handle. NCCL
- * has no tags: a tag is range-checked, and messages between two ranks
- * match in posting order (comm_nccl.h). */
+/* Point to point over NCCL (parallel/comm/cuda/comm_nccl.h): ncclSend /
+ * ncclRecv on the link to or from the peer where the table has one
+ * (nccl_links.c: a pp table's neighbours, each direction its own
+ * communicator and stream), else on the table's own communicator and
+ * stream; isend, irecv and the non-blocking collectives of comm_nccl.c
+ * share a fixed request table whose slots each own a CUDA event, so
+ * nothing is global and two groups never share a handle. NCCL has no
+ * tags: a tag is range-checked, and messages between two ranks match in
+ * posting order (comm_nccl.h). */
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -33,21 +36,28 @@ static int check_args(struct collectives *c, const char *call, int peer, int tag
     return 0;
 }
 
-/* The send (recv_buf NULL) or receive itself, on the table's stream. */
+/* The send (recv_buf NULL) or receive itself, on the peer's link or the
+ * table's communicator; *stream: the stream it was queued on. */
 static int issue(struct collectives *c, const char *call, const void *send_buf, void *recv_buf, size_t n,
-                 enum dtype dt, int peer) {
+                 enum dtype dt, int peer, cudaStream_t *stream) {
     struct nccl_impl *m = nccl_of(c);
-    if (nccl_after_default_stream(c, call) != 0) return -1;
-    ncclResult_t r = recv_buf ? ncclRecv(recv_buf, n, nccl_type(dt), peer, m->nccl, m->stream)
-                              : ncclSend(send_buf, n, nccl_type(dt), peer, m->nccl, m->stream);
+    const struct nccl_link *l = nccl_link_to(m, peer, recv_buf == NULL);
+    ncclComm_t comm = l ? l->nccl : m->nccl;
+    int to = l ? l->link_peer : peer;
+    *stream = l ? l->stream : m->stream;
+    if (nccl_stream_after_default(c, *stream, call) != 0) return -1;
+    ncclResult_t r = recv_buf ? ncclRecv(recv_buf, n, nccl_type(dt), to, comm, *stream)
+                              : ncclSend(send_buf, n, nccl_type(dt), to, comm, *stream);
     return r == ncclSuccess ? 0 : nccl_failed(c, call, ncclGetErrorString(r));
 }
 
 static int blocking(struct collectives *c, const char *call, const void *send_buf, void *recv_buf, size_t n,
                     enum dtype dt, int peer, int tag) {
     double t0 = now_s();
-    if (check_args(c, call, peer, tag) != 0 || issue(c, call, send_buf, recv_buf, n, dt, peer) != 0) return -1;
-    cudaError_t e = cudaStreamSynchronize(nccl_of(c)->stream);
+    cudaStream_t stream;
+    if (check_args(c, call, peer, tag) != 0 || issue(c, call, send_buf, recv_buf, n, dt, peer, &stream) != 0)
+        return -1;
+    cudaError_t e = cudaStreamSynchronize(stream);
     if (e != cudaSuccess) return nccl_failed(c, call, cudaGetErrorString(e));
     count_call(c, recv_buf ? COLL_RECV : COLL_SEND, (double)n * (double)dtype_size(dt), peer, t0);
     return 0;
@@ -77,11 +87,11 @@ int nccl_request_claim(struct collectives *c, const char *call) {
 
 /* Counted as comm_mpi.c's count_post: bytes and the call now, the post's
  * time exposed; the time in flight when wait or progress sees the event. */
-struct coll_request nccl_request_commit(struct collectives *c, int slot, const char *call, enum coll_kind k,
-                                        double bytes, int peer, double t0) {
+struct coll_request nccl_request_commit(struct collectives *c, int slot, cudaStream_t stream, const char *call,
+                                        enum coll_kind k, double bytes, int peer, double t0) {
     struct nccl_impl *m = nccl_of(c);
     struct nccl_request_slot *s = &m->requests[slot];
-    cudaError_t e = cudaEventRecord(s->done_event, m->stream);
+    cudaError_t e = cudaEventRecord(s->done_event, stream);
     if (e != cudaSuccess) {
         s->busy = false;
         nccl_failed(c, call, cudaGetErrorString(e));
@@ -107,11 +117,12 @@ static struct coll_request post(struct collectives *c, const char *call, const v
     if (check_args(c, call, peer, tag) != 0) return failed_request;
     int slot = nccl_request_claim(c, call);
     if (slot < 0) return failed_request;
-    if (issue(c, call, send_buf, recv_buf, n, dt, peer) != 0) {
+    cudaStream_t stream;
+    if (issue(c, call, send_buf, recv_buf, n, dt, peer, &stream) != 0) {
         nccl_of(c)->requests[slot].busy = false;
         return failed_request;
     }
-    return nccl_request_commit(c, slot, call, recv_buf ? COLL_RECV : COLL_SEND, (double)n * (double)dtype_size(dt),
+    return nccl_request_commit(c, slot, stream, call, recv_buf ? COLL_RECV : COLL_SEND, (double)n * (double)dtype_size(dt),
                                peer, t0);
 }
 

@@ -1,6 +1,9 @@
 /* A grid's four groups over NCCL (comm_nccl.h: grid_use_nccl).
  * Each NCCL table is made over the MPI table's own communicator (the same
- * ranks in the same order), then the MPI table is freed. */
+ * ranks in the same order), then the MPI table is freed. The pp table
+ * alone gets links (nccl_links.c), which the pipeline's point to point
+ * needs; the other groups' point to point (the checkpoint's route) is
+ * blocking, one message at a time. */
 #include <stdio.h>
 
 #include "comm_mpi.h"
@@ -15,7 +18,10 @@ int grid_use_nccl(struct grid *g, char err[GRID_ERR_LEN]) {
     for (int k = 0; k < GROUP_NUM; k++) {
         struct collectives *c = grid_group(g, (enum grid_group)k);
         MPI_Comm comm = impl_of(c)->comm;
-        if (collectives_init_nccl(&made[k], comm, why, sizeof why) != 0 && failed < 0) {
+        int rc = collectives_init_nccl(&made[k], comm, why, sizeof why);
+        /* init fails on every rank of the group alike, so the group's ranks all make links or none */
+        if (rc == 0 && k == GROUP_PP) rc = collectives_nccl_add_links(&made[k], why, sizeof why);
+        if (rc != 0 && failed < 0) {
             failed = k;
             snprintf(err, GRID_ERR_LEN, "%s group: %s", grid_group_name((enum grid_group)k), why);
         }
