@@ -130,6 +130,7 @@ struct gpt {
     enum dtype act_dtype;
     enum recompute_mode recompute;
     enum attention_kind attention;
+    enum dtype gemm_dtype; /* the layer GEMMs' operands (gpt_set_gemm_dtype); fp32 unless set */
     struct flop_counter *flops;
     int n_slots;
     struct gpt_slot slot[GPT_MAX_SLOTS];
@@ -183,6 +184,16 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
                      bool sequence_parallel, struct mem_tracker *mem, enum mem_space space,
                      struct flop_counter *flops);
 void gpt_free(struct gpt *m, struct mem_tracker *mem);
+/* The run's GEMM operands (config key gemm_dtype; fp32 by default). With
+ * bf16 GEMMs and bf16 activations (no full recompute, no sequence
+ * parallelism) the layer GEMMs read their saved inputs (ln1, the attention
+ * output, ln2, the GELU output) from the bf16 store (matmul_*_bf16)
+ * instead of their fp32 views: those views are then neither rounded in
+ * place in the forward nor widened in the backward (ln1, ln2, GELU out),
+ * since the GEMM was their only reader. The same values reach the GEMMs
+ * either way (the GEMM rounds its operands to bf16), so the results are
+ * unchanged. */
+void gpt_set_gemm_dtype(struct gpt *m, enum dtype gemm_dtype);
 /* The slot of micro-batch k of chunk c: slot0 + k mod slots. */
 int gpt_chunk_slot(const struct gpt *m, int chunk, int k);
 

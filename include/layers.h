@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "counters.h"
+#include "dtype.h"
 
 /* The largest m, n, k or leading dimension cblas_sgemm accepts: blasint
  * is int in Debian's OpenBLAS (built without INTERFACE64). */
@@ -88,6 +89,21 @@ void matmul_forward_sliced(float *out, const float *inp, const float *weight, co
 void matmul_backward_sliced(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                             const float *weight, int64_t N, int64_t C, int64_t OC, int64_t max_rows,
                             struct flop_counter *fc);
+
+/* The same two with the input rows inp (N,C) given as bf16, as the model
+ * keeps a saved activation (act_dtype bf16), and the weight and dout
+ * rounded to bf16 (nearest even) for the products: --gemm_dtype bf16's
+ * GEMMs, which round their operands anyway, read the saved copy instead of
+ * rounding its fp32 view again. The bias and dbias stay fp32 (dbias sums
+ * the unrounded dout), as in matmul_forward/backward. FLOPs as theirs.
+ * The CUDA build's device path needs the run's kernel context
+ * (fc->kernels); the CPU's is the reference: it widens inp and rounds the
+ * weight and dout into temporaries (host memory outside the tracker: the
+ * CPU trainer never calls these, since it refuses --gemm_dtype bf16). */
+void matmul_forward_bf16(float *out, const bf16 *inp, const float *weight, const float *bias, int64_t N, int64_t C,
+                         int64_t OC, struct flop_counter *fc);
+void matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
+                          const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
 
 /* out (N,OC) += bias: a row-parallel layer adds its (replicated) bias once,
  * after the partial outputs were summed. matmul_forward with a bias is the

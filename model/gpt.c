@@ -110,9 +110,29 @@ static void round_saved(const struct gpt *m, float *p, size_t n, bf16 *store) {
     else buf_round_bf16(p, n);
 }
 
-/* Layer tensor a of view v: rounded, and kept where the view keeps it. */
+/* Whether the layer GEMMs read their saved inputs from the bf16 store
+ * (gpt_set_gemm_dtype): bf16 GEMMs and bf16 stores, whose copies are what
+ * the GEMM would round the fp32 view to. Not with full recompute (no
+ * store) or sequence parallelism (the GEMM reads the gathered fp32 view). */
+static bool gemm_reads_store(const struct gpt *m) {
+    return m->gemm_dtype == DTYPE_BF16 && acts_bf16(m) && m->recompute != RECOMPUTE_FULL && !m->sp;
+}
+
+/* The saved tensors whose one forward reader is a layer GEMM. */
+static bool gemm_input(enum layer_act a) {
+    return a == ACT_LN1 || a == ACT_ATTY || a == ACT_LN2 || a == ACT_FCH_GELU;
+}
+
+/* ... and whose one backward reader is, too (the attention output also
+ * feeds flash attention's D = rowsum(dout * out)). */
+static bool gemm_only_input(enum layer_act a) { return a == ACT_LN1 || a == ACT_LN2 || a == ACT_FCH_GELU; }
+
+/* Layer tensor a of view v: rounded, and kept where the view keeps it; a
+ * GEMM input the GEMM reads from the store is only kept (its fp32 view is
+ * not read again). */
 static void round_act(const struct gpt *m, struct layer_view *v, enum layer_act a, size_t n) {
-    round_saved(m, v->act[a], n, v->store[a]);
+    if (gemm_reads_store(m) && gemm_input(a)) buf_narrow(v->store[a], v->act[a], n);
+    else round_saved(m, v->act[a], n, v->store[a]);
 }
 
 /* The residual stream entering layer i of slot s's chunk (i = its
@@ -149,8 +169,15 @@ static struct layer_view layer_view(struct gpt *m, int s, int i, bool load) {
         if (in_block(m, (enum layer_act)a) && !full && acts_bf16(m))
             v.store[a] = (bf16 *)m->slot[s].layer_acts + base + off;
     }
-    if (!full && acts_bf16(m) && load)
-        widen(m->work_acts, (const bf16 *)m->slot[s].layer_acts + base, layer_act_total(m));
+    if (!full && acts_bf16(m) && load) {
+        if (!gemm_reads_store(m)) {
+            widen(m->work_acts, (const bf16 *)m->slot[s].layer_acts + base, layer_act_total(m));
+        } else { /* the GEMMs' own inputs stay in the store */
+            for (int a = 0; a < ACT_NUM; a++)
+                if (v.store[a] && !gemm_only_input((enum layer_act)a))
+                    widen(v.act[a], v.store[a], act_numel(m, (enum layer_act)a));
+        }
+    }
     float *stats = full ? m->full_stats : m->slot[s].layer_stats + (size_t)i * STAT_NUM * bt_l(m);
     for (int k = 0; k < STAT_NUM; k++) v.stat[k] = stats + (size_t)k * bt_l(m);
     return v;
@@ -267,6 +294,8 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
                                    attention_backward_scratch(B, m->shape.T, m->NHl) * 4);
 }
 
+void gpt_set_gemm_dtype(struct gpt *m, enum dtype gemm_dtype) { m->gemm_dtype = gemm_dtype; }
+
 int gpt_chunk_slot(const struct gpt *m, int chunk, int k) {
     return m->chunk_slot0[chunk] + k % m->chunk_slots[chunk];
 }
@@ -323,12 +352,38 @@ float *gpt_stage_grad(struct gpt *m) { return m->dresid; }
  * this rank's in_l input features, then g sums the partial outputs over
  * the group (with sp g-bar: to this rank's slice, at the start of out),
  * then the replicated bias is added once. */
-static void row_parallel_forward(struct gpt *m, float *out, const float *inp, const float *w, const float *bias,
-                                 int64_t in_l) {
+static void row_parallel_forward(struct gpt *m, float *out, struct layer_view *v, enum layer_act a,
+                                 const float *w, const float *bias, int64_t in_l) {
     int64_t N = (int64_t)bt(m), C = m->shape.C;
-    matmul_forward(out, inp, w, NULL, N, in_l, C, m->flops);
+    if (gemm_reads_store(m)) matmul_forward_bf16(out, v->store[a], w, NULL, N, in_l, C, m->flops);
+    else matmul_forward(out, v->act[a], w, NULL, N, in_l, C, m->flops);
     conj_row_output(m, out, out);
     bias_add(out, bias, (int64_t)bt_l(m), C, m->flops);
+}
+
+/* Column-parallel GEMM (QKV, FC): out (N, oc) = f(a) . w^T + bias, from
+ * every token's saved LayerNorm output a (f: the identity, or with sp the
+ * gather). */
+static void column_parallel_forward(struct gpt *m, float *out, struct layer_view *v, enum layer_act a,
+                                    const float *w, const float *bias, int64_t oc) {
+    int64_t N = (int64_t)bt(m), C = m->shape.C;
+    if (gemm_reads_store(m)) matmul_forward_bf16(out, v->store[a], w, bias, N, C, oc, m->flops);
+    else matmul_forward(out, conj_column_input(m, v->act[a]), w, bias, N, C, oc, m->flops);
+}
+
+/* A layer GEMM's backward with saved input a (in features): dinp, and
+ * dweight and dbias accumulated; a column-parallel input goes through f
+ * (with sp: gathered again). */
+static void layer_matmul_backward(struct gpt *m, float *dinp, float *dweight, float *dbias, const float *dout,
+                                  struct layer_view *v, enum layer_act a, bool column, const float *w, int64_t in,
+                                  int64_t oc) {
+    int64_t N = (int64_t)bt(m);
+    if (gemm_reads_store(m)) {
+        matmul_backward_bf16(dinp, dweight, dbias, dout, v->store[a], w, N, in, oc, m->flops);
+        return;
+    }
+    const float *x = column ? conj_column_input(m, v->act[a]) : v->act[a];
+    matmul_backward(dinp, dweight, dbias, dout, x, w, N, in, oc, m->flops);
 }
 
 /* The layer's forward from x into the view's tensors; with out, also the
@@ -337,7 +392,7 @@ static void row_parallel_forward(struct gpt *m, float *out, const float *inp, co
  * attention, Nl (this rank's) in the LayerNorms and residual adds. */
 static void layer_forward(struct gpt *m, const float *x, struct layer_view *v, const float *w, float *out,
                           bf16 *out_store) {
-    int64_t N = (int64_t)bt(m), Nl = (int64_t)bt_l(m), C = m->shape.C, Cl = m->Cl, Fl = m->Fl;
+    int64_t Nl = (int64_t)bt_l(m), C = m->shape.C, Cl = m->Cl, Fl = m->Fl;
     size_t nl = btc_l(m);
     struct flop_counter *fc = m->flops;
     float **a = v->act, *tmp = m->dmid; /* dmid is free outside the backward's own use */
@@ -346,8 +401,7 @@ static void layer_forward(struct gpt *m, const float *x, struct layer_view *v, c
                       wt(m, w, LAYER_LN1_B), Nl, C, fc);
     round_act(m, v, ACT_LN1, nl);
     /* column-parallel: this rank's heads' q, k, v, from every token's ln1 */
-    matmul_forward(a[ACT_QKV], conj_column_input(m, a[ACT_LN1]), wt(m, w, LAYER_QKV_W), wt(m, w, LAYER_QKV_B), N, C,
-                   3 * Cl, fc);
+    column_parallel_forward(m, a[ACT_QKV], v, ACT_LN1, wt(m, w, LAYER_QKV_W), wt(m, w, LAYER_QKV_B), 3 * Cl);
     round_act(m, v, ACT_QKV, act_numel(m, ACT_QKV));
     if (flash(m)) { /* the lse stays fp32 */
         attention_lse_forward(a[ACT_ATTY], a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, Cl, m->NHl, fc);
@@ -356,19 +410,18 @@ static void layer_forward(struct gpt *m, const float *x, struct layer_view *v, c
         round_act(m, v, ACT_ATT, act_numel(m, ACT_ATT));
     }
     round_act(m, v, ACT_ATTY, act_numel(m, ACT_ATTY));
-    row_parallel_forward(m, tmp, a[ACT_ATTY], wt(m, w, LAYER_ATTPROJ_W), wt(m, w, LAYER_ATTPROJ_B), Cl);
+    row_parallel_forward(m, tmp, v, ACT_ATTY, wt(m, w, LAYER_ATTPROJ_W), wt(m, w, LAYER_ATTPROJ_B), Cl);
     residual_forward(a[ACT_RES2], x, tmp, (int64_t)nl, fc);
     round_act(m, v, ACT_RES2, nl);
     layernorm_forward(a[ACT_LN2], v->stat[STAT_LN2_MEAN], v->stat[STAT_LN2_RSTD], a[ACT_RES2],
                       wt(m, w, LAYER_LN2_W), wt(m, w, LAYER_LN2_B), Nl, C, fc);
     round_act(m, v, ACT_LN2, nl);
-    matmul_forward(a[ACT_FCH], conj_column_input(m, a[ACT_LN2]), wt(m, w, LAYER_FC_W), wt(m, w, LAYER_FC_B), N, C, Fl,
-                   fc);
+    column_parallel_forward(m, a[ACT_FCH], v, ACT_LN2, wt(m, w, LAYER_FC_W), wt(m, w, LAYER_FC_B), Fl);
     round_act(m, v, ACT_FCH, act_numel(m, ACT_FCH));
     gelu_forward(a[ACT_FCH_GELU], a[ACT_FCH], (int64_t)act_numel(m, ACT_FCH), fc);
     round_act(m, v, ACT_FCH_GELU, act_numel(m, ACT_FCH_GELU));
     if (!out) return;
-    row_parallel_forward(m, tmp, a[ACT_FCH_GELU], wt(m, w, LAYER_FCPROJ_W), wt(m, w, LAYER_FCPROJ_B), Fl);
+    row_parallel_forward(m, tmp, v, ACT_FCH_GELU, wt(m, w, LAYER_FCPROJ_W), wt(m, w, LAYER_FCPROJ_B), Fl);
     residual_forward(out, a[ACT_RES2], tmp, (int64_t)nl, fc);
     round_saved(m, out, nl, out_store);
 }
@@ -421,7 +474,7 @@ void gpt_head_backward(struct gpt *m, int s, const float *w_head, const float *w
 }
 
 void gpt_layer_backward(struct gpt *m, int s, int l, const float *w, float *dw) {
-    int64_t N = (int64_t)bt(m), Nl = (int64_t)bt_l(m), C = m->shape.C, Cl = m->Cl, Fl = m->Fl;
+    int64_t Nl = (int64_t)bt_l(m), C = m->shape.C, Cl = m->Cl, Fl = m->Fl;
     int i = l - m->slot[s].l0;
     struct flop_counter *fc = m->flops;
     const float *x = resid_view(m, s, i, m->work_resid_in, true);
@@ -441,16 +494,16 @@ void gpt_layer_backward(struct gpt *m, int s, int l, const float *w, float *dw) 
      * g's backward is the identity: dresid reaches the row-parallel
      * projections whole; their bias gradients come out alike on every rank
      * (with sp: g-bar gathers it whole first). */
-    matmul_backward(m->dbig, dwt(m, dw, LAYER_FCPROJ_W), dwt(m, dw, LAYER_FCPROJ_B), conj_row_output_grad(m),
-                    a[ACT_FCH_GELU], wt(m, w, LAYER_FCPROJ_W), N, Fl, C, fc);
+    layer_matmul_backward(m, m->dbig, dwt(m, dw, LAYER_FCPROJ_W), dwt(m, dw, LAYER_FCPROJ_B),
+                          conj_row_output_grad(m), &v, ACT_FCH_GELU, false, wt(m, w, LAYER_FCPROJ_W), Fl, C);
     gelu_backward(m->dbig, a[ACT_FCH], m->dbig, (int64_t)act_numel(m, ACT_FCH), fc);
-    matmul_backward(m->dmid, dwt(m, dw, LAYER_FC_W), dwt(m, dw, LAYER_FC_B), m->dbig,
-                    conj_column_input(m, a[ACT_LN2]), wt(m, w, LAYER_FC_W), N, C, Fl, fc);
+    layer_matmul_backward(m, m->dmid, dwt(m, dw, LAYER_FC_W), dwt(m, dw, LAYER_FC_B), m->dbig, &v, ACT_LN2, true,
+                          wt(m, w, LAYER_FC_W), C, Fl);
     conj_column_grad(m, m->dmid); /* f: the partial dln2 of each rank's features sum */
     layernorm_backward(m->dresid, conj_ln_grad(m, ln[2], 2), conj_ln_grad(m, ln[3], 3), m->dmid, a[ACT_RES2],
                        wt(m, w, LAYER_LN2_W), v.stat[STAT_LN2_MEAN], v.stat[STAT_LN2_RSTD], Nl, C, fc);
-    matmul_backward(m->dmid, dwt(m, dw, LAYER_ATTPROJ_W), dwt(m, dw, LAYER_ATTPROJ_B), conj_row_output_grad(m),
-                    a[ACT_ATTY], wt(m, w, LAYER_ATTPROJ_W), N, Cl, C, fc);
+    layer_matmul_backward(m, m->dmid, dwt(m, dw, LAYER_ATTPROJ_W), dwt(m, dw, LAYER_ATTPROJ_B),
+                          conj_row_output_grad(m), &v, ACT_ATTY, false, wt(m, w, LAYER_ATTPROJ_W), Cl, C);
     /* flash: D = rowsum(dout * out) from the saved output (rounded alike
      * to act_dtype, as the rest of the layer's saved tensors) */
     if (flash(m))
@@ -459,8 +512,8 @@ void gpt_layer_backward(struct gpt *m, int s, int l, const float *w, float *dw) 
     else
         attention_backward(m->dqkv, m->dmid, a[ACT_QKV], a[ACT_ATT], m->att_scratch, m->B, m->shape.T, Cl, m->NHl,
                            fc);
-    matmul_backward(m->dmid, dwt(m, dw, LAYER_QKV_W), dwt(m, dw, LAYER_QKV_B), m->dqkv,
-                    conj_column_input(m, a[ACT_LN1]), wt(m, w, LAYER_QKV_W), N, C, 3 * Cl, fc);
+    layer_matmul_backward(m, m->dmid, dwt(m, dw, LAYER_QKV_W), dwt(m, dw, LAYER_QKV_B), m->dqkv, &v, ACT_LN1, true,
+                          wt(m, w, LAYER_QKV_W), C, 3 * Cl);
     conj_column_grad(m, m->dmid); /* f: dln1 */
     layernorm_backward(m->dresid, conj_ln_grad(m, ln[0], 0), conj_ln_grad(m, ln[1], 1), m->dmid, x,
                        wt(m, w, LAYER_LN1_W), v.stat[STAT_LN1_MEAN], v.stat[STAT_LN1_RSTD], Nl, C, fc);

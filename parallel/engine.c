@@ -57,6 +57,7 @@ int engine_init(struct engine *e, const struct engine_options *o, const struct m
     }
     gpt_init_chunks(&e->model, &e->lay, o->micro_batch, slots, o->act_dtype, o->recompute, o->attention,
                     o->sequence_parallel, mem, space, flops);
+    gpt_set_gemm_dtype(&e->model, o->gemm_dtype);
     /* tensor parallelism: the model's f and g run over the tp group, and
      * the gradient norm sums the slices' squares over it */
     e->model.tp = &grid->tp_comm;

@@ -18,6 +18,7 @@
 
 #include "gradcheck.h"
 #include "layers.h"
+#include "rng.h"
 
 enum { M = 7, N = 5, K = 9, LD = 13, SENTINEL_ROWS = 9 }; /* LD > M, N, K: every view is strided */
 
@@ -100,6 +101,40 @@ static void test_gemm_rejects_bad_shapes(void **state) {
     assert_int_equal(child_status(2, 2, MATMUL_MAX_DIM + 1, 2, 2, 2), 1); /* beyond int */
 }
 
+/* matmul_forward/backward_bf16 (the CPU's reference of the GPU's bf16
+ * GEMMs reading a saved bf16 activation): bit for bit matmul_forward/
+ * backward of the operands rounded to bf16, except dbias, which sums the
+ * unrounded dout; and not the unrounded product (the rounding happened). */
+static void test_matmul_bf16_operands(void **state) {
+    (void)state;
+    enum { N = 37, C = 129, OC = 65 };
+    static float x[N * C], w[OC * C], dout[N * OC], xr[N * C], wr[OC * C], dr[N * OC];
+    static float out[N * OC], want[N * OC], unrounded[N * OC], dinp[N * C], dinp_w[N * C];
+    static float dw[OC * C], dw_w[OC * C], db[OC], db_w[OC], scratch_dinp[N * C], scratch_dw[OC * C];
+    static bf16 xh[N * C];
+    for (int i = 0; i < N * C; i++) {
+        x[i] = rng_uniform(5, 0, (uint64_t)i) - 0.5f;
+        xh[i] = f32_to_bf16(x[i]);
+        xr[i] = bf16_to_f32(xh[i]);
+    }
+    for (int i = 0; i < OC * C; i++) w[i] = rng_uniform(5, 1, (uint64_t)i) - 0.5f, wr[i] = round_to_bf16(w[i]);
+    for (int i = 0; i < N * OC; i++) dout[i] = rng_uniform(5, 2, (uint64_t)i) - 0.5f, dr[i] = round_to_bf16(dout[i]);
+    struct flop_counter fa = {0}, fb = {0};
+    matmul_forward_bf16(out, xh, w, NULL, N, C, OC, &fa);
+    matmul_forward(want, xr, wr, NULL, N, C, OC, &fb);
+    matmul_forward(unrounded, x, w, NULL, N, C, OC, &fb);
+    assert_memory_equal(out, want, sizeof out);
+    assert_memory_not_equal(out, unrounded, sizeof out);
+    matmul_backward_bf16(dinp, dw, db, dout, xh, w, N, C, OC, &fa);
+    matmul_backward(dinp_w, dw_w, NULL, dr, xr, wr, N, C, OC, &fb);
+    assert_memory_equal(dinp, dinp_w, sizeof dinp);
+    assert_memory_equal(dw, dw_w, sizeof dw);
+    /* dbias: the column sums of the unrounded dout (the GEMM parts discarded) */
+    matmul_backward(scratch_dinp, scratch_dw, db_w, dout, xr, wr, N, C, OC, &fb);
+    assert_memory_equal(db, db_w, sizeof db);
+    assert_true(fa.gemm == 3.0 * 2.0 * N * C * OC && fa.other == (double)N * OC); /* forward, dinp, dweight; dbias */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_nn),
@@ -108,6 +143,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_tt),
         cmocka_unit_test(test_gemm_counts_from_threads),
         cmocka_unit_test(test_gemm_rejects_bad_shapes),
+        cmocka_unit_test(test_matmul_bf16_operands),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -48,6 +48,7 @@ struct engine_options trainer_engine_options(const struct config *c) {
                              .overlap = c->overlap, .ddp_bucket_bytes = (size_t)(c->ddp_bucket_mb * 1048576.0)};
     return (struct engine_options){.micro_batch = c->micro_batch, .slots = 1, .act_dtype = c->act_dtype,
                                    .recompute = c->recompute, .attention = c->attention,
+                                   .gemm_dtype = c->gemm_dtype,
                                    .sequence_parallel = c->sequence_parallel,
                                    .init_std = c->init_std, .zero = z,
                                    .micro_batches = c->grad_accum * config_chunks(c)};

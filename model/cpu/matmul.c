@@ -87,6 +87,18 @@ void matmul_forward_sliced(float *out, const float *inp, const float *weight, co
     fc->other += (double)N * OC;
 }
 
+/* dbias += the column sums of dout (N,OC), each column in row order. */
+static void bias_backward(float *dbias, const float *dout, int64_t N, int64_t OC, struct flop_counter *fc) {
+    if (!dbias) return;
+#pragma omp parallel for
+    for (int64_t o = 0; o < OC; o++) {
+        float s = 0.0f;
+        for (int64_t i = 0; i < N; i++) s += dout[i * OC + o];
+        dbias[o] += s;
+    }
+    fc->other += (double)N * OC;
+}
+
 void matmul_backward_sliced(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                             const float *weight, int64_t N, int64_t C, int64_t OC, int64_t max_rows,
                             struct flop_counter *fc) {
@@ -99,14 +111,7 @@ void matmul_backward_sliced(float *dinp, float *dweight, float *dbias, const flo
     for (int64_t r = 0; r < N; r += rows)
         gemm_counted(fc, GEMM_LAYER, true, false, OC, C, min64(rows, N - r), 1.0f, dout + r * OC, OC, inp + r * C,
                      C, 1.0f, dweight, C);
-    if (!dbias) return;
-#pragma omp parallel for
-    for (int64_t o = 0; o < OC; o++) {
-        float s = 0.0f;
-        for (int64_t i = 0; i < N; i++) s += dout[i * OC + o];
-        dbias[o] += s;
-    }
-    fc->other += (double)N * OC;
+    bias_backward(dbias, dout, N, OC, fc);
 }
 
 void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int64_t N, int64_t C,
@@ -124,4 +129,49 @@ void bias_add(float *out, const float *bias, int64_t N, int64_t OC, struct flop_
     for (int64_t i = 0; i < N; i++)
         for (int64_t o = 0; o < OC; o++) out[i * OC + o] += bias[o];
     fc->other += (double)N * OC;
+}
+
+/* The bf16-operand forms' reference: fp32 copies of the operands as the
+ * GPU multiplies them (exact: a bf16 value widens exactly, and the
+ * products of two bf16 values are exact in fp32). */
+static float *fp32_copy(const char *kernel, size_t n) {
+    float *p = malloc((n ? n : 1) * sizeof *p);
+    if (!p) {
+        fprintf(stderr, "error: %s: out of host memory for %zu fp32 values\n", kernel, n);
+        exit(EXIT_FAILURE);
+    }
+    return p;
+}
+
+static float *rounded_copy(const char *kernel, const float *x, size_t n) {
+    float *p = fp32_copy(kernel, n);
+    for (size_t i = 0; i < n; i++) p[i] = round_to_bf16(x[i]);
+    return p;
+}
+
+static float *widened_copy(const char *kernel, const bf16 *x, size_t n) {
+    float *p = fp32_copy(kernel, n);
+    for (size_t i = 0; i < n; i++) p[i] = bf16_to_f32(x[i]);
+    return p;
+}
+
+void matmul_forward_bf16(float *out, const bf16 *inp, const float *weight, const float *bias, int64_t N, int64_t C,
+                         int64_t OC, struct flop_counter *fc) {
+    const char *k = "matmul_forward_bf16";
+    float *x = widened_copy(k, inp, (size_t)(N * C)), *w = rounded_copy(k, weight, (size_t)(OC * C));
+    matmul_forward(out, x, w, bias, N, C, OC, fc);
+    free(x);
+    free(w);
+}
+
+void matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
+                          const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
+    const char *k = "matmul_backward_bf16";
+    float *x = widened_copy(k, inp, (size_t)(N * C)), *w = rounded_copy(k, weight, (size_t)(OC * C));
+    float *d = rounded_copy(k, dout, (size_t)(N * OC));
+    matmul_backward(dinp, dweight, NULL, d, x, w, N, C, OC, fc);
+    bias_backward(dbias, dout, N, OC, fc); /* the unrounded dout */
+    free(x);
+    free(w);
+    free(d);
 }

@@ -56,6 +56,11 @@ void cpu_matmul_forward_sliced(float *out, const float *inp, const float *weight
 void cpu_matmul_backward_sliced(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                                 const float *weight, int64_t N, int64_t C, int64_t OC, int64_t max_rows,
                                 struct flop_counter *fc);
+/* inp: bf16 */
+void cpu_matmul_forward_bf16(float *out, const uint16_t *inp, const float *weight, const float *bias, int64_t N,
+                             int64_t C, int64_t OC, struct flop_counter *fc);
+void cpu_matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const float *dout, const uint16_t *inp,
+                              const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
 void cpu_bias_add(float *out, const float *bias, int64_t N, int64_t OC, struct flop_counter *fc);
 void cpu_gelu_forward(float *out, const float *inp, int64_t n, struct flop_counter *fc);
 void cpu_gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n, struct flop_counter *fc);
@@ -106,6 +111,11 @@ void cuda_matmul_forward_sliced(float *out, const float *inp, const float *weigh
 void cuda_matmul_backward_sliced(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                                  const float *weight, int64_t N, int64_t C, int64_t OC, int64_t max_rows,
                                  struct flop_counter *fc);
+/* inp: bf16 */
+void cuda_matmul_forward_bf16(float *out, const uint16_t *inp, const float *weight, const float *bias, int64_t N,
+                              int64_t C, int64_t OC, struct flop_counter *fc);
+void cuda_matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const float *dout, const uint16_t *inp,
+                               const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
 void cuda_bias_add(float *out, const float *bias, int64_t N, int64_t OC, struct flop_counter *fc);
 void cuda_gelu_forward(float *out, const float *inp, int64_t n, struct flop_counter *fc);
 void cuda_gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n, struct flop_counter *fc);

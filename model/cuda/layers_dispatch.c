@@ -139,6 +139,24 @@ void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dou
     matmul_backward_sliced(dinp, dweight, dbias, dout, inp, weight, N, C, OC, MATMUL_MAX_DIM, fc);
 }
 
+void matmul_forward_bf16(float *out, const bf16 *inp, const float *weight, const float *bias, int64_t N, int64_t C,
+                         int64_t OC, struct flop_counter *fc) {
+    double t0 = kernel_clock();
+    if (ON_DEVICE("matmul_forward_bf16", out, inp, weight, bias))
+        cuda_matmul_forward_bf16(out, inp, weight, bias, N, C, OC, fc);
+    else cpu_matmul_forward_bf16(out, inp, weight, bias, N, C, OC, fc);
+    kernel_profile_add(fc, KERNEL_MATMUL_FWD, t0);
+}
+
+void matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
+                          const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
+    double t0 = kernel_clock();
+    if (ON_DEVICE("matmul_backward_bf16", dinp, dweight, dbias, dout, inp, weight))
+        cuda_matmul_backward_bf16(dinp, dweight, dbias, dout, inp, weight, N, C, OC, fc);
+    else cpu_matmul_backward_bf16(dinp, dweight, dbias, dout, inp, weight, N, C, OC, fc);
+    kernel_profile_add(fc, KERNEL_MATMUL_BWD, t0);
+}
+
 void bias_add(float *out, const float *bias, int64_t N, int64_t OC, struct flop_counter *fc) {
     double t0 = kernel_clock();
     if (ON_DEVICE("bias_add", out, bias)) cuda_bias_add(out, bias, N, OC, fc);

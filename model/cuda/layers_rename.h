@@ -19,6 +19,8 @@
 #define matmul_backward cpu_matmul_backward
 #define matmul_forward_sliced cpu_matmul_forward_sliced
 #define matmul_backward_sliced cpu_matmul_backward_sliced
+#define matmul_forward_bf16 cpu_matmul_forward_bf16
+#define matmul_backward_bf16 cpu_matmul_backward_bf16
 #define bias_add cpu_bias_add
 #define gelu_forward cpu_gelu_forward
 #define gelu_backward cpu_gelu_backward

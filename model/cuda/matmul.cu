@@ -140,10 +140,59 @@ void gemm_bf16_counted(struct flop_counter *fc, bool trans_a, bool trans_b, int6
 // Whether the run's layer GEMMs take bf16 operands (kernel_context.h).
 bool bf16_layers(const struct flop_counter *fc) { return fc->kernels && fc->kernels->bf16_gemms; }
 
+// matmul_forward's GEMMs from bf16 rows x (N of C): the weight rounded
+// once for every slice of `rows` rows.
+void forward_bf16(float *out, bf16_operand x, const float *weight, int64_t N, int64_t C, int64_t OC, int64_t rows,
+                  struct flop_counter *fc) {
+    bf16_operand w = bf16_of(weight, OC, C, C);
+    for (int64_t r = 0; r < N; r += rows)
+        gemm_bf16_counted(fc, false, true, min64(rows, N - r), OC, C, 1.0f, bf16_operand{x.p + r * C, C}, w, 0.0f,
+                          out + r * OC, OC);
+    bf16_free(w, "matmul_forward (bf16 weight)");
+}
+
+// matmul_backward's GEMMs from bf16 rows x: dout serves both, rounded once
+// (the logits' gradient is B T Vp values), and the weight once.
+void backward_bf16(float *dinp, float *dweight, const float *dout, bf16_operand x, const float *weight, int64_t N,
+                   int64_t C, int64_t OC, int64_t rows, struct flop_counter *fc) {
+    const char *what = "matmul_backward (bf16 operands)";
+    bf16_operand d = bf16_of(dout, N, OC, OC), w = bf16_of(weight, OC, C, C);
+    for (int64_t r = 0; r < N; r += rows)
+        gemm_bf16_counted(fc, false, false, min64(rows, N - r), C, OC, 1.0f, bf16_operand{d.p + r * OC, OC}, w,
+                          0.0f, dinp + r * C, C);
+    for (int64_t r = 0; r < N; r += rows)  // N is dweight's reduction: each slice adds (beta = 1)
+        gemm_bf16_counted(fc, true, false, OC, C, min64(rows, N - r), 1.0f, bf16_operand{d.p + r * OC, OC},
+                          bf16_operand{x.p + r * C, C}, 1.0f, dweight, C);
+    bf16_free(d, what);
+    bf16_free(w, what);
+}
+
+// The bf16 forms need the run's cuBLAS handle (a kernel context).
+void need_context(const struct flop_counter *fc, const char *kernel) {
+    if (fc->kernels) return;
+    fprintf(stderr, "error: %s: bf16 operands need the run's kernel context (kernel_context.h)\n", kernel);
+    exit(EXIT_FAILURE);
+}
+
 void add_bias(float *out, const float *bias, int64_t N, int64_t OC, const char *what) {
     if (N * OC == 0) return;
     bias_rows<<<cuda_blocks(N * OC, kBlock), kBlock>>>(out, bias, N, OC);
     cuda_done(what);
+}
+
+void forward_bias(float *out, const float *bias, int64_t N, int64_t OC, struct flop_counter *fc) {
+    if (!bias) return;
+    add_bias(out, bias, N, OC, "matmul_forward (bias)");
+    fc->other += (double)N * OC;
+}
+
+void backward_bias(float *dbias, const float *dout, int64_t N, int64_t OC, struct flop_counter *fc) {
+    if (!dbias) return;
+    if (N * OC > 0) {
+        column_sum(dbias, N, OC, dbias_term{dout, OC}, "matmul_backward (bias)");
+        cuda_done("matmul_backward (bias)");
+    }
+    fc->other += (double)N * OC;
 }
 
 }  // namespace
@@ -181,40 +230,26 @@ void cuda_gemm_counted(struct flop_counter *fc, enum gemm_kind kind, bool trans_
 void cuda_matmul_forward_sliced(float *out, const float *inp, const float *weight, const float *bias, int64_t N,
                                 int64_t C, int64_t OC, int64_t max_rows, struct flop_counter *fc) {
     const int64_t rows = slice_rows("matmul_forward", N, C, OC, max_rows);
-    if (bf16_layers(fc)) {  // each operand rounded once for all its slices
-        const char *what = "matmul_forward (bf16 operands)";
-        bf16_operand x = bf16_of(inp, N, C, C), w = bf16_of(weight, OC, C, C);
-        for (int64_t r = 0; r < N; r += rows)
-            gemm_bf16_counted(fc, false, true, min64(rows, N - r), OC, C, 1.0f, bf16_operand{x.p + r * C, C}, w,
-                              0.0f, out + r * OC, OC);
-        bf16_free(x, what);
-        bf16_free(w, what);
+    if (bf16_layers(fc)) {  // the input rounded once for all its slices
+        bf16_operand x = bf16_of(inp, N, C, C);
+        forward_bf16(out, x, weight, N, C, OC, rows, fc);
+        bf16_free(x, "matmul_forward (bf16 input)");
     } else {
         for (int64_t r = 0; r < N; r += rows)
             cuda_gemm_counted(fc, GEMM_LAYER, false, true, min64(rows, N - r), OC, C, 1.0f, inp + r * C, C, weight,
                               C, 0.0f, out + r * OC, OC);
     }
-    if (!bias) return;
-    add_bias(out, bias, N, OC, "matmul_forward (bias)");
-    fc->other += (double)N * OC;
+    forward_bias(out, bias, N, OC, fc);
 }
 
 void cuda_matmul_backward_sliced(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                                  const float *weight, int64_t N, int64_t C, int64_t OC, int64_t max_rows,
                                  struct flop_counter *fc) {
     const int64_t rows = slice_rows("matmul_backward", N, C, OC, max_rows);
-    if (bf16_layers(fc)) {  // dout serves both GEMMs: rounded once (the logits' gradient is B T Vp values)
-        const char *what = "matmul_backward (bf16 operands)";
-        bf16_operand d = bf16_of(dout, N, OC, OC), w = bf16_of(weight, OC, C, C), x = bf16_of(inp, N, C, C);
-        for (int64_t r = 0; r < N; r += rows)
-            gemm_bf16_counted(fc, false, false, min64(rows, N - r), C, OC, 1.0f, bf16_operand{d.p + r * OC, OC}, w,
-                              0.0f, dinp + r * C, C);
-        for (int64_t r = 0; r < N; r += rows)
-            gemm_bf16_counted(fc, true, false, OC, C, min64(rows, N - r), 1.0f, bf16_operand{d.p + r * OC, OC},
-                              bf16_operand{x.p + r * C, C}, 1.0f, dweight, C);
-        bf16_free(d, what);
-        bf16_free(w, what);
-        bf16_free(x, what);
+    if (bf16_layers(fc)) {
+        bf16_operand x = bf16_of(inp, N, C, C);
+        backward_bf16(dinp, dweight, dout, x, weight, N, C, OC, rows, fc);
+        bf16_free(x, "matmul_backward (bf16 input)");
     } else {
         for (int64_t r = 0; r < N; r += rows)  // dinp rows are independent
             cuda_gemm_counted(fc, GEMM_LAYER, false, false, min64(rows, N - r), C, OC, 1.0f, dout + r * OC, OC,
@@ -223,12 +258,23 @@ void cuda_matmul_backward_sliced(float *dinp, float *dweight, float *dbias, cons
             cuda_gemm_counted(fc, GEMM_LAYER, true, false, OC, C, min64(rows, N - r), 1.0f, dout + r * OC, OC,
                               inp + r * C, C, 1.0f, dweight, C);
     }
-    if (!dbias) return;
-    if (N * OC > 0) {
-        column_sum(dbias, N, OC, dbias_term{dout, OC}, "matmul_backward (bias)");
-        cuda_done("matmul_backward (bias)");
-    }
-    fc->other += (double)N * OC;
+    backward_bias(dbias, dout, N, OC, fc);
+}
+
+void cuda_matmul_forward_bf16(float *out, const uint16_t *inp, const float *weight, const float *bias, int64_t N,
+                              int64_t C, int64_t OC, struct flop_counter *fc) {
+    need_context(fc, "matmul_forward_bf16");
+    const int64_t rows = slice_rows("matmul_forward_bf16", N, C, OC, kMaxDim);
+    forward_bf16(out, bf16_operand{(const __nv_bfloat16 *)inp, C}, weight, N, C, OC, rows, fc);
+    forward_bias(out, bias, N, OC, fc);
+}
+
+void cuda_matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const float *dout, const uint16_t *inp,
+                               const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
+    need_context(fc, "matmul_backward_bf16");
+    const int64_t rows = slice_rows("matmul_backward_bf16", N, C, OC, kMaxDim);
+    backward_bf16(dinp, dweight, dout, bf16_operand{(const __nv_bfloat16 *)inp, C}, weight, N, C, OC, rows, fc);
+    backward_bias(dbias, dout, N, OC, fc);
 }
 
 void cuda_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int64_t N, int64_t C,

@@ -407,6 +407,35 @@ static void test_matmul(void **state) {
                     cudaFree(d_bias);
                 }
                 expect_flops(bf ? "matmul (bf16)" : "matmul", &fc, &gc);
+                if (bf) { /* matmul_*_bf16: the input already bf16 (a saved activation), unsliced */
+                    bf16 *xh = malloc((size_t)(N * C) * sizeof *xh);
+                    for (int64_t i = 0; i < N * C; i++) xh[i] = f32_to_bf16(inp[i]);
+                    bf16 *d_xh = dev_from(xh, (size_t)(N * C) * sizeof *xh);
+                    float *d_o2 = dev_poisoned(F(N * OC)), *d_di2 = dev_poisoned(F(N * C));
+                    float *d_dw2 = dev_from(dw, F(OC * C)), *d_db2 = dev_from(db, F(OC));
+                    float *db2 = malloc(F(OC)), *dw2 = malloc(F(OC * C));
+                    memcpy(db2, db, F(OC));
+                    memcpy(dw2, dw, F(OC * C));
+                    struct flop_counter f2 = {0}, g2 = {.kernels = ctx};
+                    cuda_matmul_forward_bf16(d_o2, d_xh, d_w, NULL, N, C, OC, &g2);
+                    got = back(d_o2, F(N * OC), "matmul_forward_bf16");
+                    expect_close("matmul_forward_bf16", out, got, N * OC, 1e-5);
+                    free(got);
+                    /* the CPU's reference form, with dbias from the unrounded dout */
+                    cpu_matmul_backward_bf16(dinp, dw2, db2, dout, xh, w, N, C, OC, &f2);
+                    cuda_matmul_backward_bf16(d_di2, d_dw2, d_db2, d_dout, d_xh, d_w, N, C, OC, &g2);
+                    got = back(d_di2, F(N * C), "matmul_backward_bf16 dinp");
+                    expect_close("matmul_backward_bf16 dinp", dinp, got, N * C, 1e-5);
+                    free(got);
+                    got = back(d_dw2, F(OC * C), "matmul_backward_bf16 dweight");
+                    expect_close("matmul_backward_bf16 dweight (+=)", dw2, got, OC * C, 1e-5);
+                    free(got);
+                    got = back(d_db2, F(OC), "matmul_backward_bf16 dbias");
+                    expect_column_sum("matmul_backward_bf16 dbias (+=)", db2, got, OC, N);
+                    free(got);
+                    cudaFree(d_xh);
+                    free(xh), free(db2), free(dw2);
+                }
                 cudaFree(d_inp), cudaFree(d_w), cudaFree(d_dout); /* back() freed the rest */
                 if (bf) free(inp_m), free(w_m), free(dout_m);
                 free(inp), free(w), free(bias), free(dout), free(dw), free(db), free(out), free(dinp);
