@@ -37,6 +37,8 @@
 # (docs/GPU.md gives the measured gaps). Without a GPU every part is
 # reported skipped and the script exits 0.
 # Usage: tests/cuda/gpu_train.sh CPU_BUILD CUDA_BUILD [STEPS]
+# GPU_TRAIN_PARTS: the parts to run, of "builds ranks pp dp-pp checkpoints"
+# (1, 2's dp/tp, 2's pp schedules, 2's dp x pp, 3); default all of them.
 set -u
 cpu=${1:-build}
 gpu=${2:-build-cuda}
@@ -82,6 +84,9 @@ PY
 }
 fails=0
 threads=$(nproc)
+parts=" ${GPU_TRAIN_PARTS:-builds ranks pp dp-pp checkpoints} "
+part() { [[ "$parts" == *" $1 "* ]]; }
+if part builds; then
 run cpu32 "$cpu/train" "${base[@]}" "${fp32[@]}" --threads "$threads" || fails=$((fails + 1))
 run gpu32 "$gpu/train" "${base[@]}" "${fp32[@]}" --device cuda || fails=$((fails + 1))
 compare cpu32 gpu32 1e-4 1e-5 "GPU vs CPU build, fp32" || fails=$((fails + 1))
@@ -94,11 +99,13 @@ compare cpuflash gpuflash 2e-2 1e-2 "GPU vs CPU build, --attention flash (GPU: b
     fails=$((fails + 1))
 grep -E "attn GEMMs|activations " "$tmp/gpuflash.out" | head -3
 grep -A40 "^memory" "$tmp/gpu16.out" | grep -E "device|tracked peak" | head -6
+fi
 # 2 ranks on the one GPU, NCCL (20 steps: two ranks share the GPU's time),
 # against one GPU rank with the same samples: dp with each ZeRO stage
 # (one rank takes grad_accum 2), then tp 2 (the same batch on both)
 mpi=(mpirun --oversubscribe --allow-run-as-root -np 2 "$here/one_gpu_rank.sh")
 short=(--steps 20)
+if part ranks; then
 run one "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" --device cuda --grad_accum 2 || fails=$((fails + 1))
 for z in 0 1 2 3; do
     run "zero$z" "${mpi[@]}" "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" --device cuda --zero "$z" ||
@@ -109,11 +116,13 @@ run onetp "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" --device cuda || 
 run tp2 "${mpi[@]}" "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" --device cuda --tp 2 --sequence_parallel 1 ||
     fails=$((fails + 1))
 compare onetp tp2 1e-5 1e-5 "tp 2 + sequence parallel on one GPU (NCCL) vs 1 GPU rank" || fails=$((fails + 1))
+fi
 # pp 2 over NCCL's one-direction links (parallel/comm/cuda/nccl_links.c),
 # each schedule; 4 micro-batches a step (interleaved: a multiple of pp),
 # so the reference is one GPU rank with grad_accum 4 (demo.conf's 4 layers:
 # 2 a stage, or 1 a chunk with 2 chunks a stage)
 pp=(--grad_accum 4 --val_every 10 --val_batches 2)
+if part pp; then
 run onepp "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" "${pp[@]}" --device cuda || fails=$((fails + 1))
 for s in gpipe 1f1b interleaved; do
     chunks=(--virtual_stages 1)
@@ -122,14 +131,17 @@ for s in gpipe 1f1b interleaved; do
         --pp 2 --schedule "$s" "${chunks[@]}" || { fails=$((fails + 1)); continue; }
     compare onepp "pp2_$s" 1e-5 1e-5 "pp 2, $s, on one GPU (NCCL links) vs 1 GPU rank" || fails=$((fails + 1))
 done
+fi
 # dp 2 x pp 2 on 4 ranks: each dp rank's 4 micro-batches, so the reference
 # takes grad_accum 8 (the same samples)
 mpi4=(mpirun --oversubscribe --allow-run-as-root -np 4 "$here/one_gpu_rank.sh")
+if part dp-pp; then
 run onepp8 "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" "${pp[@]}" --grad_accum 8 --device cuda ||
     fails=$((fails + 1))
 run dp2pp2 "${mpi4[@]}" "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" "${pp[@]}" --device cuda --pp 2 ||
     fails=$((fails + 1))
 compare onepp8 dp2pp2 1e-5 1e-5 "dp 2 x pp 2 (1f1b) on one GPU (NCCL) vs 1 GPU rank" || fails=$((fails + 1))
+fi
 # 3. checkpoints of a model in GPU memory
 ck=(--config configs/demo.conf --micro_batch 8 --val_every 0 --sample_tokens 0 --lr_schedule constant
     --train_data "$tmp/train.bin" --val_data "$tmp/val.bin")
@@ -161,6 +173,7 @@ resume_case() { # name, label, launcher and program words...: 20 straight, 10 + 
     same_file "$tmp/$name.s.bin" "$tmp/$name.r.bin" "$label: model file byte-equal to the straight run's" || return 1
     same_file "$tmp/$name.s.state" "$tmp/$name.r.state" "$label: step-20 state byte-equal" || return 1
 }
+if part checkpoints; then
 resume_case ck1 "1 GPU rank, bf16 params" "$gpu/train" --device cuda || fails=$((fails + 1))
 # b. model files between the builds
 run ck_cpu "$cpu/train" "${ck[@]}" --steps 10 --threads "$threads" --save "$tmp/ck_cpu.bin" || fails=$((fails + 1))
@@ -211,5 +224,6 @@ stop_case() {
     same_file "$tmp/stop.s.bin" "$tmp/stop.r.bin" "the stop state: model file at step $K byte-equal" || return 1
 }
 stop_case || fails=$((fails + 1))
+fi
 [ "$fails" -eq 0 ] && echo "gpu_train: all passed" || echo "gpu_train: $fails failed"
 exit $((fails > 0))
