@@ -9,8 +9,8 @@
 # dense bf16 peak, printed in the banner with the measured cuBLAS peaks),
 # medians over the steps after the first 3, and the share of the step in
 # the GEMMs and the optimizer (the trainer's own timers), and for the first
-# run the trainer's kernel table (time per kernel kind: every CUDA call
-# synchronizes, so its wall time is its GPU time). With nsys on the PATH it
+# run the trainer's kernel table (time per kernel kind: CUDA events around
+# each call's kernels, include/kernel_timing.h). With nsys on the PATH it
 # also writes nsys's per-kernel summary of a few 124M steps.
 # Usage: bench/run_gpu.sh [CUDA_BUILD] [STEPS]   (default build-cuda 15)
 set -euo pipefail

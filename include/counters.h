@@ -9,9 +9,10 @@
 /* Where a step's kernel time goes, kernel kind by kind (the report's
  * kernel table). The CUDA build's dispatch (model/cuda/layers_dispatch.c,
  * optim/cuda/optim_dispatch.c) times every layers.h and update-rule call on
- * either memory space: each call synchronizes before it returns, so its
- * wall time is its device time plus the launch. The CPU build leaves the
- * table at 0 (its kernels are timed as a whole: gemm_seconds). */
+ * either memory space: a layers.h call on the device by CUDA events around
+ * its kernels (include/kernel_timing.h: it does not synchronize), an update
+ * rule and a host call by the clock (they return finished). The CPU build
+ * leaves the table at 0 (its kernels are timed as a whole: gemm_seconds). */
 enum kernel_kind {
     KERNEL_EMBEDDING,      /* token and position rows, forward and backward */
     KERNEL_LAYERNORM_FWD,

@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "counters.h"
 #include "mem.h"
 
 /* The order of the --device choices (train/config.c). */
@@ -60,6 +61,11 @@ int device_memory_used(const struct device_info *d, size_t *used, size_t *total,
  * bf16 GEMM in Debian's build; the config refuses it first). */
 struct kernel_context *device_kernels_open(const struct device_info *d, bool bf16_gemms, char *err, size_t err_len);
 void device_kernels_close(const struct device_info *d, struct kernel_context *k);
+/* On a GPU: waits for the kernels queued so far and adds their times to
+ * fc's kernel profile and GEMM seconds (include/kernel_timing.h: GPU calls
+ * do not wait one by one). The trainer calls it where a phase's time is
+ * read. On the CPU: nothing (its kernels return finished). */
+void device_kernels_sync(const struct device_info *d, struct flop_counter *fc);
 
 /* A GPU's peak FLOP/s: cuBLAS GEMMs measured now, bf16 operands with fp32
  * accumulation and fp32 without TF32 (the math this build's layer GEMMs

@@ -8,6 +8,7 @@
 #ifdef SHARDLAB_CUDA
 #include "cuda/cuda_device.h"
 #include "cuda/flash_attention.h"
+#include "kernel_timing.h"
 #endif
 
 bool device_build_has_cuda(void) {
@@ -80,6 +81,14 @@ void device_kernels_close(const struct device_info *d, struct kernel_context *k)
 #else
     (void)d;
     (void)k;
+#endif
+}
+
+void device_kernels_sync(const struct device_info *d, struct flop_counter *fc) {
+#ifdef SHARDLAB_CUDA
+    if (d->kind == DEVICE_CUDA) kernel_timing_sync(fc);
+#else
+    (void)d, (void)fc;
 #endif
 }
 

@@ -9,8 +9,8 @@ void report_kernels(FILE *out, FILE *json, const struct trainer *tr, int steps) 
     for (int k = 0; k < KERNEL_NUM_KINDS; k++) profiled += p[k].seconds, calls += p[k].calls;
     if (steps <= 0 || calls == 0.0) return;
     double step = tr->train_seconds / steps;
-    fprintf(out, "\nKernel time per optimizer step on rank 0 (%s), averaged over %d steps: each call's wall time, "
-                 "which synchronizes before it returns\n", tr->dev.name, steps);
+    fprintf(out, "\nKernel time per optimizer step on rank 0 (%s), averaged over %d steps: each call's device time "
+                 "(CUDA events around its kernels; the update rules: wall time, synchronized)\n", tr->dev.name, steps);
     fprintf(out, "  %-20s %11s %11s %8s\n", "kernel", "calls/step", "ms/step", "of step");
     for (int k = 0; k < KERNEL_NUM_KINDS; k++) {
         if (p[k].calls == 0.0) continue;

@@ -225,6 +225,7 @@ int main(int argc, char **argv) {
                 printf("\nsample (%d tokens, temperature %.2f):\n", cfg.sample_tokens, cfg.sample_temperature);
             trainer_sample(&tr, rank == 0 ? stdout : NULL); /* every rank runs the forward (ZeRO-3 gathers) */
         }
+        device_kernels_sync(&tr.dev, &tr.flops); /* evaluation's and sampling's kernel times */
         gather_stats(&tr, ranks);
         struct mem_timeline *timelines = gather_timelines(&tr, rank, world);
         if (rank == 0) {

@@ -301,12 +301,14 @@ static struct step_metrics train_step(struct trainer *tr) {
      * finiteness (a NaN or Inf on one rank makes the sum non-finite on all)
      * and decides alike. */
     agree_loss(tr, &loss);
+    device_kernels_sync(&tr->dev, &tr->flops); /* the backward's kernels end before the optimizer's clock starts */
     double t_opt = now();
     struct step_result r = {.grad_norm = NAN, .lr = lr_at(&e->o.zero.optim.lr, tr->step), .skipped = true};
     /* a non-finite loss: no update at all (on every rank, so no rank waits
      * in the reduction); otherwise the step itself refuses a non-finite norm */
     int opt_ev = trace_begin(&tr->trace, TRACE_OPTIMIZER, -1);
     if (isfinite(loss)) r = engine_optimizer_step(e, tr->step, true);
+    device_kernels_sync(&tr->dev, &tr->flops); /* and the update's before it stops */
     trace_end(&tr->trace, opt_ev);
     timeline_end_step(&tr->timeline);
     double optimizer_s = now() - t_opt;

@@ -36,6 +36,7 @@
 #include "cublas_check.h"
 #include "cuda_check.h"
 #include "kernel_context.h"
+#include "kernel_timing.h"
 #include "layers_cuda.h"
 
 namespace {
@@ -63,8 +64,8 @@ void check_shape(const char *kernel, int64_t B, int64_t T, int64_t C, int64_t NH
 // row-major C_i (m, n) = alpha op(A_i) op(B_i) + beta C_i, X_i = x + i sx.
 // Column-major cuBLAS computes C^T = op(B)^T op(A)^T: operands swapped, the
 // same leading dimensions (matmul.cu). beta 0: C is not read (it may hold
-// anything). 2 m n k per product into fc->attention, the synchronized wall
-// time into fc->gemm_seconds.
+// anything). 2 m n k per product into fc->attention, its time (CUDA
+// events: include/kernel_timing.h) into fc->gemm_seconds.
 struct batched_gemm {
     cublasHandle_t h;
     struct flop_counter *fc;
@@ -73,13 +74,13 @@ struct batched_gemm {
                     int64_t sa, const float *b, int64_t ldb, int64_t sb, float *c, int64_t ldc, int64_t sc,
                     int64_t batch) const {
         const float beta = 0.0f;
-        double t0 = kernel_clock();
+        struct kernel_span t = kernel_span_begin(fc, true);
         blas_check(cublasSgemmStridedBatched(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                                              (int)n, (int)m, (int)k, &alpha, b, (int)ldb, (long long)sb, a, (int)lda,
                                              (long long)sa, &beta, c, (int)ldc, (long long)sc, (int)batch),
                    "cublasSgemmStridedBatched");
         cuda_done("attention (GEMM)");
-        fc->gemm_seconds += kernel_clock() - t0;
+        kernel_span_end_gemm(fc, t);
         fc->attention += 2.0 * (double)m * (double)n * (double)k * (double)batch;
     }
 };

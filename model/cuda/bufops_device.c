@@ -1,8 +1,9 @@
 /* include/bufops.h on device memory (cuda_buf_*, bufops_cuda.h): each
  * operation is one kernel of bufops_kernels.cu on the legacy default
- * stream, or a cudaMemset / cudaMemcpy. Each returns when its result is
- * ready, like the CPU's, so a caller may read or reuse the buffers at
- * once (the kernels step may relax that to stream order). */
+ * stream, or a cudaMemset / cudaMemcpy. A kernel returns queued, in stream
+ * order with every later kernel, copy and collective (the NCCL tables wait
+ * for the default stream), not finished; a copy to host memory and the
+ * sum of squares return with their result in place. */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +15,6 @@
  * (bufops_cuda.h: the device is not usable after it). */
 static void check(int rc, const char *op) {
     cudaError_t e = (cudaError_t)rc;
-    if (e == cudaSuccess) e = cudaDeviceSynchronize();
     if (e == cudaSuccess) return;
     fprintf(stderr, "error: CUDA %s: %s (error %d)\n", op, cudaGetErrorString(e), (int)e);
     exit(EXIT_FAILURE);

@@ -1,7 +1,9 @@
 // For the layer kernels (.cu): a launch or CUDA call that failed leaves the
 // device unusable, so the kernel's name and CUDA's reason go to stderr and
-// the process exits non-zero (layers_cuda.h). cuda_done also waits for the
-// device, so a cuda_* layer returns with its results in place.
+// the process exits non-zero (layers_cuda.h). cuda_done does not wait for
+// the device: a cuda_* layer returns with its kernels queued on the default
+// stream, in order with every later call and copy (include/kernel_timing.h
+// says how they are timed, and where a failure while running shows).
 #ifndef SHARDLAB_CUDA_CHECK_H
 #define SHARDLAB_CUDA_CHECK_H
 
@@ -16,11 +18,8 @@ static inline void cuda_check(cudaError_t e, const char *what) {
     exit(EXIT_FAILURE);
 }
 
-// After the launches of one layers.h call: their launch error, then the run's.
-static inline void cuda_done(const char *what) {
-    cuda_check(cudaGetLastError(), what);
-    cuda_check(cudaDeviceSynchronize(), what);
-}
+// After the launches of one layers.h call: their launch error.
+static inline void cuda_done(const char *what) { cuda_check(cudaGetLastError(), what); }
 
 // Blocks for n elements at `block` threads each, for grid-stride loops.
 static inline unsigned cuda_blocks(int64_t n, unsigned block) {

@@ -7,6 +7,31 @@
 
 #include "kernel_context.h"
 
+namespace {
+
+void free_timing(struct kernel_timing *t) {
+    if (!t) return;
+    for (int e = 0; e < KERNEL_SPANS; e++) {
+        if (t->start[e]) cudaEventDestroy(t->start[e]);
+        if (t->stop[e]) cudaEventDestroy(t->stop[e]);
+    }
+    free(t);
+}
+
+// KERNEL_SPANS event pairs (cudaEventDefault: they record time), or NULL.
+struct kernel_timing *open_timing() {
+    struct kernel_timing *t = (struct kernel_timing *)calloc(1, sizeof *t);
+    if (!t) return nullptr;
+    for (int e = 0; e < KERNEL_SPANS; e++)
+        if (cudaEventCreate(&t->start[e]) != cudaSuccess || cudaEventCreate(&t->stop[e]) != cudaSuccess) {
+            free_timing(t);
+            return nullptr;
+        }
+    return t;
+}
+
+}  // namespace
+
 extern "C" struct kernel_context *cuda_kernels_open(bool bf16_gemms, char *err, size_t err_len) {
     struct kernel_context *k = (struct kernel_context *)calloc(1, sizeof *k);
     cublasHandle_t h = nullptr;
@@ -19,11 +44,10 @@ extern "C" struct kernel_context *cuda_kernels_open(bool bf16_gemms, char *err, 
     }
     /* The kernels' short-lived buffers (bf16 GEMM operands, column-sum
      * partials, the embedding's sort) come from the device's stream-ordered
-     * pool. Its default release threshold is 0: every synchronize (each
-     * layers.h call makes one) hands the pool's memory back to the driver,
-     * and the next cudaMallocAsync maps it again, gigabytes a step. Kept
-     * instead, the pool stays at its peak, which the memory table shows as
-     * "device untracked". */
+     * pool. Its default release threshold is 0: every synchronize hands the
+     * pool's memory back to the driver, and the next cudaMallocAsync maps
+     * it again, gigabytes a step. Kept instead, the pool stays at its peak,
+     * which the memory table shows as "device untracked". */
     cudaMemPool_t pool;
     int dev = 0;
     uint64_t keep = UINT64_MAX;
@@ -31,6 +55,14 @@ extern "C" struct kernel_context *cuda_kernels_open(bool bf16_gemms, char *err, 
         cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) != cudaSuccess) {
         snprintf(err, err_len, "the GPU's kernel context: the device's memory pool: %s",
                  cudaGetErrorString(cudaGetLastError()));
+        cublasDestroy(h);
+        free(k);
+        return nullptr;
+    }
+    k->timing = open_timing();
+    if (!k->timing) {
+        snprintf(err, err_len, "the GPU's kernel context: %d CUDA event pairs for the kernel timing: %s",
+                 (int)KERNEL_SPANS, cudaGetErrorString(cudaGetLastError()));
         cublasDestroy(h);
         free(k);
         return nullptr;
@@ -43,5 +75,6 @@ extern "C" struct kernel_context *cuda_kernels_open(bool bf16_gemms, char *err, 
 extern "C" void cuda_kernels_close(struct kernel_context *k) {
     if (!k) return;
     cublasDestroy((cublasHandle_t)k->cublas);
+    free_timing(k->timing);
     free(k);
 }

@@ -1,16 +1,29 @@
 /* A run's context for the CUDA kernels (include/device.h:
  * device_kernels_open), reached through the run's struct flop_counter
- * (include/counters.h): one cuBLAS handle for every GEMM of the run, and
- * the GEMMs' math (config key gemm_dtype). C and C++ (the .cu files). */
+ * (include/counters.h): one cuBLAS handle for every GEMM of the run, the
+ * GEMMs' math (config key gemm_dtype), and the CUDA events that time the
+ * kernel calls (include/kernel_timing.h). C and C++ (the .cu files). */
 #ifndef SHARDLAB_KERNEL_CONTEXT_H
 #define SHARDLAB_KERNEL_CONTEXT_H
 
+#include <cuda_runtime.h>
 #include <stdbool.h>
+
+/* The event pairs of kernel_timing.h's spans: [0, used) taken since the
+ * last sync, `open` of them begun and not ended; kind: enum kernel_kind,
+ * or KERNEL_NUM_KINDS for a GEMM's time. */
+enum { KERNEL_SPANS = 4096 };
+struct kernel_timing {
+    cudaEvent_t start[KERNEL_SPANS], stop[KERNEL_SPANS];
+    int kind[KERNEL_SPANS];
+    int used, open;
+};
 
 struct kernel_context {
     void *cublas;      /* cublasHandle_t, made once at the run's start */
     bool bf16_gemms;   /* layer GEMMs round their operands to bf16 (nearest even) and accumulate in fp32 on the
                         * tensor cores; false: fp32 operands and fp32 math (no TF32), the CPU's arithmetic */
+    struct kernel_timing *timing; /* the spans of include/kernel_timing.h */
 };
 
 #endif

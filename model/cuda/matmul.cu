@@ -1,8 +1,9 @@
 // The GEMMs on the device (layers.h; model/cpu/matmul.c) through cuBLAS,
 // fp32 operands and fp32 compute (CUBLAS_DEFAULT_MATH: no TF32), since
-// the engine hands the layers fp32 views. FLOPs are counted as the CPU counts them:
-// 2mnk per GEMM into fc->gemm or fc->attention, its synchronized wall
-// time into fc->gemm_seconds, N*OC into fc->other for a bias.
+// the engine hands the layers fp32 views. FLOPs are counted as the CPU
+// counts them: 2mnk per GEMM into fc->gemm or fc->attention, its time
+// (CUDA events: include/kernel_timing.h) into fc->gemm_seconds, N*OC into
+// fc->other for a bias.
 //
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so each
 // GEMM is cublasSgemm with the operands swapped and the same leading
@@ -23,6 +24,7 @@
 #include "cublas_check.h"
 #include "cuda_check.h"
 #include "kernel_context.h"
+#include "kernel_timing.h"
 #include "layers_cuda.h"
 
 namespace {
@@ -123,7 +125,7 @@ void bf16_free(bf16_operand x, const char *what) {
 void gemm_bf16_counted(struct flop_counter *fc, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                        float alpha, bf16_operand a, bf16_operand b, float beta, float *c, int64_t ldc) {
     check_shape(trans_a, trans_b, m, n, k, a.ld, b.ld, ldc);
-    double t0 = kernel_clock();
+    struct kernel_span t = kernel_span_begin(fc, true);
     if (m > 0 && n > 0) {  // k == 0 still scales C by beta
         cublasHandle_t h = (cublasHandle_t)fc->kernels->cublas;
         cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -133,7 +135,7 @@ void gemm_bf16_counted(struct flop_counter *fc, bool trans_a, bool trans_b, int6
                    "cublasGemmEx (bf16)");
         cuda_done("gemm_counted");
     }
-    fc->gemm_seconds += kernel_clock() - t0;
+    kernel_span_end_gemm(fc, t);
     fc->gemm += 2.0 * (double)m * (double)n * (double)k;
 }
 
@@ -211,7 +213,7 @@ void cuda_gemm_counted(struct flop_counter *fc, enum gemm_kind kind, bool trans_
         bf16_free(bb, "gemm_counted (bf16 operand)");
         return;
     }
-    double t0 = kernel_clock();
+    struct kernel_span t = kernel_span_begin(fc, true);
     if (m > 0 && n > 0) {  // cuBLAS, like BLAS, scales C by beta when k == 0
         const struct kernel_context *kc = fc->kernels;
         cublasHandle_t h = kc ? (cublasHandle_t)kc->cublas : open_handle();
@@ -223,7 +225,7 @@ void cuda_gemm_counted(struct flop_counter *fc, enum gemm_kind kind, bool trans_
         if (!kc) blas_check(cublasDestroy(h), "cublasDestroy");
     }
     // Not called from OpenMP regions on the device path: plain adds.
-    fc->gemm_seconds += kernel_clock() - t0;
+    kernel_span_end_gemm(fc, t);
     (kind == GEMM_ATTENTION ? fc->attention : fc->gemm) += 2.0 * (double)m * (double)n * (double)k;
 }
 

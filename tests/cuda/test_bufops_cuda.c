@@ -392,6 +392,13 @@ static void test_device_memory(void **state) {
         cuda_mem_install(u);
         size_t used0 = 0, used1 = 0, total = 0;
         char err[128];
+        /* the earlier tests' stream-ordered scratch (the sums of squares)
+         * may still sit in the device's pool, which the allocation's
+         * synchronize would hand back in between: settle it first */
+        cudaMemPool_t pool;
+        assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+        assert_int_equal(cudaDeviceGetDefaultMemPool(&pool, 0), cudaSuccess);
+        assert_int_equal(cudaMemPoolTrimTo(pool, 0), cudaSuccess);
         assert_int_equal(cuda_mem_used(&used0, &total, err, sizeof err), 0);
         size_t bytes = (size_t)64 << 20;
         unsigned char *p = mem_alloc(u, MEM_DEVICE, MEM_GRADS, "grads", bytes);
