@@ -27,8 +27,9 @@
 // FMA); the row's max and sum are a fixed shuffle tree, not the CPU's left
 // to right loop, so P and everything after it differ from the CPU's by
 // rounding only (tests/cuda/test_attention_cuda.c: bounds). One cuBLAS
-// handle per attention call (layers.h passes no context; no global state).
-// Each call synchronizes before returning (the CPU's contract).
+// handle per attention call without a run's context (no global state).
+// Each call returns with its kernels queued on the default stream
+// (include/kernel_timing.h), not finished.
 #include <cublas_v2.h>
 #include <math.h>
 #include <time.h>

@@ -19,7 +19,8 @@
  * anything else is an error: a message on stderr naming the value, and a
  * non-zero return, nothing launched. A failed CUDA call prints the function
  * and CUDA's reason and exits (model/cuda/cuda_check.h, as every cuda_*
- * kernel does). Each call synchronizes before it returns.
+ * kernel does). Each call returns with its kernels queued on the default
+ * stream (include/kernel_timing.h), not finished.
  *
  * Deterministic: no atomics; every sum has a fixed order, so a run repeats
  * bit for bit on the same GPU model and build. dq has its own kernel
