@@ -59,6 +59,16 @@ struct param_writeback {
 void adamw_update(const struct adamw_hparams *h, size_t n, float *w, float *m, float *v, const void *grad,
                   enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
 
+/* A step's constants of AdamW and 8-bit AdamW: step_size = lr / (1 -
+ * beta1^t) and isb = 1 / sqrt(1 - beta2^t) (Kingma & Ba's bias
+ * corrections), decay = 1 - lr weight_decay (decoupled, Loshchilov &
+ * Hutter). Every implementation, the GPU's included, takes them from here,
+ * so all compute the same floats. */
+struct adamw_step_consts {
+    float step_size, isb, decay;
+};
+struct adamw_step_consts adamw_step_consts(const struct adamw_hparams *h);
+
 /* Learning rate for 0-based step. */
 float lr_at(const struct lr_options *o, int step);
 

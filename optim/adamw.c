@@ -25,12 +25,17 @@ static inline float adamw_element(float g, float *w, float *m, float *v, float b
         WRITEBACK;                                                                                           \
     }
 
+struct adamw_step_consts adamw_step_consts(const struct adamw_hparams *h) {
+    return (struct adamw_step_consts){.step_size = h->lr / (1.0f - powf(h->beta1, (float)h->t)),
+                                      .isb = 1.0f / sqrtf(1.0f - powf(h->beta2, (float)h->t)),
+                                      .decay = 1.0f - h->lr * h->weight_decay};
+}
+
 void adamw_update(const struct adamw_hparams *h, size_t n, float *w, float *m, float *v, const void *grad,
                   enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
     const float b1 = h->beta1, b2 = h->beta2, eps = h->eps, gs = h->grad_scale;
-    const float step_size = h->lr / (1.0f - powf(b1, (float)h->t));
-    const float isb = 1.0f / sqrtf(1.0f - powf(b2, (float)h->t));
-    const float decay = 1.0f - h->lr * h->weight_decay;
+    const struct adamw_step_consts c = adamw_step_consts(h);
+    const float step_size = c.step_size, isb = c.isb, decay = c.decay;
     const float *g32 = grad;
     const bf16 *g16 = grad;
     bf16 *p = out->params;

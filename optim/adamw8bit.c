@@ -123,13 +123,14 @@ void adamw8bit_update(const struct adamw_hparams *h, size_t n, float *w, uint8_t
                       float *absmax2, const float *map_signed, const float *map_unsigned,
                       const struct qmap_index *ix_signed, const struct qmap_index *ix_unsigned, const void *grad,
                       enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
+    const struct adamw_step_consts c = adamw_step_consts(h);
     const struct adam_consts k = {
         .b1 = h->beta1,
         .b2 = h->beta2,
         .eps = h->eps,
-        .step_size = h->lr / (1.0f - powf(h->beta1, (float)h->t)),
-        .isb = 1.0f / sqrtf(1.0f - powf(h->beta2, (float)h->t)),
-        .decay = 1.0f - h->lr * h->weight_decay,
+        .step_size = c.step_size,
+        .isb = c.isb,
+        .decay = c.decay,
     };
     const uint8_t zero_s = qmap_nearest(map_signed, 0.0f), zero_u = qmap_nearest(map_unsigned, 0.0f);
     const size_t nb = adamw8bit_blocks(n);

@@ -1,10 +1,9 @@
 /* The cuda_* update rules and 8-bit codec (optim_cuda.h): the per-call
- * constants computed here by optim/adamw.c's and adamw8bit.c's own C
- * expressions (this file is compiled with the CPU build's flags, so powf,
- * sqrtf and the float arithmetic are the CPU's), then the kernels of
- * optim_kernels.h, a wait, and the FLOPs counted as the CPU counts. */
+ * constants from the CPU's own function (include/optim.h:
+ * adamw_step_consts, in optim/adamw.c: the CPU's powf and sqrtf), then the
+ * kernels of optim_kernels.h, a wait, and the FLOPs counted as the CPU
+ * counts. */
 #include <cuda_runtime.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,13 +28,14 @@ static void finish(int launch_err, const char *what) {
 }
 
 static struct cuda_k_adam_consts adam_consts(const struct adamw_hparams *h) {
+    const struct adamw_step_consts c = adamw_step_consts(h);
     return (struct cuda_k_adam_consts){
         .b1 = h->beta1,
         .b2 = h->beta2,
         .eps = h->eps,
-        .step_size = h->lr / (1.0f - powf(h->beta1, (float)h->t)),
-        .isb = 1.0f / sqrtf(1.0f - powf(h->beta2, (float)h->t)),
-        .decay = 1.0f - h->lr * h->weight_decay,
+        .step_size = c.step_size,
+        .isb = c.isb,
+        .decay = c.decay,
         .grad_scale = h->grad_scale,
     };
 }
