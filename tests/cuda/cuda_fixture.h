@@ -8,6 +8,7 @@
 #define SHARDLAB_TEST_CUDA_FIXTURE_H
 
 #include <cuda_runtime.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -55,6 +56,25 @@ static inline float *back(void *dev, size_t bytes, const char *what) {
         if (h[i] != 0xff) fail_msg("%s: byte %zu past the end of its %zu-byte output was written", what, i - bytes, bytes);
     cudaFree(dev);
     return (float *)(void *)h;
+}
+
+/* How far got is from want, normwise: the largest |gpu - cpu| (NaN, at the
+ * first NaN element, when there is one), its element, and the scale, max
+ * |cpu| but at least at_least. Each test states its bound against these. */
+struct normwise {
+    double worst, scale;
+    size_t at;
+};
+
+static inline struct normwise normwise_diff(const float *want, const float *got, size_t n, double at_least) {
+    struct normwise e = {0.0, at_least, 0};
+    for (size_t i = 0; i < n; i++) e.scale = fmax(e.scale, fabs(want[i]));
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        if (isnan(d)) return (struct normwise){NAN, e.scale, i};
+        if (d > e.worst) e.worst = d, e.at = i;
+    }
+    return e;
 }
 
 #endif

@@ -76,22 +76,12 @@ static float *host_nan(size_t n) {
 /* Normwise: max |gpu - cpu| <= rel max |cpu|; a NaN fails. */
 static void expect_close(const char *what, const int64_t *shape, const float *want, const float *got, size_t n,
                          double rel) {
-    double scale = 0.0, worst = 0.0;
-    size_t at = 0;
-    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(want[i]));
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - want[i]);
-        if (isnan(d) || d > worst) {
-            worst = d;
-            at = i;
-            if (isnan(d)) break;
-        }
-    }
-    if (!(worst <= rel * scale))
+    struct normwise e = normwise_diff(want, got, n, 0.0);
+    if (!(e.worst <= rel * e.scale))
         fail_msg("%s (B %lld T %lld C %lld NH %lld): element %zu of %zu: cpu %.9g, gpu %.9g: |diff| %.3g > %.0e x "
                  "max|cpu| %.3g",
-                 what, (long long)shape[0], (long long)shape[1], (long long)shape[2], (long long)shape[3], at, n,
-                 (double)want[at], (double)got[at], worst, rel, scale);
+                 what, (long long)shape[0], (long long)shape[1], (long long)shape[2], (long long)shape[3], e.at, n,
+                 (double)want[e.at], (double)got[e.at], e.worst, rel, e.scale);
 }
 
 /* att (B NH squares of T x T): causal entries within ATT_ABS, masked ones +0.0 on both sides. */

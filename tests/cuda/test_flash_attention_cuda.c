@@ -92,15 +92,8 @@ struct error {
 };
 
 static struct error normwise(const float *want, const float *got, size_t n, double at_least) {
-    double scale = at_least, worst = 0.0;
-    size_t at = 0;
-    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(want[i]));
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - want[i]);
-        if (isnan(d)) return (struct error){NAN, i};
-        if (d > worst) worst = d, at = i;
-    }
-    return (struct error){scale > 0.0 ? worst / scale : worst, at};
+    struct normwise e = normwise_diff(want, got, n, at_least);
+    return (struct error){e.scale > 0.0 ? e.worst / e.scale : e.worst, e.at};
 }
 
 static void expect_within(const char *what, struct error e, double bound, const float *want, const float *got) {

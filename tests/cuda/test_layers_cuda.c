@@ -87,20 +87,10 @@ static void expect_column_sum(const char *what, const float *want, const float *
 }
 
 static void expect_close(const char *what, const float *want, const float *got, size_t n, double rel) {
-    double scale = 0.0, worst = 0.0;
-    size_t at = 0;
-    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(want[i]));
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - want[i]);
-        if (isnan(d) || d > worst) {
-            worst = d;
-            at = i;
-            if (isnan(d)) break; /* a NaN fails at once */
-        }
-    }
-    if (!(worst <= rel * scale))
-        fail_msg("%s: element %zu of %zu: cpu %.9g, gpu %.9g: |diff| %.3g > %.0e x max|cpu| %.3g", what, at, n,
-                 (double)want[at], (double)got[at], worst, rel, scale);
+    struct normwise e = normwise_diff(want, got, n, 0.0);
+    if (!(e.worst <= rel * e.scale))
+        fail_msg("%s: element %zu of %zu: cpu %.9g, gpu %.9g: |diff| %.3g > %.0e x max|cpu| %.3g", what, e.at, n,
+                 (double)want[e.at], (double)got[e.at], e.worst, rel, e.scale);
 }
 
 static void expect_flops(const char *what, const struct flop_counter *want, const struct flop_counter *got) {
