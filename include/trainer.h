@@ -39,6 +39,7 @@ struct trainer {
     double train_seconds;       /* wall time inside steps */
     double last_val_loss;
     double peak_flops;          /* FLOP/s for MFU; 0 = unknown */
+    const char *peak_source;    /* where peak_flops came from, as the FLOP table names it */
     double startup_tracked_peak, startup_rss; /* bytes, at the end of trainer_open */
     double device_used_peak;    /* a GPU run: the highest cudaMemGetInfo used bytes seen (start-up, each step) */
     double device_total;        /* its total bytes */

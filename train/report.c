@@ -145,7 +145,8 @@ static void device_rows(FILE *out, FILE *json, const struct rank_stats *ranks, i
     for (int r = 0; r < n; r++) col[r] = ranks[r].device_used_peak;
     row(out, "device used peak", col, n, -1, "cudaMemGetInfo total - free, highest at start-up and step ends");
     for (int r = 0; r < n; r++) col[r] = ranks[r].device_used_peak - ranks[r].device_tracked_peak;
-    row(out, "device untracked", col, n, -1, "used - tracked: CUDA context, cuBLAS, NCCL, allocator rounding");
+    row(out, "device untracked", col, n, -1,
+        "used - tracked: CUDA context, cuBLAS (cuBLASLt's 32 MiB workspace), NCCL, the kernels' pool, rounding");
     if (!json) return;
     for (int r = 0; r < n; r++) {
         json_row(json, r, "device_tracked_peak", ranks[r].device_tracked_peak, -1);
@@ -306,7 +307,7 @@ void report_flops(FILE *out, const struct trainer *tr, int steps) {
             issued / secs / 1e9, th.model / secs / 1e9, 100.0 * f->gemm_seconds / tr->train_seconds);
     if (tr->peak_flops > 0)
         fprintf(out, "  peak %.1f GFLOP/s per rank (%s): MFU %.1f%%, HFU %.1f%%\n", tr->peak_flops / 1e9,
-                tr->cfg->peak_flops > 0 ? "peak_flops from the config" : "measured FMA microbenchmark",
+                tr->peak_source ? tr->peak_source : "source not recorded",
                 100.0 * th.model / secs / tr->peak_flops, 100.0 * issued / secs / tr->peak_flops);
 }
 

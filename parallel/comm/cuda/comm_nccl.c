@@ -118,13 +118,15 @@ static struct coll_request post(struct collectives *c, const char *call, void *b
     double t0 = now_s();
     int slot = nccl_request_claim(c, call);
     if (slot < 0) return (struct coll_request){.slot = -1};
-    int rc = 0;
     struct nccl_impl *m = nccl_of(c);
-    if (c->size > 1) {
-        if (k == COLL_ALL_REDUCE) {
-            rc = nccl_after_default_stream(c, call);
-            if (rc == 0) rc = nccl_ok(c, call, ncclAllReduce(buf, buf, count_, nccl_type(dt), ncclSum, m->nccl, m->stream));
-        } else if (k == COLL_REDUCE_SCATTER) rc = post_reduce_scatter(c, buf, count_, dt, call);
+    /* the start event after the stream's wait for the kernels before it
+     * (post_reduce_scatter and post_all_gather wait again: nothing new) */
+    int rc = c->size > 1 ? nccl_after_default_stream(c, call) : 0;
+    if (rc == 0) rc = nccl_request_start(c, slot, m->stream, call);
+    if (rc == 0 && c->size > 1) {
+        if (k == COLL_ALL_REDUCE)
+            rc = nccl_ok(c, call, ncclAllReduce(buf, buf, count_, nccl_type(dt), ncclSum, m->nccl, m->stream));
+        else if (k == COLL_REDUCE_SCATTER) rc = post_reduce_scatter(c, buf, count_, dt, call);
         else rc = post_all_gather(c, buf, count_, dt, call);
     }
     if (rc != 0) {
@@ -187,8 +189,10 @@ static int agree(MPI_Comm comm, int ok) {
 }
 
 static void release(struct nccl_impl *m) {
-    for (int i = 0; i < COLL_MAX_REQUESTS; i++)
+    for (int i = 0; i < COLL_MAX_REQUESTS; i++) {
         if (m->requests[i].done_event) cudaEventDestroy(m->requests[i].done_event);
+        if (m->requests[i].start_event) cudaEventDestroy(m->requests[i].start_event);
+    }
     if (m->queued) cudaEventDestroy(m->queued);
     if (m->stream) cudaStreamDestroy(m->stream);
     cudaFree(m->scalars);
@@ -202,8 +206,10 @@ int collectives_init_nccl(struct collectives *c, MPI_Comm comm, char *err, size_
     cudaError_t e = cudaSuccess;
     if (m) e = cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking);
     if (m && e == cudaSuccess) e = cudaEventCreateWithFlags(&m->queued, cudaEventDisableTiming);
-    for (int i = 0; m && e == cudaSuccess && i < COLL_MAX_REQUESTS; i++)
-        e = cudaEventCreateWithFlags(&m->requests[i].done_event, cudaEventDisableTiming);
+    for (int i = 0; m && e == cudaSuccess && i < COLL_MAX_REQUESTS; i++) { /* timing events: the time in flight */
+        e = cudaEventCreate(&m->requests[i].start_event);
+        if (e == cudaSuccess) e = cudaEventCreate(&m->requests[i].done_event);
+    }
     if (!agree(comm, m && e == cudaSuccess)) {
         snprintf(err, err_len, "collectives (NCCL): %s (on this or another rank)",
                  !m ? "out of memory for the backend state" : e != cudaSuccess ? cudaGetErrorString(e)

@@ -39,13 +39,14 @@ static int check_args(struct collectives *c, const char *call, int peer, int tag
 /* The send (recv_buf NULL) or receive itself, on the peer's link or the
  * table's communicator; *stream: the stream it was queued on. */
 static int issue(struct collectives *c, const char *call, const void *send_buf, void *recv_buf, size_t n,
-                 enum dtype dt, int peer, cudaStream_t *stream) {
+                 enum dtype dt, int peer, int slot, cudaStream_t *stream) {
     struct nccl_impl *m = nccl_of(c);
     const struct nccl_link *l = nccl_link_to(m, peer, recv_buf == NULL);
     ncclComm_t comm = l ? l->nccl : m->nccl;
     int to = l ? l->link_peer : peer;
     *stream = l ? l->stream : m->stream;
     if (nccl_stream_after_default(c, *stream, call) != 0) return -1;
+    if (slot >= 0 && nccl_request_start(c, slot, *stream, call) != 0) return -1;
     ncclResult_t r = recv_buf ? ncclRecv(recv_buf, n, nccl_type(dt), to, comm, *stream)
                               : ncclSend(send_buf, n, nccl_type(dt), to, comm, *stream);
     return r == ncclSuccess ? 0 : nccl_failed(c, call, ncclGetErrorString(r));
@@ -55,7 +56,7 @@ static int blocking(struct collectives *c, const char *call, const void *send_bu
                     enum dtype dt, int peer, int tag) {
     double t0 = now_s();
     cudaStream_t stream;
-    if (check_args(c, call, peer, tag) != 0 || issue(c, call, send_buf, recv_buf, n, dt, peer, &stream) != 0)
+    if (check_args(c, call, peer, tag) != 0 || issue(c, call, send_buf, recv_buf, n, dt, peer, -1, &stream) != 0)
         return -1;
     cudaError_t e = cudaStreamSynchronize(stream);
     if (e != cudaSuccess) return nccl_failed(c, call, cudaGetErrorString(e));
@@ -85,8 +86,23 @@ int nccl_request_claim(struct collectives *c, const char *call) {
                 COLL_MAX_REQUESTS);
 }
 
+int nccl_request_start(struct collectives *c, int slot, cudaStream_t stream, const char *call) {
+    cudaError_t e = cudaEventRecord(nccl_of(c)->requests[slot].start_event, stream);
+    return e == cudaSuccess ? 0 : nccl_failed(c, call, cudaGetErrorString(e));
+}
+
+/* Marks slot s done now (its done event has completed) and reads its time
+ * in flight from its two events. */
+static void mark_done(struct nccl_request_slot *s) {
+    float ms = 0.0f;
+    s->done = true;
+    s->done_at = now_s();
+    s->flight_s = cudaEventElapsedTime(&ms, s->start_event, s->done_event) == cudaSuccess ? ms / 1e3 : 0.0;
+}
+
 /* Counted as comm_mpi.c's count_post: bytes and the call now, the post's
- * time exposed; the time in flight when wait or progress sees the event. */
+ * time exposed; the time in flight (the events') when wait or progress
+ * sees the call done. */
 struct coll_request nccl_request_commit(struct collectives *c, int slot, cudaStream_t stream, const char *call,
                                         enum coll_kind k, double bytes, int peer, double t0) {
     struct nccl_impl *m = nccl_of(c);
@@ -102,6 +118,7 @@ struct coll_request nccl_request_commit(struct collectives *c, int slot, cudaStr
     s->kind = k;
     s->bytes = bytes;
     s->peer = peer;
+    s->flight_s = 0.0;
     s->serial = ++m->next_serial; /* from 1: a zeroed handle never matches */
     double t1 = now_s();
     c->counters.bytes[k] += bytes;
@@ -118,7 +135,7 @@ static struct coll_request post(struct collectives *c, const char *call, const v
     int slot = nccl_request_claim(c, call);
     if (slot < 0) return failed_request;
     cudaStream_t stream;
-    if (issue(c, call, send_buf, recv_buf, n, dt, peer, &stream) != 0) {
+    if (issue(c, call, send_buf, recv_buf, n, dt, peer, slot, &stream) != 0) {
         nccl_of(c)->requests[slot].busy = false;
         return failed_request;
     }
@@ -148,10 +165,11 @@ static int p2p_wait(struct collectives *c, struct coll_request r) {
     cudaError_t e = cudaSuccess;
     if (!s->done) {
         e = cudaEventSynchronize(s->done_event);
-        s->done_at = now_s();
+        if (e == cudaSuccess) mark_done(s);
+        else s->done_at = now_s(), s->flight_s = 0.0;
     }
-    s->busy = false; /* the slot (and its event) is free again */
-    c->counters.seconds += s->done_at - s->posted_at;
+    s->busy = false; /* the slot (and its events) is free again */
+    c->counters.seconds += s->flight_s;
     double t1 = now_s();
     c->counters.exposed_seconds += t1 - t0;
     trace_comm(c, TRACE_CALL_WAIT, s->kind, s->bytes, s->peer, t0, t1);
@@ -167,10 +185,7 @@ static void progress(struct collectives *c) {
     for (int i = 0; i < COLL_MAX_REQUESTS; i++) {
         struct nccl_request_slot *s = &m->requests[i];
         if (!s->busy || s->done || s->serial == 0) continue;
-        if (cudaEventQuery(s->done_event) == cudaSuccess) {
-            s->done = true;
-            s->done_at = now_s();
-        }
+        if (cudaEventQuery(s->done_event) == cudaSuccess) mark_done(s);
     }
     (void)cudaGetLastError(); /* cudaErrorNotReady is not an error here */
     c->counters.exposed_seconds += now_s() - t0;

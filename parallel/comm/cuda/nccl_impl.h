@@ -18,13 +18,18 @@
 #include "collectives.h"
 
 /* One pending isend, irecv or non-blocking collective: done when its
- * event (recorded after the call on the stream that ran it: the table's,
- * or a link's) completes. */
+ * done_event (recorded after the call on the stream that ran it: the
+ * table's, or a link's) completes. Its time in flight is the events' own:
+ * from start_event (recorded on that stream just before the call, after
+ * the stream's wait for the kernels queued before it) to done_event, so it
+ * counts the call (waiting for the peers included), not the kernels the
+ * GPU still had to run when it was posted, nor how late the host looked. */
 struct nccl_request_slot {
-    cudaEvent_t done_event;
+    cudaEvent_t start_event, done_event;
     bool busy, done;
     unsigned serial;
-    double posted_at, done_at;
+    double posted_at, done_at; /* host clock: the trace's spans */
+    double flight_s;           /* start_event to done_event, once done */
     enum coll_kind kind;
     double bytes;
     int peer;
@@ -89,8 +94,10 @@ static inline int nccl_after_default_stream(struct collectives *c, const char *c
 void nccl_p2p_install(struct collectives *c);
 int nccl_p2p_pending(const struct nccl_impl *m);
 int nccl_request_claim(struct collectives *c, const char *call);
-/* Records the slot's event on `stream` after the call posted there; the
- * handle, or slot -1. */
+/* Records the slot's start event on `stream`, just before its call: 0 or -1. */
+int nccl_request_start(struct collectives *c, int slot, cudaStream_t stream, const char *call);
+/* Records the slot's done event on `stream` after the call posted there;
+ * the handle, or slot -1. */
 struct coll_request nccl_request_commit(struct collectives *c, int slot, cudaStream_t stream, const char *call,
                                         enum coll_kind k, double bytes, int peer, double t0);
 
