@@ -94,8 +94,9 @@ void matmul_backward_sliced(float *dinp, float *dweight, float *dbias, const flo
  * keeps a saved activation (act_dtype bf16), and the weight and dout
  * rounded to bf16 (nearest even) for the products: --gemm_dtype bf16's
  * GEMMs, which round their operands anyway, read the saved copy instead of
- * rounding its fp32 view again. The bias and dbias stay fp32 (dbias sums
- * the unrounded dout), as in matmul_forward/backward. FLOPs as theirs.
+ * rounding its fp32 view again. The bias is added in fp32, and dbias sums
+ * the rounded dout in fp32: the operand the GEMMs read, which a GPU sums in
+ * the dweight GEMM's epilogue (model/cuda/matmul_lt.h). FLOPs as theirs.
  * The CUDA build's device path needs the run's kernel context
  * (fc->kernels); the CPU's is the reference: it widens inp and rounds the
  * weight and dout into temporaries (host memory outside the tracker: the
@@ -165,6 +166,16 @@ size_t attention_lse_backward_scratch(int64_t B, int64_t T, int64_t NH);
 void gelu_forward(float *out, const float *inp, int64_t n, struct flop_counter *fc);
 /* dinp = gelu'(inp) * dout (overwritten; may alias dout). */
 void gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n, struct flop_counter *fc);
+/* The two on the saved bf16 copies (act_dtype bf16, the GEMMs reading the
+ * store), in one pass each without the fp32 tensors between:
+ *   forward:  pre_store = pre rounded to bf16 (nearest even), out = gelu of
+ *             that rounded value, rounded to bf16: the bits of
+ *             buf_round_narrow, gelu_forward and buf_narrow in turn;
+ *   backward: dinp = gelu'(inp) * dout with inp the saved bf16 pre-activation:
+ *             gelu_backward's bits on its widened copy (may alias dout).
+ * FLOPs as gelu_forward/backward's. */
+void gelu_forward_bf16(bf16 *out, bf16 *pre_store, const float *pre, int64_t n, struct flop_counter *fc);
+void gelu_backward_bf16(float *dinp, const bf16 *inp, const float *dout, int64_t n, struct flop_counter *fc);
 
 /* out = a + b */
 void residual_forward(float *out, const float *a, const float *b, int64_t n, struct flop_counter *fc);

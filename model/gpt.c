@@ -123,9 +123,12 @@ static bool gemm_input(enum layer_act a) {
     return a == ACT_LN1 || a == ACT_ATTY || a == ACT_LN2 || a == ACT_FCH_GELU;
 }
 
-/* ... and whose one backward reader is, too (the attention output also
- * feeds flash attention's D = rowsum(dout * out)). */
-static bool gemm_only_input(enum layer_act a) { return a == ACT_LN1 || a == ACT_LN2 || a == ACT_FCH_GELU; }
+/* The saved tensors the backward reads only from the store when the GEMMs
+ * do: the GEMMs' inputs but the attention output (which also feeds flash
+ * attention's D = rowsum(dout * out)), and GELU's input (gelu_backward_bf16). */
+static bool backward_reads_store(enum layer_act a) {
+    return a == ACT_LN1 || a == ACT_LN2 || a == ACT_FCH_GELU || a == ACT_FCH;
+}
 
 /* Layer tensor a of view v: rounded, and kept where the view keeps it; a
  * GEMM input the GEMM reads from the store is only kept (its fp32 view is
@@ -174,7 +177,7 @@ static struct layer_view layer_view(struct gpt *m, int s, int i, bool load) {
             widen(m->work_acts, (const bf16 *)m->slot[s].layer_acts + base, layer_act_total(m));
         } else { /* the GEMMs' own inputs stay in the store */
             for (int a = 0; a < ACT_NUM; a++)
-                if (v.store[a] && !gemm_only_input((enum layer_act)a))
+                if (v.store[a] && !backward_reads_store((enum layer_act)a))
                     widen(v.act[a], v.store[a], act_numel(m, (enum layer_act)a));
         }
     }
@@ -355,8 +358,13 @@ float *gpt_stage_grad(struct gpt *m) { return m->dresid; }
 static void row_parallel_forward(struct gpt *m, float *out, struct layer_view *v, enum layer_act a,
                                  const float *w, const float *bias, int64_t in_l) {
     int64_t N = (int64_t)bt(m), C = m->shape.C;
-    if (gemm_reads_store(m)) matmul_forward_bf16(out, v->store[a], w, NULL, N, in_l, C, m->flops);
-    else matmul_forward(out, v->act[a], w, NULL, N, in_l, C, m->flops);
+    /* alone (tp 1): g is the identity, and the GEMM adds the bias itself
+     * (on a GPU in its epilogue: no pass of its own) */
+    bool alone = m->lay->rank.tp == 1 && !m->sp;
+    const float *gemm_bias = alone ? bias : NULL;
+    if (gemm_reads_store(m)) matmul_forward_bf16(out, v->store[a], w, gemm_bias, N, in_l, C, m->flops);
+    else matmul_forward(out, v->act[a], w, gemm_bias, N, in_l, C, m->flops);
+    if (alone) return;
     conj_row_output(m, out, out);
     bias_add(out, bias, (int64_t)bt_l(m), C, m->flops);
 }
@@ -417,9 +425,14 @@ static void layer_forward(struct gpt *m, const float *x, struct layer_view *v, c
                       wt(m, w, LAYER_LN2_W), wt(m, w, LAYER_LN2_B), Nl, C, fc);
     round_act(m, v, ACT_LN2, nl);
     column_parallel_forward(m, a[ACT_FCH], v, ACT_LN2, wt(m, w, LAYER_FC_W), wt(m, w, LAYER_FC_B), Fl);
-    round_act(m, v, ACT_FCH, act_numel(m, ACT_FCH));
-    gelu_forward(a[ACT_FCH_GELU], a[ACT_FCH], (int64_t)act_numel(m, ACT_FCH), fc);
-    round_act(m, v, ACT_FCH_GELU, act_numel(m, ACT_FCH_GELU));
+    if (gemm_reads_store(m)) { /* both kept as bf16 only, in one pass: no fp32 GELU output */
+        gelu_forward_bf16(v->store[ACT_FCH_GELU], v->store[ACT_FCH], a[ACT_FCH], (int64_t)act_numel(m, ACT_FCH),
+                          fc);
+    } else {
+        round_act(m, v, ACT_FCH, act_numel(m, ACT_FCH));
+        gelu_forward(a[ACT_FCH_GELU], a[ACT_FCH], (int64_t)act_numel(m, ACT_FCH), fc);
+        round_act(m, v, ACT_FCH_GELU, act_numel(m, ACT_FCH_GELU));
+    }
     if (!out) return;
     row_parallel_forward(m, tmp, v, ACT_FCH_GELU, wt(m, w, LAYER_FCPROJ_W), wt(m, w, LAYER_FCPROJ_B), Fl);
     residual_forward(out, a[ACT_RES2], tmp, (int64_t)nl, fc);
@@ -496,7 +509,9 @@ void gpt_layer_backward(struct gpt *m, int s, int l, const float *w, float *dw) 
      * (with sp: g-bar gathers it whole first). */
     layer_matmul_backward(m, m->dbig, dwt(m, dw, LAYER_FCPROJ_W), dwt(m, dw, LAYER_FCPROJ_B),
                           conj_row_output_grad(m), &v, ACT_FCH_GELU, false, wt(m, w, LAYER_FCPROJ_W), Fl, C);
-    gelu_backward(m->dbig, a[ACT_FCH], m->dbig, (int64_t)act_numel(m, ACT_FCH), fc);
+    int64_t nf = (int64_t)act_numel(m, ACT_FCH);
+    if (gemm_reads_store(m)) gelu_backward_bf16(m->dbig, v.store[ACT_FCH], m->dbig, nf, fc);
+    else gelu_backward(m->dbig, a[ACT_FCH], m->dbig, nf, fc);
     layer_matmul_backward(m, m->dmid, dwt(m, dw, LAYER_FC_W), dwt(m, dw, LAYER_FC_B), m->dbig, &v, ACT_LN2, true,
                           wt(m, w, LAYER_FC_W), C, Fl);
     conj_column_grad(m, m->dmid); /* f: the partial dln2 of each rank's features sum */

@@ -103,8 +103,9 @@ static void test_gemm_rejects_bad_shapes(void **state) {
 
 /* matmul_forward/backward_bf16 (the CPU's reference of the GPU's bf16
  * GEMMs reading a saved bf16 activation): bit for bit matmul_forward/
- * backward of the operands rounded to bf16, except dbias, which sums the
- * unrounded dout; and not the unrounded product (the rounding happened). */
+ * backward of the operands rounded to bf16, dbias included (it sums the
+ * rounded dout, as the GPU's bias-gradient epilogue does); and not the
+ * unrounded product, nor the unrounded dout's sums (the rounding happened). */
 static void test_matmul_bf16_operands(void **state) {
     (void)state;
     enum { N = 37, C = 129, OC = 65 };
@@ -126,12 +127,14 @@ static void test_matmul_bf16_operands(void **state) {
     assert_memory_equal(out, want, sizeof out);
     assert_memory_not_equal(out, unrounded, sizeof out);
     matmul_backward_bf16(dinp, dw, db, dout, xh, w, N, C, OC, &fa);
-    matmul_backward(dinp_w, dw_w, NULL, dr, xr, wr, N, C, OC, &fb);
+    matmul_backward(dinp_w, dw_w, db_w, dr, xr, wr, N, C, OC, &fb);
     assert_memory_equal(dinp, dinp_w, sizeof dinp);
     assert_memory_equal(dw, dw_w, sizeof dw);
-    /* dbias: the column sums of the unrounded dout (the GEMM parts discarded) */
-    matmul_backward(scratch_dinp, scratch_dw, db_w, dout, xr, wr, N, C, OC, &fb);
     assert_memory_equal(db, db_w, sizeof db);
+    /* the unrounded dout's column sums (the GEMM parts discarded) differ */
+    static float db_unrounded[OC];
+    matmul_backward(scratch_dinp, scratch_dw, db_unrounded, dout, xr, wr, N, C, OC, &fb);
+    assert_memory_not_equal(db, db_unrounded, sizeof db);
     assert_true(fa.gemm == 3.0 * 2.0 * N * C * OC && fa.other == (double)N * OC); /* forward, dinp, dweight; dbias */
 }
 

@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "bufops.h"
 #include "gradcheck.h"
 #include "layers.h"
 
@@ -255,6 +256,34 @@ static void test_gelu_grad(void **state) {
     free(inp), free(out), free(g), free(dinp), free(inplace);
 }
 
+/* The forms on saved bf16 copies: the bits of their compositions (round
+ * and narrow, gelu_forward, narrow; widen, gelu_backward), and not the
+ * unrounded GELU's (the rounding happened). */
+static void test_gelu_bf16_forms(void **state) {
+    (void)state;
+    enum { NB = 1001 };
+    static float pre[NB], rounded[NB], g[NB], y[NB], d[NB], want[NB];
+    static bf16 out[NB], store[NB], out_w[NB], store_w[NB];
+    struct flop_counter fa = {0}, fb = {0};
+    fill_uniform(pre, NB, -6, 6, 60);
+    fill_uniform(d, NB, -1, 1, 61);
+    gelu_forward_bf16(out, store, pre, NB, &fa);
+    memcpy(rounded, pre, sizeof pre);
+    buf_round_narrow(store_w, rounded, NB);
+    gelu_forward(g, rounded, NB, &fb);
+    buf_narrow(out_w, g, NB);
+    assert_memory_equal(store, store_w, sizeof store);
+    assert_memory_equal(out, out_w, sizeof out);
+    gelu_forward(y, pre, NB, &fb);
+    buf_narrow(out_w, y, NB);
+    assert_memory_not_equal(out, out_w, sizeof out);
+    memcpy(y, d, sizeof d); /* dinp aliases dout */
+    gelu_backward_bf16(y, store, y, NB, &fa);
+    gelu_backward(want, rounded, d, NB, &fb);
+    assert_memory_equal(y, want, sizeof y);
+    assert_true(fa.other == (8.0 + 16.0) * NB && fb.other == (8.0 + 8.0 + 16.0) * NB);
+}
+
 /* There is no residual_backward: d(a+b)/da = d(a+b)/db = identity, so the
  * analytic gradient for both inputs is dout itself (the model adds it into
  * the residual stream). Check the forward and that identity numerically. */
@@ -377,6 +406,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_nobias),
         cmocka_unit_test(test_gelu_forward_formula),
         cmocka_unit_test(test_gelu_grad),
+        cmocka_unit_test(test_gelu_bf16_forms),
         cmocka_unit_test(test_residual),
         cmocka_unit_test(test_crossentropy_loss),
         cmocka_unit_test(test_crossentropy_grad),

@@ -2,6 +2,7 @@
  * and the residual add. */
 #include <math.h>
 
+#include "dtype.h"
 #include "fastmath.h"
 #include "layers.h"
 
@@ -10,25 +11,44 @@
 
 enum { GELU_FLOPS_FWD = 8, GELU_FLOPS_BWD = 16 };
 
+static inline float gelu_of(float x) {
+    return 0.5f * x * (1.0f + fast_tanhf(GELU_SCALE * (x + GELU_CUBIC * x * x * x)));
+}
+
+/* d gelu(x) / dx */
+static inline float gelu_grad_of(float x) {
+    float u = GELU_SCALE * (x + GELU_CUBIC * x * x * x);
+    float th = fast_tanhf(u);
+    float sech2 = 1.0f - th * th;
+    float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBIC * x * x);
+    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * du;
+}
+
 void gelu_forward(float *out, const float *inp, int64_t n, struct flop_counter *fc) {
 #pragma omp parallel for
-    for (int64_t i = 0; i < n; i++) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + fast_tanhf(GELU_SCALE * (x + GELU_CUBIC * x * x * x)));
-    }
+    for (int64_t i = 0; i < n; i++) out[i] = gelu_of(inp[i]);
     fc->other += (double)GELU_FLOPS_FWD * n;
 }
 
 void gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n, struct flop_counter *fc) {
 #pragma omp parallel for
+    for (int64_t i = 0; i < n; i++) dinp[i] = gelu_grad_of(inp[i]) * dout[i];
+    fc->other += (double)GELU_FLOPS_BWD * n;
+}
+
+void gelu_forward_bf16(bf16 *out, bf16 *pre_store, const float *pre, int64_t n, struct flop_counter *fc) {
+#pragma omp parallel for
     for (int64_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float u = GELU_SCALE * (x + GELU_CUBIC * x * x * x);
-        float th = fast_tanhf(u);
-        float sech2 = 1.0f - th * th;
-        float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBIC * x * x);
-        dinp[i] = (0.5f * (1.0f + th) + 0.5f * x * sech2 * du) * dout[i];
+        bf16 p = f32_to_bf16(pre[i]);
+        pre_store[i] = p;
+        out[i] = f32_to_bf16(gelu_of(bf16_to_f32(p)));
     }
+    fc->other += (double)GELU_FLOPS_FWD * n;
+}
+
+void gelu_backward_bf16(float *dinp, const bf16 *inp, const float *dout, int64_t n, struct flop_counter *fc) {
+#pragma omp parallel for
+    for (int64_t i = 0; i < n; i++) dinp[i] = gelu_grad_of(bf16_to_f32(inp[i])) * dout[i];
     fc->other += (double)GELU_FLOPS_BWD * n;
 }
 

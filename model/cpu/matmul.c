@@ -169,8 +169,7 @@ void matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const float
     const char *k = "matmul_backward_bf16";
     float *x = widened_copy(k, inp, (size_t)(N * C)), *w = rounded_copy(k, weight, (size_t)(OC * C));
     float *d = rounded_copy(k, dout, (size_t)(N * OC));
-    matmul_backward(dinp, dweight, NULL, d, x, w, N, C, OC, fc);
-    bias_backward(dbias, dout, N, OC, fc); /* the unrounded dout */
+    matmul_backward(dinp, dweight, dbias, d, x, w, N, C, OC, fc); /* dbias from the rounded dout too */
     free(x);
     free(w);
     free(d);

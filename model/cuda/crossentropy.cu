@@ -1,7 +1,8 @@
 // Softmax cross-entropy on the device (layers.h; model/cpu/crossentropy.c):
 // the fused forward/backward over the first V of Vp logits (padding
-// columns out of the softmax, their dlogits 0), and the three passes of
-// the vocabulary-parallel form. One block per row. The max is exact in any
+// columns out of the softmax, their dlogits 0; the row in shared memory
+// where it fits), and the three passes of the vocabulary-parallel form,
+// which give the fused form's bits at one slice. One block per row. The max is exact in any
 // order; the exponentials are fastmath_device.h's (the CPU's bits, this
 // file compiled with --fmad=false); the sum of a row is one block's fixed
 // tree (block_reduce.h), not the CPU's loop, so sums, losses and dlogits
@@ -52,6 +53,77 @@ __global__ void ce_fused(float *logits, float *losses, const int32_t *targets, i
         if (threadIdx.x == 0) losses[i] = logf(sum) + maxv - target_logit;
         __syncthreads();  // the next row of this block starts after this one's writes
     }
+}
+
+// ce_fused with the row held in shared memory (V floats, up to the block's
+// opt-in limit: 227 KiB on an H100, 58,000-odd logits): the logits are
+// read from global memory once and the dlogits written once, where
+// ce_fused reads them three times and writes twice. Each thread takes the
+// same columns in the same order, and the block the same trees, so the
+// bits are ce_fused's. The loads go kUnroll at a time per thread: one
+// block fills an SM's shared memory, so its 256 threads alone must keep
+// enough loads in flight.
+constexpr int kUnroll = 16;
+
+__global__ void ce_fused_smem(float *logits, float *losses, const int32_t *targets, int64_t N, int64_t V, int64_t Vp,
+                              float dloss) {
+    extern __shared__ float row[];
+    __shared__ float s[LAYER_BLOCK];
+    for (int64_t i = blockIdx.x; i < N; i += gridDim.x) {
+        float *l = logits + i * Vp;
+        const int64_t t = targets[i];
+        const float target_logit = l[t];
+        float part = -INFINITY;
+        int64_t v = threadIdx.x;
+        for (; v + (kUnroll - 1) * LAYER_BLOCK < V; v += kUnroll * LAYER_BLOCK) {
+            float x[kUnroll];
+#pragma unroll
+            for (int u = 0; u < kUnroll; u++) x[u] = l[v + u * LAYER_BLOCK];
+#pragma unroll
+            for (int u = 0; u < kUnroll; u++) {
+                row[v + u * LAYER_BLOCK] = x[u];
+                part = x[u] > part ? x[u] : part;
+            }
+        }
+        for (; v < V; v += LAYER_BLOCK) {
+            const float x = l[v];
+            row[v] = x;
+            part = x > part ? x : part;
+        }
+        const float maxv = block_max_f32(part, s);  // its syncs also publish row[]
+        part = 0.0f;
+        for (v = threadIdx.x; v < V; v += LAYER_BLOCK) {
+            const float e = dev_fast_expf(row[v] - maxv);
+            row[v] = e;  // each thread rereads only its own columns
+            part += e;
+        }
+        const float sum = block_sum_f32(part, s);
+        if (dloss != 0.0f) {
+            const float k = dloss / sum;
+            for (v = threadIdx.x; v < V; v += LAYER_BLOCK) {
+                float d = row[v] * k;
+                if (v == t) d -= dloss;  // ce_fused's l[t] -= dloss after the scaling: the same two roundings
+                l[v] = d;
+            }
+            for (v = V + threadIdx.x; v < Vp; v += LAYER_BLOCK) l[v] = 0.0f;
+        }
+        if (threadIdx.x == 0) losses[i] = logf(sum) + maxv - target_logit;
+        __syncthreads();  // row[] is the next row's only after every thread is done with this one
+    }
+}
+
+// The shared memory ce_fused_smem may have for V logits (0: it may not).
+size_t smem_row_bytes(int64_t V) {
+    int dev = 0, limit = 0;
+    size_t bytes = (size_t)V * sizeof(float);
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+        return 0;
+    size_t room = (size_t)limit - LAYER_BLOCK * sizeof(float);  // the trees' static array
+    if (bytes > room) return 0;
+    cuda_check(cudaFuncSetAttribute(ce_fused_smem, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
+               "crossentropy_forward_backward (shared memory)");
+    return bytes;
 }
 
 __global__ void ce_row_max(const float *logits, float *maxv, int64_t N, int64_t Vl, int64_t valid) {
@@ -124,7 +196,9 @@ extern "C" {
 double cuda_crossentropy_forward_backward(float *logits, float *losses, const int32_t *targets, int64_t N, int64_t V,
                                           int64_t Vp, float dloss, struct flop_counter *fc) {
     if (N > 0) {
-        ce_fused<<<row_blocks(N), LAYER_BLOCK>>>(logits, losses, targets, N, V, Vp, dloss);
+        size_t smem = smem_row_bytes(V);
+        if (smem > 0) ce_fused_smem<<<row_blocks(N), LAYER_BLOCK, smem>>>(logits, losses, targets, N, V, Vp, dloss);
+        else ce_fused<<<row_blocks(N), LAYER_BLOCK>>>(logits, losses, targets, N, V, Vp, dloss);
         cuda_done("crossentropy_forward_backward");
     }
     fc->other += (double)CE_FLOPS_PER_LOGIT * N * V;

@@ -1,4 +1,5 @@
 // The run's kernel context (kernel_context.h; include/device.h).
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -67,7 +68,20 @@ extern "C" struct kernel_context *cuda_kernels_open(bool bf16_gemms, char *err, 
         free(k);
         return nullptr;
     }
+    cublasLtHandle_t lt = nullptr;
+    if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS ||
+        cudaMalloc(&k->lt_workspace, LT_WORKSPACE_BYTES) != cudaSuccess) {
+        snprintf(err, err_len, "the GPU's kernel context: %s",
+                 lt ? "cuBLASLt's workspace: cudaMalloc failed" : "cublasLtCreate failed");
+        if (lt) cublasLtDestroy(lt);
+        free_timing(k->timing);
+        cublasDestroy(h);
+        free(k);
+        return nullptr;
+    }
     k->cublas = h;
+    k->cublaslt = lt;
+    k->lt_workspace_bytes = LT_WORKSPACE_BYTES;
     k->bf16_gemms = bf16_gemms;
     return k;
 }
@@ -75,6 +89,8 @@ extern "C" struct kernel_context *cuda_kernels_open(bool bf16_gemms, char *err, 
 extern "C" void cuda_kernels_close(struct kernel_context *k) {
     if (!k) return;
     cublasDestroy((cublasHandle_t)k->cublas);
+    cublasLtDestroy((cublasLtHandle_t)k->cublaslt);
+    cudaFree(k->lt_workspace);
     free_timing(k->timing);
     free(k);
 }

@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 #include <stdbool.h>
+#include <stddef.h>
 
 /* The event pairs of kernel_timing.h's spans: [0, used) taken since the
  * last sync, `open` of them begun and not ended; kind: enum kernel_kind,
@@ -19,8 +20,16 @@ struct kernel_timing {
     int used, open;
 };
 
+/* cuBLASLt's workspace for the bias epilogues (matmul_lt.cu): what it
+ * asks for on Hopper. */
+enum { LT_WORKSPACE_BYTES = 32 << 20 };
+
 struct kernel_context {
     void *cublas;      /* cublasHandle_t, made once at the run's start */
+    void *cublaslt;    /* cublasLtHandle_t, for the GEMMs with a bias epilogue (matmul_lt.h) */
+    void *lt_workspace; /* LT_WORKSPACE_BYTES of device memory (cudaMalloc: outside the tracker) */
+    size_t lt_workspace_bytes;
+    long long bias_epilogues; /* GEMMs that ran with a bias epilogue (the tests check they do) */
     bool bf16_gemms;   /* layer GEMMs round their operands to bf16 (nearest even) and accumulate in fp32 on the
                         * tensor cores; false: fp32 operands and fp32 math (no TF32), the CPU's arithmetic */
     struct kernel_timing *timing; /* the spans of include/kernel_timing.h */

@@ -64,6 +64,8 @@ void cpu_matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const f
 void cpu_bias_add(float *out, const float *bias, int64_t N, int64_t OC, struct flop_counter *fc);
 void cpu_gelu_forward(float *out, const float *inp, int64_t n, struct flop_counter *fc);
 void cpu_gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n, struct flop_counter *fc);
+void cpu_gelu_forward_bf16(uint16_t *out, uint16_t *pre_store, const float *pre, int64_t n, struct flop_counter *fc);
+void cpu_gelu_backward_bf16(float *dinp, const uint16_t *inp, const float *dout, int64_t n, struct flop_counter *fc);
 void cpu_residual_forward(float *out, const float *a, const float *b, int64_t n, struct flop_counter *fc);
 double cpu_crossentropy_forward_backward(float *logits, float *losses, const int32_t *targets, int64_t N,
                                          int64_t V, int64_t Vp, float dloss, struct flop_counter *fc);
@@ -119,6 +121,8 @@ void cuda_matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const 
 void cuda_bias_add(float *out, const float *bias, int64_t N, int64_t OC, struct flop_counter *fc);
 void cuda_gelu_forward(float *out, const float *inp, int64_t n, struct flop_counter *fc);
 void cuda_gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n, struct flop_counter *fc);
+void cuda_gelu_forward_bf16(uint16_t *out, uint16_t *pre_store, const float *pre, int64_t n, struct flop_counter *fc);
+void cuda_gelu_backward_bf16(float *dinp, const uint16_t *inp, const float *dout, int64_t n, struct flop_counter *fc);
 void cuda_residual_forward(float *out, const float *a, const float *b, int64_t n, struct flop_counter *fc);
 double cuda_crossentropy_forward_backward(float *logits, float *losses, const int32_t *targets, int64_t N,
                                           int64_t V, int64_t Vp, float dloss, struct flop_counter *fc);

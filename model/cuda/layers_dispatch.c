@@ -186,6 +186,22 @@ void gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n, 
     kernel_span_end(fc, t, KERNEL_GELU);
 }
 
+void gelu_forward_bf16(bf16 *out, bf16 *pre_store, const float *pre, int64_t n, struct flop_counter *fc) {
+    bool dev = ON_DEVICE("gelu_forward_bf16", out, pre_store, pre);
+    struct kernel_span t = kernel_span_begin(fc, dev);
+    if (dev) cuda_gelu_forward_bf16(out, pre_store, pre, n, fc);
+    else cpu_gelu_forward_bf16(out, pre_store, pre, n, fc);
+    kernel_span_end(fc, t, KERNEL_GELU);
+}
+
+void gelu_backward_bf16(float *dinp, const bf16 *inp, const float *dout, int64_t n, struct flop_counter *fc) {
+    bool dev = ON_DEVICE("gelu_backward_bf16", dinp, inp, dout);
+    struct kernel_span t = kernel_span_begin(fc, dev);
+    if (dev) cuda_gelu_backward_bf16(dinp, inp, dout, n, fc);
+    else cpu_gelu_backward_bf16(dinp, inp, dout, n, fc);
+    kernel_span_end(fc, t, KERNEL_GELU);
+}
+
 void residual_forward(float *out, const float *a, const float *b, int64_t n, struct flop_counter *fc) {
     bool dev = ON_DEVICE("residual_forward", out, a, b);
     struct kernel_span t = kernel_span_begin(fc, dev);

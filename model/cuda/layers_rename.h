@@ -24,6 +24,8 @@
 #define bias_add cpu_bias_add
 #define gelu_forward cpu_gelu_forward
 #define gelu_backward cpu_gelu_backward
+#define gelu_forward_bf16 cpu_gelu_forward_bf16
+#define gelu_backward_bf16 cpu_gelu_backward_bf16
 #define residual_forward cpu_residual_forward
 #define crossentropy_forward_backward cpu_crossentropy_forward_backward
 #define crossentropy_row_max cpu_crossentropy_row_max

@@ -14,8 +14,11 @@
 // counter) gives every GEMM one cuBLAS handle, and with gemm_dtype bf16
 // the layer GEMMs (not the attention's) take bf16 operands with fp32
 // accumulation; matmul_forward/backward round each operand once for all
-// the GEMMs that read it (the backward's dout feeds two). Without a
-// context (a test's counter) each GEMM makes its own handle and stays fp32.
+// the GEMMs that read it (the backward's dout feeds two), and their bias
+// rides in a cuBLASLt epilogue (matmul_lt.h): added in the forward GEMM's,
+// summed from the rounded dout in the dweight GEMM's. Without a context (a
+// test's counter) each GEMM makes its own handle and stays fp32, its bias
+// a pass of its own.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <time.h>
@@ -26,6 +29,7 @@
 #include "kernel_context.h"
 #include "kernel_timing.h"
 #include "layers_cuda.h"
+#include "matmul_lt.h"
 
 namespace {
 
@@ -142,29 +146,87 @@ void gemm_bf16_counted(struct flop_counter *fc, bool trans_a, bool trans_b, int6
 // Whether the run's layer GEMMs take bf16 operands (kernel_context.h).
 bool bf16_layers(const struct flop_counter *fc) { return fc->kernels && fc->kernels->bf16_gemms; }
 
+// gemm_bf16_counted with a bias epilogue (matmul_lt.h, alpha 1): false,
+// and nothing done or counted, where cuBLASLt cannot fuse it.
+bool gemm_bf16_lt_counted(struct flop_counter *fc, enum lt_epilogue e, bool trans_a, bool trans_b, int64_t m,
+                          int64_t n, int64_t k, bf16_operand a, bf16_operand b, float beta, float *c, int64_t ldc,
+                          float *bias) {
+    check_shape(trans_a, trans_b, m, n, k, a.ld, b.ld, ldc);
+    struct kernel_span t = kernel_span_begin(fc, true);
+    bool fused = lt_gemm_bf16(fc->kernels, e, trans_a, trans_b, m, n, k, a.p, a.ld, b.p, b.ld, beta, c, ldc, bias);
+    if (fused) cuda_done(e == LT_BIAS ? "matmul_forward (bias epilogue)" : "matmul_backward (bias-gradient epilogue)");
+    kernel_span_end_gemm(fc, t);
+    if (fused) fc->gemm += 2.0 * (double)m * (double)n * (double)k;
+    return fused;
+}
+
+void add_bias(float *out, const float *bias, int64_t N, int64_t OC, const char *what) {
+    if (N * OC == 0) return;
+    bias_rows<<<cuda_blocks(N * OC, kBlock), kBlock>>>(out, bias, N, OC);
+    cuda_done(what);
+}
+
 // matmul_forward's GEMMs from bf16 rows x (N of C): the weight rounded
-// once for every slice of `rows` rows.
-void forward_bf16(float *out, bf16_operand x, const float *weight, int64_t N, int64_t C, int64_t OC, int64_t rows,
-                  struct flop_counter *fc) {
+// once for every slice of `rows` rows; the bias (if any) added in each
+// slice's GEMM epilogue, or by its own pass where cuBLASLt cannot.
+void forward_bf16(float *out, bf16_operand x, const float *weight, const float *bias, int64_t N, int64_t C,
+                  int64_t OC, int64_t rows, struct flop_counter *fc) {
     bf16_operand w = bf16_of(weight, OC, C, C);
-    for (int64_t r = 0; r < N; r += rows)
-        gemm_bf16_counted(fc, false, true, min64(rows, N - r), OC, C, 1.0f, bf16_operand{x.p + r * C, C}, w, 0.0f,
-                          out + r * OC, OC);
+    for (int64_t r = 0; r < N; r += rows) {
+        int64_t n_r = min64(rows, N - r);
+        bf16_operand x_r{x.p + r * C, C};
+        float *out_r = out + r * OC;
+        if (bias && gemm_bf16_lt_counted(fc, LT_BIAS, false, true, n_r, OC, C, x_r, w, 0.0f, out_r, OC,
+                                         (float *)bias))
+            continue;
+        gemm_bf16_counted(fc, false, true, n_r, OC, C, 1.0f, x_r, w, 0.0f, out_r, OC);
+        if (bias) add_bias(out_r, bias, n_r, OC, "matmul_forward (bias)");
+    }
+    if (bias) fc->other += (double)N * OC;
     bf16_free(w, "matmul_forward (bf16 weight)");
 }
 
+// dbias's term at (row i, column o) from the rounded dout: what the
+// bias-gradient epilogue sums.
+struct dbias_bf16_term {
+    const __nv_bfloat16 *dout;
+    int64_t OC;
+    __device__ float operator()(int64_t i, int64_t o) const { return __bfloat162float(dout[i * OC + o]); }
+};
+
+__global__ void add_into(float *out, const float *part, int64_t n) {
+    CUDA_GRID_STRIDE(i, n) out[i] += part[i];
+}
+
 // matmul_backward's GEMMs from bf16 rows x: dout serves both, rounded once
-// (the logits' gradient is B T Vp values), and the weight once.
-void backward_bf16(float *dinp, float *dweight, const float *dout, bf16_operand x, const float *weight, int64_t N,
-                   int64_t C, int64_t OC, int64_t rows, struct flop_counter *fc) {
+// (the logits' gradient is B T Vp values), and the weight once. dbias sums
+// that rounded dout too, slice by slice: in the dweight GEMM's epilogue
+// (into `part`, then added), or by column_sum where cuBLASLt cannot.
+void backward_bf16(float *dinp, float *dweight, float *dbias, const float *dout, bf16_operand x, const float *weight,
+                   int64_t N, int64_t C, int64_t OC, int64_t rows, struct flop_counter *fc) {
     const char *what = "matmul_backward (bf16 operands)";
     bf16_operand d = bf16_of(dout, N, OC, OC), w = bf16_of(weight, OC, C, C);
     for (int64_t r = 0; r < N; r += rows)
         gemm_bf16_counted(fc, false, false, min64(rows, N - r), C, OC, 1.0f, bf16_operand{d.p + r * OC, OC}, w,
                           0.0f, dinp + r * C, C);
-    for (int64_t r = 0; r < N; r += rows)  // N is dweight's reduction: each slice adds (beta = 1)
-        gemm_bf16_counted(fc, true, false, OC, C, min64(rows, N - r), 1.0f, bf16_operand{d.p + r * OC, OC},
-                          bf16_operand{x.p + r * C, C}, 1.0f, dweight, C);
+    float *part = nullptr;
+    if (dbias && N > 0) cuda_check(cudaMallocAsync((void **)&part, (size_t)OC * sizeof *part, 0), what);
+    for (int64_t r = 0; r < N; r += rows) {  // N is dweight's reduction: each slice adds (beta = 1)
+        int64_t n_r = min64(rows, N - r);
+        bf16_operand d_r{d.p + r * OC, OC}, x_r{x.p + r * C, C};
+        if (dbias && gemm_bf16_lt_counted(fc, LT_BIAS_GRAD, true, false, OC, C, n_r, d_r, x_r, 1.0f, dweight, C,
+                                          part)) {
+            add_into<<<cuda_blocks(OC, kBlock), kBlock>>>(dbias, part, OC);
+            cuda_done("matmul_backward (bias)");
+            continue;
+        }
+        gemm_bf16_counted(fc, true, false, OC, C, n_r, 1.0f, d_r, x_r, 1.0f, dweight, C);
+        if (!dbias) continue;
+        column_sum(dbias, n_r, OC, dbias_bf16_term{d_r.p, OC}, "matmul_backward (bias)");
+        cuda_done("matmul_backward (bias)");
+    }
+    if (dbias) fc->other += (double)N * OC;
+    if (part) cuda_check(cudaFreeAsync(part, 0), what);
     bf16_free(d, what);
     bf16_free(w, what);
 }
@@ -174,12 +236,6 @@ void need_context(const struct flop_counter *fc, const char *kernel) {
     if (fc->kernels) return;
     fprintf(stderr, "error: %s: bf16 operands need the run's kernel context (kernel_context.h)\n", kernel);
     exit(EXIT_FAILURE);
-}
-
-void add_bias(float *out, const float *bias, int64_t N, int64_t OC, const char *what) {
-    if (N * OC == 0) return;
-    bias_rows<<<cuda_blocks(N * OC, kBlock), kBlock>>>(out, bias, N, OC);
-    cuda_done(what);
 }
 
 void forward_bias(float *out, const float *bias, int64_t N, int64_t OC, struct flop_counter *fc) {
@@ -234,13 +290,13 @@ void cuda_matmul_forward_sliced(float *out, const float *inp, const float *weigh
     const int64_t rows = slice_rows("matmul_forward", N, C, OC, max_rows);
     if (bf16_layers(fc)) {  // the input rounded once for all its slices
         bf16_operand x = bf16_of(inp, N, C, C);
-        forward_bf16(out, x, weight, N, C, OC, rows, fc);
+        forward_bf16(out, x, weight, bias, N, C, OC, rows, fc);
         bf16_free(x, "matmul_forward (bf16 input)");
-    } else {
-        for (int64_t r = 0; r < N; r += rows)
-            cuda_gemm_counted(fc, GEMM_LAYER, false, true, min64(rows, N - r), OC, C, 1.0f, inp + r * C, C, weight,
-                              C, 0.0f, out + r * OC, OC);
+        return;
     }
+    for (int64_t r = 0; r < N; r += rows)
+        cuda_gemm_counted(fc, GEMM_LAYER, false, true, min64(rows, N - r), OC, C, 1.0f, inp + r * C, C, weight, C,
+                          0.0f, out + r * OC, OC);
     forward_bias(out, bias, N, OC, fc);
 }
 
@@ -250,16 +306,16 @@ void cuda_matmul_backward_sliced(float *dinp, float *dweight, float *dbias, cons
     const int64_t rows = slice_rows("matmul_backward", N, C, OC, max_rows);
     if (bf16_layers(fc)) {
         bf16_operand x = bf16_of(inp, N, C, C);
-        backward_bf16(dinp, dweight, dout, x, weight, N, C, OC, rows, fc);
+        backward_bf16(dinp, dweight, dbias, dout, x, weight, N, C, OC, rows, fc);
         bf16_free(x, "matmul_backward (bf16 input)");
-    } else {
-        for (int64_t r = 0; r < N; r += rows)  // dinp rows are independent
-            cuda_gemm_counted(fc, GEMM_LAYER, false, false, min64(rows, N - r), C, OC, 1.0f, dout + r * OC, OC,
-                              weight, C, 0.0f, dinp + r * C, C);
-        for (int64_t r = 0; r < N; r += rows)  // N is dweight's reduction: each slice adds (beta = 1)
-            cuda_gemm_counted(fc, GEMM_LAYER, true, false, OC, C, min64(rows, N - r), 1.0f, dout + r * OC, OC,
-                              inp + r * C, C, 1.0f, dweight, C);
+        return;
     }
+    for (int64_t r = 0; r < N; r += rows)  // dinp rows are independent
+        cuda_gemm_counted(fc, GEMM_LAYER, false, false, min64(rows, N - r), C, OC, 1.0f, dout + r * OC, OC, weight,
+                          C, 0.0f, dinp + r * C, C);
+    for (int64_t r = 0; r < N; r += rows)  // N is dweight's reduction: each slice adds (beta = 1)
+        cuda_gemm_counted(fc, GEMM_LAYER, true, false, OC, C, min64(rows, N - r), 1.0f, dout + r * OC, OC,
+                          inp + r * C, C, 1.0f, dweight, C);
     backward_bias(dbias, dout, N, OC, fc);
 }
 
@@ -267,16 +323,15 @@ void cuda_matmul_forward_bf16(float *out, const uint16_t *inp, const float *weig
                               int64_t C, int64_t OC, struct flop_counter *fc) {
     need_context(fc, "matmul_forward_bf16");
     const int64_t rows = slice_rows("matmul_forward_bf16", N, C, OC, kMaxDim);
-    forward_bf16(out, bf16_operand{(const __nv_bfloat16 *)inp, C}, weight, N, C, OC, rows, fc);
-    forward_bias(out, bias, N, OC, fc);
+    forward_bf16(out, bf16_operand{(const __nv_bfloat16 *)inp, C}, weight, bias, N, C, OC, rows, fc);
 }
 
 void cuda_matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const float *dout, const uint16_t *inp,
                                const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
     need_context(fc, "matmul_backward_bf16");
     const int64_t rows = slice_rows("matmul_backward_bf16", N, C, OC, kMaxDim);
-    backward_bf16(dinp, dweight, dout, bf16_operand{(const __nv_bfloat16 *)inp, C}, weight, N, C, OC, rows, fc);
-    backward_bias(dbias, dout, N, OC, fc);
+    backward_bf16(dinp, dweight, dbias, dout, bf16_operand{(const __nv_bfloat16 *)inp, C}, weight, N, C, OC, rows,
+                  fc);
 }
 
 void cuda_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int64_t N, int64_t C,

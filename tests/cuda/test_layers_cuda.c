@@ -8,7 +8,8 @@
  * values instead. The reference is the CPU kernel (cpu_*: the files of model/cpu/
  * under layers_rename.h) on the same inputs. Bounds:
  *   bit for bit: the embeddings forward and backward (the backward sums
- *     in the CPU's order), positions_add, GELU forward/backward, residual,
+ *     in the CPU's order), positions_add, GELU forward/backward (and their
+ *     forms on bf16 copies), residual,
  *     bias_add, the cross-entropy's row max, exponentials and
  *     target logits, and crossentropy_finish's dlogits (given the same
  *     sums); padding dlogits exactly 0
@@ -47,6 +48,7 @@
 #include <cmocka.h>
 
 #include "layers.h"
+#include "../../model/cuda/kernel_context.h"
 #include "../../model/cuda/layers_cuda.h"
 #include "dtype.h"
 #include "rng.h"
@@ -259,6 +261,44 @@ static void test_elementwise(void **state) {
     }
 }
 
+/* ---- GELU on the saved bf16 copies: the CPU's bits, at sizes with and
+ * without a tail for the four-a-thread kernels, and from an odd start
+ * (a view one element in: the scalar kernels alone) ---- */
+static void test_gelu_bf16(void **state) {
+    (void)state;
+    SKIP_WITHOUT_DEVICE();
+    const int64_t sizes[] = {1, 4, 257, 4099, 65536};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+        for (int64_t off = 0; off < 2; off++) {
+            int64_t n = sizes[s], tot = n + off;
+            float *x = rand_f32(tot, 130 + s, 6.0f), *y = rand_f32(tot, 140 + s, 1.0f), *want = malloc(F(tot));
+            bf16 *out = malloc(tot * sizeof *out), *pre = malloc(tot * sizeof *pre);
+            struct flop_counter fc = {0}, gc = {0};
+            float *d_x = dev_from(x, F(tot));
+            bf16 *d_out = dev_poisoned(tot * sizeof *d_out), *d_pre = dev_poisoned(tot * sizeof *d_pre);
+            cuda_gelu_forward_bf16(d_out + off, d_pre + off, d_x + off, n, &gc);
+            cpu_gelu_forward_bf16(out + off, pre + off, x + off, n, &fc);
+            bf16 *got = (bf16 *)back(d_out, tot * sizeof *got, "gelu_forward_bf16 out");
+            assert_memory_equal(got + off, out + off, n * sizeof *got);
+            free(got);
+            got = (bf16 *)back(d_pre, tot * sizeof *got, "gelu_forward_bf16 pre_store");
+            assert_memory_equal(got + off, pre + off, n * sizeof *got);
+            free(got);
+            /* the backward from that saved copy, in place (dinp aliases dout) */
+            bf16 *d_saved = dev_from(pre, tot * sizeof *pre);
+            float *d_y = dev_from(y, F(tot));
+            cuda_gelu_backward_bf16(d_y + off, d_saved + off, d_y + off, n, &gc);
+            memcpy(want, y, F(tot));
+            cpu_gelu_backward_bf16(want + off, pre + off, want + off, n, &fc);
+            float *g = back(d_y, F(tot), "gelu_backward_bf16");
+            expect_bits("gelu_backward_bf16", want + off, g + off, n);
+            free(g);
+            expect_flops("gelu (bf16 forms)", &fc, &gc);
+            cudaFree(d_x), cudaFree(d_saved);
+            free(x), free(y), free(want), free(out), free(pre);
+        }
+}
+
 /* ---- GEMMs ---- */
 static void test_gemm_counted(void **state) {
     (void)state;
@@ -348,8 +388,10 @@ static void test_gemm_bf16(void **state) {
 /* matmul_forward/backward, fp32 (bf16 0) and with --gemm_dtype bf16's
  * context (bf16 1: each operand rounded once for all its slices' GEMMs),
  * against the CPU on the operands the GPU multiplies (rounded to bf16 for
- * bf16 1), normwise 1e-5. The bias (added and summed in fp32 either way)
- * is checked on the fp32 pass. */
+ * bf16 1), normwise 1e-5. The bias is added in fp32 either way; dbias sums
+ * dout in fp32 (bf16 0: column_sum.h's bounds) or, bf16 1, the rounded
+ * dout the GEMMs read (in cuBLASLt's epilogue, where the shape is aligned:
+ * 64 x 768 -> 1000 must take it; normwise 1e-5, its order is cuBLASLt's). */
 static void test_matmul(void **state) {
     (void)state;
     SKIP_WITHOUT_DEVICE();
@@ -361,7 +403,7 @@ static void test_matmul(void **state) {
                                  {100, 129, 300, 7}, {513, 64, 65, MATMUL_MAX_DIM}};
     for (int bf = 0; bf < 2; bf++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-            for (int with_bias = 0; with_bias < 2 - bf; with_bias++) {
+            for (int with_bias = 0; with_bias < 2; with_bias++) {
                 int64_t N = shapes[s][0], C = shapes[s][1], OC = shapes[s][2], R = shapes[s][3];
                 float *inp = rand_f32(N * C, 70, 1.0f), *w = rand_f32(OC * C, 71, 1.0f);
                 float *bias = rand_f32(OC, 72, 1.0f), *dout = rand_f32(N * OC, 73, 1.0f);
@@ -374,6 +416,7 @@ static void test_matmul(void **state) {
                 float *d_bias = with_bias ? dev_from(bias, F(OC)) : NULL, *d_out = dev_poisoned(F(N * OC));
                 struct flop_counter fc = {0}, gc = {.kernels = bf ? ctx : NULL};
                 const char *fwd = bf ? "matmul_forward (bf16)" : "matmul_forward";
+                long long epilogues = ctx->bias_epilogues;
                 cuda_matmul_forward_sliced(d_out, d_inp, d_w, d_bias, N, C, OC, R, &gc);
                 cpu_matmul_forward_sliced(out, inp_m, w_m, with_bias ? bias : NULL, N, C, OC, R, &fc);
                 float *got = back(d_out, F(N * OC), fwd);
@@ -392,10 +435,14 @@ static void test_matmul(void **state) {
                 free(got);
                 if (with_bias) {
                     got = back(d_db, F(OC), "matmul_backward dbias");
-                    expect_column_sum("matmul_backward dbias (+=)", db, got, OC, N);
+                    if (bf) expect_close("matmul_backward dbias (+=, bf16)", db, got, OC, 1e-5);
+                    else expect_column_sum("matmul_backward dbias (+=)", db, got, OC, N);
                     free(got);
-                    cudaFree(d_bias);
                 }
+                if (bf && with_bias && C == 768 && ctx->bias_epilogues - epilogues != 2)
+                    fail_msg("matmul (bf16, bias) %lld x %lld -> %lld: %lld bias epilogues, expected 2 (forward, "
+                             "dweight)", (long long)N, (long long)C, (long long)OC,
+                             ctx->bias_epilogues - epilogues);
                 expect_flops(bf ? "matmul (bf16)" : "matmul", &fc, &gc);
                 if (bf) { /* matmul_*_bf16: the input already bf16 (a saved activation), unsliced */
                     bf16 *xh = malloc((size_t)(N * C) * sizeof *xh);
@@ -407,11 +454,11 @@ static void test_matmul(void **state) {
                     memcpy(db2, db, F(OC));
                     memcpy(dw2, dw, F(OC * C));
                     struct flop_counter f2 = {0}, g2 = {.kernels = ctx};
-                    cuda_matmul_forward_bf16(d_o2, d_xh, d_w, NULL, N, C, OC, &g2);
+                    cuda_matmul_forward_bf16(d_o2, d_xh, d_w, d_bias, N, C, OC, &g2);
                     got = back(d_o2, F(N * OC), "matmul_forward_bf16");
                     expect_close("matmul_forward_bf16", out, got, N * OC, 1e-5);
                     free(got);
-                    /* the CPU's reference form, with dbias from the unrounded dout */
+                    /* the CPU's reference form, dbias from the rounded dout too */
                     cpu_matmul_backward_bf16(dinp, dw2, db2, dout, xh, w, N, C, OC, &f2);
                     cuda_matmul_backward_bf16(d_di2, d_dw2, d_db2, d_dout, d_xh, d_w, N, C, OC, &g2);
                     got = back(d_di2, F(N * C), "matmul_backward_bf16 dinp");
@@ -421,12 +468,12 @@ static void test_matmul(void **state) {
                     expect_close("matmul_backward_bf16 dweight (+=)", dw2, got, OC * C, 1e-5);
                     free(got);
                     got = back(d_db2, F(OC), "matmul_backward_bf16 dbias");
-                    expect_column_sum("matmul_backward_bf16 dbias (+=)", db2, got, OC, N);
+                    expect_close("matmul_backward_bf16 dbias (+=)", db2, got, OC, 1e-5);
                     free(got);
                     cudaFree(d_xh);
                     free(xh), free(db2), free(dw2);
                 }
-                cudaFree(d_inp), cudaFree(d_w), cudaFree(d_dout); /* back() freed the rest */
+                cudaFree(d_inp), cudaFree(d_w), cudaFree(d_dout), cudaFree(d_bias); /* back() freed the rest */
                 if (bf) free(inp_m), free(w_m), free(dout_m);
                 free(inp), free(w), free(bias), free(dout), free(dw), free(db), free(out), free(dinp);
             }
@@ -462,10 +509,33 @@ static void expect_rel(const char *what, const float *want, const float *got, in
                      (double)want[i], (double)got[i], rel);
 }
 
+/* The GPU's three vocabulary-parallel passes over one whole slice (v0 0,
+ * valid V, Vl Vp), from the same logits, give the fused form's losses and
+ * dlogits (d_logits, d_losses: its results, left in place) bit for bit:
+ * what lets a tp = 1 run take the fused form (model/vocab_parallel.c). */
+static void expect_three_passes(const float *logits, const int32_t *d_targets, int64_t N, int64_t V, int64_t Vp,
+                                float dloss, const float *d_logits, const float *d_losses) {
+    float *d_l3 = dev_from(logits, F(N * Vp)), *d_maxv = dev_poisoned(F(N)), *d_scratch = dev_poisoned(F(2 * N));
+    struct flop_counter fc = {0};
+    cuda_crossentropy_row_max(d_l3, d_maxv, N, Vp, V);
+    cuda_crossentropy_exp_sum(d_l3, d_maxv, d_scratch, d_scratch + N, d_targets, N, Vp, 0, V, dloss != 0.0f);
+    cuda_crossentropy_finish(d_l3, d_maxv, d_maxv, d_scratch, d_scratch + N, d_targets, N, Vp, 0, V, dloss, &fc);
+    float *fused = malloc(F(N * Vp)), *three = back(d_l3, F(N * Vp), "crossentropy (three passes) dlogits");
+    assert_int_equal(cudaMemcpy(fused, d_logits, F(N * Vp), cudaMemcpyDeviceToHost), cudaSuccess);
+    expect_bits("crossentropy: three passes vs fused, dlogits", fused, three, N * Vp);
+    free(three);
+    three = back(d_maxv, F(N), "crossentropy (three passes) losses"); /* finish wrote the losses over the maxima */
+    assert_int_equal(cudaMemcpy(fused, d_losses, F(N), cudaMemcpyDeviceToHost), cudaSuccess);
+    expect_bits("crossentropy: three passes vs fused, losses", fused, three, N);
+    free(three), free(fused);
+    cudaFree(d_scratch);
+}
+
 static void test_crossentropy(void **state) {
     (void)state;
     SKIP_WITHOUT_DEVICE();
-    const int64_t shapes[][3] = {{1, 1, 1}, {3, 257, 264}, {5, 1000, 1024}, {4, 50257, 50304}}; /* N V Vp */
+    /* N V Vp; the last row too long for one block's shared memory (ce_fused, not ce_fused_smem) */
+    const int64_t shapes[][3] = {{1, 1, 1}, {3, 257, 264}, {5, 1000, 1024}, {4, 50257, 50304}, {2, 70000, 70016}};
     const float dlosses[] = {0.0f, 1.0f / 32.0f};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int d = 0; d < 2; d++) {
@@ -477,6 +547,7 @@ static void test_crossentropy(void **state) {
             int32_t *d_targets = dev_from(targets, I(N));
             struct flop_counter fc = {0}, gc = {0};
             double gtotal = cuda_crossentropy_forward_backward(d_logits, d_losses, d_targets, N, V, Vp, dloss, &gc);
+            expect_three_passes(logits, d_targets, N, V, Vp, dloss, d_logits, d_losses);
             double ctotal = cpu_crossentropy_forward_backward(logits, losses, targets, N, V, Vp, dloss, &fc);
             float *got = back(d_losses, F(N), "crossentropy losses");
             double rel = sum_bound(V);
@@ -619,6 +690,7 @@ int main(void) {
         cmocka_unit_test(test_encoder),           cmocka_unit_test(test_layernorm),
         cmocka_unit_test(test_elementwise),       cmocka_unit_test(test_gemm_counted),
         cmocka_unit_test(test_gemm_bf16),
+        cmocka_unit_test(test_gelu_bf16),
         cmocka_unit_test(test_matmul),            cmocka_unit_test(test_crossentropy),
         cmocka_unit_test(test_crossentropy_vocab_parallel), cmocka_unit_test(test_dispatch_device),
         cmocka_unit_test(test_dispatch_host),
