@@ -26,6 +26,8 @@ struct run_record {
 
 /* Fills the machine's fields (CPU model, ISA, BLAS). */
 void run_record_describe_machine(struct run_record *r);
+/* Where peak_flops came from, in words (the banner's and the FLOP table's). */
+const char *run_record_peak_source(const struct run_record *r);
 /* The banner's two lines: machine and BLAS kernel, then the peak. */
 void run_record_print(FILE *out, const struct run_record *r);
 /* One "warning:" line when the BLAS kernel is a fallback for this CPU

@@ -7,6 +7,13 @@ void run_record_describe_machine(struct run_record *r) {
     machine_blas_info(&r->blas);
 }
 
+const char *run_record_peak_source(const struct run_record *r) {
+    if (!r->peak_measured) return "peak_flops from the config";
+    if (!r->on_gpu) return "measured FMA microbenchmark";
+    return r->gpu_peak.spec_bf16 > 0 ? "data sheet, dense bf16"
+                                     : "measured bf16 GEMM: the GPU is not in the data-sheet table";
+}
+
 void run_record_print(FILE *out, const struct run_record *r) {
     fprintf(out, "machine: %s (%s) | BLAS: %s %s (%s), kernel %s (%s)\n", r->cpu, isa_name(r->isa), r->blas.library,
             r->blas.version, r->blas.threading, r->blas.corename, isa_name(blas_kernel_isa(r->blas.corename)));
@@ -14,10 +21,7 @@ void run_record_print(FILE *out, const struct run_record *r) {
         const struct device_peak *g = &r->gpu_peak;
         fprintf(out, "gpu: %s | peak (MFU's): %.1f TFLOP/s per rank (%s) | measured cuBLAS GEMM 8192^3: bf16 %.1f "
                      "TFLOP/s, fp32 (no TF32) %.1f TFLOP/s\n",
-                r->gpu, r->peak_flops / 1e12,
-                !r->peak_measured ? "peak_flops from the config"
-                : g->spec_bf16 > 0 ? "data sheet, dense bf16" : "measured bf16 GEMM: the GPU is not in the data-sheet table",
-                g->gemm_bf16 / 1e12, g->gemm_fp32 / 1e12);
+                r->gpu, r->peak_flops / 1e12, run_record_peak_source(r), g->gemm_bf16 / 1e12, g->gemm_fp32 / 1e12);
         return;
     }
     if (!r->peak_measured) {

@@ -191,14 +191,11 @@ int main(int argc, char **argv) {
         run.gpu_peak.spec_bf16 = sheet_of ? sheet_of->peak_flops : 0.0;
         double sheet = run.gpu_peak.spec_bf16 > 0 ? run.gpu_peak.spec_bf16 : run.gpu_peak.gemm_bf16;
         run.peak_flops = tr.peak_flops = run.peak_measured ? sheet : cfg.peak_flops;
-        tr.peak_source = !run.peak_measured            ? "peak_flops from the config"
-                         : run.gpu_peak.spec_bf16 > 0 ? "the GPU's data sheet, dense bf16"
-                                                      : "measured cuBLAS bf16 GEMM";
     } else {
         if (run.peak_measured) peak_measure(&run.peak, cfg.threads, PEAK_MIN_TRIALS, PEAK_SECONDS);
         run.peak_flops = tr.peak_flops = run.peak_measured ? run.peak.best : cfg.peak_flops;
-        tr.peak_source = run.peak_measured ? "measured FMA microbenchmark" : "peak_flops from the config";
     }
+    tr.peak_source = run_record_peak_source(&run);
     struct rank_stats *ranks = calloc((size_t)world, sizeof *ranks);
     gather_stats(&tr, ranks);
     if (rank == 0) {
