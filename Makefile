@@ -19,7 +19,7 @@ LDFLAGS := $(OPT) -fopenmp
 # thread pool. Debian's default (pthread) build keeps its own threads, and the
 # two pools spin against each other on 2 cores: 389 ms/step instead of 165 on
 # bench-small (bench/RESULTS.md).
-BLAS_DIR := /usr/lib/$(shell gcc -print-multiarch)/openblas-openmp
+BLAS_DIR ?= /usr/lib/$(shell gcc -print-multiarch)/openblas-openmp
 LDLIBS  := -L$(BLAS_DIR) -l:libopenblas.so.0 -Wl,-rpath,$(BLAS_DIR) -lm
 
 # Every .c under the module folders is library code, except the *_main.c
