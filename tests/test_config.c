@@ -1,7 +1,8 @@
-/* The run configuration: defaults, every shipped config file, error messages
- * (unknown keys, bad numbers, bad choices, file:line), the command line
- * (dash/underscore keys, override order, --help, malformed argv), the
- * cross-key checks and the config_print -> config_load_file round trip. */
+/* The run configuration's values: the defaults, every shipped config file
+ * (the llama3 ones planner-only), --device, the cross-key checks
+ * (config_validate, config_warnings) and the config_print ->
+ * config_load_file round trip. Error messages are in test_config_errors.c,
+ * the command line in test_config_args.c. */
 #include <glob.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,32 +17,6 @@
 
 #include "config.h"
 #include "device.h"
-
-/* A temp file holding `text`; the caller unlinks it. */
-static void write_temp(char path[64], const char *text) {
-    snprintf(path, 64, "/tmp/test_config.XXXXXX");
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    FILE *f = fdopen(fd, "w");
-    assert_non_null(f);
-    assert_true(fputs(text, f) >= 0);
-    assert_int_equal(fclose(f), 0);
-}
-
-/* argv for config_parse_args from a NULL-terminated list (argv[0] added). */
-static int parse(struct config *c, bool *help, char err[CONFIG_ERR_LEN], ...) {
-    char *argv[32] = {"train"};
-    int argc = 1;
-    va_list ap;
-    va_start(ap, err);
-    for (char *a; (a = va_arg(ap, char *));) {
-        assert_true(argc < 31);
-        argv[argc++] = a;
-    }
-    va_end(ap);
-    argv[argc] = NULL;
-    return config_parse_args(c, argc, argv, help, err);
-}
 
 static void test_defaults(void **state) {
     (void)state;
@@ -186,82 +161,6 @@ static void test_device_key(void **state) {
     assert_int_equal(used, 0);
 }
 
-static void test_unknown_key(void **state) {
-    (void)state;
-    struct config c, ref;
-    config_defaults(&c);
-    config_defaults(&ref);
-    char err[CONFIG_ERR_LEN] = "";
-    assert_int_equal(config_set(&c, "n_layers", "3", err), -1);
-    assert_non_null(strstr(err, "unknown key"));
-    assert_non_null(strstr(err, "'n_layers'"));
-    assert_non_null(strstr(err, "n_layer,")); /* the list of valid keys */
-    assert_non_null(strstr(err, "d_model"));
-    assert_non_null(strstr(err, "micro_batch"));
-    assert_memory_equal(&c, &ref, sizeof c); /* nothing changed */
-
-    /* A very long unknown key must not overflow err. */
-    char longkey[2000];
-    memset(longkey, 'x', sizeof longkey - 1);
-    longkey[sizeof longkey - 1] = '\0';
-    assert_int_equal(config_set(&c, longkey, "1", err), -1);
-    assert_true(strlen(err) < CONFIG_ERR_LEN);
-    assert_non_null(strstr(err, "unknown key"));
-
-    /* '-' maps to '_' for every key, not only on the command line. */
-    assert_int_equal(config_set(&c, "micro-batch", "7", err), 0);
-    assert_int_equal(c.micro_batch, 7);
-}
-
-static void test_file_errors_name_file_and_line(void **state) {
-    (void)state;
-    char path[64], want[128];
-    write_temp(path, "# a comment\n\nn_layer = 3   # trailing comment\nn_laer = 4\nd_model = 96\n");
-    struct config c;
-    config_defaults(&c);
-    char err[CONFIG_ERR_LEN] = "";
-    assert_int_equal(config_load_file(&c, path, err), -1);
-    snprintf(want, sizeof want, "%s:4:", path);
-    assert_non_null(strstr(err, want));
-    assert_non_null(strstr(err, "unknown key"));
-    assert_non_null(strstr(err, "n_laer"));
-    assert_int_equal(c.n_layer, 3);  /* lines before the error applied */
-    assert_int_equal(c.d_model, 64); /* loading stops at the error */
-    unlink(path);
-
-    write_temp(path, "n_layer = 3\r\nd_model 96\n");
-    config_defaults(&c);
-    assert_int_equal(config_load_file(&c, path, err), -1);
-    snprintf(want, sizeof want, "%s:2:", path);
-    assert_non_null(strstr(err, want));
-    assert_non_null(strstr(err, "key = value"));
-    assert_int_equal(c.n_layer, 3); /* CRLF line endings are fine */
-    unlink(path);
-
-    write_temp(path, "\n\nsteps = abc\n");
-    config_defaults(&c);
-    assert_int_equal(config_load_file(&c, path, err), -1);
-    snprintf(want, sizeof want, "%s:3:", path);
-    assert_non_null(strstr(err, want));
-    assert_non_null(strstr(err, "steps"));
-    assert_non_null(strstr(err, "abc"));
-    unlink(path);
-
-    config_defaults(&c);
-    assert_int_equal(config_load_file(&c, "/nonexistent/dir/x.conf", err), -1);
-    assert_non_null(strstr(err, "/nonexistent/dir/x.conf"));
-}
-
-/* A directory used to read as an empty config (defaults, silently). */
-static void test_directory_config(void **state) {
-    (void)state;
-    struct config c;
-    config_defaults(&c);
-    char err[CONFIG_ERR_LEN] = "";
-    assert_int_equal(config_load_file(&c, "/tmp", err), -1);
-    assert_non_null(strstr(err, "config /tmp: is a directory"));
-}
-
 /* warmup longer than the run: a warning naming both; steps 0 with
  * save_state: an error (no state would be written). */
 static void test_warnings_and_steps_zero(void **state) {
@@ -284,231 +183,6 @@ static void test_warnings_and_steps_zero(void **state) {
     snprintf(c.save_state, sizeof c.save_state, "out.state");
     assert_int_equal(config_validate(&c, err), -1);
     assert_non_null(strstr(err, "steps = 0 with save_state out.state"));
-}
-
-/* A line is read whole, however long: a comment of more than 1023
- * characters stays a comment (a fixed 1024-byte buffer parsed its tail as
- * a line of its own, so this one set steps = 7), and a NUL byte is refused
- * with the line's number. */
-static void test_long_lines_and_nul(void **state) {
-    (void)state;
-    char text[1100], path[64];
-    text[0] = '#';
-    memset(text + 1, 'x', 1022);
-    snprintf(text + 1023, sizeof text - 1023, "steps = 7\nn_layer = 5\n");
-    write_temp(path, text);
-    struct config c;
-    config_defaults(&c);
-    char err[CONFIG_ERR_LEN] = "";
-    if (config_load_file(&c, path, err) != 0) fail_msg("%s", err);
-    assert_int_equal(c.steps, 100);
-    assert_int_equal(c.n_layer, 5);
-    unlink(path);
-
-    static const char with_nul[] = "n_layer = 3\nsteps = 5\0 = 9\nd_model = 32\n";
-    FILE *f = fmemopen((void *)with_nul, sizeof with_nul - 1, "r");
-    assert_non_null(f);
-    config_defaults(&c);
-    assert_int_equal(config_load_stream(&c, f, "mem.conf", err), -1);
-    fclose(f);
-    assert_non_null(strstr(err, "mem.conf:2: NUL byte in the line"));
-    assert_int_equal(c.n_layer, 3);
-    assert_int_equal(c.steps, 100);
-}
-
-static void expect_bad(const char *key, const char *value) {
-    struct config c, ref;
-    config_defaults(&c);
-    config_defaults(&ref);
-    char err[CONFIG_ERR_LEN] = "";
-    if (config_set(&c, key, value, err) != -1) fail_msg("%s = '%s' was accepted", key, value);
-    if (!strstr(err, key)) fail_msg("%s = '%s': error does not name the key: %s", key, value, err);
-    assert_memory_equal(&c, &ref, sizeof c);
-}
-
-static void test_bad_numbers(void **state) {
-    (void)state;
-    expect_bad("steps", "abc");
-    expect_bad("steps", "-1");
-    expect_bad("steps", "3.5");
-    expect_bad("steps", "");
-    expect_bad("steps", "10x");
-    expect_bad("steps", "99999999999999999999"); /* overflows long long */
-    expect_bad("steps", "3000000000");           /* overflows int */
-    expect_bad("n_layer", "0");
-    expect_bad("n_layer", "1e2");
-    expect_bad("micro_batch", "3.5");
-    expect_bad("lr", "1e999");
-    expect_bad("lr", "abc");
-    expect_bad("lr", "nan");
-    expect_bad("lr", "inf");
-    expect_bad("lr", "-0.1");
-    expect_bad("min_lr_frac", "1.5");
-    expect_bad("beta2", "1");
-    expect_bad("peak_flops", "1e999");
-    expect_bad("seed", "-5");
-    expect_bad("shuffle", "yes");
-    expect_bad("shuffle", "2");
-
-    struct config c;
-    config_defaults(&c);
-    char err[CONFIG_ERR_LEN] = "";
-    assert_int_equal(config_set(&c, "steps", "0", err), 0);
-    assert_int_equal(c.steps, 0);
-    assert_int_equal(config_set(&c, "steps", "2147483647", err), 0);
-    assert_int_equal(c.steps, 2147483647);
-    assert_int_equal(config_set(&c, "lr", "6e-4", err), 0);
-    assert_true(c.lr == 6e-4f);
-    assert_int_equal(config_set(&c, "seed", "1234567890123", err), 0);
-    assert_int_equal(c.seed, 1234567890123LL);
-    assert_int_equal(config_set(&c, "shuffle", "0", err), 0);
-    assert_false(c.shuffle);
-    assert_int_equal(config_set(&c, "peak_flops", "9.89e14", err), 0);
-    assert_true(c.peak_flops == 9.89e14);
-}
-
-static void test_choice_keys(void **state) {
-    (void)state;
-    struct config c;
-    config_defaults(&c);
-    char err[CONFIG_ERR_LEN] = "";
-    assert_int_equal(config_set(&c, "param_dtype", "fp16", err), -1);
-    assert_non_null(strstr(err, "param_dtype"));
-    assert_non_null(strstr(err, "fp16"));
-    assert_non_null(strstr(err, "fp32"));
-    assert_non_null(strstr(err, "bf16"));
-    assert_int_equal(c.param_dtype, DTYPE_BF16);
-
-    assert_int_equal(config_set(&c, "lr_schedule", "linear", err), -1);
-    assert_non_null(strstr(err, "cosine"));
-    assert_non_null(strstr(err, "constant"));
-    assert_int_equal(config_set(&c, "rounding", "Stochastic", err), -1); /* case matters */
-    assert_non_null(strstr(err, "stochastic"));
-    assert_int_equal(config_set(&c, "arch", "", err), -1);
-    assert_non_null(strstr(err, "gpt2"));
-    assert_non_null(strstr(err, "llama"));
-
-    assert_int_equal(config_set(&c, "param_dtype", "fp32", err), 0);
-    assert_int_equal(c.param_dtype, DTYPE_FP32);
-    assert_int_equal(config_set(&c, "grad_dtype", "fp32", err), 0);
-    assert_int_equal(c.grad_dtype, DTYPE_FP32);
-    assert_int_equal(config_set(&c, "rounding", "stochastic", err), 0);
-    assert_int_equal(c.rounding, ROUND_STOCHASTIC);
-    assert_int_equal(config_set(&c, "lr_schedule", "constant", err), 0);
-    assert_int_equal(c.lr_schedule, LR_CONSTANT);
-    assert_int_equal(config_set(&c, "decay_targets", "all", err), 0);
-    assert_int_equal(c.decay_targets, DECAY_ALL);
-    assert_int_equal(config_set(&c, "arch", "llama", err), 0);
-    assert_int_equal(c.arch, ARCH_LLAMA);
-}
-
-static void test_dash_and_underscore_flags(void **state) {
-    (void)state;
-    struct config c;
-    bool help = true;
-    char err[CONFIG_ERR_LEN] = "";
-    config_defaults(&c);
-    assert_int_equal(parse(&c, &help, err, "--init-from", "x", NULL), 0);
-    assert_false(help);
-    assert_string_equal(c.init_from, "x");
-    config_defaults(&c);
-    assert_int_equal(parse(&c, &help, err, "--init_from", "y", NULL), 0);
-    assert_string_equal(c.init_from, "y");
-    config_defaults(&c);
-    assert_int_equal(parse(&c, &help, err, "--save-state-every", "5", "--param-dtype", "fp32", NULL), 0);
-    assert_int_equal(c.save_state_every, 5);
-    assert_int_equal(c.param_dtype, DTYPE_FP32);
-    /* unknown flags are errors that name the flag */
-    assert_int_equal(parse(&c, &help, err, "--init-frm", "x", NULL), -1);
-    assert_non_null(strstr(err, "unknown key"));
-    assert_non_null(strstr(err, "init-frm"));
-}
-
-static void test_command_line_overrides_file(void **state) {
-    (void)state;
-    char path[64];
-    write_temp(path, "n_layer = 6\nlr = 0.005\nsteps = 40\n");
-    struct config c;
-    bool help;
-    char err[CONFIG_ERR_LEN] = "";
-
-    config_defaults(&c); /* --config first */
-    assert_int_equal(parse(&c, &help, err, "--config", path, "--n_layer", "3", NULL), 0);
-    assert_int_equal(c.n_layer, 3);
-    assert_true(c.lr == 0.005f);
-    assert_int_equal(c.steps, 40);
-
-    config_defaults(&c); /* --config last: the command line still wins */
-    assert_int_equal(parse(&c, &help, err, "--n_layer", "3", "--steps", "7", "--config", path, NULL), 0);
-    assert_int_equal(c.n_layer, 3);
-    assert_int_equal(c.steps, 7);
-    assert_true(c.lr == 0.005f);
-
-    config_defaults(&c); /* in between */
-    assert_int_equal(parse(&c, &help, err, "--lr", "0.25", "--config", path, "--n-layer", "9", NULL), 0);
-    assert_int_equal(c.n_layer, 9);
-    assert_true(c.lr == 0.25f);
-    assert_int_equal(c.steps, 40);
-
-    config_defaults(&c); /* repeated flags: the last one wins */
-    assert_int_equal(parse(&c, &help, err, "--steps", "1", "--steps", "2", NULL), 0);
-    assert_int_equal(c.steps, 2);
-
-    config_defaults(&c); /* a bad file is reported through the command line */
-    assert_int_equal(parse(&c, &help, err, "--config", "/nonexistent/a.conf", NULL), -1);
-    assert_non_null(strstr(err, "/nonexistent/a.conf"));
-    unlink(path);
-}
-
-static void test_help(void **state) {
-    (void)state;
-    struct config c, ref;
-    config_defaults(&ref);
-    bool help = false;
-    char err[CONFIG_ERR_LEN] = "";
-    config_defaults(&c);
-    assert_int_equal(parse(&c, &help, err, "--help", NULL), 0);
-    assert_true(help);
-    help = false;
-    assert_int_equal(parse(&c, &help, err, "--steps", "5", "-h", NULL), 0);
-    assert_true(help);
-    assert_memory_equal(&c, &ref, sizeof c); /* --help applies nothing */
-    help = true;
-    assert_int_equal(parse(&c, &help, err, NULL), 0);
-    assert_false(help);
-    assert_memory_equal(&c, &ref, sizeof c);
-
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    assert_non_null(f);
-    config_print_help(f, "train");
-    fclose(f);
-    assert_non_null(strstr(buf, "usage: train"));
-    assert_non_null(strstr(buf, "--n_layer"));
-    assert_non_null(strstr(buf, "--peak_flops"));
-    assert_non_null(strstr(buf, "{fp32|bf16}"));
-    free(buf);
-}
-
-static void test_malformed_argv(void **state) {
-    (void)state;
-    struct config c;
-    bool help;
-    char err[CONFIG_ERR_LEN] = "";
-    config_defaults(&c);
-    assert_int_equal(parse(&c, &help, err, "--steps", "5", "--lr", NULL), -1);
-    assert_non_null(strstr(err, "--lr"));
-    assert_non_null(strstr(err, "needs a value"));
-    assert_int_equal(parse(&c, &help, err, "--config", NULL), -1);
-    assert_non_null(strstr(err, "--config"));
-    assert_int_equal(parse(&c, &help, err, "extra", NULL), -1);
-    assert_non_null(strstr(err, "extra"));
-    assert_int_equal(parse(&c, &help, err, "--steps", "5", "extra", "6", NULL), -1);
-    assert_non_null(strstr(err, "extra"));
-    assert_int_equal(parse(&c, &help, err, "-steps", "5", NULL), -1);
-    assert_int_equal(parse(&c, &help, err, "--steps", "--lr", NULL), -1); /* "--lr" is not a number */
-    assert_non_null(strstr(err, "steps"));
 }
 
 static void test_validate(void **state) {
@@ -630,18 +304,8 @@ int main(void) {
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_every_config_file_loads),
         cmocka_unit_test(test_bench_small_shape),
-        cmocka_unit_test(test_unknown_key),
         cmocka_unit_test(test_device_key),
-        cmocka_unit_test(test_file_errors_name_file_and_line),
-        cmocka_unit_test(test_directory_config),
         cmocka_unit_test(test_warnings_and_steps_zero),
-        cmocka_unit_test(test_long_lines_and_nul),
-        cmocka_unit_test(test_bad_numbers),
-        cmocka_unit_test(test_choice_keys),
-        cmocka_unit_test(test_dash_and_underscore_flags),
-        cmocka_unit_test(test_command_line_overrides_file),
-        cmocka_unit_test(test_help),
-        cmocka_unit_test(test_malformed_argv),
         cmocka_unit_test(test_validate),
         cmocka_unit_test(test_print_round_trip),
     };

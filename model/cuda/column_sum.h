@@ -7,8 +7,9 @@
 // added in chunk order and accumulated into the output (+=). The order is
 // fixed, so a run repeats bit for bit; it is not the CPU's single pass over
 // all N rows once N exceeds one chunk, so the sums differ from the CPU's
-// by rounding (tests/cuda/test_layers_cuda.c bounds them). The partials
-// (N / chunk x C floats) come from CUDA's stream-ordered pool.
+// by rounding (tests/cuda/test_layers_cuda.c and test_gemm_cuda.c bound
+// them). The partials (N / chunk x C floats) come from CUDA's
+// stream-ordered pool.
 #ifndef SHARDLAB_COLUMN_SUM_H
 #define SHARDLAB_COLUMN_SUM_H
 
