@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "accounting.h"
+#include "json_log.h"
 #include "rng.h"
 #include "trainer.h"
 
@@ -80,19 +81,6 @@ static void tiny(struct config *c, enum attention_kind a, enum recompute_mode r,
     c->val_data[0] = '\0';
 }
 
-static int read_losses(const char *path, double *loss, int cap) {
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    char line[4096];
-    int n = 0;
-    while (n < cap && fgets(line, sizeof line, f)) {
-        const char *p = strstr(line, "\"loss\":");
-        if (strstr(line, "\"type\":\"step\"") && p) loss[n++] = strtod(p + 7, NULL);
-    }
-    fclose(f);
-    return n;
-}
-
 /* Runs c with its JSON log in log<k>.json; the logged losses. */
 static void run_logged(struct config *c, int k, double *loss) {
     snprintf(c->log_json, sizeof c->log_json, "%s/log%d.json", DIR_, k);
@@ -101,7 +89,7 @@ static void run_logged(struct config *c, int k, double *loss) {
     if (trainer_open(&tr, c, &GRID, NULL, err) != 0) fail_msg("%s", err);
     if (trainer_run(&tr, err) != 0) fail_msg("%s", err);
     trainer_close(&tr);
-    assert_int_equal(read_losses(c->log_json, loss, STEPS + 1), STEPS);
+    assert_int_equal(json_log_losses(c->log_json, loss, STEPS + 1), STEPS);
 }
 
 static void test_loss_equals_plain(void **state) {

@@ -98,18 +98,24 @@ static void test_rejects_token_out_of_vocab(void **state) {
     free(tr);
 }
 
+/* Runs c to its last step and closes: the run whose output a test feeds
+ * back to another config. */
+static void train_to_end(const struct config *c) {
+    struct trainer *tr = calloc(1, sizeof *tr);
+    assert_non_null(tr);
+    open_ok(tr, c);
+    run_ok(tr);
+    trainer_close(tr);
+    free(tr);
+}
+
 static void test_rejects_resume_of_other_model(void **state) {
     (void)state;
     struct config c;
     tiny_config(&c);
     set(&c, "steps", "2");
     path_in(c.save_state, sizeof c.save_state, "d32.state");
-    struct trainer *tr = calloc(1, sizeof *tr);
-    assert_non_null(tr);
-    open_ok(tr, &c);
-    run_ok(tr);
-    trainer_close(tr);
-    free(tr);
+    train_to_end(&c);
 
     struct config c2;
     tiny_config(&c2);
@@ -129,12 +135,7 @@ static void test_rejects_init_from_other_shape(void **state) {
     tiny_config(&c);
     set(&c, "steps", "1");
     path_in(c.save, sizeof c.save, "d32.bin");
-    struct trainer *tr = calloc(1, sizeof *tr);
-    assert_non_null(tr);
-    open_ok(tr, &c);
-    run_ok(tr);
-    trainer_close(tr);
-    free(tr);
+    train_to_end(&c);
 
     struct config c2;
     tiny_config(&c2);

@@ -21,6 +21,7 @@
 #include "outputs.h"
 #include "stop_signal.h"
 #include "trainer.h"
+#include "json_log.h"
 #include "train_fixture.h"
 
 /* ---- bit-exact resume --------------------------------------------------- */
@@ -128,20 +129,6 @@ static void snap8(struct snapshot8 *s, const struct trainer *tr) {
     }
 }
 
-/* The "loss" fields of the step records of a JSON log, in order. */
-static int read_losses(const char *path, double *loss, int cap) {
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    char line[4096];
-    int n = 0;
-    while (n < cap && fgets(line, sizeof line, f)) {
-        const char *p = strstr(line, "\"loss\":");
-        if (strstr(line, "\"type\":\"step\"") && p) loss[n++] = strtod(p + 7, NULL);
-    }
-    fclose(f);
-    return n;
-}
-
 /* adamw8bit, bf16 params: 10 steps straight == 5, save, resume, 5 more,
  * in params, master, codes, absmax and fp32 states, bit for bit, and in
  * the losses of steps 6..10 as logged. The resume says it loaded the 8-bit
@@ -192,8 +179,8 @@ static void test_resume_adamw8bit(void **state) {
     assert_int_equal(straight.n, resumed.n);
     assert_true(memcmp(half.bytes, straight.bytes, half.n) != 0);
     assert_true(memcmp(straight.bytes, resumed.bytes, straight.n) == 0);
-    assert_int_equal(read_losses(ca.log_json, loss_a, 16), 10);
-    assert_int_equal(read_losses(c2.log_json, loss_b, 16), 5);
+    assert_int_equal(json_log_losses(ca.log_json, loss_a, 16), 10);
+    assert_int_equal(json_log_losses(c2.log_json, loss_b, 16), 5);
     for (int i = 0; i < 5; i++) assert_true(loss_a[5 + i] == loss_b[i]);
 
     /* another layout key: requantized from the fp32 states, and it says so */

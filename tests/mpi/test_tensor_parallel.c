@@ -53,6 +53,7 @@
 #include <string.h>
 
 #include "../engine_fixture.h"
+#include "../json_log.h"
 #include "mpi_fixture.h"
 #include "trainer.h"
 
@@ -97,19 +98,6 @@ static void config_for(struct config *c, const struct variant *v, int tp, int ze
     snprintf(c->log_json, sizeof c->log_json, "%s", log);
 }
 
-static int read_losses(const char *path, double *loss) {
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    char line[1024];
-    int n = 0;
-    while (fgets(line, sizeof line, f) && n < STEPS) {
-        char *p = strstr(line, "\"loss\":");
-        if (p && strstr(line, "\"type\":\"step\"")) loss[n++] = strtod(p + 7, NULL);
-    }
-    fclose(f);
-    return n;
-}
-
 struct run {
     double loss[STEPS];
     struct comm_counters tp_comm, pp_comm; /* the steps' traffic (the trainer counts steps only) */
@@ -137,7 +125,7 @@ static void train(const struct config *c, struct grid *grid, struct run *out) {
     if (tr.json) fflush(tr.json);
     bool log_here = grid == &SINGLE || grid->world_rank == 0;
     trainer_close(&tr);
-    if (log_here) assert_int_equal(read_losses(c->log_json, out->loss), STEPS);
+    if (log_here) assert_int_equal(json_log_losses(c->log_json, out->loss, STEPS), STEPS);
 }
 
 /* The key bias's gradient is zero in exact arithmetic (the softmax over

@@ -30,6 +30,7 @@
 
 #include "accounting.h"
 #include "../engine_fixture.h"
+#include "../json_log.h"
 #include "mpi_fixture.h"
 #include "trainer.h"
 
@@ -67,19 +68,6 @@ static void config_for(struct config *c, int stage, enum dtype dt, const char *l
     snprintf(c->log_json, sizeof c->log_json, "%s", log);
 }
 
-static int read_losses(const char *path, double *loss) {
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    char line[1024];
-    int n = 0;
-    while (fgets(line, sizeof line, f) && n < STEPS) {
-        char *p = strstr(line, "\"loss\":");
-        if (p && strstr(line, "\"type\":\"step\"")) loss[n++] = strtod(p + 7, NULL);
-    }
-    fclose(f);
-    return n;
-}
-
 struct run {
     double loss[STEPS];
     float *params; /* full, fp32 (widened), layout order */
@@ -102,7 +90,7 @@ static void train(struct trainer *tr, struct config *c, struct grid *grid, struc
         out->params[i] = c->param_dtype == DTYPE_FP32 ? ((float *)full)[i] : bf16_to_f32(((bf16 *)full)[i]);
     free(full);
     if (tr->json) fflush(tr->json);
-    if (grid == &SINGLE || grid->world_rank == 0) assert_int_equal(read_losses(c->log_json, out->loss), STEPS);
+    if (grid == &SINGLE || grid->world_rank == 0) assert_int_equal(json_log_losses(c->log_json, out->loss, STEPS), STEPS);
 }
 
 static void check_case(int stage, enum dtype dt, struct variant v, double loss_tol, double abs_tol, double rel_tol) {
