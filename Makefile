@@ -57,14 +57,14 @@ $(BUILD)/$(notdir $(1:_main.c=)): $(BUILD)/obj/$(1:.c=.o) $(BUILD)/libshardlab.a
 endef
 $(foreach s,$(MAIN_SRC),$(eval $(call program_rule,$(s))))
 
-# build/report: a run's JSON log as pictures (train/report.py, matplotlib).
+# build/report: a run's JSON log as pictures (train/report/report.py, matplotlib).
 # Debian's /usr/bin/python3 first: python3-matplotlib (make deps) installs
 # for it, and a python3 earlier on PATH (a pyenv, a venv) may not see it.
 $(BUILD)/report: Makefile
 	@mkdir -p $(dir $@)
-	@printf '%s\n' '#!/bin/sh' '# Made by the Makefile: runs train/report.py (see there).' \
+	@printf '%s\n' '#!/bin/sh' '# Made by the Makefile: runs train/report/report.py (see there).' \
 	    'py=/usr/bin/python3; [ -x "$$py" ] || py=python3' \
-	    'exec "$$py" "$$(dirname "$$0")/../train/report.py" "$$@"' >$@
+	    'exec "$$py" "$$(dirname "$$0")/../train/report/report.py" "$$@"' >$@
 	@chmod +x $@
 	@echo "  GEN   $@"
 
@@ -164,7 +164,7 @@ FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ_CFLAGS  := -std=c17 -D_GNU_SOURCE -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN) -fsanitize=fuzzer-no-link \
                 -Wall -Wextra -Werror -Wno-missing-field-initializers -Iinclude -MMD -MP
 FUZZ_LIB_SRC := data/crc32c.c data/fileio.c data/loader.c data/rangeset.c data/shard.c data/tokenizer.c model/layout.c \
-                train/checkpoint_llmc.c train/config.c train/config_limits.c train/resume.c
+                train/ckpt/ckpt_llmc.c train/config/config_keys.c train/config/config_limits.c train/ckpt/ckpt_state_format.c
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=build-fuzz/obj/%.o)
 FUZZ_NAMES   := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZERS      := $(FUZZ_NAMES:%=build-fuzz/fuzz_%)

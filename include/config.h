@@ -122,4 +122,15 @@ void config_print_help(FILE *f, const char *program);
 /* Every key with its value, one per line, in config-file form. */
 void config_print(FILE *f, const struct config *c);
 
+/* The model's shape and the engine's options, from a configuration (train/config/config_model.c). */
+struct model_shape trainer_model_shape(const struct config *c);
+struct engine_options;
+struct engine_options trainer_engine_options(const struct config *c);
+
+/* What a grid can run (train/config/config_grid.c): 0 when the trainer
+ * runs this configuration on grid g, else -1 with the reason (every rank
+ * decides alike). */
+struct grid;
+int config_check_grid(const struct config *cfg, const struct grid *g, char err[CONFIG_ERR_LEN]);
+
 #endif

@@ -18,6 +18,7 @@
 #define SHARDLAB_GRID_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "collectives.h"
 
@@ -72,5 +73,16 @@ void grid_free(struct grid *g);
  * tests and tools that run the engine in one process without MPI_Init.
  * All four groups have size 1; this rank is a tie member. */
 void grid_init_single(struct grid *g);
+
+/* Every rank's rc agreed over the grid (parallel/comm/grid_agree.c):
+ * nonzero anywhere fails every rank, so no rank waits forever in a
+ * collective the failed one never reaches. A rank that did not fail gets
+ * -1 and a message saying another did; a failed rank keeps its rc and its
+ * own message. Collective; its bytes are not counted as a step's traffic. */
+int grid_agree(struct grid *g, int rc, char *err, size_t err_len);
+/* The largest of every rank's value, clamped to [0, GRID_AGREE_MAX_VALUES)
+ * (signal numbers), agreed over the grid. Collective. */
+enum { GRID_AGREE_MAX_VALUES = 64 };
+int grid_agree_max(struct grid *g, int mine);
 
 #endif

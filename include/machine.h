@@ -40,4 +40,7 @@ enum isa_level blas_kernel_isa(const char *corename);
  * AVX-512 ("SkylakeX"); NULL when the kernel is fine for the CPU. */
 const char *blas_suggested_coretype(const char *corename, enum isa_level cpu);
 
+/* This process's peak resident set so far (getrusage), bytes. */
+double peak_rss_bytes(void);
+
 #endif

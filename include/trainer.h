@@ -1,6 +1,8 @@
-/* The training run: configuration in, steps, validation, checkpoints,
- * metrics and the measured tables out. One struct holds the whole run
- * context; nothing global. */
+/* The run context: one struct holds everything a training run owns
+ * (configuration, grid, model and its states, data, counters, timeline,
+ * trace); nothing global. Types only: every room of train/ takes it, and
+ * what each does with it is declared by the room (include/run.h: the loop;
+ * include/ckpt.h: the run's files; include/report.h: the tables). */
 #ifndef SHARDLAB_TRAINER_H
 #define SHARDLAB_TRAINER_H
 
@@ -54,72 +56,13 @@ struct trainer {
     char opt8_resume[160];      /* how a resume loaded 8-bit states (the line rank 0 prints); "" if none */
 };
 
-/* The model's shape and the engine's options, from a configuration. */
-struct model_shape trainer_model_shape(const struct config *c);
-struct engine_options trainer_engine_options(const struct config *c);
-
-/* Builds everything (data, model, init/load/resume). Collective over the
- * grid: when any rank fails, every rank returns -1 (the failing rank with
- * its message, the others saying so), and the trainer is torn down. */
-int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid, const struct device_info *dev,
-                 char err[TRAINER_ERR_LEN]);
-/* Runs the remaining steps. Returns 0 when done; -1 (with err) on I/O
- * failure and on a NaN or Inf loss or gradient norm (on_nonfinite stop, or
- * more than max_skipped_steps skipped: the update of that step is not
- * applied and nothing is saved after it, so files already written stay as
- * they were); or, when a stop signal reached any rank
- * (include/stop_signal.h), its number (> 0), after the step it interrupted
- * and a resume state written to trainer_stop_state_path (train/outputs.c). */
-int trainer_run(struct trainer *tr, char err[TRAINER_ERR_LEN]);
-void trainer_close(struct trainer *tr);
-
-/* Mean loss over the first val_batches micro-batches of the validation data. */
-float trainer_validate(struct trainer *tr);
-
-/* Before trainer_open, with c->init_from set: the file's header against
- * the config. n_layer, d_model, n_head and vocab_size must equal the
- * file's (the message names the key and both values); max_seq_len, when
- * 0, becomes the file's, and must equal it otherwise; seq_len may be any
- * length up to it (GPT-2's files hold 1024 positions; a run at T = 64
- * uses the first 64 rows, and --save writes all of them back). */
-int trainer_adopt_model_file(struct config *c, char err[TRAINER_ERR_LEN]);
-/* llm.c model files, one unit at a time (train/model_file.c). Collective. */
-int trainer_load_model(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]);
-int trainer_save_model(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]);
-
-/* Resume states (train/state.c). */
-int trainer_save_state(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]);
-/* The bytes trainer_save_state writes. */
-uint64_t trainer_state_bytes(const struct trainer *tr);
-int trainer_load_state(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]);
-
-/* This process's peak resident set so far (getrusage), bytes. */
-double peak_rss_bytes(void);
-/* Where the run's model lives (train/trainer_device.c): dev, or the CPU
- * when NULL; on a GPU the tracker's device space allocates with cudaMalloc. */
-void trainer_place(struct trainer *tr, const struct device_info *dev);
-/* The GPU's kernel context (one cuBLAS handle, the GEMM math), reached by
- * the kernels through the run's flop counter (include/counters.h), after
- * checking that --attention flash takes this shape there. On the CPU:
- * nothing, or the error that names what needs a GPU (--gemm_dtype bf16).
- * 0, or -1 with a message. trainer_close_kernels undoes it (any time). */
-int trainer_open_kernels(struct trainer *tr, char err[TRAINER_ERR_LEN]);
-void trainer_close_kernels(struct trainer *tr);
-/* A GPU run: samples the driver's used bytes into device_used_peak. */
-void trainer_sample_device_memory(struct trainer *tr);
-
-/* train/layout_check.c: 0 when the trainer runs this config on grid g,
- * else -1 with the reason (every rank decides alike). */
-int trainer_check_layout(const struct config *cfg, const struct grid *g, char err[TRAINER_ERR_LEN]);
-
-/* Every rank's rc agreed over the grid: a failure anywhere fails every
- * rank (those that did not fail get a message saying so). */
-int trainer_agree(struct trainer *tr, int rc, char err[TRAINER_ERR_LEN]);
+/* Every rank's rc agreed over the grid (grid_agree, include/grid.h): a
+ * failure anywhere fails every rank (those that did not fail get a message
+ * saying so). */
+static inline int trainer_agree(struct trainer *tr, int rc, char err[TRAINER_ERR_LEN]) {
+    return grid_agree(tr->grid, rc, err, TRAINER_ERR_LEN);
+}
 /* The largest of every rank's value (in [0, 64): signal numbers), agreed over the grid. */
-int trainer_agree_max(struct trainer *tr, int mine);
-
-/* Generates cfg->sample_tokens tokens after cfg->sample_prompt (train/sample.c).
- * Collective: every rank runs it; out may be NULL on all but one. */
-void trainer_sample(struct trainer *tr, FILE *out);
+static inline int trainer_agree_max(struct trainer *tr, int mine) { return grid_agree_max(tr->grid, mine); }
 
 #endif

@@ -3,29 +3,36 @@
 # run one way, downwards. Run from the source root; OBJDIR (default build/obj)
 # holds build/obj/<path>.o for every <path>.c, as the Makefile lays it out.
 #
-# Levels, bottom to top (a folder's sub-folders, e.g. model/cpu/, belong to it):
+# Levels, bottom to top (a folder's sub-folders, e.g. model/cpu/, belong to
+# it, except where a sub-folder has a level of its own: train/'s rooms):
 #   0 include/                 headers; header-only (static inline) code
 #   1 data/  model/  optim/    siblings: none may use another
 #   2 parallel/
-#   3 train/
+#   3 train/config/            keys, limits, what a grid can run
+#   4 train/measure/           the instruments: timeline, trace, peak, machine, progress
+#   5 train/theory/            formulas and the planner (from the config alone)
+#   6 train/ckpt/ train/report/  the run's files; its tables (siblings)
+#   7 train/run/               the loop and the program
 # A file may use its own folder and anything on a lower level; tests/ is not
 # checked (it may use everything). The *_main.c programs are checked too.
 #
 # Rules; each violation is one line, and any violation exits 1:
-#   include  a .c or .h includes "X.h" implemented above its level or in a
-#            sibling. X.h is implemented in the folders of the objects that
-#            define (nm) a name it declares (`name(` or `extern ... name;`),
-#            else it is header-only (include/). A header outside include/ is
-#            implemented in its own folder; a header in include/ sits at the
-#            level of its implementing folders when it includes others.
+#   include  a .c or .cu file includes "X.h" implemented above its level or
+#            in a sibling, directly or through the headers X.h includes. X.h
+#            is implemented in the folders of the objects that define (nm) a
+#            name it declares (`name(` or `extern ... name;`), else it is
+#            header-only (include/). A header outside include/ is
+#            implemented in its own folder. So a header of types only (the
+#            run context, include/trainer.h) sits as high as what it
+#            includes, and only files at least that high may include it.
 #   link     an object uses (nm -u) a symbol defined by an object above its
 #            level or in a sibling; catches local prototypes that skip headers.
 #   cycle    .c files that use each other's symbols in a circle (file level).
 set -euo pipefail
 objdir=${1:-build/obj}
 [ -d "$objdir" ] || { echo "check_deps: no object folder $objdir (build first)" >&2; exit 2; }
-levels="include:0 data:1 model:1 optim:1 parallel:2 train:3"
-folders=$(for d in ${levels//:[0-9]/}; do if [ -d "$d" ]; then echo "$d"; fi; done)
+levels="include:0 data:1 model:1 optim:1 parallel:2 train/config:3 train/measure:4 train/theory:5 train/ckpt:6 train/report:6 train/run:7"
+folders=$(for d in ${levels//:[0-9]/}; do if [ -d "$d" ]; then echo "${d%%/*}"; fi; done | sort -u)
 decomment() {   # drops comments, keeps the rest (.cu read as C++)
     case $1 in *.cu) gcc -x c++ -fpreprocessed -dD -E -P "$1" ;; *) gcc -fpreprocessed -dD -E -P "$1" ;; esac
 }
@@ -70,7 +77,9 @@ done
         esac
     done
 } | awk -v levels="$levels" '
-function mod(f) { sub(/\/.*/, "", f); return f }
+function mod(f,   r) {   # a room with a level of its own (train/run), else the top folder
+    r = f; if (sub(/\/[^\/]*$/, "", r) && match(r, /^[^\/]+\/[^\/]+/) && (substr(r, 1, RLENGTH) in lvl)) return substr(r, 1, RLENGTH)
+    sub(/\/.*/, "", f); return f }
 function bad(u, d) {   # true when module u may not use module d
     if (!(u in lvl) || !(d in lvl)) { print "check_deps: unknown folder " (u in lvl ? d : u) "/"; fails++; return 0 }
     return u != d && lvl[d] >= lvl[u]
@@ -89,16 +98,13 @@ END {
         else continue
         if (!((h, m) in impl)) { impl[h, m] = why; hm[h] = hm[h] " " m }
     }
-    # Rule 1: includes.
+    # Rule 1: includes, checked at the including source file, through every
+    # header its header includes (a header of types only has no folder of
+    # its own: what it reaches is what its includer takes on).
+    for (i = 1; i <= ni; i++) { if (incf[i] ~ /\.h$/) { nh[incf[i]]++; hinc[incf[i], nh[incf[i]]] = inch[i] } }
     for (i = 1; i <= ni; i++) {
-        f = incf[i]; h = inch[i]
-        um = (f ~ /^include\//) ? hm[f] : " " mod(f)
-        if (um == "") um = " include"
-        dm = (h in hm) ? hm[h] : " include"
-        nfrom = split(um, from, " "); nto = split(dm, to, " ")
-        for (x = 1; x <= nfrom; x++) for (y = 1; y <= nto; y++) if (bad(from[x], to[y])) {
-            print "include: " f (f ~ /^include\// ? " (" from[x] "/)" : "") " includes " h \
-                  ", implemented in " to[y] "/ (" impl[h, to[y]] ")"; fails++ }
+        f = incf[i]; if (f ~ /\.h$/) continue
+        delete walked; reach(f, inch[i], inch[i])
     }
     # Rule 2: links; and the file graph for rule 3 (edges in sorted input order).
     for (i = 1; i <= nu; i++) {
@@ -111,6 +117,17 @@ END {
     # Rule 3: depth-first search; each back edge closes one reported cycle.
     for (i = 1; i <= nv; i++) if (!color[nodes[i]]) dfs(nodes[i])
     exit (fails > 0)
+}
+function reach(f, top, h,   nto, to, y, k, m) {   # f includes top, which reaches h
+    if (h in walked) return
+    walked[h] = 1
+    m = mod(f)
+    nto = split((h in hm) ? hm[h] : " include", to, " ")
+    for (y = 1; y <= nto; y++) if (bad(m, to[y]) && !((f, h, to[y]) in told)) {
+        told[f, h, to[y]] = 1
+        print "include: " f " includes " top (h != top ? ", which reaches " h : "") \
+              ", implemented in " to[y] "/ (" impl[h, to[y]] ")"; fails++ }
+    for (k = 1; k <= nh[h]; k++) reach(f, top, hinc[h, k])
 }
 function dfs(v,   i, w, j, c) {
     color[v] = 1; stack[++depth] = v

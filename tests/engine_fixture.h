@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "engine.h"
-#include "trainer.h"
+#include "run.h"
 
 static inline void fixture_engine_init(struct engine *e, const struct config *c, struct grid *grid,
                                        struct mem_tracker *mem, struct flop_counter *flops) {

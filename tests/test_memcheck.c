@@ -14,8 +14,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "run.h"
 #include "accounting.h"
-#include "memcheck.h"
+#include "../train/run/run_memcheck.h"
 #include "report.h"
 
 static char ROOT[64];

@@ -20,7 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "trainer.h"
+#include "run.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define UNDER_SANITIZER 1

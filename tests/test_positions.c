@@ -20,9 +20,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt.h"
 #include "checkpoint.h"
 #include "theory.h"
-#include "trainer.h"
+#include "run.h"
 
 enum { TEXT_BYTES = 64 * 1024, T_RUN = 16, T_FILE = 32, C_TINY = 32 };
 

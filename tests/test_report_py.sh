@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# build/report (train/report.py) on real runs: a 2-rank ZeRO-3 run and a
+# build/report (train/report/report.py) on real runs: a 2-rank ZeRO-3 run and a
 # 1-rank run of the tiny config, 5 steps each. Checks the run log's comm
 # records against the theory (ZeRO-3 on 2 ranks: the dp all-gather and
 # reduce-scatter measured == theory, no all-reduce), then renders two

@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "stop_signal.h"
+#include "../train/run/run_stop_signal.h"
 
 /* Exit codes of the children: which check failed. */
 enum { CHILD_OK = 0, CHILD_NOT_RECORDED = 10, CHILD_SURVIVED_SECOND = 11, CHILD_RECORDED_IGNORED = 12 };

@@ -20,7 +20,7 @@
 #include "accounting.h"
 #include "rng.h"
 #include "trace_file.h"
-#include "trainer.h"
+#include "run.h"
 
 static char DIR_[64], SHARD[128];
 static struct grid GRID; /* one process: a 1 x 1 x 1 grid */

@@ -29,7 +29,7 @@
 #include "accounting.h"
 #include "json_log.h"
 #include "rng.h"
-#include "trainer.h"
+#include "run.h"
 
 enum { STEPS = 20 };
 

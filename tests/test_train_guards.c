@@ -23,7 +23,7 @@
 
 #include "checkpoint.h"
 #include "engine_fixture.h"
-#include "trainer.h"
+#include "run.h"
 
 enum { TRAIN_BYTES = 200 * 1024 };
 

@@ -18,8 +18,8 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
-#include "outputs.h"
-#include "trainer.h"
+#include "../train/run/run_outputs.h"
+#include "run.h"
 #include "train_fixture.h"
 
 /* ---- rejections --------------------------------------------------------- */

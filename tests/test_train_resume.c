@@ -18,9 +18,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "outputs.h"
-#include "stop_signal.h"
-#include "trainer.h"
+#include "ckpt.h"
+#include "../train/run/run_outputs.h"
+#include "../train/run/run_stop_signal.h"
+#include "run.h"
 #include "json_log.h"
 #include "train_fixture.h"
 

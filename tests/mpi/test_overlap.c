@@ -27,7 +27,7 @@
 #include "../engine_fixture.h"
 #include "mpi_fixture.h"
 #include "schedule.h"
-#include "trainer.h"
+#include "run.h"
 
 enum { STEPS = 10, ACCUM = 2 };
 

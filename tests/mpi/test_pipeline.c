@@ -29,7 +29,7 @@
 #include "accounting.h"
 #include "mpi_fixture.h"
 #include "schedule.h"
-#include "trainer.h"
+#include "run.h"
 
 enum { STEPS = 20, LAYERS = 4 };
 static const double TOL = 1e-5;

@@ -23,7 +23,7 @@
 
 #include "../engine_fixture.h"
 #include "mpi_fixture.h"
-#include "trainer.h"
+#include "run.h"
 
 enum { STEPS = 10, HALF = 5, MICRO_BATCH = 2, ACCUM = 1 };
 

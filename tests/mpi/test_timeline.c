@@ -30,7 +30,7 @@
 #include "accounting.h"
 #include "mpi_fixture.h"
 #include "report.h"
-#include "trainer.h"
+#include "run.h"
 
 enum { STEPS = 2, ACCUM = 2 };
 

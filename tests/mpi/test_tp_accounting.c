@@ -37,7 +37,7 @@
 
 #include "accounting.h"
 #include "mpi_fixture.h"
-#include "trainer.h"
+#include "run.h"
 
 enum { STEPS = 3 };
 

@@ -32,7 +32,7 @@
 #include "../engine_fixture.h"
 #include "../json_log.h"
 #include "mpi_fixture.h"
-#include "trainer.h"
+#include "run.h"
 
 enum { STEPS = 20, MICRO_BATCH = 2, ACCUM = 2 };
 

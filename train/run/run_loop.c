@@ -1,27 +1,24 @@
 /* The training loop. */
-#include "trainer.h"
+#include "ckpt.h"
+#include "run.h"
 
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <time.h>
 
 #include "accounting.h"
 #include "checkpoint.h"
-#include "memcheck.h"
+#include "machine.h"
+#include "run_memcheck.h"
 #include "optim.h"
-#include "outputs.h"
+#include "run_outputs.h"
 #include "pipeline.h"
 #include "schedule.h"
-#include "stop_signal.h"
+#include "run_stop_signal.h"
 #include "trace_file.h"
 
-double peak_rss_bytes(void) {
-    struct rusage ru;
-    return getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024.0 : 0.0;
-}
 
 static double now(void) {
     struct timespec t;
@@ -30,29 +27,6 @@ static double now(void) {
 }
 
 
-struct model_shape trainer_model_shape(const struct config *c) {
-    return (struct model_shape){.L = c->n_layer, .C = c->d_model, .NH = c->n_head, .T = c->seq_len,
-                                .maxT = c->max_seq_len, .V = c->vocab_size};
-}
-
-struct engine_options trainer_engine_options(const struct config *c) {
-    struct optim_options opt = {
-        .kind = c->optimizer,
-        .lr = {.lr = c->lr, .min_lr_frac = c->min_lr_frac, .warmup_steps = c->warmup_steps, .steps = c->steps,
-               .schedule = c->lr_schedule},
-        .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps, .weight_decay = c->weight_decay,
-        .grad_clip = c->grad_clip, .decay_targets = c->decay_targets, .momentum = c->momentum,
-        .nesterov = c->nesterov, .min_8bit_size = c->min_8bit_size};
-    struct zero_options z = {.stage = c->zero, .param_dtype = c->param_dtype, .grad_dtype = c->grad_dtype,
-                             .rounding = c->rounding, .seed = (uint64_t)c->seed, .optim = opt,
-                             .overlap = c->overlap, .ddp_bucket_bytes = (size_t)(c->ddp_bucket_mb * 1048576.0)};
-    return (struct engine_options){.micro_batch = c->micro_batch, .slots = 1, .act_dtype = c->act_dtype,
-                                   .recompute = c->recompute, .attention = c->attention,
-                                   .gemm_dtype = c->gemm_dtype,
-                                   .sequence_parallel = c->sequence_parallel,
-                                   .init_std = c->init_std, .zero = z,
-                                   .micro_batches = c->grad_accum * config_chunks(c)};
-}
 
 /* Temp files of --save and --save_state that a killed run left behind
  * (include/fileio.h): removed, and said so, by the rank that writes them. */
@@ -119,7 +93,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     tr->last_val_loss = -1.0;
     progress_init(&tr->progress, progress_stdout_is_terminal());
     double t_start = now();
-    int rc = trainer_agree(tr, trainer_check_layout(cfg, grid, err), err);
+    int rc = trainer_agree(tr, config_check_grid(cfg, grid, err), err);
     if (rc == 0) rc = trainer_agree(tr, trainer_open_kernels(tr, err), err);
     if (rc == 0) rc = trainer_agree(tr, remove_stale_temps(cfg, grid, err), err);
     bool data_open = false;

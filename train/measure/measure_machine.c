@@ -2,6 +2,7 @@
 #include "machine.h"
 
 #include <cblas.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -81,4 +82,9 @@ enum isa_level blas_kernel_isa(const char *corename) {
 const char *blas_suggested_coretype(const char *corename, enum isa_level cpu) {
     if (cpu < ISA_AVX2 || blas_kernel_isa(corename) >= ISA_AVX2) return NULL;
     return cpu >= ISA_AVX512 ? "SkylakeX" : "Haswell";
+}
+
+double peak_rss_bytes(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024.0 : 0.0;
 }

@@ -1,5 +1,6 @@
 /* The measured-vs-theory tables. Measured numbers come from each rank's
  * tagged allocator and counters; theory from train/accounting.c. */
+#include "machine.h"
 #include "report.h"
 
 #include <stdlib.h>

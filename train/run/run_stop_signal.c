@@ -1,5 +1,5 @@
 /* Stop requests by signal: the handler records the signal, nothing more. */
-#include "stop_signal.h"
+#include "run_stop_signal.h"
 
 #include <signal.h>
 #include <stddef.h>

@@ -2,16 +2,17 @@
  * split, the pipeline's stage split and schedule, and the combinations it
  * refuses (each with a message naming the keys and numbers), checked on
  * every rank before anything is allocated. */
-#include "trainer.h"
+#include "config.h"
+#include "grid.h"
 
 #include "pipe_messages.h"
 
 /* The split into model chunks (stages, or pp x virtual_stages under the
  * interleaved schedule): pp_layers, or an even one. counts gets that many
  * entries. */
-static int stage_counts(const struct config *cfg, int pp, int *counts, char err[TRAINER_ERR_LEN]) {
+static int stage_counts(const struct config *cfg, int pp, int *counts, char err[CONFIG_ERR_LEN]) {
     int n = pp * config_chunks(cfg);
-    if (cfg->pp_layers[0]) return pipeline_parse_layers(cfg->pp_layers, n, cfg->n_layer, counts, err, TRAINER_ERR_LEN);
+    if (cfg->pp_layers[0]) return pipeline_parse_layers(cfg->pp_layers, n, cfg->n_layer, counts, err, CONFIG_ERR_LEN);
     for (int s = 0; s < n; s++) {
         int l0, l1;
         pipeline_stage_layers(cfg->n_layer, n, s, NULL, &l0, &l1);
@@ -23,63 +24,63 @@ static int stage_counts(const struct config *cfg, int pp, int *counts, char err[
 /* The interleaved schedule's shape (include/schedule.h): Megatron-LM's
  * order needs m a multiple of p, and every chunk a layer. */
 static int check_interleaved(const struct config *cfg, const struct grid *g, const int *counts,
-                             char err[TRAINER_ERR_LEN]) {
+                             char err[CONFIG_ERR_LEN]) {
     int v = cfg->virtual_stages, p = g->pp, m = cfg->grad_accum;
     if (cfg->schedule != SCHEDULE_INTERLEAVED) {
         if (v == 1) return 0;
-        snprintf(err, TRAINER_ERR_LEN, "virtual_stages = %d needs --schedule interleaved (schedule %s holds one "
+        snprintf(err, CONFIG_ERR_LEN, "virtual_stages = %d needs --schedule interleaved (schedule %s holds one "
                  "chunk per stage)", v, schedule_name(cfg->schedule));
         return -1;
     }
     if (p < 2 || v < 2) {
-        snprintf(err, TRAINER_ERR_LEN, "schedule interleaved needs pp >= 2 and virtual_stages >= 2 (pp = %d, "
+        snprintf(err, CONFIG_ERR_LEN, "schedule interleaved needs pp >= 2 and virtual_stages >= 2 (pp = %d, "
                  "virtual_stages = %d; with one chunk per stage use --schedule 1f1b)", p, v);
         return -1;
     }
     if (m % p != 0) {
-        snprintf(err, TRAINER_ERR_LEN, "schedule interleaved runs micro-batches in groups of pp: grad_accum "
+        snprintf(err, CONFIG_ERR_LEN, "schedule interleaved runs micro-batches in groups of pp: grad_accum "
                  "(m = %d) must be a multiple of pp (p = %d) (gpipe and 1f1b run any m)", m, p);
         return -1;
     }
     for (int j = 0; j < p * v; j++)
         if (counts[j] < 1) {
-            snprintf(err, TRAINER_ERR_LEN, "schedule interleaved: model chunk %d of pp x virtual_stages = %d has no "
+            snprintf(err, CONFIG_ERR_LEN, "schedule interleaved: model chunk %d of pp x virtual_stages = %d has no "
                      "layer (n_layer = %d; each chunk needs one)", j, p * v, cfg->n_layer);
             return -1;
         }
     int slots = 0;
     for (int c = 0; c < v; c++) slots += schedule_chunk_slots(SCHEDULE_INTERLEAVED, p, 0, m, v, c);
     if (slots > GPT_MAX_SLOTS) {
-        snprintf(err, TRAINER_ERR_LEN, "schedule interleaved: stage 0 would hold %d micro-batch chunks, more than "
+        snprintf(err, CONFIG_ERR_LEN, "schedule interleaved: stage 0 would hold %d micro-batch chunks, more than "
                  "the %d activation slots (fewer pp or virtual_stages)", slots, GPT_MAX_SLOTS);
         return -1;
     }
     return 0;
 }
 
-int trainer_check_layout(const struct config *cfg, const struct grid *g, char err[TRAINER_ERR_LEN]) {
+int config_check_grid(const struct config *cfg, const struct grid *g, char err[CONFIG_ERR_LEN]) {
     if (cfg->arch != ARCH_GPT2 || cfg->n_kv_head != 0 || cfg->ffn_dim != 0) {
-        snprintf(err, TRAINER_ERR_LEN,
+        snprintf(err, CONFIG_ERR_LEN,
                  "the trainer implements GPT-2 blocks (arch = gpt2, n_kv_head = 0, ffn_dim = 0); "
                  "LLaMA-style configs are for build/plan");
         return -1;
     }
     /* tensor parallelism splits heads, the FC features and the vocabulary */
     if (cfg->n_head % g->tp != 0 || (4 * cfg->d_model) % g->tp != 0 || cfg->d_model % g->tp != 0) {
-        snprintf(err, TRAINER_ERR_LEN,
+        snprintf(err, CONFIG_ERR_LEN,
                  "tp = %d must divide n_head (%d), d_model (%d) and the FC width 4 x d_model (%d): each rank holds "
                  "n_head/tp heads and 4 d_model/tp FC features",
                  g->tp, cfg->n_head, cfg->d_model, 4 * cfg->d_model);
         return -1;
     }
     if (cfg->sequence_parallel && cfg->seq_len % g->tp != 0) {
-        snprintf(err, TRAINER_ERR_LEN,
+        snprintf(err, CONFIG_ERR_LEN,
                  "sequence_parallel: tp = %d must divide seq_len (%d), each tp rank holding seq_len/tp positions of "
                  "every sequence", g->tp, cfg->seq_len);
         return -1;
     }
     if (g->tp > 1 && cfg->sample_tokens > 0) {
-        snprintf(err, TRAINER_ERR_LEN,
+        snprintf(err, CONFIG_ERR_LEN,
                  "sample_tokens = %d with tp = %d: sampling reads whole rows of logits, which a tensor-parallel "
                  "rank does not hold (run the sample with tp = 1 from a saved model)",
                  cfg->sample_tokens, g->tp);
@@ -94,16 +95,16 @@ int trainer_check_layout(const struct config *cfg, const struct grid *g, char er
      * the tags: every link's two ends must post in one order (checked on
      * the CPU too, so that both builds run the same schedules) */
     if (g->pp > 1 && pipe_check_order(cfg->schedule, g->pp, cfg->grad_accum, config_chunks(cfg), err,
-                                      TRAINER_ERR_LEN) != 0)
+                                      CONFIG_ERR_LEN) != 0)
         return -1;
     if (cfg->schedule == SCHEDULE_GPIPE && cfg->grad_accum > GPT_MAX_SLOTS) {
-        snprintf(err, TRAINER_ERR_LEN,
+        snprintf(err, CONFIG_ERR_LEN,
                  "schedule gpipe holds every micro-batch of a step: grad_accum = %d is more than the %d activation "
                  "slots (use --schedule 1f1b, which holds at most pp)", cfg->grad_accum, GPT_MAX_SLOTS);
         return -1;
     }
     if (g->pp > 1 && cfg->sample_tokens > 0) {
-        snprintf(err, TRAINER_ERR_LEN,
+        snprintf(err, CONFIG_ERR_LEN,
                  "sample_tokens with pp = %d: sampling runs on one rank holding the whole model (sample after "
                  "training with pp = 1 from the saved model, --init_from FILE --steps 0)", g->pp);
         return -1;
@@ -112,7 +113,7 @@ int trainer_check_layout(const struct config *cfg, const struct grid *g, char er
      * blocks start at shard boundaries, which differ between the
      * embedding unit and the head unit once both are sharded over dp */
     if (g->pp > 1 && cfg->optimizer == OPTIM_ADAMW8BIT && cfg->zero >= 1 && g->dp > 1) {
-        snprintf(err, TRAINER_ERR_LEN,
+        snprintf(err, CONFIG_ERR_LEN,
                  "adamw8bit with pp = %d, ZeRO-%d over dp = %d: the tied wte's copies on the first and last stage "
                  "would be quantized in different blocks and drift apart (use --zero 0, dp = 1, or adamw)",
                  g->pp, cfg->zero, g->dp);

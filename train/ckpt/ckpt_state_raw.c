@@ -17,14 +17,14 @@
  * sent to world rank 0, which writes (include/ckpt_grid.h), in staging of
  * the model's space that files see through its host side
  * (include/ckpt_staging.h). */
-#include "state_raw.h"
+#include "ckpt_state_raw.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "ckpt_grid.h"
-#include "ref_runs.h"
+#include "ckpt_ref_runs.h"
 
 static const char *const RAW_NAMES[RAW_SECTIONS] = {"optim8_layout", "optim8_codes1", "optim8_codes2",
                                                     "optim8_absmax1", "optim8_absmax2"};

@@ -1,5 +1,6 @@
 /* Output paths checked before the first step. */
-#include "outputs.h"
+#include "ckpt.h"
+#include "run_outputs.h"
 
 #include <string.h>
 #include <sys/stat.h>

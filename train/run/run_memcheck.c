@@ -1,5 +1,5 @@
 /* The memory check before allocation (include/memcheck.h). */
-#include "memcheck.h"
+#include "run_memcheck.h"
 
 #include <stdarg.h>
 #include <stdint.h>

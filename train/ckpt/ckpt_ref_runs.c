@@ -1,5 +1,5 @@
 /* Runs of a rank's tensor in the reference numbering (include/ref_runs.h). */
-#include "ref_runs.h"
+#include "ckpt_ref_runs.h"
 
 /* Within one row the map to reference indices is strictly increasing, so
  * [a, b] is contiguous exactly when its ends are b - a apart: the longest

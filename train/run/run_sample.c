@@ -6,7 +6,7 @@
 
 #include "rng.h"
 #include "bufops.h"
-#include "trainer.h"
+#include "run.h"
 
 static int sample_token(const float *logits, int V, float temperature, float coin) {
     float maxv = logits[0];

@@ -1,7 +1,7 @@
 /* Where a run's model lives (include/trainer.h: trainer_place and the
  * functions after it): the CPU, or this rank's GPU with its memory hooks,
  * kernel context and memory readings. */
-#include "trainer.h"
+#include "run.h"
 
 #include <stdio.h>
 

@@ -6,12 +6,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "ckpt.h"
 #include "checkpoint.h"
 #include "ckpt_grid.h"
 #include "ckpt_staging.h"
 #include "crc32c.h"
-#include "ref_runs.h"
-#include "state_raw.h"
+#include "ckpt_ref_runs.h"
+#include "ckpt_state_raw.h"
 #include "trainer.h"
 
 /* FNV-1a over what must not change across a resume. The batch enters as

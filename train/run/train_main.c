@@ -10,17 +10,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt.h"
 #include "device.h"
-#include "device_grid.h"
+#include "run_device_grid.h"
 #include "grid.h"
-#include "outputs.h"
+#include "run_outputs.h"
 #include "peak.h"
 #include "report.h"
 #include "run_record.h"
-#include "stop_signal.h"
+#include "run_stop_signal.h"
 #include "theory.h"
 #include "trace_file.h"
-#include "trainer.h"
+#include "run.h"
 
 /* Every rank fails together: the messages are gathered to rank 0, which
  * prints each distinct one once (and "another rank failed" only if nothing

@@ -1,5 +1,5 @@
 /* The grid's collectives on the device (include/device_grid.h). */
-#include "device_grid.h"
+#include "run_device_grid.h"
 
 #include <stdio.h>
 
@@ -13,7 +13,7 @@ int device_grid_attach(const struct device_info *d, struct grid *g, char err[GRI
     /* The pp group's point to point runs on one-direction links, each its
      * own NCCL communicator and stream (parallel/comm/cuda/nccl_links.c);
      * NCCL matches a link's messages in posting order, which the trainer
-     * checks for the schedule before anything runs (trainer_check_layout:
+     * checks for the schedule before anything runs (config_check_grid:
      * include/pipe_messages.h). */
     if (grid_use_nccl(g, err) != 0) return -1;
     g->nccl = true;

@@ -6,11 +6,12 @@
  * beyond its own shards. A model in GPU memory is gathered and routed in
  * device staging and written from its host mirror (include/ckpt_staging.h);
  * a load reads into host memory and engine_set_unit copies it over. */
+#include "ckpt.h"
 #include "bufops.h"
 #include "checkpoint.h"
 #include "ckpt_grid.h"
 #include "ckpt_staging.h"
-#include "ref_runs.h"
+#include "ckpt_ref_runs.h"
 #include "trainer.h"
 
 /* The whole model as llm.c files hold it (Vp without tp's extra padding). */

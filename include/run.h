@@ -1,0 +1,46 @@
+/* The run (train/run/): a trainer opened from a configuration on a grid,
+ * its steps, validation and sampling, and where its model lives. The
+ * context itself is struct trainer (include/trainer.h). */
+#ifndef SHARDLAB_RUN_H
+#define SHARDLAB_RUN_H
+
+#include <stdio.h>
+
+#include "trainer.h"
+
+/* Builds everything (data, model, init/load/resume). Collective over the
+ * grid: when any rank fails, every rank returns -1 (the failing rank with
+ * its message, the others saying so), and the trainer is torn down. */
+int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid, const struct device_info *dev,
+                 char err[TRAINER_ERR_LEN]);
+/* Runs the remaining steps. Returns 0 when done; -1 (with err) on I/O
+ * failure and on a NaN or Inf loss or gradient norm (on_nonfinite stop, or
+ * more than max_skipped_steps skipped: the update of that step is not
+ * applied and nothing is saved after it, so files already written stay as
+ * they were); or, when a stop signal reached any rank
+ * (include/stop_signal.h), its number (> 0), after the step it interrupted
+ * and a resume state written to trainer_stop_state_path (train/outputs.c). */
+int trainer_run(struct trainer *tr, char err[TRAINER_ERR_LEN]);
+void trainer_close(struct trainer *tr);
+
+/* Mean loss over the first val_batches micro-batches of the validation data. */
+float trainer_validate(struct trainer *tr);
+
+/* Where the run's model lives (train/run/run_device.c): dev, or the CPU
+ * when NULL; on a GPU the tracker's device space allocates with cudaMalloc. */
+void trainer_place(struct trainer *tr, const struct device_info *dev);
+/* The GPU's kernel context (one cuBLAS handle, the GEMM math), reached by
+ * the kernels through the run's flop counter (include/counters.h), after
+ * checking that --attention flash takes this shape there. On the CPU:
+ * nothing, or the error that names what needs a GPU (--gemm_dtype bf16).
+ * 0, or -1 with a message. trainer_close_kernels undoes it (any time). */
+int trainer_open_kernels(struct trainer *tr, char err[TRAINER_ERR_LEN]);
+void trainer_close_kernels(struct trainer *tr);
+/* A GPU run: samples the driver's used bytes into device_used_peak. */
+void trainer_sample_device_memory(struct trainer *tr);
+
+/* Generates cfg->sample_tokens tokens after cfg->sample_prompt (train/sample.c).
+ * Collective: every rank runs it; out may be NULL on all but one. */
+void trainer_sample(struct trainer *tr, FILE *out);
+
+#endif

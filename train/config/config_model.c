@@ -1,0 +1,30 @@
+/* What a configuration means to the layers below the run: the model's
+ * shape and the engine's options (micro-batch, dtypes, recompute, ZeRO,
+ * the optimizer), read off its keys in one place. */
+#include "config.h"
+
+#include "engine.h"
+
+struct model_shape trainer_model_shape(const struct config *c) {
+    return (struct model_shape){.L = c->n_layer, .C = c->d_model, .NH = c->n_head, .T = c->seq_len,
+                                .maxT = c->max_seq_len, .V = c->vocab_size};
+}
+
+struct engine_options trainer_engine_options(const struct config *c) {
+    struct optim_options opt = {
+        .kind = c->optimizer,
+        .lr = {.lr = c->lr, .min_lr_frac = c->min_lr_frac, .warmup_steps = c->warmup_steps, .steps = c->steps,
+               .schedule = c->lr_schedule},
+        .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps, .weight_decay = c->weight_decay,
+        .grad_clip = c->grad_clip, .decay_targets = c->decay_targets, .momentum = c->momentum,
+        .nesterov = c->nesterov, .min_8bit_size = c->min_8bit_size};
+    struct zero_options z = {.stage = c->zero, .param_dtype = c->param_dtype, .grad_dtype = c->grad_dtype,
+                             .rounding = c->rounding, .seed = (uint64_t)c->seed, .optim = opt,
+                             .overlap = c->overlap, .ddp_bucket_bytes = (size_t)(c->ddp_bucket_mb * 1048576.0)};
+    return (struct engine_options){.micro_batch = c->micro_batch, .slots = 1, .act_dtype = c->act_dtype,
+                                   .recompute = c->recompute, .attention = c->attention,
+                                   .gemm_dtype = c->gemm_dtype,
+                                   .sequence_parallel = c->sequence_parallel,
+                                   .init_std = c->init_std, .zero = z,
+                                   .micro_batches = c->grad_accum * config_chunks(c)};
+}
