@@ -13,7 +13,7 @@
 #include "dtype.h"
 #include "gpt.h"
 #include "optim.h"
-#include "pipeline.h"
+#include "schedule.h"
 
 /* gpt2: LayerNorm, GELU MLP, biases, learned positions, tied embeddings.
  * llama: RMSNorm, SwiGLU MLP, GQA, RoPE (no position table), no biases,
@@ -78,7 +78,7 @@ struct config {
     int zero, tp, pp;
     bool sequence_parallel; /* tp's LayerNorm/residual regions on T/tp positions (Korthikanti et al. 2022); no-op at tp 1 */
     enum schedule_kind schedule; /* pipeline schedule (include/schedule.h) */
-    int virtual_stages;          /* model chunks per stage: interleaved only (include/pipeline.h) */
+    int virtual_stages;          /* model chunks per stage: interleaved only (include/pipe_stages.h) */
     char pp_layers[CONFIG_PATH_LEN]; /* layers per stage, "3,3,2"; "": an even split */
     bool explain;
     bool overlap;          /* collectives behind compute (include/zero.h); 0: the blocking path */

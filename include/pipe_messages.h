@@ -24,7 +24,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "pipeline.h"
+#include "pipe_stages.h"
 #include "schedule.h"
 
 enum { PIPE_TAG_ACTIVATION = 1, PIPE_TAG_GRADIENT = 2, PIPE_OP_MAX_MSGS = 2 };

@@ -42,8 +42,13 @@
 
 #include "collectives.h"
 #include "engine.h"
-#include "pipeline.h"
+#include "pipe_stages.h"
 #include "trace.h"
+
+/* The order of a step's micro-batches over the stages (parallel/pipeline/order.c). */
+enum schedule_kind { SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED, SCHEDULE_NUM };
+
+const char *schedule_name(enum schedule_kind k);
 
 /* Where a schedule gets its micro-batches: next() fills (B,T) inputs and
  * targets with the next one (every stage draws every micro-batch, in the

@@ -181,22 +181,8 @@ struct step_result {
  * every state as it was and sets skipped. */
 struct step_result zero_step(struct zero *z, int step, bool skip_nonfinite);
 
-/* ---- parallel/zero/comm.c: the buffers and bookkeeping above, and the
- * step's reductions (zero_step calls them): allocation into z (failures
- * left in the tracker), then finishing every posted reduce-scatter and
- * reducing the grads the stage reduces once per step (stage 0: the buckets
- * not yet posted, then all of them waited; stage 1: reduce-scatter). */
-void zero_comm_init(struct zero *z);
-void zero_comm_free(struct zero *z);
-void zero_reduce_step_grads(struct zero *z);
-
 /* ---- the tied embedding across stages (parallel/zero/tie.c) */
 void zero_tie_init(struct zero *z, struct collectives *tie, int unit, size_t lo, size_t hi, bool in_norm);
-/* A tie group of two ranks is set. */
-bool zero_tie_active(const struct zero *z);
-/* In zero_step, after the dp reduction: the tied copy's reduced gradient
- * summed over the tie group. Collective over dp and the tie group. */
-void zero_tie_grads(struct zero *z);
 
 /* ---- moving states in and out, one unit at a time */
 bool zero_has_state(const struct zero *z, enum zero_state which);
@@ -253,19 +239,5 @@ void zero_gather_unit_absmax(struct zero *z, enum zero_state which, int u, const
  * leave them (every rank passes the whole unit). */
 void zero_scatter_unit_codes(struct zero *z, enum zero_state which, int u, const void *src);
 void zero_scatter_unit_absmax(struct zero *z, enum zero_state which, int u, const size_t *first, const void *src);
-
-/* ---- optimizer states (parallel/zero/optstate.c) */
-void optstate_alloc(struct zero *z);
-void optstate_free(struct zero *z);
-bool optstate_has(const struct zero *z, enum zero_state which);
-/* One segment's update: w (fp32 master or params) and grad point at the
- * segment's first element; params_out at its bf16 params (or NULL). */
-void optstate_update(struct zero *z, const struct opt_segment *g, const struct adamw_hparams *h, float *w,
-                     const void *grad, bf16 *params_out, int64_t step);
-/* Segment g's optimizer state `which` as fp32 values into dst (g->hi -
- * g->lo elements): a copy, or the dequantized codes; and back. */
-void optstate_segment_to_fp32(const struct zero *z, enum zero_state which, const struct opt_segment *g, float *dst);
-void optstate_segment_from_fp32(struct zero *z, enum zero_state which, const struct opt_segment *g,
-                                const float *src);
 
 #endif

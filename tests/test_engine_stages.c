@@ -1,5 +1,5 @@
 /* The engine's seams, in one process: the model cut into two pipeline
- * stages (two engines built from rank descriptions, include/pipeline.h)
+ * stages (two engines built from rank descriptions, include/pipe_stages.h)
  * and passing the activation forward and its gradient back through the
  * boundary entry points equals the whole model: the loss and every
  * layer's gradient bit for bit, and the tied wte's two gradients (the
@@ -22,7 +22,7 @@
 #include "engine.h"
 #include "engine_fixture.h"
 #include "grid.h"
-#include "pipeline.h"
+#include "pipe_stages.h"
 
 enum { L = 4, C = 16, NH = 2, T = 8, V = 64, B = 2 };
 

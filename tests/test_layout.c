@@ -1,4 +1,4 @@
-/* A rank's model (include/layout.h, include/pipeline.h): the whole model
+/* A rank's model (include/layout.h, include/pipe_stages.h): the whole model
  * keeps the reference numbering; pipeline stages and tensor-parallel
  * slices cover every parameter exactly once; the tied head keeps a copy of
  * wte only when the embedding is elsewhere; init values do not depend on
@@ -15,7 +15,7 @@
 
 #include "gpt.h"
 #include "layout.h"
-#include "pipeline.h"
+#include "pipe_stages.h"
 
 static const struct model_shape SMALL = {.L = 5, .C = 16, .NH = 4, .T = 8, .V = 100};
 

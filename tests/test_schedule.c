@@ -1,5 +1,5 @@
 /* Pipeline schedules' order and memory (include/schedule.h), and the
- * stage split's parser (include/pipeline.h), without running a model. */
+ * stage split's parser (include/pipe_stages.h), without running a model. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "pipeline.h"
+#include "pipe_stages.h"
 #include "schedule.h"
 
 enum { MAX_M = 12, MAX_P = 6 };

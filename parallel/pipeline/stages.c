@@ -1,5 +1,5 @@
-/* The split of layers into pipeline stages (include/pipeline.h). */
-#include "pipeline.h"
+/* The split of layers into pipeline stages (include/pipe_stages.h). */
+#include "pipe_stages.h"
 
 #include <errno.h>
 #include <stdio.h>

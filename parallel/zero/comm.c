@@ -8,7 +8,7 @@
 #include <stdio.h>
 
 #include "bufops.h"
-#include "zero.h"
+#include "zero_parts.h"
 
 static size_t psize(const struct zero *z) { return dtype_size(z->o.param_dtype); }
 static size_t gsize(const struct zero *z) { return dtype_size(z->o.grad_dtype); }

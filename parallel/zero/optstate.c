@@ -3,7 +3,7 @@
  * tensors fp32) and SGD with momentum (fp32 buffer). States are full at
  * ZeRO-0 and shards otherwise, like the master weights. */
 #include "bufops.h"
-#include "zero.h"
+#include "zero_parts.h"
 
 static bool sharded(const struct zero *z) { return z->o.stage >= 1; }
 

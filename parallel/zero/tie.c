@@ -15,7 +15,7 @@
  * sums the wte range across the pair, and keeps its chunk again: the extra
  * traffic is one all-gather of the unit over dp and one all-reduce of
  * Vp C over the tie group per step. */
-#include "zero.h"
+#include "zero_parts.h"
 
 #include "bufops.h"
 

@@ -1,7 +1,7 @@
 /* Model states under ZeRO stages 0-3 (include/zero.h): where each lives,
  * the sharded optimizer step, and moving states to and from checkpoints
  * one unit at a time. The step's collectives are in comm.c. */
-#include "zero.h"
+#include "zero_parts.h"
 
 #include <math.h>
 #include <string.h>

@@ -12,7 +12,7 @@
 #include "collectives.h"
 #include "fileio.h"
 #include "grid.h"
-#include "pipeline.h"
+#include "pipe_stages.h"
 
 size_t trace_capacity(const struct config *c) {
     if (!*c->trace) return 0;

@@ -14,7 +14,7 @@
 #include "run_memcheck.h"
 #include "optim.h"
 #include "run_outputs.h"
-#include "pipeline.h"
+#include "pipe_stages.h"
 #include "schedule.h"
 #include "run_stop_signal.h"
 #include "trace_file.h"

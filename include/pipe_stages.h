@@ -1,17 +1,12 @@
-/* Pipeline stages: which layers a stage holds, and so what a rank holds
+/* Pipeline stages (parallel/pipeline/stages.c): which layers a stage holds, and so what a rank holds
  * (include/layout.h). The first stage holds the embedding, the last the
  * head; with one stage a rank holds both and the whole model. */
-#ifndef SHARDLAB_PIPELINE_H
-#define SHARDLAB_PIPELINE_H
+#ifndef SHARDLAB_PIPE_STAGES_H
+#define SHARDLAB_PIPE_STAGES_H
 
 #include <stddef.h>
 
 #include "layout.h"
-
-/* The order of a step's micro-batches over the stages (include/schedule.h). */
-enum schedule_kind { SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED, SCHEDULE_NUM };
-
-const char *schedule_name(enum schedule_kind k);
 
 enum { PIPELINE_MAX_STAGES = 1024 }; /* the config's limit on pp */
 
