@@ -126,9 +126,12 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
  * gradient (B,T,C) in act_dtype (NULL on the last stage); dx_out: where the
  * outgoing one goes (NULL on the first stage). */
 void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out);
-/* Reduce, clip, update, redistribute (include/zero.h). step is 0-based.
- * skip_nonfinite: a NaN or Inf gradient norm leaves the model as it was
- * (r.skipped). */
-struct step_result engine_optimizer_step(struct engine *e, int step, bool skip_nonfinite);
+/* The optimizer step's phases over the model states (include/zero.h says
+ * what each does), in this order: reduce the gradients, their global
+ * norm, clip and update (step 0-based), gather the params. */
+void engine_reduce_grads(struct engine *e);
+double engine_grad_norm(struct engine *e);
+void engine_update(struct engine *e, int step, double grad_norm);
+void engine_gather_params(struct engine *e);
 
 #endif

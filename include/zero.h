@@ -170,16 +170,27 @@ void zero_backward_begins(struct zero *z, bool last_of_step);
 /* Lets posted collectives move (between units). */
 void zero_progress(struct zero *z);
 
-struct step_result {
-    double grad_norm;  /* global, before clipping */
-    float lr;
-    bool skipped;      /* the update was not applied (non-finite norm) */
-};
-/* Reduce gradients as the stage requires, clip, update, redistribute
- * params. step is 0-based. With skip_nonfinite, a NaN or Inf global norm
- * (the same on every rank: it is computed from all-reduced values) leaves
- * every state as it was and sets skipped. */
-struct step_result zero_step(struct zero *z, int step, bool skip_nonfinite);
+/* The optimizer step's phases, called in this order after the schedule's
+ * forwards and backwards (train/run/run_loop.c: train_step). step is
+ * 0-based. Each is collective over the groups it names.
+ *   zero_reduce_grads   the gradients every rank needs reduced: whatever
+ *                       is in flight finished, then stage 0's all-reduce
+ *                       (the buckets not yet posted) or stage 1's
+ *                       reduce-scatter; the tied wte's copies summed over
+ *                       the tie group. dp, tie.
+ *   zero_grad_norm      the global norm from the owned segments' squares:
+ *                       summed over dp (stages > 0), pp and tp (replicated
+ *                       tensors and the head's wte copy counted once).
+ *   zero_update         clip (the norm's scale) and the update rule over
+ *                       the segments this rank owns; local.
+ *   zero_gather_params  stages 1 and 2: every rank gets every updated
+ *                       param for the next forward (all-gather, dp); a
+ *                       no-op at stage 0 (all updated) and 3 (gathered
+ *                       unit by unit as used). */
+void zero_reduce_grads(struct zero *z);
+double zero_grad_norm(struct zero *z);
+void zero_update(struct zero *z, int step, double grad_norm);
+void zero_gather_params(struct zero *z);
 
 /* ---- the tied embedding across stages (parallel/zero/tie.c) */
 void zero_tie_init(struct zero *z, struct collectives *tie, int unit, size_t lo, size_t hi, bool in_norm);

@@ -268,8 +268,11 @@ void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out
     }
 }
 
-struct step_result engine_optimizer_step(struct engine *e, int step, bool skip_nonfinite) {
-    struct step_result r = zero_step(&e->z, step, skip_nonfinite);
-    if (!r.skipped) engine_params_changed(e);
-    return r;
+void engine_reduce_grads(struct engine *e) { zero_reduce_grads(&e->z); }
+double engine_grad_norm(struct engine *e) { return zero_grad_norm(&e->z); }
+void engine_gather_params(struct engine *e) { zero_gather_params(&e->z); }
+
+void engine_update(struct engine *e, int step, double grad_norm) {
+    zero_update(&e->z, step, grad_norm);
+    engine_params_changed(e); /* the widened copies of the embedding and head are stale */
 }

@@ -5,6 +5,8 @@
 #ifndef SHARDLAB_TEST_ENGINE_FIXTURE_H
 #define SHARDLAB_TEST_ENGINE_FIXTURE_H
 
+#include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +37,24 @@ static inline float fixture_forward_backward(struct engine *e, const int32_t *in
     float loss = engine_forward(e, 0, &in, NULL, dloss);
     engine_backward(e, 0, NULL, NULL);
     return loss;
+}
+
+/* The optimizer step's phases as train_step runs them (train/run/run_loop.c),
+ * without its loss check: reduce, norm, and, unless skip_nonfinite meets a
+ * NaN or Inf norm, update and gather. */
+struct fixture_step {
+    double grad_norm;
+    bool skipped; /* the update was not applied */
+};
+
+static inline struct fixture_step fixture_optimizer_step(struct engine *e, int step, bool skip_nonfinite) {
+    engine_reduce_grads(e);
+    struct fixture_step r = {.grad_norm = engine_grad_norm(e), .skipped = true};
+    if (skip_nonfinite && !isfinite(r.grad_norm)) return r;
+    engine_update(e, step, r.grad_norm);
+    engine_gather_params(e);
+    r.skipped = false;
+    return r;
 }
 
 /* Params (and master) from a full fp32 buffer in layout order. */

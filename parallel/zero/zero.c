@@ -95,24 +95,26 @@ static double local_grad_sum_squares(const struct zero *z) {
     return s;
 }
 
-struct step_result zero_step(struct zero *z, int step, bool skip_nonfinite) {
-    const struct optim_options *op = &z->o.optim;
+/* ---- the optimizer step's phases, in order (train/run/run_loop.c: train_step) */
+
+void zero_reduce_grads(struct zero *z) {
     phase_hook_call(&z->o.hook, PHASE_REDUCE_GRADS, -1); /* before: what is in flight is still held */
     zero_reduce_step_grads(z);
     zero_tie_grads(z);
+}
+
+double zero_grad_norm(struct zero *z) {
     double sq = local_grad_sum_squares(z);
     if (z->o.stage > 0) z->dp->all_reduce_scalars(z->dp, &sq, 1);
     for (int k = 0; k < 2; k++)
         if (z->norm_groups[k] && z->norm_groups[k]->size > 1) z->norm_groups[k]->all_reduce_scalars(z->norm_groups[k], &sq, 1);
-    struct step_result r = {.grad_norm = sqrt(sq), .lr = lr_at(&op->lr, step)};
-    /* before any segment changes; the params were not touched, so there is
-     * nothing to redistribute either */
-    if (skip_nonfinite && !isfinite(r.grad_norm)) {
-        r.skipped = true;
-        return r;
-    }
-    struct adamw_hparams h = {.lr = r.lr, .beta1 = op->beta1, .beta2 = op->beta2, .eps = op->eps,
-                              .grad_scale = clip_scale(r.grad_norm, op->grad_clip), .t = (int64_t)step + 1};
+    return sqrt(sq);
+}
+
+void zero_update(struct zero *z, int step, double grad_norm) {
+    const struct optim_options *op = &z->o.optim;
+    struct adamw_hparams h = {.lr = lr_at(&op->lr, step), .beta1 = op->beta1, .beta2 = op->beta2, .eps = op->eps,
+                              .grad_scale = clip_scale(grad_norm, op->grad_clip), .t = (int64_t)step + 1};
     for (int k = 0; k < z->segs.n; k++) {
         const struct opt_segment *g = &z->segs.seg[k];
         size_t pi = param_index(z, g->unit, g->lo);
@@ -121,14 +123,14 @@ struct step_result zero_step(struct zero *z, int step, bool skip_nonfinite) {
         optstate_update(z, g, &h, w, segment_grad(z, g), out, step);
     }
     phase_hook_call(&z->o.hook, PHASE_UPDATE, -1);
-    /* stages 1 and 2: every rank needs every updated param for the next forward */
-    if (z->o.stage == 1 || z->o.stage == 2) {
-        for (int u = 0; u < z->lay->n_units; u++)
-            z->dp->all_gather(z->dp, (char *)z->st.params + full_index(z, u, 0) * psize(z),
-                              shard_unit_chunk(&z->sh, u), z->o.param_dtype);
-        phase_hook_call(&z->o.hook, PHASE_GATHER_PARAMS, -1);
-    }
-    return r;
+}
+
+void zero_gather_params(struct zero *z) {
+    if (z->o.stage != 1 && z->o.stage != 2) return; /* 0: every rank updated all; 3: gathered unit by unit in use */
+    for (int u = 0; u < z->lay->n_units; u++)
+        z->dp->all_gather(z->dp, (char *)z->st.params + full_index(z, u, 0) * psize(z), shard_unit_chunk(&z->sh, u),
+                          z->o.param_dtype);
+    phase_hook_call(&z->o.hook, PHASE_GATHER_PARAMS, -1);
 }
 
 /* ---- checkpoints and initial values, one unit at a time */

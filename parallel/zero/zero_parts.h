@@ -8,7 +8,7 @@
 #include "zero.h"
 
 /* ---- parallel/zero/comm.c: the buffers and bookkeeping of struct zero (include/zero.h), and the
- * step's reductions (zero_step calls them): allocation into z (failures
+ * step's reductions (zero_reduce_grads calls them): allocation into z (failures
  * left in the tracker), then finishing every posted reduce-scatter and
  * reducing the grads the stage reduces once per step (stage 0: the buckets
  * not yet posted, then all of them waited; stage 1: reduce-scatter). */
@@ -19,7 +19,7 @@ void zero_reduce_step_grads(struct zero *z);
 /* ---- the tied embedding across stages (parallel/zero/tie.c; zero_tie_init is in include/zero.h) */
 /* A tie group of two ranks is set. */
 bool zero_tie_active(const struct zero *z);
-/* In zero_step, after the dp reduction: the tied copy's reduced gradient
+/* In zero_reduce_grads, after the dp reduction: the tied copy's reduced gradient
  * summed over the tie group. Collective over dp and the tie group. */
 void zero_tie_grads(struct zero *z);
 

@@ -76,7 +76,7 @@ static void train(struct config *c, struct run *out) {
     for (int s = 0; s < STEPS; s++) {
         engine_zero_grads(e);
         out->loss[s] = pipeline_step(&tr.pipe, 1.0f / (float)(ACCUM * WORLD.dp), &src, tr.inputs, tr.targets);
-        out->norm[s] = engine_optimizer_step(e, s, false).grad_norm;
+        out->norm[s] = fixture_optimizer_step(e, s, false).grad_norm;
     }
     out->comm = e->dp->counters;
     for (int k = 0; k < COLL_NUM_KINDS; k++) out->comm.bytes[k] -= before.bytes[k];

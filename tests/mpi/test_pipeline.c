@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "accounting.h"
+#include "../engine_fixture.h"
 #include "mpi_fixture.h"
 #include "schedule.h"
 #include "run.h"
@@ -72,7 +73,7 @@ static void train(struct trainer *tr, double *loss) {
         g->dp_comm.all_reduce_scalars(&g->dp_comm, &l, 1);
         g->pp_comm.all_reduce_scalars(&g->pp_comm, &l, 1);
         loss[s] = l / (m * g->dp);
-        engine_optimizer_step(e, s, false);
+        fixture_optimizer_step(e, s, false);
     }
 }
 

@@ -255,6 +255,10 @@ static void log_step(struct trainer *tr, const struct step_metrics *m, bool keep
     fflush(tr->json);
 }
 
+/* One optimizer step, top-down: every phase one call, in order
+ * (docs/ARCHITECTURE.md walks it). The clock, the trace's spans and the
+ * memory timeline's step wrap it; the phase boundaries inside are where
+ * the timeline samples (include/phase_hook.h). */
 static struct step_metrics train_step(struct trainer *tr) {
     const struct config *c = tr->cfg;
     struct engine *e = &tr->engine;
@@ -263,25 +267,43 @@ static struct step_metrics train_step(struct trainer *tr) {
     trace_set_step(&tr->trace, tr->step + 1);
     int step_ev = trace_begin(&tr->trace, TRACE_STEP, -1);
     timeline_begin_step(&tr->timeline, tr->step + 1);
-    engine_zero_grads(e);
-    /* the step's loss is the mean over accum x dp micro-batches */
     int dp = tr->grid->dp;
+
+    /* 1. the gradients zeroed */
+    engine_zero_grads(e);
+    /* 2. the schedule: each micro-batch's forward and backward on this
+     * stage (parallel/pipeline/schedule.c), unit by unit (parallel/engine.c:
+     * under ZeRO-3 each unit all-gathered before it is used, and its
+     * gradient reduce-scattered as its backward ends); the step's loss is
+     * the mean over accum x dp micro-batches */
     struct batch_source src = {next_batch, &tr->train, &tr->trace};
     double loss = pipeline_step(&tr->pipe, 1.0f / (float)(c->grad_accum * dp), &src, tr->inputs, tr->targets);
     tr->pipe_run.total += tr->pipe.last.total;
     tr->pipe_run.busy += tr->pipe.last.busy;
     tr->pipe_run.waiting += tr->pipe.last.waiting;
-    /* Summed over the ranks before any update, so every rank sees the same
-     * finiteness (a NaN or Inf on one rank makes the sum non-finite on all)
-     * and decides alike. */
+    /* 3. the loss summed over the ranks before any update, so every rank
+     * sees the same finiteness (a NaN or Inf on one makes the sum
+     * non-finite on all) and decides alike */
     agree_loss(tr, &loss);
     device_kernels_sync(&tr->dev, &tr->flops); /* the backward's kernels end before the optimizer's clock starts */
     double t_opt = now();
-    struct step_result r = {.grad_norm = NAN, .lr = lr_at(&e->o.zero.optim.lr, tr->step), .skipped = true};
-    /* a non-finite loss: no update at all (on every rank, so no rank waits
-     * in the reduction); otherwise the step itself refuses a non-finite norm */
     int opt_ev = trace_begin(&tr->trace, TRACE_OPTIMIZER, -1);
-    if (isfinite(loss)) r = engine_optimizer_step(e, tr->step, true);
+    double grad_norm = NAN;
+    bool updated = false;
+    if (isfinite(loss)) { /* a non-finite loss: no update at all, on every rank */
+        /* 4. the reductions: dp (ZeRO-0 all-reduce, ZeRO-1 reduce-scatter,
+         * ZeRO-2/3's in flight finished) and the tied wte over the stages */
+        engine_reduce_grads(e);
+        /* 5. the global gradient norm, over dp, pp and tp */
+        grad_norm = engine_grad_norm(e);
+        if (isfinite(grad_norm)) { /* the same on every rank: from all-reduced values */
+            /* 6. clip by the norm and update the segments this rank owns */
+            engine_update(e, tr->step, grad_norm);
+            /* 7. the gathers: ZeRO-1/2 all-gather the updated params */
+            engine_gather_params(e);
+            updated = true;
+        }
+    }
     device_kernels_sync(&tr->dev, &tr->flops); /* and the update's before it stops */
     trace_end(&tr->trace, opt_ev);
     timeline_end_step(&tr->timeline);
@@ -294,10 +316,11 @@ static struct step_metrics train_step(struct trainer *tr) {
     double model_flops = tr->model_flops_per_step;
     return (struct step_metrics){
         .model_flops = model_flops, .mfu = tr->peak_flops > 0 ? model_flops / dt / tr->peak_flops : 0.0,
-        .loss = (float)(loss / (c->grad_accum * dp)), .val_loss = -1.0f, .lr = r.lr, .grad_norm = r.grad_norm,
-        .ms = dt * 1e3, .tokens_per_s = tokens / dt, .flops = flops_total(&tr->flops) - flops_total(&before),
+        .loss = (float)(loss / (c->grad_accum * dp)), .val_loss = -1.0f, .lr = lr_at(&e->o.zero.optim.lr, tr->step - 1),
+        .grad_norm = grad_norm, .ms = dt * 1e3, .tokens_per_s = tokens / dt,
+        .flops = flops_total(&tr->flops) - flops_total(&before),
         .gemm_ms = (tr->flops.gemm_seconds - before.gemm_seconds) * 1e3, .optimizer_ms = optimizer_s * 1e3,
-        .nonfinite = r.skipped};
+        .nonfinite = !updated};
 }
 
 /* A step whose update was not applied: 0 to go on (skip_step, within the
