@@ -37,7 +37,8 @@ void rank_place_layout(const struct config *c, struct rank_place p, struct model
  * (include/layout.h), that the rank's slice of wte holds (and the columns
  * of its logits), and how many of them lie at or past V: padding, zero and
  * never trained. Only the last tp ranks hold padding rows; at tp = 4 a rank
- * can hold nothing else. */
+ * can hold nothing else. The model's own slice (tp_vocab_slice,
+ * include/tensor_parallel.h) in the accounting's terms. */
 struct vocab_rows {
     int v0, v1, padding;
 };
@@ -106,7 +107,7 @@ struct pipe_comm_theory theory_trainer_pp_comm(const struct config *c, struct ra
  *   last stage: the head's f in the backward (dlnf, M);
  * with sequence parallelism (Korthikanti et al. 2022) each (B,T,C)
  * collective a reduce-scatter or all-gather, (t-1)/t M each, issued as B
- * calls (one per sequence, include/tensor_parallel.h):
+ * calls (one per sequence, model/tensor_parallel/tp.h):
  *   each layer: 4 reduce-scatters and 6 all-gathers (full: 5 and 8) and
  *     one all-reduce of its LayerNorm gradients (4C fp32);
  *   first stage: g-bar after the rows' lookup (reduce-scatter) and its

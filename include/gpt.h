@@ -29,17 +29,17 @@
  *   other stages: gpt_stage_grad(m) is the outgoing gradient
  *
  * Tensor parallelism (Megatron-LM, Shoeybi et al. 2019): with the layout's
- * tp > 1 the model runs this rank's slice of every layer (include/layout.h:
- * NH/tp heads, 4C/tp FC features, Vp/tp vocabulary rows) and meets the
- * other ranks of its group through m->tp, the group's collectives, with
- * Megatron's f and g (include/tensor_parallel.h). Saved tensors of the
+ * tp > 1 the model runs this rank's slice of every layer (tp_rank_slice,
+ * include/tensor_parallel.h: NH/tp heads, 4C/tp FC features, Vp/tp
+ * vocabulary rows) and meets the other ranks of its group through m->tp, the group's collectives, with
+ * Megatron's f and g (model/tensor_parallel/tp.h). Saved tensors of the
  * split layers are local (qkv 3C/tp, att NH/tp T T, atty C/tp, fch and
  * fch_gelu 4C/tp, logits Vp/tp); ln1, ln2, res2 and the residual stream
  * are whole on every rank, unless sequence parallelism (Korthikanti et al.
  * 2022; gpt_init's sequence_parallel, a no-op at tp = 1) keeps them, the
  * final LayerNorm's output and the stage boundary activation to this
  * rank's slice of the sequence, (B, T/tp, C), with g and g-bar
- * (include/tensor_parallel.h) at the column- and row-parallel GEMMs. */
+ * (model/tensor_parallel/tp.h) at the column- and row-parallel GEMMs. */
 #ifndef SHARDLAB_GPT_H
 #define SHARDLAB_GPT_H
 

@@ -2,7 +2,7 @@
  * Rank order, tp innermost (Megatron's): world rank =
  * (pp_rank x dp + dp_rank) x tp + tp_rank, so a tensor-parallel group is
  * consecutive ranks (one node's fast links) and a pipeline stage is a block.
- * The model's f and g run over the tp group (include/tensor_parallel.h).
+ * The model's f and g run over the tp group (model/tensor_parallel/tp.h).
  * One process without mpirun is a 1 x 1 x 1 grid.
  *
  * Four groups, each its own collectives table and counters: dp (same

@@ -14,14 +14,17 @@
  * f; the attention and FC projections are row-parallel (their inputs are
  * this rank's features), followed by g, and their replicated biases are
  * added once, after g's sum. The tied embedding and head are vocabulary-
- * parallel (vocab_parallel.h). f and g are identities at tp = 1, and every
- * path below then does the same fp32 operations in the same order as the
- * plain model, so tp = 1 is bit for bit what it was.
+ * parallel. f and g, g and g-bar and the vocabulary-parallel cross-entropy
+ * live in model/tensor_parallel/ (tp.h), this rank's heads, FC features,
+ * vocabulary rows and sequence positions in its slice.c. f and g are
+ * identities at tp = 1, and every path below then does the same fp32
+ * operations in the same order as the plain model, so tp = 1 is bit for
+ * bit what it was.
  *
  * Sequence parallelism (m->sp; Korthikanti et al. 2022, section 4.2.2):
  * the residual stream, the LayerNorms (and their saved outputs and
  * statistics), the residual adds, the row-parallel biases and wpe hold
- * this rank's (B, T/tp, C) slice; g (include/sequence_parallel.h) gathers
+ * this rank's (B, T/tp, C) slice; g (model/tensor_parallel/tp.h) gathers
  * a LayerNorm's output before a column-parallel GEMM, in the forward and
  * again in the backward (the whole tensor is not kept), and g-bar
  * reduce-scatters a row-parallel GEMM's partial sums to the slice. The
@@ -29,15 +32,14 @@
  * row-parallel biases and wpe from the gathered (whole) stream gradient,
  * alike on every rank; the LayerNorms' from this slice's tokens only, so
  * those are all-reduced over the group per micro-batch before they join
- * the accumulator (model/conjugates.h). */
+ * the accumulator (model/tensor_parallel/tp.h). */
 #include "gpt.h"
 
 #include <stddef.h>
 
 #include "bufops.h"
-#include "conjugates.h"
 #include "layers.h"
-#include "vocab_parallel.h"
+#include "tensor_parallel/tp.h"
 
 static size_t btc(const struct gpt *m) { return (size_t)m->B * m->shape.T * m->shape.C; }
 static size_t bt(const struct gpt *m) { return (size_t)m->B * m->shape.T; }
@@ -71,12 +73,6 @@ static bool flash(const struct gpt *m) { return m->attention == ATTENTION_FLASH;
 static size_t act_numel(const struct gpt *m, enum layer_act a) {
     if (a == ACT_ATT && flash(m)) return (size_t)m->B * (size_t)m->NHl * (size_t)m->shape.T;
     return gpt_layer_act_numel_sp(&m->shape, m->B, m->lay->rank.tp, m->sp, a);
-}
-
-/* The vocabulary columns this rank's logits hold. */
-static struct vocab_slice vocab_slice(const struct gpt *m) {
-    int64_t Vl = m->shape.Vp / m->lay->rank.tp;
-    return (struct vocab_slice){.V = m->shape.V, .Vl = Vl, .v0 = (int64_t)m->lay->rank.tp_rank * Vl};
 }
 
 /* Whether tensor a is in the per-layer block (act_dtype; fp32 in full
@@ -227,11 +223,10 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
                      enum dtype act_dtype, enum recompute_mode recompute, enum attention_kind attention,
                      bool sequence_parallel, struct mem_tracker *mem, enum mem_space space,
                      struct flop_counter *flops) {
-    int tp = lay->rank.tp;
-    bool sp = sequence_parallel && tp > 1; /* one rank holds the whole sequence: nothing changes */
+    bool sp = sequence_parallel && lay->rank.tp > 1; /* one rank holds the whole sequence: nothing changes */
+    struct tp_slice own = tp_rank_slice(lay, sp);
     *m = (struct gpt){.lay = lay, .shape = lay->shape, .B = B, .n_layers = rank_layers(&lay->rank),
-                      .NHl = lay->shape.NH / tp, .Cl = lay->shape.C / tp, .Fl = 4 * lay->shape.C / tp,
-                      .sp = sp, .Ts = sp ? lay->shape.T / tp : lay->shape.T,
+                      .NHl = own.heads, .Cl = own.features, .Fl = own.fc, .sp = sp, .Ts = own.positions,
                       .act_dtype = act_dtype, .recompute = recompute, .attention = attention, .flops = flops};
     int head_chunk = lay->rank.has_head ? lay->rank.n_chunks - 1 : -2, embed_chunk = lay->rank.has_embed ? 0 : -2;
     for (int c = 0; c < lay->rank.n_chunks; c++) {
@@ -266,7 +261,7 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
         per_slot(m, mem, space, A, "final layernorm out", 0, n * e, head_chunk, SLOT_MEMBER(lnf));
         per_slot(m, mem, space, A, "final layernorm stats (fp32)", 0, 2 * bt_l(m) * 4, head_chunk,
                  SLOT_MEMBER(lnf_stats));
-        per_slot(m, mem, space, A, "logits (fp32)", 0, bt(m) * (size_t)vocab_slice(m).Vl * 4, head_chunk,
+        per_slot(m, mem, space, A, "logits (fp32)", 0, bt(m) * (size_t)tp_vocab_slice(m->lay).Vl * 4, head_chunk,
                  SLOT_MEMBER(logits));
         per_slot(m, mem, space, A, "losses (fp32)", 0, bt(m) * 4, head_chunk, SLOT_MEMBER(losses));
     }
@@ -332,7 +327,7 @@ static const float *hw(const struct gpt *m, const float *w_head, enum head_tenso
 void gpt_embed_forward(struct gpt *m, int s, const float *w_embed, const int32_t *inputs) {
     buf_copy(m->slot[s].inputs, inputs, bt(m) * sizeof *inputs);
     float *out = resid_view(m, s, 0, m->work_resid_out, false);
-    struct vocab_slice v = vocab_slice(m);
+    struct vocab_slice v = tp_vocab_slice(m->lay);
     /* vocabulary-parallel: this rank's rows (zero for tokens it does not
      * hold), g sums them to every token's row (with sp g-bar to this
      * rank's slice), then wpe once, at the slice's positions */
@@ -340,7 +335,7 @@ void gpt_embed_forward(struct gpt *m, int s, const float *w_embed, const int32_t
     embedding_rows_forward(rows, m->slot[s].inputs, ew(m, w_embed, EMB_WTE), v.v0, v.Vl, (int64_t)bt(m), m->shape.C,
                            m->flops);
     conj_row_output(m, rows, out);
-    size_t t0 = m->sp ? (size_t)m->lay->rank.tp_rank * (size_t)m->Ts : 0;
+    size_t t0 = (size_t)tp_rank_slice(m->lay, m->sp).position0;
     positions_add(out, ew(m, w_embed, EMB_WPE) + t0 * (size_t)m->shape.C, m->B, m->Ts, m->shape.C, m->flops);
     m->flops->other += (double)btc_l(m);
     round_saved(m, out, btc_l(m), resid_store(m, s, 0));
@@ -459,7 +454,7 @@ float gpt_head_forward(struct gpt *m, int s, const float *w_head, const float *w
     /* The LM head is tied to the token embedding: logits = lnf . wte^T,
      * column-parallel over the vocabulary (f: lnf is whole on every rank;
      * with sp g gathers it). */
-    struct vocab_slice v = vocab_slice(m);
+    struct vocab_slice v = tp_vocab_slice(m->lay);
     matmul_forward(sl->logits, conj_column_input(m, lnf), wte, NULL, N, C, v.Vl, m->flops);
     buf_copy(sl->targets, targets, bt(m) * sizeof *targets);
     /* dmid (free between layers) holds the rows' sums and target logits */
@@ -475,7 +470,7 @@ void gpt_head_backward(struct gpt *m, int s, const float *w_head, const float *w
     float *lnf = lnf_view(m, s, true);
     const struct model_layout *lay = m->lay;
     float *dlnfw = dw_head + lay->head_offset[HEAD_LNF_W], *dlnfb = dw_head + lay->head_offset[HEAD_LNF_B];
-    matmul_backward(m->dmid, dwte, NULL, sl->logits, conj_column_input(m, lnf), wte, N, C, vocab_slice(m).Vl,
+    matmul_backward(m->dmid, dwte, NULL, sl->logits, conj_column_input(m, lnf), wte, N, C, tp_vocab_slice(lay).Vl,
                     m->flops);
     conj_column_grad(m, m->dmid); /* dlnf sums over the vocabulary slices */
     buf_zero(m->dresid, btc_l(m) * sizeof(float));
@@ -538,7 +533,7 @@ void gpt_layer_backward(struct gpt *m, int s, int l, const float *w, float *dw) 
 void gpt_embed_backward(struct gpt *m, int s, float *dw_embed) {
     /* each rank accumulates its own vocabulary rows; wpe's gradient whole
      * (replicated; with sp from the gathered gradient, alike on every rank) */
-    struct vocab_slice v = vocab_slice(m);
+    struct vocab_slice v = tp_vocab_slice(m->lay);
     embedding_rows_backward(dw_embed + m->lay->embed_offset[EMB_WTE], dw_embed + m->lay->embed_offset[EMB_WPE],
                             conj_row_output_grad(m), m->slot[s].inputs, v.v0, v.Vl, m->B, m->shape.T, m->shape.C,
                             m->flops);
@@ -546,5 +541,5 @@ void gpt_embed_backward(struct gpt *m, int s, float *dw_embed) {
 }
 
 const float *gpt_logits_at(const struct gpt *m, int s, int b, int t) {
-    return m->slot[s].logits + ((size_t)b * m->shape.T + t) * (size_t)vocab_slice(m).Vl;
+    return m->slot[s].logits + ((size_t)b * m->shape.T + t) * (size_t)tp_vocab_slice(m->lay).Vl;
 }

@@ -3,6 +3,8 @@
 
 #include <stdio.h>
 
+#include "tensor_parallel.h"
+
 struct shape2d {
     const char *name;
     int rows, cols;
@@ -125,7 +127,7 @@ static size_t numel(struct shape2d d) { return (size_t)d.rows * (size_t)d.cols; 
 
 int layout_init(struct model_layout *lay, struct model_shape shape, struct rank_desc r) {
     if (r.tp < 1 || r.tp_rank < 0 || r.tp_rank >= r.tp || !chunks_valid(&r, shape.L)) return -1;
-    if (shape.NH % r.tp != 0 || (4 * shape.C) % r.tp != 0 || shape.C % r.tp != 0) return -1;
+    if (!tp_divides(shape.NH, shape.C, r.tp, NULL, 0)) return -1;
     if (shape.maxT != 0 && shape.maxT < shape.T) return -1;
     shape.maxT = shape_pos_rows(&shape);
     shape.Vp = tp_padded_vocab(shape.V, r.tp);

@@ -64,7 +64,7 @@ static void expect_rel(const char *what, const float *want, const float *got, in
 /* The GPU's three vocabulary-parallel passes over one whole slice (v0 0,
  * valid V, Vl Vp), from the same logits, give the fused form's losses and
  * dlogits (d_logits, d_losses: its results, left in place) bit for bit:
- * what lets a tp = 1 run take the fused form (model/vocab_parallel.c). */
+ * what lets a tp = 1 run take the fused form (model/tensor_parallel/vocab_parallel.c). */
 static void expect_three_passes(const float *logits, const int32_t *d_targets, int64_t N, int64_t V, int64_t Vp,
                                 float dloss, const float *d_logits, const float *d_losses) {
     float *d_l3 = dev_from(logits, F(N * Vp)), *d_maxv = dev_poisoned(F(N)), *d_scratch = dev_poisoned(F(2 * N));

@@ -1,4 +1,4 @@
-/* Megatron's conjugate operators f and g (include/tensor_parallel.h) over a
+/* Megatron's conjugate operators f and g (model/tensor_parallel/tp.h) over a
  * tensor-parallel group of every rank (tp = world): f is the identity
  * forward and sums the gradient backward; g sums forward and is the
  * identity backward. Exact sums of small integers in fp32 and bf16, and
@@ -13,7 +13,7 @@
 
 #include "grid.h"
 #include "mpi_fixture.h"
-#include "tensor_parallel.h"
+#include "../../model/tensor_parallel/tp.h"
 
 enum { N = 1000 };
 

@@ -35,7 +35,7 @@
  * still be bitwise equal across the group after 20 steps. At tp = 1 the
  * option is a no-op: bitwise the run without it. On every pp = 1 case the
  * tp group's bytes per rank are asserted against the formula of
- * include/tensor_parallel.h (tp_bytes_theory); measured with sp, fp32,
+ * model/tensor_parallel/tp.h (tp_bytes_theory); measured with sp, fp32,
  * tp 2: loss and parameters agree with one process as closely as tp
  * without sp (the LayerNorm gradients' slices add in another order). */
 #include <setjmp.h>
@@ -201,7 +201,7 @@ static bool flops_match(const struct run *tp, const struct run *ref, int tp_size
 }
 
 /* The tp group's bytes per rank over the run (ring volumes, every pp = 1
- * rank alike), from include/tensor_parallel.h's rule: M = B T C fp32
+ * rank alike), from model/tensor_parallel/tp.h's rule: M = B T C fp32
  * bytes, q = (tp-1)/tp. Per layer and micro-batch: without sp 4
  * all-reduces (+1 for full recompute's forward); with sp 6 all-gathers and
  * 4 reduce-scatters (+2 and +1) and the LayerNorm gradients' all-reduce of

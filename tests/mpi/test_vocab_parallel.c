@@ -1,4 +1,4 @@
-/* The vocabulary-parallel cross-entropy (include/vocab_parallel.h) against
+/* The vocabulary-parallel cross-entropy (model/tensor_parallel/tp.h) against
  * the full softmax cross-entropy, on every rank of one tp group (tp =
  * world: 2, 3, 4). Random logits of N rows over a vocabulary V = 300 that
  * is no multiple of 128 tp, so the slices end in padding columns, which
@@ -23,7 +23,7 @@
 #include "grid.h"
 #include "layers.h"
 #include "mpi_fixture.h"
-#include "vocab_parallel.h"
+#include "../../model/tensor_parallel/tp.h"
 
 enum { N = 24, V = 300, PAD_VALUE = 10000 };
 

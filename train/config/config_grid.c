@@ -6,6 +6,7 @@
 #include "grid.h"
 
 #include "pipe_messages.h"
+#include "tensor_parallel.h"
 
 /* The split into model chunks (stages, or pp x virtual_stages under the
  * interleaved schedule): pp_layers, or an even one. counts gets that many
@@ -66,13 +67,7 @@ int config_check_grid(const struct config *cfg, const struct grid *g, char err[C
         return -1;
     }
     /* tensor parallelism splits heads, the FC features and the vocabulary */
-    if (cfg->n_head % g->tp != 0 || (4 * cfg->d_model) % g->tp != 0 || cfg->d_model % g->tp != 0) {
-        snprintf(err, CONFIG_ERR_LEN,
-                 "tp = %d must divide n_head (%d), d_model (%d) and the FC width 4 x d_model (%d): each rank holds "
-                 "n_head/tp heads and 4 d_model/tp FC features",
-                 g->tp, cfg->n_head, cfg->d_model, 4 * cfg->d_model);
-        return -1;
-    }
+    if (!tp_divides(cfg->n_head, cfg->d_model, g->tp, err, CONFIG_ERR_LEN)) return -1;
     if (cfg->sequence_parallel && cfg->seq_len % g->tp != 0) {
         snprintf(err, CONFIG_ERR_LEN,
                  "sequence_parallel: tp = %d must divide seq_len (%d), each tp rank holding seq_len/tp positions of "

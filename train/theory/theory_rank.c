@@ -10,6 +10,7 @@
 #include "schedule.h"
 #include "segments.h"
 #include "shard.h"
+#include "tensor_parallel.h"
 #include "theory.h"
 #include "trace_file.h"
 #include "zero.h"
@@ -48,10 +49,9 @@ static struct model_layout layout_of(const struct config *c, struct rank_place p
 }
 
 struct vocab_rows rank_vocab_rows(const struct model_layout *lay) {
-    int Vl = lay->shape.Vp / lay->rank.tp, v0 = lay->rank.tp_rank * Vl;
-    int real = lay->shape.V - v0; /* rows of this slice inside the real vocabulary */
-    real = real < 0 ? 0 : real > Vl ? Vl : real;
-    return (struct vocab_rows){.v0 = v0, .v1 = v0 + Vl, .padding = Vl - real};
+    struct vocab_slice s = tp_vocab_slice(lay); /* the model's slice (model/tensor_parallel/slice.c) */
+    return (struct vocab_rows){.v0 = (int)s.v0, .v1 = (int)(s.v0 + s.Vl),
+                               .padding = (int)(s.Vl - vocab_slice_real_rows(s))};
 }
 
 /* Parameters this rank holds, without the padding rows of its wte slice

@@ -1,7 +1,8 @@
-/* Vocabulary-parallel cross-entropy (include/vocab_parallel.h): the local
- * passes are kernels (layers.h); between them the group agrees on each
- * row's max, then on its sum of exponentials and its target logit. */
-#include "vocab_parallel.h"
+/* The vocabulary-parallel cross-entropy (tp.h; Shoeybi et al. 2019,
+ * section 3): the local passes are kernels (layers.h); between them the
+ * group agrees on each row's max, then on its sum of exponentials and its
+ * target logit. */
+#include "tp.h"
 
 #include "layers.h"
 
@@ -11,8 +12,7 @@ double vocab_parallel_crossentropy(struct collectives *tp, struct vocab_slice s,
     bool group = tp && tp->size > 1;
     if (!group) /* one slice, the whole vocabulary: the fused form gives the three passes' bits in one */
         return crossentropy_forward_backward(logits, losses, targets, N, s.V, s.Vl, dloss, fc);
-    int64_t valid = s.V - s.v0; /* this slice's real tokens */
-    valid = valid < 0 ? 0 : valid > s.Vl ? s.Vl : valid;
+    int64_t valid = vocab_slice_real_rows(s); /* this slice's real tokens */
     float *maxv = losses; /* the row maxima live where the losses will: finish reads each before writing it */
     float *sum = scratch, *target = scratch + N;
     crossentropy_row_max(logits, maxv, N, s.Vl, valid, fc);
