@@ -91,6 +91,9 @@ struct config {
     bool force;            /* go on when the memory check says the run will not fit */
 };
 
+/* The MLP's width F: ffn_dim, or 4 d_model where it is 0 (mlp_width). */
+static inline int config_mlp_width(const struct config *c) { return c->ffn_dim > 0 ? c->ffn_dim : 4 * c->d_model; }
+
 /* Model chunks per pipeline stage: virtual_stages under the interleaved
  * schedule, 1 under the others (the trainer refuses virtual_stages > 1 there). */
 static inline int config_chunks(const struct config *c) {

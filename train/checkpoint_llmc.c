@@ -174,7 +174,7 @@ static int parse_header(const int32_t h[LLMC_HEADER_INTS], const char *path, str
      * otherwise could not be laid out, so say so here rather than later.
      * Padded in 64 bits: a vocab_size within 127 of INT32_MAX pads past it
      * (padded_vocab's int would overflow), and then no Vp matches. */
-    const long long want_vp = ((long long)h[H_V] + 127) / 128 * 128;
+    const long long want_vp = ((long long)h[H_V] + VOCAB_PAD - 1) / VOCAB_PAD * VOCAB_PAD;
     if (h[H_VP] != want_vp) {
         snprintf(err, CKPT_ERR_LEN, "%.300s: padded_vocab_size is %d but vocab_size %d pads to %lld", path,
                  (int)h[H_VP], (int)h[H_V], want_vp);

@@ -10,6 +10,7 @@
 
 #include "accounting.h"
 #include "checkpoint.h"
+#include "clock.h"
 #include "memcheck.h"
 #include "optim.h"
 #include "outputs.h"
@@ -21,18 +22,6 @@
 double peak_rss_bytes(void) {
     struct rusage ru;
     return getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024.0 : 0.0;
-}
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-
-struct model_shape trainer_model_shape(const struct config *c) {
-    return (struct model_shape){.L = c->n_layer, .C = c->d_model, .NH = c->n_head, .T = c->seq_len,
-                                .maxT = c->max_seq_len, .V = c->vocab_size};
 }
 
 struct engine_options trainer_engine_options(const struct config *c) {
@@ -118,7 +107,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     trainer_place(tr, dev);
     tr->last_val_loss = -1.0;
     progress_init(&tr->progress, progress_stdout_is_terminal());
-    double t_start = now();
+    double t_start = monotonic_seconds();
     int rc = trainer_agree(tr, trainer_check_layout(cfg, grid, err), err);
     if (rc == 0) rc = trainer_agree(tr, trainer_open_kernels(tr, err), err);
     if (rc == 0) rc = trainer_agree(tr, remove_stale_temps(cfg, grid, err), err);
@@ -140,8 +129,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     }
     /* this rank's part of the model (the split was checked by check_layout) */
     struct model_layout lay;
-    struct rank_place place = {.dp = grid->dp, .dp_rank = grid->dp_rank, .tp = grid->tp, .tp_rank = grid->tp_rank,
-                               .pp = grid->pp, .pp_rank = grid->pp_rank};
+    struct rank_place place = rank_place_of_grid(grid);
     if (rank_layout(cfg, place, &lay) != 0) {
         snprintf(err, TRAINER_ERR_LEN, "the model (n_layer %d, n_head %d, d_model %d) cannot be split over pp %d x tp %d",
                  cfg->n_layer, cfg->n_head, cfg->d_model, grid->pp, grid->tp);
@@ -189,7 +177,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     }
     rc = trainer_agree(tr, rc, err);
     if (rc != 0) trainer_close(tr);
-    else say(tr, "ready in %.1f s", now() - t_start);
+    else say(tr, "ready in %.1f s", monotonic_seconds() - t_start);
     tr->startup_tracked_peak = (double)tr->mem.peak_space[MEM_HOST]; /* beside the RSS */
     tr->startup_rss = peak_rss_bytes();
     trainer_sample_device_memory(tr);
@@ -230,8 +218,8 @@ static void agree_loss(struct trainer *tr, double *loss) {
 float trainer_validate(struct trainer *tr) {
     struct collectives *dp = &tr->grid->dp_comm;
     struct flop_counter flops = tr->flops; /* validation is not part of a step's count */
-    struct comm_counters kept[GROUP_NUM]; /* nor of its traffic: tp's f and g, pp's sends, all groups */
-    for (int g = 0; g < GROUP_NUM; g++) kept[g] = grid_group(tr->grid, (enum grid_group)g)->counters;
+    struct coll_uncounted kept[GROUP_NUM]; /* nor of its traffic: tp's f and g, pp's sends, all groups */
+    for (int g = 0; g < GROUP_NUM; g++) kept[g] = coll_uncounted_begin(grid_group(tr->grid, (enum grid_group)g));
     int ev = trace_begin(&tr->trace, TRACE_VALIDATION, -1);
     loader_rewind(&tr->val);
     struct batch_source src = {next_batch, &tr->val}; /* no trace: validation's forwards are not a step's */
@@ -239,7 +227,7 @@ float trainer_validate(struct trainer *tr) {
     agree_loss(tr, &sum);
     trace_end(&tr->trace, ev);
     tr->flops = flops;
-    for (int g = 0; g < GROUP_NUM; g++) grid_group(tr->grid, (enum grid_group)g)->counters = kept[g];
+    for (int g = 0; g < GROUP_NUM; g++) coll_uncounted_end(kept[g]);
     return (float)(sum / (tr->cfg->val_batches * dp->size));
 }
 
@@ -285,7 +273,7 @@ static struct step_metrics train_step(struct trainer *tr) {
     const struct config *c = tr->cfg;
     struct engine *e = &tr->engine;
     struct flop_counter before = tr->flops;
-    double t0 = now();
+    double t0 = monotonic_seconds();
     trace_set_step(&tr->trace, tr->step + 1);
     int step_ev = trace_begin(&tr->trace, TRACE_STEP, -1);
     timeline_begin_step(&tr->timeline, tr->step + 1);
@@ -302,7 +290,7 @@ static struct step_metrics train_step(struct trainer *tr) {
      * and decides alike. */
     agree_loss(tr, &loss);
     device_kernels_sync(&tr->dev, &tr->flops); /* the backward's kernels end before the optimizer's clock starts */
-    double t_opt = now();
+    double t_opt = monotonic_seconds();
     struct step_result r = {.grad_norm = NAN, .lr = lr_at(&e->o.zero.optim.lr, tr->step), .skipped = true};
     /* a non-finite loss: no update at all (on every rank, so no rank waits
      * in the reduction); otherwise the step itself refuses a non-finite norm */
@@ -311,8 +299,8 @@ static struct step_metrics train_step(struct trainer *tr) {
     device_kernels_sync(&tr->dev, &tr->flops); /* and the update's before it stops */
     trace_end(&tr->trace, opt_ev);
     timeline_end_step(&tr->timeline);
-    double optimizer_s = now() - t_opt;
-    double dt = now() - t0;
+    double optimizer_s = monotonic_seconds() - t_opt;
+    double dt = monotonic_seconds() - t0;
     trace_end(&tr->trace, step_ev);
     tr->train_seconds += dt;
     tr->step++;
