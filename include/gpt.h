@@ -51,7 +51,10 @@
 #include "layout.h"
 #include "mem.h"
 
-enum recompute_mode { RECOMPUTE_NONE, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE };
+/* In the order of what it drops: nothing, the attention probabilities
+ * (selective), all but each layer's input (full). The trainer's model and
+ * the planner's formulas (include/theory.h) share it. */
+enum recompute_mode { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL };
 
 /* The attention kernels (include/layers.h; --attention):
  *  plain  attention_forward/backward: ACT_ATT holds the (B,NH,T,T)

@@ -175,11 +175,6 @@ struct comm_theory theory_trainer_comm(const struct config *c, struct rank_place
     return t;
 }
 
-static enum theory_recompute theory_mode(enum recompute_mode r) {
-    return r == RECOMPUTE_FULL ? THEORY_RECOMPUTE_FULL
-         : r == RECOMPUTE_SELECTIVE ? THEORY_RECOMPUTE_SELECTIVE : THEORY_RECOMPUTE_NONE;
-}
-
 /* Sequence parallelism where it acts: gpt_init_chunks ignores it at tp = 1. */
 static bool sp_on(const struct config *c, struct rank_place p) { return c->sequence_parallel && p.tp > 1; }
 
@@ -190,7 +185,7 @@ struct tp_comm_theory theory_trainer_tp_comm(const struct config *c, struct rank
     double act = BT * c->d_model * 4; /* one (B,T,C) fp32 tensor: the conjugates reduce fp32 (model/gpt.c) */
     struct theory_model tm;
     theory_model_from_config(&tm, c);
-    enum theory_recompute r = theory_mode(c->recompute);
+    enum recompute_mode r = c->recompute;
     t.layer = theory_tp_layer_collectives(r, t.sp);
     t.layer_all_reduces = t.layer.all_reduces;
     t.per_layer = theory_tp_layer_bytes(&tm, c->micro_batch, p.tp, 4, r, t.sp);
@@ -314,7 +309,7 @@ struct activation_theory theory_trainer_activations(const struct config *c, stru
     a.per_slot = n * a.per_layer + a.head;
     struct theory_model m;
     theory_model_from_config(&m, c);
-    a.korthikanti_layer = theory_activation_layer_bytes(&m, B, tp, sp, theory_mode(c->recompute));
+    a.korthikanti_layer = theory_activation_layer_bytes(&m, B, tp, sp, c->recompute);
     double output = theory_activation_output_bytes(&m, B, tp);
     if (v == 1) {
         a.layers = a.slots * n * a.per_layer + shared;

@@ -42,7 +42,7 @@ static const struct key KEYS[] = {
     {"momentum", KEY_FLOAT, F(momentum), "0.9", "sgd: momentum", NUM(0, 0.999999)},
     {"nesterov", KEY_BOOL, F(nesterov), "0", "sgd: Nesterov momentum", NUM(0, 1)},
     {"min_8bit_size", KEY_INT, F(min_8bit_size), "4096", "adamw8bit: tensors with fewer elements keep 32-bit states", NUM(0, INT_MAX)},
-    {"recompute", KEY_CHOICE, F(recompute), "none", "activation checkpointing: keep all, keep only layer inputs (full), or drop attention probabilities (selective; with --attention flash there are none to drop: the same as none)", .choices = {"none", "full", "selective"}},
+    {"recompute", KEY_CHOICE, F(recompute), "none", "activation checkpointing: keep all, drop attention probabilities (selective; with --attention flash there are none to drop: the same as none), or keep only layer inputs (full)", .choices = {"none", "selective", "full"}},
     {"attention", KEY_CHOICE, F(attention), "plain", "attention kernels: plain (saves the B NH T^2 probabilities) or flash (saves each row's log-sum-exp, B NH T fp32, and recomputes the probabilities in backward; FlashAttention-2: on a GPU the fused kernel with bf16 operands, on the CPU the same algorithm in fp32); with flash, recompute selective is the same as none (nothing left to drop)", .choices = {"plain", "flash"}},
     {"steps", KEY_INT, F(steps), "100", "optimizer steps to run", NUM(0, INT_MAX)},
     {"warmup_steps", KEY_INT, F(warmup_steps), "0", "linear LR warmup steps", NUM(0, INT_MAX)},

@@ -4,11 +4,11 @@
 
 #include "layout.h"
 
-const char *theory_recompute_name(enum theory_recompute r) {
+const char *theory_recompute_name(enum recompute_mode r) {
     switch (r) {
-    case THEORY_RECOMPUTE_NONE: return "none";
-    case THEORY_RECOMPUTE_SELECTIVE: return "selective";
-    case THEORY_RECOMPUTE_FULL: return "full";
+    case RECOMPUTE_NONE: return "none";
+    case RECOMPUTE_SELECTIVE: return "selective";
+    case RECOMPUTE_FULL: return "full";
     }
     return "?";
 }

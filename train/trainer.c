@@ -34,7 +34,7 @@ struct engine_options trainer_engine_options(const struct config *c) {
         .nesterov = c->nesterov, .min_8bit_size = c->min_8bit_size};
     struct zero_options z = {.stage = c->zero, .param_dtype = c->param_dtype, .grad_dtype = c->grad_dtype,
                              .rounding = c->rounding, .seed = (uint64_t)c->seed, .optim = opt,
-                             .overlap = c->overlap, .ddp_bucket_bytes = (size_t)(c->ddp_bucket_mb * 1048576.0)};
+                             .overlap = c->overlap, .ddp_bucket_bytes = (size_t)(c->ddp_bucket_mb * MIB_BYTES)};
     return (struct engine_options){.micro_batch = c->micro_batch, .slots = 1, .act_dtype = c->act_dtype,
                                    .recompute = c->recompute, .attention = c->attention,
                                    .gemm_dtype = c->gemm_dtype,
@@ -105,7 +105,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     tr->cfg = cfg;
     tr->grid = grid;
     trainer_place(tr, dev);
-    tr->last_val_loss = -1.0;
+    tr->last_val_loss = NO_VAL_LOSS;
     progress_init(&tr->progress, progress_stdout_is_terminal());
     double t_start = monotonic_seconds();
     int rc = trainer_agree(tr, trainer_check_layout(cfg, grid, err), err);
@@ -149,7 +149,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
         return -1;
     }
     say(tr, "allocating %.1f MiB per rank (theory, rank 0) ...",
-        theory_trainer_memory(cfg, rank_place_of(cfg, grid->world_size, grid->world_rank)).total / 1048576.0);
+        theory_trainer_memory(cfg, rank_place_of(cfg, grid->world_size, grid->world_rank)).total / MIB_BYTES);
     rc = engine_init(&tr->engine, &eo, &lay, grid, &tr->mem, tr->space, &tr->flops, err, TRAINER_ERR_LEN);
     tr->engine_open = true;
     if (rc == 0 && pipeline_init(&tr->pipe, &tr->engine, &grid->pp_comm, cfg->schedule, cfg->grad_accum, &tr->mem) != 0) {
@@ -232,7 +232,7 @@ float trainer_validate(struct trainer *tr) {
 }
 
 struct step_metrics {
-    float loss, val_loss, lr;
+    float loss, val_loss, lr; /* val_loss: NO_VAL_LOSS where the step did not validate */
     double grad_norm, ms, tokens_per_s, flops, model_flops, mfu, gemm_ms, optimizer_ms;
     bool nonfinite; /* the loss or the gradient norm is NaN or Inf: no update was applied */
 };
@@ -248,7 +248,7 @@ static void log_step(struct trainer *tr, const struct step_metrics *m, bool keep
     progress_step(&tr->progress, m->ms * 1e-3);
     if (tr->grid->world_rank != 0) return;
     char line[320], val_part[32] = "", eta[PROGRESS_ETA_LEN];
-    if (m->val_loss >= 0) snprintf(val_part, sizeof val_part, " | val %.4f", m->val_loss);
+    if (has_val_loss(m->val_loss)) snprintf(val_part, sizeof val_part, " | val %.4f", m->val_loss);
     progress_format_eta(progress_eta_seconds(&tr->progress, tr->cfg->steps - tr->step), eta);
     snprintf(line, sizeof line,
              "step %5d/%d | loss %.4f%s | lr %.2e | norm %.3f | %.1f ms (gemm %.0f%%) | %.0f tok/s | MFU %.1f%% | ETA %s%s",
@@ -257,7 +257,7 @@ static void log_step(struct trainer *tr, const struct step_metrics *m, bool keep
     progress_show(&tr->progress, stdout, line, keep);
     if (!tr->json) return;
     char val[32] = "null", loss[32], norm[32];
-    if (m->val_loss >= 0) snprintf(val, sizeof val, "%.6f", m->val_loss);
+    if (has_val_loss(m->val_loss)) snprintf(val, sizeof val, "%.6f", m->val_loss);
     json_number(loss, "%.6f", m->loss);
     json_number(norm, "%.6f", m->grad_norm);
     fprintf(tr->json,
@@ -308,7 +308,7 @@ static struct step_metrics train_step(struct trainer *tr) {
     double model_flops = tr->model_flops_per_step;
     return (struct step_metrics){
         .model_flops = model_flops, .mfu = tr->peak_flops > 0 ? model_flops / dt / tr->peak_flops : 0.0,
-        .loss = (float)(loss / (c->grad_accum * dp)), .val_loss = -1.0f, .lr = r.lr, .grad_norm = r.grad_norm,
+        .loss = (float)(loss / (c->grad_accum * dp)), .val_loss = NO_VAL_LOSS, .lr = r.lr, .grad_norm = r.grad_norm,
         .ms = dt * 1e3, .tokens_per_s = tokens / dt, .flops = flops_total(&tr->flops) - flops_total(&before),
         .gemm_ms = (tr->flops.gemm_seconds - before.gemm_seconds) * 1e3, .optimizer_ms = optimizer_s * 1e3,
         .nonfinite = r.skipped};
@@ -369,7 +369,7 @@ int trainer_run(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
         bool periodic = c->save_state_every > 0 && tr->step % c->save_state_every == 0;
         bool saves = *c->save_state && (periodic || last || stop);
         trainer_sample_device_memory(tr);
-        log_step(tr, &m, last || stop || saves || m.val_loss >= 0);
+        log_step(tr, &m, last || stop || saves || has_val_loss(m.val_loss));
         if (saves) {
             if (trainer_save_state(tr, c->save_state, err) != 0) return -1;
             saved_step = tr->step;

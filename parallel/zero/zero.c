@@ -102,7 +102,7 @@ struct step_result zero_step(struct zero *z, int step, bool skip_nonfinite) {
     zero_tie_grads(z);
     double sq = local_grad_sum_squares(z);
     if (z->o.stage > 0) z->dp->all_reduce_scalars(z->dp, &sq, 1);
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < NORM_GROUP_NUM; k++)
         if (z->norm_groups[k] && z->norm_groups[k]->size > 1) z->norm_groups[k]->all_reduce_scalars(z->norm_groups[k], &sq, 1);
     struct step_result r = {.grad_norm = sqrt(sq), .lr = lr_at(&op->lr, step)};
     /* before any segment changes; the params were not touched, so there is
