@@ -121,7 +121,9 @@ int config_check_sizes(const struct config *c, char err[CONFIG_ERR_LEN]);
 /* Settings that run but are probably not meant (warmup longer than the
  * run): one "warning: ..." line each on `out`; returns how many. */
 int config_warnings(const struct config *c, FILE *out);
-void config_print_help(FILE *f, const char *program);
+/* Every key with its help, default and choices; planner_keys: also the
+ * planner's model keys (arch, n_kv_head, ffn_dim), which build/train refuses. */
+void config_print_help(FILE *f, const char *program, bool planner_keys);
 /* Every key with its value, one per line, in config-file form. */
 void config_print(FILE *f, const struct config *c);
 

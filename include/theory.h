@@ -4,8 +4,8 @@
  * without training. Pure functions: no printing, no globals. Counts,
  * bytes and FLOPs are doubles: products such as 6 Psi D reach 1e25.
  *
- * Every formula cites its source in the .c file; docs/THEORY.md explains
- * them and /work/shared/THEORY.md holds the reference derivations.
+ * Every formula cites its source (the paper) in the .c file; docs/THEORY.md
+ * says what each computes and why.
  * Symbols follow the papers: L layers, h hidden, a query heads, n_kv
  * key/value heads, d_h head dim, F FFN inner size, s sequence length,
  * b micro-batch, V vocabulary, t TP degree, p PP degree, d (= N_d) DP degree,

@@ -285,7 +285,7 @@ int main(int argc, char **argv) {
     int rc = parse_planner_flags(argc, argv, &o, &rest_argc, rest);
     if (rc == 1) {
         usage(stdout);
-        config_print_help(stdout, "plan");
+        config_print_help(stdout, "plan", true);
         free(rest);
         return 0;
     }

@@ -204,8 +204,9 @@ void trainer_close(struct trainer *tr) {
     tr->cfg = NULL;
 }
 
-/* Each data-parallel rank evaluates its part of val_batches global
- * micro-batches; the mean is taken over all of them. */
+/* Each data-parallel rank evaluates val_batches micro-batches of its own
+ * (its loader strides the validation split over dp), through the pipeline's
+ * stages; the mean is taken over all val_batches x dp of them. */
 static void next_batch(void *loader, int32_t *inputs, int32_t *targets) { loader_next(loader, inputs, targets); }
 
 /* The step's loss lives on the last stage: summed over dp, then over the
