@@ -23,6 +23,9 @@ static inline struct rank_place rank_place_dp(int N, int rank) {
 /* World rank `world_rank` of a grid of `world` ranks with the config's tp
  * and pp, in the grid's order (tp innermost, pp outermost). */
 struct rank_place rank_place_of(const struct config *c, int world, int world_rank);
+/* The same place read off a grid that is built (include/grid.h). */
+struct grid;
+struct rank_place rank_place_of_grid(const struct grid *g);
 /* The rank's layout: its chunks of layers (pp_layers, or the even split;
  * pp x virtual_stages chunks under the interleaved schedule) and its tp
  * slice, the one layout every part of the trainer (engine, checkpoints,

@@ -8,8 +8,8 @@
  * Both are read and written in pieces at any offset, in any order, so no
  * rank ever needs the whole model in one buffer: a writer records what it
  * was given and refuses to commit a file with a hole; a reader checks the
- * file once on open and then serves any range. The whole-buffer calls
- * (llmc_load/save, resume_load/save) are built on the piecewise ones. */
+ * file once on open and then serves any range. (Tests that hold a whole
+ * model in one buffer use tests/ckpt_whole.h, built on these.) */
 #ifndef SHARDLAB_CHECKPOINT_H
 #define SHARDLAB_CHECKPOINT_H
 
@@ -117,22 +117,6 @@ int llmc_commit(struct llmc_writer *w, char err[CKPT_ERR_LEN]);
 /* Gives up: removes the temp file. Safe after commit or a failed call. */
 void llmc_abort(struct llmc_writer *w);
 
-/* Loads weights into params (layout order, param_dt), converting from the
- * file's dtype. The file's shape must equal lay->shape. */
-int llmc_load(const char *path, const struct model_layout *lay, void *params, enum dtype param_dt,
-              char err[CKPT_ERR_LEN]);
-/* Writes atomically; file_dt picks version 3 (fp32) or 5 (bf16). */
-int llmc_save(const char *path, const struct model_layout *lay, const void *params, enum dtype param_dt,
-              enum dtype file_dt, char err[CKPT_ERR_LEN]);
-
-/* One named array of a resume state. */
-struct state_section {
-    char name[STATE_NAME_LEN];
-    enum dtype dtype;
-    size_t numel;
-    void *data;
-};
-
 /* The training data a state's data position refers to: the pattern as
  * given, and what it matched (every file's canonical path and size, as a
  * count, a byte total and a CRC32C over "path\tsize\n" lines). */
@@ -221,14 +205,5 @@ void resume_close(struct resume_reader *r);
 
 /* The bytes of a resume state with these n sections. */
 uint64_t resume_file_bytes(const struct state_decl *decls, int n);
-
-/* Writes meta and the sections atomically. */
-int resume_save(const char *path, const struct resume_meta *meta, const struct state_section *sections, int n,
-                char err[CKPT_ERR_LEN]);
-/* Reads meta, then fills each given section (name, dtype, numel must match
- * one in the file; a section missing from the file or of another size is an
- * error that names it). */
-int resume_load(const char *path, struct resume_meta *meta, struct state_section *sections, int n,
-                char err[CKPT_ERR_LEN]);
 
 #endif

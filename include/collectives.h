@@ -147,6 +147,26 @@ struct collectives {
     void (*progress)(struct collectives *c);
 };
 
+/* Traffic that is bookkeeping, not a step's (checkpoints moving units,
+ * agreement across ranks, the memory check, validation, sampling): the
+ * calls between coll_uncounted_begin(c) and coll_uncounted_end leave c's
+ * counters as they were, so the comm table counts steps only. */
+struct coll_uncounted {
+    struct collectives *c;
+    struct comm_counters kept;
+};
+static inline struct coll_uncounted coll_uncounted_begin(struct collectives *c) {
+    return (struct coll_uncounted){.c = c, .kept = c->counters};
+}
+static inline void coll_uncounted_end(struct coll_uncounted u) { u.c->counters = u.kept; }
+
+/* The most common such call: one all-gather, uncounted. */
+static inline void coll_all_gather_uncounted(struct collectives *c, void *buf, size_t chunk, enum dtype dt) {
+    struct coll_uncounted u = coll_uncounted_begin(c);
+    c->all_gather(c, buf, chunk, dt);
+    coll_uncounted_end(u);
+}
+
 static inline const char *coll_kind_name(enum coll_kind k) {
     static const char *const names[COLL_NUM_KINDS] = {
         [COLL_ALL_REDUCE] = "all-reduce", [COLL_REDUCE_SCATTER] = "reduce-scatter", [COLL_ALL_GATHER] = "all-gather",

@@ -91,6 +91,9 @@ struct config {
     bool force;            /* go on when the memory check says the run will not fit */
 };
 
+/* The MLP's width F: ffn_dim, or 4 d_model where it is 0 (mlp_width). */
+static inline int config_mlp_width(const struct config *c) { return c->ffn_dim > 0 ? c->ffn_dim : 4 * c->d_model; }
+
 /* Model chunks per pipeline stage: virtual_stages under the interleaved
  * schedule, 1 under the others (the trainer refuses virtual_stages > 1 there). */
 static inline int config_chunks(const struct config *c) {
@@ -118,7 +121,9 @@ int config_check_sizes(const struct config *c, char err[CONFIG_ERR_LEN]);
 /* Settings that run but are probably not meant (warmup longer than the
  * run): one "warning: ..." line each on `out`; returns how many. */
 int config_warnings(const struct config *c, FILE *out);
-void config_print_help(FILE *f, const char *program);
+/* Every key with its help, default and choices; planner_keys: also the
+ * planner's model keys (arch, n_kv_head, ffn_dim), which build/train refuses. */
+void config_print_help(FILE *f, const char *program, bool planner_keys);
 /* Every key with its value, one per line, in config-file form. */
 void config_print(FILE *f, const struct config *c);
 

@@ -4,7 +4,7 @@
 #ifndef SHARDLAB_COUNTERS_H
 #define SHARDLAB_COUNTERS_H
 
-#include <time.h>
+#include "clock.h"
 
 /* Where a step's kernel time goes, kernel kind by kind (the report's
  * kernel table). The CUDA build's dispatch (model/cuda/layers_dispatch.c,
@@ -66,11 +66,7 @@ struct flop_counter {
 };
 
 /* A monotonic clock for the profile, in seconds. */
-static inline double kernel_clock(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+static inline double kernel_clock(void) { return monotonic_seconds(); }
 
 /* One call of kind k, started at t0 (kernel_clock), into fc's profile. */
 static inline void kernel_profile_add(struct flop_counter *fc, enum kernel_kind k, double t0) {

@@ -36,7 +36,7 @@
  * split layers are local (qkv 3C/tp, att NH/tp T T, atty C/tp, fch and
  * fch_gelu 4C/tp, logits Vp/tp); ln1, ln2, res2 and the residual stream
  * are whole on every rank, unless sequence parallelism (Korthikanti et al.
- * 2022; gpt_init's sequence_parallel, a no-op at tp = 1) keeps them, the
+ * 2022; gpt_init_chunks' sequence_parallel, a no-op at tp = 1) keeps them, the
  * final LayerNorm's output and the stage boundary activation to this
  * rank's slice of the sequence, (B, T/tp, C), with g and g-bar
  * (model/tensor_parallel/tp.h) at the column- and row-parallel GEMMs. */
@@ -51,7 +51,10 @@
 #include "layout.h"
 #include "mem.h"
 
-enum recompute_mode { RECOMPUTE_NONE, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE };
+/* In the order of what it drops: nothing, the attention probabilities
+ * (selective), all but each layer's input (full). The trainer's model and
+ * the planner's formulas (include/theory.h) share it. */
+enum recompute_mode { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL };
 
 /* The attention kernels (include/layers.h; --attention):
  *  plain  attention_forward/backward: ACT_ATT holds the (B,NH,T,T)
@@ -145,9 +148,10 @@ struct gpt {
 
     /* backward scratch, fp32 */
     float *dresid;        /* (B,T,C) gradient of the residual stream */
-    float *dbig;          /* (B,T,4C) */
+    float *dfc;           /* (B,T,F/tp): the gradient at the FC features (fch, fch_gelu) */
     float *dqkv;          /* (B,T,3C) */
-    float *dmid;          /* (B,T,C) */
+    float *dtemp_btc;     /* (B,T,C) whole: a GEMM input's gradient (dln1, dln2, datty) before its
+                           * LayerNorm or attention backward; the head's cross-entropy sums */
     float *att_scratch;   /* attention_backward_scratch() floats: T x T per thread;
                            * flash: attention_lse_backward_scratch(), B NH T */
     /* sequence parallelism only (else NULL) */
@@ -162,23 +166,19 @@ struct gpt {
 void gpt_init_unit(const struct model_layout *lay, int unit, size_t lo, size_t hi, float *dst, float std,
                    uint64_t seed);
 
-size_t gpt_layer_act_numel(const struct model_shape *s, int B, enum layer_act a);
-/* The same for one rank of a tensor-parallel group of tp (local sizes). */
-size_t gpt_layer_act_numel_tp(const struct model_shape *s, int B, int tp, enum layer_act a);
-/* The same with sequence parallelism (sp): ln1, res2 and ln2 are (B,T/tp,C). */
-size_t gpt_layer_act_numel_sp(const struct model_shape *s, int B, int tp, bool sp, enum layer_act a);
+/* Elements of saved tensor a of one layer for micro-batch B on one rank of
+ * a tensor-parallel group of tp (local sizes; tp = 1: the whole layer);
+ * with sequence parallelism (sp) ln1, res2 and ln2 are (B,T/tp,C). */
+size_t gpt_layer_act_numel(const struct model_shape *s, int B, int tp, bool sp, enum layer_act a);
 
-/* Allocates n_slots slots of activations and the scratch for micro-batch B
- * in memory space `space` through the tracker. sequence_parallel: the
- * layout's tp must divide T (the caller checks); ignored at tp = 1. On an allocation failure
- * the tracker records it (mem_failed) and the model must only be freed. */
-void gpt_init(struct gpt *m, const struct model_layout *lay, int B, int n_slots, enum dtype act_dtype,
-              enum recompute_mode recompute, enum attention_kind attention, bool sequence_parallel,
-              struct mem_tracker *mem, enum mem_space space, struct flop_counter *flops);
-/* The same with chunk_slots[c] slots for each of the layout's chunks
- * (their sum at most GPT_MAX_SLOTS): a slot holds its chunk's layers, and
- * only the last chunk's (on the last stage) the head's tensors, only chunk
- * 0's (on the first) the token ids. gpt_init is this with one chunk. */
+/* Allocates chunk_slots[c] slots of activations for each of the layout's
+ * chunks (their sum at most GPT_MAX_SLOTS) and the scratch for micro-batch
+ * B in memory space `space` through the tracker: a slot holds its chunk's
+ * layers, and only the last chunk's (on the last stage) the head's
+ * tensors, only chunk 0's (on the first) the token ids. sequence_parallel:
+ * the layout's tp must divide T (the caller checks); ignored at tp = 1. On
+ * an allocation failure the tracker records it (mem_failed) and the model
+ * must only be freed. */
 void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const int *chunk_slots,
                      enum dtype act_dtype, enum recompute_mode recompute, enum attention_kind attention,
                      bool sequence_parallel, struct mem_tracker *mem, enum mem_space space,

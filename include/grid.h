@@ -36,6 +36,16 @@ struct grid {
     bool nccl;        /* the four tables are NCCL's (include/device_grid.h) */
 };
 
+/* World rank world_rank's index along each axis of a dp x tp x pp grid,
+ * in the order above (tp innermost, pp outermost). */
+struct grid_coords {
+    int dp_rank, tp_rank, pp_rank;
+};
+static inline struct grid_coords grid_coords_of(int world_rank, int dp, int tp) {
+    return (struct grid_coords){.dp_rank = world_rank / tp % dp, .tp_rank = world_rank % tp,
+                                .pp_rank = world_rank / (tp * dp)};
+}
+
 /* The table of group k, so reports and teardown can loop over groups. */
 static inline struct collectives *grid_group(struct grid *g, enum grid_group k) {
     switch (k) {
@@ -61,6 +71,19 @@ static inline void grid_attach_trace(struct grid *g, struct trace *t) {
         struct collectives *c = grid_group(g, (enum grid_group)k);
         c->trace = t;
         c->trace_group = k;
+    }
+}
+
+/* In place: the sum over every rank of the world of n doubles, summed over
+ * the dp, then the tp, then the pp group. Host doubles through
+ * all_reduce_scalars, which every backend takes (NCCL's included).
+ * Bookkeeping (agreement, checkpoints), uncounted. Collective over the grid. */
+static inline void grid_sum_uncounted(struct grid *g, double *values, int n) {
+    struct collectives *groups[] = {&g->dp_comm, &g->tp_comm, &g->pp_comm};
+    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) {
+        struct coll_uncounted u = coll_uncounted_begin(groups[i]);
+        groups[i]->all_reduce_scalars(groups[i], values, n);
+        coll_uncounted_end(u);
     }
 }
 

@@ -38,8 +38,17 @@ struct model_shape {
     int maxT; /* position-embedding rows (llm.c's max_seq_len), >= T; a shape
                * handed to layout_init with 0 here gets T */
     int V;   /* vocabulary */
-    int Vp;  /* vocabulary padded to a multiple of 128 (llm.c) */
+    int Vp;  /* vocabulary padded to a multiple of VOCAB_PAD (llm.c) */
 };
+
+/* llm.c pads the vocabulary to a multiple of this many rows (padded_vocab;
+ * under tp, a multiple of VOCAB_PAD x tp). */
+enum { VOCAB_PAD = 128 };
+
+/* The MLP's width F: the FC layer's output features and the projection's
+ * input. The trainer's models are GPT-2's, F = 4 C (the config's ffn_dim
+ * is the planner's: config_mlp_width). */
+static inline int mlp_width(const struct model_shape *s) { return 4 * s->C; }
 
 /* Most model chunks one rank holds (the config's limit on virtual_stages). */
 enum { RANK_MAX_CHUNKS = 16 };

@@ -33,6 +33,9 @@ enum mem_category {
  * supplies the device space's allocate/free (struct mem_space_ops). */
 enum mem_space { MEM_HOST, MEM_DEVICE, MEM_NUM_SPACES };
 
+/* Bytes in a MiB (2^20), for sizes given or printed in MiB. */
+#define MIB_BYTES 1048576.0
+
 struct mem_space_ops {
     void *(*alloc)(size_t bytes);  /* zero-filled, 64-byte aligned; NULL on failure */
     void (*free)(void *ptr);

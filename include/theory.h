@@ -4,8 +4,8 @@
  * without training. Pure functions: no printing, no globals. Counts,
  * bytes and FLOPs are doubles: products such as 6 Psi D reach 1e25.
  *
- * Every formula cites its source in the .c file; docs/THEORY.md explains
- * them and /work/shared/THEORY.md holds the reference derivations.
+ * Every formula cites its source (the paper) in the .c file; docs/THEORY.md
+ * says what each computes and why.
  * Symbols follow the papers: L layers, h hidden, a query heads, n_kv
  * key/value heads, d_h head dim, F FFN inner size, s sequence length,
  * b micro-batch, V vocabulary, t TP degree, p PP degree, d (= N_d) DP degree,
@@ -36,8 +36,7 @@ struct theory_dtypes {
     double w_act; /* saved activations and communicated activations */
 };
 
-enum theory_recompute { THEORY_RECOMPUTE_NONE, THEORY_RECOMPUTE_SELECTIVE, THEORY_RECOMPUTE_FULL };
-const char *theory_recompute_name(enum theory_recompute r);
+const char *theory_recompute_name(enum recompute_mode r);
 
 void theory_model_from_config(struct theory_model *m, const struct config *c);
 struct theory_dtypes theory_dtypes_from_config(const struct config *c);
@@ -62,7 +61,7 @@ struct theory_flops {
 };
 struct theory_flops theory_flops_per_token(const struct theory_model *m, double psi);
 /* FLOPs actually executed per token, recomputation included (HFU basis). */
-double theory_hardware_flops_per_token(const struct theory_model *m, double psi, enum theory_recompute r);
+double theory_hardware_flops_per_token(const struct theory_model *m, double psi, enum recompute_mode r);
 double theory_training_seconds(double total_flops, double devices, double peak_flops, double mfu);
 double theory_energy_joules(double seconds, double devices, double watts);
 
@@ -76,13 +75,13 @@ struct theory_state theory_model_state_bytes(double w_p, double w_g, double K, d
 /* Activation bytes saved by one layer for one micro-batch of b sequences on
  * one TP rank (Korthikanti 2022 Table 2, generalised to GQA and F). */
 double theory_activation_layer_bytes(const struct theory_model *m, double b, int t, bool sequence_parallel,
-                                     enum theory_recompute r);
+                                     enum recompute_mode r);
 /* Output-layer activations (final norm input, head input, fp32 logits). */
 double theory_activation_output_bytes(const struct theory_model *m, double b, int t);
 /* Peak activation bytes on the busiest pipeline stage under 1F1B with
  * m micro-batches per step. */
 double theory_activation_device_bytes(const struct theory_model *m, double b, int t, int p, double m_micro,
-                                      bool sequence_parallel, enum theory_recompute r);
+                                      bool sequence_parallel, enum recompute_mode r);
 
 /* The seed's back-of-envelope estimate: weights + optimizer + n_ckpt
  * checkpoints of width h per layer for every token of a batch. */
@@ -102,7 +101,7 @@ double theory_dp_step_bytes(double psi, double w_p, double w_g, int stage, int N
 /* All-reduces of one (b, s, h) activation per layer per micro-batch under
  * Megatron TP as this code issues them: 4; 5 with full recompute. The
  * planner and the trainer's theory both count with it. */
-int theory_tp_layer_allreduces(enum theory_recompute r);
+int theory_tp_layer_allreduces(enum recompute_mode r);
 /* The tp group's collectives of one layer for one micro-batch as
  * model/gpt.c issues them. Without sequence parallelism: the all-reduces
  * above. With it (Korthikanti et al. 2022 section 4.2.2): reduce-scatters
@@ -117,7 +116,7 @@ struct theory_tp_layer_calls {
     int all_gathers;     /* of (b, s, h) */
     int norm_all_reduces; /* of the layer's norm gradients (theory_tp_norm_grad_bytes) */
 };
-struct theory_tp_layer_calls theory_tp_layer_collectives(enum theory_recompute r, bool sequence_parallel);
+struct theory_tp_layer_calls theory_tp_layer_collectives(enum recompute_mode r, bool sequence_parallel);
 /* Bytes of one layer's norm gradients, all-reduced under sequence
  * parallelism: 2 norms x (gain + bias; RMSNorm gain only) x h, fp32 (the
  * gradient accumulators' type in gpt.c, whatever w_g is). */
@@ -125,7 +124,7 @@ double theory_tp_norm_grad_bytes(const struct theory_model *m);
 /* Megatron TP traffic of one layer for one micro-batch, every collective
  * of theory_tp_layer_collectives, ring volumes (w_act: bytes of the
  * reduced element; shardlab's gpt.c reduces fp32). */
-double theory_tp_layer_bytes(const struct theory_model *m, double b, int t, double w_act, enum theory_recompute r,
+double theory_tp_layer_bytes(const struct theory_model *m, double b, int t, double w_act, enum recompute_mode r,
                              bool sequence_parallel);
 /* Pipeline traffic across one stage boundary for one step (forward
  * activations + backward gradients of m micro-batches; each tp rank's
@@ -151,7 +150,7 @@ struct theory_cluster {
 };
 struct theory_layout {
     int tp, pp, dp, zero_stage;
-    enum theory_recompute recompute;
+    enum recompute_mode recompute;
     bool sequence_parallel;
 };
 struct theory_layout_eval {
@@ -174,7 +173,7 @@ struct theory_layout_eval theory_layout_evaluate(const struct theory_model *m, c
  * p dividing L, d = n / (t p), using zero_stage and recompute, that fits.
  * Returns n and fills *best, or 0 when none fits up to max_devices. */
 int theory_smallest_fit(const struct theory_model *m, const struct theory_dtypes *dt, double psi,
-                        double micro_batch, double batch_tokens, int zero_stage, enum theory_recompute r,
+                        double micro_batch, double batch_tokens, int zero_stage, enum recompute_mode r,
                         double memory, int max_devices, struct theory_layout *best);
 
 /* ---- accelerators (theory_devices.c) ---- */
@@ -198,7 +197,7 @@ const char *theory_device_names(void);
 struct theory_plan_input {
     double devices, memory, peak_flops, mfu, tokens, batch_tokens, link_bandwidth, watts;
     int zero_stage;                  /* for the layout table and smallest fit */
-    enum theory_recompute recompute; /* idem */
+    enum recompute_mode recompute; /* idem */
     int ckpt_per_layer;              /* the seed-style estimate's checkpoints */
 };
 enum { THEORY_PLAN_MAX_LAYOUTS = 40 };

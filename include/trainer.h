@@ -22,6 +22,11 @@
 
 enum { TRAINER_ERR_LEN = 1024 };
 
+/* A validation loss that is not there (the run has not validated, or a
+ * step did not): losses are >= 0. */
+#define NO_VAL_LOSS (-1.0f)
+static inline bool has_val_loss(double v) { return v >= 0; }
+
 struct trainer {
     const struct config *cfg;
     struct grid *grid;          /* dp x tp x pp; the engine uses its dp group */
@@ -39,7 +44,7 @@ struct trainer {
     int step;                   /* optimizer steps completed */
     FILE *json;
     double train_seconds;       /* wall time inside steps */
-    double last_val_loss;
+    double last_val_loss;       /* NO_VAL_LOSS until the run validates */
     double peak_flops;          /* FLOP/s for MFU; 0 = unknown */
     const char *peak_source;    /* where peak_flops came from, as the FLOP table names it */
     double startup_tracked_peak, startup_rss; /* bytes, at the end of trainer_open */

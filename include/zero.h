@@ -100,6 +100,10 @@ struct model_states {
     float *absmax1, *absmax2;
 };
 
+/* The groups a gradient norm sums over besides dp, in this order
+ * (struct zero's norm_groups). */
+enum norm_group { NORM_OVER_PP, NORM_OVER_TP, NORM_GROUP_NUM };
+
 struct zero {
     struct zero_options o;
     const struct model_layout *lay;
@@ -130,9 +134,9 @@ struct zero {
     bool last_backward;                            /* this backward's grads are the step's last */
     struct zero_tie tie;
     /* model-parallel groups whose ranks hold different parameters (pp:
-     * other layers, [0]; tp: other slices, [1]): squared gradient norms sum
-     * over them too */
-    struct collectives *norm_groups[2];
+     * other layers; tp: other slices): squared gradient norms sum over them
+     * too, in the order of enum norm_group */
+    struct collectives *norm_groups[NORM_GROUP_NUM];
 };
 
 /* Which model state a checkpoint moves. */

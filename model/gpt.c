@@ -47,24 +47,16 @@ static size_t bt(const struct gpt *m) { return (size_t)m->B * m->shape.T; }
 static size_t btc_l(const struct gpt *m) { return (size_t)m->B * m->Ts * m->shape.C; }
 static size_t bt_l(const struct gpt *m) { return (size_t)m->B * m->Ts; }
 
-size_t gpt_layer_act_numel_sp(const struct model_shape *s, int B, int tp, bool sp, enum layer_act a) {
+size_t gpt_layer_act_numel(const struct model_shape *s, int B, int tp, bool sp, enum layer_act a) {
     size_t n = (size_t)B * s->T * s->C, local = n / (size_t)tp; /* (B,T,C/tp) */
     switch (a) {
     case ACT_QKV: return 3 * local;
     case ACT_ATT: return (size_t)B * (size_t)(s->NH / tp) * s->T * s->T;
     case ACT_ATTY: return local;
     case ACT_FCH:
-    case ACT_FCH_GELU: return 4 * local;
+    case ACT_FCH_GELU: return (size_t)B * s->T * (size_t)(mlp_width(s) / tp);
     default: return sp ? local : n; /* ln1, res2, ln2: whole on every rank, or (B,T/tp,C) */
     }
-}
-
-size_t gpt_layer_act_numel_tp(const struct model_shape *s, int B, int tp, enum layer_act a) {
-    return gpt_layer_act_numel_sp(s, B, tp, false, a);
-}
-
-size_t gpt_layer_act_numel(const struct model_shape *s, int B, enum layer_act a) {
-    return gpt_layer_act_numel_tp(s, B, 1, a);
 }
 
 static bool flash(const struct gpt *m) { return m->attention == ATTENTION_FLASH; }
@@ -72,7 +64,7 @@ static bool flash(const struct gpt *m) { return m->attention == ATTENTION_FLASH;
 /* This rank's size of saved tensor a (flash: ACT_ATT is the lse, B NH/tp T). */
 static size_t act_numel(const struct gpt *m, enum layer_act a) {
     if (a == ACT_ATT && flash(m)) return (size_t)m->B * (size_t)m->NHl * (size_t)m->shape.T;
-    return gpt_layer_act_numel_sp(&m->shape, m->B, m->lay->rank.tp, m->sp, a);
+    return gpt_layer_act_numel(&m->shape, m->B, m->lay->rank.tp, m->sp, a);
 }
 
 /* Whether tensor a is in the per-layer block (act_dtype; fp32 in full
@@ -213,12 +205,6 @@ static void *per_slot(struct gpt *m, struct mem_tracker *mem, enum mem_space spa
 
 #define SLOT_MEMBER(f) offsetof(struct gpt_slot, f)
 
-void gpt_init(struct gpt *m, const struct model_layout *lay, int B, int n_slots, enum dtype act_dtype,
-              enum recompute_mode recompute, enum attention_kind attention, bool sequence_parallel,
-              struct mem_tracker *mem, enum mem_space space, struct flop_counter *flops) {
-    gpt_init_chunks(m, lay, B, &n_slots, act_dtype, recompute, attention, sequence_parallel, mem, space, flops);
-}
-
 void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const int *chunk_slots,
                      enum dtype act_dtype, enum recompute_mode recompute, enum attention_kind attention,
                      bool sequence_parallel, struct mem_tracker *mem, enum mem_space space,
@@ -276,9 +262,9 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
             m->work_lnf = mem_alloc(mem, space, MEM_SCRATCH, "final layernorm out (fp32)", n * 4);
     }
     m->dresid = mem_alloc(mem, space, MEM_SCRATCH, "d residual (fp32)", n * 4);
-    m->dbig = mem_alloc(mem, space, MEM_SCRATCH, "d fc (fp32)", act_numel(m, ACT_FCH) * 4);
+    m->dfc = mem_alloc(mem, space, MEM_SCRATCH, "d fc (fp32)", act_numel(m, ACT_FCH) * 4);
     m->dqkv = mem_alloc(mem, space, MEM_SCRATCH, "d qkv (fp32)", act_numel(m, ACT_QKV) * 4);
-    m->dmid = mem_alloc(mem, space, MEM_SCRATCH, "d layer temp (fp32)", btc(m) * 4); /* whole: GEMM in/out */
+    m->dtemp_btc = mem_alloc(mem, space, MEM_SCRATCH, "d layer temp (fp32)", btc(m) * 4); /* whole: GEMM in/out */
     if (sp) {
         m->gathered = mem_alloc(mem, space, MEM_SCRATCH, "sequence-parallel gathered (fp32)", btc(m) * 4);
         m->ln_grads = mem_alloc(mem, space, MEM_SCRATCH, "sequence-parallel layernorm grads (fp32)",
@@ -304,7 +290,7 @@ void gpt_free(struct gpt *m, struct mem_tracker *mem) {
     void *bufs[] = {s->resid,       s->layer_acts,   s->layer_stats,   s->layer_lse, s->lnf,    s->lnf_stats,
                     s->logits,      s->losses,       s->inputs,        s->targets,  m->full_stats,
                     m->att_recompute, m->work_acts,  m->work_resid_in, m->work_resid_out, m->work_lnf,
-                    m->dresid,      m->dbig,         m->dqkv,          m->dmid,     m->att_scratch,
+                    m->dresid,      m->dfc,         m->dqkv,          m->dtemp_btc,     m->att_scratch,
                     m->gathered,    m->ln_grads};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(mem, bufs[i]);
     *m = (struct gpt){0};
@@ -398,7 +384,7 @@ static void layer_forward(struct gpt *m, const float *x, struct layer_view *v, c
     int64_t Nl = (int64_t)bt_l(m), C = m->shape.C, Cl = m->Cl, Fl = m->Fl;
     size_t nl = btc_l(m);
     struct flop_counter *fc = m->flops;
-    float **a = v->act, *tmp = m->dmid; /* dmid is free outside the backward's own use */
+    float **a = v->act, *tmp = m->dtemp_btc; /* dtemp_btc is free outside the backward's own use */
 
     layernorm_forward(a[ACT_LN1], v->stat[STAT_LN1_MEAN], v->stat[STAT_LN1_RSTD], x, wt(m, w, LAYER_LN1_W),
                       wt(m, w, LAYER_LN1_B), Nl, C, fc);
@@ -457,8 +443,8 @@ float gpt_head_forward(struct gpt *m, int s, const float *w_head, const float *w
     struct vocab_slice v = tp_vocab_slice(m->lay);
     matmul_forward(sl->logits, conj_column_input(m, lnf), wte, NULL, N, C, v.Vl, m->flops);
     buf_copy(sl->targets, targets, bt(m) * sizeof *targets);
-    /* dmid (free between layers) holds the rows' sums and target logits */
-    double sum = vocab_parallel_crossentropy(m->tp, v, sl->logits, sl->losses, sl->targets, N, dloss, m->dmid,
+    /* dtemp_btc (free between layers) holds the rows' sums and target logits */
+    double sum = vocab_parallel_crossentropy(m->tp, v, sl->logits, sl->losses, sl->targets, N, dloss, m->dtemp_btc,
                                              m->flops);
     return (float)(sum / (double)N);
 }
@@ -470,12 +456,12 @@ void gpt_head_backward(struct gpt *m, int s, const float *w_head, const float *w
     float *lnf = lnf_view(m, s, true);
     const struct model_layout *lay = m->lay;
     float *dlnfw = dw_head + lay->head_offset[HEAD_LNF_W], *dlnfb = dw_head + lay->head_offset[HEAD_LNF_B];
-    matmul_backward(m->dmid, dwte, NULL, sl->logits, conj_column_input(m, lnf), wte, N, C, tp_vocab_slice(lay).Vl,
+    matmul_backward(m->dtemp_btc, dwte, NULL, sl->logits, conj_column_input(m, lnf), wte, N, C, tp_vocab_slice(lay).Vl,
                     m->flops);
-    conj_column_grad(m, m->dmid); /* dlnf sums over the vocabulary slices */
+    conj_column_grad(m, m->dtemp_btc); /* dlnf sums over the vocabulary slices */
     buf_zero(m->dresid, btc_l(m) * sizeof(float));
     conj_ln_grads_begin(m);
-    layernorm_backward(m->dresid, conj_ln_grad(m, dlnfw, 0), conj_ln_grad(m, dlnfb, 1), m->dmid, x,
+    layernorm_backward(m->dresid, conj_ln_grad(m, dlnfw, 0), conj_ln_grad(m, dlnfb, 1), m->dtemp_btc, x,
                        hw(m, w_head, HEAD_LNF_W), sl->lnf_stats, sl->lnf_stats + bt_l(m), (int64_t)bt_l(m), C,
                        m->flops);
     conj_ln_grads_done(m, (float *const[]){dlnfw, dlnfb}, 2);
@@ -492,7 +478,7 @@ void gpt_layer_backward(struct gpt *m, int s, int l, const float *w, float *dw) 
      * values equal the forward's bit for bit (rounded alike in bf16). */
     if (m->recompute == RECOMPUTE_FULL) layer_forward(m, x, &v, w, NULL, NULL);
     if (m->recompute == RECOMPUTE_SELECTIVE && !flash(m)) { /* flash: nothing was dropped */
-        attention_forward(m->dmid, a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, Cl, m->NHl, fc);
+        attention_forward(m->dtemp_btc, a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, Cl, m->NHl, fc);
         round_act(m, &v, ACT_ATT, act_numel(m, ACT_ATT));
     }
     float *ln[4] = {dwt(m, dw, LAYER_LN1_W), dwt(m, dw, LAYER_LN1_B), dwt(m, dw, LAYER_LN2_W),
@@ -502,30 +488,30 @@ void gpt_layer_backward(struct gpt *m, int s, int l, const float *w, float *dw) 
      * g's backward is the identity: dresid reaches the row-parallel
      * projections whole; their bias gradients come out alike on every rank
      * (with sp: g-bar gathers it whole first). */
-    layer_matmul_backward(m, m->dbig, dwt(m, dw, LAYER_FCPROJ_W), dwt(m, dw, LAYER_FCPROJ_B),
+    layer_matmul_backward(m, m->dfc, dwt(m, dw, LAYER_FCPROJ_W), dwt(m, dw, LAYER_FCPROJ_B),
                           conj_row_output_grad(m), &v, ACT_FCH_GELU, false, wt(m, w, LAYER_FCPROJ_W), Fl, C);
     int64_t nf = (int64_t)act_numel(m, ACT_FCH);
-    if (gemm_reads_store(m)) gelu_backward_bf16(m->dbig, v.store[ACT_FCH], m->dbig, nf, fc);
-    else gelu_backward(m->dbig, a[ACT_FCH], m->dbig, nf, fc);
-    layer_matmul_backward(m, m->dmid, dwt(m, dw, LAYER_FC_W), dwt(m, dw, LAYER_FC_B), m->dbig, &v, ACT_LN2, true,
+    if (gemm_reads_store(m)) gelu_backward_bf16(m->dfc, v.store[ACT_FCH], m->dfc, nf, fc);
+    else gelu_backward(m->dfc, a[ACT_FCH], m->dfc, nf, fc);
+    layer_matmul_backward(m, m->dtemp_btc, dwt(m, dw, LAYER_FC_W), dwt(m, dw, LAYER_FC_B), m->dfc, &v, ACT_LN2, true,
                           wt(m, w, LAYER_FC_W), C, Fl);
-    conj_column_grad(m, m->dmid); /* f: the partial dln2 of each rank's features sum */
-    layernorm_backward(m->dresid, conj_ln_grad(m, ln[2], 2), conj_ln_grad(m, ln[3], 3), m->dmid, a[ACT_RES2],
+    conj_column_grad(m, m->dtemp_btc); /* f: the partial dln2 of each rank's features sum */
+    layernorm_backward(m->dresid, conj_ln_grad(m, ln[2], 2), conj_ln_grad(m, ln[3], 3), m->dtemp_btc, a[ACT_RES2],
                        wt(m, w, LAYER_LN2_W), v.stat[STAT_LN2_MEAN], v.stat[STAT_LN2_RSTD], Nl, C, fc);
-    layer_matmul_backward(m, m->dmid, dwt(m, dw, LAYER_ATTPROJ_W), dwt(m, dw, LAYER_ATTPROJ_B),
+    layer_matmul_backward(m, m->dtemp_btc, dwt(m, dw, LAYER_ATTPROJ_W), dwt(m, dw, LAYER_ATTPROJ_B),
                           conj_row_output_grad(m), &v, ACT_ATTY, false, wt(m, w, LAYER_ATTPROJ_W), Cl, C);
     /* flash: D = rowsum(dout * out) from the saved output (rounded alike
      * to act_dtype, as the rest of the layer's saved tensors) */
     if (flash(m))
-        attention_lse_backward(m->dqkv, m->att_scratch, m->dmid, a[ACT_QKV], a[ACT_ATTY], a[ACT_ATT], m->B,
+        attention_lse_backward(m->dqkv, m->att_scratch, m->dtemp_btc, a[ACT_QKV], a[ACT_ATTY], a[ACT_ATT], m->B,
                                m->shape.T, Cl, m->NHl, fc);
     else
-        attention_backward(m->dqkv, m->dmid, a[ACT_QKV], a[ACT_ATT], m->att_scratch, m->B, m->shape.T, Cl, m->NHl,
+        attention_backward(m->dqkv, m->dtemp_btc, a[ACT_QKV], a[ACT_ATT], m->att_scratch, m->B, m->shape.T, Cl, m->NHl,
                            fc);
-    layer_matmul_backward(m, m->dmid, dwt(m, dw, LAYER_QKV_W), dwt(m, dw, LAYER_QKV_B), m->dqkv, &v, ACT_LN1, true,
+    layer_matmul_backward(m, m->dtemp_btc, dwt(m, dw, LAYER_QKV_W), dwt(m, dw, LAYER_QKV_B), m->dqkv, &v, ACT_LN1, true,
                           wt(m, w, LAYER_QKV_W), C, 3 * Cl);
-    conj_column_grad(m, m->dmid); /* f: dln1 */
-    layernorm_backward(m->dresid, conj_ln_grad(m, ln[0], 0), conj_ln_grad(m, ln[1], 1), m->dmid, x,
+    conj_column_grad(m, m->dtemp_btc); /* f: dln1 */
+    layernorm_backward(m->dresid, conj_ln_grad(m, ln[0], 0), conj_ln_grad(m, ln[1], 1), m->dtemp_btc, x,
                        wt(m, w, LAYER_LN1_W), v.stat[STAT_LN1_MEAN], v.stat[STAT_LN1_RSTD], Nl, C, fc);
     conj_ln_grads_done(m, ln, 4);
 }

@@ -12,7 +12,7 @@ struct shape2d {
     int sections;  /* blocks the split dimension is made of (QKV: q, k, v), each split alike */
 };
 
-int padded_vocab(int V) { return (V + 127) / 128 * 128; }
+int padded_vocab(int V) { return (V + VOCAB_PAD - 1) / VOCAB_PAD * VOCAB_PAD; }
 
 static int tp_padded_vocab(int V, int tp) { return (V + 128 * tp - 1) / (128 * tp) * (128 * tp); }
 
@@ -91,7 +91,7 @@ static struct shape2d head_shape(const struct model_shape *s, enum head_tensor t
 }
 
 static struct shape2d layer_shape(const struct model_shape *s, enum layer_tensor t) {
-    int C = s->C;
+    int C = s->C, F = mlp_width(s);
     switch (t) {
     case LAYER_LN1_W: return (struct shape2d){"ln1w", 1, C, SPLIT_REPLICATED, 1};
     case LAYER_LN1_B: return (struct shape2d){"ln1b", 1, C, SPLIT_REPLICATED, 1};
@@ -101,9 +101,9 @@ static struct shape2d layer_shape(const struct model_shape *s, enum layer_tensor
     case LAYER_ATTPROJ_B: return (struct shape2d){"attprojb", 1, C, SPLIT_REPLICATED, 1};
     case LAYER_LN2_W: return (struct shape2d){"ln2w", 1, C, SPLIT_REPLICATED, 1};
     case LAYER_LN2_B: return (struct shape2d){"ln2b", 1, C, SPLIT_REPLICATED, 1};
-    case LAYER_FC_W: return (struct shape2d){"fcw", 4 * C, C, SPLIT_COLUMN, 1};
-    case LAYER_FC_B: return (struct shape2d){"fcb", 1, 4 * C, SPLIT_COLUMN, 1};
-    case LAYER_FCPROJ_W: return (struct shape2d){"fcprojw", C, 4 * C, SPLIT_ROW, 1};
+    case LAYER_FC_W: return (struct shape2d){"fcw", F, C, SPLIT_COLUMN, 1};
+    case LAYER_FC_B: return (struct shape2d){"fcb", 1, F, SPLIT_COLUMN, 1};
+    case LAYER_FCPROJ_W: return (struct shape2d){"fcprojw", C, F, SPLIT_ROW, 1};
     case LAYER_FCPROJ_B: return (struct shape2d){"fcprojb", 1, C, SPLIT_REPLICATED, 1};
     case LAYER_NUM_TENSORS: break;
     }
@@ -124,6 +124,14 @@ static struct shape2d local_shape(struct shape2d d, int tp) {
 }
 
 static size_t numel(struct shape2d d) { return (size_t)d.rows * (size_t)d.cols; }
+
+/* One whole layer's parameters (12 C^2 + 13 C at F = 4 C): its tensors at
+ * full width, the stride of the reference numbering's layers. */
+static size_t ref_layer_size(const struct model_shape *s) {
+    size_t n = 0;
+    for (int k = 0; k < LAYER_NUM_TENSORS; k++) n += numel(layer_shape(s, (enum layer_tensor)k));
+    return n;
+}
 
 int layout_init(struct model_layout *lay, struct model_shape shape, struct rank_desc r) {
     if (r.tp < 1 || r.tp_rank < 0 || r.tp_rank >= r.tp || !chunks_valid(&r, shape.L)) return -1;
@@ -157,7 +165,7 @@ int layout_init(struct model_layout *lay, struct model_shape shape, struct rank_
     ref.Vp = padded_vocab(shape.V);
     size_t C = (size_t)shape.C;
     lay->ref_total = numel(embed_shape(&ref, EMB_WTE)) + numel(embed_shape(&ref, EMB_WPE)) + 2 * C +
-                     (size_t)shape.L * (12 * C * C + 13 * C);
+                     (size_t)shape.L * ref_layer_size(&shape);
     return 0;
 }
 
@@ -232,7 +240,7 @@ struct tensor_info layout_head_tensor(const struct model_layout *lay, enum head_
 
 struct tensor_info layout_layer_tensor(const struct model_layout *lay, int layer, enum layer_tensor t) {
     int u = layout_layer_unit(lay, layer);
-    size_t C = (size_t)lay->shape.C, layer_ref = 12 * C * C + 13 * C, in_layer = 0;
+    size_t C = (size_t)lay->shape.C, layer_ref = ref_layer_size(&lay->shape), in_layer = 0;
     for (int k = 0; k < (int)t; k++) in_layer += numel(layer_shape(&lay->shape, (enum layer_tensor)k));
     size_t ref = ref_embed_size(&lay->shape) + 2 * C + (size_t)layer * layer_ref + in_layer;
     return make(lay, layer_shape(&lay->shape, t), u, UNIT_LAYER, t, layer,

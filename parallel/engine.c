@@ -61,9 +61,9 @@ int engine_init(struct engine *e, const struct engine_options *o, const struct m
     /* tensor parallelism: the model's f and g run over the tp group, and
      * the gradient norm sums the slices' squares over it */
     e->model.tp = &grid->tp_comm;
-    e->z.norm_groups[1] = &grid->tp_comm;
+    e->z.norm_groups[NORM_OVER_TP] = &grid->tp_comm;
     /* pipeline stages: the tied wte's two copies and the norm over stages */
-    e->z.norm_groups[0] = &grid->pp_comm;
+    e->z.norm_groups[NORM_OVER_PP] = &grid->pp_comm;
     if (e->lay.rank.has_embed != e->lay.rank.has_head) { /* first or last of several stages */
         bool embed = e->lay.rank.has_embed;
         struct tensor_info t = embed ? layout_embed_tensor(&e->lay, EMB_WTE) : layout_head_tensor(&e->lay, HEAD_WTE);

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "checkpoint.h"
+#include "ckpt_whole.h"
 #include "file_fixture.h"
 
 enum { L = 2, C = 8, NH = 2, T = 4, V = 200 };

@@ -110,7 +110,7 @@ static void test_help(void **state) {
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     assert_non_null(f);
-    config_print_help(f, "train");
+    config_print_help(f, "train", false);
     fclose(f);
     assert_non_null(strstr(buf, "usage: train"));
     assert_non_null(strstr(buf, "--n_layer"));

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "ckpt_whole.h"
 #include "crc32c.h"
 #include "file_fixture.h"
 #include "fileio.h"

@@ -204,8 +204,8 @@ static void test_405b_counts_are_64_bit(void **state) {
     assert_int_equal(lay.layer_size, layer);
     assert_int_equal(lay.total, total);
     assert_int_equal(layout_layer_tensor(&lay, 125, LAYER_FCPROJ_B).offset + C, total);
-    assert_int_equal(gpt_layer_act_numel(&lay.shape, (int)B, ACT_ATT), B * NH * T * T);
-    assert_int_equal(gpt_layer_act_numel(&lay.shape, (int)B, ACT_FCH), 4 * B * T * C);
+    assert_int_equal(gpt_layer_act_numel(&lay.shape, (int)B, 1, false, ACT_ATT), B * NH * T * T);
+    assert_int_equal(gpt_layer_act_numel(&lay.shape, (int)B, 1, false, ACT_FCH), 4 * B * T * C);
     assert_true(B * NH * T * T >= (1ull << 36));
     /* the last of 8 stages (126 = 6 x 16 + 2 x 15 layers) at tp 8: split
      * tensors hold 1/8, replicated ones (four norm vectors, two row biases) all */

@@ -48,7 +48,7 @@ static void plan_70b(struct theory_plan *pl) {
     load(&c, "configs/llama3-70b.conf");
     struct theory_plan_input in = {.devices = 8960, .memory = 96e9, .peak_flops = 4.59e14, .mfu = 0.4,
                                    .tokens = 15e12, .batch_tokens = 4e6, .link_bandwidth = 4.5e10, .watts = 700,
-                                   .zero_stage = 1, .recompute = THEORY_RECOMPUTE_SELECTIVE, .ckpt_per_layer = 4};
+                                   .zero_stage = 1, .recompute = RECOMPUTE_SELECTIVE, .ckpt_per_layer = 4};
     theory_plan(pl, &c, &in);
 }
 
@@ -160,22 +160,22 @@ static void test_comm_volumes(void **state) {
     load(&c, "configs/llama3-70b.conf");
     theory_model_from_config(&m, &c);
     double bsh = 2.0 * 8192 * 8192;
-    assert_near(theory_tp_layer_bytes(&m, 2, 4, 2, THEORY_RECOMPUTE_NONE, false), 8 * bsh * 3.0 / 4 * 2, 1e-12);
+    assert_near(theory_tp_layer_bytes(&m, 2, 4, 2, RECOMPUTE_NONE, false), 8 * bsh * 3.0 / 4 * 2, 1e-12);
     /* full recompute re-runs one g (the attention projection's), not two */
-    assert_near(theory_tp_layer_bytes(&m, 2, 4, 2, THEORY_RECOMPUTE_FULL, false), 10 * bsh * 3.0 / 4 * 2, 1e-12);
-    assert_near(theory_tp_layer_bytes(&m, 2, 4, 2, THEORY_RECOMPUTE_SELECTIVE, false), 8 * bsh * 3.0 / 4 * 2, 1e-12);
-    assert_int_equal(theory_tp_layer_allreduces(THEORY_RECOMPUTE_FULL), 5);
+    assert_near(theory_tp_layer_bytes(&m, 2, 4, 2, RECOMPUTE_FULL, false), 10 * bsh * 3.0 / 4 * 2, 1e-12);
+    assert_near(theory_tp_layer_bytes(&m, 2, 4, 2, RECOMPUTE_SELECTIVE, false), 8 * bsh * 3.0 / 4 * 2, 1e-12);
+    assert_int_equal(theory_tp_layer_allreduces(RECOMPUTE_FULL), 5);
     /* sequence parallelism as gpt.c issues it: 4 reduce-scatters and 6
      * all-gathers of b s h (the backward gathers ln1 and ln2 again), (t-1)/t
      * each, and the RMSNorms' gains (2 h fp32) all-reduced: 10/8 of the
      * all-reduces it replaces plus the gains; full recompute 5 and 8 */
     double gains = 2.0 * 2 * 8192 * 4 * 3.0 / 4;
     assert_near(theory_tp_norm_grad_bytes(&m), 2.0 * 8192 * 4, 1e-12);
-    assert_near(theory_tp_layer_bytes(&m, 2, 4, 2, THEORY_RECOMPUTE_NONE, true), 10 * bsh * 3.0 / 4 * 2 + gains,
+    assert_near(theory_tp_layer_bytes(&m, 2, 4, 2, RECOMPUTE_NONE, true), 10 * bsh * 3.0 / 4 * 2 + gains,
                 1e-12);
-    assert_near(theory_tp_layer_bytes(&m, 2, 4, 2, THEORY_RECOMPUTE_FULL, true), 13 * bsh * 3.0 / 4 * 2 + gains,
+    assert_near(theory_tp_layer_bytes(&m, 2, 4, 2, RECOMPUTE_FULL, true), 13 * bsh * 3.0 / 4 * 2 + gains,
                 1e-12);
-    struct theory_tp_layer_calls k = theory_tp_layer_collectives(THEORY_RECOMPUTE_SELECTIVE, true);
+    struct theory_tp_layer_calls k = theory_tp_layer_collectives(RECOMPUTE_SELECTIVE, true);
     assert_int_equal(k.all_reduces, 0), assert_int_equal(k.reduce_scatters, 4);
     assert_int_equal(k.all_gathers, 6), assert_int_equal(k.norm_all_reduces, 1);
     assert_near(theory_pp_boundary_bytes(&m, 2, 16, 1, false, 2), 2 * 16 * bsh * 2, 1e-12);
@@ -193,15 +193,15 @@ static void test_korthikanti_small(void **state) {
     set(&c, "seq_len", "16");
     theory_model_from_config(&m, &c);
     const double s = 16, b = 2, h = 32, a = 4, sbh = s * b * h;
-    assert_near(theory_activation_layer_bytes(&m, b, 1, false, THEORY_RECOMPUTE_NONE),
+    assert_near(theory_activation_layer_bytes(&m, b, 1, false, RECOMPUTE_NONE),
                 34 * sbh + 5 * a * s * s * b, 1e-12);
-    assert_near(theory_activation_layer_bytes(&m, b, 1, false, THEORY_RECOMPUTE_SELECTIVE), 34 * sbh, 1e-12);
-    assert_near(theory_activation_layer_bytes(&m, b, 1, false, THEORY_RECOMPUTE_FULL), 2 * sbh, 1e-12);
-    assert_near(theory_activation_layer_bytes(&m, b, 2, false, THEORY_RECOMPUTE_NONE),
+    assert_near(theory_activation_layer_bytes(&m, b, 1, false, RECOMPUTE_SELECTIVE), 34 * sbh, 1e-12);
+    assert_near(theory_activation_layer_bytes(&m, b, 1, false, RECOMPUTE_FULL), 2 * sbh, 1e-12);
+    assert_near(theory_activation_layer_bytes(&m, b, 2, false, RECOMPUTE_NONE),
                 sbh * (10 + 24.0 / 2 + 5 * a * s / (h * 2)), 1e-12);
-    assert_near(theory_activation_layer_bytes(&m, b, 2, true, THEORY_RECOMPUTE_NONE),
+    assert_near(theory_activation_layer_bytes(&m, b, 2, true, RECOMPUTE_NONE),
                 sbh / 2 * (34 + 5 * a * s / h), 1e-12);
-    assert_near(theory_activation_layer_bytes(&m, b, 4, true, THEORY_RECOMPUTE_SELECTIVE), 34 * sbh / 4, 1e-12);
+    assert_near(theory_activation_layer_bytes(&m, b, 4, true, RECOMPUTE_SELECTIVE), 34 * sbh / 4, 1e-12);
 }
 
 static void test_hardware_flops(void **state) {
@@ -212,9 +212,9 @@ static void test_hardware_flops(void **state) {
     theory_model_from_config(&m, &c);
     double psi = theory_param_count(&m).total;
     struct theory_flops f = theory_flops_per_token(&m, psi);
-    assert_near(theory_hardware_flops_per_token(&m, psi, THEORY_RECOMPUTE_NONE), f.model, 1e-12);
-    assert_near(theory_hardware_flops_per_token(&m, psi, THEORY_RECOMPUTE_FULL), f.model * 4 / 3, 1e-12);
-    assert_near(theory_hardware_flops_per_token(&m, psi, THEORY_RECOMPUTE_SELECTIVE), f.dense + 2 * f.attention,
+    assert_near(theory_hardware_flops_per_token(&m, psi, RECOMPUTE_NONE), f.model, 1e-12);
+    assert_near(theory_hardware_flops_per_token(&m, psi, RECOMPUTE_FULL), f.model * 4 / 3, 1e-12);
+    assert_near(theory_hardware_flops_per_token(&m, psi, RECOMPUTE_SELECTIVE), f.dense + 2 * f.attention,
                 1e-12);
 }
 
@@ -245,7 +245,7 @@ static void test_layouts_and_smallest_fit(void **state) {
     theory_model_from_config(&m, &c);
     struct theory_dtypes dt = theory_dtypes_from_config(&c);
     double psi = pl->params.total;
-    assert_int_equal(theory_smallest_fit(&m, &dt, psi, 1, 4e6, 1, THEORY_RECOMPUTE_SELECTIVE, 96e9, n - 1, NULL), 0);
+    assert_int_equal(theory_smallest_fit(&m, &dt, psi, 1, 4e6, 1, RECOMPUTE_SELECTIVE, 96e9, n - 1, NULL), 0);
     struct theory_cluster cl = {.devices = n, .memory = 96e9, .peak_flops = 4.59e14, .mfu = 0.4,
                                 .link_bandwidth = 4.5e10};
     struct theory_layout_eval e = theory_layout_evaluate(&m, &dt, psi, 1, 4e6, best, &cl);

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "checkpoint.h"
+#include "ckpt_whole.h"
 #include "crc32c.h"
 #include "file_fixture.h"
 #include "fileio.h"

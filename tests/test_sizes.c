@@ -88,9 +88,9 @@ static void test_405b_korthikanti_layer(void **state) {
     const uint64_t s = T405, b = B405, h = C405, dh = C405 / NH405;
     const uint64_t kept = 14 * h + 4 * (uint64_t)NKV405 * dh + 6 * (uint64_t)F405;
     const uint64_t scores = 5 * (uint64_t)NH405 * s;
-    assert_exact(theory_activation_layer_bytes(&m, B405, 1, false, THEORY_RECOMPUTE_NONE), s * b * (kept + scores));
-    assert_exact(theory_activation_layer_bytes(&m, B405, 1, false, THEORY_RECOMPUTE_SELECTIVE), s * b * kept);
-    assert_exact(theory_activation_layer_bytes(&m, B405, 1, false, THEORY_RECOMPUTE_FULL), 2 * s * b * h);
+    assert_exact(theory_activation_layer_bytes(&m, B405, 1, false, RECOMPUTE_NONE), s * b * (kept + scores));
+    assert_exact(theory_activation_layer_bytes(&m, B405, 1, false, RECOMPUTE_SELECTIVE), s * b * kept);
+    assert_exact(theory_activation_layer_bytes(&m, B405, 1, false, RECOMPUTE_FULL), 2 * s * b * h);
 }
 
 /* The trainer's own activation formula (model/gpt.c's tensors, bf16):

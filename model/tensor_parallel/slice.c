@@ -31,7 +31,7 @@ int64_t vocab_slice_real_rows(struct vocab_slice s) {
 struct tp_slice tp_rank_slice(const struct model_layout *lay, bool sequence_parallel) {
     const struct model_shape *s = &lay->shape;
     int tp = lay->rank.tp, r = lay->rank.tp_rank;
-    int heads = s->NH / tp, fc = 4 * s->C / tp, positions = sequence_parallel ? s->T / tp : s->T;
+    int heads = s->NH / tp, fc = mlp_width(s) / tp, positions = sequence_parallel ? s->T / tp : s->T;
     return (struct tp_slice){.head0 = r * heads, .heads = heads, .features = s->C / tp, .fc0 = r * fc, .fc = fc,
                              .position0 = sequence_parallel ? r * positions : 0, .positions = positions,
                              .vocab = tp_vocab_slice(lay)};

@@ -70,7 +70,7 @@ static int fits_int(struct collectives *c, size_t chunk) {
 /* In place, split so each call's count fits MPI's int; elementwise, so
  * the split changes nothing. */
 static void all_reduce(struct collectives *c, void *buf, size_t n, enum dtype dt, MPI_Op op, enum coll_kind k) {
-    double t0 = now_s();
+    double t0 = monotonic_seconds();
     size_t esz = dtype_size(dt);
     for (size_t done = 0; c->size > 1 && done < n;) {
         size_t part = n - done < (size_t)INT_MAX ? n - done : (size_t)INT_MAX;
@@ -89,7 +89,7 @@ static void all_reduce_max(struct collectives *c, void *buf, size_t n, enum dtyp
 }
 
 static void reduce_scatter_sum(struct collectives *c, void *buf, size_t chunk, enum dtype dt) {
-    double t0 = now_s();
+    double t0 = monotonic_seconds();
     /* In place, MPI reads size x chunk values from buf and writes this
      * rank's reduced chunk to the start of buf: the seam's contract. */
     if (c->size > 1) {
@@ -100,7 +100,7 @@ static void reduce_scatter_sum(struct collectives *c, void *buf, size_t chunk, e
 }
 
 static void all_gather(struct collectives *c, void *buf, size_t chunk, enum dtype dt) {
-    double t0 = now_s();
+    double t0 = monotonic_seconds();
     if (c->size > 1) {
         if (!fits_int(c, chunk)) return;
         MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)chunk, mpi_type(c, dt), impl_of(c)->comm);
@@ -137,7 +137,7 @@ static int post_iallgather(struct collectives *c, void *buf, int count, MPI_Data
 static struct coll_request post_collective(struct collectives *c, const char *call, nb_post_fn fn, void *buf,
                                            size_t count, enum dtype dt, enum coll_kind k, double factor,
                                            double full_bytes) {
-    double t0 = now_s();
+    double t0 = monotonic_seconds();
     if (!fits_int(c, count)) return (struct coll_request){.slot = -1};
     int slot = mpi_request_claim(c, call);
     if (slot < 0) return (struct coll_request){.slot = -1};
@@ -166,7 +166,7 @@ static struct coll_request iall_gather(struct collectives *c, void *buf, size_t 
 }
 
 static void all_reduce_scalars(struct collectives *c, double *values, int n) {
-    double t0 = now_s();
+    double t0 = monotonic_seconds();
     if (c->size > 1 && n > 0) MPI_Allreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE, MPI_SUM, impl_of(c)->comm);
     count(c, COLL_SCALAR, 2.0, 8.0 * (double)n, t0);
 }

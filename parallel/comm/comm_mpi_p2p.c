@@ -58,7 +58,7 @@ static int check_count(struct collectives *c, const char *call, const MPI_Status
 }
 
 static int p2p_send(struct collectives *c, const void *buf, size_t n, enum dtype dt, int peer, int tag) {
-    double t0 = now_s();
+    double t0 = monotonic_seconds();
     if (check_args(c, "send", n, peer, tag) != 0) return -1;
     struct mpi_impl *m = impl_of(c);
     int rc = (m->sync_sends ? MPI_Ssend : MPI_Send)(buf, (int)n, mpi_type(c, dt), peer, tag, m->comm);
@@ -68,7 +68,7 @@ static int p2p_send(struct collectives *c, const void *buf, size_t n, enum dtype
 }
 
 static int p2p_recv(struct collectives *c, void *buf, size_t n, enum dtype dt, int peer, int tag) {
-    double t0 = now_s();
+    double t0 = monotonic_seconds();
     if (check_args(c, "recv", n, peer, tag) != 0) return -1;
     MPI_Status st;
     int rc = MPI_Recv(buf, (int)n, mpi_type(c, dt), peer, tag, impl_of(c)->comm, &st);
@@ -110,7 +110,7 @@ struct coll_request mpi_request_abandon(struct collectives *c, int slot, const c
 /* Posts an isend (recv_buf NULL) or an irecv into a free slot. */
 static struct coll_request post(struct collectives *c, const char *call, const void *send_buf, void *recv_buf,
                                 size_t n, enum dtype dt, int peer, int tag) {
-    double t0 = now_s();
+    double t0 = monotonic_seconds();
     if (check_args(c, call, n, peer, tag) != 0) return failed_request;
     int slot = mpi_request_claim(c, call);
     if (slot < 0) return failed_request;
@@ -135,7 +135,7 @@ static struct coll_request p2p_irecv(struct collectives *c, void *buf, size_t n,
 }
 
 static int p2p_wait(struct collectives *c, struct coll_request r) {
-    double t0 = now_s();
+    double t0 = monotonic_seconds();
     struct mpi_impl *m = impl_of(c);
     if (r.slot < 0 || r.slot >= COLL_MAX_REQUESTS || !m->requests[r.slot].busy ||
         m->requests[r.slot].serial != r.serial)
@@ -147,12 +147,12 @@ static int p2p_wait(struct collectives *c, struct coll_request r) {
     int rc = MPI_SUCCESS;
     if (!s->done) {
         rc = MPI_Wait(&s->req, &s->status); /* req becomes MPI_REQUEST_NULL */
-        s->done_at = now_s();
+        s->done_at = monotonic_seconds();
     }
     struct mpi_request_slot done = *s;
     *s = (struct mpi_request_slot){.req = MPI_REQUEST_NULL}; /* the slot is free again */
     c->counters.seconds += done.done_at - done.posted_at;
-    double t1 = now_s();
+    double t1 = monotonic_seconds();
     c->counters.exposed_seconds += t1 - t0;
     trace_comm(c, TRACE_CALL_WAIT, done.kind, done.bytes, done.peer, t0, t1);
     if (rc != MPI_SUCCESS) return mpi_failed(c, "wait", rc);
@@ -163,7 +163,7 @@ static int p2p_wait(struct collectives *c, struct coll_request r) {
  * advance only inside MPI calls move, and dates completions for `seconds`.
  * An error is left for wait to report: it keeps the slot pending. */
 static void progress(struct collectives *c) {
-    double t0 = now_s();
+    double t0 = monotonic_seconds();
     struct mpi_impl *m = impl_of(c);
     for (int i = 0; i < COLL_MAX_REQUESTS; i++) {
         struct mpi_request_slot *s = &m->requests[i];
@@ -171,10 +171,10 @@ static void progress(struct collectives *c) {
         int flag = 0;
         if (MPI_Test(&s->req, &flag, &s->status) == MPI_SUCCESS && flag) {
             s->done = true;
-            s->done_at = now_s();
+            s->done_at = monotonic_seconds();
         }
     }
-    c->counters.exposed_seconds += now_s() - t0;
+    c->counters.exposed_seconds += monotonic_seconds() - t0;
 }
 
 void mpi_p2p_install(struct collectives *c) {

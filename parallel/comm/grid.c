@@ -45,9 +45,10 @@ int grid_init(struct grid *g, int tp, int pp, char err[GRID_ERR_LEN]) {
     }
     int dp = world / (tp * pp);
     *g = (struct grid){.world_rank = rank, .world_size = world, .dp = dp, .tp = tp, .pp = pp};
-    g->tp_rank = rank % tp;
-    g->dp_rank = rank / tp % dp;
-    g->pp_rank = rank / (tp * dp);
+    struct grid_coords at = grid_coords_of(rank, dp, tp);
+    g->dp_rank = at.dp_rank;
+    g->tp_rank = at.tp_rank;
+    g->pp_rank = at.pp_rank;
 
     /* The tie pair shares (dp_rank, tp_rank), like a pp group, and is
      * ordered by stage. A middle stage takes a color of its own (past every

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <mpi.h>
 #include <stdbool.h>
-#include <time.h>
+#include "clock.h"
 
 #include "collectives.h"
 #include "trace.h"
@@ -47,17 +47,11 @@ struct mpi_impl {
 
 static inline struct mpi_impl *impl_of(struct collectives *c) { return c->impl; }
 
-static inline double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static inline MPI_Datatype mpi_type(struct collectives *c, enum dtype dt) {
     return dt == DTYPE_FP32 ? MPI_FLOAT : impl_of(c)->bf16_type;
 }
 
-/* One span of the table's trace (include/trace.h) from t0 to t1 (now_s
+/* One span of the table's trace (include/trace.h) from t0 to t1 (monotonic_seconds
  * seconds, the same clock), for a call of kind k; peer: -1 for collectives. */
 static inline void trace_comm(struct collectives *c, enum trace_call call, enum coll_kind k, double bytes, int peer,
                               double t0, double t1) {
@@ -75,7 +69,7 @@ static inline void trace_comm(struct collectives *c, enum trace_call call, enum 
  * flight and exposed alike), and its trace span. peer: point to point's,
  * -1 for a collective. */
 static inline void count_call(struct collectives *c, enum coll_kind k, double bytes, int peer, double t0) {
-    double t1 = now_s(), dt = t1 - t0;
+    double t1 = monotonic_seconds(), dt = t1 - t0;
     c->counters.bytes[k] += bytes;
     c->counters.calls[k]++;
     c->counters.seconds += dt;
@@ -88,7 +82,7 @@ static inline void count_call(struct collectives *c, enum coll_kind k, double by
  * slot keeps kind, bytes and peer for the wait's trace span. */
 static inline void count_post(struct collectives *c, struct coll_request r, enum coll_kind k, double bytes, int peer,
                               double t0) {
-    double t1 = now_s();
+    double t1 = monotonic_seconds();
     c->counters.bytes[k] += bytes;
     c->counters.calls[k]++;
     c->counters.exposed_seconds += t1 - t0;

@@ -2,15 +2,8 @@
  * orders are in order.c). */
 #include "schedule.h"
 
-#include <time.h>
-
+#include "clock.h"
 #include "pipe_messages.h"
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 int pipeline_init(struct pipeline *p, struct engine *e, struct collectives *pp, enum schedule_kind kind, int m,
                   struct mem_tracker *mem) {
@@ -52,16 +45,16 @@ static size_t act_numel(const struct pipeline *p) { return engine_stage_numel(p-
 /* Waits for a pending send; the time counts as waiting. */
 static void wait_send(struct pipeline *p, struct coll_request *r, bool *pending) {
     if (!*pending) return;
-    double t0 = now();
+    double t0 = monotonic_seconds();
     p->pp->wait(p->pp, *r);
-    p->last.waiting += now() - t0;
+    p->last.waiting += monotonic_seconds() - t0;
     *pending = false;
 }
 
 static void receive(struct pipeline *p, void *buf, int peer, int tag) {
-    double t0 = now();
+    double t0 = monotonic_seconds();
     p->pp->recv(p->pp, buf, act_numel(p), p->e->o.act_dtype, peer, tag);
-    p->last.waiting += now() - t0;
+    p->last.waiting += monotonic_seconds() - t0;
 }
 
 /* Every rank draws every micro-batch once, in order: the last stage when
@@ -89,11 +82,11 @@ static double forward(struct pipeline *p, int c, int k, float dloss, const struc
     wait_send(p, &p->act_sent[slot], &p->act_pending[slot]);
     if (m.in) receive(p, engine_stage_input(e, slot), m.in->peer, m.in->tag);
     struct mb_input in = {.inputs = inputs, .targets = targets};
-    double t0 = now();
+    double t0 = monotonic_seconds();
     int ev = trace_begin_chunk(src->trace, TRACE_FORWARD, k, c);
     double loss = engine_forward(e, slot, &in, NULL, dloss);
     trace_end(src->trace, ev);
-    p->last.busy += now() - t0;
+    p->last.busy += monotonic_seconds() - t0;
     if (m.out) {
         wait_send(p, &p->act_sent[slot], &p->act_pending[slot]);
         p->act_sent[slot] = p->pp->isend(p->pp, engine_stage_output(e, slot), act_numel(p), e->o.act_dtype,
@@ -114,11 +107,11 @@ static void backward(struct pipeline *p, int c, int k, struct trace *trace) {
         dx_in = engine_stage_output(e, slot);
         receive(p, dx_in, m.in->peer, m.in->tag);
     }
-    double t0 = now();
+    double t0 = monotonic_seconds();
     int ev = trace_begin_chunk(trace, TRACE_BACKWARD, k, c);
     engine_backward(e, slot, dx_in, dx_out);
     trace_end(trace, ev);
-    p->last.busy += now() - t0;
+    p->last.busy += monotonic_seconds() - t0;
     if (dx_out) {
         p->grad_sent[slot] = p->pp->isend(p->pp, dx_out, act_numel(p), e->o.act_dtype, m.out->peer, m.out->tag);
         p->grad_pending[slot] = true;
@@ -135,7 +128,7 @@ static void drain(struct pipeline *p) {
 double pipeline_step(struct pipeline *p, float dloss, const struct batch_source *src, int32_t *inputs,
                      int32_t *targets) {
     p->last = (struct schedule_timing){0};
-    double t0 = now(), loss = 0.0;
+    double t0 = monotonic_seconds(), loss = 0.0;
     for (int i = 0; i < 2 * p->m * p->v; i++) {
         const struct pipe_op *op = &p->ops[i];
         if (op->kind == PIPE_FORWARD) loss += forward(p, op->chunk, op->micro_batch, dloss, src, inputs, targets);
@@ -145,11 +138,11 @@ double pipeline_step(struct pipeline *p, float dloss, const struct batch_source 
     /* the step's pipeline ends when its last stage-0 backward does: a stage
      * that finishes earlier idles until then, and that idle is bubble */
     if (p->pp->size > 1) {
-        double t1 = now();
+        double t1 = monotonic_seconds();
         p->pp->barrier(p->pp);
-        p->last.waiting += now() - t1;
+        p->last.waiting += monotonic_seconds() - t1;
     }
-    p->last.total = now() - t0;
+    p->last.total = monotonic_seconds() - t0;
     return loss;
 }
 

@@ -106,7 +106,7 @@ void zero_reduce_grads(struct zero *z) {
 double zero_grad_norm(struct zero *z) {
     double sq = local_grad_sum_squares(z);
     if (z->o.stage > 0) z->dp->all_reduce_scalars(z->dp, &sq, 1);
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < NORM_GROUP_NUM; k++)
         if (z->norm_groups[k] && z->norm_groups[k]->size > 1) z->norm_groups[k]->all_reduce_scalars(z->norm_groups[k], &sq, 1);
     return sqrt(sq);
 }
@@ -192,9 +192,7 @@ void zero_gather_unit(struct zero *z, enum zero_state which, int u, void *work) 
     else if (which == STATE_MASTER) buf_copy(mine, z->st.master + state_index(z, u, lo), (hi - lo) * elem);
     else opt_unit_to_fp32(z, which, u, lo, (float *)mine);
     if (sharded) {
-        struct comm_counters step_counts = z->dp->counters; /* checkpoint traffic is not a step's */
-        z->dp->all_gather(z->dp, w, chunk, dt);
-        z->dp->counters = step_counts;
+        coll_all_gather_uncounted(z->dp, w, chunk, dt); /* checkpoint traffic is not a step's */
     }
 }
 
@@ -264,13 +262,6 @@ static float *absmax_of(const struct zero *z, enum zero_state which) {
     return which == STATE_OPT1 ? z->st.absmax1 : z->st.absmax2;
 }
 
-/* Checkpoint traffic is not a step's: the counters are put back. */
-static void gather_uncounted(struct zero *z, void *buf, size_t chunk) {
-    struct comm_counters step_counts = z->dp->counters;
-    z->dp->all_gather(z->dp, buf, chunk, DTYPE_FP32);
-    z->dp->counters = step_counts;
-}
-
 /* The gathered rank slots of work compacted in place by memmove, which
  * needs the bytes on the host: done in host, a host mirror of work's
  * first `mirror` bytes when work is device memory (copied there and back:
@@ -297,7 +288,7 @@ void zero_gather_unit_codes(struct zero *z, enum zero_state which, int u, void *
         if (g->unit == u && g->quantized) buf_copy(mine + (g->lo - origin), codes_of(z, which) + g->q_offset, g->hi - g->lo);
     }
     if (!sharded) return;
-    gather_uncounted(z, w, slot / 4);
+    coll_all_gather_uncounted(z->dp, w, slot / 4, DTYPE_FP32); /* checkpoint traffic */
     /* slots to slices */
     unsigned char *h = compact_begin(work, host, R * slot);
     for (size_t r = 1; r < R; r++) memmove(h + r * chunk, h + r * slot, chunk);
@@ -318,7 +309,7 @@ void zero_gather_unit_absmax(struct zero *z, enum zero_state which, int u, const
         n += seg_blocks(g);
     }
     if (!sharded) return;
-    gather_uncounted(z, w, chunk);
+    coll_all_gather_uncounted(z->dp, w, chunk, DTYPE_FP32); /* checkpoint traffic */
     float *h = compact_begin(work, host, R * chunk * sizeof *w);
     for (size_t r = 1; r < R; r++)
         memmove(h + (first[row + r] - first[row]), h + r * chunk, (first[row + r + 1] - first[row + r]) * sizeof *h);

@@ -11,6 +11,7 @@
  *  - ranges outside a tensor are refused;
  *  - llmc_load puts every tensor where the layout says. */
 #include "checkpoint.h"
+#include "../ckpt_whole.h"
 #include "config.h"
 #include "fuzz_input.h"
 

@@ -11,6 +11,7 @@
  *    message (a non-finite value in an fp32 or bf16 section);
  *  - ranges outside a section are refused. */
 #include "checkpoint.h"
+#include "../ckpt_whole.h"
 #include "fuzz_input.h"
 
 #include <stdint.h>

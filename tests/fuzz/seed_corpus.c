@@ -11,6 +11,7 @@
  *   config/crlf.conf      comments, blank lines, tabs, CRLF line ends
  * Usage: seed_corpus KJV_TXT CORPUS_DIR (run by `make fuzz-corpus`). */
 #include "checkpoint.h"
+#include "../ckpt_whole.h"
 #include "config.h"
 #include "data.h"
 

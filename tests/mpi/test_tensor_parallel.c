@@ -281,7 +281,7 @@ static void check_case(const struct variant *v) {
     if (WORLD_RANK == 0) {
         for (int s = 0; s < STEPS; s++) worst_loss = fmax(worst_loss, fabs(ref.loss[s] - run.loss[s]));
         ok = ok && worst_loss <= v->loss_tol && ref.loss[STEPS - 1] < ref.loss[0] - 0.3;
-        static const char *const opt[] = {"adamw", "adamw8bit", "sgd"}, *const rec[] = {"none", "full", "selective"};
+        static const char *const opt[] = {"adamw", "adamw8bit", "sgd"}, *const rec[] = {"none", "selective", "full"};
         printf("  dp %d x tp %d x pp %d%s ZeRO-%d %s %s recompute %s: loss %.5f -> %.5f, max |loss diff| %.2e, "
                "max |param diff| %.2e, %zu replicated params %s across tp\n",
                dp, tp, v->pp, v->sp ? " sequence parallel" : "", v->zero, dtype_name(v->dt), opt[v->optimizer],

@@ -148,7 +148,7 @@ static void check_case(int stage, enum dtype dt, struct variant v, double loss_t
             worst_w = d > worst_w ? d : worst_w;
         }
         ok = ok && worst_loss <= loss_tol && ref.loss[STEPS - 1] < ref.loss[0] - 0.3;
-        static const char *const opt[] = {"adamw", "adamw8bit", "sgd"}, *const rec[] = {"none", "full", "selective"};
+        static const char *const opt[] = {"adamw", "adamw8bit", "sgd"}, *const rec[] = {"none", "selective", "full"};
         printf("  N=%d ZeRO-%d %s %s recompute %s: loss %.4f -> %.4f, max |loss diff| %.2e, max |param diff| %.2e\n",
                N, stage, dtype_name(dt), opt[v.optimizer], rec[v.recompute], ref.loss[0], ref.loss[STEPS - 1],
                worst_loss, worst_w);

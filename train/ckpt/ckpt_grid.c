@@ -44,21 +44,21 @@ enum {
 /* Point to point on group c, uncounted, in pieces; bytes travel as fp32
  * words (bitwise: the transfer does not convert). */
 static void send_words(struct collectives *c, const void *buf, size_t words, int peer) {
-    struct comm_counters counts = c->counters;
+    struct coll_uncounted u = coll_uncounted_begin(c);
     for (size_t at = 0; at < words; at += ROUTE_PIECE_WORDS) {
         size_t n = words - at < ROUTE_PIECE_WORDS ? words - at : ROUTE_PIECE_WORDS;
         c->send(c, (const float *)buf + at, n, DTYPE_FP32, peer, ROUTE_TAG);
     }
-    c->counters = counts;
+    coll_uncounted_end(u);
 }
 
 static void recv_words(struct collectives *c, void *buf, size_t words, int peer) {
-    struct comm_counters counts = c->counters;
+    struct coll_uncounted u = coll_uncounted_begin(c);
     for (size_t at = 0; at < words; at += ROUTE_PIECE_WORDS) {
         size_t n = words - at < ROUTE_PIECE_WORDS ? words - at : ROUTE_PIECE_WORDS;
         c->recv(c, (float *)buf + at, n, DTYPE_FP32, peer, ROUTE_TAG);
     }
-    c->counters = counts;
+    coll_uncounted_end(u);
 }
 
 void ckpt_route_to_root(struct grid *g, int stage, int tp_rank, void *buf, size_t bytes) {
@@ -74,15 +74,5 @@ void ckpt_route_to_root(struct grid *g, int stage, int tp_rank, void *buf, size_
     if (tp_rank != 0) {
         if (ckpt_is_source(g, 0, tp_rank)) send_words(&g->tp_comm, buf, words, 0);
         else if (root) recv_words(&g->tp_comm, buf, words, tp_rank);
-    }
-}
-
-void ckpt_world_sum(struct grid *g, double *values, int n) {
-    /* dp, then tp, then pp: every rank of the world (dp x tp x pp) */
-    struct collectives *groups[] = {&g->dp_comm, &g->tp_comm, &g->pp_comm};
-    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) {
-        struct comm_counters counts = groups[i]->counters;
-        groups[i]->all_reduce_scalars(groups[i], values, n);
-        groups[i]->counters = counts;
     }
 }

@@ -53,8 +53,4 @@ size_t ckpt_staging_bytes(const struct config *c, const struct grid *g, size_t o
  * rank 0 then holds the data; the other ranks return at once. */
 void ckpt_route_to_root(struct grid *g, int stage, int tp_rank, void *buf, size_t bytes);
 
-/* In place: the sum over every rank of the world of n doubles
- * (bookkeeping: counters put back). Collective over the grid. */
-void ckpt_world_sum(struct grid *g, double *values, int n);
-
 #endif

@@ -174,7 +174,7 @@ static int parse_header(const int32_t h[LLMC_HEADER_INTS], const char *path, str
      * otherwise could not be laid out, so say so here rather than later.
      * Padded in 64 bits: a vocab_size within 127 of INT32_MAX pads past it
      * (padded_vocab's int would overflow), and then no Vp matches. */
-    const long long want_vp = ((long long)h[H_V] + 127) / 128 * 128;
+    const long long want_vp = ((long long)h[H_V] + VOCAB_PAD - 1) / VOCAB_PAD * VOCAB_PAD;
     if (h[H_VP] != want_vp) {
         snprintf(err, CKPT_ERR_LEN, "%.300s: padded_vocab_size is %d but vocab_size %d pads to %lld", path,
                  (int)h[H_VP], (int)h[H_V], want_vp);
@@ -426,42 +426,4 @@ int llmc_commit(struct llmc_writer *w, char err[CKPT_ERR_LEN]) {
     int rc = atomic_commit(&w->af, err);
     writer_release(w);
     return rc;
-}
-
-/* ---- whole buffers ---- */
-
-/* The tensor as it lies in a flat parameter buffer of layout lay. */
-static struct tensor_info buffer_tensor(const struct model_layout *lay, struct tensor_id id) {
-    return id.layer >= 0 ? layout_layer_tensor(lay, id.layer, (enum layer_tensor)id.kind)
-                         : model_tensor(lay, (enum model_tensor)id.kind);
-}
-
-int llmc_load(const char *path, const struct model_layout *lay, void *params, enum dtype param_dt,
-              char err[CKPT_ERR_LEN]) {
-    if (check_dtype(param_dt, "llmc_load params", err)) return -1;
-    struct llmc_reader r;
-    if (llmc_open(&r, path, &lay->shape, err)) return -1;
-    int rc = 0;
-    for (int i = 0; rc == 0 && i < num_tensors(lay); i++) { /* file order: sequential reads */
-        struct tensor_id id = file_order(lay, i);
-        struct tensor_info t = buffer_tensor(lay, id);
-        rc = llmc_read(&r, id, 0, t.numel, (char *)params + t.offset * dtype_size(param_dt), param_dt, err);
-    }
-    llmc_close(&r);
-    return rc;
-}
-
-int llmc_save(const char *path, const struct model_layout *lay, const void *params, enum dtype param_dt,
-              enum dtype file_dt, char err[CKPT_ERR_LEN]) {
-    if (check_dtype(param_dt, "llmc_save params", err)) return -1;
-    struct llmc_writer w;
-    if (llmc_create(&w, path, &lay->shape, file_dt, err)) return -1;
-    for (int i = 0; i < num_tensors(lay); i++) {
-        struct tensor_id id = file_order(lay, i);
-        struct tensor_info t = buffer_tensor(lay, id);
-        /* A failed write has abandoned the file already. */
-        if (llmc_write(&w, id, 0, t.numel, (const char *)params + t.offset * dtype_size(param_dt), param_dt, err))
-            return -1;
-    }
-    return llmc_commit(&w, err);
 }

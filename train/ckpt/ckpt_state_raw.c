@@ -70,12 +70,12 @@ int raw_plan(struct trainer *tr, struct raw_plan *p) {
                                   sizeof p->span_host) != 0;
     /* agreed first, so every rank makes the same calls below */
     double failed = p->failed;
-    ckpt_world_sum(g, &failed, 1);
+    grid_sum_uncounted(g, &failed, 1);
     if (failed == 0.0) {
         /* every holder's block count, from its source, summed over the world */
         for (int h = 0; h < H; h++) count[h] = 0.0;
         if (g->dp_rank == 0) count[holder_index(g, g->pp_rank, g->tp_rank)] = (double)p->first[cells - 1];
-        ckpt_world_sum(g, count, H);
+        grid_sum_uncounted(g, count, H);
         size_t at = 0;
         for (int h = 0; h < H; h++) p->base[h] = at, at += (size_t)count[h];
         p->base[H] = at;

@@ -20,6 +20,8 @@ struct key {
     const char *help;
     double min, max;                     /* numeric keys: inclusive range */
     const char *choices[MAX_CHOICES + 1]; /* KEY_CHOICE: names, index = enum value */
+    bool planner_only; /* the planner's model keys: build/train refuses all but their defaults
+                        * (trainer_check_layout) and leaves them out of its --help */
 };
 
 #define F(field) offsetof(struct config, field)
@@ -32,9 +34,9 @@ static const struct key KEYS[] = {
     {"seq_len", KEY_INT, F(seq_len), "64", "sequence length (T)", NUM(1, 65536)},
     {"max_seq_len", KEY_INT, F(max_seq_len), "0", "position-embedding rows (llm.c's max_seq_len), >= seq_len; 0: seq_len, or the --init_from file's", NUM(0, 65536)},
     {"vocab_size", KEY_INT, F(vocab_size), "256", "vocabulary (V); padded to a multiple of 128 internally", NUM(2, 1 << 20)},
-    {"arch", KEY_CHOICE, F(arch), "gpt2", "architecture: gpt2 (LayerNorm, GELU, biases, tied) or llama (RMSNorm, SwiGLU, GQA, RoPE, untied)", .choices = {"gpt2", "llama"}},
-    {"n_kv_head", KEY_INT, F(n_kv_head), "0", "key/value heads for GQA; 0: n_head; must divide n_head", NUM(0, 1024)},
-    {"ffn_dim", KEY_INT, F(ffn_dim), "0", "MLP inner size (F); 0: 4 * d_model", NUM(0, 1 << 20)},
+    {"arch", KEY_CHOICE, F(arch), "gpt2", "architecture: gpt2 (LayerNorm, GELU, biases, tied) or llama (RMSNorm, SwiGLU, GQA, RoPE, untied)", .choices = {"gpt2", "llama"}, .planner_only = true},
+    {"n_kv_head", KEY_INT, F(n_kv_head), "0", "key/value heads for GQA; 0: n_head; must divide n_head", NUM(0, 1024), .planner_only = true},
+    {"ffn_dim", KEY_INT, F(ffn_dim), "0", "MLP inner size (F); 0: 4 * d_model", NUM(0, 1 << 20), .planner_only = true},
     {"init_std", KEY_FLOAT, F(init_std), "0.02", "std of the normal weight init (GPT-2)", NUM(0, 10)},
     {"micro_batch", KEY_INT, F(micro_batch), "4", "sequences per micro-batch (B)", NUM(1, 1 << 20)},
     {"grad_accum", KEY_INT, F(grad_accum), "1", "micro-batches accumulated per optimizer step", NUM(1, 1 << 20)},
@@ -42,7 +44,7 @@ static const struct key KEYS[] = {
     {"momentum", KEY_FLOAT, F(momentum), "0.9", "sgd: momentum", NUM(0, 0.999999)},
     {"nesterov", KEY_BOOL, F(nesterov), "0", "sgd: Nesterov momentum", NUM(0, 1)},
     {"min_8bit_size", KEY_INT, F(min_8bit_size), "4096", "adamw8bit: tensors with fewer elements keep 32-bit states", NUM(0, INT_MAX)},
-    {"recompute", KEY_CHOICE, F(recompute), "none", "activation checkpointing: keep all, keep only layer inputs (full), or drop attention probabilities (selective; with --attention flash there are none to drop: the same as none)", .choices = {"none", "full", "selective"}},
+    {"recompute", KEY_CHOICE, F(recompute), "none", "activation checkpointing: keep all, drop attention probabilities (selective; with --attention flash there are none to drop: the same as none), or keep only layer inputs (full)", .choices = {"none", "selective", "full"}},
     {"attention", KEY_CHOICE, F(attention), "plain", "attention kernels: plain (saves the B NH T^2 probabilities) or flash (saves each row's log-sum-exp, B NH T fp32, and recomputes the probabilities in backward; FlashAttention-2: on a GPU the fused kernel with bf16 operands, on the CPU the same algorithm in fp32); with flash, recompute selective is the same as none (nothing left to drop)", .choices = {"plain", "flash"}},
     {"steps", KEY_INT, F(steps), "100", "optimizer steps to run", NUM(0, INT_MAX)},
     {"warmup_steps", KEY_INT, F(warmup_steps), "0", "linear LR warmup steps", NUM(0, INT_MAX)},
@@ -347,12 +349,13 @@ static void format_value(const struct config *c, const struct key *k, char *out,
     }
 }
 
-void config_print_help(FILE *f, const char *program) {
+void config_print_help(FILE *f, const char *program, bool planner_keys) {
     fprintf(f, "usage: %s [--config FILE] [--key value ...]\n\n", program);
     fprintf(f, "Keys may be set in a config file (key = value) or on the command line\n");
     fprintf(f, "(--key value or --key-name value); the command line wins.\n\n");
     for (int i = 0; i < NUM_KEYS; i++) {
         const struct key *k = &KEYS[i];
+        if (k->planner_only && !planner_keys) continue;
         char choices[128] = "";
         if (k->type == KEY_CHOICE) {
             size_t n = (size_t)snprintf(choices, sizeof choices, " {");

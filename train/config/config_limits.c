@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-enum { MAX_FACTORS = 4, VOCAB_PAD = 128 };
+enum { MAX_FACTORS = 4 };
 
 /* One count: a product of n factors, times bytes per element. */
 struct size_check {
@@ -58,7 +58,7 @@ int config_check_sizes(const struct config *c, char err[CONFIG_ERR_LEN]) {
     const uint64_t L = (uint64_t)c->n_layer, C = (uint64_t)c->d_model, NH = (uint64_t)c->n_head;
     const uint64_t T = (uint64_t)c->seq_len, B = (uint64_t)c->micro_batch;
     const uint64_t maxT = c->max_seq_len > c->seq_len ? (uint64_t)c->max_seq_len : T; /* position rows */
-    const uint64_t F = c->ffn_dim > 0 ? (uint64_t)c->ffn_dim : 4 * C;
+    const uint64_t F = (uint64_t)config_mlp_width(c);
     const uint64_t Vp = ((uint64_t)c->vocab_size + VOCAB_PAD - 1) / VOCAB_PAD * VOCAB_PAD;
     /* per token of one layer: input, norm 1, q k v (3C at most), attention
      * out, residual, norm 2 (8C); MLP up/gate, activation, product (3F at

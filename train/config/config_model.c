@@ -20,7 +20,7 @@ struct engine_options trainer_engine_options(const struct config *c) {
         .nesterov = c->nesterov, .min_8bit_size = c->min_8bit_size};
     struct zero_options z = {.stage = c->zero, .param_dtype = c->param_dtype, .grad_dtype = c->grad_dtype,
                              .rounding = c->rounding, .seed = (uint64_t)c->seed, .optim = opt,
-                             .overlap = c->overlap, .ddp_bucket_bytes = (size_t)(c->ddp_bucket_mb * 1048576.0)};
+                             .overlap = c->overlap, .ddp_bucket_bytes = (size_t)(c->ddp_bucket_mb * MIB_BYTES)};
     return (struct engine_options){.micro_batch = c->micro_batch, .slots = 1, .act_dtype = c->act_dtype,
                                    .recompute = c->recompute, .attention = c->attention,
                                    .gemm_dtype = c->gemm_dtype,

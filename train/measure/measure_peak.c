@@ -20,7 +20,8 @@
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <time.h>
+
+#include "clock.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -106,19 +107,13 @@ static struct kernel widest_kernel(void) {
     return (struct kernel){"fmaf", chains_scalar, 1};
 }
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* FLOP/s of one trial: every thread runs the chains once. */
 static double trial(const struct kernel *k, int threads) {
     float sink = 0.0f;
-    double t0 = now();
+    double t0 = monotonic_seconds();
 #pragma omp parallel num_threads(threads) reduction(+ : sink)
     sink += k->run(ITERS, 1e-7f * (float)(omp_get_thread_num() + 1));
-    double dt = now() - t0;
+    double dt = monotonic_seconds() - t0;
     /* the chains' sum is used, so no compiler may drop them; it is never NaN */
     if (sink != sink) return 0.0;
     return 2.0 * k->lanes * CHAINS * (double)ITERS * threads / dt;
@@ -134,8 +129,8 @@ int peak_measure(struct peak_result *r, int threads, int min_trials, double seco
     struct kernel k = widest_kernel();
     *r = (struct peak_result){.threads = threads, .kernel = k.name};
     (void)trial(&k, threads); /* wakes the threads and moves the cores to their vector clock */
-    double start = now();
-    while (r->trials < PEAK_MAX_TRIALS && (r->trials < min_trials || now() - start < seconds))
+    double start = monotonic_seconds();
+    while (r->trials < PEAK_MAX_TRIALS && (r->trials < min_trials || monotonic_seconds() - start < seconds))
         r->trial[r->trials++] = trial(&k, threads);
     double sorted[PEAK_MAX_TRIALS];
     for (int i = 0; i < r->trials; i++) sorted[i] = r->trial[i];

@@ -11,7 +11,7 @@
 
 enum { MAX_RANK_COLUMNS = 4 };
 
-static double mib(double b) { return b / (1024.0 * 1024.0); }
+static double mib(double b) { return b / MIB_BYTES; }
 
 void rank_stats_collect(const struct trainer *tr, struct rank_stats *out) {
     const struct mem_tracker *m = &tr->mem;
@@ -119,7 +119,7 @@ static void rss_rows(FILE *out, FILE *json, const struct rank_stats *ranks, int 
     for (int r = 0; r < n; r++) col[r] = ranks[r].rss - ranks[r].tracked_peak;
     char rule[160];
     snprintf(rule, sizeof rule, "peak RSS - tracked peak; within the %.0f MiB library allowance%s at start-up and "
-                                "over the run: %s", allowance / 1048576.0, allowance > RSS_LIBRARY_ALLOWANCE ?
+                                "over the run: %s", mib(allowance), allowance > RSS_LIBRARY_ALLOWANCE ?
                                 " (CUDA's)" : "", within ? "yes" : "NO");
     row(out, "untracked", col, n, -1, rule);
     if (!json) return;

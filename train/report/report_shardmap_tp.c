@@ -47,10 +47,10 @@ void report_tp_map(FILE *out, const struct trainer *tr) {
     const struct config *c = tr->cfg;
     const struct grid *g = tr->grid;
     if (g->tp < 2) return;
-    int NHl = c->n_head / g->tp, Fl = 4 * c->d_model / g->tp;
+    int F = config_mlp_width(c), NHl = c->n_head / g->tp, Fl = F / g->tp;
     fprintf(out, "\ntensor-parallel map: tp = %d (Megatron: column-parallel QKV and FC after f, row-parallel "
                  "projections then g); %d of %d heads and %d of %d FC features per rank; rows x cols are the "
-                 "rank's shape\n", g->tp, NHl, c->n_head, Fl, 4 * c->d_model);
+                 "rank's shape\n", g->tp, NHl, c->n_head, Fl, F);
     for (int t = 0; t < g->tp; t++) {
         fprintf(out, "  tp rank %d (world ranks", t);
         for (int s = 0; s < g->pp; s++)

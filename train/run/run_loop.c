@@ -10,6 +10,7 @@
 
 #include "accounting.h"
 #include "checkpoint.h"
+#include "clock.h"
 #include "machine.h"
 #include "run_memcheck.h"
 #include "optim.h"
@@ -18,13 +19,6 @@
 #include "schedule.h"
 #include "run_stop_signal.h"
 #include "trace_file.h"
-
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 
 
@@ -90,9 +84,9 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     tr->cfg = cfg;
     tr->grid = grid;
     trainer_place(tr, dev);
-    tr->last_val_loss = -1.0;
+    tr->last_val_loss = NO_VAL_LOSS;
     progress_init(&tr->progress, progress_stdout_is_terminal());
-    double t_start = now();
+    double t_start = monotonic_seconds();
     int rc = trainer_agree(tr, config_check_grid(cfg, grid, err), err);
     if (rc == 0) rc = trainer_agree(tr, trainer_open_kernels(tr, err), err);
     if (rc == 0) rc = trainer_agree(tr, remove_stale_temps(cfg, grid, err), err);
@@ -114,8 +108,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     }
     /* this rank's part of the model (the split was checked by check_layout) */
     struct model_layout lay;
-    struct rank_place place = {.dp = grid->dp, .dp_rank = grid->dp_rank, .tp = grid->tp, .tp_rank = grid->tp_rank,
-                               .pp = grid->pp, .pp_rank = grid->pp_rank};
+    struct rank_place place = rank_place_of_grid(grid);
     if (rank_layout(cfg, place, &lay) != 0) {
         snprintf(err, TRAINER_ERR_LEN, "the model (n_layer %d, n_head %d, d_model %d) cannot be split over pp %d x tp %d",
                  cfg->n_layer, cfg->n_head, cfg->d_model, grid->pp, grid->tp);
@@ -135,7 +128,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
         return -1;
     }
     say(tr, "allocating %.1f MiB per rank (theory, rank 0) ...",
-        theory_trainer_memory(cfg, rank_place_of(cfg, grid->world_size, grid->world_rank)).total / 1048576.0);
+        theory_trainer_memory(cfg, rank_place_of(cfg, grid->world_size, grid->world_rank)).total / MIB_BYTES);
     rc = engine_init(&tr->engine, &eo, &lay, grid, &tr->mem, tr->space, &tr->flops, err, TRAINER_ERR_LEN);
     tr->engine_open = true;
     if (rc == 0 && pipeline_init(&tr->pipe, &tr->engine, &grid->pp_comm, cfg->schedule, cfg->grad_accum, &tr->mem) != 0) {
@@ -163,7 +156,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     }
     rc = trainer_agree(tr, rc, err);
     if (rc != 0) trainer_close(tr);
-    else say(tr, "ready in %.1f s", now() - t_start);
+    else say(tr, "ready in %.1f s", monotonic_seconds() - t_start);
     tr->startup_tracked_peak = (double)tr->mem.peak_space[MEM_HOST]; /* beside the RSS */
     tr->startup_rss = peak_rss_bytes();
     trainer_sample_device_memory(tr);
@@ -190,8 +183,9 @@ void trainer_close(struct trainer *tr) {
     tr->cfg = NULL;
 }
 
-/* Each data-parallel rank evaluates its part of val_batches global
- * micro-batches; the mean is taken over all of them. */
+/* Each data-parallel rank evaluates val_batches micro-batches of its own
+ * (its loader strides the validation split over dp), through the pipeline's
+ * stages; the mean is taken over all val_batches x dp of them. */
 static void next_batch(void *loader, int32_t *inputs, int32_t *targets) { loader_next(loader, inputs, targets); }
 
 /* The step's loss lives on the last stage: summed over dp, then over the
@@ -204,8 +198,8 @@ static void agree_loss(struct trainer *tr, double *loss) {
 float trainer_validate(struct trainer *tr) {
     struct collectives *dp = &tr->grid->dp_comm;
     struct flop_counter flops = tr->flops; /* validation is not part of a step's count */
-    struct comm_counters kept[GROUP_NUM]; /* nor of its traffic: tp's f and g, pp's sends, all groups */
-    for (int g = 0; g < GROUP_NUM; g++) kept[g] = grid_group(tr->grid, (enum grid_group)g)->counters;
+    struct coll_uncounted kept[GROUP_NUM]; /* nor of its traffic: tp's f and g, pp's sends, all groups */
+    for (int g = 0; g < GROUP_NUM; g++) kept[g] = coll_uncounted_begin(grid_group(tr->grid, (enum grid_group)g));
     int ev = trace_begin(&tr->trace, TRACE_VALIDATION, -1);
     loader_rewind(&tr->val);
     struct batch_source src = {next_batch, &tr->val}; /* no trace: validation's forwards are not a step's */
@@ -213,12 +207,12 @@ float trainer_validate(struct trainer *tr) {
     agree_loss(tr, &sum);
     trace_end(&tr->trace, ev);
     tr->flops = flops;
-    for (int g = 0; g < GROUP_NUM; g++) grid_group(tr->grid, (enum grid_group)g)->counters = kept[g];
+    for (int g = 0; g < GROUP_NUM; g++) coll_uncounted_end(kept[g]);
     return (float)(sum / (tr->cfg->val_batches * dp->size));
 }
 
 struct step_metrics {
-    float loss, val_loss, lr;
+    float loss, val_loss, lr; /* val_loss: NO_VAL_LOSS where the step did not validate */
     double grad_norm, ms, tokens_per_s, flops, model_flops, mfu, gemm_ms, optimizer_ms;
     bool nonfinite; /* the loss or the gradient norm is NaN or Inf: no update was applied */
 };
@@ -234,7 +228,7 @@ static void log_step(struct trainer *tr, const struct step_metrics *m, bool keep
     progress_step(&tr->progress, m->ms * 1e-3);
     if (tr->grid->world_rank != 0) return;
     char line[320], val_part[32] = "", eta[PROGRESS_ETA_LEN];
-    if (m->val_loss >= 0) snprintf(val_part, sizeof val_part, " | val %.4f", m->val_loss);
+    if (has_val_loss(m->val_loss)) snprintf(val_part, sizeof val_part, " | val %.4f", m->val_loss);
     progress_format_eta(progress_eta_seconds(&tr->progress, tr->cfg->steps - tr->step), eta);
     snprintf(line, sizeof line,
              "step %5d/%d | loss %.4f%s | lr %.2e | norm %.3f | %.1f ms (gemm %.0f%%) | %.0f tok/s | MFU %.1f%% | ETA %s%s",
@@ -243,7 +237,7 @@ static void log_step(struct trainer *tr, const struct step_metrics *m, bool keep
     progress_show(&tr->progress, stdout, line, keep);
     if (!tr->json) return;
     char val[32] = "null", loss[32], norm[32];
-    if (m->val_loss >= 0) snprintf(val, sizeof val, "%.6f", m->val_loss);
+    if (has_val_loss(m->val_loss)) snprintf(val, sizeof val, "%.6f", m->val_loss);
     json_number(loss, "%.6f", m->loss);
     json_number(norm, "%.6f", m->grad_norm);
     fprintf(tr->json,
@@ -263,7 +257,7 @@ static struct step_metrics train_step(struct trainer *tr) {
     const struct config *c = tr->cfg;
     struct engine *e = &tr->engine;
     struct flop_counter before = tr->flops;
-    double t0 = now();
+    double t0 = monotonic_seconds();
     trace_set_step(&tr->trace, tr->step + 1);
     int step_ev = trace_begin(&tr->trace, TRACE_STEP, -1);
     timeline_begin_step(&tr->timeline, tr->step + 1);
@@ -286,7 +280,7 @@ static struct step_metrics train_step(struct trainer *tr) {
      * non-finite on all) and decides alike */
     agree_loss(tr, &loss);
     device_kernels_sync(&tr->dev, &tr->flops); /* the backward's kernels end before the optimizer's clock starts */
-    double t_opt = now();
+    double t_opt = monotonic_seconds();
     int opt_ev = trace_begin(&tr->trace, TRACE_OPTIMIZER, -1);
     double grad_norm = NAN;
     bool updated = false;
@@ -307,8 +301,8 @@ static struct step_metrics train_step(struct trainer *tr) {
     device_kernels_sync(&tr->dev, &tr->flops); /* and the update's before it stops */
     trace_end(&tr->trace, opt_ev);
     timeline_end_step(&tr->timeline);
-    double optimizer_s = now() - t_opt;
-    double dt = now() - t0;
+    double optimizer_s = monotonic_seconds() - t_opt;
+    double dt = monotonic_seconds() - t0;
     trace_end(&tr->trace, step_ev);
     tr->train_seconds += dt;
     tr->step++;
@@ -316,7 +310,7 @@ static struct step_metrics train_step(struct trainer *tr) {
     double model_flops = tr->model_flops_per_step;
     return (struct step_metrics){
         .model_flops = model_flops, .mfu = tr->peak_flops > 0 ? model_flops / dt / tr->peak_flops : 0.0,
-        .loss = (float)(loss / (c->grad_accum * dp)), .val_loss = -1.0f, .lr = lr_at(&e->o.zero.optim.lr, tr->step - 1),
+        .loss = (float)(loss / (c->grad_accum * dp)), .val_loss = NO_VAL_LOSS, .lr = lr_at(&e->o.zero.optim.lr, tr->step - 1),
         .grad_norm = grad_norm, .ms = dt * 1e3, .tokens_per_s = tokens / dt,
         .flops = flops_total(&tr->flops) - flops_total(&before),
         .gemm_ms = (tr->flops.gemm_seconds - before.gemm_seconds) * 1e3, .optimizer_ms = optimizer_s * 1e3,
@@ -378,7 +372,7 @@ int trainer_run(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
         bool periodic = c->save_state_every > 0 && tr->step % c->save_state_every == 0;
         bool saves = *c->save_state && (periodic || last || stop);
         trainer_sample_device_memory(tr);
-        log_step(tr, &m, last || stop || saves || m.val_loss >= 0);
+        log_step(tr, &m, last || stop || saves || has_val_loss(m.val_loss));
         if (saves) {
             if (trainer_save_state(tr, c->save_state, err) != 0) return -1;
             saved_step = tr->step;

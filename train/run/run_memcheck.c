@@ -241,9 +241,7 @@ static int ranks_on_this_host(struct collectives *dp) {
     if (!tags) return dp->size; /* the strictest answer */
     float mine = host_tag();
     tags[dp->rank] = mine;
-    struct comm_counters counts = dp->counters; /* bookkeeping, not a step's traffic */
-    dp->all_gather(dp, tags, 1, DTYPE_FP32);
-    dp->counters = counts;
+    coll_all_gather_uncounted(dp, tags, 1, DTYPE_FP32);
     int n = 0;
     for (int r = 0; r < dp->size; r++) n += tags[r] == mine;
     free(tags);

@@ -24,7 +24,7 @@ static int sample_token(const float *logits, int V, float temperature, float coi
 void trainer_sample(struct trainer *tr, FILE *out) {
     const struct config *c = tr->cfg;
     struct flop_counter training = tr->flops; /* sampling is not part of the training counts */
-    struct comm_counters comm = tr->grid->dp_comm.counters;
+    struct coll_uncounted comm = coll_uncounted_begin(&tr->grid->dp_comm);
     int T = c->seq_len, n_ctx = 0;
     size_t bt = (size_t)c->micro_batch * T;
     int32_t *ctx = tr->inputs;
@@ -62,5 +62,5 @@ void trainer_sample(struct trainer *tr, FILE *out) {
     if (out) fputc('\n', out);
     mem_free(&tr->mem, row);
     tr->flops = training;
-    tr->grid->dp_comm.counters = comm;
+    coll_uncounted_end(comm);
 }

@@ -1,7 +1,7 @@
 /* build/train: parse the configuration, build the process grid, train,
- * report. Runs alone (a 1-rank world) or under mpirun; with N ranks the
- * model is data-parallel over N with ZeRO stage --zero. Rank 0 prints;
- * every rank exits non-zero on any error. */
+ * report. Runs alone (a 1-rank world) or under mpirun; N ranks form a
+ * dp x tp x pp grid (--tp, --pp; dp = N / (tp x pp), with ZeRO stage
+ * --zero over dp). Rank 0 prints; every rank exits non-zero on any error. */
 #include <cblas.h>
 #include <errno.h>
 #include <mpi.h>
@@ -150,7 +150,7 @@ int main(int argc, char **argv) {
     if (config_parse_args(&cfg, argc, argv, &help, err) != 0 || config_validate(&cfg, err) != 0)
         return fail(rank, world, err);
     if (help) {
-        if (rank == 0) config_print_help(stdout, argv[0]);
+        if (rank == 0) config_print_help(stdout, argv[0], false);
         MPI_Finalize();
         return 0;
     }

@@ -113,7 +113,7 @@ static int parse_planner_flags(int argc, char **argv, struct plan_opts *o, int *
             const char *names[] = {"none", "selective", "full"};
             rc = -1;
             for (int r = 0; r < 3; r++)
-                if (!strcmp(v, names[r])) o->in.recompute = (enum theory_recompute)r, rc = 0;
+                if (!strcmp(v, names[r])) o->in.recompute = (enum recompute_mode)r, rc = 0;
             if (rc) fprintf(stderr, "plan: bad value '%s' for %s: valid choices are none selective full\n",
                             v, a);
         } else mine = false;
@@ -193,7 +193,7 @@ static void print_text(const struct theory_plan *pl, const struct plan_opts *o, 
     printf("\nActivations (Korthikanti 2022 Table 2, b = %d, t = p = 1)\n", c->micro_batch);
     printf("  %-10s %14s %18s\n", "recompute", "per layer GB", "whole model GB");
     for (int r = 0; r < 3; r++)
-        printf("  %-10s %14.4g %18.4g\n", theory_recompute_name((enum theory_recompute)r), pl->act_layer[r] / GB,
+        printf("  %-10s %14.4g %18.4g\n", theory_recompute_name((enum recompute_mode)r), pl->act_layer[r] / GB,
                pl->act_device[r] / GB);
 
     printf("\nLayouts on %.0f devices (ZeRO-%d over DP, recompute %s, sequence parallel; batch %.3g tokens)\n",
@@ -252,7 +252,7 @@ static void print_json(const struct theory_plan *pl, const struct plan_opts *o) 
     json_state("zero3", &pl->state[3], false);
     printf("},\"activations\":{");
     for (int r = 0; r < 3; r++)
-        printf("\"%s\":{\"per_layer\":%.10g,\"whole_model\":%.10g}%s", theory_recompute_name((enum theory_recompute)r),
+        printf("\"%s\":{\"per_layer\":%.10g,\"whole_model\":%.10g}%s", theory_recompute_name((enum recompute_mode)r),
                pl->act_layer[r], pl->act_device[r], r < 2 ? "," : "");
     printf("},\"layouts\":[");
     for (int i = 0; i < pl->n_layouts; i++) {
@@ -278,14 +278,14 @@ static void print_json(const struct theory_plan *pl, const struct plan_opts *o) 
 int main(int argc, char **argv) {
     struct plan_opts o = {.in = {.devices = 8960, .memory = 96e9, .peak_flops = 4.59e14, .mfu = 0.4,
                                  .tokens = 15e12, .batch_tokens = 4e6, .link_bandwidth = 4.5e10, .watts = 0,
-                                 .zero_stage = 1, .recompute = THEORY_RECOMPUTE_SELECTIVE, .ckpt_per_layer = 4}};
+                                 .zero_stage = 1, .recompute = RECOMPUTE_SELECTIVE, .ckpt_per_layer = 4}};
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     if (!rest) return 1;
     int rest_argc = 0;
     int rc = parse_planner_flags(argc, argv, &o, &rest_argc, rest);
     if (rc == 1) {
         usage(stdout);
-        config_print_help(stdout, "plan");
+        config_print_help(stdout, "plan", true);
         free(rest);
         return 0;
     }

@@ -40,7 +40,7 @@ double theory_dp_step_bytes(double psi, double w_p, double w_g, int stage, int N
  * One g is repeated, not two: 5 (counting 6, as "the forward again" would,
  * overstates this code's traffic by a fifth). Selective recomputation of
  * core attention is local to each head shard and adds none. */
-int theory_tp_layer_allreduces(enum theory_recompute r) { return r == THEORY_RECOMPUTE_FULL ? 5 : 4; }
+int theory_tp_layer_allreduces(enum recompute_mode r) { return r == RECOMPUTE_FULL ? 5 : 4; }
 
 /* Sequence parallelism (Korthikanti et al. 2022 §4.2.2, Fig. 5): each g
  * becomes g-bar (reduce-scatter forward, all-gather backward), each f
@@ -53,8 +53,8 @@ int theory_tp_layer_allreduces(enum theory_recompute r) { return r == THEORY_REC
  * weight and bias gradients of a slice are partial sums: one all-reduce
  * per layer (model/conjugates.c). Forward 2 RS + 2 AG; backward 2 RS +
  * 4 AG. */
-struct theory_tp_layer_calls theory_tp_layer_collectives(enum theory_recompute r, bool sequence_parallel) {
-    bool full = r == THEORY_RECOMPUTE_FULL;
+struct theory_tp_layer_calls theory_tp_layer_collectives(enum recompute_mode r, bool sequence_parallel) {
+    bool full = r == RECOMPUTE_FULL;
     if (!sequence_parallel) return (struct theory_tp_layer_calls){.all_reduces = theory_tp_layer_allreduces(r)};
     return (struct theory_tp_layer_calls){.reduce_scatters = full ? 5 : 4, .all_gathers = full ? 8 : 6,
                                           .norm_all_reduces = 1};
@@ -62,7 +62,7 @@ struct theory_tp_layer_calls theory_tp_layer_collectives(enum theory_recompute r
 
 double theory_tp_norm_grad_bytes(const struct theory_model *m) { return 2.0 * (m->rmsnorm ? 1 : 2) * m->h * 4; }
 
-double theory_tp_layer_bytes(const struct theory_model *m, double b, int t, double w_act, enum theory_recompute r,
+double theory_tp_layer_bytes(const struct theory_model *m, double b, int t, double w_act, enum recompute_mode r,
                              bool sequence_parallel) {
     const double M = b * m->s * (double)m->h * w_act;
     struct theory_tp_layer_calls k = theory_tp_layer_collectives(r, sequence_parallel);

@@ -23,12 +23,12 @@ struct theory_flops theory_flops_per_token(const struct theory_model *m, double 
  *  - selective recomputation repeats only core attention; Korthikanti et
  *    al. 2022 write it as 72 B s l h^2 (1 + s/(3h) + ...), i.e. the
  *    attention term doubles: 6 Psi + 24 L a d_h s. */
-double theory_hardware_flops_per_token(const struct theory_model *m, double psi, enum theory_recompute r) {
+double theory_hardware_flops_per_token(const struct theory_model *m, double psi, enum recompute_mode r) {
     struct theory_flops f = theory_flops_per_token(m, psi);
     switch (r) {
-    case THEORY_RECOMPUTE_NONE: return f.model;
-    case THEORY_RECOMPUTE_SELECTIVE: return f.dense + 2.0 * f.attention;
-    case THEORY_RECOMPUTE_FULL: return f.dense * 4.0 / 3.0 + f.attention * 4.0 / 3.0;
+    case RECOMPUTE_NONE: return f.model;
+    case RECOMPUTE_SELECTIVE: return f.dense + 2.0 * f.attention;
+    case RECOMPUTE_FULL: return f.dense * 4.0 / 3.0 + f.attention * 4.0 / 3.0;
     }
     return f.model;
 }

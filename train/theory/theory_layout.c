@@ -62,7 +62,7 @@ struct theory_layout_eval theory_layout_evaluate(const struct theory_model *m, c
  * Megatron's head split), p dividing L, d = n/(t p) with at least one
  * micro-batch per pipeline, has model states + activations <= memory. */
 int theory_smallest_fit(const struct theory_model *m, const struct theory_dtypes *dt, double psi,
-                        double micro_batch, double batch_tokens, int zero_stage, enum theory_recompute r,
+                        double micro_batch, double batch_tokens, int zero_stage, enum recompute_mode r,
                         double memory, int max_devices, struct theory_layout *best) {
     static const int tps[] = {1, 2, 4, 8};
     const struct theory_cluster cl = {.devices = 1, .memory = memory, .peak_flops = 0, .mfu = 0,

@@ -37,7 +37,7 @@ struct theory_state theory_model_state_bytes(double w_p, double w_g, double K, d
  * saving gate, up and product (3 x 2F/h) [derived, not in the paper].
  * The 10 that plain TP leaves replicated is norms 4, QKV input 2, MLP input
  * 2 and the two masks. 16-bit activations are assumed, as in the paper. */
-static double korthikanti_layer(const struct theory_model *m, double b, int t, bool sp, enum theory_recompute r) {
+static double korthikanti_layer(const struct theory_model *m, double b, int t, bool sp, enum recompute_mode r) {
     const double s = m->s, h = m->h, a = m->a, tt = t > 0 ? t : 1;
     const double ratio = (double)m->n_kv / m->a;
     const double mlp_wide = (m->swiglu ? 6.0 : 4.0) * m->F / h;
@@ -45,14 +45,14 @@ static double korthikanti_layer(const struct theory_model *m, double b, int t, b
     const double sharded = 4.0 + 4.0 * ratio + mlp_wide;      /* Q, O, K, V, MLP */
     const double scores = 5.0 * a * s / h;                    /* per sbh: 5 a s^2 b */
     const double sbh = s * b * h;
-    if (r == THEORY_RECOMPUTE_FULL) return 2.0 * sbh / (sp ? tt : 1.0);
-    double sc = r == THEORY_RECOMPUTE_SELECTIVE ? 0.0 : scores;
+    if (r == RECOMPUTE_FULL) return 2.0 * sbh / (sp ? tt : 1.0);
+    double sc = r == RECOMPUTE_SELECTIVE ? 0.0 : scores;
     if (sp) return sbh / tt * (replicated + sharded + sc);
     return sbh * (replicated + sharded / tt + sc / tt);
 }
 
 double theory_activation_layer_bytes(const struct theory_model *m, double b, int t, bool sequence_parallel,
-                                     enum theory_recompute r) {
+                                     enum recompute_mode r) {
     return korthikanti_layer(m, b, t, sequence_parallel, r);
 }
 
@@ -69,7 +69,7 @@ double theory_activation_output_bytes(const struct theory_model *m, double b, in
  * layer. With full recomputation the backward re-materialises one layer at a
  * time, so one unrecomputed layer is added as working memory. */
 double theory_activation_device_bytes(const struct theory_model *m, double b, int t, int p, double m_micro,
-                                      bool sequence_parallel, enum theory_recompute r) {
+                                      bool sequence_parallel, enum recompute_mode r) {
     const int pp = p > 0 ? p : 1;
     const double layers = ceil((double)m->L / pp);
     /* the 1F1B schedule's slots on stage 0, as the trainer allocates them */
@@ -79,8 +79,8 @@ double theory_activation_device_bytes(const struct theory_model *m, double b, in
     double first = layers * in_flight * layer + (pp == 1 ? out : 0.0);
     double last = layers * layer + out;
     double peak = fmax(first, last);
-    if (r == THEORY_RECOMPUTE_FULL)
-        peak += theory_activation_layer_bytes(m, b, t, sequence_parallel, THEORY_RECOMPUTE_NONE);
+    if (r == RECOMPUTE_FULL)
+        peak += theory_activation_layer_bytes(m, b, t, sequence_parallel, RECOMPUTE_NONE);
     return peak;
 }
 

@@ -4,11 +4,11 @@
 
 #include "layout.h"
 
-const char *theory_recompute_name(enum theory_recompute r) {
+const char *theory_recompute_name(enum recompute_mode r) {
     switch (r) {
-    case THEORY_RECOMPUTE_NONE: return "none";
-    case THEORY_RECOMPUTE_SELECTIVE: return "selective";
-    case THEORY_RECOMPUTE_FULL: return "full";
+    case RECOMPUTE_NONE: return "none";
+    case RECOMPUTE_SELECTIVE: return "selective";
+    case RECOMPUTE_FULL: return "full";
     }
     return "?";
 }
@@ -20,7 +20,7 @@ void theory_model_from_config(struct theory_model *m, const struct config *c) {
     m->a = c->n_head;
     m->n_kv = c->n_kv_head > 0 ? c->n_kv_head : c->n_head;
     m->d_h = c->d_model / c->n_head;
-    m->F = c->ffn_dim > 0 ? c->ffn_dim : 4 * c->d_model;
+    m->F = config_mlp_width(c);
     m->s = c->seq_len;
     m->max_s = c->max_seq_len > 0 ? c->max_seq_len : c->seq_len;
     m->V = c->vocab_size;

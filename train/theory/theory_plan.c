@@ -46,8 +46,8 @@ void theory_plan(struct theory_plan *pl, const struct config *c, const struct th
 
     for (int z = 0; z < 4; z++) pl->state[z] = theory_model_state_bytes(dt->w_p, dt->w_g, dt->K, psi, z, devices);
     for (int r = 0; r < 3; r++) {
-        pl->act_layer[r] = theory_activation_layer_bytes(m, b, 1, false, (enum theory_recompute)r);
-        pl->act_device[r] = theory_activation_device_bytes(m, b, 1, 1, 1, false, (enum theory_recompute)r);
+        pl->act_layer[r] = theory_activation_layer_bytes(m, b, 1, false, (enum recompute_mode)r);
+        pl->act_device[r] = theory_activation_device_bytes(m, b, 1, 1, 1, false, (enum recompute_mode)r);
     }
 
     const struct theory_cluster cl = {.devices = in->devices, .memory = in->memory, .peak_flops = in->peak_flops,

@@ -6,26 +6,30 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "grid.h"
 #include "layout.h"
 #include "schedule.h"
 #include "segments.h"
 #include "shard.h"
 #include "tensor_parallel.h"
 #include "theory.h"
+#include "trainer.h"
 #include "trace_file.h"
 #include "zero.h"
 
 struct rank_place rank_place_of(const struct config *c, int world, int world_rank) {
     int tp = c->tp, pp = c->pp, dp = world / (tp * pp);
-    return (struct rank_place){.dp = dp, .dp_rank = world_rank / tp % dp, .tp = tp, .tp_rank = world_rank % tp,
-                               .pp = pp, .pp_rank = world_rank / (tp * dp)};
+    struct grid_coords at = grid_coords_of(world_rank, dp, tp);
+    return (struct rank_place){.dp = dp, .dp_rank = at.dp_rank, .tp = tp, .tp_rank = at.tp_rank, .pp = pp,
+                               .pp_rank = at.pp_rank};
 }
 
-/* The model's shape as the engine takes it (trainer_model_shape). */
-static struct model_shape shape_of(const struct config *c) {
-    return (struct model_shape){.L = c->n_layer, .C = c->d_model, .NH = c->n_head, .T = c->seq_len,
-                                .maxT = c->max_seq_len, .V = c->vocab_size};
+struct rank_place rank_place_of_grid(const struct grid *g) {
+    return (struct rank_place){.dp = g->dp, .dp_rank = g->dp_rank, .tp = g->tp, .tp_rank = g->tp_rank, .pp = g->pp,
+                               .pp_rank = g->pp_rank};
 }
+
+/* The model's shape as the engine takes it (include/trainer.h). */
 
 int rank_layout(const struct config *c, struct rank_place p, struct model_layout *lay) {
     int counts[PIPELINE_MAX_STAGES * RANK_MAX_CHUNKS], v = config_chunks(c);
@@ -35,11 +39,11 @@ int rank_layout(const struct config *c, struct rank_place p, struct model_layout
     struct rank_desc d;
     if (pipeline_rank_desc_v(c->n_layer, p.pp, v, p.pp_rank, p.tp, p.tp_rank, given ? counts : NULL, &d) != 0)
         return -1;
-    return layout_init(lay, shape_of(c), d);
+    return layout_init(lay, trainer_model_shape(c), d);
 }
 
 void rank_place_layout(const struct config *c, struct rank_place p, struct model_layout *lay) {
-    if (rank_layout(c, p, lay) != 0) layout_init_whole(lay, shape_of(c));
+    if (rank_layout(c, p, lay) != 0) layout_init_whole(lay, trainer_model_shape(c));
 }
 
 static struct model_layout layout_of(const struct config *c, struct rank_place p) {
@@ -75,7 +79,7 @@ struct state_theory theory_trainer_states(const struct config *c, struct rank_pl
     s.padding = (double)sh.total_padded - s.psi;
     s.shard_padding = (double)sh.total_shard - s.psi / N;
     bool bf16_params = c->param_dtype == DTYPE_BF16;
-    double w_p = bf16_params ? 2 : 4, w_g = c->grad_dtype == DTYPE_BF16 ? 2 : 4;
+    double w_p = (double)dtype_size(c->param_dtype), w_g = (double)dtype_size(c->grad_dtype);
     int z = c->zero;
     struct {
         enum mem_category cat;
@@ -126,7 +130,7 @@ struct comm_theory theory_trainer_comm(const struct config *c, struct rank_place
     shard_layout_init(&sh, &lay, N, 0);
     double M = (double)sh.total_padded, f = (double)(N - 1) / N, k = c->grad_accum;
     double psi = rank_psi(&lay);
-    double w_p = c->param_dtype == DTYPE_BF16 ? 2 : 4, w_g = c->grad_dtype == DTYPE_BF16 ? 2 : 4;
+    double w_p = (double)dtype_size(c->param_dtype), w_g = (double)dtype_size(c->grad_dtype);
     struct comm_theory t = {0};
     switch (c->zero) {
     case 0:
@@ -167,12 +171,7 @@ struct comm_theory theory_trainer_comm(const struct config *c, struct rank_place
     return t;
 }
 
-static enum theory_recompute theory_mode(enum recompute_mode r) {
-    return r == RECOMPUTE_FULL ? THEORY_RECOMPUTE_FULL
-         : r == RECOMPUTE_SELECTIVE ? THEORY_RECOMPUTE_SELECTIVE : THEORY_RECOMPUTE_NONE;
-}
-
-/* Sequence parallelism where it acts: gpt_init ignores it at tp = 1. */
+/* Sequence parallelism where it acts: gpt_init_chunks ignores it at tp = 1. */
 static bool sp_on(const struct config *c, struct rank_place p) { return c->sequence_parallel && p.tp > 1; }
 
 struct tp_comm_theory theory_trainer_tp_comm(const struct config *c, struct rank_place p) {
@@ -182,7 +181,7 @@ struct tp_comm_theory theory_trainer_tp_comm(const struct config *c, struct rank
     double act = BT * c->d_model * 4; /* one (B,T,C) fp32 tensor: the conjugates reduce fp32 (model/gpt.c) */
     struct theory_model tm;
     theory_model_from_config(&tm, c);
-    enum theory_recompute r = theory_mode(c->recompute);
+    enum recompute_mode r = c->recompute;
     t.layer = theory_tp_layer_collectives(r, t.sp);
     t.layer_all_reduces = t.layer.all_reduces;
     t.per_layer = theory_tp_layer_bytes(&tm, c->micro_batch, p.tp, 4, r, t.sp);
@@ -231,13 +230,13 @@ struct pipe_comm_theory theory_trainer_pp_comm(const struct config *c, struct ra
      * interleaved schedule's wrap-around (the last rank's chunk c to rank
      * 0's c + 1) is one of them */
     double boundary = theory_pp_boundary_bytes(&tm, c->micro_batch, c->grad_accum, p.tp, sp_on(c, p),
-                                               c->act_dtype == DTYPE_BF16 ? 2 : 4);
+                                               (double)dtype_size(c->act_dtype));
     int v = config_chunks(c);
     int boundaries = (v - (p.pp_rank == p.pp - 1)) + (v - (p.pp_rank == 0));
     struct pipe_comm_theory t = {.send = boundaries * boundary / 2, .recv = boundaries * boundary / 2};
     if (ties(&lay)) {
         struct tensor_info w = lay.rank.has_embed ? layout_embed_tensor(&lay, EMB_WTE) : layout_head_tensor(&lay, HEAD_WTE);
-        t.tie_all_reduce = theory_allreduce_bytes((double)w.numel * (c->grad_dtype == DTYPE_BF16 ? 2 : 4), 2);
+        t.tie_all_reduce = theory_allreduce_bytes((double)w.numel * (double)dtype_size(c->grad_dtype), 2);
     }
     return t;
 }
@@ -266,7 +265,7 @@ struct activation_theory theory_trainer_activations(const struct config *c, stru
     bool sp = sp_on(c, p);
     double B = c->micro_batch, T = c->seq_len, C = c->d_model;
     double n = rank_layers(&lay.rank); /* this stage's layers */
-    double e = c->act_dtype == DTYPE_BF16 ? 2 : 4, BT = B * T;
+    double e = (double)dtype_size(c->act_dtype), BT = B * T;
     /* the tokens of the stream a rank holds: B T, or its B T/t with sp */
     double BTs = sp ? B * (double)(c->seq_len / tp) : BT;
     struct activation_theory a = {0};
@@ -306,7 +305,7 @@ struct activation_theory theory_trainer_activations(const struct config *c, stru
     a.per_slot = n * a.per_layer + a.head;
     struct theory_model m;
     theory_model_from_config(&m, c);
-    a.korthikanti_layer = theory_activation_layer_bytes(&m, B, tp, sp, theory_mode(c->recompute));
+    a.korthikanti_layer = theory_activation_layer_bytes(&m, B, tp, sp, c->recompute);
     double output = theory_activation_output_bytes(&m, B, tp);
     if (v == 1) {
         a.layers = a.slots * n * a.per_layer + shared;
@@ -384,7 +383,7 @@ double theory_trainer_comm_buffers(const struct config *c, struct rank_place p) 
     struct model_layout lay = layout_of(c, p);
     struct shard_layout sh;
     shard_layout_init(&sh, &lay, p.dp, 0);
-    double w_p = c->param_dtype == DTYPE_BF16 ? 2 : 4, w_g = c->grad_dtype == DTYPE_BF16 ? 2 : 4;
+    double w_p = (double)dtype_size(c->param_dtype), w_g = (double)dtype_size(c->grad_dtype);
     double bytes = 0;
     if (c->zero >= 3) { /* one gathered unit of each kind; with overlap a second layer, the next one */
         int kinds[] = {layout_embed_unit(&lay), layout_head_unit(&lay), layout_kind_unit(&lay, UNIT_LAYER)};

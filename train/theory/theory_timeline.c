@@ -29,7 +29,7 @@ static struct pieces pieces_of(const struct config *c, const struct model_layout
     for (int i = 0; i < st.n; i++) p.states[st.lines[i].category] += st.lines[i].psi_bytes + st.lines[i].padding_bytes;
     p.scratch = theory_trainer_scratch(c, place).persistent;
     double B = c->micro_batch, T = c->seq_len, C = c->d_model, NH = c->n_head, BT = B * T;
-    double e = c->act_dtype == DTYPE_BF16 ? 2 : 4, stats = 4 * 4 * BT; /* four fp32 LayerNorm statistics */
+    double e = (double)dtype_size(c->act_dtype), stats = 4 * 4 * BT; /* four fp32 LayerNorm statistics */
     p.I = 4 * BT;
     p.R = C * e * BT;
     /* a layer's tensors besides its input: ln1, qkv, atty, res2, ln2, fch, gelu = 15 C, probabilities NH T;
@@ -45,7 +45,7 @@ static struct pieces pieces_of(const struct config *c, const struct model_layout
     p.H = (C * e + 2 * 4 + 4 * lay->shape.Vp + 4 + 4) * BT;
     struct shard_layout sh;
     shard_layout_init(&sh, lay, N, rank);
-    double w_p = c->param_dtype == DTYPE_BF16 ? 2 : 4, w_g = c->grad_dtype == DTYPE_BF16 ? 2 : 4;
+    double w_p = (double)dtype_size(c->param_dtype), w_g = (double)dtype_size(c->grad_dtype);
     if (p.stage == 3) {
         p.G[UNIT_EMBED] = (double)shard_unit_padded(&sh, layout_embed_unit(lay)) * w_p;
         p.G[UNIT_HEAD] = (double)shard_unit_padded(&sh, layout_head_unit(lay)) * w_p;

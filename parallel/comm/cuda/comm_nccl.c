@@ -30,7 +30,7 @@ static int finish(struct collectives *c, const char *call) {
 }
 
 static void all_reduce_sum(struct collectives *c, void *buf, size_t n, enum dtype dt) {
-    double t0 = now_s();
+    double t0 = monotonic_seconds();
     struct nccl_impl *m = nccl_of(c);
     if (c->size > 1 && n > 0) {
         if (nccl_after_default_stream(c, "all_reduce_sum") != 0) return;
@@ -56,7 +56,7 @@ static uint32_t *max_scratch(struct collectives *c, size_t n) {
 }
 
 static void all_reduce_max(struct collectives *c, void *buf, size_t n, enum dtype dt) {
-    double t0 = now_s();
+    double t0 = monotonic_seconds();
     struct nccl_impl *m = nccl_of(c);
     if (c->size > 1 && n > 0) {
         const char *call = "all_reduce_max";
@@ -96,7 +96,7 @@ static int post_all_gather(struct collectives *c, void *buf, size_t chunk, enum 
 }
 
 static void reduce_scatter_sum(struct collectives *c, void *buf, size_t chunk, enum dtype dt) {
-    double t0 = now_s();
+    double t0 = monotonic_seconds();
     if (c->size > 1 && (post_reduce_scatter(c, buf, chunk, dt, "reduce_scatter_sum") != 0 ||
                         finish(c, "reduce_scatter_sum") != 0))
         return;
@@ -104,7 +104,7 @@ static void reduce_scatter_sum(struct collectives *c, void *buf, size_t chunk, e
 }
 
 static void all_gather(struct collectives *c, void *buf, size_t chunk, enum dtype dt) {
-    double t0 = now_s();
+    double t0 = monotonic_seconds();
     if (c->size > 1 && (post_all_gather(c, buf, chunk, dt, "all_gather") != 0 || finish(c, "all_gather") != 0))
         return;
     count(c, COLL_ALL_GATHER, 1.0, (double)c->size * (double)chunk * (double)dtype_size(dt), t0);
@@ -115,7 +115,7 @@ static void all_gather(struct collectives *c, void *buf, size_t chunk, enum dtyp
  * posts nothing; its event completes at once. */
 static struct coll_request post(struct collectives *c, const char *call, void *buf, size_t count_, enum dtype dt,
                                 enum coll_kind k, double factor, double full_bytes) {
-    double t0 = now_s();
+    double t0 = monotonic_seconds();
     int slot = nccl_request_claim(c, call);
     if (slot < 0) return (struct coll_request){.slot = -1};
     struct nccl_impl *m = nccl_of(c);
@@ -153,7 +153,7 @@ static struct coll_request iall_gather(struct collectives *c, void *buf, size_t 
 
 /* Host doubles, staged through the table's device buffer (grown as needed). */
 static void all_reduce_scalars(struct collectives *c, double *values, int n) {
-    double t0 = now_s();
+    double t0 = monotonic_seconds();
     struct nccl_impl *m = nccl_of(c);
     const char *call = "all_reduce_scalars";
     if (c->size > 1 && n > 0) {

@@ -54,7 +54,7 @@ static int issue(struct collectives *c, const char *call, const void *send_buf, 
 
 static int blocking(struct collectives *c, const char *call, const void *send_buf, void *recv_buf, size_t n,
                     enum dtype dt, int peer, int tag) {
-    double t0 = now_s();
+    double t0 = monotonic_seconds();
     cudaStream_t stream;
     if (check_args(c, call, peer, tag) != 0 || issue(c, call, send_buf, recv_buf, n, dt, peer, -1, &stream) != 0)
         return -1;
@@ -96,7 +96,7 @@ int nccl_request_start(struct collectives *c, int slot, cudaStream_t stream, con
 static void mark_done(struct nccl_request_slot *s) {
     float ms = 0.0f;
     s->done = true;
-    s->done_at = now_s();
+    s->done_at = monotonic_seconds();
     s->flight_s = cudaEventElapsedTime(&ms, s->start_event, s->done_event) == cudaSuccess ? ms / 1e3 : 0.0;
 }
 
@@ -120,7 +120,7 @@ struct coll_request nccl_request_commit(struct collectives *c, int slot, cudaStr
     s->peer = peer;
     s->flight_s = 0.0;
     s->serial = ++m->next_serial; /* from 1: a zeroed handle never matches */
-    double t1 = now_s();
+    double t1 = monotonic_seconds();
     c->counters.bytes[k] += bytes;
     c->counters.calls[k]++;
     c->counters.exposed_seconds += t1 - t0;
@@ -130,7 +130,7 @@ struct coll_request nccl_request_commit(struct collectives *c, int slot, cudaStr
 
 static struct coll_request post(struct collectives *c, const char *call, const void *send_buf, void *recv_buf,
                                 size_t n, enum dtype dt, int peer, int tag) {
-    double t0 = now_s();
+    double t0 = monotonic_seconds();
     if (check_args(c, call, peer, tag) != 0) return failed_request;
     int slot = nccl_request_claim(c, call);
     if (slot < 0) return failed_request;
@@ -153,7 +153,7 @@ static struct coll_request p2p_irecv(struct collectives *c, void *buf, size_t n,
 }
 
 static int p2p_wait(struct collectives *c, struct coll_request r) {
-    double t0 = now_s();
+    double t0 = monotonic_seconds();
     struct nccl_impl *m = nccl_of(c);
     if (r.slot < 0 || r.slot >= COLL_MAX_REQUESTS || !m->requests[r.slot].busy ||
         m->requests[r.slot].serial != r.serial)
@@ -166,11 +166,11 @@ static int p2p_wait(struct collectives *c, struct coll_request r) {
     if (!s->done) {
         e = cudaEventSynchronize(s->done_event);
         if (e == cudaSuccess) mark_done(s);
-        else s->done_at = now_s(), s->flight_s = 0.0;
+        else s->done_at = monotonic_seconds(), s->flight_s = 0.0;
     }
     s->busy = false; /* the slot (and its events) is free again */
     c->counters.seconds += s->flight_s;
-    double t1 = now_s();
+    double t1 = monotonic_seconds();
     c->counters.exposed_seconds += t1 - t0;
     trace_comm(c, TRACE_CALL_WAIT, s->kind, s->bytes, s->peer, t0, t1);
     return e == cudaSuccess ? 0 : nccl_failed(c, "wait", cudaGetErrorString(e));
@@ -180,7 +180,7 @@ static int p2p_wait(struct collectives *c, struct coll_request r) {
  * progresses on its own, so nothing else is needed. An error is left for
  * wait to report. */
 static void progress(struct collectives *c) {
-    double t0 = now_s();
+    double t0 = monotonic_seconds();
     struct nccl_impl *m = nccl_of(c);
     for (int i = 0; i < COLL_MAX_REQUESTS; i++) {
         struct nccl_request_slot *s = &m->requests[i];
@@ -188,7 +188,7 @@ static void progress(struct collectives *c) {
         if (cudaEventQuery(s->done_event) == cudaSuccess) mark_done(s);
     }
     (void)cudaGetLastError(); /* cudaErrorNotReady is not an error here */
-    c->counters.exposed_seconds += now_s() - t0;
+    c->counters.exposed_seconds += monotonic_seconds() - t0;
 }
 
 void nccl_p2p_install(struct collectives *c) {

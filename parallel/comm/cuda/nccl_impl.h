@@ -3,7 +3,7 @@
  * nccl_links.c: a pp table's one-direction links; grid_nccl.c): the
  * per-table state and the helpers both halves count and
  * fail with. Time and trace spans reuse the MPI backend's helpers
- * (../mpi_impl.h: now_s, count_call, trace_comm), so both backends count
+ * (../mpi_impl.h: monotonic_seconds, count_call, trace_comm), so both backends count
  * and trace alike. */
 #ifndef SHARDLAB_NCCL_IMPL_H
 #define SHARDLAB_NCCL_IMPL_H
