@@ -10,10 +10,12 @@
 #include <stdint.h>
 
 #include "collectives.h"
+#include "mem_space.h"
 
 struct seq_split {
     struct collectives *tp; /* the group (size > 1) */
     int64_t B, T, C;        /* the whole tensor; T divisible by tp->size */
+    enum mem_space space;   /* where the tensors live (bufops.h) */
 };
 
 /* g forward, before a column-parallel GEMM: full (B,T,C) = every rank's

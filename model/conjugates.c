@@ -8,7 +8,7 @@
 static size_t btc(const struct gpt *m) { return (size_t)m->B * m->shape.T * m->shape.C; }
 
 static struct seq_split seq_split(const struct gpt *m) {
-    return (struct seq_split){.tp = m->tp, .B = m->B, .T = m->shape.T, .C = m->shape.C};
+    return (struct seq_split){.tp = m->tp, .B = m->B, .T = m->shape.T, .C = m->shape.C, .space = m->space};
 }
 
 const float *conj_column_input(struct gpt *m, float *ln) {
@@ -50,7 +50,7 @@ const float *conj_row_output_grad(struct gpt *m) {
 }
 
 void conj_ln_grads_begin(struct gpt *m) {
-    if (m->sp) buf_zero(m->ln_grads, 4 * (size_t)m->shape.C * sizeof(float));
+    if (m->sp) buf_zero(m->space, m->ln_grads, 4 * (size_t)m->shape.C * sizeof(float));
 }
 
 float *conj_ln_grad(struct gpt *m, float *dw_tensor, int k) {
@@ -61,5 +61,5 @@ void conj_ln_grads_done(struct gpt *m, float *const *dw_tensors, int n) {
     if (!m->sp) return;
     size_t C = (size_t)m->shape.C;
     tp_all_reduce(m->tp, m->ln_grads, (size_t)n * C, DTYPE_FP32);
-    for (int k = 0; k < n; k++) buf_add(dw_tensors[k], m->ln_grads + (size_t)k * C, DTYPE_FP32, C);
+    for (int k = 0; k < n; k++) buf_add(m->space, dw_tensors[k], m->ln_grads + (size_t)k * C, DTYPE_FP32, C);
 }

@@ -13,7 +13,7 @@ static size_t chunk_numel(const struct seq_split *s) { return seq_numel(s) / (si
 static void place(const struct seq_split *s, float *full, const float *slice) {
     size_t tc = seq_numel(s), chunk = chunk_numel(s);
     for (int64_t b = 0; b < s->B; b++)
-        buf_copy(full + (size_t)b * tc + (size_t)s->tp->rank * chunk, slice + (size_t)b * chunk,
+        buf_copy(s->space, full + (size_t)b * tc + (size_t)s->tp->rank * chunk, slice + (size_t)b * chunk,
                  chunk * sizeof *full);
 }
 
@@ -26,7 +26,7 @@ static void take(const struct seq_split *s, float *full, float *slice) {
     size_t tc = seq_numel(s), chunk = chunk_numel(s);
     for (int64_t b = 0; b < s->B; b++)
         if (slice + (size_t)b * chunk != full + (size_t)b * tc)
-            buf_copy(slice + (size_t)b * chunk, full + (size_t)b * tc, chunk * sizeof *full);
+            buf_copy(s->space, slice + (size_t)b * chunk, full + (size_t)b * tc, chunk * sizeof *full);
 }
 
 void sp_g_forward(const struct seq_split *s, float *full, const float *slice) {

@@ -1,7 +1,7 @@
 /* Token + learned position embedding. */
 #include "layers.h"
 
-void encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int64_t B, int64_t T,
+void encoder_forward_cpu(float *out, const int32_t *inp, const float *wte, const float *wpe, int64_t B, int64_t T,
                      int64_t C) {
 #pragma omp parallel for
     for (int64_t bt = 0; bt < B * T; bt++) {
@@ -14,7 +14,7 @@ void encoder_forward(float *out, const int32_t *inp, const float *wte, const flo
 
 /* Serial on purpose: two positions may carry the same token, so rows of
  * dwte would race. The loop is B*T*C adds, negligible next to the GEMMs. */
-void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t B, int64_t T,
+void encoder_backward_cpu(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t B, int64_t T,
                       int64_t C) {
     for (int64_t bt = 0; bt < B * T; bt++) {
         const float *d = dout + bt * C;
@@ -27,7 +27,7 @@ void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t
     }
 }
 
-void embedding_rows_forward(float *out, const int32_t *inp, const float *wte, int64_t v0, int64_t rows, int64_t BT,
+void embedding_rows_forward_cpu(float *out, const int32_t *inp, const float *wte, int64_t v0, int64_t rows, int64_t BT,
                             int64_t C, struct flop_counter *fc) {
     (void)fc; /* a lookup: no FLOPs */
 #pragma omp parallel for
@@ -43,7 +43,7 @@ void embedding_rows_forward(float *out, const int32_t *inp, const float *wte, in
     }
 }
 
-void positions_add(float *out, const float *wpe, int64_t B, int64_t T, int64_t C, struct flop_counter *fc) {
+void positions_add_cpu(float *out, const float *wpe, int64_t B, int64_t T, int64_t C, struct flop_counter *fc) {
     (void)fc; /* the caller counts the adds (model/gpt.c) */
 #pragma omp parallel for
     for (int64_t bt = 0; bt < B * T; bt++) {
@@ -54,7 +54,7 @@ void positions_add(float *out, const float *wpe, int64_t B, int64_t T, int64_t C
 }
 
 /* Serial, as encoder_backward, for the same reason. */
-void embedding_rows_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t v0,
+void embedding_rows_backward_cpu(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t v0,
                              int64_t rows, int64_t B, int64_t T, int64_t C, struct flop_counter *fc) {
     (void)fc; /* the caller counts the adds (model/gpt.c) */
     for (int64_t bt = 0; bt < B * T; bt++) {
