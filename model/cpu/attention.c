@@ -69,7 +69,7 @@ static void causal_softmax_backward(float *d, const float *p, int64_t T) {
 }
 
 void attention_forward_cpu(float *out, float *att, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
-                       struct flop_counter *fc) {
+                           struct flop_counter *fc) {
     const int64_t hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for num_threads(head_threads(B, NH))
@@ -86,7 +86,7 @@ void attention_forward_cpu(float *out, float *att, const float *qkv, int64_t B, 
 }
 
 void attention_backward_cpu(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
-                        int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc) {
+                            int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc) {
     const int64_t hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for num_threads(head_threads(B, NH))

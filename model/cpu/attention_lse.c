@@ -81,7 +81,7 @@ static void forward_row(float *o, float *lse, const float *q, const float *k, co
 static int64_t key_tiles(int64_t t) { return t / ATTENTION_LSE_TILE + 1; }
 
 void attention_lse_forward_cpu(float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
-                           struct flop_counter *fc) {
+                               struct flop_counter *fc) {
     const int64_t hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for num_threads(head_threads(B, NH))
@@ -98,7 +98,7 @@ void attention_lse_forward_cpu(float *out, float *lse, const float *qkv, int64_t
 }
 
 void attention_lse_backward_cpu(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
-                            const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc) {
+                                const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc) {
     const int64_t hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for num_threads(head_threads(B, NH))

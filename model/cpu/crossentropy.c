@@ -9,7 +9,7 @@
 enum { CE_FLOPS_PER_LOGIT = 6 };
 
 double crossentropy_forward_backward_cpu(float *logits, float *losses, const int32_t *targets, int64_t N,
-                                     int64_t V, int64_t Vp, float dloss, struct flop_counter *fc) {
+                                         int64_t V, int64_t Vp, float dloss, struct flop_counter *fc) {
     double total = 0.0;
 #pragma omp parallel for reduction(+ : total)
     for (int64_t i = 0; i < N; i++) {
@@ -41,7 +41,7 @@ double crossentropy_forward_backward_cpu(float *logits, float *losses, const int
  * above, in the same order, cut where the collectives go */
 
 void crossentropy_row_max_cpu(const float *logits, float *maxv, int64_t N, int64_t Vl, int64_t valid,
-                          struct flop_counter *fc) {
+                              struct flop_counter *fc) {
     (void)fc; /* crossentropy_finish counts the whole softmax's FLOPs */
 #pragma omp parallel for
     for (int64_t i = 0; i < N; i++) {
@@ -53,7 +53,7 @@ void crossentropy_row_max_cpu(const float *logits, float *maxv, int64_t N, int64
 }
 
 void crossentropy_exp_sum_cpu(float *logits, const float *maxv, float *sum, float *target, const int32_t *targets,
-                          int64_t N, int64_t Vl, int64_t v0, int64_t valid, bool in_place, struct flop_counter *fc) {
+                              int64_t N, int64_t Vl, int64_t v0, int64_t valid, bool in_place, struct flop_counter *fc) {
     (void)fc; /* crossentropy_finish counts the whole softmax's FLOPs */
 #pragma omp parallel for
     for (int64_t i = 0; i < N; i++) {
@@ -73,8 +73,8 @@ void crossentropy_exp_sum_cpu(float *logits, const float *maxv, float *sum, floa
 }
 
 double crossentropy_finish_cpu(float *logits, float *losses, const float *maxv, const float *sum, const float *target,
-                           const int32_t *targets, int64_t N, int64_t Vl, int64_t v0, int64_t valid, float dloss,
-                           struct flop_counter *fc) {
+                               const int32_t *targets, int64_t N, int64_t Vl, int64_t v0, int64_t valid, float dloss,
+                               struct flop_counter *fc) {
     double total = 0.0;
 #pragma omp parallel for reduction(+ : total)
     for (int64_t i = 0; i < N; i++) {

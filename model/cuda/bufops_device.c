@@ -1,4 +1,4 @@
-/* include/bufops.h on device memory (cuda_buf_*, bufops_cuda.h): each
+/* include/bufops.h on device memory, buf_*_cuda: each
  * operation is one kernel of bufops_kernels.cu on the legacy default
  * stream, or a cudaMemset / cudaMemcpy. A kernel returns queued, in stream
  * order with every later kernel, copy and collective (the NCCL tables wait
@@ -12,7 +12,7 @@
 #include "bufops_kernels.h"
 
 /* A failed launch or copy: the operation and CUDA's reason, then exit
- * (bufops_cuda.h: the device is not usable after it). */
+ * (bufops.h: the device is not usable after it). */
 static void check(int rc, const char *op) {
     cudaError_t e = (cudaError_t)rc;
     if (e == cudaSuccess) return;

@@ -1,4 +1,4 @@
-/* The cuda_* update rules and 8-bit codec (optim_cuda.h): the per-call
+/* The X_cuda update rules and 8-bit codec (include/optim.h): the per-call
  * constants from the CPU's own function (include/optim.h:
  * adamw_step_consts, in optim/adamw.c: the CPU's powf and sqrtf), then the
  * kernels of optim_kernels.h, a wait, and the FLOPs counted as the CPU

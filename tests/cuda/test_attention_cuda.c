@@ -7,7 +7,7 @@
  * 48. Every output (out, att, dqkv) and the backward's scratch are
  * poisoned (0xff bytes: NaN) first, with a poisoned guard past the end that
  * must survive. The reference is model/cpu/attention.c compiled as
- * cpu_attention_* (layers_rename.h) on the same inputs; the backward gets
+ * attention_*_cpu (model/cpu/attention.c) on the same inputs; the backward gets
  * the CPU's probabilities on both sides, so it is compared alone. Its
  * scratch is attention_backward_scratch(B, T, NH) floats, which on the
  * device sets how many heads go at once (attention.cu): the backward runs

@@ -1,11 +1,11 @@
 /* The CUDA build's buffer operations against the CPU's (make cuda-test).
  *
- * Each CUDA operation (cuda_buf_*, model/cuda/bufops_cuda.h) runs on
+ * Each CUDA operation (buf_*_cuda, include/bufops.h) runs on
  * device copies of random inputs, drawn afresh each run (the seed is
  * printed), at sizes that straddle the kernels' block of 256 and are
  * mostly not multiples of it; its output buffer is poisoned (0xff bytes)
  * first and has a poisoned guard past the end, which must survive. The
- * reference is the CPU implementation (cpu_buf_*: model/cpu/bufops.c).
+ * reference is the CPU implementation (buf_*_cpu: model/cpu/bufops.c).
  * Bounds:
  *   zero, copy, widen, narrow, round, from/to fp32: bit for bit, NaN
  *     payloads included (no arithmetic: the same bit operations)

@@ -5,7 +5,7 @@
  * the dispatcher is tested too), runs on device copies of random inputs
  * drawn afresh each run (the seed is printed) at n = 1, 255, 256, 257, 1000
  * and 65537 (blocks of 256 full, partial, single); the reference is the CPU
- * version (cpu_*: optim/ compiled under optim_rename.h) on the same inputs.
+ * version (X_cpu: optim/) on the same inputs.
  * Each rule runs with fp32 and bf16 gradients, no writeback and bf16
  * writeback (nearest-even and stochastic), weight decay on and off, a
  * gradient scale of 1 and 0.75, for the steps t = 1, 2, 3 (the states
