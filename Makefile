@@ -207,10 +207,11 @@ fuzz-corpus: build-fuzz/seed_corpus
 # ---- The CUDA build (docs/GPU.md) ----
 # build-cuda/ holds every library file of the CPU build plus the */cuda/
 # folders' .c (mpicc, -DSHARDLAB_CUDA, the CUDA headers) and .cu (nvcc)
-# files, linked against cudart, cuBLAS, cuBLASLt, NCCL and MPI. The device
-# build's bufops (model/cuda/bufops_dispatch.c) take the names buf_*, so
-# model/cpu/bufops.c is compiled there under the names cpu_buf_*
-# (model/cuda/bufops_rename.h) as the host path and the test's reference.
+# files, linked against cudart, cuBLAS, cuBLASLt, NCCL and MPI. Every file
+# is compiled once, under its own names: the dispatch files
+# (model/layers_dispatch.c, model/bufops_dispatch.c, optim/optim_dispatch.c)
+# see -DSHARDLAB_CUDA here and call the X_cuda functions of the */cuda/
+# folders beside the CPU's X_cpu (include/backend.h).
 # Nothing here is part of `make all` or `make test`.
 CUDA_HOME  ?= /usr/local/cuda
 NVCC       ?= $(CUDA_HOME)/bin/nvcc
@@ -218,7 +219,7 @@ CUDA_ARCHS ?= sm_80 sm_90
 CUDA_BUILD := build-cuda
 CUDA_CFLAGS := $(filter-out -MMD -MP,$(CFLAGS)) -DSHARDLAB_CUDA -isystem $(CUDA_HOME)/include -MMD -MP
 CUDA_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a:sm_%=%),code=$(a))
-NVCC_FLAGS := -std=c++17 -O3 -g -Iinclude $(CUDA_GENCODE) -Werror all-warnings \
+NVCC_FLAGS := -std=c++17 -O3 -g -DSHARDLAB_CUDA -Iinclude $(CUDA_GENCODE) -Werror all-warnings \
               -Xcompiler -Wall,-Wextra,-Werror -MMD -MP
 CUDA_LDLIBS := $(LDLIBS) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
                -lcudart -lcublasLt -lcublas -lnccl -lstdc++
@@ -252,30 +253,6 @@ $(CUDA_BUILD)/obj/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
 	@echo "  CC    $< (cuda build)"
 	@$(CC) $(CUDA_CFLAGS) -c $< -o $@
-
-# model/cpu/bufops.c under the names cpu_buf_*.
-$(CUDA_BUILD)/obj/model/cpu/bufops.o: model/cpu/bufops.c model/cuda/bufops_rename.h Makefile
-	@mkdir -p $(dir $@)
-	@echo "  CC    $< (cuda build, as cpu_buf_*)"
-	@$(CC) $(CUDA_CFLAGS) -include model/cuda/bufops_rename.h -c $< -o $@
-
-# The CPU's layer kernels under the names cpu_* (model/cuda/layers_rename.h):
-# the host path of the device build's layers.h (model/cuda/layers_dispatch.c).
-CUDA_RENAMED_LAYERS := $(patsubst %,$(CUDA_BUILD)/obj/model/cpu/%.o,encoder gelu layernorm matmul crossentropy attention \
-                       attention_lse)
-$(CUDA_RENAMED_LAYERS): $(CUDA_BUILD)/obj/model/cpu/%.o: model/cpu/%.c model/cuda/layers_rename.h Makefile
-	@mkdir -p $(dir $@)
-	@echo "  CC    $< (cuda build, as cpu_*)"
-	@$(CC) $(CUDA_CFLAGS) -include model/cuda/layers_rename.h -c $< -o $@
-
-# The CPU's update rules and 8-bit codec under the names cpu_*
-# (optim/cuda/optim_rename.h): the host path of the device build's optim.h
-# (optim/cuda/optim_dispatch.c).
-CUDA_RENAMED_OPTIM := $(patsubst %,$(CUDA_BUILD)/obj/optim/%.o,adamw sgd adamw8bit adamw8bit_state)
-$(CUDA_RENAMED_OPTIM): $(CUDA_BUILD)/obj/optim/%.o: optim/%.c optim/cuda/optim_rename.h Makefile
-	@mkdir -p $(dir $@)
-	@echo "  CC    $< (cuda build, as cpu_*)"
-	@$(CC) $(CUDA_CFLAGS) -include optim/cuda/optim_rename.h -c $< -o $@
 
 # The layer kernels do the CPU's arithmetic operation for operation, so the
 # elementwise ones give its bits: no a*b+c contracted into an FMA (gcc

@@ -1,40 +1,85 @@
 /* Buffer operations: everything outside the layer kernels that touches
  * parameter, gradient, activation or optimizer memory goes through these
- * (and the update rules of include/optim.h), so a device build replaces
- * them with its own implementation of the same names. The CPU build's is
- * model/cpu/bufops.c. Counts are elements unless a name says bytes. */
+ * (and the update rules of include/optim.h). Each takes the memory space
+ * its buffers live in first (mem_space.h: the caller's, e.g. struct
+ * engine's or struct zero's space) and runs on that space's backend
+ * (model/bufops_dispatch.c): buf_X_cpu (model/cpu/bufops.c) on host
+ * memory, buf_X_cuda (model/cuda/bufops_device.c, the CUDA build only) on
+ * device memory; the CPU build stops a device call by name. buf_copy on
+ * MEM_DEVICE takes any pair of host and device buffers (a transfer);
+ * every other operation has all its buffers in the one space. Counts are
+ * elements unless a name says bytes; zero of them touch nothing. */
 #ifndef SHARDLAB_BUFOPS_H
 #define SHARDLAB_BUFOPS_H
 
 #include <stddef.h>
 
 #include "dtype.h"
+#include "mem_space.h"
 
-void buf_zero(void *dst, size_t bytes);
-void buf_copy(void *dst, const void *src, size_t bytes);
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void buf_zero(enum mem_space space, void *dst, size_t bytes);
+void buf_copy(enum mem_space space, void *dst, const void *src, size_t bytes);
 
 /* dst (fp32) = src (bf16), exact. */
-void buf_widen(float *dst, const bf16 *src, size_t n);
+void buf_widen(enum mem_space space, float *dst, const bf16 *src, size_t n);
 /* dst (bf16) = src (fp32) rounded to nearest even. */
-void buf_narrow(bf16 *dst, const float *src, size_t n);
+void buf_narrow(enum mem_space space, bf16 *dst, const float *src, size_t n);
 /* x = the fp32 value nearest x that bf16 can hold (in place). */
-void buf_round_bf16(float *x, size_t n);
+void buf_round_bf16(enum mem_space space, float *x, size_t n);
 /* Both at once: x rounded in place as buf_round_bf16 rounds it, and dst
  * (bf16) = that value (buf_narrow's bits). A saved activation is rounded
  * for the forward and packed for the backward in one pass. */
-void buf_round_narrow(bf16 *dst, float *x, size_t n);
+void buf_round_narrow(enum mem_space space, bf16 *dst, float *x, size_t n);
 
 /* dst (dt) = src (fp32): a copy, or a rounding to bf16. */
-void buf_from_fp32(void *dst, enum dtype dt, const float *src, size_t n);
+void buf_from_fp32(enum mem_space space, void *dst, enum dtype dt, const float *src, size_t n);
 /* dst (fp32) = src (dt): a copy, or an exact widening. */
-void buf_to_fp32(float *dst, const void *src, enum dtype dt, size_t n);
+void buf_to_fp32(enum mem_space space, float *dst, const void *src, enum dtype dt, size_t n);
 
 /* dst (dt) += src (fp32), one rounding per element when dt is bf16. */
-void buf_accumulate(void *dst, enum dtype dt, const float *src, size_t n);
+void buf_accumulate(enum mem_space space, void *dst, enum dtype dt, const float *src, size_t n);
 /* dst += src, both in dt (bf16: summed in fp32, rounded once). */
-void buf_add(void *dst, const void *src, enum dtype dt, size_t n);
+void buf_add(enum mem_space space, void *dst, const void *src, enum dtype dt, size_t n);
 
 /* Sum of squares of n values of dtype dt, accumulated in double. */
-double buf_sum_squares(const void *src, enum dtype dt, size_t n);
+double buf_sum_squares(enum mem_space space, const void *src, enum dtype dt, size_t n);
+
+/* The backends: the same operations on one space's memory. A CUDA failure
+ * inside buf_X_cuda (a bad pointer, a lost device) leaves the device
+ * unusable: it prints the operation and CUDA's message and exits non-zero,
+ * as a failed kernel would. The CUDA results are the CPU's (bf16 bit for
+ * bit; the sum of squares in double, in another order). */
+void buf_zero_cpu(void *dst, size_t bytes);
+void buf_copy_cpu(void *dst, const void *src, size_t bytes);
+void buf_widen_cpu(float *dst, const bf16 *src, size_t n);
+void buf_narrow_cpu(bf16 *dst, const float *src, size_t n);
+void buf_round_bf16_cpu(float *x, size_t n);
+void buf_round_narrow_cpu(bf16 *dst, float *x, size_t n);
+void buf_from_fp32_cpu(void *dst, enum dtype dt, const float *src, size_t n);
+void buf_to_fp32_cpu(float *dst, const void *src, enum dtype dt, size_t n);
+void buf_accumulate_cpu(void *dst, enum dtype dt, const float *src, size_t n);
+void buf_add_cpu(void *dst, const void *src, enum dtype dt, size_t n);
+double buf_sum_squares_cpu(const void *src, enum dtype dt, size_t n);
+
+void buf_zero_cuda(void *dst, size_t bytes);
+/* Any pair of host and device pointers (cudaMemcpyDefault). */
+void buf_copy_cuda(void *dst, const void *src, size_t bytes);
+void buf_widen_cuda(float *dst, const bf16 *src, size_t n);
+void buf_narrow_cuda(bf16 *dst, const float *src, size_t n);
+void buf_round_bf16_cuda(float *x, size_t n);
+void buf_round_narrow_cuda(bf16 *dst, float *x, size_t n);
+void buf_from_fp32_cuda(void *dst, enum dtype dt, const float *src, size_t n);
+void buf_to_fp32_cuda(float *dst, const void *src, enum dtype dt, size_t n);
+void buf_accumulate_cuda(void *dst, enum dtype dt, const float *src, size_t n);
+void buf_add_cuda(void *dst, const void *src, enum dtype dt, size_t n);
+double buf_sum_squares_cuda(const void *src, enum dtype dt, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -6,9 +6,11 @@
 
 #include "clock.h"
 
+#include "mem_space.h"
+
 /* Where a step's kernel time goes, kernel kind by kind (the report's
- * kernel table). The CUDA build's dispatch (model/cuda/layers_dispatch.c,
- * optim/cuda/optim_dispatch.c) times every layers.h and update-rule call on
+ * kernel table). The CUDA build's dispatch (model/layers_dispatch.c,
+ * optim/optim_dispatch.c) times every layers.h and update-rule call on
  * either memory space: a layers.h call on the device by CUDA events around
  * its kernels (include/kernel_timing.h: it does not synchronize), an update
  * rule and a host call by the clock (they return finished). The CPU build
@@ -62,6 +64,12 @@ struct flop_counter {
      * on the spot: a GPU kernel then uses fp32 GEMMs and a cuBLAS handle of
      * its own per call. */
     struct kernel_context *kernels;
+    /* Not a count either: where the buffers of the kernels and update rules
+     * that receive this counter live, so where they run (mem_space.h; the
+     * dispatch files pick the backend by it). The trainer sets its
+     * counter's from the run's space; one made on the spot ({0}) is the
+     * host's. */
+    enum mem_space space;
     struct kernel_time profile[KERNEL_NUM_KINDS]; /* the CUDA build's dispatch: time per kernel kind */
 };
 

@@ -61,12 +61,12 @@ static inline float round_to_bf16(float f) { return bf16_to_f32(f32_to_bf16(f));
 static inline size_t dtype_first_nonfinite(const void *x, enum dtype dt, size_t n) {
     if (dt == DTYPE_U8) return n; /* bytes (8-bit codes) are never non-finite */
     if (dt == DTYPE_BF16) {
-        const bf16 *h = x;
+        const bf16 *h = (const bf16 *)x;
         for (size_t i = 0; i < n; i++)
             if ((h[i] & 0x7f80u) == 0x7f80u) return i;
         return n;
     }
-    const unsigned char *b = x;
+    const unsigned char *b = (const unsigned char *)x;
     for (size_t i = 0; i < n; i++) {
         uint32_t u;
         memcpy(&u, b + 4 * i, sizeof u);

@@ -134,6 +134,7 @@ struct gpt {
     enum recompute_mode recompute;
     enum attention_kind attention;
     enum dtype gemm_dtype; /* the layer GEMMs' operands (gpt_set_gemm_dtype); fp32 unless set */
+    enum mem_space space; /* where its buffers live: its buffer operations run there (bufops.h) */
     struct flop_counter *flops;
     int n_slots;
     struct gpt_slot slot[GPT_MAX_SLOTS];

@@ -1,5 +1,6 @@
 /* Timing the kernel calls of the CUDA build with CUDA events
- * (model/cuda/kernel_timing.c; the CUDA build's dispatch files only).
+ * (model/cuda/kernel_timing.c; model/layers_dispatch.c and the GEMMs of
+ * model/cuda/).
  *
  * A device call does not synchronize: it queues its kernels on the default
  * stream and returns, so the GPU runs the step's kernels back to back while
@@ -32,6 +33,7 @@ struct kernel_span {
 };
 enum { KERNEL_SPAN_CLOCK = -1, KERNEL_SPAN_SYNC = -2 };
 
+#ifdef SHARDLAB_CUDA
 /* Starts a span of one call: on_device, the call's kernels go to the GPU. */
 struct kernel_span kernel_span_begin(struct flop_counter *fc, bool on_device);
 /* Ends it as a call of kind k (fc->profile[k]), or with gemm true as GEMM
@@ -41,6 +43,17 @@ void kernel_span_end_gemm(struct flop_counter *fc, struct kernel_span s);
 /* Waits for the device and folds every ended span into fc. Every span
  * must have ended. A no-op without a run's kernel context. */
 void kernel_timing_sync(struct flop_counter *fc);
+#else
+/* The CPU build times no call (its kernel table stays 0: counters.h), so
+ * the dispatch (model/layers_dispatch.c) spans nothing there. */
+static inline struct kernel_span kernel_span_begin(struct flop_counter *fc, bool on_device) {
+    (void)fc, (void)on_device;
+    return (struct kernel_span){0.0, KERNEL_SPAN_CLOCK};
+}
+static inline void kernel_span_end(struct flop_counter *fc, struct kernel_span s, enum kernel_kind k) {
+    (void)fc, (void)s, (void)k;
+}
+#endif
 
 #ifdef __cplusplus
 }

@@ -19,17 +19,24 @@
 
 #include "counters.h"
 #include "dtype.h"
+#include "mem_space.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* The largest m, n, k or leading dimension cblas_sgemm accepts: blasint
  * is int in Debian's OpenBLAS (built without INTERFACE64). */
 #define MATMUL_MAX_DIM ((int64_t)INT_MAX)
 
-/* out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] */
-void encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int64_t B, int64_t T,
-                     int64_t C);
+/* out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]. The two take no counter (no
+ * FLOPs: the model calls the embedding_rows_* forms), so the space their
+ * buffers live in is an argument. */
+void encoder_forward(enum mem_space space, float *out, const int32_t *inp, const float *wte, const float *wpe,
+                     int64_t B, int64_t T, int64_t C);
 /* dwte[inp[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:] */
-void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t B, int64_t T,
-                      int64_t C);
+void encoder_backward(enum mem_space space, float *dwte, float *dwpe, const float *dout, const int32_t *inp,
+                      int64_t B, int64_t T, int64_t C);
 
 /* The vocabulary-parallel embedding (Megatron-LM): this rank holds rows
  * [v0, v0 + rows) of wte (wte points at row v0). out[b,t,:] = wte[inp - v0]
@@ -206,5 +213,138 @@ void crossentropy_exp_sum(float *logits, const float *maxv, float *sum, float *t
 double crossentropy_finish(float *logits, float *losses, const float *maxv, const float *sum, const float *target,
                            const int32_t *targets, int64_t N, int64_t Vl, int64_t v0, int64_t valid, float dloss,
                            struct flop_counter *fc);
+
+/* ---- The backends. Every name above is model/layers_dispatch.c's: it
+ * runs X_cpu or X_cuda by the space of the call, fc->space (counters.h;
+ * encoder_forward/backward, which take no counter, by their argument),
+ * and times the call into fc's kernel profile in the CUDA build. Same
+ * semantics, shapes, accumulation and FLOPs as above.
+ *   X_cpu   model/cpu/: host memory, every build.
+ *   X_cuda  model/cuda/ (the CUDA build only): every buffer in device
+ *           memory, the int32 tokens and targets included; the
+ *           flop_counter is host memory, counted as the CPU counts
+ *           (gemm_seconds: the GEMM's time). attention_lse_*_cuda is
+ *           flash attention (model/cuda/flash_attention.h), which exits
+ *           non-zero with its message on a head size other than 32, 64,
+ *           128 (the trainer refuses such a run at start-up:
+ *           device_check_flash_attention). A call returns with its kernels
+ *           queued; a CUDA failure prints the function and CUDA's reason
+ *           and exits non-zero (model/cuda/cuda_check.h). The embeddings'
+ *           and the vocabulary-parallel passes' device forms count nothing
+ *           and take no counter.
+ * attention_backward_scratch and attention_lse_backward_scratch are one
+ * definition for both (sizes: nothing to dispatch). */
+void encoder_forward_cpu(float *out, const int32_t *inp, const float *wte, const float *wpe, int64_t B, int64_t T,
+                         int64_t C);
+void encoder_backward_cpu(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t B, int64_t T,
+                          int64_t C);
+void embedding_rows_forward_cpu(float *out, const int32_t *inp, const float *wte, int64_t v0, int64_t rows, int64_t BT,
+                                int64_t C, struct flop_counter *fc);
+void positions_add_cpu(float *out, const float *wpe, int64_t B, int64_t T, int64_t C, struct flop_counter *fc);
+void embedding_rows_backward_cpu(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t v0,
+                                 int64_t rows, int64_t B, int64_t T, int64_t C, struct flop_counter *fc);
+void layernorm_forward_cpu(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                           const float *bias, int64_t N, int64_t C, struct flop_counter *fc);
+void layernorm_backward_cpu(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                            const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
+                            struct flop_counter *fc);
+void gemm_counted_cpu(struct flop_counter *fc, enum gemm_kind kind, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                      int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                      float *c, int64_t ldc);
+void matmul_forward_cpu(float *out, const float *inp, const float *weight, const float *bias, int64_t N, int64_t C,
+                        int64_t OC, struct flop_counter *fc);
+void matmul_backward_cpu(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                         const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
+void matmul_forward_sliced_cpu(float *out, const float *inp, const float *weight, const float *bias, int64_t N,
+                               int64_t C, int64_t OC, int64_t max_rows, struct flop_counter *fc);
+void matmul_backward_sliced_cpu(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                                const float *weight, int64_t N, int64_t C, int64_t OC, int64_t max_rows,
+                                struct flop_counter *fc);
+void matmul_forward_bf16_cpu(float *out, const bf16 *inp, const float *weight, const float *bias, int64_t N,
+                             int64_t C, int64_t OC, struct flop_counter *fc);
+void matmul_backward_bf16_cpu(float *dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
+                              const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
+void bias_add_cpu(float *out, const float *bias, int64_t N, int64_t OC, struct flop_counter *fc);
+void gelu_forward_cpu(float *out, const float *inp, int64_t n, struct flop_counter *fc);
+void gelu_backward_cpu(float *dinp, const float *inp, const float *dout, int64_t n, struct flop_counter *fc);
+void gelu_forward_bf16_cpu(bf16 *out, bf16 *pre_store, const float *pre, int64_t n, struct flop_counter *fc);
+void gelu_backward_bf16_cpu(float *dinp, const bf16 *inp, const float *dout, int64_t n, struct flop_counter *fc);
+void residual_forward_cpu(float *out, const float *a, const float *b, int64_t n, struct flop_counter *fc);
+double crossentropy_forward_backward_cpu(float *logits, float *losses, const int32_t *targets, int64_t N,
+                                         int64_t V, int64_t Vp, float dloss, struct flop_counter *fc);
+void crossentropy_row_max_cpu(const float *logits, float *maxv, int64_t N, int64_t Vl, int64_t valid,
+                              struct flop_counter *fc);
+void crossentropy_exp_sum_cpu(float *logits, const float *maxv, float *sum, float *target, const int32_t *targets,
+                              int64_t N, int64_t Vl, int64_t v0, int64_t valid, bool in_place, struct flop_counter *fc);
+double crossentropy_finish_cpu(float *logits, float *losses, const float *maxv, const float *sum, const float *target,
+                               const int32_t *targets, int64_t N, int64_t Vl, int64_t v0, int64_t valid, float dloss,
+                               struct flop_counter *fc);
+void attention_forward_cpu(float *out, float *att, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
+                           struct flop_counter *fc);
+void attention_backward_cpu(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
+                            int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
+void attention_lse_forward_cpu(float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
+                               struct flop_counter *fc);
+void attention_lse_backward_cpu(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
+                                const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH,
+                                struct flop_counter *fc);
+
+void encoder_forward_cuda(float *out, const int32_t *inp, const float *wte, const float *wpe, int64_t B, int64_t T,
+                          int64_t C);
+void encoder_backward_cuda(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t B, int64_t T,
+                           int64_t C);
+void embedding_rows_forward_cuda(float *out, const int32_t *inp, const float *wte, int64_t v0, int64_t rows, int64_t BT,
+                                 int64_t C);
+void positions_add_cuda(float *out, const float *wpe, int64_t B, int64_t T, int64_t C);
+void embedding_rows_backward_cuda(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t v0,
+                                  int64_t rows, int64_t B, int64_t T, int64_t C);
+void layernorm_forward_cuda(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                            const float *bias, int64_t N, int64_t C, struct flop_counter *fc);
+void layernorm_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                             const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
+                             struct flop_counter *fc);
+void gemm_counted_cuda(struct flop_counter *fc, enum gemm_kind kind, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                       int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                       float *c, int64_t ldc);
+void matmul_forward_cuda(float *out, const float *inp, const float *weight, const float *bias, int64_t N, int64_t C,
+                         int64_t OC, struct flop_counter *fc);
+void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                          const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
+void matmul_forward_sliced_cuda(float *out, const float *inp, const float *weight, const float *bias, int64_t N,
+                                int64_t C, int64_t OC, int64_t max_rows, struct flop_counter *fc);
+void matmul_backward_sliced_cuda(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                                 const float *weight, int64_t N, int64_t C, int64_t OC, int64_t max_rows,
+                                 struct flop_counter *fc);
+void matmul_forward_bf16_cuda(float *out, const bf16 *inp, const float *weight, const float *bias, int64_t N,
+                              int64_t C, int64_t OC, struct flop_counter *fc);
+void matmul_backward_bf16_cuda(float *dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
+                               const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
+void bias_add_cuda(float *out, const float *bias, int64_t N, int64_t OC, struct flop_counter *fc);
+void gelu_forward_cuda(float *out, const float *inp, int64_t n, struct flop_counter *fc);
+void gelu_backward_cuda(float *dinp, const float *inp, const float *dout, int64_t n, struct flop_counter *fc);
+void gelu_forward_bf16_cuda(bf16 *out, bf16 *pre_store, const float *pre, int64_t n, struct flop_counter *fc);
+void gelu_backward_bf16_cuda(float *dinp, const bf16 *inp, const float *dout, int64_t n, struct flop_counter *fc);
+void residual_forward_cuda(float *out, const float *a, const float *b, int64_t n, struct flop_counter *fc);
+double crossentropy_forward_backward_cuda(float *logits, float *losses, const int32_t *targets, int64_t N,
+                                          int64_t V, int64_t Vp, float dloss, struct flop_counter *fc);
+void crossentropy_row_max_cuda(const float *logits, float *maxv, int64_t N, int64_t Vl, int64_t valid);
+void crossentropy_exp_sum_cuda(float *logits, const float *maxv, float *sum, float *target, const int32_t *targets,
+                               int64_t N, int64_t Vl, int64_t v0, int64_t valid, bool in_place);
+double crossentropy_finish_cuda(float *logits, float *losses, const float *maxv, const float *sum, const float *target,
+                                const int32_t *targets, int64_t N, int64_t Vl, int64_t v0, int64_t valid, float dloss,
+                                struct flop_counter *fc);
+void attention_forward_cuda(float *out, float *att, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
+                            struct flop_counter *fc);
+void attention_backward_cuda(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
+                             int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
+void attention_lse_forward_cuda(float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
+                                struct flop_counter *fc);
+void attention_lse_backward_cuda(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
+                                 const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH,
+                                 struct flop_counter *fc);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

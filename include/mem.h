@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mem_space.h"
+
 enum mem_category {
     MEM_PARAMS,       /* working weights in param_dtype */
     MEM_MASTER,       /* fp32 master weights (bf16 params only) */
@@ -29,9 +31,9 @@ enum mem_category {
     MEM_NUM_CATEGORIES
 };
 
-/* Where a buffer lives. The CPU build has host memory only; a device build
- * supplies the device space's allocate/free (struct mem_space_ops). */
-enum mem_space { MEM_HOST, MEM_DEVICE, MEM_NUM_SPACES };
+/* Where a buffer lives (mem_space.h). The CPU build has host memory only; a
+ * device build supplies the device space's allocate/free (struct
+ * mem_space_ops). */
 
 /* Bytes in a MiB (2^20), for sizes given or printed in MiB. */
 #define MIB_BYTES 1048576.0

@@ -12,6 +12,7 @@
 
 #include "counters.h"
 #include "dtype.h"
+#include "mem_space.h"
 
 enum optimizer_kind { OPTIM_ADAMW, OPTIM_ADAMW8BIT, OPTIM_SGD };
 enum decay_targets { DECAY_MATRICES, DECAY_ALL };
@@ -197,9 +198,12 @@ void adamw8bit_update(const struct adamw_hparams *h, size_t n, float *w, uint8_t
  * none), q[i] = qmap_nearest(map, x[i] / absmax[b]), or of 0 when absmax[b]
  * is 0; no sign fix (the update's quantizer has one, for m). ix (may be
  * NULL) only speeds up the search; the codes are qmap_nearest's. */
-void adamw8bit_dequantize(const float map[QMAP_SIZE], const uint8_t *q, const float *absmax, size_t n, float *out);
-void adamw8bit_quantize(const float map[QMAP_SIZE], const struct qmap_index *ix, const float *x, size_t n, uint8_t *q,
-                        float *absmax);
+/* The space is where the states and the fp32 values both live (mem_space.h:
+ * the caller's, struct zero's), as for the buffer operations (bufops.h). */
+void adamw8bit_dequantize(enum mem_space space, const float map[QMAP_SIZE], const uint8_t *q, const float *absmax,
+                          size_t n, float *out);
+void adamw8bit_quantize(enum mem_space space, const float map[QMAP_SIZE], const struct qmap_index *ix, const float *x,
+                        size_t n, uint8_t *q, float *absmax);
 
 /* ---- SGD with momentum as PyTorch's torch.optim.SGD (dampening 0):
  *   g   = grad * grad_scale + weight_decay * w     (coupled L2 decay)
@@ -215,5 +219,52 @@ struct sgd_hparams {
 
 void sgd_update(const struct sgd_hparams *h, size_t n, float *w, float *buf, const void *grad, enum dtype grad_dtype,
                 const struct param_writeback *out, struct flop_counter *fc);
+
+/* ---- The backends. adamw_update, sgd_update, adamw8bit_update and the
+ * codec above are optim/optim_dispatch.c's: each runs X_cpu or X_cuda by
+ * the space of the call (the update rules: fc->space, counters.h; the
+ * codec: its argument), and the CUDA build times the updates into fc's
+ * kernel profile (KERNEL_OPTIMIZER).
+ *   X_cpu   optim/{adamw,sgd,adamw8bit,adamw8bit_state}.c: host memory.
+ *   X_cuda  optim/cuda/optim_device.c with the kernels of adamw.cu,
+ *           sgd.cu and adamw8bit.cu (the CUDA build only): w, the states,
+ *           grad and the bf16 params in device memory. The
+ *           hyperparameters, the flop_counter, the 8-bit maps and search
+ *           indexes are host memory (the maps travel to the kernels by
+ *           value; the CUDA quantizer needs no index). The codec's fp32
+ *           side (out of dequantize, x of quantize) may be in either space
+ *           (out_on_device, x_on_device; host memory goes through a
+ *           temporary device buffer).
+ * Semantics are the ones above; the CUDA versions give the CPU's bits
+ * (optim/cuda/optim_kernels.h says how). Each X_cuda call returns when its
+ * results are in place (it synchronizes); a CUDA failure prints the
+ * function and CUDA's reason and exits non-zero. */
+void adamw_update_cpu(const struct adamw_hparams *h, size_t n, float *w, float *m, float *v, const void *grad,
+                      enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+void sgd_update_cpu(const struct sgd_hparams *h, size_t n, float *w, float *buf, const void *grad,
+                    enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+void adamw8bit_update_cpu(const struct adamw_hparams *h, size_t n, float *w, uint8_t *q1, uint8_t *q2,
+                          float *absmax1, float *absmax2, const float *map_signed, const float *map_unsigned,
+                          const struct qmap_index *ix_signed, const struct qmap_index *ix_unsigned, const void *grad,
+                          enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+void adamw8bit_dequantize_cpu(const float map[QMAP_SIZE], const uint8_t *q, const float *absmax, size_t n,
+                              float *out);
+void adamw8bit_quantize_cpu(const float map[QMAP_SIZE], const struct qmap_index *ix, const float *x, size_t n,
+                            uint8_t *q, float *absmax);
+
+void adamw_update_cuda(const struct adamw_hparams *h, size_t n, float *w, float *m, float *v, const void *grad,
+                       enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+void sgd_update_cuda(const struct sgd_hparams *h, size_t n, float *w, float *buf, const void *grad,
+                     enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+void adamw8bit_update_cuda(const struct adamw_hparams *h, size_t n, float *w, uint8_t *q1, uint8_t *q2,
+                           float *absmax1, float *absmax2, const float *map_signed, const float *map_unsigned,
+                           const void *grad, enum dtype grad_dtype, const struct param_writeback *out,
+                           struct flop_counter *fc);
+/* q and absmax in device memory; out / x where out_on_device / x_on_device
+ * say (host memory goes through a temporary device buffer). */
+void adamw8bit_dequantize_cuda(const float map[QMAP_SIZE], const uint8_t *q, const float *absmax, size_t n,
+                               float *out, bool out_on_device);
+void adamw8bit_quantize_cuda(const float map[QMAP_SIZE], const float *x, bool x_on_device, size_t n, uint8_t *q,
+                             float *absmax);
 
 #endif

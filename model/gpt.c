@@ -88,14 +88,14 @@ static size_t layer_act_total(const struct gpt *m) { return act_offset(m, ACT_NU
 
 static bool acts_bf16(const struct gpt *m) { return m->act_dtype == DTYPE_BF16; }
 
-static void widen(float *dst, const bf16 *src, size_t n) { buf_widen(dst, src, n); }
+static void widen(const struct gpt *m, float *dst, const bf16 *src, size_t n) { buf_widen(m->space, dst, src, n); }
 
 /* Rounds a just-computed saved tensor p (n values) to what act_dtype can
  * hold; with a bf16 store (NULL: none) also writes it there. */
 static void round_saved(const struct gpt *m, float *p, size_t n, bf16 *store) {
     if (!acts_bf16(m)) return;
-    if (store) buf_round_narrow(store, p, n);
-    else buf_round_bf16(p, n);
+    if (store) buf_round_narrow(m->space, store, p, n);
+    else buf_round_bf16(m->space, p, n);
 }
 
 /* Whether the layer GEMMs read their saved inputs from the bf16 store
@@ -122,7 +122,7 @@ static bool backward_reads_store(enum layer_act a) {
  * GEMM input the GEMM reads from the store is only kept (its fp32 view is
  * not read again). */
 static void round_act(const struct gpt *m, struct layer_view *v, enum layer_act a, size_t n) {
-    if (gemm_reads_store(m) && gemm_input(a)) buf_narrow(v->store[a], v->act[a], n);
+    if (gemm_reads_store(m) && gemm_input(a)) buf_narrow(m->space, v->store[a], v->act[a], n);
     else round_saved(m, v->act[a], n, v->store[a]);
 }
 
@@ -135,7 +135,7 @@ static void *resid_at(struct gpt *m, int s, int i) {
 /* fp32 view of residual-stream entry i; `work` serves when stored as bf16. */
 static float *resid_view(struct gpt *m, int s, int i, float *work, bool load) {
     if (!acts_bf16(m)) return resid_at(m, s, i);
-    if (load) widen(work, resid_at(m, s, i), btc_l(m));
+    if (load) widen(m, work, resid_at(m, s, i), btc_l(m));
     return work;
 }
 
@@ -162,11 +162,11 @@ static struct layer_view layer_view(struct gpt *m, int s, int i, bool load) {
     }
     if (!full && acts_bf16(m) && load) {
         if (!gemm_reads_store(m)) {
-            widen(m->work_acts, (const bf16 *)m->slot[s].layer_acts + base, layer_act_total(m));
+            widen(m, m->work_acts, (const bf16 *)m->slot[s].layer_acts + base, layer_act_total(m));
         } else { /* the GEMMs' own inputs stay in the store */
             for (int a = 0; a < ACT_NUM; a++)
                 if (v.store[a] && !backward_reads_store((enum layer_act)a))
-                    widen(v.act[a], v.store[a], act_numel(m, (enum layer_act)a));
+                    widen(m, v.act[a], v.store[a], act_numel(m, (enum layer_act)a));
         }
     }
     float *stats = full ? m->full_stats : m->slot[s].layer_stats + (size_t)i * STAT_NUM * bt_l(m);
@@ -176,7 +176,7 @@ static struct layer_view layer_view(struct gpt *m, int s, int i, bool load) {
 
 static float *lnf_view(struct gpt *m, int s, bool load) {
     if (!acts_bf16(m)) return (float *)m->slot[s].lnf;
-    if (load) widen(m->work_lnf, m->slot[s].lnf, btc_l(m));
+    if (load) widen(m, m->work_lnf, m->slot[s].lnf, btc_l(m));
     return m->work_lnf;
 }
 
@@ -213,7 +213,8 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
     struct tp_slice own = tp_rank_slice(lay, sp);
     *m = (struct gpt){.lay = lay, .shape = lay->shape, .B = B, .n_layers = rank_layers(&lay->rank),
                       .NHl = own.heads, .Cl = own.features, .Fl = own.fc, .sp = sp, .Ts = own.positions,
-                      .act_dtype = act_dtype, .recompute = recompute, .attention = attention, .flops = flops};
+                      .act_dtype = act_dtype, .recompute = recompute, .attention = attention, .space = space,
+                      .flops = flops};
     int head_chunk = lay->rank.has_head ? lay->rank.n_chunks - 1 : -2, embed_chunk = lay->rank.has_embed ? 0 : -2;
     for (int c = 0; c < lay->rank.n_chunks; c++) {
         struct layer_range r = lay->rank.chunk[c];
@@ -311,7 +312,7 @@ static const float *hw(const struct gpt *m, const float *w_head, enum head_tenso
 }
 
 void gpt_embed_forward(struct gpt *m, int s, const float *w_embed, const int32_t *inputs) {
-    buf_copy(m->slot[s].inputs, inputs, bt(m) * sizeof *inputs);
+    buf_copy(m->space, m->slot[s].inputs, inputs, bt(m) * sizeof *inputs);
     float *out = resid_view(m, s, 0, m->work_resid_out, false);
     struct vocab_slice v = tp_vocab_slice(m->lay);
     /* vocabulary-parallel: this rank's rows (zero for tokens it does not
@@ -442,7 +443,7 @@ float gpt_head_forward(struct gpt *m, int s, const float *w_head, const float *w
      * with sp g gathers it). */
     struct vocab_slice v = tp_vocab_slice(m->lay);
     matmul_forward(sl->logits, conj_column_input(m, lnf), wte, NULL, N, C, v.Vl, m->flops);
-    buf_copy(sl->targets, targets, bt(m) * sizeof *targets);
+    buf_copy(m->space, sl->targets, targets, bt(m) * sizeof *targets);
     /* dtemp_btc (free between layers) holds the rows' sums and target logits */
     double sum = vocab_parallel_crossentropy(m->tp, v, sl->logits, sl->losses, sl->targets, N, dloss, m->dtemp_btc,
                                              m->flops);
@@ -459,7 +460,7 @@ void gpt_head_backward(struct gpt *m, int s, const float *w_head, const float *w
     matmul_backward(m->dtemp_btc, dwte, NULL, sl->logits, conj_column_input(m, lnf), wte, N, C, tp_vocab_slice(lay).Vl,
                     m->flops);
     conj_column_grad(m, m->dtemp_btc); /* dlnf sums over the vocabulary slices */
-    buf_zero(m->dresid, btc_l(m) * sizeof(float));
+    buf_zero(m->space, m->dresid, btc_l(m) * sizeof(float));
     conj_ln_grads_begin(m);
     layernorm_backward(m->dresid, conj_ln_grad(m, dlnfw, 0), conj_ln_grad(m, dlnfb, 1), m->dtemp_btc, x,
                        hw(m, w_head, HEAD_LNF_W), sl->lnf_stats, sl->lnf_stats + bt_l(m), (int64_t)bt_l(m), C,

@@ -6,12 +6,12 @@
 
 #include "optim.h"
 
-void adamw8bit_dequantize(const float map[QMAP_SIZE], const uint8_t *q, const float *absmax, size_t n, float *out) {
+void adamw8bit_dequantize_cpu(const float map[QMAP_SIZE], const uint8_t *q, const float *absmax, size_t n, float *out) {
     for (size_t i = 0; i < n; i++) out[i] = map[q[i]] * absmax[i / ADAMW8BIT_BLOCK];
 }
 
-void adamw8bit_quantize(const float map[QMAP_SIZE], const struct qmap_index *ix, const float *x, size_t n, uint8_t *q,
-                        float *absmax) {
+void adamw8bit_quantize_cpu(const float map[QMAP_SIZE], const struct qmap_index *ix, const float *x, size_t n,
+                            uint8_t *q, float *absmax) {
     for (size_t b0 = 0; b0 < n; b0 += ADAMW8BIT_BLOCK) {
         size_t b1 = b0 + ADAMW8BIT_BLOCK < n ? b0 + ADAMW8BIT_BLOCK : n;
         float mx = 0.0f;

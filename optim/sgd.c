@@ -29,8 +29,8 @@ static inline float sgd_element(float g, float *w, float *buf, float mom, float 
         WRITEBACK;                                                                                       \
     }
 
-void sgd_update(const struct sgd_hparams *h, size_t n, float *w, float *buf, const void *grad, enum dtype grad_dtype,
-                const struct param_writeback *out, struct flop_counter *fc) {
+void sgd_update_cpu(const struct sgd_hparams *h, size_t n, float *w, float *buf, const void *grad,
+                    enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
     const float lr = h->lr, mom = h->momentum, wd = h->weight_decay, gs = h->grad_scale;
     const bool first = h->first_step, nesterov = h->nesterov;
     const float *g32 = grad;

@@ -97,7 +97,7 @@ size_t engine_unit_staging_bytes(const struct engine *e) { return shard_max_unit
  * host, whose values then serve as they are). */
 static const float *to_model_space(float *dev, const float *w, size_t n) {
     if (!dev) return w;
-    buf_copy(dev, w, n * sizeof *w);
+    buf_copy(MEM_DEVICE, dev, w, n * sizeof *w);
     return dev;
 }
 
@@ -140,7 +140,7 @@ static const float *unit_weights(struct engine *e, int u) {
     if (e->w32_fresh[k]) return e->w32[k];
     const void *p = zero_unit_params(&e->z, u);
     if (e->o.zero.param_dtype == DTYPE_FP32) return p;
-    buf_widen(e->w32[k], p, layout_unit_size(&e->lay, u));
+    buf_widen(e->space, e->w32[k], p, layout_unit_size(&e->lay, u));
     if (k != UNIT_LAYER && e->o.zero.stage < 3) e->w32_fresh[k] = true;
     return e->w32[k];
 }
@@ -150,7 +150,7 @@ static const float *unit_weights(struct engine *e, int u) {
 static float *unit_grads_begin(struct engine *e, int u) {
     enum unit_kind k = layout_unit(&e->lay, u).kind;
     if (!e->dw32[k]) return zero_unit_grads(&e->z, u);
-    buf_zero(e->dw32[k], shard_unit_padded(&e->z.sh, u) * sizeof(float));
+    buf_zero(e->space, e->dw32[k], shard_unit_padded(&e->z.sh, u) * sizeof(float));
     return e->dw32[k];
 }
 
@@ -204,7 +204,7 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
         phase_done(e, PHASE_FORWARD, cu.eu);
     } else {
         gather_ahead(e, l0 < l1 ? layout_layer_unit(lay, l0) : hu);
-        if (in->x_in) buf_copy(gpt_stage_input(m, slot), in->x_in, act_bytes);
+        if (in->x_in) buf_copy(e->space, gpt_stage_input(m, slot), in->x_in, act_bytes);
     }
     for (int l = l0; l < l1; l++) {
         const float *w = unit_weights(e, layout_layer_unit(lay, l));
@@ -214,7 +214,7 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
         phase_done(e, PHASE_FORWARD, layout_layer_unit(lay, l));
     }
     if (hu < 0) {
-        if (x_out) buf_copy(x_out, gpt_stage_output(m, slot), act_bytes);
+        if (x_out) buf_copy(e->space, x_out, gpt_stage_output(m, slot), act_bytes);
         return 0.0f;
     }
     const float *wh = unit_weights(e, hu);
@@ -247,7 +247,7 @@ void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out
         phase_done(e, PHASE_BACKWARD, hu);
     } else {
         gather_ahead(e, first_layer);
-        buf_to_fp32(gpt_stage_grad(m), dx_in, e->o.act_dtype, btc);
+        buf_to_fp32(e->space, gpt_stage_grad(m), dx_in, e->o.act_dtype, btc);
     }
     for (int l = l1 - 1; l >= l0; l--) {
         int u = layout_layer_unit(lay, l);
@@ -264,7 +264,7 @@ void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out
         zero_unit_grads_done(&e->z, eu, dwe);
         phase_done(e, PHASE_BACKWARD, eu);
     } else {
-        buf_from_fp32(dx_out, e->o.act_dtype, gpt_stage_grad(m), btc);
+        buf_from_fp32(e->space, dx_out, e->o.act_dtype, gpt_stage_grad(m), btc);
     }
 }
 

@@ -247,9 +247,9 @@ static void test_round_narrow_is_round_then_narrow(void **state) {
         uint32_t bits = i < (int)(sizeof special / sizeof special[0]) ? special[i] : rng_u32(77, 0, (uint64_t)i);
         x[i] = rounded[i] = f32_from_bits(bits);
     }
-    buf_narrow(want, x, N);
-    buf_round_bf16(rounded, N);
-    buf_round_narrow(h, x, N);
+    buf_narrow(MEM_HOST, want, x, N);
+    buf_round_bf16(MEM_HOST, rounded, N);
+    buf_round_narrow(MEM_HOST, h, x, N);
     for (int i = 0; i < N; i++) {
         if (h[i] != want[i]) fail_msg("element %d: bf16 0x%04x, buf_narrow gives 0x%04x", i, h[i], want[i]);
         if (f32_bits(x[i]) != f32_bits(rounded[i]))

@@ -53,7 +53,7 @@ static void test_gradcheck_rejects_wrong_gradients(void **state) {
 struct enc_ctx { float *out, *wte, *wpe, *g; const int32_t *inp; };
 static double enc_loss(void *p) {
     struct enc_ctx *e = p;
-    encoder_forward(e->out, e->inp, e->wte, e->wpe, B, T, C);
+    encoder_forward(MEM_HOST, e->out, e->inp, e->wte, e->wpe, B, T, C);
     return dot_loss(e->out, e->g, (size_t)N * C);
 }
 
@@ -71,12 +71,12 @@ static void test_encoder(void **state) {
     fill_const(dwte, V * C, pre);
     fill_const(dwpe, T * C, pre);
 
-    encoder_forward(out, inp, wte, wpe, B, T, C);
+    encoder_forward(MEM_HOST, out, inp, wte, wpe, B, T, C);
     for (int bt = 0; bt < N; bt++)
         for (int c = 0; c < C; c++)
             assert_near(out[bt * C + c], wte[inp[bt] * C + c] + wpe[(bt % T) * C + c], 0.0f);
 
-    encoder_backward(dwte, dwpe, g, inp, B, T, C);
+    encoder_backward(MEM_HOST, dwte, dwpe, g, inp, B, T, C);
     for (int i = 0; i < V * C; i++) dwte[i] -= pre;
     for (int i = 0; i < T * C; i++) dwpe[i] -= pre;
     /* direct check of the accumulation into the repeated row (token 3) */
@@ -269,13 +269,13 @@ static void test_gelu_bf16_forms(void **state) {
     fill_uniform(d, NB, -1, 1, 61);
     gelu_forward_bf16(out, store, pre, NB, &fa);
     memcpy(rounded, pre, sizeof pre);
-    buf_round_narrow(store_w, rounded, NB);
+    buf_round_narrow(MEM_HOST, store_w, rounded, NB);
     gelu_forward(g, rounded, NB, &fb);
-    buf_narrow(out_w, g, NB);
+    buf_narrow(MEM_HOST, out_w, g, NB);
     assert_memory_equal(store, store_w, sizeof store);
     assert_memory_equal(out, out_w, sizeof out);
     gelu_forward(y, pre, NB, &fb);
-    buf_narrow(out_w, y, NB);
+    buf_narrow(MEM_HOST, out_w, y, NB);
     assert_memory_not_equal(out, out_w, sizeof out);
     memcpy(y, d, sizeof d); /* dinp aliases dout */
     gelu_backward_bf16(y, store, y, NB, &fa);

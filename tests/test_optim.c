@@ -386,19 +386,19 @@ static void test_lr_constant(void **state) {
 static void test_buf_sum_squares(void **state) {
     (void)state;
     const float a[] = {3.0f, 4.0f};
-    assert_true(buf_sum_squares(a, DTYPE_FP32, 2) == 25.0);
+    assert_true(buf_sum_squares(MEM_HOST, a, DTYPE_FP32, 2) == 25.0);
     const float b[] = {1.0f, -2.0f, 2.0f, 0.5f, 0.0f};
-    assert_true(buf_sum_squares(b, DTYPE_FP32, 5) == 9.25);
-    assert_true(buf_sum_squares(b, DTYPE_FP32, 0) == 0.0);
-    assert_true(buf_sum_squares(b + 1, DTYPE_FP32, 2) == 8.0);
+    assert_true(buf_sum_squares(MEM_HOST, b, DTYPE_FP32, 5) == 9.25);
+    assert_true(buf_sum_squares(MEM_HOST, b, DTYPE_FP32, 0) == 0.0);
+    assert_true(buf_sum_squares(MEM_HOST, b + 1, DTYPE_FP32, 2) == 8.0);
     const float c[] = {0.1f};
-    assert_true(buf_sum_squares(c, DTYPE_FP32, 1) == (double)0.1f * (double)0.1f); /* accumulated in double */
+    assert_true(buf_sum_squares(MEM_HOST, c, DTYPE_FP32, 1) == (double)0.1f * (double)0.1f); /* accumulated in double */
 
     const bf16 hb[] = {0x3f80 /* 1 */, 0xc000 /* -2 */, 0x3fc0 /* 1.5 */, 0xbe80 /* -0.25 */};
-    assert_true(buf_sum_squares(hb, DTYPE_BF16, 4) == 1.0 + 4.0 + 2.25 + 0.0625);
+    assert_true(buf_sum_squares(MEM_HOST, hb, DTYPE_BF16, 4) == 1.0 + 4.0 + 2.25 + 0.0625);
     bf16 hb2[5];
     for (int i = 0; i < 5; i++) hb2[i] = f32_to_bf16(b[i]);
-    assert_true(buf_sum_squares(hb2, DTYPE_BF16, 5) == 9.25);
+    assert_true(buf_sum_squares(MEM_HOST, hb2, DTYPE_BF16, 5) == 9.25);
 
     enum { N = 10001 };
     float *big = malloc(N * sizeof *big);
@@ -408,8 +408,8 @@ static void test_buf_sum_squares(void **state) {
         big[i] = (i % 2) ? -0.5f : 0.5f;
         big16[i] = f32_to_bf16(big[i]);
     }
-    assert_true(buf_sum_squares(big, DTYPE_FP32, N) == 0.25 * N);
-    assert_true(buf_sum_squares(big16, DTYPE_BF16, N) == 0.25 * N);
+    assert_true(buf_sum_squares(MEM_HOST, big, DTYPE_FP32, N) == 0.25 * N);
+    assert_true(buf_sum_squares(MEM_HOST, big16, DTYPE_BF16, N) == 0.25 * N);
     free(big);
     free(big16);
 }
@@ -426,7 +426,7 @@ static void test_clip_scale(void **state) {
     assert_rel(clip_scale(3.0, 1.0f), 1.0 / 3.0, 1e-7, "clip", 0);
     /* clipped norm = norm * scale = max_norm */
     const float g[] = {3.0f, 4.0f};
-    double norm = sqrt(buf_sum_squares(g, DTYPE_FP32, 2));
+    double norm = sqrt(buf_sum_squares(MEM_HOST, g, DTYPE_FP32, 2));
     assert_rel(norm * clip_scale(norm, 1.0f), 1.0, 1e-7, "clipped norm", 0);
 }
 

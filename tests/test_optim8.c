@@ -492,8 +492,8 @@ static void test_state_codec(void **state) {
     for (int i = 0; i < N; i++) x[i] = spread(5000 + (uint64_t)i);
     for (int i = 256; i < 512; i++) x[i] = i % 2 ? -0.0f : 0.0f;
     x[600] = NAN;
-    adamw8bit_quantize(map, ix, x, N, q, absmax);
-    adamw8bit_quantize(map, NULL, x, N, q2, absmax2);
+    adamw8bit_quantize(MEM_HOST, map, ix, x, N, q, absmax);
+    adamw8bit_quantize(MEM_HOST, map, NULL, x, N, q2, absmax2);
     assert_memory_equal(q, q2, N);
     assert_memory_equal(absmax, absmax2, sizeof absmax);
     for (int b = 0; b < 3; b++) {
@@ -509,7 +509,7 @@ static void test_state_codec(void **state) {
         if (q[i] != want) fail_msg("code %d: %u, want %u", i, q[i], want);
     }
     assert_int_equal(q[600], 0); /* NaN */
-    adamw8bit_dequantize(map, q, absmax, N, out);
+    adamw8bit_dequantize(MEM_HOST, map, q, absmax, N, out);
     for (int i = 0; i < N; i++) assert_true(f32_bits(out[i]) == f32_bits(map[q[i]] * absmax[i / 256]));
     assert_true(fabsf(out[3] - x[3]) <= 0.1f * absmax[0]); /* a value comes back near where it was */
     free(ix);

@@ -68,8 +68,8 @@ static void causal_softmax_backward(float *d, const float *p, int64_t T) {
     }
 }
 
-void attention_forward(float *out, float *att, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
-                       struct flop_counter *fc) {
+void attention_forward_cpu(float *out, float *att, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
+                           struct flop_counter *fc) {
     const int64_t hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for num_threads(head_threads(B, NH))
@@ -77,16 +77,16 @@ void attention_forward(float *out, float *att, const float *qkv, int64_t B, int6
         const int64_t b = bh / NH, h = bh % NH;
         const float *q = qkv + b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
         float *p = att + bh * T * T;
-        gemm_counted(fc, GEMM_ATTENTION, false, true, T, T, hs, scale, q, C3, k, C3, 0.0f, p, T);
+        gemm_counted_cpu(fc, GEMM_ATTENTION, false, true, T, T, hs, scale, q, C3, k, C3, 0.0f, p, T);
         causal_softmax_forward(p, T);
-        gemm_counted(fc, GEMM_ATTENTION, false, false, T, hs, T, 1.0f, p, T, v, C3, 0.0f, out + b * T * C + h * hs,
+        gemm_counted_cpu(fc, GEMM_ATTENTION, false, false, T, hs, T, 1.0f, p, T, v, C3, 0.0f, out + b * T * C + h * hs,
                      C);
     }
     fc->other += SOFTMAX_FORWARD_FLOPS * (double)B * NH * T * (T + 1) / 2; /* the causal entries */
 }
 
-void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
-                        int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc) {
+void attention_backward_cpu(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
+                            int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc) {
     const int64_t hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for num_threads(head_threads(B, NH))
@@ -97,11 +97,11 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
         float *dq = dqkv + b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
         float *d = scratch + (int64_t)omp_get_thread_num() * T * T;
         /* beta 0: this (b, h) owns its hs columns of dq, dk, dv and overwrites them */
-        gemm_counted(fc, GEMM_ATTENTION, false, true, T, T, hs, 1.0f, dy, C, v, C3, 0.0f, d, T);
-        gemm_counted(fc, GEMM_ATTENTION, true, false, T, hs, T, 1.0f, p, T, dy, C, 0.0f, dv, C3);
+        gemm_counted_cpu(fc, GEMM_ATTENTION, false, true, T, T, hs, 1.0f, dy, C, v, C3, 0.0f, d, T);
+        gemm_counted_cpu(fc, GEMM_ATTENTION, true, false, T, hs, T, 1.0f, p, T, dy, C, 0.0f, dv, C3);
         causal_softmax_backward(d, p, T);
-        gemm_counted(fc, GEMM_ATTENTION, false, false, T, hs, T, scale, d, T, k, C3, 0.0f, dq, C3);
-        gemm_counted(fc, GEMM_ATTENTION, true, false, T, hs, T, scale, d, T, q, C3, 0.0f, dk, C3);
+        gemm_counted_cpu(fc, GEMM_ATTENTION, false, false, T, hs, T, scale, d, T, k, C3, 0.0f, dq, C3);
+        gemm_counted_cpu(fc, GEMM_ATTENTION, true, false, T, hs, T, scale, d, T, q, C3, 0.0f, dk, C3);
     }
     fc->other += SOFTMAX_BACKWARD_FLOPS * (double)B * NH * T * (T + 1) / 2;
 }

@@ -80,8 +80,8 @@ static void forward_row(float *o, float *lse, const float *q, const float *k, co
 /* Row t's tiles of keys: ceil((t + 1) / tile). */
 static int64_t key_tiles(int64_t t) { return t / ATTENTION_LSE_TILE + 1; }
 
-void attention_lse_forward(float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
-                           struct flop_counter *fc) {
+void attention_lse_forward_cpu(float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
+                               struct flop_counter *fc) {
     const int64_t hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for num_threads(head_threads(B, NH))
@@ -97,8 +97,8 @@ void attention_lse_forward(float *out, float *lse, const float *qkv, int64_t B, 
     fc->other += heads * (scores * FWD_PER_SCORE + tiles * (hs + FWD_PER_TILE) + (double)T * (hs + FWD_PER_ROW));
 }
 
-void attention_lse_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
-                            const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc) {
+void attention_lse_backward_cpu(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
+                                const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc) {
     const int64_t hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for num_threads(head_threads(B, NH))

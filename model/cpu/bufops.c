@@ -5,30 +5,30 @@
 
 #include <string.h>
 
-void buf_zero(void *dst, size_t bytes) {
+void buf_zero_cpu(void *dst, size_t bytes) {
     if (bytes) memset(dst, 0, bytes);
 }
 
-void buf_copy(void *dst, const void *src, size_t bytes) {
+void buf_copy_cpu(void *dst, const void *src, size_t bytes) {
     if (bytes && dst != src) memcpy(dst, src, bytes);
 }
 
-void buf_widen(float *dst, const bf16 *src, size_t n) {
+void buf_widen_cpu(float *dst, const bf16 *src, size_t n) {
 #pragma omp parallel for
     for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(src[i]);
 }
 
-void buf_narrow(bf16 *dst, const float *src, size_t n) {
+void buf_narrow_cpu(bf16 *dst, const float *src, size_t n) {
 #pragma omp parallel for
     for (size_t i = 0; i < n; i++) dst[i] = f32_to_bf16(src[i]);
 }
 
-void buf_round_bf16(float *x, size_t n) {
+void buf_round_bf16_cpu(float *x, size_t n) {
 #pragma omp parallel for
     for (size_t i = 0; i < n; i++) x[i] = round_to_bf16(x[i]);
 }
 
-void buf_round_narrow(bf16 *dst, float *x, size_t n) {
+void buf_round_narrow_cpu(bf16 *dst, float *x, size_t n) {
 #pragma omp parallel for
     for (size_t i = 0; i < n; i++) {
         dst[i] = f32_to_bf16(x[i]);
@@ -36,17 +36,17 @@ void buf_round_narrow(bf16 *dst, float *x, size_t n) {
     }
 }
 
-void buf_from_fp32(void *dst, enum dtype dt, const float *src, size_t n) {
-    if (dt == DTYPE_FP32) buf_copy(dst, src, n * sizeof *src);
-    else buf_narrow(dst, src, n);
+void buf_from_fp32_cpu(void *dst, enum dtype dt, const float *src, size_t n) {
+    if (dt == DTYPE_FP32) buf_copy_cpu(dst, src, n * sizeof *src);
+    else buf_narrow_cpu(dst, src, n);
 }
 
-void buf_to_fp32(float *dst, const void *src, enum dtype dt, size_t n) {
-    if (dt == DTYPE_FP32) buf_copy(dst, src, n * sizeof *dst);
-    else buf_widen(dst, src, n);
+void buf_to_fp32_cpu(float *dst, const void *src, enum dtype dt, size_t n) {
+    if (dt == DTYPE_FP32) buf_copy_cpu(dst, src, n * sizeof *dst);
+    else buf_widen_cpu(dst, src, n);
 }
 
-void buf_accumulate(void *dst, enum dtype dt, const float *src, size_t n) {
+void buf_accumulate_cpu(void *dst, enum dtype dt, const float *src, size_t n) {
     if (dt == DTYPE_FP32) {
         float *d = dst;
 #pragma omp parallel for
@@ -58,9 +58,9 @@ void buf_accumulate(void *dst, enum dtype dt, const float *src, size_t n) {
     for (size_t i = 0; i < n; i++) d[i] = f32_to_bf16(bf16_to_f32(d[i]) + src[i]);
 }
 
-void buf_add(void *dst, const void *src, enum dtype dt, size_t n) {
+void buf_add_cpu(void *dst, const void *src, enum dtype dt, size_t n) {
     if (dt == DTYPE_FP32) {
-        buf_accumulate(dst, dt, src, n);
+        buf_accumulate_cpu(dst, dt, src, n);
         return;
     }
     bf16 *d = dst;
@@ -75,7 +75,7 @@ void buf_add(void *dst, const void *src, enum dtype dt, size_t n) {
  * (seen with 16). So the result depends on the thread count only. */
 enum { SUM_MAX_PARTS = 256 };
 
-double buf_sum_squares(const void *src, enum dtype dt, size_t n) {
+double buf_sum_squares_cpu(const void *src, enum dtype dt, size_t n) {
     double part[SUM_MAX_PARTS] = {0};
     int parts = omp_get_max_threads();
     parts = parts < 1 ? 1 : parts > SUM_MAX_PARTS ? SUM_MAX_PARTS : parts;

@@ -8,8 +8,8 @@
 
 enum { CE_FLOPS_PER_LOGIT = 6 };
 
-double crossentropy_forward_backward(float *logits, float *losses, const int32_t *targets, int64_t N,
-                                     int64_t V, int64_t Vp, float dloss, struct flop_counter *fc) {
+double crossentropy_forward_backward_cpu(float *logits, float *losses, const int32_t *targets, int64_t N,
+                                         int64_t V, int64_t Vp, float dloss, struct flop_counter *fc) {
     double total = 0.0;
 #pragma omp parallel for reduction(+ : total)
     for (int64_t i = 0; i < N; i++) {
@@ -40,8 +40,8 @@ double crossentropy_forward_backward(float *logits, float *losses, const int32_t
 /* ---- the vocabulary-parallel passes (layers.h); the same arithmetic as
  * above, in the same order, cut where the collectives go */
 
-void crossentropy_row_max(const float *logits, float *maxv, int64_t N, int64_t Vl, int64_t valid,
-                          struct flop_counter *fc) {
+void crossentropy_row_max_cpu(const float *logits, float *maxv, int64_t N, int64_t Vl, int64_t valid,
+                              struct flop_counter *fc) {
     (void)fc; /* crossentropy_finish counts the whole softmax's FLOPs */
 #pragma omp parallel for
     for (int64_t i = 0; i < N; i++) {
@@ -52,8 +52,8 @@ void crossentropy_row_max(const float *logits, float *maxv, int64_t N, int64_t V
     }
 }
 
-void crossentropy_exp_sum(float *logits, const float *maxv, float *sum, float *target, const int32_t *targets,
-                          int64_t N, int64_t Vl, int64_t v0, int64_t valid, bool in_place, struct flop_counter *fc) {
+void crossentropy_exp_sum_cpu(float *logits, const float *maxv, float *sum, float *target, const int32_t *targets,
+                              int64_t N, int64_t Vl, int64_t v0, int64_t valid, bool in_place, struct flop_counter *fc) {
     (void)fc; /* crossentropy_finish counts the whole softmax's FLOPs */
 #pragma omp parallel for
     for (int64_t i = 0; i < N; i++) {
@@ -72,9 +72,9 @@ void crossentropy_exp_sum(float *logits, const float *maxv, float *sum, float *t
     }
 }
 
-double crossentropy_finish(float *logits, float *losses, const float *maxv, const float *sum, const float *target,
-                           const int32_t *targets, int64_t N, int64_t Vl, int64_t v0, int64_t valid, float dloss,
-                           struct flop_counter *fc) {
+double crossentropy_finish_cpu(float *logits, float *losses, const float *maxv, const float *sum, const float *target,
+                               const int32_t *targets, int64_t N, int64_t Vl, int64_t v0, int64_t valid, float dloss,
+                               struct flop_counter *fc) {
     double total = 0.0;
 #pragma omp parallel for reduction(+ : total)
     for (int64_t i = 0; i < N; i++) {

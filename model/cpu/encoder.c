@@ -1,8 +1,8 @@
 /* Token + learned position embedding. */
 #include "layers.h"
 
-void encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int64_t B, int64_t T,
-                     int64_t C) {
+void encoder_forward_cpu(float *out, const int32_t *inp, const float *wte, const float *wpe, int64_t B, int64_t T,
+                         int64_t C) {
 #pragma omp parallel for
     for (int64_t bt = 0; bt < B * T; bt++) {
         const float *tok = wte + (int64_t)inp[bt] * C;
@@ -14,8 +14,8 @@ void encoder_forward(float *out, const int32_t *inp, const float *wte, const flo
 
 /* Serial on purpose: two positions may carry the same token, so rows of
  * dwte would race. The loop is B*T*C adds, negligible next to the GEMMs. */
-void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t B, int64_t T,
-                      int64_t C) {
+void encoder_backward_cpu(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t B, int64_t T,
+                          int64_t C) {
     for (int64_t bt = 0; bt < B * T; bt++) {
         const float *d = dout + bt * C;
         float *dtok = dwte + (int64_t)inp[bt] * C;
@@ -27,8 +27,8 @@ void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t
     }
 }
 
-void embedding_rows_forward(float *out, const int32_t *inp, const float *wte, int64_t v0, int64_t rows, int64_t BT,
-                            int64_t C, struct flop_counter *fc) {
+void embedding_rows_forward_cpu(float *out, const int32_t *inp, const float *wte, int64_t v0, int64_t rows, int64_t BT,
+                                int64_t C, struct flop_counter *fc) {
     (void)fc; /* a lookup: no FLOPs */
 #pragma omp parallel for
     for (int64_t bt = 0; bt < BT; bt++) {
@@ -43,7 +43,7 @@ void embedding_rows_forward(float *out, const int32_t *inp, const float *wte, in
     }
 }
 
-void positions_add(float *out, const float *wpe, int64_t B, int64_t T, int64_t C, struct flop_counter *fc) {
+void positions_add_cpu(float *out, const float *wpe, int64_t B, int64_t T, int64_t C, struct flop_counter *fc) {
     (void)fc; /* the caller counts the adds (model/gpt.c) */
 #pragma omp parallel for
     for (int64_t bt = 0; bt < B * T; bt++) {
@@ -54,8 +54,8 @@ void positions_add(float *out, const float *wpe, int64_t B, int64_t T, int64_t C
 }
 
 /* Serial, as encoder_backward, for the same reason. */
-void embedding_rows_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t v0,
-                             int64_t rows, int64_t B, int64_t T, int64_t C, struct flop_counter *fc) {
+void embedding_rows_backward_cpu(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t v0,
+                                 int64_t rows, int64_t B, int64_t T, int64_t C, struct flop_counter *fc) {
     (void)fc; /* the caller counts the adds (model/gpt.c) */
     for (int64_t bt = 0; bt < B * T; bt++) {
         const float *d = dout + bt * C;

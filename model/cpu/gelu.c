@@ -24,19 +24,19 @@ static inline float gelu_grad_of(float x) {
     return 0.5f * (1.0f + th) + 0.5f * x * sech2 * du;
 }
 
-void gelu_forward(float *out, const float *inp, int64_t n, struct flop_counter *fc) {
+void gelu_forward_cpu(float *out, const float *inp, int64_t n, struct flop_counter *fc) {
 #pragma omp parallel for
     for (int64_t i = 0; i < n; i++) out[i] = gelu_of(inp[i]);
     fc->other += (double)GELU_FLOPS_FWD * n;
 }
 
-void gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n, struct flop_counter *fc) {
+void gelu_backward_cpu(float *dinp, const float *inp, const float *dout, int64_t n, struct flop_counter *fc) {
 #pragma omp parallel for
     for (int64_t i = 0; i < n; i++) dinp[i] = gelu_grad_of(inp[i]) * dout[i];
     fc->other += (double)GELU_FLOPS_BWD * n;
 }
 
-void gelu_forward_bf16(bf16 *out, bf16 *pre_store, const float *pre, int64_t n, struct flop_counter *fc) {
+void gelu_forward_bf16_cpu(bf16 *out, bf16 *pre_store, const float *pre, int64_t n, struct flop_counter *fc) {
 #pragma omp parallel for
     for (int64_t i = 0; i < n; i++) {
         bf16 p = f32_to_bf16(pre[i]);
@@ -46,13 +46,13 @@ void gelu_forward_bf16(bf16 *out, bf16 *pre_store, const float *pre, int64_t n, 
     fc->other += (double)GELU_FLOPS_FWD * n;
 }
 
-void gelu_backward_bf16(float *dinp, const bf16 *inp, const float *dout, int64_t n, struct flop_counter *fc) {
+void gelu_backward_bf16_cpu(float *dinp, const bf16 *inp, const float *dout, int64_t n, struct flop_counter *fc) {
 #pragma omp parallel for
     for (int64_t i = 0; i < n; i++) dinp[i] = gelu_grad_of(bf16_to_f32(inp[i])) * dout[i];
     fc->other += (double)GELU_FLOPS_BWD * n;
 }
 
-void residual_forward(float *out, const float *a, const float *b, int64_t n, struct flop_counter *fc) {
+void residual_forward_cpu(float *out, const float *a, const float *b, int64_t n, struct flop_counter *fc) {
 #pragma omp parallel for
     for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
     fc->other += (double)n;

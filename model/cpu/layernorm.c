@@ -6,8 +6,8 @@
 
 enum { LN_FLOPS_FWD_PER_ELEM = 7, LN_FLOPS_BWD_PER_ELEM = 12 };
 
-void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
-                       const float *bias, int64_t N, int64_t C, struct flop_counter *fc) {
+void layernorm_forward_cpu(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                           const float *bias, int64_t N, int64_t C, struct flop_counter *fc) {
     const float eps = 1e-5f;
 #pragma omp parallel for
     for (int64_t i = 0; i < N; i++) {
@@ -27,9 +27,9 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, c
     fc->other += (double)LN_FLOPS_FWD_PER_ELEM * N * C;
 }
 
-void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                        const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
-                        struct flop_counter *fc) {
+void layernorm_backward_cpu(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                            const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
+                            struct flop_counter *fc) {
     /* dx = rstd * (w*dy - mean(w*dy) - xhat * mean(w*dy*xhat)) */
 #pragma omp parallel for
     for (int64_t i = 0; i < N; i++) {

@@ -41,9 +41,9 @@ static void check_shape(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64
     exit(1);
 }
 
-void gemm_counted(struct flop_counter *fc, enum gemm_kind kind, bool trans_a, bool trans_b, int64_t m, int64_t n,
-                  int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
-                  float *c, int64_t ldc) {
+void gemm_counted_cpu(struct flop_counter *fc, enum gemm_kind kind, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                      int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                      float *c, int64_t ldc) {
     check_shape(trans_a, trans_b, m, n, k, lda, ldb, ldc);
     double t0 = seconds();
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
@@ -74,11 +74,11 @@ static int64_t slice_rows(const char *kernel, int64_t N, int64_t C, int64_t OC, 
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-void matmul_forward_sliced(float *out, const float *inp, const float *weight, const float *bias, int64_t N,
-                           int64_t C, int64_t OC, int64_t max_rows, struct flop_counter *fc) {
+void matmul_forward_sliced_cpu(float *out, const float *inp, const float *weight, const float *bias, int64_t N,
+                               int64_t C, int64_t OC, int64_t max_rows, struct flop_counter *fc) {
     const int64_t rows = slice_rows("matmul_forward", N, C, OC, max_rows);
     for (int64_t r = 0; r < N; r += rows)
-        gemm_counted(fc, GEMM_LAYER, false, true, min64(rows, N - r), OC, C, 1.0f, inp + r * C, C, weight, C, 0.0f,
+        gemm_counted_cpu(fc, GEMM_LAYER, false, true, min64(rows, N - r), OC, C, 1.0f, inp + r * C, C, weight, C, 0.0f,
                      out + r * OC, OC);
     if (!bias) return;
 #pragma omp parallel for
@@ -99,32 +99,32 @@ static void bias_backward(float *dbias, const float *dout, int64_t N, int64_t OC
     fc->other += (double)N * OC;
 }
 
-void matmul_backward_sliced(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                            const float *weight, int64_t N, int64_t C, int64_t OC, int64_t max_rows,
-                            struct flop_counter *fc) {
+void matmul_backward_sliced_cpu(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                                const float *weight, int64_t N, int64_t C, int64_t OC, int64_t max_rows,
+                                struct flop_counter *fc) {
     const int64_t rows = slice_rows("matmul_backward", N, C, OC, max_rows);
     /* dinp rows are independent: slicing them changes nothing */
     for (int64_t r = 0; r < N; r += rows)
-        gemm_counted(fc, GEMM_LAYER, false, false, min64(rows, N - r), C, OC, 1.0f, dout + r * OC, OC, weight, C,
+        gemm_counted_cpu(fc, GEMM_LAYER, false, false, min64(rows, N - r), C, OC, 1.0f, dout + r * OC, OC, weight, C,
                      0.0f, dinp + r * C, C);
     /* N is the reduction dimension of dweight: each slice adds its part (beta = 1) */
     for (int64_t r = 0; r < N; r += rows)
-        gemm_counted(fc, GEMM_LAYER, true, false, OC, C, min64(rows, N - r), 1.0f, dout + r * OC, OC, inp + r * C,
+        gemm_counted_cpu(fc, GEMM_LAYER, true, false, OC, C, min64(rows, N - r), 1.0f, dout + r * OC, OC, inp + r * C,
                      C, 1.0f, dweight, C);
     bias_backward(dbias, dout, N, OC, fc);
 }
 
-void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int64_t N, int64_t C,
-                    int64_t OC, struct flop_counter *fc) {
-    matmul_forward_sliced(out, inp, weight, bias, N, C, OC, MATMUL_MAX_DIM, fc);
+void matmul_forward_cpu(float *out, const float *inp, const float *weight, const float *bias, int64_t N, int64_t C,
+                        int64_t OC, struct flop_counter *fc) {
+    matmul_forward_sliced_cpu(out, inp, weight, bias, N, C, OC, MATMUL_MAX_DIM, fc);
 }
 
-void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                     const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
-    matmul_backward_sliced(dinp, dweight, dbias, dout, inp, weight, N, C, OC, MATMUL_MAX_DIM, fc);
+void matmul_backward_cpu(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                         const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
+    matmul_backward_sliced_cpu(dinp, dweight, dbias, dout, inp, weight, N, C, OC, MATMUL_MAX_DIM, fc);
 }
 
-void bias_add(float *out, const float *bias, int64_t N, int64_t OC, struct flop_counter *fc) {
+void bias_add_cpu(float *out, const float *bias, int64_t N, int64_t OC, struct flop_counter *fc) {
 #pragma omp parallel for
     for (int64_t i = 0; i < N; i++)
         for (int64_t o = 0; o < OC; o++) out[i * OC + o] += bias[o];
@@ -155,21 +155,21 @@ static float *widened_copy(const char *kernel, const bf16 *x, size_t n) {
     return p;
 }
 
-void matmul_forward_bf16(float *out, const bf16 *inp, const float *weight, const float *bias, int64_t N, int64_t C,
-                         int64_t OC, struct flop_counter *fc) {
+void matmul_forward_bf16_cpu(float *out, const bf16 *inp, const float *weight, const float *bias, int64_t N, int64_t C,
+                             int64_t OC, struct flop_counter *fc) {
     const char *k = "matmul_forward_bf16";
     float *x = widened_copy(k, inp, (size_t)(N * C)), *w = rounded_copy(k, weight, (size_t)(OC * C));
-    matmul_forward(out, x, w, bias, N, C, OC, fc);
+    matmul_forward_cpu(out, x, w, bias, N, C, OC, fc);
     free(x);
     free(w);
 }
 
-void matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
-                          const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
+void matmul_backward_bf16_cpu(float *dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
+                              const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
     const char *k = "matmul_backward_bf16";
     float *x = widened_copy(k, inp, (size_t)(N * C)), *w = rounded_copy(k, weight, (size_t)(OC * C));
     float *d = rounded_copy(k, dout, (size_t)(N * OC));
-    matmul_backward(dinp, dweight, dbias, d, x, w, N, C, OC, fc); /* dbias from the rounded dout too */
+    matmul_backward_cpu(dinp, dweight, dbias, d, x, w, N, C, OC, fc); /* dbias from the rounded dout too */
     free(x);
     free(w);
     free(d);

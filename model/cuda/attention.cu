@@ -38,7 +38,7 @@
 #include "cuda_check.h"
 #include "kernel_context.h"
 #include "kernel_timing.h"
-#include "layers_cuda.h"
+#include "layers.h"
 
 namespace {
 
@@ -163,7 +163,7 @@ unsigned row_blocks(int64_t rows) {
 
 extern "C" {
 
-void cuda_attention_forward(float *out, float *att, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
+void attention_forward_cuda(float *out, float *att, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
                             struct flop_counter *fc) {
     check_shape("attention_forward", B, T, C, NH);
     const int64_t hs = C / NH, C3 = 3 * C, TT = T * T;
@@ -185,7 +185,7 @@ void cuda_attention_forward(float *out, float *att, const float *qkv, int64_t B,
     fc->other += SOFTMAX_FORWARD_FLOPS * (double)B * NH * T * (T + 1) / 2; /* the causal entries */
 }
 
-void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
+void attention_backward_cuda(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
                              int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc) {
     check_shape("attention_backward", B, T, C, NH);
     const int64_t hs = C / NH, C3 = 3 * C, TT = T * T;

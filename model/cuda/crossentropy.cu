@@ -15,7 +15,7 @@
 #include "block_reduce.h"
 #include "cuda_check.h"
 #include "fastmath_device.h"
-#include "layers_cuda.h"
+#include "layers.h"
 
 namespace {
 
@@ -193,7 +193,7 @@ double sum_losses(const float *losses, int64_t N, const char *what) {
 
 extern "C" {
 
-double cuda_crossentropy_forward_backward(float *logits, float *losses, const int32_t *targets, int64_t N, int64_t V,
+double crossentropy_forward_backward_cuda(float *logits, float *losses, const int32_t *targets, int64_t N, int64_t V,
                                           int64_t Vp, float dloss, struct flop_counter *fc) {
     if (N > 0) {
         size_t smem = smem_row_bytes(V);
@@ -205,20 +205,20 @@ double cuda_crossentropy_forward_backward(float *logits, float *losses, const in
     return sum_losses(losses, N, "crossentropy_forward_backward");
 }
 
-void cuda_crossentropy_row_max(const float *logits, float *maxv, int64_t N, int64_t Vl, int64_t valid) {
+void crossentropy_row_max_cuda(const float *logits, float *maxv, int64_t N, int64_t Vl, int64_t valid) {
     if (N <= 0) return;
     ce_row_max<<<row_blocks(N), LAYER_BLOCK>>>(logits, maxv, N, Vl, valid);
     cuda_done("crossentropy_row_max");
 }
 
-void cuda_crossentropy_exp_sum(float *logits, const float *maxv, float *sum, float *target, const int32_t *targets,
+void crossentropy_exp_sum_cuda(float *logits, const float *maxv, float *sum, float *target, const int32_t *targets,
                                int64_t N, int64_t Vl, int64_t v0, int64_t valid, bool in_place) {
     if (N <= 0) return;
     ce_exp_sum<<<row_blocks(N), LAYER_BLOCK>>>(logits, maxv, sum, target, targets, N, Vl, v0, valid, in_place);
     cuda_done("crossentropy_exp_sum");
 }
 
-double cuda_crossentropy_finish(float *logits, float *losses, const float *maxv, const float *sum, const float *target,
+double crossentropy_finish_cuda(float *logits, float *losses, const float *maxv, const float *sum, const float *target,
                                 const int32_t *targets, int64_t N, int64_t Vl, int64_t v0, int64_t valid, float dloss,
                                 struct flop_counter *fc) {
     if (N > 0) {

@@ -1,7 +1,7 @@
 // For the layer kernels (.cu): a launch or CUDA call that failed leaves the
 // device unusable, so the kernel's name and CUDA's reason go to stderr and
-// the process exits non-zero (layers_cuda.h). cuda_done does not wait for
-// the device: a cuda_* layer returns with its kernels queued on the default
+// the process exits non-zero (include/layers.h). cuda_done does not wait for
+// the device: an X_cuda layer returns with its kernels queued on the default
 // stream, in order with every later call and copy (include/kernel_timing.h
 // says how they are timed, and where a failure while running shows).
 #ifndef SHARDLAB_CUDA_CHECK_H

@@ -14,7 +14,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "cuda_check.h"
-#include "layers_cuda.h"
+#include "layers.h"
 
 namespace {
 
@@ -124,34 +124,34 @@ __global__ void positions_bwd(float *dwpe, const float *dout, int64_t B, int64_t
 
 extern "C" {
 
-void cuda_encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int64_t B, int64_t T,
+void encoder_forward_cuda(float *out, const int32_t *inp, const float *wte, const float *wpe, int64_t B, int64_t T,
                           int64_t C) {
     if (B * T * C == 0) return;
     encoder_fwd<<<cuda_blocks(B * T * C, kBlock), kBlock>>>(out, inp, wte, wpe, B * T, T, C);
     cuda_done("encoder_forward");
 }
 
-void cuda_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t B, int64_t T,
+void encoder_backward_cuda(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t B, int64_t T,
                            int64_t C) {
     if (B * T * C == 0) return;
     rows_bwd<<<cuda_blocks(C, kBlock), kBlock>>>(dwte, dwpe, dout, inp, 0, -1, B * T, T, C);
     cuda_done("encoder_backward");
 }
 
-void cuda_embedding_rows_forward(float *out, const int32_t *inp, const float *wte, int64_t v0, int64_t rows,
+void embedding_rows_forward_cuda(float *out, const int32_t *inp, const float *wte, int64_t v0, int64_t rows,
                                  int64_t BT, int64_t C) {
     if (BT * C == 0) return;
     rows_fwd<<<cuda_blocks(BT * C, kBlock), kBlock>>>(out, inp, wte, v0, rows, BT, C);
     cuda_done("embedding_rows_forward");
 }
 
-void cuda_positions_add(float *out, const float *wpe, int64_t B, int64_t T, int64_t C) {
+void positions_add_cuda(float *out, const float *wpe, int64_t B, int64_t T, int64_t C) {
     if (B * T * C == 0) return;
     positions_fwd<<<cuda_blocks(B * T * C, kBlock), kBlock>>>(out, wpe, B * T, T, C);
     cuda_done("positions_add");
 }
 
-void cuda_embedding_rows_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t v0,
+void embedding_rows_backward_cuda(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t v0,
                                   int64_t rows, int64_t B, int64_t T, int64_t C) {
     if (B * T * C == 0) return;
     if (B * T > INT32_MAX || rows >= INT32_MAX) {  // CUB's item count and the keys are int

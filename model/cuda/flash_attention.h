@@ -18,7 +18,7 @@
  * Head sizes: 32, 64 and 128; any T >= 1 (the tiles past T are masked);
  * anything else is an error: a message on stderr naming the value, and a
  * non-zero return, nothing launched. A failed CUDA call prints the function
- * and CUDA's reason and exits (model/cuda/cuda_check.h, as every cuda_*
+ * and CUDA's reason and exits (model/cuda/cuda_check.h, as every X_cuda
  * kernel does). Each call returns with its kernels queued on the default
  * stream (include/kernel_timing.h), not finished.
  *

@@ -7,7 +7,7 @@
 
 #include "cuda_check.h"
 #include "fastmath_device.h"
-#include "layers_cuda.h"
+#include "layers.h"
 
 namespace {
 
@@ -96,7 +96,7 @@ __global__ void residual_fwd(float *out, const float *a, const float *b, int64_t
 
 extern "C" {
 
-void cuda_gelu_forward(float *out, const float *inp, int64_t n, struct flop_counter *fc) {
+void gelu_forward_cuda(float *out, const float *inp, int64_t n, struct flop_counter *fc) {
     if (n > 0) {
         gelu_fwd<<<cuda_blocks(n, kBlock), kBlock>>>(out, inp, n);
         cuda_done("gelu_forward");
@@ -104,7 +104,7 @@ void cuda_gelu_forward(float *out, const float *inp, int64_t n, struct flop_coun
     fc->other += (double)GELU_FLOPS_FWD * n;
 }
 
-void cuda_gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n, struct flop_counter *fc) {
+void gelu_backward_cuda(float *dinp, const float *inp, const float *dout, int64_t n, struct flop_counter *fc) {
     if (n > 0) {
         gelu_bwd<<<cuda_blocks(n, kBlock), kBlock>>>(dinp, inp, dout, n);
         cuda_done("gelu_backward");
@@ -112,7 +112,7 @@ void cuda_gelu_backward(float *dinp, const float *inp, const float *dout, int64_
     fc->other += (double)GELU_FLOPS_BWD * n;
 }
 
-void cuda_gelu_forward_bf16(uint16_t *out, uint16_t *pre_store, const float *pre, int64_t n,
+void gelu_forward_bf16_cuda(uint16_t *out, uint16_t *pre_store, const float *pre, int64_t n,
                             struct flop_counter *fc) {
     __nv_bfloat16 *o = (__nv_bfloat16 *)out, *ps = (__nv_bfloat16 *)pre_store;
     int64_t v = vector_part(n, pre, pre, o, ps);
@@ -123,7 +123,7 @@ void cuda_gelu_forward_bf16(uint16_t *out, uint16_t *pre_store, const float *pre
     fc->other += (double)GELU_FLOPS_FWD * n;
 }
 
-void cuda_gelu_backward_bf16(float *dinp, const uint16_t *inp, const float *dout, int64_t n, struct flop_counter *fc) {
+void gelu_backward_bf16_cuda(float *dinp, const uint16_t *inp, const float *dout, int64_t n, struct flop_counter *fc) {
     const __nv_bfloat16 *x = (const __nv_bfloat16 *)inp;
     int64_t v = vector_part(n, dinp, dout, x, x);
     if (v > 0) gelu_bwd_bf16x4<<<cuda_blocks(v / 4, kBlock), kBlock>>>((float4 *)dinp, (const __nv_bfloat162 *)x,
@@ -133,7 +133,7 @@ void cuda_gelu_backward_bf16(float *dinp, const uint16_t *inp, const float *dout
     fc->other += (double)GELU_FLOPS_BWD * n;
 }
 
-void cuda_residual_forward(float *out, const float *a, const float *b, int64_t n, struct flop_counter *fc) {
+void residual_forward_cuda(float *out, const float *a, const float *b, int64_t n, struct flop_counter *fc) {
     if (n > 0) {
         residual_fwd<<<cuda_blocks(n, kBlock), kBlock>>>(out, a, b, n);
         cuda_done("residual_forward");

@@ -9,7 +9,7 @@
 #include "block_reduce.h"
 #include "column_sum.h"
 #include "cuda_check.h"
-#include "layers_cuda.h"
+#include "layers.h"
 
 namespace {
 
@@ -84,7 +84,7 @@ unsigned row_blocks(int64_t N) { return (unsigned)(N < 65535 ? N : 65535); }
 
 extern "C" {
 
-void cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+void layernorm_forward_cuda(float *out, float *mean, float *rstd, const float *inp, const float *weight,
                             const float *bias, int64_t N, int64_t C, struct flop_counter *fc) {
     if (N > 0 && C > 0) {
         ln_fwd<<<row_blocks(N), LAYER_BLOCK>>>(out, mean, rstd, inp, weight, bias, N, C);
@@ -93,7 +93,7 @@ void cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *i
     fc->other += (double)LN_FLOPS_FWD_PER_ELEM * N * C;
 }
 
-void cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+void layernorm_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                              const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
                              struct flop_counter *fc) {
     if (N > 0 && C > 0) {

@@ -28,7 +28,7 @@
 #include "cuda_check.h"
 #include "kernel_context.h"
 #include "kernel_timing.h"
-#include "layers_cuda.h"
+#include "layers.h"
 #include "matmul_lt.h"
 
 namespace {
@@ -125,7 +125,7 @@ void bf16_free(bf16_operand x, const char *what) {
 
 // Row-major C (m, n) = alpha op(A) op(B) + beta C from bf16 operands with
 // fp32 accumulation (the tensor cores' bf16 path), counted and timed as
-// cuda_gemm_counted counts a GEMM (the rounding is not in the time).
+// gemm_counted_cuda counts a GEMM (the rounding is not in the time).
 void gemm_bf16_counted(struct flop_counter *fc, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                        float alpha, bf16_operand a, bf16_operand b, float beta, float *c, int64_t ldc) {
     check_shape(trans_a, trans_b, m, n, k, a.ld, b.ld, ldc);
@@ -257,7 +257,7 @@ void backward_bias(float *dbias, const float *dout, int64_t N, int64_t OC, struc
 
 extern "C" {
 
-void cuda_gemm_counted(struct flop_counter *fc, enum gemm_kind kind, bool trans_a, bool trans_b, int64_t m, int64_t n,
+void gemm_counted_cuda(struct flop_counter *fc, enum gemm_kind kind, bool trans_a, bool trans_b, int64_t m, int64_t n,
                        int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                        float *c, int64_t ldc) {
     check_shape(trans_a, trans_b, m, n, k, lda, ldb, ldc);
@@ -285,7 +285,7 @@ void cuda_gemm_counted(struct flop_counter *fc, enum gemm_kind kind, bool trans_
     (kind == GEMM_ATTENTION ? fc->attention : fc->gemm) += 2.0 * (double)m * (double)n * (double)k;
 }
 
-void cuda_matmul_forward_sliced(float *out, const float *inp, const float *weight, const float *bias, int64_t N,
+void matmul_forward_sliced_cuda(float *out, const float *inp, const float *weight, const float *bias, int64_t N,
                                 int64_t C, int64_t OC, int64_t max_rows, struct flop_counter *fc) {
     const int64_t rows = slice_rows("matmul_forward", N, C, OC, max_rows);
     if (bf16_layers(fc)) {  // the input rounded once for all its slices
@@ -295,12 +295,12 @@ void cuda_matmul_forward_sliced(float *out, const float *inp, const float *weigh
         return;
     }
     for (int64_t r = 0; r < N; r += rows)
-        cuda_gemm_counted(fc, GEMM_LAYER, false, true, min64(rows, N - r), OC, C, 1.0f, inp + r * C, C, weight, C,
+        gemm_counted_cuda(fc, GEMM_LAYER, false, true, min64(rows, N - r), OC, C, 1.0f, inp + r * C, C, weight, C,
                           0.0f, out + r * OC, OC);
     forward_bias(out, bias, N, OC, fc);
 }
 
-void cuda_matmul_backward_sliced(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+void matmul_backward_sliced_cuda(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                                  const float *weight, int64_t N, int64_t C, int64_t OC, int64_t max_rows,
                                  struct flop_counter *fc) {
     const int64_t rows = slice_rows("matmul_backward", N, C, OC, max_rows);
@@ -311,22 +311,22 @@ void cuda_matmul_backward_sliced(float *dinp, float *dweight, float *dbias, cons
         return;
     }
     for (int64_t r = 0; r < N; r += rows)  // dinp rows are independent
-        cuda_gemm_counted(fc, GEMM_LAYER, false, false, min64(rows, N - r), C, OC, 1.0f, dout + r * OC, OC, weight,
+        gemm_counted_cuda(fc, GEMM_LAYER, false, false, min64(rows, N - r), C, OC, 1.0f, dout + r * OC, OC, weight,
                           C, 0.0f, dinp + r * C, C);
     for (int64_t r = 0; r < N; r += rows)  // N is dweight's reduction: each slice adds (beta = 1)
-        cuda_gemm_counted(fc, GEMM_LAYER, true, false, OC, C, min64(rows, N - r), 1.0f, dout + r * OC, OC,
+        gemm_counted_cuda(fc, GEMM_LAYER, true, false, OC, C, min64(rows, N - r), 1.0f, dout + r * OC, OC,
                           inp + r * C, C, 1.0f, dweight, C);
     backward_bias(dbias, dout, N, OC, fc);
 }
 
-void cuda_matmul_forward_bf16(float *out, const uint16_t *inp, const float *weight, const float *bias, int64_t N,
+void matmul_forward_bf16_cuda(float *out, const uint16_t *inp, const float *weight, const float *bias, int64_t N,
                               int64_t C, int64_t OC, struct flop_counter *fc) {
     need_context(fc, "matmul_forward_bf16");
     const int64_t rows = slice_rows("matmul_forward_bf16", N, C, OC, kMaxDim);
     forward_bf16(out, bf16_operand{(const __nv_bfloat16 *)inp, C}, weight, bias, N, C, OC, rows, fc);
 }
 
-void cuda_matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const float *dout, const uint16_t *inp,
+void matmul_backward_bf16_cuda(float *dinp, float *dweight, float *dbias, const float *dout, const uint16_t *inp,
                                const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
     need_context(fc, "matmul_backward_bf16");
     const int64_t rows = slice_rows("matmul_backward_bf16", N, C, OC, kMaxDim);
@@ -334,17 +334,17 @@ void cuda_matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const 
                   fc);
 }
 
-void cuda_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int64_t N, int64_t C,
+void matmul_forward_cuda(float *out, const float *inp, const float *weight, const float *bias, int64_t N, int64_t C,
                          int64_t OC, struct flop_counter *fc) {
-    cuda_matmul_forward_sliced(out, inp, weight, bias, N, C, OC, kMaxDim, fc);
+    matmul_forward_sliced_cuda(out, inp, weight, bias, N, C, OC, kMaxDim, fc);
 }
 
-void cuda_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                           const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
-    cuda_matmul_backward_sliced(dinp, dweight, dbias, dout, inp, weight, N, C, OC, kMaxDim, fc);
+    matmul_backward_sliced_cuda(dinp, dweight, dbias, dout, inp, weight, N, C, OC, kMaxDim, fc);
 }
 
-void cuda_bias_add(float *out, const float *bias, int64_t N, int64_t OC, struct flop_counter *fc) {
+void bias_add_cuda(float *out, const float *bias, int64_t N, int64_t OC, struct flop_counter *fc) {
     add_bias(out, bias, N, OC, "bias_add");
     fc->other += (double)N * OC;
 }

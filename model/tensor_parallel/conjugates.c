@@ -33,6 +33,7 @@ void tp_g_backward(struct collectives *tp, void *dx, size_t n, enum dtype dt) {
 struct seq_split {
     struct collectives *tp; /* the group (size > 1) */
     int64_t B, T, C;        /* the whole tensor; T divisible by tp->size */
+    enum mem_space space;   /* where the tensors live (bufops.h) */
 };
 
 static size_t seq_numel(const struct seq_split *s) { return (size_t)(s->T * s->C); }
@@ -59,7 +60,7 @@ static void seq_reduce_scatter(const struct seq_split *s, float *full) {
 static void place(const struct seq_split *s, float *full, const float *slice) {
     size_t tc = seq_numel(s), chunk = chunk_numel(s);
     for (int64_t b = 0; b < s->B; b++)
-        buf_copy(full + (size_t)b * tc + (size_t)s->tp->rank * chunk, slice + (size_t)b * chunk,
+        buf_copy(s->space, full + (size_t)b * tc + (size_t)s->tp->rank * chunk, slice + (size_t)b * chunk,
                  chunk * sizeof *full);
 }
 
@@ -72,7 +73,7 @@ static void take(const struct seq_split *s, float *full, float *slice) {
     size_t tc = seq_numel(s), chunk = chunk_numel(s);
     for (int64_t b = 0; b < s->B; b++)
         if (slice + (size_t)b * chunk != full + (size_t)b * tc)
-            buf_copy(slice + (size_t)b * chunk, full + (size_t)b * tc, chunk * sizeof *full);
+            buf_copy(s->space, slice + (size_t)b * chunk, full + (size_t)b * tc, chunk * sizeof *full);
 }
 
 /* g forward, before a column-parallel GEMM: full (B,T,C) = every rank's
@@ -108,7 +109,7 @@ static void sp_gbar_backward(const struct seq_split *s, float *dfull, const floa
 static size_t btc(const struct gpt *m) { return (size_t)m->B * m->shape.T * m->shape.C; }
 
 static struct seq_split seq_split(const struct gpt *m) {
-    return (struct seq_split){.tp = m->tp, .B = m->B, .T = m->shape.T, .C = m->shape.C};
+    return (struct seq_split){.tp = m->tp, .B = m->B, .T = m->shape.T, .C = m->shape.C, .space = m->space};
 }
 
 const float *conj_column_input(struct gpt *m, float *ln) {
@@ -150,7 +151,7 @@ const float *conj_row_output_grad(struct gpt *m) {
 }
 
 void conj_ln_grads_begin(struct gpt *m) {
-    if (m->sp) buf_zero(m->ln_grads, 4 * (size_t)m->shape.C * sizeof(float));
+    if (m->sp) buf_zero(m->space, m->ln_grads, 4 * (size_t)m->shape.C * sizeof(float));
 }
 
 float *conj_ln_grad(struct gpt *m, float *dw_tensor, int k) {
@@ -161,5 +162,5 @@ void conj_ln_grads_done(struct gpt *m, float *const *dw_tensors, int n) {
     if (!m->sp) return;
     size_t C = (size_t)m->shape.C;
     tp_all_reduce(m->tp, m->ln_grads, (size_t)n * C, DTYPE_FP32);
-    for (int k = 0; k < n; k++) buf_add(dw_tensors[k], m->ln_grads + (size_t)k * C, DTYPE_FP32, C);
+    for (int k = 0; k < n; k++) buf_add(m->space, dw_tensors[k], m->ln_grads + (size_t)k * C, DTYPE_FP32, C);
 }

@@ -1,4 +1,4 @@
-/* The cuda_* update rules and 8-bit codec (optim_cuda.h): the per-call
+/* The X_cuda update rules and 8-bit codec (include/optim.h): the per-call
  * constants from the CPU's own function (include/optim.h:
  * adamw_step_consts, in optim/adamw.c: the CPU's powf and sqrtf), then the
  * kernels of optim_kernels.h, a wait, and the FLOPs counted as the CPU
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "optim_cuda.h"
+#include "optim.h"
 #include "optim_kernels.h"
 
 /* As optim/adamw.c, sgd.c and adamw8bit.c count (their FLOPS_PER_PARAM). */
@@ -55,7 +55,7 @@ static struct cuda_k_map map_of(const float map[QMAP_SIZE]) {
     return m;
 }
 
-void cuda_adamw_update(const struct adamw_hparams *h, size_t n, float *w, float *m, float *v, const void *grad,
+void adamw_update_cuda(const struct adamw_hparams *h, size_t n, float *w, float *m, float *v, const void *grad,
                        enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
     const struct cuda_k_adam_consts k = adam_consts(h);
     const struct cuda_k_writeback wb = writeback(out);
@@ -63,7 +63,7 @@ void cuda_adamw_update(const struct adamw_hparams *h, size_t n, float *w, float 
     fc->other += (double)ADAMW_FLOPS * (double)n;
 }
 
-void cuda_sgd_update(const struct sgd_hparams *h, size_t n, float *w, float *buf, const void *grad,
+void sgd_update_cuda(const struct sgd_hparams *h, size_t n, float *w, float *buf, const void *grad,
                      enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
     const struct cuda_k_sgd_consts k = {.lr = h->lr, .momentum = h->momentum, .weight_decay = h->weight_decay,
                                  .grad_scale = h->grad_scale, .nesterov = h->nesterov, .first_step = h->first_step};
@@ -72,7 +72,7 @@ void cuda_sgd_update(const struct sgd_hparams *h, size_t n, float *w, float *buf
     fc->other += (double)SGD_FLOPS * (double)n;
 }
 
-void cuda_adamw8bit_update(const struct adamw_hparams *h, size_t n, float *w, uint8_t *q1, uint8_t *q2,
+void adamw8bit_update_cuda(const struct adamw_hparams *h, size_t n, float *w, uint8_t *q1, uint8_t *q2,
                            float *absmax1, float *absmax2, const float *map_signed, const float *map_unsigned,
                            const void *grad, enum dtype grad_dtype, const struct param_writeback *out,
                            struct flop_counter *fc) {
@@ -100,7 +100,7 @@ static float *staging(size_t bytes, const char *what) {
     return p;
 }
 
-void cuda_adamw8bit_dequantize(const float map[QMAP_SIZE], const uint8_t *q, const float *absmax, size_t n,
+void adamw8bit_dequantize_cuda(const float map[QMAP_SIZE], const uint8_t *q, const float *absmax, size_t n,
                                float *out, bool out_on_device) {
     if (!n) return;
     const struct cuda_k_map m = map_of(map);
@@ -111,7 +111,7 @@ void cuda_adamw8bit_dequantize(const float map[QMAP_SIZE], const uint8_t *q, con
     check((int)cudaFree(d), "adamw8bit_dequantize");
 }
 
-void cuda_adamw8bit_quantize(const float map[QMAP_SIZE], const float *x, bool x_on_device, size_t n, uint8_t *q,
+void adamw8bit_quantize_cuda(const float map[QMAP_SIZE], const float *x, bool x_on_device, size_t n, uint8_t *q,
                              float *absmax) {
     if (!n) return;
     const struct cuda_k_map m = map_of(map);

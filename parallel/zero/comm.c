@@ -136,7 +136,7 @@ static void *gather_buffer(struct zero *z, enum unit_kind k, int i) {
 static struct zero_pending post_gather(struct zero *z, int u, int i) {
     char *buf = gather_buffer(z, kind_of(z, u), i);
     size_t chunk = shard_unit_chunk(&z->sh, u);
-    buf_copy(buf + (size_t)z->sh.rank * chunk * psize(z),
+    buf_copy(z->space, buf + (size_t)z->sh.rank * chunk * psize(z),
              (const char *)z->st.params + shard_offset(&z->sh, u) * psize(z), chunk * psize(z));
     return (struct zero_pending){.unit = u, .buf = i, .req = z->dp->iall_gather(z->dp, buf, chunk, z->o.param_dtype)};
 }
@@ -171,7 +171,7 @@ static void finish_scatter(struct zero *z, int b) {
     struct zero_pending *p = &z->scatter[b];
     if (p->unit < 0) return;
     wait_or_report(z, p->req, "a reduce-scatter of grads");
-    buf_add((char *)z->st.grads + shard_offset(&z->sh, p->unit) * gsize(z), z->bucket[b], z->o.grad_dtype,
+    buf_add(z->space, (char *)z->st.grads + shard_offset(&z->sh, p->unit) * gsize(z), z->bucket[b], z->o.grad_dtype,
             shard_unit_chunk(&z->sh, p->unit));
     p->unit = -1;
 }
@@ -187,7 +187,7 @@ void zero_unit_grads_done(struct zero *z, int u, const float *acc) {
     enum dtype gd = z->o.grad_dtype;
     if (z->o.stage < 2) {
         void *grads = (char *)z->st.grads + shard_padded_offset(&z->sh, u) * gsize(z); /* full below stage 2 */
-        if (gd == DTYPE_BF16) buf_accumulate(grads, gd, acc, layout_unit_size(z->lay, u));
+        if (gd == DTYPE_BF16) buf_accumulate(z->space, grads, gd, acc, layout_unit_size(z->lay, u));
         int k = z->o.stage == 0 && z->last_backward ? ddp_bucket_of(z, u) : -1;
         if (k >= 0) {
             z->ddp[k].left--;
@@ -197,7 +197,7 @@ void zero_unit_grads_done(struct zero *z, int u, const float *acc) {
     }
     int b = z->next_bucket;
     finish_scatter(z, b); /* the unit two back, if still in flight */
-    buf_from_fp32(z->bucket[b], gd, acc, shard_unit_padded(&z->sh, u));
+    buf_from_fp32(z->space, z->bucket[b], gd, acc, shard_unit_padded(&z->sh, u));
     z->scatter[b] = (struct zero_pending){
         .unit = u, .req = z->dp->ireduce_scatter_sum(z->dp, z->bucket[b], shard_unit_chunk(&z->sh, u), gd)};
     if (!z->o.overlap) finish_scatter(z, b);

@@ -85,7 +85,7 @@ void optstate_update(struct zero *z, const struct opt_segment *g, const struct a
 }
 
 /* The 8-bit forms go through optim.h's codec (adamw8bit_dequantize /
- * _quantize), which the CUDA build runs where the states live; the fp32
+ * _quantize), which runs in the states' space (z->space); the fp32
  * states through buf_copy. Neither reads state memory here. */
 _Static_assert((int)OPT8_BLOCK == (int)ADAMW8BIT_BLOCK, "segments and the 8-bit codec block alike");
 
@@ -93,10 +93,11 @@ void optstate_segment_to_fp32(const struct zero *z, enum zero_state which, const
     bool first = which == STATE_OPT1;
     size_t n = g->hi - g->lo;
     if (!g->quantized) {
-        buf_copy(d, (first ? z->st.s1 : z->st.s2) + f32_index(z, g), n * sizeof *d);
+        buf_copy(z->space, d, (first ? z->st.s1 : z->st.s2) + f32_index(z, g), n * sizeof *d);
         return;
     }
-    adamw8bit_dequantize(first ? z->qmap_signed : z->qmap_unsigned, (first ? z->st.q1 : z->st.q2) + g->q_offset,
+    adamw8bit_dequantize(z->space, first ? z->qmap_signed : z->qmap_unsigned,
+                         (first ? z->st.q1 : z->st.q2) + g->q_offset,
                          (first ? z->st.absmax1 : z->st.absmax2) + g->block_offset, n, d);
 }
 
@@ -105,10 +106,10 @@ void optstate_segment_from_fp32(struct zero *z, enum zero_state which, const str
     bool first = which == STATE_OPT1;
     size_t n = g->hi - g->lo;
     if (!g->quantized) {
-        buf_copy((first ? z->st.s1 : z->st.s2) + f32_index(z, g), s, n * sizeof *s);
+        buf_copy(z->space, (first ? z->st.s1 : z->st.s2) + f32_index(z, g), s, n * sizeof *s);
         return;
     }
-    adamw8bit_quantize(first ? z->qmap_signed : z->qmap_unsigned, first ? z->qindex_signed : z->qindex_unsigned, s, n,
-                       (first ? z->st.q1 : z->st.q2) + g->q_offset,
+    adamw8bit_quantize(z->space, first ? z->qmap_signed : z->qmap_unsigned,
+                       first ? z->qindex_signed : z->qindex_unsigned, s, n, (first ? z->st.q1 : z->st.q2) + g->q_offset,
                        (first ? z->st.absmax1 : z->st.absmax2) + g->block_offset);
 }

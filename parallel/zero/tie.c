@@ -43,8 +43,9 @@ void zero_tie_grads(struct zero *z) {
     char *reduced = z->o.stage == 1 ? (char *)z->st.grads + unit_at * gs
                                     : (char *)z->st.grads + shard_offset(&z->sh, t->unit) * gs;
     char *work = z->o.stage == 1 ? reduced : z->bucket[0];
-    if (work + mine * gs != reduced) buf_copy(work + mine * gs, reduced, chunk * gs); /* disjoint: mine >= chunk */
+    if (work + mine * gs != reduced) /* disjoint: mine >= chunk */
+        buf_copy(z->space, work + mine * gs, reduced, chunk * gs);
     z->dp->all_gather(z->dp, work, chunk, gd);
     t->group->all_reduce_sum(t->group, work + t->lo * gs, t->hi - t->lo, gd);
-    if (work + mine * gs != reduced) buf_copy(reduced, work + mine * gs, chunk * gs);
+    if (work + mine * gs != reduced) buf_copy(z->space, reduced, work + mine * gs, chunk * gs);
 }

@@ -61,7 +61,7 @@ void *zero_unit_grads(struct zero *z, int u) {
 }
 
 void zero_zero_grads(struct zero *z) {
-    buf_zero(z->st.grads, (grads_sharded(z) ? z->sh.total_shard : z->sh.total_padded) * gsize(z));
+    buf_zero(z->space, z->st.grads, (grads_sharded(z) ? z->sh.total_shard : z->sh.total_padded) * gsize(z));
 }
 
 /* Index of element i (unit-local, in this rank's update range) in the
@@ -90,7 +90,7 @@ static double local_grad_sum_squares(const struct zero *z) {
         /* segments never cross a tensor: one inside the uncounted copy is skipped whole */
         if (zero_tie_active(z) && !t->in_norm && g->unit == t->unit && g->lo >= t->lo && g->hi <= t->hi) continue;
         if (g->tp_replicated && z->lay->rank.tp_rank > 0) continue;
-        s += buf_sum_squares(segment_grad(z, g), z->o.grad_dtype, g->hi - g->lo);
+        s += buf_sum_squares(z->space, segment_grad(z, g), z->o.grad_dtype, g->hi - g->lo);
     }
     return s;
 }
@@ -161,10 +161,10 @@ static void kept(const struct zero *z, enum zero_state which, int u, size_t *lo,
 void zero_set_unit(struct zero *z, int u, size_t lo, size_t hi, const float *w) {
     size_t a, b;
     kept(z, STATE_PARAMS, u, &a, &b);
-    buf_from_fp32((char *)z->st.params + param_index(z, u, a) * psize(z), z->o.param_dtype, w + (a - lo), b - a);
+    buf_from_fp32(z->space, (char *)z->st.params + param_index(z, u, a) * psize(z), z->o.param_dtype, w + (a - lo), b - a);
     if (z->st.master) {
         kept(z, STATE_MASTER, u, &a, &b);
-        buf_copy(z->st.master + state_index(z, u, a), w + (a - lo), (b - a) * sizeof *w);
+        buf_copy(z->space, z->st.master + state_index(z, u, a), w + (a - lo), (b - a) * sizeof *w);
     }
     (void)hi;
 }
@@ -186,10 +186,10 @@ void zero_gather_unit(struct zero *z, enum zero_state which, int u, void *work) 
     bool sharded = which == STATE_PARAMS ? params_sharded(z) : optim_sharded(z);
     /* this rank's kept part, in dtype, at its place in the padded unit */
     char *w = work;
-    buf_zero(w, shard_unit_padded(&z->sh, u) * elem);
+    buf_zero(z->space, w, shard_unit_padded(&z->sh, u) * elem);
     char *mine = w + lo * elem;
-    if (which == STATE_PARAMS) buf_copy(mine, (const char *)z->st.params + param_index(z, u, lo) * elem, (hi - lo) * elem);
-    else if (which == STATE_MASTER) buf_copy(mine, z->st.master + state_index(z, u, lo), (hi - lo) * elem);
+    if (which == STATE_PARAMS) buf_copy(z->space, mine, (const char *)z->st.params + param_index(z, u, lo) * elem, (hi - lo) * elem);
+    else if (which == STATE_MASTER) buf_copy(z->space, mine, z->st.master + state_index(z, u, lo), (hi - lo) * elem);
     else opt_unit_to_fp32(z, which, u, lo, (float *)mine);
     if (sharded) {
         coll_all_gather_uncounted(z->dp, w, chunk, dt); /* checkpoint traffic is not a step's */
@@ -202,11 +202,11 @@ void zero_scatter_unit(struct zero *z, enum zero_state which, int u, const void 
     size_t elem = dtype_size(zero_state_dtype(z, which));
     const char *s = (const char *)src + lo * elem;
     if (which == STATE_PARAMS) {
-        buf_copy((char *)z->st.params + param_index(z, u, lo) * elem, s, (hi - lo) * elem);
+        buf_copy(z->space, (char *)z->st.params + param_index(z, u, lo) * elem, s, (hi - lo) * elem);
         return;
     }
     if (which == STATE_MASTER) {
-        buf_copy(z->st.master + state_index(z, u, lo), s, (hi - lo) * elem);
+        buf_copy(z->space, z->st.master + state_index(z, u, lo), s, (hi - lo) * elem);
         return;
     }
     for (int k = 0; k < z->segs.n; k++) {
@@ -266,12 +266,12 @@ static float *absmax_of(const struct zero *z, enum zero_state which) {
  * needs the bytes on the host: done in host, a host mirror of work's
  * first `mirror` bytes when work is device memory (copied there and back:
  * `back` bytes of the result), or work itself. */
-static void *compact_begin(void *work, void *host, size_t mirror) {
-    if (host != work) buf_copy(host, work, mirror);
+static void *compact_begin(const struct zero *z, void *work, void *host, size_t mirror) {
+    if (host != work) buf_copy(z->space, host, work, mirror);
     return host;
 }
-static void compact_end(void *work, const void *host, size_t back) {
-    if (host != work) buf_copy(work, host, back);
+static void compact_end(const struct zero *z, void *work, const void *host, size_t back) {
+    if (host != work) buf_copy(z->space, work, host, back);
 }
 
 void zero_gather_unit_codes(struct zero *z, enum zero_state which, int u, void *work, void *host) {
@@ -282,17 +282,17 @@ void zero_gather_unit_codes(struct zero *z, enum zero_state which, int u, void *
     const size_t slot = sharded ? (chunk + 3) / 4 * 4 : shard_unit_padded(&z->sh, u);
     const size_t origin = sharded ? (size_t)z->sh.rank * chunk : 0; /* unit element of the slot's byte 0 */
     unsigned char *w = work, *mine = w + (sharded ? (size_t)z->sh.rank * slot : 0);
-    buf_zero(w, R * slot);
+    buf_zero(z->space, w, R * slot);
     for (int k = 0; k < z->segs.n; k++) {
         const struct opt_segment *g = &z->segs.seg[k];
-        if (g->unit == u && g->quantized) buf_copy(mine + (g->lo - origin), codes_of(z, which) + g->q_offset, g->hi - g->lo);
+        if (g->unit == u && g->quantized) buf_copy(z->space, mine + (g->lo - origin), codes_of(z, which) + g->q_offset, g->hi - g->lo);
     }
     if (!sharded) return;
     coll_all_gather_uncounted(z->dp, w, slot / 4, DTYPE_FP32); /* checkpoint traffic */
     /* slots to slices */
-    unsigned char *h = compact_begin(work, host, R * slot);
+    unsigned char *h = compact_begin(z, work, host, R * slot);
     for (size_t r = 1; r < R; r++) memmove(h + r * chunk, h + r * slot, chunk);
-    compact_end(work, h, R * chunk);
+    compact_end(z, work, h, R * chunk);
 }
 
 void zero_gather_unit_absmax(struct zero *z, enum zero_state which, int u, const size_t *first, void *work,
@@ -305,22 +305,22 @@ void zero_gather_unit_absmax(struct zero *z, enum zero_state which, int u, const
     for (int k = 0; k < z->segs.n; k++) {
         const struct opt_segment *g = &z->segs.seg[k];
         if (g->unit != u || !g->quantized) continue;
-        buf_copy(mine + n, absmax_of(z, which) + g->block_offset, seg_blocks(g) * sizeof *w);
+        buf_copy(z->space, mine + n, absmax_of(z, which) + g->block_offset, seg_blocks(g) * sizeof *w);
         n += seg_blocks(g);
     }
     if (!sharded) return;
     coll_all_gather_uncounted(z->dp, w, chunk, DTYPE_FP32); /* checkpoint traffic */
-    float *h = compact_begin(work, host, R * chunk * sizeof *w);
+    float *h = compact_begin(z, work, host, R * chunk * sizeof *w);
     for (size_t r = 1; r < R; r++)
         memmove(h + (first[row + r] - first[row]), h + r * chunk, (first[row + r + 1] - first[row + r]) * sizeof *h);
-    compact_end(work, h, (first[row + R] - first[row]) * sizeof *h);
+    compact_end(z, work, h, (first[row + R] - first[row]) * sizeof *h);
 }
 
 void zero_scatter_unit_codes(struct zero *z, enum zero_state which, int u, const void *src) {
     const unsigned char *s = src;
     for (int k = 0; k < z->segs.n; k++) {
         const struct opt_segment *g = &z->segs.seg[k];
-        if (g->unit == u && g->quantized) buf_copy(codes_of(z, which) + g->q_offset, s + g->lo, g->hi - g->lo);
+        if (g->unit == u && g->quantized) buf_copy(z->space, codes_of(z, which) + g->q_offset, s + g->lo, g->hi - g->lo);
     }
 }
 
@@ -330,7 +330,7 @@ void zero_scatter_unit_absmax(struct zero *z, enum zero_state which, int u, cons
     for (int k = 0; k < z->segs.n; k++) {
         const struct opt_segment *g = &z->segs.seg[k];
         if (g->unit != u || !g->quantized) continue;
-        buf_copy(absmax_of(z, which) + g->block_offset, s, seg_blocks(g) * sizeof *s);
+        buf_copy(z->space, absmax_of(z, which) + g->block_offset, s, seg_blocks(g) * sizeof *s);
         s += seg_blocks(g);
     }
 }

@@ -2,13 +2,13 @@
  * (test_layers_cuda.c, test_gemm_cuda.c, test_crossentropy_cuda.c; one
  * program each, make cuda-test).
  *
- * Each CUDA kernel (cuda_*, model/cuda/layers_cuda.h) runs on device copies
+ * Each CUDA kernel (X_cuda, include/layers.h) runs on device copies
  * of random inputs drawn afresh each run (the seed, set in main, is
  * printed), at several shapes, most of them not multiples of the kernels'
  * blocks of 256; every output is poisoned (0xff bytes) first and has a
  * poisoned guard past its end, which must survive (cuda_fixture.h); an
  * accumulated (+=) output starts from random values instead. The reference
- * is the CPU kernel (cpu_*: the files of model/cpu/ under layers_rename.h)
+ * is the CPU kernel (X_cpu: model/cpu/)
  * on the same inputs. Here: the random inputs and the comparisons each
  * test states its bounds with. Header-only: the test includes cmocka and
  * cuda_fixture.h first. */

@@ -1,13 +1,13 @@
 /* The CUDA build's plain causal attention against the CPU's (make cuda-test).
  *
- * cuda_attention_forward/backward (model/cuda/attention.cu) run on device
+ * attention_forward_cuda/backward (model/cuda/attention.cu) run on device
  * copies of random inputs drawn afresh each run (the seed is printed), at
  * (B, T, C, NH) = (1,1,8,1), (2,7,12,3), (3,65,64,4), (2,128,96,2): T not
  * a multiple of the 32-lane softmax rows, one head and several, hs 8 to
  * 48. Every output (out, att, dqkv) and the backward's scratch are
  * poisoned (0xff bytes: NaN) first, with a poisoned guard past the end that
  * must survive. The reference is model/cpu/attention.c compiled as
- * cpu_attention_* (layers_rename.h) on the same inputs; the backward gets
+ * attention_*_cpu (model/cpu/attention.c) on the same inputs; the backward gets
  * the CPU's probabilities on both sides, so it is compared alone. Its
  * scratch is attention_backward_scratch(B, T, NH) floats, which on the
  * device sets how many heads go at once (attention.cu): the backward runs
@@ -42,7 +42,6 @@
 #include <cmocka.h>
 
 #include "layers.h"
-#include "../../model/cuda/layers_cuda.h"
 #include "dtype.h"
 #include "rng.h"
 #include "cuda_fixture.h"
@@ -118,8 +117,8 @@ static void test_attention_forward(void **state) {
         float *qkv = rand_f32(n_qkv, 1 + s), *out = host_nan(n_out), *att = host_nan(n_att);
         float *d_qkv = dev_from(qkv, F(n_qkv)), *d_out = dev_poisoned(F(n_out)), *d_att = dev_poisoned(F(n_att));
         struct flop_counter fc = {0}, gc = {0};
-        cpu_attention_forward(out, att, qkv, B, T, C, NH, &fc);
-        cuda_attention_forward(d_out, d_att, d_qkv, B, T, C, NH, &gc);
+        attention_forward_cpu(out, att, qkv, B, T, C, NH, &fc);
+        attention_forward_cuda(d_out, d_att, d_qkv, B, T, C, NH, &gc);
         float *got = back(d_att, F(n_att), "attention_forward att");
         expect_att(sh, att, got);
         free(got);
@@ -144,7 +143,7 @@ static void test_attention_backward(void **state) {
         float *qkv = rand_f32(n_qkv, 10 + s), *dout = rand_f32(n_out, 20 + s);
         float *out = host_nan(n_out), *att = host_nan(n_att);
         struct flop_counter fwd = {0};
-        cpu_attention_forward(out, att, qkv, B, T, C, NH, &fwd); /* the probabilities both backwards get */
+        attention_forward_cpu(out, att, qkv, B, T, C, NH, &fwd); /* the probabilities both backwards get */
         float *d_qkv = dev_from(qkv, F(n_qkv)), *d_dout = dev_from(dout, F(n_out)), *d_att = dev_from(att, F(n_att));
         for (size_t k = 0; k < sizeof threads / sizeof threads[0]; k++) {
             omp_set_num_threads(threads[k]);
@@ -152,8 +151,8 @@ static void test_attention_backward(void **state) {
             float *dqkv = host_nan(n_qkv), *scratch = host_nan(n_scratch);
             float *d_dqkv = dev_poisoned(F(n_qkv)), *d_scratch = dev_poisoned(F(n_scratch));
             struct flop_counter fc = {0}, gc = {0};
-            cpu_attention_backward(dqkv, dout, qkv, att, scratch, B, T, C, NH, &fc);
-            cuda_attention_backward(d_dqkv, d_dout, d_qkv, d_att, d_scratch, B, T, C, NH, &gc);
+            attention_backward_cpu(dqkv, dout, qkv, att, scratch, B, T, C, NH, &fc);
+            attention_backward_cuda(d_dqkv, d_dout, d_qkv, d_att, d_scratch, B, T, C, NH, &gc);
             char what[96];
             snprintf(what, sizeof what, "attention_backward dqkv (%d threads: %zu scratch squares)", threads[k],
                      n_scratch / (size_t)(T * T));
@@ -171,7 +170,7 @@ static void test_attention_backward(void **state) {
     }
 }
 
-/* The layers.h names send device pointers to the device: the same bits as
+/* The layers.h names on a MEM_DEVICE counter run on the device: the same bits as
  * cuda_attention_* called directly (and so deterministic run to run). */
 static void test_dispatch_device(void **state) {
     (void)state;
@@ -182,13 +181,13 @@ static void test_dispatch_device(void **state) {
     float *qkv = rand_f32(n_qkv, 30), *dout = rand_f32(n_out, 31);
     float *d_qkv = dev_from(qkv, F(n_qkv)), *d_dout = dev_from(dout, F(n_out));
     float *r[2][3]; /* [direct, dispatched][out, att, dqkv] on the host */
-    struct flop_counter fc[2] = {{0}, {0}};
+    struct flop_counter fc[2] = {{.space = MEM_DEVICE}, {.space = MEM_DEVICE}};
     for (int via = 0; via < 2; via++) {
         float *d_out = dev_poisoned(F(n_out)), *d_att = dev_poisoned(F(n_att)), *d_dqkv = dev_poisoned(F(n_qkv));
         float *d_scratch = dev_poisoned(F(n_scratch));
         if (via == 0) {
-            cuda_attention_forward(d_out, d_att, d_qkv, B, T, C, NH, &fc[via]);
-            cuda_attention_backward(d_dqkv, d_dout, d_qkv, d_att, d_scratch, B, T, C, NH, &fc[via]);
+            attention_forward_cuda(d_out, d_att, d_qkv, B, T, C, NH, &fc[via]);
+            attention_backward_cuda(d_dqkv, d_dout, d_qkv, d_att, d_scratch, B, T, C, NH, &fc[via]);
         } else {
             attention_forward(d_out, d_att, d_qkv, B, T, C, NH, &fc[via]);
             attention_backward(d_dqkv, d_dout, d_qkv, d_att, d_scratch, B, T, C, NH, &fc[via]);
@@ -208,7 +207,7 @@ static void test_dispatch_device(void **state) {
     free(qkv), free(dout);
 }
 
-/* Runs everywhere: host pointers take the CPU's attention, bit for bit and
+/* Runs everywhere: host-space calls take the CPU's attention, bit for bit and
  * FLOP for FLOP, with or without a GPU (--device cpu in this build). */
 static void test_dispatch_host(void **state) {
     (void)state;
@@ -221,8 +220,8 @@ static void test_dispatch_host(void **state) {
     for (int via = 0; via < 2; via++) {
         o[via] = host_nan(n_out), a[via] = host_nan(n_att), d[via] = host_nan(n_qkv);
         if (via == 0) {
-            cpu_attention_forward(o[via], a[via], qkv, B, T, C, NH, &fc[via]);
-            cpu_attention_backward(d[via], dout, qkv, a[via], scratch, B, T, C, NH, &fc[via]);
+            attention_forward_cpu(o[via], a[via], qkv, B, T, C, NH, &fc[via]);
+            attention_backward_cpu(d[via], dout, qkv, a[via], scratch, B, T, C, NH, &fc[via]);
         } else {
             attention_forward(o[via], a[via], qkv, B, T, C, NH, &fc[via]);
             attention_backward(d[via], dout, qkv, a[via], scratch, B, T, C, NH, &fc[via]);

@@ -1,11 +1,11 @@
 /* The CUDA build's buffer operations against the CPU's (make cuda-test).
  *
- * Each CUDA operation (cuda_buf_*, model/cuda/bufops_cuda.h) runs on
+ * Each CUDA operation (buf_*_cuda, include/bufops.h) runs on
  * device copies of random inputs, drawn afresh each run (the seed is
  * printed), at sizes that straddle the kernels' block of 256 and are
  * mostly not multiples of it; its output buffer is poisoned (0xff bytes)
  * first and has a poisoned guard past the end, which must survive. The
- * reference is the CPU implementation (cpu_buf_*: model/cpu/bufops.c).
+ * reference is the CPU implementation (buf_*_cpu: model/cpu/bufops.c).
  * Bounds:
  *   zero, copy, widen, narrow, round, from/to fp32: bit for bit, NaN
  *     payloads included (no arithmetic: the same bit operations)
@@ -35,7 +35,6 @@
 #include <cmocka.h>
 
 #include "bufops.h"
-#include "../../model/cuda/bufops_cuda.h"
 #include "../../model/cuda/bufops_kernels.h"
 #include "../../model/cuda/cuda_device.h"
 #include "mem.h"
@@ -116,19 +115,19 @@ static void test_zero_and_copy(void **state) {
         fill_f32((float *)(void *)want, bytes / 4, 1, 0);
         memcpy(src, want, bytes);
         void *d = dev_poisoned(bytes);
-        cuda_buf_zero(d, bytes);
+        buf_zero_cuda(d, bytes);
         unsigned char *got = host_from(d, bytes);
-        cpu_buf_zero(want, bytes);
+        buf_zero_cpu(want, bytes);
         expect_bytes_equal(want, got, bytes, "buf_zero", bytes);
         free(got);
         /* host -> device, device -> device, device -> host */
-        cuda_buf_copy(d, src, bytes);
+        buf_copy_cuda(d, src, bytes);
         void *d2 = dev_poisoned(bytes);
-        cuda_buf_copy(d2, d, bytes);
+        buf_copy_cuda(d2, d, bytes);
         got = host_from(d2, bytes);
         expect_bytes_equal(src, got, bytes, "buf_copy (device to device)", bytes);
         memset(got, 0, bytes);
-        cuda_buf_copy(got, d2, bytes);
+        buf_copy_cuda(got, d2, bytes);
         expect_bytes_equal(src, got, bytes, "buf_copy (device to host)", bytes);
         free(got);
         free(src);
@@ -152,9 +151,9 @@ static void test_widen_narrow_round(void **state) {
             /* from_fp32: narrow (bf16) or copy (fp32) */
             float *df = dev_from(f, n * 4);
             void *dout = dev_poisoned(n * dtype_size(t));
-            cuda_buf_from_fp32(dout, t, df, n);
+            buf_from_fp32_cuda(dout, t, df, n);
             void *got = host_from(dout, n * dtype_size(t));
-            cpu_buf_from_fp32(t == DTYPE_FP32 ? (void *)fw : (void *)hw, t, f, n);
+            buf_from_fp32_cpu(t == DTYPE_FP32 ? (void *)fw : (void *)hw, t, f, n);
             expect_bytes_equal(t == DTYPE_FP32 ? (void *)fw : (void *)hw, got, n * dtype_size(t), "buf_from_fp32",
                                n);
             free(got);
@@ -162,9 +161,9 @@ static void test_widen_narrow_round(void **state) {
             /* to_fp32: widen (bf16) or copy (fp32) */
             void *din = dev_from(t == DTYPE_FP32 ? (void *)f : (void *)h, n * dtype_size(t));
             float *dfo = dev_poisoned(n * 4);
-            cuda_buf_to_fp32(dfo, din, t, n);
+            buf_to_fp32_cuda(dfo, din, t, n);
             got = host_from(dfo, n * 4);
-            cpu_buf_to_fp32(fw, t == DTYPE_FP32 ? (void *)f : (void *)h, t, n);
+            buf_to_fp32_cpu(fw, t == DTYPE_FP32 ? (void *)f : (void *)h, t, n);
             expect_bytes_equal(fw, got, n * 4, "buf_to_fp32", n);
             free(got);
             cudaFree(din);
@@ -174,31 +173,31 @@ static void test_widen_narrow_round(void **state) {
         /* widen, narrow, round on their own names */
         bf16 *dh = dev_from(h, n * 2);
         float *dfw = dev_poisoned(n * 4);
-        cuda_buf_widen(dfw, dh, n);
+        buf_widen_cuda(dfw, dh, n);
         void *got = host_from(dfw, n * 4);
-        cpu_buf_widen(fw, h, n);
+        buf_widen_cpu(fw, h, n);
         expect_bytes_equal(fw, got, n * 4, "buf_widen", n);
         free(got);
         float *df = dev_from(f, n * 4);
         bf16 *dhn = dev_poisoned(n * 2);
-        cuda_buf_narrow(dhn, df, n);
+        buf_narrow_cuda(dhn, df, n);
         got = host_from(dhn, n * 2);
-        cpu_buf_narrow(hw, f, n);
+        buf_narrow_cpu(hw, f, n);
         expect_bytes_equal(hw, got, n * 2, "buf_narrow", n);
         free(got);
-        cuda_buf_round_bf16(df, n);
+        buf_round_bf16_cuda(df, n);
         got = host_from(df, n * 4);
         memcpy(fw, f, n * 4);
-        cpu_buf_round_bf16(fw, n);
+        buf_round_bf16_cpu(fw, n);
         expect_bytes_equal(fw, got, n * 4, "buf_round_bf16", n);
         free(got);
         /* round_narrow, from element 0 and (misaligned) from element 1 */
         for (size_t at = 0; at < 2 && at < n; at++) {
             float *dx = dev_from(f, n * 4);
             bf16 *dhr = dev_poisoned(n * 2);
-            cuda_buf_round_narrow(dhr + at, dx + at, n - at);
+            buf_round_narrow_cuda(dhr + at, dx + at, n - at);
             memcpy(fw, f, n * 4);
-            cpu_buf_round_narrow(hw + at, fw + at, n - at);
+            buf_round_narrow_cpu(hw + at, fw + at, n - at);
             got = host_from(dx, n * 4);
             expect_bytes_equal(fw, got, n * 4, at ? "buf_round_narrow x (misaligned)" : "buf_round_narrow x", n);
             free(got);
@@ -212,21 +211,21 @@ static void test_widen_narrow_round(void **state) {
         /* the same from one element in: views the four-at-a-time kernels
          * cannot take (misaligned), so the scalar ones do it all */
         if (n > 1) {
-            cuda_buf_widen(dfw + 1, dh + 1, n - 1);
+            buf_widen_cuda(dfw + 1, dh + 1, n - 1);
             got = host_from(dfw, n * 4);
-            cpu_buf_widen(fw, h, n);
+            buf_widen_cpu(fw, h, n);
             expect_bytes_equal(fw + 1, (float *)got + 1, (n - 1) * 4, "buf_widen (misaligned)", n - 1);
             free(got);
             float *dfm = dev_from(f, n * 4);
-            cuda_buf_narrow(dhn + 1, dfm + 1, n - 1);
+            buf_narrow_cuda(dhn + 1, dfm + 1, n - 1);
             got = host_from(dhn, n * 2);
-            cpu_buf_narrow(hw, f, n);
+            buf_narrow_cpu(hw, f, n);
             expect_bytes_equal(hw + 1, (bf16 *)got + 1, (n - 1) * 2, "buf_narrow (misaligned)", n - 1);
             free(got);
-            cuda_buf_round_bf16(dfm + 1, n - 1);
+            buf_round_bf16_cuda(dfm + 1, n - 1);
             got = host_from(dfm, n * 4);
             memcpy(fw, f, n * 4);
-            cpu_buf_round_bf16(fw + 1, n - 1);
+            buf_round_bf16_cpu(fw + 1, n - 1);
             expect_bytes_equal(fw, got, n * 4, "buf_round_bf16 (misaligned)", n - 1);
             free(got);
             cudaFree(dfm);
@@ -256,35 +255,35 @@ static void test_accumulate_add(void **state) {
         float *db = dev_from(b, n * 4);
         /* fp32: accumulate and add are the same sum */
         float *da = dev_from(a, n * 4);
-        cuda_buf_accumulate(da, DTYPE_FP32, db, n);
+        buf_accumulate_cuda(da, DTYPE_FP32, db, n);
         float *got = host_from(da, n * 4);
         float *want = malloc(n * 4);
         memcpy(want, a, n * 4);
-        cpu_buf_accumulate(want, DTYPE_FP32, b, n);
+        buf_accumulate_cpu(want, DTYPE_FP32, b, n);
         expect_f32_equal(want, got, n, "buf_accumulate fp32");
         free(got);
         cudaFree(da);
         da = dev_from(a, n * 4);
-        cuda_buf_add(da, db, DTYPE_FP32, n);
+        buf_add_cuda(da, db, DTYPE_FP32, n);
         got = host_from(da, n * 4);
         expect_f32_equal(want, got, n, "buf_add fp32");
         free(got);
         cudaFree(da);
         /* bf16 += fp32, bf16 += bf16 */
         bf16 *dha = dev_from(ha, n * 2), *hwant = malloc(n * 2);
-        cuda_buf_accumulate(dha, DTYPE_BF16, db, n);
+        buf_accumulate_cuda(dha, DTYPE_BF16, db, n);
         bf16 *hgot = host_from(dha, n * 2);
         memcpy(hwant, ha, n * 2);
-        cpu_buf_accumulate(hwant, DTYPE_BF16, b, n);
+        buf_accumulate_cpu(hwant, DTYPE_BF16, b, n);
         expect_bf16_equal(hwant, hgot, n, "buf_accumulate bf16");
         free(hgot);
         cudaFree(dha);
         dha = dev_from(ha, n * 2);
         bf16 *dhb = dev_from(hb, n * 2);
-        cuda_buf_add(dha, dhb, DTYPE_BF16, n);
+        buf_add_cuda(dha, dhb, DTYPE_BF16, n);
         hgot = host_from(dha, n * 2);
         memcpy(hwant, ha, n * 2);
-        cpu_buf_add(hwant, hb, DTYPE_BF16, n);
+        buf_add_cpu(hwant, hb, DTYPE_BF16, n);
         expect_bf16_equal(hwant, hgot, n, "buf_add bf16");
         free(hgot);
         cudaFree(dha);
@@ -309,8 +308,8 @@ static void test_sum_squares(void **state) {
         fill_f32(f, n, 70 + (uint64_t)s, 1);
         fill_bf16(h, n, 80 + (uint64_t)s, 1);
         void *df = dev_from(f, n * 4), *dh = dev_from(h, n * 2);
-        double want[2] = {cpu_buf_sum_squares(f, DTYPE_FP32, n), cpu_buf_sum_squares(h, DTYPE_BF16, n)};
-        double got[2] = {cuda_buf_sum_squares(df, DTYPE_FP32, n), cuda_buf_sum_squares(dh, DTYPE_BF16, n)};
+        double want[2] = {buf_sum_squares_cpu(f, DTYPE_FP32, n), buf_sum_squares_cpu(h, DTYPE_BF16, n)};
+        double got[2] = {buf_sum_squares_cuda(df, DTYPE_FP32, n), buf_sum_squares_cuda(dh, DTYPE_BF16, n)};
         for (int k = 0; k < 2; k++) {
             double bound = 2.0 * (double)n * ldexp(1.0, -53) * want[k];
             if (!(fabs(got[k] - want[k]) <= bound))
@@ -318,7 +317,7 @@ static void test_sum_squares(void **state) {
                          k ? "bf16" : "fp32", n, want[k], got[k], fabs(got[k] - want[k]), bound);
         }
         /* the same n gives the same sum on every call (a fixed order) */
-        assert_true(cuda_buf_sum_squares(df, DTYPE_FP32, n) == got[0]);
+        assert_true(buf_sum_squares_cuda(df, DTYPE_FP32, n) == got[0]);
         cudaFree(df);
         cudaFree(dh);
         free(f);
@@ -326,7 +325,7 @@ static void test_sum_squares(void **state) {
     }
 }
 
-/* buf_* picks the device path for device pointers: spot-check one op. */
+/* buf_* on MEM_DEVICE takes the device path: spot-check one op. */
 static void test_dispatch_device(void **state) {
     (void)state;
     SKIP_WITHOUT_DEVICE();
@@ -336,9 +335,9 @@ static void test_dispatch_device(void **state) {
     fill_f32(f, n, 90, 0);
     float *df = dev_from(f, n * 4);
     bf16 *dh = dev_poisoned(n * 2);
-    buf_narrow(dh, df, n);
+    buf_narrow(MEM_DEVICE, dh, df, n);
     bf16 *got = host_from(dh, n * 2);
-    cpu_buf_narrow(want, f, n);
+    buf_narrow_cpu(want, f, n);
     expect_bytes_equal(want, got, n * 2, "buf_narrow (dispatched to the device)", n);
     free(got);
     free(want);
@@ -347,23 +346,23 @@ static void test_dispatch_device(void **state) {
     cudaFree(dh);
 }
 
-/* Runs everywhere: host pointers take the CPU path, with or without a GPU. */
+/* Runs everywhere: MEM_HOST takes the CPU path, with or without a GPU. */
 static void test_dispatch_host(void **state) {
     (void)state;
     size_t n = 4099;
     float *f = malloc(n * 4), *g = malloc(n * 4);
     bf16 *a = malloc(n * 2), *b = malloc(n * 2);
     fill_f32(f, n, 100, 0);
-    buf_narrow(a, f, n);
-    cpu_buf_narrow(b, f, n);
+    buf_narrow(MEM_HOST, a, f, n);
+    buf_narrow_cpu(b, f, n);
     assert_memory_equal(a, b, n * 2);
     for (size_t i = 0; i < n; i++) assert_int_equal(a[i], f32_to_bf16(f[i]));
     fill_f32(f, n, 101, 1);
     memcpy(g, f, n * 4);
-    buf_round_bf16(f, n);
+    buf_round_bf16(MEM_HOST, f, n);
     for (size_t i = 0; i < n; i++) assert_int_equal(f32_bits(f[i]), f32_bits(round_to_bf16(g[i])));
-    assert_true(buf_sum_squares(g, DTYPE_FP32, n) == cpu_buf_sum_squares(g, DTYPE_FP32, n));
-    assert_true(buf_sum_squares(g, DTYPE_FP32, n) > 0.0);
+    assert_true(buf_sum_squares(MEM_HOST, g, DTYPE_FP32, n) == buf_sum_squares_cpu(g, DTYPE_FP32, n));
+    assert_true(buf_sum_squares(MEM_HOST, g, DTYPE_FP32, n) > 0.0);
     free(f);
     free(g);
     free(a);

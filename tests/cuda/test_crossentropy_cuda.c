@@ -30,7 +30,6 @@
 #include <cmocka.h>
 
 #include "layers.h"
-#include "../../model/cuda/layers_cuda.h"
 #include "cuda_fixture.h"
 #include "layers_fixture.h"
 
@@ -69,9 +68,9 @@ static void expect_three_passes(const float *logits, const int32_t *d_targets, i
                                 float dloss, const float *d_logits, const float *d_losses) {
     float *d_l3 = dev_from(logits, F(N * Vp)), *d_maxv = dev_poisoned(F(N)), *d_scratch = dev_poisoned(F(2 * N));
     struct flop_counter fc = {0};
-    cuda_crossentropy_row_max(d_l3, d_maxv, N, Vp, V);
-    cuda_crossentropy_exp_sum(d_l3, d_maxv, d_scratch, d_scratch + N, d_targets, N, Vp, 0, V, dloss != 0.0f);
-    cuda_crossentropy_finish(d_l3, d_maxv, d_maxv, d_scratch, d_scratch + N, d_targets, N, Vp, 0, V, dloss, &fc);
+    crossentropy_row_max_cuda(d_l3, d_maxv, N, Vp, V);
+    crossentropy_exp_sum_cuda(d_l3, d_maxv, d_scratch, d_scratch + N, d_targets, N, Vp, 0, V, dloss != 0.0f);
+    crossentropy_finish_cuda(d_l3, d_maxv, d_maxv, d_scratch, d_scratch + N, d_targets, N, Vp, 0, V, dloss, &fc);
     float *fused = malloc(F(N * Vp)), *three = back(d_l3, F(N * Vp), "crossentropy (three passes) dlogits");
     assert_int_equal(cudaMemcpy(fused, d_logits, F(N * Vp), cudaMemcpyDeviceToHost), cudaSuccess);
     expect_bits("crossentropy: three passes vs fused, dlogits", fused, three, N * Vp);
@@ -98,9 +97,9 @@ static void test_crossentropy(void **state) {
             float *d_logits = dev_from(logits, F(N * Vp)), *d_losses = dev_poisoned(F(N));
             int32_t *d_targets = dev_from(targets, I(N));
             struct flop_counter fc = {0}, gc = {0};
-            double gtotal = cuda_crossentropy_forward_backward(d_logits, d_losses, d_targets, N, V, Vp, dloss, &gc);
+            double gtotal = crossentropy_forward_backward_cuda(d_logits, d_losses, d_targets, N, V, Vp, dloss, &gc);
             expect_three_passes(logits, d_targets, N, V, Vp, dloss, d_logits, d_losses);
-            double ctotal = cpu_crossentropy_forward_backward(logits, losses, targets, N, V, Vp, dloss, &fc);
+            double ctotal = crossentropy_forward_backward_cpu(logits, losses, targets, N, V, Vp, dloss, &fc);
             float *got = back(d_losses, F(N), "crossentropy losses");
             double rel = sum_bound(V);
             for (int64_t i = 0; i < N; i++) /* log(sum) carries the sum's relative error as an absolute one */
@@ -141,15 +140,15 @@ static void test_crossentropy_vocab_parallel(void **state) {
         float *maxv = malloc(F(N)), *sum = malloc(F(N)), *target = malloc(F(N)), *losses = malloc(F(N));
         float *d_logits = dev_from(logits, F(N * Vl)), *d_maxv = dev_poisoned(F(N));
         int32_t *d_targets = dev_from(targets, I(N));
-        cuda_crossentropy_row_max(d_logits, d_maxv, N, Vl, valid);
-        cpu_crossentropy_row_max(logits, maxv, N, Vl, valid, NULL);
+        crossentropy_row_max_cuda(d_logits, d_maxv, N, Vl, valid);
+        crossentropy_row_max_cpu(logits, maxv, N, Vl, valid, NULL);
         float *got = back(d_maxv, F(N), "crossentropy_row_max");
         expect_bits("crossentropy_row_max", maxv, got, N);
         free(got);
         d_maxv = dev_from(maxv, F(N));
         float *d_sum = dev_poisoned(F(N)), *d_target = dev_poisoned(F(N));
-        cuda_crossentropy_exp_sum(d_logits, d_maxv, d_sum, d_target, d_targets, N, Vl, v0, valid, true);
-        cpu_crossentropy_exp_sum(logits, maxv, sum, target, targets, N, Vl, v0, valid, true, NULL);
+        crossentropy_exp_sum_cuda(d_logits, d_maxv, d_sum, d_target, d_targets, N, Vl, v0, valid, true);
+        crossentropy_exp_sum_cpu(logits, maxv, sum, target, targets, N, Vl, v0, valid, true, NULL);
         got = back(d_target, F(N), "crossentropy_exp_sum target");
         expect_bits("crossentropy_exp_sum target", target, got, N);
         free(got);
@@ -165,9 +164,9 @@ static void test_crossentropy_vocab_parallel(void **state) {
         d_target = dev_from(target, F(N));
         float *d_losses = dev_poisoned(F(N));
         struct flop_counter fc = {0}, gc = {0};
-        double g = cuda_crossentropy_finish(d_logits, d_losses, d_maxv, d_sum, d_target, d_targets, N, Vl, v0, valid,
+        double g = crossentropy_finish_cuda(d_logits, d_losses, d_maxv, d_sum, d_target, d_targets, N, Vl, v0, valid,
                                             dloss, &gc);
-        double c = cpu_crossentropy_finish(logits, losses, maxv, sum, target, targets, N, Vl, v0, valid, dloss, &fc);
+        double c = crossentropy_finish_cpu(logits, losses, maxv, sum, target, targets, N, Vl, v0, valid, dloss, &fc);
         got = back(d_logits, F(N * Vl), "crossentropy_finish dlogits");
         expect_bits("crossentropy_finish dlogits", logits, got, N * Vl);
         free(got);

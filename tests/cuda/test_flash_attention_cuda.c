@@ -56,7 +56,6 @@
 #include "dtype.h"
 #include "rng.h"
 #include "../../model/cuda/flash_attention.h"
-#include "../../model/cuda/layers_cuda.h"
 #include "cuda_fixture.h"
 
 #define REL_BOUND 1e-2 /* out, dq, dk, dv: normwise */
@@ -337,7 +336,7 @@ static void test_lse_dispatch_device(void **state) {
         float *d_qkv = dev_from(qkv, F(BT * 3 * C)), *d_dout = dev_from(dout, F(BT * C));
         float *d_out = dev_poisoned(F(BT * C)), *d_lse = dev_poisoned(F(nl)), *d_dqkv = dev_poisoned(F(BT * 3 * C));
         float *d_scratch = dev_poisoned(F(attention_lse_backward_scratch(B, T, NH)));
-        struct flop_counter fc = {0};
+        struct flop_counter fc = {.space = MEM_DEVICE};
         attention_lse_forward(d_out, d_lse, d_qkv, B, T, C, NH, &fc);
         attention_lse_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, &fc);
         float *out = peek(d_out, F(BT * C), "out"), *lse = peek(d_lse, F(nl), "lse");
@@ -354,8 +353,8 @@ static void test_lse_dispatch_device(void **state) {
         float *c_scratch = malloc(F(attention_lse_backward_scratch(B, T, NH)));
         assert_true(c_out && c_lse && c_dqkv && c_scratch);
         struct flop_counter cfc = {0};
-        cpu_attention_lse_forward(c_out, c_lse, qkv, B, T, C, NH, &cfc);
-        cpu_attention_lse_backward(c_dqkv, c_scratch, dout, qkv, c_out, c_lse, B, T, C, NH, &cfc);
+        attention_lse_forward_cpu(c_out, c_lse, qkv, B, T, C, NH, &cfc);
+        attention_lse_backward_cpu(c_dqkv, c_scratch, dout, qkv, c_out, c_lse, B, T, C, NH, &cfc);
         /* T = 1: dq and dk are exactly 0 on the CPU, bf16 noise of dS on the
          * GPU, measured against their terms' size (test_against_cpu) */
         const double term_size = T == 1 ? 2.0 * hs / sqrt((double)hs) : 0.0;
@@ -397,8 +396,8 @@ static void test_lse_dispatch_host(void **state) {
     }
     attention_lse_forward(o[0], l[0], qkv, B, T, C, NH, &fc[0]);
     attention_lse_backward(d[0], scr[0], dout, qkv, o[0], l[0], B, T, C, NH, &fc[0]);
-    cpu_attention_lse_forward(o[1], l[1], qkv, B, T, C, NH, &fc[1]);
-    cpu_attention_lse_backward(d[1], scr[1], dout, qkv, o[1], l[1], B, T, C, NH, &fc[1]);
+    attention_lse_forward_cpu(o[1], l[1], qkv, B, T, C, NH, &fc[1]);
+    attention_lse_backward_cpu(d[1], scr[1], dout, qkv, o[1], l[1], B, T, C, NH, &fc[1]);
     assert_memory_equal(o[0], o[1], F(BT * C));
     assert_memory_equal(l[0], l[1], F(nl));
     assert_memory_equal(d[0], d[1], F(BT * 3 * C));

@@ -32,7 +32,6 @@
 
 #include "layers.h"
 #include "../../model/cuda/kernel_context.h"
-#include "../../model/cuda/layers_cuda.h"
 #include "dtype.h"
 #include "cuda_fixture.h"
 #include "layers_fixture.h"
@@ -52,8 +51,8 @@ static void test_gemm_counted(void **state) {
             float *a = rand_f32(na, 60, 1.0f), *b = rand_f32(nb, 61, 1.0f), *c = rand_f32(nc, 62, 1.0f);
             float *d_a = dev_from(a, F(na)), *d_b = dev_from(b, F(nb)), *d_c = dev_from(c, F(nc));
             struct flop_counter fc = {0}, gc = {0};
-            cuda_gemm_counted(&gc, GEMM_ATTENTION, ta, tb, m, n, k, 0.5f, d_a, lda, d_b, ldb, 0.75f, d_c, ldc);
-            cpu_gemm_counted(&fc, GEMM_ATTENTION, ta, tb, m, n, k, 0.5f, a, lda, b, ldb, 0.75f, c, ldc);
+            gemm_counted_cuda(&gc, GEMM_ATTENTION, ta, tb, m, n, k, 0.5f, d_a, lda, d_b, ldb, 0.75f, d_c, ldc);
+            gemm_counted_cpu(&fc, GEMM_ATTENTION, ta, tb, m, n, k, 0.5f, a, lda, b, ldb, 0.75f, c, ldc);
             float *got = back(d_c, F(nc), "gemm_counted");
             char what[96];
             snprintf(what, sizeof what, "gemm_counted m %lld n %lld k %lld%s%s", (long long)m, (long long)n,
@@ -100,9 +99,9 @@ static void test_gemm_bf16(void **state) {
             memcpy(c32, c, F(nc));
             float *d_a = dev_from(a, F(na)), *d_b = dev_from(b, F(nb)), *d_c = dev_from(c, F(nc));
             struct flop_counter fc = {0}, f32 = {0}, gc = {.kernels = ctx};
-            cuda_gemm_counted(&gc, GEMM_LAYER, ta, tb, m, n, k, 0.5f, d_a, lda, d_b, ldb, 0.75f, d_c, ldc);
-            cpu_gemm_counted(&fc, GEMM_LAYER, ta, tb, m, n, k, 0.5f, ar, lda, br, ldb, 0.75f, c, ldc);
-            cpu_gemm_counted(&f32, GEMM_LAYER, ta, tb, m, n, k, 0.5f, a, lda, b, ldb, 0.75f, c32, ldc);
+            gemm_counted_cuda(&gc, GEMM_LAYER, ta, tb, m, n, k, 0.5f, d_a, lda, d_b, ldb, 0.75f, d_c, ldc);
+            gemm_counted_cpu(&fc, GEMM_LAYER, ta, tb, m, n, k, 0.5f, ar, lda, br, ldb, 0.75f, c, ldc);
+            gemm_counted_cpu(&f32, GEMM_LAYER, ta, tb, m, n, k, 0.5f, a, lda, b, ldb, 0.75f, c32, ldc);
             float *got = back(d_c, F(nc), "gemm_counted (bf16)");
             char what[96];
             snprintf(what, sizeof what, "gemm_counted bf16 m %lld n %lld k %lld%s%s", (long long)m, (long long)n,
@@ -155,15 +154,15 @@ static void test_matmul(void **state) {
                 struct flop_counter fc = {0}, gc = {.kernels = bf ? ctx : NULL};
                 const char *fwd = bf ? "matmul_forward (bf16)" : "matmul_forward";
                 long long epilogues = ctx->bias_epilogues;
-                cuda_matmul_forward_sliced(d_out, d_inp, d_w, d_bias, N, C, OC, R, &gc);
-                cpu_matmul_forward_sliced(out, inp_m, w_m, with_bias ? bias : NULL, N, C, OC, R, &fc);
+                matmul_forward_sliced_cuda(d_out, d_inp, d_w, d_bias, N, C, OC, R, &gc);
+                matmul_forward_sliced_cpu(out, inp_m, w_m, with_bias ? bias : NULL, N, C, OC, R, &fc);
                 float *got = back(d_out, F(N * OC), fwd);
                 expect_close(fwd, out, got, N * OC, 1e-5);
                 free(got);
                 float *d_dout = dev_from(dout, F(N * OC)), *d_dinp = dev_poisoned(F(N * C));
                 float *d_dw = dev_from(dw, F(OC * C)), *d_db = with_bias ? dev_from(db, F(OC)) : NULL;
-                cuda_matmul_backward_sliced(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC, R, &gc);
-                cpu_matmul_backward_sliced(dinp, dw, with_bias ? db : NULL, dout_m, inp_m, w_m, N, C, OC, R, &fc);
+                matmul_backward_sliced_cuda(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC, R, &gc);
+                matmul_backward_sliced_cpu(dinp, dw, with_bias ? db : NULL, dout_m, inp_m, w_m, N, C, OC, R, &fc);
                 got = back(d_dinp, F(N * C), "matmul_backward dinp");
                 expect_close(bf ? "matmul_backward dinp (bf16)" : "matmul_backward dinp", dinp, got, N * C, 1e-5);
                 free(got);
@@ -192,13 +191,13 @@ static void test_matmul(void **state) {
                     memcpy(db2, db, F(OC));
                     memcpy(dw2, dw, F(OC * C));
                     struct flop_counter f2 = {0}, g2 = {.kernels = ctx};
-                    cuda_matmul_forward_bf16(d_o2, d_xh, d_w, d_bias, N, C, OC, &g2);
+                    matmul_forward_bf16_cuda(d_o2, d_xh, d_w, d_bias, N, C, OC, &g2);
                     got = back(d_o2, F(N * OC), "matmul_forward_bf16");
                     expect_close("matmul_forward_bf16", out, got, N * OC, 1e-5);
                     free(got);
                     /* the CPU's reference form, dbias from the rounded dout too */
-                    cpu_matmul_backward_bf16(dinp, dw2, db2, dout, xh, w, N, C, OC, &f2);
-                    cuda_matmul_backward_bf16(d_di2, d_dw2, d_db2, d_dout, d_xh, d_w, N, C, OC, &g2);
+                    matmul_backward_bf16_cpu(dinp, dw2, db2, dout, xh, w, N, C, OC, &f2);
+                    matmul_backward_bf16_cuda(d_di2, d_dw2, d_db2, d_dout, d_xh, d_w, N, C, OC, &g2);
                     got = back(d_di2, F(N * C), "matmul_backward_bf16 dinp");
                     expect_close("matmul_backward_bf16 dinp", dinp, got, N * C, 1e-5);
                     free(got);

@@ -32,7 +32,6 @@
 #include <cmocka.h>
 
 #include "layers.h"
-#include "../../model/cuda/layers_cuda.h"
 #include "dtype.h"
 #include "cuda_fixture.h"
 #include "layers_fixture.h"
@@ -51,18 +50,18 @@ static void test_encoder(void **state) {
         int32_t *d_inp = dev_from(inp, I(BT));
         /* encoder_forward */
         float *d_out = dev_poisoned(F(BT * C));
-        cuda_encoder_forward(d_out, d_inp, d_wte, d_wpe, B, T, C);
-        cpu_encoder_forward(want, inp, wte, wpe, B, T, C);
+        encoder_forward_cuda(d_out, d_inp, d_wte, d_wpe, B, T, C);
+        encoder_forward_cpu(want, inp, wte, wpe, B, T, C);
         float *got = back(d_out, F(BT * C), "encoder_forward");
         expect_bits("encoder_forward", want, got, BT * C);
         free(got);
         /* embedding_rows_forward on the slice [v0, v0 + rows), then positions_add */
         int64_t v0 = V / 3, rows = V - V / 3 - V / 4;
         d_out = dev_poisoned(F(BT * C));
-        cuda_embedding_rows_forward(d_out, d_inp, d_wte + v0 * C, v0, rows, BT, C);
-        cuda_positions_add(d_out, d_wpe, B, T, C);
-        cpu_embedding_rows_forward(want, inp, wte + v0 * C, v0, rows, BT, C, NULL);
-        cpu_positions_add(want, wpe, B, T, C, NULL);
+        embedding_rows_forward_cuda(d_out, d_inp, d_wte + v0 * C, v0, rows, BT, C);
+        positions_add_cuda(d_out, d_wpe, B, T, C);
+        embedding_rows_forward_cpu(want, inp, wte + v0 * C, v0, rows, BT, C, NULL);
+        positions_add_cpu(want, wpe, B, T, C, NULL);
         got = back(d_out, F(BT * C), "embedding_rows_forward + positions_add");
         expect_bits("embedding_rows_forward + positions_add", want, got, BT * C);
         free(got);
@@ -71,8 +70,8 @@ static void test_encoder(void **state) {
         float *w_dwte = malloc(F(V * C)), *w_dwpe = malloc(F(T * C));
         memcpy(w_dwte, dwte, F(V * C));
         memcpy(w_dwpe, dwpe, F(T * C));
-        cuda_encoder_backward(d_dwte, d_dwpe, d_dout, d_inp, B, T, C);
-        cpu_encoder_backward(w_dwte, w_dwpe, dout, inp, B, T, C);
+        encoder_backward_cuda(d_dwte, d_dwpe, d_dout, d_inp, B, T, C);
+        encoder_backward_cpu(w_dwte, w_dwpe, dout, inp, B, T, C);
         got = back(d_dwte, F(V * C), "encoder_backward dwte");
         expect_bits("encoder_backward dwte", w_dwte, got, V * C);
         free(got);
@@ -84,8 +83,8 @@ static void test_encoder(void **state) {
         d_dwpe = dev_from(dwpe, F(T * C));
         memcpy(w_dwte, dwte, F(rows * C));
         memcpy(w_dwpe, dwpe, F(T * C));
-        cuda_embedding_rows_backward(d_dwte, d_dwpe, d_dout, d_inp, v0, rows, B, T, C);
-        cpu_embedding_rows_backward(w_dwte, w_dwpe, dout, inp, v0, rows, B, T, C, NULL);
+        embedding_rows_backward_cuda(d_dwte, d_dwpe, d_dout, d_inp, v0, rows, B, T, C);
+        embedding_rows_backward_cpu(w_dwte, w_dwpe, dout, inp, v0, rows, B, T, C, NULL);
         got = back(d_dwte, F(rows * C), "embedding_rows_backward dwte");
         expect_bits("embedding_rows_backward dwte", w_dwte, got, rows * C);
         free(got);
@@ -111,8 +110,8 @@ static void test_layernorm(void **state) {
         struct flop_counter fc = {0}, gc = {0};
         float *d_inp = dev_from(inp, F(N * C)), *d_w = dev_from(w, F(C)), *d_b = dev_from(b, F(C));
         float *d_out = dev_poisoned(F(N * C)), *d_mean = dev_poisoned(F(N)), *d_rstd = dev_poisoned(F(N));
-        cuda_layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C, &gc);
-        cpu_layernorm_forward(out, mean, rstd, inp, w, b, N, C, &fc);
+        layernorm_forward_cuda(d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C, &gc);
+        layernorm_forward_cpu(out, mean, rstd, inp, w, b, N, C, &fc);
         float *got = back(d_out, F(N * C), "layernorm_forward out");
         expect_close("layernorm_forward out", out, got, N * C, 1e-5);
         free(got);
@@ -127,8 +126,8 @@ static void test_layernorm(void **state) {
         float *d_dw = dev_from(dw, F(C)), *d_db = dev_from(db, F(C));
         d_mean = dev_from(mean, F(N));
         d_rstd = dev_from(rstd, F(N));
-        cuda_layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C, &gc);
-        cpu_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, &fc);
+        layernorm_backward_cuda(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C, &gc);
+        layernorm_backward_cpu(dinp, dw, db, dout, inp, w, mean, rstd, N, C, &fc);
         got = back(d_dinp, F(N * C), "layernorm_backward dinp");
         expect_close("layernorm_backward dinp (+=)", dinp, got, N * C, 1e-5);
         free(got);
@@ -154,27 +153,27 @@ static void test_elementwise(void **state) {
         float *x = rand_f32(n, 30 + s, 6.0f), *y = rand_f32(n, 40 + s, 1.0f), *want = malloc(F(n));
         struct flop_counter fc = {0}, gc = {0};
         float *d_x = dev_from(x, F(n)), *d_y = dev_from(y, F(n)), *d_o = dev_poisoned(F(n));
-        cuda_gelu_forward(d_o, d_x, n, &gc);
-        cpu_gelu_forward(want, x, n, &fc);
+        gelu_forward_cuda(d_o, d_x, n, &gc);
+        gelu_forward_cpu(want, x, n, &fc);
         float *got = back(d_o, F(n), "gelu_forward");
         expect_bits("gelu_forward", want, got, n);
         free(got);
         d_o = dev_poisoned(F(n));
-        cuda_gelu_backward(d_o, d_x, d_y, n, &gc);
-        cpu_gelu_backward(want, x, y, n, &fc);
+        gelu_backward_cuda(d_o, d_x, d_y, n, &gc);
+        gelu_backward_cpu(want, x, y, n, &fc);
         got = back(d_o, F(n), "gelu_backward");
         expect_bits("gelu_backward", want, got, n);
         free(got);
-        cuda_gelu_backward(d_y, d_x, d_y, n, &gc); /* in place: dinp aliases dout */
+        gelu_backward_cuda(d_y, d_x, d_y, n, &gc); /* in place: dinp aliases dout */
         memcpy(want, y, F(n));
-        cpu_gelu_backward(want, x, want, n, &fc);
+        gelu_backward_cpu(want, x, want, n, &fc);
         got = back(d_y, F(n), "gelu_backward in place");
         expect_bits("gelu_backward in place", want, got, n);
         free(got);
         d_y = dev_from(y, F(n));
         d_o = dev_poisoned(F(n));
-        cuda_residual_forward(d_o, d_x, d_y, n, &gc);
-        cpu_residual_forward(want, x, y, n, &fc);
+        residual_forward_cuda(d_o, d_x, d_y, n, &gc);
+        residual_forward_cpu(want, x, y, n, &fc);
         got = back(d_o, F(n), "residual_forward");
         expect_bits("residual_forward", want, got, n);
         free(got);
@@ -183,8 +182,8 @@ static void test_elementwise(void **state) {
         float *bias = rand_f32(OC, 50, 1.0f), *d_bias = dev_from(bias, F(OC));
         d_o = dev_from(x, F(n));
         memcpy(want, x, F(n));
-        cuda_bias_add(d_o, d_bias, N, OC, &gc);
-        cpu_bias_add(want, bias, N, OC, &fc);
+        bias_add_cuda(d_o, d_bias, N, OC, &gc);
+        bias_add_cpu(want, bias, N, OC, &fc);
         got = back(d_o, F(n), "bias_add");
         expect_bits("bias_add", want, got, n);
         free(got);
@@ -209,8 +208,8 @@ static void test_gelu_bf16(void **state) {
             struct flop_counter fc = {0}, gc = {0};
             float *d_x = dev_from(x, F(tot));
             bf16 *d_out = dev_poisoned(tot * sizeof *d_out), *d_pre = dev_poisoned(tot * sizeof *d_pre);
-            cuda_gelu_forward_bf16(d_out + off, d_pre + off, d_x + off, n, &gc);
-            cpu_gelu_forward_bf16(out + off, pre + off, x + off, n, &fc);
+            gelu_forward_bf16_cuda(d_out + off, d_pre + off, d_x + off, n, &gc);
+            gelu_forward_bf16_cpu(out + off, pre + off, x + off, n, &fc);
             bf16 *got = (bf16 *)back(d_out, tot * sizeof *got, "gelu_forward_bf16 out");
             assert_memory_equal(got + off, out + off, n * sizeof *got);
             free(got);
@@ -220,9 +219,9 @@ static void test_gelu_bf16(void **state) {
             /* the backward from that saved copy, in place (dinp aliases dout) */
             bf16 *d_saved = dev_from(pre, tot * sizeof *pre);
             float *d_y = dev_from(y, F(tot));
-            cuda_gelu_backward_bf16(d_y + off, d_saved + off, d_y + off, n, &gc);
+            gelu_backward_bf16_cuda(d_y + off, d_saved + off, d_y + off, n, &gc);
             memcpy(want, y, F(tot));
-            cpu_gelu_backward_bf16(want + off, pre + off, want + off, n, &fc);
+            gelu_backward_bf16_cpu(want + off, pre + off, want + off, n, &fc);
             float *g = back(d_y, F(tot), "gelu_backward_bf16");
             expect_bits("gelu_backward_bf16", want + off, g + off, n);
             free(g);
@@ -232,23 +231,23 @@ static void test_gelu_bf16(void **state) {
         }
 }
 
-/* The layers.h names send device pointers to the device: one kernel. */
+/* The layers.h names on a MEM_DEVICE counter run on the device: one kernel. */
 static void test_dispatch_device(void **state) {
     (void)state;
     SKIP_WITHOUT_DEVICE();
     int64_t n = 4099;
     float *x = rand_f32(n, 120, 6.0f), *want = malloc(F(n));
     float *d_x = dev_from(x, F(n)), *d_o = dev_poisoned(F(n));
-    struct flop_counter fc = {0}, gc = {0};
+    struct flop_counter fc = {0}, gc = {.space = MEM_DEVICE};
     gelu_forward(d_o, d_x, n, &gc);
-    cpu_gelu_forward(want, x, n, &fc);
+    gelu_forward_cpu(want, x, n, &fc);
     float *got = back(d_o, F(n), "gelu_forward (dispatched)");
     expect_bits("gelu_forward (dispatched to the device)", want, got, n);
     expect_flops("gelu_forward (dispatched)", &fc, &gc);
     free(got), free(x), free(want), cudaFree(d_x);
 }
 
-/* Runs everywhere: host pointers take the CPU kernels, bit for bit and
+/* Runs everywhere: host-space calls take the CPU kernels, bit for bit and
  * FLOP for FLOP, with or without a GPU (--device cpu in this build). */
 static void test_dispatch_host(void **state) {
     (void)state;
@@ -259,20 +258,20 @@ static void test_dispatch_host(void **state) {
     float *m1 = malloc(F(N)), *m2 = malloc(F(N)), *r1 = malloc(F(N)), *r2 = malloc(F(N));
     struct flop_counter f1 = {0}, f2 = {0};
     layernorm_forward(n1, m1, r1, inp, lw, lb, N, C, &f1);
-    cpu_layernorm_forward(n2, m2, r2, inp, lw, lb, N, C, &f2);
+    layernorm_forward_cpu(n2, m2, r2, inp, lw, lb, N, C, &f2);
     expect_bits("layernorm_forward (host)", n2, n1, N * C);
     expect_bits("layernorm_forward rstd (host)", r2, r1, N);
     matmul_forward(o1, n1, w, b, N, C, OC, &f1);
-    cpu_matmul_forward(o2, n2, w, b, N, C, OC, &f2);
+    matmul_forward_cpu(o2, n2, w, b, N, C, OC, &f2);
     expect_bits("matmul_forward (host)", o2, o1, N * OC);
     gelu_forward(o1, o1, N * OC, &f1);
-    cpu_gelu_forward(o2, o2, N * OC, &f2);
+    gelu_forward_cpu(o2, o2, N * OC, &f2);
     expect_bits("gelu_forward (host)", o2, o1, N * OC);
     float *l1 = rand_f32(N * Vp, 135, 8.0f), *l2 = malloc(F(N * Vp)), *s1 = malloc(F(N)), *s2 = malloc(F(N));
     memcpy(l2, l1, F(N * Vp));
     int32_t *targets = rand_tokens(N, 136, (int32_t)V);
     double t1 = crossentropy_forward_backward(l1, s1, targets, N, V, Vp, 0.5f, &f1);
-    double t2 = cpu_crossentropy_forward_backward(l2, s2, targets, N, V, Vp, 0.5f, &f2);
+    double t2 = crossentropy_forward_backward_cpu(l2, s2, targets, N, V, Vp, 0.5f, &f2);
     expect_bits("crossentropy dlogits (host)", l2, l1, N * Vp);
     assert_true(t1 == t2 && t1 > 0.0);
     expect_flops("host dispatch", &f2, &f1);

@@ -5,7 +5,7 @@
  * the dispatcher is tested too), runs on device copies of random inputs
  * drawn afresh each run (the seed is printed) at n = 1, 255, 256, 257, 1000
  * and 65537 (blocks of 256 full, partial, single); the reference is the CPU
- * version (cpu_*: optim/ compiled under optim_rename.h) on the same inputs.
+ * version (X_cpu: optim/) on the same inputs.
  * Each rule runs with fp32 and bf16 gradients, no writeback and bf16
  * writeback (nearest-even and stochastic), weight decay on and off, a
  * gradient scale of 1 and 0.75, for the steps t = 1, 2, 3 (the states
@@ -40,9 +40,8 @@
 
 #include <cmocka.h>
 
-#include "../../optim/cuda/optim_cuda.h"
-#include "dtype.h"
 #include "optim.h"
+#include "dtype.h"
 #include "rng.h"
 #include "cuda_fixture.h"
 
@@ -162,7 +161,7 @@ static void test_adamw(void **state) {
             bf16 *p = malloc(n * sizeof *p);
             float *dw = dev_from(w, n * 4), *dm = dev_from(m, n * 4), *dv = dev_from(v, n * 4);
             bf16 *dp = dev_poisoned(n * sizeof *p);
-            struct flop_counter fc = {0}, gc = {0};
+            struct flop_counter fc = {0}, gc = {.space = MEM_DEVICE};
             for (size_t j = 0; j < NSTEPS; j++) {
                 const int64_t t = steps[j];
                 void *g = rand_grad(n, stream_of(1, s, c, 3 + 2 * j), k.gd), *dg = dev_from(g, n * dtype_size(k.gd));
@@ -170,7 +169,7 @@ static void test_adamw(void **state) {
                 memset(p, 0xff, n * sizeof *p);
                 poison(dp, n * sizeof *p);
                 struct param_writeback ho = writeback_of(k.wb, p, t), go = writeback_of(k.wb, dp, t);
-                cpu_adamw_update(&h, n, w, m, v, g, k.gd, &ho, &fc);
+                adamw_update_cpu(&h, n, w, m, v, g, k.gd, &ho, &fc);
                 adamw_update(&h, n, dw, dm, dv, dg, k.gd, &go, &gc);
                 expect_dev("adamw w", w, dw, n * 4, 4, n, t, k.name);
                 expect_dev("adamw m", m, dm, n * 4, 4, n, t, k.name);
@@ -198,7 +197,7 @@ static void test_sgd(void **state) {
             memset(buf, 0xff, n * 4);
             float *dw = dev_from(w, n * 4), *dbuf = dev_poisoned(n * 4);
             bf16 *dp = dev_poisoned(n * sizeof *p);
-            struct flop_counter fc = {0}, gc = {0};
+            struct flop_counter fc = {0}, gc = {.space = MEM_DEVICE};
             for (size_t j = 0; j < NSTEPS; j++) {
                 const int64_t t = steps[j];
                 void *g = rand_grad(n, stream_of(2, s, c, 3 + 2 * j), k.gd), *dg = dev_from(g, n * dtype_size(k.gd));
@@ -208,7 +207,7 @@ static void test_sgd(void **state) {
                 memset(p, 0xff, n * sizeof *p);
                 poison(dp, n * sizeof *p);
                 struct param_writeback ho = writeback_of(k.wb, p, t), go = writeback_of(k.wb, dp, t);
-                cpu_sgd_update(&h, n, w, buf, g, k.gd, &ho, &fc);
+                sgd_update_cpu(&h, n, w, buf, g, k.gd, &ho, &fc);
                 sgd_update(&h, n, dw, dbuf, dg, k.gd, &go, &gc);
                 expect_dev("sgd w", w, dw, n * 4, 4, n, t, k.name);
                 expect_dev("sgd momentum buffer", buf, dbuf, n * 4, 4, n, t, k.name);
@@ -260,7 +259,7 @@ static void test_adamw8bit(void **state) {
             uint8_t *dq1 = dev_from(q1, n), *dq2 = dev_from(q2, n);
             float *dw = dev_from(w, n * 4), *da1 = dev_from(a1, nb * 4), *da2 = dev_from(a2, nb * 4);
             bf16 *dp = dev_poisoned(n * sizeof *p);
-            struct flop_counter fc = {0}, gc = {0};
+            struct flop_counter fc = {0}, gc = {.space = MEM_DEVICE};
             for (size_t j = 0; j < NSTEPS; j++) {
                 const int64_t t = steps[j];
                 void *g = rand_grad(n, stream_of(3, s, c, 3 + 2 * j), k.gd);
@@ -273,7 +272,7 @@ static void test_adamw8bit(void **state) {
                 memset(p, 0xff, n * sizeof *p);
                 poison(dp, n * sizeof *p);
                 struct param_writeback ho = writeback_of(k.wb, p, t), go = writeback_of(k.wb, dp, t);
-                cpu_adamw8bit_update(&h, n, w, q1, q2, a1, a2, ms, mu, ixs, ixu, g, k.gd, &ho, &fc);
+                adamw8bit_update_cpu(&h, n, w, q1, q2, a1, a2, ms, mu, ixs, ixu, g, k.gd, &ho, &fc);
                 adamw8bit_update(&h, n, dw, dq1, dq2, da1, da2, ms, mu, ixs, ixu, dg, k.gd, &go, &gc);
                 expect_dev("adamw8bit w", w, dw, n * 4, 4, n, t, k.name);
                 expect_dev("adamw8bit m codes", q1, dq1, n, 1, n, t, k.name);
@@ -313,21 +312,21 @@ static void test_codec(void **state) {
                 if (i % 89 == 3) x[i] = NAN;
                 if (i >= 256 && i < 512) x[i] = 0.0f; /* an all-zero block: absmax 0 */
             }
-            cpu_adamw8bit_quantize(map, ix, x, n, q, a);
-            cpu_adamw8bit_dequantize(map, q, a, n, out);
+            adamw8bit_quantize_cpu(map, ix, x, n, q, a);
+            adamw8bit_dequantize_cpu(map, q, a, n, out);
             for (int host_side = 0; host_side < 2; host_side++) {
                 const char *cfg = host_side ? "fp32 side in host memory" : "fp32 side in device memory";
                 float *dx = dev_from(x, n * 4), *dout = dev_poisoned(n * 4), *da = dev_poisoned(nb * 4);
                 uint8_t *dq = dev_poisoned(n);
-                adamw8bit_quantize(map, ix, host_side ? x : dx, n, dq, da);
+                adamw8bit_quantize_cuda(map, host_side ? x : dx, !host_side, n, dq, da);
                 expect_dev("adamw8bit_quantize codes", q, dq, n, 1, n, 0, cfg);
                 expect_dev("adamw8bit_quantize absmax", a, da, nb * 4, 4, n, 0, cfg);
                 if (host_side) {
                     memset(hout, 0xff, n * 4);
-                    adamw8bit_dequantize(map, dq, da, n, hout);
+                    adamw8bit_dequantize_cuda(map, dq, da, n, hout, false);
                     assert_memory_equal(hout, out, n * 4);
                 } else {
-                    adamw8bit_dequantize(map, dq, da, n, dout);
+                    adamw8bit_dequantize_cuda(map, dq, da, n, dout, true);
                     expect_dev("adamw8bit_dequantize", out, dout, n * 4, 4, n, 0, cfg);
                 }
                 cudaFree(dx), cudaFree(dout), cudaFree(da), cudaFree(dq);
@@ -338,7 +337,7 @@ static void test_codec(void **state) {
     }
 }
 
-/* Runs everywhere: host pointers take the CPU's functions, bit for bit and
+/* Runs everywhere: host-space calls take the CPU's functions, bit for bit and
  * FLOP for FLOP, with or without a GPU (--device cpu in this build). */
 static void test_dispatch_host(void **state) {
     (void)state;
@@ -353,14 +352,14 @@ static void test_dispatch_host(void **state) {
     const struct adamw_hparams h = adam_hparams(true, 1);
     struct param_writeback o1 = writeback_of(WB_STOCHASTIC, p1, 1), o2 = writeback_of(WB_STOCHASTIC, p2, 1);
     adamw_update(&h, n, w1, m1, v1, g, DTYPE_FP32, &o1, &f1);
-    cpu_adamw_update(&h, n, w2, m2, v2, g, DTYPE_FP32, &o2, &f2);
+    adamw_update_cpu(&h, n, w2, m2, v2, g, DTYPE_FP32, &o2, &f2);
     assert_memory_equal(w1, w2, n * 4);
     assert_memory_equal(v1, v2, n * 4);
     assert_memory_equal(p1, p2, n * 2);
     assert_true(memcmp(w0, w1, n * 4) != 0); /* the update moved the weights */
     const struct sgd_hparams sh = {.lr = 0.01f, .momentum = 0.9f, .grad_scale = 1.0f, .first_step = true};
     sgd_update(&sh, n, w1, m1, g, DTYPE_FP32, &o1, &f1);
-    cpu_sgd_update(&sh, n, w2, m2, g, DTYPE_FP32, &o2, &f2);
+    sgd_update_cpu(&sh, n, w2, m2, g, DTYPE_FP32, &o2, &f2);
     assert_memory_equal(w1, w2, n * 4);
     assert_memory_equal(m1, m2, n * 4);
     float ms[QMAP_SIZE], mu[QMAP_SIZE];
@@ -369,17 +368,17 @@ static void test_dispatch_host(void **state) {
     uint8_t *q1 = calloc(n, 1), *q2 = calloc(n, 1), *r1 = calloc(n, 1), *r2 = calloc(n, 1);
     float *a1 = calloc(nb, 4), *a2 = calloc(nb, 4), *b1 = calloc(nb, 4), *b2 = calloc(nb, 4);
     adamw8bit_update(&h, n, w1, q1, q2, a1, a2, ms, mu, NULL, NULL, g, DTYPE_FP32, &o1, &f1);
-    cpu_adamw8bit_update(&h, n, w2, r1, r2, b1, b2, ms, mu, NULL, NULL, g, DTYPE_FP32, &o2, &f2);
+    adamw8bit_update_cpu(&h, n, w2, r1, r2, b1, b2, ms, mu, NULL, NULL, g, DTYPE_FP32, &o2, &f2);
     assert_memory_equal(w1, w2, n * 4);
     assert_memory_equal(q1, r1, n);
     assert_memory_equal(q2, r2, n);
     assert_memory_equal(a1, b1, nb * 4);
     assert_true(a1[0] > 0.0f && a2[0] > 0.0f);
-    adamw8bit_dequantize(ms, q1, a1, n, m1);
-    cpu_adamw8bit_dequantize(ms, q1, a1, n, m2);
+    adamw8bit_dequantize(MEM_HOST, ms, q1, a1, n, m1);
+    adamw8bit_dequantize_cpu(ms, q1, a1, n, m2);
     assert_memory_equal(m1, m2, n * 4);
-    adamw8bit_quantize(ms, NULL, m1, n, q1, a1);
-    cpu_adamw8bit_quantize(ms, NULL, m2, n, r1, b1);
+    adamw8bit_quantize(MEM_HOST, ms, NULL, m1, n, q1, a1);
+    adamw8bit_quantize_cpu(ms, NULL, m2, n, r1, b1);
     assert_memory_equal(q1, r1, n);
     assert_memory_equal(a1, b1, nb * 4);
     expect_flops("host dispatch", &f2, &f1);

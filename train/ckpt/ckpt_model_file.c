@@ -133,7 +133,7 @@ int trainer_load_model(struct trainer *tr, const char *path, char err[TRAINER_ER
         }
         /* bf16 params hold the file's values rounded once, as llm.c does;
          * the master starts from exactly those */
-        if (rc == 0 && e->o.zero.param_dtype == DTYPE_BF16) buf_round_bf16(w, layout_unit_size(&e->lay, u));
+        if (rc == 0 && e->o.zero.param_dtype == DTYPE_BF16) buf_round_bf16(MEM_HOST, w, layout_unit_size(&e->lay, u));
         if (rc == 0) engine_set_unit(e, u, w);
     }
     mem_free(&tr->mem, w);
@@ -171,7 +171,7 @@ int trainer_save_model(struct trainer *tr, const char *path, char err[TRAINER_ER
                 size_t bytes = ckpt_unit_elems(&lay, u, false) * dtype_size(dt);
                 ckpt_route_to_root(g, s, t, st.work, bytes);
                 if (!writer || rc != 0) continue;
-                ckpt_staging_to_host(&st, bytes);
+                ckpt_staging_to_host(&st, e->space, bytes);
                 rc = write_unit(&w, &lay, u, st.host, dt, e2);
             }
         }

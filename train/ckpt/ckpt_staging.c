@@ -43,10 +43,10 @@ void ckpt_staging_free(struct ckpt_staging *s, struct mem_tracker *mem) {
     *s = (struct ckpt_staging){0};
 }
 
-void ckpt_staging_to_host(const struct ckpt_staging *s, size_t bytes) {
-    if (s->host != s->work && bytes) buf_copy(s->host, s->work, bytes);
+void ckpt_staging_to_host(const struct ckpt_staging *s, enum mem_space space, size_t bytes) {
+    if (s->host != s->work && bytes) buf_copy(space, s->host, s->work, bytes);
 }
 
-void ckpt_staging_to_work(const struct ckpt_staging *s, size_t bytes) {
-    if (s->host != s->work && bytes) buf_copy(s->work, s->host, bytes);
+void ckpt_staging_to_work(const struct ckpt_staging *s, enum mem_space space, size_t bytes) {
+    if (s->host != s->work && bytes) buf_copy(space, s->work, s->host, bytes);
 }

@@ -33,9 +33,10 @@ int ckpt_staging_over(struct ckpt_staging *s, struct mem_tracker *mem, enum mem_
 void ckpt_staging_free(struct ckpt_staging *s, struct mem_tracker *mem);
 
 /* The first `bytes` from work to host (after a gather or a route), and
- * from host to work (after a file read, before a scatter or a route).
+ * from host to work (after a file read, before a scatter or a route), by
+ * the buffer operations of `space`, the model's (bufops.h: buf_copy).
  * Nothing on the CPU. */
-void ckpt_staging_to_host(const struct ckpt_staging *s, size_t bytes);
-void ckpt_staging_to_work(const struct ckpt_staging *s, size_t bytes);
+void ckpt_staging_to_host(const struct ckpt_staging *s, enum mem_space space, size_t bytes);
+void ckpt_staging_to_work(const struct ckpt_staging *s, enum mem_space space, size_t bytes);
 
 #endif

@@ -159,7 +159,7 @@ static int save_section(struct trainer *tr, struct resume_writer *w, int i, enum
                 size_t bytes = ckpt_unit_elems(&lay, u, false) * elem;
                 ckpt_route_to_root(g, s, t, st->work, bytes);
                 if (g->world_rank != 0 || rc != 0) continue;
-                ckpt_staging_to_host(st, bytes);
+                ckpt_staging_to_host(st, e->space, bytes);
                 rc = write_unit(w, i, &lay, u, st->host, elem, e2);
             }
         }
@@ -238,7 +238,7 @@ static int read_sections(struct trainer *tr, struct resume_reader *r, const stru
         for (int u = 0; rc == 0 && u < e->lay.n_units; u++) {
             rc = read_unit(r, at, &e->lay, u, st.host, dtype_size(d[i].dtype), e2);
             if (rc != 0) break;
-            ckpt_staging_to_work(&st, layout_unit_size(&e->lay, u) * dtype_size(d[i].dtype));
+            ckpt_staging_to_work(&st, e->space, layout_unit_size(&e->lay, u) * dtype_size(d[i].dtype));
             zero_scatter_unit(&e->z, which[i], u, st.work);
         }
     }

@@ -163,7 +163,7 @@ int raw_save(struct trainer *tr, const struct raw_plan *p, struct resume_writer 
                     if (mine) zero_gather_unit_codes(&e->z, which, u, st->work, st->host);
                     ckpt_route_to_root(g, s, t, st->work, layout_unit_size(&lay, u));
                     if (writer && rc == 0) {
-                        ckpt_staging_to_host(st, layout_unit_size(&lay, u));
+                        ckpt_staging_to_host(st, e->space, layout_unit_size(&lay, u));
                         rc = codes_io(w, NULL, first_section + 1 + q, &lay, u, st->host, e2);
                     }
                     /* the unit's blocks [a, b) of its holder's, then them */
@@ -173,14 +173,14 @@ int raw_save(struct trainer *tr, const struct raw_plan *p, struct resume_writer 
                         zero_gather_unit_absmax(&e->z, which, u, p->first, st->work, st->host);
                         span[0] = p->first[(size_t)u * R], span[1] = p->first[(size_t)(u + 1) * R];
                     }
-                    ckpt_staging_to_work(&p->span, sizeof p->span_host);
+                    ckpt_staging_to_work(&p->span, e->space, sizeof p->span_host);
                     ckpt_route_to_root(g, s, t, p->span.work, sizeof p->span_host);
-                    ckpt_staging_to_host(&p->span, sizeof p->span_host);
+                    ckpt_staging_to_host(&p->span, e->space, sizeof p->span_host);
                     size_t blocks = (size_t)(span[1] - span[0]);
                     ckpt_route_to_root(g, s, t, st->work, blocks * sizeof(float));
                     size_t at = p->base[holder_index(g, s, t)] + (size_t)span[0];
                     if (writer && rc == 0 && blocks > 0) {
-                        ckpt_staging_to_host(st, blocks * sizeof(float));
+                        ckpt_staging_to_host(st, e->space, blocks * sizeof(float));
                         rc = resume_write_at(w, first_section + 3 + q, at, blocks, st->host, e2);
                     }
                 }
@@ -206,12 +206,12 @@ static int load_codes(struct trainer *tr, struct resume_reader *r, const struct 
         for (int u = 0; rc == 0 && u < e->lay.n_units; u++) {
             rc = codes_io(NULL, r, at[1 + q], &e->lay, u, st->host, e2);
             if (rc != 0) break;
-            ckpt_staging_to_work(st, layout_unit_size(&e->lay, u));
+            ckpt_staging_to_work(st, e->space, layout_unit_size(&e->lay, u));
             zero_scatter_unit_codes(&e->z, which, u, st->work);
             size_t a = p->first[(size_t)u * R], b = p->first[(size_t)(u + 1) * R];
             if (b > a) rc = resume_read_at(r, at[3 + q], mine + a, b - a, st->host, e2);
             if (rc != 0) break;
-            ckpt_staging_to_work(st, (b - a) * sizeof(float));
+            ckpt_staging_to_work(st, e->space, (b - a) * sizeof(float));
             zero_scatter_unit_absmax(&e->z, which, u, p->first, st->work);
         }
     }

@@ -9,6 +9,7 @@ void trainer_place(struct trainer *tr, const struct device_info *dev) {
     if (dev) tr->dev = *dev;
     else tr->dev = (struct device_info){.kind = DEVICE_CPU, .ordinal = -1, .name = "cpu"};
     tr->space = tr->dev.kind == DEVICE_CUDA ? MEM_DEVICE : MEM_HOST;
+    tr->flops.space = tr->space; /* the layer kernels and update rules run there (counters.h) */
     device_install_memory(&tr->dev, &tr->mem);
 }
 

@@ -1,0 +1,64 @@
+/* include/bufops.h's names, in every build: each call runs on the backend
+ * of the space it names (include/backend.h): buf_X_cpu on host memory,
+ * buf_X_cuda on device memory, so --device cpu in the CUDA build keeps the
+ * CPU build's results; the CPU build stops a device call by name. A call
+ * of zero elements or bytes touches nothing, on either backend. */
+#include "backend.h"
+#include "bufops.h"
+
+void buf_zero(enum mem_space space, void *dst, size_t bytes) {
+    if (bytes && space == MEM_DEVICE) ON_DEVICE(buf_zero_cuda(dst, bytes));
+    else buf_zero_cpu(dst, bytes);
+}
+
+void buf_copy(enum mem_space space, void *dst, const void *src, size_t bytes) {
+    if (bytes && space == MEM_DEVICE) ON_DEVICE(buf_copy_cuda(dst, src, bytes));
+    else buf_copy_cpu(dst, src, bytes);
+}
+
+void buf_widen(enum mem_space space, float *dst, const bf16 *src, size_t n) {
+    if (n && space == MEM_DEVICE) ON_DEVICE(buf_widen_cuda(dst, src, n));
+    else buf_widen_cpu(dst, src, n);
+}
+
+void buf_narrow(enum mem_space space, bf16 *dst, const float *src, size_t n) {
+    if (n && space == MEM_DEVICE) ON_DEVICE(buf_narrow_cuda(dst, src, n));
+    else buf_narrow_cpu(dst, src, n);
+}
+
+void buf_round_bf16(enum mem_space space, float *x, size_t n) {
+    if (n && space == MEM_DEVICE) ON_DEVICE(buf_round_bf16_cuda(x, n));
+    else buf_round_bf16_cpu(x, n);
+}
+
+void buf_round_narrow(enum mem_space space, bf16 *dst, float *x, size_t n) {
+    if (n && space == MEM_DEVICE) ON_DEVICE(buf_round_narrow_cuda(dst, x, n));
+    else buf_round_narrow_cpu(dst, x, n);
+}
+
+void buf_from_fp32(enum mem_space space, void *dst, enum dtype dt, const float *src, size_t n) {
+    if (n && space == MEM_DEVICE) ON_DEVICE(buf_from_fp32_cuda(dst, dt, src, n));
+    else buf_from_fp32_cpu(dst, dt, src, n);
+}
+
+void buf_to_fp32(enum mem_space space, float *dst, const void *src, enum dtype dt, size_t n) {
+    if (n && space == MEM_DEVICE) ON_DEVICE(buf_to_fp32_cuda(dst, src, dt, n));
+    else buf_to_fp32_cpu(dst, src, dt, n);
+}
+
+void buf_accumulate(enum mem_space space, void *dst, enum dtype dt, const float *src, size_t n) {
+    if (n && space == MEM_DEVICE) ON_DEVICE(buf_accumulate_cuda(dst, dt, src, n));
+    else buf_accumulate_cpu(dst, dt, src, n);
+}
+
+void buf_add(enum mem_space space, void *dst, const void *src, enum dtype dt, size_t n) {
+    if (n && space == MEM_DEVICE) ON_DEVICE(buf_add_cuda(dst, src, dt, n));
+    else buf_add_cpu(dst, src, dt, n);
+}
+
+double buf_sum_squares(enum mem_space space, const void *src, enum dtype dt, size_t n) {
+    double s;
+    if (n && space == MEM_DEVICE) ON_DEVICE(s = buf_sum_squares_cuda(src, dt, n));
+    else s = buf_sum_squares_cpu(src, dt, n);
+    return s;
+}

@@ -1,0 +1,64 @@
+/* include/optim.h's update rules and 8-bit codec, in every build: each call
+ * runs on the backend of its memory space (include/backend.h): the update
+ * rules by fc->space (counters.h: the trainer sets its counter's from the
+ * run's space), the codec by its argument. X_cpu on host memory, X_cuda on
+ * device memory, so --device cpu in the CUDA build keeps the CPU build's
+ * results; the CPU build stops a device call by name. n == 0 touches
+ * nothing: the CPU's path counts its zero FLOPs, whatever the pointers (one
+ * past an end, say). The CUDA build times the updates into the counter's
+ * kernel profile by the clock (their kernels return finished); the CPU
+ * build's profile stays 0 (counters.h). */
+#include "backend.h"
+#include "optim.h"
+
+static bool on_device(size_t n, const struct flop_counter *fc) { return n && fc->space == MEM_DEVICE; }
+
+#ifdef SHARDLAB_CUDA
+static void profile_update(struct flop_counter *fc, double t0) { kernel_profile_add(fc, KERNEL_OPTIMIZER, t0); }
+#else
+static void profile_update(struct flop_counter *fc, double t0) { (void)fc, (void)t0; }
+#endif
+
+void adamw_update(const struct adamw_hparams *h, size_t n, float *w, float *m, float *v, const void *grad,
+                  enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
+    double t0 = kernel_clock();
+    if (on_device(n, fc)) ON_DEVICE(adamw_update_cuda(h, n, w, m, v, grad, grad_dtype, out, fc));
+    else adamw_update_cpu(h, n, w, m, v, grad, grad_dtype, out, fc);
+    profile_update(fc, t0);
+}
+
+void sgd_update(const struct sgd_hparams *h, size_t n, float *w, float *buf, const void *grad, enum dtype grad_dtype,
+                const struct param_writeback *out, struct flop_counter *fc) {
+    double t0 = kernel_clock();
+    if (on_device(n, fc)) ON_DEVICE(sgd_update_cuda(h, n, w, buf, grad, grad_dtype, out, fc));
+    else sgd_update_cpu(h, n, w, buf, grad, grad_dtype, out, fc);
+    profile_update(fc, t0);
+}
+
+void adamw8bit_update(const struct adamw_hparams *h, size_t n, float *w, uint8_t *q1, uint8_t *q2, float *absmax1,
+                      float *absmax2, const float *map_signed, const float *map_unsigned,
+                      const struct qmap_index *ix_signed, const struct qmap_index *ix_unsigned, const void *grad,
+                      enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
+    double t0 = kernel_clock();
+    if (on_device(n, fc))
+        ON_DEVICE(adamw8bit_update_cuda(h, n, w, q1, q2, absmax1, absmax2, map_signed, map_unsigned, grad, grad_dtype,
+                                        out, fc));
+    else
+        adamw8bit_update_cpu(h, n, w, q1, q2, absmax1, absmax2, map_signed, map_unsigned, ix_signed, ix_unsigned,
+                             grad, grad_dtype, out, fc);
+    profile_update(fc, t0);
+}
+
+/* The fp32 values are in the states' space (the CUDA codec would also take
+ * them from host memory: no caller has them there). */
+void adamw8bit_dequantize(enum mem_space space, const float map[QMAP_SIZE], const uint8_t *q, const float *absmax,
+                          size_t n, float *out) {
+    if (n && space == MEM_DEVICE) ON_DEVICE(adamw8bit_dequantize_cuda(map, q, absmax, n, out, true));
+    else adamw8bit_dequantize_cpu(map, q, absmax, n, out);
+}
+
+void adamw8bit_quantize(enum mem_space space, const float map[QMAP_SIZE], const struct qmap_index *ix, const float *x,
+                        size_t n, uint8_t *q, float *absmax) {
+    if (n && space == MEM_DEVICE) ON_DEVICE(adamw8bit_quantize_cuda(map, x, true, n, q, absmax));
+    else adamw8bit_quantize_cpu(map, ix, x, n, q, absmax);
+}
