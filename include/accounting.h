@@ -103,7 +103,7 @@ struct pipe_comm_theory theory_trainer_pp_comm(const struct config *c, struct ra
 /* Tensor-parallel traffic of one optimizer step (bytes this rank sends
  * over its tp group of t ranks, ring volumes, M = B T C x 4: gpt.c reduces
  * fp32 whatever act_dtype is), validation excluded. Per micro-batch, the
- * layers as theory_tp_layer_collectives counts them (train/theory_comm.c),
+ * layers as theory_tp_layer_collectives counts them (train/theory/theory_comm.c),
  * and without sequence parallelism
  *   each of the stage's layers: 4 (5 with full recompute) all-reduces of M;
  *   first stage: the vocabulary-parallel embedding's g, M;
@@ -182,7 +182,7 @@ struct activation_theory theory_trainer_activations(const struct config *c, stru
  * loads and saves hold for a moment: the largest padded unit, an upper
  * bound of what any of them takes. On a GPU each is a pair of that size,
  * one in device memory (what the collectives touch) and its host mirror
- * (what files and the host's init see; include/ckpt_staging.h): `staging`
+ * (what files and the host's init see; train/ckpt/ckpt_staging.h): `staging`
  * is one of them, in each memory space. */
 struct scratch_theory {
     double persistent;
@@ -193,7 +193,7 @@ struct scratch_theory theory_trainer_scratch(const struct config *c, struct rank
 
 /* What rank `rank` of N will hold at its start-up peak, by category
  * (MEM_PARAMS.. from the theories above; MEM_SCRATCH includes the one-unit
- * staging): the tracked bytes the memory check (train/memcheck.c) adds
+ * staging): the tracked bytes the memory check (train/run/run_memcheck.c) adds
  * the libraries' allowance to and compares with what the machine has. */
 struct memory_need {
     double bytes[MEM_NUM_CATEGORIES];

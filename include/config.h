@@ -1,6 +1,6 @@
 /* The run configuration: every key the trainer understands, set from
  * a configs/ file (`key = value`) and overridden by `--key value`. The key
- * table in train/config.c is the single source of names, types, defaults,
+ * table in train/config/config_keys.c is the single source of names, types, defaults,
  * choices and help text. */
 #ifndef SHARDLAB_CONFIG_H
 #define SHARDLAB_CONFIG_H
@@ -69,7 +69,7 @@ struct config {
     enum nonfinite_policy on_nonfinite;
     int max_skipped_steps;  /* skip_step: the run stops when more are skipped */
     char log_json[CONFIG_PATH_LEN];
-    char trace[CONFIG_PATH_LEN];  /* Chrome trace-event file of the run ("" = off; train/trace_file.c) */
+    char trace[CONFIG_PATH_LEN];  /* Chrome trace-event file of the run ("" = off; train/measure/measure_trace.c) */
     int trace_events;             /* its events per rank; 0: from the run's size (trace_capacity) */
     int sample_tokens;
     float sample_temperature;
@@ -114,7 +114,7 @@ int config_parse_args(struct config *c, int argc, char **argv, bool *help, char 
 /* Cross-key checks (divisibility, ranges that depend on other keys, the
  * trainer's uint16 token shards, and config_check_sizes). */
 int config_validate(const struct config *c, char err[CONFIG_ERR_LEN]);
-/* The 64-bit size limits alone (train/config_limits.c): each activation,
+/* The 64-bit size limits alone (train/config/config_limits.c): each activation,
  * logit, embedding and model-state count in bytes must be at most
  * CONFIG_MAX_BYTES; the error names the keys, their product and the bytes. */
 int config_check_sizes(const struct config *c, char err[CONFIG_ERR_LEN]);

@@ -1,6 +1,6 @@
 /* CRC32C (Castagnoli polynomial 0x1EDC6F41, reflected 0x82F63B78), the
  * checksum of iSCSI (RFC 3720), ext4 and SSE4.2's crc32 instruction. Resume
- * states carry one per section (train/resume.c). Chained: crc32c(0, a||b) ==
+ * states carry one per section (train/ckpt/ckpt_state_format.c). Chained: crc32c(0, a||b) ==
  * crc32c(crc32c(0, a), b), so a section is checksummed in pieces. */
 #ifndef SHARDLAB_CRC32C_H
 #define SHARDLAB_CRC32C_H

@@ -18,7 +18,7 @@
 #include "counters.h"
 #include "mem.h"
 
-/* The order of the --device choices (train/config.c). */
+/* The order of the --device choices (train/config/config_keys.c). */
 enum device_kind { DEVICE_AUTO, DEVICE_CPU, DEVICE_CUDA };
 
 enum { DEVICE_NAME_LEN = 96, DEVICE_ERR_LEN = 256 };
@@ -70,7 +70,7 @@ void device_kernels_sync(const struct device_info *d, struct flop_counter *fc);
 /* A GPU's peak FLOP/s: cuBLAS GEMMs measured now, bf16 operands with fp32
  * accumulation and fp32 without TF32 (the math this build's layer GEMMs
  * use); and the data sheet's dense bf16 figure, which MFU divides by: the
- * trainer fills it from train/theory_devices.c (0 when the GPU is not in
+ * trainer fills it from train/theory/theory_devices.c (0 when the GPU is not in
  * that table), which this layer cannot reach. */
 struct device_peak {
     double spec_bf16, gemm_bf16, gemm_fp32;

@@ -33,7 +33,7 @@ struct grid {
     struct collectives dp_comm, tp_comm, pp_comm;
     struct collectives tie_comm;
     bool tie_member;  /* this rank is the first or the last pipeline stage */
-    bool nccl;        /* the four tables are NCCL's (include/device_grid.h) */
+    bool nccl;        /* the four tables are NCCL's (train/run/run_device_grid.h) */
 };
 
 /* World rank world_rank's index along each axis of a dp x tp x pp grid,

@@ -156,7 +156,7 @@ size_t attention_backward_scratch(int64_t B, int64_t T, int64_t NH);
  *        (the masked half of the diagonal tiles and the rows past T
  *        included) in fc->attention, its elementwise count in fc->other.
  * Model FLOPs (MFU) are neither: PaLM's causal 6 L C T per token
- * (train/theory_flops.c), whatever the attention. */
+ * (train/theory/theory_flops.c), whatever the attention. */
 enum { ATTENTION_LSE_TILE = 64 };
 void attention_lse_forward(float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
                            struct flop_counter *fc);
@@ -194,7 +194,7 @@ double crossentropy_forward_backward(float *logits, float *losses, const int32_t
                                      int64_t V, int64_t Vp, float dloss, struct flop_counter *fc);
 
 /* Vocabulary-parallel cross-entropy in three local passes around two
- * collectives (model/vocab_parallel.c runs them): each of N rows holds Vl
+ * collectives (model/tensor_parallel/vocab_parallel.c runs them): each of N rows holds Vl
  * logits of this rank's vocabulary slice [v0, v0 + Vl), of which the first
  * `valid` are real tokens (the rest padding: never in the softmax, dlogits
  * 0). With v0 = 0, valid = V and Vl = Vp the three give

@@ -18,8 +18,8 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
  * more than max_skipped_steps skipped: the update of that step is not
  * applied and nothing is saved after it, so files already written stay as
  * they were); or, when a stop signal reached any rank
- * (include/stop_signal.h), its number (> 0), after the step it interrupted
- * and a resume state written to trainer_stop_state_path (train/outputs.c). */
+ * (train/run/run_stop_signal.h), its number (> 0), after the step it interrupted
+ * and a resume state written to trainer_stop_state_path (train/run/run_outputs.c). */
 int trainer_run(struct trainer *tr, char err[TRAINER_ERR_LEN]);
 void trainer_close(struct trainer *tr);
 
@@ -39,7 +39,7 @@ void trainer_close_kernels(struct trainer *tr);
 /* A GPU run: samples the driver's used bytes into device_used_peak. */
 void trainer_sample_device_memory(struct trainer *tr);
 
-/* Generates cfg->sample_tokens tokens after cfg->sample_prompt (train/sample.c).
+/* Generates cfg->sample_tokens tokens after cfg->sample_prompt (train/run/run_sample.c).
  * Collective: every rank runs it; out may be NULL on all but one. */
 void trainer_sample(struct trainer *tr, FILE *out);
 

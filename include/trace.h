@@ -1,5 +1,5 @@
 /* The run's timeline recorder (--trace FILE): what each rank did when, as
- * spans of time, for a Chrome trace-event file (train/trace_file.c writes
+ * spans of time, for a Chrome trace-event file (train/measure/measure_trace.c writes
  * it; open it in https://ui.perfetto.dev or chrome://tracing). Header-only,
  * so every level records into it: the schedules (forward, backward of each
  * micro-batch), the trainer (step, optimizer, validation) and the MPI

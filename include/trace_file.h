@@ -1,6 +1,6 @@
 /* --trace FILE: the run's timeline (include/trace.h) as one Chrome
  * trace-event JSON file, written by world rank 0 from every rank's events
- * (train/trace_file.c). Open it in https://ui.perfetto.dev or
+ * (train/measure/measure_trace.c). Open it in https://ui.perfetto.dev or
  * chrome://tracing: one track per rank (pid 0, tid = world rank, named
  * "rank R (dp d, tp t, pp p)"), "X" complete events with ts and dur in
  * microseconds from the earliest event of any rank.

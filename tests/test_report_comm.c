@@ -1,4 +1,4 @@
-/* The comm table per group (train/report.c: rank_stats_collect and
+/* The comm table per group (train/report/report_memory.c: rank_stats_collect and
  * report_comm), on made-up counters: the dp rows stay as they were, any
  * other group shows up once some rank used it, with its kinds and "-" as
  * theory, and the rank stats carry every group's counters. */

@@ -1,4 +1,4 @@
-/* The kernel-time table (train/report_kernels.c) on a made-up profile: the
+/* The kernel-time table (train/report/report_kernels.c) on a made-up profile: the
  * kinds with calls, per step, their share of the step, the profiled total
  * and the rest; a JSON record per kind; nothing at all without a profile
  * (the CPU build's runs). */

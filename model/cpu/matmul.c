@@ -12,15 +12,9 @@
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
+#include "clock.h"
 #include "layers.h"
-
-static double seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static bool fits_int(int64_t v, int64_t lo) { return v >= lo && v <= MATMUL_MAX_DIM; }
 
@@ -45,7 +39,7 @@ void gemm_counted_cpu(struct flop_counter *fc, enum gemm_kind kind, bool trans_a
                       int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                       float *c, int64_t ldc) {
     check_shape(trans_a, trans_b, m, n, k, lda, ldb, ldc);
-    double t0 = seconds();
+    double t0 = monotonic_seconds();
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
                 (blasint)m, (blasint)n, (blasint)k, alpha, a, (blasint)lda, b, (blasint)ldb, beta, c,
                 (blasint)ldc);
@@ -53,7 +47,7 @@ void gemm_counted_cpu(struct flop_counter *fc, enum gemm_kind kind, bool trans_a
      * runs its own sgemm: each adds its time over the team size, so the sum
      * stays a share of wall time (exact when the team is evenly busy). The
      * FLOPs are whole numbers, so the order of the atomic adds is exact. */
-    double share = (seconds() - t0) / omp_get_num_threads(), flops = 2.0 * (double)m * (double)n * (double)k;
+    double share = (monotonic_seconds() - t0) / omp_get_num_threads(), flops = 2.0 * (double)m * (double)n * (double)k;
     double *total = kind == GEMM_ATTENTION ? &fc->attention : &fc->gemm;
 #pragma omp atomic
     fc->gemm_seconds += share;

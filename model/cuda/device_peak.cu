@@ -1,5 +1,5 @@
 // A GPU's measured peak FLOP/s (include/device.h: device_measure_peak; the
-// data sheet's, which MFU divides by, is train/theory_devices.c's): cuBLAS
+// data sheet's, which MFU divides by, is train/theory/theory_devices.c's): cuBLAS
 // GEMMs timed now with CUDA events: bf16 operands with fp32 accumulation (what the tensor cores
 // give a transformer) and fp32 operands without TF32 (the math this
 // build's layer GEMMs use today: matmul.cu). Square n x n x n, a warm-up

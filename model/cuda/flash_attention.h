@@ -90,7 +90,7 @@ int flash_attention_backward(float *dqkv, float *scratch, const float *dout, con
  * Issued work: the masked half of the diagonal tiles and the rows and
  * columns past T in the last tile count, as computed; the mask's
  * comparisons do not. The model FLOPs are PaLM's (Chowdhery et al. 2022,
- * App. B; train/theory_flops.c): the non-causal QK^T and PV products,
+ * App. B; train/theory/theory_flops.c): the non-causal QK^T and PV products,
  *   forward_model  = 4 B NH T^2 hs,   backward_model = 8 B NH T^2 hs,
  * which is also what model/cpu/attention.c adds to fc->attention (its
  * issued full squares). 0 for an unsupported shape (after the message). */

@@ -148,6 +148,10 @@ void zero_prefetch_params(struct zero *z, int u) {
     z->gather[k] = post_gather(z, u, k == UNIT_LAYER ? 1 - z->layer_in_use : 0);
 }
 
+/* Stage 3: unit u gathered whole and used in place. Nothing frees it: it is
+ * released by being overwritten when the next gather of its kind lands in
+ * its buffer (layers alternate between two under overlap, so the prefetch
+ * of the next never touches the one in use). */
 const void *zero_unit_params(struct zero *z, int u) {
     if (z->o.stage < 3) return (const char *)z->st.params + shard_padded_offset(&z->sh, u) * psize(z);
     enum unit_kind k = kind_of(z, u);

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The version-2 layout (train/resume.c): header, section table, data. */
+/* The version-2 layout (train/ckpt/ckpt_state_format.c): header, section table, data. */
 enum {
     HEADER_BYTES = 4 + 4 + 4 + 5 * 8 + 6 * 4 + 4 + DATA_PATTERN_LEN + 2 * 8 + 4 + 4,
     ENTRY_BYTES = STATE_NAME_LEN + 4 + 8 + 4

@@ -13,7 +13,7 @@
  *  - adamw8bit: a grid layout other than the writer's requantizes and says
  *    which keys changed (pp, tp); the state it saves, resumed in its own
  *    layout, loads the codes as saved and saves an identical file;
- *  - the path of a model in GPU memory (include/ckpt_staging.h: staging in
+ *  - the path of a model in GPU memory (train/ckpt/ckpt_staging.h: staging in
  *    the model's space, files through a host mirror), taken here with
  *    "device" memory that is host memory poisoned with 0xA5: on every grid
  *    and on dp alone (ZeRO-3, d_model 36: the 8-bit slots compacted through

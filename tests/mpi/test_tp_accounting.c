@@ -1,4 +1,4 @@
-/* The trainer's theory (train/accounting.c) of every rank of a tensor-
+/* The trainer's theory (train/theory/theory_rank.c) of every rank of a tensor-
  * parallel grid, to the byte, under mpirun -np N: tp = N (2, 3, 4), and on
  * 4 ranks tp 2 x pp 2 and dp 2 x tp 2 (ZeRO 1 with 8-bit AdamW, 2 and 3).
  * Each case trains through trainer_run, validation included (its traffic

@@ -1,5 +1,5 @@
 /* Checkpoints across the grid: holders and the route to world rank 0
- * (include/ckpt_grid.h). */
+ * (train/ckpt/ckpt_grid.h). */
 #include "ckpt_grid.h"
 
 #include "accounting.h"

@@ -2,9 +2,9 @@
  * time, on any grid: every rank reads the units it holds (--init_from; the
  * head's copy of wte from the file's wte), and for --save each holder's
  * units are gathered over its dp group and sent to world rank 0, which
- * writes them (include/ckpt_grid.h). No rank holds more than one unit
+ * writes them (train/ckpt/ckpt_grid.h). No rank holds more than one unit
  * beyond its own shards. A model in GPU memory is gathered and routed in
- * device staging and written from its host mirror (include/ckpt_staging.h);
+ * device staging and written from its host mirror (train/ckpt/ckpt_staging.h);
  * a load reads into host memory and engine_set_unit copies it over. */
 #include "ckpt.h"
 #include "bufops.h"

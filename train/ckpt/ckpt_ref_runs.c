@@ -1,4 +1,4 @@
-/* Runs of a rank's tensor in the reference numbering (include/ref_runs.h). */
+/* Runs of a rank's tensor in the reference numbering (train/ckpt/ckpt_ref_runs.h). */
 #include "ckpt_ref_runs.h"
 
 /* Within one row the map to reference indices is strictly increasing, so

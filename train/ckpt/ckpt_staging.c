@@ -1,5 +1,5 @@
 /* Checkpoint staging in the model's space with a host mirror
- * (include/ckpt_staging.h). */
+ * (train/ckpt/ckpt_staging.h). */
 #include "ckpt_staging.h"
 
 #include <stdio.h>

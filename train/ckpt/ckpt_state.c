@@ -58,13 +58,13 @@ static int data_sources(const char *pattern, struct data_sources *d, char err[TR
 
 /* A resume state holds full, unsharded arrays in the model's reference
  * order, whatever the grid that wrote it: each holder's units (a pipeline
- * stage and tp rank, include/ckpt_grid.h) are gathered over its dp group
+ * stage and tp rank, train/ckpt/ckpt_grid.h) are gathered over its dp group
  * one at a time and sent to world rank 0, which writes them; on load every
  * rank reads the units it holds and keeps its part. The head's copy of wte
  * (pp > 1) is saved once, as wte (from the embedding: the copies stay
  * equal, their gradients being summed), and loaded into both. No rank
  * holds more than one unit beyond its own shards. The staging lives where
- * the model does and files see its host side (include/ckpt_staging.h). */
+ * the model does and files see its host side (train/ckpt/ckpt_staging.h). */
 enum { MAX_SECTIONS = 4 };
 
 static const struct {

@@ -14,9 +14,9 @@
  *   optim8_absmax1, _absmax2 fp32, every holder's blocks (zero_raw_block_table),
  *                            holders in (stage, tp rank) order
  * Moved like the other sections: gathered over each holder's dp group and
- * sent to world rank 0, which writes (include/ckpt_grid.h), in staging of
+ * sent to world rank 0, which writes (train/ckpt/ckpt_grid.h), in staging of
  * the model's space that files see through its host side
- * (include/ckpt_staging.h). */
+ * (train/ckpt/ckpt_staging.h). */
 #include "ckpt_state_raw.h"
 
 #include <stdarg.h>

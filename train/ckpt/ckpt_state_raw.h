@@ -1,5 +1,5 @@
 /* 8-bit optimizer states as they are (adamw8bit), in resume states
- * (train/state_raw.c; the rest of a state is train/state.c). */
+ * (train/ckpt/ckpt_state_raw.c; the rest of a state is train/ckpt/ckpt_state.c). */
 #ifndef SHARDLAB_STATE_RAW_H
 #define SHARDLAB_STATE_RAW_H
 

@@ -21,7 +21,7 @@ struct key {
     double min, max;                     /* numeric keys: inclusive range */
     const char *choices[MAX_CHOICES + 1]; /* KEY_CHOICE: names, index = enum value */
     bool planner_only; /* the planner's model keys: build/train refuses all but their defaults
-                        * (trainer_check_layout) and leaves them out of its --help */
+                        * (config_check_grid) and leaves them out of its --help */
 };
 
 #define F(field) offsetof(struct config, field)

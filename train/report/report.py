@@ -2,8 +2,8 @@
 
     build/report RUN.json [RUN2.json ...] [--trace TRACE.json] --out DIR
 
-Reads the records the trainer writes (train/trainer.c, train/report.c,
-train/run_record.c): "run", "step", "memory_setup", "memory", "comm" and,
+Reads the records the trainer writes (train/run/run_loop.c, train/report/report_memory.c,
+train/report/report_run_record.c): "run", "step", "memory_setup", "memory", "comm" and,
 where the run has them, "memory_phase"; a pipeline timeline comes from a
 Chrome trace-event file (--trace). Writes DIR/NAME.png and DIR/NAME.svg for
 each picture the runs have data for, and DIR/index.html showing them, with

@@ -1,5 +1,5 @@
 /* The measured-vs-theory tables. Measured numbers come from each rank's
- * tagged allocator and counters; theory from train/accounting.c. */
+ * tagged allocator and counters; theory from train/theory/theory_rank.c. */
 #include "machine.h"
 #include "report.h"
 

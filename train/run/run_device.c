@@ -1,4 +1,4 @@
-/* Where a run's model lives (include/trainer.h: trainer_place and the
+/* Where a run's model lives (include/run.h: trainer_place and the
  * functions after it): the CPU, or this rank's GPU with its memory hooks,
  * kernel context and memory readings. */
 #include "run.h"

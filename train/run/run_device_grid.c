@@ -1,4 +1,4 @@
-/* The grid's collectives on the device (include/device_grid.h). */
+/* The grid's collectives on the device (train/run/run_device_grid.h). */
 #include "run_device_grid.h"
 
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* The memory check before allocation (include/memcheck.h). */
+/* The memory check before allocation (train/run/run_memcheck.h). */
 #include "run_memcheck.h"
 
 #include <stdarg.h>

@@ -1,6 +1,6 @@
 /* The run's output files, checked before step 1 rather than found
  * unwritable after the last: --save, --save_state and the resume state a
- * stop signal writes (include/stop_signal.h). */
+ * stop signal writes (train/run/run_stop_signal.h). */
 #ifndef SHARDLAB_OUTPUTS_H
 #define SHARDLAB_OUTPUTS_H
 

@@ -120,7 +120,7 @@ static struct mem_timeline *gather_timelines(const struct trainer *tr, int rank,
 }
 
 /* --device (include/device.h), every rank agreeing; on GPUs the grid's
- * groups then move to NCCL (include/device_grid.h). */
+ * groups then move to NCCL (train/run/run_device_grid.h). */
 static int open_device(const struct config *cfg, struct device_info *dev, struct grid *grid,
                        char err[TRAINER_ERR_LEN]) {
     int ok = device_open(cfg->device, dev, err, TRAINER_ERR_LEN) == 0, all = 0;

@@ -51,7 +51,7 @@ int theory_tp_layer_allreduces(enum recompute_mode r) { return r == RECOMPUTE_FU
  * sequence parallel" activation row assumes the same re-gather). Full
  * recompute's forward up to the GELU adds 2 g and 1 g-bar. The norms'
  * weight and bias gradients of a slice are partial sums: one all-reduce
- * per layer (model/conjugates.c). Forward 2 RS + 2 AG; backward 2 RS +
+ * per layer (model/tensor_parallel/conjugates.c). Forward 2 RS + 2 AG; backward 2 RS +
  * 4 AG. */
 struct theory_tp_layer_calls theory_tp_layer_collectives(enum recompute_mode r, bool sequence_parallel) {
     bool full = r == RECOMPUTE_FULL;

@@ -29,8 +29,6 @@ struct rank_place rank_place_of_grid(const struct grid *g) {
                                .pp_rank = g->pp_rank};
 }
 
-/* The model's shape as the engine takes it (include/trainer.h). */
-
 int rank_layout(const struct config *c, struct rank_place p, struct model_layout *lay) {
     int counts[PIPELINE_MAX_STAGES * RANK_MAX_CHUNKS], v = config_chunks(c);
     char err[256];
@@ -431,7 +429,7 @@ struct scratch_theory theory_trainer_scratch(const struct config *c, struct rank
     double head_threads = c->threads < B * NHl ? c->threads : B * NHl;
     s.persistent += (ns + n + 7 * nl) * 4 + (flash(c) ? B * NHl * T : head_threads * T * T) * 4;
     if (sp) s.persistent += (n + 4 * C) * 4;
-    s.persistent += 2 * BT * sizeof(int32_t); /* train/trainer.c: the batch's inputs and targets */
+    s.persistent += 2 * BT * sizeof(int32_t); /* train/run/run_loop.c: the batch's inputs and targets */
     /* parallel/pipeline/schedule.c: the step's order, 2 m v operations */
     s.persistent += 2.0 * c->grad_accum * config_chunks(c) * sizeof(struct pipe_op);
     s.persistent += (double)trace_capacity(c) * sizeof(struct trace_event); /* --trace: the recorder's events */
