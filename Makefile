@@ -85,6 +85,7 @@ unit-test: deps $(PROGRAMS) $(TESTS)
 mpi-test: deps $(MPI_TESTS) $(BUILD)/report
 	tests/run_mpi.sh $(MPI_TESTS)
 	tests/mpi/failures.sh $(BUILD)
+	tests/outputs.sh $(BUILD)
 	tests/mpi/grid_checkpoint.sh $(BUILD)
 	tests/mpi/trace.sh $(BUILD)
 	tests/mpi/stop_signal.sh $(BUILD)

@@ -4,9 +4,12 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <glob.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* PATH + TEMP_TAG + host + "." + pid */
@@ -154,4 +157,95 @@ int atomic_remove_stale(const char *path, FILE *log, char err[FILEIO_ERR_LEN]) {
     closedir(d);
     if (log) fflush(log);
     return removed;
+}
+
+/* ---- what a path names ---- */
+
+static const char *file_type_name(mode_t m) {
+    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device"
+           : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "not a regular file";
+}
+
+int path_check_input(const char *path, const char *what, char err[FILEIO_ERR_LEN]) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        snprintf(err, FILEIO_ERR_LEN, "%s %.400s: %s", what, path, strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, FILEIO_ERR_LEN, "%s %.400s is %s, not a regular file (nothing was opened)", what, path,
+                 file_type_name(st.st_mode));
+        return -1;
+    }
+    return 0;
+}
+
+int path_check_output(const char *path, const char *what, char err[FILEIO_ERR_LEN]) {
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        snprintf(err, FILEIO_ERR_LEN,
+                 "%s %.400s cannot be written: it exists and is %s, not a regular file (it is left as it is)", what,
+                 path, file_type_name(st.st_mode));
+        return -1;
+    }
+    return 0;
+}
+
+/* The real path of path's folder, then '/' and its last name; "" when the
+ * folder does not resolve. */
+static void resolved_name(const char *path, char out[PATH_MAX + NAME_MAX + 2]) {
+    char dir[FILEIO_PATH_LEN], real[PATH_MAX];
+    const char *slash = strrchr(path, '/'), *name = slash ? slash + 1 : path;
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path) + (slash == path), path);
+    out[0] = '\0';
+    if (strlen(path) < sizeof dir && realpath(dir, real))
+        snprintf(out, PATH_MAX + NAME_MAX + 2, "%s/%.*s", real, NAME_MAX, name);
+}
+
+bool path_same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    bool ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;
+    if (ea && eb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    if (ea != eb) return false;
+    char ra[PATH_MAX + NAME_MAX + 2], rb[PATH_MAX + NAME_MAX + 2];
+    resolved_name(a, ra);
+    resolved_name(b, rb);
+    return *ra ? strcmp(ra, rb) == 0 : strcmp(a, b) == 0;
+}
+
+/* Whether output `out` is a file of input `in` (a glob pattern: any match). */
+static bool names_input(const char *out, const char *in, char match[FILEIO_PATH_LEN]) {
+    glob_t g;
+    bool same = false;
+    if (glob(in, GLOB_NOCHECK, NULL, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc && !same; i++)
+            if ((same = path_same_file(out, g.gl_pathv[i]))) snprintf(match, FILEIO_PATH_LEN, "%s", g.gl_pathv[i]);
+        globfree(&g);
+    }
+    return same;
+}
+
+int path_check_distinct(const struct named_path *paths, int n, char err[FILEIO_ERR_LEN]) {
+    for (int i = 0; i < n; i++) {
+        const struct named_path *o = &paths[i];
+        if (!o->output || !o->path || !*o->path) continue;
+        for (int j = 0; j < n; j++) {
+            const struct named_path *p = &paths[j];
+            if (j == i || !p->path || !*p->path || (p->output && j < i)) continue;
+            char match[FILEIO_PATH_LEN];
+            bool clash = p->output ? path_same_file(o->path, p->path)
+                                   : strcmp(o->kind, p->kind) != 0 && names_input(o->path, p->path, match);
+            if (!clash) continue;
+            if (p->output)
+                snprintf(err, FILEIO_ERR_LEN, "%s %.200s and %s %.200s are one file: each output needs its own",
+                         o->key, o->path, p->key, p->path);
+            else
+                snprintf(err, FILEIO_ERR_LEN,
+                         "%s %.200s is %s %.200s (%s): writing the %s would destroy it; nothing was written", o->key,
+                         o->path, p->key, match, p->kind, o->kind);
+            return -1;
+        }
+    }
+    return 0;
 }

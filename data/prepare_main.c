@@ -3,6 +3,7 @@
  * --val-fraction of the file, moved back to the start of a line so that no
  * line is split between the two. */
 #include "data.h"
+#include "fileio.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -106,6 +107,19 @@ int main(int argc, char **argv) {
         fprintf(stderr, "prepare: --input, --train and --val are all required\n\n");
         usage(stderr);
         return 2;
+    }
+    /* before anything is read or written: rename would replace a device or a
+     * FIFO, and an output over the corpus or the other split would lose it */
+    const struct named_path files[] = {
+        {"--input", input, "the corpus", false},
+        {"--train", train, "train shard", true},
+        {"--val", val, "validation shard", true},
+    };
+    char err[FILEIO_ERR_LEN];
+    if (path_check_input(input, "--input", err) != 0 || path_check_output(train, "--train", err) != 0 ||
+        path_check_output(val, "--val", err) != 0 || path_check_distinct(files, 3, err) != 0) {
+        fprintf(stderr, "prepare: %s\n", err);
+        return 1;
     }
     size_t n = 0;
     unsigned char *text = read_file(input, &n);

@@ -5,6 +5,7 @@
 #ifndef SHARDLAB_FILEIO_H
 #define SHARDLAB_FILEIO_H
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <sys/types.h>
 
@@ -38,6 +39,38 @@ void atomic_abort(struct atomic_file *af);
  * Returns how many were removed, -1 (with err) when the folder cannot be
  * read or a stale file cannot be removed. */
 int atomic_remove_stale(const char *path, FILE *log, char err[FILEIO_ERR_LEN]);
+
+/* ---- what a path names, checked before it is opened ---- */
+
+/* An input's check before it is opened for reading: it is a regular file.
+ * open() of a FIFO blocks until a writer comes (for ever), a folder reads
+ * as empty, a device as whatever it yields. `what` names the key in err. */
+int path_check_input(const char *path, const char *what, char err[FILEIO_ERR_LEN]);
+/* An output's check before anything is written: path does not exist or is
+ * a regular file. atomic_commit's rename would replace anything else (a
+ * device node, a FIFO, a symlink's target is kept but a device it points
+ * to is not written) with a regular file. */
+int path_check_output(const char *path, const char *what, char err[FILEIO_ERR_LEN]);
+/* Whether a and b name one file: the same device and inode when both
+ * exist; else the same real path of the parent folder and the same last
+ * name (so "x", "./x" and "dir/../x" are one file before it exists). */
+bool path_same_file(const char *a, const char *b);
+
+/* A program's files by key, for path_check_distinct. `kind` says what the
+ * file holds (a model file, a resume state, a log...). */
+struct named_path {
+    const char *key;  /* "--save" */
+    const char *path; /* "" or NULL: not given */
+    const char *kind;
+    bool output;
+};
+/* Refuses two outputs that name one file, and an output that names an
+ * input of another kind (--save over the --resume state). An output over
+ * an input of its own kind is the run continuing in place (--save_state
+ * over --resume: read whole at start-up, replaced atomically at the end)
+ * and is kept. An input may be a glob pattern: each match is compared.
+ * err names both keys and the paths. */
+int path_check_distinct(const struct named_path *paths, int n, char err[FILEIO_ERR_LEN]);
 
 /* Reads exactly n bytes or fails with a message naming the file. */
 int read_exact(FILE *f, void *data, size_t n, const char *path, char err[FILEIO_ERR_LEN]);

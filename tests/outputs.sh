@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Never overwrite what the user has: build/prepare and build/train refuse,
+# before anything is opened, outputs that are not regular files (a device
+# node, a FIFO: rename would replace them), outputs that name another output
+# or an input of another kind, and inputs that are not regular files (open
+# of a FIFO blocks for ever). Each case: non-zero exit, a message naming the
+# key(s), the file on disk as it was. Every run has a timeout (a hang fails).
+# Usage: tests/outputs.sh BUILD_DIR
+set -u
+build=${1:-build}
+tmp=$(mktemp -d /tmp/shardlab_outputs_XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+check() { # name, condition result
+    if [ "$2" -eq 0 ]; then echo "ok   $1"; else echo "FAIL $1"; fails=$((fails + 1)); fi
+}
+refused() { # expected text, command...: non-zero (not a timeout), the text in stderr
+    local text=$1
+    shift
+    timeout 30 "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$?
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qF -- "$text" "$tmp/err" || { cat "$tmp/err"; return 1; }
+}
+
+head -c 200000 data/kjv.txt >"$tmp/corpus.txt"
+cp "$tmp/corpus.txt" "$tmp/corpus.keep"
+ln -s /dev/null "$tmp/null" # a device node reached by a path of ours (never /dev/null itself)
+mkfifo "$tmp/fifo"
+
+# ---- build/prepare ----
+prep=("$build/prepare" --input "$tmp/corpus.txt")
+refused "--train $tmp/null cannot be written: it exists and is a character device" \
+    "${prep[@]}" --train "$tmp/null" --val "$tmp/v.bin" && [ -L "$tmp/null" ] && [ ! -e "$tmp/v.bin" ]
+check "prepare --train on a symlink to /dev/null: refused, the link kept, nothing written" $?
+refused "--val $tmp/fifo cannot be written: it exists and is a FIFO" \
+    "${prep[@]}" --train "$tmp/t.bin" --val "$tmp/fifo" && [ -p "$tmp/fifo" ] && [ ! -e "$tmp/t.bin" ]
+check "prepare --val on a FIFO: refused, the FIFO kept, nothing written" $?
+refused "--train $tmp/corpus.txt is --input $tmp/corpus.txt" \
+    "${prep[@]}" --train "$tmp/corpus.txt" --val "$tmp/v.bin" && cmp -s "$tmp/corpus.txt" "$tmp/corpus.keep"
+check "prepare --train over --input: refused, the corpus kept" $?
+refused "--train $tmp/x.bin and --val $tmp/./x.bin are one file" \
+    "${prep[@]}" --train "$tmp/x.bin" --val "$tmp/./x.bin" && [ ! -e "$tmp/x.bin" ]
+check "prepare --train and --val one file (not yet there): refused" $?
+refused "--input $tmp/fifo is a FIFO, not a regular file" \
+    "$build/prepare" --input "$tmp/fifo" --train "$tmp/t.bin" --val "$tmp/v.bin"
+check "prepare --input a FIFO: refused, no hang" $?
+
+[ $fails -eq 0 ] && echo "output tests passed" || { echo "$fails output test(s) failed"; exit 1; }
