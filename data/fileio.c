@@ -242,8 +242,9 @@ int path_check_distinct(const struct named_path *paths, int n, char err[FILEIO_E
                          o->key, o->path, p->key, p->path);
             else
                 snprintf(err, FILEIO_ERR_LEN,
-                         "%s %.200s is %s %.200s (%s): writing the %s would destroy it; nothing was written", o->key,
-                         o->path, p->key, match, p->kind, o->kind);
+                         "%s %.120s is %s %.120s (%s%s%.120s): writing the %s would destroy it; nothing was written",
+                         o->key, o->path, p->key, p->path, p->kind, strcmp(match, p->path) ? " " : "",
+                         strcmp(match, p->path) ? match : "", o->kind);
             return -1;
         }
     }

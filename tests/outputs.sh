@@ -45,4 +45,38 @@ refused "--input $tmp/fifo is a FIFO, not a regular file" \
     "$build/prepare" --input "$tmp/fifo" --train "$tmp/t.bin" --val "$tmp/v.bin"
 check "prepare --input a FIFO: refused, no hang" $?
 
+# ---- build/train ----
+train=("$build/train" --config configs/tiny.conf --train_data data/kjv_train.bin --val_data data/kjv_val.bin
+       --threads 1 --peak_flops 1e9 --val_every 0 --steps 1)
+timeout 60 "${train[@]}" --save "$tmp/model.bin" --save_state "$tmp/state.bin" >/dev/null 2>&1
+check "train: a model file and a state to feed back" $?
+cp "$tmp/model.bin" "$tmp/model.keep"
+cp "$tmp/state.bin" "$tmp/state.keep"
+kept() { cmp -s "$tmp/model.bin" "$tmp/model.keep" && cmp -s "$tmp/state.bin" "$tmp/state.keep"; }
+refused "--save $tmp/out.bin and --save_state $tmp/out.bin are one file"     "${train[@]}" --save "$tmp/out.bin" --save_state "$tmp/out.bin" && [ ! -e "$tmp/out.bin" ]
+check "train --save and --save_state one file: refused" $?
+cp data/kjv_val.bin "$tmp/shard.bin"
+refused "--save_state $tmp/shard.bin is --train_data $tmp/shard.bin (token shard)"     "${train[@]}" --train_data "$tmp/shard.bin" --save_state "$tmp/shard.bin" &&
+    cmp -s "$tmp/shard.bin" data/kjv_val.bin
+check "train --save_state over the training shard: refused, the shard kept" $?
+refused "--save_state $tmp/shard.bin is --train_data $tmp/sh*.bin"     "${train[@]}" --train_data "$tmp/sh*.bin" --save_state "$tmp/shard.bin"
+check "train --save_state over a shard of the train_data glob: refused" $?
+refused "--save $tmp/state.bin is --resume $tmp/state.bin (resume state)"     "${train[@]}" --steps 2 --resume "$tmp/state.bin" --save "$tmp/state.bin" && kept
+check "train --save over --resume: refused, the state kept" $?
+refused "--save_state $tmp/model.bin is --init_from $tmp/model.bin (model file)"     "${train[@]}" --init_from "$tmp/model.bin" --save_state "$tmp/model.bin" && kept
+check "train --save_state over --init_from: refused, the model kept" $?
+refused "--save_state $tmp/state.bin and --log_json $tmp/state.bin are one file"     "${train[@]}" --log_json "$tmp/state.bin" --save_state "$tmp/state.bin" && kept
+check "train --log_json over --save_state: refused, the state kept" $?
+refused "--save $tmp/model.bin and --trace $tmp/./model.bin are one file"     "${train[@]}" --trace "$tmp/./model.bin" --save "$tmp/model.bin" && kept
+check "train --trace over --save: refused, the model kept" $?
+refused "--log_json $tmp/model.bin is --init_from $tmp/model.bin (model file)"     "${train[@]}" --init_from "$tmp/model.bin" --log_json "$tmp/model.bin" && kept
+check "train --log_json over --init_from: refused, the model kept" $?
+timeout 60 "${train[@]}" --steps 2 --resume "$tmp/state.bin" --save_state "$tmp/state.bin" >/dev/null 2>&1 &&
+    timeout 60 "${train[@]}" --steps 2 --init_from "$tmp/model.bin" --save "$tmp/model.bin" >/dev/null 2>&1
+check "train continuing in place (--save_state over --resume, --save over --init_from): accepted" $?
+refused "--save $tmp/null cannot be written: it exists and is a character device"     "${train[@]}" --save "$tmp/null" && [ -L "$tmp/null" ]
+check "train --save on a symlink to /dev/null: refused, the link kept" $?
+refused "--trace $tmp/fifo cannot be written: it exists and is a FIFO"     "${train[@]}" --trace "$tmp/fifo" && [ -p "$tmp/fifo" ]
+check "train --trace on a FIFO: refused, the FIFO kept" $?
+
 [ $fails -eq 0 ] && echo "output tests passed" || { echo "$fails output test(s) failed"; exit 1; }

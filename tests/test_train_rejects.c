@@ -157,7 +157,7 @@ static void test_rejects_unwritable_outputs(void **state) {
     expect_open_fails(&c, "--save", "no_such_dir/model.bin cannot be written: cannot create");
     tiny_config(&c);
     snprintf(c.save_state, sizeof c.save_state, "%s", FX->dir);
-    expect_open_fails(&c, "--save_state", "exists and is not a regular file");
+    expect_open_fails(&c, "--save_state", "exists and is a directory, not a regular file");
     /* the probe files are gone */
     char probe[FILEIO_PATH_LEN];
     snprintf(probe, sizeof probe, "%s/no_such_dir", FX->dir);

@@ -23,8 +23,10 @@ void trainer_stop_state_path(const struct config *c, char path[FILEIO_PATH_LEN])
  * still passes: space may be freed before the file is written. */
 int outputs_check_path(const char *path, const char *what, uint64_t bytes, FILE *warn, char err[TRAINER_ERR_LEN]);
 
-/* Collective: the writer (rank 0) checks --save (an llm.c file in
- * param_dtype) and --save_state; an unwritable one fails every rank. The
+/* Collective: the writer (rank 0) checks that no output names another
+ * output or an input of another kind (path_check_distinct), then --save
+ * (an llm.c file in param_dtype), --save_state and --trace; an unwritable
+ * one fails every rank. The
  * default stop state path only warns when it cannot be written. */
 int trainer_check_outputs(struct trainer *tr, char err[TRAINER_ERR_LEN]);
 
