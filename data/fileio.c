@@ -169,7 +169,7 @@ static const char *file_type_name(mode_t m) {
 int path_check_input(const char *path, const char *what, char err[FILEIO_ERR_LEN]) {
     struct stat st;
     if (stat(path, &st) != 0) {
-        snprintf(err, FILEIO_ERR_LEN, "%s %.400s: %s", what, path, strerror(errno));
+        snprintf(err, FILEIO_ERR_LEN, "cannot open %s %.400s: %s", what, path, strerror(errno));
         return -1;
     }
     if (!S_ISREG(st.st_mode)) {

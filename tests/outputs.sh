@@ -78,5 +78,9 @@ refused "--save $tmp/null cannot be written: it exists and is a character device
 check "train --save on a symlink to /dev/null: refused, the link kept" $?
 refused "--trace $tmp/fifo cannot be written: it exists and is a FIFO"     "${train[@]}" --trace "$tmp/fifo" && [ -p "$tmp/fifo" ]
 check "train --trace on a FIFO: refused, the FIFO kept" $?
+for key in config init_from resume; do
+    refused "$tmp/fifo is a FIFO, not a regular file" "${train[@]}" --"$key" "$tmp/fifo"
+    check "train --$key a FIFO: refused, no hang" $?
+done
 
 [ $fails -eq 0 ] && echo "output tests passed" || { echo "$fails output test(s) failed"; exit 1; }

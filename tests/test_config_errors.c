@@ -89,7 +89,7 @@ static void test_directory_config(void **state) {
     config_defaults(&c);
     char err[CONFIG_ERR_LEN] = "";
     assert_int_equal(config_load_file(&c, "/tmp", err), -1);
-    assert_non_null(strstr(err, "config /tmp: is a directory"));
+    assert_non_null(strstr(err, "config /tmp is a directory"));
 }
 
 /* A line is read whole, however long: a comment of more than 1023

@@ -101,7 +101,7 @@ rc=$?
 check "banner: 4294967296 tokens per step, not an int overflow" $?
 timeout 60 "$train" --config "$tmp" >"$tmp/out7" 2>"$tmp/err7"
 rc=$?
-[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "config $tmp: is a directory" "$tmp/err7"
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "config $tmp is a directory" "$tmp/err7"
 check "a directory as --config: non-zero exit (rc $rc), named" $?
 timeout 60 "$train" "${common[@]}" --train_data "$tmp" >"$tmp/out7" 2>"$tmp/err7"
 rc=$?

@@ -217,6 +217,7 @@ static void convert(void *dst, enum dtype dst_dt, const void *src, enum dtype sr
 }
 
 int llmc_read_header(const char *path, struct model_shape *shape, int *version, char err[CKPT_ERR_LEN]) {
+    if (path_check_input(path, "model file", err) != 0) return -1; /* a FIFO would block fopen */
     FILE *f = fopen(path, "rb");
     if (!f) {
         snprintf(err, CKPT_ERR_LEN, "cannot open %.300s: %s", path, strerror(errno));
@@ -264,6 +265,7 @@ int llmc_open(struct llmc_reader *r, const char *path, const struct model_shape 
         return -1;
     }
     snprintf(r->path, sizeof r->path, "%s", path);
+    if (path_check_input(path, "model file", err) != 0) return -1;
     if (!(r->f = fopen(path, "rb"))) {
         snprintf(err, CKPT_ERR_LEN, "cannot open %.300s: %s", path, strerror(errno));
         return -1;

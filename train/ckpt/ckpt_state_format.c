@@ -437,6 +437,7 @@ int resume_open(struct resume_reader *r, const char *path, struct resume_meta *m
         return -1;
     }
     snprintf(r->path, sizeof r->path, "%s", path);
+    if (path_check_input(path, "resume state", err) != 0) return -1; /* a FIFO would block fopen */
     if (!(r->f = fopen(path, "rb"))) {
         snprintf(err, CKPT_ERR_LEN, "cannot open %.300s: %s", path, strerror(errno));
         return -1;

@@ -1,4 +1,5 @@
 #include "config.h"
+#include "fileio.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -6,7 +7,6 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 enum key_type { KEY_INT, KEY_LLONG, KEY_FLOAT, KEY_DOUBLE, KEY_BOOL, KEY_STRING, KEY_CHOICE };
 
@@ -236,18 +236,15 @@ int config_load_stream(struct config *c, FILE *f, const char *name, char err[CON
 }
 
 int config_load_file(struct config *c, const char *path, char err[CONFIG_ERR_LEN]) {
+    /* before fopen: a FIFO blocks it for ever, a folder reads as empty (defaults, silently) */
+    char e2[FILEIO_ERR_LEN];
+    if (path_check_input(path, "config", e2) != 0) {
+        snprintf(err, CONFIG_ERR_LEN, "%s", e2);
+        return -1;
+    }
     FILE *f = fopen(path, "r");
     if (!f) {
         snprintf(err, CONFIG_ERR_LEN, "cannot open config %.400s: %s", path, strerror(errno));
-        return -1;
-    }
-    struct stat st;
-    bool stat_ok = fstat(fileno(f), &st) == 0;
-    if (!stat_ok || !S_ISREG(st.st_mode)) { /* a folder reads as empty: defaults, silently */
-        snprintf(err, CONFIG_ERR_LEN, "config %.400s: %s", path,
-                 !stat_ok ? strerror(errno) : S_ISDIR(st.st_mode) ? "is a directory, not a config file"
-                                                                 : "is not a regular file");
-        fclose(f);
         return -1;
     }
     int rc = config_load_stream(c, f, path, err);
