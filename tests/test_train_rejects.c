@@ -210,6 +210,35 @@ static void test_output_check_sizes_and_space(void **state) {
     assert_int_equal((uint64_t)st.st_size, llmc_file_bytes(&file, DTYPE_BF16));
 }
 
+/* The final state cannot be written (its folder went away during the run):
+ * the final --save is still written, and the error names both files. */
+static void test_failed_state_save_still_saves_model(void **state) {
+    (void)state;
+    struct config c;
+    tiny_config(&c);
+    set(&c, "steps", "1");
+    char sub[FILEIO_PATH_LEN];
+    path_in(sub, sizeof sub, "gone");
+    assert_int_equal(mkdir(sub, 0700), 0);
+    path_in(c.save_state, sizeof c.save_state, "gone/final.state");
+    path_in(c.save, sizeof c.save, "kept.bin");
+    struct trainer *tr = calloc(1, sizeof *tr);
+    assert_non_null(tr);
+    open_ok(tr, &c);
+    assert_int_equal(rmdir(sub), 0);
+    char err[TRAINER_ERR_LEN] = "";
+    assert_int_equal(trainer_run(tr, err), -1);
+    trainer_close(tr);
+    free(tr);
+    printf("  refused: %s\n", err);
+    assert_non_null(strstr(err, "--save_state"));
+    assert_non_null(strstr(err, "final.state was not written"));
+    assert_non_null(strstr(err, "kept.bin was written"));
+    struct stat st;
+    assert_int_equal(stat(c.save, &st), 0);
+    assert_true(st.st_size > 1024);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rejects_unwritable_outputs),
@@ -219,6 +248,7 @@ int main(void) {
         cmocka_unit_test(test_rejects_token_out_of_vocab),
         cmocka_unit_test(test_rejects_resume_of_other_model),
         cmocka_unit_test(test_rejects_init_from_other_shape),
+        cmocka_unit_test(test_failed_state_save_still_saves_model),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -352,6 +352,20 @@ static int stop_run(struct trainer *tr, int sig, int saved_step, char err[TRAINE
     return trainer_save_state(tr, path, err) == 0 ? sig : -1;
 }
 
+/* The final state could not be written (err says why): the model file is
+ * still written, so the run's weights are not lost with it. Returns -1,
+ * err naming both files. */
+static int save_model_after(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
+    const struct config *c = tr->cfg;
+    if (!*c->save) return -1;
+    char first[TRAINER_ERR_LEN], second[TRAINER_ERR_LEN];
+    snprintf(first, sizeof first, "%s", err);
+    bool saved = trainer_save_model(tr, c->save, second) == 0;
+    snprintf(err, TRAINER_ERR_LEN, "--save_state %.150s was not written: %.250s; --save %.150s %s%.250s",
+             c->save_state, first, c->save, saved ? "was written" : "failed too: ", saved ? "" : second);
+    return -1;
+}
+
 int trainer_run(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     const struct config *c = tr->cfg;
     int saved_step = -1; /* the step of the last state written to save_state */
@@ -374,7 +388,7 @@ int trainer_run(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
         trainer_sample_device_memory(tr);
         log_step(tr, &m, last || stop || saves || has_val_loss(m.val_loss));
         if (saves) {
-            if (trainer_save_state(tr, c->save_state, err) != 0) return -1;
+            if (trainer_save_state(tr, c->save_state, err) != 0) return last ? save_model_after(tr, err) : -1;
             saved_step = tr->step;
         }
     }
