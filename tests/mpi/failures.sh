@@ -19,7 +19,8 @@
 #     the resume state written before that step still loads;
 #  9. pipeline layouts that cannot run: a bad pp_layers, gpipe past its slots, adamw8bit's tied copies under ZeRO
 #     over dp; interleaved: m not a multiple of p, virtual_stages with another schedule, one chunk, a chunk
-#     with no layer, pp_layers not of pp x v counts: every rank exits non-zero, one message naming the keys.
+#     with no layer, pp_layers not of pp x v counts: every rank exits non-zero, one message naming the keys;
+# 10. ranks started with different configurations (mpirun's "A : B"): every rank exits non-zero, the keys named.
 # Usage: tests/mpi/failures.sh BUILD_DIR (build or build-san)
 set -u
 build=${1:-build}
@@ -143,5 +144,24 @@ pp_case "interleaved with virtual_stages 1" "needs pp >= 2 and virtual_stages >=
 pp_case "interleaved, 3 layers over 4 chunks" "model chunk 3 of pp x virtual_stages = 4 has no layer" 2 "${inter[@]}" \
     --n_layer 3 --grad_accum 2
 pp_case "interleaved, pp_layers of pp counts" "must sum to n_layer = 4" 2 "${inter[@]}" --grad_accum 2 --pp_layers 2,2
+
+# 10. two configurations in one world (mpirun's "A : B" form): every rank names the keys that differ
+timeout 60 "${mpi[@]}" -np 1 "$train" "${common[@]}" --steps 3 : -np 1 "$train" "${common[@]}" --steps 4 \
+    >"$tmp/out10" 2>"$tmp/err10"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] &&
+    [ "$(grep -c 'error (rank 0,1): the ranks were started with different configurations: steps differs' "$tmp/err10")" -eq 1 ] &&
+    ! grep -q '^step' "$tmp/out10"
+check "A : B with steps 3 and 4: every rank exits non-zero (rc $rc), naming steps" $?
+timeout 60 "${mpi[@]}" -np 1 "$train" "${common[@]}" --seed 1 --lr 0.01 : -np 1 "$train" "${common[@]}" --seed 2 \
+    >"$tmp/out10" 2>"$tmp/err10"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q 'configurations: lr, seed differ' "$tmp/err10"
+check "A : B with lr and seed: both named (rc $rc)" $?
+timeout 60 "${mpi[@]}" -np 1 "$train" "${common[@]}" --steps x : -np 1 "$train" "${common[@]}" \
+    >"$tmp/out10" 2>"$tmp/err10"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "bad value 'x' for steps" "$tmp/err10"
+check "A : B with a bad value on one rank: every rank exits non-zero (rc $rc), no hang" $?
 
 [ $fails -eq 0 ] && echo "failure tests passed" || { echo "$fails failure test(s) failed"; exit 1; }

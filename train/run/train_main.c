@@ -55,6 +55,36 @@ static int fail(int rank, int world, const char *msg) {
     return 1;
 }
 
+/* Every rank parsed its arguments (mpirun's "A : B" form starts ranks with
+ * different ones) and all run one configuration: each key's value hashed,
+ * the min and max of every hash over the world; a key whose min and max
+ * differ is named, on every rank, before anything is opened. */
+static int agree_config(const struct config *c, int mine, char err[TRAINER_ERR_LEN]) {
+    int all = 0;
+    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (all != 0) {
+        if (mine == 0) snprintf(err, TRAINER_ERR_LEN, "another rank failed reading its configuration");
+        return -1;
+    }
+    int n = config_num_keys();
+    uint64_t *h = malloc(3 * (size_t)n * sizeof *h), *lo = h + n, *hi = h + 2 * n;
+    if (!h) MPI_Abort(MPI_COMM_WORLD, 1); /* a few hundred bytes */
+    for (int i = 0; i < n; i++) h[i] = config_key_hash(c, i);
+    MPI_Allreduce(h, lo, n, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(h, hi, n, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    size_t used = 0;
+    for (int i = 0; i < n && used + 64 < TRAINER_ERR_LEN; i++)
+        if (lo[i] != hi[i])
+            used += (size_t)snprintf(err + used, TRAINER_ERR_LEN - used, "%s%s",
+                                     used ? ", " : "the ranks were started with different configurations: ",
+                                     config_key_name(i));
+    free(h);
+    if (!used) return 0;
+    snprintf(err + used, TRAINER_ERR_LEN - used, " differ%s (every rank must run one configuration)",
+             strchr(err, ',') ? "" : "s");
+    return -1;
+}
+
 /* Trials of the peak: at least this many, over at least this long (the
  * start-up cost, after a ~8 ms warm-up trial). */
 enum { PEAK_MIN_TRIALS = 5 };
@@ -146,9 +176,8 @@ int main(int argc, char **argv) {
     config_defaults(&cfg);
     char err[TRAINER_ERR_LEN] = "";
     bool help = false;
-    /* every rank parses the same arguments, so every rank fails alike */
-    if (config_parse_args(&cfg, argc, argv, &help, err) != 0 || config_validate(&cfg, err) != 0)
-        return fail(rank, world, err);
+    int parsed = config_parse_args(&cfg, argc, argv, &help, err) != 0 || config_validate(&cfg, err) != 0 ? -1 : 0;
+    if (agree_config(&cfg, parsed, err) != 0) return fail(rank, world, err);
     if (help) {
         if (rank == 0) config_print_help(stdout, argv[0], false);
         MPI_Finalize();
