@@ -43,6 +43,7 @@ struct trainer {
     int32_t *inputs, *targets;  /* one micro-batch */
     int step;                   /* optimizer steps completed */
     FILE *json;
+    int json_errno;             /* the first failed write to json: its errno (0: none) */
     double train_seconds;       /* wall time inside steps */
     double last_val_loss;       /* NO_VAL_LOSS until the run validates */
     double peak_flops;          /* FLOP/s for MFU; 0 = unknown */

@@ -91,8 +91,13 @@ check "4.8e9 parameters: refused before allocating (rc $rc), the breakdown and t
 timeout 60 "${mpi[@]}" -np 2 "$train" "${common[@]}" --steps 2 --val_every 0 --peak_flops 1e9 \
     --log_json /dev/full >"$tmp/out6" 2>"$tmp/err6"
 rc=$?
-[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c 'writing log_json /dev/full failed' "$tmp/err6")" -eq 1 ]
-check "log_json on a full disk: non-zero exit (rc $rc), one message naming the log" $?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c 'writing log_json /dev/full failed: No space left on device' "$tmp/err6")" -eq 1 ]
+check "log_json on a full disk: non-zero exit (rc $rc), one message naming the log and the reason" $?
+timeout 60 "$train" "${common[@]}" --steps 2 --log_json "$tmp/no_such_dir/log.json" >"$tmp/out6" 2>"$tmp/err6"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "cannot open log_json $tmp/no_such_dir/log.json: No such file" "$tmp/err6" &&
+    ! grep -q "initialising weights" "$tmp/out6"
+check "log_json in a missing folder: refused before the weights (rc $rc), naming the reason" $?
 
 # 7. 4 x 2^20 x 1024 tokens per step (steps 0: the banner only); directories
 timeout 60 "$train" "${common[@]}" --steps 0 --grad_accum 1048576 --seq_len 1024 --val_every 0 --peak_flops 1e9 \

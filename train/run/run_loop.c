@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 #include <time.h>
 
@@ -78,6 +79,17 @@ static int open_data(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     return 0;
 }
 
+/* --log_json, opened by rank 0 with the outputs' checks, before the weights
+ * are loaded: a resumed run appends to the log it continues (a resume
+ * state is never of step 0), a new run starts it. */
+static int open_log(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
+    const struct config *cfg = tr->cfg;
+    if (!*cfg->log_json || tr->grid->world_rank != 0) return 0;
+    if ((tr->json = fopen(cfg->log_json, *cfg->resume ? "a" : "w"))) return 0;
+    snprintf(err, TRAINER_ERR_LEN, "cannot open log_json %.400s: %s", cfg->log_json, strerror(errno));
+    return -1;
+}
+
 int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid, const struct device_info *dev,
                  char err[TRAINER_ERR_LEN]) {
     memset(tr, 0, sizeof *tr);
@@ -147,13 +159,9 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     }
     rc = trainer_agree(tr, rc, err);
     if (rc == 0) rc = trainer_check_outputs(tr, err); /* before any work that a bad path would waste */
+    if (rc == 0) rc = trainer_agree(tr, open_log(tr, err), err);
     if (rc == 0) rc = trainer_agree(tr, init_weights(tr, err), err);
     if (rc == 0 && *cfg->resume) rc = trainer_load_state(tr, cfg->resume, err);
-    if (rc == 0 && *cfg->log_json && grid->world_rank == 0 &&
-        !(tr->json = fopen(cfg->log_json, tr->step ? "a" : "w"))) {
-        snprintf(err, TRAINER_ERR_LEN, "cannot open log_json %s", cfg->log_json);
-        rc = -1;
-    }
     rc = trainer_agree(tr, rc, err);
     if (rc != 0) trainer_close(tr);
     else say(tr, "ready in %.1f s", monotonic_seconds() - t_start);
@@ -246,7 +254,7 @@ static void log_step(struct trainer *tr, const struct step_metrics *m, bool keep
             "\"gemm_ms\":%.3f,\"optimizer_ms\":%.3f,\"skipped\":%s}\n",
             tr->step, loss, val, m->lr, norm, m->ms, m->tokens_per_s, m->flops, m->model_flops, m->mfu, m->gemm_ms,
             m->optimizer_ms, m->nonfinite ? "true" : "false");
-    fflush(tr->json);
+    if (fflush(tr->json) != 0 && !tr->json_errno) tr->json_errno = errno; /* said when the log is closed */
 }
 
 /* One optimizer step, top-down: every phase one call, in order

@@ -128,8 +128,9 @@ static int close_log(struct trainer *tr, const char *path, char err[TRAINER_ERR_
     bad = fclose(tr->json) != 0 || bad;
     tr->json = NULL;
     if (!bad) return 0;
+    int why = tr->json_errno ? tr->json_errno : errno; /* the first failed write's reason */
     snprintf(err, TRAINER_ERR_LEN, "writing log_json %.400s failed: %s", path,
-             errno ? strerror(errno) : "a write error (disk full?)");
+             why ? strerror(why) : "a write error (disk full?)");
     return -1;
 }
 
