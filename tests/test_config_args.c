@@ -139,12 +139,36 @@ static void test_malformed_argv(void **state) {
     assert_non_null(strstr(err, "steps"));
 }
 
+/* --key=value is one argument, beside --key value, --config included. */
+static void test_key_equals_value(void **state) {
+    (void)state;
+    char path[64];
+    write_temp(path, "n_layer = 6\n");
+    struct config c;
+    bool help;
+    char err[CONFIG_ERR_LEN] = "";
+    config_defaults(&c);
+    char conf[80];
+    snprintf(conf, sizeof conf, "--config=%s", path);
+    if (parse(&c, &help, err, "--steps=2", "--lr", "0.01", "--sample-prompt=a=b", conf, NULL) != 0) fail_msg("%s", err);
+    unlink(path);
+    assert_int_equal(c.steps, 2);
+    assert_true(c.lr == 0.01f);
+    assert_string_equal(c.sample_prompt, "a=b");
+    assert_int_equal(c.n_layer, 6);
+    assert_int_equal(parse(&c, &help, err, "--steps=", NULL), -1); /* an empty value is still a bad number */
+    assert_non_null(strstr(err, "for steps"));
+    assert_int_equal(parse(&c, &help, err, "--stepz=3", NULL), -1);
+    assert_non_null(strstr(err, "'stepz'"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dash_and_underscore_flags),
         cmocka_unit_test(test_command_line_overrides_file),
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_malformed_argv),
+        cmocka_unit_test(test_key_equals_value),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -208,6 +208,63 @@ static void test_choice_keys(void **state) {
     assert_int_equal(c.arch, ARCH_LLAMA);
 }
 
+/* A key set twice in one file: the later line would win without a word;
+ * the error names both lines. */
+static void test_key_twice_in_a_file(void **state) {
+    (void)state;
+    char path[64], want[128];
+    write_temp(path, "steps = 3\nlr = 0.1\nsteps = 4\n");
+    struct config c;
+    config_defaults(&c);
+    char err[CONFIG_ERR_LEN] = "";
+    assert_int_equal(config_load_file(&c, path, err), -1);
+    snprintf(want, sizeof want, "%s:3: steps is set twice, on lines 1 and 3", path);
+    if (!strstr(err, want)) fail_msg("%s", err);
+    assert_int_equal(c.steps, 3);
+    unlink(path);
+    write_temp(path, "micro_batch = 3\nmicro-batch = 4\n"); /* one key, two spellings */
+    config_defaults(&c);
+    assert_int_equal(config_load_file(&c, path, err), -1);
+    assert_non_null(strstr(err, "micro_batch is set twice, on lines 1 and 2"));
+    unlink(path);
+}
+
+/* Bytes of a garbage file that would drive the terminal are shown escaped. */
+static void test_control_bytes_escaped(void **state) {
+    (void)state;
+    char path[64];
+    write_temp(path, "\x1b[2J\x1b]0;pwned\x07\n");
+    struct config c;
+    config_defaults(&c);
+    char err[CONFIG_ERR_LEN] = "";
+    assert_int_equal(config_load_file(&c, path, err), -1);
+    unlink(path);
+    printf("  %s\n", err);
+    assert_null(strchr(err, '\x1b'));
+    assert_null(strchr(err, '\x07'));
+    assert_non_null(strstr(err, "got '\\x1b[2J\\x1b]0;pwned\\x07'"));
+    assert_int_equal(config_set(&c, "steps", "1\x1b[31m", err), -1);
+    assert_null(strchr(err, '\x1b'));
+    assert_int_equal(config_set(&c, "param_dtype", "\x1b", err), -1);
+    assert_null(strchr(err, '\x1b'));
+    assert_int_equal(config_set(&c, "\x1bkey", "1", err), -1);
+    assert_null(strchr(err, '\x1b'));
+}
+
+/* Integer keys' ranges print as integers, not 2.14748e+09. */
+static void test_integer_ranges(void **state) {
+    (void)state;
+    struct config c;
+    config_defaults(&c);
+    char err[CONFIG_ERR_LEN] = "";
+    assert_int_equal(config_set(&c, "steps", "-1", err), -1);
+    assert_non_null(strstr(err, "expected an integer in [0, 2147483647]"));
+    assert_int_equal(config_set(&c, "vocab_size", "1", err), -1);
+    assert_non_null(strstr(err, "[2, 1048576]"));
+    assert_int_equal(config_set(&c, "lr", "11", err), -1);
+    assert_non_null(strstr(err, "expected a number in [0, 10]"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_unknown_key),
@@ -216,6 +273,9 @@ int main(void) {
         cmocka_unit_test(test_long_lines_and_nul),
         cmocka_unit_test(test_bad_numbers),
         cmocka_unit_test(test_choice_keys),
+        cmocka_unit_test(test_key_twice_in_a_file),
+        cmocka_unit_test(test_control_bytes_escaped),
+        cmocka_unit_test(test_integer_ranges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -111,9 +111,27 @@ static void list_keys(char err[CONFIG_ERR_LEN], size_t used) {
         used += (size_t)snprintf(err + used, CONFIG_ERR_LEN - used, "%s%s", i ? ", " : "", KEYS[i].name);
 }
 
+enum { SHOWN_LEN = 256 };
+
+/* s as an error message may show it: at most SHOWN_LEN - 1 bytes, control
+ * bytes (a garbage file's, which would drive the terminal) as \xHH. */
+static const char *shown(const char *s, char out[SHOWN_LEN]) {
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p && n + 5 < SHOWN_LEN; p++)
+        if (*p < 0x20 || *p == 0x7f) n += (size_t)snprintf(out + n, SHOWN_LEN - n, "\\x%02x", *p);
+        else out[n++] = (char)*p;
+    out[n] = '\0';
+    return out;
+}
+
 static int range_error(const struct key *k, const char *value, char err[CONFIG_ERR_LEN]) {
-    snprintf(err, CONFIG_ERR_LEN, "bad value '%s' for %s: expected a number in [%g, %g]", value, k->name, k->min,
-             k->max);
+    char v[SHOWN_LEN];
+    if (k->type == KEY_FLOAT || k->type == KEY_DOUBLE)
+        snprintf(err, CONFIG_ERR_LEN, "bad value '%s' for %s: expected a number in [%g, %g]", shown(value, v),
+                 k->name, k->min, k->max);
+    else /* integer keys: the range in integers (INT_MAX, not 2.14748e+09) */
+        snprintf(err, CONFIG_ERR_LEN, "bad value '%s' for %s: expected an integer in [%.0f, %.0f]", shown(value, v),
+                 k->name, k->min, k->max);
     return -1;
 }
 
@@ -154,7 +172,9 @@ static int set_value(struct config *c, const struct key *k, const char *value, c
                 *(int *)field = i;
                 return 0;
             }
-        size_t n = (size_t)snprintf(err, CONFIG_ERR_LEN, "bad value '%s' for %s: valid choices are", value, k->name);
+        char v[SHOWN_LEN];
+        size_t n = (size_t)snprintf(err, CONFIG_ERR_LEN, "bad value '%s' for %s: valid choices are", shown(value, v),
+                                    k->name);
         for (int i = 0; k->choices[i] && n < CONFIG_ERR_LEN; i++)
             n += (size_t)snprintf(err + n, CONFIG_ERR_LEN - n, " %s", k->choices[i]);
         return -1;
@@ -162,19 +182,26 @@ static int set_value(struct config *c, const struct key *k, const char *value, c
     return -1;
 }
 
-int config_set(struct config *c, const char *key, const char *value, char err[CONFIG_ERR_LEN]) {
+/* The key named `key` ('-' read as '_': --init-from == init_from); NULL,
+ * with err listing the keys, when there is none. */
+static const struct key *lookup(const char *key, char err[CONFIG_ERR_LEN]) {
     char name[64];
     size_t n = strlen(key);
     if (n >= sizeof name) n = sizeof name - 1;
-    for (size_t i = 0; i < n; i++) name[i] = key[i] == '-' ? '_' : key[i]; /* --init-from == init_from */
+    for (size_t i = 0; i < n; i++) name[i] = key[i] == '-' ? '_' : key[i];
     name[n] = '\0';
     const struct key *k = find_key(name);
     if (!k) {
-        size_t used = (size_t)snprintf(err, CONFIG_ERR_LEN, "unknown key '%s'; valid keys: ", key);
+        char v[SHOWN_LEN];
+        size_t used = (size_t)snprintf(err, CONFIG_ERR_LEN, "unknown key '%s'; valid keys: ", shown(key, v));
         list_keys(err, used);
-        return -1;
     }
-    return set_value(c, k, value, err);
+    return k;
+}
+
+int config_set(struct config *c, const char *key, const char *value, char err[CONFIG_ERR_LEN]) {
+    const struct key *k = lookup(key, err);
+    return k ? set_value(c, k, value, err) : -1;
 }
 
 void config_defaults(struct config *c) {
@@ -203,6 +230,7 @@ int config_load_stream(struct config *c, FILE *f, const char *name, char err[CON
     size_t cap = 0;
     ssize_t len;
     int lineno = 0, rc = 0;
+    int set_on[NUM_KEYS] = {0}; /* the line that set each key; 0: none */
     while (rc == 0 && (len = getline(&line, &cap, f)) >= 0) {
         lineno++;
         if (memchr(line, '\0', (size_t)len)) {
@@ -216,16 +244,22 @@ int config_load_stream(struct config *c, FILE *f, const char *name, char err[CON
         if (!*s) continue;
         char *eq = strchr(s, '=');
         if (!eq) {
-            snprintf(err, CONFIG_ERR_LEN, "%s:%d: expected 'key = value', got '%.200s'", name, lineno, s);
+            char v[SHOWN_LEN];
+            snprintf(err, CONFIG_ERR_LEN, "%s:%d: expected 'key = value', got '%s'", name, lineno, shown(s, v));
             rc = -1;
             break;
         }
         *eq = '\0';
         char inner[CONFIG_ERR_LEN];
-        if (config_set(c, trim(s), trim(eq + 1), inner) != 0) {
+        const struct key *k = lookup(trim(s), inner);
+        int *first = k ? &set_on[k - KEYS] : NULL;
+        if (first && *first) /* the later line would win without a word */
+            snprintf(inner, sizeof inner, "%s is set twice, on lines %d and %d", k->name, *first, lineno);
+        if (!k || (first && *first) || set_value(c, k, trim(eq + 1), inner) != 0) {
             snprintf(err, CONFIG_ERR_LEN, "%s:%d: %.*s", name, lineno, CONFIG_ERR_LEN - 300, inner);
             rc = -1;
         }
+        if (first) *first = lineno;
     }
     if (rc == 0 && ferror(f)) {
         snprintf(err, CONFIG_ERR_LEN, "cannot read config %.400s: %s", name, strerror(errno));
@@ -252,26 +286,48 @@ int config_load_file(struct config *c, const char *path, char err[CONFIG_ERR_LEN
     return rc;
 }
 
+/* The option at argv[*i], "--key value" (two arguments) or "--key=value"
+ * (one); *i moves past it. */
+static int next_option(int argc, char **argv, int *i, char key[CONFIG_PATH_LEN], const char **value,
+                       char err[CONFIG_ERR_LEN]) {
+    const char *a = argv[*i], *eq = strchr(a, '=');
+    char v[SHOWN_LEN];
+    if (strncmp(a, "--", 2) != 0) {
+        snprintf(err, CONFIG_ERR_LEN, "unexpected argument '%s': options are --key value or --key=value (see --help)",
+                 shown(a, v));
+        return -1;
+    }
+    if (eq) {
+        snprintf(key, CONFIG_PATH_LEN, "%.*s", (int)(eq - a - 2), a + 2);
+        *value = eq + 1;
+        *i += 1;
+        return 0;
+    }
+    if (*i + 1 >= argc) {
+        snprintf(err, CONFIG_ERR_LEN, "option %s needs a value", shown(a, v));
+        return -1;
+    }
+    snprintf(key, CONFIG_PATH_LEN, "%s", a + 2);
+    *value = argv[*i + 1];
+    *i += 2;
+    return 0;
+}
+
 int config_parse_args(struct config *c, int argc, char **argv, bool *help, char err[CONFIG_ERR_LEN]) {
     *help = false;
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) *help = true;
     if (*help) return 0;
-    for (int i = 1; i + 1 < argc; i += 2)
-        if (strcmp(argv[i], "--config") == 0 && config_load_file(c, argv[i + 1], err) != 0) return -1;
-    for (int i = 1; i < argc; i += 2) {
-        const char *a = argv[i];
-        if (strncmp(a, "--", 2) != 0) {
-            snprintf(err, CONFIG_ERR_LEN, "unexpected argument '%s': options are --key value (see --help)", a);
-            return -1;
+    /* two passes: the config files first, then the other options over them */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 1; i < argc;) {
+            char key[CONFIG_PATH_LEN];
+            const char *value;
+            if (next_option(argc, argv, &i, key, &value, err) != 0) return -1;
+            bool is_config = strcmp(key, "config") == 0;
+            if (pass == 0 && is_config && config_load_file(c, value, err) != 0) return -1;
+            if (pass == 1 && !is_config && config_set(c, key, value, err) != 0) return -1;
         }
-        if (i + 1 >= argc) {
-            snprintf(err, CONFIG_ERR_LEN, "option %s needs a value", a);
-            return -1;
-        }
-        if (strcmp(a, "--config") == 0) continue;
-        if (config_set(c, a + 2, argv[i + 1], err) != 0) return -1;
-    }
     return 0;
 }
 
@@ -349,7 +405,7 @@ static void format_value(const struct config *c, const struct key *k, char *out,
 void config_print_help(FILE *f, const char *program, bool planner_keys) {
     fprintf(f, "usage: %s [--config FILE] [--key value ...]\n\n", program);
     fprintf(f, "Keys may be set in a config file (key = value) or on the command line\n");
-    fprintf(f, "(--key value or --key-name value); the command line wins.\n\n");
+    fprintf(f, "(--key value, --key=value or --key-name value); the command line wins.\n\n");
     for (int i = 0; i < NUM_KEYS; i++) {
         const struct key *k = &KEYS[i];
         if (k->planner_only && !planner_keys) continue;
