@@ -20,7 +20,9 @@ LDFLAGS := $(OPT) -fopenmp
 # two pools spin against each other on 2 cores: 389 ms/step instead of 165 on
 # bench-small (bench/RESULTS.md).
 BLAS_DIR ?= /usr/lib/$(shell gcc -print-multiarch)/openblas-openmp
-LDLIBS  := -L$(BLAS_DIR) -l:libopenblas.so.0 -Wl,-rpath,$(BLAS_DIR) -lm
+# oneDNN (Debian's libdnnl-dev, built on OpenMP): the CPU's bf16 GEMMs
+# (--gemm_dtype bf16, model/cpu/matmul_onednn.c).
+LDLIBS  := -L$(BLAS_DIR) -l:libopenblas.so.0 -Wl,-rpath,$(BLAS_DIR) -ldnnl -lm
 
 # Every .c under the module folders is library code, except the *_main.c
 # files, each of which is one program, and the CUDA build's own sources

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CPU build's libraries on a lent GPU machine (docs/GPU.md, "On a lent
 # GPU machine"). That machine has nvcc, cuBLAS, NCCL and OpenMPI but neither
-# OpenBLAS nor cmocka, and no package registry, and `make cuda-test` needs
+# OpenBLAS, oneDNN nor cmocka, and no package registry, and `make cuda-test` needs
 # the CPU build beside the CUDA one (the GPU runs are checked against it).
 # So the Debian packages travel with the checkout and are unpacked there
 # into a scratch folder, never into /.
@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 debs_dir=.gpu-debs
 packages=(libopenblas0-openmp libopenblas-openmp-dev libopenblas-dev libopenblas0 libgfortran5 libquadmath0
-          libcmocka0 libcmocka-dev)
+          libcmocka0 libcmocka-dev libdnnl2 libdnnl-dev)  # libdnnl*: oneDNN, the CPU's bf16 GEMMs
 usage() { echo "usage: bench/gpu_machine.sh fetch | env" >&2; exit 2; }
 [ $# -eq 1 ] || usage
 case $1 in

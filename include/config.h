@@ -32,6 +32,12 @@ enum { CONFIG_PATH_LEN = 512, CONFIG_ERR_LEN = 1024 };
  * few such buffers and offsets one past their end. */
 #define CONFIG_MAX_BYTES ((uint64_t)1 << 62)
 
+/* --gemm_dtype: the layer GEMMs' operands. fp32 and bf16 are enum dtype's
+ * values; auto is bf16 where the params are bf16 and the machine has bf16
+ * matrix units (a GPU's tensor cores; a CPU's AMX-BF16 or AVX512-BF16
+ * through oneDNN), else fp32. */
+enum gemm_dtype_choice { GEMM_DTYPE_FP32 = DTYPE_FP32, GEMM_DTYPE_BF16 = DTYPE_BF16, GEMM_DTYPE_AUTO };
+
 struct config {
     /* model (GPT-2 architecture) */
     int n_layer, d_model, n_head, seq_len, vocab_size;
@@ -85,7 +91,8 @@ struct config {
     double ddp_bucket_mb;  /* ZeRO-0: MiB of gradients per all-reduce bucket (whole units) */
     /* machine */
     enum device_kind device; /* --device: auto, cpu or cuda (include/device.h) */
-    enum dtype gemm_dtype;   /* the layer GEMMs' operands: fp32, or bf16 (GPUs only: fp32 accumulation) */
+    enum gemm_dtype_choice gemm_dtype; /* the layer GEMMs' operands: fp32, bf16 (fp32 accumulation) or auto
+                                        * (the trainer resolves it: trainer_open_kernels) */
     int threads;
     double peak_flops;
     bool force;            /* go on when the memory check says the run will not fit */

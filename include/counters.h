@@ -50,6 +50,8 @@ struct kernel_time {
 /* The CUDA build's per-run kernel context (model/cuda/kernel_context.h):
  * its cuBLAS handle and GEMM math. Opaque here. */
 struct kernel_context;
+/* The CPU's: oneDNN's bf16 GEMMs (include/onednn_gemms.h). Opaque here. */
+struct onednn_gemms;
 
 struct flop_counter {
     double gemm;         /* 2mnk per GEMM of activations by weights (the layers' matmuls, the LM head) */
@@ -64,6 +66,12 @@ struct flop_counter {
      * on the spot: a GPU kernel then uses fp32 GEMMs and a cuBLAS handle of
      * its own per call. */
     struct kernel_context *kernels;
+    /* Not a count either: the CPU's kernel context when the run's layer
+     * GEMMs are bf16 on the CPU (--gemm_dtype bf16; include/onednn_gemms.h):
+     * the host's matmul_forward/backward then run on oneDNN with bf16
+     * operands. NULL: fp32 sgemm through OpenBLAS (and wherever a counter
+     * is made on the spot). Opened and closed by the trainer. */
+    struct onednn_gemms *onednn;
     /* Not a count either: where the buffers of the kernels and update rules
      * that receive this counter live, so where they run (mem_space.h; the
      * dispatch files pick the backend by it). The trainer sets its

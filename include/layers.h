@@ -105,9 +105,12 @@ void matmul_backward_sliced(float *dinp, float *dweight, float *dbias, const flo
  * the rounded dout in fp32: the operand the GEMMs read, which a GPU sums in
  * the dweight GEMM's epilogue (model/cuda/matmul_lt.h). FLOPs as theirs.
  * The CUDA build's device path needs the run's kernel context
- * (fc->kernels); the CPU's is the reference: it widens inp and rounds the
- * weight and dout into temporaries (host memory outside the tracker: the
- * CPU trainer never calls these, since it refuses --gemm_dtype bf16). */
+ * (fc->kernels). On the host, with the run's oneDNN context (fc->onednn:
+ * the CPU trainer with --gemm_dtype bf16) they run on oneDNN's bf16
+ * kernels (include/onednn_gemms.h), as do matmul_forward/backward; without
+ * one (a test's counter) the CPU's reference: it widens inp and rounds
+ * the weight and dout into temporaries (host memory outside the tracker)
+ * and runs sgemm. */
 void matmul_forward_bf16(float *out, const bf16 *inp, const float *weight, const float *bias, int64_t N, int64_t C,
                          int64_t OC, struct flop_counter *fc);
 void matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,

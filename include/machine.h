@@ -29,6 +29,10 @@ void machine_cpu_model(char *out, size_t n);
 /* The widest level this CPU and OS run. */
 enum isa_level machine_cpu_isa(void);
 void machine_blas_info(struct blas_info *b);
+/* The first "flags" line of /proc/cpuinfo (the CPU's features, space-
+ * separated: avx512_bf16, amx_bf16, ...), or "" where there is none. */
+enum { CPU_FLAGS_LEN = 4096 };
+void machine_cpu_flags(char *out, size_t n);
 
 const char *isa_name(enum isa_level isa); /* "sse", "avx", "avx2", "avx512" */
 /* The widest ISA an OpenBLAS kernel set uses (case-insensitive, so the

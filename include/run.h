@@ -29,10 +29,12 @@ float trainer_validate(struct trainer *tr);
 /* Where the run's model lives (train/run/run_device.c): dev, or the CPU
  * when NULL; on a GPU the tracker's device space allocates with cudaMalloc. */
 void trainer_place(struct trainer *tr, const struct device_info *dev);
-/* The GPU's kernel context (one cuBLAS handle, the GEMM math), reached by
- * the kernels through the run's flop counter (include/counters.h), after
- * checking that --attention flash takes this shape there. On the CPU:
- * nothing, or the error that names what needs a GPU (--gemm_dtype bf16).
+/* The run's kernel context, reached by the kernels through the run's flop
+ * counter (include/counters.h), and tr->gemm_dtype (--gemm_dtype, auto
+ * resolved). On a GPU: one cuBLAS handle and the GEMM math, after checking
+ * that --attention flash takes this shape there. On the CPU: with bf16
+ * GEMMs oneDNN's context (include/onednn_gemms.h), or the error that names
+ * what this CPU lacks for them; with fp32 nothing.
  * 0, or -1 with a message. trainer_close_kernels undoes it (any time). */
 int trainer_open_kernels(struct trainer *tr, char err[TRAINER_ERR_LEN]);
 void trainer_close_kernels(struct trainer *tr);

@@ -7,7 +7,9 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "counters.h"
 #include "device.h"
+#include "dtype.h"
 #include "machine.h"
 #include "peak.h"
 
@@ -22,10 +24,19 @@ struct run_record {
     bool on_gpu;             /* the ranks run on GPUs: peak_flops is the GPU's (gpu below), not the CPU's */
     char gpu[DEVICE_NAME_LEN];
     struct device_peak gpu_peak;
+    /* The layer GEMMs (run_record_describe_gemms): their operands, the
+     * library and the kernel it chose. */
+    enum dtype gemm_dtype;
+    char gemm_library[32], gemm_version[32], gemm_kernel[128];
 };
 
 /* Fills the machine's fields (CPU model, ISA, BLAS). */
 void run_record_describe_machine(struct run_record *r);
+/* Fills the GEMM fields: the run's operands (tr->gemm_dtype) and, on the
+ * CPU, oneDNN's version and kernel when the counter carries its context
+ * (fc->onednn), else the BLAS's (call run_record_describe_machine first);
+ * on a GPU, cuBLAS. */
+void run_record_describe_gemms(struct run_record *r, const struct flop_counter *fc, enum dtype gemm_dtype);
 /* Where peak_flops came from, in words (the banner's and the FLOP table's). */
 const char *run_record_peak_source(const struct run_record *r);
 /* The banner's two lines: machine and BLAS kernel, then the peak. */

@@ -34,6 +34,7 @@ struct trainer {
     enum mem_space space;       /* where the engine's buffers live: MEM_DEVICE on a GPU */
     struct mem_tracker mem;
     struct flop_counter flops;
+    enum dtype gemm_dtype;      /* the layer GEMMs' operands: --gemm_dtype, auto resolved (trainer_open_kernels) */
     struct engine engine;
     bool engine_open;           /* engine_init ran (its buffers to free) */
     struct pipeline pipe;       /* this rank's stage and the step's schedule (include/schedule.h) */

@@ -2,8 +2,11 @@
  * backend of its memory space (include/backend.h), fc->space, which the
  * trainer sets from the run's (counters.h): X_cpu (model/cpu/) on host
  * memory, X_cuda (model/cuda/) on device memory; the CPU build stops a
- * device call by name. So --device cpu in the CUDA build runs the CPU
- * build's kernels and gives its results. The CUDA build times every call
+ * device call by name. On the host the layer GEMMs (matmul_*) run on
+ * oneDNN in bf16 when the counter carries the CPU's context (fc->onednn:
+ * --gemm_dtype bf16; include/onednn_gemms.h), else on OpenBLAS in fp32.
+ * So --device cpu in the CUDA build runs the CPU build's kernels and gives
+ * its results. The CUDA build times every call
  * but encoder_forward/backward (no counter; the model calls the
  * embedding_rows_* forms) into the counter's kernel profile
  * (include/kernel_timing.h: CUDA events on the device, which does not
@@ -12,6 +15,7 @@
 #include "backend.h"
 #include "kernel_timing.h"
 #include "layers.h"
+#include "onednn_gemms.h"
 
 static bool on_device(const struct flop_counter *fc) { return fc->space == MEM_DEVICE; }
 
@@ -91,6 +95,7 @@ void matmul_forward_sliced(float *out, const float *inp, const float *weight, co
     bool dev = on_device(fc);
     struct kernel_span t = kernel_span_begin(fc, dev);
     if (dev) ON_DEVICE(matmul_forward_sliced_cuda(out, inp, weight, bias, N, C, OC, max_rows, fc));
+    else if (fc->onednn) matmul_forward_onednn(out, inp, NULL, weight, bias, N, C, OC, fc); /* 64-bit sizes */
     else matmul_forward_sliced_cpu(out, inp, weight, bias, N, C, OC, max_rows, fc);
     kernel_span_end(fc, t, KERNEL_MATMUL_FWD);
 }
@@ -101,6 +106,7 @@ void matmul_backward_sliced(float *dinp, float *dweight, float *dbias, const flo
     bool dev = on_device(fc);
     struct kernel_span t = kernel_span_begin(fc, dev);
     if (dev) ON_DEVICE(matmul_backward_sliced_cuda(dinp, dweight, dbias, dout, inp, weight, N, C, OC, max_rows, fc));
+    else if (fc->onednn) matmul_backward_onednn(dinp, dweight, dbias, dout, inp, NULL, weight, N, C, OC, fc);
     else matmul_backward_sliced_cpu(dinp, dweight, dbias, dout, inp, weight, N, C, OC, max_rows, fc);
     kernel_span_end(fc, t, KERNEL_MATMUL_BWD);
 }
@@ -120,6 +126,7 @@ void matmul_forward_bf16(float *out, const bf16 *inp, const float *weight, const
     bool dev = on_device(fc);
     struct kernel_span t = kernel_span_begin(fc, dev);
     if (dev) ON_DEVICE(matmul_forward_bf16_cuda(out, inp, weight, bias, N, C, OC, fc));
+    else if (fc->onednn) matmul_forward_onednn(out, NULL, inp, weight, bias, N, C, OC, fc);
     else matmul_forward_bf16_cpu(out, inp, weight, bias, N, C, OC, fc);
     kernel_span_end(fc, t, KERNEL_MATMUL_FWD);
 }
@@ -129,6 +136,7 @@ void matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const float
     bool dev = on_device(fc);
     struct kernel_span t = kernel_span_begin(fc, dev);
     if (dev) ON_DEVICE(matmul_backward_bf16_cuda(dinp, dweight, dbias, dout, inp, weight, N, C, OC, fc));
+    else if (fc->onednn) matmul_backward_onednn(dinp, dweight, dbias, dout, NULL, inp, weight, N, C, OC, fc);
     else matmul_backward_bf16_cpu(dinp, dweight, dbias, dout, inp, weight, N, C, OC, fc);
     kernel_span_end(fc, t, KERNEL_MATMUL_BWD);
 }

@@ -38,6 +38,10 @@ static struct run_record sample(void) {
     snprintf(r.blas.version, sizeof r.blas.version, "0.3.21");
     snprintf(r.blas.corename, sizeof r.blas.corename, "Prescott");
     snprintf(r.blas.threading, sizeof r.blas.threading, "OpenMP");
+    r.gemm_dtype = DTYPE_BF16; /* the GEMMs: oneDNN's (run_record_describe_gemms) */
+    snprintf(r.gemm_library, sizeof r.gemm_library, "oneDNN");
+    snprintf(r.gemm_version, sizeof r.gemm_version, "2.6.3");
+    snprintf(r.gemm_kernel, sizeof r.gemm_kernel, "brg:avx512_core_bf16");
     return r;
 }
 
@@ -48,7 +52,7 @@ static void test_json_record(void **state) {
     assert_string_equal(s, "{\"type\":\"run\",\"world_size\":4,\"threads\":2,"
                            "\"cpu_model\":\"Xeon \\\"Gold\\\" 6130 \\\\ 2.1GHz\",\"cpu_isa\":\"avx512\","
                            "\"blas_library\":\"OpenBLAS\",\"blas_version\":\"0.3.21\",\"blas_corename\":\"Prescott\","
-                           "\"blas_kernel_isa\":\"sse\",\"blas_threading\":\"OpenMP\",\"peak_flops\":2.500000e+11,"
+                           "\"blas_kernel_isa\":\"sse\",\"blas_threading\":\"OpenMP\",\"gemm_dtype\":\"bf16\",\"gemm_library\":\"oneDNN\",\"gemm_version\":\"2.6.3\",\"gemm_kernel\":\"brg:avx512_core_bf16\",\"peak_flops\":2.500000e+11,"
                            "\"peak_source\":\"measured\",\"peak_kernel\":\"avx512f\",\"peak_trials\":3,"
                            "\"peak_flops_median\":2.000000e+11,\"peak_flops_min\":1.000000e+11,\"peak_spread\":0.60000}\n");
     /* a configured peak has no trials to report */

@@ -23,7 +23,9 @@ struct engine_options trainer_engine_options(const struct config *c) {
                              .overlap = c->overlap, .ddp_bucket_bytes = (size_t)(c->ddp_bucket_mb * MIB_BYTES)};
     return (struct engine_options){.micro_batch = c->micro_batch, .slots = 1, .act_dtype = c->act_dtype,
                                    .recompute = c->recompute, .attention = c->attention,
-                                   .gemm_dtype = c->gemm_dtype,
+                                   /* auto is the trainer's to resolve (it knows the machine:
+                                    * trainer_open_kernels, tr->gemm_dtype); fp32 here */
+                                   .gemm_dtype = c->gemm_dtype == GEMM_DTYPE_BF16 ? DTYPE_BF16 : DTYPE_FP32,
                                    .sequence_parallel = c->sequence_parallel,
                                    .init_std = c->init_std, .zero = z,
                                    .micro_batches = c->grad_accum * config_chunks(c)};

@@ -24,6 +24,20 @@ void machine_cpu_model(char *out, size_t n) {
     fclose(f);
 }
 
+void machine_cpu_flags(char *out, size_t n) {
+    if (n) out[0] = '\0';
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[CPU_FLAGS_LEN];
+    while (fgets(line, sizeof line, f)) {
+        const char *colon = strchr(line, ':');
+        if (strncmp(line, "flags", 5) != 0 || !colon) continue;
+        snprintf(out, n, "%.*s", (int)strcspn(colon + 1, "\n"), colon + 1);
+        break;
+    }
+    fclose(f);
+}
+
 enum isa_level machine_cpu_isa(void) {
 #if defined(__x86_64__) || defined(__i386__)
     /* __builtin_cpu_supports also checks that the OS saves the vector state */

@@ -1,10 +1,29 @@
-/* The run's header: machine, BLAS kernel and peak (run_record.h). */
+/* The run's header: machine, BLAS kernel, GEMM library and peak (run_record.h). */
 #include "run_record.h"
+
+#include "onednn_gemms.h"
 
 void run_record_describe_machine(struct run_record *r) {
     machine_cpu_model(r->cpu, sizeof r->cpu);
     r->isa = machine_cpu_isa();
     machine_blas_info(&r->blas);
+}
+
+void run_record_describe_gemms(struct run_record *r, const struct flop_counter *fc, enum dtype gemm_dtype) {
+    r->gemm_dtype = gemm_dtype;
+    if (r->on_gpu) {
+        snprintf(r->gemm_library, sizeof r->gemm_library, "cuBLAS");
+        snprintf(r->gemm_version, sizeof r->gemm_version, "-");
+        snprintf(r->gemm_kernel, sizeof r->gemm_kernel, "%s", gemm_dtype == DTYPE_BF16 ? "tensor cores" : "fp32 (no TF32)");
+    } else if (fc->onednn) {
+        snprintf(r->gemm_library, sizeof r->gemm_library, "oneDNN");
+        onednn_version_string(r->gemm_version, sizeof r->gemm_version);
+        snprintf(r->gemm_kernel, sizeof r->gemm_kernel, "%s", onednn_gemms_kernel(fc->onednn));
+    } else {
+        snprintf(r->gemm_library, sizeof r->gemm_library, "%s", r->blas.library);
+        snprintf(r->gemm_version, sizeof r->gemm_version, "%s", r->blas.version);
+        snprintf(r->gemm_kernel, sizeof r->gemm_kernel, "sgemm %s", r->blas.corename);
+    }
 }
 
 const char *run_record_peak_source(const struct run_record *r) {
@@ -17,6 +36,8 @@ const char *run_record_peak_source(const struct run_record *r) {
 void run_record_print(FILE *out, const struct run_record *r) {
     fprintf(out, "machine: %s (%s) | BLAS: %s %s (%s), kernel %s (%s)\n", r->cpu, isa_name(r->isa), r->blas.library,
             r->blas.version, r->blas.threading, r->blas.corename, isa_name(blas_kernel_isa(r->blas.corename)));
+    fprintf(out, "GEMMs: %s operands, fp32 accumulation | %s %s, kernel %s\n", dtype_name(r->gemm_dtype),
+            r->gemm_library, r->gemm_version, r->gemm_kernel);
     if (r->on_gpu) {
         const struct device_peak *g = &r->gpu_peak;
         fprintf(out, "gpu: %s | peak (MFU's): %.1f TFLOP/s per rank (%s) | measured cuBLAS GEMM 8192^3: bf16 %.1f "
@@ -71,6 +92,10 @@ void run_record_json(FILE *json, const struct run_record *r) {
     field(json, "blas_corename", r->blas.corename);
     field(json, "blas_kernel_isa", isa_name(blas_kernel_isa(r->blas.corename)));
     field(json, "blas_threading", r->blas.threading);
+    field(json, "gemm_dtype", dtype_name(r->gemm_dtype));
+    field(json, "gemm_library", r->gemm_library);
+    field(json, "gemm_version", r->gemm_version);
+    field(json, "gemm_kernel", r->gemm_kernel);
     fprintf(json, ",\"peak_flops\":%.6e", r->peak_flops);
     field(json, "peak_source", !r->peak_measured ? "config" : r->on_gpu && r->gpu_peak.spec_bf16 > 0 ? "data sheet" : "measured");
     if (r->on_gpu) {

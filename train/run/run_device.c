@@ -5,6 +5,9 @@
 
 #include <stdio.h>
 
+#include "machine.h"
+#include "onednn_gemms.h"
+
 void trainer_place(struct trainer *tr, const struct device_info *dev) {
     if (dev) tr->dev = *dev;
     else tr->dev = (struct device_info){.kind = DEVICE_CPU, .ordinal = -1, .name = "cpu"};
@@ -30,15 +33,30 @@ void trainer_sample_device_memory(struct trainer *tr) {
     tr->device_total = (double)total;
 }
 
+/* The CPU's bf16 GEMMs (oneDNN) when --gemm_dtype asks for them: bf16
+ * always (refused, naming what is missing, where the CPU cannot), auto
+ * where the params are bf16 and the CPU can. */
+static int open_cpu_kernels(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
+    const struct config *c = tr->cfg;
+    char flags[CPU_FLAGS_LEN];
+    machine_cpu_flags(flags, sizeof flags);
+    bool bf16 = c->gemm_dtype == GEMM_DTYPE_BF16 ||
+                (c->gemm_dtype == GEMM_DTYPE_AUTO && c->param_dtype == DTYPE_BF16 && !onednn_bf16_missing(flags));
+    tr->gemm_dtype = bf16 ? DTYPE_BF16 : DTYPE_FP32;
+    if (!bf16) return 0;
+    char e[DEVICE_ERR_LEN];
+    tr->flops.onednn = onednn_gemms_open(flags, e, sizeof e);
+    if (tr->flops.onednn) return 0;
+    snprintf(err, TRAINER_ERR_LEN, "--gemm_dtype bf16 on the %s: %s (use --gemm_dtype fp32 or auto)", tr->dev.name, e);
+    return -1;
+}
+
 int trainer_open_kernels(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     if (check_device_attention(tr, err) != 0) return -1;
-    bool bf16 = tr->cfg->gemm_dtype == DTYPE_BF16;
-    if (tr->space == MEM_HOST) {
-        if (!bf16) return 0;
-        snprintf(err, TRAINER_ERR_LEN, "--gemm_dtype bf16 on the %s: bf16 GEMMs need a GPU (--device cuda in the CUDA "
-                 "build); Debian's OpenBLAS has no bf16 GEMM, so the CPU's GEMMs are fp32", tr->dev.name);
-        return -1;
-    }
+    if (tr->space == MEM_HOST) return open_cpu_kernels(tr, err);
+    const struct config *c = tr->cfg; /* a GPU has tensor cores: auto follows the params */
+    bool bf16 = c->gemm_dtype == GEMM_DTYPE_BF16 || (c->gemm_dtype == GEMM_DTYPE_AUTO && c->param_dtype == DTYPE_BF16);
+    tr->gemm_dtype = bf16 ? DTYPE_BF16 : DTYPE_FP32;
     char e[DEVICE_ERR_LEN];
     tr->flops.kernels = device_kernels_open(&tr->dev, bf16, e, sizeof e);
     if (tr->flops.kernels) return 0;
@@ -49,4 +67,6 @@ int trainer_open_kernels(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
 void trainer_close_kernels(struct trainer *tr) {
     device_kernels_close(&tr->dev, tr->flops.kernels);
     tr->flops.kernels = NULL;
+    onednn_gemms_close(tr->flops.onednn);
+    tr->flops.onednn = NULL;
 }

@@ -129,6 +129,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
         return -1;
     }
     struct engine_options eo = trainer_engine_options(cfg);
+    eo.gemm_dtype = tr->gemm_dtype; /* --gemm_dtype auto resolved for this machine */
     eo.zero.hook = timeline_hook(&tr->timeline, &tr->engine);
     eo.slots = schedule_slots(cfg->schedule, grid->pp, grid->pp_rank, cfg->grad_accum);
     int v = lay.rank.n_chunks;

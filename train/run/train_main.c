@@ -231,6 +231,7 @@ int main(int argc, char **argv) {
     gather_stats(&tr, ranks);
     if (rank == 0) {
         run_record_describe_machine(&run);
+        run_record_describe_gemms(&run, &tr.flops, tr.gemm_dtype);
         print_banner(&cfg, &tr, &run);
         run_record_warn(stderr, &run);
         if (tr.json) run_record_json(tr.json, &run);

@@ -1,0 +1,60 @@
+/* The CPU's bf16 GEMMs (--gemm_dtype bf16 on the CPU): the layer GEMMs
+ * through oneDNN's matmul primitive with bf16 operands, fp32 accumulation
+ * and fp32 output, the same values as the CPU reference forms
+ * matmul_forward_bf16_cpu / matmul_backward_bf16_cpu (layers.h) up to the
+ * order of the fp32 sums. Implemented in model/cpu/matmul_onednn.c.
+ *
+ * A run opens one context (the trainer: trainer_open_kernels) and hangs it
+ * on its flop counter (counters.h: fc->onednn); the dispatch
+ * (model/layers_dispatch.c) then sends the host's matmul_forward/backward
+ * (and their _bf16 and _sliced forms) here. The context owns oneDNN's
+ * engine and stream, one primitive per GEMM shape (made at its first use,
+ * kept until close) and the bf16 scratch the fp32 operands are rounded
+ * into (nearest even, once per operand per call). Not thread-safe: one
+ * caller at a time, as the layers call it; oneDNN's own threads are the
+ * run's OpenMP threads (Debian's oneDNN is built on OpenMP). */
+#ifndef SHARDLAB_ONEDNN_GEMMS_H
+#define SHARDLAB_ONEDNN_GEMMS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "counters.h"
+#include "dtype.h"
+
+struct onednn_gemms;
+
+/* What this CPU lacks for bf16 GEMMs, in words, or NULL when it has them:
+ * `cpu_flags` is the flags line of /proc/cpuinfo (space-separated; it must
+ * name avx512_bf16 or amx_bf16), and oneDNN's own ISA (capped by the
+ * environment's DNNL_MAX_CPU_ISA) must reach avx512_core_bf16. The flags
+ * are an argument so a test can give any CPU's. */
+const char *onednn_bf16_missing(const char *cpu_flags);
+
+/* A run's context, or NULL with the reason in err (onednn_bf16_missing's,
+ * or oneDNN's failure). Close with onednn_gemms_close (NULL: nothing). */
+struct onednn_gemms *onednn_gemms_open(const char *cpu_flags, char *err, size_t err_len);
+void onednn_gemms_close(struct onednn_gemms *g);
+
+/* oneDNN's version ("2.6.3") and the kernel (implementation string) it
+ * chose for the run's GEMMs: the last primitive made, or at open a probe
+ * of 64 x 64 x 64 ("brg:avx512_core_bf16"). */
+void onednn_version_string(char *out, size_t n);
+const char *onednn_gemms_kernel(const struct onednn_gemms *g);
+/* Primitives made so far (one per shape and kind of GEMM: the tests check
+ * the cache holds them). */
+int onednn_gemms_cached(const struct onednn_gemms *g);
+
+/* The layer GEMMs of layers.h with fc->onednn's context: out = inp . W^T
+ * (+ bias); dinp = dout . W, dweight += dout^T . inp, dbias += the column
+ * sums of the rounded dout. inp is fp32 (rounded here) or bf16 (the _bf16
+ * forms: the model's saved bf16 copy, used as it is). oneDNN's sizes are
+ * 64-bit: no slices. FLOPs and time as gemm_counted's (fc->gemm,
+ * fc->gemm_seconds), N*OC to fc->other per bias. */
+void matmul_forward_onednn(float *out, const float *inp, const bf16 *inp_bf16, const float *weight, const float *bias,
+                           int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
+void matmul_backward_onednn(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                            const bf16 *inp_bf16, const float *weight, int64_t N, int64_t C, int64_t OC,
+                            struct flop_counter *fc);
+
+#endif
