@@ -79,8 +79,9 @@ check-deps: $(LIB_OBJ) $(MAIN_SRC:%.c=$(BUILD)/obj/%.o)
 	@tests/check_deps_selftest.sh
 	@tests/check_deps.sh $(BUILD)/obj
 
-# Unit tests, one binary per tests/test_*.c, then the multi-rank tests.
-unit-test: deps $(PROGRAMS) $(TESTS)
+# Unit tests, one binary per tests/test_*.c (some train on the bundled
+# corpus: data), then the multi-rank tests.
+unit-test: deps $(PROGRAMS) $(TESTS) data
 	@set -e; for t in $(TESTS); do echo "== $$t"; $$t; done
 
 # Each multi-rank test on 2, 3 and 4 ranks (tests/run_mpi.sh).
