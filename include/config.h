@@ -96,6 +96,7 @@ struct config {
     int threads;
     double peak_flops;
     bool force;            /* go on when the memory check says the run will not fit */
+    bool gpu_unverified;   /* run the CUDA build's GPU path although its sources have not passed on a GPU */
 };
 
 /* The MLP's width F: ffn_dim, or 4 d_model where it is 0 (mlp_width). */

@@ -30,6 +30,7 @@ struct device_info {
     int count;                  /* CUDA devices visible on the host (0 on the CPU build) */
     size_t total_bytes;         /* the GPU's memory (0 on the CPU) */
     char name[DEVICE_NAME_LEN]; /* "cpu", or the GPU's name */
+    bool unverified;            /* a GPU running sources that have not passed on a GPU (device_open) */
 };
 
 static inline const char *device_kind_name(enum device_kind k) {
@@ -40,8 +41,11 @@ static inline const char *device_kind_name(enum device_kind k) {
 bool device_build_has_cuda(void);
 
 /* Resolves `want` (above), selects this rank's GPU when it is cuda, and
- * fills d. 0, or -1 with a message in err. Local: no collective. */
-int device_open(enum device_kind want, struct device_info *d, char *err, size_t err_len);
+ * fills d. 0, or -1 with a message in err. Local: no collective. The GPU
+ * path runs only when its sources are the ones that last passed on a GPU
+ * (tests/cuda/gpu_sources.sh, built into the CUDA build) or when
+ * allow_unverified says to run them anyway (d->unverified then). */
+int device_open(enum device_kind want, bool allow_unverified, struct device_info *d, char *err, size_t err_len);
 
 /* On a CUDA device: t's MEM_DEVICE space allocates with cudaMalloc (zero
  * filled) and frees with cudaFree; a failed cudaMalloc is a recorded

@@ -6,6 +6,11 @@
 #include <stdio.h>
 
 #ifdef SHARDLAB_CUDA
+/* 1 when the GPU path's sources are the ones that last passed on a GPU:
+ * the Makefile asks tests/cuda/gpu_sources.sh when it builds this file. */
+#ifndef SHARDLAB_GPU_VERIFIED
+#error "the CUDA build passes -DSHARDLAB_GPU_VERIFIED (the Makefile)"
+#endif
 #include "cuda/cuda_device.h"
 #include "cuda/flash_attention.h"
 #include "kernel_timing.h"
@@ -24,12 +29,22 @@ static void open_cpu(struct device_info *d) {
     snprintf(d->name, sizeof d->name, "cpu");
 }
 
-int device_open(enum device_kind want, struct device_info *d, char *err, size_t err_len) {
+int device_open(enum device_kind want, bool allow_unverified, struct device_info *d, char *err, size_t err_len) {
     open_cpu(d);
     if (want == DEVICE_CPU) return 0;
 #ifdef SHARDLAB_CUDA
-    return cuda_device_open(want == DEVICE_CUDA, d, err, err_len);
+    if (cuda_device_open(want == DEVICE_CUDA, d, err, err_len) != 0) return -1;
+    if (d->kind != DEVICE_CUDA || SHARDLAB_GPU_VERIFIED) return 0;
+    if (!allow_unverified) {
+        snprintf(err, err_len, "the GPU path's sources have changed since they last passed on a GPU "
+                               "(tests/cuda/gpu_sources.sh against tests/cuda/gpu_verified.txt): they are compiled, "
+                               "not verified. --gpu_unverified 1 runs them anyway; --device cpu runs on the CPU");
+        return -1;
+    }
+    d->unverified = true;
+    return 0;
 #else
+    (void)allow_unverified;
     if (want == DEVICE_CUDA) {
         snprintf(err, err_len, "--device cuda: this is the CPU build, without CUDA support (build it with make cuda: "
                                "docs/GPU.md)");

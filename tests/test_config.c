@@ -151,12 +151,12 @@ static void test_device_key(void **state) {
     struct device_info d;
     char derr[DEVICE_ERR_LEN] = "";
     assert_false(device_build_has_cuda());
-    assert_int_equal(device_open(DEVICE_AUTO, &d, derr, sizeof derr), 0);
+    assert_int_equal(device_open(DEVICE_AUTO, false, &d, derr, sizeof derr), 0);
     assert_int_equal(d.kind, DEVICE_CPU);
-    assert_int_equal(device_open(DEVICE_CUDA, &d, derr, sizeof derr), -1);
+    assert_int_equal(device_open(DEVICE_CUDA, false, &d, derr, sizeof derr), -1);
     assert_non_null(strstr(derr, "without CUDA support"));
     size_t used = 1, total = 1;
-    assert_int_equal(device_open(DEVICE_CPU, &d, derr, sizeof derr), 0);
+    assert_int_equal(device_open(DEVICE_CPU, false, &d, derr, sizeof derr), 0);
     assert_int_equal(device_memory_used(&d, &used, &total, derr, sizeof derr), -1);
     assert_int_equal(used, 0);
 }

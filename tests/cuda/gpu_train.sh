@@ -46,7 +46,7 @@ steps=${3:-50}
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d /tmp/shardlab_gpu_train_XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-probe=$("$gpu/train" --config configs/tiny.conf --device cuda --steps 1 --val_every 0 --sample_tokens 0 2>&1)
+probe=$("$gpu/train" --config configs/tiny.conf --device cuda --gpu_unverified 1 --steps 1 --val_every 0 --sample_tokens 0 2>&1)
 if grep -q "no CUDA device" <<<"$probe"; then
     echo "gpu_train: skipped: no CUDA device"
     exit 0
@@ -88,13 +88,13 @@ parts=" ${GPU_TRAIN_PARTS:-builds ranks pp dp-pp checkpoints} "
 part() { [[ "$parts" == *" $1 "* ]]; }
 if part builds; then
 run cpu32 "$cpu/train" "${base[@]}" "${fp32[@]}" --threads "$threads" || fails=$((fails + 1))
-run gpu32 "$gpu/train" "${base[@]}" "${fp32[@]}" --device cuda || fails=$((fails + 1))
+run gpu32 "$gpu/train" "${base[@]}" "${fp32[@]}" --device cuda --gpu_unverified 1 || fails=$((fails + 1))
 compare cpu32 gpu32 1e-4 1e-5 "GPU vs CPU build, fp32" || fails=$((fails + 1))
 run cpu16 "$cpu/train" "${base[@]}" --threads "$threads" || fails=$((fails + 1))
-run gpu16 "$gpu/train" "${base[@]}" --device cuda || fails=$((fails + 1))
+run gpu16 "$gpu/train" "${base[@]}" --device cuda --gpu_unverified 1 || fails=$((fails + 1))
 compare cpu16 gpu16 2e-2 1e-2 "GPU vs CPU build, bf16 params/grads/activations" || fails=$((fails + 1))
 run cpuflash "$cpu/train" "${base[@]}" "${fp32[@]}" --attention flash --threads "$threads" || fails=$((fails + 1))
-run gpuflash "$gpu/train" "${base[@]}" "${fp32[@]}" --attention flash --device cuda || fails=$((fails + 1))
+run gpuflash "$gpu/train" "${base[@]}" "${fp32[@]}" --attention flash --device cuda --gpu_unverified 1 || fails=$((fails + 1))
 compare cpuflash gpuflash 2e-2 1e-2 "GPU vs CPU build, --attention flash (GPU: bf16 operands), fp32 otherwise" ||
     fails=$((fails + 1))
 grep -E "attn GEMMs|activations " "$tmp/gpuflash.out" | head -3
@@ -106,14 +106,14 @@ fi
 mpi=(mpirun --oversubscribe --allow-run-as-root -np 2 "$here/one_gpu_rank.sh")
 short=(--steps 20)
 if part ranks; then
-run one "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" --device cuda --grad_accum 2 || fails=$((fails + 1))
+run one "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" --device cuda --gpu_unverified 1 --grad_accum 2 || fails=$((fails + 1))
 for z in 0 1 2 3; do
-    run "zero$z" "${mpi[@]}" "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" --device cuda --zero "$z" ||
+    run "zero$z" "${mpi[@]}" "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" --device cuda --gpu_unverified 1 --zero "$z" ||
         { fails=$((fails + 1)); continue; }
     compare one "zero$z" 1e-5 1e-5 "2 ranks on one GPU (NCCL), ZeRO-$z, vs 1 GPU rank" || fails=$((fails + 1))
 done
-run onetp "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" --device cuda || fails=$((fails + 1))
-run tp2 "${mpi[@]}" "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" --device cuda --tp 2 --sequence_parallel 1 ||
+run onetp "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" --device cuda --gpu_unverified 1 || fails=$((fails + 1))
+run tp2 "${mpi[@]}" "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" --device cuda --gpu_unverified 1 --tp 2 --sequence_parallel 1 ||
     fails=$((fails + 1))
 compare onetp tp2 1e-5 1e-5 "tp 2 + sequence parallel on one GPU (NCCL) vs 1 GPU rank" || fails=$((fails + 1))
 fi
@@ -123,11 +123,11 @@ fi
 # 2 a stage, or 1 a chunk with 2 chunks a stage)
 pp=(--grad_accum 4 --val_every 10 --val_batches 2)
 if part pp; then
-run onepp "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" "${pp[@]}" --device cuda || fails=$((fails + 1))
+run onepp "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" "${pp[@]}" --device cuda --gpu_unverified 1 || fails=$((fails + 1))
 for s in gpipe 1f1b interleaved; do
     chunks=(--virtual_stages 1)
     [ "$s" = interleaved ] && chunks=(--virtual_stages 2)
-    run "pp2_$s" "${mpi[@]}" "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" "${pp[@]}" --device cuda \
+    run "pp2_$s" "${mpi[@]}" "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" "${pp[@]}" --device cuda --gpu_unverified 1 \
         --pp 2 --schedule "$s" "${chunks[@]}" || { fails=$((fails + 1)); continue; }
     compare onepp "pp2_$s" 1e-5 1e-5 "pp 2, $s, on one GPU (NCCL links) vs 1 GPU rank" || fails=$((fails + 1))
 done
@@ -136,9 +136,9 @@ fi
 # takes grad_accum 8 (the same samples)
 mpi4=(mpirun --oversubscribe --allow-run-as-root -np 4 "$here/one_gpu_rank.sh")
 if part dp-pp; then
-run onepp8 "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" "${pp[@]}" --grad_accum 8 --device cuda ||
+run onepp8 "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" "${pp[@]}" --grad_accum 8 --device cuda --gpu_unverified 1 ||
     fails=$((fails + 1))
-run dp2pp2 "${mpi4[@]}" "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" "${pp[@]}" --device cuda --pp 2 ||
+run dp2pp2 "${mpi4[@]}" "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" "${pp[@]}" --device cuda --gpu_unverified 1 --pp 2 ||
     fails=$((fails + 1))
 compare onepp8 dp2pp2 1e-5 1e-5 "dp 2 x pp 2 (1f1b) on one GPU (NCCL) vs 1 GPU rank" || fails=$((fails + 1))
 fi
@@ -174,17 +174,17 @@ resume_case() { # name, label, launcher and program words...: 20 straight, 10 + 
     same_file "$tmp/$name.s.state" "$tmp/$name.r.state" "$label: step-20 state byte-equal" || return 1
 }
 if part checkpoints; then
-resume_case ck1 "1 GPU rank, bf16 params" "$gpu/train" --device cuda || fails=$((fails + 1))
+resume_case ck1 "1 GPU rank, bf16 params" "$gpu/train" --device cuda --gpu_unverified 1 || fails=$((fails + 1))
 # b. model files between the builds
 run ck_cpu "$cpu/train" "${ck[@]}" --steps 10 --threads "$threads" --save "$tmp/ck_cpu.bin" || fails=$((fails + 1))
 run ck_g2c "$cpu/train" "${ck[@]}" --steps 0 --threads "$threads" --init_from "$tmp/ck1.s.bin" \
     --save "$tmp/ck_g2c.bin" || fails=$((fails + 1))
 same_file "$tmp/ck1.s.bin" "$tmp/ck_g2c.bin" "GPU model file loaded and saved by the CPU build" || fails=$((fails + 1))
-run ck_c2g "$gpu/train" "${ck[@]}" --steps 0 --device cuda --init_from "$tmp/ck_cpu.bin" \
+run ck_c2g "$gpu/train" "${ck[@]}" --steps 0 --device cuda --gpu_unverified 1 --init_from "$tmp/ck_cpu.bin" \
     --save "$tmp/ck_c2g.bin" || fails=$((fails + 1))
 same_file "$tmp/ck_cpu.bin" "$tmp/ck_c2g.bin" "CPU model file loaded and saved on the GPU" || fails=$((fails + 1))
 run ck_g1c "$cpu/train" "${ck[@]}" --steps 1 --threads "$threads" --init_from "$tmp/ck1.s.bin" || fails=$((fails + 1))
-run ck_g1g "$gpu/train" "${ck[@]}" --steps 1 --device cuda --init_from "$tmp/ck1.s.bin" || fails=$((fails + 1))
+run ck_g1g "$gpu/train" "${ck[@]}" --steps 1 --device cuda --gpu_unverified 1 --init_from "$tmp/ck1.s.bin" || fails=$((fails + 1))
 python3 - "$tmp/ck_g1c.json" "$tmp/ck_g1g.json" <<'PY' || fails=$((fails + 1))
 import json, sys
 c, g = ([r for r in map(json.loads, open(p)) if r.get("type") == "step"] for p in sys.argv[1:3])
@@ -195,14 +195,14 @@ print(f"{'ok' if ok else '!!'} step 1 from the GPU's model file: CPU build {c[0]
 sys.exit(0 if ok else 1)
 PY
 # c. 2 ranks on the GPU, ZeRO-3, 8-bit states
-resume_case ck2 "2 ranks on one GPU, ZeRO-3, adamw8bit" "${mpi[@]}" "$gpu/train" --device cuda --zero 3 \
+resume_case ck2 "2 ranks on one GPU, ZeRO-3, adamw8bit" "${mpi[@]}" "$gpu/train" --device cuda --gpu_unverified 1 --zero 3 \
     --optimizer adamw8bit --param_dtype fp32 --grad_dtype fp32 --act_dtype fp32 || fails=$((fails + 1))
 if grep -q "8-bit states: loaded as saved (bit-exact)" "$tmp/ck2.r.out"; then echo "ok 8-bit states loaded as saved"
 else echo "!! 8-bit states not loaded as saved:"; grep "8-bit" "$tmp/ck2.r.out"; fails=$((fails + 1)); fi
 # d. a stop signal on the GPU
 stop_case() {
     # not under timeout: the signal goes to the trainer itself
-    "$gpu/train" "${ck[@]}" --device cuda --steps 1000000 --save "$tmp/stop.bin" \
+    "$gpu/train" "${ck[@]}" --device cuda --gpu_unverified 1 --steps 1000000 --save "$tmp/stop.bin" \
         --log_json "$tmp/stop.json" >"$tmp/stop.out" 2>&1 &
     local job=$! k K rc
     for _ in $(seq 1 600); do grep -q '^step' "$tmp/stop.out" 2>/dev/null && break; sleep 0.1; done
@@ -217,9 +217,9 @@ stop_case() {
     k=$(grep -c '"type":"step"' "$tmp/stop.json")
     K=$((k + 5))
     echo "ok SIGTERM on the GPU: exit 3 after step $k, resume state written"
-    run stop.r "$gpu/train" "${ck[@]}" --device cuda --steps $K --resume "$tmp/stop.bin.state" \
+    run stop.r "$gpu/train" "${ck[@]}" --device cuda --gpu_unverified 1 --steps $K --resume "$tmp/stop.bin.state" \
         --save "$tmp/stop.r.bin" || return 1
-    run stop.s "$gpu/train" "${ck[@]}" --device cuda --steps $K --save "$tmp/stop.s.bin" || return 1
+    run stop.s "$gpu/train" "${ck[@]}" --device cuda --gpu_unverified 1 --steps $K --save "$tmp/stop.s.bin" || return 1
     same_steps stop.s stop.r "the stop state resumed to step $K" || return 1
     same_file "$tmp/stop.s.bin" "$tmp/stop.r.bin" "the stop state: model file at step $K byte-equal" || return 1
 }

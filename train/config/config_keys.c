@@ -95,6 +95,7 @@ static const struct key KEYS[] = {
     {"device", KEY_CHOICE, F(device), "auto", "where the model runs: cpu, or cuda (one GPU per rank by local rank; the CUDA build only, make cuda: docs/GPU.md); auto: cuda in the CUDA build when a GPU is present, else cpu", .choices = {"auto", "cpu", "cuda"}},
     {"threads", KEY_INT, F(threads), "2", "threads for BLAS and the elementwise kernels", NUM(1, 1024)},
     {"peak_flops", KEY_DOUBLE, F(peak_flops), "0", "peak FLOP/s for MFU; 0: measure at start-up", NUM(0, 1e30)},
+    {"gpu_unverified", KEY_BOOL, F(gpu_unverified), "0", "1: the CUDA build runs its GPU path on a GPU although those sources have not passed make cuda-test and gpu_train.sh on a GPU since they changed (tests/cuda/gpu_verified.txt); the banner says UNVERIFIED. 0: such a build refuses --device cuda and auto on a GPU", NUM(0, 1)},
     {"force", KEY_BOOL, F(force), "0", "1: allocate even when the memory check (theory + libraries vs MemAvailable and the cgroup limit) says the run will not fit; a warning instead of the refusal", NUM(0, 1)},
 };
 

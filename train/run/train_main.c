@@ -154,7 +154,7 @@ static struct mem_timeline *gather_timelines(const struct trainer *tr, int rank,
  * groups then move to NCCL (train/run/run_device_grid.h). */
 static int open_device(const struct config *cfg, struct device_info *dev, struct grid *grid,
                        char err[TRAINER_ERR_LEN]) {
-    int ok = device_open(cfg->device, dev, err, TRAINER_ERR_LEN) == 0, all = 0;
+    int ok = device_open(cfg->device, cfg->gpu_unverified, dev, err, TRAINER_ERR_LEN) == 0, all = 0;
     MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (!all) {
         if (ok) snprintf(err, TRAINER_ERR_LEN, "another rank failed opening its device");
@@ -214,7 +214,8 @@ int main(int argc, char **argv) {
     struct run_record run = {.world_size = world, .threads = cfg.threads, .peak_measured = !(cfg.peak_flops > 0)};
     if (tr.space == MEM_DEVICE) { /* MFU against the GPU: its data sheet's dense bf16 peak */
         run.on_gpu = true;
-        snprintf(run.gpu, sizeof run.gpu, "%s", dev.name);
+        /* sources not passed on a GPU (--gpu_unverified 1): the banner and the record say so */
+        snprintf(run.gpu, sizeof run.gpu, "%s%s", dev.name, dev.unverified ? " UNVERIFIED" : "");
         char perr[DEVICE_ERR_LEN];
         if (device_measure_peak(&dev, &run.gpu_peak, perr, sizeof perr) != 0 && rank == 0)
             fprintf(stderr, "warning: %s\n", perr);
