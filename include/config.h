@@ -134,12 +134,12 @@ int config_warnings(const struct config *c, FILE *out);
 void config_print_help(FILE *f, const char *program, bool planner_keys);
 /* Every key with its value, one per line, in config-file form. */
 void config_print(FILE *f, const struct config *c);
-/* The keys, by index in the key table, and a 64-bit hash (FNV-1a) of each
+/* The keys, by index in the key table, and a checksum (CRC32C) of each
  * key's value as config_print writes it: ranks compare their
  * configurations key by key (train/run/train_main.c). */
 int config_num_keys(void);
 const char *config_key_name(int i);
-uint64_t config_key_hash(const struct config *c, int i);
+uint32_t config_key_hash(const struct config *c, int i);
 
 /* The model's shape and the engine's options, from a configuration (train/config/config_model.c). */
 struct model_shape trainer_model_shape(const struct config *c);

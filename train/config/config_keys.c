@@ -1,4 +1,5 @@
 #include "config.h"
+#include "crc32c.h"
 #include "fileio.h"
 
 #include <errno.h>
@@ -434,10 +435,8 @@ int config_num_keys(void) { return NUM_KEYS; }
 
 const char *config_key_name(int i) { return KEYS[i].name; }
 
-uint64_t config_key_hash(const struct config *c, int i) {
+uint32_t config_key_hash(const struct config *c, int i) {
     char v[CONFIG_PATH_LEN + 32];
     format_value(c, &KEYS[i], v, sizeof v);
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a, 64-bit */
-    for (const unsigned char *p = (const unsigned char *)v; *p; p++) h = (h ^ *p) * 0x100000001b3ull;
-    return h;
+    return crc32c(0, v, strlen(v));
 }

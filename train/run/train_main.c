@@ -56,7 +56,7 @@ static int fail(int rank, int world, const char *msg) {
 }
 
 /* Every rank parsed its arguments (mpirun's "A : B" form starts ranks with
- * different ones) and all run one configuration: each key's value hashed,
+ * different ones) and all run one configuration: each key's value checksummed (CRC32C),
  * the min and max of every hash over the world; a key whose min and max
  * differ is named, on every rank, before anything is opened. */
 static int agree_config(const struct config *c, int mine, char err[TRAINER_ERR_LEN]) {
@@ -67,11 +67,11 @@ static int agree_config(const struct config *c, int mine, char err[TRAINER_ERR_L
         return -1;
     }
     int n = config_num_keys();
-    uint64_t *h = malloc(3 * (size_t)n * sizeof *h), *lo = h + n, *hi = h + 2 * n;
+    uint32_t *h = malloc(3 * (size_t)n * sizeof *h), *lo = h + n, *hi = h + 2 * n;
     if (!h) MPI_Abort(MPI_COMM_WORLD, 1); /* a few hundred bytes */
     for (int i = 0; i < n; i++) h[i] = config_key_hash(c, i);
-    MPI_Allreduce(h, lo, n, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(h, hi, n, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(h, lo, n, MPI_UINT32_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(h, hi, n, MPI_UINT32_T, MPI_MAX, MPI_COMM_WORLD);
     size_t used = 0;
     for (int i = 0; i < n && used + 64 < TRAINER_ERR_LEN; i++)
         if (lo[i] != hi[i])
