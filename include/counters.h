@@ -9,12 +9,13 @@
 #include "mem_space.h"
 
 /* Where a step's kernel time goes, kernel kind by kind (the report's
- * kernel table). The CUDA build's dispatch (model/layers_dispatch.c,
+ * kernel table). The dispatch (model/layers_dispatch.c,
  * optim/optim_dispatch.c) times every layers.h and update-rule call on
  * either memory space: a layers.h call on the device by CUDA events around
  * its kernels (include/kernel_timing.h: it does not synchronize), an update
- * rule and a host call by the clock (they return finished). The CPU build
- * leaves the table at 0 (its kernels are timed as a whole: gemm_seconds). */
+ * rule and a host call by the clock (they return finished). The dtype
+ * conversion passes (include/conversions.h) add their time and the bytes
+ * they read and write: the cost of keeping values in two dtypes. */
 enum kernel_kind {
     KERNEL_EMBEDDING,      /* token and position rows, forward and backward */
     KERNEL_LAYERNORM_FWD,
@@ -28,6 +29,10 @@ enum kernel_kind {
     KERNEL_RESIDUAL,       /* residual adds and row-parallel bias adds */
     KERNEL_CROSSENTROPY,   /* fused, or the vocabulary-parallel passes */
     KERNEL_OPTIMIZER,      /* the update rules */
+    KERNEL_WIDEN,          /* conversion passes: bf16 -> fp32 copies */
+    KERNEL_NARROW,         /* fp32 -> bf16 copies (a GEMM's rounded operands included) */
+    KERNEL_ROUND,          /* fp32 rounded to bf16 in place, with or without a bf16 copy */
+    KERNEL_ACCUMULATE,     /* an fp32 sum added into bf16 (gradients rounded once) */
     KERNEL_NUM_KINDS
 };
 
@@ -39,12 +44,15 @@ static inline const char *kernel_kind_name(enum kernel_kind k) {
         [KERNEL_ATTENTION_FWD] = "attention forward", [KERNEL_ATTENTION_BWD] = "attention backward",
         [KERNEL_GELU] = "gelu",                     [KERNEL_RESIDUAL] = "residual, bias add",
         [KERNEL_CROSSENTROPY] = "cross-entropy",    [KERNEL_OPTIMIZER] = "optimizer update",
+        [KERNEL_WIDEN] = "widen bf16->fp32",        [KERNEL_NARROW] = "narrow fp32->bf16",
+        [KERNEL_ROUND] = "round to bf16",           [KERNEL_ACCUMULATE] = "accumulate into bf16",
     };
     return (unsigned)k < KERNEL_NUM_KINDS ? names[k] : "?";
 }
 
 struct kernel_time {
     double seconds, calls;
+    double bytes; /* the conversion passes: bytes read plus bytes written */
 };
 
 /* The CUDA build's per-run kernel context (model/cuda/kernel_context.h):
@@ -78,7 +86,7 @@ struct flop_counter {
      * counter's from the run's space; one made on the spot ({0}) is the
      * host's. */
     enum mem_space space;
-    struct kernel_time profile[KERNEL_NUM_KINDS]; /* the CUDA build's dispatch: time per kernel kind */
+    struct kernel_time profile[KERNEL_NUM_KINDS]; /* the dispatch's time per kernel kind */
 };
 
 /* A monotonic clock for the profile, in seconds. */

@@ -1,9 +1,12 @@
 /* The GPT-2 model as math plus activation memory, for the units one rank
  * holds (include/layout.h). It owns no parameters: every per-unit function
- * takes fp32 views of that unit's weights (and gradient accumulators),
- * which the engine provides (widened from bf16, gathered from shards, or
- * the fp32 params themselves). That keeps this file free of precision
- * plumbing and of any parallel code.
+ * takes that unit's weights (and fp32 gradient accumulators), which the
+ * engine provides (gathered from shards): fp32 views (widened from bf16,
+ * or the fp32 params themselves), or on the CPU with bf16 params and bf16
+ * GEMMs the bf16 params as they are beside fp32 views of the unit's
+ * vectors (struct operand, layers.h: the GEMM weights and the embedding
+ * table are read as bf16, nothing widened only to be rounded back). That
+ * keeps this file free of parallel code.
  *
  * Saved activations live in micro-batch slots: a slot holds everything one
  * micro-batch's forward leaves for its backward, so a pipeline schedule can
@@ -48,6 +51,7 @@
 #include "collectives.h"
 #include "counters.h"
 #include "dtype.h"
+#include "layers.h"
 #include "layout.h"
 #include "mem.h"
 
@@ -199,25 +203,26 @@ void gpt_set_gemm_dtype(struct gpt *m, enum dtype gemm_dtype);
 int gpt_chunk_slot(const struct gpt *m, int chunk, int k);
 
 /* inputs: (B,T) token ids, copied into the slot. */
-void gpt_embed_forward(struct gpt *m, int slot, const float *w_embed, const int32_t *inputs);
+void gpt_embed_forward(struct gpt *m, int slot, struct operand w_embed, const int32_t *inputs);
 /* The slot's incoming / outgoing activation: gpt_stage_numel values in
  * act_dtype, (B,T,C), or this rank's (B,T/tp,C) with sequence parallelism. */
 size_t gpt_stage_numel(const struct gpt *m);
 void *gpt_stage_input(struct gpt *m, int slot);
 void *gpt_stage_output(struct gpt *m, int slot);
-void gpt_layer_forward(struct gpt *m, int slot, int l, const float *w);
+void gpt_layer_forward(struct gpt *m, int slot, int l, struct operand w);
 /* Final LayerNorm, tied LM head (wte: the embedding's or the head's copy),
  * cross-entropy. Returns the mean loss over B*T tokens. With dloss != 0
  * the logits become dlogits (scaled by dloss). */
-float gpt_head_forward(struct gpt *m, int slot, const float *w_head, const float *wte, const int32_t *targets,
+float gpt_head_forward(struct gpt *m, int slot, struct operand w_head, struct operand wte, const int32_t *targets,
                        float dloss);
 /* dwte: where wte's gradient accumulates (the embedding's or the copy's). */
-void gpt_head_backward(struct gpt *m, int slot, const float *w_head, const float *wte, float *dw_head, float *dwte);
+void gpt_head_backward(struct gpt *m, int slot, struct operand w_head, struct operand wte, float *dw_head,
+                       float *dwte);
 /* The gradient of the residual stream, gpt_stage_numel fp32: the incoming gradient
  * of a stage that is not the last, the outgoing one after its first layer's
  * backward. */
 float *gpt_stage_grad(struct gpt *m);
-void gpt_layer_backward(struct gpt *m, int slot, int l, const float *w, float *dw);
+void gpt_layer_backward(struct gpt *m, int slot, int l, struct operand w, float *dw);
 void gpt_embed_backward(struct gpt *m, int slot, float *dw_embed);
 
 /* After gpt_head_forward with dloss = 0: the logits (Vp floats, V valid) of

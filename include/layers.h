@@ -116,6 +116,32 @@ void matmul_forward_bf16(float *out, const bf16 *inp, const float *weight, const
 void matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
                           const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
 
+/* A read-only operand of the host's bf16 GEMMs and the embedding lookup,
+ * in one of two dtypes: bf16 (b16: read as it is) or fp32 (f32, b16 NULL:
+ * a bf16 GEMM rounds it per call, to nearest even). On the CPU with bf16
+ * params and --gemm_dtype bf16 the engine hands the model its bf16 params
+ * (parallel/engine.c), and the model its saved bf16 activations, so
+ * nothing is widened to fp32 only to be rounded back. */
+struct operand {
+    const float *f32;
+    const bf16 *b16;
+};
+
+/* The layer GEMMs on operands of either dtype, host memory only (the GPU
+ * keeps its verified path: the _bf16 forms above on widened weights): the
+ * values of matmul_forward_bf16 / matmul_backward_bf16 with the same
+ * rounded operands, through the run's oneDNN context (fc->onednn), or
+ * without one the CPU's reference (temporaries, sgemm). dout is fp32 and
+ * rounded once per call; dbias sums the rounded dout. */
+void matmul_forward_mixed(float *out, struct operand inp, struct operand weight, const float *bias, int64_t N,
+                          int64_t C, int64_t OC, struct flop_counter *fc);
+void matmul_backward_mixed(float *dinp, float *dweight, float *dbias, const float *dout, struct operand inp,
+                           struct operand weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
+/* embedding_rows_forward from a bf16 table (exact: each row widened as it
+ * is copied), host memory only. */
+void embedding_rows_forward_bf16(float *out, const int32_t *inp, const bf16 *wte, int64_t v0, int64_t rows,
+                                 int64_t BT, int64_t C, struct flop_counter *fc);
+
 /* out (N,OC) += bias: a row-parallel layer adds its (replicated) bias once,
  * after the partial outputs were summed. matmul_forward with a bias is the
  * GEMM, then exactly this loop, so the two orders give the same bits. */
@@ -267,6 +293,12 @@ void matmul_forward_bf16_cpu(float *out, const bf16 *inp, const float *weight, c
                              int64_t C, int64_t OC, struct flop_counter *fc);
 void matmul_backward_bf16_cpu(float *dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
                               const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
+void matmul_forward_mixed_cpu(float *out, struct operand inp, struct operand weight, const float *bias, int64_t N,
+                              int64_t C, int64_t OC, struct flop_counter *fc);
+void matmul_backward_mixed_cpu(float *dinp, float *dweight, float *dbias, const float *dout, struct operand inp,
+                               struct operand weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
+void embedding_rows_forward_bf16_cpu(float *out, const int32_t *inp, const bf16 *wte, int64_t v0, int64_t rows,
+                                     int64_t BT, int64_t C, struct flop_counter *fc);
 void bias_add_cpu(float *out, const float *bias, int64_t N, int64_t OC, struct flop_counter *fc);
 void gelu_forward_cpu(float *out, const float *inp, int64_t n, struct flop_counter *fc);
 void gelu_backward_cpu(float *dinp, const float *inp, const float *dout, int64_t n, struct flop_counter *fc);

@@ -21,6 +21,7 @@
 
 #include "counters.h"
 #include "dtype.h"
+#include "layers.h"
 
 struct onednn_gemms;
 
@@ -47,14 +48,14 @@ int onednn_gemms_cached(const struct onednn_gemms *g);
 
 /* The layer GEMMs of layers.h with fc->onednn's context: out = inp . W^T
  * (+ bias); dinp = dout . W, dweight += dout^T . inp, dbias += the column
- * sums of the rounded dout. inp is fp32 (rounded here) or bf16 (the _bf16
- * forms: the model's saved bf16 copy, used as it is). oneDNN's sizes are
- * 64-bit: no slices. FLOPs and time as gemm_counted's (fc->gemm,
+ * sums of the rounded dout. An operand given as fp32 is rounded here (into
+ * the context's scratch), one given as bf16 is used as it is (the model's
+ * saved activation, the engine's bf16 params). oneDNN's sizes are 64-bit:
+ * no slices. FLOPs and time as gemm_counted's (fc->gemm,
  * fc->gemm_seconds), N*OC to fc->other per bias. */
-void matmul_forward_onednn(float *out, const float *inp, const bf16 *inp_bf16, const float *weight, const float *bias,
-                           int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
-void matmul_backward_onednn(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                            const bf16 *inp_bf16, const float *weight, int64_t N, int64_t C, int64_t OC,
-                            struct flop_counter *fc);
+void matmul_forward_onednn(float *out, struct operand inp, struct operand weight, const float *bias, int64_t N,
+                           int64_t C, int64_t OC, struct flop_counter *fc);
+void matmul_backward_onednn(float *dinp, float *dweight, float *dbias, const float *dout, struct operand inp,
+                            struct operand weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
 
 #endif

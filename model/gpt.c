@@ -38,6 +38,7 @@
 #include <stddef.h>
 
 #include "bufops.h"
+#include "conversions.h"
 #include "layers.h"
 #include "tensor_parallel/tp.h"
 
@@ -88,14 +89,13 @@ static size_t layer_act_total(const struct gpt *m) { return act_offset(m, ACT_NU
 
 static bool acts_bf16(const struct gpt *m) { return m->act_dtype == DTYPE_BF16; }
 
-static void widen(const struct gpt *m, float *dst, const bf16 *src, size_t n) { buf_widen(m->space, dst, src, n); }
+static void widen(const struct gpt *m, float *dst, const bf16 *src, size_t n) { conv_widen(m->flops, dst, src, n); }
 
 /* Rounds a just-computed saved tensor p (n values) to what act_dtype can
  * hold; with a bf16 store (NULL: none) also writes it there. */
 static void round_saved(const struct gpt *m, float *p, size_t n, bf16 *store) {
     if (!acts_bf16(m)) return;
-    if (store) buf_round_narrow(m->space, store, p, n);
-    else buf_round_bf16(m->space, p, n);
+    conv_round(m->flops, p, store, n);
 }
 
 /* Whether the layer GEMMs read their saved inputs from the bf16 store
@@ -122,7 +122,7 @@ static bool backward_reads_store(enum layer_act a) {
  * GEMM input the GEMM reads from the store is only kept (its fp32 view is
  * not read again). */
 static void round_act(const struct gpt *m, struct layer_view *v, enum layer_act a, size_t n) {
-    if (gemm_reads_store(m) && gemm_input(a)) buf_narrow(m->space, v->store[a], v->act[a], n);
+    if (gemm_reads_store(m) && gemm_input(a)) conv_narrow(m->flops, v->store[a], v->act[a], n);
     else round_saved(m, v->act[a], n, v->store[a]);
 }
 
@@ -297,21 +297,58 @@ void gpt_free(struct gpt *m, struct mem_tracker *mem) {
     *m = (struct gpt){0};
 }
 
-static const float *wt(const struct gpt *m, const float *w, enum layer_tensor t) {
-    return w + m->lay->layer_offset[t];
+/* Tensor t of a unit's weights: fp32 (the unit's vectors always; its
+ * GEMM weights when the engine widened them), or as a GEMM operand: the
+ * bf16 params as they are when the engine hands them over (w.b16), else
+ * the fp32 values. */
+static struct operand operand_at(struct operand w, size_t off) {
+    return w.b16 ? (struct operand){.b16 = w.b16 + off} : (struct operand){.f32 = w.f32 + off};
+}
+
+static const float *wt(const struct gpt *m, struct operand w, enum layer_tensor t) {
+    return w.f32 + m->lay->layer_offset[t];
+}
+
+static struct operand wop(const struct gpt *m, struct operand w, enum layer_tensor t) {
+    return operand_at(w, m->lay->layer_offset[t]);
 }
 
 static float *dwt(const struct gpt *m, float *dw, enum layer_tensor t) { return dw + m->lay->layer_offset[t]; }
 
-static const float *ew(const struct gpt *m, const float *w_embed, enum embed_tensor t) {
-    return w_embed + m->lay->embed_offset[t];
+static const float *ew(const struct gpt *m, struct operand w_embed, enum embed_tensor t) {
+    return w_embed.f32 + m->lay->embed_offset[t];
 }
 
-static const float *hw(const struct gpt *m, const float *w_head, enum head_tensor t) {
-    return w_head + m->lay->head_offset[t];
+static const float *hw(const struct gpt *m, struct operand w_head, enum head_tensor t) {
+    return w_head.f32 + m->lay->head_offset[t];
 }
 
-void gpt_embed_forward(struct gpt *m, int s, const float *w_embed, const int32_t *inputs) {
+/* A layer GEMM's input operand: saved tensor a's bf16 store where the GEMMs
+ * read it (gemm_reads_store), else its fp32 view, through f for a
+ * column-parallel GEMM (with sp: gathered). */
+static struct operand gemm_in(struct gpt *m, struct layer_view *v, enum layer_act a, bool column) {
+    if (gemm_reads_store(m)) return (struct operand){.b16 = v->store[a]};
+    return (struct operand){.f32 = column ? conj_column_input(m, v->act[a]) : v->act[a]};
+}
+
+/* out (N,OC) = x . w^T (+ bias) on the path the operands ask for: both
+ * operands as they are (w.b16: the engine's bf16 params, host only), the
+ * saved bf16 input with fp32 weights, or fp32 throughout. */
+static void gemm_forward(struct gpt *m, float *out, struct operand x, struct operand w, const float *bias, int64_t N,
+                         int64_t C, int64_t OC) {
+    if (w.b16) matmul_forward_mixed(out, x, w, bias, N, C, OC, m->flops);
+    else if (x.b16) matmul_forward_bf16(out, x.b16, w.f32, bias, N, C, OC, m->flops);
+    else matmul_forward(out, x.f32, w.f32, bias, N, C, OC, m->flops);
+}
+
+static void gemm_backward(struct gpt *m, float *dinp, float *dweight, float *dbias, const float *dout,
+                          struct operand x, struct operand w, int64_t N, int64_t C, int64_t OC) {
+    if (w.b16) matmul_backward_mixed(dinp, dweight, dbias, dout, x, w, N, C, OC, m->flops);
+    else if (x.b16) matmul_backward_bf16(dinp, dweight, dbias, dout, x.b16, w.f32, N, C, OC, m->flops);
+    else matmul_backward(dinp, dweight, dbias, dout, x.f32, w.f32, N, C, OC, m->flops);
+}
+
+void gpt_embed_forward(struct gpt *m, int s, struct operand w_embed, const int32_t *inputs) {
     buf_copy(m->space, m->slot[s].inputs, inputs, bt(m) * sizeof *inputs);
     float *out = resid_view(m, s, 0, m->work_resid_out, false);
     struct vocab_slice v = tp_vocab_slice(m->lay);
@@ -319,8 +356,12 @@ void gpt_embed_forward(struct gpt *m, int s, const float *w_embed, const int32_t
      * hold), g sums them to every token's row (with sp g-bar to this
      * rank's slice), then wpe once, at the slice's positions */
     float *rows = m->sp ? m->gathered : out;
-    embedding_rows_forward(rows, m->slot[s].inputs, ew(m, w_embed, EMB_WTE), v.v0, v.Vl, (int64_t)bt(m), m->shape.C,
-                           m->flops);
+    if (w_embed.b16)
+        embedding_rows_forward_bf16(rows, m->slot[s].inputs, w_embed.b16 + m->lay->embed_offset[EMB_WTE], v.v0, v.Vl,
+                                    (int64_t)bt(m), m->shape.C, m->flops);
+    else
+        embedding_rows_forward(rows, m->slot[s].inputs, ew(m, w_embed, EMB_WTE), v.v0, v.Vl, (int64_t)bt(m),
+                               m->shape.C, m->flops);
     conj_row_output(m, rows, out);
     size_t t0 = (size_t)tp_rank_slice(m->lay, m->sp).position0;
     positions_add(out, ew(m, w_embed, EMB_WPE) + t0 * (size_t)m->shape.C, m->B, m->Ts, m->shape.C, m->flops);
@@ -338,14 +379,13 @@ float *gpt_stage_grad(struct gpt *m) { return m->dresid; }
  * the group (with sp g-bar: to this rank's slice, at the start of out),
  * then the replicated bias is added once. */
 static void row_parallel_forward(struct gpt *m, float *out, struct layer_view *v, enum layer_act a,
-                                 const float *w, const float *bias, int64_t in_l) {
+                                 struct operand w, const float *bias, int64_t in_l) {
     int64_t N = (int64_t)bt(m), C = m->shape.C;
     /* alone (tp 1): g is the identity, and the GEMM adds the bias itself
      * (on a GPU in its epilogue: no pass of its own) */
     bool alone = m->lay->rank.tp == 1 && !m->sp;
     const float *gemm_bias = alone ? bias : NULL;
-    if (gemm_reads_store(m)) matmul_forward_bf16(out, v->store[a], w, gemm_bias, N, in_l, C, m->flops);
-    else matmul_forward(out, v->act[a], w, gemm_bias, N, in_l, C, m->flops);
+    gemm_forward(m, out, gemm_in(m, v, a, false), w, gemm_bias, N, in_l, C);
     if (alone) return;
     conj_row_output(m, out, out);
     bias_add(out, bias, (int64_t)bt_l(m), C, m->flops);
@@ -355,32 +395,24 @@ static void row_parallel_forward(struct gpt *m, float *out, struct layer_view *v
  * every token's saved LayerNorm output a (f: the identity, or with sp the
  * gather). */
 static void column_parallel_forward(struct gpt *m, float *out, struct layer_view *v, enum layer_act a,
-                                    const float *w, const float *bias, int64_t oc) {
-    int64_t N = (int64_t)bt(m), C = m->shape.C;
-    if (gemm_reads_store(m)) matmul_forward_bf16(out, v->store[a], w, bias, N, C, oc, m->flops);
-    else matmul_forward(out, conj_column_input(m, v->act[a]), w, bias, N, C, oc, m->flops);
+                                    struct operand w, const float *bias, int64_t oc) {
+    gemm_forward(m, out, gemm_in(m, v, a, true), w, bias, (int64_t)bt(m), m->shape.C, oc);
 }
 
 /* A layer GEMM's backward with saved input a (in features): dinp, and
  * dweight and dbias accumulated; a column-parallel input goes through f
  * (with sp: gathered again). */
 static void layer_matmul_backward(struct gpt *m, float *dinp, float *dweight, float *dbias, const float *dout,
-                                  struct layer_view *v, enum layer_act a, bool column, const float *w, int64_t in,
+                                  struct layer_view *v, enum layer_act a, bool column, struct operand w, int64_t in,
                                   int64_t oc) {
-    int64_t N = (int64_t)bt(m);
-    if (gemm_reads_store(m)) {
-        matmul_backward_bf16(dinp, dweight, dbias, dout, v->store[a], w, N, in, oc, m->flops);
-        return;
-    }
-    const float *x = column ? conj_column_input(m, v->act[a]) : v->act[a];
-    matmul_backward(dinp, dweight, dbias, dout, x, w, N, in, oc, m->flops);
+    gemm_backward(m, dinp, dweight, dbias, dout, gemm_in(m, v, a, column), w, (int64_t)bt(m), in, oc);
 }
 
 /* The layer's forward from x into the view's tensors; with out, also the
  * layer output (the recompute of full checkpointing needs no output: the
  * backward starts from the saved stream). N tokens in the GEMMs and the
  * attention, Nl (this rank's) in the LayerNorms and residual adds. */
-static void layer_forward(struct gpt *m, const float *x, struct layer_view *v, const float *w, float *out,
+static void layer_forward(struct gpt *m, const float *x, struct layer_view *v, struct operand w, float *out,
                           bf16 *out_store) {
     int64_t Nl = (int64_t)bt_l(m), C = m->shape.C, Cl = m->Cl, Fl = m->Fl;
     size_t nl = btc_l(m);
@@ -391,7 +423,7 @@ static void layer_forward(struct gpt *m, const float *x, struct layer_view *v, c
                       wt(m, w, LAYER_LN1_B), Nl, C, fc);
     round_act(m, v, ACT_LN1, nl);
     /* column-parallel: this rank's heads' q, k, v, from every token's ln1 */
-    column_parallel_forward(m, a[ACT_QKV], v, ACT_LN1, wt(m, w, LAYER_QKV_W), wt(m, w, LAYER_QKV_B), 3 * Cl);
+    column_parallel_forward(m, a[ACT_QKV], v, ACT_LN1, wop(m, w, LAYER_QKV_W), wt(m, w, LAYER_QKV_B), 3 * Cl);
     round_act(m, v, ACT_QKV, act_numel(m, ACT_QKV));
     if (flash(m)) { /* the lse stays fp32 */
         attention_lse_forward(a[ACT_ATTY], a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, Cl, m->NHl, fc);
@@ -400,13 +432,13 @@ static void layer_forward(struct gpt *m, const float *x, struct layer_view *v, c
         round_act(m, v, ACT_ATT, act_numel(m, ACT_ATT));
     }
     round_act(m, v, ACT_ATTY, act_numel(m, ACT_ATTY));
-    row_parallel_forward(m, tmp, v, ACT_ATTY, wt(m, w, LAYER_ATTPROJ_W), wt(m, w, LAYER_ATTPROJ_B), Cl);
+    row_parallel_forward(m, tmp, v, ACT_ATTY, wop(m, w, LAYER_ATTPROJ_W), wt(m, w, LAYER_ATTPROJ_B), Cl);
     residual_forward(a[ACT_RES2], x, tmp, (int64_t)nl, fc);
     round_act(m, v, ACT_RES2, nl);
     layernorm_forward(a[ACT_LN2], v->stat[STAT_LN2_MEAN], v->stat[STAT_LN2_RSTD], a[ACT_RES2],
                       wt(m, w, LAYER_LN2_W), wt(m, w, LAYER_LN2_B), Nl, C, fc);
     round_act(m, v, ACT_LN2, nl);
-    column_parallel_forward(m, a[ACT_FCH], v, ACT_LN2, wt(m, w, LAYER_FC_W), wt(m, w, LAYER_FC_B), Fl);
+    column_parallel_forward(m, a[ACT_FCH], v, ACT_LN2, wop(m, w, LAYER_FC_W), wt(m, w, LAYER_FC_B), Fl);
     if (gemm_reads_store(m)) { /* both kept as bf16 only, in one pass: no fp32 GELU output */
         gelu_forward_bf16(v->store[ACT_FCH_GELU], v->store[ACT_FCH], a[ACT_FCH], (int64_t)act_numel(m, ACT_FCH),
                           fc);
@@ -416,12 +448,12 @@ static void layer_forward(struct gpt *m, const float *x, struct layer_view *v, c
         round_act(m, v, ACT_FCH_GELU, act_numel(m, ACT_FCH_GELU));
     }
     if (!out) return;
-    row_parallel_forward(m, tmp, v, ACT_FCH_GELU, wt(m, w, LAYER_FCPROJ_W), wt(m, w, LAYER_FCPROJ_B), Fl);
+    row_parallel_forward(m, tmp, v, ACT_FCH_GELU, wop(m, w, LAYER_FCPROJ_W), wt(m, w, LAYER_FCPROJ_B), Fl);
     residual_forward(out, a[ACT_RES2], tmp, (int64_t)nl, fc);
     round_saved(m, out, nl, out_store);
 }
 
-void gpt_layer_forward(struct gpt *m, int s, int l, const float *w) {
+void gpt_layer_forward(struct gpt *m, int s, int l, struct operand w) {
     int i = l - m->slot[s].l0;
     const float *x = resid_view(m, s, i, m->work_resid_in, true);
     struct layer_view v = layer_view(m, s, i, false);
@@ -429,7 +461,7 @@ void gpt_layer_forward(struct gpt *m, int s, int l, const float *w) {
     layer_forward(m, x, &v, w, out, resid_store(m, s, i + 1));
 }
 
-float gpt_head_forward(struct gpt *m, int s, const float *w_head, const float *wte, const int32_t *targets,
+float gpt_head_forward(struct gpt *m, int s, struct operand w_head, struct operand wte, const int32_t *targets,
                        float dloss) {
     int64_t N = (int64_t)bt(m), C = m->shape.C;
     struct gpt_slot *sl = &m->slot[s];
@@ -442,7 +474,9 @@ float gpt_head_forward(struct gpt *m, int s, const float *w_head, const float *w
      * column-parallel over the vocabulary (f: lnf is whole on every rank;
      * with sp g gathers it). */
     struct vocab_slice v = tp_vocab_slice(m->lay);
-    matmul_forward(sl->logits, conj_column_input(m, lnf), wte, NULL, N, C, v.Vl, m->flops);
+    struct operand in = wte.b16 && gemm_reads_store(m) ? (struct operand){.b16 = sl->lnf}
+                                                       : (struct operand){.f32 = conj_column_input(m, lnf)};
+    gemm_forward(m, sl->logits, in, wte, NULL, N, C, v.Vl);
     buf_copy(m->space, sl->targets, targets, bt(m) * sizeof *targets);
     /* dtemp_btc (free between layers) holds the rows' sums and target logits */
     double sum = vocab_parallel_crossentropy(m->tp, v, sl->logits, sl->losses, sl->targets, N, dloss, m->dtemp_btc,
@@ -450,15 +484,18 @@ float gpt_head_forward(struct gpt *m, int s, const float *w_head, const float *w
     return (float)(sum / (double)N);
 }
 
-void gpt_head_backward(struct gpt *m, int s, const float *w_head, const float *wte, float *dw_head, float *dwte) {
+void gpt_head_backward(struct gpt *m, int s, struct operand w_head, struct operand wte, float *dw_head, float *dwte) {
     int64_t N = (int64_t)bt(m), C = m->shape.C;
     struct gpt_slot *sl = &m->slot[s];
     const float *x = resid_view(m, s, m->slot[s].n_layers, m->work_resid_in, true);
-    float *lnf = lnf_view(m, s, true);
     const struct model_layout *lay = m->lay;
     float *dlnfw = dw_head + lay->head_offset[HEAD_LNF_W], *dlnfb = dw_head + lay->head_offset[HEAD_LNF_B];
-    matmul_backward(m->dtemp_btc, dwte, NULL, sl->logits, conj_column_input(m, lnf), wte, N, C, tp_vocab_slice(lay).Vl,
-                    m->flops);
+    /* with the bf16 params as they are, the GEMM reads lnf's bf16 store
+     * where the layer GEMMs read theirs (the forward's operand) */
+    struct operand lnf = wte.b16 && gemm_reads_store(m)
+                             ? (struct operand){.b16 = sl->lnf}
+                             : (struct operand){.f32 = conj_column_input(m, lnf_view(m, s, true))};
+    gemm_backward(m, m->dtemp_btc, dwte, NULL, sl->logits, lnf, wte, N, C, tp_vocab_slice(lay).Vl);
     conj_column_grad(m, m->dtemp_btc); /* dlnf sums over the vocabulary slices */
     buf_zero(m->space, m->dresid, btc_l(m) * sizeof(float));
     conj_ln_grads_begin(m);
@@ -468,7 +505,7 @@ void gpt_head_backward(struct gpt *m, int s, const float *w_head, const float *w
     conj_ln_grads_done(m, (float *const[]){dlnfw, dlnfb}, 2);
 }
 
-void gpt_layer_backward(struct gpt *m, int s, int l, const float *w, float *dw) {
+void gpt_layer_backward(struct gpt *m, int s, int l, struct operand w, float *dw) {
     int64_t Nl = (int64_t)bt_l(m), C = m->shape.C, Cl = m->Cl, Fl = m->Fl;
     int i = l - m->slot[s].l0;
     struct flop_counter *fc = m->flops;
@@ -490,17 +527,17 @@ void gpt_layer_backward(struct gpt *m, int s, int l, const float *w, float *dw) 
      * projections whole; their bias gradients come out alike on every rank
      * (with sp: g-bar gathers it whole first). */
     layer_matmul_backward(m, m->dfc, dwt(m, dw, LAYER_FCPROJ_W), dwt(m, dw, LAYER_FCPROJ_B),
-                          conj_row_output_grad(m), &v, ACT_FCH_GELU, false, wt(m, w, LAYER_FCPROJ_W), Fl, C);
+                          conj_row_output_grad(m), &v, ACT_FCH_GELU, false, wop(m, w, LAYER_FCPROJ_W), Fl, C);
     int64_t nf = (int64_t)act_numel(m, ACT_FCH);
     if (gemm_reads_store(m)) gelu_backward_bf16(m->dfc, v.store[ACT_FCH], m->dfc, nf, fc);
     else gelu_backward(m->dfc, a[ACT_FCH], m->dfc, nf, fc);
     layer_matmul_backward(m, m->dtemp_btc, dwt(m, dw, LAYER_FC_W), dwt(m, dw, LAYER_FC_B), m->dfc, &v, ACT_LN2, true,
-                          wt(m, w, LAYER_FC_W), C, Fl);
+                          wop(m, w, LAYER_FC_W), C, Fl);
     conj_column_grad(m, m->dtemp_btc); /* f: the partial dln2 of each rank's features sum */
     layernorm_backward(m->dresid, conj_ln_grad(m, ln[2], 2), conj_ln_grad(m, ln[3], 3), m->dtemp_btc, a[ACT_RES2],
                        wt(m, w, LAYER_LN2_W), v.stat[STAT_LN2_MEAN], v.stat[STAT_LN2_RSTD], Nl, C, fc);
     layer_matmul_backward(m, m->dtemp_btc, dwt(m, dw, LAYER_ATTPROJ_W), dwt(m, dw, LAYER_ATTPROJ_B),
-                          conj_row_output_grad(m), &v, ACT_ATTY, false, wt(m, w, LAYER_ATTPROJ_W), Cl, C);
+                          conj_row_output_grad(m), &v, ACT_ATTY, false, wop(m, w, LAYER_ATTPROJ_W), Cl, C);
     /* flash: D = rowsum(dout * out) from the saved output (rounded alike
      * to act_dtype, as the rest of the layer's saved tensors) */
     if (flash(m))
@@ -510,7 +547,7 @@ void gpt_layer_backward(struct gpt *m, int s, int l, const float *w, float *dw) 
         attention_backward(m->dqkv, m->dtemp_btc, a[ACT_QKV], a[ACT_ATT], m->att_scratch, m->B, m->shape.T, Cl, m->NHl,
                            fc);
     layer_matmul_backward(m, m->dtemp_btc, dwt(m, dw, LAYER_QKV_W), dwt(m, dw, LAYER_QKV_B), m->dqkv, &v, ACT_LN1, true,
-                          wt(m, w, LAYER_QKV_W), C, 3 * Cl);
+                          wop(m, w, LAYER_QKV_W), C, 3 * Cl);
     conj_column_grad(m, m->dtemp_btc); /* f: dln1 */
     layernorm_backward(m->dresid, conj_ln_grad(m, ln[0], 0), conj_ln_grad(m, ln[1], 1), m->dtemp_btc, x,
                        wt(m, w, LAYER_LN1_W), v.stat[STAT_LN1_MEAN], v.stat[STAT_LN1_RSTD], Nl, C, fc);

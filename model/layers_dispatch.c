@@ -6,18 +6,28 @@
  * oneDNN in bf16 when the counter carries the CPU's context (fc->onednn:
  * --gemm_dtype bf16; include/onednn_gemms.h), else on OpenBLAS in fp32.
  * So --device cpu in the CUDA build runs the CPU build's kernels and gives
- * its results. The CUDA build times every call
- * but encoder_forward/backward (no counter; the model calls the
- * embedding_rows_* forms) into the counter's kernel profile
- * (include/kernel_timing.h: CUDA events on the device, which does not
- * synchronize per call; the clock on the host); gemm_counted on device
- * memory only. The CPU build times nothing here. */
+ * its results. Every call but encoder_forward/backward (no counter; the
+ * model calls the embedding_rows_* forms) is timed into the counter's
+ * kernel profile (include/kernel_timing.h: CUDA events on the device,
+ * which does not synchronize per call; the clock on the host);
+ * gemm_counted on device memory only (on the host the attention's threads
+ * call it). */
 #include "backend.h"
 #include "kernel_timing.h"
 #include "layers.h"
 #include "onednn_gemms.h"
 
 static bool on_device(const struct flop_counter *fc) { return fc->space == MEM_DEVICE; }
+
+static struct operand f32_operand(const float *x) { return (struct operand){.f32 = x}; }
+static struct operand bf16_operand(const bf16 *x) { return (struct operand){.b16 = x}; }
+
+/* The host-only forms on device memory: a caller bug (the engine hands
+ * bf16 params to the model on the host only). */
+_Noreturn static void host_only(const char *op) {
+    fprintf(stderr, "error: %s: host memory only (the GPU path widens its weights)\n", op);
+    exit(EXIT_FAILURE);
+}
 
 void encoder_forward(enum mem_space space, float *out, const int32_t *inp, const float *wte, const float *wpe,
                      int64_t B, int64_t T, int64_t C) {
@@ -95,7 +105,7 @@ void matmul_forward_sliced(float *out, const float *inp, const float *weight, co
     bool dev = on_device(fc);
     struct kernel_span t = kernel_span_begin(fc, dev);
     if (dev) ON_DEVICE(matmul_forward_sliced_cuda(out, inp, weight, bias, N, C, OC, max_rows, fc));
-    else if (fc->onednn) matmul_forward_onednn(out, inp, NULL, weight, bias, N, C, OC, fc); /* 64-bit sizes */
+    else if (fc->onednn) matmul_forward_onednn(out, f32_operand(inp), f32_operand(weight), bias, N, C, OC, fc); /* 64-bit sizes */
     else matmul_forward_sliced_cpu(out, inp, weight, bias, N, C, OC, max_rows, fc);
     kernel_span_end(fc, t, KERNEL_MATMUL_FWD);
 }
@@ -106,7 +116,7 @@ void matmul_backward_sliced(float *dinp, float *dweight, float *dbias, const flo
     bool dev = on_device(fc);
     struct kernel_span t = kernel_span_begin(fc, dev);
     if (dev) ON_DEVICE(matmul_backward_sliced_cuda(dinp, dweight, dbias, dout, inp, weight, N, C, OC, max_rows, fc));
-    else if (fc->onednn) matmul_backward_onednn(dinp, dweight, dbias, dout, inp, NULL, weight, N, C, OC, fc);
+    else if (fc->onednn) matmul_backward_onednn(dinp, dweight, dbias, dout, f32_operand(inp), f32_operand(weight), N, C, OC, fc);
     else matmul_backward_sliced_cpu(dinp, dweight, dbias, dout, inp, weight, N, C, OC, max_rows, fc);
     kernel_span_end(fc, t, KERNEL_MATMUL_BWD);
 }
@@ -126,7 +136,7 @@ void matmul_forward_bf16(float *out, const bf16 *inp, const float *weight, const
     bool dev = on_device(fc);
     struct kernel_span t = kernel_span_begin(fc, dev);
     if (dev) ON_DEVICE(matmul_forward_bf16_cuda(out, inp, weight, bias, N, C, OC, fc));
-    else if (fc->onednn) matmul_forward_onednn(out, NULL, inp, weight, bias, N, C, OC, fc);
+    else if (fc->onednn) matmul_forward_onednn(out, bf16_operand(inp), f32_operand(weight), bias, N, C, OC, fc);
     else matmul_forward_bf16_cpu(out, inp, weight, bias, N, C, OC, fc);
     kernel_span_end(fc, t, KERNEL_MATMUL_FWD);
 }
@@ -136,9 +146,35 @@ void matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const float
     bool dev = on_device(fc);
     struct kernel_span t = kernel_span_begin(fc, dev);
     if (dev) ON_DEVICE(matmul_backward_bf16_cuda(dinp, dweight, dbias, dout, inp, weight, N, C, OC, fc));
-    else if (fc->onednn) matmul_backward_onednn(dinp, dweight, dbias, dout, NULL, inp, weight, N, C, OC, fc);
+    else if (fc->onednn) matmul_backward_onednn(dinp, dweight, dbias, dout, bf16_operand(inp), f32_operand(weight), N, C, OC, fc);
     else matmul_backward_bf16_cpu(dinp, dweight, dbias, dout, inp, weight, N, C, OC, fc);
     kernel_span_end(fc, t, KERNEL_MATMUL_BWD);
+}
+
+void matmul_forward_mixed(float *out, struct operand inp, struct operand weight, const float *bias, int64_t N,
+                          int64_t C, int64_t OC, struct flop_counter *fc) {
+    if (on_device(fc)) host_only(__func__);
+    struct kernel_span t = kernel_span_begin(fc, false);
+    if (fc->onednn) matmul_forward_onednn(out, inp, weight, bias, N, C, OC, fc);
+    else matmul_forward_mixed_cpu(out, inp, weight, bias, N, C, OC, fc);
+    kernel_span_end(fc, t, KERNEL_MATMUL_FWD);
+}
+
+void matmul_backward_mixed(float *dinp, float *dweight, float *dbias, const float *dout, struct operand inp,
+                           struct operand weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
+    if (on_device(fc)) host_only(__func__);
+    struct kernel_span t = kernel_span_begin(fc, false);
+    if (fc->onednn) matmul_backward_onednn(dinp, dweight, dbias, dout, inp, weight, N, C, OC, fc);
+    else matmul_backward_mixed_cpu(dinp, dweight, dbias, dout, inp, weight, N, C, OC, fc);
+    kernel_span_end(fc, t, KERNEL_MATMUL_BWD);
+}
+
+void embedding_rows_forward_bf16(float *out, const int32_t *inp, const bf16 *wte, int64_t v0, int64_t rows,
+                                 int64_t BT, int64_t C, struct flop_counter *fc) {
+    if (on_device(fc)) host_only(__func__);
+    struct kernel_span t = kernel_span_begin(fc, false);
+    embedding_rows_forward_bf16_cpu(out, inp, wte, v0, rows, BT, C, fc);
+    kernel_span_end(fc, t, KERNEL_EMBEDDING);
 }
 
 void bias_add(float *out, const float *bias, int64_t N, int64_t OC, struct flop_counter *fc) {

@@ -5,19 +5,14 @@
  * device memory, so --device cpu in the CUDA build keeps the CPU build's
  * results; the CPU build stops a device call by name. n == 0 touches
  * nothing: the CPU's path counts its zero FLOPs, whatever the pointers (one
- * past an end, say). The CUDA build times the updates into the counter's
- * kernel profile by the clock (their kernels return finished); the CPU
- * build's profile stays 0 (counters.h). */
+ * past an end, say). The updates are timed into the counter's kernel
+ * profile by the clock (on a GPU too: their kernels return finished). */
 #include "backend.h"
 #include "optim.h"
 
 static bool on_device(size_t n, const struct flop_counter *fc) { return n && fc->space == MEM_DEVICE; }
 
-#ifdef SHARDLAB_CUDA
 static void profile_update(struct flop_counter *fc, double t0) { kernel_profile_add(fc, KERNEL_OPTIMIZER, t0); }
-#else
-static void profile_update(struct flop_counter *fc, double t0) { (void)fc, (void)t0; }
-#endif
 
 void adamw_update(const struct adamw_hparams *h, size_t n, float *w, float *m, float *v, const void *grad,
                   enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {

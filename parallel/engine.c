@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "bufops.h"
+#include "conversions.h"
 
 static const char *const unit_names[] = {[UNIT_EMBED] = "embedding", [UNIT_HEAD] = "head", [UNIT_LAYER] = "layer"};
 
@@ -133,16 +134,56 @@ void engine_init_params(struct engine *e) {
     engine_params_changed(e);
 }
 
-/* fp32 weights of unit u. Below stage 3 the embedding and the head are
- * widened once per update: they serve every micro-batch. */
-static const float *unit_weights(struct engine *e, int u) {
+/* Whether tensor t of a unit of kind k is read by a GEMM (or, wte, by the
+ * embedding's row lookup too): the tensors the model can read as bf16. */
+static bool gemm_tensor(enum unit_kind k, int t) {
+    switch (k) {
+    case UNIT_EMBED: return t == EMB_WTE;
+    case UNIT_HEAD: return t == HEAD_WTE;
+    default:
+        return t == LAYER_QKV_W || t == LAYER_ATTPROJ_W || t == LAYER_FC_W || t == LAYER_FCPROJ_W;
+    }
+}
+
+/* Whether the model reads the bf16 params as they are (struct operand,
+ * layers.h): bf16 params and bf16 GEMMs on the host. Then only a unit's
+ * other tensors (LayerNorms, biases, wpe) are widened; the GPU keeps its
+ * verified path, every tensor widened. */
+static bool params_direct(const struct engine *e) {
+    return e->o.zero.param_dtype == DTYPE_BF16 && e->o.gemm_dtype == DTYPE_BF16 && e->space == MEM_HOST;
+}
+
+/* Widens the tensors of unit u (kind k, params p) that the model reads as
+ * fp32: all of them, or with params_direct all but the GEMMs'. */
+static void widen_unit(struct engine *e, int u, enum unit_kind k, const bf16 *p) {
+    if (!params_direct(e)) {
+        conv_widen(e->flops, e->w32[k], p, layout_unit_size(&e->lay, u));
+        return;
+    }
+    const size_t *off = k == UNIT_EMBED ? e->lay.embed_offset : k == UNIT_HEAD ? e->lay.head_offset
+                                                                                : e->lay.layer_offset;
+    int n = k == UNIT_EMBED ? EMB_NUM_TENSORS : k == UNIT_HEAD ? HEAD_NUM_TENSORS : LAYER_NUM_TENSORS;
+    size_t end = layout_unit_size(&e->lay, u);
+    for (int t = 0; t < n; t++) {
+        size_t hi = t + 1 < n ? off[t + 1] : end;
+        if (!gemm_tensor(k, t)) conv_widen(e->flops, e->w32[k] + off[t], p + off[t], hi - off[t]);
+    }
+}
+
+/* The weights of unit u as the model reads them (struct operand, layers.h):
+ * fp32 views, widened from bf16 params or the fp32 params themselves, and
+ * with params_direct the bf16 params beside them. Below stage 3 the
+ * embedding and the head are widened once per update: they serve every
+ * micro-batch. */
+static struct operand unit_weights(struct engine *e, int u) {
     enum unit_kind k = layout_unit(&e->lay, u).kind;
-    if (e->w32_fresh[k]) return e->w32[k];
     const void *p = zero_unit_params(&e->z, u);
-    if (e->o.zero.param_dtype == DTYPE_FP32) return p;
-    buf_widen(e->space, e->w32[k], p, layout_unit_size(&e->lay, u));
+    if (e->o.zero.param_dtype == DTYPE_FP32) return (struct operand){.f32 = p};
+    struct operand w = {.f32 = e->w32[k], .b16 = params_direct(e) ? p : NULL};
+    if (e->w32_fresh[k]) return w;
+    widen_unit(e, u, k, p);
     if (k != UNIT_LAYER && e->o.zero.stage < 3) e->w32_fresh[k] = true;
-    return e->w32[k];
+    return w;
 }
 
 /* fp32 gradient accumulator for unit u: the grads themselves when they are
@@ -180,8 +221,11 @@ void engine_zero_grads(struct engine *e) {
 }
 
 /* wte as the tied head reads it: the embedding's, or the head's own copy. */
-static const float *head_wte(const struct engine *e, const float *w_embed, const float *w_head) {
-    return e->lay.rank.has_embed ? w_embed + e->lay.embed_offset[EMB_WTE] : w_head + e->lay.head_offset[HEAD_WTE];
+static struct operand head_wte(const struct engine *e, struct operand w_embed, struct operand w_head) {
+    bool embed = e->lay.rank.has_embed;
+    struct operand w = embed ? w_embed : w_head;
+    size_t at = embed ? e->lay.embed_offset[EMB_WTE] : e->lay.head_offset[HEAD_WTE];
+    return w.b16 ? (struct operand){.b16 = w.b16 + at} : (struct operand){.f32 = w.f32 + at};
 }
 
 /* The phase boundary after unit u's forward or backward (include/phase_hook.h). */
@@ -196,7 +240,7 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
     size_t act_bytes = gpt_stage_numel(m) * dtype_size(e->o.act_dtype);
     struct chunk_units cu = chunk_units(e, slot);
     int hu = cu.hu, l0 = cu.l0, l1 = cu.l1;
-    const float *we = NULL;
+    struct operand we = {0};
     if (cu.eu >= 0) {
         we = unit_weights(e, cu.eu); /* stays valid for the tied head */
         gather_ahead(e, l0 < l1 ? layout_layer_unit(lay, l0) : hu);
@@ -207,7 +251,7 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
         if (in->x_in) buf_copy(e->space, gpt_stage_input(m, slot), in->x_in, act_bytes);
     }
     for (int l = l0; l < l1; l++) {
-        const float *w = unit_weights(e, layout_layer_unit(lay, l));
+        struct operand w = unit_weights(e, layout_layer_unit(lay, l));
         gather_ahead(e, l + 1 < l1 ? layout_layer_unit(lay, l + 1) : hu);
         zero_progress(&e->z);
         gpt_layer_forward(m, slot, l, w);
@@ -217,7 +261,7 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
         if (x_out) buf_copy(e->space, x_out, gpt_stage_output(m, slot), act_bytes);
         return 0.0f;
     }
-    const float *wh = unit_weights(e, hu);
+    struct operand wh = unit_weights(e, hu);
     double BT = (double)e->o.micro_batch * lay->shape.T;
     float loss = gpt_head_forward(m, slot, wh, head_wte(e, we, wh), in->targets, (float)(dloss / BT));
     phase_done(e, PHASE_FORWARD, hu);
@@ -238,7 +282,7 @@ void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out
         /* stage 3: the head's and the embedding's params gathered again */
         gather_ahead(e, hu);
         gather_ahead(e, eu);
-        const float *wh = unit_weights(e, hu), *we = eu >= 0 ? unit_weights(e, eu) : NULL;
+        struct operand wh = unit_weights(e, hu), we = eu >= 0 ? unit_weights(e, eu) : (struct operand){0};
         gather_ahead(e, first_layer);
         float *dwh = unit_grads_begin(e, hu);
         float *dwte = eu >= 0 ? dwe + lay->embed_offset[EMB_WTE] : dwh + lay->head_offset[HEAD_WTE];
@@ -251,7 +295,7 @@ void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out
     }
     for (int l = l1 - 1; l >= l0; l--) {
         int u = layout_layer_unit(lay, l);
-        const float *w = unit_weights(e, u);
+        struct operand w = unit_weights(e, u);
         gather_ahead(e, l > l0 ? layout_layer_unit(lay, l - 1) : -1);
         zero_progress(&e->z);
         float *dw = unit_grads_begin(e, u);

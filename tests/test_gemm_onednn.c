@@ -146,6 +146,53 @@ static void test_against_bf16_reference(void **state) {
     onednn_gemms_close(g);
 }
 
+/* The mixed forms (struct operand) give the _bf16 forms' bits: a weight
+ * handed over as bf16 is the fp32 weight rounded, so the GEMMs see the
+ * same operands, on oneDNN and on the reference (no context) alike; the
+ * embedding lookup from a bf16 table is the widened table's. */
+static void test_mixed_operands(void **state) {
+    (void)state;
+    struct onednn_gemms *g = onednn_bf16_missing(FLAGS) ? NULL : open_or_skip();
+    const int64_t N = 33, C = 64, OC = 96;
+    size_t nx = (size_t)(N * C), nw = (size_t)(OC * C), ny = (size_t)(N * OC);
+    float *x = randoms(nx, 31), *w = randoms(nw, 32), *bias = randoms((size_t)OC, 33), *dy = randoms(ny, 34);
+    bf16 *xb = malloc(nx * sizeof *xb), *wb = malloc(nw * sizeof *wb);
+    for (size_t i = 0; i < nx; i++) xb[i] = f32_to_bf16(x[i]);
+    for (size_t i = 0; i < nw; i++) wb[i] = f32_to_bf16(w[i]);
+    for (int with_context = 0; with_context <= (g != NULL); with_context++) {
+        struct flop_counter fc = {.onednn = with_context ? g : NULL}, ref = fc;
+        float *y = calloc(ny, sizeof *y), *yr = calloc(ny, sizeof *yr), *dx = calloc(nx, sizeof *dx);
+        float *dxr = calloc(nx, sizeof *dxr), *dw = calloc(nw, sizeof *dw), *dwr = calloc(nw, sizeof *dwr);
+        float *db = calloc((size_t)OC, sizeof *db), *dbr = calloc((size_t)OC, sizeof *dbr);
+        struct operand in = {.b16 = xb}, weight = {.b16 = wb};
+        matmul_forward_mixed(y, in, weight, bias, N, C, OC, &fc);
+        matmul_forward_bf16(yr, xb, w, bias, N, C, OC, &ref);
+        assert_memory_equal(y, yr, ny * sizeof *y);
+        matmul_backward_mixed(dx, dw, db, dy, in, weight, N, C, OC, &fc);
+        matmul_backward_bf16(dxr, dwr, dbr, dy, xb, w, N, C, OC, &ref);
+        assert_memory_equal(dx, dxr, nx * sizeof *dx);
+        assert_memory_equal(dw, dwr, nw * sizeof *dw);
+        assert_memory_equal(db, dbr, (size_t)OC * sizeof *db);
+        assert_true(fc.gemm == ref.gemm);
+        /* an fp32 input is rounded as the saved bf16 copy would be */
+        matmul_forward_mixed(y, (struct operand){.f32 = x}, weight, bias, N, C, OC, &fc);
+        assert_memory_equal(y, yr, ny * sizeof *y);
+        free(y), free(yr), free(dx), free(dxr), free(dw), free(dwr), free(db), free(dbr);
+    }
+    const int64_t V = 10, BT = 6, v0 = 3;
+    int32_t tokens[6] = {0, 3, 5, 12, 9, 4};
+    float *table = malloc((size_t)(V * C) * sizeof *table), *out = malloc((size_t)(BT * C) * sizeof *out);
+    float *outr = malloc((size_t)(BT * C) * sizeof *outr);
+    for (int64_t i = 0; i < V * C; i++) table[i] = bf16_to_f32(wb[i]);
+    struct flop_counter fc = {0};
+    embedding_rows_forward_bf16(out, tokens, wb, v0, V, BT, C, &fc);
+    embedding_rows_forward(outr, tokens, table, v0, V, BT, C, &fc);
+    assert_memory_equal(out, outr, (size_t)(BT * C) * sizeof *out);
+    free(table), free(out), free(outr);
+    free(x), free(w), free(bias), free(dy), free(xb), free(wb);
+    onednn_gemms_close(g);
+}
+
 /* a shape's primitives are made at its first call and reused after */
 static void test_primitives_cached(void **state) {
     (void)state;
@@ -240,6 +287,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_fp32),
         cmocka_unit_test(test_against_bf16_reference),
+        cmocka_unit_test(test_mixed_operands),
         cmocka_unit_test(test_primitives_cached),
         cmocka_unit_test(test_refuses_cpu_without_bf16),
         cmocka_unit_test(test_refuses_capped_isa),

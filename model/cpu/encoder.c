@@ -43,6 +43,18 @@ void embedding_rows_forward_cpu(float *out, const int32_t *inp, const float *wte
     }
 }
 
+void embedding_rows_forward_bf16_cpu(float *out, const int32_t *inp, const bf16 *wte, int64_t v0, int64_t rows,
+                                     int64_t BT, int64_t C, struct flop_counter *fc) {
+    (void)fc; /* a lookup: no FLOPs */
+#pragma omp parallel for
+    for (int64_t bt = 0; bt < BT; bt++) {
+        int64_t r = (int64_t)inp[bt] - v0;
+        float *o = out + bt * C;
+        const bf16 *tok = r >= 0 && r < rows ? wte + r * C : NULL;
+        for (int64_t c = 0; c < C; c++) o[c] = tok ? bf16_to_f32(tok[c]) : 0.0f; /* 0: another rank's row */
+    }
+}
+
 void positions_add_cpu(float *out, const float *wpe, int64_t B, int64_t T, int64_t C, struct flop_counter *fc) {
     (void)fc; /* the caller counts the adds (model/gpt.c) */
 #pragma omp parallel for

@@ -168,3 +168,29 @@ void matmul_backward_bf16_cpu(float *dinp, float *dweight, float *dbias, const f
     free(w);
     free(d);
 }
+
+/* An operand as fp32 values rounded to bf16: a widened copy of b16, or a
+ * rounded copy of f32 (free it). */
+static float *operand_copy(const char *kernel, struct operand x, size_t n) {
+    return x.b16 ? widened_copy(kernel, x.b16, n) : rounded_copy(kernel, x.f32, n);
+}
+
+void matmul_forward_mixed_cpu(float *out, struct operand inp, struct operand weight, const float *bias, int64_t N,
+                              int64_t C, int64_t OC, struct flop_counter *fc) {
+    const char *k = "matmul_forward_mixed";
+    float *x = operand_copy(k, inp, (size_t)(N * C)), *w = operand_copy(k, weight, (size_t)(OC * C));
+    matmul_forward_cpu(out, x, w, bias, N, C, OC, fc);
+    free(x);
+    free(w);
+}
+
+void matmul_backward_mixed_cpu(float *dinp, float *dweight, float *dbias, const float *dout, struct operand inp,
+                               struct operand weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
+    const char *k = "matmul_backward_mixed";
+    float *x = operand_copy(k, inp, (size_t)(N * C)), *w = operand_copy(k, weight, (size_t)(OC * C));
+    float *d = rounded_copy(k, dout, (size_t)(N * OC));
+    matmul_backward_cpu(dinp, dweight, dbias, d, x, w, N, C, OC, fc);
+    free(x);
+    free(w);
+    free(d);
+}

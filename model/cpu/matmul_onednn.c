@@ -23,6 +23,7 @@
 
 #include "bufops.h"
 #include "clock.h"
+#include "conversions.h"
 #include "layers.h"
 #include "onednn_gemms.h"
 
@@ -171,7 +172,7 @@ static void gemm(struct flop_counter *fc, bool ta, bool tb, int64_t m, int64_t n
 }
 
 /* src (n fp32 values) rounded into s, grown to hold them. */
-static const bf16 *rounded(struct scratch *s, const float *src, size_t n) {
+static const bf16 *rounded(struct flop_counter *fc, struct scratch *s, const float *src, size_t n) {
     if (s->n < n) {
         bf16 *p = realloc(s->p, n * sizeof *p);
         if (!p) {
@@ -181,7 +182,7 @@ static const bf16 *rounded(struct scratch *s, const float *src, size_t n) {
         s->p = p;
         s->n = n;
     }
-    buf_narrow_cpu(s->p, src, n);
+    conv_narrow_within(fc, s->p, src, n);
     return s->p;
 }
 
@@ -229,11 +230,15 @@ void onednn_gemms_close(struct onednn_gemms *g) {
     free(g);
 }
 
-void matmul_forward_onednn(float *out, const float *inp, const bf16 *inp_bf16, const float *weight, const float *bias,
-                           int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
+/* An operand as bf16: as it is, or rounded into s. */
+static const bf16 *as_bf16(struct flop_counter *fc, struct scratch *s, struct operand x, size_t n) {
+    return x.b16 ? x.b16 : rounded(fc, s, x.f32, n);
+}
+
+void matmul_forward_onednn(float *out, struct operand inp, struct operand weight, const float *bias, int64_t N,
+                           int64_t C, int64_t OC, struct flop_counter *fc) {
     struct onednn_gemms *g = fc->onednn;
-    const bf16 *x = inp_bf16 ? inp_bf16 : rounded(&g->x, inp, (size_t)(N * C));
-    const bf16 *w = rounded(&g->w, weight, (size_t)(OC * C));
+    const bf16 *x = as_bf16(fc, &g->x, inp, (size_t)(N * C)), *w = as_bf16(fc, &g->w, weight, (size_t)(OC * C));
     gemm(fc, false, true, N, OC, C, x, w, out, false); /* out = inp . W^T */
     if (bias) bias_add_cpu(out, bias, N, OC, fc);
 }
@@ -249,13 +254,11 @@ static void bias_backward(float *dbias, const bf16 *dout, int64_t N, int64_t OC,
     fc->other += (double)N * OC;
 }
 
-void matmul_backward_onednn(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                            const bf16 *inp_bf16, const float *weight, int64_t N, int64_t C, int64_t OC,
-                            struct flop_counter *fc) {
+void matmul_backward_onednn(float *dinp, float *dweight, float *dbias, const float *dout, struct operand inp,
+                            struct operand weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
     struct onednn_gemms *g = fc->onednn;
-    const bf16 *x = inp_bf16 ? inp_bf16 : rounded(&g->x, inp, (size_t)(N * C));
-    const bf16 *w = rounded(&g->w, weight, (size_t)(OC * C));
-    const bf16 *d = rounded(&g->d, dout, (size_t)(N * OC));
+    const bf16 *x = as_bf16(fc, &g->x, inp, (size_t)(N * C)), *w = as_bf16(fc, &g->w, weight, (size_t)(OC * C));
+    const bf16 *d = rounded(fc, &g->d, dout, (size_t)(N * OC));
     gemm(fc, false, false, N, C, OC, d, w, dinp, false);   /* dinp = dout . W */
     gemm(fc, true, false, OC, C, N, d, x, dweight, true);  /* dweight += dout^T . inp */
     if (dbias) bias_backward(dbias, d, N, OC, fc);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "bufops.h"
+#include "conversions.h"
 #include "zero_parts.h"
 
 static size_t psize(const struct zero *z) { return dtype_size(z->o.param_dtype); }
@@ -191,7 +192,7 @@ void zero_unit_grads_done(struct zero *z, int u, const float *acc) {
     enum dtype gd = z->o.grad_dtype;
     if (z->o.stage < 2) {
         void *grads = (char *)z->st.grads + shard_padded_offset(&z->sh, u) * gsize(z); /* full below stage 2 */
-        if (gd == DTYPE_BF16) buf_accumulate(z->space, grads, gd, acc, layout_unit_size(z->lay, u));
+        if (gd == DTYPE_BF16) conv_accumulate(z->flops, grads, acc, layout_unit_size(z->lay, u));
         int k = z->o.stage == 0 && z->last_backward ? ddp_bucket_of(z, u) : -1;
         if (k >= 0) {
             z->ddp[k].left--;
@@ -201,7 +202,8 @@ void zero_unit_grads_done(struct zero *z, int u, const float *acc) {
     }
     int b = z->next_bucket;
     finish_scatter(z, b); /* the unit two back, if still in flight */
-    buf_from_fp32(z->space, z->bucket[b], gd, acc, shard_unit_padded(&z->sh, u));
+    if (gd == DTYPE_BF16) conv_narrow(z->flops, z->bucket[b], acc, shard_unit_padded(&z->sh, u));
+    else buf_copy(z->space, z->bucket[b], acc, shard_unit_padded(&z->sh, u) * sizeof *acc);
     z->scatter[b] = (struct zero_pending){
         .unit = u, .req = z->dp->ireduce_scatter_sum(z->dp, z->bucket[b], shard_unit_chunk(&z->sh, u), gd)};
     if (!z->o.overlap) finish_scatter(z, b);

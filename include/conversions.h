@@ -1,0 +1,31 @@
+/* The dtype conversion passes, counted: bufops.h's widen, narrow, round
+ * and accumulate on the counter's memory space (fc->space), each call's
+ * time and the bytes it reads and writes added to the counter's kernel
+ * profile (counters.h: KERNEL_WIDEN ... KERNEL_ACCUMULATE). Every pass
+ * that exists only because a value is kept in two dtypes goes through
+ * these, so the kernel table shows what mixed precision costs in memory
+ * traffic, and a test can hold the default path to the passes the math
+ * needs. Implemented in model/conversions.c. */
+#ifndef SHARDLAB_CONVERSIONS_H
+#define SHARDLAB_CONVERSIONS_H
+
+#include <stddef.h>
+
+#include "counters.h"
+#include "dtype.h"
+
+/* dst (fp32) = src (bf16): 2n bytes read, 4n written. */
+void conv_widen(struct flop_counter *fc, float *dst, const bf16 *src, size_t n);
+/* dst (bf16) = src (fp32) rounded to nearest even: 4n read, 2n written. */
+void conv_narrow(struct flop_counter *fc, bf16 *dst, const float *src, size_t n);
+/* conv_narrow inside a kernel that is timed as a whole (a bf16 GEMM
+ * rounding its fp32 operands: model/cpu/matmul_onednn.c): the bytes are
+ * counted under KERNEL_NARROW, the time stays the kernel's. */
+void conv_narrow_within(struct flop_counter *fc, bf16 *dst, const float *src, size_t n);
+/* x rounded to bf16 in place (4n read, 4n written), and with dst also
+ * stored there (2n more written). */
+void conv_round(struct flop_counter *fc, float *x, bf16 *dst, size_t n);
+/* dst (bf16) += src (fp32), one rounding per element: 6n read, 2n written. */
+void conv_accumulate(struct flop_counter *fc, bf16 *dst, const float *src, size_t n);
+
+#endif
