@@ -1,5 +1,8 @@
-/* The CPU's peak fp32 FLOP/s, measured by an FMA microbenchmark: the
- * ceiling MFU and HFU are measured against. */
+/* The CPU's peak FLOP/s, measured: the ceiling MFU and HFU are measured
+ * against. fp32 GEMMs: an FMA microbenchmark (train/measure/measure_peak.c);
+ * bf16 GEMMs (oneDNN): the bf16 GEMM itself at the shapes where it runs
+ * fastest (train/measure/measure_peak_bf16.c), since no FMA loop of ours
+ * reaches the bf16 dot-product or tile units the way oneDNN's kernels do. */
 #ifndef SHARDLAB_PEAK_H
 #define SHARDLAB_PEAK_H
 
@@ -7,7 +10,8 @@ enum { PEAK_MAX_TRIALS = 64 };
 
 struct peak_result {
     int threads;
-    const char *kernel;              /* "avx512f", "avx2+fma" or "fmaf" (scalar, portable) */
+    char kernel[96];                 /* "avx512f", "avx2+fma" or "fmaf" (scalar, portable); the bf16 probe:
+                                      * oneDNN's kernel and the best shape */
     int trials;                      /* timed trials, 1..PEAK_MAX_TRIALS */
     double trial[PEAK_MAX_TRIALS];   /* FLOP/s of each trial, summed over the threads, in order */
     double best, median, min;        /* over trial[]; best is the peak */
@@ -19,6 +23,23 @@ struct peak_result {
  * Returns 0, or -1 on bad arguments (threads < 1, min_trials outside
  * 1..PEAK_MAX_TRIALS). */
 int peak_measure(struct peak_result *r, int threads, int min_trials, double seconds);
+
+/* One trial of a probe: its FLOP/s summed over `threads` threads. */
+typedef double (*peak_trial_fn)(void *ctx, int threads);
+
+/* peak_measure's trials with another probe, named `kernel`. */
+int peak_measure_with(struct peak_result *r, const char *kernel, peak_trial_fn trial, void *ctx, int threads,
+                      int min_trials, double seconds);
+
+struct onednn_gemms;
+/* The bf16 GEMM peak through the run's oneDNN context g: each trial runs
+ * one GEMM of each of the probe's shapes (cache-resident layer shapes and
+ * 1024^3) on bf16 operands and keeps the fastest shape's rate, so a
+ * layer GEMM at one of the trainer's shapes does not outrun it. The same
+ * trial rules as peak_measure; r->kernel names oneDNN's kernel and the
+ * shape that set the best trial. -1 on bad arguments or no context. */
+int peak_measure_bf16_gemm(struct peak_result *r, struct onednn_gemms *g, int threads, int min_trials,
+                           double seconds);
 
 /* (best - min) / best, in [0, 1): how far the slowest trial fell short. */
 double peak_spread(const struct peak_result *r);

@@ -18,6 +18,7 @@ struct run_record {
     double peak_flops;       /* what MFU divides by */
     bool peak_measured;      /* false: peak_flops from the config, `peak` unused */
     struct peak_result peak;
+    bool peak_gemm;          /* the peak is the bf16 GEMM's (peak_measure_bf16_gemm), not the FMA probe's */
     char cpu[128];           /* machine_cpu_model() */
     enum isa_level isa;      /* machine_cpu_isa() */
     struct blas_info blas;

@@ -53,8 +53,18 @@ static void test_json_record(void **state) {
                            "\"cpu_model\":\"Xeon \\\"Gold\\\" 6130 \\\\ 2.1GHz\",\"cpu_isa\":\"avx512\","
                            "\"blas_library\":\"OpenBLAS\",\"blas_version\":\"0.3.21\",\"blas_corename\":\"Prescott\","
                            "\"blas_kernel_isa\":\"sse\",\"blas_threading\":\"OpenMP\",\"gemm_dtype\":\"bf16\",\"gemm_library\":\"oneDNN\",\"gemm_version\":\"2.6.3\",\"gemm_kernel\":\"brg:avx512_core_bf16\",\"peak_flops\":2.500000e+11,"
-                           "\"peak_source\":\"measured\",\"peak_kernel\":\"avx512f\",\"peak_trials\":3,"
+                           "\"peak_source\":\"measured\",\"peak_kernel\":\"avx512f\",\"peak_probe\":\"fp32 fma\",\"peak_trials\":3,"
                            "\"peak_flops_median\":2.000000e+11,\"peak_flops_min\":1.000000e+11,\"peak_spread\":0.60000}\n");
+    /* the bf16 GEMMs' peak is the bf16 GEMM probe's, and the banner names it */
+    r.peak_gemm = true;
+    snprintf(r.peak.kernel, sizeof r.peak.kernel, "oneDNN brg:avx512_core_bf16 GEMM m 256 n 768 k 256");
+    s = written(json, &r);
+    assert_non_null(strstr(s, "\"peak_probe\":\"bf16 gemm\""));
+    s = written(run_record_print, &r);
+    assert_non_null(strstr(s, "peak: 250.0 GFLOP/s per rank (measured: oneDNN brg:avx512_core_bf16 GEMM m 256 n 768 k "
+                              "256 x 2 threads, best of 3 trials;"));
+    assert_string_equal(run_record_peak_source(&r), "measured bf16 GEMM, the dtype the GEMMs run in");
+    r.peak_gemm = false;
     /* a configured peak has no trials to report */
     r.peak_measured = false;
     s = written(json, &r);

@@ -19,6 +19,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "clock.h"
@@ -108,7 +109,8 @@ static struct kernel widest_kernel(void) {
 }
 
 /* FLOP/s of one trial: every thread runs the chains once. */
-static double trial(const struct kernel *k, int threads) {
+static double fma_trial(void *ctx, int threads) {
+    const struct kernel *k = ctx;
     float sink = 0.0f;
     double t0 = monotonic_seconds();
 #pragma omp parallel num_threads(threads) reduction(+ : sink)
@@ -124,14 +126,15 @@ static int by_value(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-int peak_measure(struct peak_result *r, int threads, int min_trials, double seconds) {
+int peak_measure_with(struct peak_result *r, const char *kernel, peak_trial_fn trial, void *ctx, int threads,
+                      int min_trials, double seconds) {
     if (threads < 1 || min_trials < 1 || min_trials > PEAK_MAX_TRIALS) return -1;
-    struct kernel k = widest_kernel();
-    *r = (struct peak_result){.threads = threads, .kernel = k.name};
-    (void)trial(&k, threads); /* wakes the threads and moves the cores to their vector clock */
+    *r = (struct peak_result){.threads = threads};
+    snprintf(r->kernel, sizeof r->kernel, "%s", kernel);
+    (void)trial(ctx, threads); /* wakes the threads and moves the cores to their vector clock */
     double start = monotonic_seconds();
     while (r->trials < PEAK_MAX_TRIALS && (r->trials < min_trials || monotonic_seconds() - start < seconds))
-        r->trial[r->trials++] = trial(&k, threads);
+        r->trial[r->trials++] = trial(ctx, threads);
     double sorted[PEAK_MAX_TRIALS];
     for (int i = 0; i < r->trials; i++) sorted[i] = r->trial[i];
     qsort(sorted, (size_t)r->trials, sizeof *sorted, by_value);
@@ -139,6 +142,11 @@ int peak_measure(struct peak_result *r, int threads, int min_trials, double seco
     r->best = sorted[r->trials - 1];
     r->median = sorted[r->trials / 2];
     return 0;
+}
+
+int peak_measure(struct peak_result *r, int threads, int min_trials, double seconds) {
+    struct kernel k = widest_kernel();
+    return peak_measure_with(r, k.name, fma_trial, &k, threads, min_trials, seconds);
 }
 
 double peak_spread(const struct peak_result *r) { return r->best > 0 ? (r->best - r->min) / r->best : 0.0; }

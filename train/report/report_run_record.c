@@ -28,7 +28,7 @@ void run_record_describe_gemms(struct run_record *r, const struct flop_counter *
 
 const char *run_record_peak_source(const struct run_record *r) {
     if (!r->peak_measured) return "peak_flops from the config";
-    if (!r->on_gpu) return "measured FMA microbenchmark";
+    if (!r->on_gpu) return r->peak_gemm ? "measured bf16 GEMM, the dtype the GEMMs run in" : "measured FMA microbenchmark";
     return r->gpu_peak.spec_bf16 > 0 ? "data sheet, dense bf16"
                                      : "measured bf16 GEMM: the GPU is not in the data-sheet table";
 }
@@ -51,9 +51,9 @@ void run_record_print(FILE *out, const struct run_record *r) {
     }
     const struct peak_result *p = &r->peak;
     fprintf(out,
-            "peak: %.1f GFLOP/s per rank (measured: %s FMA x %d thread%s, best of %d trials; median %.1f, min %.1f, "
+            "peak: %.1f GFLOP/s per rank (measured: %s%s x %d thread%s, best of %d trials; median %.1f, min %.1f, "
             "spread %.1f%%)\n",
-            p->best / 1e9, p->kernel, p->threads, p->threads == 1 ? "" : "s", p->trials, p->median / 1e9,
+            p->best / 1e9, p->kernel, r->peak_gemm ? "" : " FMA", p->threads, p->threads == 1 ? "" : "s", p->trials, p->median / 1e9,
             p->min / 1e9, 100.0 * peak_spread(p));
 }
 
@@ -105,6 +105,7 @@ void run_record_json(FILE *json, const struct run_record *r) {
     }
     if (r->peak_measured && !r->on_gpu) {
         field(json, "peak_kernel", r->peak.kernel);
+        field(json, "peak_probe", r->peak_gemm ? "bf16 gemm" : "fp32 fma");
         fprintf(json, ",\"peak_trials\":%d,\"peak_flops_median\":%.6e,\"peak_flops_min\":%.6e,\"peak_spread\":%.5f",
                 r->peak.trials, r->peak.median, r->peak.min, peak_spread(&r->peak));
     }

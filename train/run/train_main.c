@@ -224,7 +224,13 @@ int main(int argc, char **argv) {
         double sheet = run.gpu_peak.spec_bf16 > 0 ? run.gpu_peak.spec_bf16 : run.gpu_peak.gemm_bf16;
         run.peak_flops = tr.peak_flops = run.peak_measured ? sheet : cfg.peak_flops;
     } else {
-        if (run.peak_measured) peak_measure(&run.peak, cfg.threads, PEAK_MIN_TRIALS, PEAK_SECONDS);
+        /* MFU against the peak of the dtype the GEMMs run in: bf16 GEMMs
+         * (oneDNN) against the bf16 GEMM's own best rate */
+        run.peak_gemm = tr.flops.onednn != NULL;
+        if (run.peak_measured && run.peak_gemm)
+            peak_measure_bf16_gemm(&run.peak, tr.flops.onednn, cfg.threads, PEAK_MIN_TRIALS, PEAK_SECONDS);
+        else if (run.peak_measured)
+            peak_measure(&run.peak, cfg.threads, PEAK_MIN_TRIALS, PEAK_SECONDS);
         run.peak_flops = tr.peak_flops = run.peak_measured ? run.peak.best : cfg.peak_flops;
     }
     tr.peak_source = run_record_peak_source(&run);
