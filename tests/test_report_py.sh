@@ -72,6 +72,21 @@ EOF
 }
 check "comm records: dp all-gather and reduce-scatter measured == theory, 8 records" comm_records
 
+# The memory records: every tracked category the report stacks, scratch
+# included, on both ranks, measured == theory to the byte.
+memory_records() {
+    "$py" - "$tmp/zero3.json" <<'EOF'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+mem = {(r["rank"], r["category"]): r for r in recs if r["type"] == "memory"}
+for rank in (0, 1):
+    for cat in ("params", "master", "grads", "optimizer", "activations", "comm", "scratch"):
+        r = mem[rank, cat]
+        assert r["measured_bytes"] > 0 and r["measured_bytes"] == r["theory_bytes"], r
+EOF
+}
+check "memory records: the seven tracked categories, scratch included, measured == theory on both ranks" memory_records
+
 # One report folder: PNGs and SVGs valid, index.html shows exactly those.
 check_report() { # dir, expected number of pictures, pictures said missing
     "$py" - "$@" <<'EOF'

@@ -20,7 +20,7 @@
  * stay in cache (bench-small's and GPT-2's) and a large square; about
  * 5 GFLOP a trial, so the probe costs what the FMA probe does (~0.3 s). */
 static const int64_t PROBE_SHAPES[][3] = {{256, 256, 256}, {256, 256, 768}, {256, 768, 3072}, {1024, 1024, 1024}};
-enum { N_SHAPES = sizeof PROBE_SHAPES / sizeof PROBE_SHAPES[0], LARGEST = 1024 /* the largest dimension */ };
+enum { N_SHAPES = sizeof PROBE_SHAPES / sizeof PROBE_SHAPES[0] };
 
 struct probe {
     struct onednn_gemms *g;
@@ -48,15 +48,20 @@ static double bf16_trial(void *ctx, int threads) {
 int peak_measure_bf16_gemm(struct peak_result *r, struct onednn_gemms *g, int threads, int min_trials,
                            double seconds) {
     if (!g) return -1;
-    size_t n = (size_t)LARGEST * LARGEST;
-    struct probe p = {.g = g, .x = malloc(n * sizeof(bf16)), .w = malloc(n * sizeof(bf16)),
-                      .out = malloc(n * sizeof(float))};
+    size_t nx = 0, nw = 0, nout = 0; /* the largest x (N,C), W (OC,C) and out (N,OC) */
+    for (int s = 0; s < N_SHAPES; s++) {
+        size_t N = (size_t)PROBE_SHAPES[s][0], C = (size_t)PROBE_SHAPES[s][1], OC = (size_t)PROBE_SHAPES[s][2];
+        nx = N * C > nx ? N * C : nx;
+        nw = OC * C > nw ? OC * C : nw;
+        nout = N * OC > nout ? N * OC : nout;
+    }
+    struct probe p = {.g = g, .x = malloc(nx * sizeof(bf16)), .w = malloc(nw * sizeof(bf16)),
+                      .out = malloc(nout * sizeof(float))};
     int rc = -1;
     if (p.x && p.w && p.out) {
-        for (size_t i = 0; i < n; i++) { /* small values of several exponents: no denormals, no infinities */
-            p.x[i] = f32_to_bf16((float)((int)(i % 13) - 6) * 0.0625f);
-            p.w[i] = f32_to_bf16((float)((int)(i % 7) - 3) * 0.125f);
-        }
+        /* small values of several exponents: no denormals, no infinities */
+        for (size_t i = 0; i < nx; i++) p.x[i] = f32_to_bf16((float)((int)(i % 13) - 6) * 0.0625f);
+        for (size_t i = 0; i < nw; i++) p.w[i] = f32_to_bf16((float)((int)(i % 7) - 3) * 0.125f);
         rc = peak_measure_with(r, "", bf16_trial, &p, threads, min_trials, seconds);
         if (rc == 0) {
             const int64_t *s = PROBE_SHAPES[p.best_shape];

@@ -17,9 +17,10 @@ import os
 import re
 import sys
 
-# The model-state and buffer categories of the memory table, in its order
-# (include/mem.h); the report stacks them in this order, bottom up.
-STATE_CATEGORIES = ["params", "master", "grads", "optimizer", "activations", "comm"]
+# The tracked categories of the memory table, in its order (include/mem.h):
+# model states, activations, comm buffers and scratch, so a bar is every
+# tracked byte of its rank; the report stacks them in this order, bottom up.
+STATE_CATEGORIES = ["params", "master", "grads", "optimizer", "activations", "comm", "scratch"]
 # One colour per category, kept across pictures.
 CATEGORY_COLORS = {
     "params": "#4c72b0", "master": "#55a868", "grads": "#c44e52", "optimizer": "#8172b2",
@@ -265,7 +266,7 @@ def plot_memory_timeline(plt, runs, out_dir, written):
     step = max(p["step"] for p in run.phases)
     records = [p for p in run.phases if p["step"] == step]
     ranks = sorted({p["rank"] for p in records})[:MAX_TIMELINE_RANKS]
-    categories = [c for c in STATE_CATEGORIES + ["scratch"] if any(c in p["bytes"] for p in records)]
+    categories = [c for c in STATE_CATEGORIES if any(c in p["bytes"] for p in records)]
     categories += sorted({c for p in records for c in p["bytes"]} - set(categories))
     fig, axes = plt.subplots(len(ranks), 1, figsize=(10, 2.2 + 2.6 * len(ranks)), squeeze=False)
     for ax, rank in zip(axes[:, 0], ranks):

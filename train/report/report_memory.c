@@ -266,7 +266,9 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
     snprintf(rule, sizeof rule, "fp32 unit views and accumulators, widened activations, backward temporaries, ids%s",
              c->sequence_parallel && c->tp > 1 ? ", sp's gathered (B,T,C) and LN grads" : "");
     own_theory(rule, sizeof rule, c, col, n, scratch_of);
-    row(out, "scratch", col, n, scratch_of(c, rank_place_of(c, n, 0)), rule);
+    double scratch_theory = scratch_of(c, rank_place_of(c, n, 0));
+    row(out, "scratch", col, n, scratch_theory, rule);
+    if (json) json_rows(json, "scratch", ranks, n, MEM_SCRATCH, scratch_theory);
     rss_rows(out, json, ranks, n, col);
     device_rows(out, json, ranks, n, col);
     if (json) fflush(json);
