@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Speed benchmark for configs/bench-small.conf (bf16 params, 2 threads).
+# Speed benchmark for configs/bench-small.conf (bf16 params, 2 threads), or
+# the config in $CONFIG (e.g. CONFIG=configs/gpt2-124m.conf).
 # Prints ms/step, tokens/s and the GEMM share, averaged over the steps after
 # warm-up. Usage: bench/run.sh [steps] [threads] [trainer flags...] (e.g.
 # --gemm_dtype bf16); results go in bench/RESULTS.md
@@ -14,7 +15,8 @@ warmup=5
 [ -f data/kjv_train.bin ] || make data >/dev/null
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-build/train --config configs/bench-small.conf --steps "$steps" --threads "$threads" \
+config=${CONFIG:-configs/bench-small.conf}
+build/train --config "$config" --steps "$steps" --threads "$threads" \
     --val_every 0 --log_json "$log" "$@" >/dev/null
 awk -v w="$warmup" -F'[:,]' '
     function str(name,   r) { # a string field of this record
@@ -37,9 +39,9 @@ awk -v w="$warmup" -F'[:,]' '
         if (s > w) { n++; tms += ms; tg += g; tok += tps * ms / 1000; tmf += mf }
     }
     END {
-        printf "bench-small, %d steps after %d warm-up, threads %s\n", n, w, threads
+        printf "%s, %d steps after %d warm-up, threads %s\n", config, n, w, threads
         printf "CPU %s (%s); %s %s, kernel %s (OPENBLAS_CORETYPE=%s)\n", cpu, isa, lib, ver, core, ENVIRON["OPENBLAS_CORETYPE"] == "" ? "unset" : ENVIRON["OPENBLAS_CORETYPE"]
         printf "GEMMs %s: %s %s, kernel %s\n", gdt, glib, gver, gker
         printf "  ms/step    %.1f\n  tokens/s   %.0f\n  GEMM share %.1f%%\n", tms / n, 1000 * tok / tms, 100 * tg / tms
         printf "  peak       %.1f GFLOP/s (spread %.1f%%)\n  MFU        %.1f%%\n", peak / 1e9, 100 * spread, (peak > 0 ? 100 * tmf / (tms / 1000) / peak : 0)
-    }' threads="$threads" "$log"
+    }' threads="$threads" config="$config" "$log"
