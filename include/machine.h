@@ -7,6 +7,7 @@
 #ifndef SHARDLAB_MACHINE_H
 #define SHARDLAB_MACHINE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Vector instruction sets, ordered: each level includes the ones below. */
@@ -43,6 +44,20 @@ enum isa_level blas_kernel_isa(const char *corename);
  * without FMA (below ISA_AVX2) on a CPU that has AVX2 ("Haswell") or
  * AVX-512 ("SkylakeX"); NULL when the kernel is fine for the CPU. */
 const char *blas_suggested_coretype(const char *corename, enum isa_level cpu);
+
+/* CPU time since boot, in seconds: every core's busy time, all of it
+ * (busy and idle), and this process's own (all its threads); ok false
+ * where /proc cannot say (train/measure/measure_cores.c). */
+struct cpu_times {
+    double busy, total, self;
+    int cores; /* online */
+    bool ok;
+};
+struct cpu_times machine_cpu_times(void);
+/* The cores other processes kept busy between samples a and b (taken at
+ * least ~0.1 s apart: the counters tick at 100 Hz), in [0, cores]; -1 where
+ * it cannot be said. */
+double machine_cores_used_by_others(const struct cpu_times *a, const struct cpu_times *b);
 
 /* This process's peak resident set so far (getrusage), bytes. */
 double peak_rss_bytes(void);

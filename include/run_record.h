@@ -29,6 +29,13 @@ struct run_record {
      * library and the kernel it chose. */
     enum dtype gemm_dtype;
     char gemm_library[32], gemm_version[32], gemm_kernel[128];
+    /* The threading setup: OpenMP's wait policy as the environment sets it
+     * ("" where unset: libgomp's default), and the cores others kept busy
+     * at start-up (machine_cores_used_by_others over the peak probe; -1:
+     * not measured). */
+    char omp_wait_policy[32], gomp_spincount[32];
+    int cores;
+    double cores_busy;
 };
 
 /* Fills the machine's fields (CPU model, ISA, BLAS). */
@@ -38,12 +45,20 @@ void run_record_describe_machine(struct run_record *r);
  * (fc->onednn), else the BLAS's (call run_record_describe_machine first);
  * on a GPU, cuBLAS. */
 void run_record_describe_gemms(struct run_record *r, const struct flop_counter *fc, enum dtype gemm_dtype);
+/* Fills the threading fields from the environment (OMP_WAIT_POLICY,
+ * GOMP_SPINCOUNT); the cores are the caller's to measure. */
+void run_record_describe_threading(struct run_record *r);
 /* Where peak_flops came from, in words (the banner's and the FLOP table's). */
 const char *run_record_peak_source(const struct run_record *r);
 /* The banner's two lines: machine and BLAS kernel, then the peak. */
 void run_record_print(FILE *out, const struct run_record *r);
+/* The threading line of the banner: threads, the wait policy, who shares
+ * the pool, the cores free at start-up. */
+void run_record_print_threads(FILE *out, const struct run_record *r);
 /* One "warning:" line when the BLAS kernel is a fallback for this CPU
- * (blas_suggested_coretype); nothing otherwise. Returns whether it warned. */
+ * (blas_suggested_coretype), and one when the run asks for more threads
+ * than the cores it found free; nothing otherwise. Returns whether it
+ * warned. */
 bool run_record_warn(FILE *out, const struct run_record *r);
 /* {"type":"run", ...} on one line. */
 void run_record_json(FILE *json, const struct run_record *r);

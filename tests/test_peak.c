@@ -9,10 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+#include <math.h>
 #include <cblas.h>
 #include <cmocka.h>
 #include <omp.h>
 
+#include "clock.h"
 #include "counters.h"
 #include "layers.h"
 #include "machine.h"
@@ -220,13 +224,59 @@ static void test_machine_description(void **state) {
            b.threading, b.corename, isa_name(blas_kernel_isa(b.corename)));
 }
 
+/* The cores others keep busy: the formula on made-up samples (busy time
+ * less this process's own, over the wall time), clamped, and unknown
+ * samples; then live: a child process spinning for SPIN_SECONDS counts as
+ * others (about one core), this process spinning does not. */
+enum { SPIN_MS = 300 };
+
+static void spin_for(double seconds) {
+    volatile unsigned long x = 0;
+    for (double t0 = monotonic_seconds(); monotonic_seconds() - t0 < seconds;) x++;
+}
+
+static void test_cores_used_by_others(void **state) {
+    (void)state;
+    struct cpu_times a = {.busy = 10, .total = 40, .self = 1, .cores = 4, .ok = true}, b = a;
+    b.total += 4.0; /* one second of wall time on 4 cores */
+    b.busy += 2.5;
+    b.self += 1.0; /* this process: one core */
+    assert_true(fabs(machine_cores_used_by_others(&a, &b) - 1.5) < 1e-12);
+    b.self = a.self + 3.0; /* more than the busy time (counters read apart): none */
+    assert_true(machine_cores_used_by_others(&a, &b) == 0.0);
+    b.ok = false;
+    assert_true(machine_cores_used_by_others(&a, &b) == -1.0);
+    b = a; /* no time passed */
+    assert_true(machine_cores_used_by_others(&a, &b) == -1.0);
+
+    struct cpu_times t0 = machine_cpu_times();
+    assert_true(t0.ok && t0.cores >= 1);
+    spin_for(SPIN_MS / 1e3);
+    struct cpu_times t1 = machine_cpu_times();
+    double own = machine_cores_used_by_others(&t0, &t1);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        spin_for(SPIN_MS / 1e3);
+        _exit(0);
+    }
+    struct cpu_times t2 = machine_cpu_times();
+    waitpid(child, NULL, 0);
+    struct cpu_times t3 = machine_cpu_times();
+    double other = machine_cores_used_by_others(&t2, &t3);
+    printf("    %d cores; this process spinning: %.2f cores busy with others; a child spinning: %.2f\n", t0.cores, own,
+           other);
+    /* the child's core, not ours (unless others already held every core) */
+    assert_true(other >= own + 0.5 || other >= t0.cores - 0.5);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_peak_trials),          cmocka_unit_test(test_peak_bad_arguments),
         cmocka_unit_test(test_peak_kernel_is_widest), cmocka_unit_test(test_sgemm_never_exceeds_peak),
         cmocka_unit_test(test_bf16_gemms_never_exceed_bf16_peak),
         cmocka_unit_test(test_kernel_isa),           cmocka_unit_test(test_suggested_coretype),
-        cmocka_unit_test(test_machine_description),
+        cmocka_unit_test(test_machine_description), cmocka_unit_test(test_cores_used_by_others),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

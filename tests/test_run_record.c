@@ -42,6 +42,8 @@ static struct run_record sample(void) {
     snprintf(r.gemm_library, sizeof r.gemm_library, "oneDNN");
     snprintf(r.gemm_version, sizeof r.gemm_version, "2.6.3");
     snprintf(r.gemm_kernel, sizeof r.gemm_kernel, "brg:avx512_core_bf16");
+    r.cores = 4; /* one kept busy by another process: 3 free for 2 threads */
+    r.cores_busy = 1.0;
     return r;
 }
 
@@ -54,7 +56,8 @@ static void test_json_record(void **state) {
                            "\"blas_library\":\"OpenBLAS\",\"blas_version\":\"0.3.21\",\"blas_corename\":\"Prescott\","
                            "\"blas_kernel_isa\":\"sse\",\"blas_threading\":\"OpenMP\",\"gemm_dtype\":\"bf16\",\"gemm_library\":\"oneDNN\",\"gemm_version\":\"2.6.3\",\"gemm_kernel\":\"brg:avx512_core_bf16\",\"peak_flops\":2.500000e+11,"
                            "\"peak_source\":\"measured\",\"peak_kernel\":\"avx512f\",\"peak_probe\":\"fp32 fma\",\"peak_trials\":3,"
-                           "\"peak_flops_median\":2.000000e+11,\"peak_flops_min\":1.000000e+11,\"peak_spread\":0.60000}\n");
+                           "\"peak_flops_median\":2.000000e+11,\"peak_flops_min\":1.000000e+11,\"peak_spread\":0.60000,"
+                           "\"omp_wait_policy\":\"\",\"gomp_spincount\":\"\",\"cores\":4,\"cores_busy_at_start\":1.00}\n");
     /* the bf16 GEMMs' peak is the bf16 GEMM probe's, and the banner names it */
     r.peak_gemm = true;
     snprintf(r.peak.kernel, sizeof r.peak.kernel, "oneDNN brg:avx512_core_bf16 GEMM m 256 n 768 k 256");
@@ -68,8 +71,34 @@ static void test_json_record(void **state) {
     /* a configured peak has no trials to report */
     r.peak_measured = false;
     s = written(json, &r);
-    assert_non_null(strstr(s, "\"peak_source\":\"config\"}\n"));
+    assert_non_null(strstr(s, "\"peak_source\":\"config\","));
     assert_null(strstr(s, "peak_trials"));
+}
+
+/* The threading line, and the warning when the run asks for more threads
+ * than the cores it found free (rounded to whole cores). */
+static void test_threads(void **state) {
+    (void)state;
+    struct run_record r = sample();
+    snprintf(r.blas.corename, sizeof r.blas.corename, "SkylakeX"); /* no BLAS warning */
+    snprintf(r.omp_wait_policy, sizeof r.omp_wait_policy, "passive");
+    assert_string_equal(written(run_record_print_threads, &r),
+                        "threading: 2 OpenMP threads per rank, wait policy OMP_WAIT_POLICY=passive, spin count "
+                        "libgomp's default; OpenBLAS (OpenMP build) and oneDNN on the same pool | cores: 4, 3.0 free "
+                        "at start-up (1.0 busy with other processes)\n");
+    assert_string_equal(written(warn, &r), ""); /* 2 threads, 3 free */
+    r.cores = 2;
+    r.cores_busy = 1.2; /* 0.8 free: one whole core */
+    const char *s = written(warn, &r);
+    assert_non_null(strstr(s, "warning: 2 threads per rank, but other processes kept 1.2 of the 2 cores busy at "
+                              "start-up (0.8 free)"));
+    assert_non_null(strstr(s, "--threads 1 fits what was free\n"));
+    r.cores_busy = 0.4; /* 1.6 free: two, rounded */
+    assert_string_equal(written(warn, &r), "");
+    r.cores_busy = -1.0; /* not measured: no claim */
+    r.cores = 1;
+    assert_string_equal(written(warn, &r), "");
+    assert_non_null(strstr(written(run_record_print_threads, &r), "| cores: 1 (free cores not measured)\n"));
 }
 
 static void test_fallback_warning(void **state) {
@@ -86,6 +115,7 @@ static void test_fallback_warning(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_json_record),
+        cmocka_unit_test(test_threads),
         cmocka_unit_test(test_fallback_warning),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,4 +1,6 @@
 /* The run's header: machine, BLAS kernel, GEMM library and peak (run_record.h). */
+#include <stdlib.h>
+
 #include "run_record.h"
 
 #include "onednn_gemms.h"
@@ -24,6 +26,12 @@ void run_record_describe_gemms(struct run_record *r, const struct flop_counter *
         snprintf(r->gemm_version, sizeof r->gemm_version, "%s", r->blas.version);
         snprintf(r->gemm_kernel, sizeof r->gemm_kernel, "sgemm %s", r->blas.corename);
     }
+}
+
+void run_record_describe_threading(struct run_record *r) {
+    const char *policy = getenv("OMP_WAIT_POLICY"), *spin = getenv("GOMP_SPINCOUNT");
+    snprintf(r->omp_wait_policy, sizeof r->omp_wait_policy, "%s", policy ? policy : "");
+    snprintf(r->gomp_spincount, sizeof r->gomp_spincount, "%s", spin ? spin : "");
 }
 
 const char *run_record_peak_source(const struct run_record *r) {
@@ -57,14 +65,46 @@ void run_record_print(FILE *out, const struct run_record *r) {
             p->min / 1e9, 100.0 * peak_spread(p));
 }
 
+/* A thread per core is free when others leave at least this much of it:
+ * a rank's threads are counted against the cores left, rounded to the
+ * nearest whole core. */
+static const double WHOLE_CORE = 0.5;
+
+static double cores_free(const struct run_record *r) { return r->cores - r->cores_busy; }
+
+void run_record_print_threads(FILE *out, const struct run_record *r) {
+    fprintf(out, "threading: %d OpenMP thread%s per rank, wait policy %s%s, spin count %s%s; ", r->threads,
+            r->threads == 1 ? "" : "s", r->omp_wait_policy[0] ? "OMP_WAIT_POLICY=" : "", 
+            r->omp_wait_policy[0] ? r->omp_wait_policy : "libgomp's default", r->gomp_spincount[0] ? "GOMP_SPINCOUNT=" : "",
+            r->gomp_spincount[0] ? r->gomp_spincount : "libgomp's default");
+    fprintf(out, "%s (%s build)%s on the same pool", r->blas.library, r->blas.threading,
+            r->gemm_dtype == DTYPE_BF16 && !r->on_gpu ? " and oneDNN" : "");
+    if (r->cores_busy >= 0)
+        fprintf(out, " | cores: %d, %.1f free at start-up (%.1f busy with other processes)\n", r->cores,
+                cores_free(r), r->cores_busy);
+    else fprintf(out, " | cores: %d (free cores not measured)\n", r->cores);
+}
+
 bool run_record_warn(FILE *out, const struct run_record *r) {
+    bool warned = false;
     const char *coretype = blas_suggested_coretype(r->blas.corename, r->isa);
-    if (!coretype) return false;
-    fprintf(out,
-            "warning: %s %s runs its %s kernels (no FMA) on a CPU with %s: every GEMM runs several times slower; "
-            "OPENBLAS_CORETYPE=%s selects the kernels that match this CPU\n",
-            r->blas.library, r->blas.version, r->blas.corename, isa_name(r->isa), coretype);
-    return true;
+    if (coretype) {
+        fprintf(out,
+                "warning: %s %s runs its %s kernels (no FMA) on a CPU with %s: every GEMM runs several times slower; "
+                "OPENBLAS_CORETYPE=%s selects the kernels that match this CPU\n",
+                r->blas.library, r->blas.version, r->blas.corename, isa_name(r->isa), coretype);
+        warned = true;
+    }
+    if (r->cores_busy >= 0 && r->threads > cores_free(r) + WHOLE_CORE) {
+        fprintf(out,
+                "warning: %d threads per rank, but other processes kept %.1f of the %d cores busy at start-up "
+                "(%.1f free): a thread that shares its core holds up the others at every parallel region; "
+                "--threads %d fits what was free\n",
+                r->threads, r->cores_busy, r->cores, cores_free(r), (int)(cores_free(r) + WHOLE_CORE) > 0
+                                                                          ? (int)(cores_free(r) + WHOLE_CORE) : 1);
+        warned = true;
+    }
+    return warned;
 }
 
 /* A JSON string's contents: quote and backslash escaped, control
@@ -109,6 +149,10 @@ void run_record_json(FILE *json, const struct run_record *r) {
         fprintf(json, ",\"peak_trials\":%d,\"peak_flops_median\":%.6e,\"peak_flops_min\":%.6e,\"peak_spread\":%.5f",
                 r->peak.trials, r->peak.median, r->peak.min, peak_spread(&r->peak));
     }
+    field(json, "omp_wait_policy", r->omp_wait_policy);
+    field(json, "gomp_spincount", r->gomp_spincount);
+    fprintf(json, ",\"cores\":%d", r->cores);
+    if (r->cores_busy >= 0) fprintf(json, ",\"cores_busy_at_start\":%.2f", r->cores_busy);
     fprintf(json, "}\n");
     fflush(json);
 }

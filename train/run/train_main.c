@@ -110,8 +110,9 @@ static void print_banner(const struct config *c, const struct trainer *tr, const
     printf("data: %s (%zu samples%s), val %s\n", c->train_data, tr->train.n_samples,
            c->shuffle ? ", shuffled" : ", sequential", tr->has_val ? c->val_data : "(none)");
     run_record_print(stdout, run);
-    printf("threads: %d per rank | steps %d from step %d | lr %g %s, warmup %d\n", c->threads, c->steps, tr->step,
-           c->lr, c->lr_schedule == LR_COSINE ? "cosine" : "constant", c->warmup_steps);
+    run_record_print_threads(stdout, run);
+    printf("steps %d from step %d | lr %g %s, warmup %d\n", c->steps, tr->step, c->lr,
+           c->lr_schedule == LR_COSINE ? "cosine" : "constant", c->warmup_steps);
     char stop[FILEIO_PATH_LEN];
     trainer_stop_state_path(c, stop);
     printf("stop: SIGTERM, SIGINT, SIGHUP or SIGUSR1 finish the step, write a resume state to %s and exit %d\n",
@@ -211,7 +212,11 @@ int main(int argc, char **argv) {
         device_grid_free(&dev, &grid);
         return fail(rank, world, err);
     }
-    struct run_record run = {.world_size = world, .threads = cfg.threads, .peak_measured = !(cfg.peak_flops > 0)};
+    struct run_record run = {.world_size = world, .threads = cfg.threads, .peak_measured = !(cfg.peak_flops > 0),
+                             .cores_busy = -1.0};
+    /* the cores others keep busy, over the peak probe (a few tenths of a
+     * second with every thread of this rank at work) */
+    struct cpu_times before = machine_cpu_times();
     if (tr.space == MEM_DEVICE) { /* MFU against the GPU: its data sheet's dense bf16 peak */
         run.on_gpu = true;
         /* sources not passed on a GPU (--gpu_unverified 1): the banner and the record say so */
@@ -233,6 +238,10 @@ int main(int argc, char **argv) {
             peak_measure(&run.peak, cfg.threads, PEAK_MIN_TRIALS, PEAK_SECONDS);
         run.peak_flops = tr.peak_flops = run.peak_measured ? run.peak.best : cfg.peak_flops;
     }
+    struct cpu_times after = machine_cpu_times();
+    run.cores = after.cores;
+    if (run.peak_measured) run.cores_busy = machine_cores_used_by_others(&before, &after);
+    run_record_describe_threading(&run);
     tr.peak_source = run_record_peak_source(&run);
     struct rank_stats *ranks = calloc((size_t)world, sizeof *ranks);
     gather_stats(&tr, ranks);
