@@ -31,7 +31,7 @@ class Block(nn.Module):
     def forward(self, x):
         B, T, C = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
-        heads = lambda t: t.view(B, T, self.NH, C // self.NH).transpose(1, 2)
+        heads = lambda t: t.reshape(B, T, self.NH, C // self.NH).transpose(1, 2)
         y = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), is_causal=True)
         x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
         return x + self.fc_proj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
@@ -50,7 +50,7 @@ class GPT(nn.Module):
         for b in self.blocks:
             x = b(x)
         logits = self.lnf(x) @ self.wte.weight.t()  # the tied head
-        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
+        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
 def main():
