@@ -146,6 +146,8 @@ class Run:
                 text += ", tp %d" % s["tp"]
             if s.get("pp", 1) > 1:
                 text += ", pp %d" % s["pp"]
+            if self.machine and isinstance(self.machine.get("gemm_dtype"), str):
+                text += ", %s GEMMs" % self.machine["gemm_dtype"]
             return text
         return self.name
 
