@@ -150,6 +150,13 @@ static unsigned char *slurp(const char *path, size_t *n) {
     return b;
 }
 
+static void spit_file(const char *path, const void *bytes, size_t n) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(bytes, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+}
+
 static int temp_files(void) {
     DIR *d = opendir(DIR_);
     assert_non_null(d);
@@ -388,9 +395,22 @@ static void test_resume_on_other_data(void **state) {
     /* the same file by another path is the same data */
     snprintf(r.train_data, sizeof r.train_data, "%s/./train.bin", DIR_);
     open_ok(&r);
+    /* an identical copy at another path is the same data (contents, not paths) */
+    size_t n;
+    unsigned char *bytes = slurp(TRAIN, &n);
+    path_in(r.train_data, sizeof r.train_data, "copy.bin");
+    spit_file(r.train_data, bytes, n);
+    open_ok(&r);
+    /* one bit flipped in a token, at the same path and size, is not (the
+     * token stays below the vocabulary, so only the digest can see it) */
+    bytes[1024 + 2 * 1000] ^= 1;
+    spit_file(r.train_data, bytes, n);
+    free(bytes);
+    expect_open_fails(&r, "was saved with train_data", "(1 files, 410624 bytes, other contents: data digest 0x");
     /* another file of the same size is not */
     path_in(r.train_data, sizeof r.train_data, "other.bin");
-    expect_open_fails(&r, "was saved with train_data", "other paths or contents); pass --allow_data_change 1");
+    expect_open_fails(&r, "was saved with train_data", ", saved 0x");
+    expect_open_fails(&r, "other contents", "; pass --allow_data_change 1");
     set(&r, "allow_data_change", "1");
     open_ok(&r);
     /* a glob matching both is other data too */
@@ -399,8 +419,41 @@ static void test_resume_on_other_data(void **state) {
     expect_open_fails(&r, "(1 files, 410624 bytes)", "(2 files, 821248 bytes)");
 }
 
+/* A version-2 state (its data digest was of paths and sizes) still loads:
+ * its digest is not compared, the files and bytes are, and the run says
+ * so. */
+static void test_resume_version2_state_checks_sizes_only(void **state) {
+    (void)state;
+    struct config c;
+    tiny_config(&c);
+    set(&c, "steps", "2");
+    set(&c, "shuffle", "0");
+    path_in(c.save_state, sizeof c.save_state, "v2.state");
+    char err[TRAINER_ERR_LEN];
+    assert_int_equal(run(&c, err, NULL), 0);
+    size_t n;
+    unsigned char *raw = slurp(c.save_state, &n);
+    uint32_t version;
+    memcpy(&version, raw + 4, 4);
+    assert_int_equal(version, 3);
+    version = 2; /* the same layout; the header's checksum starts after the version */
+    memcpy(raw + 4, &version, 4);
+    spit_file(c.save_state, raw, n);
+    free(raw);
+    struct config r;
+    tiny_config(&r);
+    set(&r, "steps", "3");
+    set(&r, "shuffle", "0");
+    snprintf(r.resume, sizeof r.resume, "%s", c.save_state);
+    path_in(r.train_data, sizeof r.train_data, "other.bin"); /* same size, other contents: not seen */
+    open_ok(&r);
+    path_in(r.train_data, sizeof r.train_data, "[ot]*.bin"); /* other sizes: refused */
+    expect_open_fails(&r, "(1 files, 410624 bytes)", "(2 files, 821248 bytes)");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_resume_version2_state_checks_sizes_only),
         cmocka_unit_test(test_nan_run_stops_and_keeps_last_good_state),
         cmocka_unit_test(test_skip_step_counts_and_stops),
         cmocka_unit_test(test_optimizer_step_skips_nonfinite),

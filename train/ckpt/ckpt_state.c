@@ -1,16 +1,13 @@
 /* Resume states: the model states plus the loop's position, bit-exact. */
 #include <errno.h>
-#include <glob.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "ckpt.h"
 #include "checkpoint.h"
 #include "ckpt_grid.h"
 #include "ckpt_staging.h"
-#include "crc32c.h"
 #include "ckpt_ref_runs.h"
 #include "ckpt_state_raw.h"
 #include "trainer.h"
@@ -28,32 +25,14 @@ static uint32_t fingerprint(const struct config *c, int dp) {
     return h;
 }
 
-/* What train_data matches now: every file's canonical path and size, so
- * the same files under another pattern or relative path are the same
- * data, and a file that grew or was replaced is not. */
-static int data_sources(const char *pattern, struct data_sources *d, char err[TRAINER_ERR_LEN]) {
-    *d = (struct data_sources){0};
-    snprintf(d->pattern, sizeof d->pattern, "%s", pattern);
-    glob_t g;
-    if (glob(pattern, GLOB_ERR, NULL, &g) != 0) {
-        snprintf(err, TRAINER_ERR_LEN, "train_data %s: no file matches it any more", pattern);
-        return -1;
-    }
-    int rc = 0;
-    for (size_t i = 0; rc == 0 && i < g.gl_pathc; i++) {
-        char real[PATH_MAX], line[PATH_MAX + 32];
-        struct stat st;
-        if (!realpath(g.gl_pathv[i], real) || stat(real, &st) != 0) {
-            snprintf(err, TRAINER_ERR_LEN, "train_data %s: %s", g.gl_pathv[i], strerror(errno));
-            rc = -1;
-            break;
-        }
-        int n = snprintf(line, sizeof line, "%s\t%lld\n", real, (long long)st.st_size);
-        d->digest = crc32c(d->digest, line, (size_t)n);
-        d->files++, d->bytes += (uint64_t)st.st_size;
-    }
-    globfree(&g);
-    return rc;
+/* The training data as this run's loader read it (data_content: by
+ * contents, so the same files under another path are the same data, and
+ * a file changed in place is not). */
+static struct data_sources data_sources(const struct trainer *tr) {
+    struct data_sources d = {.files = tr->train.content.files, .bytes = tr->train.content.bytes,
+                             .digest = tr->train.content.digest, .of_contents = true};
+    snprintf(d.pattern, sizeof d.pattern, "%s", tr->cfg->train_data);
+    return d;
 }
 
 /* A resume state holds full, unsharded arrays in the model's reference
@@ -190,9 +169,8 @@ int trainer_save_state(struct trainer *tr, const char *path, char err[TRAINER_ER
     bool writer = tr->grid->world_rank == 0;
     struct resume_writer w = {0};
     char e2[CKPT_ERR_LEN] = "";
-    int rc = writer ? data_sources(tr->cfg->train_data, &meta.data, err) : 0;
-    if (rc != 0) snprintf(e2, sizeof e2, "%.*s", CKPT_ERR_LEN - 1, err);
-    if (writer && rc == 0) rc = resume_create(&w, path, &meta, d, n + (raw.on ? RAW_SECTIONS : 0), e2);
+    meta.data = data_sources(tr);
+    int rc = writer ? resume_create(&w, path, &meta, d, n + (raw.on ? RAW_SECTIONS : 0), e2) : 0;
     struct ckpt_staging st;
     int got = ckpt_staging_alloc(&st, &tr->mem, tr->space, "resume state staging (one unit)",
                                  ckpt_staging_bytes(tr->cfg, tr->grid, engine_unit_staging_bytes(e)));
@@ -291,16 +269,27 @@ static int check_meta(const struct trainer *tr, const char *path, const struct r
  * log then says. */
 static int check_data(const struct trainer *tr, const char *path, const struct data_sources *saved,
                       char err[TRAINER_ERR_LEN]) {
-    struct data_sources now;
-    if (data_sources(tr->cfg->train_data, &now, err) != 0) return -1;
-    if (now.files == saved->files && now.bytes == saved->bytes && now.digest == saved->digest) return 0;
-    char what[TRAINER_ERR_LEN];
+    struct data_sources now = data_sources(tr);
+    bool sizes = now.files == saved->files && now.bytes == saved->bytes;
+    if (sizes && !saved->of_contents) {
+        if (tr->grid->world_rank == 0) {
+            printf("resume: %s is a version-2 state, whose data digest is of paths, not contents: train_data was "
+                   "checked by its file count and bytes only (%llu files, %llu bytes)\n",
+                   path, (unsigned long long)now.files, (unsigned long long)now.bytes);
+            fflush(stdout);
+        }
+        return 0;
+    }
+    if (sizes && now.digest == saved->digest) return 0;
+    char what[TRAINER_ERR_LEN], digests[96] = "";
+    if (sizes)
+        snprintf(digests, sizeof digests, ", other contents: data digest 0x%08x, saved 0x%08x", (unsigned)now.digest,
+                 (unsigned)saved->digest);
     snprintf(what, sizeof what,
              "%.300s was saved with train_data %.200s (%llu files, %llu bytes), this run's train_data %.200s is "
              "other data (%llu files, %llu bytes%s)",
              path, saved->pattern, (unsigned long long)saved->files, (unsigned long long)saved->bytes, now.pattern,
-             (unsigned long long)now.files, (unsigned long long)now.bytes,
-             now.files == saved->files && now.bytes == saved->bytes ? ", other paths or contents" : "");
+             (unsigned long long)now.files, (unsigned long long)now.bytes, digests);
     if (!tr->cfg->allow_data_change) {
         snprintf(err, TRAINER_ERR_LEN, "%.900s; pass --allow_data_change 1 to resume on it anyway", what);
         return -1;
