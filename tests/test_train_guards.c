@@ -189,7 +189,7 @@ static void test_nan_run_stops_and_keeps_last_good_state(void **state) {
     printf("  stopped: %s\n", err);
     assert_true(names_nonfinite(err, FIRST_NONFINITE_STEP));
     assert_non_null(strstr(err, "(non-finite): its update was not applied and training stops without saving"));
-    assert_non_null(strstr(err, "diverge.state keeps the last state written before it"));
+    assert_non_null(strstr(err, "diverge.state keeps the state written after step 7"));
     assert_int_equal(access(c.save, F_OK), -1); /* no final model */
     assert_int_equal(temp_files(), 0);
 
@@ -242,6 +242,15 @@ static void test_skip_step_counts_and_stops(void **state) {
     struct resume_meta m = state_meta(c.save_state);
     assert_int_equal(m.step, 10);
     assert_int_equal(m.skipped_steps, 3);
+    assert_non_null(strstr(err, "skip.state keeps the state written after step 10"));
+    /* no periodic saves: the message must not claim a state was kept */
+    struct config none = c;
+    set(&none, "save_state_every", "0");
+    path_in(none.save_state, sizeof none.save_state, "never.state");
+    assert_int_equal(run(&none, err, NULL), -1);
+    assert_non_null(strstr(err, "this run wrote no state to "));
+    assert_non_null(strstr(err, "never.state (it does not exist)"));
+    assert_null(strstr(err, "keeps"));
     struct config c9 = c;
     path_in(c9.save_state, sizeof c9.save_state, "skip7.state");
     struct trainer *tr = calloc(1, sizeof *tr);

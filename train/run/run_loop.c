@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "accounting.h"
 #include "checkpoint.h"
@@ -327,14 +328,21 @@ static struct step_metrics train_step(struct trainer *tr) {
 }
 
 /* A step whose update was not applied: 0 to go on (skip_step, within the
- * limit), -1 with the message otherwise. Every rank decides alike (the
- * loss and norm are agreed), so no rank is left waiting. */
-static int on_nonfinite(struct trainer *tr, const struct step_metrics *m, char err[TRAINER_ERR_LEN]) {
+ * limit), -1 with the message otherwise, which says what save_state holds
+ * (saved_step: the step of the last state this run wrote there, -1 none).
+ * Every rank decides alike (the loss and norm are agreed), so no rank is
+ * left waiting. */
+static int on_nonfinite(struct trainer *tr, const struct step_metrics *m, int saved_step,
+                        char err[TRAINER_ERR_LEN]) {
     const struct config *c = tr->cfg;
     char what[96], kept[CONFIG_PATH_LEN + 96] = "";
     if (!isfinite(m->loss)) snprintf(what, sizeof what, "the loss is %g", (double)m->loss);
     else snprintf(what, sizeof what, "the gradient norm is %g (loss %g)", m->grad_norm, (double)m->loss);
-    if (*c->save_state) snprintf(kept, sizeof kept, "; %s keeps the last state written before it", c->save_state);
+    if (*c->save_state && saved_step >= 0)
+        snprintf(kept, sizeof kept, "; %s keeps the state written after step %d", c->save_state, saved_step);
+    else if (*c->save_state)
+        snprintf(kept, sizeof kept, "; this run wrote no state to %s (%s)", c->save_state,
+                 access(c->save_state, F_OK) == 0 ? "it holds what it held before" : "it does not exist");
     if (c->on_nonfinite == NONFINITE_SKIP_STEP) {
         tr->skipped_steps++;
         if (tr->skipped_steps <= c->max_skipped_steps) return 0;
@@ -386,7 +394,7 @@ int trainer_run(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
             return stop_run(tr, sig, saved_step, err);
         }
         struct step_metrics m = train_step(tr);
-        if (m.nonfinite && on_nonfinite(tr, &m, err) != 0) {
+        if (m.nonfinite && on_nonfinite(tr, &m, saved_step, err) != 0) {
             log_step(tr, &m, true);
             return -1;
         }
