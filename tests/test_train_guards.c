@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "ckpt.h"
 #include "engine_fixture.h"
 #include "run.h"
 
@@ -380,6 +381,21 @@ static void test_init_from_with_nan_refused(void **state) {
     expect_open_fails(&c2, "--init_from: ", "nan.bin: qkvw of layer 1 element 77 is nan (non-finite)");
     snprintf(c2.init_from, sizeof c2.init_from, "%s", c.save);
     open_ok(&c2);
+
+    /* a header claiming 2^30 positions: the size it implies is checked
+     * against the file's before anything is sized from it (it used to say
+     * "not enough memory (896 GiB)") */
+    raw = slurp(c.save, &n);
+    int32_t huge = 1 << 30;
+    memcpy(raw + 2 * sizeof(int32_t), &huge, sizeof huge); /* llm.c's header: magic, version, max_seq_len */
+    path_in(bad, sizeof bad, "huge.bin");
+    spit_file(bad, raw, n);
+    free(raw);
+    snprintf(c2.init_from, sizeof c2.init_from, "%s", bad);
+    char err2[TRAINER_ERR_LEN];
+    assert_int_equal(trainer_adopt_model_file(&c2, err2), -1);
+    assert_non_null(strstr(err2, "huge.bin is truncated: "));
+    assert_non_null(strstr(err2, " bytes, expected "));
 }
 
 static void test_resume_on_other_data(void **state) {
