@@ -95,8 +95,11 @@ static void print_banner(const struct config *c, const struct trainer *tr, const
     const struct grid *g = tr->grid;
     char positions[48] = ""; /* a position table longer than the run's sequences (an llm.c file's) */
     if (lay->shape.maxT != c->seq_len) snprintf(positions, sizeof positions, " (position table %d)", lay->shape.maxT);
-    printf("shardlab train: GPT-2 L=%d C=%d NH=%d T=%d%s V=%d (padded %d), %zu parameters\n", c->n_layer,
-           c->d_model, c->n_head, c->seq_len, positions, c->vocab_size, lay->shape.Vp, lay->total);
+    /* the whole model's count; under tp or pp rank 0 holds a share of it */
+    char share[64] = "";
+    if (lay->total != lay->ref_total) snprintf(share, sizeof share, " (rank 0 holds %zu)", lay->total);
+    printf("shardlab train: GPT-2 L=%d C=%d NH=%d T=%d%s V=%d (padded %d), %zu parameters%s\n", c->n_layer,
+           c->d_model, c->n_head, c->seq_len, positions, c->vocab_size, lay->shape.Vp, lay->ref_total, share);
     printf("precision: params %s%s, grads %s, activations %s, rounding %s\n", dtype_name(c->param_dtype),
            c->param_dtype == DTYPE_BF16 ? " (+ fp32 master)" : "", dtype_name(c->grad_dtype),
            dtype_name(c->act_dtype), c->rounding == ROUND_NEAREST ? "nearest-even" : "stochastic");
