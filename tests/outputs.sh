@@ -83,4 +83,30 @@ for key in config init_from resume; do
     check "train --$key a FIFO: refused, no hang" $?
 done
 
+# symlinked save targets are written through: the link stays a link, its
+# target (reached through a relative chain of links) gets the file
+mkdir "$tmp/sub"
+echo "the user's old file" >"$tmp/target.bin"
+ln -s ../target.bin "$tmp/sub/hop" && ln -s sub/hop "$tmp/link.bin"
+timeout 60 "${train[@]}" --save "$tmp/link.bin" >/dev/null 2>&1 && [ -L "$tmp/link.bin" ] && [ -L "$tmp/sub/hop" ] &&
+    [ -f "$tmp/target.bin" ] && [ ! -L "$tmp/target.bin" ] && [ "$(stat -c %s "$tmp/target.bin")" = 70400 ] &&
+    [ -z "$(ls "$tmp" "$tmp/sub" | grep shardlab-tmp)" ]
+check "train --save on a chain of symlinks: the target written, the links kept" $?
+timeout 60 "${train[@]}" --save_state "$tmp/link.bin" >/dev/null 2>&1 && [ -L "$tmp/link.bin" ] &&
+    timeout 60 "${train[@]}" --steps 2 --resume "$tmp/link.bin" >/dev/null 2>&1
+check "train --save_state on a symlink: written through, and it resumes" $?
+
+# stdout that cannot be written: an error naming it, exit 1 (it exited 0)
+timeout 60 "${train[@]}" >/dev/full 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && grep -qF "error: writing the run's output to stdout failed: No space left on device" "$tmp/err"
+check "train > /dev/full: exit 1, the reason named" $?
+
+# more validation batches than the split holds: a warning with the passes;
+# the end line names validation's time beside the steps'
+timeout 120 "${train[@]}" --val_every 1 --val_batches 800 >"$tmp/out" 2>"$tmp/err" &&
+    grep -qF "warning: val_batches 800 x 1 ranks x micro_batch 4 = 3200 samples per validation, but val_data has 2972: each validation reads it 1.1 times over (lower val_batches to at most 743)" "$tmp/err" &&
+    grep -qE "^trained 1 steps in [0-9.]+ s, and validated in [0-9.]+ s$" "$tmp/out"
+check "train --val_batches past the validation split: warned with the passes; validation's time in the end line" $?
+
 [ $fails -eq 0 ] && echo "output tests passed" || { echo "$fails output test(s) failed"; exit 1; }

@@ -77,6 +77,15 @@ static int open_data(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
         tr->has_val = false;
         return -1;
     }
+    /* a validation takes val_batches x dp x micro_batch samples from the
+     * start of the split: more than it holds reads it over and over */
+    double per_val = (double)cfg->val_batches * g->dp * cfg->micro_batch;
+    if (tr->has_val && g->world_rank == 0 && per_val > (double)tr->val.n_samples)
+        fprintf(stderr,
+                "warning: val_batches %d x %d ranks x micro_batch %d = %.0f samples per validation, but val_data has "
+                "%zu: each validation reads it %.1f times over (lower val_batches to at most %zu)\n",
+                cfg->val_batches, g->dp, cfg->micro_batch, per_val, tr->val.n_samples,
+                per_val / (double)tr->val.n_samples, tr->val.n_samples / ((size_t)g->dp * (size_t)cfg->micro_batch));
     return 0;
 }
 
@@ -207,6 +216,7 @@ static void agree_loss(struct trainer *tr, double *loss) {
 
 float trainer_validate(struct trainer *tr) {
     struct collectives *dp = &tr->grid->dp_comm;
+    double t0 = monotonic_seconds();
     struct flop_counter flops = tr->flops; /* validation is not part of a step's count */
     struct coll_uncounted kept[GROUP_NUM]; /* nor of its traffic: tp's f and g, pp's sends, all groups */
     for (int g = 0; g < GROUP_NUM; g++) kept[g] = coll_uncounted_begin(grid_group(tr->grid, (enum grid_group)g));
@@ -218,6 +228,7 @@ float trainer_validate(struct trainer *tr) {
     trace_end(&tr->trace, ev);
     tr->flops = flops;
     for (int g = 0; g < GROUP_NUM; g++) coll_uncounted_end(kept[g]);
+    tr->val_seconds += monotonic_seconds() - t0;
     return (float)(sum / (tr->cfg->val_batches * dp->size));
 }
 
