@@ -444,6 +444,33 @@ static void test_resume_on_other_data(void **state) {
     expect_open_fails(&r, "(1 files, 410624 bytes)", "(2 files, 821248 bytes)");
 }
 
+/* A resume refused for another optimizer, dtype or global batch names the
+ * key and both values (it said only "a different dtype, optimizer or
+ * global batch"). */
+static void test_resume_refusal_names_the_key(void **state) {
+    (void)state;
+    struct config c;
+    tiny_config(&c);
+    set(&c, "steps", "2");
+    path_in(c.save_state, sizeof c.save_state, "keys.state");
+    char err[TRAINER_ERR_LEN];
+    assert_int_equal(run(&c, err, NULL), 0);
+    static const struct { const char *key, *value, *says; } cases[] = {
+        {"optimizer", "sgd", "; optimizer: saved adamw, this run sgd;"},
+        {"micro_batch", "2", "; the global batch (micro_batch x grad_accum x data-parallel ranks): saved 4, this "
+                             "run 2 x 1 x 1 = 2;"},
+        {"grad_dtype", "fp32", "; grad_dtype: saved bf16, this run fp32;"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct config r;
+        tiny_config(&r);
+        set(&r, "steps", "3");
+        set(&r, cases[i].key, cases[i].value);
+        snprintf(r.resume, sizeof r.resume, "%s", c.save_state);
+        expect_open_fails(&r, "keys.state was saved with a different dtype, optimizer or global batch", cases[i].says);
+    }
+}
+
 /* A version-2 state (its data digest was of paths and sizes) still loads:
  * its digest is not compared, the files and bytes are, and the run says
  * so. */
@@ -484,6 +511,7 @@ int main(void) {
         cmocka_unit_test(test_optimizer_step_skips_nonfinite),
         cmocka_unit_test(test_init_from_with_nan_refused),
         cmocka_unit_test(test_resume_on_other_data),
+        cmocka_unit_test(test_resume_refusal_names_the_key),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -65,10 +65,31 @@ static int sections(const struct engine *e, struct state_decl d[MAX_SECTIONS], e
     return n;
 }
 
+/* The keys besides the shape that a resume must share (the fingerprint's),
+ * kept as they are in a section of their own, so that a refusal names the
+ * key that differs; a state without the section (older) gets the
+ * fingerprint's general message. */
+enum { KEY_PARAM_DTYPE, KEY_GRAD_DTYPE, KEY_OPTIMIZER, KEY_GLOBAL_BATCH, RUN_KEYS };
+static const char RUN_KEYS_SECTION[] = "run_keys";
+
+/* The global batch as one number: a state is byte-equal whatever grid
+ * wrote it (micro_batch x grad_accum x dp may be split differently). */
+static void run_keys(const struct config *c, int dp, int32_t k[RUN_KEYS]) {
+    k[KEY_PARAM_DTYPE] = (int32_t)c->param_dtype, k[KEY_GRAD_DTYPE] = (int32_t)c->grad_dtype;
+    k[KEY_OPTIMIZER] = (int32_t)c->optimizer, k[KEY_GLOBAL_BATCH] = c->micro_batch * c->grad_accum * dp;
+}
+
+static struct state_decl run_keys_decl(void) {
+    struct state_decl d = {.dtype = DTYPE_U8, .numel = RUN_KEYS * sizeof(int32_t)};
+    snprintf(d.name, sizeof d.name, "%s", RUN_KEYS_SECTION);
+    return d;
+}
+
 uint64_t trainer_state_bytes(const struct trainer *tr) {
-    struct state_decl d[MAX_SECTIONS];
+    struct state_decl d[MAX_SECTIONS + 1];
     enum zero_state which[MAX_SECTIONS];
     int n = sections(&tr->engine, d, which);
+    d[n++] = run_keys_decl();
     return resume_file_bytes(d, n);
 }
 
@@ -147,7 +168,7 @@ static int save_section(struct trainer *tr, struct resume_writer *w, int i, enum
 
 int trainer_save_state(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]) {
     struct engine *e = &tr->engine;
-    struct state_decl d[MAX_SECTIONS + RAW_SECTIONS];
+    struct state_decl d[MAX_SECTIONS + RAW_SECTIONS + 1];
     enum zero_state which[MAX_SECTIONS];
     int n = sections(e, d, which);
     struct raw_plan raw;
@@ -158,6 +179,10 @@ int trainer_save_state(struct trainer *tr, const char *path, char err[TRAINER_ER
         return -1;
     }
     if (raw.on) raw_decls(tr, &raw, d + n);
+    int keys_at = n + (raw.on ? RAW_SECTIONS : 0); /* the last section */
+    d[keys_at] = run_keys_decl();
+    int32_t keys[RUN_KEYS];
+    run_keys(tr->cfg, tr->grid->dp, keys);
     struct resume_meta meta = {.step = (uint64_t)tr->step,
                                .seed = (uint64_t)tr->cfg->seed,
                                .data_epoch = tr->train.pos.epoch,
@@ -170,7 +195,7 @@ int trainer_save_state(struct trainer *tr, const char *path, char err[TRAINER_ER
     struct resume_writer w = {0};
     char e2[CKPT_ERR_LEN] = "";
     meta.data = data_sources(tr);
-    int rc = writer ? resume_create(&w, path, &meta, d, n + (raw.on ? RAW_SECTIONS : 0), e2) : 0;
+    int rc = writer ? resume_create(&w, path, &meta, d, keys_at + 1, e2) : 0;
     struct ckpt_staging st;
     int got = ckpt_staging_alloc(&st, &tr->mem, tr->space, "resume state staging (one unit)",
                                  ckpt_staging_bytes(tr->cfg, tr->grid, engine_unit_staging_bytes(e)));
@@ -185,6 +210,7 @@ int trainer_save_state(struct trainer *tr, const char *path, char err[TRAINER_ER
      * happened on world rank 0 */
     for (int i = 0; i < n; i++) rc = save_section(tr, &w, i, which[i], dtype_size(d[i].dtype), &st, rc, e2);
     if (raw.on) rc = raw_save(tr, &raw, &w, n, rc, &st, e2);
+    if (writer && rc == 0) rc = resume_write_at(&w, keys_at, 0, sizeof keys, keys, e2);
     if (writer && rc == 0) rc = resume_commit(&w, e2);
     if (writer && rc != 0) resume_abort(&w);
     if (rc != 0)
@@ -226,9 +252,29 @@ static int read_sections(struct trainer *tr, struct resume_reader *r, const stru
     return rc;
 }
 
+/* Appends to out what differs between the saved keys and this run's. */
+static void name_changed_keys(const struct config *c, int dp, const int32_t saved[RUN_KEYS],
+                              const int32_t mine[RUN_KEYS], char *out, size_t len) {
+    static const struct { int at; const char *key; } choices[] = {
+        {KEY_PARAM_DTYPE, "param_dtype"}, {KEY_GRAD_DTYPE, "grad_dtype"}, {KEY_OPTIMIZER, "optimizer"}};
+    size_t used = strlen(out);
+    for (size_t i = 0; i < sizeof choices / sizeof choices[0]; i++) {
+        int at = choices[i].at;
+        if (saved[at] != mine[at] && used < len)
+            used += (size_t)snprintf(out + used, len - used, "; %s: saved %s, this run %s", choices[i].key,
+                                     config_choice_name(choices[i].key, saved[at]),
+                                     config_choice_name(choices[i].key, mine[at]));
+    }
+    if (saved[KEY_GLOBAL_BATCH] != mine[KEY_GLOBAL_BATCH] && used < len)
+        snprintf(out + used, len - used,
+                 "; the global batch (micro_batch x grad_accum x data-parallel ranks): saved %d, this run %d x %d x "
+                 "%d = %d",
+                 (int)saved[KEY_GLOBAL_BATCH], c->micro_batch, c->grad_accum, dp, (int)mine[KEY_GLOBAL_BATCH]);
+}
+
 /* The state must be of this model, dtypes, optimizer and global batch. */
-static int check_meta(const struct trainer *tr, const char *path, const struct resume_meta *m,
-                      char err[TRAINER_ERR_LEN]) {
+static int check_meta(const struct trainer *tr, struct resume_reader *r, const char *path,
+                      const struct resume_meta *m, char err[TRAINER_ERR_LEN]) {
     const struct model_shape *have = &tr->engine.lay.shape;
     if (m->shape.L != have->L || m->shape.C != have->C || m->shape.NH != have->NH || m->shape.T != have->T ||
         m->shape.V != have->V) {
@@ -240,11 +286,17 @@ static int check_meta(const struct trainer *tr, const char *path, const struct r
         return -1;
     }
     if (m->fingerprint != fingerprint(tr->cfg, tr->grid->dp)) {
+        int32_t saved[RUN_KEYS], mine[RUN_KEYS];
+        char which[TRAINER_ERR_LEN / 2] = "", e2[CKPT_ERR_LEN];
+        run_keys(tr->cfg, tr->grid->dp, mine);
+        int at = resume_find(r, RUN_KEYS_SECTION, DTYPE_U8, sizeof saved, e2);
+        if (at >= 0 && resume_read_at(r, at, 0, sizeof saved, saved, e2) == 0)
+            name_changed_keys(tr->cfg, tr->grid->dp, saved, mine, which, sizeof which);
         snprintf(err, TRAINER_ERR_LEN,
-                 "%s was saved with a different dtype, optimizer or global batch; resume needs the same "
+                 "%s was saved with a different dtype, optimizer or global batch%s; resume needs the same "
                  "param_dtype, grad_dtype, optimizer and micro_batch x grad_accum x ranks (the ZeRO stage and "
                  "the number of ranks may change)",
-                 path);
+                 path, which);
         return -1;
     }
     if (m->seed != (uint64_t)tr->cfg->seed) {
@@ -311,7 +363,7 @@ static int load_state(struct trainer *tr, const char *path, const struct raw_pla
         snprintf(err, TRAINER_ERR_LEN, "loading resume state: %s", e2);
         return -1;
     }
-    int rc = check_meta(tr, path, &meta, err);
+    int rc = check_meta(tr, &r, path, &meta, err);
     if (rc == 0) rc = check_data(tr, path, &meta.data, err);
     if (rc == 0) rc = read_sections(tr, &r, raw, err);
     resume_close(&r);
