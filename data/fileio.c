@@ -25,8 +25,43 @@ static void host_name(char out[HOST_LEN]) {
         if (*c == '/') *c = '_';
 }
 
-int atomic_open(struct atomic_file *af, const char *path, char err[FILEIO_ERR_LEN]) {
-    char host[HOST_LEN];
+/* Symbolic links followed to the file a write replaces: the kernel's own
+ * limit on a path's links (Linux's MAXSYMLINKS). */
+enum { LINK_HOPS_MAX = 40 };
+
+/* Where a write to path lands: path itself or, for a symbolic link, the
+ * file it points to, followed link by link (a relative target from its
+ * link's folder; the last may not exist yet). So the atomic rename
+ * replaces that file and keeps the link, and the temp file sits beside it
+ * on its file system. */
+static int write_target(const char *path, char out[FILEIO_PATH_LEN], char err[FILEIO_ERR_LEN]) {
+    if (snprintf(out, FILEIO_PATH_LEN, "%s", path) >= FILEIO_PATH_LEN) goto too_long;
+    for (int hops = 0;; hops++) {
+        struct stat st;
+        if (lstat(out, &st) != 0 || !S_ISLNK(st.st_mode)) return 0;
+        char to[FILEIO_PATH_LEN], link[FILEIO_PATH_LEN];
+        ssize_t n = readlink(out, to, sizeof to - 1);
+        if (hops == LINK_HOPS_MAX || n < 0) {
+            snprintf(err, FILEIO_ERR_LEN, "cannot follow the symbolic link %.400s: %s", out,
+                     n < 0 ? strerror(errno) : "too many levels of links");
+            return -1;
+        }
+        if ((size_t)n >= sizeof to - 1) goto too_long;
+        to[n] = '\0';
+        memcpy(link, out, sizeof link);
+        const char *slash = strrchr(link, '/');
+        int len = to[0] == '/' || !slash ? snprintf(out, FILEIO_PATH_LEN, "%s", to)
+                                         : snprintf(out, FILEIO_PATH_LEN, "%.*s/%s", (int)(slash - link), link, to);
+        if (len >= FILEIO_PATH_LEN) goto too_long;
+    }
+too_long:
+    snprintf(err, FILEIO_ERR_LEN, "path too long: %.200s (or the file its links lead to)", path);
+    return -1;
+}
+
+int atomic_open(struct atomic_file *af, const char *link_or_path, char err[FILEIO_ERR_LEN]) {
+    char host[HOST_LEN], path[FILEIO_PATH_LEN];
+    if (write_target(link_or_path, path, err) != 0) return -1;
     host_name(host);
     if (strlen(path) + strlen(TEMP_TAG) + strlen(host) + 24 >= FILEIO_PATH_LEN) {
         snprintf(err, FILEIO_ERR_LEN, "path too long: %.200s", path);
@@ -121,12 +156,9 @@ static bool process_gone(long pid) {
     return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
 }
 
-int atomic_remove_stale(const char *path, FILE *log, char err[FILEIO_ERR_LEN]) {
-    char dir[FILEIO_PATH_LEN], host[HOST_LEN], prefix[FILEIO_PATH_LEN];
-    if (strlen(path) >= sizeof dir) {
-        snprintf(err, FILEIO_ERR_LEN, "path too long: %.200s", path);
-        return -1;
-    }
+int atomic_remove_stale(const char *link_or_path, FILE *log, char err[FILEIO_ERR_LEN]) {
+    char dir[FILEIO_PATH_LEN], host[HOST_LEN], prefix[FILEIO_PATH_LEN + sizeof TEMP_TAG], path[FILEIO_PATH_LEN];
+    if (write_target(link_or_path, path, err) != 0) return -1; /* where atomic_open puts them */
     const char *slash = strrchr(path, '/');
     if (slash) snprintf(dir, sizeof dir, "%.*s", (int)(slash - path) + (slash == path), path);
     else snprintf(dir, sizeof dir, ".");

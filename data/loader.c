@@ -6,6 +6,7 @@
  * r-th block of B. The position (epoch, cursor) is all the state there is,
  * so saving it and seeking back to it reproduces the stream exactly. */
 #include "data.h"
+#include "crc32c.h"
 #include "rng.h"
 
 #include <glob.h>
@@ -34,7 +35,8 @@ static void make_order(struct data_loader *dl, uint64_t epoch) {
 
 static size_t samples_in(size_t n_tokens, int T) { return n_tokens >= 1 ? (n_tokens - 1) / (size_t)T : 0; }
 
-/* Reads every shard the pattern matches, in sorted order. */
+/* Reads every shard the pattern matches, in sorted order, and digests
+ * their contents as read (data_content: no second pass over the data). */
 static int read_shards(struct data_loader *dl, const char *pattern, int vocab_size, char err[DATA_ERR_LEN]) {
     glob_t g;
     int rc = glob(pattern, GLOB_ERR, NULL, &g);
@@ -56,6 +58,10 @@ static int read_shards(struct data_loader *dl, const char *pattern, int vocab_si
             return -1;
         }
         dl->n_shards++;
+        const struct token_shard *t = &dl->shards[i];
+        dl->content.files++, dl->content.bytes += t->file_bytes;
+        dl->content.digest = crc32c(dl->content.digest, &t->crc, sizeof t->crc);
+        dl->content.digest = crc32c(dl->content.digest, &t->file_bytes, sizeof t->file_bytes);
     }
     globfree(&g);
     return 0;

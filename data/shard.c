@@ -2,6 +2,7 @@
  * rest zero) followed by the tokens as uint16. Both are stored in the host's
  * byte order, as llm.c does; every machine we target is little-endian. */
 #include "data.h"
+#include "crc32c.h"
 #include "fileio.h"
 
 #include <errno.h>
@@ -14,7 +15,11 @@
 #error "shard files are little-endian; a big-endian host would need byte swapping here"
 #endif
 
-enum { SHARD_HEADER_BYTES = SHARD_HEADER_INTS * (int)sizeof(int32_t) };
+enum {
+    SHARD_HEADER_BYTES = SHARD_HEADER_INTS * (int)sizeof(int32_t),
+    /* tokens read, checked and checksummed per piece, while the piece is in cache */
+    SHARD_READ_TOKENS = 1 << 19
+};
 
 /* Checks the header against the file size; on success *n is the token count. */
 static int check_header(const char *path, const int32_t *header, long long file_bytes, size_t *n,
@@ -82,21 +87,29 @@ int shard_read(const char *path, int vocab_size, struct token_shard *out, char e
         fclose(f);
         return -1;
     }
-    int rc = read_exact(f, tokens, n * sizeof *tokens, path, err);
-    fclose(f);
-    for (size_t i = 0; rc == 0 && i < n; i++) {
-        if (tokens[i] >= vocab_size) {
-            snprintf(err, DATA_ERR_LEN, "%.300s: token %d at position %zu is >= vocab_size %d", path,
-                     (int)tokens[i], i, vocab_size);
-            rc = -1;
+    uint32_t crc = crc32c(0, header, sizeof header);
+    int rc = 0;
+    for (size_t at = 0; rc == 0 && at < n; at += SHARD_READ_TOKENS) {
+        size_t k = n - at < SHARD_READ_TOKENS ? n - at : SHARD_READ_TOKENS;
+        rc = read_exact(f, tokens + at, k * sizeof *tokens, path, err);
+        if (rc == 0) crc = crc32c(crc, tokens + at, k * sizeof *tokens);
+        for (size_t i = at; rc == 0 && i < at + k; i++) {
+            if (tokens[i] >= vocab_size) {
+                snprintf(err, DATA_ERR_LEN, "%.300s: token %d at position %zu is >= vocab_size %d", path,
+                         (int)tokens[i], i, vocab_size);
+                rc = -1;
+            }
         }
     }
+    fclose(f);
     if (rc != 0) {
         free(tokens);
         return -1;
     }
     out->tokens = tokens;
     out->n = n;
+    out->crc = crc;
+    out->file_bytes = (uint64_t)st.st_size;
     return 0;
 }
 

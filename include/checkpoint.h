@@ -118,12 +118,15 @@ int llmc_commit(struct llmc_writer *w, char err[CKPT_ERR_LEN]);
 void llmc_abort(struct llmc_writer *w);
 
 /* The training data a state's data position refers to: the pattern as
- * given, and what it matched (every file's canonical path and size, as a
- * count, a byte total and a CRC32C over "path\tsize\n" lines). */
+ * given, and what the loader read (include/data.h's data_content: files,
+ * bytes and a digest of their contents). A version-2 state's digest is of
+ * the files' paths and sizes instead (of_contents false): it is not
+ * compared (docs/RELIABILITY.md). */
 struct data_sources {
     char pattern[DATA_PATTERN_LEN];
     uint64_t files, bytes;
     uint32_t digest;
+    bool of_contents;
 };
 
 struct resume_meta {

@@ -31,7 +31,10 @@
  * Non-blocking collectives. iall_reduce_sum, ireduce_scatter_sum and
  * iall_gather post the collective of the same name and return a handle
  * for wait; the buffer belongs to the collective until wait returns. They
- * share the request table of isend/irecv. Every rank posts the group's
+ * share the request table of isend/irecv. The MPI table runs the
+ * non-blocking reduce-scatter as its own ring of point-to-point steps (the
+ * ring volume above is then what each rank sends, exactly), the others as
+ * MPI's. Every rank posts the group's
  * collectives, blocking and non-blocking, in the same order (MPI's rule).
  * A count must fit an int (no splitting: a request is one MPI call).
  * progress() lets pending requests move: some MPI transports advance a
@@ -141,7 +144,13 @@ struct collectives {
     /* Non-blocking collectives (above): post, return a handle for wait.
      * The handle's slot is -1 where the post failed. */
     struct coll_request (*iall_reduce_sum)(struct collectives *c, void *buf, size_t n, enum dtype dt);
-    struct coll_request (*ireduce_scatter_sum)(struct collectives *c, void *buf, size_t chunk, enum dtype dt);
+    /* buf as reduce_scatter_sum's; scratch: room for chunk values of dt in
+     * buf's memory space, which the backend may receive into (the MPI
+     * table's ring does, parallel/comm/comm_mpi_ring.c; NCCL's and the
+     * single-process table's do not), the collective's until wait. The
+     * caller owns it, so it is tracked memory like buf. */
+    struct coll_request (*ireduce_scatter_sum)(struct collectives *c, void *buf, void *scratch, size_t chunk,
+                                               enum dtype dt);
     struct coll_request (*iall_gather)(struct collectives *c, void *buf, size_t chunk, enum dtype dt);
     /* Tests every pending request once, without blocking. */
     void (*progress)(struct collectives *c);

@@ -139,6 +139,8 @@ void config_print(FILE *f, const struct config *c);
  * configurations key by key (train/run/train_main.c). */
 int config_num_keys(void);
 const char *config_key_name(int i);
+/* The name of a choice key's value (optimizer 2: "sgd"); "?" if none. */
+const char *config_choice_name(const char *key, int value);
 uint32_t config_key_hash(const struct config *c, int i);
 
 /* The model's shape and the engine's options, from a configuration (train/config/config_model.c). */

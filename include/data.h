@@ -25,10 +25,12 @@ enum {
 struct token_shard {
     uint16_t *tokens;
     size_t n;
+    uint64_t file_bytes; /* header and tokens */
+    uint32_t crc;        /* CRC32C of the whole file, computed as it was read */
 };
 
 /* Reads and checks a shard: magic, version, declared count against the file
- * size, and every token < vocab_size. */
+ * size, and every token < vocab_size; checksums it on the way (crc). */
 int shard_read(const char *path, int vocab_size, struct token_shard *out, char err[DATA_ERR_LEN]);
 /* Writes atomically (temp file, fsync, rename). */
 int shard_write(const char *path, const uint16_t *tokens, size_t n, char err[DATA_ERR_LEN]);
@@ -52,8 +54,18 @@ struct loader_position {
  * B: ranks read disjoint parts of every global batch. With shuffle the
  * sample order is a permutation drawn from (seed, epoch); without, it is the
  * file order. */
+/* What a loader read, by content (not by path): its shards, their bytes
+ * (whole files) and a CRC32C over each shard's (crc, bytes) in the loader's
+ * order, so an identical copy elsewhere is the same data and a flipped bit
+ * is not. Resume states keep it (train/ckpt/ckpt_state.c). */
+struct data_content {
+    uint64_t files, bytes;
+    uint32_t digest;
+};
+
 struct data_loader {
     struct token_shard *shards;
+    struct data_content content;
     int n_shards;
     int B, T;
     int dp_rank, dp_size;

@@ -1,5 +1,7 @@
 /* Atomic file writes: write to PATH.shardlab-tmp.<host>.<pid>, fsync,
- * rename over PATH. A crash leaves either the old file or the new one, never
+ * rename over PATH. A PATH that is a symbolic link is written through: PATH
+ * is the file it leads to (the link stays a link, the temp file sits beside
+ * its target). A crash leaves either the old file or the new one, never
  * half of one; a kill -9 during the write also leaves the temp file, which
  * the name lets a later run find and remove (atomic_remove_stale). */
 #ifndef SHARDLAB_FILEIO_H

@@ -25,6 +25,10 @@ size_t shard_unit_chunk(const struct shard_layout *s, int unit);   /* padded / N
 size_t shard_padded_offset(const struct shard_layout *s, int unit); /* unit start in a full buffer */
 size_t shard_offset(const struct shard_layout *s, int unit);        /* this rank's slice in a shard buffer */
 size_t shard_max_unit_padded(const struct shard_layout *s);         /* the largest padded unit */
+/* ZeRO-2/3's reduce-scatter bucket: the largest padded unit, then (N > 1)
+ * one largest slice where the MPI table's ring receives
+ * (parallel/comm/comm_mpi_ring.c), so no reduction runs in untracked memory */
+size_t shard_bucket_elems(const struct shard_layout *s);
 
 /* The part of unit `unit` that `rank` owns, in unit-local element indices,
  * clipped to the real (unpadded) unit: [*lo, *hi), possibly empty. */

@@ -46,6 +46,7 @@ struct trainer {
     FILE *json;
     int json_errno;             /* the first failed write to json: its errno (0: none) */
     double train_seconds;       /* wall time inside steps */
+    double val_seconds;         /* wall time validating (between steps, not in train_seconds) */
     double last_val_loss;       /* NO_VAL_LOSS until the run validates */
     double peak_flops;          /* FLOP/s for MFU; 0 = unknown */
     const char *peak_source;    /* where peak_flops came from, as the FLOP table names it */

@@ -9,7 +9,7 @@
 set -u
 build=${1:-build}
 tmp=$(mktemp -d /tmp/shardlab_outputs_XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+trap 'umount "$tmp/fs" 2>/dev/null; rm -rf "$tmp"' EXIT
 fails=0
 check() { # name, condition result
     if [ "$2" -eq 0 ]; then echo "ok   $1"; else echo "FAIL $1"; fails=$((fails + 1)); fi
@@ -82,5 +82,117 @@ for key in config init_from resume; do
     refused "$tmp/fifo is a FIFO, not a regular file" "${train[@]}" --"$key" "$tmp/fifo"
     check "train --$key a FIFO: refused, no hang" $?
 done
+
+# symlinked save targets are written through: the link stays a link, its
+# target (reached through a relative chain of links) gets the file
+mkdir "$tmp/sub"
+echo "the user's old file" >"$tmp/target.bin"
+ln -s ../target.bin "$tmp/sub/hop" && ln -s sub/hop "$tmp/link.bin"
+timeout 60 "${train[@]}" --save "$tmp/link.bin" >/dev/null 2>&1 && [ -L "$tmp/link.bin" ] && [ -L "$tmp/sub/hop" ] &&
+    [ -f "$tmp/target.bin" ] && [ ! -L "$tmp/target.bin" ] && [ "$(stat -c %s "$tmp/target.bin")" = 70400 ] &&
+    [ -z "$(ls "$tmp" "$tmp/sub" | grep shardlab-tmp)" ]
+check "train --save on a chain of symlinks: the target written, the links kept" $?
+timeout 60 "${train[@]}" --save_state "$tmp/link.bin" >/dev/null 2>&1 && [ -L "$tmp/link.bin" ] &&
+    timeout 60 "${train[@]}" --steps 2 --resume "$tmp/link.bin" >/dev/null 2>&1
+check "train --save_state on a symlink: written through, and it resumes" $?
+
+# stdout that cannot be written: an error naming it, exit 1 (it exited 0)
+timeout 60 "${train[@]}" >/dev/full 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && grep -qF "error: writing the run's output to stdout failed: No space left on device" "$tmp/err"
+check "train > /dev/full: exit 1, the reason named" $?
+
+# more validation batches than the split holds: a warning with the passes;
+# the end line names validation's time beside the steps'
+timeout 120 "${train[@]}" --val_every 1 --val_batches 800 >"$tmp/out" 2>"$tmp/err" &&
+    grep -qF "warning: val_batches 800 x 1 ranks x micro_batch 4 = 3200 samples per validation, but val_data has 2972: each validation reads it 1.1 times over (lower val_batches to at most 743)" "$tmp/err" &&
+    grep -qE "^trained 1 steps in [0-9.]+ s, and validated in [0-9.]+ s$" "$tmp/out"
+check "train --val_batches past the validation split: warned with the passes; validation's time in the end line" $?
+
+# ---- the widened attack: docs/RELIABILITY.md's catalogue, one line each ----
+attack() { # name, expected text in stderr, command...: refused (non-zero, no timeout), the text shown
+    local name=$1
+    shift
+    refused "$@"
+    check "attack: $name" $?
+}
+one=("${train[@]}" --steps 1)
+: >"$tmp/empty.bin"
+head -c 1024 data/kjv_train.bin >"$tmp/header_only.bin"
+python3 - "$tmp" <<'PY'
+import struct, sys
+d = sys.argv[1]
+small = bytearray(open("data/kjv_train.bin", "rb").read(1024 + 2 * 38))
+small[8:12] = struct.pack("<i", 38)                       # 38 tokens: one sample of 33, a batch needs 4
+open(d + "/small.bin", "wb").write(small)
+model = bytearray(open(d + "/model.bin", "rb").read())
+model[8:12] = struct.pack("<i", 1 << 30)                  # llm.c header: magic, version, max_seq_len
+open(d + "/huge_positions.bin", "wb").write(model)
+open(d + "/state_half.bin", "wb").write(open(d + "/state.bin", "rb").read()[:5000])
+open(d + "/nul.conf", "wb").write(b"steps = 2\0\n")
+PY
+: >"$tmp/state_empty.bin"
+attack "an empty shard" "empty.bin is truncated: wanted 1024 more bytes, got 0" "${one[@]}" --train_data "$tmp/empty.bin"
+attack "a shard of a header alone" "header_only.bin: file is 1024 bytes but the header declares" \
+    "${one[@]}" --train_data "$tmp/header_only.bin"
+attack "a shard smaller than one batch" "1 samples of 32+1 tokens in 1 shard(s), but one global micro-batch needs 4" \
+    "${one[@]}" --train_data "$tmp/small.bin"
+attack "a glob matching nothing" "no file matches this path or pattern" "${one[@]}" --train_data "$tmp/none_*.bin"
+attack "--config /dev/null" "config /dev/null is a character device, not a regular file" "${one[@]}" --config /dev/null
+attack "a config with a NUL byte" "nul.conf:1: NUL byte in the line (a config is text)" "${one[@]}" --config "$tmp/nul.conf"
+attack "a resume state as --config" "state.bin:1: NUL byte in the line" "${one[@]}" --config "$tmp/state.bin"
+attack "--steps 1e3" "bad value '1e3' for steps: expected an integer in [0, 2147483647]" "${one[@]}" --steps 1e3
+attack "--lr nan" "bad value 'nan' for lr: expected a number in [0, 10]" "${one[@]}" --lr nan
+attack "a truncated resume state" "state_half.bin is truncated: section 'params' needs" \
+    "${one[@]}" --steps 3 --resume "$tmp/state_half.bin"
+attack "an empty resume state" "state_empty.bin is truncated: 0 bytes" "${one[@]}" --steps 3 --resume "$tmp/state_empty.bin"
+attack "a model file as --resume" "model.bin: not a resume state (magic" "${one[@]}" --steps 3 --resume "$tmp/model.bin"
+attack "a resume state as --init_from" "state.bin: not an llm.c model file" "${one[@]}" --init_from "$tmp/state.bin"
+attack "a token shard as --init_from" "not an llm.c model file (magic 20240520, expected 20240326)" \
+    "${one[@]}" --init_from data/kjv_val.bin
+attack "a model header claiming 2^30 positions" "huge_positions.bin is truncated: 70400 bytes, expected" \
+    "${one[@]}" --init_from "$tmp/huge_positions.bin"
+attack "a state past --steps" "state.bin is at step 2, beyond steps = 1" "${one[@]}" --resume "$tmp/state.bin" # continued in place above
+attack "a state of another model" "was saved with a different model: n_layer 2" \
+    "${one[@]}" --steps 3 --n_layer 3 --resume "$tmp/state.bin"
+attack "a state of another optimizer" "; optimizer: saved adamw, this run sgd;" \
+    "${one[@]}" --steps 3 --optimizer sgd --resume "$tmp/state.bin"
+attack "--save into a missing folder" "cannot create $tmp/missing/m.bin.shardlab-tmp." "${one[@]}" --save "$tmp/missing/m.bin"
+attack "--save naming a folder" "--save $tmp cannot be written: it exists and is a directory" "${one[@]}" --save "$tmp"
+# the data a state continues on, by contents: a copy elsewhere resumes, a flipped bit does not
+cp data/kjv_train.bin "$tmp/copy.bin"
+timeout 60 "${one[@]}" --steps 2 --train_data "$tmp/copy.bin" --resume "$tmp/state.bin" >/dev/null 2>&1
+check "attack: resume on an identical copy of the shard at another path: accepted" $?
+python3 -c "import sys; f = open(sys.argv[1], 'r+b'); f.seek(4000); b = f.read(1); f.seek(4000); f.write(bytes([b[0] ^ 1]))" \
+    "$tmp/copy.bin"
+attack "resume on the shard with one bit flipped (same path and size)" "other contents: data digest 0x" \
+    "${one[@]}" --steps 2 --train_data "$tmp/copy.bin" --resume "$tmp/state.bin"
+# a small file system (tmpfs, where this may mount one): full, then read-only
+fs="$tmp/fs"
+mkdir "$fs"
+if mount -t tmpfs -o size=300k tmpfs "$fs" 2>/dev/null; then
+    timeout 60 "${train[@]}" --steps 4 --save_state "$fs/x.state" --save "$fs/x.model" >/dev/null 2>"$tmp/err"
+    rc=$?
+    [ $rc -eq 1 ] && grep -qF "x.state was not written: step 4: saving resume state: write to $fs/x.state.shardlab-tmp." "$tmp/err" &&
+        grep -qF "No space left on device (any earlier file there is untouched); --save $fs/x.model was written" "$tmp/err" &&
+        [ "$(stat -c %s "$fs/x.model")" = 70400 ] && [ "$(ls "$fs")" = x.model ]
+    check "attack: a 300 KB file system: the state fails (ENOSPC), the model is written, no temp file left" $?
+    rm -f "$fs"/*
+    attack "prepare onto a full file system" "t.bin.shardlab-tmp." "$build/prepare" --input data/kjv.txt --train "$fs/t.bin" --val "$fs/v.bin"
+    [ -z "$(ls "$fs")" ]
+    check "attack: ... and it leaves nothing there" $?
+    dd if=/dev/zero of="$fs/fill" bs=1k count=295 2>/dev/null
+    attack "--trace on a full file system" "flushing $fs/t.json.shardlab-tmp." "${train[@]}" --steps 2 --trace "$fs/t.json"
+    rm -f "$fs"/*
+    mount -o remount,ro "$fs"
+    attack "--save_state on a read-only file system (refused before training)" \
+        "--save_state $fs/s.state cannot be written: cannot create $fs/s.state.shardlab-tmp." \
+        "${one[@]}" --save_state "$fs/s.state"
+    grep -qF "Read-only file system" "$tmp/err"
+    check "attack: ... naming the reason" $?
+    umount "$fs"
+else
+    echo "skip attack: small and read-only file systems (cannot mount a tmpfs here: not root, or no CAP_SYS_ADMIN)"
+fi
 
 [ $fails -eq 0 ] && echo "output tests passed" || { echo "$fails output test(s) failed"; exit 1; }

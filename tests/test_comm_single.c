@@ -43,6 +43,7 @@ static void test_collectives_are_identities(void **state) {
     struct collectives *c = &g.dp_comm;
     float f[4] = {1.5f, -2.0f, 3.25f, 0.0f};
     bf16 h[3] = {f32_to_bf16(1.0f), f32_to_bf16(-0.5f), f32_to_bf16(7.0f)};
+    bf16 ring[3];
     double s[2] = {3.5, -1.0};
     c->all_reduce_sum(c, f, 4, DTYPE_FP32);
     c->all_reduce_sum(c, h, 3, DTYPE_BF16);
@@ -54,7 +55,7 @@ static void test_collectives_are_identities(void **state) {
     c->all_reduce_scalars(c, s, 2);
     c->barrier(c);
     /* non-blocking: identities, complete when posted, counted like the blocking calls */
-    struct coll_request q[3] = {c->iall_reduce_sum(c, f, 4, DTYPE_FP32), c->ireduce_scatter_sum(c, h, 3, DTYPE_BF16),
+    struct coll_request q[3] = {c->iall_reduce_sum(c, f, 4, DTYPE_FP32), c->ireduce_scatter_sum(c, h, ring, 3, DTYPE_BF16),
                                 c->iall_gather(c, f, 4, DTYPE_FP32)};
     c->progress(c);
     for (int k = 0; k < 3; k++) assert_int_equal(c->wait(c, q[k]), 0);

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "crc32c.h"
 #include "data.h"
 
 enum { BIG_VOCAB = 65536, MAX_ITEMS = 1024 };
@@ -390,6 +391,50 @@ static void test_loader_glob_reads_every_shard_in_order(void **state) {
     assert_non_null(strstr(err, "none_*.bin"));
 }
 
+/* The loader's digest is of contents: a shard's crc is the CRC32C of its
+ * whole file, read in pieces (this one spans three), an identical copy
+ * under another name digests alike, one flipped bit does not. */
+static void test_loader_content_digest(void **state) {
+    struct fixture *fx = *state;
+    enum { N = 1200000 }; /* more than two of shard_read's pieces */
+    uint16_t *tok = malloc(N * sizeof *tok);
+    assert_non_null(tok);
+    for (size_t i = 0; i < N; i++) tok[i] = (uint16_t)(i * 7919 % 50000);
+    char err[DATA_ERR_LEN] = "", a[256], b[256];
+    snprintf(a, sizeof a, "%s", path_in(fx, "a.bin"));
+    snprintf(b, sizeof b, "%s", path_in(fx, "copy_of_a.bin"));
+    assert_int_equal(shard_write(a, tok, N, err), 0);
+    assert_int_equal(shard_write(b, tok, N, err), 0);
+    FILE *f = fopen(a, "rb");
+    assert_non_null(f);
+    size_t bytes = 1024 + 2 * (size_t)N;
+    unsigned char *file = malloc(bytes);
+    assert_non_null(file);
+    assert_int_equal(fread(file, 1, bytes, f), bytes);
+    fclose(f);
+    struct token_shard s;
+    assert_int_equal(shard_read(a, BIG_VOCAB, &s, err), 0);
+    assert_int_equal(s.crc, crc32c(0, file, bytes));
+    assert_int_equal(s.file_bytes, bytes);
+    shard_free(&s);
+    free(file);
+    struct data_loader la, lb;
+    assert_int_equal(loader_open(&la, a, BIG_VOCAB, 1, 4, 0, 1, false, 0, err), 0);
+    assert_int_equal(loader_open(&lb, b, BIG_VOCAB, 1, 4, 0, 1, false, 0, err), 0);
+    assert_int_equal(la.content.files, 1);
+    assert_int_equal(la.content.bytes, bytes);
+    assert_int_equal(la.content.digest, lb.content.digest);
+    loader_close(&lb);
+    tok[N - 1] ^= 1; /* the last piece's last token */
+    assert_int_equal(shard_write(b, tok, N, err), 0);
+    assert_int_equal(loader_open(&lb, b, BIG_VOCAB, 1, 4, 0, 1, false, 0, err), 0);
+    assert_int_equal(lb.content.bytes, bytes);
+    assert_int_not_equal(la.content.digest, lb.content.digest);
+    loader_close(&la);
+    loader_close(&lb);
+    free(tok);
+}
+
 #define T(name) cmocka_unit_test_setup_teardown(name, make_dir, remove_dir)
 
 int main(void) {
@@ -408,6 +453,7 @@ int main(void) {
         T(test_loader_seek_reproduces_stream),
         T(test_loader_rejects_too_little_data),
         T(test_loader_glob_reads_every_shard_in_order),
+        T(test_loader_content_digest),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -28,7 +28,7 @@
 enum {
     NP = 96, /* params (bf16) */
     NM = 40, /* master and optim_state1 (fp32) */
-    /* resume format version 2 (train/ckpt/ckpt_state_format.c) */
+    /* resume format version 3 (train/ckpt/ckpt_state_format.c; 2 has the same layout) */
     HEAD = 3 * 4 + 5 * 8 + 6 * 4 + 4 + 512 + 2 * 8 + 4 + 4,
     ENTRY = 32 + 4 + 8 + 4,
     N_SECTIONS = 3

@@ -51,7 +51,7 @@ static void path_in(const struct fixture *fx, const char *name, char out[256]) {
 enum {
     NP = 100,
     NM = 37,
-    /* resume format version 2 (train/ckpt/ckpt_state_format.c): the header (magic, version,
+    /* resume format version 3 (train/ckpt/ckpt_state_format.c; 2 has the same layout): the header (magic, version,
      * crc, 5 u64, 6 i32, fingerprint, 512-byte data pattern, 2 u64, digest,
      * count) and one table entry (name, dtype, numel, crc) */
     RESUME_HEAD = 3 * 4 + 5 * 8 + 6 * 4 + 4 + 512 + 2 * 8 + 4 + 4,
@@ -170,7 +170,7 @@ static void test_resume_rejects(void **state) {
     memcpy(raw + 4, &v1, 4);
     spit(p, raw, n);
     assert_int_equal(resume_load(p, &meta, &ok, 1, err), -1);
-    assert_non_null(strstr(err, "resume state version 1, this build reads version 2 only (older states carry no "
+    assert_non_null(strstr(err, "resume state version 1, this build reads versions 2 and 3 only (older states carry no "
                             "checksums"));
     free(raw);
 }

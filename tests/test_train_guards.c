@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "ckpt.h"
 #include "engine_fixture.h"
 #include "run.h"
 
@@ -150,6 +151,13 @@ static unsigned char *slurp(const char *path, size_t *n) {
     return b;
 }
 
+static void spit_file(const char *path, const void *bytes, size_t n) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(bytes, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+}
+
 static int temp_files(void) {
     DIR *d = opendir(DIR_);
     assert_non_null(d);
@@ -182,7 +190,7 @@ static void test_nan_run_stops_and_keeps_last_good_state(void **state) {
     printf("  stopped: %s\n", err);
     assert_true(names_nonfinite(err, FIRST_NONFINITE_STEP));
     assert_non_null(strstr(err, "(non-finite): its update was not applied and training stops without saving"));
-    assert_non_null(strstr(err, "diverge.state keeps the last state written before it"));
+    assert_non_null(strstr(err, "diverge.state keeps the state written after step 7"));
     assert_int_equal(access(c.save, F_OK), -1); /* no final model */
     assert_int_equal(temp_files(), 0);
 
@@ -235,6 +243,15 @@ static void test_skip_step_counts_and_stops(void **state) {
     struct resume_meta m = state_meta(c.save_state);
     assert_int_equal(m.step, 10);
     assert_int_equal(m.skipped_steps, 3);
+    assert_non_null(strstr(err, "skip.state keeps the state written after step 10"));
+    /* no periodic saves: the message must not claim a state was kept */
+    struct config none = c;
+    set(&none, "save_state_every", "0");
+    path_in(none.save_state, sizeof none.save_state, "never.state");
+    assert_int_equal(run(&none, err, NULL), -1);
+    assert_non_null(strstr(err, "this run wrote no state to "));
+    assert_non_null(strstr(err, "never.state (it does not exist)"));
+    assert_null(strstr(err, "keeps"));
     struct config c9 = c;
     path_in(c9.save_state, sizeof c9.save_state, "skip7.state");
     struct trainer *tr = calloc(1, sizeof *tr);
@@ -364,6 +381,21 @@ static void test_init_from_with_nan_refused(void **state) {
     expect_open_fails(&c2, "--init_from: ", "nan.bin: qkvw of layer 1 element 77 is nan (non-finite)");
     snprintf(c2.init_from, sizeof c2.init_from, "%s", c.save);
     open_ok(&c2);
+
+    /* a header claiming 2^30 positions: the size it implies is checked
+     * against the file's before anything is sized from it (it used to say
+     * "not enough memory (896 GiB)") */
+    raw = slurp(c.save, &n);
+    int32_t huge = 1 << 30;
+    memcpy(raw + 2 * sizeof(int32_t), &huge, sizeof huge); /* llm.c's header: magic, version, max_seq_len */
+    path_in(bad, sizeof bad, "huge.bin");
+    spit_file(bad, raw, n);
+    free(raw);
+    snprintf(c2.init_from, sizeof c2.init_from, "%s", bad);
+    char err2[TRAINER_ERR_LEN];
+    assert_int_equal(trainer_adopt_model_file(&c2, err2), -1);
+    assert_non_null(strstr(err2, "huge.bin is truncated: "));
+    assert_non_null(strstr(err2, " bytes, expected "));
 }
 
 static void test_resume_on_other_data(void **state) {
@@ -388,9 +420,22 @@ static void test_resume_on_other_data(void **state) {
     /* the same file by another path is the same data */
     snprintf(r.train_data, sizeof r.train_data, "%s/./train.bin", DIR_);
     open_ok(&r);
+    /* an identical copy at another path is the same data (contents, not paths) */
+    size_t n;
+    unsigned char *bytes = slurp(TRAIN, &n);
+    path_in(r.train_data, sizeof r.train_data, "copy.bin");
+    spit_file(r.train_data, bytes, n);
+    open_ok(&r);
+    /* one bit flipped in a token, at the same path and size, is not (the
+     * token stays below the vocabulary, so only the digest can see it) */
+    bytes[1024 + 2 * 1000] ^= 1;
+    spit_file(r.train_data, bytes, n);
+    free(bytes);
+    expect_open_fails(&r, "was saved with train_data", "(1 files, 410624 bytes, other contents: data digest 0x");
     /* another file of the same size is not */
     path_in(r.train_data, sizeof r.train_data, "other.bin");
-    expect_open_fails(&r, "was saved with train_data", "other paths or contents); pass --allow_data_change 1");
+    expect_open_fails(&r, "was saved with train_data", ", saved 0x");
+    expect_open_fails(&r, "other contents", "; pass --allow_data_change 1");
     set(&r, "allow_data_change", "1");
     open_ok(&r);
     /* a glob matching both is other data too */
@@ -399,13 +444,74 @@ static void test_resume_on_other_data(void **state) {
     expect_open_fails(&r, "(1 files, 410624 bytes)", "(2 files, 821248 bytes)");
 }
 
+/* A resume refused for another optimizer, dtype or global batch names the
+ * key and both values (it said only "a different dtype, optimizer or
+ * global batch"). */
+static void test_resume_refusal_names_the_key(void **state) {
+    (void)state;
+    struct config c;
+    tiny_config(&c);
+    set(&c, "steps", "2");
+    path_in(c.save_state, sizeof c.save_state, "keys.state");
+    char err[TRAINER_ERR_LEN];
+    assert_int_equal(run(&c, err, NULL), 0);
+    static const struct { const char *key, *value, *says; } cases[] = {
+        {"optimizer", "sgd", "; optimizer: saved adamw, this run sgd;"},
+        {"micro_batch", "2", "; the global batch (micro_batch x grad_accum x data-parallel ranks): saved 4, this "
+                             "run 2 x 1 x 1 = 2;"},
+        {"grad_dtype", "fp32", "; grad_dtype: saved bf16, this run fp32;"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct config r;
+        tiny_config(&r);
+        set(&r, "steps", "3");
+        set(&r, cases[i].key, cases[i].value);
+        snprintf(r.resume, sizeof r.resume, "%s", c.save_state);
+        expect_open_fails(&r, "keys.state was saved with a different dtype, optimizer or global batch", cases[i].says);
+    }
+}
+
+/* A version-2 state (its data digest was of paths and sizes) still loads:
+ * its digest is not compared, the files and bytes are, and the run says
+ * so. */
+static void test_resume_version2_state_checks_sizes_only(void **state) {
+    (void)state;
+    struct config c;
+    tiny_config(&c);
+    set(&c, "steps", "2");
+    set(&c, "shuffle", "0");
+    path_in(c.save_state, sizeof c.save_state, "v2.state");
+    char err[TRAINER_ERR_LEN];
+    assert_int_equal(run(&c, err, NULL), 0);
+    size_t n;
+    unsigned char *raw = slurp(c.save_state, &n);
+    uint32_t version;
+    memcpy(&version, raw + 4, 4);
+    assert_int_equal(version, 3);
+    version = 2; /* the same layout; the header's checksum starts after the version */
+    memcpy(raw + 4, &version, 4);
+    spit_file(c.save_state, raw, n);
+    free(raw);
+    struct config r;
+    tiny_config(&r);
+    set(&r, "steps", "3");
+    set(&r, "shuffle", "0");
+    snprintf(r.resume, sizeof r.resume, "%s", c.save_state);
+    path_in(r.train_data, sizeof r.train_data, "other.bin"); /* same size, other contents: not seen */
+    open_ok(&r);
+    path_in(r.train_data, sizeof r.train_data, "[ot]*.bin"); /* other sizes: refused */
+    expect_open_fails(&r, "(1 files, 410624 bytes)", "(2 files, 821248 bytes)");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_resume_version2_state_checks_sizes_only),
         cmocka_unit_test(test_nan_run_stops_and_keeps_last_good_state),
         cmocka_unit_test(test_skip_step_counts_and_stops),
         cmocka_unit_test(test_optimizer_step_skips_nonfinite),
         cmocka_unit_test(test_init_from_with_nan_refused),
         cmocka_unit_test(test_resume_on_other_data),
+        cmocka_unit_test(test_resume_refusal_names_the_key),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -1,7 +1,8 @@
 /* Collectives over an MPI communicator (include/comm_mpi.h). Every call is
  * in place and adds the ring-algorithm byte volume of include/collectives.h
  * to the counters, whatever algorithm MPI picks underneath. Point to point
- * lives in comm_mpi_p2p.c; the state both share in mpi_impl.h. */
+ * lives in comm_mpi_p2p.c, the non-blocking reduce-scatter's ring in
+ * comm_mpi_ring.c; the state they share in mpi_impl.h. */
 #include "comm_mpi.h"
 
 #include <limits.h>
@@ -109,41 +110,46 @@ static void all_gather(struct collectives *c, void *buf, size_t chunk, enum dtyp
 }
 
 /* ---- non-blocking: the same collectives posted into the request table
- * (comm_mpi_p2p.c), counted when posted with the same ring volumes. A
+ * (comm_mpi_p2p.c), counted when posted with the same ring volumes (the
+ * reduce-scatter is the table's own ring, comm_mpi_ring.c). A
  * group of one posts nothing: its request stays MPI_REQUEST_NULL, which
  * MPI_Wait and MPI_Test complete at once. Unlike the blocking all-reduce,
  * the count is not split: one request is one MPI call. */
 
-typedef int (*nb_post_fn)(struct collectives *c, void *buf, int count, MPI_Datatype type, enum dtype dt,
-                          MPI_Request *req);
+/* Posts into slot s (its req, or its ring); scratch: the reduce-scatter's. */
+typedef int (*nb_post_fn)(struct collectives *c, struct mpi_request_slot *s, void *buf, void *scratch, int count,
+                          MPI_Datatype type, enum dtype dt);
 
-static int post_iallreduce(struct collectives *c, void *buf, int count, MPI_Datatype type, enum dtype dt,
-                           MPI_Request *req) {
-    return MPI_Iallreduce(MPI_IN_PLACE, buf, count, type, mpi_sum(c, dt), impl_of(c)->comm, req);
+static int post_iallreduce(struct collectives *c, struct mpi_request_slot *s, void *buf, void *scratch, int count,
+                           MPI_Datatype type, enum dtype dt) {
+    (void)scratch;
+    return MPI_Iallreduce(MPI_IN_PLACE, buf, count, type, mpi_sum(c, dt), impl_of(c)->comm, &s->req);
 }
 
-static int post_ireduce_scatter(struct collectives *c, void *buf, int count, MPI_Datatype type, enum dtype dt,
-                                MPI_Request *req) {
-    return MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, count, type, mpi_sum(c, dt), impl_of(c)->comm, req);
+/* Not MPI's: a ring of point-to-point steps into the caller's scratch
+ * (comm_mpi_ring.c says why), kept in the slot. */
+static int post_ring_reduce_scatter(struct collectives *c, struct mpi_request_slot *s, void *buf, void *scratch,
+                                    int count, MPI_Datatype type, enum dtype dt) {
+    return mpi_ring_start(c, &s->ring, buf, scratch, count, type, dtype_size(dt), mpi_sum(c, dt));
 }
 
-static int post_iallgather(struct collectives *c, void *buf, int count, MPI_Datatype type, enum dtype dt,
-                           MPI_Request *req) {
-    (void)dt;
-    return MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, count, type, impl_of(c)->comm, req);
+static int post_iallgather(struct collectives *c, struct mpi_request_slot *s, void *buf, void *scratch, int count,
+                           MPI_Datatype type, enum dtype dt) {
+    (void)scratch, (void)dt;
+    return MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, count, type, impl_of(c)->comm, &s->req);
 }
 
 /* count: MPI's count argument; full_bytes and factor: the ring volume. */
 static struct coll_request post_collective(struct collectives *c, const char *call, nb_post_fn fn, void *buf,
-                                           size_t count, enum dtype dt, enum coll_kind k, double factor,
-                                           double full_bytes) {
+                                           void *scratch, size_t count, enum dtype dt, enum coll_kind k,
+                                           double factor, double full_bytes) {
     double t0 = monotonic_seconds();
     if (!fits_int(c, count)) return (struct coll_request){.slot = -1};
     int slot = mpi_request_claim(c, call);
     if (slot < 0) return (struct coll_request){.slot = -1};
-    MPI_Request *req = &impl_of(c)->requests[slot].req;
-    *req = MPI_REQUEST_NULL; /* a group of one: nothing to post, complete at once */
-    int rc = c->size > 1 ? fn(c, buf, (int)count, mpi_type(c, dt), dt, req) : MPI_SUCCESS;
+    struct mpi_request_slot *s = &impl_of(c)->requests[slot];
+    s->req = MPI_REQUEST_NULL; /* a group of one: nothing to post, complete at once */
+    int rc = c->size > 1 ? fn(c, s, buf, scratch, (int)count, mpi_type(c, dt), dt) : MPI_SUCCESS;
     if (rc != MPI_SUCCESS) return mpi_request_abandon(c, slot, call, rc);
     struct coll_request r = mpi_request_commit(c, slot, mpi_type(c, dt), -1, t0);
     count_post(c, r, k, factor * (double)(c->size - 1) * full_bytes / (double)c->size, -1, t0);
@@ -151,17 +157,18 @@ static struct coll_request post_collective(struct collectives *c, const char *ca
 }
 
 static struct coll_request iall_reduce_sum(struct collectives *c, void *buf, size_t n, enum dtype dt) {
-    return post_collective(c, "iall_reduce_sum", post_iallreduce, buf, n, dt, COLL_ALL_REDUCE, 2.0,
+    return post_collective(c, "iall_reduce_sum", post_iallreduce, buf, NULL, n, dt, COLL_ALL_REDUCE, 2.0,
                            (double)n * (double)dtype_size(dt));
 }
 
-static struct coll_request ireduce_scatter_sum(struct collectives *c, void *buf, size_t chunk, enum dtype dt) {
-    return post_collective(c, "ireduce_scatter_sum", post_ireduce_scatter, buf, chunk, dt, COLL_REDUCE_SCATTER,
-                           1.0, (double)c->size * (double)chunk * (double)dtype_size(dt));
+static struct coll_request ireduce_scatter_sum(struct collectives *c, void *buf, void *scratch, size_t chunk,
+                                               enum dtype dt) {
+    return post_collective(c, "ireduce_scatter_sum", post_ring_reduce_scatter, buf, scratch, chunk, dt,
+                           COLL_REDUCE_SCATTER, 1.0, (double)c->size * (double)chunk * (double)dtype_size(dt));
 }
 
 static struct coll_request iall_gather(struct collectives *c, void *buf, size_t chunk, enum dtype dt) {
-    return post_collective(c, "iall_gather", post_iallgather, buf, chunk, dt, COLL_ALL_GATHER, 1.0,
+    return post_collective(c, "iall_gather", post_iallgather, buf, NULL, chunk, dt, COLL_ALL_GATHER, 1.0,
                            (double)c->size * (double)chunk * (double)dtype_size(dt));
 }
 
@@ -190,6 +197,8 @@ int collectives_init_mpi(struct collectives *c, MPI_Comm comm, char *err, size_t
         return -1;
     }
     MPI_Comm_dup(comm, &m->comm);
+    MPI_Comm_dup(comm, &m->ring_comm);
+    m->rings_posted = 0;
     MPI_Comm_rank(m->comm, &c->rank);
     MPI_Comm_size(m->comm, &c->size);
     MPI_Type_contiguous(1, MPI_UINT16_T, &m->bf16_type);
@@ -222,6 +231,7 @@ void collectives_free_mpi(struct collectives *c) {
     MPI_Op_free(&m->bf16_max);
     MPI_Op_free(&m->bf16_sum);
     MPI_Type_free(&m->bf16_type);
+    MPI_Comm_free(&m->ring_comm);
     MPI_Comm_free(&m->comm);
     free(m);
     struct comm_counters kept = c->counters;

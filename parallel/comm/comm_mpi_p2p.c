@@ -146,7 +146,8 @@ static int p2p_wait(struct collectives *c, struct coll_request r) {
     struct mpi_request_slot *s = &m->requests[r.slot];
     int rc = MPI_SUCCESS;
     if (!s->done) {
-        rc = MPI_Wait(&s->req, &s->status); /* req becomes MPI_REQUEST_NULL */
+        rc = s->ring.on ? mpi_ring_wait(c, &s->ring) /* its remaining steps */
+                        : MPI_Wait(&s->req, &s->status); /* req becomes MPI_REQUEST_NULL */
         s->done_at = monotonic_seconds();
     }
     struct mpi_request_slot done = *s;
@@ -159,8 +160,9 @@ static int p2p_wait(struct collectives *c, struct coll_request r) {
     return done.expect >= 0 ? check_count(c, "wait (irecv)", &done.status, done.type, done.expect) : 0;
 }
 
-/* MPI_Test on every request not yet seen complete: lets transports that
- * advance only inside MPI calls move, and dates completions for `seconds`.
+/* MPI_Test on every request not yet seen complete (a ring: its steps, as
+ * far as they go): lets transports that advance only inside MPI calls
+ * move, and dates completions for `seconds`.
  * An error is left for wait to report: it keeps the slot pending. */
 static void progress(struct collectives *c) {
     double t0 = monotonic_seconds();
@@ -168,8 +170,10 @@ static void progress(struct collectives *c) {
     for (int i = 0; i < COLL_MAX_REQUESTS; i++) {
         struct mpi_request_slot *s = &m->requests[i];
         if (!s->busy || s->done) continue;
-        int flag = 0;
-        if (MPI_Test(&s->req, &flag, &s->status) == MPI_SUCCESS && flag) {
+        int flag = 0, rc = MPI_SUCCESS;
+        if (s->ring.on) flag = mpi_ring_test(c, &s->ring, &rc); /* as many of its steps as are ready */
+        else rc = MPI_Test(&s->req, &flag, &s->status);
+        if (rc == MPI_SUCCESS && flag) {
             s->done = true;
             s->done_at = monotonic_seconds();
         }

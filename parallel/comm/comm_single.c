@@ -83,8 +83,9 @@ static struct coll_request single_iall_reduce_sum(struct collectives *c, void *b
     return done_at_post;
 }
 
-static struct coll_request single_ireduce_scatter_sum(struct collectives *c, void *buf, size_t chunk,
+static struct coll_request single_ireduce_scatter_sum(struct collectives *c, void *buf, void *scratch, size_t chunk,
                                                       enum dtype dt) {
+    (void)scratch; /* an identity receives nothing */
     reduce_scatter_sum(c, buf, chunk, dt);
     return done_at_post;
 }

@@ -12,6 +12,20 @@
 #include "collectives.h"
 #include "trace.h"
 
+/* A reduce-scatter run as a ring of point-to-point steps
+ * (comm_mpi_ring.c): step s (0 .. size-2) sends one chunk of buf to the
+ * next rank and receives one from the previous into recv, then adds it
+ * into buf; the step's two requests are reqs. */
+struct mpi_ring {
+    bool on;           /* false: the slot holds an MPI request, not a ring */
+    char *buf, *recv;  /* the caller's size x chunk values and its scratch for one chunk */
+    int chunk, step, tag;
+    size_t chunk_bytes;
+    MPI_Datatype type;
+    MPI_Op op;
+    MPI_Request reqs[2];
+};
+
 /* One pending isend, irecv or non-blocking collective. expect: the count
  * an irecv must receive (-1 otherwise); serial: the post's number, matched
  * by wait. progress may complete the MPI request before wait: then req is
@@ -29,12 +43,15 @@ struct mpi_request_slot {
     enum coll_kind kind;  /* for the wait's trace span: what was posted, its bytes, its peer */
     double bytes;
     int peer;
+    struct mpi_ring ring;
 };
 
 /* Per-instance MPI state: no globals, so several groups (dp, tp, pp, tie)
  * each own their datatype, ops and requests and free them with the group. */
 struct mpi_impl {
     MPI_Comm comm;
+    MPI_Comm ring_comm;   /* the rings' own messages: never matched with the caller's point to point */
+    unsigned rings_posted; /* the next ring's tag, counted alike on every rank (collectives post in one order) */
     MPI_Datatype bf16_type;
     MPI_Op bf16_sum, bf16_max, fp32_max;
     struct mpi_request_slot requests[COLL_MAX_REQUESTS];
@@ -107,5 +124,16 @@ struct coll_request mpi_request_commit(struct collectives *c, int slot, MPI_Data
 /* A failed post into a claimed slot: frees it, reports rc, returns the
  * failed handle. */
 struct coll_request mpi_request_abandon(struct collectives *c, int slot, const char *call, int rc);
+
+/* comm_mpi_ring.c: the ring reduce-scatter of buf (size x chunk values
+ * of type, esz bytes each; op the sum) receiving into scratch.
+ * mpi_ring_start fills *ring and posts its first step (the caller's slot
+ * holds it; a group of one never starts one); mpi_ring_test advances it
+ * without blocking (true: done), mpi_ring_wait to its end. MPI error codes
+ * (test's through rc). */
+int mpi_ring_start(struct collectives *c, struct mpi_ring *ring, void *buf, void *scratch, int chunk,
+                   MPI_Datatype type, size_t esz, MPI_Op op);
+bool mpi_ring_test(struct collectives *c, struct mpi_ring *ring, int *rc);
+int mpi_ring_wait(struct collectives *c, struct mpi_ring *ring);
 
 #endif

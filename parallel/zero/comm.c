@@ -107,8 +107,9 @@ void zero_comm_init(struct zero *z) {
     if (z->o.stage >= 2)
         for (int b = 0; b < (z->o.overlap ? 2 : 1); b++)
             z->bucket[b] = mem_alloc(mem, z->space, MEM_COMM,
-                                     b == 0 ? "reduce-scatter bucket (grads)" : "reduce-scatter bucket 2 (grads)",
-                                     shard_max_unit_padded(&z->sh) * gsize(z));
+                                     b == 0 ? "reduce-scatter bucket+ring (grads)"
+                                            : "reduce-scatter bucket 2+ring (grads)",
+                                     shard_bucket_elems(&z->sh) * gsize(z));
     if (z->o.stage == 0) {
         int n = z->lay->n_units;
         int *order = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "backward order (stage 0 buckets)", (size_t)n * sizeof *order);
@@ -204,8 +205,10 @@ void zero_unit_grads_done(struct zero *z, int u, const float *acc) {
     finish_scatter(z, b); /* the unit two back, if still in flight */
     if (gd == DTYPE_BF16) conv_narrow(z->flops, z->bucket[b], acc, shard_unit_padded(&z->sh, u));
     else buf_copy(z->space, z->bucket[b], acc, shard_unit_padded(&z->sh, u) * sizeof *acc);
+    char *ring_receive = (char *)z->bucket[b] + shard_max_unit_padded(&z->sh) * gsize(z); /* shard_bucket_elems */
     z->scatter[b] = (struct zero_pending){
-        .unit = u, .req = z->dp->ireduce_scatter_sum(z->dp, z->bucket[b], shard_unit_chunk(&z->sh, u), gd)};
+        .unit = u,
+        .req = z->dp->ireduce_scatter_sum(z->dp, z->bucket[b], ring_receive, shard_unit_chunk(&z->sh, u), gd)};
     if (!z->o.overlap) finish_scatter(z, b);
     else z->next_bucket = 1 - b;
 }

@@ -35,6 +35,11 @@ size_t shard_max_unit_padded(const struct shard_layout *s) {
     return mx;
 }
 
+size_t shard_bucket_elems(const struct shard_layout *s) {
+    size_t unit = shard_max_unit_padded(s);
+    return unit + (s->N > 1 ? unit / (size_t)s->N : 0);
+}
+
 size_t shard_offset(const struct shard_layout *s, int unit) { return shard_padded_offset(s, unit) / (size_t)s->N; }
 
 void shard_owned(const struct shard_layout *s, int unit, int rank, size_t *lo, size_t *hi) {

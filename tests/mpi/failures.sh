@@ -20,7 +20,8 @@
 #  9. pipeline layouts that cannot run: a bad pp_layers, gpipe past its slots, adamw8bit's tied copies under ZeRO
 #     over dp; interleaved: m not a multiple of p, virtual_stages with another schedule, one chunk, a chunk
 #     with no layer, pp_layers not of pp x v counts: every rank exits non-zero, one message naming the keys;
-# 10. ranks started with different configurations (mpirun's "A : B"): every rank exits non-zero, the keys named.
+# 10. ranks started with different configurations (mpirun's "A : B"): every rank exits non-zero, the keys named;
+# 11. a state resumed on another global batch: every rank refuses, naming it.
 # Usage: tests/mpi/failures.sh BUILD_DIR (build or build-san)
 set -u
 build=${1:-build}
@@ -74,7 +75,8 @@ rc=$?
 check "unallocatable params: non-zero exit (rc $rc), one message naming the buffer and its bytes" $?
 
 # 5. 48 layers of width 2880 (4.8e9 parameters, 73 GiB of states and
-# buffers per rank at ZeRO-0): refused in a second, nothing allocated
+# buffers per rank at ZeRO-0): refused in a second, nothing allocated (ZeRO-3 38.30 GiB:
+# its two buckets hold the ring's receive slice, parallel/comm/comm_mpi_ring.c)
 start=$SECONDS
 timeout 60 "${mpi[@]}" -np 2 "$train" "${common[@]}" --n_layer 48 --d_model 2880 --n_head 16 \
     >"$tmp/out5" 2>"$tmp/err5"
@@ -83,7 +85,7 @@ rc=$?
     grep -q "not enough memory: this rank needs 72.98 GiB at start-up" "$tmp/err5" &&
     grep -q "params 8.90 GiB, master 17.81 GiB, grads 8.90 GiB, optimizer 35.62 GiB" "$tmp/err5" &&
     grep -q "shared by 2 ranks on this host" "$tmp/err5" &&
-    grep -q -- "--zero 3 over dp 2: 38.11 GiB" "$tmp/err5" && grep -q -- "--force 1 allocates anyway" "$tmp/err5" &&
+    grep -q -- "--zero 3 over dp 2: 38.30 GiB" "$tmp/err5" && grep -q -- "--force 1 allocates anyway" "$tmp/err5" &&
     ! grep -q '^step' "$tmp/out5"
 check "4.8e9 parameters: refused before allocating (rc $rc), the breakdown and the levers" $?
 
@@ -168,5 +170,12 @@ timeout 60 "${mpi[@]}" -np 1 "$train" "${common[@]}" --steps x : -np 1 "$train" 
 rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "bad value 'x' for steps" "$tmp/err10"
 check "A : B with a bad value on one rank: every rank exits non-zero (rc $rc), no hang" $?
+
+# 11. a state saved on 1 rank resumed on 3 (the global batch triples): every rank refuses, naming the key;
+timeout 60 "$train" "${common[@]}" --steps 1 --val_every 0 --save_state "$tmp/one.state" >/dev/null 2>&1
+timeout 60 "${mpi[@]}" -np 3 "$train" "${common[@]}" --steps 2 --resume "$tmp/one.state" >"$tmp/out11" 2>"$tmp/err11"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c 'error (rank 0,1,2): .*one.state was saved with a different dtype, optimizer or global batch; the global batch (micro_batch x grad_accum x data-parallel ranks): saved 4, this run 4 x 1 x 3 = 12;' "$tmp/err11")" -eq 1 ]
+check "a 1-rank state resumed on 3 ranks: every rank refuses (rc $rc), naming the global batch" $?
 
 [ $fails -eq 0 ] && echo "failure tests passed" || { echo "$fails failure test(s) failed"; exit 1; }

@@ -36,6 +36,13 @@ print(f"{name} vs 1 rank, {len(b)} steps: loss {a[0]:.6f} -> {a[-1]:.6f}, max |l
 sys.exit(0 if len(a) == 20 and worst <= 1e-5 and a[-1] < a[0] - 0.5 else 1)
 PY
 done
+# the banner counts the whole model's parameters (tiny: 34,688), rank 0's
+# share beside it (issue 27: it printed the share alone)
+if grep -q "^shardlab train: .*, 34688 parameters (rank 0 holds 18080)$" "$tmp/tp2.out"; then
+    echo "tp 2 banner: 34688 parameters, rank 0's 18080 beside them"
+else
+    echo "!! tp 2 banner: $(grep '^shardlab train' "$tmp/tp2.out")"; fails=$((fails + 1))
+fi
 # the tp 2 run's tables: every rank equals its own theory (memory, FLOPs'
 # GEMM rows, the [tp] traffic); no row says NO
 if grep -q "\bNO\b" "$tmp/tp2.out" || ! grep -q "^  all-reduce .*B T C x 4.*every rank = own: yes" "$tmp/tp2.out" ||

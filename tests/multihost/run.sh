@@ -144,16 +144,16 @@ mh_comm_rows() {
 # reports), each host's wire bytes beside the trainer's counters for its
 # rank and the ring formula. Prints a table, and writes one line per host to
 # $MH_DIR/compare: "host wire frames payload counters ring expected", where
-# expected is what OpenMPI's algorithms send (below).
+# expected is what the algorithms send (below).
 #
 # Counters and ring: the trainer counts each collective at its ring volume,
 # (N-1)/N of the buffer per rank. OpenMPI 4.1's all-gather sends exactly
-# that from every rank, but ZeRO-2/3's reduce-scatter is the non-blocking
-# one (coll/libnbc), which reduces to rank 0 up a tree and then scatters:
-# every other rank sends its whole buffer, N/(N-1) times the ring volume,
-# and rank 0 sends (N-1)/N of it, the ring volume. So the payload a host
-# sends per step is its counters, plus for ranks other than 0 the ring
-# reduce-scatter volume / (N-1).
+# that from every rank, and ZeRO-2/3's reduce-scatter is the MPI table's own
+# ring of point-to-point steps (parallel/comm/comm_mpi_ring.c), which sends
+# N-1 chunks from every rank: the ring volume. So the payload a host sends
+# per step is its counters. (OpenMPI's non-blocking reduce-scatter, used
+# before, reduced to rank 0 and scattered: every other host sent N/(N-1)
+# times the ring volume on that part.)
 mh_compare() {
     local short=$1 s1=$2 long=$3 s2=$4
     mh_comm_rows "$MH_DIR/$short.out" >"$MH_DIR/$short.comm"
@@ -165,7 +165,7 @@ mh_compare() {
         FNR == 1 { file++ } # the four files in turn: short.tx, long.tx, short.comm, long.comm
         file == 1 { b1[$1] = $2; f1[$1] = $3 }
         file == 2 { b2[$1] = $2; f2[$1] = $3 }
-        file == 3 { c1[$1] = ($4 + $5) * s1; rs[$1] = $2; th = $6 }
+        file == 3 { c1[$1] = ($4 + $5) * s1; th = $6 }
         file == 4 { c2[$1] = ($4 + $5) * s2 }
         END {
             d = s2 - s1
@@ -179,7 +179,7 @@ mh_compare() {
                 wire = (b2[r] - b1[r]) / d; fr = (f2[r] - f1[r]) / d
                 hdr = hb * fr; pay = wire - hdr
                 cnt = (c2[r] - c1[r]) / d
-                exp_ = cnt + (r > 0 ? rs[r] / (n - 1) : 0)
+                exp_ = cnt
                 printf "  %-14s %10.0f %8.1f %9.0f %10.0f %10.0f %10.0f %10.0f %7.4f %8.4f %8.4f\n", r " " net "." (r + 1), \
                     wire, fr, hdr, pay, cnt, th, exp_, wire / th, wire / exp_, pay / exp_
                 printf "%d %.1f %.2f %.1f %.1f %.1f %.1f\n", r, wire, fr, pay, cnt, th, exp_ > out
@@ -187,7 +187,7 @@ mh_compare() {
             printf "  headers: %d B per frame (Ethernet 14, IPv4 20, TCP 20 + timestamps 12), ACKs included; payload = wire - headers\n", hb
             printf "  counters: the trainer'"'"'s model total + scalars for that rank (comm table); ring: its theory column, (N-1)/N per collective\n"
             printf "  ZeRO'"'"'s formula with Psi (unpadded): %s B per rank per step\n", formula
-            printf "  expected: counters, + reduce-scatter / (N-1) on hosts other than 0 (OpenMPI'"'"'s non-blocking reduce-scatter reduces to rank 0, then scatters)\n"
+            printf "  expected: the counters, on every host (all-gathers and the reduce-scatter'"'"'s point-to-point ring send the ring volume)\n"
         }' "$MH_DIR/$short.tx" "$MH_DIR/$long.tx" "$MH_DIR/$short.comm" "$MH_DIR/$long.comm"
 }
 

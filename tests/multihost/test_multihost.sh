@@ -6,13 +6,13 @@
 # 10) and checked against the trainer's own collective counters:
 #   payload = wire - 66 B x frames (each frame's Ethernet + IPv4 + TCP
 #   headers) is within [1, 1.02] x expected, where expected is the rank's
-#   counters (ring volumes), plus, on host 1, the reduce-scatter volume
-#   again: OpenMPI's non-blocking reduce-scatter reduces to rank 0 and
-#   scatters, so rank 1 sends its whole buffer, not the ring's half. The 2%
-#   is MPI's own headers and control messages, measured 0.2-0.8% here.
+#   counters (ring volumes) on both hosts: the reduce-scatter is the MPI
+#   table's point-to-point ring (parallel/comm/comm_mpi_ring.c; OpenMPI's
+#   own, used before, made host 1 send 1.33x). The 2% is MPI's own headers
+#   and control messages, measured 0.2-0.8% here.
 #   wire is within [1514/1448, 1.15] x expected: at least one 66-B header
 #   per 1448-B segment, at most that plus an ACK per segment received (the
-#   peer sends up to 4/3 as much) and the 2%. Measured 1.06-1.09.
+#   peer sends as much) and the 2%. Measured 1.07-1.09.
 # Skips (exit 0, with the reason) where namespaces cannot be created.
 # Usage: tests/multihost/test_multihost.sh BUILD_DIR
 set -u

@@ -216,18 +216,8 @@ static void convert(void *dst, enum dtype dst_dt, const void *src, enum dtype sr
     }
 }
 
-int llmc_read_header(const char *path, struct model_shape *shape, int *version, char err[CKPT_ERR_LEN]) {
-    if (path_check_input(path, "model file", err) != 0) return -1; /* a FIFO would block fopen */
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, CKPT_ERR_LEN, "cannot open %.300s: %s", path, strerror(errno));
-        return -1;
-    }
-    int32_t h[LLMC_HEADER_INTS];
-    int rc = read_exact(f, h, sizeof h, path, err) ? -1 : parse_header(h, path, shape, version, err);
-    fclose(f);
-    return rc;
-}
+/* The values' dtype of a file of this header version. */
+static enum dtype file_dtype(int version) { return version == LLMC_VERSION_BF16 ? DTYPE_BF16 : DTYPE_FP32; }
 
 /* The file must hold exactly the header and the tensors: a short file is
  * truncated, a long one is not the model the header describes. */
@@ -256,6 +246,24 @@ uint64_t llmc_file_bytes(const struct model_shape *s, enum dtype file_dt) {
     return (uint64_t)data_byte(data_numel(&lay), file_dt);
 }
 
+/* The shape, and the size it implies checked against the file's, so that
+ * a header claiming more than the file holds (2^30 positions in a 70 KB
+ * file) says "truncated" before anything is sized from it. */
+int llmc_read_header(const char *path, struct model_shape *shape, int *version, char err[CKPT_ERR_LEN]) {
+    if (path_check_input(path, "model file", err) != 0) return -1; /* a FIFO would block fopen */
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, CKPT_ERR_LEN, "cannot open %.300s: %s", path, strerror(errno));
+        return -1;
+    }
+    int32_t h[LLMC_HEADER_INTS];
+    int rc = read_exact(f, h, sizeof h, path, err) ? -1 : parse_header(h, path, shape, version, err);
+    if (rc == 0)
+        rc = check_size(f, path, (off_t)llmc_file_bytes(shape, file_dtype(*version)), err);
+    fclose(f);
+    return rc;
+}
+
 /* ---- reader ---- */
 
 int llmc_open(struct llmc_reader *r, const char *path, const struct model_shape *expect, char err[CKPT_ERR_LEN]) {
@@ -276,7 +284,7 @@ int llmc_open(struct llmc_reader *r, const char *path, const struct model_shape 
     if (read_exact(r->f, h, sizeof h, path, err) || parse_header(h, path, &shape, &version, err) ||
         check_shape(&shape, expect, path, err))
         goto fail;
-    r->file_dt = version == LLMC_VERSION_BF16 ? DTYPE_BF16 : DTYPE_FP32;
+    r->file_dt = file_dtype(version);
     layout_init_whole(&r->lay, shape);
     if (check_size(r->f, path, data_byte(data_numel(&r->lay), r->file_dt), err)) goto fail;
     if (!(r->buf = malloc(CHUNK_ELEMS * sizeof(float)))) {

@@ -1,16 +1,13 @@
 /* Resume states: the model states plus the loop's position, bit-exact. */
 #include <errno.h>
-#include <glob.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "ckpt.h"
 #include "checkpoint.h"
 #include "ckpt_grid.h"
 #include "ckpt_staging.h"
-#include "crc32c.h"
 #include "ckpt_ref_runs.h"
 #include "ckpt_state_raw.h"
 #include "trainer.h"
@@ -28,32 +25,14 @@ static uint32_t fingerprint(const struct config *c, int dp) {
     return h;
 }
 
-/* What train_data matches now: every file's canonical path and size, so
- * the same files under another pattern or relative path are the same
- * data, and a file that grew or was replaced is not. */
-static int data_sources(const char *pattern, struct data_sources *d, char err[TRAINER_ERR_LEN]) {
-    *d = (struct data_sources){0};
-    snprintf(d->pattern, sizeof d->pattern, "%s", pattern);
-    glob_t g;
-    if (glob(pattern, GLOB_ERR, NULL, &g) != 0) {
-        snprintf(err, TRAINER_ERR_LEN, "train_data %s: no file matches it any more", pattern);
-        return -1;
-    }
-    int rc = 0;
-    for (size_t i = 0; rc == 0 && i < g.gl_pathc; i++) {
-        char real[PATH_MAX], line[PATH_MAX + 32];
-        struct stat st;
-        if (!realpath(g.gl_pathv[i], real) || stat(real, &st) != 0) {
-            snprintf(err, TRAINER_ERR_LEN, "train_data %s: %s", g.gl_pathv[i], strerror(errno));
-            rc = -1;
-            break;
-        }
-        int n = snprintf(line, sizeof line, "%s\t%lld\n", real, (long long)st.st_size);
-        d->digest = crc32c(d->digest, line, (size_t)n);
-        d->files++, d->bytes += (uint64_t)st.st_size;
-    }
-    globfree(&g);
-    return rc;
+/* The training data as this run's loader read it (data_content: by
+ * contents, so the same files under another path are the same data, and
+ * a file changed in place is not). */
+static struct data_sources data_sources(const struct trainer *tr) {
+    struct data_sources d = {.files = tr->train.content.files, .bytes = tr->train.content.bytes,
+                             .digest = tr->train.content.digest, .of_contents = true};
+    snprintf(d.pattern, sizeof d.pattern, "%s", tr->cfg->train_data);
+    return d;
 }
 
 /* A resume state holds full, unsharded arrays in the model's reference
@@ -86,10 +65,31 @@ static int sections(const struct engine *e, struct state_decl d[MAX_SECTIONS], e
     return n;
 }
 
+/* The keys besides the shape that a resume must share (the fingerprint's),
+ * kept as they are in a section of their own, so that a refusal names the
+ * key that differs; a state without the section (older) gets the
+ * fingerprint's general message. */
+enum { KEY_PARAM_DTYPE, KEY_GRAD_DTYPE, KEY_OPTIMIZER, KEY_GLOBAL_BATCH, RUN_KEYS };
+static const char RUN_KEYS_SECTION[] = "run_keys";
+
+/* The global batch as one number: a state is byte-equal whatever grid
+ * wrote it (micro_batch x grad_accum x dp may be split differently). */
+static void run_keys(const struct config *c, int dp, int32_t k[RUN_KEYS]) {
+    k[KEY_PARAM_DTYPE] = (int32_t)c->param_dtype, k[KEY_GRAD_DTYPE] = (int32_t)c->grad_dtype;
+    k[KEY_OPTIMIZER] = (int32_t)c->optimizer, k[KEY_GLOBAL_BATCH] = c->micro_batch * c->grad_accum * dp;
+}
+
+static struct state_decl run_keys_decl(void) {
+    struct state_decl d = {.dtype = DTYPE_U8, .numel = RUN_KEYS * sizeof(int32_t)};
+    snprintf(d.name, sizeof d.name, "%s", RUN_KEYS_SECTION);
+    return d;
+}
+
 uint64_t trainer_state_bytes(const struct trainer *tr) {
-    struct state_decl d[MAX_SECTIONS];
+    struct state_decl d[MAX_SECTIONS + 1];
     enum zero_state which[MAX_SECTIONS];
     int n = sections(&tr->engine, d, which);
+    d[n++] = run_keys_decl();
     return resume_file_bytes(d, n);
 }
 
@@ -168,7 +168,7 @@ static int save_section(struct trainer *tr, struct resume_writer *w, int i, enum
 
 int trainer_save_state(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]) {
     struct engine *e = &tr->engine;
-    struct state_decl d[MAX_SECTIONS + RAW_SECTIONS];
+    struct state_decl d[MAX_SECTIONS + RAW_SECTIONS + 1];
     enum zero_state which[MAX_SECTIONS];
     int n = sections(e, d, which);
     struct raw_plan raw;
@@ -179,6 +179,10 @@ int trainer_save_state(struct trainer *tr, const char *path, char err[TRAINER_ER
         return -1;
     }
     if (raw.on) raw_decls(tr, &raw, d + n);
+    int keys_at = n + (raw.on ? RAW_SECTIONS : 0); /* the last section */
+    d[keys_at] = run_keys_decl();
+    int32_t keys[RUN_KEYS];
+    run_keys(tr->cfg, tr->grid->dp, keys);
     struct resume_meta meta = {.step = (uint64_t)tr->step,
                                .seed = (uint64_t)tr->cfg->seed,
                                .data_epoch = tr->train.pos.epoch,
@@ -190,9 +194,8 @@ int trainer_save_state(struct trainer *tr, const char *path, char err[TRAINER_ER
     bool writer = tr->grid->world_rank == 0;
     struct resume_writer w = {0};
     char e2[CKPT_ERR_LEN] = "";
-    int rc = writer ? data_sources(tr->cfg->train_data, &meta.data, err) : 0;
-    if (rc != 0) snprintf(e2, sizeof e2, "%.*s", CKPT_ERR_LEN - 1, err);
-    if (writer && rc == 0) rc = resume_create(&w, path, &meta, d, n + (raw.on ? RAW_SECTIONS : 0), e2);
+    meta.data = data_sources(tr);
+    int rc = writer ? resume_create(&w, path, &meta, d, keys_at + 1, e2) : 0;
     struct ckpt_staging st;
     int got = ckpt_staging_alloc(&st, &tr->mem, tr->space, "resume state staging (one unit)",
                                  ckpt_staging_bytes(tr->cfg, tr->grid, engine_unit_staging_bytes(e)));
@@ -207,6 +210,7 @@ int trainer_save_state(struct trainer *tr, const char *path, char err[TRAINER_ER
      * happened on world rank 0 */
     for (int i = 0; i < n; i++) rc = save_section(tr, &w, i, which[i], dtype_size(d[i].dtype), &st, rc, e2);
     if (raw.on) rc = raw_save(tr, &raw, &w, n, rc, &st, e2);
+    if (writer && rc == 0) rc = resume_write_at(&w, keys_at, 0, sizeof keys, keys, e2);
     if (writer && rc == 0) rc = resume_commit(&w, e2);
     if (writer && rc != 0) resume_abort(&w);
     if (rc != 0)
@@ -248,9 +252,29 @@ static int read_sections(struct trainer *tr, struct resume_reader *r, const stru
     return rc;
 }
 
+/* Appends to out what differs between the saved keys and this run's. */
+static void name_changed_keys(const struct config *c, int dp, const int32_t saved[RUN_KEYS],
+                              const int32_t mine[RUN_KEYS], char *out, size_t len) {
+    static const struct { int at; const char *key; } choices[] = {
+        {KEY_PARAM_DTYPE, "param_dtype"}, {KEY_GRAD_DTYPE, "grad_dtype"}, {KEY_OPTIMIZER, "optimizer"}};
+    size_t used = strlen(out);
+    for (size_t i = 0; i < sizeof choices / sizeof choices[0]; i++) {
+        int at = choices[i].at;
+        if (saved[at] != mine[at] && used < len)
+            used += (size_t)snprintf(out + used, len - used, "; %s: saved %s, this run %s", choices[i].key,
+                                     config_choice_name(choices[i].key, saved[at]),
+                                     config_choice_name(choices[i].key, mine[at]));
+    }
+    if (saved[KEY_GLOBAL_BATCH] != mine[KEY_GLOBAL_BATCH] && used < len)
+        snprintf(out + used, len - used,
+                 "; the global batch (micro_batch x grad_accum x data-parallel ranks): saved %d, this run %d x %d x "
+                 "%d = %d",
+                 (int)saved[KEY_GLOBAL_BATCH], c->micro_batch, c->grad_accum, dp, (int)mine[KEY_GLOBAL_BATCH]);
+}
+
 /* The state must be of this model, dtypes, optimizer and global batch. */
-static int check_meta(const struct trainer *tr, const char *path, const struct resume_meta *m,
-                      char err[TRAINER_ERR_LEN]) {
+static int check_meta(const struct trainer *tr, struct resume_reader *r, const char *path,
+                      const struct resume_meta *m, char err[TRAINER_ERR_LEN]) {
     const struct model_shape *have = &tr->engine.lay.shape;
     if (m->shape.L != have->L || m->shape.C != have->C || m->shape.NH != have->NH || m->shape.T != have->T ||
         m->shape.V != have->V) {
@@ -262,11 +286,17 @@ static int check_meta(const struct trainer *tr, const char *path, const struct r
         return -1;
     }
     if (m->fingerprint != fingerprint(tr->cfg, tr->grid->dp)) {
+        int32_t saved[RUN_KEYS], mine[RUN_KEYS];
+        char which[TRAINER_ERR_LEN / 2] = "", e2[CKPT_ERR_LEN];
+        run_keys(tr->cfg, tr->grid->dp, mine);
+        int at = resume_find(r, RUN_KEYS_SECTION, DTYPE_U8, sizeof saved, e2);
+        if (at >= 0 && resume_read_at(r, at, 0, sizeof saved, saved, e2) == 0)
+            name_changed_keys(tr->cfg, tr->grid->dp, saved, mine, which, sizeof which);
         snprintf(err, TRAINER_ERR_LEN,
-                 "%s was saved with a different dtype, optimizer or global batch; resume needs the same "
+                 "%s was saved with a different dtype, optimizer or global batch%s; resume needs the same "
                  "param_dtype, grad_dtype, optimizer and micro_batch x grad_accum x ranks (the ZeRO stage and "
                  "the number of ranks may change)",
-                 path);
+                 path, which);
         return -1;
     }
     if (m->seed != (uint64_t)tr->cfg->seed) {
@@ -291,16 +321,27 @@ static int check_meta(const struct trainer *tr, const char *path, const struct r
  * log then says. */
 static int check_data(const struct trainer *tr, const char *path, const struct data_sources *saved,
                       char err[TRAINER_ERR_LEN]) {
-    struct data_sources now;
-    if (data_sources(tr->cfg->train_data, &now, err) != 0) return -1;
-    if (now.files == saved->files && now.bytes == saved->bytes && now.digest == saved->digest) return 0;
-    char what[TRAINER_ERR_LEN];
+    struct data_sources now = data_sources(tr);
+    bool sizes = now.files == saved->files && now.bytes == saved->bytes;
+    if (sizes && !saved->of_contents) {
+        if (tr->grid->world_rank == 0) {
+            printf("resume: %s is a version-2 state, whose data digest is of paths, not contents: train_data was "
+                   "checked by its file count and bytes only (%llu files, %llu bytes)\n",
+                   path, (unsigned long long)now.files, (unsigned long long)now.bytes);
+            fflush(stdout);
+        }
+        return 0;
+    }
+    if (sizes && now.digest == saved->digest) return 0;
+    char what[TRAINER_ERR_LEN], digests[96] = "";
+    if (sizes)
+        snprintf(digests, sizeof digests, ", other contents: data digest 0x%08x, saved 0x%08x", (unsigned)now.digest,
+                 (unsigned)saved->digest);
     snprintf(what, sizeof what,
              "%.300s was saved with train_data %.200s (%llu files, %llu bytes), this run's train_data %.200s is "
              "other data (%llu files, %llu bytes%s)",
              path, saved->pattern, (unsigned long long)saved->files, (unsigned long long)saved->bytes, now.pattern,
-             (unsigned long long)now.files, (unsigned long long)now.bytes,
-             now.files == saved->files && now.bytes == saved->bytes ? ", other paths or contents" : "");
+             (unsigned long long)now.files, (unsigned long long)now.bytes, digests);
     if (!tr->cfg->allow_data_change) {
         snprintf(err, TRAINER_ERR_LEN, "%.900s; pass --allow_data_change 1 to resume on it anyway", what);
         return -1;
@@ -322,7 +363,7 @@ static int load_state(struct trainer *tr, const char *path, const struct raw_pla
         snprintf(err, TRAINER_ERR_LEN, "loading resume state: %s", e2);
         return -1;
     }
-    int rc = check_meta(tr, path, &meta, err);
+    int rc = check_meta(tr, &r, path, &meta, err);
     if (rc == 0) rc = check_data(tr, path, &meta.data, err);
     if (rc == 0) rc = read_sections(tr, &r, raw, err);
     resume_close(&r);

@@ -13,7 +13,11 @@
  *            numel, u32 crc32c of its data
  *   data     each section's numel raw elements, in table order
  *
- * Version 1 interleaved section headers with data and had no checksums.
+ * data_digest is include/data.h's data_content digest of what the loader
+ * read (CRC32C over each shard's CRC32C and size). Version 2 had the same
+ * layout with a digest of the files' paths and sizes: it is read, and its
+ * digest not compared. Version 1 interleaved section headers with data and
+ * had no checksums.
  * Once the sections are declared every offset is known, so a writer takes
  * the data in pieces, in any order, and writes header and table last, when
  * the checksums are known. A reader checks the header's checksum on open
@@ -31,7 +35,10 @@
 
 enum {
     RESUME_MAGIC = 0x53484C42, /* "SHLB" */
-    RESUME_VERSION = 2,
+    RESUME_VERSION = 3,
+    /* the same layout, its data_digest over the files' paths and sizes
+     * (version 3: over the contents the loader read); still read */
+    RESUME_VERSION_PATH_DIGEST = 2,
     CRC_FROM = 12, /* the header checksum covers bytes [CRC_FROM, end of table) */
     HEADER_BYTES = 4 + 4 + 4 + 5 * 8 + 6 * 4 + 4 + DATA_PATTERN_LEN + 2 * 8 + 4 + 4,
     TABLE_ENTRY_BYTES = STATE_NAME_LEN + 4 + 8 + 4,
@@ -353,10 +360,10 @@ static int scan_file(FILE *f, const char *path, struct resume_meta *meta, struct
                  (unsigned)magic, (unsigned)RESUME_MAGIC);
         return -1;
     }
-    if (version != RESUME_VERSION) {
+    if (version != RESUME_VERSION && version != RESUME_VERSION_PATH_DIGEST) {
         snprintf(err, CKPT_ERR_LEN,
-                 "%.300s: resume state version %u, this build reads version %d only%s", path, (unsigned)version,
-                 RESUME_VERSION,
+                 "%.300s: resume state version %u, this build reads versions %d and %d only%s", path,
+                 (unsigned)version, RESUME_VERSION_PATH_DIGEST, RESUME_VERSION,
                  version < RESUME_VERSION ? " (older states carry no checksums; restart from a model file with "
                                             "--init_from, or resume with the build that wrote it)"
                                           : "");
@@ -394,6 +401,7 @@ static int scan_file(FILE *f, const char *path, struct resume_meta *meta, struct
     memcpy(meta->data.pattern, p, DATA_PATTERN_LEN), p += DATA_PATTERN_LEN;
     meta->data.pattern[DATA_PATTERN_LEN - 1] = '\0';
     meta->data.files = get_u64(&p), meta->data.bytes = get_u64(&p), meta->data.digest = get_u32(&p);
+    meta->data.of_contents = version == RESUME_VERSION;
     p += 4; /* n, read above */
     off_t pos = (off_t)hb;
     for (uint32_t i = 0; i < n; i++) {

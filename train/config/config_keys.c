@@ -435,6 +435,12 @@ int config_num_keys(void) { return NUM_KEYS; }
 
 const char *config_key_name(int i) { return KEYS[i].name; }
 
+const char *config_choice_name(const char *key, int value) {
+    const struct key *k = find_key(key);
+    if (!k || k->type != KEY_CHOICE || value < 0 || value >= MAX_CHOICES || !k->choices[value]) return "?";
+    return k->choices[value];
+}
+
 uint32_t config_key_hash(const struct config *c, int i) {
     char v[CONFIG_PATH_LEN + 32];
     format_value(c, &KEYS[i], v, sizeof v);

@@ -254,10 +254,12 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
     double comm_theory = theory_trainer_comm_buffers(c, rank_place_of(c, n, 0));
     for (int r = 0; r < n; r++) col[r] = ranks[r].live[MEM_COMM];
     snprintf(rule, sizeof rule, "%s",
-             c->zero >= 3 ? (c->overlap ? "gathered embedding, head and two layers (w_p) + two reduce-scatter buckets (w_g)"
-                                        : "gathered embedding, head and one layer (w_p) + reduce-scatter bucket (w_g)")
-             : c->zero == 2 ? (c->overlap ? "two reduce-scatter buckets: the largest padded unit (w_g)"
-                                          : "reduce-scatter bucket: the largest padded unit (w_g)")
+             c->zero >= 3 ? (c->overlap ? "gathered embedding, head and two layers (w_p) + two reduce-scatter buckets "
+                                          "(w_g, each the largest padded unit + its 1/N ring receive)"
+                                        : "gathered embedding, head and one layer (w_p) + reduce-scatter bucket (w_g, "
+                                          "the largest padded unit + its 1/N ring receive)")
+             : c->zero == 2 ? (c->overlap ? "two reduce-scatter buckets: the largest padded unit + its 1/N ring receive (w_g)"
+                                          : "reduce-scatter bucket: the largest padded unit + its 1/N ring receive (w_g)")
                             : "none: collectives work in place");
     own_theory(rule, sizeof rule, c, col, n, comm_buffers_of);
     row(out, "comm", col, n, comm_theory, rule);

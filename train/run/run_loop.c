@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "accounting.h"
 #include "checkpoint.h"
@@ -76,6 +77,15 @@ static int open_data(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
         tr->has_val = false;
         return -1;
     }
+    /* a validation takes val_batches x dp x micro_batch samples from the
+     * start of the split: more than it holds reads it over and over */
+    double per_val = (double)cfg->val_batches * g->dp * cfg->micro_batch;
+    if (tr->has_val && g->world_rank == 0 && per_val > (double)tr->val.n_samples)
+        fprintf(stderr,
+                "warning: val_batches %d x %d ranks x micro_batch %d = %.0f samples per validation, but val_data has "
+                "%zu: each validation reads it %.1f times over (lower val_batches to at most %zu)\n",
+                cfg->val_batches, g->dp, cfg->micro_batch, per_val, tr->val.n_samples,
+                per_val / (double)tr->val.n_samples, tr->val.n_samples / ((size_t)g->dp * (size_t)cfg->micro_batch));
     return 0;
 }
 
@@ -206,6 +216,7 @@ static void agree_loss(struct trainer *tr, double *loss) {
 
 float trainer_validate(struct trainer *tr) {
     struct collectives *dp = &tr->grid->dp_comm;
+    double t0 = monotonic_seconds();
     struct flop_counter flops = tr->flops; /* validation is not part of a step's count */
     struct coll_uncounted kept[GROUP_NUM]; /* nor of its traffic: tp's f and g, pp's sends, all groups */
     for (int g = 0; g < GROUP_NUM; g++) kept[g] = coll_uncounted_begin(grid_group(tr->grid, (enum grid_group)g));
@@ -217,6 +228,7 @@ float trainer_validate(struct trainer *tr) {
     trace_end(&tr->trace, ev);
     tr->flops = flops;
     for (int g = 0; g < GROUP_NUM; g++) coll_uncounted_end(kept[g]);
+    tr->val_seconds += monotonic_seconds() - t0;
     return (float)(sum / (tr->cfg->val_batches * dp->size));
 }
 
@@ -327,14 +339,21 @@ static struct step_metrics train_step(struct trainer *tr) {
 }
 
 /* A step whose update was not applied: 0 to go on (skip_step, within the
- * limit), -1 with the message otherwise. Every rank decides alike (the
- * loss and norm are agreed), so no rank is left waiting. */
-static int on_nonfinite(struct trainer *tr, const struct step_metrics *m, char err[TRAINER_ERR_LEN]) {
+ * limit), -1 with the message otherwise, which says what save_state holds
+ * (saved_step: the step of the last state this run wrote there, -1 none).
+ * Every rank decides alike (the loss and norm are agreed), so no rank is
+ * left waiting. */
+static int on_nonfinite(struct trainer *tr, const struct step_metrics *m, int saved_step,
+                        char err[TRAINER_ERR_LEN]) {
     const struct config *c = tr->cfg;
     char what[96], kept[CONFIG_PATH_LEN + 96] = "";
     if (!isfinite(m->loss)) snprintf(what, sizeof what, "the loss is %g", (double)m->loss);
     else snprintf(what, sizeof what, "the gradient norm is %g (loss %g)", m->grad_norm, (double)m->loss);
-    if (*c->save_state) snprintf(kept, sizeof kept, "; %s keeps the last state written before it", c->save_state);
+    if (*c->save_state && saved_step >= 0)
+        snprintf(kept, sizeof kept, "; %s keeps the state written after step %d", c->save_state, saved_step);
+    else if (*c->save_state)
+        snprintf(kept, sizeof kept, "; this run wrote no state to %s (%s)", c->save_state,
+                 access(c->save_state, F_OK) == 0 ? "it holds what it held before" : "it does not exist");
     if (c->on_nonfinite == NONFINITE_SKIP_STEP) {
         tr->skipped_steps++;
         if (tr->skipped_steps <= c->max_skipped_steps) return 0;
@@ -386,7 +405,7 @@ int trainer_run(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
             return stop_run(tr, sig, saved_step, err);
         }
         struct step_metrics m = train_step(tr);
-        if (m.nonfinite && on_nonfinite(tr, &m, err) != 0) {
+        if (m.nonfinite && on_nonfinite(tr, &m, saved_step, err) != 0) {
             log_step(tr, &m, true);
             return -1;
         }

@@ -85,6 +85,16 @@ static int agree_config(const struct config *c, int mine, char err[TRAINER_ERR_L
     return -1;
 }
 
+/* Everything printed reached stdout: a failed write (stdout on a full
+ * disk, > /dev/full) is an error naming its reason, never exit 0. */
+static int stdout_written(char err[TRAINER_ERR_LEN]) {
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout)) return 0;
+    snprintf(err, TRAINER_ERR_LEN, "writing the run's output to stdout failed: %s",
+             errno ? strerror(errno) : "an earlier write failed");
+    return -1;
+}
+
 /* Trials of the peak: at least this many, over at least this long (the
  * start-up cost, after a ~8 ms warm-up trial). */
 enum { PEAK_MIN_TRIALS = 5 };
@@ -95,8 +105,11 @@ static void print_banner(const struct config *c, const struct trainer *tr, const
     const struct grid *g = tr->grid;
     char positions[48] = ""; /* a position table longer than the run's sequences (an llm.c file's) */
     if (lay->shape.maxT != c->seq_len) snprintf(positions, sizeof positions, " (position table %d)", lay->shape.maxT);
-    printf("shardlab train: GPT-2 L=%d C=%d NH=%d T=%d%s V=%d (padded %d), %zu parameters\n", c->n_layer,
-           c->d_model, c->n_head, c->seq_len, positions, c->vocab_size, lay->shape.Vp, lay->total);
+    /* the whole model's count; under tp or pp rank 0 holds a share of it */
+    char share[64] = "";
+    if (lay->total != lay->ref_total) snprintf(share, sizeof share, " (rank 0 holds %zu)", lay->total);
+    printf("shardlab train: GPT-2 L=%d C=%d NH=%d T=%d%s V=%d (padded %d), %zu parameters%s\n", c->n_layer,
+           c->d_model, c->n_head, c->seq_len, positions, c->vocab_size, lay->shape.Vp, lay->ref_total, share);
     printf("precision: params %s%s, grads %s, activations %s, rounding %s\n", dtype_name(c->param_dtype),
            c->param_dtype == DTYPE_BF16 ? " (+ fp32 master)" : "", dtype_name(c->grad_dtype),
            dtype_name(c->act_dtype), c->rounding == ROUND_NEAREST ? "nearest-even" : "stochastic");
@@ -268,7 +281,11 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
     if (rc == 0) {
-        if (rank == 0) printf("\ntrained %d steps in %.1f s\n", tr.step - start, tr.train_seconds);
+        if (rank == 0) {
+            char val[64] = ""; /* validation runs between the steps: its time apart */
+            if (tr.val_seconds > 0) snprintf(val, sizeof val, ", and validated in %.1f s", tr.val_seconds);
+            printf("\ntrained %d steps in %.1f s%s\n", tr.step - start, tr.train_seconds, val);
+        }
         if (cfg.sample_tokens > 0) {
             if (rank == 0)
                 printf("\nsample (%d tokens, temperature %.2f):\n", cfg.sample_tokens, cfg.sample_temperature);
@@ -291,6 +308,7 @@ int main(int argc, char **argv) {
         free(timelines);
     }
     if (rc == 0) rc = trainer_agree(&tr, close_log(&tr, cfg.log_json, err), err); /* rank 0 writes it */
+    if (rc >= 0 && trainer_agree(&tr, stdout_written(err), err) != 0) rc = -1;
     free(ranks);
     trainer_close(&tr);
     device_grid_free(&dev, &grid);

@@ -389,8 +389,8 @@ double theory_trainer_comm_buffers(const struct config *c, struct rank_place p) 
             if (kinds[k] >= 0) bytes += (double)shard_unit_padded(&sh, kinds[k]) * w_p;
         if (c->overlap && kinds[2] >= 0) bytes += (double)shard_unit_padded(&sh, kinds[2]) * w_p;
     }
-    /* the reduce-scatter bucket; with overlap two, one in flight while the next fills */
-    if (c->zero >= 2) bytes += (c->overlap ? 2.0 : 1.0) * (double)shard_max_unit_padded(&sh) * w_g;
+    /* the reduce-scatter bucket and its ring's receive; with overlap two, one in flight while the next fills */
+    if (c->zero >= 2) bytes += (c->overlap ? 2.0 : 1.0) * (double)shard_bucket_elems(&sh) * w_g;
     return bytes; /* stage 0's buckets are ranges of the grads: no buffer */
 }
 

@@ -17,7 +17,7 @@ struct pieces {
     double states[MEM_NUM_CATEGORIES], scratch;
     double I, R, S, H, one;   /* ids, a residual entry, a layer's tensors, the head's, one-layer buffers */
     double G[UNIT_LAYER + 1]; /* a gathered unit per kind (stage 3) */
-    double Bk;                /* a reduce-scatter bucket (stages 2, 3) */
+    double Bk;                /* a reduce-scatter bucket with its ring receive (stages 2, 3) */
     int L, stage, k;
     bool overlap;
 };
@@ -51,7 +51,7 @@ static struct pieces pieces_of(const struct config *c, const struct model_layout
         p.G[UNIT_HEAD] = (double)shard_unit_padded(&sh, layout_head_unit(lay)) * w_p;
         p.G[UNIT_LAYER] = p.L > 0 ? (double)shard_unit_padded(&sh, layout_layer_unit(lay, 0)) * w_p : 0;
     }
-    if (p.stage >= 2) p.Bk = (double)shard_max_unit_padded(&sh) * w_g;
+    if (p.stage >= 2) p.Bk = (double)shard_bucket_elems(&sh) * w_g;
     return p;
 }
 

@@ -141,7 +141,9 @@ static struct coll_request iall_reduce_sum(struct collectives *c, void *buf, siz
     return post(c, "iall_reduce_sum", buf, n, dt, COLL_ALL_REDUCE, 2.0, (double)n * (double)dtype_size(dt));
 }
 
-static struct coll_request ireduce_scatter_sum(struct collectives *c, void *buf, size_t chunk, enum dtype dt) {
+static struct coll_request ireduce_scatter_sum(struct collectives *c, void *buf, void *scratch, size_t chunk,
+                                               enum dtype dt) {
+    (void)scratch; /* NCCL's reduce-scatter keeps its own staging */
     return post(c, "ireduce_scatter_sum", buf, chunk, dt, COLL_REDUCE_SCATTER, 1.0,
                 (double)c->size * (double)chunk * (double)dtype_size(dt));
 }
