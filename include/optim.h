@@ -14,7 +14,9 @@
 #include "dtype.h"
 #include "mem_space.h"
 
-enum optimizer_kind { OPTIM_ADAMW, OPTIM_ADAMW8BIT, OPTIM_SGD };
+/* The update rules, in the order of the config's `optimizer` choices (a
+ * resume state stores the index: new rules go at the end). */
+enum optimizer_kind { OPTIM_ADAMW, OPTIM_ADAMW8BIT, OPTIM_SGD, OPTIM_SGD8BIT, OPTIM_LION, OPTIM_LION8BIT, OPTIM_NUM_KINDS };
 enum decay_targets { DECAY_MATRICES, DECAY_ALL };
 enum lr_schedule { LR_COSINE, LR_CONSTANT };
 
@@ -32,10 +34,34 @@ struct optim_options {
     struct lr_options lr;
     float beta1, beta2, eps, weight_decay, grad_clip;
     enum decay_targets decay_targets;
-    float momentum;       /* sgd */
-    bool nesterov;        /* sgd */
-    int min_8bit_size;    /* adamw8bit: smaller tensors keep fp32 states */
+    float momentum;       /* sgd, sgd8bit */
+    bool nesterov;        /* sgd, sgd8bit */
+    int min_8bit_size;    /* the 8-bit rules: smaller tensors keep fp32 states */
 };
+
+/* The configuration keys an update rule may read besides lr and its
+ * schedule, weight_decay and grad_clip (which every rule reads). */
+enum optim_key { OKEY_BETA1, OKEY_BETA2, OKEY_EPS, OKEY_MOMENTUM, OKEY_NESTEROV, OKEY_MIN_8BIT_SIZE, OKEY_NUM };
+
+/* What a rule keeps per parameter and which keys are its own
+ * (optim/optim_rules.c, the one table of them): `states` per-element
+ * moments (fp32, or 8-bit codes with an fp32 maximum per block where
+ * `quantized`), state 1 signed, state 2 (AdamW's v) unsigned. */
+struct optim_rule {
+    const char *name;          /* the config's choice */
+    int states;                /* 1 or 2 */
+    bool quantized;            /* block-wise 8-bit (tensors >= min_8bit_size; smaller ones fp32) */
+    enum optimizer_kind twin;  /* the 32-bit form of a quantized rule; the 8-bit form of a 32-bit one, or itself */
+    unsigned keys;             /* bit k set: optim_key k belongs to the rule */
+    const char *state_name[2]; /* what each state is, for the memory table ("adam m") */
+};
+
+const struct optim_rule *optim_rule(enum optimizer_kind k);
+/* The config key's name of k ("beta1"). */
+const char *optim_key_name(enum optim_key k);
+/* Bytes of optimizer state for a rule: n_q quantized elements in
+ * n_blocks blocks and n_f32 elements with fp32 states, per state. */
+double optim_state_bytes(const struct optim_rule *r, size_t n_q, size_t n_blocks, size_t n_f32);
 
 struct adamw_hparams {
     float lr, beta1, beta2, eps;
@@ -220,14 +246,49 @@ struct sgd_hparams {
 void sgd_update(const struct sgd_hparams *h, size_t n, float *w, float *buf, const void *grad, enum dtype grad_dtype,
                 const struct param_writeback *out, struct flop_counter *fc);
 
-/* ---- The backends. adamw_update, sgd_update, adamw8bit_update and the
- * codec above are optim/optim_dispatch.c's: each runs X_cpu or X_cuda by
+/* ---- 8-bit SGD: sgd_update's algorithm with the momentum buffer stored
+ * as block-wise 8-bit codes of the signed map (absmax per 256-element
+ * block, the sign fix of adamw8bit's m), as bitsandbytes' SGD8bit with
+ * block-wise quantization. Within a step the buffer is fp32; first_step
+ * ignores the stored codes. A NaN/Inf gradient zeroes that element's buffer
+ * and leaves its weight alone (adamw8bit's convention). */
+void sgd8bit_update(const struct sgd_hparams *h, size_t n, float *w, uint8_t *q, float *absmax, const float *map_signed,
+                    const struct qmap_index *ix_signed, const void *grad, enum dtype grad_dtype,
+                    const struct param_writeback *out, struct flop_counter *fc);
+
+/* ---- Lion (Chen et al. 2023, "Symbolic Discovery of Optimization
+ * Algorithms", arXiv:2302.06675, Program 1), one momentum m:
+ *   c  = beta1 m + (1 - beta1) g
+ *   w  = w (1 - lr weight_decay) - lr sign(c)      (decoupled decay)
+ *   m  = beta2 m + (1 - beta2) g
+ * sign(0) = 0 (torch.sign); m and w are fp32. */
+struct lion_hparams {
+    float lr, beta1, beta2;
+    float weight_decay;  /* 0 for tensors that do not decay */
+    float grad_scale;    /* multiplies every gradient (clipping) */
+};
+
+/* The decoupled decay factor 1 - lr weight_decay of a Lion step: every
+ * implementation, the GPU's included, takes it from here. */
+float lion_decay(const struct lion_hparams *h);
+
+void lion_update(const struct lion_hparams *h, size_t n, float *w, float *m, const void *grad, enum dtype grad_dtype,
+                 const struct param_writeback *out, struct flop_counter *fc);
+/* Lion with m in 8 bits, as sgd8bit_update keeps its buffer (the same
+ * codec, blocks and NaN convention). */
+void lion8bit_update(const struct lion_hparams *h, size_t n, float *w, uint8_t *q, float *absmax,
+                     const float *map_signed, const struct qmap_index *ix_signed, const void *grad,
+                     enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+
+/* ---- The backends. The update rules above and the
+ * codec are optim/optim_dispatch.c's: each runs X_cpu or X_cuda by
  * the space of the call (the update rules: fc->space, counters.h; the
  * codec: its argument), and the CUDA build times the updates into fc's
  * kernel profile (KERNEL_OPTIMIZER).
- *   X_cpu   optim/{adamw,sgd,adamw8bit,adamw8bit_state}.c: host memory.
+ *   X_cpu   optim/{adamw,sgd,lion,adamw8bit,sgd8bit,lion8bit,adamw8bit_state}.c:
+ *           host memory.
  *   X_cuda  optim/cuda/optim_device.c with the kernels of adamw.cu,
- *           sgd.cu and adamw8bit.cu (the CUDA build only): w, the states,
+ *           sgd.cu, lion.cu, adamw8bit.cu and onestate8bit.cu (the CUDA build only): w, the states,
  *           grad and the bf16 params in device memory. The
  *           hyperparameters, the flop_counter, the 8-bit maps and search
  *           indexes are host memory (the maps travel to the kernels by
@@ -243,6 +304,14 @@ void adamw_update_cpu(const struct adamw_hparams *h, size_t n, float *w, float *
                       enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
 void sgd_update_cpu(const struct sgd_hparams *h, size_t n, float *w, float *buf, const void *grad,
                     enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+void sgd8bit_update_cpu(const struct sgd_hparams *h, size_t n, float *w, uint8_t *q, float *absmax,
+                        const float *map_signed, const struct qmap_index *ix_signed, const void *grad,
+                        enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+void lion_update_cpu(const struct lion_hparams *h, size_t n, float *w, float *m, const void *grad,
+                     enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+void lion8bit_update_cpu(const struct lion_hparams *h, size_t n, float *w, uint8_t *q, float *absmax,
+                         const float *map_signed, const struct qmap_index *ix_signed, const void *grad,
+                         enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
 void adamw8bit_update_cpu(const struct adamw_hparams *h, size_t n, float *w, uint8_t *q1, uint8_t *q2,
                           float *absmax1, float *absmax2, const float *map_signed, const float *map_unsigned,
                           const struct qmap_index *ix_signed, const struct qmap_index *ix_unsigned, const void *grad,
@@ -256,6 +325,14 @@ void adamw_update_cuda(const struct adamw_hparams *h, size_t n, float *w, float 
                        enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
 void sgd_update_cuda(const struct sgd_hparams *h, size_t n, float *w, float *buf, const void *grad,
                      enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+void sgd8bit_update_cuda(const struct sgd_hparams *h, size_t n, float *w, uint8_t *q, float *absmax,
+                         const float *map_signed, const void *grad, enum dtype grad_dtype,
+                         const struct param_writeback *out, struct flop_counter *fc);
+void lion_update_cuda(const struct lion_hparams *h, size_t n, float *w, float *m, const void *grad,
+                      enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+void lion8bit_update_cuda(const struct lion_hparams *h, size_t n, float *w, uint8_t *q, float *absmax,
+                          const float *map_signed, const void *grad, enum dtype grad_dtype,
+                          const struct param_writeback *out, struct flop_counter *fc);
 void adamw8bit_update_cuda(const struct adamw_hparams *h, size_t n, float *w, uint8_t *q1, uint8_t *q2,
                            float *absmax1, float *absmax2, const float *map_signed, const float *map_unsigned,
                            const void *grad, enum dtype grad_dtype, const struct param_writeback *out,

@@ -107,11 +107,12 @@ int config_check_grid(const struct config *cfg, const struct grid *g, char err[C
     /* the tied wte's two copies must get the same update: the 8-bit
      * blocks start at shard boundaries, which differ between the
      * embedding unit and the head unit once both are sharded over dp */
-    if (g->pp > 1 && cfg->optimizer == OPTIM_ADAMW8BIT && cfg->zero >= 1 && g->dp > 1) {
+    const struct optim_rule *rule = optim_rule(cfg->optimizer);
+    if (g->pp > 1 && rule->quantized && cfg->zero >= 1 && g->dp > 1) {
         snprintf(err, CONFIG_ERR_LEN,
-                 "adamw8bit with pp = %d, ZeRO-%d over dp = %d: the tied wte's copies on the first and last stage "
-                 "would be quantized in different blocks and drift apart (use --zero 0, dp = 1, or adamw)",
-                 g->pp, cfg->zero, g->dp);
+                 "%s with pp = %d, ZeRO-%d over dp = %d: the tied wte's copies on the first and last stage "
+                 "would be quantized in different blocks and drift apart (use --zero 0, dp = 1, or %s)",
+                 rule->name, g->pp, cfg->zero, g->dp, optim_rule(rule->twin)->name);
         return -1;
     }
     return 0;

@@ -92,6 +92,7 @@ struct state_theory theory_trainer_states(const struct config *c, struct rank_pl
         {MEM_OPTIMIZER, 8, z >= 1, "8 B x Psi (Adam m, v fp32; K = 12 with master, 8 without)",
          c->optimizer == OPTIM_ADAMW},
         {MEM_OPTIMIZER, 4, z >= 1, "4 B x Psi (SGD momentum fp32; K = 8 with master)", c->optimizer == OPTIM_SGD},
+        {MEM_OPTIMIZER, 4, z >= 1, "4 B x Psi (Lion m fp32; K = 8 with master)", c->optimizer == OPTIM_LION},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         if (!rows[i].present) continue;
@@ -100,10 +101,12 @@ struct state_theory theory_trainer_states(const struct config *c, struct rank_pl
         s.lines[s.n++] = (struct state_line){rows[i].cat, w, sh_, w * s.psi / (sh_ ? N : 1),
                                              w * (sh_ ? s.shard_padding : s.padding), rows[i].rule};
     }
-    if (c->optimizer == OPTIM_ADAMW8BIT) {
-        /* the same segments the engine walks: codes 1 B + 1 B per element,
-         * two fp32 absmax per 256-element block, 8 B per element of the
-         * tensors that keep 32-bit states (Dettmers et al. 2021, THEORY.md 2.5) */
+    const struct optim_rule *rule = optim_rule(c->optimizer);
+    if (rule->quantized) {
+        /* the same segments the engine walks, per state: a code byte per
+         * element, an fp32 absmax per 256-element block, 4 B per element of
+         * the tensors that keep 32-bit states (Dettmers et al. 2021,
+         * THEORY.md 2.5) */
         struct opt_segments g;
         struct optim_options o = {.kind = c->optimizer, .decay_targets = c->decay_targets,
                                   .min_8bit_size = c->min_8bit_size};
@@ -113,9 +116,11 @@ struct state_theory theory_trainer_states(const struct config *c, struct rank_pl
             exit(1);
         }
         opt_segments_build(&g, table, &lay, &sh, z, &o);
-        double bytes = 2.0 * g.n_q + 8.0 * g.n_blocks + 8.0 * g.n_f32;
+        double bytes = optim_state_bytes(rule, g.n_q, g.n_blocks, g.n_f32);
         s.lines[s.n++] = (struct state_line){MEM_OPTIMIZER, bytes / (s.psi / (z >= 1 ? N : 1)), z >= 1, bytes, 0,
-                                             "2 B x Psi_8bit + 8 B per 256-block + 8 B x Psi_small (K = 4 + 2 + 8/256)"};
+                                             rule->states == 2
+                                                 ? "2 B x Psi_8bit + 8 B per 256-block + 8 B x Psi_small (K = 4 + 2 + 8/256)"
+                                                 : "1 B x Psi_8bit + 4 B per 256-block + 4 B x Psi_small (K = 4 + 1 + 4/256)"};
         free(table);
     }
     return s;
@@ -433,7 +438,7 @@ struct scratch_theory theory_trainer_scratch(const struct config *c, struct rank
     /* parallel/pipeline/schedule.c: the step's order, 2 m v operations */
     s.persistent += 2.0 * c->grad_accum * config_chunks(c) * sizeof(struct pipe_op);
     s.persistent += (double)trace_capacity(c) * sizeof(struct trace_event); /* --trace: the recorder's events */
-    if (c->optimizer == OPTIM_ADAMW8BIT) s.persistent += 2.0 * sizeof(struct qmap_index);
+    if (optim_rule(c->optimizer)->quantized) s.persistent += optim_rule(c->optimizer)->states * (double)sizeof(struct qmap_index);
     /* parallel/zero/comm.c: stage 0's all-reduce bucket table, one entry per unit at most */
     if (c->zero == 0) s.persistent += (double)lay.n_units * sizeof(struct ddp_bucket);
     s.staging = (double)shard_max_unit_padded(&sh) * 4;
