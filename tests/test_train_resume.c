@@ -96,10 +96,11 @@ static void test_resume_fp32_sequential(void **state) {
     check_resume("fp32", "0", "nearest", "1");
 }
 
-/* ---- bit-exact resume of 8-bit AdamW ------------------------------------ */
+/* ---- bit-exact resume of the 8-bit rules and Lion ------------------------ */
 
-/* Everything adamw8bit keeps: params, master, codes, block absmax and the
- * fp32 states of small tensors, as bytes. */
+/* Everything an update rule keeps: params, master, and of each of its
+ * states the codes, block absmax and the fp32 states of small tensors (an
+ * 8-bit rule) or the fp32 state (a 32-bit one), as bytes. */
 struct snapshot8 {
     unsigned char *bytes;
     size_t n;
@@ -107,18 +108,20 @@ struct snapshot8 {
 
 static void snap8(struct snapshot8 *s, const struct trainer *tr) {
     const struct zero *z = &tr->engine.z;
-    size_t psi = tr->engine.lay.total;
+    const struct optim_rule *r = optim_rule(tr->cfg->optimizer);
+    size_t psi = tr->engine.lay.total, two = r->states == 2;
+    size_t f32 = r->quantized ? z->segs.n_f32 : z->sh.total_padded; /* (ZeRO-0 here: full states) */
     const struct {
         const void *p;
         size_t n;
     } parts[] = {{z->st.params, psi * dtype_size(tr->cfg->param_dtype)},
                  {z->st.master, z->st.master ? psi * 4 : 0},
                  {z->st.q1, z->segs.n_q},
-                 {z->st.q2, z->segs.n_q},
+                 {z->st.q2, two * z->segs.n_q},
                  {z->st.absmax1, z->segs.n_blocks * 4},
-                 {z->st.absmax2, z->segs.n_blocks * 4},
-                 {z->st.s1, z->segs.n_f32 * 4},
-                 {z->st.s2, z->segs.n_f32 * 4}};
+                 {z->st.absmax2, two * z->segs.n_blocks * 4},
+                 {z->st.s1, f32 * 4},
+                 {z->st.s2, two * f32 * 4}};
     s->n = 0;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) s->n += parts[i].n;
     s->bytes = malloc(s->n);
@@ -130,20 +133,21 @@ static void snap8(struct snapshot8 *s, const struct trainer *tr) {
     }
 }
 
-/* adamw8bit, bf16 params: 10 steps straight == 5, save, resume, 5 more,
- * in params, master, codes, absmax and fp32 states, bit for bit, and in
- * the losses of steps 6..10 as logged. The resume says it loaded the 8-bit
- * states as saved. A resume with another min_8bit_size requantizes, says so,
- * and still runs. */
-static void test_resume_adamw8bit(void **state) {
-    (void)state;
+/* An 8-bit rule, bf16 params: 10 steps straight == 5, save, resume, 5
+ * more, in params, master, codes, absmax and fp32 states, bit for bit, and
+ * in the losses of steps 6..10 as logged. The resume says it loaded the
+ * 8-bit states as saved. A resume with another min_8bit_size requantizes,
+ * says so, and still runs. A 32-bit rule (lion): the same, without the
+ * 8-bit parts. */
+static void check_resume_rule(const char *optimizer) {
+    const bool q8 = strstr(optimizer, "8bit") != NULL;
     struct config c;
     tiny_config(&c);
     set(&c, "steps", "10");
     set(&c, "warmup_steps", "2");
     set(&c, "weight_decay", "0.1");
-    set(&c, "optimizer", "adamw8bit");
-    set(&c, "min_8bit_size", "1024"); /* the matrices quantized, norms and biases fp32 */
+    set(&c, "optimizer", optimizer);
+    if (q8) set(&c, "min_8bit_size", "1024"); /* the matrices quantized, norms and biases fp32 */
     set(&c, "param_dtype", "bf16");
     set(&c, "grad_dtype", "bf16");
     struct trainer *tr = calloc(1, sizeof *tr);
@@ -152,9 +156,11 @@ static void test_resume_adamw8bit(void **state) {
     double loss_a[16], loss_b[16];
 
     struct config ca = c;
-    path_in(ca.log_json, sizeof ca.log_json, "straight8.json");
+    char name[64];
+    snprintf(name, sizeof name, "straight_%s.json", optimizer);
+    path_in(ca.log_json, sizeof ca.log_json, name);
     open_ok(tr, &ca);
-    assert_true(tr->engine.z.segs.n_q > 0 && tr->engine.z.segs.n_f32 > 0); /* both kinds of state */
+    assert_true((tr->engine.z.segs.n_q > 0) == q8 && tr->engine.z.segs.n_f32 > 0); /* both kinds of state */
     run_ok(tr);
     snap8(&straight, tr);
     trainer_close(tr);
@@ -170,9 +176,10 @@ static void test_resume_adamw8bit(void **state) {
 
     struct config c2 = c;
     snprintf(c2.resume, sizeof c2.resume, "%s", c1.save_state);
-    path_in(c2.log_json, sizeof c2.log_json, "resumed8.json");
+    snprintf(name, sizeof name, "resumed_%s.json", optimizer);
+    path_in(c2.log_json, sizeof c2.log_json, name);
     open_ok(tr, &c2);
-    assert_string_equal(tr->opt8_resume, "8-bit states: loaded as saved (bit-exact)");
+    assert_string_equal(tr->opt8_resume, q8 ? "8-bit states: loaded as saved (bit-exact)" : "");
     run_ok(tr);
     snap8(&resumed, tr);
     trainer_close(tr);
@@ -184,6 +191,11 @@ static void test_resume_adamw8bit(void **state) {
     assert_int_equal(json_log_losses(c2.log_json, loss_b, 16), 5);
     for (int i = 0; i < 5; i++) assert_true(loss_a[5 + i] == loss_b[i]);
 
+    if (!q8) {
+        free(straight.bytes), free(half.bytes), free(resumed.bytes);
+        free(tr);
+        return;
+    }
     /* another layout key: requantized from the fp32 states, and it says so */
     struct config c3 = c2;
     set(&c3, "min_8bit_size", "512");
@@ -197,6 +209,26 @@ static void test_resume_adamw8bit(void **state) {
     trainer_close(tr);
     free(straight.bytes), free(half.bytes), free(resumed.bytes);
     free(tr);
+}
+
+static void test_resume_adamw8bit(void **state) {
+    (void)state;
+    check_resume_rule("adamw8bit");
+}
+
+static void test_resume_sgd8bit(void **state) {
+    (void)state;
+    check_resume_rule("sgd8bit");
+}
+
+static void test_resume_lion(void **state) {
+    (void)state;
+    check_resume_rule("lion");
+}
+
+static void test_resume_lion8bit(void **state) {
+    (void)state;
+    check_resume_rule("lion8bit");
 }
 
 /* ---- stopping by signal ------------------------------------------------ */
@@ -264,6 +296,9 @@ int main(void) {
         cmocka_unit_test(test_resume_bf16_stochastic_accum),
         cmocka_unit_test(test_resume_fp32_sequential),
         cmocka_unit_test(test_resume_adamw8bit),
+        cmocka_unit_test(test_resume_sgd8bit),
+        cmocka_unit_test(test_resume_lion),
+        cmocka_unit_test(test_resume_lion8bit),
         cmocka_unit_test(test_stop_signal_saves_a_resumable_state),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
