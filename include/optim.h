@@ -16,7 +16,10 @@
 
 /* The update rules, in the order of the config's `optimizer` choices (a
  * resume state stores the index: new rules go at the end). */
-enum optimizer_kind { OPTIM_ADAMW, OPTIM_ADAMW8BIT, OPTIM_SGD, OPTIM_SGD8BIT, OPTIM_LION, OPTIM_LION8BIT, OPTIM_NUM_KINDS };
+enum optimizer_kind {
+    OPTIM_ADAMW, OPTIM_ADAMW8BIT, OPTIM_SGD, OPTIM_SGD8BIT, OPTIM_LION, OPTIM_LION8BIT, OPTIM_ADAFACTOR,
+    OPTIM_NUM_KINDS
+};
 enum decay_targets { DECAY_MATRICES, DECAY_ALL };
 enum lr_schedule { LR_COSINE, LR_CONSTANT };
 
@@ -37,11 +40,15 @@ struct optim_options {
     float momentum;       /* sgd, sgd8bit */
     bool nesterov;        /* sgd, sgd8bit */
     int min_8bit_size;    /* the 8-bit rules: smaller tensors keep fp32 states */
+    float adafactor_beta1, adafactor_decay, adafactor_eps, adafactor_clip; /* adafactor (below) */
 };
 
 /* The configuration keys an update rule may read besides lr and its
  * schedule, weight_decay and grad_clip (which every rule reads). */
-enum optim_key { OKEY_BETA1, OKEY_BETA2, OKEY_EPS, OKEY_MOMENTUM, OKEY_NESTEROV, OKEY_MIN_8BIT_SIZE, OKEY_NUM };
+enum optim_key {
+    OKEY_BETA1, OKEY_BETA2, OKEY_EPS, OKEY_MOMENTUM, OKEY_NESTEROV, OKEY_MIN_8BIT_SIZE,
+    OKEY_ADAFACTOR_BETA1, OKEY_ADAFACTOR_DECAY, OKEY_ADAFACTOR_EPS, OKEY_ADAFACTOR_CLIP, OKEY_NUM
+};
 
 /* What a rule keeps per parameter and which keys are its own
  * (optim/optim_rules.c, the one table of them): `states` per-element
@@ -49,7 +56,7 @@ enum optim_key { OKEY_BETA1, OKEY_BETA2, OKEY_EPS, OKEY_MOMENTUM, OKEY_NESTEROV,
  * `quantized`), state 1 signed, state 2 (AdamW's v) unsigned. */
 struct optim_rule {
     const char *name;          /* the config's choice */
-    int states;                /* 1 or 2 */
+    int states;                /* 1 or 2 per-element states (adafactor: 0, its statistics are its own) */
     bool quantized;            /* block-wise 8-bit (tensors >= min_8bit_size; smaller ones fp32) */
     enum optimizer_kind twin;  /* the 32-bit form of a quantized rule; the 8-bit form of a 32-bit one, or itself */
     unsigned keys;             /* bit k set: optim_key k belongs to the rule */
@@ -279,6 +286,61 @@ void lion_update(const struct lion_hparams *h, size_t n, float *w, float *m, con
 void lion8bit_update(const struct lion_hparams *h, size_t n, float *w, uint8_t *q, float *absmax,
                      const float *map_signed, const struct qmap_index *ix_signed, const void *grad,
                      enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+
+/* ---- Adafactor (Shazeer & Stern 2018, "Adafactor: Adaptive Learning Rates
+ * with Sublinear Memory Cost", arXiv:1804.04235, Algorithms 4 and 5 with
+ * update clipping; relative step off: the step size is the run's LR
+ * schedule). With G^2 + eps1 (eps1 = adafactor_eps) and
+ * beta2_t = 1 - t^-c (c = adafactor_decay):
+ *   a matrix (n x m): R = beta2_t R + (1 - beta2_t) rowsums, C the same with
+ *                     column sums, V = R C^T / sum(C)   (n + m floats)
+ *   a vector:         V = beta2_t V + (1 - beta2_t) (G^2 + eps1)
+ *   U = G / sqrt(V);  U /= max(1, RMS(U) / d)   (d = adafactor_clip, the
+ *                     RMS over the whole tensor)
+ *   m = beta1 m + (1 - beta1) U    (only with adafactor_beta1 > 0)
+ *   w = w (1 - lr weight_decay) - lr (m or U)    (decoupled decay)
+ * sum(C) stands for the paper's 1^T R (the same sum of the same EMA): a rank
+ * that holds only some rows of a matrix then needs no other rank's rows.
+ * The RMS and the statistics cover whole tensors, so the caller walks a
+ * tensor's pieces in phases (parallel/zero/factored.c sums them across the
+ * ranks that share it); these are the per-piece kernels, on host memory. */
+struct adafactor_hparams {
+    float lr, beta1, eps1, clip;
+    float beta2t;        /* adafactor_beta2t */
+    float weight_decay;  /* 0 for tensors that do not decay */
+    float grad_scale;    /* multiplies every gradient (clipping by the global norm) */
+};
+
+float adafactor_beta2t(float decay, int64_t t);
+
+/* The second moment a piece of n elements sees: factored (rows != NULL)
+ * element k lies at column (c0 + k) % ncols of row (c0 + k) / ncols, rows
+ * counted from the piece's first; unfactored: v[k]. */
+struct adafactor_moment {
+    const float *rows, *cols; /* R of the piece's rows, C of all the matrix's columns */
+    float col_total;          /* sum(C) */
+    size_t c0;
+    int ncols;
+    const float *v;           /* unfactored */
+};
+
+/* Adds G^2 + eps1 of a piece of a matrix into rows[] and cols[] (as the
+ * moment's rows and columns are indexed). */
+void adafactor_square_sums(size_t n, const void *grad, enum dtype grad_dtype, float grad_scale, float eps1,
+                           size_t c0, int ncols, float *rows, float *cols);
+/* stat = beta2t stat + (1 - beta2t) sums, n entries. */
+void adafactor_ema(size_t n, float *stat, const float *sums, float beta2t);
+/* The unfactored moment of a vector's piece: v = beta2t v + (1 - beta2t) (G^2 + eps1). */
+void adafactor_vector_ema(size_t n, float *v, const void *grad, enum dtype grad_dtype, float grad_scale, float eps1,
+                          float beta2t);
+/* sum of U^2 over the piece (for the RMS), in double. */
+double adafactor_update_squares(size_t n, const void *grad, enum dtype grad_dtype, float grad_scale,
+                                const struct adafactor_moment *s);
+/* The step of a piece, U scaled by clip_scale = 1 / max(1, RMS / d); m
+ * NULL when beta1 is 0. */
+void adafactor_apply(const struct adafactor_hparams *h, size_t n, float *w, float *m, const void *grad,
+                     enum dtype grad_dtype, const struct adafactor_moment *s, float clip_scale,
+                     const struct param_writeback *out, struct flop_counter *fc);
 
 /* ---- The backends. The update rules above and the
  * codec are optim/optim_dispatch.c's: each runs X_cpu or X_cuda by

@@ -18,6 +18,7 @@ enum { OPT8_BLOCK = 256 }; /* elements per 8-bit block (bitsandbytes >= 0.44) */
 
 struct opt_segment {
     int unit;
+    int tensor;           /* its tensor in the layout's table (layout_tensor) */
     size_t lo, hi;        /* unit-local element range */
     size_t global;        /* reference index of element lo (stochastic-rounding noise; tp = 1: contiguous) */
     size_t state_at;      /* element lo in the master weights and fp32 optimizer states (full or shard) */

@@ -39,6 +39,7 @@
 #include "collectives.h"
 #include "counters.h"
 #include "dtype.h"
+#include "factored.h"
 #include "layout.h"
 #include "mem.h"
 #include "optim.h"
@@ -95,7 +96,10 @@ struct model_states {
      *   adamw8bit  q1, q2 = m, v codes and absmax1, absmax2 per 256-element
      *              block of each quantized segment; s1, s2 = fp32 m, v of
      *              the small tensors (by segment)
-     *   sgd8bit, lion8bit  q1, absmax1, s1 the same for the one momentum */
+     *   sgd8bit, lion8bit  q1, absmax1, s1 the same for the one momentum
+     *   adafactor  s1 = its statistics (include/factored.h: R and C of the
+     *              matrices, v of the vectors, packed by tensor); s2 = the
+     *              first moment (fp32, indexed like master) if adafactor_beta1 > 0 */
     float *s1, *s2;
     uint8_t *q1, *q2;
     float *absmax1, *absmax2;
@@ -117,6 +121,11 @@ struct zero {
     struct opt_segments segs;       /* what this rank updates */
     float qmap_signed[QMAP_SIZE], qmap_unsigned[QMAP_SIZE]; /* the 8-bit rules' code books (states 1, 2) */
     struct qmap_index *qindex_signed, *qindex_unsigned;
+    /* adafactor: the plan of its statistics, the sums shared over dp (fp32),
+     * the row sums and each tensor's update squares (doubles), in MEM_SCRATCH */
+    struct factored_plan fac;
+    float *fac_sums, *fac_rowsums;
+    double *fac_squares;
     /* stage 3: one gathered unit per kind, in param_dtype (the embedding's
      * stays valid through the forward: the tied head reads its wte); with
      * overlap a second layer buffer (gathered_layer2) takes the next layer */

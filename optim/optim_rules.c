@@ -4,7 +4,8 @@
  * levers all read it, so a rule is described once. The bytes per
  * parameter are the seeds' table (THEORY.md 2): AdamW 4 + 4, 8-bit AdamW
  * 1 + 1, SGD and Lion 4, their 8-bit forms 1 (each 8-bit state adds an
- * fp32 maximum per 256-element block). */
+ * fp32 maximum per 256-element block); Adafactor 4 (n + m) per n x m
+ * matrix, 4 per element of a vector (+ 4 per element with a first moment). */
 #include "optim.h"
 
 #define KEY(k) (1u << (k))
@@ -21,11 +22,18 @@ static const struct optim_rule RULES[OPTIM_NUM_KINDS] = {
     [OPTIM_LION] = {"lion", 1, false, OPTIM_LION8BIT, KEY(OKEY_BETA1) | KEY(OKEY_BETA2), {"lion m", NULL}},
     [OPTIM_LION8BIT] = {"lion8bit", 1, true, OPTIM_LION,
                         KEY(OKEY_BETA1) | KEY(OKEY_BETA2) | KEY(OKEY_MIN_8BIT_SIZE), {"lion m", NULL}},
+    /* no per-element state of its own kind: its statistics (parallel/zero/factored.c) */
+    [OPTIM_ADAFACTOR] = {"adafactor", 0, false, OPTIM_ADAFACTOR,
+                         KEY(OKEY_ADAFACTOR_BETA1) | KEY(OKEY_ADAFACTOR_DECAY) | KEY(OKEY_ADAFACTOR_EPS) |
+                             KEY(OKEY_ADAFACTOR_CLIP),
+                         {"adafactor", NULL}},
 };
 
 static const char *const KEY_NAMES[OKEY_NUM] = {
     [OKEY_BETA1] = "beta1", [OKEY_BETA2] = "beta2", [OKEY_EPS] = "eps",
-    [OKEY_MOMENTUM] = "momentum", [OKEY_NESTEROV] = "nesterov", [OKEY_MIN_8BIT_SIZE] = "min_8bit_size"};
+    [OKEY_MOMENTUM] = "momentum", [OKEY_NESTEROV] = "nesterov", [OKEY_MIN_8BIT_SIZE] = "min_8bit_size",
+    [OKEY_ADAFACTOR_BETA1] = "adafactor_beta1", [OKEY_ADAFACTOR_DECAY] = "adafactor_decay",
+    [OKEY_ADAFACTOR_EPS] = "adafactor_eps", [OKEY_ADAFACTOR_CLIP] = "adafactor_clip"};
 
 const struct optim_rule *optim_rule(enum optimizer_kind k) { return &RULES[k]; }
 

@@ -1,5 +1,5 @@
-/* The update rules added beside AdamW, 8-bit AdamW and SGD: Lion against
- * a plain version in double, lion8bit and sgd8bit against a plain float
+/* The update rules added beside AdamW, 8-bit AdamW and SGD: Lion and
+ * Adafactor against plain versions in double, lion8bit and sgd8bit against a plain float
  * version of the same block-wise algorithm (codes, block maxima and weights
  * bit for bit), each 8-bit rule near its 32-bit twin, the one-state codec's
  * round trip, the rule table's bytes, and the config's refusals: an unknown
@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "config.h"
+#include "grid.h"
 #include "optim.h"
 #include "qmap_brute.h"
 #include "rng.h"
@@ -238,6 +239,116 @@ static void test_rule_table(void **state) {
     }
 }
 
+/* ---- Adafactor against the paper in double (Shazeer & Stern 2018,
+ * Algorithm 4 for a matrix with 1^T R, Algorithm 5 for a vector, update
+ * clipping; with beta1 a first moment of the clipped update), 4 steps, and
+ * the same matrix cut into three pieces whose sums are added (as ZeRO's
+ * ranks do) gives the same steps. */
+enum { AR = 12, AC = 20, AV = 30 };
+
+static void adafactor_plain(int t, double *w, double *R, double *Cc, double *m, const float *g, int rows, int cols,
+                            double lr, double beta1, double wd, double d) {
+    const double b2 = 1.0 - pow((double)t, -0.8), eps1 = 1e-30;
+    double u[AR * AC], sq = 0.0;
+    const int n = rows * cols;
+    if (rows > 1) {
+        for (int i = 0; i < rows; i++) {
+            double s = 0;
+            for (int j = 0; j < cols; j++) s += (double)g[i * cols + j] * g[i * cols + j] + eps1;
+            R[i] = b2 * R[i] + (1 - b2) * s;
+        }
+        for (int j = 0; j < cols; j++) {
+            double s = 0;
+            for (int i = 0; i < rows; i++) s += (double)g[i * cols + j] * g[i * cols + j] + eps1;
+            Cc[j] = b2 * Cc[j] + (1 - b2) * s;
+        }
+        double rt = 0;
+        for (int i = 0; i < rows; i++) rt += R[i];
+        for (int k = 0; k < n; k++) u[k] = g[k] / sqrt(R[k / cols] * Cc[k % cols] / rt);
+    } else {
+        for (int k = 0; k < n; k++) {
+            R[k] = b2 * R[k] + (1 - b2) * ((double)g[k] * g[k] + eps1);
+            u[k] = g[k] / sqrt(R[k]);
+        }
+    }
+    for (int k = 0; k < n; k++) sq += u[k] * u[k];
+    const double scale = 1.0 / fmax(1.0, sqrt(sq / n) / d);
+    for (int k = 0; k < n; k++) {
+        double step = u[k] * scale;
+        if (beta1 > 0) step = m[k] = beta1 * m[k] + (1 - beta1) * step;
+        w[k] = w[k] * (1 - lr * wd) - lr * step;
+    }
+}
+
+/* One step of the kernels over `pieces` cuts of a rows x cols tensor. */
+static void adafactor_kernels(int t, float *w, float *stat, float *m, const float *g, int rows, int cols,
+                              const struct adafactor_hparams *h0, int pieces) {
+    struct adafactor_hparams h = *h0;
+    h.beta2t = adafactor_beta2t(0.8f, t);
+    const size_t n = (size_t)rows * (size_t)cols;
+    size_t cut[4] = {0, n / 3 + 1, 2 * n / 3 + 5, n};
+    if (pieces == 1) cut[1] = n;
+    const bool factored = rows > 1;
+    float sums[AR + AC] = {0};
+    for (int p = 0; p < pieces; p++) {
+        size_t a = cut[p], b = p == pieces - 1 ? n : cut[p + 1];
+        if (factored) adafactor_square_sums(b - a, g + a, DTYPE_FP32, h.grad_scale, h.eps1, a, cols, sums, sums + rows);
+        else adafactor_vector_ema(b - a, stat + a, g + a, DTYPE_FP32, h.grad_scale, h.eps1, h.beta2t);
+    }
+    float total = 0;
+    if (factored) {
+        adafactor_ema((size_t)rows + (size_t)cols, stat, sums, h.beta2t);
+        for (int j = 0; j < cols; j++) total += stat[rows + j];
+    }
+    double sq = 0;
+    struct adafactor_moment s[3];
+    for (int p = 0; p < pieces; p++) {
+        size_t a = cut[p], b = p == pieces - 1 ? n : cut[p + 1];
+        s[p] = factored ? (struct adafactor_moment){.rows = stat, .cols = stat + rows, .col_total = total, .c0 = a,
+                                                    .ncols = cols}
+                        : (struct adafactor_moment){.v = stat + a};
+        sq += adafactor_update_squares(b - a, g + a, DTYPE_FP32, h.grad_scale, &s[p]);
+    }
+    const float clip = (float)(1.0 / fmax(1.0, sqrt(sq / (double)n) / h.clip));
+    for (int p = 0; p < pieces; p++) {
+        size_t a = cut[p], b = p == pieces - 1 ? n : cut[p + 1];
+        struct flop_counter fc = {0};
+        adafactor_apply(&h, b - a, w + a, m ? m + a : NULL, g + a, DTYPE_FP32, &s[p], clip,
+                        &(struct param_writeback){.params = NULL}, &fc);
+        assert_true(fc.other > 0);
+    }
+}
+
+static void check_adafactor(int rows, int cols, double beta1, float scale_g, int pieces) {
+    const int n = rows * cols;
+    float w[AR * AC], g[AR * AC], stat[AR * AC + AC] = {0}, m[AR * AC] = {0};
+    double rw[AR * AC], R[AR * AC] = {0}, Cc[AC] = {0}, rm[AR * AC] = {0};
+    for (int k = 0; k < n; k++) w[k] = uni(6000000 + (uint64_t)k, -0.5f, 0.5f), rw[k] = w[k];
+    const struct adafactor_hparams h = {.lr = 1e-2f, .beta1 = (float)beta1, .eps1 = 1e-30f, .clip = 1.0f,
+                                        .weight_decay = 0.1f, .grad_scale = 1.0f};
+    for (int t = 1; t <= STEPS; t++) {
+        for (int k = 0; k < n; k++) g[k] = scale_g * grad_at(t, k);
+        adafactor_kernels(t, w, stat, beta1 > 0 ? m : NULL, g, rows, cols, &h, pieces);
+        adafactor_plain(t, rw, R, Cc, rm, g, rows, cols, h.lr, h.beta1, h.weight_decay, h.clip);
+        for (int k = 0; k < n; k++)
+            if (fabs(w[k] - rw[k]) > 2e-6 * (1 + fabs(rw[k])))
+                fail_msg("%dx%d beta1 %g pieces %d step %d element %d: w %.9g, want %.9g", rows, cols, beta1, pieces, t,
+                         k, w[k], rw[k]);
+    }
+}
+
+static void test_adafactor_vs_paper(void **state) {
+    (void)state;
+    check_adafactor(AR, AC, 0.0, 1.0f, 1);   /* factored, clipping active (the first steps' RMS is ~1 or more) */
+    check_adafactor(AR, AC, 0.9, 1e-3f, 1);  /* a first moment, small gradients */
+    check_adafactor(1, AV, 0.0, 1.0f, 1);    /* a vector */
+    check_adafactor(AR, AC, 0.0, 1.0f, 3);   /* cut in three, as over ranks */
+    check_adafactor(1, AV, 0.9, 1.0f, 3);
+    /* beta2_t = 1 - t^-0.8: 0 at the first step (the moment is the square itself) */
+    assert_true(adafactor_beta2t(0.8f, 1) == 0.0f);
+    assert_true(fabsf(adafactor_beta2t(0.8f, 10) - (1.0f - powf(10.0f, -0.8f))) < 1e-7f);
+}
+
 /* ---- bad input */
 static void test_config_refusals(void **state) {
     (void)state;
@@ -245,14 +356,16 @@ static void test_config_refusals(void **state) {
     char err[CONFIG_ERR_LEN];
     config_defaults(&c);
     assert_int_equal(config_set(&c, "optimizer", "adafactorr", err), -1);
-    assert_non_null(strstr(err, "adamw adamw8bit sgd sgd8bit lion lion8bit"));
+    assert_non_null(strstr(err, "adamw adamw8bit sgd sgd8bit lion lion8bit adafactor"));
     static const struct {
         const char *opt, *key, *value, *keys;
     } bad[] = {{"sgd", "beta2", "0.99", "(its keys: momentum nesterov)"},
                {"sgd8bit", "eps", "0.001", "(its keys: momentum nesterov min_8bit_size)"},
                {"lion", "momentum", "0.5", "(its keys: beta1 beta2)"},
                {"adamw", "min_8bit_size", "1024", "(its keys: beta1 beta2 eps)"},
-               {"lion8bit", "nesterov", "1", "(its keys: beta1 beta2 min_8bit_size)"}};
+               {"lion8bit", "nesterov", "1", "(its keys: beta1 beta2 min_8bit_size)"},
+               {"adafactor", "beta1", "0.5", "(its keys: adafactor_beta1 adafactor_decay adafactor_eps adafactor_clip)"},
+               {"adamw", "adafactor_clip", "2", "(its keys: beta1 beta2 eps)"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         config_defaults(&c);
         assert_int_equal(config_set(&c, "optimizer", bad[i].opt, err), 0);
@@ -271,12 +384,47 @@ static void test_config_refusals(void **state) {
     assert_int_equal(config_validate(&c, err), 0);
 }
 
+/* What adafactor does not do is refused by name (on every rank: the
+ * trainer agrees on config_check_grid's answer). */
+static void test_adafactor_refusals(void **state) {
+    (void)state;
+    struct config c;
+    char err[CONFIG_ERR_LEN];
+    config_defaults(&c);
+    c.optimizer = OPTIM_ADAFACTOR;
+    c.n_head = 4, c.d_model = 64, c.sample_tokens = 0;
+    struct grid g = {.dp = 1, .tp = 1, .pp = 1};
+    assert_int_equal(config_check_grid(&c, &g, err), 0);
+    g.tp = 2;
+    assert_int_equal(config_check_grid(&c, &g, err), -1);
+    assert_non_null(strstr(err, "adafactor with tp = 2"));
+    g.tp = 1, g.pp = 2, g.dp = 2, c.zero = 1;
+    assert_int_equal(config_check_grid(&c, &g, err), -1);
+    assert_non_null(strstr(err, "adafactor with pp = 2, ZeRO-1 over dp = 2"));
+    g.pp = 1, g.dp = 1, c.zero = 0;
+    snprintf(c.save_state, sizeof c.save_state, "x.state");
+    assert_int_equal(config_check_grid(&c, &g, err), -1);
+    assert_non_null(strstr(err, "adafactor with save_state"));
+    c.save_state[0] = '\0';
+    snprintf(c.resume, sizeof c.resume, "x.state");
+    assert_int_equal(config_check_grid(&c, &g, err), -1);
+    assert_non_null(strstr(err, "adafactor with resume"));
+    /* the 8-bit rules' pp x ZeRO refusal names the rule and its 32-bit twin */
+    c.resume[0] = '\0';
+    c.optimizer = OPTIM_LION8BIT;
+    g.pp = 2, g.dp = 2, c.zero = 2;
+    assert_int_equal(config_check_grid(&c, &g, err), -1);
+    assert_non_null(strstr(err, "lion8bit with pp = 2, ZeRO-2 over dp = 2"));
+    assert_non_null(strstr(err, "or lion)"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lion_vs_double),     cmocka_unit_test(test_sgd8bit_vs_plain),
         cmocka_unit_test(test_lion8bit_vs_plain),  cmocka_unit_test(test_near_32bit_twin),
         cmocka_unit_test(test_codec_round_trip),   cmocka_unit_test(test_rule_table),
-        cmocka_unit_test(test_config_refusals),
+        cmocka_unit_test(test_config_refusals),    cmocka_unit_test(test_adafactor_vs_paper),
+        cmocka_unit_test(test_adafactor_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,11 +13,37 @@
 static bool sharded(const struct zero *z) { return z->o.stage >= 1; }
 static const struct optim_rule *rule(const struct zero *z) { return optim_rule(z->o.optim.kind); }
 
+/* Adafactor: its plan (include/factored.h), statistics, the first moment
+ * when asked, and the step's sums (host scratch: the CPU runs it). */
+static void factored_alloc(struct zero *z) {
+    struct mem_tracker *mem = z->mem;
+    const bool sh = sharded(z);
+    struct factored_tensor *table = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "adafactor tensor table",
+                                              factored_capacity(&z->segs) * sizeof *table);
+    if (!table) return;
+    factored_plan_build(&z->fac, table, z->lay, &z->sh, &z->segs, sh);
+    const struct factored_plan *p = &z->fac;
+    z->st.s1 = mem_alloc(mem, z->space, MEM_OPTIMIZER, sh ? "adafactor R, C of own rows, v (fp32, shard)"
+                                                          : "adafactor R, C, v (fp32)", p->stat_floats * 4);
+    if (z->o.optim.adafactor_beta1 > 0.0f)
+        z->st.s2 = mem_alloc(mem, z->space, MEM_OPTIMIZER, sh ? "adafactor m (fp32, shard)" : "adafactor m (fp32)",
+                             (sh ? z->sh.total_shard : z->sh.total_padded) * 4);
+    z->fac_sums = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "adafactor column and cut-row sums (fp32)",
+                            p->slot_floats * 4);
+    z->fac_rowsums = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "adafactor row sums (fp32)", p->rowsum_floats * 4);
+    z->fac_squares = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "adafactor update squares (fp64 per tensor)",
+                               (size_t)p->tensors * sizeof *z->fac_squares);
+}
+
 /* Allocation failures are left in the tracker (the caller checks). */
 void optstate_alloc(struct zero *z) {
     struct mem_tracker *mem = z->mem;
     enum mem_space sp = z->space;
     const struct optim_rule *r = rule(z);
+    if (z->o.optim.kind == OPTIM_ADAFACTOR) {
+        factored_alloc(z);
+        return;
+    }
     float **f32[2] = {&z->st.s1, &z->st.s2};
     char name[MEM_NAME_LEN];
     if (!r->quantized) {
@@ -52,12 +78,15 @@ void optstate_alloc(struct zero *z) {
 }
 
 void optstate_free(struct zero *z) {
-    void *bufs[] = {z->st.s1, z->st.s2, z->st.q1, z->st.q2, z->st.absmax1, z->st.absmax2, z->qindex_signed,
-                    z->qindex_unsigned};
+    void *bufs[] = {z->st.s1,        z->st.s2,          z->st.q1,        z->st.q2,       z->st.absmax1,
+                    z->st.absmax2,   z->qindex_signed,  z->qindex_unsigned, z->fac.t,    z->fac_sums,
+                    z->fac_rowsums,  z->fac_squares};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(z->mem, bufs[i]);
 }
 
 bool optstate_has(const struct zero *z, enum zero_state which) {
+    /* adafactor's statistics are not per element: none (resume refuses it, train/config/config_grid.c) */
+    if (which == STATE_OPT1) return rule(z)->states >= 1;
     return which != STATE_OPT2 || rule(z)->states == 2;
 }
 
@@ -100,6 +129,7 @@ void optstate_update(struct zero *z, const struct opt_segment *g, const struct a
     case OPTIM_LION8BIT:
         lion8bit_update(&lh, n, w, q1, a1, z->qmap_signed, z->qindex_signed, grad, gd, &out, z->flops);
         break;
+    case OPTIM_ADAFACTOR: /* zero_update runs it whole (factored.c) */
     case OPTIM_NUM_KINDS: break;
     }
 }

@@ -52,6 +52,7 @@ static void config_for(struct config *c, int stage, enum dtype dt, const char *l
     c->optimizer = v.optimizer;
     c->recompute = v.recompute;
     c->min_8bit_size = 1024; /* so the small test model's matrices quantize */
+    c->adafactor_eps = 1e-12f; /* (check_adafactor) */
     c->n_layer = 2, c->d_model = 32, c->n_head = 4, c->seq_len = 16, c->vocab_size = 256;
     c->micro_batch = MICRO_BATCH;
     c->grad_accum = ACCUM;
@@ -60,7 +61,7 @@ static void config_for(struct config *c, int stage, enum dtype dt, const char *l
      * on every element (the sign), so a smaller one (Chen et al. 2023: 3-10x
      * below AdamW's) */
     const struct optim_rule *rule = optim_rule(v.optimizer);
-    c->lr = rule->keys & (1u << OKEY_MOMENTUM) ? 0.3f : rule->keys & (1u << OKEY_EPS) ? 3e-3f : 1e-3f;
+    c->lr = rule->keys & (1u << OKEY_MOMENTUM) ? 0.3f : v.optimizer == OPTIM_LION || v.optimizer == OPTIM_LION8BIT ? 1e-3f : 3e-3f;
     c->warmup_steps = 2;
     c->weight_decay = 0.1f;
     c->val_every = 0;
@@ -211,6 +212,21 @@ static void test_zero1_lion8bit(void **s) { (void)s; check_rule(OPTIM_LION8BIT, 
 static void test_zero2_lion8bit(void **s) { (void)s; check_rule(OPTIM_LION8BIT, 2); }
 static void test_zero3_lion8bit(void **s) { (void)s; check_rule(OPTIM_LION8BIT, 3); }
 
+/* Adafactor: ranks hold parts of each matrix and add their column and cut
+ * rows' sums and their update squares over dp: the one-process run up to
+ * summation order, so fp32's bounds (and the all-reduce bytes = theory).
+ * With the paper's eps1 = 1e-30 a gradient that is 0 in exact arithmetic
+ * (the key bias's: softmax ignores a shift of every score) but summation
+ * noise in floats becomes a unit step of either sign (g / sqrt(g^2)): eps1
+ * = 1e-12 here keeps such noise (|g| < 1e-8) from moving anything. */
+static void check_adafactor(int stage) {
+    check_case(stage, DTYPE_FP32, (struct variant){OPTIM_ADAFACTOR, RECOMPUTE_NONE}, 1e-4, 2e-4, 2e-3);
+}
+static void test_zero0_adafactor(void **s) { (void)s; check_adafactor(0); }
+static void test_zero1_adafactor(void **s) { (void)s; check_adafactor(1); }
+static void test_zero2_adafactor(void **s) { (void)s; check_adafactor(2); }
+static void test_zero3_adafactor(void **s) { (void)s; check_adafactor(3); }
+
 static int setup(void **state) {
     (void)state;
     omp_set_num_threads(1);
@@ -250,6 +266,10 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_zero1_lion8bit),
         cmocka_unit_test(test_zero2_lion8bit),
         cmocka_unit_test(test_zero3_lion8bit),
+        cmocka_unit_test(test_zero0_adafactor),
+        cmocka_unit_test(test_zero1_adafactor),
+        cmocka_unit_test(test_zero2_adafactor),
+        cmocka_unit_test(test_zero3_adafactor),
     };
     int failed = cmocka_run_group_tests(tests, setup, teardown);
     MPI_Finalize();
