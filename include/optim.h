@@ -66,6 +66,12 @@ struct optim_rule {
 const struct optim_rule *optim_rule(enum optimizer_kind k);
 /* The config key's name of k ("beta1"). */
 const char *optim_key_name(enum optim_key k);
+/* The rule's state bytes per parameter in the seeds' table's terms, for
+ * plans: 4 per fp32 state, 1 + 4/256 per 8-bit state (every tensor
+ * quantized), 0 for adafactor (its n + m floats per n x m matrix vanish
+ * beside n m; the first moment adds 4 when beta1 > 0). The run's theory
+ * counts the bytes exactly instead (train/theory/theory_rank.c). */
+double optim_bytes_per_param(const struct optim_rule *r, float adafactor_beta1);
 /* Bytes of optimizer state for a rule: n_q quantized elements in
  * n_blocks blocks and n_f32 elements with fp32 states, per state. */
 double optim_state_bytes(const struct optim_rule *r, size_t n_q, size_t n_blocks, size_t n_f32);

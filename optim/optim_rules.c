@@ -46,3 +46,9 @@ double optim_state_bytes(const struct optim_rule *r, size_t n_q, size_t n_blocks
     return r->states * ((double)CODE_BYTES * (double)n_q + (double)ABSMAX_BYTES * (double)n_blocks +
                         (double)FP32_BYTES * (double)n_f32);
 }
+
+double optim_bytes_per_param(const struct optim_rule *r, float adafactor_beta1) {
+    if (r->states == 0) return adafactor_beta1 > 0.0f ? FP32_BYTES : 0.0;
+    return r->quantized ? optim_state_bytes(r, 1, 0, 0) + optim_state_bytes(r, 0, 1, 0) / ADAMW8BIT_BLOCK
+                        : optim_state_bytes(r, 0, 0, 1);
+}
