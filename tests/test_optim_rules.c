@@ -402,15 +402,7 @@ static void test_adafactor_refusals(void **state) {
     assert_int_equal(config_check_grid(&c, &g, err), -1);
     assert_non_null(strstr(err, "adafactor with pp = 2, ZeRO-1 over dp = 2"));
     g.pp = 1, g.dp = 1, c.zero = 0;
-    snprintf(c.save_state, sizeof c.save_state, "x.state");
-    assert_int_equal(config_check_grid(&c, &g, err), -1);
-    assert_non_null(strstr(err, "adafactor with save_state"));
-    c.save_state[0] = '\0';
-    snprintf(c.resume, sizeof c.resume, "x.state");
-    assert_int_equal(config_check_grid(&c, &g, err), -1);
-    assert_non_null(strstr(err, "adafactor with resume"));
     /* the 8-bit rules' pp x ZeRO refusal names the rule and its 32-bit twin */
-    c.resume[0] = '\0';
     c.optimizer = OPTIM_LION8BIT;
     g.pp = 2, g.dp = 2, c.zero = 2;
     assert_int_equal(config_check_grid(&c, &g, err), -1);

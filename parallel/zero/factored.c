@@ -177,3 +177,48 @@ void factored_update(struct zero *z, const struct adamw_hparams *h, int64_t step
         }
     }
 }
+
+/* ---- resume states: the second moment per element, V = R C / sum(C) (or
+ * v), is the state's fp32 form; any grid re-derives its R and C from it:
+ * V is of rank one, so its row sums are R and its column sums C (their
+ * total, sum(C), being sum(R)), up to rounding. */
+
+static const struct factored_tensor *tensor_of(const struct zero *z, const struct opt_segment *g) {
+    const int k = (int)(g - z->segs.seg);
+    for (int i = 0; i < z->fac.n; i++)
+        if (k >= z->fac.t[i].first_seg && k < z->fac.t[i].first_seg + z->fac.t[i].n_segs) return &z->fac.t[i];
+    return NULL; /* every segment is in the plan */
+}
+
+void factored_segment_moment(const struct zero *z, const struct opt_segment *g, float *out) {
+    const struct factored_tensor *e = tensor_of(z, g);
+    const struct adafactor_moment s = moment_of(z, e, g, column_total(z, e));
+    const size_t n = g->hi - g->lo, m = (size_t)s.ncols;
+    for (size_t k = 0; k < n; k++)
+        out[k] = s.v ? s.v[k] : s.rows[(s.c0 + k) / m] * s.cols[(s.c0 + k) % m] / s.col_total;
+}
+
+void factored_load_unit(struct zero *z, int u, const float *src) {
+    for (int i = 0; i < z->fac.n; i++) {
+        const struct factored_tensor *e = &z->fac.t[i];
+        const struct tensor_info ti = layout_tensor(z->lay, e->tensor);
+        if (ti.unit != u) continue;
+        const float *v = src + e->t0; /* the whole tensor's V */
+        float *stat = z->st.s1 + e->stat_at;
+        if (!e->factored) {
+            memcpy(stat, v + e->a, (e->b - e->a) * sizeof *stat);
+            continue;
+        }
+        const size_t m = (size_t)e->ncols, rows = ti.numel / m;
+        for (size_t r = 0; r < e->nrows; r++) {
+            double sum = 0.0;
+            for (size_t j = 0; j < m; j++) sum += v[(e->r0 + r) * m + j];
+            stat[r] = (float)sum;
+        }
+        for (size_t j = 0; j < m; j++) {
+            double sum = 0.0;
+            for (size_t r = 0; r < rows; r++) sum += v[r * m + j];
+            stat[e->nrows + j] = (float)sum;
+        }
+    }
+}

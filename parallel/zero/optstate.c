@@ -85,9 +85,12 @@ void optstate_free(struct zero *z) {
 }
 
 bool optstate_has(const struct zero *z, enum zero_state which) {
-    /* adafactor's statistics are not per element: none (resume refuses it, train/config/config_grid.c) */
-    if (which == STATE_OPT1) return rule(z)->states >= 1;
-    return which != STATE_OPT2 || rule(z)->states == 2;
+    /* adafactor: its second moment per element (V, factored_segment_moment),
+     * and its first moment when it keeps one */
+    const bool adafactor = z->o.optim.kind == OPTIM_ADAFACTOR;
+    if (which == STATE_OPT1) return rule(z)->states >= 1 || adafactor;
+    if (which == STATE_OPT2) return rule(z)->states == 2 || (adafactor && z->o.optim.adafactor_beta1 > 0.0f);
+    return true;
 }
 
 /* Where fp32 state element lo of segment g lives in s1/s2. */
@@ -142,6 +145,10 @@ _Static_assert((int)OPT8_BLOCK == (int)ADAMW8BIT_BLOCK, "segments and the 8-bit 
 void optstate_segment_to_fp32(const struct zero *z, enum zero_state which, const struct opt_segment *g, float *d) {
     bool first = which == STATE_OPT1;
     size_t n = g->hi - g->lo;
+    if (first && z->o.optim.kind == OPTIM_ADAFACTOR) {
+        factored_segment_moment(z, g, d);
+        return;
+    }
     if (!g->quantized) {
         buf_copy(z->space, d, (first ? z->st.s1 : z->st.s2) + f32_index(z, g), n * sizeof *d);
         return;
@@ -151,7 +158,8 @@ void optstate_segment_to_fp32(const struct zero *z, enum zero_state which, const
                          (first ? z->st.absmax1 : z->st.absmax2) + g->block_offset, n, d);
 }
 
-/* The inverse: copy, or quantize block by block (absmax = max |x|). */
+/* The inverse: copy, or quantize block by block (absmax = max |x|).
+ * (Adafactor's V is taken a unit at a time: zero_scatter_unit.) */
 void optstate_segment_from_fp32(struct zero *z, enum zero_state which, const struct opt_segment *g, const float *s) {
     bool first = which == STATE_OPT1;
     size_t n = g->hi - g->lo;

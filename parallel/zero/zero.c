@@ -180,6 +180,10 @@ void zero_scatter_unit(struct zero *z, enum zero_state which, int u, const void 
         buf_copy(z->space, z->st.master + zero_state_index(z, u, lo), s, (hi - lo) * elem);
         return;
     }
+    if (which == STATE_OPT1 && z->o.optim.kind == OPTIM_ADAFACTOR) { /* whole rows and columns at once */
+        factored_load_unit(z, u, src);
+        return;
+    }
     for (int k = 0; k < z->segs.n; k++) {
         const struct opt_segment *g = &z->segs.seg[k];
         if (g->unit == u) optstate_segment_from_fp32(z, which, g, (const float *)src + g->lo);

@@ -62,5 +62,10 @@ float *zero_segment_weights(struct zero *z, const struct opt_segment *g, bf16 **
 /* ---- adafactor (parallel/zero/factored.c): the whole step over the
  * rank's segments, collective over dp when the states are sharded. */
 void factored_update(struct zero *z, const struct adamw_hparams *h, int64_t step);
+/* Resume states: segment g's second moment per element (V = R C / sum(C),
+ * or v) into out; and R, C, v of unit u's tensors re-derived from the whole
+ * unit's V (src: the unit's elements, fp32): V's row sums and column sums. */
+void factored_segment_moment(const struct zero *z, const struct opt_segment *g, float *out);
+void factored_load_unit(struct zero *z, int u, const float *src);
 
 #endif

@@ -77,13 +77,6 @@ static int check_adafactor(const struct config *cfg, const struct grid *g, char 
                  g->pp, cfg->zero, g->dp);
         return -1;
     }
-    if (cfg->save_state[0] || cfg->resume[0]) {
-        snprintf(err, CONFIG_ERR_LEN,
-                 "adafactor with %s: its factored statistics are not in the resume state's format in this build "
-                 "(train without save_state and resume, or use another optimizer)",
-                 cfg->resume[0] ? "resume" : "save_state");
-        return -1;
-    }
     return 0;
 }
 
