@@ -2,7 +2,8 @@
 # The two memory levers on configs/bench-small.conf (one process, 2 threads):
 # activation checkpointing (ms/step for none/selective/full against the
 # extra FLOPs each recomputes) and the optimizers (time of the optimizer
-# step: adamw, adamw8bit, sgd). Averages exclude the first 5 steps.
+# step: adamw, adamw8bit, sgd, sgd8bit, lion, lion8bit, adafactor).
+# Averages exclude the first 5 steps.
 # Usage: bench/run_levers.sh [steps] [threads]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,7 +43,7 @@ for r in selective full; do
 done
 printf "  %-22s %8s %14s\n" "optimizer" "ms/step" "optimizer ms"
 printf "  %-22s %8.1f %14.1f\n" "adamw" "$base_ms" "$base_opt"
-for o in adamw8bit sgd; do
+for o in adamw8bit sgd sgd8bit lion lion8bit adafactor; do
     read -r ms opt _ <<<"$(run --optimizer "$o")"
     printf "  %-22s %8.1f %14.1f\n" "$o" "$ms" "$opt"
 done

@@ -56,7 +56,8 @@ struct config {
     enum decay_targets decay_targets;
     float momentum;        /* sgd */
     bool nesterov;         /* sgd */
-    int min_8bit_size;     /* adamw8bit: smaller tensors keep 32-bit states */
+    int min_8bit_size;     /* the 8-bit rules: smaller tensors keep 32-bit states */
+    float adafactor_beta1, adafactor_decay, adafactor_eps, adafactor_clip; /* adafactor (include/optim.h) */
     enum recompute_mode recompute;
     enum attention_kind attention; /* plain or flash (include/gpt.h) */
     /* precision */

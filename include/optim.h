@@ -14,7 +14,12 @@
 #include "dtype.h"
 #include "mem_space.h"
 
-enum optimizer_kind { OPTIM_ADAMW, OPTIM_ADAMW8BIT, OPTIM_SGD };
+/* The update rules, in the order of the config's `optimizer` choices (a
+ * resume state stores the index: new rules go at the end). */
+enum optimizer_kind {
+    OPTIM_ADAMW, OPTIM_ADAMW8BIT, OPTIM_SGD, OPTIM_SGD8BIT, OPTIM_LION, OPTIM_LION8BIT, OPTIM_ADAFACTOR,
+    OPTIM_NUM_KINDS
+};
 enum decay_targets { DECAY_MATRICES, DECAY_ALL };
 enum lr_schedule { LR_COSINE, LR_CONSTANT };
 
@@ -32,10 +37,44 @@ struct optim_options {
     struct lr_options lr;
     float beta1, beta2, eps, weight_decay, grad_clip;
     enum decay_targets decay_targets;
-    float momentum;       /* sgd */
-    bool nesterov;        /* sgd */
-    int min_8bit_size;    /* adamw8bit: smaller tensors keep fp32 states */
+    float momentum;       /* sgd, sgd8bit */
+    bool nesterov;        /* sgd, sgd8bit */
+    int min_8bit_size;    /* the 8-bit rules: smaller tensors keep fp32 states */
+    float adafactor_beta1, adafactor_decay, adafactor_eps, adafactor_clip; /* adafactor (below) */
 };
+
+/* The configuration keys an update rule may read besides lr and its
+ * schedule, weight_decay and grad_clip (which every rule reads). */
+enum optim_key {
+    OKEY_BETA1, OKEY_BETA2, OKEY_EPS, OKEY_MOMENTUM, OKEY_NESTEROV, OKEY_MIN_8BIT_SIZE,
+    OKEY_ADAFACTOR_BETA1, OKEY_ADAFACTOR_DECAY, OKEY_ADAFACTOR_EPS, OKEY_ADAFACTOR_CLIP, OKEY_NUM
+};
+
+/* What a rule keeps per parameter and which keys are its own
+ * (optim/optim_rules.c, the one table of them): `states` per-element
+ * moments (fp32, or 8-bit codes with an fp32 maximum per block where
+ * `quantized`), state 1 signed, state 2 (AdamW's v) unsigned. */
+struct optim_rule {
+    const char *name;          /* the config's choice */
+    int states;                /* 1 or 2 per-element states (adafactor: 0, its statistics are its own) */
+    bool quantized;            /* block-wise 8-bit (tensors >= min_8bit_size; smaller ones fp32) */
+    enum optimizer_kind twin;  /* the 32-bit form of a quantized rule; the 8-bit form of a 32-bit one, or itself */
+    unsigned keys;             /* bit k set: optim_key k belongs to the rule */
+    const char *state_name[2]; /* what each state is, for the memory table ("adam m") */
+};
+
+const struct optim_rule *optim_rule(enum optimizer_kind k);
+/* The config key's name of k ("beta1"). */
+const char *optim_key_name(enum optim_key k);
+/* The rule's state bytes per parameter in the seeds' table's terms, for
+ * plans: 4 per fp32 state, 1 + 4/256 per 8-bit state (every tensor
+ * quantized), 0 for adafactor (its n + m floats per n x m matrix vanish
+ * beside n m; the first moment adds 4 when beta1 > 0). The run's theory
+ * counts the bytes exactly instead (train/theory/theory_rank.c). */
+double optim_bytes_per_param(const struct optim_rule *r, float adafactor_beta1);
+/* Bytes of optimizer state for a rule: n_q quantized elements in
+ * n_blocks blocks and n_f32 elements with fp32 states, per state. */
+double optim_state_bytes(const struct optim_rule *r, size_t n_q, size_t n_blocks, size_t n_f32);
 
 struct adamw_hparams {
     float lr, beta1, beta2, eps;
@@ -220,14 +259,104 @@ struct sgd_hparams {
 void sgd_update(const struct sgd_hparams *h, size_t n, float *w, float *buf, const void *grad, enum dtype grad_dtype,
                 const struct param_writeback *out, struct flop_counter *fc);
 
-/* ---- The backends. adamw_update, sgd_update, adamw8bit_update and the
- * codec above are optim/optim_dispatch.c's: each runs X_cpu or X_cuda by
+/* ---- 8-bit SGD: sgd_update's algorithm with the momentum buffer stored
+ * as block-wise 8-bit codes of the signed map (absmax per 256-element
+ * block, the sign fix of adamw8bit's m), as bitsandbytes' SGD8bit with
+ * block-wise quantization. Within a step the buffer is fp32; first_step
+ * ignores the stored codes. A NaN/Inf gradient zeroes that element's buffer
+ * and leaves its weight alone (adamw8bit's convention). */
+void sgd8bit_update(const struct sgd_hparams *h, size_t n, float *w, uint8_t *q, float *absmax, const float *map_signed,
+                    const struct qmap_index *ix_signed, const void *grad, enum dtype grad_dtype,
+                    const struct param_writeback *out, struct flop_counter *fc);
+
+/* ---- Lion (Chen et al. 2023, "Symbolic Discovery of Optimization
+ * Algorithms", arXiv:2302.06675, Program 1), one momentum m:
+ *   c  = beta1 m + (1 - beta1) g
+ *   w  = w (1 - lr weight_decay) - lr sign(c)      (decoupled decay)
+ *   m  = beta2 m + (1 - beta2) g
+ * sign(0) = 0 (torch.sign); m and w are fp32. */
+struct lion_hparams {
+    float lr, beta1, beta2;
+    float weight_decay;  /* 0 for tensors that do not decay */
+    float grad_scale;    /* multiplies every gradient (clipping) */
+};
+
+/* The decoupled decay factor 1 - lr weight_decay of a Lion step: every
+ * implementation, the GPU's included, takes it from here. */
+float lion_decay(const struct lion_hparams *h);
+
+void lion_update(const struct lion_hparams *h, size_t n, float *w, float *m, const void *grad, enum dtype grad_dtype,
+                 const struct param_writeback *out, struct flop_counter *fc);
+/* Lion with m in 8 bits, as sgd8bit_update keeps its buffer (the same
+ * codec, blocks and NaN convention). */
+void lion8bit_update(const struct lion_hparams *h, size_t n, float *w, uint8_t *q, float *absmax,
+                     const float *map_signed, const struct qmap_index *ix_signed, const void *grad,
+                     enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+
+/* ---- Adafactor (Shazeer & Stern 2018, "Adafactor: Adaptive Learning Rates
+ * with Sublinear Memory Cost", arXiv:1804.04235, Algorithms 4 and 5 with
+ * update clipping; relative step off: the step size is the run's LR
+ * schedule). With G^2 + eps1 (eps1 = adafactor_eps) and
+ * beta2_t = 1 - t^-c (c = adafactor_decay):
+ *   a matrix (n x m): R = beta2_t R + (1 - beta2_t) rowsums, C the same with
+ *                     column sums, V = R C^T / sum(C)   (n + m floats)
+ *   a vector:         V = beta2_t V + (1 - beta2_t) (G^2 + eps1)
+ *   U = G / sqrt(V);  U /= max(1, RMS(U) / d)   (d = adafactor_clip, the
+ *                     RMS over the whole tensor)
+ *   m = beta1 m + (1 - beta1) U    (only with adafactor_beta1 > 0)
+ *   w = w (1 - lr weight_decay) - lr (m or U)    (decoupled decay)
+ * sum(C) stands for the paper's 1^T R (the same sum of the same EMA): a rank
+ * that holds only some rows of a matrix then needs no other rank's rows.
+ * The RMS and the statistics cover whole tensors, so the caller walks a
+ * tensor's pieces in phases (parallel/zero/factored.c sums them across the
+ * ranks that share it); these are the per-piece kernels, on host memory. */
+struct adafactor_hparams {
+    float lr, beta1, eps1, clip;
+    float beta2t;        /* adafactor_beta2t */
+    float weight_decay;  /* 0 for tensors that do not decay */
+    float grad_scale;    /* multiplies every gradient (clipping by the global norm) */
+};
+
+float adafactor_beta2t(float decay, int64_t t);
+
+/* The second moment a piece of n elements sees: factored (rows != NULL)
+ * element k lies at column (c0 + k) % ncols of row (c0 + k) / ncols, rows
+ * counted from the piece's first; unfactored: v[k]. */
+struct adafactor_moment {
+    const float *rows, *cols; /* R of the piece's rows, C of all the matrix's columns */
+    float col_total;          /* sum(C) */
+    size_t c0;
+    int ncols;
+    const float *v;           /* unfactored */
+};
+
+/* Adds G^2 + eps1 of a piece of a matrix into rows[] and cols[] (as the
+ * moment's rows and columns are indexed). */
+void adafactor_square_sums(size_t n, const void *grad, enum dtype grad_dtype, float grad_scale, float eps1,
+                           size_t c0, int ncols, float *rows, float *cols);
+/* stat = beta2t stat + (1 - beta2t) sums, n entries. */
+void adafactor_ema(size_t n, float *stat, const float *sums, float beta2t);
+/* The unfactored moment of a vector's piece: v = beta2t v + (1 - beta2t) (G^2 + eps1). */
+void adafactor_vector_ema(size_t n, float *v, const void *grad, enum dtype grad_dtype, float grad_scale, float eps1,
+                          float beta2t);
+/* sum of U^2 over the piece (for the RMS), in double. */
+double adafactor_update_squares(size_t n, const void *grad, enum dtype grad_dtype, float grad_scale,
+                                const struct adafactor_moment *s);
+/* The step of a piece, U scaled by clip_scale = 1 / max(1, RMS / d); m
+ * NULL when beta1 is 0. */
+void adafactor_apply(const struct adafactor_hparams *h, size_t n, float *w, float *m, const void *grad,
+                     enum dtype grad_dtype, const struct adafactor_moment *s, float clip_scale,
+                     const struct param_writeback *out, struct flop_counter *fc);
+
+/* ---- The backends. The update rules above and the
+ * codec are optim/optim_dispatch.c's: each runs X_cpu or X_cuda by
  * the space of the call (the update rules: fc->space, counters.h; the
  * codec: its argument), and the CUDA build times the updates into fc's
  * kernel profile (KERNEL_OPTIMIZER).
- *   X_cpu   optim/{adamw,sgd,adamw8bit,adamw8bit_state}.c: host memory.
+ *   X_cpu   optim/{adamw,sgd,lion,adamw8bit,sgd8bit,lion8bit,adamw8bit_state}.c:
+ *           host memory.
  *   X_cuda  optim/cuda/optim_device.c with the kernels of adamw.cu,
- *           sgd.cu and adamw8bit.cu (the CUDA build only): w, the states,
+ *           sgd.cu, lion.cu, adamw8bit.cu and onestate8bit.cu (the CUDA build only): w, the states,
  *           grad and the bf16 params in device memory. The
  *           hyperparameters, the flop_counter, the 8-bit maps and search
  *           indexes are host memory (the maps travel to the kernels by
@@ -243,6 +372,14 @@ void adamw_update_cpu(const struct adamw_hparams *h, size_t n, float *w, float *
                       enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
 void sgd_update_cpu(const struct sgd_hparams *h, size_t n, float *w, float *buf, const void *grad,
                     enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+void sgd8bit_update_cpu(const struct sgd_hparams *h, size_t n, float *w, uint8_t *q, float *absmax,
+                        const float *map_signed, const struct qmap_index *ix_signed, const void *grad,
+                        enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+void lion_update_cpu(const struct lion_hparams *h, size_t n, float *w, float *m, const void *grad,
+                     enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+void lion8bit_update_cpu(const struct lion_hparams *h, size_t n, float *w, uint8_t *q, float *absmax,
+                         const float *map_signed, const struct qmap_index *ix_signed, const void *grad,
+                         enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
 void adamw8bit_update_cpu(const struct adamw_hparams *h, size_t n, float *w, uint8_t *q1, uint8_t *q2,
                           float *absmax1, float *absmax2, const float *map_signed, const float *map_unsigned,
                           const struct qmap_index *ix_signed, const struct qmap_index *ix_unsigned, const void *grad,
@@ -256,6 +393,14 @@ void adamw_update_cuda(const struct adamw_hparams *h, size_t n, float *w, float 
                        enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
 void sgd_update_cuda(const struct sgd_hparams *h, size_t n, float *w, float *buf, const void *grad,
                      enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+void sgd8bit_update_cuda(const struct sgd_hparams *h, size_t n, float *w, uint8_t *q, float *absmax,
+                         const float *map_signed, const void *grad, enum dtype grad_dtype,
+                         const struct param_writeback *out, struct flop_counter *fc);
+void lion_update_cuda(const struct lion_hparams *h, size_t n, float *w, float *m, const void *grad,
+                      enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+void lion8bit_update_cuda(const struct lion_hparams *h, size_t n, float *w, uint8_t *q, float *absmax,
+                          const float *map_signed, const void *grad, enum dtype grad_dtype,
+                          const struct param_writeback *out, struct flop_counter *fc);
 void adamw8bit_update_cuda(const struct adamw_hparams *h, size_t n, float *w, uint8_t *q1, uint8_t *q2,
                            float *absmax1, float *absmax2, const float *map_signed, const float *map_unsigned,
                            const void *grad, enum dtype grad_dtype, const struct param_writeback *out,

@@ -18,22 +18,23 @@ enum { OPT8_BLOCK = 256 }; /* elements per 8-bit block (bitsandbytes >= 0.44) */
 
 struct opt_segment {
     int unit;
+    int tensor;           /* its tensor in the layout's table (layout_tensor) */
     size_t lo, hi;        /* unit-local element range */
     size_t global;        /* reference index of element lo (stochastic-rounding noise; tp = 1: contiguous) */
     size_t state_at;      /* element lo in the master weights and fp32 optimizer states (full or shard) */
     bool decay;           /* weight decay applies (matrices, unless decay_targets = all) */
-    bool quantized;       /* adamw8bit, tensor of >= min_8bit_size elements */
+    bool quantized;       /* an 8-bit rule, tensor of >= min_8bit_size elements */
     bool tp_replicated;   /* every rank of the tensor-parallel group holds the same tensor (norms, biases of
                            * row-parallel layers, wpe): the gradient norm counts it once */
     size_t q_offset;      /* quantized: first code in the uint8 state arrays */
     size_t block_offset;  /* quantized: first absmax */
-    size_t f32_offset;    /* not quantized (adamw8bit): first element of the fp32 m, v */
+    size_t f32_offset;    /* not quantized (an 8-bit rule): first element of the fp32 states */
 };
 
 struct opt_segments {
     struct opt_segment *seg;
     int n;
-    size_t n_q, n_blocks, n_f32; /* adamw8bit state sizes */
+    size_t n_q, n_blocks, n_f32; /* 8-bit rules' state sizes (per state) */
 };
 
 /* Segments at most: one per tensor section (QKV's q, k and v are cut

@@ -17,7 +17,7 @@
  * (include/segments.h). parallel/zero/zero.c holds the stages;
  * parallel/zero/comm.c their collectives during the step, blocking or
  * overlapped with compute; parallel/zero/optstate.c the optimizer states
- * of the three update rules.
+ * of the update rules.
  *
  * Overlap (zero_options.overlap): stage 3 posts the next unit's all-gather
  * (zero_prefetch_params) while the current one computes, into a second
@@ -39,6 +39,7 @@
 #include "collectives.h"
 #include "counters.h"
 #include "dtype.h"
+#include "factored.h"
 #include "layout.h"
 #include "mem.h"
 #include "optim.h"
@@ -91,10 +92,14 @@ struct model_states {
     void *grads;      /* grad_dtype: full padded (stage < 2) or shard */
     /* optimizer states, full (stage 0) or shard:
      *   adamw      s1 = m, s2 = v (fp32, indexed like master)
-     *   sgd        s1 = momentum (fp32, indexed like master)
+     *   sgd, lion  s1 = momentum (fp32, indexed like master)
      *   adamw8bit  q1, q2 = m, v codes and absmax1, absmax2 per 256-element
      *              block of each quantized segment; s1, s2 = fp32 m, v of
-     *              the small tensors (by segment) */
+     *              the small tensors (by segment)
+     *   sgd8bit, lion8bit  q1, absmax1, s1 the same for the one momentum
+     *   adafactor  s1 = its statistics (include/factored.h: R and C of the
+     *              matrices, v of the vectors, packed by tensor); s2 = the
+     *              first moment (fp32, indexed like master) if adafactor_beta1 > 0 */
     float *s1, *s2;
     uint8_t *q1, *q2;
     float *absmax1, *absmax2;
@@ -114,8 +119,13 @@ struct zero {
     struct flop_counter *flops;
     struct model_states st;
     struct opt_segments segs;       /* what this rank updates */
-    float qmap_signed[QMAP_SIZE], qmap_unsigned[QMAP_SIZE]; /* adamw8bit code books */
+    float qmap_signed[QMAP_SIZE], qmap_unsigned[QMAP_SIZE]; /* the 8-bit rules' code books (states 1, 2) */
     struct qmap_index *qindex_signed, *qindex_unsigned;
+    /* adafactor: the plan of its statistics, the sums shared over dp (fp32),
+     * the row sums and each tensor's update squares (doubles), in MEM_SCRATCH */
+    struct factored_plan fac;
+    float *fac_sums, *fac_rowsums;
+    double *fac_squares;
     /* stage 3: one gathered unit per kind, in param_dtype (the embedding's
      * stays valid through the forward: the tied head reads its wte); with
      * overlap a second layer buffer (gathered_layer2) takes the next layer */
@@ -221,7 +231,7 @@ void zero_gather_unit(struct zero *z, enum zero_state which, int u, void *work);
  * the states': 8-bit states are re-quantized from it). */
 void zero_scatter_unit(struct zero *z, enum zero_state which, int u, const void *src);
 
-/* ---- 8-bit states as they are (adamw8bit), for a resume in the same
+/* ---- 8-bit states as they are (the 8-bit rules), for a resume in the same
  * layout (dp size, stage, min_8bit_size): codes and block absmax move
  * unchanged, so the run continues bit for bit; another layout loads the
  * dequantized fp32 states above and requantizes. Codes travel by unit-local

@@ -1,7 +1,7 @@
 #include <math.h>
 
 #include "optim.h"
-#include "rng.h"
+#include "elementwise_loops.h"
 
 enum { ADAMW_FLOPS_PER_PARAM = 14 };
 
@@ -36,22 +36,6 @@ void adamw_update_cpu(const struct adamw_hparams *h, size_t n, float *w, float *
     const float b1 = h->beta1, b2 = h->beta2, eps = h->eps, gs = h->grad_scale;
     const struct adamw_step_consts c = adamw_step_consts(h);
     const float step_size = c.step_size, isb = c.isb, decay = c.decay;
-    const float *g32 = grad;
-    const bf16 *g16 = grad;
-    bf16 *p = out->params;
-    const uint64_t seed = out->seed, base = out->noise_index;
-    if (!p) {
-        if (grad_dtype == DTYPE_FP32) ADAMW_LOOP(g32[i], (void)wi)
-        else ADAMW_LOOP(bf16_to_f32(g16[i]), (void)wi)
-    } else if (out->rounding == ROUND_NEAREST) {
-        if (grad_dtype == DTYPE_FP32) ADAMW_LOOP(g32[i], p[i] = f32_to_bf16(wi))
-        else ADAMW_LOOP(bf16_to_f32(g16[i]), p[i] = f32_to_bf16(wi))
-    } else {
-        if (grad_dtype == DTYPE_FP32)
-            ADAMW_LOOP(g32[i], p[i] = f32_to_bf16_stochastic(wi, rng_u32(seed, RNG_STREAM_ROUNDING, base + i)))
-        else
-            ADAMW_LOOP(bf16_to_f32(g16[i]),
-                       p[i] = f32_to_bf16_stochastic(wi, rng_u32(seed, RNG_STREAM_ROUNDING, base + i)))
-    }
+    OPTIM_SPECIALISED_LOOPS(ADAMW_LOOP, grad, grad_dtype, out);
     fc->other += (double)ADAMW_FLOPS_PER_PARAM * (double)n;
 }

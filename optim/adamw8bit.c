@@ -10,8 +10,7 @@
  * are quantized between steps; within a step the moments are fp32. */
 #include <math.h>
 
-#include "optim.h"
-#include "rng.h"
+#include "blockwise8.h"
 
 /* Per element: the 14 of adamw.c's update (grad scale, both moments, bias
  * corrected step, decay), 2 dequantize multiplies, 2 absmax maxima, 2 divides
@@ -19,63 +18,9 @@
  * compares of the code search are not counted. */
 enum { ADAMW8BIT_FLOPS_PER_PARAM = 24 };
 
-size_t adamw8bit_blocks(size_t n) { return (n + ADAMW8BIT_BLOCK - 1) / ADAMW8BIT_BLOCK; }
-
 struct adam_consts {
     float b1, b2, eps, step_size, isb, decay;
 };
-
-/* One block's gradients into fp32, times the clipping scale. */
-static void load_grad(const void *grad, enum dtype dt, size_t base, size_t len, float gs, float *g) {
-    if (dt == DTYPE_FP32) {
-        const float *s = (const float *)grad + base;
-        for (size_t i = 0; i < len; i++) g[i] = s[i] * gs;
-    } else {
-        const bf16 *s = (const bf16 *)grad + base;
-        for (size_t i = 0; i < len; i++) g[i] = bf16_to_f32(s[i]) * gs;
-    }
-}
-
-/* The updated fp32 weights of one block into the bf16 params, as adamw.c. */
-static void write_params(const struct param_writeback *out, size_t base, size_t len, const float *w) {
-    bf16 *p = out->params;
-    if (!p) return;
-    if (out->rounding == ROUND_NEAREST) {
-        for (size_t i = base; i < base + len; i++) p[i] = f32_to_bf16(w[i]);
-    } else {
-        const uint64_t seed = out->seed, noise = out->noise_index;
-        for (size_t i = base; i < base + len; i++)
-            p[i] = f32_to_bf16_stochastic(w[i], rng_u32(seed, RNG_STREAM_ROUNDING, noise + i));
-    }
-}
-
-/* Codes for x[i] / absmax. absmax 0 means the whole block is (signed) zero:
- * store the zero code rather than divide 0 by 0. For m (is_m) the sign fix of
- * bitsandbytes keeps the code's sign equal to m's: a tiny negative m that
- * rounds to the code 0.0 moves one code down, to the smallest negative.
- * Through the index: the vector kernels (optim/qmap_codec.c); without one,
- * the binary search. */
-static void quantize_block(const float *map, const struct qmap_index *ix, float absmax, const float *x, size_t len,
-                           bool is_m, uint8_t zero_code, uint8_t *q) {
-    if (absmax == 0.0f) {
-        for (size_t i = 0; i < len; i++) q[i] = zero_code;
-        return;
-    }
-    if (ix) {
-        qmap_quantize(map, ix, ix->isa, absmax, x, len, is_m, q);
-        return;
-    }
-    for (size_t i = 0; i < len; i++) {
-        int c = qmap_nearest(map, x[i] / absmax);
-        if (is_m && !signbit(map[c]) != !signbit(x[i])) c += x[i] > 0.0f ? 1 : -1;
-        q[i] = (uint8_t)c;
-    }
-}
-
-static void dequantize_block(const float *map, const struct qmap_index *ix, float absmax, const uint8_t *q,
-                             size_t len, float *x) {
-    qmap_dequantize(map, ix, ix ? ix->isa : QMAP_ISA_SCALAR, absmax, q, len, x);
-}
 
 /* The fp32 part of a block's step: m, v in place from their dequantized
  * values to the new moments, w updated; returns the new absmax of m and v.
@@ -112,11 +57,11 @@ static void update_block(const struct adam_consts *k, size_t len, float *w, uint
                          const struct qmap_index *ix_u, const float *g, uint8_t zero_s,
                          uint8_t zero_u) {
     float m[ADAMW8BIT_BLOCK], v[ADAMW8BIT_BLOCK];
-    dequantize_block(map_s, ix_s, *absmax1, q1, len, m);
-    dequantize_block(map_u, ix_u, *absmax2, q2, len, v);
+    blockwise8_dequantize(map_s, ix_s, *absmax1, q1, len, m);
+    blockwise8_dequantize(map_u, ix_u, *absmax2, q2, len, v);
     moments_block(k, len, w, m, v, g, absmax1, absmax2);
-    quantize_block(map_s, ix_s, *absmax1, m, len, true, zero_s, q1);
-    quantize_block(map_u, ix_u, *absmax2, v, len, false, zero_u, q2);
+    blockwise8_quantize(map_s, ix_s, *absmax1, m, len, true, zero_s, q1);
+    blockwise8_quantize(map_u, ix_u, *absmax2, v, len, false, zero_u, q2);
 }
 
 void adamw8bit_update_cpu(const struct adamw_hparams *h, size_t n, float *w, uint8_t *q1, uint8_t *q2, float *absmax1,
@@ -139,11 +84,11 @@ void adamw8bit_update_cpu(const struct adamw_hparams *h, size_t n, float *w, uin
         const size_t base = b * ADAMW8BIT_BLOCK;
         const size_t len = n - base < ADAMW8BIT_BLOCK ? n - base : ADAMW8BIT_BLOCK;
         float g[ADAMW8BIT_BLOCK];
-        load_grad(grad, grad_dtype, base, len, h->grad_scale, g);
+        blockwise8_load_grad(grad, grad_dtype, base, len, h->grad_scale, g);
         update_block(&k, len, w + base, q1 + base, q2 + base, absmax1 + b, absmax2 + b, map_signed, map_unsigned,
                      ix_signed, ix_unsigned, g,
                      zero_s, zero_u);
-        write_params(out, base, len, w);
+        blockwise8_write_params(out, base, len, w);
     }
     fc->other += (double)ADAMW8BIT_FLOPS_PER_PARAM * (double)n;
 }

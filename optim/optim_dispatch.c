@@ -30,6 +30,32 @@ void sgd_update(const struct sgd_hparams *h, size_t n, float *w, float *buf, con
     profile_update(fc, t0);
 }
 
+void sgd8bit_update(const struct sgd_hparams *h, size_t n, float *w, uint8_t *q, float *absmax, const float *map_signed,
+                    const struct qmap_index *ix_signed, const void *grad, enum dtype grad_dtype,
+                    const struct param_writeback *out, struct flop_counter *fc) {
+    double t0 = kernel_clock();
+    if (on_device(n, fc)) ON_DEVICE(sgd8bit_update_cuda(h, n, w, q, absmax, map_signed, grad, grad_dtype, out, fc));
+    else sgd8bit_update_cpu(h, n, w, q, absmax, map_signed, ix_signed, grad, grad_dtype, out, fc);
+    profile_update(fc, t0);
+}
+
+void lion_update(const struct lion_hparams *h, size_t n, float *w, float *m, const void *grad, enum dtype grad_dtype,
+                 const struct param_writeback *out, struct flop_counter *fc) {
+    double t0 = kernel_clock();
+    if (on_device(n, fc)) ON_DEVICE(lion_update_cuda(h, n, w, m, grad, grad_dtype, out, fc));
+    else lion_update_cpu(h, n, w, m, grad, grad_dtype, out, fc);
+    profile_update(fc, t0);
+}
+
+void lion8bit_update(const struct lion_hparams *h, size_t n, float *w, uint8_t *q, float *absmax,
+                     const float *map_signed, const struct qmap_index *ix_signed, const void *grad,
+                     enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
+    double t0 = kernel_clock();
+    if (on_device(n, fc)) ON_DEVICE(lion8bit_update_cuda(h, n, w, q, absmax, map_signed, grad, grad_dtype, out, fc));
+    else lion8bit_update_cpu(h, n, w, q, absmax, map_signed, ix_signed, grad, grad_dtype, out, fc);
+    profile_update(fc, t0);
+}
+
 void adamw8bit_update(const struct adamw_hparams *h, size_t n, float *w, uint8_t *q1, uint8_t *q2, float *absmax1,
                       float *absmax2, const float *map_signed, const float *map_unsigned,
                       const struct qmap_index *ix_signed, const struct qmap_index *ix_unsigned, const void *grad,

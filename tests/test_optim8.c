@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "optim.h"
+#include "qmap_brute.h"
 #include "rng.h"
 
 static const struct param_writeback NO_WRITEBACK = {.params = NULL};
@@ -187,16 +188,6 @@ static void test_quantization_error(void **state) {
 
 /* ---- the update against a plain float version of the same algorithm ---- */
 
-/* nearest code by brute force in double, ties to the even index */
-static uint8_t nearest_brute(const float *map, float x) {
-    int best = 0;
-    double bd = INFINITY;
-    for (int j = 0; j < QMAP_SIZE; j++) {
-        double d = fabs((double)map[j] - x);
-        if (d < bd || (d == bd && j % 2 == 0)) best = j, bd = d;
-    }
-    return (uint8_t)best;
-}
 
 /* One step, plainly: per block dequantize, update m, v in float (same
  * expressions as adamw.c), new absmax, decay then the bias-corrected step,

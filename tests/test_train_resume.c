@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,10 +97,11 @@ static void test_resume_fp32_sequential(void **state) {
     check_resume("fp32", "0", "nearest", "1");
 }
 
-/* ---- bit-exact resume of 8-bit AdamW ------------------------------------ */
+/* ---- bit-exact resume of the 8-bit rules and Lion ------------------------ */
 
-/* Everything adamw8bit keeps: params, master, codes, block absmax and the
- * fp32 states of small tensors, as bytes. */
+/* Everything an update rule keeps: params, master, and of each of its
+ * states the codes, block absmax and the fp32 states of small tensors (an
+ * 8-bit rule) or the fp32 state (a 32-bit one), as bytes. */
 struct snapshot8 {
     unsigned char *bytes;
     size_t n;
@@ -107,18 +109,20 @@ struct snapshot8 {
 
 static void snap8(struct snapshot8 *s, const struct trainer *tr) {
     const struct zero *z = &tr->engine.z;
-    size_t psi = tr->engine.lay.total;
+    const struct optim_rule *r = optim_rule(tr->cfg->optimizer);
+    size_t psi = tr->engine.lay.total, two = r->states == 2;
+    size_t f32 = r->quantized ? z->segs.n_f32 : z->sh.total_padded; /* (ZeRO-0 here: full states) */
     const struct {
         const void *p;
         size_t n;
     } parts[] = {{z->st.params, psi * dtype_size(tr->cfg->param_dtype)},
                  {z->st.master, z->st.master ? psi * 4 : 0},
                  {z->st.q1, z->segs.n_q},
-                 {z->st.q2, z->segs.n_q},
+                 {z->st.q2, two * z->segs.n_q},
                  {z->st.absmax1, z->segs.n_blocks * 4},
-                 {z->st.absmax2, z->segs.n_blocks * 4},
-                 {z->st.s1, z->segs.n_f32 * 4},
-                 {z->st.s2, z->segs.n_f32 * 4}};
+                 {z->st.absmax2, two * z->segs.n_blocks * 4},
+                 {z->st.s1, f32 * 4},
+                 {z->st.s2, two * f32 * 4}};
     s->n = 0;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) s->n += parts[i].n;
     s->bytes = malloc(s->n);
@@ -130,20 +134,21 @@ static void snap8(struct snapshot8 *s, const struct trainer *tr) {
     }
 }
 
-/* adamw8bit, bf16 params: 10 steps straight == 5, save, resume, 5 more,
- * in params, master, codes, absmax and fp32 states, bit for bit, and in
- * the losses of steps 6..10 as logged. The resume says it loaded the 8-bit
- * states as saved. A resume with another min_8bit_size requantizes, says so,
- * and still runs. */
-static void test_resume_adamw8bit(void **state) {
-    (void)state;
+/* An 8-bit rule, bf16 params: 10 steps straight == 5, save, resume, 5
+ * more, in params, master, codes, absmax and fp32 states, bit for bit, and
+ * in the losses of steps 6..10 as logged. The resume says it loaded the
+ * 8-bit states as saved. A resume with another min_8bit_size requantizes,
+ * says so, and still runs. A 32-bit rule (lion): the same, without the
+ * 8-bit parts. */
+static void check_resume_rule(const char *optimizer) {
+    const bool q8 = strstr(optimizer, "8bit") != NULL;
     struct config c;
     tiny_config(&c);
     set(&c, "steps", "10");
     set(&c, "warmup_steps", "2");
     set(&c, "weight_decay", "0.1");
-    set(&c, "optimizer", "adamw8bit");
-    set(&c, "min_8bit_size", "1024"); /* the matrices quantized, norms and biases fp32 */
+    set(&c, "optimizer", optimizer);
+    if (q8) set(&c, "min_8bit_size", "1024"); /* the matrices quantized, norms and biases fp32 */
     set(&c, "param_dtype", "bf16");
     set(&c, "grad_dtype", "bf16");
     struct trainer *tr = calloc(1, sizeof *tr);
@@ -152,9 +157,11 @@ static void test_resume_adamw8bit(void **state) {
     double loss_a[16], loss_b[16];
 
     struct config ca = c;
-    path_in(ca.log_json, sizeof ca.log_json, "straight8.json");
+    char name[64];
+    snprintf(name, sizeof name, "straight_%s.json", optimizer);
+    path_in(ca.log_json, sizeof ca.log_json, name);
     open_ok(tr, &ca);
-    assert_true(tr->engine.z.segs.n_q > 0 && tr->engine.z.segs.n_f32 > 0); /* both kinds of state */
+    assert_true((tr->engine.z.segs.n_q > 0) == q8 && tr->engine.z.segs.n_f32 > 0); /* both kinds of state */
     run_ok(tr);
     snap8(&straight, tr);
     trainer_close(tr);
@@ -170,9 +177,10 @@ static void test_resume_adamw8bit(void **state) {
 
     struct config c2 = c;
     snprintf(c2.resume, sizeof c2.resume, "%s", c1.save_state);
-    path_in(c2.log_json, sizeof c2.log_json, "resumed8.json");
+    snprintf(name, sizeof name, "resumed_%s.json", optimizer);
+    path_in(c2.log_json, sizeof c2.log_json, name);
     open_ok(tr, &c2);
-    assert_string_equal(tr->opt8_resume, "8-bit states: loaded as saved (bit-exact)");
+    assert_string_equal(tr->opt8_resume, q8 ? "8-bit states: loaded as saved (bit-exact)" : "");
     run_ok(tr);
     snap8(&resumed, tr);
     trainer_close(tr);
@@ -184,6 +192,11 @@ static void test_resume_adamw8bit(void **state) {
     assert_int_equal(json_log_losses(c2.log_json, loss_b, 16), 5);
     for (int i = 0; i < 5; i++) assert_true(loss_a[5 + i] == loss_b[i]);
 
+    if (!q8) {
+        free(straight.bytes), free(half.bytes), free(resumed.bytes);
+        free(tr);
+        return;
+    }
     /* another layout key: requantized from the fp32 states, and it says so */
     struct config c3 = c2;
     set(&c3, "min_8bit_size", "512");
@@ -197,6 +210,76 @@ static void test_resume_adamw8bit(void **state) {
     trainer_close(tr);
     free(straight.bytes), free(half.bytes), free(resumed.bytes);
     free(tr);
+}
+
+static void test_resume_adamw8bit(void **state) {
+    (void)state;
+    check_resume_rule("adamw8bit");
+}
+
+static void test_resume_sgd8bit(void **state) {
+    (void)state;
+    check_resume_rule("sgd8bit");
+}
+
+static void test_resume_lion(void **state) {
+    (void)state;
+    check_resume_rule("lion");
+}
+
+static void test_resume_lion8bit(void **state) {
+    (void)state;
+    check_resume_rule("lion8bit");
+}
+
+/* Adafactor, fp32, with a first moment: 10 steps straight against 5, save,
+ * resume, 5 more. The state keeps the second moment per element (V = R C /
+ * sum C) and the resume re-derives R and C as V's row and column sums,
+ * which rounding may move by an ulp or so: the resumed run's master
+ * weights stay within 1e-5 of the straight run's (an Adafactor step moves
+ * a weight by up to lr = 1e-3, so a lost or garbled statistic would show),
+ * its first moment is loaded as saved, and the resume says what it did. */
+static void test_resume_adafactor(void **state) {
+    (void)state;
+    struct config c;
+    tiny_config(&c);
+    set(&c, "steps", "10");
+    set(&c, "warmup_steps", "2");
+    set(&c, "optimizer", "adafactor");
+    set(&c, "adafactor_beta1", "0.9");
+    set(&c, "param_dtype", "fp32");
+    set(&c, "grad_dtype", "fp32");
+    struct trainer *tr = calloc(1, sizeof *tr);
+    assert_non_null(tr);
+    open_ok(tr, &c);
+    run_ok(tr);
+    const size_t psi = tr->engine.lay.total;
+    float *straight = malloc(psi * sizeof *straight), *resumed = malloc(psi * sizeof *resumed);
+    assert_true(straight && resumed);
+    memcpy(straight, tr->engine.z.st.params, psi * sizeof *straight);
+    trainer_close(tr);
+
+    struct config c1 = c;
+    path_in(c1.save_state, sizeof c1.save_state, "adafactor.state");
+    unlink(c1.save_state);
+    open_ok(tr, &c1);
+    tr->stop_after = 5;
+    run_ok(tr);
+    trainer_close(tr);
+
+    struct config c2 = c;
+    snprintf(c2.resume, sizeof c2.resume, "%s", c1.save_state);
+    open_ok(tr, &c2);
+    assert_string_equal(tr->opt8_resume, "adafactor: R and C re-derived from the saved second moment (its row and "
+                                         "column sums; equal up to rounding, not bit for bit)");
+    run_ok(tr);
+    memcpy(resumed, tr->engine.z.st.params, psi * sizeof *resumed);
+    trainer_close(tr);
+    double worst = 0;
+    for (size_t i = 0; i < psi; i++) worst = fmax(worst, fabs((double)straight[i] - resumed[i]));
+    printf("  adafactor resume: max |param diff| vs the straight run %.2e\n", worst);
+    assert_true(worst < 1e-5);
+    free(straight), free(resumed), free(tr);
 }
 
 /* ---- stopping by signal ------------------------------------------------ */
@@ -264,6 +347,10 @@ int main(void) {
         cmocka_unit_test(test_resume_bf16_stochastic_accum),
         cmocka_unit_test(test_resume_fp32_sequential),
         cmocka_unit_test(test_resume_adamw8bit),
+        cmocka_unit_test(test_resume_sgd8bit),
+        cmocka_unit_test(test_resume_lion),
+        cmocka_unit_test(test_resume_lion8bit),
+        cmocka_unit_test(test_resume_adafactor),
         cmocka_unit_test(test_stop_signal_saves_a_resumable_state),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

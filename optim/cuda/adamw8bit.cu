@@ -12,14 +12,7 @@
 
 namespace {
 
-constexpr unsigned kBlock = 256;  // ADAMW8BIT_BLOCK and QMAP_SIZE (include/optim.h)
-static_assert(kBlock == OPTIM_K_BLOCK, "one thread per element of a block");
-
-// Elements of quantization block b in a range of n.
-__device__ __forceinline__ unsigned block_len(size_t n, size_t b) {
-    const size_t base = b * kBlock;
-    return n - base < kBlock ? (unsigned)(n - base) : kBlock;
-}
+constexpr unsigned kBlock = kQuantBlock;
 
 // The max over the block's threads of each one's r1[t] and r2[t] (signed
 // int32; the caller fills r1, r2 and then calls this from every thread).
@@ -36,18 +29,6 @@ __device__ void block_max2(int32_t *r1, int32_t *r2) {
     }
 }
 
-// adamw8bit.c's quantize_block for one element: the zero code when the
-// block is all zero, else the nearest code of x / absmax, with
-// bitsandbytes' sign fix for m (a code whose sign differs from x's moves
-// one code toward x's side, 8-bit wrap-around as the CPU's cast).
-__device__ __forceinline__ uint8_t quantize_one(const float *map, float absmax, float x, bool sign_fix,
-                                                uint8_t zero_code) {
-    if (absmax == 0.0f) return zero_code;
-    int c = dev_qmap_nearest(map, x / absmax);
-    if (sign_fix && dev_signbit(map[c]) != dev_signbit(x)) c += x > 0.0f ? 1 : -1;
-    return (uint8_t)c;
-}
-
 __global__ void __launch_bounds__(kBlock)
     adamw8bit_kernel(const cuda_k_adam_consts k, size_t n, float *w, uint8_t *q1, uint8_t *q2, float *absmax1,
                      float *absmax2, const __grid_constant__ cuda_k_map map_s_in,
@@ -57,7 +38,7 @@ __global__ void __launch_bounds__(kBlock)
     __shared__ int32_t r1[kBlock], r2[kBlock];
     const unsigned t = threadIdx.x;
     const size_t b = blockIdx.x, i = b * kBlock + t;
-    const bool live = t < block_len(n, b);
+    const bool live = t < dev_block_len(n, b);
     map_s[t] = map_s_in.code[t];
     map_u[t] = map_u_in.code[t];
     __syncthreads();
@@ -88,8 +69,8 @@ __global__ void __launch_bounds__(kBlock)
     block_max2(r1, r2);
     const float a1 = __int_as_float(r1[0]), a2 = __int_as_float(r2[0]);
     if (live) {
-        q1[i] = quantize_one(map_s, a1, mi, true, zero_s);
-        q2[i] = quantize_one(map_u, a2, vi, false, zero_u);
+        q1[i] = dev_quantize_one(map_s, a1, mi, true, zero_s);
+        q2[i] = dev_quantize_one(map_u, a2, vi, false, zero_u);
     }
     if (t == 0) {
         absmax1[b] = a1;
@@ -106,7 +87,7 @@ __global__ void __launch_bounds__(kBlock)
     const size_t b = blockIdx.x, i = b * kBlock + t;
     map[t] = map_in.code[t];
     __syncthreads();
-    if (t < block_len(n, b)) out[i] = map[q[i]] * absmax[b];
+    if (t < dev_block_len(n, b)) out[i] = map[q[i]] * absmax[b];
 }
 
 // adamw8bit_state.c's quantize: absmax = the largest |x| of the block (NaN
@@ -119,7 +100,7 @@ __global__ void __launch_bounds__(kBlock)
     __shared__ int32_t r1[kBlock], r2[kBlock];
     const unsigned t = threadIdx.x;
     const size_t b = blockIdx.x, i = b * kBlock + t;
-    const bool live = t < block_len(n, b);
+    const bool live = t < dev_block_len(n, b);
     map[t] = map_in.code[t];
     const float xi = live ? x[i] : 0.0f;
     const int32_t ax = (int32_t)(__float_as_uint(xi) & 0x7fffffffu);

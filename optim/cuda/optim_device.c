@@ -11,8 +11,11 @@
 #include "optim.h"
 #include "optim_kernels.h"
 
-/* As optim/adamw.c, sgd.c and adamw8bit.c count (their FLOPS_PER_PARAM). */
-enum { ADAMW_FLOPS = 14, SGD_FLOPS = 9, ADAMW8BIT_FLOPS = 24 };
+/* As optim/adamw.c, sgd.c, adamw8bit.c, lion.c, sgd8bit.c and lion8bit.c
+ * count (their FLOPS_PER_PARAM). */
+/* (lion.c and the one-state 8-bit rules: 11, and each of sgd and lion
+ * plus 5 for the codec) */
+enum { ADAMW_FLOPS = 14, SGD_FLOPS = 9, ADAMW8BIT_FLOPS = 24, LION_FLOPS = 11, CODEC8_FLOPS = 5 };
 
 /* A failed launch or run leaves the device unusable: say which and exit. */
 static void check(int err, const char *what) {
@@ -55,6 +58,17 @@ static struct cuda_k_map map_of(const float map[QMAP_SIZE]) {
     return m;
 }
 
+static struct cuda_k_sgd_consts sgd_consts(const struct sgd_hparams *h) {
+    return (struct cuda_k_sgd_consts){.lr = h->lr, .momentum = h->momentum, .weight_decay = h->weight_decay,
+                                      .grad_scale = h->grad_scale, .nesterov = h->nesterov,
+                                      .first_step = h->first_step};
+}
+
+static struct cuda_k_lion_consts lion_consts(const struct lion_hparams *h) {
+    return (struct cuda_k_lion_consts){.lr = h->lr, .b1 = h->beta1, .b2 = h->beta2, .decay = lion_decay(h),
+                                       .grad_scale = h->grad_scale};
+}
+
 void adamw_update_cuda(const struct adamw_hparams *h, size_t n, float *w, float *m, float *v, const void *grad,
                        enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
     const struct cuda_k_adam_consts k = adam_consts(h);
@@ -65,8 +79,7 @@ void adamw_update_cuda(const struct adamw_hparams *h, size_t n, float *w, float 
 
 void sgd_update_cuda(const struct sgd_hparams *h, size_t n, float *w, float *buf, const void *grad,
                      enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
-    const struct cuda_k_sgd_consts k = {.lr = h->lr, .momentum = h->momentum, .weight_decay = h->weight_decay,
-                                 .grad_scale = h->grad_scale, .nesterov = h->nesterov, .first_step = h->first_step};
+    const struct cuda_k_sgd_consts k = sgd_consts(h);
     const struct cuda_k_writeback wb = writeback(out);
     if (n) finish(cuda_k_sgd(&k, n, w, buf, grad, is_bf16(grad_dtype), &wb), "sgd_update");
     fc->other += (double)SGD_FLOPS * (double)n;
@@ -86,6 +99,40 @@ void adamw8bit_update_cuda(const struct adamw_hparams *h, size_t n, float *w, ui
                                 is_bf16(grad_dtype), &wb),
                "adamw8bit_update");
     fc->other += (double)ADAMW8BIT_FLOPS * (double)n;
+}
+
+void lion_update_cuda(const struct lion_hparams *h, size_t n, float *w, float *m, const void *grad,
+                      enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
+    const struct cuda_k_lion_consts k = lion_consts(h);
+    const struct cuda_k_writeback wb = writeback(out);
+    if (n) finish(cuda_k_lion(&k, n, w, m, grad, is_bf16(grad_dtype), &wb), "lion_update");
+    fc->other += (double)LION_FLOPS * (double)n;
+}
+
+void sgd8bit_update_cuda(const struct sgd_hparams *h, size_t n, float *w, uint8_t *q, float *absmax,
+                         const float *map_signed, const void *grad, enum dtype grad_dtype,
+                         const struct param_writeback *out, struct flop_counter *fc) {
+    const struct cuda_k_sgd_consts k = sgd_consts(h);
+    const struct cuda_k_writeback wb = writeback(out);
+    const struct cuda_k_map ms = map_of(map_signed);
+    if (n)
+        finish(cuda_k_sgd8bit(&k, n, w, q, absmax, &ms, qmap_nearest(map_signed, 0.0f), grad, is_bf16(grad_dtype),
+                              &wb),
+               "sgd8bit_update");
+    fc->other += (double)(SGD_FLOPS + CODEC8_FLOPS) * (double)n;
+}
+
+void lion8bit_update_cuda(const struct lion_hparams *h, size_t n, float *w, uint8_t *q, float *absmax,
+                          const float *map_signed, const void *grad, enum dtype grad_dtype,
+                          const struct param_writeback *out, struct flop_counter *fc) {
+    const struct cuda_k_lion_consts k = lion_consts(h);
+    const struct cuda_k_writeback wb = writeback(out);
+    const struct cuda_k_map ms = map_of(map_signed);
+    if (n)
+        finish(cuda_k_lion8bit(&k, n, w, q, absmax, &ms, qmap_nearest(map_signed, 0.0f), grad, is_bf16(grad_dtype),
+                               &wb),
+               "lion8bit_update");
+    fc->other += (double)(LION_FLOPS + CODEC8_FLOPS) * (double)n;
 }
 
 /* A device buffer of `bytes` for staging a host-side fp32 range. */

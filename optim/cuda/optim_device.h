@@ -1,5 +1,5 @@
-// Device code shared by the optimizer kernels (adamw.cu, sgd.cu,
-// adamw8bit.cu): include/dtype.h's bf16 conversions, include/rng.h's
+// Device code shared by the optimizer kernels (adamw.cu, sgd.cu, lion.cu,
+// adamw8bit.cu, onestate8bit.cu): include/dtype.h's bf16 conversions, include/rng.h's
 // noise and include/optim.h's nearest-code search, ported op for op so
 // that each gives the CPU's bits. Included by .cu files only.
 #ifndef SHARDLAB_OPTIM_DEVICE_H
@@ -74,6 +74,29 @@ __device__ __forceinline__ uint8_t dev_qmap_nearest(const float *map, float x) {
 }
 
 __device__ __forceinline__ bool dev_signbit(float x) { return (__float_as_uint(x) >> 31) != 0; }
+
+// The 8-bit kernels: one CUDA block of kQuantBlock threads per quantization
+// block, one thread per element.
+constexpr unsigned kQuantBlock = 256;  // ADAMW8BIT_BLOCK and QMAP_SIZE (include/optim.h)
+static_assert(kQuantBlock == OPTIM_K_BLOCK, "one thread per element of a block");
+
+// Elements of quantization block b in a range of n.
+__device__ __forceinline__ unsigned dev_block_len(size_t n, size_t b) {
+    const size_t base = b * kQuantBlock;
+    return n - base < kQuantBlock ? (unsigned)(n - base) : kQuantBlock;
+}
+
+// optim/blockwise8.c's blockwise8_quantize for one element: the zero code
+// when the block is all zero, else the nearest code of x / absmax, with
+// bitsandbytes' sign fix for a signed state (a code whose sign differs from
+// x's moves one code toward x's side, 8-bit wrap-around as the CPU's cast).
+__device__ __forceinline__ uint8_t dev_quantize_one(const float *map, float absmax, float x, bool sign_fix,
+                                                    uint8_t zero_code) {
+    if (absmax == 0.0f) return zero_code;
+    int c = dev_qmap_nearest(map, x / absmax);
+    if (sign_fix && dev_signbit(map[c]) != dev_signbit(x)) c += x > 0.0f ? 1 : -1;
+    return (uint8_t)c;
+}
 
 // Grid-stride loops over n elements.
 #define OPTIM_GRID_STRIDE(i, n) \

@@ -1,5 +1,5 @@
 /* The CUDA kernels behind the device build's update rules (adamw.cu,
- * sgd.cu, adamw8bit.cu), with plain C types so that nvcc's C++ and the C
+ * sgd.cu, lion.cu, adamw8bit.cu, onestate8bit.cu), with plain C types so that nvcc's C++ and the C
  * host code (optim_device.c) share one set of prototypes. Every pointer is
  * device memory; structs travel by value into the kernels. Each launcher
  * runs on the legacy default stream and returns the launch's cudaError_t
@@ -43,6 +43,11 @@ struct cuda_k_sgd_consts {
     int nesterov, first_step;
 };
 
+/* Lion's per-call constants (optim/lion.c; decay = lion_decay). */
+struct cuda_k_lion_consts {
+    float lr, b1, b2, decay, grad_scale;
+};
+
 struct cuda_k_map {
     float code[256]; /* QMAP_SIZE */
 };
@@ -57,6 +62,16 @@ int cuda_k_sgd(const struct cuda_k_sgd_consts *k, size_t n, float *w, float *buf
 int cuda_k_adamw8bit(const struct cuda_k_adam_consts *k, size_t n, float *w, uint8_t *q1, uint8_t *q2, float *absmax1,
                      float *absmax2, const struct cuda_k_map *map_s, const struct cuda_k_map *map_u, uint8_t zero_s,
                      uint8_t zero_u, const void *grad, int grad_bf16, const struct cuda_k_writeback *out);
+int cuda_k_lion(const struct cuda_k_lion_consts *k, size_t n, float *w, float *m, const void *grad, int grad_bf16,
+                const struct cuda_k_writeback *out);
+/* The one-state 8-bit rules (onestate8bit.cu): the state's codes q and
+ * absmax per block, the signed map, zero: qmap_nearest(map, 0). */
+int cuda_k_sgd8bit(const struct cuda_k_sgd_consts *k, size_t n, float *w, uint8_t *q, float *absmax,
+                   const struct cuda_k_map *map, uint8_t zero, const void *grad, int grad_bf16,
+                   const struct cuda_k_writeback *out);
+int cuda_k_lion8bit(const struct cuda_k_lion_consts *k, size_t n, float *w, uint8_t *q, float *absmax,
+                    const struct cuda_k_map *map, uint8_t zero, const void *grad, int grad_bf16,
+                    const struct cuda_k_writeback *out);
 int cuda_k_dequantize8(const struct cuda_k_map *map, const uint8_t *q, const float *absmax, size_t n, float *out);
 int cuda_k_quantize8(const struct cuda_k_map *map, const float *x, size_t n, uint8_t *q, float *absmax);
 

@@ -11,8 +11,6 @@
 #include "conversions.h"
 #include "zero_parts.h"
 
-static size_t psize(const struct zero *z) { return dtype_size(z->o.param_dtype); }
-static size_t gsize(const struct zero *z) { return dtype_size(z->o.grad_dtype); }
 static enum unit_kind kind_of(const struct zero *z, int u) { return layout_unit(z->lay, u).kind; }
 
 /* A wait that fails is a broken group: the MPI table has already reported
@@ -36,7 +34,7 @@ static int backward_order(const struct model_layout *lay, int *order) {
 }
 
 static void ddp_buckets_build(struct zero *z, const int *order, int n) {
-    size_t cap = z->o.ddp_bucket_bytes / gsize(z);
+    size_t cap = z->o.ddp_bucket_bytes / zero_gsize(z);
     for (int i = 0; i < n; i++) {
         int u = order[i];
         size_t lo = shard_padded_offset(&z->sh, u), hi = lo + shard_unit_padded(&z->sh, u);
@@ -75,7 +73,7 @@ static void ddp_post(struct zero *z) {
     int k = z->ddp_posted++;
     struct ddp_bucket *b = &z->ddp[k];
     while (k - z->ddp_waited >= DDP_MAX_IN_FLIGHT) ddp_wait_next(z);
-    b->req = z->dp->iall_reduce_sum(z->dp, (char *)z->st.grads + b->lo * gsize(z), b->hi - b->lo, z->o.grad_dtype);
+    b->req = z->dp->iall_reduce_sum(z->dp, (char *)z->st.grads + b->lo * zero_gsize(z), b->hi - b->lo, z->o.grad_dtype);
     if (!z->o.overlap) ddp_wait_next(z);
 }
 
@@ -99,7 +97,7 @@ void zero_comm_init(struct zero *z) {
             int u = layout_kind_unit(z->lay, (enum unit_kind)kind);
             if (u < 0) continue;
             enum unit_kind k = (enum unit_kind)kind;
-            size_t bytes = shard_unit_padded(&z->sh, u) * psize(z);
+            size_t bytes = shard_unit_padded(&z->sh, u) * zero_psize(z);
             z->gathered[k] = mem_alloc(mem, z->space, MEM_COMM, gathered_names[k], bytes);
             if (k == UNIT_LAYER && z->o.overlap)
                 z->gathered_layer2 = mem_alloc(mem, z->space, MEM_COMM, "gathered next layer (params)", bytes);
@@ -109,7 +107,7 @@ void zero_comm_init(struct zero *z) {
             z->bucket[b] = mem_alloc(mem, z->space, MEM_COMM,
                                      b == 0 ? "reduce-scatter bucket+ring (grads)"
                                             : "reduce-scatter bucket 2+ring (grads)",
-                                     shard_bucket_elems(&z->sh) * gsize(z));
+                                     shard_bucket_elems(&z->sh) * zero_gsize(z));
     if (z->o.stage == 0) {
         int n = z->lay->n_units;
         int *order = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "backward order (stage 0 buckets)", (size_t)n * sizeof *order);
@@ -138,8 +136,8 @@ static void *gather_buffer(struct zero *z, enum unit_kind k, int i) {
 static struct zero_pending post_gather(struct zero *z, int u, int i) {
     char *buf = gather_buffer(z, kind_of(z, u), i);
     size_t chunk = shard_unit_chunk(&z->sh, u);
-    buf_copy(z->space, buf + (size_t)z->sh.rank * chunk * psize(z),
-             (const char *)z->st.params + shard_offset(&z->sh, u) * psize(z), chunk * psize(z));
+    buf_copy(z->space, buf + (size_t)z->sh.rank * chunk * zero_psize(z),
+             (const char *)z->st.params + shard_offset(&z->sh, u) * zero_psize(z), chunk * zero_psize(z));
     return (struct zero_pending){.unit = u, .buf = i, .req = z->dp->iall_gather(z->dp, buf, chunk, z->o.param_dtype)};
 }
 
@@ -155,7 +153,7 @@ void zero_prefetch_params(struct zero *z, int u) {
  * its buffer (layers alternate between two under overlap, so the prefetch
  * of the next never touches the one in use). */
 const void *zero_unit_params(struct zero *z, int u) {
-    if (z->o.stage < 3) return (const char *)z->st.params + shard_padded_offset(&z->sh, u) * psize(z);
+    if (z->o.stage < 3) return (const char *)z->st.params + shard_padded_offset(&z->sh, u) * zero_psize(z);
     enum unit_kind k = kind_of(z, u);
     struct zero_pending *p = &z->gather[k];
     if (p->unit >= 0 && p->unit != u) { /* prefetched out of turn: finish it, gather u below */
@@ -177,7 +175,7 @@ static void finish_scatter(struct zero *z, int b) {
     struct zero_pending *p = &z->scatter[b];
     if (p->unit < 0) return;
     wait_or_report(z, p->req, "a reduce-scatter of grads");
-    buf_add(z->space, (char *)z->st.grads + shard_offset(&z->sh, p->unit) * gsize(z), z->bucket[b], z->o.grad_dtype,
+    buf_add(z->space, (char *)z->st.grads + shard_offset(&z->sh, p->unit) * zero_gsize(z), z->bucket[b], z->o.grad_dtype,
             shard_unit_chunk(&z->sh, p->unit));
     p->unit = -1;
 }
@@ -192,7 +190,7 @@ static void finish_scatter(struct zero *z, int b) {
 void zero_unit_grads_done(struct zero *z, int u, const float *acc) {
     enum dtype gd = z->o.grad_dtype;
     if (z->o.stage < 2) {
-        void *grads = (char *)z->st.grads + shard_padded_offset(&z->sh, u) * gsize(z); /* full below stage 2 */
+        void *grads = (char *)z->st.grads + shard_padded_offset(&z->sh, u) * zero_gsize(z); /* full below stage 2 */
         if (gd == DTYPE_BF16) conv_accumulate(z->flops, grads, acc, layout_unit_size(z->lay, u));
         int k = z->o.stage == 0 && z->last_backward ? ddp_bucket_of(z, u) : -1;
         if (k >= 0) {
@@ -205,7 +203,7 @@ void zero_unit_grads_done(struct zero *z, int u, const float *acc) {
     finish_scatter(z, b); /* the unit two back, if still in flight */
     if (gd == DTYPE_BF16) conv_narrow(z->flops, z->bucket[b], acc, shard_unit_padded(&z->sh, u));
     else buf_copy(z->space, z->bucket[b], acc, shard_unit_padded(&z->sh, u) * sizeof *acc);
-    char *ring_receive = (char *)z->bucket[b] + shard_max_unit_padded(&z->sh) * gsize(z); /* shard_bucket_elems */
+    char *ring_receive = (char *)z->bucket[b] + shard_max_unit_padded(&z->sh) * zero_gsize(z); /* shard_bucket_elems */
     z->scatter[b] = (struct zero_pending){
         .unit = u,
         .req = z->dp->ireduce_scatter_sum(z->dp, z->bucket[b], ring_receive, shard_unit_chunk(&z->sh, u), gd)};
@@ -230,7 +228,7 @@ void zero_reduce_step_grads(struct zero *z) {
     } else if (z->o.stage == 1) {
         /* in place per unit: the owned slice lands at the unit's start */
         for (int u = 0; u < z->lay->n_units; u++)
-            z->dp->reduce_scatter_sum(z->dp, (char *)z->st.grads + shard_padded_offset(&z->sh, u) * gsize(z),
+            z->dp->reduce_scatter_sum(z->dp, (char *)z->st.grads + shard_padded_offset(&z->sh, u) * zero_gsize(z),
                                       shard_unit_chunk(&z->sh, u), z->o.grad_dtype);
     }
 }

@@ -34,11 +34,11 @@ void opt_segments_build(struct opt_segments *s, struct opt_segment *table, const
             size_t state_at = stage == 0 ? shard_padded_offset(sh, ti.unit) + a
                                          : shard_offset(sh, ti.unit) +
                                                (a - (size_t)sh->rank * shard_unit_chunk(sh, ti.unit));
-            *g = (struct opt_segment){.unit = ti.unit, .lo = a, .hi = b, .state_at = state_at,
+            *g = (struct opt_segment){.unit = ti.unit, .tensor = t, .lo = a, .hi = b, .state_at = state_at,
                                       .global = layout_ref_index(lay, &ti, a - (ti.offset - base))};
             g->decay = o->decay_targets == DECAY_ALL || tensor_is_matrix(&ti);
             g->tp_replicated = ti.split == SPLIT_REPLICATED;
-            g->quantized = o->kind == OPTIM_ADAMW8BIT && ti.numel >= (size_t)o->min_8bit_size;
+            g->quantized = optim_rule(o->kind)->quantized && ti.numel >= (size_t)o->min_8bit_size;
             if (g->quantized) {
                 g->q_offset = s->n_q;
                 g->block_offset = s->n_blocks;

@@ -8,25 +8,6 @@
 
 #include "bufops.h"
 
-static bool params_sharded(const struct zero *z) { return z->o.stage >= 3; }
-static bool grads_sharded(const struct zero *z) { return z->o.stage >= 2; }
-static bool optim_sharded(const struct zero *z) { return z->o.stage >= 1; }
-
-static size_t psize(const struct zero *z) { return dtype_size(z->o.param_dtype); }
-static size_t gsize(const struct zero *z) { return dtype_size(z->o.grad_dtype); }
-
-/* element i of unit u in a full padded buffer / in this rank's shard */
-static size_t full_index(const struct zero *z, int u, size_t i) { return shard_padded_offset(&z->sh, u) + i; }
-static size_t shard_index(const struct zero *z, int u, size_t i) {
-    return shard_offset(&z->sh, u) + (i - (size_t)z->sh.rank * shard_unit_chunk(&z->sh, u));
-}
-static size_t param_index(const struct zero *z, int u, size_t i) {
-    return params_sharded(z) ? shard_index(z, u, i) : full_index(z, u, i);
-}
-static size_t state_index(const struct zero *z, int u, size_t i) {
-    return optim_sharded(z) ? shard_index(z, u, i) : full_index(z, u, i);
-}
-
 int zero_init(struct zero *z, const struct zero_options *o, const struct model_layout *lay, struct collectives *dp,
               struct mem_tracker *mem, enum mem_space space, struct flop_counter *flops) {
     *z = (struct zero){.o = *o, .lay = lay, .dp = dp, .mem = mem, .space = space, .flops = flops};
@@ -36,13 +17,13 @@ int zero_init(struct zero *z, const struct zero_options *o, const struct model_l
     if (!table) return -1; /* the tracker holds the message */
     opt_segments_build(&z->segs, table, lay, &z->sh, o->stage, &o->optim);
     size_t full = z->sh.total_padded, shard = z->sh.total_shard;
-    size_t np = params_sharded(z) ? shard : full, ng = grads_sharded(z) ? shard : full;
-    size_t no = optim_sharded(z) ? shard : full;
-    z->st.params = mem_alloc(mem, space, MEM_PARAMS, params_sharded(z) ? "params (shard)" : "params", np * psize(z));
+    size_t np = zero_params_sharded(z) ? shard : full, ng = zero_grads_sharded(z) ? shard : full;
+    size_t no = zero_optim_sharded(z) ? shard : full;
+    z->st.params = mem_alloc(mem, space, MEM_PARAMS, zero_params_sharded(z) ? "params (shard)" : "params", np * zero_psize(z));
     if (o->param_dtype == DTYPE_BF16)
-        z->st.master = mem_alloc(mem, space, MEM_MASTER, optim_sharded(z) ? "master (fp32, shard)" : "master (fp32)",
+        z->st.master = mem_alloc(mem, space, MEM_MASTER, zero_optim_sharded(z) ? "master (fp32, shard)" : "master (fp32)",
                                  no * 4);
-    z->st.grads = mem_alloc(mem, space, MEM_GRADS, grads_sharded(z) ? "grads (shard)" : "grads", ng * gsize(z));
+    z->st.grads = mem_alloc(mem, space, MEM_GRADS, zero_grads_sharded(z) ? "grads (shard)" : "grads", ng * zero_gsize(z));
     optstate_alloc(z);
     zero_comm_init(z);
     return 0;
@@ -57,24 +38,11 @@ void zero_free(struct zero *z) {
 }
 
 void *zero_unit_grads(struct zero *z, int u) {
-    return grads_sharded(z) ? NULL : (char *)z->st.grads + full_index(z, u, 0) * gsize(z);
+    return zero_grads_sharded(z) ? NULL : (char *)z->st.grads + zero_full_index(z, u, 0) * zero_gsize(z);
 }
 
 void zero_zero_grads(struct zero *z) {
-    buf_zero(z->space, z->st.grads, (grads_sharded(z) ? z->sh.total_shard : z->sh.total_padded) * gsize(z));
-}
-
-/* Index of element i (unit-local, in this rank's update range) in the
- * reduced gradients: full (stage 0), the unit's start (stage 1, after the
- * in-place reduce-scatter), or the shard (stages 2, 3). */
-static size_t grad_index(const struct zero *z, int u, size_t i) {
-    if (z->o.stage == 0) return full_index(z, u, i);
-    if (z->o.stage == 1) return full_index(z, u, i - (size_t)z->sh.rank * shard_unit_chunk(&z->sh, u));
-    return shard_index(z, u, i);
-}
-
-static const void *segment_grad(const struct zero *z, const struct opt_segment *g) {
-    return (const char *)z->st.grads + grad_index(z, g->unit, g->lo) * gsize(z);
+    buf_zero(z->space, z->st.grads, (zero_grads_sharded(z) ? z->sh.total_shard : z->sh.total_padded) * zero_gsize(z));
 }
 
 /* Sum of squares of the reduced gradients this rank updates: its segments
@@ -90,7 +58,7 @@ static double local_grad_sum_squares(const struct zero *z) {
         /* segments never cross a tensor: one inside the uncounted copy is skipped whole */
         if (zero_tie_active(z) && !t->in_norm && g->unit == t->unit && g->lo >= t->lo && g->hi <= t->hi) continue;
         if (g->tp_replicated && z->lay->rank.tp_rank > 0) continue;
-        s += buf_sum_squares(z->space, segment_grad(z, g), z->o.grad_dtype, g->hi - g->lo);
+        s += buf_sum_squares(z->space, zero_segment_grad(z, g), z->o.grad_dtype, g->hi - g->lo);
     }
     return s;
 }
@@ -115,12 +83,15 @@ void zero_update(struct zero *z, int step, double grad_norm) {
     const struct optim_options *op = &z->o.optim;
     struct adamw_hparams h = {.lr = lr_at(&op->lr, step), .beta1 = op->beta1, .beta2 = op->beta2, .eps = op->eps,
                               .grad_scale = clip_scale(grad_norm, op->grad_clip), .t = (int64_t)step + 1};
-    for (int k = 0; k < z->segs.n; k++) {
-        const struct opt_segment *g = &z->segs.seg[k];
-        size_t pi = param_index(z, g->unit, g->lo);
-        float *w = z->st.master ? z->st.master + g->state_at : (float *)z->st.params + pi;
-        bf16 *out = z->st.master ? (bf16 *)z->st.params + pi : NULL;
-        optstate_update(z, g, &h, w, segment_grad(z, g), out, step);
+    if (op->kind == OPTIM_ADAFACTOR) { /* whole tensors at a time, not segment by segment */
+        factored_update(z, &h, step);
+    } else {
+        for (int k = 0; k < z->segs.n; k++) {
+            const struct opt_segment *g = &z->segs.seg[k];
+            bf16 *out;
+            float *w = zero_segment_weights(z, g, &out);
+            optstate_update(z, g, &h, w, zero_segment_grad(z, g), out, step);
+        }
     }
     phase_hook_call(&z->o.hook, PHASE_UPDATE, -1);
 }
@@ -128,7 +99,7 @@ void zero_update(struct zero *z, int step, double grad_norm) {
 void zero_gather_params(struct zero *z) {
     if (z->o.stage != 1 && z->o.stage != 2) return; /* 0: every rank updated all; 3: gathered unit by unit in use */
     for (int u = 0; u < z->lay->n_units; u++)
-        z->dp->all_gather(z->dp, (char *)z->st.params + full_index(z, u, 0) * psize(z), shard_unit_chunk(&z->sh, u),
+        z->dp->all_gather(z->dp, (char *)z->st.params + zero_full_index(z, u, 0) * zero_psize(z), shard_unit_chunk(&z->sh, u),
                           z->o.param_dtype);
     phase_hook_call(&z->o.hook, PHASE_GATHER_PARAMS, -1);
 }
@@ -147,24 +118,24 @@ enum dtype zero_state_dtype(const struct zero *z, enum zero_state which) {
 void zero_unit_stored(const struct zero *z, int u, size_t *lo, size_t *hi) {
     *lo = 0;
     *hi = layout_unit_size(z->lay, u);
-    if (params_sharded(z)) shard_owned(&z->sh, u, z->sh.rank, lo, hi);
+    if (zero_params_sharded(z)) shard_owned(&z->sh, u, z->sh.rank, lo, hi);
 }
 
 /* The part of unit u this rank keeps of state `which`. */
 static void kept(const struct zero *z, enum zero_state which, int u, size_t *lo, size_t *hi) {
     *lo = 0;
     *hi = layout_unit_size(z->lay, u);
-    bool sharded = which == STATE_PARAMS ? params_sharded(z) : optim_sharded(z);
+    bool sharded = which == STATE_PARAMS ? zero_params_sharded(z) : zero_optim_sharded(z);
     if (sharded) shard_owned(&z->sh, u, z->sh.rank, lo, hi);
 }
 
 void zero_set_unit(struct zero *z, int u, size_t lo, size_t hi, const float *w) {
     size_t a, b;
     kept(z, STATE_PARAMS, u, &a, &b);
-    buf_from_fp32(z->space, (char *)z->st.params + param_index(z, u, a) * psize(z), z->o.param_dtype, w + (a - lo), b - a);
+    buf_from_fp32(z->space, (char *)z->st.params + zero_param_index(z, u, a) * zero_psize(z), z->o.param_dtype, w + (a - lo), b - a);
     if (z->st.master) {
         kept(z, STATE_MASTER, u, &a, &b);
-        buf_copy(z->space, z->st.master + state_index(z, u, a), w + (a - lo), (b - a) * sizeof *w);
+        buf_copy(z->space, z->st.master + zero_state_index(z, u, a), w + (a - lo), (b - a) * sizeof *w);
     }
     (void)hi;
 }
@@ -183,13 +154,13 @@ void zero_gather_unit(struct zero *z, enum zero_state which, int u, void *work) 
     kept(z, which, u, &lo, &hi);
     enum dtype dt = zero_state_dtype(z, which);
     size_t elem = dtype_size(dt);
-    bool sharded = which == STATE_PARAMS ? params_sharded(z) : optim_sharded(z);
+    bool sharded = which == STATE_PARAMS ? zero_params_sharded(z) : zero_optim_sharded(z);
     /* this rank's kept part, in dtype, at its place in the padded unit */
     char *w = work;
     buf_zero(z->space, w, shard_unit_padded(&z->sh, u) * elem);
     char *mine = w + lo * elem;
-    if (which == STATE_PARAMS) buf_copy(z->space, mine, (const char *)z->st.params + param_index(z, u, lo) * elem, (hi - lo) * elem);
-    else if (which == STATE_MASTER) buf_copy(z->space, mine, z->st.master + state_index(z, u, lo), (hi - lo) * elem);
+    if (which == STATE_PARAMS) buf_copy(z->space, mine, (const char *)z->st.params + zero_param_index(z, u, lo) * elem, (hi - lo) * elem);
+    else if (which == STATE_MASTER) buf_copy(z->space, mine, z->st.master + zero_state_index(z, u, lo), (hi - lo) * elem);
     else opt_unit_to_fp32(z, which, u, lo, (float *)mine);
     if (sharded) {
         coll_all_gather_uncounted(z->dp, w, chunk, dt); /* checkpoint traffic is not a step's */
@@ -202,11 +173,15 @@ void zero_scatter_unit(struct zero *z, enum zero_state which, int u, const void 
     size_t elem = dtype_size(zero_state_dtype(z, which));
     const char *s = (const char *)src + lo * elem;
     if (which == STATE_PARAMS) {
-        buf_copy(z->space, (char *)z->st.params + param_index(z, u, lo) * elem, s, (hi - lo) * elem);
+        buf_copy(z->space, (char *)z->st.params + zero_param_index(z, u, lo) * elem, s, (hi - lo) * elem);
         return;
     }
     if (which == STATE_MASTER) {
-        buf_copy(z->space, z->st.master + state_index(z, u, lo), s, (hi - lo) * elem);
+        buf_copy(z->space, z->st.master + zero_state_index(z, u, lo), s, (hi - lo) * elem);
+        return;
+    }
+    if (which == STATE_OPT1 && z->o.optim.kind == OPTIM_ADAFACTOR) { /* whole rows and columns at once */
+        factored_load_unit(z, u, src);
         return;
     }
     for (int k = 0; k < z->segs.n; k++) {
@@ -217,7 +192,7 @@ void zero_scatter_unit(struct zero *z, enum zero_state which, int u, const void 
 
 /* ---- 8-bit states as they are, one unit at a time */
 
-int zero_raw_ranks(const struct zero *z) { return optim_sharded(z) ? z->dp->size : 1; }
+int zero_raw_ranks(const struct zero *z) { return zero_optim_sharded(z) ? z->dp->size : 1; }
 
 static size_t seg_blocks(const struct opt_segment *g) { return (g->hi - g->lo + OPT8_BLOCK - 1) / OPT8_BLOCK; }
 
@@ -275,7 +250,7 @@ static void compact_end(const struct zero *z, void *work, const void *host, size
 }
 
 void zero_gather_unit_codes(struct zero *z, enum zero_state which, int u, void *work, void *host) {
-    const bool sharded = optim_sharded(z);
+    const bool sharded = zero_optim_sharded(z);
     const size_t chunk = shard_unit_chunk(&z->sh, u), R = (size_t)zero_raw_ranks(z);
     /* each rank's slice of bytes in a slot of whole fp32 words, so the
      * all-gather (which moves fp32) carries it unchanged */
@@ -297,7 +272,7 @@ void zero_gather_unit_codes(struct zero *z, enum zero_state which, int u, void *
 
 void zero_gather_unit_absmax(struct zero *z, enum zero_state which, int u, const size_t *first, void *work,
                              void *host) {
-    const bool sharded = optim_sharded(z);
+    const bool sharded = zero_optim_sharded(z);
     const size_t chunk = shard_unit_chunk(&z->sh, u), R = (size_t)zero_raw_ranks(z), row = (size_t)u * R;
     float *w = work, *mine = w + (sharded ? (size_t)z->sh.rank * chunk : 0);
     /* a rank's blocks of the unit are fewer than its elements of it: a slice holds them */

@@ -37,4 +37,35 @@ void optstate_segment_to_fp32(const struct zero *z, enum zero_state which, const
 void optstate_segment_from_fp32(struct zero *z, enum zero_state which, const struct opt_segment *g,
                                 const float *src);
 
+/* ---- where elements live (parallel/zero/places.c) */
+/* Which states the stage shards: params (3), grads (2, 3), master and
+ * optimizer states (1-3). */
+bool zero_params_sharded(const struct zero *z);
+bool zero_grads_sharded(const struct zero *z);
+bool zero_optim_sharded(const struct zero *z);
+size_t zero_psize(const struct zero *z); /* bytes per param / grad element */
+size_t zero_gsize(const struct zero *z);
+/* Element i of unit u in a full padded buffer, in this rank's shard, in
+ * the params, in the master and optimizer states, in the reduced grads
+ * (full at stage 0, the unit's start at stage 1 after the in-place
+ * reduce-scatter, the shard at stages 2 and 3). */
+size_t zero_full_index(const struct zero *z, int u, size_t i);
+size_t zero_shard_index(const struct zero *z, int u, size_t i);
+size_t zero_param_index(const struct zero *z, int u, size_t i);
+size_t zero_state_index(const struct zero *z, int u, size_t i);
+size_t zero_grad_index(const struct zero *z, int u, size_t i);
+/* Segment g's reduced gradient, and its fp32 weights (the master, or the
+ * fp32 params) with where the update writes bf16 params (NULL: none). */
+const void *zero_segment_grad(const struct zero *z, const struct opt_segment *g);
+float *zero_segment_weights(struct zero *z, const struct opt_segment *g, bf16 **params_out);
+
+/* ---- adafactor (parallel/zero/factored.c): the whole step over the
+ * rank's segments, collective over dp when the states are sharded. */
+void factored_update(struct zero *z, const struct adamw_hparams *h, int64_t step);
+/* Resume states: segment g's second moment per element (V = R C / sum(C),
+ * or v) into out; and R, C, v of unit u's tensors re-derived from the whole
+ * unit's V (src: the unit's elements, fp32): V's row sums and column sums. */
+void factored_segment_moment(const struct zero *z, const struct opt_segment *g, float *out);
+void factored_load_unit(struct zero *z, int u, const float *src);
+
 #endif

@@ -291,6 +291,108 @@ static void test_adamw8bit(void **state) {
     free(ixs), free(ixu);
 }
 
+/* ---- Lion ---- */
+
+static void test_lion(void **state) {
+    (void)state;
+    SKIP_WITHOUT_DEVICE();
+    for (size_t s = 0; s < NSIZES; s++)
+        for (int c = 0; c < NCONFIGS; c++) {
+            const size_t n = sizes[s];
+            const struct config k = config_of(c);
+            float *w = rand_f32(n, stream_of(6, s, c, 0), -1.0f, 1.0f), *m = rand_f32(n, stream_of(6, s, c, 1), -0.01f, 0.01f);
+            bf16 *p = malloc(n * sizeof *p);
+            float *dw = dev_from(w, n * 4), *dm = dev_from(m, n * 4);
+            bf16 *dp = dev_poisoned(n * sizeof *p);
+            struct flop_counter fc = {0}, gc = {.space = MEM_DEVICE};
+            for (size_t j = 0; j < NSTEPS; j++) {
+                const int64_t t = steps[j];
+                void *g = rand_grad(n, stream_of(6, s, c, 3 + 2 * j), k.gd);
+                if (n > 3) set_grad(g, k.gd, 3, 0.0f); /* a zero interpolation where m is 0 too: sign 0 */
+                void *dg = dev_from(g, n * dtype_size(k.gd));
+                const struct lion_hparams h = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.99f,
+                                               .weight_decay = k.decay ? 0.1f : 0.0f, .grad_scale = t % 2 ? 0.75f : 1.0f};
+                memset(p, 0xff, n * sizeof *p);
+                poison(dp, n * sizeof *p);
+                struct param_writeback ho = writeback_of(k.wb, p, t), go = writeback_of(k.wb, dp, t);
+                lion_update_cpu(&h, n, w, m, g, k.gd, &ho, &fc);
+                lion_update(&h, n, dw, dm, dg, k.gd, &go, &gc);
+                expect_dev("lion w", w, dw, n * 4, 4, n, t, k.name);
+                expect_dev("lion m", m, dm, n * 4, 4, n, t, k.name);
+                expect_dev("lion bf16 params", p, dp, n * sizeof *p, sizeof *p, n, t, k.name);
+                free(g), cudaFree(dg);
+            }
+            expect_flops("lion_update", &fc, &gc);
+            assert_true(fc.other == 11.0 * (double)n * NSTEPS);
+            free(w), free(m), free(p), cudaFree(dw), cudaFree(dm), cudaFree(dp);
+        }
+}
+
+/* ---- the one-state 8-bit rules: sgd8bit and lion8bit ---- */
+
+static void test_onestate8bit(void **state) {
+    (void)state;
+    SKIP_WITHOUT_DEVICE();
+    float ms[QMAP_SIZE];
+    qmap_dynamic(ms, true);
+    struct qmap_index *ixs = index_of(ms);
+    for (int rule = 0; rule < 2; rule++) /* 0: sgd8bit, 1: lion8bit */
+        for (size_t s = 0; s < NSIZES; s++)
+            for (int c = 0; c < NCONFIGS; c++) {
+                const size_t n = sizes[s], nb = adamw8bit_blocks(n);
+                const struct config k = config_of(c);
+                const bool zero_state = c % 2 == 0;
+                float *w = rand_f32(n, stream_of(7 + rule, s, c, 0), -1.0f, 1.0f);
+                uint8_t *q = calloc(n, 1);
+                float *a = calloc(nb, 4);
+                bf16 *p = malloc(n * sizeof *p);
+                assert_true(q && a && p);
+                if (!zero_state) {
+                    for (size_t i = 0; i < n; i++) q[i] = (uint8_t)rng_u32(seed, stream_of(7 + rule, s, c, 1), i);
+                    for (size_t b = 0; b < nb; b++) a[b] = uniform(stream_of(7 + rule, s, c, 1) + 1, b, 1e-4f, 0.1f);
+                }
+                uint8_t *dq = dev_from(q, n);
+                float *dw = dev_from(w, n * 4), *da = dev_from(a, nb * 4);
+                bf16 *dp = dev_poisoned(n * sizeof *p);
+                struct flop_counter fc = {0}, gc = {.space = MEM_DEVICE};
+                for (size_t j = 0; j < NSTEPS; j++) {
+                    const int64_t t = steps[j];
+                    void *g = rand_grad(n, stream_of(7 + rule, s, c, 3 + 2 * j), k.gd);
+                    for (size_t i = 5; i < n; i += 97) set_grad(g, k.gd, i, NAN);
+                    for (size_t i = 7; i < n; i += 101) set_grad(g, k.gd, i, i % 2 ? INFINITY : -INFINITY);
+                    if (zero_state && j == 0)
+                        for (size_t i = 256; i < n && i < 512; i++) set_grad(g, k.gd, i, 0.0f);
+                    void *dg = dev_from(g, n * dtype_size(k.gd));
+                    memset(p, 0xff, n * sizeof *p);
+                    poison(dp, n * sizeof *p);
+                    struct param_writeback ho = writeback_of(k.wb, p, t), go = writeback_of(k.wb, dp, t);
+                    const float gs = t % 2 ? 0.75f : 1.0f;
+                    if (rule == 0) {
+                        const struct sgd_hparams h = {.lr = 0.01f, .momentum = 0.9f, .weight_decay = k.decay ? 0.01f : 0.0f,
+                                                      .grad_scale = gs, .nesterov = c % 3 == 1, .first_step = j == 0};
+                        sgd8bit_update_cpu(&h, n, w, q, a, ms, ixs, g, k.gd, &ho, &fc);
+                        sgd8bit_update(&h, n, dw, dq, da, ms, ixs, dg, k.gd, &go, &gc);
+                    } else {
+                        const struct lion_hparams h = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.99f,
+                                                       .weight_decay = k.decay ? 0.1f : 0.0f, .grad_scale = gs};
+                        lion8bit_update_cpu(&h, n, w, q, a, ms, ixs, g, k.gd, &ho, &fc);
+                        lion8bit_update(&h, n, dw, dq, da, ms, ixs, dg, k.gd, &go, &gc);
+                    }
+                    const char *name = rule == 0 ? "sgd8bit" : "lion8bit";
+                    expect_dev(name, w, dw, n * 4, 4, n, t, k.name);
+                    expect_dev(name, q, dq, n, 1, n, t, k.name);
+                    expect_dev(name, a, da, nb * 4, 4, n, t, k.name);
+                    expect_dev(name, p, dp, n * sizeof *p, sizeof *p, n, t, k.name);
+                    if (zero_state && j == 0 && n >= 512) assert_true(a[1] == 0.0f);
+                    free(g), cudaFree(dg);
+                }
+                expect_flops(rule == 0 ? "sgd8bit_update" : "lion8bit_update", &fc, &gc);
+                assert_true(fc.other == (rule == 0 ? 14.0 : 16.0) * (double)n * NSTEPS);
+                free(w), free(q), free(a), free(p), cudaFree(dw), cudaFree(dq), cudaFree(da), cudaFree(dp);
+            }
+    free(ixs);
+}
+
 /* ---- the 8-bit codec of checkpoints: fp32 side on the device and on the host ---- */
 
 static void test_codec(void **state) {
@@ -395,6 +497,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adamw), cmocka_unit_test(test_sgd),           cmocka_unit_test(test_adamw8bit),
         cmocka_unit_test(test_codec), cmocka_unit_test(test_dispatch_host),
+        cmocka_unit_test(test_lion),  cmocka_unit_test(test_onestate8bit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -248,6 +248,10 @@ static int read_sections(struct trainer *tr, struct resume_reader *r, const stru
     }
     if (rc != 0) snprintf(err, TRAINER_ERR_LEN, "loading resume state: %s", e2);
     if (rc == 0) rc = raw_load(tr, r, raw, &st, err);
+    if (rc == 0 && tr->cfg->optimizer == OPTIM_ADAFACTOR) /* parallel/zero/factored.c: factored_load_unit */
+        snprintf(tr->opt8_resume, sizeof tr->opt8_resume,
+                 "adafactor: R and C re-derived from the saved second moment (its row and column sums; equal up "
+                 "to rounding, not bit for bit)");
     ckpt_staging_free(&st, &tr->mem);
     return rc;
 }

@@ -1,6 +1,6 @@
-/* ---- 8-bit states as they are (adamw8bit) -------------------------------
- * Besides the dequantized fp32 states (which let any grid load them), an
- * adamw8bit state holds the codes and block absmax unchanged, with the
+/* ---- 8-bit states as they are (the 8-bit rules) --------------------------
+ * Besides the dequantized fp32 states (which let any grid load them), the
+ * state of an 8-bit rule (adamw8bit, sgd8bit, lion8bit) holds the codes and block absmax unchanged, with the
  * grid layout that wrote them: a run of the same layout takes those and
  * continues bit for bit; another requantizes from fp32 (and says so).
  * Blocks follow each holder's shards, so only the whole layout reproduces
@@ -13,6 +13,7 @@
  *                            its codes follow its own blocks, not the embedding's
  *   optim8_absmax1, _absmax2 fp32, every holder's blocks (zero_raw_block_table),
  *                            holders in (stage, tp rank) order
+ *   (a rule with one state, sgd8bit and lion8bit: _codes2 and _absmax2 empty)
  * Moved like the other sections: gathered over each holder's dp group and
  * sent to world rank 0, which writes (train/ckpt/ckpt_grid.h), in staging of
  * the model's space that files see through its host side
@@ -51,11 +52,14 @@ static void raw_key(const struct trainer *tr, int32_t key[RAW_KEYS]) {
     key[3] = g->tp, key[4] = g->pp, key[5] = split_digest(tr);
 }
 
+/* The rule's 8-bit states: 1 or 2. */
+static int states(const struct trainer *tr) { return optim_rule(tr->cfg->optimizer)->states; }
+
 static int holders(const struct trainer *tr) { return tr->grid->pp * tr->grid->tp; }
 static int holder_index(const struct grid *g, int s, int t) { return s * g->tp + t; }
 
 int raw_plan(struct trainer *tr, struct raw_plan *p) {
-    *p = (struct raw_plan){.on = tr->cfg->optimizer == OPTIM_ADAMW8BIT};
+    *p = (struct raw_plan){.on = optim_rule(tr->cfg->optimizer)->quantized};
     if (!p->on) return 0;
     raw_key(tr, p->key);
     struct zero *z = &tr->engine.z;
@@ -105,7 +109,9 @@ static size_t codes_numel(const struct trainer *tr) {
 
 void raw_decls(const struct trainer *tr, const struct raw_plan *p, struct state_decl d[RAW_SECTIONS]) {
     size_t blocks = p->base[holders(tr)];
-    size_t numel[RAW_SECTIONS] = {RAW_KEYS * sizeof(int32_t), codes_numel(tr), codes_numel(tr), blocks, blocks};
+    const bool two = states(tr) == 2;
+    size_t numel[RAW_SECTIONS] = {RAW_KEYS * sizeof(int32_t), codes_numel(tr), two ? codes_numel(tr) : 0, blocks,
+                                  two ? blocks : 0};
     for (int i = 0; i < RAW_SECTIONS; i++) {
         d[i] = (struct state_decl){.dtype = i == 0 || i == 1 || i == 2 ? DTYPE_U8 : DTYPE_FP32, .numel = numel[i]};
         snprintf(d[i].name, sizeof d[i].name, "%s", RAW_NAMES[i]);
@@ -152,7 +158,7 @@ int raw_save(struct trainer *tr, const struct raw_plan *p, struct resume_writer 
     const bool writer = g->world_rank == 0;
     const size_t R = (size_t)zero_raw_ranks(&e->z);
     if (writer && rc == 0) rc = resume_write_at(w, first_section, 0, sizeof p->key, p->key, e2);
-    for (int q = 0; q < 2; q++) {
+    for (int q = 0; q < states(tr); q++) {
         enum zero_state which = q == 0 ? STATE_OPT1 : STATE_OPT2;
         for (int s = 0; s < g->pp; s++)
             for (int t = 0; t < g->tp; t++) {
@@ -201,7 +207,7 @@ static int load_codes(struct trainer *tr, struct resume_reader *r, const struct 
         if ((at[i] = resume_find(r, d[i].name, d[i].dtype, d[i].numel, e2)) < 0) return -1;
     size_t mine = p->base[holder_index(tr->grid, tr->grid->pp_rank, tr->grid->tp_rank)];
     int rc = 0;
-    for (int q = 0; rc == 0 && q < 2; q++) {
+    for (int q = 0; rc == 0 && q < states(tr); q++) {
         enum zero_state which = q == 0 ? STATE_OPT1 : STATE_OPT2;
         for (int u = 0; rc == 0 && u < e->lay.n_units; u++) {
             rc = codes_io(NULL, r, at[1 + q], &e->lay, u, st->host, e2);

@@ -11,7 +11,7 @@
 
 enum key_type { KEY_INT, KEY_LLONG, KEY_FLOAT, KEY_DOUBLE, KEY_BOOL, KEY_STRING, KEY_CHOICE };
 
-enum { MAX_CHOICES = 4 };
+enum { MAX_CHOICES = OPTIM_NUM_KINDS };
 
 struct key {
     const char *name;
@@ -41,10 +41,14 @@ static const struct key KEYS[] = {
     {"init_std", KEY_FLOAT, F(init_std), "0.02", "std of the normal weight init (GPT-2)", NUM(0, 10)},
     {"micro_batch", KEY_INT, F(micro_batch), "4", "sequences per micro-batch (B)", NUM(1, 1 << 20)},
     {"grad_accum", KEY_INT, F(grad_accum), "1", "micro-batches accumulated per optimizer step", NUM(1, 1 << 20)},
-    {"optimizer", KEY_CHOICE, F(optimizer), "adamw", "update rule", .choices = {"adamw", "adamw8bit", "sgd"}},
-    {"momentum", KEY_FLOAT, F(momentum), "0.9", "sgd: momentum", NUM(0, 0.999999)},
-    {"nesterov", KEY_BOOL, F(nesterov), "0", "sgd: Nesterov momentum", NUM(0, 1)},
-    {"min_8bit_size", KEY_INT, F(min_8bit_size), "4096", "adamw8bit: tensors with fewer elements keep 32-bit states", NUM(0, INT_MAX)},
+    {"optimizer", KEY_CHOICE, F(optimizer), "adamw", "update rule: adamw, adamw8bit (m and v in 8 bits, block-wise), sgd (momentum), sgd8bit (its momentum in 8 bits), lion (Chen et al. 2023: the sign of an interpolation, one momentum), lion8bit (its momentum in 8 bits), adafactor (Shazeer and Stern 2018: a factored second moment, n + m floats per n x m matrix, update clipping, the run's LR schedule); a rule reads only its own keys of beta1, beta2, eps, momentum, nesterov, min_8bit_size, adafactor_*: another set off its default is an error", .choices = {"adamw", "adamw8bit", "sgd", "sgd8bit", "lion", "lion8bit", "adafactor"}},
+    {"momentum", KEY_FLOAT, F(momentum), "0.9", "sgd, sgd8bit: momentum", NUM(0, 0.999999)},
+    {"nesterov", KEY_BOOL, F(nesterov), "0", "sgd, sgd8bit: Nesterov momentum", NUM(0, 1)},
+    {"adafactor_beta1", KEY_FLOAT, F(adafactor_beta1), "0", "adafactor: a first moment of the clipped update with this decay; 0: none (Shazeer and Stern's default: no bytes for it)", NUM(0, 0.999999)},
+    {"adafactor_decay", KEY_FLOAT, F(adafactor_decay), "0.8", "adafactor: the second moment's decay beta2_t = 1 - t^-c at step t, this c (the paper's 0.8)", NUM(0, 1)},
+    {"adafactor_eps", KEY_FLOAT, F(adafactor_eps), "1e-30", "adafactor: eps1, added to every squared gradient", NUM(0, 1)},
+    {"adafactor_clip", KEY_FLOAT, F(adafactor_clip), "1.0", "adafactor: update clipping threshold d: a tensor's update is divided by max(1, RMS(update) / d)", NUM(1e-6, 1e30)},
+    {"min_8bit_size", KEY_INT, F(min_8bit_size), "4096", "the 8-bit rules (adamw8bit, sgd8bit, lion8bit): tensors with fewer elements keep 32-bit states", NUM(0, INT_MAX)},
     {"recompute", KEY_CHOICE, F(recompute), "none", "activation checkpointing: keep all, drop attention probabilities (selective; with --attention flash there are none to drop: the same as none), or keep only layer inputs (full)", .choices = {"none", "selective", "full"}},
     {"attention", KEY_CHOICE, F(attention), "plain", "attention kernels: plain (saves the B NH T^2 probabilities) or flash (saves each row's log-sum-exp, B NH T fp32, and recomputes the probabilities in backward; FlashAttention-2: on a GPU the fused kernel with bf16 operands, on the CPU the same algorithm in fp32); with flash, recompute selective is the same as none (nothing left to drop)", .choices = {"plain", "flash"}},
     {"steps", KEY_INT, F(steps), "100", "optimizer steps to run", NUM(0, INT_MAX)},
@@ -52,11 +56,11 @@ static const struct key KEYS[] = {
     {"lr", KEY_FLOAT, F(lr), "1e-3", "peak learning rate", NUM(0, 10)},
     {"lr_schedule", KEY_CHOICE, F(lr_schedule), "cosine", "LR after warmup", .choices = {"cosine", "constant"}},
     {"min_lr_frac", KEY_FLOAT, F(min_lr_frac), "0.1", "cosine floor as a fraction of lr", NUM(0, 1)},
-    {"weight_decay", KEY_FLOAT, F(weight_decay), "0.1", "decoupled (AdamW) weight decay", NUM(0, 10)},
+    {"weight_decay", KEY_FLOAT, F(weight_decay), "0.1", "weight decay: decoupled (w -= lr wd w) for adamw, lion and their 8-bit forms; L2 added to the gradient (PyTorch's SGD) for sgd and sgd8bit", NUM(0, 10)},
     {"decay_targets", KEY_CHOICE, F(decay_targets), "matrices", "which tensors decay: 2-D weights only, or all", .choices = {"matrices", "all"}},
-    {"beta1", KEY_FLOAT, F(beta1), "0.9", "Adam first-moment decay", NUM(0, 0.999999)},
-    {"beta2", KEY_FLOAT, F(beta2), "0.95", "Adam second-moment decay", NUM(0, 0.999999)},
-    {"eps", KEY_FLOAT, F(eps), "1e-8", "Adam epsilon", NUM(0, 1)},
+    {"beta1", KEY_FLOAT, F(beta1), "0.9", "adamw, adamw8bit: first-moment decay; lion, lion8bit: the interpolation of m and g whose sign is the update (Lion's beta1)", NUM(0, 0.999999)},
+    {"beta2", KEY_FLOAT, F(beta2), "0.95", "adamw, adamw8bit: second-moment decay; lion, lion8bit: the momentum's decay (Lion's beta2; the paper's default is 0.99)", NUM(0, 0.999999)},
+    {"eps", KEY_FLOAT, F(eps), "1e-8", "adamw, adamw8bit: epsilon", NUM(0, 1)},
     {"grad_clip", KEY_FLOAT, F(grad_clip), "1.0", "clip the global gradient norm to this (0 disables)", NUM(0, 1e30)},
     {"param_dtype", KEY_CHOICE, F(param_dtype), "bf16", "working weights; bf16 keeps an fp32 master copy", .choices = {"fp32", "bf16"}},
     {"grad_dtype", KEY_CHOICE, F(grad_dtype), "bf16", "stored gradients", .choices = {"fp32", "bf16"}},
@@ -333,7 +337,34 @@ int config_parse_args(struct config *c, int argc, char **argv, bool *help, char 
     return 0;
 }
 
+static void format_value(const struct config *c, const struct key *k, char *out, size_t n);
+
+/* The optimizer keys that are not the chosen rule's must keep their
+ * defaults (a value there would be ignored without a word). */
+static int check_optimizer_keys(const struct config *c, char err[CONFIG_ERR_LEN]) {
+    const struct optim_rule *r = optim_rule(c->optimizer);
+    struct config d;
+    config_defaults(&d);
+    for (int k = 0; k < OKEY_NUM; k++) {
+        if (r->keys & (1u << k)) continue;
+        const struct key *key = find_key(optim_key_name((enum optim_key)k));
+        char mine[64], dflt[64];
+        format_value(c, key, mine, sizeof mine);
+        format_value(&d, key, dflt, sizeof dflt);
+        if (strcmp(mine, dflt) == 0) continue;
+        size_t n = (size_t)snprintf(err, CONFIG_ERR_LEN, "%s = %s does not belong to optimizer %s (its keys:",
+                                    key->name, mine, r->name);
+        for (int j = 0; j < OKEY_NUM && n < CONFIG_ERR_LEN; j++)
+            if (r->keys & (1u << j))
+                n += (size_t)snprintf(err + n, CONFIG_ERR_LEN - n, " %s", optim_key_name((enum optim_key)j));
+        if (n < CONFIG_ERR_LEN) snprintf(err + n, CONFIG_ERR_LEN - n, "); leave it out or choose a rule that reads it");
+        return -1;
+    }
+    return 0;
+}
+
 int config_validate(const struct config *c, char err[CONFIG_ERR_LEN]) {
+    if (check_optimizer_keys(c, err) != 0) return -1;
     if (c->d_model % c->n_head != 0) {
         snprintf(err, CONFIG_ERR_LEN, "n_head (%d) must divide d_model (%d)", c->n_head, c->d_model);
         return -1;

@@ -17,7 +17,8 @@ struct engine_options trainer_engine_options(const struct config *c) {
                .schedule = c->lr_schedule},
         .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps, .weight_decay = c->weight_decay,
         .grad_clip = c->grad_clip, .decay_targets = c->decay_targets, .momentum = c->momentum,
-        .nesterov = c->nesterov, .min_8bit_size = c->min_8bit_size};
+        .nesterov = c->nesterov, .min_8bit_size = c->min_8bit_size, .adafactor_beta1 = c->adafactor_beta1,
+        .adafactor_decay = c->adafactor_decay, .adafactor_eps = c->adafactor_eps, .adafactor_clip = c->adafactor_clip};
     struct zero_options z = {.stage = c->zero, .param_dtype = c->param_dtype, .grad_dtype = c->grad_dtype,
                              .rounding = c->rounding, .seed = (uint64_t)c->seed, .optim = opt,
                              .overlap = c->overlap, .ddp_bucket_bytes = (size_t)(c->ddp_bucket_mb * MIB_BYTES)};

@@ -84,7 +84,7 @@ class Run:
         self.name = os.path.splitext(os.path.basename(path))[0]
         self.machine = None      # the first "run" record
         self.steps = []          # "step" records, in file order
-        self.setup = None        # "memory_setup": zero, world_size, tp, pp, psi
+        self.setup = None        # "memory_setup": zero, world_size, tp, pp, psi, optimizer
         self.memory = []         # "memory" records of the last table
         self.comm = []           # "comm" records of the last table
         self.phases = []         # "memory_phase" records
@@ -146,6 +146,8 @@ class Run:
                 text += ", tp %d" % s["tp"]
             if s.get("pp", 1) > 1:
                 text += ", pp %d" % s["pp"]
+            if s.get("optimizer", "adamw") != "adamw":
+                text += ", " + s["optimizer"]
             if self.machine and isinstance(self.machine.get("gemm_dtype"), str):
                 text += ", %s GEMMs" % self.machine["gemm_dtype"]
             return text

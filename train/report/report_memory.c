@@ -193,10 +193,10 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
     /* What the memory rows belong to, so build/report can label a run. */
     if (json)
         fprintf(json, "{\"type\":\"memory_setup\",\"zero\":%d,\"world_size\":%d,\"tp\":%d,\"pp\":%d,"
-                      "\"psi\":%.0f,\"recompute\":\"%s\",\"attention\":\"%s\"}\n",
+                      "\"psi\":%.0f,\"recompute\":\"%s\",\"attention\":\"%s\",\"optimizer\":\"%s\"}\n",
                 c->zero, n, c->tp, c->pp, st.psi,
                 c->recompute == RECOMPUTE_NONE ? "none" : c->recompute == RECOMPUTE_FULL ? "full" : "selective",
-                c->attention == ATTENTION_FLASH ? "flash" : "plain");
+                c->attention == ATTENTION_FLASH ? "flash" : "plain", optim_rule(c->optimizer)->name);
     char rule[320];
     double states_theory = 0;
     bool exact = true;

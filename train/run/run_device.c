@@ -53,6 +53,12 @@ static int open_cpu_kernels(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
 
 int trainer_open_kernels(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     if (check_device_attention(tr, err) != 0) return -1;
+    if (tr->space == MEM_DEVICE && tr->cfg->optimizer == OPTIM_ADAFACTOR) {
+        snprintf(err, TRAINER_ERR_LEN, "optimizer adafactor on the %s: adafactor runs on the CPU only in this build "
+                 "(its steps are host code, parallel/zero/factored.c; use --device cpu or another optimizer)",
+                 tr->dev.name);
+        return -1;
+    }
     if (tr->space == MEM_HOST) return open_cpu_kernels(tr, err);
     const struct config *c = tr->cfg; /* a GPU has tensor cores: auto follows the params */
     bool bf16 = c->gemm_dtype == GEMM_DTYPE_BF16 || (c->gemm_dtype == GEMM_DTYPE_AUTO && c->param_dtype == DTYPE_BF16);

@@ -193,10 +193,19 @@ static void levers(struct text *t, const struct config *c, int N, int rank, doub
                  c->micro_batch / k.micro_batch);
         lever(t, name, &k, N, rank, budget, &first);
     }
-    if (c->optimizer == OPTIM_ADAMW) {
+    const struct optim_rule *rule = optim_rule(c->optimizer);
+    if (!rule->quantized && rule->twin != c->optimizer) { /* the 8-bit form: 1 B per state and parameter, not 4 */
         struct config k = *c;
-        k.optimizer = all.optimizer = OPTIM_ADAMW8BIT;
-        lever(t, "--optimizer adamw8bit", &k, N, rank, budget, &first);
+        k.optimizer = all.optimizer = rule->twin;
+        snprintf(name, sizeof name, "--optimizer %s", optim_rule(rule->twin)->name);
+        lever(t, name, &k, N, rank, budget, &first);
+    }
+    /* Adafactor's n + m floats per n x m matrix, the least state of all
+     * (where it runs: tp 1, parallel/zero/factored.c) */
+    if (c->optimizer != OPTIM_ADAFACTOR && c->tp == 1) {
+        struct config k = *c;
+        k.optimizer = all.optimizer = OPTIM_ADAFACTOR;
+        lever(t, "--optimizer adafactor (CPU, tp 1)", &k, N, rank, budget, &first);
     }
     if (first) add(t, "none left (ZeRO needs more than one data-parallel rank)");
     else lever(t, "all of these together", &all, N, rank, budget, &first);

@@ -182,8 +182,8 @@ static void print_text(const struct theory_plan *pl, const struct plan_opts *o, 
                pl->energy_dense_j / 3.6e9);
     else printf("  energy: give --watts W\n");
 
-    printf("\nModel states per device over %.0f data-parallel ranks (w_p %.0f, w_g %.0f, K %.0f B/param)\n",
-           in->devices, pl->dtypes.w_p, pl->dtypes.w_g, pl->dtypes.K);
+    printf("\nModel states per device over %.0f data-parallel ranks (w_p %.0f, w_g %.0f, K %.4g B/param: %s)\n",
+           in->devices, pl->dtypes.w_p, pl->dtypes.w_g, pl->dtypes.K, optim_rule(c->optimizer)->name);
     const char *stage[] = {"DP", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
     printf("  %-8s %12s %12s %12s %12s\n", "", "params GB", "grads GB", "optim GB", "total GB");
     for (int z = 0; z < 4; z++)

@@ -41,7 +41,9 @@ struct theory_dtypes theory_dtypes_from_config(const struct config *c) {
     struct theory_dtypes d;
     d.w_p = (double)dtype_size(c->param_dtype);
     d.w_g = (double)dtype_size(c->grad_dtype);
-    d.K = c->param_dtype == DTYPE_FP32 ? 8.0 : 12.0;
+    /* the fp32 master when params are bf16, then the rule's states */
+    d.K = (c->param_dtype == DTYPE_FP32 ? 0.0 : 4.0) +
+          optim_bytes_per_param(optim_rule(c->optimizer), c->adafactor_beta1);
     d.w_act = (double)dtype_size(c->act_dtype);
     return d;
 }

@@ -66,6 +66,39 @@ static double rank_psi(const struct model_layout *lay) {
 /* The tied wte's gradient summed across stages (parallel/zero/tie.c). */
 static bool ties(const struct model_layout *lay) { return lay->rank.has_embed != lay->rank.has_head; }
 
+/* The optimizer's view of a rank as the engine builds it (parallel/zero/):
+ * its segments and, for adafactor, the plan of its statistics. */
+struct rank_optim {
+    struct opt_segment *seg;
+    struct opt_segments g;
+    struct factored_tensor *ft;
+    struct factored_plan f;
+};
+
+static void *theory_alloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) { /* theory of a model too big to describe is not worth a crash */
+        fprintf(stderr, "error: out of memory for the optimizer's segment table (theory)\n");
+        exit(1);
+    }
+    return p;
+}
+
+static void rank_optim_build(struct rank_optim *r, const struct config *c, const struct model_layout *lay,
+                             const struct shard_layout *sh) {
+    struct optim_options o = {.kind = c->optimizer, .decay_targets = c->decay_targets,
+                              .min_8bit_size = c->min_8bit_size};
+    r->seg = theory_alloc(opt_segments_capacity(lay) * sizeof *r->seg);
+    opt_segments_build(&r->g, r->seg, lay, sh, c->zero, &o);
+    r->ft = theory_alloc(factored_capacity(&r->g) * sizeof *r->ft);
+    factored_plan_build(&r->f, r->ft, lay, sh, &r->g, c->zero >= 1);
+}
+
+static void rank_optim_free(struct rank_optim *r) {
+    free(r->seg);
+    free(r->ft);
+}
+
 struct state_theory theory_trainer_states(const struct config *c, struct rank_place p) {
     struct model_layout lay = layout_of(c, p);
     int N = p.dp;
@@ -92,6 +125,9 @@ struct state_theory theory_trainer_states(const struct config *c, struct rank_pl
         {MEM_OPTIMIZER, 8, z >= 1, "8 B x Psi (Adam m, v fp32; K = 12 with master, 8 without)",
          c->optimizer == OPTIM_ADAMW},
         {MEM_OPTIMIZER, 4, z >= 1, "4 B x Psi (SGD momentum fp32; K = 8 with master)", c->optimizer == OPTIM_SGD},
+        {MEM_OPTIMIZER, 4, z >= 1, "4 B x Psi (Lion m fp32; K = 8 with master)", c->optimizer == OPTIM_LION},
+        {MEM_OPTIMIZER, 4, z >= 1, "4 B x Psi (Adafactor's first moment, adafactor_beta1 > 0)",
+         c->optimizer == OPTIM_ADAFACTOR && c->adafactor_beta1 > 0.0f},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         if (!rows[i].present) continue;
@@ -100,23 +136,30 @@ struct state_theory theory_trainer_states(const struct config *c, struct rank_pl
         s.lines[s.n++] = (struct state_line){rows[i].cat, w, sh_, w * s.psi / (sh_ ? N : 1),
                                              w * (sh_ ? s.shard_padding : s.padding), rows[i].rule};
     }
-    if (c->optimizer == OPTIM_ADAMW8BIT) {
-        /* the same segments the engine walks: codes 1 B + 1 B per element,
-         * two fp32 absmax per 256-element block, 8 B per element of the
-         * tensors that keep 32-bit states (Dettmers et al. 2021, THEORY.md 2.5) */
-        struct opt_segments g;
-        struct optim_options o = {.kind = c->optimizer, .decay_targets = c->decay_targets,
-                                  .min_8bit_size = c->min_8bit_size};
-        struct opt_segment *table = malloc(opt_segments_capacity(&lay) * sizeof *table);
-        if (!table) { /* theory of a model too big to describe is not worth a crash */
-            fprintf(stderr, "error: out of memory for the segment table of the 8-bit theory\n");
-            exit(1);
+    const struct optim_rule *rule = optim_rule(c->optimizer);
+    if (rule->quantized || c->optimizer == OPTIM_ADAFACTOR) {
+        struct rank_optim ro;
+        rank_optim_build(&ro, c, &lay, &sh);
+        const double per = s.psi / (z >= 1 ? N : 1);
+        if (rule->quantized) {
+            /* the same segments the engine walks, per state: a code byte per
+             * element, an fp32 absmax per 256-element block, 4 B per element of
+             * the tensors that keep 32-bit states (Dettmers et al. 2021,
+             * THEORY.md 2.5) */
+            double bytes = optim_state_bytes(rule, ro.g.n_q, ro.g.n_blocks, ro.g.n_f32);
+            s.lines[s.n++] = (struct state_line){
+                MEM_OPTIMIZER, bytes / per, z >= 1, bytes, 0,
+                rule->states == 2 ? "2 B x Psi_8bit + 8 B per 256-block + 8 B x Psi_small (K = 4 + 2 + 8/256)"
+                                  : "1 B x Psi_8bit + 4 B per 256-block + 4 B x Psi_small (K = 4 + 1 + 4/256)"};
+        } else {
+            /* Shazeer & Stern 2018: R and C of each matrix (the rows this
+             * rank touches, all columns), v of each vector element */
+            double bytes = 4.0 * (double)ro.f.stat_floats;
+            s.lines[s.n++] = (struct state_line){MEM_OPTIMIZER, bytes / per, z >= 1, bytes, 0,
+                                                 "4 B x (own rows + cols) per matrix + 4 B x Psi_vectors "
+                                                 "(Adafactor; K = 4 + about 0)"};
         }
-        opt_segments_build(&g, table, &lay, &sh, z, &o);
-        double bytes = 2.0 * g.n_q + 8.0 * g.n_blocks + 8.0 * g.n_f32;
-        s.lines[s.n++] = (struct state_line){MEM_OPTIMIZER, bytes / (s.psi / (z >= 1 ? N : 1)), z >= 1, bytes, 0,
-                                             "2 B x Psi_8bit + 8 B per 256-block + 8 B x Psi_small (K = 4 + 2 + 8/256)"};
-        free(table);
+        rank_optim_free(&ro);
     }
     return s;
 }
@@ -159,6 +202,10 @@ struct comm_theory theory_trainer_comm(const struct config *c, struct rank_place
         t.rule = "ZeRO-3: gather fwd + bwd, reduce-scatter, per micro-batch: k (N-1)/N Psi (w_g + 2 w_p)";
         break;
     }
+    /* adafactor: the columns' and cut rows' sums, fp32, all-reduced once a
+     * step (parallel/zero/factored.c; its RMS sums go with the scalars) */
+    if (c->optimizer == OPTIM_ADAFACTOR && c->zero >= 1 && N > 1)
+        t.all_reduce += 2 * f * (double)factored_slot_floats(&lay, N) * 4;
     /* the tied wte across stages: at stages >= 1 its unit's reduced chunks
      * are all-gathered over dp before the sum (parallel/zero/tie.c) */
     if (ties(&lay) && c->zero >= 1) {
@@ -433,7 +480,14 @@ struct scratch_theory theory_trainer_scratch(const struct config *c, struct rank
     /* parallel/pipeline/schedule.c: the step's order, 2 m v operations */
     s.persistent += 2.0 * c->grad_accum * config_chunks(c) * sizeof(struct pipe_op);
     s.persistent += (double)trace_capacity(c) * sizeof(struct trace_event); /* --trace: the recorder's events */
-    if (c->optimizer == OPTIM_ADAMW8BIT) s.persistent += 2.0 * sizeof(struct qmap_index);
+    if (optim_rule(c->optimizer)->quantized) s.persistent += optim_rule(c->optimizer)->states * (double)sizeof(struct qmap_index);
+    if (c->optimizer == OPTIM_ADAFACTOR) { /* parallel/zero/optstate.c: its plan and the step's sums */
+        struct rank_optim ro;
+        rank_optim_build(&ro, c, &lay, &sh);
+        s.persistent += (double)factored_capacity(&ro.g) * sizeof(struct factored_tensor) +
+                        4.0 * (double)(ro.f.slot_floats + ro.f.rowsum_floats) + 8.0 * ro.f.tensors;
+        rank_optim_free(&ro);
+    }
     /* parallel/zero/comm.c: stage 0's all-reduce bucket table, one entry per unit at most */
     if (c->zero == 0) s.persistent += (double)lay.n_units * sizeof(struct ddp_bucket);
     s.staging = (double)shard_max_unit_padded(&sh) * 4;

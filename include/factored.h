@@ -1,0 +1,59 @@
+/* Adafactor's statistics on a rank (parallel/zero/factored.c): which
+ * tensors it updates, where their statistics live, and the sums it shares
+ * with the other ranks of its data-parallel group. A rank holds, of each
+ * n x m matrix it updates a part of, R for the rows it touches and all m
+ * of C; of each vector, one value per element it updates. The columns'
+ * sums and the sums of the rows a shard boundary cuts are added over the
+ * dp group in one all-reduce per step (fp32, counted as model traffic), the
+ * squares of each tensor's update (the clipping RMS) in a second one of
+ * doubles (counted with the scalars). Both buffers are indexed by the
+ * layout's tensors, the same on every rank: a tensor's slots are the
+ * matrix's m columns, then two per dp rank (its first and last row's part),
+ * so each rank adds its own and reads the others'. ZeRO-0 (every rank
+ * updates everything) shares nothing. */
+#ifndef SHARDLAB_FACTORED_H
+#define SHARDLAB_FACTORED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "segments.h"
+#include "shard.h"
+
+/* One tensor this rank updates a part of. */
+struct factored_tensor {
+    int tensor;            /* in the layout's table */
+    int first_seg, n_segs; /* its segments, consecutive in the rank's table */
+    bool factored;         /* a matrix: rows and columns; else one value per element */
+    int ncols;             /* m (factored) */
+    size_t t0;             /* the tensor's first element in its unit */
+    size_t a, b;           /* the tensor-local elements this rank updates, [a, b) */
+    size_t r0, nrows;      /* factored: the rows [r0, r0 + nrows) they touch */
+    size_t stat_at;        /* its statistics in the rank's array: R then C, or the elements */
+    size_t rowsum_at;      /* factored: its rows' partial sums in the scratch */
+    size_t slot_at;        /* factored: its slots in the shared sums (by layout tensor) */
+};
+
+struct factored_plan {
+    struct factored_tensor *t;
+    int n;
+    int ranks, rank;       /* who shares the sums: the dp group when states are sharded, else this rank alone */
+    size_t stat_floats;    /* this rank's statistics (MEM_OPTIMIZER) */
+    size_t slot_floats;    /* the shared sums: every matrix of the layout, m + 2 ranks */
+    size_t rowsum_floats;  /* partial row sums of the matrices this rank touches */
+    int tensors;           /* the layout's tensors: the RMS sums (doubles) */
+};
+
+/* The shared sums' floats: every matrix of the layout, its columns and
+ * two slots per rank sharing them, padded to a multiple of the ranks. */
+size_t factored_slot_floats(const struct model_layout *lay, int ranks);
+
+/* Tensors at most: one per segment. */
+static inline size_t factored_capacity(const struct opt_segments *s) { return (size_t)s->n; }
+
+/* Fills p over `table` (factored_capacity entries) from the rank's
+ * segments; sharded: the states are the dp group's shards (ZeRO >= 1). */
+void factored_plan_build(struct factored_plan *p, struct factored_tensor *table, const struct model_layout *lay,
+                         const struct shard_layout *sh, const struct opt_segments *segs, bool sharded);
+
+#endif

@@ -1,0 +1,224 @@
+/* Adafactor over a rank's segments (include/factored.h; the per-piece
+ * kernels are include/optim.h's adafactor_*): the plan of which tensors
+ * this rank updates, and the step in five phases, each over every tensor:
+ * the squares' sums, their share over the dp group, the moving averages,
+ * the update's squares (the clipping RMS, shared too), the update. */
+#include <math.h>
+#include <string.h>
+
+#include "zero_parts.h"
+
+/* A matrix's slots: its m columns, then two per rank (first and last row). */
+static size_t matrix_slots(const struct tensor_info *ti, int ranks) {
+    return tensor_is_matrix(ti) ? (size_t)ti->cols + 2 * (size_t)ranks : 0;
+}
+
+/* Padded to a multiple of the ranks, as the ring splits it (and so its
+ * volume 2 (N-1)/N x bytes is a whole number of bytes, as the gradients'). */
+size_t factored_slot_floats(const struct model_layout *lay, int ranks) {
+    size_t n = 0, r = (size_t)ranks;
+    for (int t = 0; t < layout_num_tensors(lay); t++) {
+        const struct tensor_info ti = layout_tensor(lay, t);
+        n += matrix_slots(&ti, ranks);
+    }
+    return (n + r - 1) / r * r;
+}
+
+void factored_plan_build(struct factored_plan *p, struct factored_tensor *table, const struct model_layout *lay,
+                         const struct shard_layout *sh, const struct opt_segments *segs, bool sharded) {
+    *p = (struct factored_plan){.t = table, .ranks = sharded ? sh->N : 1, .rank = sharded ? sh->rank : 0,
+                                .tensors = layout_num_tensors(lay)};
+    int k = 0; /* segments come in tensor order */
+    for (int t = 0; t < p->tensors; t++) {
+        const struct tensor_info ti = layout_tensor(lay, t);
+        const bool matrix = tensor_is_matrix(&ti);
+        const size_t slot_at = p->slot_floats;
+        p->slot_floats += matrix_slots(&ti, p->ranks);
+        if (k >= segs->n || segs->seg[k].tensor != t) continue;
+        struct factored_tensor *e = &table[p->n++];
+        const size_t t0 = ti.offset - layout_unit_offset(lay, ti.unit);
+        *e = (struct factored_tensor){.tensor = t, .first_seg = k, .factored = matrix, .ncols = ti.cols, .t0 = t0,
+                                      .a = segs->seg[k].lo - t0, .stat_at = p->stat_floats};
+        while (k < segs->n && segs->seg[k].tensor == t) k++;
+        e->n_segs = k - e->first_seg;
+        e->b = segs->seg[k - 1].hi - t0;
+        if (matrix) {
+            const size_t m = (size_t)ti.cols;
+            e->r0 = e->a / m;
+            e->nrows = (e->b - 1) / m - e->r0 + 1;
+            e->rowsum_at = p->rowsum_floats;
+            e->slot_at = slot_at;
+            p->rowsum_floats += e->nrows;
+            p->stat_floats += e->nrows + m;
+        } else {
+            p->stat_floats += e->b - e->a;
+        }
+    }
+    p->slot_floats = factored_slot_floats(lay, p->ranks);
+}
+
+/* Rank s's elements of tensor e, tensor-local [*a, *b) (empty: a == b). */
+static void rank_part(const struct zero *z, const struct factored_tensor *e, int s, size_t *a, size_t *b) {
+    const struct tensor_info ti = layout_tensor(z->lay, e->tensor);
+    size_t lo = 0, hi = layout_unit_size(z->lay, ti.unit);
+    if (z->o.stage >= 1) shard_owned(&z->sh, ti.unit, s, &lo, &hi);
+    const size_t t1 = e->t0 + ti.numel;
+    lo = lo > e->t0 ? lo : e->t0;
+    hi = hi < t1 ? hi : t1;
+    *a = lo < hi ? lo - e->t0 : 0;
+    *b = lo < hi ? hi - e->t0 : 0;
+}
+
+/* Row `row`'s sum over every rank that holds a part of it: each put its
+ * part of its first and last row into its two slots. */
+static float shared_row(const struct zero *z, const struct factored_tensor *e, const float *slots, size_t row) {
+    const size_t m = (size_t)e->ncols;
+    float sum = 0.0f;
+    for (int s = 0; s < z->fac.ranks; s++) {
+        size_t a, b;
+        rank_part(z, e, s, &a, &b);
+        if (a == b) continue;
+        const size_t first = a / m, last = (b - 1) / m;
+        if (first == row) sum += slots[2 * (size_t)s];
+        if (last == row && last != first) sum += slots[2 * (size_t)s + 1];
+    }
+    return sum;
+}
+
+/* The moment piece g of tensor e sees (after the averages). */
+static struct adafactor_moment moment_of(const struct zero *z, const struct factored_tensor *e,
+                                         const struct opt_segment *g, float col_total) {
+    const float *stat = z->st.s1 + e->stat_at;
+    const size_t k = g->lo - e->t0; /* tensor-local */
+    if (!e->factored) return (struct adafactor_moment){.v = stat + (k - e->a)};
+    return (struct adafactor_moment){.rows = stat, .cols = stat + e->nrows, .col_total = col_total,
+                                     .c0 = k - e->r0 * (size_t)e->ncols, .ncols = e->ncols};
+}
+
+static float column_total(const struct zero *z, const struct factored_tensor *e) {
+    if (!e->factored) return 0.0f;
+    const float *c = z->st.s1 + e->stat_at + e->nrows;
+    float total = 0.0f;
+    for (int j = 0; j < e->ncols; j++) total += c[j];
+    return total;
+}
+
+void factored_update(struct zero *z, const struct adamw_hparams *h, int64_t step) {
+    const struct optim_options *o = &z->o.optim;
+    const struct factored_plan *p = &z->fac;
+    const enum dtype gd = z->o.grad_dtype;
+    const float gs = h->grad_scale, eps1 = o->adafactor_eps, beta2t = adafactor_beta2t(o->adafactor_decay, step + 1);
+    float *slots = z->fac_sums, *rows = z->fac_rowsums;
+    double *squares = z->fac_squares;
+    memset(slots, 0, p->slot_floats * sizeof *slots);
+    memset(rows, 0, p->rowsum_floats * sizeof *rows);
+    memset(squares, 0, (size_t)p->tensors * sizeof *squares);
+    /* 1. G^2 + eps1: the matrices' row and column sums, the vectors' averages */
+    for (int i = 0; i < p->n; i++) {
+        const struct factored_tensor *e = &p->t[i];
+        for (int k = e->first_seg; k < e->first_seg + e->n_segs; k++) {
+            const struct opt_segment *g = &z->segs.seg[k];
+            const size_t n = g->hi - g->lo, at = g->lo - e->t0;
+            if (e->factored)
+                adafactor_square_sums(n, zero_segment_grad(z, g), gd, gs, eps1, at - e->r0 * (size_t)e->ncols,
+                                      e->ncols, rows + e->rowsum_at, slots + e->slot_at);
+            else
+                adafactor_vector_ema(n, z->st.s1 + e->stat_at + (at - e->a), zero_segment_grad(z, g), gd, gs, eps1,
+                                     beta2t);
+        }
+        if (!e->factored) continue;
+        float *mine = slots + e->slot_at + e->ncols + 2 * (size_t)p->rank;
+        mine[0] = rows[e->rowsum_at];
+        if (e->nrows > 1) mine[1] = rows[e->rowsum_at + e->nrows - 1];
+    }
+    /* 2. the columns and the cut rows summed over the ranks that share them */
+    if (p->ranks > 1) z->dp->all_reduce_sum(z->dp, slots, p->slot_floats, DTYPE_FP32);
+    /* 3. R and C move */
+    for (int i = 0; i < p->n; i++) {
+        const struct factored_tensor *e = &p->t[i];
+        if (!e->factored) continue;
+        float *r = rows + e->rowsum_at;
+        const float *cut = slots + e->slot_at + e->ncols;
+        r[0] = shared_row(z, e, cut, e->r0);
+        if (e->nrows > 1) r[e->nrows - 1] = shared_row(z, e, cut, e->r0 + e->nrows - 1);
+        adafactor_ema(e->nrows, z->st.s1 + e->stat_at, r, beta2t);
+        adafactor_ema((size_t)e->ncols, z->st.s1 + e->stat_at + e->nrows, slots + e->slot_at, beta2t);
+    }
+    /* 4. each tensor's update squares, for its RMS */
+    for (int i = 0; i < p->n; i++) {
+        const struct factored_tensor *e = &p->t[i];
+        const float total = column_total(z, e);
+        for (int k = e->first_seg; k < e->first_seg + e->n_segs; k++) {
+            const struct opt_segment *g = &z->segs.seg[k];
+            const struct adafactor_moment s = moment_of(z, e, g, total);
+            squares[e->tensor] += adafactor_update_squares(g->hi - g->lo, zero_segment_grad(z, g), gd, gs, &s);
+        }
+    }
+    if (p->ranks > 1) z->dp->all_reduce_scalars(z->dp, squares, p->tensors);
+    /* 5. the clipped step */
+    struct adafactor_hparams ah = {.lr = h->lr, .beta1 = o->adafactor_beta1, .eps1 = eps1, .clip = o->adafactor_clip,
+                                   .beta2t = beta2t, .grad_scale = gs};
+    for (int i = 0; i < p->n; i++) {
+        const struct factored_tensor *e = &p->t[i];
+        const double numel = (double)layout_tensor(z->lay, e->tensor).numel;
+        const double rms = sqrt(squares[e->tensor] / numel);
+        const float clip_scale = (float)(1.0 / fmax(1.0, rms / o->adafactor_clip));
+        const float total = column_total(z, e);
+        for (int k = e->first_seg; k < e->first_seg + e->n_segs; k++) {
+            const struct opt_segment *g = &z->segs.seg[k];
+            const struct adafactor_moment s = moment_of(z, e, g, total);
+            bf16 *params_out;
+            float *w = zero_segment_weights(z, g, &params_out);
+            struct param_writeback out = {.params = params_out, .rounding = z->o.rounding, .seed = z->o.seed,
+                                          .noise_index = (uint64_t)step * z->lay->ref_total + g->global};
+            ah.weight_decay = g->decay ? o->weight_decay : 0.0f;
+            adafactor_apply(&ah, g->hi - g->lo, w, z->st.s2 ? z->st.s2 + g->state_at : NULL,
+                            zero_segment_grad(z, g), gd, &s, clip_scale, &out, z->flops);
+        }
+    }
+}
+
+/* ---- resume states: the second moment per element, V = R C / sum(C) (or
+ * v), is the state's fp32 form; any grid re-derives its R and C from it:
+ * V is of rank one, so its row sums are R and its column sums C (their
+ * total, sum(C), being sum(R)), up to rounding. */
+
+static const struct factored_tensor *tensor_of(const struct zero *z, const struct opt_segment *g) {
+    const int k = (int)(g - z->segs.seg);
+    for (int i = 0; i < z->fac.n; i++)
+        if (k >= z->fac.t[i].first_seg && k < z->fac.t[i].first_seg + z->fac.t[i].n_segs) return &z->fac.t[i];
+    return NULL; /* every segment is in the plan */
+}
+
+void factored_segment_moment(const struct zero *z, const struct opt_segment *g, float *out) {
+    const struct factored_tensor *e = tensor_of(z, g);
+    const struct adafactor_moment s = moment_of(z, e, g, column_total(z, e));
+    const size_t n = g->hi - g->lo, m = (size_t)s.ncols;
+    for (size_t k = 0; k < n; k++)
+        out[k] = s.v ? s.v[k] : s.rows[(s.c0 + k) / m] * s.cols[(s.c0 + k) % m] / s.col_total;
+}
+
+void factored_load_unit(struct zero *z, int u, const float *src) {
+    for (int i = 0; i < z->fac.n; i++) {
+        const struct factored_tensor *e = &z->fac.t[i];
+        const struct tensor_info ti = layout_tensor(z->lay, e->tensor);
+        if (ti.unit != u) continue;
+        const float *v = src + e->t0; /* the whole tensor's V */
+        float *stat = z->st.s1 + e->stat_at;
+        if (!e->factored) {
+            memcpy(stat, v + e->a, (e->b - e->a) * sizeof *stat);
+            continue;
+        }
+        const size_t m = (size_t)e->ncols, rows = ti.numel / m;
+        for (size_t r = 0; r < e->nrows; r++) {
+            double sum = 0.0;
+            for (size_t j = 0; j < m; j++) sum += v[(e->r0 + r) * m + j];
+            stat[r] = (float)sum;
+        }
+        for (size_t j = 0; j < m; j++) {
+            double sum = 0.0;
+            for (size_t r = 0; r < rows; r++) sum += v[r * m + j];
+            stat[e->nrows + j] = (float)sum;
+        }
+    }
+}

@@ -1,0 +1,43 @@
+/* Where a rank's model states keep an element (include/zero.h's struct
+ * zero; zero_parts.h): full or sharded by stage, and a segment's gradient
+ * and weights. zero.c and factored.c read them. */
+#include "zero_parts.h"
+
+bool zero_params_sharded(const struct zero *z) { return z->o.stage >= 3; }
+bool zero_grads_sharded(const struct zero *z) { return z->o.stage >= 2; }
+bool zero_optim_sharded(const struct zero *z) { return z->o.stage >= 1; }
+
+size_t zero_psize(const struct zero *z) { return dtype_size(z->o.param_dtype); }
+size_t zero_gsize(const struct zero *z) { return dtype_size(z->o.grad_dtype); }
+
+/* element i of unit u in a full padded buffer / in this rank's shard */
+size_t zero_full_index(const struct zero *z, int u, size_t i) { return shard_padded_offset(&z->sh, u) + i; }
+size_t zero_shard_index(const struct zero *z, int u, size_t i) {
+    return shard_offset(&z->sh, u) + (i - (size_t)z->sh.rank * shard_unit_chunk(&z->sh, u));
+}
+size_t zero_param_index(const struct zero *z, int u, size_t i) {
+    return zero_params_sharded(z) ? zero_shard_index(z, u, i) : zero_full_index(z, u, i);
+}
+size_t zero_state_index(const struct zero *z, int u, size_t i) {
+    return zero_optim_sharded(z) ? zero_shard_index(z, u, i) : zero_full_index(z, u, i);
+}
+
+/* Index of element i (unit-local, in this rank's update range) in the
+ * reduced gradients: full (stage 0), the unit's start (stage 1, after the
+ * in-place reduce-scatter), or the shard (stages 2, 3). */
+size_t zero_grad_index(const struct zero *z, int u, size_t i) {
+    if (z->o.stage == 0) return zero_full_index(z, u, i);
+    if (z->o.stage == 1) return zero_full_index(z, u, i - (size_t)z->sh.rank * shard_unit_chunk(&z->sh, u));
+    return zero_shard_index(z, u, i);
+}
+
+const void *zero_segment_grad(const struct zero *z, const struct opt_segment *g) {
+    return (const char *)z->st.grads + zero_grad_index(z, g->unit, g->lo) * zero_gsize(z);
+}
+
+float *zero_segment_weights(struct zero *z, const struct opt_segment *g, bf16 **params_out) {
+    size_t pi = zero_param_index(z, g->unit, g->lo);
+    *params_out = z->st.master ? (bf16 *)z->st.params + pi : NULL;
+    return z->st.master ? z->st.master + g->state_at : (float *)z->st.params + pi;
+}
+
