@@ -11,17 +11,23 @@
 
 /* Where a rank sits in the grid (include/grid.h): its model is its
  * pipeline stage's layers and its tensor-parallel slice, its states are
- * sharded over its dp group. Every theory below is for one such rank. */
+ * sharded over its dp group. Every theory below is for one such rank.
+ * dp and dp_rank are that group's: with context parallelism it is the
+ * dp x cp ranks that hold the same weights (dp_rank = data index x cp +
+ * cp_rank), as the grid's dp_comm; cp (>= 1) divides the rank's positions
+ * of each sequence (activations per rank: T/cp). */
 struct rank_place {
     int dp, dp_rank, tp, tp_rank, pp, pp_rank;
+    int cp, cp_rank;
 };
 
 /* Data parallelism only: rank `rank` of N, the whole model. */
 static inline struct rank_place rank_place_dp(int N, int rank) {
-    return (struct rank_place){.dp = N, .dp_rank = rank, .tp = 1, .pp = 1};
+    return (struct rank_place){.dp = N, .dp_rank = rank, .tp = 1, .pp = 1, .cp = 1};
 }
-/* World rank `world_rank` of a grid of `world` ranks with the config's tp
- * and pp, in the grid's order (tp innermost, pp outermost). */
+/* World rank `world_rank` of a grid of `world` ranks with the config's cp,
+ * tp and pp, in the grid's order (tp innermost, then cp, then dp, pp
+ * outermost). */
 struct rank_place rank_place_of(const struct config *c, int world, int world_rank);
 /* The same place read off a grid that is built (include/grid.h). */
 struct grid;

@@ -85,10 +85,10 @@ static void write_event(FILE *f, const struct trace_event *e, int tid, int64_t b
  * events, and the instant that says how many did not fit. */
 static void write_rank(FILE *f, const struct grid *g, int r, const struct trace_event *ev, int64_t n,
                        int64_t dropped, int64_t base) {
-    int tp_rank = r % g->tp, dp_rank = r / g->tp % g->dp, pp_rank = r / (g->tp * g->dp);
+    struct grid_coords at = grid_coords_of(r, g->dp, g->cp, g->tp);
     fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"rank %d (dp %d, "
-               "tp %d, pp %d)\",\"recorded\":%" PRId64 ",\"dropped\":%" PRId64 "}}",
-            r, r, dp_rank, tp_rank, pp_rank, n, dropped);
+               "cp %d, tp %d, pp %d)\",\"recorded\":%" PRId64 ",\"dropped\":%" PRId64 "}}",
+            r, r, at.dp_rank, at.cp_rank, at.tp_rank, at.pp_rank, n, dropped);
     fprintf(f, ",\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"sort_index\":%d}}", r,
             r);
     int64_t last = base;

@@ -18,15 +18,16 @@
 #include "zero.h"
 
 struct rank_place rank_place_of(const struct config *c, int world, int world_rank) {
-    int tp = c->tp, pp = c->pp, dp = world / (tp * pp);
-    struct grid_coords at = grid_coords_of(world_rank, dp, tp);
-    return (struct rank_place){.dp = dp, .dp_rank = at.dp_rank, .tp = tp, .tp_rank = at.tp_rank, .pp = pp,
-                               .pp_rank = at.pp_rank};
+    int tp = c->tp, cp = c->cp, pp = c->pp, dp = world / (tp * cp * pp);
+    struct grid_coords at = grid_coords_of(world_rank, dp, cp, tp);
+    return (struct rank_place){.dp = dp * cp, .dp_rank = at.dp_rank * cp + at.cp_rank, .tp = tp,
+                               .tp_rank = at.tp_rank, .pp = pp, .pp_rank = at.pp_rank, .cp = cp,
+                               .cp_rank = at.cp_rank};
 }
 
 struct rank_place rank_place_of_grid(const struct grid *g) {
-    return (struct rank_place){.dp = g->dp, .dp_rank = g->dp_rank, .tp = g->tp, .tp_rank = g->tp_rank, .pp = g->pp,
-                               .pp_rank = g->pp_rank};
+    return (struct rank_place){.dp = g->dp_comm.size, .dp_rank = g->dp_comm.rank, .tp = g->tp, .tp_rank = g->tp_rank,
+                               .pp = g->pp, .pp_rank = g->pp_rank, .cp = g->cp, .cp_rank = g->cp_rank};
 }
 
 int rank_layout(const struct config *c, struct rank_place p, struct model_layout *lay) {
