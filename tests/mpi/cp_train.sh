@@ -7,7 +7,8 @@
 # grad_accum 2), cp 2 x tp 2 (with and without sequence parallelism),
 # cp 2 x pp 2, and dp 2 x cp 2 x tp 2 on 8 ranks; bf16 activations at cp 2
 # train; the model file a cp 2 run saves before any step is byte-equal to
-# the 1-rank one's. Bad input gets one clear error and a non-zero exit on
+# the 1-rank one's. Every cp run's memory, FLOPs and [cp] ring rows equal
+# each rank's own theory. Bad input gets one clear error and a non-zero exit on
 # every rank: seq_len not a multiple of 2 cp, cp not dividing the world,
 # --attention plain (naming flash).
 # Usage: tests/mpi/cp_train.sh BUILD_DIR
@@ -53,6 +54,23 @@ run cp2_tp2 4 --cp 2 --tp 2 && same one cp2_tp2
 run cp2_tp2_sp 4 --cp 2 --tp 2 --sequence_parallel 1 && same one cp2_tp2_sp
 run cp2_pp2 4 --cp 2 --pp 2 && same one cp2_pp2
 run dp2_cp2_tp2 8 --cp 2 --tp 2 --zero 1 && same one_accum2 dp2_cp2_tp2
+# every cp run's tables equal each rank's own theory: activations (T/cp
+# positions) and scratch (the ring's buffers) to the byte, the [cp] ring's
+# bytes (sent and received), the FLOPs' GEMM rows, the memory timeline;
+# no row says NO or DIFFERS
+for name in cp2 cp4 cp2_dp2_zero3 cp2_tp2 cp2_tp2_sp cp2_pp2 dp2_cp2_tp2; do
+    out="$tmp/$name.out"
+    if grep -qE "\bNO\b|DIFFERS" "$out" || ! grep -q "^  send .*KV = B T/cp 2C/t x 4.*every rank = own: yes" "$out" ||
+       ! grep -q "^  recv .*every rank = own: yes" "$out" ||
+       ! grep -q "^  activations .*every rank = its own theory: yes" "$out" ||
+       ! grep -q "^  scratch .*every rank = its own theory: yes" "$out" ||
+       ! awk '/^  (layer|attn) GEMMs/ { n++; if ($3 != $4) bad = 1 } END { exit !(n == 2 && !bad) }' "$out"; then
+        echo "!! $name: tables differ from their theory:"; grep -E "NO|DIFFERS|GEMMs|send|recv|activations  |scratch  " "$out"
+        fails=$((fails + 1))
+    else
+        echo "$name tables: every rank = its own theory ($(grep -o "^  send .*KV = B T/cp 2C/t x 4 = [0-9]*" "$out" | sed 's/  */ /g'))"
+    fi
+done
 # bf16 activations (and bf16 params): trains, every loss finite
 if run cp2_bf16 2 --cp 2 --act_dtype bf16 --param_dtype bf16 --grad_dtype bf16; then
     python3 - "$tmp/cp2_bf16.json" <<'PY' || { echo "!! cp 2 bf16 did not train"; fails=$((fails + 1)); }

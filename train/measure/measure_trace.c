@@ -25,10 +25,14 @@ size_t trace_capacity(const struct config *c) {
      * collectives. A validation: per micro-batch a forward's gathers. A
      * save (state or model file): a few gathers per unit. */
     double U = c->n_layer + 2.0;
-    double per_micro = 10 + 8 * U;
+    /* cp: per layer a forward's ring (cp - 1 exchanges, 4 events each) and a
+     * backward's (cp - 1 exchanges and cp dK,dV sends and receives), with
+     * full recompute a second forward: within 16 cp events */
+    double ring = c->cp > 1 ? 16.0 * c->cp * c->n_layer : 0;
+    double per_micro = 10 + 8 * U + ring;
     double per_step = 16 + 4 * U + c->grad_accum * per_micro;
     double vals = c->val_every > 0 && *c->val_data ? c->steps / c->val_every + 1.0 : 0;
-    double per_val = 4 + c->val_batches * (2 * U + 1);
+    double per_val = 4 + c->val_batches * (2 * U + 1 + ring);
     double saves = (c->save_state_every > 0 ? c->steps / c->save_state_every : 0) + 2.0;
     double n = 64 + (double)c->steps * per_step + vals * per_val + saves * 16 * U;
     return n > TRACE_AUTO_MAX_EVENTS ? TRACE_AUTO_MAX_EVENTS : (size_t)n;

@@ -149,8 +149,8 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
         mem_failure_message(&tr->mem, err, TRAINER_ERR_LEN);
         rc = -1;
     }
-    /* the model's FLOPs for this dp rank's tokens, shared by its tp x pp ranks: MFU is the job's */
-    tr->model_flops_per_step = theory_trainer_flops(cfg, rank_place_dp(1, 0)).model / (grid->tp * grid->pp);
+    /* the model's FLOPs for this dp rank's tokens, shared by its cp x tp x pp ranks: MFU is the job's */
+    tr->model_flops_per_step = theory_trainer_flops(cfg, rank_place_dp(1, 0)).model / (grid->cp * grid->tp * grid->pp);
     size_t bt = (size_t)cfg->micro_batch * cfg->seq_len;
     tr->inputs = mem_alloc(&tr->mem, MEM_HOST, MEM_SCRATCH, "batch inputs", bt * sizeof(int32_t));
     tr->targets = mem_alloc(&tr->mem, MEM_HOST, MEM_SCRATCH, "batch targets", bt * sizeof(int32_t));
