@@ -77,5 +77,9 @@ void report_shard_map(FILE *out, const struct trainer *tr);
 /* --explain at tp > 1 (train/report/report_shardmap_tp.c): each tp rank's slice of every
  * tensor: rows, columns, heads, vocabulary rows and their padding. */
 void report_tp_map(FILE *out, const struct trainer *tr);
+/* --explain at cp > 1 (train/report/report_shardmap_cp.c): the positions
+ * each cp rank holds, the causal work of each (and of a contiguous split),
+ * the ring. */
+void report_cp_map(FILE *out, const struct trainer *tr);
 
 #endif

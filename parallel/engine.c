@@ -19,8 +19,9 @@ int engine_init(struct engine *e, const struct engine_options *o, const struct m
         return -1;
     }
     /* context parallelism: the model runs this rank's T/cp positions of
-     * every sequence (the load-balanced split, include/context_parallel.h);
-     * its weights are whole, their gradients summed over dp x cp (dp_comm) */
+     * every sequence (the load-balanced split, include/context_parallel.h):
+     * its layout is the rank's at T/cp (e->lay, the units', keeps T); its
+     * weights are whole, their gradients summed over dp x cp (dp_comm) */
     int cp = grid->cp_comm.size;
     if (cp > 1 && lay->shape.T % (2 * cp) != 0) {
         snprintf(err, err_len, "context parallelism cuts each sequence into 2 cp chunks: seq_len (%d) must be a "
@@ -32,10 +33,11 @@ int engine_init(struct engine *e, const struct engine_options *o, const struct m
                  "log-sum-exp)", cp);
         return -1;
     }
-    e->lay.shape.T = lay->shape.T / cp;
-    if (o->sequence_parallel && e->lay.shape.T % lay->rank.tp != 0) {
+    e->model_lay = *lay;
+    e->model_lay.shape.T = lay->shape.T / cp;
+    if (o->sequence_parallel && e->model_lay.shape.T % lay->rank.tp != 0) {
         snprintf(err, err_len, "sequence parallelism splits the sequence over the tp ranks: tp = %d must divide "
-                 "seq_len/cp (%d)", lay->rank.tp, e->lay.shape.T);
+                 "seq_len/cp (%d)", lay->rank.tp, e->model_lay.shape.T);
         return -1;
     }
     if (zero_init(&e->z, &o->zero, &e->lay, dp, mem, space, flops) != 0) {
@@ -70,7 +72,7 @@ int engine_init(struct engine *e, const struct engine_options *o, const struct m
                  e->lay.rank.n_chunks, GPT_MAX_SLOTS);
         return -1;
     }
-    gpt_init_chunks(&e->model, &e->lay, o->micro_batch, slots, o->act_dtype, o->recompute, o->attention,
+    gpt_init_chunks(&e->model, &e->model_lay, o->micro_batch, slots, o->act_dtype, o->recompute, o->attention,
                     o->sequence_parallel, mem, space, flops);
     gpt_set_gemm_dtype(&e->model, o->gemm_dtype);
     /* tensor parallelism: the model's f and g run over the tp group, and
@@ -234,7 +236,7 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
         return 0.0f;
     }
     const float *wh = unit_weights(e, hu);
-    double BT = (double)e->o.micro_batch * lay->shape.T;
+    double BT = (double)e->o.micro_batch * e->model_lay.shape.T; /* this rank's tokens (T/cp each) */
     float loss = gpt_head_forward(m, slot, wh, head_wte(e, we, wh), in->targets, (float)(dloss / BT));
     phase_done(e, PHASE_FORWARD, hu);
     return loss;

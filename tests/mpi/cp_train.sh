@@ -7,7 +7,8 @@
 # grad_accum 2), cp 2 x tp 2 (with and without sequence parallelism),
 # cp 2 x pp 2, and dp 2 x cp 2 x tp 2 on 8 ranks; bf16 activations at cp 2
 # train; the model file a cp 2 run saves before any step is byte-equal to
-# the 1-rank one's. Every cp run's memory, FLOPs and [cp] ring rows equal
+# the 1-rank one's; resume states move between cp layouts (cp 2 -> 1 rank,
+# cp 2 -> cp 4, 1 rank -> cp 2). Every cp run's memory, FLOPs and [cp] ring rows equal
 # each rank's own theory. Bad input gets one clear error and a non-zero exit on
 # every rank: seq_len not a multiple of 2 cp, cp not dividing the world,
 # --attention plain (naming flash).
@@ -79,6 +80,35 @@ l = [json.loads(x)["loss"] for x in open(sys.argv[1]) if '"type":"step"' in x]
 print(f"cp 2, bf16 activations: loss {l[0]:.4f} -> {l[-1]:.4f}")
 sys.exit(0 if len(l) == 20 and all(math.isfinite(x) for x in l) and l[-1] < l[0] - 0.5 else 1)
 PY
+fi
+# resume states move between cp layouts: 10 steps saved at cp 2 (and at 1
+# rank), then to step 20 on 1 rank, at cp 4 and at cp 2: the same losses as
+# the 1-rank state resumed on 1 rank (within 1e-5)
+resume() { # name ranks state args...
+    local name=$1 n=$2 state=$3; shift 3
+    local cmd=("$build/train")
+    [ "$n" -gt 1 ] && cmd=("${mpi[@]}" -np "$n" "$build/train")
+    timeout 300 "${cmd[@]}" "${args[@]}" --steps 20 --resume "$tmp/$state" --log_json "$tmp/$name.json" "$@" \
+        >"$tmp/$name.out" 2>&1 || { echo "!! $name failed"; cat "$tmp/$name.out"; fails=$((fails + 1)); return 1; }
+}
+if timeout 300 "${mpi[@]}" -np 2 "$build/train" "${args[@]}" --cp 2 --steps 10 --save_state "$tmp/cp2.state" \
+       >"$tmp/save_cp2.out" 2>&1 &&
+   timeout 300 "$build/train" "${args[@]}" --steps 10 --save_state "$tmp/one.state" >"$tmp/save_one.out" 2>&1 &&
+   resume ref 1 one.state && resume cp2_to_1 1 cp2.state && resume cp2_to_cp4 4 cp2.state --cp 4 &&
+   resume one_to_cp2 2 one.state --cp 2; then
+    for run in cp2_to_1 cp2_to_cp4 one_to_cp2; do
+python3 - "$tmp/ref.json" "$tmp/$run.json" "$run" <<'PY' || fails=$((fails + 1))
+import json, sys
+def losses(p):
+    return {json.loads(l)["step"]: json.loads(l)["loss"] for l in open(p) if '"type":"step"' in l}
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+worst = max(abs(a[k] - b[k]) for k in b) if b and set(b) == set(a) == set(range(11, 21)) else float("inf")
+print(f"resume {sys.argv[3]}: steps 11-20, max |loss diff| vs the 1-rank resume {worst:.2e}")
+sys.exit(0 if worst <= 1e-5 else 1)
+PY
+    done
+else
+    echo "!! saving the resume states failed"; cat "$tmp/save_cp2.out" "$tmp/save_one.out"; fails=$((fails + 1))
 fi
 # the model file before any step: byte-equal whatever the cp
 args+=(--steps 0)
