@@ -57,7 +57,8 @@ run cp2_pp2 4 --cp 2 --pp 2 && same one cp2_pp2
 run dp2_cp2_tp2 8 --cp 2 --tp 2 --zero 1 && same one_accum2 dp2_cp2_tp2
 # every cp run's tables equal each rank's own theory: activations (T/cp
 # positions) and scratch (the ring's buffers) to the byte, the [cp] ring's
-# bytes (sent and received), the FLOPs' GEMM rows, the memory timeline;
+# bytes (sent and received), the FLOPs' GEMM rows, every rank's attention
+# FLOPs (equal across cp ranks: the balanced split), the memory timeline;
 # no row says NO or DIFFERS
 for name in cp2 cp4 cp2_dp2_zero3 cp2_tp2 cp2_tp2_sp cp2_pp2 dp2_cp2_tp2; do
     out="$tmp/$name.out"
@@ -65,6 +66,7 @@ for name in cp2 cp4 cp2_dp2_zero3 cp2_tp2 cp2_tp2_sp cp2_pp2 dp2_cp2_tp2; do
        ! grep -q "^  recv .*every rank = own: yes" "$out" ||
        ! grep -q "^  activations .*every rank = its own theory: yes" "$out" ||
        ! grep -q "^  scratch .*every rank = its own theory: yes" "$out" ||
+       ! grep -q "^  attention FLOPs per step on every rank.*every rank = its theory (1/cp of the causal count): yes" "$out" ||
        ! awk '/^  (layer|attn) GEMMs/ { n++; if ($3 != $4) bad = 1 } END { exit !(n == 2 && !bad) }' "$out"; then
         echo "!! $name: tables differ from their theory:"; grep -E "NO|DIFFERS|GEMMs|send|recv|activations  |scratch  " "$out"
         fails=$((fails + 1))

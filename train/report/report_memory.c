@@ -25,6 +25,7 @@ void rank_stats_collect(const struct trainer *tr, struct rank_stats *out) {
     out->steady_tracked = (double)m->live_total;
     out->one_unit = tr->engine_open ? (double)engine_unit_staging_bytes(&tr->engine) : 0.0;
     out->rss = peak_rss_bytes();
+    out->attention_flops = tr->flops.attention;
     for (int g = 0; g < GROUP_NUM; g++) {
         const struct comm_counters *cc = &grid_group(tr->grid, (enum grid_group)g)->counters;
         struct rank_comm *rc = &out->comm[g];

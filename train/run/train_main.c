@@ -271,6 +271,7 @@ int main(int argc, char **argv) {
             report_memory(stdout, tr.json, &tr, ranks, world, "end of run");
             if (timelines) report_timeline(stdout, tr.json, &tr, timelines, world);
             report_flops(stdout, &tr, tr.step - start);
+            report_cp_flops(stdout, &tr, ranks, world, tr.step - start);
             report_kernels(stdout, tr.json, &tr, tr.step - start);
             report_comm(stdout, tr.json, &tr, ranks, world, tr.step - start);
             report_pipeline(stdout, tr.json, &tr, ranks, world, tr.step - start);

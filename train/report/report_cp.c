@@ -1,7 +1,9 @@
-/* --explain at cp > 1: which positions of every sequence each
- * context-parallel rank holds (the load-balanced split,
- * include/context_parallel.h), the causal work that gives each (beside a
- * contiguous split's), and what the ring moves. */
+/* Context parallelism's reports: --explain's map of which positions of
+ * every sequence each context-parallel rank holds (the load-balanced
+ * split, include/context_parallel.h), the causal work that gives each
+ * (beside a contiguous split's) and what the ring moves; and the measured
+ * attention FLOPs of every rank, which that split makes equal. */
+#include "accounting.h"
 #include "context_parallel.h"
 #include "grid.h"
 #include "report.h"
@@ -40,4 +42,16 @@ void report_cp_map(FILE *out, const struct trainer *tr) {
                  "  outputs merged by log-sum-exp; the backward sends the keys and values round again with their\n"
                  "  gradients, which end at their owner. Gradients are reduced, and ZeRO shards, over dp x cp = %d.\n",
             cp, g->dp * cp);
+}
+
+void report_cp_flops(FILE *out, const struct trainer *tr, const struct rank_stats *ranks, int n, int steps) {
+    if (tr->grid->cp == 1 || steps <= 0) return;
+    fprintf(out, "  attention FLOPs per step on every rank (the load-balanced split: equal across cp ranks):");
+    bool all = true;
+    for (int r = 0; r < n; r++) {
+        double mine = ranks[r].attention_flops / steps;
+        all = all && mine == theory_trainer_flops(tr->cfg, rank_place_of(tr->cfg, n, r)).attention;
+        fprintf(out, " %.6g", mine);
+    }
+    fprintf(out, "; every rank = its theory (1/cp of the causal count): %s\n", all ? "yes" : "NO");
 }
