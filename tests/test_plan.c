@@ -254,8 +254,8 @@ static void test_layouts_and_smallest_fit(void **state) {
 }
 
 /* LLaMA 3 405B (Dubey et al. 2024, Table 4) on 16,384 H100s (80 GB), a
- * 16M-token batch (2^24: 128 sequences of 131,072), ZeRO-1, full
- * recompute: at sequence 131,072 the paper's TP 8 x CP 16 x PP 16 x DP 8
+ * 16M-token batch (2^24: 128 sequences of 131,072), ZeRO-2, selective
+ * recompute (no s x s scores kept): at sequence 131,072 the paper's TP 8 x CP 16 x PP 16 x DP 8
  * fits and TP 8 x PP 16 x DP 128 (no CP) does not; at 8,192 the latter
  * fits. A CP rank's activations are the model's at s/cp, its ZeRO shards
  * over DP x CP, and the ring's traffic is (cp - 1) + (2 cp - 1) blocks of
@@ -266,7 +266,8 @@ static void test_llama3_405b_context_parallel(void **state) {
     load(&c, "configs/llama3-405b.conf");
     struct theory_plan_input in = {.devices = 16384, .memory = 80e9, .peak_flops = 989e12, .mfu = 0.4,
                                    .tokens = 15e12, .batch_tokens = 1 << 24, .link_bandwidth = 4.5e10,
-                                   .zero_stage = 1, .recompute = RECOMPUTE_FULL, .ckpt_per_layer = 4, .n_requested = 2,
+                                   .zero_stage = 2, .recompute = RECOMPUTE_SELECTIVE, .ckpt_per_layer = 4,
+                                   .n_requested = 2,
                                    .requested = {{.tp = 8, .cp = 16, .pp = 16}, {.tp = 8, .cp = 1, .pp = 16}}};
     struct theory_plan *pl = malloc(sizeof *pl);
     assert_non_null(pl);
@@ -282,9 +283,9 @@ static void test_llama3_405b_context_parallel(void **state) {
     local.s = m.s / 16;
     double mm = pl->requested_evals[0].micro_batches;
     assert_near(pl->requested_evals[0].activations,
-                theory_activation_device_bytes(&local, 1, 8, 16, mm, true, RECOMPUTE_FULL), 1e-12);
+                theory_activation_device_bytes(&local, 1, 8, 16, mm, true, RECOMPUTE_SELECTIVE), 1e-12);
     assert_near(pl->requested_evals[0].state.total,
-                theory_model_state_bytes(2, 2, 12, pl->params.total / 128, 1, 8 * 16).total, 1e-12);
+                theory_model_state_bytes(2, 2, 12, pl->params.total / 128, 2, 8 * 16).total, 1e-12);
     double kv = 1.0 * (131072 / 16) * 2 * m.n_kv * m.d_h / 8 * 2; /* bf16 */
     assert_near(theory_cp_layer_bytes(&m, 1, 8, 16, 2, RECOMPUTE_FULL), (15 + 31 + 15) * kv, 1e-12);
     assert_true(theory_cp_layer_bytes(&m, 1, 8, 1, 2, RECOMPUTE_FULL) == 0);
