@@ -38,7 +38,7 @@ import json
 import re
 import sys
 
-GROUPS = ("dp", "tp", "pp", "tie")
+GROUPS = ("dp", "tp", "pp", "tie", "cp")
 CALLS = ("blocking", "post", "wait")
 SPAN_CATS = ("step", "forward", "backward", "optimizer", "validation", "comm")
 TOKEN = re.compile(r"^([FB])(\d+)(?::(\d+))?$")
