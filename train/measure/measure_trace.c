@@ -121,10 +121,10 @@ static void write_tail(FILE *f, const struct trainer *tr, int64_t recorded, int6
     const struct grid *g = tr->grid;
     fprintf(f, "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"program\":\"shardlab train\","
                "\"clock\":\"CLOCK_MONOTONIC; ts from the earliest event of any rank; not aligned across hosts\","
-               "\"world_size\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"schedule\":\"%s\",\"zero\":%d,\"steps\":%d,\"steps_run\":%d,"
+               "\"world_size\":%d,\"dp\":%d,\"cp\":%d,\"tp\":%d,\"pp\":%d,\"schedule\":\"%s\",\"zero\":%d,\"steps\":%d,\"steps_run\":%d,"
                "\"grad_accum\":%d,\"micro_batch\":%d,\"seq_len\":%d,\"n_layer\":%d,\"d_model\":%d,\"n_head\":%d,"
                "\"overlap\":%d,\"capacity_per_rank\":%zu,\"recorded\":%" PRId64 ",\"dropped\":%" PRId64 "}}\n",
-            g->world_size, g->dp, g->tp, g->pp, schedule_name(c->schedule), c->zero, c->steps, tr->step, c->grad_accum, c->micro_batch,
+            g->world_size, g->dp, g->cp, g->tp, g->pp, schedule_name(c->schedule), c->zero, c->steps, tr->step, c->grad_accum, c->micro_batch,
             c->seq_len, c->n_layer, c->d_model, c->n_head, c->overlap ? 1 : 0, tr->trace.capacity, recorded,
             dropped);
 }

@@ -193,9 +193,9 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
     header(out, n, "category");
     /* What the memory rows belong to, so build/report can label a run. */
     if (json)
-        fprintf(json, "{\"type\":\"memory_setup\",\"zero\":%d,\"world_size\":%d,\"tp\":%d,\"pp\":%d,"
+        fprintf(json, "{\"type\":\"memory_setup\",\"zero\":%d,\"world_size\":%d,\"tp\":%d,\"pp\":%d,\"cp\":%d,"
                       "\"psi\":%.0f,\"recompute\":\"%s\",\"attention\":\"%s\"}\n",
-                c->zero, n, c->tp, c->pp, st.psi,
+                c->zero, n, c->tp, c->pp, c->cp, st.psi,
                 c->recompute == RECOMPUTE_NONE ? "none" : c->recompute == RECOMPUTE_FULL ? "full" : "selective",
                 c->attention == ATTENTION_FLASH ? "flash" : "plain");
     char rule[320];
