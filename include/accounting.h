@@ -11,17 +11,27 @@
 
 /* Where a rank sits in the grid (include/grid.h): its model is its
  * pipeline stage's layers and its tensor-parallel slice, its states are
- * sharded over its dp group. Every theory below is for one such rank. */
+ * sharded over its dp group. Every theory below is for one such rank.
+ * dp and dp_rank are that group's: with context parallelism it is the
+ * dp x cp ranks that hold the same weights (dp_rank = data index x cp +
+ * cp_rank), as the grid's dp_comm; cp (>= 1) divides the rank's positions
+ * of each sequence (activations per rank: T/cp). */
 struct rank_place {
     int dp, dp_rank, tp, tp_rank, pp, pp_rank;
+    int cp, cp_rank;
 };
+
+/* The context-parallel degree of a place; a place made without one (the
+ * shard maps', the checkpoints') is cp 1. */
+static inline int rank_place_cp(struct rank_place p) { return p.cp > 1 ? p.cp : 1; }
 
 /* Data parallelism only: rank `rank` of N, the whole model. */
 static inline struct rank_place rank_place_dp(int N, int rank) {
-    return (struct rank_place){.dp = N, .dp_rank = rank, .tp = 1, .pp = 1};
+    return (struct rank_place){.dp = N, .dp_rank = rank, .tp = 1, .pp = 1, .cp = 1};
 }
-/* World rank `world_rank` of a grid of `world` ranks with the config's tp
- * and pp, in the grid's order (tp innermost, pp outermost). */
+/* World rank `world_rank` of a grid of `world` ranks with the config's cp,
+ * tp and pp, in the grid's order (tp innermost, then cp, then dp, pp
+ * outermost). */
 struct rank_place rank_place_of(const struct config *c, int world, int world_rank);
 /* The same place read off a grid that is built (include/grid.h). */
 struct grid;
@@ -139,6 +149,23 @@ struct tp_comm_theory {
 };
 
 struct tp_comm_theory theory_trainer_tp_comm(const struct config *c, struct rank_place p);
+
+/* Context parallelism's ring (model/context_parallel/cp.h; train/theory/
+ * theory_cp.c): bytes this rank sends over its cp group, and receives (as
+ * many), validation excluded. A block is one rank's keys and values (or
+ * their gradients) in fp32, KV = B (T/cp) 2 (C/t) x 4 bytes; per layer
+ * per micro-batch the forward sends (cp - 1) KV, the backward (cp - 1) KV
+ * of keys and values and cp KV of their gradients, and full recompute
+ * another forward's; a step is grad_accum micro-batches over the rank's n
+ * layers. 0 at cp = 1. */
+struct cp_comm_theory {
+    double kv;                            /* one block, bytes */
+    double layer_forward, layer_backward; /* one layer, one micro-batch (backward: with full recompute's forward) */
+    double send, recv;                    /* per step */
+    double calls;                         /* isends per step */
+};
+
+struct cp_comm_theory theory_trainer_cp_comm(const struct config *c, struct rank_place p);
 
 /* Bytes of the stage's communication buffers: ZeRO-3's gathered
  * embedding, head and layer (param dtype), ZeRO-2/3's reduce-scatter bucket

@@ -81,8 +81,9 @@ struct config {
     int sample_tokens;
     float sample_temperature;
     char sample_prompt[CONFIG_PATH_LEN];
-    /* parallelism: world = dp x tp x pp (dp is what remains) */
+    /* parallelism: world = dp x cp x tp x pp (dp is what remains) */
     int zero, tp, pp;
+    int cp; /* context parallelism: each sequence's positions over cp ranks, ring attention (docs/CP.md) */
     bool sequence_parallel; /* tp's LayerNorm/residual regions on T/tp positions (Korthikanti et al. 2022); no-op at tp 1 */
     enum schedule_kind schedule; /* pipeline schedule (include/schedule.h) */
     int virtual_stages;          /* model chunks per stage: interleaved only (include/pipe_stages.h) */

@@ -54,6 +54,7 @@ struct engine_options {
 struct engine {
     struct engine_options o;
     struct model_layout lay;
+    struct model_layout model_lay; /* the model's: lay at this rank's T/cp positions (context parallelism) */
     struct grid *grid;             /* the process grid: its dp, tp, pp and tie groups */
     struct collectives *dp;        /* &grid->dp_comm */
     struct mem_tracker *mem;

@@ -131,6 +131,12 @@ struct gpt {
     int B;
     struct collectives *tp; /* the tensor-parallel group (f, g); NULL: no group (lay->rank.tp must be 1) */
     bool sp;              /* sequence parallelism over tp (> 1) ranks */
+    /* the context-parallel group (ring attention, model/context_parallel/cp.h;
+     * gpt_set_context_parallel); NULL or one rank: none. With cp ranks the
+     * model's shape.T is this rank's T/cp positions of every sequence
+     * (include/context_parallel.h), and every size below is of those. */
+    struct collectives *cp;
+    float *ring;          /* cp > 1: the ring's buffers (gpt_ring_bytes) */
     int Ts;               /* positions per rank's sequence slice: T/tp with sp, else T */
     int NHl, Cl, Fl;      /* this rank's heads, attention width C/tp, FC width 4C/tp */
     int n_layers;         /* this rank's layers over all its chunks */
@@ -199,6 +205,19 @@ void gpt_free(struct gpt *m, struct mem_tracker *mem);
  * either way (the GEMM rounds its operands to bf16), so the results are
  * unchanged. */
 void gpt_set_gemm_dtype(struct gpt *m, enum dtype gemm_dtype);
+/* Context parallelism (model/context_parallel/cp.h): attention runs as a
+ * ring over cp (needs --attention flash: the log-sum-exp form), and the
+ * position embedding at global positions. The model must have been made
+ * with shape.T = T/cp (the engine does: parallel/engine.c), on host
+ * memory. With cp > 1 it allocates the ring's buffers through mem (a
+ * failure is the tracker's, mem_failed). */
+void gpt_set_context_parallel(struct gpt *m, struct collectives *cp, struct mem_tracker *mem);
+/* Bytes of those buffers for micro-batch B, T_local = T/cp positions, this
+ * tp rank's attention width Cl and heads NHl: two K,V blocks (one computed,
+ * one arriving), three dK,dV blocks (one filled, one in flight, one
+ * arriving), each B T_local 2 Cl, and a block's partial output and lse,
+ * all fp32. */
+size_t gpt_ring_bytes(int B, int T_local, int Cl, int NHl);
 /* The slot of micro-batch k of chunk c: slot0 + k mod slots. */
 int gpt_chunk_slot(const struct gpt *m, int chunk, int k);
 

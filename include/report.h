@@ -24,6 +24,7 @@ struct rank_stats {
     double one_unit;        /* bytes of the one-unit staging a save or load uses */
     struct rank_comm comm[GROUP_NUM];  /* per group of the grid: dp, tp, pp, tie */
     double pipe_total, pipe_busy, pipe_waiting; /* seconds in the schedule over the run (include/schedule.h) */
+    double attention_flops; /* the run's attention FLOPs (flop_counter.attention): cp's balance, report_cp_flops */
     /* a GPU run: tracked device bytes (peak) beside the driver's used bytes
      * (cudaMemGetInfo, highest seen at start-up and after each step) and
      * the device's total; all 0 on the CPU */
@@ -77,5 +78,12 @@ void report_shard_map(FILE *out, const struct trainer *tr);
 /* --explain at tp > 1 (train/report/report_shardmap_tp.c): each tp rank's slice of every
  * tensor: rows, columns, heads, vocabulary rows and their padding. */
 void report_tp_map(FILE *out, const struct trainer *tr);
+/* --explain at cp > 1 (train/report/report_cp.c): the positions each cp
+ * rank holds, the causal work of each (and of a contiguous split), the
+ * ring. */
+void report_cp_map(FILE *out, const struct trainer *tr);
+/* At cp > 1: every rank's attention FLOPs per step beside its theory, equal
+ * on every rank (the load-balanced split). */
+void report_cp_flops(FILE *out, const struct trainer *tr, const struct rank_stats *ranks, int n, int steps);
 
 #endif

@@ -133,6 +133,14 @@ double theory_tp_layer_bytes(const struct theory_model *m, double b, int t, doub
  * boundary. */
 double theory_pp_boundary_bytes(const struct theory_model *m, double b, double m_micro, int t,
                                 bool sequence_parallel, double w_act);
+/* Context parallelism's ring per layer per micro-batch (bytes a cp rank
+ * sends, forward and backward: (cp - 1) + (2 cp - 1) blocks of keys and
+ * values or their gradients, + (cp - 1) with full recompute), a block
+ * b (s/cp) 2 n_kv d_h / t x w_act; 0 at cp = 1. The trainer's ring
+ * (theory_trainer_cp_comm) is this with w_act = 4 (it sends fp32) and
+ * n_kv d_h = h. */
+double theory_cp_layer_bytes(const struct theory_model *m, double b, int t, int cp, double w_act,
+                             enum recompute_mode r);
 
 /* ---- layouts (theory_layout.c) ---- */
 /* The pipeline bubble: the idle share of a step, (p - 1) / (v m + p - 1),
@@ -148,8 +156,13 @@ double theory_pipeline_bubble_seconds(double compute, int p, double m, int v);
 struct theory_cluster {
     double devices, memory, peak_flops, mfu, link_bandwidth, watts;
 };
+/* A layout of devices = tp x cp x pp x dp (cp 0 reads as 1): context
+ * parallelism divides each sequence's positions, hence the activations and
+ * the tp and pp traffic, by cp, adds the ring's traffic, and shards ZeRO
+ * over dp x cp (the ranks that hold the same weights). */
 struct theory_layout {
     int tp, pp, dp, zero_stage;
+    int cp;
     enum recompute_mode recompute;
     bool sequence_parallel;
 };
@@ -161,7 +174,7 @@ struct theory_layout_eval {
     double activations, memory;   /* bytes per device; memory = state + activations */
     bool fits;                    /* memory <= cluster memory (and batch_ok) */
     double compute_s, bubble_s;   /* per step */
-    double dp_comm_s, tp_comm_s, pp_comm_s, comm_s;
+    double dp_comm_s, tp_comm_s, pp_comm_s, cp_comm_s, comm_s;
     double step_s;                /* max(compute, comm) + bubble */
     bool comm_bound;              /* comm_s > compute_s */
 };
@@ -169,8 +182,12 @@ struct theory_layout_eval theory_layout_evaluate(const struct theory_model *m, c
                                                  double psi, double micro_batch, double batch_tokens,
                                                  const struct theory_layout *lay,
                                                  const struct theory_cluster *cl);
+/* The largest context-parallel degree the planner searches (powers of 2;
+ * LLaMA 3's long-context stage used 16). */
+enum { THEORY_MAX_CP = 16 };
 /* Smallest device count n (1..max_devices) with some layout t in {1,2,4,8},
- * p dividing L, d = n / (t p), using zero_stage and recompute, that fits.
+ * cp in {1, 2, ..., THEORY_MAX_CP} (2 cp dividing s), p dividing L,
+ * d = n / (t cp p), using zero_stage and recompute, that fits.
  * Returns n and fills *best, or 0 when none fits up to max_devices. */
 int theory_smallest_fit(const struct theory_model *m, const struct theory_dtypes *dt, double psi,
                         double micro_batch, double batch_tokens, int zero_stage, enum recompute_mode r,
@@ -194,13 +211,17 @@ const struct theory_device *theory_device_of_gpu(const char *cuda_name);
 const char *theory_device_names(void);
 
 /* ---- the planner's whole report (theory_plan.c) ---- */
+enum { THEORY_PLAN_MAX_REQUESTED = 8 }; /* build/plan --layout, at most this many */
 struct theory_plan_input {
     double devices, memory, peak_flops, mfu, tokens, batch_tokens, link_bandwidth, watts;
     int zero_stage;                  /* for the layout table and smallest fit */
     enum recompute_mode recompute; /* idem */
     int ckpt_per_layer;              /* the seed-style estimate's checkpoints */
+    int n_requested;                 /* layouts asked for by name (build/plan --layout; tp, cp, pp: dp is the
+                                      * rest of the devices, which t cp p must divide), evaluated too */
+    struct theory_layout requested[THEORY_PLAN_MAX_REQUESTED];
 };
-enum { THEORY_PLAN_MAX_LAYOUTS = 40 };
+enum { THEORY_PLAN_MAX_LAYOUTS = 160 };
 struct theory_plan {
     struct theory_model model;
     struct theory_dtypes dtypes;
@@ -214,6 +235,9 @@ struct theory_plan {
     int n_layouts;
     struct theory_layout layouts[THEORY_PLAN_MAX_LAYOUTS];
     struct theory_layout_eval evals[THEORY_PLAN_MAX_LAYOUTS];
+    int n_requested;                     /* the input's requested layouts, dp filled in, and their evals */
+    struct theory_layout requested[THEORY_PLAN_MAX_REQUESTED];
+    struct theory_layout_eval requested_evals[THEORY_PLAN_MAX_REQUESTED];
     int smallest_fit;                    /* 0: none up to the search limit */
     struct theory_layout smallest_layout;
     struct theory_ckpt_estimate ckpt;    /* seed-style estimate */

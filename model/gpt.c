@@ -40,6 +40,7 @@
 #include "bufops.h"
 #include "conversions.h"
 #include "layers.h"
+#include "context_parallel/cp.h"
 #include "tensor_parallel/tp.h"
 
 static size_t btc(const struct gpt *m) { return (size_t)m->B * m->shape.T * m->shape.C; }
@@ -292,7 +293,7 @@ void gpt_free(struct gpt *m, struct mem_tracker *mem) {
                     s->logits,      s->losses,       s->inputs,        s->targets,  m->full_stats,
                     m->att_recompute, m->work_acts,  m->work_resid_in, m->work_resid_out, m->work_lnf,
                     m->dresid,      m->dfc,         m->dqkv,          m->dtemp_btc,     m->att_scratch,
-                    m->gathered,    m->ln_grads};
+                    m->gathered,    m->ln_grads,     m->ring};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(mem, bufs[i]);
     *m = (struct gpt){0};
 }
@@ -364,7 +365,7 @@ void gpt_embed_forward(struct gpt *m, int s, struct operand w_embed, const int32
                                m->shape.C, m->flops);
     conj_row_output(m, rows, out);
     size_t t0 = (size_t)tp_rank_slice(m->lay, m->sp).position0;
-    positions_add(out, ew(m, w_embed, EMB_WPE) + t0 * (size_t)m->shape.C, m->B, m->Ts, m->shape.C, m->flops);
+    cp_positions_add(m, out, ew(m, w_embed, EMB_WPE), (int)t0, m->Ts); /* with cp: at global positions */
     m->flops->other += (double)btc_l(m);
     round_saved(m, out, btc_l(m), resid_store(m, s, 0));
 }
@@ -425,7 +426,9 @@ static void layer_forward(struct gpt *m, const float *x, struct layer_view *v, s
     /* column-parallel: this rank's heads' q, k, v, from every token's ln1 */
     column_parallel_forward(m, a[ACT_QKV], v, ACT_LN1, wop(m, w, LAYER_QKV_W), wt(m, w, LAYER_QKV_B), 3 * Cl);
     round_act(m, v, ACT_QKV, act_numel(m, ACT_QKV));
-    if (flash(m)) { /* the lse stays fp32 */
+    if (cp_ring_on(m)) { /* context parallel: every rank's keys, by ring (flash only) */
+        cp_ring_attention_forward(m, a[ACT_ATTY], a[ACT_ATT], a[ACT_QKV]);
+    } else if (flash(m)) { /* the lse stays fp32 */
         attention_lse_forward(a[ACT_ATTY], a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, Cl, m->NHl, fc);
     } else {
         attention_forward(a[ACT_ATTY], a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, Cl, m->NHl, fc);
@@ -540,7 +543,9 @@ void gpt_layer_backward(struct gpt *m, int s, int l, struct operand w, float *dw
                           conj_row_output_grad(m), &v, ACT_ATTY, false, wop(m, w, LAYER_ATTPROJ_W), Cl, C);
     /* flash: D = rowsum(dout * out) from the saved output (rounded alike
      * to act_dtype, as the rest of the layer's saved tensors) */
-    if (flash(m))
+    if (cp_ring_on(m))
+        cp_ring_attention_backward(m, m->dqkv, m->att_scratch, m->dtemp_btc, a[ACT_QKV], a[ACT_ATTY], a[ACT_ATT]);
+    else if (flash(m))
         attention_lse_backward(m->dqkv, m->att_scratch, m->dtemp_btc, a[ACT_QKV], a[ACT_ATTY], a[ACT_ATT], m->B,
                                m->shape.T, Cl, m->NHl, fc);
     else
@@ -558,9 +563,8 @@ void gpt_embed_backward(struct gpt *m, int s, float *dw_embed) {
     /* each rank accumulates its own vocabulary rows; wpe's gradient whole
      * (replicated; with sp from the gathered gradient, alike on every rank) */
     struct vocab_slice v = tp_vocab_slice(m->lay);
-    embedding_rows_backward(dw_embed + m->lay->embed_offset[EMB_WTE], dw_embed + m->lay->embed_offset[EMB_WPE],
-                            conj_row_output_grad(m), m->slot[s].inputs, v.v0, v.Vl, m->B, m->shape.T, m->shape.C,
-                            m->flops);
+    cp_embedding_backward(m, dw_embed + m->lay->embed_offset[EMB_WTE], dw_embed + m->lay->embed_offset[EMB_WPE],
+                          conj_row_output_grad(m), m->slot[s].inputs, v.v0, v.Vl); /* with cp: global positions */
     m->flops->other += 2.0 * (double)btc(m);
 }
 

@@ -19,9 +19,26 @@ int engine_init(struct engine *e, const struct engine_options *o, const struct m
                  lay->rank.tp_rank, lay->rank.tp, grid->tp_comm.rank, grid->tp_comm.size);
         return -1;
     }
-    if (o->sequence_parallel && lay->shape.T % lay->rank.tp != 0) {
+    /* context parallelism: the model runs this rank's T/cp positions of
+     * every sequence (the load-balanced split, include/context_parallel.h):
+     * its layout is the rank's at T/cp (e->lay, the units', keeps T); its
+     * weights are whole, their gradients summed over dp x cp (dp_comm) */
+    int cp = grid->cp_comm.size;
+    if (cp > 1 && lay->shape.T % (2 * cp) != 0) {
+        snprintf(err, err_len, "context parallelism cuts each sequence into 2 cp chunks: seq_len (%d) must be a "
+                 "multiple of 2 cp = %d", lay->shape.T, 2 * cp);
+        return -1;
+    }
+    if (cp > 1 && o->attention != ATTENTION_FLASH) {
+        snprintf(err, err_len, "context parallelism (cp = %d) needs --attention flash (ring attention merges by "
+                 "log-sum-exp)", cp);
+        return -1;
+    }
+    e->model_lay = *lay;
+    e->model_lay.shape.T = lay->shape.T / cp;
+    if (o->sequence_parallel && e->model_lay.shape.T % lay->rank.tp != 0) {
         snprintf(err, err_len, "sequence parallelism splits the sequence over the tp ranks: tp = %d must divide "
-                 "seq_len (%d)", lay->rank.tp, lay->shape.T);
+                 "seq_len/cp (%d)", lay->rank.tp, e->model_lay.shape.T);
         return -1;
     }
     if (zero_init(&e->z, &o->zero, &e->lay, dp, mem, space, flops) != 0) {
@@ -56,12 +73,13 @@ int engine_init(struct engine *e, const struct engine_options *o, const struct m
                  e->lay.rank.n_chunks, GPT_MAX_SLOTS);
         return -1;
     }
-    gpt_init_chunks(&e->model, &e->lay, o->micro_batch, slots, o->act_dtype, o->recompute, o->attention,
+    gpt_init_chunks(&e->model, &e->model_lay, o->micro_batch, slots, o->act_dtype, o->recompute, o->attention,
                     o->sequence_parallel, mem, space, flops);
     gpt_set_gemm_dtype(&e->model, o->gemm_dtype);
     /* tensor parallelism: the model's f and g run over the tp group, and
      * the gradient norm sums the slices' squares over it */
     e->model.tp = &grid->tp_comm;
+    gpt_set_context_parallel(&e->model, &grid->cp_comm, mem); /* ring attention over the cp group */
     e->z.norm_groups[NORM_OVER_TP] = &grid->tp_comm;
     /* pipeline stages: the tied wte's two copies and the norm over stages */
     e->z.norm_groups[NORM_OVER_PP] = &grid->pp_comm;
@@ -262,7 +280,7 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
         return 0.0f;
     }
     struct operand wh = unit_weights(e, hu);
-    double BT = (double)e->o.micro_batch * lay->shape.T;
+    double BT = (double)e->o.micro_batch * e->model_lay.shape.T; /* this rank's tokens (T/cp each) */
     float loss = gpt_head_forward(m, slot, wh, head_wte(e, we, wh), in->targets, (float)(dloss / BT));
     phase_done(e, PHASE_FORWARD, hu);
     return loss;

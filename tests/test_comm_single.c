@@ -19,11 +19,11 @@ static void test_grid_is_one_by_one(void **state) {
     grid_init_single(&g);
     assert_int_equal(g.world_rank, 0);
     assert_int_equal(g.world_size, 1);
-    assert_int_equal(g.dp * g.tp * g.pp, 1);
+    assert_int_equal(g.dp * g.cp * g.tp * g.pp, 1);
     assert_int_equal(g.dp_rank + g.tp_rank + g.pp_rank, 0);
     assert_true(g.tie_member); /* pp = 1: the one stage is first and last */
-    struct collectives *groups[GROUP_NUM] = {&g.dp_comm, &g.tp_comm, &g.pp_comm, &g.tie_comm};
-    const char *names[GROUP_NUM] = {"dp", "tp", "pp", "tie"};
+    struct collectives *groups[GROUP_NUM] = {&g.dp_comm, &g.tp_comm, &g.pp_comm, &g.tie_comm, &g.cp_comm};
+    const char *names[GROUP_NUM] = {"dp", "tp", "pp", "tie", "cp"};
     for (int i = 0; i < GROUP_NUM; i++) {
         assert_ptr_equal(grid_group(&g, (enum grid_group)i), groups[i]);
         assert_string_equal(grid_group_name((enum grid_group)i), names[i]);

@@ -228,7 +228,7 @@ static void test_layouts_and_smallest_fit(void **state) {
     for (int i = 0; i < pl->n_layouts; i++) {
         const struct theory_layout *l = &pl->layouts[i];
         const struct theory_layout_eval *e = &pl->evals[i];
-        assert_int_equal(l->tp * l->pp * l->dp, 8960);
+        assert_int_equal(l->tp * (l->cp > 1 ? l->cp : 1) * l->pp * l->dp, 8960);
         assert_near(e->memory, e->state.total + e->activations, 1e-12);
         assert_true(e->comm_bound == (e->comm_s > e->compute_s));
         fits += e->fits;
@@ -238,7 +238,7 @@ static void test_layouts_and_smallest_fit(void **state) {
     int n = pl->smallest_fit;
     assert_true(n > 1);
     const struct theory_layout *best = &pl->smallest_layout;
-    assert_int_equal(best->tp * best->pp * best->dp, n);
+    assert_int_equal(best->tp * (best->cp > 1 ? best->cp : 1) * best->pp * best->dp, n);
     struct config c;
     struct theory_model m;
     load(&c, "configs/llama3-70b.conf");
@@ -250,6 +250,52 @@ static void test_layouts_and_smallest_fit(void **state) {
                                 .link_bandwidth = 4.5e10};
     struct theory_layout_eval e = theory_layout_evaluate(&m, &dt, psi, 1, 4e6, best, &cl);
     assert_true(e.fits && e.memory <= 96e9);
+    free(pl);
+}
+
+/* LLaMA 3 405B (Dubey et al. 2024, Table 4) on 16,384 H100s (80 GB), a
+ * 16M-token batch (2^24: 128 sequences of 131,072), ZeRO-2, selective
+ * recompute (no s x s scores kept): at sequence 131,072 the paper's TP 8 x CP 16 x PP 16 x DP 8
+ * fits and TP 8 x PP 16 x DP 128 (no CP) does not; at 8,192 the latter
+ * fits. A CP rank's activations are the model's at s/cp, its ZeRO shards
+ * over DP x CP, and the ring's traffic is (cp - 1) + (2 cp - 1) blocks of
+ * b s/cp 2 n_kv d_h / t per layer, + (cp - 1) for full recompute. */
+static void test_llama3_405b_context_parallel(void **state) {
+    (void)state;
+    struct config c;
+    load(&c, "configs/llama3-405b.conf");
+    struct theory_plan_input in = {.devices = 16384, .memory = 80e9, .peak_flops = 989e12, .mfu = 0.4,
+                                   .tokens = 15e12, .batch_tokens = 1 << 24, .link_bandwidth = 4.5e10,
+                                   .zero_stage = 2, .recompute = RECOMPUTE_SELECTIVE, .ckpt_per_layer = 4,
+                                   .n_requested = 2,
+                                   .requested = {{.tp = 8, .cp = 16, .pp = 16}, {.tp = 8, .cp = 1, .pp = 16}}};
+    struct theory_plan *pl = malloc(sizeof *pl);
+    assert_non_null(pl);
+    set(&c, "seq_len", "131072");
+    theory_plan(pl, &c, &in);
+    assert_int_equal(pl->requested[0].dp, 8);
+    assert_int_equal(pl->requested[1].dp, 128);
+    assert_true(pl->requested_evals[0].fits && pl->requested_evals[0].memory <= 80e9);
+    assert_false(pl->requested_evals[1].fits);
+    assert_true(pl->requested_evals[1].memory > 80e9);
+    /* the CP layout's activations: the model's at s/16 */
+    struct theory_model m = pl->model, local = m;
+    local.s = m.s / 16;
+    double mm = pl->requested_evals[0].micro_batches;
+    assert_near(pl->requested_evals[0].activations,
+                theory_activation_device_bytes(&local, 1, 8, 16, mm, true, RECOMPUTE_SELECTIVE), 1e-12);
+    assert_near(pl->requested_evals[0].state.total,
+                theory_model_state_bytes(2, 2, 12, pl->params.total / 128, 2, 8 * 16).total, 1e-12);
+    double kv = 1.0 * (131072 / 16) * 2 * m.n_kv * m.d_h / 8 * 2; /* bf16 */
+    assert_near(theory_cp_layer_bytes(&m, 1, 8, 16, 2, RECOMPUTE_FULL), (15 + 31 + 15) * kv, 1e-12);
+    assert_true(theory_cp_layer_bytes(&m, 1, 8, 1, 2, RECOMPUTE_FULL) == 0);
+    /* the search holds CP layouts */
+    int with_cp = 0;
+    for (int i = 0; i < pl->n_layouts; i++) with_cp += pl->layouts[i].cp > 1;
+    assert_true(with_cp > 0);
+    set(&c, "seq_len", "8192");
+    theory_plan(pl, &c, &in);
+    assert_true(pl->requested_evals[1].fits);
     free(pl);
 }
 
@@ -276,6 +322,7 @@ int main(void) {
         cmocka_unit_test(test_korthikanti_small),
         cmocka_unit_test(test_hardware_flops),
         cmocka_unit_test(test_layouts_and_smallest_fit),
+        cmocka_unit_test(test_llama3_405b_context_parallel),
         cmocka_unit_test(test_device_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

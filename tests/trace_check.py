@@ -8,7 +8,7 @@ include/trace_file.h) against what the run must have done.
     tests/trace_check.py --selftest
 
 Always: valid JSON with traceEvents, displayTimeUnit and otherData; one
-named track per rank ("rank R (dp d, tp t, pp p)"), tids exactly 0..N-1;
+named track per rank ("rank R (dp d, cp c, tp t, pp p)"), tids exactly 0..N-1;
 per rank, timestamps non-decreasing in file order, spans nested or
 disjoint, forward/backward spans never overlapping each other; one step
 span per step number, each forward, backward and optimizer span of a step
@@ -38,7 +38,7 @@ import json
 import re
 import sys
 
-GROUPS = ("dp", "tp", "pp", "tie")
+GROUPS = ("dp", "tp", "pp", "tie", "cp")
 CALLS = ("blocking", "post", "wait")
 SPAN_CATS = ("step", "forward", "backward", "optimizer", "validation", "comm")
 TOKEN = re.compile(r"^([FB])(\d+)(?::(\d+))?$")
@@ -114,9 +114,9 @@ def check_tracks(events, ranks, errors):
     if set(names) != want:
         errors.append("tracks (thread_name tids) %s, expected one per rank %s" % (sorted(names), sorted(want)))
     for tid, name in names.items():
-        m = re.match(r"^rank (\d+) \(dp \d+, tp \d+, pp \d+\)$", name)
+        m = re.match(r"^rank (\d+) \(dp \d+, cp \d+, tp \d+, pp \d+\)$", name)
         if not m or int(m.group(1)) != tid:
-            errors.append("track %s is named %r, not \"rank %s (dp d, tp t, pp p)\"" % (tid, name, tid))
+            errors.append("track %s is named %r, not \"rank %s (dp d, cp c, tp t, pp p)\"" % (tid, name, tid))
     stray = set(spans) - want
     if stray:
         errors.append("spans on tids %s, which are not ranks" % sorted(stray))
@@ -317,7 +317,7 @@ def synthetic(ranks=2, steps=2, accum=2):
     logs = []
     for r in range(ranks):
         events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": r,
-                       "args": {"name": "rank %d (dp %d, tp 0, pp 0)" % (r, r), "recorded": 0, "dropped": 0}})
+                       "args": {"name": "rank %d (dp %d, cp 0, tp 0, pp 0)" % (r, r), "recorded": 0, "dropped": 0}})
         t = 0.0
 
         def x(name, cat, ts, dur, **a):

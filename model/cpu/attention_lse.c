@@ -21,6 +21,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "attention_rows.h"
 #include "layers.h"
 
 /* fc->other per score, per row and tile, per row (layers.h); the row
@@ -34,7 +35,7 @@ static int head_threads(int64_t B, int64_t NH) {
 
 size_t attention_lse_backward_scratch(int64_t B, int64_t T, int64_t NH) { return (size_t)(B * NH * T); }
 
-static float dot(const float *a, const float *b, int64_t n) {
+float attention_dot(const float *a, const float *b, int64_t n) {
     float s = 0.0f;
     for (int64_t d = 0; d < n; d++) s += a[d] * b[d];
     return s;
@@ -45,36 +46,47 @@ static void axpy(float *y, float a, const float *x, int64_t n) {
     for (int64_t d = 0; d < n; d++) y[d] += a * x[d];
 }
 
-static void scale_row(float *y, float a, int64_t n) {
+void attention_scale_row(float *y, float a, int64_t n) {
     for (int64_t d = 0; d < n; d++) y[d] *= a;
 }
 
-/* One query row: o (hs, the output row) and its lse from q and the keys
- * and values 0..t (rows C3 apart). */
-static void forward_row(float *o, float *lse, const float *q, const float *k, const float *v, int64_t t, int64_t hs,
-                        int64_t C3, float scale) {
+void attention_lse_forward_row(float *o, float *lse, const float *q, const float *k, const float *v, int64_t n,
+                               int64_t hs, int64_t kv_stride, float scale) {
     float s[ATTENTION_LSE_TILE], m = -INFINITY, l = 0.0f;
     memset(o, 0, (size_t)hs * sizeof *o);
-    for (int64_t j0 = 0; j0 <= t; j0 += ATTENTION_LSE_TILE) {
-        int64_t n = t + 1 - j0 < ATTENTION_LSE_TILE ? t + 1 - j0 : ATTENTION_LSE_TILE;
+    for (int64_t j0 = 0; j0 < n; j0 += ATTENTION_LSE_TILE) {
+        int64_t nt = n - j0 < ATTENTION_LSE_TILE ? n - j0 : ATTENTION_LSE_TILE;
         float tile_max = -INFINITY;
-        for (int64_t j = 0; j < n; j++) {
-            s[j] = dot(q, k + (j0 + j) * C3, hs) * scale;
+        for (int64_t j = 0; j < nt; j++) {
+            s[j] = attention_dot(q, k + (j0 + j) * kv_stride, hs) * scale;
             tile_max = s[j] > tile_max ? s[j] : tile_max;
         }
         float m_new = tile_max > m ? tile_max : m;
         float correction = expf(m - m_new); /* 0 on the first tile: m = -inf, and l, o are 0 */
         l *= correction;
-        scale_row(o, correction, hs);
-        for (int64_t j = 0; j < n; j++) {
+        attention_scale_row(o, correction, hs);
+        for (int64_t j = 0; j < nt; j++) {
             float p = expf(s[j] - m_new);
             l += p;
-            axpy(o, p, v + (j0 + j) * C3, hs);
+            axpy(o, p, v + (j0 + j) * kv_stride, hs);
         }
         m = m_new;
     }
-    scale_row(o, 1.0f / l, hs);
+    attention_scale_row(o, 1.0f / l, hs);
     *lse = m + logf(l);
+}
+
+void attention_lse_backward_row(float *dq, float *dk, float *dv, const float *q, const float *dy, const float *k,
+                                const float *v, float lse, float D, int64_t n, int64_t hs, int64_t kv_stride,
+                                float scale) {
+    for (int64_t j = 0; j < n; j++) {
+        float p = expf(attention_dot(q, k + j * kv_stride, hs) * scale - lse);
+        float dp = attention_dot(dy, v + j * kv_stride, hs);
+        axpy(dv + j * kv_stride, p, dy, hs);
+        float ds = p * (dp - D);
+        axpy(dq, ds, k + j * kv_stride, hs);
+        axpy(dk + j * kv_stride, ds, q, hs);
+    }
 }
 
 /* Row t's tiles of keys: ceil((t + 1) / tile). */
@@ -89,7 +101,8 @@ void attention_lse_forward_cpu(float *out, float *lse, const float *qkv, int64_t
         const int64_t b = bh / NH, h = bh % NH;
         const float *q = qkv + b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
         for (int64_t t = 0; t < T; t++)
-            forward_row(out + (b * T + t) * C + h * hs, lse + bh * T + t, q + t * C3, k, v, t, hs, C3, scale);
+            attention_lse_forward_row(out + (b * T + t) * C + h * hs, lse + bh * T + t, q + t * C3, k, v, t + 1, hs,
+                                      C3, scale);
     }
     double heads = (double)B * NH, scores = (double)T * (T + 1) / 2, tiles = 0;
     for (int64_t t = 0; t < T; t++) tiles += (double)key_tiles(t);
@@ -108,25 +121,17 @@ void attention_lse_backward_cpu(float *dqkv, float *scratch, const float *dout, 
         const float *dy = dout + b * T * C + h * hs, *y = out + b * T * C + h * hs;
         float *dq = dqkv + b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C, *D = scratch + bh * T;
         for (int64_t t = 0; t < T; t++) {
-            D[t] = dot(dy + t * C, y + t * C, hs);
+            D[t] = attention_dot(dy + t * C, y + t * C, hs);
             memset(dq + t * C3, 0, (size_t)hs * sizeof *dq);
             memset(dk + t * C3, 0, (size_t)hs * sizeof *dk);
             memset(dv + t * C3, 0, (size_t)hs * sizeof *dv);
         }
         for (int64_t t = 0; t < T; t++) {
-            const float *qt = q + t * C3, *dyt = dy + t * C;
             float *dqt = dq + t * C3;
-            for (int64_t j = 0; j <= t; j++) {
-                float p = expf(dot(qt, k + j * C3, hs) * scale - l[t]);
-                float dp = dot(dyt, v + j * C3, hs);
-                axpy(dv + j * C3, p, dyt, hs);
-                float ds = p * (dp - D[t]);
-                axpy(dqt, ds, k + j * C3, hs);
-                axpy(dk + j * C3, ds, qt, hs);
-            }
-            scale_row(dqt, scale, hs);
+            attention_lse_backward_row(dqt, dk, dv, q + t * C3, dy + t * C, k, v, l[t], D[t], t + 1, hs, C3, scale);
+            attention_scale_row(dqt, scale, hs);
         }
-        for (int64_t j = 0; j < T; j++) scale_row(dk + j * C3, scale, hs);
+        for (int64_t j = 0; j < T; j++) attention_scale_row(dk + j * C3, scale, hs);
     }
     double heads = (double)B * NH, scores = (double)T * (T + 1) / 2;
     fc->attention += heads * scores * 5 * 2 * hs; /* QK^T, dP, dV, dQ, dK */

@@ -131,6 +131,6 @@ static void init_single(struct collectives *c) {
 }
 
 void grid_init_single(struct grid *g) {
-    *g = (struct grid){.world_rank = 0, .world_size = 1, .dp = 1, .tp = 1, .pp = 1, .tie_member = true};
+    *g = (struct grid){.world_rank = 0, .world_size = 1, .dp = 1, .cp = 1, .tp = 1, .pp = 1, .tie_member = true};
     for (int k = 0; k < GROUP_NUM; k++) init_single(grid_group(g, (enum grid_group)k));
 }

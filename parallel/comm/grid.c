@@ -1,5 +1,6 @@
 /* The process grid over MPI_COMM_WORLD (include/grid.h). Rank order, tp
- * innermost: world rank = (pp_rank x dp + dp_rank) x tp + tp_rank. Each
+ * innermost, then cp, then dp: world rank =
+ * ((pp_rank x dp + dp_rank) x cp + cp_rank) x tp + tp_rank. Each
  * group is one MPI_Comm_split: a color per group, the coordinate along the
  * group's axis as the key. */
 #include "grid.h"
@@ -19,7 +20,7 @@ static int split(struct collectives *c, int color, int key, char err[GRID_ERR_LE
     return rc;
 }
 
-int grid_init(struct grid *g, int tp, int pp, char err[GRID_ERR_LEN]) {
+int grid_init(struct grid *g, int tp, int cp, int pp, char err[GRID_ERR_LEN]) {
     *g = (struct grid){0};
     int initialized = 0;
     MPI_Initialized(&initialized);
@@ -30,23 +31,25 @@ int grid_init(struct grid *g, int tp, int pp, char err[GRID_ERR_LEN]) {
     int rank, world;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
-    /* Every rank sees the same tp, pp and world, so all ranks fail here
+    /* Every rank sees the same tp, cp, pp and world, so all ranks fail here
      * together, before any collective: nobody is left waiting. */
-    if (tp < 1 || pp < 1) {
-        snprintf(err, GRID_ERR_LEN, "tp and pp must be at least 1 (got tp %d, pp %d)", tp, pp);
+    if (tp < 1 || cp < 1 || pp < 1) {
+        snprintf(err, GRID_ERR_LEN, "tp, cp and pp must be at least 1 (got tp %d, cp %d, pp %d)", tp, cp, pp);
         return -1;
     }
-    /* tp x pp beyond the world cannot divide it (and might overflow an int) */
-    if ((long long)tp * pp > world || world % (tp * pp) != 0) {
+    /* cp x tp x pp beyond the world cannot divide it (and might overflow an int) */
+    long long fixed = (long long)tp * cp * pp;
+    if (fixed > world || world % (int)fixed != 0) {
         snprintf(err, GRID_ERR_LEN,
-                 "%d ranks cannot form a grid with tp %d x pp %d: the world size must be a multiple of tp x pp", world,
-                 tp, pp);
+                 "%d ranks cannot form a grid with cp %d x tp %d x pp %d: the world size must be a multiple of "
+                 "cp x tp x pp (dp is what remains)", world, cp, tp, pp);
         return -1;
     }
-    int dp = world / (tp * pp);
-    *g = (struct grid){.world_rank = rank, .world_size = world, .dp = dp, .tp = tp, .pp = pp};
-    struct grid_coords at = grid_coords_of(rank, dp, tp);
+    int dp = world / (int)fixed;
+    *g = (struct grid){.world_rank = rank, .world_size = world, .dp = dp, .cp = cp, .tp = tp, .pp = pp};
+    struct grid_coords at = grid_coords_of(rank, dp, cp, tp);
     g->dp_rank = at.dp_rank;
+    g->cp_rank = at.cp_rank;
     g->tp_rank = at.tp_rank;
     g->pp_rank = at.pp_rank;
 
@@ -54,18 +57,21 @@ int grid_init(struct grid *g, int tp, int pp, char err[GRID_ERR_LEN]) {
      * ordered by stage. A middle stage takes a color of its own (past every
      * pair's color) and so forms a group of one. */
     g->tie_member = g->pp_rank == 0 || g->pp_rank == pp - 1;
-    int tie_color = g->tie_member ? g->dp_rank * tp + g->tp_rank : dp * tp + rank;
+    /* a stage's position: (dp_rank, cp_rank, tp_rank), one number */
+    int in_stage = (g->dp_rank * cp + g->cp_rank) * tp + g->tp_rank, stage_size = dp * cp * tp;
+    int tie_color = g->tie_member ? in_stage : stage_size + rank;
 
-    /* Build all four before judging, so every rank makes the same
+    /* Build all five before judging, so every rank makes the same
      * collective calls even when one group fails; then agree world-wide. */
     const int colors[GROUP_NUM] = {
         [GROUP_DP] = g->pp_rank * tp + g->tp_rank,
-        [GROUP_TP] = g->pp_rank * dp + g->dp_rank,
-        [GROUP_PP] = g->dp_rank * tp + g->tp_rank,
+        [GROUP_TP] = (g->pp_rank * dp + g->dp_rank) * cp + g->cp_rank,
+        [GROUP_PP] = in_stage,
         [GROUP_TIE] = tie_color,
+        [GROUP_CP] = (g->pp_rank * dp + g->dp_rank) * tp + g->tp_rank,
     };
-    const int keys[GROUP_NUM] = {
-        [GROUP_DP] = g->dp_rank, [GROUP_TP] = g->tp_rank, [GROUP_PP] = g->pp_rank, [GROUP_TIE] = g->pp_rank};
+    const int keys[GROUP_NUM] = {[GROUP_DP] = g->dp_rank * cp + g->cp_rank, [GROUP_TP] = g->tp_rank,
+                                 [GROUP_PP] = g->pp_rank, [GROUP_TIE] = g->pp_rank, [GROUP_CP] = g->cp_rank};
     char errs[GROUP_NUM][GRID_ERR_LEN];
     int failed = -1; /* the first group that failed here */
     for (int k = 0; k < GROUP_NUM; k++)

@@ -41,7 +41,7 @@ common=(--config configs/tiny.conf --train_data "$tmp/train.bin" --val_data "$tm
 # 1. 4 ranks, tp 3
 timeout 60 "${mpi[@]}" -np 4 "$train" "${common[@]}" --tp 3 >"$tmp/out1" 2>"$tmp/err1"
 rc=$?
-[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c 'cannot form a grid with tp 3' "$tmp/err1")" -eq 1 ]
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c 'cannot form a grid with cp 1 x tp 3' "$tmp/err1")" -eq 1 ]
 check "4 ranks cannot form tp 3: non-zero exit, one message" $?
 
 # 2. missing data on every rank

@@ -25,17 +25,18 @@
 struct grid_seen {
     int rc;
     struct grid g;   /* the fields; its collectives are freed */
-    float dp_sum, tp_sum, pp_sum, tie_sum;  /* world ranks summed over each group */
+    float dp_sum, tp_sum, pp_sum, tie_sum, cp_sum;  /* world ranks summed over each group */
     float tie_partner;  /* the other tie rank's world rank, by send/recv; -1 in a group of one */
     int tie_p2p_rc;
 };
 
-static struct grid_seen build_grid(int tp, int pp) {
+static struct grid_seen build_grid_cp(int tp, int cp, int pp) {
     struct grid_seen s = {0};
     char err[GRID_ERR_LEN];
-    s.rc = grid_init(&s.g, tp, pp, err);
+    s.rc = grid_init(&s.g, tp, cp, pp, err);
     if (s.rc != 0) return s;
-    s.dp_sum = s.tp_sum = s.pp_sum = s.tie_sum = (float)s.g.world_rank;
+    s.dp_sum = s.tp_sum = s.pp_sum = s.tie_sum = s.cp_sum = (float)s.g.world_rank;
+    s.g.cp_comm.all_reduce_sum(&s.g.cp_comm, &s.cp_sum, 1, DTYPE_FP32);
     s.g.dp_comm.all_reduce_sum(&s.g.dp_comm, &s.dp_sum, 1, DTYPE_FP32);
     s.g.tp_comm.all_reduce_sum(&s.g.tp_comm, &s.tp_sum, 1, DTYPE_FP32);
     s.g.pp_comm.all_reduce_sum(&s.g.pp_comm, &s.pp_sum, 1, DTYPE_FP32);
@@ -52,6 +53,8 @@ static struct grid_seen build_grid(int tp, int pp) {
     grid_free(&s.g);
     return s;
 }
+
+static struct grid_seen build_grid(int tp, int pp) { return build_grid_cp(tp, 1, pp); }
 
 /* Stage 0 and stage pp-1 of one (dp_rank, tp_rank) pair up; world rank =
  * (pp_rank x dp + dp_rank) x tp + tp_rank. */
@@ -158,6 +161,52 @@ static void test_grid_tp2_pp2(void **state) {
     assert_tie_pair(&s);
 }
 
+/* cp = 2 on 2 or 4 ranks: world rank = dp_rank x 2 + cp_rank; a cp ring is
+ * a consecutive pair, and the dp group holds dp x cp ranks (every rank),
+ * its rank dp_rank x cp + cp_rank. */
+static void test_grid_cp2(void **state) {
+    (void)state;
+    if (world_size() % 2) skip();
+    struct grid_seen s = build_grid_cp(1, 2, 1);
+    const struct grid *g = &s.g;
+    int r = g->world_rank, n = world_size();
+    assert_int_equal(s.rc, 0);
+    assert_int_equal(g->dp, n / 2);
+    assert_int_equal(g->cp, 2);
+    assert_int_equal(g->cp_rank, r % 2);
+    assert_int_equal(g->dp_rank, r / 2);
+    assert_int_equal(g->cp_comm.size, 2);
+    assert_int_equal(g->cp_comm.rank, g->cp_rank);
+    assert_int_equal(g->dp_comm.size, n);
+    assert_int_equal(g->dp_comm.rank, g->dp_rank * 2 + g->cp_rank);
+    assert_int_equal(g->tp_comm.size, 1);
+    assert_true(s.cp_sum == (float)(4 * g->dp_rank + 1)); /* 2d + (2d + 1) */
+    assert_true(s.dp_sum == (float)(n * (n - 1) / 2));
+    assert_true(s.tp_sum == (float)r);
+    assert_true(s.pp_sum == (float)r);
+}
+
+/* 4 = dp 1 x cp 2 x tp 2: world rank = cp_rank x 2 + tp_rank; the cp ring
+ * pairs the ranks of one tp_rank (r, r + 2), as does the dp x cp group. */
+static void test_grid_cp2_tp2(void **state) {
+    (void)state;
+    if (world_size() != 4) skip();
+    struct grid_seen s = build_grid_cp(2, 2, 1);
+    const struct grid *g = &s.g;
+    int r = g->world_rank;
+    assert_int_equal(s.rc, 0);
+    assert_int_equal(g->dp, 1);
+    assert_int_equal(g->tp_rank, r % 2);
+    assert_int_equal(g->cp_rank, r / 2);
+    assert_true(s.tp_sum == (float)(4 * g->cp_rank + 1));
+    assert_true(s.cp_sum == (float)(2 * g->tp_rank + 2));
+    assert_true(s.dp_sum == (float)(2 * g->tp_rank + 2));
+    assert_int_equal(g->dp_comm.rank, g->cp_rank);
+    struct grid_coords at = grid_coords_of(r, g->dp, g->cp, g->tp);
+    assert_int_equal(at.cp_rank, g->cp_rank);
+    assert_int_equal(grid_world_rank(at, g->dp, g->cp, g->tp), r);
+}
+
 /* pp = 1 on any world: the tie group is this rank alone, a member. */
 static void test_grid_tie_pp1(void **state) {
     (void)state;
@@ -187,15 +236,15 @@ static void test_grid_tie_every_rank_a_stage(void **state) {
     assert_tie_pair(&s);
 }
 
-/* grid_group walks the four tables in enum order, named for reports. */
+/* grid_group walks the five tables in enum order, named for reports. */
 static void test_grid_groups_by_enum(void **state) {
     (void)state;
     struct grid g;
     char err[GRID_ERR_LEN];
-    int rc = grid_init(&g, 1, 1, err);
+    int rc = grid_init(&g, 1, 1, 1, err);
     assert_int_equal(rc, 0);
-    struct collectives *want[GROUP_NUM] = {&g.dp_comm, &g.tp_comm, &g.pp_comm, &g.tie_comm};
-    const char *names[GROUP_NUM] = {"dp", "tp", "pp", "tie"};
+    struct collectives *want[GROUP_NUM] = {&g.dp_comm, &g.tp_comm, &g.pp_comm, &g.tie_comm, &g.cp_comm};
+    const char *names[GROUP_NUM] = {"dp", "tp", "pp", "tie", "cp"};
     bool ok = true;
     for (int k = 0; k < GROUP_NUM; k++)
         ok = ok && grid_group(&g, (enum grid_group)k) == want[k] &&
@@ -212,14 +261,23 @@ static void test_grid_rejects_bad_shapes(void **state) {
     int n = world_size(), tp = n % 3 ? 3 : n + 1;
     struct grid g;
     char err3[GRID_ERR_LEN] = "", err0[GRID_ERR_LEN] = "";
-    int rc3 = grid_init(&g, tp, 1, err3);
-    int rc0 = grid_init(&g, 0, 2, err0);
+    int rc3 = grid_init(&g, tp, 1, 1, err3);
+    int rc0 = grid_init(&g, 0, 1, 2, err0);
     char errbig[GRID_ERR_LEN] = "";
-    int rcbig = grid_init(&g, INT_MAX, 2, errbig); /* tp x pp overflows an int */
+    int rcbig = grid_init(&g, INT_MAX, 1, 2, errbig); /* tp x pp overflows an int */
+    char errcp[GRID_ERR_LEN] = "";
+    int rccp = grid_init(&g, 1, tp, 1, errcp); /* cp that does not divide the world */
     MPI_Barrier(MPI_COMM_WORLD);
     char want[GRID_ERR_LEN];
     snprintf(want, sizeof want,
-             "%d ranks cannot form a grid with tp %d x pp 1: the world size must be a multiple of tp x pp", n, tp);
+             "%d ranks cannot form a grid with cp 1 x tp %d x pp 1: the world size must be a multiple of cp x tp x pp "
+             "(dp is what remains)", n, tp);
+    assert_int_equal(rccp, -1);
+    char want_cp[GRID_ERR_LEN];
+    snprintf(want_cp, sizeof want_cp,
+             "%d ranks cannot form a grid with cp %d x tp 1 x pp 1: the world size must be a multiple of cp x tp x pp "
+             "(dp is what remains)", n, tp);
+    assert_string_equal(errcp, want_cp);
     assert_int_equal(rc3, -1);
     assert_string_equal(err3, want);
     assert_int_equal(rc0, -1);
@@ -235,6 +293,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_grid_tp2),
         cmocka_unit_test(test_grid_pp2),
         cmocka_unit_test(test_grid_tp2_pp2),
+        cmocka_unit_test(test_grid_cp2),
+        cmocka_unit_test(test_grid_cp2_tp2),
         cmocka_unit_test(test_grid_tie_pp1),
         cmocka_unit_test(test_grid_tie_every_rank_a_stage),
         cmocka_unit_test(test_grid_groups_by_enum),

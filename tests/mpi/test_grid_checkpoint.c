@@ -184,7 +184,7 @@ static void test_adamw_any_grid(void **s) {
         for (int zero = 0; zero <= 3; zero += 3) {
             struct grid g;
             char gerr[GRID_ERR_LEN];
-            assert_int_equal(grid_init(&g, tp[k], pp[k], gerr), 0);
+            assert_int_equal(grid_init(&g, tp[k], 1, pp[k], gerr), 0);
             char again[160], model[160], init[160];
             path_of(again, sizeof again, "again.state");
             path_of(model, sizeof model, "again.bin");
@@ -252,7 +252,7 @@ static void test_adamw8bit_any_grid(void **s) {
         int zero = pp[k] > 1 && dp > 1 ? 0 : pp[k] == 2 ? 3 : 1;
         struct grid g;
         char gerr[GRID_ERR_LEN], err[TRAINER_ERR_LEN];
-        assert_int_equal(grid_init(&g, tp[k], pp[k], gerr), 0);
+        assert_int_equal(grid_init(&g, tp[k], 1, pp[k], gerr), 0);
         char first[160], second[160];
         path_of(first, sizeof first, "grid8.state");
         path_of(second, sizeof second, "grid8_again.state");
@@ -357,7 +357,7 @@ static void test_host_mirror_path(void **s) {
         int zero = pp[k] > 1 && dp > 1 ? 0 : 3; /* as test_adamw8bit_any_grid: pp over dp only at ZeRO-0 */
         struct grid g;
         char gerr[GRID_ERR_LEN];
-        assert_int_equal(grid_init(&g, tp[k], pp[k], gerr), 0);
+        assert_int_equal(grid_init(&g, tp[k], 1, pp[k], gerr), 0);
         struct config c;
         config_for(&c, OPTIM_ADAMW8BIT, zero, g.dp);
         snprintf(c.resume, sizeof c.resume, "%s", f.state);
@@ -371,7 +371,7 @@ static void test_host_mirror_path(void **s) {
     if (GLOBAL_SEQS % (MICRO_BATCH * world) != 0) return;
     struct grid g;
     char gerr[GRID_ERR_LEN];
-    assert_int_equal(grid_init(&g, 1, 1, gerr), 0);
+    assert_int_equal(grid_init(&g, 1, 1, 1, gerr), 0);
     struct config c;
     config_for(&c, OPTIM_ADAMW8BIT, 3, g.dp);
     c.d_model = 36;

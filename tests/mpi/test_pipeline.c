@@ -116,7 +116,7 @@ static void check_v(int pp, int m, enum schedule_kind kind, int zero, int v) {
     int dp = WORLD.world_size / pp;
     struct grid grid, single;
     char err[TRAINER_ERR_LEN];
-    assert_int_equal(grid_init(&grid, 1, pp, err), 0);
+    assert_int_equal(grid_init(&grid, 1, 1, pp, err), 0);
     grid_init_single(&single);
     struct config cp, cs;
     config_for(&cp, pp, dp, m, kind, zero, v);
@@ -189,7 +189,7 @@ static int setup(void **state) {
     omp_set_num_threads(1);
     openblas_set_num_threads(1);
     char err[GRID_ERR_LEN];
-    if (grid_init(&WORLD, 1, 1, err) != 0) return -1;
+    if (grid_init(&WORLD, 1, 1, 1, err) != 0) return -1;
     return scratch_open(DIR_, sizeof DIR_, SHARD, sizeof SHARD, "pipeline", WORLD.world_rank, 64 * 1024);
 }
 

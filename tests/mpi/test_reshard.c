@@ -215,7 +215,7 @@ static int setup(void **state) {
     openblas_set_num_threads(1);
     grid_init_single(&SINGLE);
     char err[GRID_ERR_LEN];
-    if (grid_init(&WORLD, 1, 1, err) != 0) return -1;
+    if (grid_init(&WORLD, 1, 1, 1, err) != 0) return -1;
     /* one directory, made by rank 0: the state file is shared */
     if (WORLD.world_rank == 0) {
         snprintf(DIR_, sizeof DIR_, "/tmp/shardlab_reshard_XXXXXX");

@@ -24,7 +24,7 @@ static int setup(void **state) {
     int world;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     char err[GRID_ERR_LEN];
-    return grid_init(&G, world, 1, err); /* every rank in one tp group */
+    return grid_init(&G, world, 1, 1, err); /* every rank in one tp group */
 }
 
 static int teardown(void **state) {

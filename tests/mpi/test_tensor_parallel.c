@@ -263,7 +263,7 @@ static void check_case(const struct variant *v) {
     struct run ref, run;
     train(&rc, &SINGLE, &ref);
     struct grid g;
-    if (grid_init(&g, tp, v->pp, err) != 0) fail_msg("grid_init: %s", err);
+    if (grid_init(&g, tp, 1, v->pp, err) != 0) fail_msg("grid_init: %s", err);
     train(&tc, &g, &run);
     bool on_dp0 = g.dp_rank == 0;
     grid_free(&g);
@@ -349,7 +349,7 @@ static void run_sp(enum dtype dt, enum recompute_mode r) {
     config_for(&c, &v, v.tp, 0, ACCUM, "");
     struct grid g;
     char err[TRAINER_ERR_LEN];
-    if (grid_init(&g, v.tp, 1, err) != 0) fail_msg("grid_init: %s", err);
+    if (grid_init(&g, v.tp, 1, 1, err) != 0) fail_msg("grid_init: %s", err);
     struct trainer tr;
     int rc = trainer_open(&tr, &c, &g, NULL, err);
     grid_free(&g);

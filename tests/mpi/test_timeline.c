@@ -160,7 +160,7 @@ static int setup(void **state) {
     omp_set_num_threads(1);
     openblas_set_num_threads(1);
     char err[GRID_ERR_LEN];
-    if (grid_init(&WORLD, 1, 1, err) != 0) return -1;
+    if (grid_init(&WORLD, 1, 1, 1, err) != 0) return -1;
     return scratch_open(DIR_, sizeof DIR_, SHARD, sizeof SHARD, "timeline", WORLD.world_rank, 64 * 1024);
 }
 

@@ -77,7 +77,7 @@ static void check_case(const struct variant *v) {
     config_for(&c, v);
     struct grid g;
     char err[TRAINER_ERR_LEN];
-    assert_int_equal(grid_init(&g, v->tp, v->pp, err), 0);
+    assert_int_equal(grid_init(&g, v->tp, 1, v->pp, err), 0);
     struct trainer tr;
     int rc = trainer_open(&tr, &c, &g, NULL, err);
     if (rc == 0) rc = trainer_run(&tr, err);

@@ -233,7 +233,7 @@ static int setup(void **state) {
     openblas_set_num_threads(1);
     grid_init_single(&SINGLE);
     char err[GRID_ERR_LEN];
-    if (grid_init(&WORLD, 1, 1, err) != 0) return -1;
+    if (grid_init(&WORLD, 1, 1, 1, err) != 0) return -1;
     int rank = WORLD.world_rank;
     return scratch_open(DIR_, sizeof DIR_, SHARD, sizeof SHARD, "zero", rank, 100 * 1024);
 }

@@ -20,7 +20,8 @@
 #     on stage 0 (F0 F1 B0 B1) and none on stage 1 (F0 B0 F1 B1), the pp
 #     sends, receives and tie all-reduces equal to the log;
 #  8. pp 2 interleaved (2 chunks a stage): each stage's order of
-#     (micro-batch, chunk) forwards and backwards, the pp traffic.
+#     (micro-batch, chunk) forwards and backwards, the pp traffic;
+#  9. cp 2: the ring's sends and waits, against the log.
 # Usage: tests/mpi/trace.sh BUILD_DIR (build or build-san)
 set -u
 build=${1:-build}
@@ -126,6 +127,17 @@ check "pp 2 interleaved: each stage's order (chunks), the pp traffic against the
 "$py" "$checker" "$tmp/pp_inter.json" --ranks 2 --steps 3 --grad-accum 2 >/dev/null
 [ $? -ne 0 ]
 check "the interleaved trace without --virtual-stages fails the span count" $?
+
+# 9. cp 2 (ring attention, docs/CP.md): F0 B0 F1 B1 on both ranks, the ring's
+#    posts and waits (the "cp" group: 2 layers x (1 + 3) isends per
+#    micro-batch) equal, per rank and kind, to the log's [cp] rows.
+timeout 120 "${mpi[@]}" -np 2 "$train" "${common[@]}" --steps 3 --cp 2 --attention flash \
+    --trace "$tmp/cp2.json" --log_json "$tmp/cp2.log" >"$tmp/cp2.out" 2>&1
+rc=$?
+[ $rc -eq 0 ] && "$py" "$checker" "$tmp/cp2.json" --ranks 2 --steps 3 --grad-accum 2 --expect-order "F0 B0 F1 B1" \
+    --log "$tmp/cp2.log" --require-comm && grep -q '"name":"wait recv cp"' "$tmp/cp2.json" &&
+    grep -q '"name":"post send cp"' "$tmp/cp2.json"
+check "cp 2: the ring's sends and waits against the log (rc $rc)" $?
 
 [ $fails -eq 0 ] && echo "trace: all passed" || echo "trace: $fails failed"
 exit $((fails > 0))

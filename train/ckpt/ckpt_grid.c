@@ -6,7 +6,7 @@
 
 int ckpt_holder_layout(const struct config *c, const struct grid *g, int stage, int tp_rank,
                        struct model_layout *lay) {
-    struct rank_place p = {.dp = g->dp, .tp = g->tp, .tp_rank = tp_rank, .pp = g->pp, .pp_rank = stage};
+    struct rank_place p = {.dp = g->dp_comm.size, .cp = g->cp, .tp = g->tp, .tp_rank = tp_rank, .pp = g->pp, .pp_rank = stage};
     return rank_layout(c, p, lay);
 }
 
@@ -15,7 +15,7 @@ bool ckpt_is_holder(const struct grid *g, int stage, int tp_rank) {
 }
 
 bool ckpt_is_source(const struct grid *g, int stage, int tp_rank) {
-    return ckpt_is_holder(g, stage, tp_rank) && g->dp_rank == 0;
+    return ckpt_is_holder(g, stage, tp_rank) && g->dp_comm.rank == 0; /* dp 0, cp 0 */
 }
 
 size_t ckpt_unit_elems(const struct model_layout *lay, int u, bool with_wte_copy) {
@@ -24,7 +24,7 @@ size_t ckpt_unit_elems(const struct model_layout *lay, int u, bool with_wte_copy
 }
 
 size_t ckpt_staging_bytes(const struct config *c, const struct grid *g, size_t own_bytes) {
-    if (g->pp_rank != 0 || g->dp_rank != 0) return own_bytes;
+    if (g->pp_rank != 0 || g->dp_comm.rank != 0) return own_bytes;
     size_t most = own_bytes / 4;
     for (int s = 0; s < g->pp; s++)
         for (int t = 0; t < g->tp; t++) {

@@ -48,7 +48,7 @@ static int32_t split_digest(const struct trainer *tr) {
 
 static void raw_key(const struct trainer *tr, int32_t key[RAW_KEYS]) {
     const struct grid *g = tr->grid;
-    key[0] = g->dp, key[1] = tr->cfg->zero, key[2] = tr->cfg->min_8bit_size;
+    key[0] = g->dp_comm.size, key[1] = tr->cfg->zero, key[2] = tr->cfg->min_8bit_size;
     key[3] = g->tp, key[4] = g->pp, key[5] = split_digest(tr);
 }
 
@@ -78,7 +78,7 @@ int raw_plan(struct trainer *tr, struct raw_plan *p) {
     if (failed == 0.0) {
         /* every holder's block count, from its source, summed over the world */
         for (int h = 0; h < H; h++) count[h] = 0.0;
-        if (g->dp_rank == 0) count[holder_index(g, g->pp_rank, g->tp_rank)] = (double)p->first[cells - 1];
+        if (g->dp_comm.rank == 0) count[holder_index(g, g->pp_rank, g->tp_rank)] = (double)p->first[cells - 1];
         grid_sum_uncounted(g, count, H);
         size_t at = 0;
         for (int h = 0; h < H; h++) p->base[h] = at, at += (size_t)count[h];

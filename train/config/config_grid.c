@@ -80,6 +80,35 @@ static int check_adafactor(const struct config *cfg, const struct grid *g, char 
     return 0;
 }
 
+/* Context parallelism (include/context_parallel.h): the load-balanced
+ * split's 2 cp chunks, ring attention's log-sum-exp form, and sequence
+ * parallelism's slices of a rank's T/cp positions. */
+static int check_context_parallel(const struct config *cfg, const struct grid *g, char err[CONFIG_ERR_LEN]) {
+    int cp = g->cp, T = cfg->seq_len;
+    if (cp == 1) return 0;
+    if (T % (2 * cp) != 0) {
+        snprintf(err, CONFIG_ERR_LEN, "cp = %d: seq_len (%d) must be a multiple of 2 cp = %d (each sequence is cut "
+                 "into 2 cp chunks, cp rank r holding chunks r and 2 cp - 1 - r)", cp, T, 2 * cp);
+        return -1;
+    }
+    if (cfg->attention != ATTENTION_FLASH) {
+        snprintf(err, CONFIG_ERR_LEN, "cp = %d with --attention plain: ring attention merges partial outputs by "
+                 "their log-sum-exp, which only the flash kernels keep; use --attention flash", cp);
+        return -1;
+    }
+    if (cfg->sequence_parallel && g->tp > 1 && (T / cp) % g->tp != 0) {
+        snprintf(err, CONFIG_ERR_LEN, "sequence_parallel with cp = %d: tp = %d must divide each cp rank's "
+                 "seq_len/cp = %d positions", cp, g->tp, T / cp);
+        return -1;
+    }
+    if (cfg->sample_tokens > 0) {
+        snprintf(err, CONFIG_ERR_LEN, "sample_tokens = %d with cp = %d: sampling runs whole sequences on one rank "
+                 "(sample after training with cp = 1 from the saved model)", cfg->sample_tokens, cp);
+        return -1;
+    }
+    return 0;
+}
+
 int config_check_grid(const struct config *cfg, const struct grid *g, char err[CONFIG_ERR_LEN]) {
     if (cfg->arch != ARCH_GPT2 || cfg->n_kv_head != 0 || cfg->ffn_dim != 0) {
         snprintf(err, CONFIG_ERR_LEN,
@@ -96,6 +125,7 @@ int config_check_grid(const struct config *cfg, const struct grid *g, char err[C
                  "every sequence", g->tp, cfg->seq_len);
         return -1;
     }
+    if (check_context_parallel(cfg, g, err) != 0) return -1;
     if (g->tp > 1 && cfg->sample_tokens > 0) {
         snprintf(err, CONFIG_ERR_LEN,
                  "sample_tokens = %d with tp = %d: sampling reads whole rows of logits, which a tensor-parallel "

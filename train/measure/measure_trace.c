@@ -25,10 +25,14 @@ size_t trace_capacity(const struct config *c) {
      * collectives. A validation: per micro-batch a forward's gathers. A
      * save (state or model file): a few gathers per unit. */
     double U = c->n_layer + 2.0;
-    double per_micro = 10 + 8 * U;
+    /* cp: per layer a forward's ring (cp - 1 exchanges, 4 events each) and a
+     * backward's (cp - 1 exchanges and cp dK,dV sends and receives), with
+     * full recompute a second forward: within 16 cp events */
+    double ring = c->cp > 1 ? 16.0 * c->cp * c->n_layer : 0;
+    double per_micro = 10 + 8 * U + ring;
     double per_step = 16 + 4 * U + c->grad_accum * per_micro;
     double vals = c->val_every > 0 && *c->val_data ? c->steps / c->val_every + 1.0 : 0;
-    double per_val = 4 + c->val_batches * (2 * U + 1);
+    double per_val = 4 + c->val_batches * (2 * U + 1 + ring);
     double saves = (c->save_state_every > 0 ? c->steps / c->save_state_every : 0) + 2.0;
     double n = 64 + (double)c->steps * per_step + vals * per_val + saves * 16 * U;
     return n > TRACE_AUTO_MAX_EVENTS ? TRACE_AUTO_MAX_EVENTS : (size_t)n;
@@ -85,10 +89,10 @@ static void write_event(FILE *f, const struct trace_event *e, int tid, int64_t b
  * events, and the instant that says how many did not fit. */
 static void write_rank(FILE *f, const struct grid *g, int r, const struct trace_event *ev, int64_t n,
                        int64_t dropped, int64_t base) {
-    int tp_rank = r % g->tp, dp_rank = r / g->tp % g->dp, pp_rank = r / (g->tp * g->dp);
+    struct grid_coords at = grid_coords_of(r, g->dp, g->cp, g->tp);
     fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"rank %d (dp %d, "
-               "tp %d, pp %d)\",\"recorded\":%" PRId64 ",\"dropped\":%" PRId64 "}}",
-            r, r, dp_rank, tp_rank, pp_rank, n, dropped);
+               "cp %d, tp %d, pp %d)\",\"recorded\":%" PRId64 ",\"dropped\":%" PRId64 "}}",
+            r, r, at.dp_rank, at.cp_rank, at.tp_rank, at.pp_rank, n, dropped);
     fprintf(f, ",\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"sort_index\":%d}}", r,
             r);
     int64_t last = base;
@@ -117,10 +121,10 @@ static void write_tail(FILE *f, const struct trainer *tr, int64_t recorded, int6
     const struct grid *g = tr->grid;
     fprintf(f, "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"program\":\"shardlab train\","
                "\"clock\":\"CLOCK_MONOTONIC; ts from the earliest event of any rank; not aligned across hosts\","
-               "\"world_size\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"schedule\":\"%s\",\"zero\":%d,\"steps\":%d,\"steps_run\":%d,"
+               "\"world_size\":%d,\"dp\":%d,\"cp\":%d,\"tp\":%d,\"pp\":%d,\"schedule\":\"%s\",\"zero\":%d,\"steps\":%d,\"steps_run\":%d,"
                "\"grad_accum\":%d,\"micro_batch\":%d,\"seq_len\":%d,\"n_layer\":%d,\"d_model\":%d,\"n_head\":%d,"
                "\"overlap\":%d,\"capacity_per_rank\":%zu,\"recorded\":%" PRId64 ",\"dropped\":%" PRId64 "}}\n",
-            g->world_size, g->dp, g->tp, g->pp, schedule_name(c->schedule), c->zero, c->steps, tr->step, c->grad_accum, c->micro_batch,
+            g->world_size, g->dp, g->cp, g->tp, g->pp, schedule_name(c->schedule), c->zero, c->steps, tr->step, c->grad_accum, c->micro_batch,
             c->seq_len, c->n_layer, c->d_model, c->n_head, c->overlap ? 1 : 0, tr->trace.capacity, recorded,
             dropped);
 }

@@ -25,6 +25,7 @@ void rank_stats_collect(const struct trainer *tr, struct rank_stats *out) {
     out->steady_tracked = (double)m->live_total;
     out->one_unit = tr->engine_open ? (double)engine_unit_staging_bytes(&tr->engine) : 0.0;
     out->rss = peak_rss_bytes();
+    out->attention_flops = tr->flops.attention;
     for (int g = 0; g < GROUP_NUM; g++) {
         const struct comm_counters *cc = &grid_group(tr->grid, (enum grid_group)g)->counters;
         struct rank_comm *rc = &out->comm[g];
@@ -192,9 +193,9 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
     header(out, n, "category");
     /* What the memory rows belong to, so build/report can label a run. */
     if (json)
-        fprintf(json, "{\"type\":\"memory_setup\",\"zero\":%d,\"world_size\":%d,\"tp\":%d,\"pp\":%d,"
+        fprintf(json, "{\"type\":\"memory_setup\",\"zero\":%d,\"world_size\":%d,\"tp\":%d,\"pp\":%d,\"cp\":%d,"
                       "\"psi\":%.0f,\"recompute\":\"%s\",\"attention\":\"%s\",\"optimizer\":\"%s\"}\n",
-                c->zero, n, c->tp, c->pp, st.psi,
+                c->zero, n, c->tp, c->pp, c->cp, st.psi,
                 c->recompute == RECOMPUTE_NONE ? "none" : c->recompute == RECOMPUTE_FULL ? "full" : "selective",
                 c->attention == ATTENTION_FLASH ? "flash" : "plain", optim_rule(c->optimizer)->name);
     char rule[320];
@@ -351,6 +352,10 @@ static double comm_theory_of(const struct config *c, struct rank_place p, int g,
         return k == COLL_ALL_REDUCE ? t.all_reduce : k == COLL_ALL_REDUCE_MAX ? t.all_reduce_max
              : k == COLL_REDUCE_SCATTER ? t.reduce_scatter : k == COLL_ALL_GATHER ? t.all_gather : -1;
     }
+    if (g == GROUP_CP) {
+        struct cp_comm_theory r = theory_trainer_cp_comm(c, p);
+        return k == COLL_SEND ? r.send : k == COLL_RECV ? r.recv : -1;
+    }
     struct pipe_comm_theory q = theory_trainer_pp_comm(c, p);
     if (g == GROUP_PP) return k == COLL_SEND ? q.send : k == COLL_RECV ? q.recv : -1;
     if (g == GROUP_TIE && k == COLL_ALL_REDUCE) return p.pp_rank == 0 || p.pp_rank == p.pp - 1 ? q.tie_all_reduce : 0;
@@ -363,7 +368,8 @@ static void comm_group_rows(FILE *out, FILE *json, const struct trainer *tr, con
                             int steps, int g, double *col) {
     static const char *const what[GROUP_NUM] = {
         [GROUP_DP] = "data parallel", [GROUP_TP] = "tensor parallel", [GROUP_PP] = "pipeline parallel",
-        [GROUP_TIE] = "first and last pipeline stage: tied embedding and LM head"};
+        [GROUP_TIE] = "first and last pipeline stage: tied embedding and LM head",
+        [GROUP_CP] = "context parallel: ring attention's K,V forward, K,V and dK,dV backward"};
     int size = grid_group(tr->grid, (enum grid_group)g)->size;
     fprintf(out, "  [%s] %s, %d rank%s per group on rank 0\n", grid_group_name((enum grid_group)g), what[g], size,
             size == 1 ? "" : "s");
@@ -386,7 +392,12 @@ static void comm_group_rows(FILE *out, FILE *json, const struct trainer *tr, con
         else if (k == COLL_SEND && g == GROUP_PP)
             snprintf(rule, sizeof rule, "%.1f calls per step; m x B T C e per boundary%s", calls,
                      tr->cfg->sequence_parallel && tr->cfg->tp > 1 ? " / t (sp: the rank's T/t positions)" : "");
-        else if (k == COLL_SEND) snprintf(rule, sizeof rule, "%.1f calls per step; payload n x dtype size", calls);
+        else if (k == COLL_SEND && g == GROUP_CP) {
+            struct cp_comm_theory cr = theory_trainer_cp_comm(tr->cfg, p0);
+            snprintf(rule, sizeof rule, "%.1f calls per step; per layer per micro-batch %.0f forward + %.0f backward: "
+                     "(cp-1, %scp-1 + cp) x KV, KV = B T/cp 2C/t x 4 = %.0f", calls, cr.layer_forward,
+                     cr.layer_backward, tr->cfg->recompute == RECOMPUTE_FULL ? "cp-1 + " : "", cr.kv);
+        } else if (k == COLL_SEND) snprintf(rule, sizeof rule, "%.1f calls per step; payload n x dtype size", calls);
         else if (k == COLL_RECV) snprintf(rule, sizeof rule, "%.1f calls per step; payload received, not sent", calls);
         else if (g == GROUP_TIE && k == COLL_ALL_REDUCE) snprintf(rule, sizeof rule, "%.1f calls per step; tied wte's gradient, Vp C w_g", calls);
         else if (g == GROUP_TP && k == COLL_ALL_REDUCE && tt.sp)

@@ -66,12 +66,13 @@ static void stage_map(FILE *out, const struct trainer *tr) {
 void report_shard_map(FILE *out, const struct trainer *tr) {
     if (tr->grid->pp > 1) stage_map(out, tr);
     report_tp_map(out, tr);
+    report_cp_map(out, tr);
     const struct engine *e = &tr->engine;
     const struct shard_layout *sh = &e->z.sh;
     int N = sh->N, z = e->o.zero.stage;
-    fprintf(out, "\nshard map: ZeRO-%d over %d data-parallel rank%s. Rank r owns slice r of every unit; each unit is\n"
+    fprintf(out, "\nshard map: ZeRO-%d over %d data-parallel rank%s%s. Rank r owns slice r of every unit; each unit is\n"
                  "padded to a multiple of N elements, so no slice crosses a unit. [a:b) = elements a..b-1 of a tensor.\n",
-            z, N, N == 1 ? "" : "s");
+            z, N, N == 1 ? "" : "s", tr->grid->cp > 1 ? " (dp x cp)" : "");
     int first_layer = layout_layer_unit(&e->lay, rank_layer_at(&e->lay.rank, 0)), last_unit = e->lay.n_units - 1;
     for (int u = 0; u < e->lay.n_units; u++) {
         struct unit_info ui = layout_unit(&e->lay, u);

@@ -9,6 +9,14 @@
 
 int device_grid_attach(const struct device_info *d, struct grid *g, char err[GRID_ERR_LEN]) {
     if (d->kind != DEVICE_CUDA) return 0;
+    /* ring attention (model/context_parallel/) runs on host memory only:
+     * no GPU was at hand to test a device ring, so it is refused rather
+     * than run untested */
+    if (g->cp > 1) {
+        snprintf(err, GRID_ERR_LEN, "cp = %d on a GPU: context parallelism's ring attention runs on the CPU only "
+                 "(untested on a device); use --device cpu, or cp 1", g->cp);
+        return -1;
+    }
 #ifdef SHARDLAB_CUDA
     /* The pp group's point to point runs on one-direction links, each its
      * own NCCL communicator and stream (parallel/comm/cuda/nccl_links.c);

@@ -13,6 +13,7 @@
 #include "accounting.h"
 #include "checkpoint.h"
 #include "clock.h"
+#include "context_parallel.h"
 #include "machine.h"
 #include "run_memcheck.h"
 #include "optim.h"
@@ -158,8 +159,8 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
         mem_failure_message(&tr->mem, err, TRAINER_ERR_LEN);
         rc = -1;
     }
-    /* the model's FLOPs for this dp rank's tokens, shared by its tp x pp ranks: MFU is the job's */
-    tr->model_flops_per_step = theory_trainer_flops(cfg, rank_place_dp(1, 0)).model / (grid->tp * grid->pp);
+    /* the model's FLOPs for this dp rank's tokens, shared by its cp x tp x pp ranks: MFU is the job's */
+    tr->model_flops_per_step = theory_trainer_flops(cfg, rank_place_dp(1, 0)).model / (grid->cp * grid->tp * grid->pp);
     size_t bt = (size_t)cfg->micro_batch * cfg->seq_len;
     tr->inputs = mem_alloc(&tr->mem, MEM_HOST, MEM_SCRATCH, "batch inputs", bt * sizeof(int32_t));
     tr->targets = mem_alloc(&tr->mem, MEM_HOST, MEM_SCRATCH, "batch targets", bt * sizeof(int32_t));
@@ -205,7 +206,19 @@ void trainer_close(struct trainer *tr) {
 /* Each data-parallel rank evaluates val_batches micro-batches of its own
  * (its loader strides the validation split over dp), through the pipeline's
  * stages; the mean is taken over all val_batches x dp of them. */
-static void next_batch(void *loader, int32_t *inputs, int32_t *targets) { loader_next(loader, inputs, targets); }
+static void next_batch(struct trainer *tr, struct data_loader *dl, int32_t *inputs, int32_t *targets) {
+    loader_next(dl, inputs, targets);
+    /* context parallelism: this cp rank's positions of each sequence (B, T/cp) */
+    struct cp_split s = {.T = tr->cfg->seq_len, .cp = tr->grid->cp, .rank = tr->grid->cp_rank};
+    cp_keep_positions(s, inputs, tr->cfg->micro_batch);
+    cp_keep_positions(s, targets, tr->cfg->micro_batch);
+}
+static void next_train(void *tr, int32_t *inputs, int32_t *targets) {
+    next_batch(tr, &((struct trainer *)tr)->train, inputs, targets);
+}
+static void next_val(void *tr, int32_t *inputs, int32_t *targets) {
+    next_batch(tr, &((struct trainer *)tr)->val, inputs, targets);
+}
 
 /* The step's loss lives on the last stage: summed over dp, then over the
  * stages (the others add 0), so every rank holds it. */
@@ -222,7 +235,7 @@ float trainer_validate(struct trainer *tr) {
     for (int g = 0; g < GROUP_NUM; g++) kept[g] = coll_uncounted_begin(grid_group(tr->grid, (enum grid_group)g));
     int ev = trace_begin(&tr->trace, TRACE_VALIDATION, -1);
     loader_rewind(&tr->val);
-    struct batch_source src = {next_batch, &tr->val}; /* no trace: validation's forwards are not a step's */
+    struct batch_source src = {next_val, tr}; /* no trace: validation's forwards are not a step's */
     double sum = pipeline_forward_only(&tr->pipe, tr->cfg->val_batches, &src, tr->inputs, tr->targets);
     agree_loss(tr, &sum);
     trace_end(&tr->trace, ev);
@@ -283,6 +296,9 @@ static struct step_metrics train_step(struct trainer *tr) {
     int step_ev = trace_begin(&tr->trace, TRACE_STEP, -1);
     timeline_begin_step(&tr->timeline, tr->step + 1);
     int dp = tr->grid->dp;
+    /* the losses a step's mean is over: accum x dp micro-batches, each cut
+     * over cp ranks that each return the mean of their B T/cp tokens */
+    int means = c->grad_accum * tr->grid->dp_comm.size;
 
     /* 1. the gradients zeroed */
     engine_zero_grads(e);
@@ -291,8 +307,8 @@ static struct step_metrics train_step(struct trainer *tr) {
      * under ZeRO-3 each unit all-gathered before it is used, and its
      * gradient reduce-scattered as its backward ends); the step's loss is
      * the mean over accum x dp micro-batches */
-    struct batch_source src = {next_batch, &tr->train, &tr->trace};
-    double loss = pipeline_step(&tr->pipe, 1.0f / (float)(c->grad_accum * dp), &src, tr->inputs, tr->targets);
+    struct batch_source src = {next_train, tr, &tr->trace};
+    double loss = pipeline_step(&tr->pipe, 1.0f / (float)means, &src, tr->inputs, tr->targets);
     tr->pipe_run.total += tr->pipe.last.total;
     tr->pipe_run.busy += tr->pipe.last.busy;
     tr->pipe_run.waiting += tr->pipe.last.waiting;
@@ -331,7 +347,7 @@ static struct step_metrics train_step(struct trainer *tr) {
     double model_flops = tr->model_flops_per_step;
     return (struct step_metrics){
         .model_flops = model_flops, .mfu = tr->peak_flops > 0 ? model_flops / dt / tr->peak_flops : 0.0,
-        .loss = (float)(loss / (c->grad_accum * dp)), .val_loss = NO_VAL_LOSS, .lr = lr_at(&e->o.zero.optim.lr, tr->step - 1),
+        .loss = (float)(loss / means), .val_loss = NO_VAL_LOSS, .lr = lr_at(&e->o.zero.optim.lr, tr->step - 1),
         .grad_norm = grad_norm, .ms = dt * 1e3, .tokens_per_s = tokens / dt,
         .flops = flops_total(&tr->flops) - flops_total(&before),
         .gemm_ms = (tr->flops.gemm_seconds - before.gemm_seconds) * 1e3, .optimizer_ms = optimizer_s * 1e3,

@@ -1,7 +1,7 @@
 /* build/train: parse the configuration, build the process grid, train,
  * report. Runs alone (a 1-rank world) or under mpirun; N ranks form a
- * dp x tp x pp grid (--tp, --pp; dp = N / (tp x pp), with ZeRO stage
- * --zero over dp). Rank 0 prints; every rank exits non-zero on any error. */
+ * dp x cp x tp x pp grid (--cp, --tp, --pp; dp = N / (cp x tp x pp), with
+ * ZeRO stage --zero over dp x cp). Rank 0 prints; every rank exits non-zero on any error. */
 #include <cblas.h>
 #include <errno.h>
 #include <mpi.h>
@@ -113,8 +113,13 @@ static void print_banner(const struct config *c, const struct trainer *tr, const
     printf("precision: params %s%s, grads %s, activations %s, rounding %s\n", dtype_name(c->param_dtype),
            c->param_dtype == DTYPE_BF16 ? " (+ fp32 master)" : "", dtype_name(c->grad_dtype),
            dtype_name(c->act_dtype), c->rounding == ROUND_NEAREST ? "nearest-even" : "stochastic");
-    printf("grid: %d rank%s = dp %d x tp %d x pp %d; ZeRO-%d over the %d data-parallel ranks\n", g->world_size,
-           g->world_size == 1 ? "" : "s", g->dp, g->tp, g->pp, c->zero, g->dp);
+    if (g->cp == 1)
+        printf("grid: %d rank%s = dp %d x tp %d x pp %d; ZeRO-%d over the %d data-parallel ranks\n", g->world_size,
+               g->world_size == 1 ? "" : "s", g->dp, g->tp, g->pp, c->zero, g->dp);
+    else /* cp ranks hold the same weights: gradients and ZeRO over dp x cp */
+        printf("grid: %d ranks = dp %d x cp %d x tp %d x pp %d; ZeRO-%d over the %d ranks of dp x cp; each cp rank "
+               "holds %d of the %d positions of every sequence\n", g->world_size, g->dp, g->cp, g->tp, g->pp, c->zero,
+               g->dp * g->cp, c->seq_len / g->cp, c->seq_len);
     /* not in int: micro_batch and grad_accum go up to 2^20 each; a double is
      * exact to 2^53 and cannot overflow */
     double sequences = (double)c->micro_batch * c->grad_accum * g->dp;
@@ -209,7 +214,7 @@ int main(int argc, char **argv) {
     if (rank == 0) config_warnings(&cfg, stderr);
     struct grid grid;
     char gerr[GRID_ERR_LEN];
-    if (grid_init(&grid, cfg.tp, cfg.pp, gerr) != 0) return fail(rank, world, gerr);
+    if (grid_init(&grid, cfg.tp, cfg.cp, cfg.pp, gerr) != 0) return fail(rank, world, gerr);
     struct device_info dev;
     if (open_device(&cfg, &dev, &grid, err) != 0) {
         device_grid_free(&dev, &grid);
@@ -301,6 +306,7 @@ int main(int argc, char **argv) {
             report_memory(stdout, tr.json, &tr, ranks, world, "end of run");
             if (timelines) report_timeline(stdout, tr.json, &tr, timelines, world);
             report_flops(stdout, &tr, tr.step - start);
+            report_cp_flops(stdout, &tr, ranks, world, tr.step - start);
             report_kernels(stdout, tr.json, &tr, tr.step - start);
             report_comm(stdout, tr.json, &tr, ranks, world, tr.step - start);
             report_pipeline(stdout, tr.json, &tr, ranks, world, tr.step - start);

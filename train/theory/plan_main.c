@@ -38,6 +38,8 @@ static void usage(FILE *f) {
             "  --watts W            power per device for the energy estimate (default 0: not given)\n"
             "  --zero-stage S       ZeRO stage 0..3 for the layout table and smallest fit (default 1)\n"
             "  --recompute-mode M   none|selective|full for the same (default selective)\n"
+            "  --layout T,C,P       also judge this layout: TP T x CP C x PP P x DP (the rest of the devices);\n"
+            "                       P need not divide L (stages of ceil(L/P) layers); up to 8 of them\n"
             "  --ckpt-per-layer K   checkpoints per layer in the seed-style estimate (default 4)\n"
             "  --json               one JSON object instead of tables\n"
             "  --help               this text and the config keys\n\n");
@@ -57,10 +59,26 @@ static int parse_number(const char *flag, const char *v, double lo, double hi, d
 static bool is_planner_flag(const char *a) {
     static const char *flags[] = {"--devices", "--device", "--device-memory", "--mfu", "--tokens", "--batch-tokens",
                                   "--link-bandwidth", "--watts", "--zero-stage", "--ckpt-per-layer",
-                                  "--recompute-mode"};
+                                  "--recompute-mode", "--layout"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if (!strcmp(a, flags[i])) return true;
     return false;
+}
+
+/* --layout T,C,P: tp, cp and pp of a layout to judge beside the search's;
+ * dp follows from --devices (theory_plan checks that they divide it). */
+static int parse_layout(const char *v, struct theory_plan_input *in) {
+    int t = 0, cp = 0, p = 0, used = 0;
+    if (sscanf(v, "%d,%d,%d%n", &t, &cp, &p, &used) != 3 || v[used] || t < 1 || cp < 1 || p < 1) {
+        fprintf(stderr, "plan: bad value '%s' for --layout: expected T,C,P (tp, cp, pp), each at least 1\n", v);
+        return -1;
+    }
+    if (in->n_requested == THEORY_PLAN_MAX_REQUESTED) {
+        fprintf(stderr, "plan: more than %d --layout flags\n", THEORY_PLAN_MAX_REQUESTED);
+        return -1;
+    }
+    in->requested[in->n_requested++] = (struct theory_layout){.tp = t, .cp = cp, .pp = p};
+    return 0;
 }
 
 /* Returns 0, 1 for --help, or -1 after printing the error. Non-planner
@@ -116,7 +134,8 @@ static int parse_planner_flags(int argc, char **argv, struct plan_opts *o, int *
                 if (!strcmp(v, names[r])) o->in.recompute = (enum recompute_mode)r, rc = 0;
             if (rc) fprintf(stderr, "plan: bad value '%s' for %s: valid choices are none selective full\n",
                             v, a);
-        } else mine = false;
+        } else if (!strcmp(a, "--layout")) rc = parse_layout(v, &o->in);
+        else mine = false;
         if (rc) return -1;
         if (!strcmp(a, "--config") && v) o->config_path = v;
         if (mine) {
@@ -142,8 +161,23 @@ static int check_model(const struct config *c) {
 }
 
 static const char *layout_name(const struct theory_layout *l, char *buf, size_t n) {
-    snprintf(buf, n, "TP%d x PP%d x DP%d", l->tp, l->pp, l->dp);
+    if (l->cp > 1) snprintf(buf, n, "TP%d x CP%d x PP%d x DP%d", l->tp, l->cp, l->pp, l->dp);
+    else snprintf(buf, n, "TP%d x PP%d x DP%d", l->tp, l->pp, l->dp);
     return buf;
+}
+
+static void layout_rows(const struct theory_layout *l, const struct theory_layout_eval *ev, int n) {
+    const double GB = 1e9;
+    char name[64];
+    printf("  %-26s %6s %9s %9s %9s %5s %10s %10s %10s %10s %s\n", "layout", "m", "state GB", "act GB", "total GB",
+           "fits", "compute s", "comm s", "(cp s)", "bubble s", "bound");
+    for (int i = 0; i < n; i++) {
+        const struct theory_layout_eval *e = &ev[i];
+        printf("  %-26s %6.1f %9.4g %9.4g %9.4g %5s %10.4g %10.4g %10.4g %10.4g %s\n",
+               layout_name(&l[i], name, sizeof name), e->micro_batches, e->state.total / GB, e->activations / GB,
+               e->memory / GB, e->fits ? "yes" : (e->batch_ok ? "no" : "batch"), e->compute_s, e->comm_s,
+               e->cp_comm_s, e->bubble_s, e->comm_bound ? "communication" : "compute");
+    }
 }
 
 static void print_text(const struct theory_plan *pl, const struct plan_opts *o, const struct config *c) {
@@ -196,26 +230,24 @@ static void print_text(const struct theory_plan *pl, const struct plan_opts *o, 
         printf("  %-10s %14.4g %18.4g\n", theory_recompute_name((enum recompute_mode)r), pl->act_layer[r] / GB,
                pl->act_device[r] / GB);
 
-    printf("\nLayouts on %.0f devices (ZeRO-%d over DP, recompute %s, sequence parallel; batch %.3g tokens)\n",
+    printf("\nLayouts on %.0f devices (ZeRO-%d over DP x CP, recompute %s, sequence parallel; batch %.3g tokens; a "
+           "CP rank holds s/CP positions: activations / CP, ring traffic in \"cp s\")\n",
            in->devices, in->zero_stage, theory_recompute_name(in->recompute), in->batch_tokens);
-    printf("  %-22s %6s %9s %9s %9s %5s %10s %10s %10s %s\n", "layout", "m", "state GB", "act GB", "total GB",
-           "fits", "compute s", "comm s", "bubble s", "bound");
-    for (int i = 0; i < pl->n_layouts; i++) {
-        const struct theory_layout_eval *e = &pl->evals[i];
-        printf("  %-22s %6.1f %9.4g %9.4g %9.4g %5s %10.4g %10.4g %10.4g %s\n",
-               layout_name(&pl->layouts[i], name, sizeof name), e->micro_batches, e->state.total / GB,
-               e->activations / GB, e->memory / GB, e->fits ? "yes" : (e->batch_ok ? "no" : "batch"),
-               e->compute_s, e->comm_s, e->bubble_s, e->comm_bound ? "communication" : "compute");
-    }
+    layout_rows(pl->layouts, pl->evals, pl->n_layouts);
     printf("  (\"batch\": fewer than one micro-batch per pipeline; times are per optimizer step)\n");
+    if (in->n_requested) {
+        printf("\nRequested layouts (--layout)\n");
+        layout_rows(pl->requested, pl->requested_evals, pl->n_requested);
+    }
 
     printf("\nSmallest device count that fits: ");
     if (pl->smallest_fit)
         printf("%d (%s)\n", pl->smallest_fit, layout_name(&pl->smallest_layout, name, sizeof name));
     else printf("none up to the search limit\n");
     printf("  rule: model states (ZeRO-%d) + activations (recompute %s) <= %.4g GB per device,\n"
-           "        TP in {1,2,4,8}, PP dividing L, at least one micro-batch per pipeline\n",
-           in->zero_stage, theory_recompute_name(in->recompute), in->memory / GB);
+           "        TP in {1,2,4,8}, CP in {1,2,...,%d} (2 CP dividing s), PP dividing L, at least one micro-batch "
+           "per pipeline\n",
+           in->zero_stage, theory_recompute_name(in->recompute), in->memory / GB, THEORY_MAX_CP);
 
     printf("\nSeed-style estimate (%.0f B weights + 8 B fp32 optimizer per param + %d checkpoints of h per layer "
            "per batch token)\n", pl->dtypes.w_p, in->ckpt_per_layer);
@@ -258,17 +290,18 @@ static void print_json(const struct theory_plan *pl, const struct plan_opts *o) 
     for (int i = 0; i < pl->n_layouts; i++) {
         const struct theory_layout *l = &pl->layouts[i];
         const struct theory_layout_eval *e = &pl->evals[i];
-        printf("%s{\"tp\":%d,\"pp\":%d,\"dp\":%d,\"zero_stage\":%d,\"recompute\":\"%s\",\"micro_batches\":%.10g,"
+        printf("%s{\"tp\":%d,\"cp\":%d,\"pp\":%d,\"dp\":%d,\"zero_stage\":%d,\"recompute\":\"%s\",\"micro_batches\":%.10g,"
                "\"state_bytes\":%.10g,\"activation_bytes\":%.10g,\"memory_bytes\":%.10g,\"batch_ok\":%s,"
                "\"fits\":%s,\"compute_s\":%.10g,\"bubble_s\":%.10g,\"dp_comm_s\":%.10g,\"tp_comm_s\":%.10g,"
-               "\"pp_comm_s\":%.10g,\"comm_s\":%.10g,\"step_s\":%.10g,\"bound\":\"%s\"}",
-               i ? "," : "", l->tp, l->pp, l->dp, l->zero_stage, theory_recompute_name(l->recompute),
+               "\"pp_comm_s\":%.10g,\"cp_comm_s\":%.10g,\"comm_s\":%.10g,\"step_s\":%.10g,\"bound\":\"%s\"}",
+               i ? "," : "", l->tp, l->cp > 1 ? l->cp : 1, l->pp, l->dp, l->zero_stage, theory_recompute_name(l->recompute),
                e->micro_batches, e->state.total, e->activations, e->memory, e->batch_ok ? "true" : "false",
                e->fits ? "true" : "false", e->compute_s, e->bubble_s, e->dp_comm_s, e->tp_comm_s, e->pp_comm_s,
-               e->comm_s, e->step_s, e->comm_bound ? "communication" : "compute");
+               e->cp_comm_s, e->comm_s, e->step_s, e->comm_bound ? "communication" : "compute");
     }
-    printf("],\"smallest_fit\":{\"devices\":%d,\"tp\":%d,\"pp\":%d,\"dp\":%d},", pl->smallest_fit,
-           pl->smallest_layout.tp, pl->smallest_layout.pp, pl->smallest_layout.dp);
+    printf("],\"smallest_fit\":{\"devices\":%d,\"tp\":%d,\"cp\":%d,\"pp\":%d,\"dp\":%d},", pl->smallest_fit,
+           pl->smallest_layout.tp, pl->smallest_layout.cp > 1 ? pl->smallest_layout.cp : 1, pl->smallest_layout.pp,
+           pl->smallest_layout.dp);
     printf("\"seed_estimate\":{\"ckpt_per_layer\":%d,\"params\":%.10g,\"optimizer\":%.10g,\"checkpoints\":%.10g,"
            "\"total\":%.10g,\"devices_ratio\":%.10g,\"min_devices\":%d,\"per_device\":%.10g}}\n",
            in->ckpt_per_layer, pl->ckpt.params, pl->ckpt.optimizer, pl->ckpt.checkpoints, pl->ckpt.total,
@@ -301,6 +334,15 @@ int main(int argc, char **argv) {
     if (rc != 0 || check_model(&c) != 0) {
         fprintf(stderr, "plan: see --help\n");
         return 2;
+    }
+    for (int i = 0; i < o.in.n_requested; i++) {
+        const struct theory_layout *l = &o.in.requested[i];
+        long long mp = (long long)l->tp * l->cp * l->pp;
+        if ((long long)o.in.devices % mp || c.seq_len % (2 * l->cp)) {
+            fprintf(stderr, "plan: --layout %d,%d,%d: tp x cp x pp = %lld must divide --devices %.0f and 2 cp must "
+                    "divide seq_len %d\n", l->tp, l->cp, l->pp, mp, o.in.devices, c.seq_len);
+            return 2;
+        }
     }
     if (o.device) {
         o.in.peak_flops = o.device->peak_flops;

@@ -71,6 +71,20 @@ double theory_tp_layer_bytes(const struct theory_model *m, double b, int t, doub
            k.norm_all_reduces * theory_allreduce_bytes(theory_tp_norm_grad_bytes(m), t);
 }
 
+/* Ring attention (model/context_parallel/cp.h): per layer per micro-batch
+ * a cp rank sends its keys and values to the next rank cp - 1 times
+ * forward, and backward cp - 1 times again beside the cp sends of their
+ * gradients; full recompute re-runs the forward's ring. A block, KV, is
+ * b (s/cp) positions of 2 n_kv d_h / t values (the rank's kv heads). */
+double theory_cp_layer_bytes(const struct theory_model *m, double b, int t, int cp, double w_act,
+                             enum recompute_mode r) {
+    if (cp <= 1) return 0;
+    const double tt = t > 0 ? t : 1;
+    const double kv = b * ((double)m->s / cp) * 2.0 * m->n_kv * m->d_h / tt * w_act;
+    const double forward = (cp - 1) * kv, backward = (cp - 1) * kv + cp * kv;
+    return forward + backward + (r == RECOMPUTE_FULL ? forward : 0);
+}
+
 /* Narayanan et al. 2021 §3.2: each micro-batch sends b s h elements forward
  * and its gradient back across a stage boundary: 2 m b s h per step. With
  * sequence parallelism (or the §4.1 scatter/gather) each TP rank sends 1/t. */

@@ -1,4 +1,4 @@
-/* One TP x PP x DP layout judged from the formulas: memory per device and
+/* One TP x CP x PP x DP layout judged from the formulas: memory per device and
  * per-step compute vs communication time; and the smallest device count
  * with a layout that fits. */
 #include "theory.h"
@@ -13,7 +13,7 @@
  *    FLOPs include recomputation (theory_hardware_flops_per_token);
  *  - bubble  = compute x (p-1)/m (Narayanan et al. 2021 §2.2, 1F1B):
  *    theory_pipeline_bubble_seconds, the trainer's bubble formula;
- *  - comm    = (DP + TP + PP bytes per device) / link bandwidth, all on one
+ *  - comm    = (DP + TP + PP + CP bytes per device) / link bandwidth, all on one
  *    link of the given bandwidth, assumed to overlap perfectly with compute;
  *  - step    = max(compute, comm) + bubble; the larger term "bounds" it. */
 double theory_pipeline_bubble(int p, double m, int v) { return (double)(p - 1) / ((double)v * m + p - 1); }
@@ -28,17 +28,22 @@ struct theory_layout_eval theory_layout_evaluate(const struct theory_model *m, c
                                                  const struct theory_layout *lay,
                                                  const struct theory_cluster *cl) {
     struct theory_layout_eval e = {0};
-    const int t = lay->tp, p = lay->pp, d = lay->dp;
-    const double devices = (double)t * p * d;
+    const int t = lay->tp, p = lay->pp, d = lay->dp, cp = lay->cp > 1 ? lay->cp : 1;
+    const double devices = (double)t * cp * p * d;
     const double b = micro_batch;
     e.sequences = batch_tokens / m->s;
     e.micro_batches = e.sequences / (b * d);
     e.batch_ok = e.micro_batches >= 1.0;
     const double mm = fmax(e.micro_batches, 1.0);
+    /* a cp rank: s/cp positions of every sequence (ring attention keeps
+     * no s x s scores), so its activations and its tp and pp traffic are
+     * the model's at s/cp */
+    struct theory_model local = *m;
+    local.s = m->s / cp;
 
     e.psi_device = psi / ((double)t * p);
-    e.state = theory_model_state_bytes(dt->w_p, dt->w_g, dt->K, e.psi_device, lay->zero_stage, d);
-    e.activations = theory_activation_device_bytes(m, b, t, p, mm, lay->sequence_parallel, lay->recompute);
+    e.state = theory_model_state_bytes(dt->w_p, dt->w_g, dt->K, e.psi_device, lay->zero_stage, d * cp);
+    e.activations = theory_activation_device_bytes(&local, b, t, p, mm, lay->sequence_parallel, lay->recompute);
     e.memory = e.state.total + e.activations;
     e.fits = e.batch_ok && e.memory <= cl->memory;
 
@@ -49,18 +54,21 @@ struct theory_layout_eval theory_layout_evaluate(const struct theory_model *m, c
 
     const double bw = cl->link_bandwidth > 0 ? cl->link_bandwidth : INFINITY;
     const double layers = ceil((double)m->L / p);
-    e.dp_comm_s = theory_dp_step_bytes(e.psi_device, dt->w_p, dt->w_g, lay->zero_stage, d, mm) / bw;
-    e.tp_comm_s = layers * mm * theory_tp_layer_bytes(m, b, t, dt->w_act, lay->recompute, lay->sequence_parallel) / bw;
-    e.pp_comm_s = p > 1 ? theory_pp_boundary_bytes(m, b, mm, t, lay->sequence_parallel, dt->w_act) / bw : 0.0;
-    e.comm_s = e.dp_comm_s + e.tp_comm_s + e.pp_comm_s;
+    e.dp_comm_s = theory_dp_step_bytes(e.psi_device, dt->w_p, dt->w_g, lay->zero_stage, d * cp, mm) / bw;
+    e.tp_comm_s =
+        layers * mm * theory_tp_layer_bytes(&local, b, t, dt->w_act, lay->recompute, lay->sequence_parallel) / bw;
+    e.pp_comm_s = p > 1 ? theory_pp_boundary_bytes(&local, b, mm, t, lay->sequence_parallel, dt->w_act) / bw : 0.0;
+    e.cp_comm_s = layers * mm * theory_cp_layer_bytes(m, b, t, cp, dt->w_act, lay->recompute) / bw;
+    e.comm_s = e.dp_comm_s + e.tp_comm_s + e.pp_comm_s + e.cp_comm_s;
     e.comm_bound = e.comm_s > e.compute_s;
     e.step_s = fmax(e.compute_s, e.comm_s) + e.bubble_s;
     return e;
 }
 
 /* Rule: the smallest n for which some t in {1,2,4,8} (dividing a and n_kv,
- * Megatron's head split), p dividing L, d = n/(t p) with at least one
- * micro-batch per pipeline, has model states + activations <= memory. */
+ * Megatron's head split), cp in {1,2,4,8,16} (2 cp dividing s), p dividing
+ * L, d = n/(t cp p) with at least one micro-batch per pipeline, has model
+ * states + activations <= memory. */
 int theory_smallest_fit(const struct theory_model *m, const struct theory_dtypes *dt, double psi,
                         double micro_batch, double batch_tokens, int zero_stage, enum recompute_mode r,
                         double memory, int max_devices, struct theory_layout *best) {
@@ -71,15 +79,18 @@ int theory_smallest_fit(const struct theory_model *m, const struct theory_dtypes
         for (int i = 0; i < 4; i++) {
             int t = tps[i];
             if (n % t || m->a % t || m->n_kv % t) continue;
-            for (int p = 1; p <= m->L && p <= n / t; p++) {
-                if (m->L % p || (n / t) % p) continue;
-                struct theory_layout lay = {.tp = t, .pp = p, .dp = n / (t * p), .zero_stage = zero_stage,
-                                            .recompute = r, .sequence_parallel = true};
-                struct theory_layout_eval e =
-                    theory_layout_evaluate(m, dt, psi, micro_batch, batch_tokens, &lay, &cl);
-                if (e.fits) {
-                    if (best) *best = lay;
-                    return n;
+            for (int cp = 1; cp <= THEORY_MAX_CP && cp <= n / t; cp *= 2) {
+                if ((n / t) % cp || m->s % (2 * cp)) continue;
+                for (int p = 1; p <= m->L && p <= n / (t * cp); p++) {
+                    if (m->L % p || (n / (t * cp)) % p) continue;
+                    struct theory_layout lay = {.tp = t, .cp = cp, .pp = p, .dp = n / (t * cp * p),
+                                                .zero_stage = zero_stage, .recompute = r, .sequence_parallel = true};
+                    struct theory_layout_eval e =
+                        theory_layout_evaluate(m, dt, psi, micro_batch, batch_tokens, &lay, &cl);
+                    if (e.fits) {
+                        if (best) *best = lay;
+                        return n;
+                    }
                 }
             }
         }

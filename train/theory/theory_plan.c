@@ -8,7 +8,8 @@
 enum { SMALLEST_FIT_SEARCH = 1 << 17 };
 
 /* Candidate layouts for `devices`: t in {1,2,4,8} (dividing a and n_kv),
- * p dividing L and at most 16, d = devices / (t p). */
+ * cp in {1, 2, ..., THEORY_MAX_CP} (2 cp dividing s), p dividing L and at
+ * most 16, d = devices / (t cp p). */
 static void candidate_layouts(struct theory_plan *pl, int devices, const struct theory_plan_input *in) {
     static const int tps[] = {1, 2, 4, 8};
     const struct theory_model *m = &pl->model;
@@ -16,12 +17,15 @@ static void candidate_layouts(struct theory_plan *pl, int devices, const struct 
     for (int i = 0; i < 4; i++) {
         int t = tps[i];
         if (devices % t || m->a % t || m->n_kv % t) continue;
-        for (int p = 1; p <= 16 && p <= m->L; p++) {
-            if (m->L % p || (devices / t) % p) continue;
-            if (pl->n_layouts == THEORY_PLAN_MAX_LAYOUTS) return;
-            pl->layouts[pl->n_layouts++] = (struct theory_layout){
-                .tp = t, .pp = p, .dp = devices / (t * p), .zero_stage = in->zero_stage,
-                .recompute = in->recompute, .sequence_parallel = true};
+        for (int cp = 1; cp <= THEORY_MAX_CP; cp *= 2) {
+            if ((devices / t) % cp || m->s % (2 * cp)) continue;
+            for (int p = 1; p <= 16 && p <= m->L; p++) {
+                if (m->L % p || (devices / (t * cp)) % p) continue;
+                if (pl->n_layouts == THEORY_PLAN_MAX_LAYOUTS) return;
+                pl->layouts[pl->n_layouts++] = (struct theory_layout){
+                    .tp = t, .cp = cp, .pp = p, .dp = devices / (t * cp * p), .zero_stage = in->zero_stage,
+                    .recompute = in->recompute, .sequence_parallel = true};
+            }
         }
     }
 }
@@ -55,6 +59,14 @@ void theory_plan(struct theory_plan *pl, const struct config *c, const struct th
     candidate_layouts(pl, devices, in);
     for (int i = 0; i < pl->n_layouts; i++)
         pl->evals[i] = theory_layout_evaluate(m, dt, psi, b, in->batch_tokens, &pl->layouts[i], &cl);
+    pl->n_requested = in->n_requested;
+    for (int i = 0; i < in->n_requested; i++) {
+        struct theory_layout *l = &pl->requested[i];
+        *l = in->requested[i];
+        l->dp = devices / (l->tp * l->cp * l->pp);
+        l->zero_stage = in->zero_stage, l->recompute = in->recompute, l->sequence_parallel = true;
+        pl->requested_evals[i] = theory_layout_evaluate(m, dt, psi, b, in->batch_tokens, l, &cl);
+    }
     pl->smallest_fit = theory_smallest_fit(m, dt, psi, b, in->batch_tokens, in->zero_stage, in->recompute,
                                            in->memory, SMALLEST_FIT_SEARCH, &pl->smallest_layout);
 

@@ -18,15 +18,16 @@
 #include "zero.h"
 
 struct rank_place rank_place_of(const struct config *c, int world, int world_rank) {
-    int tp = c->tp, pp = c->pp, dp = world / (tp * pp);
-    struct grid_coords at = grid_coords_of(world_rank, dp, tp);
-    return (struct rank_place){.dp = dp, .dp_rank = at.dp_rank, .tp = tp, .tp_rank = at.tp_rank, .pp = pp,
-                               .pp_rank = at.pp_rank};
+    int tp = c->tp, cp = c->cp, pp = c->pp, dp = world / (tp * cp * pp);
+    struct grid_coords at = grid_coords_of(world_rank, dp, cp, tp);
+    return (struct rank_place){.dp = dp * cp, .dp_rank = at.dp_rank * cp + at.cp_rank, .tp = tp,
+                               .tp_rank = at.tp_rank, .pp = pp, .pp_rank = at.pp_rank, .cp = cp,
+                               .cp_rank = at.cp_rank};
 }
 
 struct rank_place rank_place_of_grid(const struct grid *g) {
-    return (struct rank_place){.dp = g->dp, .dp_rank = g->dp_rank, .tp = g->tp, .tp_rank = g->tp_rank, .pp = g->pp,
-                               .pp_rank = g->pp_rank};
+    return (struct rank_place){.dp = g->dp_comm.size, .dp_rank = g->dp_comm.rank, .tp = g->tp, .tp_rank = g->tp_rank,
+                               .pp = g->pp, .pp_rank = g->pp_rank, .cp = g->cp, .cp_rank = g->cp_rank};
 }
 
 int rank_layout(const struct config *c, struct rank_place p, struct model_layout *lay) {
@@ -48,6 +49,15 @@ static struct model_layout layout_of(const struct config *c, struct rank_place p
     struct model_layout lay;
     rank_place_layout(c, p, &lay);
     return lay;
+}
+
+/* A cp rank holds T/cp positions of every sequence, and its model runs on
+ * those alone (parallel/engine.c): what it saves, and its working buffers
+ * but the ring's, are those of the model at seq_len T/cp. */
+static struct config at_rank_positions(const struct config *c, struct rank_place p) {
+    struct config local = *c;
+    local.seq_len = c->seq_len / rank_place_cp(p);
+    return local;
 }
 
 struct vocab_rows rank_vocab_rows(const struct model_layout *lay) {
@@ -219,8 +229,10 @@ struct comm_theory theory_trainer_comm(const struct config *c, struct rank_place
 /* Sequence parallelism where it acts: gpt_init_chunks ignores it at tp = 1. */
 static bool sp_on(const struct config *c, struct rank_place p) { return c->sequence_parallel && p.tp > 1; }
 
-struct tp_comm_theory theory_trainer_tp_comm(const struct config *c, struct rank_place p) {
-    struct model_layout lay = layout_of(c, p);
+struct tp_comm_theory theory_trainer_tp_comm(const struct config *whole, struct rank_place p) {
+    struct model_layout lay = layout_of(whole, p);
+    struct config local = at_rank_positions(whole, p); /* cp: the rank's T/cp positions */
+    const struct config *c = &local;
     struct tp_comm_theory t = {.sp = sp_on(c, p)};
     double B = c->micro_batch, BT = B * c->seq_len, m = c->grad_accum, n = rank_layers(&lay.rank);
     double act = BT * c->d_model * 4; /* one (B,T,C) fp32 tensor: the conjugates reduce fp32 (model/gpt.c) */
@@ -264,8 +276,10 @@ struct tp_comm_theory theory_trainer_tp_comm(const struct config *c, struct rank
     return t;
 }
 
-struct pipe_comm_theory theory_trainer_pp_comm(const struct config *c, struct rank_place p) {
-    struct model_layout lay = layout_of(c, p);
+struct pipe_comm_theory theory_trainer_pp_comm(const struct config *whole, struct rank_place p) {
+    struct model_layout lay = layout_of(whole, p);
+    struct config local = at_rank_positions(whole, p); /* cp: a boundary carries the rank's T/cp positions */
+    const struct config *c = &local;
     struct theory_model tm;
     theory_model_from_config(&tm, c);
     /* one boundary carries the planner's bytes, half each way: activations
@@ -288,6 +302,7 @@ struct pipe_comm_theory theory_trainer_pp_comm(const struct config *c, struct ra
 
 static bool flash(const struct config *c) { return c->attention == ATTENTION_FLASH; }
 
+
 /* Elements per token of the attention's saved tensor (model/gpt.c's
  * ACT_ATT): the probabilities NH/t T, or flash's lse NH/t (B NH/t T). */
 static double att_per_token(const struct config *c, int tp) {
@@ -304,8 +319,10 @@ static double layer_block_per_token(const struct config *c, int tp, bool sp, boo
     return 3 * (sp ? Cl : C) + 12 * Cl + (att ? att_per_token(c, tp) : 0);
 }
 
-struct activation_theory theory_trainer_activations(const struct config *c, struct rank_place p) {
-    struct model_layout lay = layout_of(c, p);
+struct activation_theory theory_trainer_activations(const struct config *whole, struct rank_place p) {
+    struct model_layout lay = layout_of(whole, p);
+    struct config local = at_rank_positions(whole, p); /* cp: the rank's T/cp positions */
+    const struct config *c = &local;
     int tp = lay.rank.tp;
     bool sp = sp_on(c, p);
     double B = c->micro_batch, T = c->seq_len, C = c->d_model;
@@ -380,14 +397,15 @@ struct flop_theory theory_trainer_flops(const struct config *c, struct rank_plac
     /* the LM head's GEMM, on the last stage: the rank's Vp/t vocabulary columns */
     double Vl = lay.rank.has_head ? (double)(lay.shape.Vp / lay.rank.tp) : 0;
     struct flop_theory f;
-    f.tokens = B * T * k;
+    double cp = rank_place_cp(p); /* a cp rank's tokens: T/cp of each sequence, with the same causal work (the split) */
+    f.tokens = B * T * k / cp;
     /* every layer GEMM is the rank's 1/t: QKV and FC its output features,
      * the projections its input features */
     f.gemm = 6 * f.tokens * (12 * L * C * C / t + Vl * C);
     /* attention GEMMs as issued, full T x T squares: per head QK^T and PV,
      * 2 T^2 hs each, so 4 B T^2 C per layer forward (the rank's NH/t heads:
      * C/t); backward dP, dV, dQ, dK, twice that */
-    double attention_forward = 4 * L * B * C * T * T * k / t;
+    double attention_forward = 4 * L * B * C * T * T * k / t / cp;
     f.attention = 3 * attention_forward;
     /* flash on the CPU (model/cpu/attention_lse.c): the causal products
      * only, B NH T (T+1)/2 scores of 2 hs each: forward QK^T and PV,
@@ -395,7 +413,7 @@ struct flop_theory theory_trainer_flops(const struct config *c, struct rank_plac
      * 5 B C T (T+1). (A GPU's flash kernel issues whole 64 x 64 tiles,
      * flash_attention.h: more than this.) */
     if (flash(c)) {
-        attention_forward = 2 * L * B * C * T * (T + 1) * k / t;
+        attention_forward = 2 * L * B * C * T * (T + 1) * k / t / cp;
         f.attention = attention_forward * 7 / 2;
     }
     /* recomputation: full re-runs a layer's forward up to the GELU (QKV,
@@ -441,10 +459,12 @@ double theory_trainer_comm_buffers(const struct config *c, struct rank_place p) 
     return bytes; /* stage 0's buckets are ranges of the grads: no buffer */
 }
 
-struct scratch_theory theory_trainer_scratch(const struct config *c, struct rank_place p) {
-    struct model_layout lay = layout_of(c, p);
+struct scratch_theory theory_trainer_scratch(const struct config *whole, struct rank_place p) {
+    struct model_layout lay = layout_of(whole, p);
     struct shard_layout sh;
     shard_layout_init(&sh, &lay, p.dp, p.dp_rank);
+    struct config local = at_rank_positions(whole, p); /* cp: the rank's T/cp positions */
+    const struct config *c = &local;
     double B = c->micro_batch, T = c->seq_len, C = c->d_model, BT = B * T, n = BT * C;
     int tp = lay.rank.tp;
     double NHl = c->n_head / tp, nl = n / tp; /* the rank's heads; a (B,T,C/t) tensor */
@@ -476,7 +496,11 @@ struct scratch_theory theory_trainer_scratch(const struct config *c, struct rank
     double head_threads = c->threads < B * NHl ? c->threads : B * NHl;
     s.persistent += (ns + n + 7 * nl) * 4 + (flash(c) ? B * NHl * T : head_threads * T * T) * 4;
     if (sp) s.persistent += (n + 4 * C) * 4;
-    s.persistent += 2 * BT * sizeof(int32_t); /* train/run/run_loop.c: the batch's inputs and targets */
+    /* train/run/run_loop.c: the batch's inputs and targets, whole sequences
+     * (a cp rank keeps its positions in place) */
+    s.persistent += 2 * B * whole->seq_len * sizeof(int32_t);
+    /* model/context_parallel/ring.c: the ring's K,V and dK,dV blocks, a block's output */
+    if (rank_place_cp(p) > 1) s.persistent += (double)gpt_ring_bytes((int)B, c->seq_len, c->d_model / tp, c->n_head / tp);
     /* parallel/pipeline/schedule.c: the step's order, 2 m v operations */
     s.persistent += 2.0 * c->grad_accum * config_chunks(c) * sizeof(struct pipe_op);
     s.persistent += (double)trace_capacity(c) * sizeof(struct trace_event); /* --trace: the recorder's events */

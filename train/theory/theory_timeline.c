@@ -28,7 +28,8 @@ static struct pieces pieces_of(const struct config *c, const struct model_layout
     struct state_theory st = theory_trainer_states(c, place);
     for (int i = 0; i < st.n; i++) p.states[st.lines[i].category] += st.lines[i].psi_bytes + st.lines[i].padding_bytes;
     p.scratch = theory_trainer_scratch(c, place).persistent;
-    double B = c->micro_batch, T = c->seq_len, C = c->d_model, NH = c->n_head, BT = B * T;
+    /* cp: the rank's T/cp positions of each sequence */
+    double B = c->micro_batch, T = c->seq_len / rank_place_cp(place), C = c->d_model, NH = c->n_head, BT = B * T;
     double e = (double)dtype_size(c->act_dtype), stats = 4 * 4 * BT; /* four fp32 LayerNorm statistics */
     p.I = 4 * BT;
     p.R = C * e * BT;

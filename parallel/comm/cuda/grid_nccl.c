@@ -1,4 +1,4 @@
-/* A grid's four groups over NCCL (comm_nccl.h: grid_use_nccl).
+/* A grid's groups over NCCL (comm_nccl.h: grid_use_nccl).
  * Each NCCL table is made over the MPI table's own communicator (the same
  * ranks in the same order), then the MPI table is freed. The pp table
  * alone gets links (nccl_links.c), which the pipeline's point to point

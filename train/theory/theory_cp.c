@@ -1,0 +1,20 @@
+/* The ring's traffic of context parallelism, from the config alone
+ * (include/accounting.h: theory_trainer_cp_comm). */
+#include "accounting.h"
+
+struct cp_comm_theory theory_trainer_cp_comm(const struct config *c, struct rank_place p) {
+    struct cp_comm_theory t = {0};
+    int cp = rank_place_cp(p);
+    if (cp <= 1) return t;
+    struct model_layout lay;
+    rank_place_layout(c, p, &lay);
+    double B = c->micro_batch, Tl = (double)(c->seq_len / cp), Cl = (double)(c->d_model / lay.rank.tp);
+    double n = rank_layers(&lay.rank), m = c->grad_accum;
+    t.kv = B * Tl * 2 * Cl * 4; /* K and V travel in fp32 (model/context_parallel/ring.c) */
+    t.layer_forward = (cp - 1) * t.kv;
+    bool full = c->recompute == RECOMPUTE_FULL; /* the backward re-runs the layer's forward, ring and all */
+    t.layer_backward = (full ? t.layer_forward : 0) + (cp - 1) * t.kv + cp * t.kv;
+    t.send = t.recv = m * n * (t.layer_forward + t.layer_backward);
+    t.calls = m * n * ((full ? 2 : 1) * (cp - 1) + (cp - 1) + cp);
+    return t;
+}
