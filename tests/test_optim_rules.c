@@ -393,7 +393,7 @@ static void test_adafactor_refusals(void **state) {
     config_defaults(&c);
     c.optimizer = OPTIM_ADAFACTOR;
     c.n_head = 4, c.d_model = 64, c.sample_tokens = 0;
-    struct grid g = {.dp = 1, .tp = 1, .pp = 1};
+    struct grid g = {.dp = 1, .cp = 1, .tp = 1, .pp = 1};
     assert_int_equal(config_check_grid(&c, &g, err), 0);
     g.tp = 2;
     assert_int_equal(config_check_grid(&c, &g, err), -1);
