@@ -63,12 +63,12 @@ int atomic_open(struct atomic_file *af, const char *link_or_path, char err[FILEI
     char host[HOST_LEN], path[FILEIO_PATH_LEN];
     if (write_target(link_or_path, path, err) != 0) return -1;
     host_name(host);
-    if (strlen(path) + strlen(TEMP_TAG) + strlen(host) + 24 >= FILEIO_PATH_LEN) {
+    snprintf(af->path, sizeof af->path, "%s", path);
+    int n = snprintf(af->tmp_path, sizeof af->tmp_path, "%s" TEMP_TAG "%s.%ld", path, host, (long)getpid());
+    if (n < 0 || (size_t)n >= sizeof af->tmp_path) { /* the temp name beside the target does not fit */
         snprintf(err, FILEIO_ERR_LEN, "path too long: %.200s", path);
         return -1;
     }
-    snprintf(af->path, sizeof af->path, "%s", path);
-    snprintf(af->tmp_path, sizeof af->tmp_path, "%s" TEMP_TAG "%s.%ld", path, host, (long)getpid());
     af->f = fopen(af->tmp_path, "w+b");
     if (!af->f) {
         snprintf(err, FILEIO_ERR_LEN, "cannot create %.400s: %s", af->tmp_path, strerror(errno));
