@@ -299,7 +299,7 @@ void lion8bit_update(const struct lion_hparams *h, size_t n, float *w, uint8_t *
  * schedule). With G^2 + eps1 (eps1 = adafactor_eps) and
  * beta2_t = 1 - t^-c (c = adafactor_decay):
  *   a matrix (n x m): R = beta2_t R + (1 - beta2_t) rowsums, C the same with
- *                     column sums, V = R C^T / sum(C)   (n + m floats)
+ *                     column sums, V = (R / sum(C)) C^T   (n + m floats)
  *   a vector:         V = beta2_t V + (1 - beta2_t) (G^2 + eps1)
  *   U = G / sqrt(V);  U /= max(1, RMS(U) / d)   (d = adafactor_clip, the
  *                     RMS over the whole tensor)
@@ -339,6 +339,8 @@ void adafactor_ema(size_t n, float *stat, const float *sums, float beta2t);
 /* The unfactored moment of a vector's piece: v = beta2t v + (1 - beta2t) (G^2 + eps1). */
 void adafactor_vector_ema(size_t n, float *v, const void *grad, enum dtype grad_dtype, float grad_scale, float eps1,
                           float beta2t);
+/* V of the piece's elements into out (resume states: the second moment per element). */
+void adafactor_moment_values(size_t n, const struct adafactor_moment *s, float *out);
 /* sum of U^2 over the piece (for the RMS), in double. */
 double adafactor_update_squares(size_t n, const void *grad, enum dtype grad_dtype, float grad_scale,
                                 const struct adafactor_moment *s);

@@ -193,9 +193,7 @@ static const struct factored_tensor *tensor_of(const struct zero *z, const struc
 void factored_segment_moment(const struct zero *z, const struct opt_segment *g, float *out) {
     const struct factored_tensor *e = tensor_of(z, g);
     const struct adafactor_moment s = moment_of(z, e, g, column_total(z, e));
-    const size_t n = g->hi - g->lo, m = (size_t)s.ncols;
-    for (size_t k = 0; k < n; k++)
-        out[k] = s.v ? s.v[k] : s.rows[(s.c0 + k) / m] * s.cols[(s.c0 + k) % m] / s.col_total;
+    adafactor_moment_values(g->hi - g->lo, &s, out);
 }
 
 void factored_load_unit(struct zero *z, int u, const float *src) {
