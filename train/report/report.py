@@ -145,7 +145,7 @@ class Run:
                 text += ", tp %d" % s["tp"]
             if s.get("pp", 1) > 1:
                 text += ", pp %d" % s["pp"]
-            if s.get("optimizer", "adamw") != "adamw":
+            if s.get("optimizer"):
                 text += ", " + s["optimizer"]
             return text
         return self.name
