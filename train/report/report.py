@@ -146,7 +146,7 @@ class Run:
                 text += ", tp %d" % s["tp"]
             if s.get("pp", 1) > 1:
                 text += ", pp %d" % s["pp"]
-            if s.get("optimizer", "adamw") != "adamw":
+            if s.get("optimizer"):
                 text += ", " + s["optimizer"]
             if self.machine and isinstance(self.machine.get("gemm_dtype"), str):
                 text += ", %s GEMMs" % self.machine["gemm_dtype"]
