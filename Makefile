@@ -171,7 +171,7 @@ FUZZ_CFLAGS  := -std=c17 -D_GNU_SOURCE -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN
                 -Wall -Wextra -Werror -Wno-missing-field-initializers -Iinclude -MMD -MP
 FUZZ_LIB_SRC := data/crc32c.c data/fileio.c data/loader.c data/rangeset.c data/shard.c data/tokenizer.c model/layout.c \
                 model/tensor_parallel/slice.c train/ckpt/ckpt_llmc.c train/config/config_keys.c train/config/config_limits.c \
-                train/ckpt/ckpt_state_format.c
+                train/ckpt/ckpt_state_format.c optim/optim_rules.c
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=build-fuzz/obj/%.o)
 FUZZ_NAMES   := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZERS      := $(FUZZ_NAMES:%=build-fuzz/fuzz_%)

@@ -9,12 +9,13 @@
 #include <stdio.h>
 
 bool tp_divides(int n_head, int d_model, int tp, char *why, size_t len) {
-    if (n_head % tp == 0 && (4 * d_model) % tp == 0 && d_model % tp == 0) return true;
+    int64_t fc = 4 * (int64_t)d_model; /* in 64 bits: a d_model from a file may be near INT_MAX */
+    if (n_head % tp == 0 && fc % tp == 0 && d_model % tp == 0) return true;
     if (why)
         snprintf(why, len,
-                 "tp = %d must divide n_head (%d), d_model (%d) and the FC width 4 x d_model (%d): each rank holds "
+                 "tp = %d must divide n_head (%d), d_model (%d) and the FC width 4 x d_model (%lld): each rank holds "
                  "n_head/tp heads and 4 d_model/tp FC features",
-                 tp, n_head, d_model, 4 * d_model);
+                 tp, n_head, d_model, (long long)fc);
     return false;
 }
 

@@ -126,6 +126,11 @@ static int check_range(const struct model_layout *lay, struct tensor_id id, size
 }
 
 enum { LLMC_MAX_VOCAB = 1 << 24 };
+/* The widest n_embd a header may give: the layout sizes tensors of 4 C
+ * features in int, so a fuzzed C near INT_MAX would overflow there before
+ * the file's size could be compared. Far above the config's d_model bound
+ * (65536). */
+enum { LLMC_MAX_EMBD = 1 << 24 };
 
 /* n values (dtype dt) of tensor id from element `first` must be finite. */
 static int check_finite(const struct tensor_info *t, struct tensor_id id, size_t first, size_t n, const void *x,
@@ -168,6 +173,11 @@ static int parse_header(const int32_t h[LLMC_HEADER_INTS], const char *path, str
     if (h[H_V] > LLMC_MAX_VOCAB) {
         snprintf(err, CKPT_ERR_LEN, "%.300s: vocab_size is %d in the header, beyond the largest accepted (%d)", path,
                  (int)h[H_V], LLMC_MAX_VOCAB);
+        return -1;
+    }
+    if (h[H_C] > LLMC_MAX_EMBD) {
+        snprintf(err, CKPT_ERR_LEN, "%.300s: n_embd is %d in the header, beyond the largest accepted (%d)", path,
+                 (int)h[H_C], LLMC_MAX_EMBD);
         return -1;
     }
     /* Our layout always pads the vocabulary the way llm.c does; a file padded
