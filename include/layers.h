@@ -127,6 +127,12 @@ struct operand {
     const bf16 *b16;
 };
 
+/* The operand `off` elements in: its bf16 values when it has them, else its
+ * fp32 ones (a tensor within a unit's weights). */
+static inline struct operand operand_at(struct operand w, size_t off) {
+    return w.b16 ? (struct operand){.b16 = w.b16 + off} : (struct operand){.f32 = w.f32 + off};
+}
+
 /* The layer GEMMs on operands of either dtype, host memory only (the GPU
  * keeps its verified path: the _bf16 forms above on widened weights): the
  * values of matmul_forward_bf16 / matmul_backward_bf16 with the same

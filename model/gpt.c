@@ -302,10 +302,6 @@ void gpt_free(struct gpt *m, struct mem_tracker *mem) {
  * GEMM weights when the engine widened them), or as a GEMM operand: the
  * bf16 params as they are when the engine hands them over (w.b16), else
  * the fp32 values. */
-static struct operand operand_at(struct operand w, size_t off) {
-    return w.b16 ? (struct operand){.b16 = w.b16 + off} : (struct operand){.f32 = w.f32 + off};
-}
-
 static const float *wt(const struct gpt *m, struct operand w, enum layer_tensor t) {
     return w.f32 + m->lay->layer_offset[t];
 }

@@ -240,10 +240,8 @@ void engine_zero_grads(struct engine *e) {
 
 /* wte as the tied head reads it: the embedding's, or the head's own copy. */
 static struct operand head_wte(const struct engine *e, struct operand w_embed, struct operand w_head) {
-    bool embed = e->lay.rank.has_embed;
-    struct operand w = embed ? w_embed : w_head;
-    size_t at = embed ? e->lay.embed_offset[EMB_WTE] : e->lay.head_offset[HEAD_WTE];
-    return w.b16 ? (struct operand){.b16 = w.b16 + at} : (struct operand){.f32 = w.f32 + at};
+    return e->lay.rank.has_embed ? operand_at(w_embed, e->lay.embed_offset[EMB_WTE])
+                                 : operand_at(w_head, e->lay.head_offset[HEAD_WTE]);
 }
 
 /* The phase boundary after unit u's forward or backward (include/phase_hook.h). */
