@@ -130,7 +130,10 @@ struct operand {
 /* The operand `off` elements in: its bf16 values when it has them, else its
  * fp32 ones (a tensor within a unit's weights). */
 static inline struct operand operand_at(struct operand w, size_t off) {
-    return w.b16 ? (struct operand){.b16 = w.b16 + off} : (struct operand){.f32 = w.f32 + off};
+    struct operand o = {NULL, NULL}; /* no designators: the CUDA build's C++ includes this too */
+    if (w.b16) o.b16 = w.b16 + off;
+    else o.f32 = w.f32 + off;
+    return o;
 }
 
 /* The layer GEMMs on operands of either dtype, host memory only (the GPU
