@@ -14,7 +14,14 @@ threads=${2:-2}
 busy_core=$(( $(nproc) - 1 )) # the last core: a thread of ours shares it
 spin_seconds=600               # the spinner's bound, should this script die
 spinner=
-stop_spinner() { [ -n "$spinner" ] && kill "$spinner" 2>/dev/null && wait "$spinner" 2>/dev/null; spinner=; true; }
+# wait returns the spinner's 143 (SIGTERM): not a failure of this script
+stop_spinner() {
+    if [ -n "$spinner" ]; then
+        kill "$spinner" 2>/dev/null || true
+        wait "$spinner" 2>/dev/null || true
+    fi
+    spinner=
+}
 trap stop_spinner EXIT
 start_spinner() {
     timeout "$spin_seconds" taskset -c "$busy_core" sh -c 'while :; do :; done' &
