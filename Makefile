@@ -97,6 +97,7 @@ mpi-test: deps $(MPI_TESTS) $(BUILD)/report
 	tests/mpi/pp_train.sh $(BUILD)
 	tests/mpi/cp_train.sh $(BUILD)
 	tests/stale_temps.sh $(BUILD)
+	tests/threads_bits.sh $(BUILD)
 	tests/multihost/test_multihost.sh $(BUILD)
 	tests/test_report_py.sh $(BUILD)
 	tests/gpu_sources_test.sh

@@ -96,6 +96,7 @@ struct config {
     enum gemm_dtype_choice gemm_dtype; /* the layer GEMMs' operands: fp32, bf16 (fp32 accumulation) or auto
                                         * (the trainer resolves it: trainer_open_kernels) */
     int threads;
+    bool threads_adapt; /* the team follows the free cores between steps (docs/THREADS.md) */
     double peak_flops;
     bool force;            /* go on when the memory check says the run will not fit */
     bool gpu_unverified;   /* run the CUDA build's GPU path although its sources have not passed on a GPU */

@@ -59,6 +59,27 @@ struct cpu_times machine_cpu_times(void);
  * it cannot be said. */
 double machine_cores_used_by_others(const struct cpu_times *a, const struct cpu_times *b);
 
+/* The threads, of `requested`, that fit the cores other processes left
+ * free (busy of `cores`): a thread per core of which others leave at
+ * least half, so the free cores are rounded to the nearest whole core; at
+ * least 1, at most requested; requested where busy < 0 (not measured).
+ * One rule for the start-up warning and the team that follows the load. */
+int machine_threads_that_fit(int requested, int cores, double busy);
+
+/* The cores others keep busy, watched over windows between steps (the run
+ * loop's team follows it: docs/THREADS.md). busy is the last whole
+ * window's figure, -1 before the first. */
+struct core_watch {
+    struct cpu_times start; /* the current window's first sample */
+    double window;          /* seconds a window lasts at least */
+    double busy, seconds;   /* over the last whole window, and its length */
+};
+void core_watch_start(struct core_watch *w, double window, const struct cpu_times *now);
+/* Ends the window at `now` if it has lasted `window` seconds: sets busy,
+ * starts the next one and returns true; false while it runs (or where
+ * /proc cannot say). */
+bool core_watch_sample(struct core_watch *w, const struct cpu_times *now);
+
 /* This process's peak resident set so far (getrusage), bytes. */
 double peak_rss_bytes(void);
 

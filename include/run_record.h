@@ -36,6 +36,10 @@ struct run_record {
     char omp_wait_policy[32], gomp_spincount[32];
     int cores;
     double cores_busy;
+    /* Whether the team follows the free cores between steps (--threads_adapt,
+     * docs/THREADS.md), and where it cannot, why (the line says so). */
+    bool team_follows;
+    char team_fixed_why[96];
 };
 
 /* Fills the machine's fields (CPU model, ISA, BLAS). */

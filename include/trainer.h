@@ -14,6 +14,7 @@
 #include "device.h"
 #include "engine.h"
 #include "grid.h"
+#include "machine.h"
 #include "mem.h"
 #include "timeline.h"
 #include "trace.h"
@@ -62,6 +63,11 @@ struct trainer {
     int stop_after;             /* > 0: trainer_run stops (and writes save_state) once step reaches it,
                                  * before steps; the LR schedule still follows steps. 0: off */
     char opt8_resume[160];      /* how a resume loaded 8-bit states (the line rank 0 prints); "" if none */
+    /* The OpenMP team (train/run/run_team.c): its size now (1..threads), and
+     * whether it follows the cores others leave free, watched between steps. */
+    int team;
+    bool team_follows;
+    struct core_watch cores;
 };
 
 /* Every rank's rc agreed over the grid (grid_agree, include/grid.h): a

@@ -2,7 +2,8 @@
  * strided views (sub-blocks of wider rows) against a double-precision
  * product, alpha and beta applied, only the view's elements written; 2mnk
  * FLOPs counted into the named kind and nowhere else; exact totals when
- * called from many OpenMP threads at once; a shape sgemm cannot take is a
+ * called from many OpenMP threads at once; the team's blocks right and
+ * the same bits on any number of threads; a shape sgemm cannot take is a
  * clear error and exit status 1. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -54,6 +55,64 @@ static void test_gemm_nn(void **s) { (void)s; check_product(false, false); }
 static void test_gemm_nt(void **s) { (void)s; check_product(false, true); }
 static void test_gemm_tn(void **s) { (void)s; check_product(true, false); }
 static void test_gemm_tt(void **s) { (void)s; check_product(true, true); }
+
+/* The team's blocks (model/cpu/matmul.c): products large enough to be cut
+ * into several blocks along C's columns (n >= m) or rows, on every
+ * transpose and on strided views, equal the double product, leave the
+ * rest of C alone, and give the same bits on 1, 2 and 3 threads
+ * (OpenBLAS's own threaded sgemm does not: the reason for the blocks). */
+enum { BK = 70, BLD = 400, BIG = 333, SMALL = 130 };
+
+static void blocked_product(bool ta, bool tb, int m, int n, int threads, const float *a, const float *b,
+                            const float *c0, float *c) {
+    struct flop_counter fc = {0};
+    memcpy(c, c0, sizeof(float) * BIG * BLD);
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    gemm_counted(&fc, GEMM_LAYER, ta, tb, m, n, BK, 0.75f, a, BLD, b, BLD, -0.5f, c, BLD);
+    omp_set_num_threads(saved);
+    assert_true(fc.gemm == 2.0 * m * n * BK);
+}
+
+static void check_blocks(bool ta, bool tb, int m, int n) {
+    size_t len = (size_t)BIG * BLD;
+    float *a = malloc(len * sizeof *a), *b = malloc(len * sizeof *b), *c0 = malloc(len * sizeof *c0);
+    float *c1 = malloc(len * sizeof *c1), *c = malloc(len * sizeof *c);
+    assert_non_null(a && b && c0 && c1 && c);
+    fill_uniform(a, len, -1, 1, 11);
+    fill_uniform(b, len, -1, 1, 12);
+    fill_uniform(c0, len, -1, 1, 13);
+    blocked_product(ta, tb, m, n, 1, a, b, c0, c1);
+    for (int i = 0; i < BIG; i++)
+        for (int j = 0; j < BLD; j++) {
+            size_t at = (size_t)i * BLD + (size_t)j;
+            if (i >= m || j >= n) {
+                assert_true(c1[at] == c0[at]);
+                continue;
+            }
+            double sum = 0;
+            for (int p = 0; p < BK; p++)
+                sum += (double)(ta ? a[(size_t)p * BLD + i] : a[(size_t)i * BLD + p]) *
+                       (tb ? b[(size_t)j * BLD + p] : b[(size_t)p * BLD + j]);
+            /* 70 products of magnitude < 1 in fp32: error ~1e-5 at most */
+            assert_near(c1[at], 0.75 * sum - 0.5 * c0[at], 1e-4);
+        }
+    for (int threads = 2; threads <= 3; threads++) {
+        blocked_product(ta, tb, m, n, threads, a, b, c0, c);
+        assert_memory_equal(c, c1, len * sizeof *c);
+    }
+    free(a), free(b), free(c0), free(c1), free(c);
+}
+
+static void test_gemm_blocks_by_columns(void **s) {
+    (void)s;
+    for (int t = 0; t < 4; t++) check_blocks(t & 1, t & 2, SMALL, BIG);
+}
+
+static void test_gemm_blocks_by_rows(void **s) {
+    (void)s;
+    for (int t = 0; t < 4; t++) check_blocks(t & 1, t & 2, BIG, SMALL);
+}
 
 /* The attention's per-head GEMMs run inside a parallel region: 64 calls
  * over all threads must add exactly 64 x 2mnk, into attention only. */
@@ -144,6 +203,8 @@ int main(void) {
         cmocka_unit_test(test_gemm_nt),
         cmocka_unit_test(test_gemm_tn),
         cmocka_unit_test(test_gemm_tt),
+        cmocka_unit_test(test_gemm_blocks_by_columns),
+        cmocka_unit_test(test_gemm_blocks_by_rows),
         cmocka_unit_test(test_gemm_counts_from_threads),
         cmocka_unit_test(test_gemm_rejects_bad_shapes),
         cmocka_unit_test(test_matmul_bf16_operands),

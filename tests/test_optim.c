@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <omp.h>
 
 #include "bufops.h"
 #include "optim.h"
@@ -383,6 +384,32 @@ static void test_lr_constant(void **state) {
 
 /* ---- clipping ---- */
 
+/* The norm's sum of squares is cut into parts by the length alone, so it
+ * has the same bits on any number of threads (docs/THREADS.md): the team
+ * that follows the load must not change the clip. */
+static void test_buf_sum_squares_same_on_any_team(void **state) {
+    (void)state;
+    enum { LEN = 100003 };
+    float *x = malloc(LEN * sizeof *x);
+    assert_non_null(x);
+    double ref = 0.0;
+    for (int i = 0; i < LEN; i++) {
+        x[i] = (float)((i * 7919 % 1009) - 504) / 97.0f;
+        ref += (double)x[i] * x[i];
+    }
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    double one = buf_sum_squares(MEM_HOST, x, DTYPE_FP32, LEN);
+    assert_true(fabs(one - ref) <= 1e-12 * ref);
+    for (int t = 2; t <= 4; t++) {
+        omp_set_num_threads(t);
+        double many = buf_sum_squares(MEM_HOST, x, DTYPE_FP32, LEN);
+        assert_memory_equal(&many, &one, sizeof one);
+    }
+    omp_set_num_threads(saved);
+    free(x);
+}
+
 static void test_buf_sum_squares(void **state) {
     (void)state;
     const float a[] = {3.0f, 4.0f};
@@ -443,7 +470,7 @@ int main(void) {
         cmocka_unit_test(test_lr_warmup),
         cmocka_unit_test(test_lr_cosine),
         cmocka_unit_test(test_lr_constant),
-        cmocka_unit_test(test_buf_sum_squares),
+        cmocka_unit_test(test_buf_sum_squares), cmocka_unit_test(test_buf_sum_squares_same_on_any_team),
         cmocka_unit_test(test_clip_scale),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -270,6 +270,45 @@ static void test_cores_used_by_others(void **state) {
     assert_true(other >= own + 0.5 || other >= t0.cores - 0.5);
 }
 
+/* The team's rule (machine_threads_that_fit): a core is others' when they
+ * keep it busy at least half the time; 1 to requested threads; requested
+ * when not measured. The watch reports once per window, from the samples
+ * it is given. */
+static void test_threads_that_fit(void **state) {
+    (void)state;
+    assert_int_equal(machine_threads_that_fit(2, 2, 0.0), 2);
+    assert_int_equal(machine_threads_that_fit(2, 2, 0.4), 2);
+    assert_int_equal(machine_threads_that_fit(2, 2, 0.6), 1);
+    assert_int_equal(machine_threads_that_fit(2, 2, 2.0), 1); /* never none */
+    assert_int_equal(machine_threads_that_fit(4, 8, 1.0), 4); /* never more than asked */
+    assert_int_equal(machine_threads_that_fit(8, 8, 2.7), 5);
+    assert_int_equal(machine_threads_that_fit(3, 4, -1.0), 3);
+
+    struct cpu_times t = {.busy = 100, .total = 400, .self = 10, .cores = 2, .ok = true};
+    struct core_watch w;
+    core_watch_start(&w, 1.0, &t);
+    assert_true(w.busy == -1.0);
+    t.total += 1.0; /* half a second on 2 cores: the window runs on */
+    t.busy += 1.0;
+    t.self += 0.5;
+    assert_false(core_watch_sample(&w, &t));
+    t.total += 1.0; /* a whole second: others kept 1.5 - 0.5 = 1 core over it */
+    t.busy += 1.0;
+    t.self += 0.5;
+    assert_true(core_watch_sample(&w, &t));
+    assert_true(fabs(w.busy - 1.0) < 1e-12 && fabs(w.seconds - 1.0) < 1e-12);
+    assert_int_equal(machine_threads_that_fit(2, t.cores, w.busy), 1);
+    t.total += 4.0; /* the next window: only this process */
+    t.busy += 3.6;
+    t.self += 3.6;
+    assert_true(core_watch_sample(&w, &t));
+    assert_true(fabs(w.busy) < 1e-12);
+    assert_int_equal(machine_threads_that_fit(2, t.cores, w.busy), 2);
+    t.ok = false; /* /proc cannot say: no figure */
+    t.total += 4.0;
+    assert_false(core_watch_sample(&w, &t));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_peak_trials),          cmocka_unit_test(test_peak_bad_arguments),
@@ -277,6 +316,7 @@ int main(void) {
         cmocka_unit_test(test_bf16_gemms_never_exceed_bf16_peak),
         cmocka_unit_test(test_kernel_isa),           cmocka_unit_test(test_suggested_coretype),
         cmocka_unit_test(test_machine_description), cmocka_unit_test(test_cores_used_by_others),
+        cmocka_unit_test(test_threads_that_fit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

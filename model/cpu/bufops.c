@@ -72,14 +72,15 @@ void buf_add_cpu(void *dst, const void *src, enum dtype dt, size_t n) {
 /* Each part is a fixed block of the range, summed in part order: OpenMP's
  * reduction clause combines the threads' partial sums in the order they
  * finish, which changes the last bits from run to run beyond two threads
- * (seen with 16). So the result depends on the thread count only. */
-enum { SUM_MAX_PARTS = 256 };
+ * (seen with 16). The parts are a fixed number, not the team's size, so
+ * the result is the same on any number of threads (docs/THREADS.md), and
+ * a part goes to whichever thread is free. */
+enum { SUM_PARTS = 64 };
 
 double buf_sum_squares_cpu(const void *src, enum dtype dt, size_t n) {
-    double part[SUM_MAX_PARTS] = {0};
-    int parts = omp_get_max_threads();
-    parts = parts < 1 ? 1 : parts > SUM_MAX_PARTS ? SUM_MAX_PARTS : parts;
-#pragma omp parallel for schedule(static) num_threads(parts)
+    double part[SUM_PARTS] = {0};
+    const int parts = SUM_PARTS;
+#pragma omp parallel for schedule(dynamic, 1)
     for (int p = 0; p < parts; p++) {
         size_t lo = n / (size_t)parts * (size_t)p, hi = p == parts - 1 ? n : lo + n / (size_t)parts;
         double s = 0.0;

@@ -8,10 +8,18 @@
 
 enum { CE_FLOPS_PER_LOGIT = 6 };
 
+/* The rows' losses summed in row order, after the parallel loop: a
+ * reduction clause adds the threads' partial sums, whose grouping follows
+ * the team's size (docs/THREADS.md: a run's numbers do not). */
+static double rows_total(const float *losses, int64_t N) {
+    double total = 0.0;
+    for (int64_t i = 0; i < N; i++) total += losses[i];
+    return total;
+}
+
 double crossentropy_forward_backward_cpu(float *logits, float *losses, const int32_t *targets, int64_t N,
                                          int64_t V, int64_t Vp, float dloss, struct flop_counter *fc) {
-    double total = 0.0;
-#pragma omp parallel for reduction(+ : total)
+#pragma omp parallel for
     for (int64_t i = 0; i < N; i++) {
         float *l = logits + i * Vp;
         float maxv = -INFINITY;
@@ -31,10 +39,9 @@ double crossentropy_forward_backward_cpu(float *logits, float *losses, const int
             for (int64_t v = 0; v < V; v++) sum += fast_expf(l[v] - maxv);
         }
         losses[i] = logf(sum) + maxv - target_logit;
-        total += losses[i];
     }
     fc->other += (double)CE_FLOPS_PER_LOGIT * N * V;
-    return total;
+    return rows_total(losses, N);
 }
 
 /* ---- the vocabulary-parallel passes (layers.h); the same arithmetic as
@@ -75,8 +82,7 @@ void crossentropy_exp_sum_cpu(float *logits, const float *maxv, float *sum, floa
 double crossentropy_finish_cpu(float *logits, float *losses, const float *maxv, const float *sum, const float *target,
                                const int32_t *targets, int64_t N, int64_t Vl, int64_t v0, int64_t valid, float dloss,
                                struct flop_counter *fc) {
-    double total = 0.0;
-#pragma omp parallel for reduction(+ : total)
+#pragma omp parallel for
     for (int64_t i = 0; i < N; i++) {
         float *l = logits + i * Vl;
         if (dloss != 0.0f) {
@@ -87,8 +93,7 @@ double crossentropy_finish_cpu(float *logits, float *losses, const float *maxv, 
             for (int64_t v = valid; v < Vl; v++) l[v] = 0.0f;
         }
         losses[i] = logf(sum[i]) + maxv[i] - target[i];
-        total += losses[i];
     }
     fc->other += (double)CE_FLOPS_PER_LOGIT * N * valid;
-    return total;
+    return rows_total(losses, N);
 }

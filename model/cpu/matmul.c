@@ -7,7 +7,20 @@
  * cblas_sgemm takes int sizes, but the N = B T rows may number more than
  * INT_MAX, so they go through sgemm in slices of at most max_rows rows.
  * Only N is sliced: C and OC are sgemm's other sizes and its leading
- * dimensions in every call, so they must fit int as they are. */
+ * dimensions in every call, so they must fit int as they are.
+ *
+ * The team runs a GEMM in blocks (gemm_blocks): the run's threads take
+ * fixed blocks of C's rows or columns one at a time, each block one
+ * single-threaded sgemm, instead of OpenBLAS splitting the call by the
+ * thread count. Two reasons (docs/THREADS.md):
+ *   - a thread that loses its core to another process holds up only the
+ *     block it is in; the others take the rest (OpenBLAS's static split
+ *     waits for the slow thread's whole half);
+ *   - the blocks depend on the shape alone, so the bits of every product
+ *     are the same on any number of threads (OpenBLAS's threaded sgemm
+ *     rounds differently on 1 and 2 threads: 17,990 of 196,608 outputs of
+ *     a 256 x 768 x 256 product, measured), which lets the team shrink and
+ *     grow with the machine's load without changing a run's numbers. */
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
@@ -35,14 +48,57 @@ static void check_shape(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64
     exit(1);
 }
 
+static void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                  const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                (blasint)m, (blasint)n, (blasint)k, alpha, a, (blasint)lda, b, (blasint)ldb, beta, c,
+                (blasint)ldc);
+}
+
+/* A GEMM's blocks: about GEMM_BLOCKS of them along C's longer side, each a
+ * multiple of GEMM_BLOCK_ALIGN rows or columns (whole register tiles of
+ * sgemm's kernels, which pack 4 to 24 rows or columns at a time): enough
+ * blocks that a slowed thread's share moves to the others, few enough that
+ * each block's sgemm packs its operands at full speed (16 measured the
+ * fastest of 4, 8 and 16 on bench-small). Splitting the longer side keeps
+ * the larger operand packed once: the head's (N, Vp) logits split the
+ * vocabulary, so each block packs only its rows of wte. */
+enum { GEMM_BLOCKS = 16, GEMM_BLOCK_ALIGN = 64 };
+
+static void gemm_blocks(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                        int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    const bool by_cols = n >= m;
+    const int64_t side = by_cols ? n : m;
+    int64_t size = (side + GEMM_BLOCKS - 1) / GEMM_BLOCKS;
+    size = (size + GEMM_BLOCK_ALIGN - 1) / GEMM_BLOCK_ALIGN * GEMM_BLOCK_ALIGN;
+    const int64_t blocks = (side + size - 1) / size;
+    if (blocks <= 1) { /* one block: no team to start */
+        sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
+    /* dynamic: a block goes to whichever thread is free, so the partition
+     * (and so the bits) never depends on which thread runs it */
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t j = 0; j < blocks; j++) {
+        int64_t at = j * size, len = side - at < size ? side - at : size;
+        if (by_cols) /* C[:, at..at+len) = op(A) op(B)[:, at..) */
+            sgemm(trans_a, trans_b, m, len, k, alpha, a, lda, trans_b ? b + at * ldb : b + at, ldb, beta, c + at,
+                  ldc);
+        else /* C[at..at+len, :) = op(A)[at.., :) op(B) */
+            sgemm(trans_a, trans_b, len, n, k, alpha, trans_a ? a + at : a + at * lda, lda, b, ldb, beta,
+                  c + at * ldc, ldc);
+    }
+}
+
 void gemm_counted_cpu(struct flop_counter *fc, enum gemm_kind kind, bool trans_a, bool trans_b, int64_t m, int64_t n,
                       int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                       float *c, int64_t ldc) {
     check_shape(trans_a, trans_b, m, n, k, lda, ldb, ldc);
     double t0 = monotonic_seconds();
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-                (blasint)m, (blasint)n, (blasint)k, alpha, a, (blasint)lda, b, (blasint)ldb, beta, c,
-                (blasint)ldc);
+    /* inside a parallel region (the attention's heads) the thread runs its
+     * product alone: OpenBLAS's OpenMP build does not start a nested team */
+    if (omp_in_parallel()) sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    else gemm_blocks(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     /* Inside a parallel region (the attention's per-head GEMMs) every thread
      * runs its own sgemm: each adds its time over the team size, so the sum
      * stays a share of wall time (exact when the team is evenly busy). The

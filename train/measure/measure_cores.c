@@ -4,9 +4,10 @@
  * its threads: /proc/self/stat's utime and stime), over a window's wall
  * time. A rank's threads wait for each other at every parallel region, so
  * a thread that shares its core with another process holds up them all
- * (docs/THREADS.md); the banner says when a run asks for more threads than
- * the cores it found free. Others include this job's other ranks on the
- * host: they take cores as any process does. */
+ * (docs/THREADS.md): the banner says when a run asks for more threads than
+ * the cores it found free, and between steps the run's team follows the
+ * cores left free (core_watch). Others include this job's other ranks on
+ * the host: they take cores as any process does. */
 #include <stdio.h>
 #include <unistd.h>
 
@@ -45,4 +46,30 @@ double machine_cores_used_by_others(const struct cpu_times *a, const struct cpu_
     if (wall <= 0) return -1.0;
     double others = (b->busy - a->busy - (b->self - a->self)) / wall;
     return others < 0 ? 0.0 : others > b->cores ? b->cores : others;
+}
+
+/* A core others keep busy at least this share of the time is theirs. */
+static const double WHOLE_CORE = 0.5;
+
+int machine_threads_that_fit(int requested, int cores, double busy) {
+    if (busy < 0 || cores < 1) return requested;
+    int fit = (int)(cores - busy + WHOLE_CORE);
+    return fit < 1 ? 1 : fit > requested ? requested : fit;
+}
+
+void core_watch_start(struct core_watch *w, double window, const struct cpu_times *now) {
+    *w = (struct core_watch){.start = *now, .window = window, .busy = -1.0};
+}
+
+bool core_watch_sample(struct core_watch *w, const struct cpu_times *now) {
+    if (!w->start.ok) { /* /proc could not say at the start: try from here */
+        w->start = *now;
+        return false;
+    }
+    double seconds = now->ok && now->cores > 0 ? (now->total - w->start.total) / now->cores : 0.0;
+    if (seconds < w->window) return false;
+    w->busy = machine_cores_used_by_others(&w->start, now);
+    w->seconds = seconds;
+    w->start = *now;
+    return w->busy >= 0;
 }

@@ -65,11 +65,6 @@ void run_record_print(FILE *out, const struct run_record *r) {
             p->min / 1e9, 100.0 * peak_spread(p));
 }
 
-/* A thread per core is free when others leave at least this much of it:
- * a rank's threads are counted against the cores left, rounded to the
- * nearest whole core. */
-static const double WHOLE_CORE = 0.5;
-
 static double cores_free(const struct run_record *r) { return r->cores - r->cores_busy; }
 
 void run_record_print_threads(FILE *out, const struct run_record *r) {
@@ -80,9 +75,11 @@ void run_record_print_threads(FILE *out, const struct run_record *r) {
     fprintf(out, "%s (%s build)%s on the same pool", r->blas.library, r->blas.threading,
             r->gemm_dtype == DTYPE_BF16 && !r->on_gpu ? " and oneDNN" : "");
     if (r->cores_busy >= 0)
-        fprintf(out, " | cores: %d, %.1f free at start-up (%.1f busy with other processes)\n", r->cores,
+        fprintf(out, " | cores: %d, %.1f free at start-up (%.1f busy with other processes)", r->cores,
                 cores_free(r), r->cores_busy);
-    else fprintf(out, " | cores: %d (free cores not measured)\n", r->cores);
+    else fprintf(out, " | cores: %d (free cores not measured)", r->cores);
+    if (r->team_follows) fprintf(out, " | team: follows the free cores between steps, 1 to %d threads\n", r->threads);
+    else fprintf(out, " | team: %d threads, fixed (%s)\n", r->threads, r->team_fixed_why);
 }
 
 bool run_record_warn(FILE *out, const struct run_record *r) {
@@ -95,13 +92,15 @@ bool run_record_warn(FILE *out, const struct run_record *r) {
                 r->blas.library, r->blas.version, r->blas.corename, isa_name(r->isa), coretype);
         warned = true;
     }
-    if (r->cores_busy >= 0 && r->threads > cores_free(r) + WHOLE_CORE) {
+    int fit = machine_threads_that_fit(r->threads, r->cores, r->cores_busy);
+    if (fit < r->threads) {
         fprintf(out,
                 "warning: %d threads per rank, but other processes kept %.1f of the %d cores busy at start-up "
                 "(%.1f free): a thread that shares its core holds up the others at every parallel region; "
-                "--threads %d fits what was free\n",
-                r->threads, r->cores_busy, r->cores, cores_free(r), (int)(cores_free(r) + WHOLE_CORE) > 0
-                                                                          ? (int)(cores_free(r) + WHOLE_CORE) : 1);
+                "%s %d%s\n",
+                r->threads, r->cores_busy, r->cores, cores_free(r),
+                r->team_follows ? "the run follows the free cores between steps, starting on" : "--threads", fit,
+                r->team_follows ? (fit == 1 ? " thread" : " threads") : " fits what was free");
         warned = true;
     }
     return warned;
@@ -153,6 +152,8 @@ void run_record_json(FILE *json, const struct run_record *r) {
     field(json, "gomp_spincount", r->gomp_spincount);
     fprintf(json, ",\"cores\":%d", r->cores);
     if (r->cores_busy >= 0) fprintf(json, ",\"cores_busy_at_start\":%.2f", r->cores_busy);
+    fprintf(json, ",\"team_follows_load\":%s", r->team_follows ? "true" : "false");
+    if (!r->team_follows) field(json, "team_fixed_why", r->team_fixed_why);
     fprintf(json, "}\n");
     fflush(json);
 }

@@ -21,6 +21,7 @@
 #include "pipe_stages.h"
 #include "schedule.h"
 #include "run_stop_signal.h"
+#include "run_team.h"
 #include "trace_file.h"
 
 
@@ -108,6 +109,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     tr->grid = grid;
     trainer_place(tr, dev);
     tr->last_val_loss = NO_VAL_LOSS;
+    tr->team = cfg->threads; /* fixed until run_team_start says otherwise */
     progress_init(&tr->progress, progress_stdout_is_terminal());
     double t_start = monotonic_seconds();
     int rc = trainer_agree(tr, config_check_grid(cfg, grid, err), err);
@@ -277,9 +279,9 @@ static void log_step(struct trainer *tr, const struct step_metrics *m, bool keep
     fprintf(tr->json,
             "{\"type\":\"step\",\"step\":%d,\"loss\":%s,\"val_loss\":%s,\"lr\":%.6e,\"grad_norm\":%s,"
             "\"ms\":%.3f,\"tokens_per_s\":%.1f,\"flops\":%.6e,\"model_flops\":%.6e,\"mfu\":%.5f,"
-            "\"gemm_ms\":%.3f,\"optimizer_ms\":%.3f,\"skipped\":%s}\n",
+            "\"gemm_ms\":%.3f,\"optimizer_ms\":%.3f,\"threads\":%d,\"skipped\":%s}\n",
             tr->step, loss, val, m->lr, norm, m->ms, m->tokens_per_s, m->flops, m->model_flops, m->mfu, m->gemm_ms,
-            m->optimizer_ms, m->nonfinite ? "true" : "false");
+            m->optimizer_ms, tr->team, m->nonfinite ? "true" : "false");
     if (fflush(tr->json) != 0 && !tr->json_errno) tr->json_errno = errno; /* said when the log is closed */
 }
 
@@ -420,6 +422,7 @@ int trainer_run(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
             if (tr->grid->world_rank == 0) progress_end_line(&tr->progress, stdout);
             return stop_run(tr, sig, saved_step, err);
         }
+        run_team_follow(tr);
         struct step_metrics m = train_step(tr);
         if (m.nonfinite && on_nonfinite(tr, &m, saved_step, err) != 0) {
             log_step(tr, &m, true);

@@ -19,6 +19,7 @@
 #include "report.h"
 #include "run_record.h"
 #include "run_stop_signal.h"
+#include "run_team.h"
 #include "theory.h"
 #include "trace_file.h"
 #include "run.h"
@@ -260,6 +261,7 @@ int main(int argc, char **argv) {
     run.cores = after.cores;
     if (run.peak_measured) run.cores_busy = machine_cores_used_by_others(&before, &after);
     run_record_describe_threading(&run);
+    run.team_follows = run_team_start(&tr, run.cores, run.cores_busy, run.team_fixed_why, sizeof run.team_fixed_why);
     tr.peak_source = run_record_peak_source(&run);
     struct rank_stats *ranks = calloc((size_t)world, sizeof *ranks);
     gather_stats(&tr, ranks);

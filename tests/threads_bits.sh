@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# A run's numbers do not depend on its threads (docs/THREADS.md): the same
+# training on 1 thread, on 3 threads (a fixed team) and on 2 threads whose
+# team follows the load while another process takes a core for the first
+# seconds and then leaves (the team shrinks and grows back mid-run) writes
+# byte-equal model files. The GEMMs are fp32 (OpenBLAS in fixed blocks) on
+# any CPU: oneDNN's bf16 GEMMs keep a fixed team (the banner says so).
+# Usage: tests/threads_bits.sh BUILD_DIR (build or build-san)
+set -u
+build=${1:-build}
+train="$build/train"
+tmp=$(mktemp -d /tmp/shardlab_threads_XXXXXX)
+spinner=
+cleanup() { [ -n "$spinner" ] && kill "$spinner" 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
+fails=0
+check() { # name, condition result
+    if [ "$2" -eq 0 ]; then echo "ok   $1"; else echo "FAIL $1"; fails=$((fails + 1)); fi
+}
+"$build/prepare" --input data/kjv.txt --train "$tmp/train.bin" --val "$tmp/val.bin" >/dev/null || exit 1
+# d_model 128 and 8 sequences: products with several blocks each; 60 steps
+# with clipping at work (the norm's sum of squares on every team)
+args=(--config configs/tiny.conf --train_data "$tmp/train.bin" --val_data "" --peak_flops 1e9 --gemm_dtype fp32
+      --d_model 128 --micro_batch 8 --steps 60 --grad_clip 0.5)
+
+"$train" "${args[@]}" --threads 1 --save "$tmp/one.bin" >"$tmp/one.log" 2>&1
+check "1 thread: trained" $?
+"$train" "${args[@]}" --threads 3 --threads_adapt 0 --save "$tmp/three.bin" >"$tmp/three.log" 2>&1
+check "3 threads, fixed team: trained" $?
+cmp -s "$tmp/one.bin" "$tmp/three.bin"
+check "3 threads: the model file equals 1 thread's, byte for byte" $?
+
+# another process on one core for the run's first seconds (bounded here)
+timeout 4 sh -c 'while :; do :; done' &
+spinner=$!
+"$train" "${args[@]}" --threads 2 --save "$tmp/two.bin" --log_json "$tmp/two.json" >"$tmp/two.log" 2>&1
+check "2 threads following the load: trained" $?
+kill "$spinner" 2>/dev/null
+wait "$spinner" 2>/dev/null
+spinner=
+cmp -s "$tmp/one.bin" "$tmp/two.bin"
+check "2 threads following the load: the model file equals 1 thread's, byte for byte" $?
+grep -q 'team: follows the free cores between steps, 1 to 2 threads' "$tmp/two.log"
+check "the banner says the team follows the load" $?
+# the teams the steps ran on (how the load went is the machine's: shown, not asserted)
+teams=$(grep -o '"threads":[0-9]*' "$tmp/two.json" | tail -n +2 | cut -d: -f2 | uniq -c | awk '{ printf "%s%d step(s) on %d", sep, $1, $2; sep = ", " }')
+echo "     2-thread run's teams, in order: $teams"
+grep -h '^rank 0: team' "$tmp/two.log" | sed 's/^/     /'
+
+"$train" "${args[@]}" --threads 2 --threads_adapt 0 --steps 1 >"$tmp/fixed.log" 2>&1
+grep -q 'team: 2 threads, fixed (--threads_adapt 0)' "$tmp/fixed.log"
+check "--threads_adapt 0: the banner says the team is fixed and why" $?
+
+if [ "$fails" -ne 0 ]; then
+    echo "threads_bits.sh: $fails check(s) failed"
+    exit 1
+fi
+echo "threads_bits.sh: all checks passed"
