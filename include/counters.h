@@ -4,6 +4,7 @@
 #ifndef SHARDLAB_COUNTERS_H
 #define SHARDLAB_COUNTERS_H
 
+#include <stdbool.h>
 #include "clock.h"
 
 #include "mem_space.h"
@@ -86,6 +87,13 @@ struct flop_counter {
      * counter's from the run's space; one made on the spot ({0}) is the
      * host's. */
     enum mem_space space;
+    /* Not a count either: whether the host's fp32 GEMMs run in the fixed
+     * blocks the team takes (model/cpu/matmul.c), so their bits stay the
+     * same on whatever team the run shrinks to (docs/THREADS.md). The
+     * trainer sets it for runs of more than one thread; false (one thread,
+     * or a counter made on the spot): one sgemm per call, OpenBLAS's own
+     * threading. */
+    bool gemm_blocks;
     struct kernel_time profile[KERNEL_NUM_KINDS]; /* the dispatch's time per kernel kind */
 };
 

@@ -9,7 +9,8 @@
  * Only N is sliced: C and OC are sgemm's other sizes and its leading
  * dimensions in every call, so they must fit int as they are.
  *
- * The team runs a GEMM in blocks (gemm_blocks): the run's threads take
+ * A run of more than one thread (fc->gemm_blocks) runs a GEMM in blocks
+ * (gemm_blocks): the run's threads take
  * fixed blocks of C's rows or columns one at a time, each block one
  * single-threaded sgemm, instead of OpenBLAS splitting the call by the
  * thread count. Two reasons (docs/THREADS.md):
@@ -59,8 +60,10 @@ static void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
  * multiple of GEMM_BLOCK_ALIGN rows or columns (whole register tiles of
  * sgemm's kernels, which pack 4 to 24 rows or columns at a time): enough
  * blocks that a slowed thread's share moves to the others, few enough that
- * each block's sgemm packs its operands at full speed (16 measured the
- * fastest of 4, 8 and 16 on bench-small). Splitting the longer side keeps
+ * each block's sgemm packs its operands at full speed (a step's layer
+ * products on 2 threads, AMD EPYC: 138.9 ms with 16 blocks, 144.6 with 8,
+ * 145.9 with 4, 152.6 through OpenBLAS's threading at bench-small's shape;
+ * 22.1, 22.5, 22.3 and 22.2 ms at the demo's). Splitting the longer side keeps
  * the larger operand packed once: the head's (N, Vp) logits split the
  * vocabulary, so each block packs only its rows of wte. */
 enum { GEMM_BLOCKS = 16, GEMM_BLOCK_ALIGN = 64 };
@@ -96,8 +99,10 @@ void gemm_counted_cpu(struct flop_counter *fc, enum gemm_kind kind, bool trans_a
     check_shape(trans_a, trans_b, m, n, k, lda, ldb, ldc);
     double t0 = monotonic_seconds();
     /* inside a parallel region (the attention's heads) the thread runs its
-     * product alone: OpenBLAS's OpenMP build does not start a nested team */
-    if (omp_in_parallel()) sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+     * product alone: OpenBLAS's OpenMP build does not start a nested team.
+     * One thread: one sgemm (a block repacks an operand: 4% to 16% slower
+     * on one thread at the demo's and bench-small's shapes, measured) */
+    if (omp_in_parallel() || !fc->gemm_blocks) sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     else gemm_blocks(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     /* Inside a parallel region (the attention's per-head GEMMs) every thread
      * runs its own sgemm: each adds its time over the team size, so the sum

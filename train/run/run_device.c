@@ -43,6 +43,9 @@ static int open_cpu_kernels(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     bool bf16 = c->gemm_dtype == GEMM_DTYPE_BF16 ||
                 (c->gemm_dtype == GEMM_DTYPE_AUTO && c->param_dtype == DTYPE_BF16 && !onednn_bf16_missing(flags));
     tr->gemm_dtype = bf16 ? DTYPE_BF16 : DTYPE_FP32;
+    /* one thread has no team to share the blocks with: one sgemm per call
+     * is faster there (each block repacks an operand) */
+    tr->flops.gemm_blocks = c->threads > 1;
     if (!bf16) return 0;
     char e[DEVICE_ERR_LEN];
     tr->flops.onednn = onednn_gemms_open(flags, e, sizeof e);
