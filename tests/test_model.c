@@ -30,17 +30,31 @@ struct harness {
     struct engine e;
 };
 
-static struct harness *harness_new(enum dtype dt, int micro_batch) {
+/* What a harness varies beyond the dtype: the GEMMs' operands (bf16: the
+ * model's bf16 data path, on the CPU's reference GEMMs, since a test's
+ * counter carries no oneDNN context), the attention and the recompute. */
+struct harness_opts {
+    enum gemm_dtype_choice gemm;
+    enum attention_kind attention;
+    enum recompute_mode recompute;
+};
+
+static struct harness *harness_with(enum dtype dt, int micro_batch, struct harness_opts o) {
     struct harness *h = calloc(1, sizeof *h);
     assert_non_null(h);
     config_defaults(&h->cfg);
     h->cfg.n_layer = L, h->cfg.d_model = C, h->cfg.n_head = NH, h->cfg.seq_len = T, h->cfg.vocab_size = V;
     h->cfg.micro_batch = micro_batch;
     h->cfg.param_dtype = h->cfg.grad_dtype = h->cfg.act_dtype = dt;
+    h->cfg.gemm_dtype = o.gemm, h->cfg.attention = o.attention, h->cfg.recompute = o.recompute;
     h->cfg.seed = SEED;
     grid_init_single(&h->grid);
     fixture_engine_init(&h->e, &h->cfg, &h->grid, &h->mem, &h->flops);
     return h;
+}
+
+static struct harness *harness_new(enum dtype dt, int micro_batch) {
+    return harness_with(dt, micro_batch, (struct harness_opts){.gemm = GEMM_DTYPE_FP32});
 }
 
 static void harness_free(struct harness *h) {
@@ -201,11 +215,20 @@ static double dot(const float *a, const float *b, size_t n) {
     return s;
 }
 
-/* bf16 params/grads/activations against fp32 on the same weights (the fp32
- * weights rounded to bf16, so both runs see identical values). */
-static void test_bf16_matches_fp32(void **state) {
-    (void)state;
-    struct harness *h32 = harness_new(DTYPE_FP32, B), *h16 = harness_new(DTYPE_BF16, B);
+/* One micro-batch's loss and gradient with bf16 params, grads and
+ * activations (o: the GEMMs, attention, recompute) against fp32 throughout
+ * (fp32 GEMMs, the same attention and recompute) on the same weights (the
+ * fp32 weights rounded to bf16, so both runs see identical values). */
+struct against_fp32 {
+    float l16, l32;
+    double cosine, rel; /* of the gradients: cosine, ||g16 - g32|| / ||g32|| */
+    uint64_t fingerprint; /* FNV-1a of the bf16 gradient's bytes: equal bits, equal prints */
+};
+
+static struct against_fp32 bf16_against_fp32(struct harness_opts o) {
+    struct harness_opts o32 = o;
+    o32.gemm = GEMM_DTYPE_FP32;
+    struct harness *h32 = harness_with(DTYPE_FP32, B, o32), *h16 = harness_with(DTYPE_BF16, B, o);
     size_t psi = h32->e.lay.total;
     assert_int_equal(psi, h16->e.lay.total);
     engine_init_params(&h32->e);
@@ -223,31 +246,62 @@ static void test_bf16_matches_fp32(void **state) {
     const int32_t *in = tok, *tgt = tok + B * T;
     engine_zero_grads(&h32->e);
     engine_zero_grads(&h16->e);
-    float l32 = fixture_forward_backward(&h32->e, in, tgt, 1.0f);
-    float l16 = fixture_forward_backward(&h16->e, in, tgt, 1.0f);
-    assert_true(fabsf(l32 - l16) < 0.02f);
-
+    struct against_fp32 r = {.l32 = fixture_forward_backward(&h32->e, in, tgt, 1.0f),
+                             .l16 = fixture_forward_backward(&h16->e, in, tgt, 1.0f),
+                             .fingerprint = 14695981039346656037ull};
     float *g32 = h32->e.z.st.grads, *g16 = malloc(psi * sizeof *g16);
     assert_non_null(g16);
     const bf16 *gb = h16->e.z.st.grads;
     for (size_t i = 0; i < psi; i++) g16[i] = bf16_to_f32(gb[i]);
+    const unsigned char *bytes = (const unsigned char *)gb;
+    for (size_t i = 0; i < psi * sizeof *gb; i++) r.fingerprint = (r.fingerprint ^ bytes[i]) * 1099511628211ull;
     double n32 = sqrt(dot(g32, g32, psi)), n16 = sqrt(dot(g16, g16, psi));
-    double cosine = dot(g32, g16, psi) / (n32 * n16);
+    assert_true(n32 > 0.0);
+    r.cosine = dot(g32, g16, psi) / (n32 * n16);
     double diff2 = 0.0;
     for (size_t i = 0; i < psi; i++) diff2 += ((double)g16[i] - g32[i]) * ((double)g16[i] - g32[i]);
-    double rel = sqrt(diff2) / n32;
-    printf("  bf16 vs fp32: loss %.5f vs %.5f, gradient cosine %.6f, relative L2 difference %.4f\n", (double)l16,
-           (double)l32, cosine, rel);
-    assert_true(n32 > 0.0);
+    r.rel = sqrt(diff2) / n32;
+    printf("  bf16 (%s GEMMs, %s attention, recompute %d) vs fp32: loss %.5f vs %.5f, gradient cosine %.6f, "
+           "relative L2 difference %.4f, bf16 gradient fingerprint %016llx\n",
+           o.gemm == GEMM_DTYPE_BF16 ? "bf16" : "fp32", o.attention == ATTENTION_FLASH ? "flash" : "plain",
+           (int)o.recompute, (double)r.l16, (double)r.l32, r.cosine, r.rel, (unsigned long long)r.fingerprint);
+    free(g16);
+    harness_free(h32);
+    harness_free(h16);
+    return r;
+}
+
+static void test_bf16_matches_fp32(void **state) {
+    (void)state;
+    struct against_fp32 r = bf16_against_fp32((struct harness_opts){.gemm = GEMM_DTYPE_FP32});
+    assert_true(fabsf(r.l32 - r.l16) < 0.02f);
     /* Measured: cosine 0.999995, relative L2 0.0032 (bf16 rounding of the
      * activations and of each unit's gradient, ~2^-9 relative each). Bounds
      * with ~10x margin on the difference: relative L2 < 0.03, and so
      * 1 - cosine ~ rel^2 / 2 < 5e-4. */
-    assert_true(cosine > 0.9995);
-    assert_true(rel < 0.03);
-    free(g16);
-    harness_free(h32);
-    harness_free(h16);
+    assert_true(r.cosine > 0.9995);
+    assert_true(r.rel < 0.03);
+}
+
+/* The bf16 data path (bf16 GEMMs reading the bf16 params and saved bf16
+ * activations as they are; include/gpt.h) in each attention and recompute
+ * mode, on the CPU's reference GEMMs: every CPU runs it. The GEMMs' bf16
+ * operands add their rounding (~2^-9 relative per operand) to the
+ * storage's. */
+static void test_bf16_gemms_match_fp32(void **state) {
+    (void)state;
+    const struct harness_opts modes[] = {
+        {GEMM_DTYPE_BF16, ATTENTION_PLAIN, RECOMPUTE_NONE},
+        {GEMM_DTYPE_BF16, ATTENTION_PLAIN, RECOMPUTE_SELECTIVE},
+        {GEMM_DTYPE_BF16, ATTENTION_PLAIN, RECOMPUTE_FULL},
+        {GEMM_DTYPE_BF16, ATTENTION_FLASH, RECOMPUTE_NONE},
+    };
+    for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
+        struct against_fp32 r = bf16_against_fp32(modes[k]);
+        assert_true(fabsf(r.l32 - r.l16) < 0.02f);
+        assert_true(r.cosine > 0.999);
+        assert_true(r.rel < 0.05);
+    }
 }
 
 /* Two micro-batches of B with dloss 0.5 each = one micro-batch of 2B. */
@@ -296,6 +350,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gradcheck_fp32),
         cmocka_unit_test(test_bf16_matches_fp32),
+        cmocka_unit_test(test_bf16_gemms_match_fp32),
         cmocka_unit_test(test_grad_accum_equivalence),
     };
     return cmocka_run_group_tests(tests, one_thread, NULL);
