@@ -100,7 +100,7 @@ static void round_saved(const struct gpt *m, float *p, size_t n, bf16 *store) {
 }
 
 /* Whether the layer GEMMs read their saved inputs from the bf16 store
- * (gpt_set_gemm_dtype): bf16 GEMMs and bf16 stores, whose copies are what
+ * (gpt_init_chunks' gemm_dtype): bf16 GEMMs and bf16 stores, whose copies are what
  * the GEMM would round the fp32 view to. Not with full recompute (no
  * store) or sequence parallelism (the GEMM reads the gathered fp32 view). */
 static bool gemm_reads_store(const struct gpt *m) {
@@ -127,6 +127,25 @@ static bool acts_direct(const struct gpt *m) { return gemm_reads_store(m) && m->
 static bool backward_reads_store(const struct gpt *m, enum layer_act a) {
     return a == ACT_LN1 || a == ACT_LN2 || a == ACT_FCH_GELU || a == ACT_FCH || (a == ACT_RES2 && acts_direct(m));
 }
+
+/* Whether saved tensor a has an fp32 copy in the one-layer working buffer
+ * (work_acts): every tensor of the block, or under acts_direct only those
+ * a kernel still reads or writes in fp32 (qkv and the probabilities, which
+ * the attention reads; the attention output, which flash's backward
+ * reads; the FC output, which its GEMM writes). */
+static bool in_work(const struct gpt *m, enum layer_act a) {
+    if (!in_block(m, a)) return false;
+    return !acts_direct(m) || a == ACT_QKV || a == ACT_ATT || a == ACT_ATTY || a == ACT_FCH;
+}
+
+static size_t work_offset(const struct gpt *m, enum layer_act a) {
+    size_t off = 0;
+    for (int i = 0; i < (int)a; i++)
+        if (in_work(m, (enum layer_act)i)) off += act_numel(m, (enum layer_act)i);
+    return off;
+}
+
+static size_t work_total(const struct gpt *m) { return work_offset(m, ACT_NUM); }
 
 /* Layer tensor a of view v: rounded, and kept where the view keeps it; a
  * GEMM input the GEMM reads from the store is only kept (its fp32 view is
@@ -173,7 +192,8 @@ static struct layer_view layer_view(struct gpt *m, int s, int i, bool load) {
         v.store[a] = NULL;
         if (!in_block(m, (enum layer_act)a))
             v.act[a] = flash(m) ? m->slot[s].layer_lse + (size_t)i * act_numel(m, ACT_ATT) : m->att_recompute;
-        else v.act[a] = work ? m->work_acts + off : (float *)m->slot[s].layer_acts + base + off;
+        else if (!work) v.act[a] = (float *)m->slot[s].layer_acts + base + off;
+        else v.act[a] = in_work(m, (enum layer_act)a) ? m->work_acts + work_offset(m, (enum layer_act)a) : NULL;
         if (in_block(m, (enum layer_act)a) && !full && acts_bf16(m))
             v.store[a] = (bf16 *)m->slot[s].layer_acts + base + off;
     }
@@ -223,15 +243,15 @@ static void *per_slot(struct gpt *m, struct mem_tracker *mem, enum mem_space spa
 #define SLOT_MEMBER(f) offsetof(struct gpt_slot, f)
 
 void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const int *chunk_slots,
-                     enum dtype act_dtype, enum recompute_mode recompute, enum attention_kind attention,
-                     bool sequence_parallel, struct mem_tracker *mem, enum mem_space space,
-                     struct flop_counter *flops) {
+                     enum dtype act_dtype, enum dtype gemm_dtype, enum recompute_mode recompute,
+                     enum attention_kind attention, bool sequence_parallel, struct mem_tracker *mem,
+                     enum mem_space space, struct flop_counter *flops) {
     bool sp = sequence_parallel && lay->rank.tp > 1; /* one rank holds the whole sequence: nothing changes */
     struct tp_slice own = tp_rank_slice(lay, sp);
     *m = (struct gpt){.lay = lay, .shape = lay->shape, .B = B, .n_layers = rank_layers(&lay->rank),
                       .NHl = own.heads, .Cl = own.features, .Fl = own.fc, .sp = sp, .Ts = own.positions,
-                      .act_dtype = act_dtype, .recompute = recompute, .attention = attention, .space = space,
-                      .flops = flops};
+                      .act_dtype = act_dtype, .gemm_dtype = gemm_dtype, .recompute = recompute,
+                      .attention = attention, .space = space, .flops = flops};
     int head_chunk = lay->rank.has_head ? lay->rank.n_chunks - 1 : -2, embed_chunk = lay->rank.has_embed ? 0 : -2;
     for (int c = 0; c < lay->rank.n_chunks; c++) {
         struct layer_range r = lay->rank.chunk[c];
@@ -256,7 +276,7 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
             per_slot(m, mem, space, A, "attention lse (fp32)", act_numel(m, ACT_ATT) * 4, 0, EVERY_CHUNK,
                      SLOT_MEMBER(layer_lse));
         if (acts_bf16(m))
-            m->work_acts = mem_alloc(mem, space, MEM_SCRATCH, "one layer's tensors (fp32)", layer_act_total(m) * 4);
+            m->work_acts = mem_alloc(mem, space, MEM_SCRATCH, "one layer's tensors (fp32)", work_total(m) * 4);
     }
     if (recompute == RECOMPUTE_SELECTIVE && !flash(m))
         m->att_recompute = mem_alloc(mem, space, A, "attention probabilities (one layer, fp32)",
@@ -273,7 +293,7 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
         per_slot(m, mem, space, A, "token ids", 0, bt(m) * sizeof(int32_t), embed_chunk, SLOT_MEMBER(inputs));
     if (lay->rank.has_head)
         per_slot(m, mem, space, A, "target ids", 0, bt(m) * sizeof(int32_t), head_chunk, SLOT_MEMBER(targets));
-    if (acts_bf16(m)) {
+    if (acts_bf16(m) && !acts_direct(m)) { /* acts_direct reads and writes the stream's stores */
         m->work_resid_in = mem_alloc(mem, space, MEM_SCRATCH, "residual in (fp32)", n * 4);
         m->work_resid_out = mem_alloc(mem, space, MEM_SCRATCH, "residual out (fp32)", n * 4);
         if (lay->rank.has_head)
@@ -295,8 +315,6 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
         m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention dS (fp32, T x T per thread)",
                                    attention_backward_scratch(B, m->shape.T, m->NHl) * 4);
 }
-
-void gpt_set_gemm_dtype(struct gpt *m, enum dtype gemm_dtype) { m->gemm_dtype = gemm_dtype; }
 
 int gpt_chunk_slot(const struct gpt *m, int chunk, int k) {
     return m->chunk_slot0[chunk] + k % m->chunk_slots[chunk];

@@ -73,9 +73,8 @@ int engine_init(struct engine *e, const struct engine_options *o, const struct m
                  e->lay.rank.n_chunks, GPT_MAX_SLOTS);
         return -1;
     }
-    gpt_init_chunks(&e->model, &e->model_lay, o->micro_batch, slots, o->act_dtype, o->recompute, o->attention,
-                    o->sequence_parallel, mem, space, flops);
-    gpt_set_gemm_dtype(&e->model, o->gemm_dtype);
+    gpt_init_chunks(&e->model, &e->model_lay, o->micro_batch, slots, o->act_dtype, o->gemm_dtype, o->recompute,
+                    o->attention, o->sequence_parallel, mem, space, flops);
     /* tensor parallelism: the model's f and g run over the tp group, and
      * the gradient norm sums the slices' squares over it */
     e->model.tp = &grid->tp_comm;

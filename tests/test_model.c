@@ -18,6 +18,7 @@
 #include "engine.h"
 #include "engine_fixture.h"
 #include "grid.h"
+#include "accounting.h"
 
 enum { L = 2, C = 16, NH = 2, T = 8, V = 64, B = 2, SEED = 4242 };
 
@@ -39,18 +40,30 @@ struct harness_opts {
     enum recompute_mode recompute;
 };
 
-static struct harness *harness_with(enum dtype dt, int micro_batch, struct harness_opts o) {
+/* An engine for configuration c (the whole model on one rank). */
+static struct harness *harness_of(const struct config *c) {
     struct harness *h = calloc(1, sizeof *h);
     assert_non_null(h);
-    config_defaults(&h->cfg);
-    h->cfg.n_layer = L, h->cfg.d_model = C, h->cfg.n_head = NH, h->cfg.seq_len = T, h->cfg.vocab_size = V;
-    h->cfg.micro_batch = micro_batch;
-    h->cfg.param_dtype = h->cfg.grad_dtype = h->cfg.act_dtype = dt;
-    h->cfg.gemm_dtype = o.gemm, h->cfg.attention = o.attention, h->cfg.recompute = o.recompute;
-    h->cfg.seed = SEED;
+    h->cfg = *c;
     grid_init_single(&h->grid);
     fixture_engine_init(&h->e, &h->cfg, &h->grid, &h->mem, &h->flops);
     return h;
+}
+
+/* The test's shape (L, C, NH, T, V), all three dtypes dt, and o. */
+static void config_with(struct config *c, enum dtype dt, int micro_batch, struct harness_opts o) {
+    config_defaults(c);
+    c->n_layer = L, c->d_model = C, c->n_head = NH, c->seq_len = T, c->vocab_size = V;
+    c->micro_batch = micro_batch;
+    c->param_dtype = c->grad_dtype = c->act_dtype = dt;
+    c->gemm_dtype = o.gemm, c->attention = o.attention, c->recompute = o.recompute;
+    c->seed = SEED;
+}
+
+static struct harness *harness_with(enum dtype dt, int micro_batch, struct harness_opts o) {
+    struct config c;
+    config_with(&c, dt, micro_batch, o);
+    return harness_of(&c);
 }
 
 static struct harness *harness_new(enum dtype dt, int micro_batch) {
@@ -304,6 +317,99 @@ static void test_bf16_gemms_match_fp32(void **state) {
     }
 }
 
+/* The bf16 data path's scratch, to the byte: against the same run with
+ * fp32 GEMMs (whose bf16 activations go through fp32 working copies),
+ * model/gpt.c keeps no fp32 residual in, residual out or final LayerNorm
+ * output (3 B T C floats) and no fp32 copy of ln1, res2, ln2 or the GELU
+ * output (7 B T C); the tracker's difference equals the theory's
+ * (train/theory/theory_rank.c) and that formula, in each mode where the
+ * data path runs; with full recompute (no data path) nothing differs. */
+static void test_bf16_path_scratch(void **state) {
+    (void)state;
+    const struct harness_opts modes[] = {
+        {GEMM_DTYPE_BF16, ATTENTION_PLAIN, RECOMPUTE_NONE},
+        {GEMM_DTYPE_BF16, ATTENTION_PLAIN, RECOMPUTE_SELECTIVE},
+        {GEMM_DTYPE_BF16, ATTENTION_FLASH, RECOMPUTE_NONE},
+        {GEMM_DTYPE_BF16, ATTENTION_PLAIN, RECOMPUTE_FULL},
+    };
+    for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
+        struct harness_opts o32 = modes[k];
+        o32.gemm = GEMM_DTYPE_FP32;
+        struct harness *h16 = harness_with(DTYPE_BF16, B, modes[k]), *h32 = harness_with(DTYPE_BF16, B, o32);
+        double measured = (double)h32->mem.live[MEM_SCRATCH] - (double)h16->mem.live[MEM_SCRATCH];
+        double theory = theory_trainer_scratch(&h32->cfg, rank_place_dp(1, 0)).persistent -
+                        theory_trainer_scratch(&h16->cfg, rank_place_dp(1, 0)).persistent;
+        double want = modes[k].recompute == RECOMPUTE_FULL ? 0 : (3.0 + 7.0) * B * T * C * 4;
+        printf("  scratch, fp32 GEMMs minus the bf16 data path (recompute %d, %s): measured %.0f B, theory %.0f B, "
+               "10 B T C floats %.0f B\n",
+               (int)modes[k].recompute, modes[k].attention == ATTENTION_FLASH ? "flash" : "plain", measured, theory,
+               want);
+        assert_true(measured == theory);
+        assert_true(measured == want);
+        harness_free(h16);
+        harness_free(h32);
+    }
+}
+
+/* The conversion passes of one micro-batch's forward and backward on the
+ * demo's shape (configs/demo.conf) on the bf16 data path, counted by
+ * include/conversions.h (bytes read plus written), against what the math
+ * needs, per pass:
+ *   widen:  each unit's vectors for the model (the params are read as bf16
+ *           by the GEMMs and the embedding): a layer's 13 C (LayerNorms,
+ *           biases) at its forward and again at its backward, wpe and the
+ *           final LayerNorm's 2 C once; and per layer the backward's fp32
+ *           inputs of the attention, qkv (3 B T C) and the probabilities
+ *           (B NH T T), and its output (B T C) for flash's D; 6 bytes each;
+ *   round:  the attention's inputs as the forward leaves them, qkv and
+ *           the probabilities, rounded in place and stored: 10 bytes each;
+ *   narrow: the attention output (B T C per layer) and the embedding's
+ *           output (B T C): 6 bytes each;
+ *   accumulate: every unit's fp32 gradient rounded once into the bf16
+ *           grads: 8 bytes per parameter.
+ * The LayerNorms, residual adds, GELU and the stream move no conversion
+ * bytes at all. The GEMMs' own operand rounding (oneDNN: the fp32 dout,
+ * KERNEL_NARROW within the GEMM) is not run by the test's reference GEMMs
+ * and not in these counts. */
+static void test_bf16_path_conversion_bytes(void **state) {
+    (void)state;
+    struct config c;
+    char err[CONFIG_ERR_LEN];
+    config_defaults(&c);
+    if (config_load_file(&c, "configs/demo.conf", err) != 0) fail_msg("configs/demo.conf: %s", err);
+    c.gemm_dtype = GEMM_DTYPE_BF16; /* params, grads and activations: bf16 by default */
+    assert_int_equal(c.param_dtype, DTYPE_BF16);
+    assert_int_equal(c.act_dtype, DTYPE_BF16);
+    assert_int_equal(c.grad_dtype, DTYPE_BF16);
+    struct harness *h = harness_of(&c);
+    struct engine *e = &h->e;
+    engine_init_params(e);
+    double Bd = c.micro_batch, Td = c.seq_len, Cd = c.d_model, Ld = c.n_layer, NHd = c.n_head;
+    int32_t *tok = malloc(2 * (size_t)c.micro_batch * c.seq_len * sizeof *tok);
+    assert_non_null(tok);
+    for (int i = 0; i < 2 * c.micro_batch * c.seq_len; i++) tok[i] = (int32_t)((i * 7 + 3) % c.vocab_size);
+    engine_zero_grads(e);
+    memset(h->flops.profile, 0, sizeof h->flops.profile);
+    fixture_forward_backward(e, tok, tok + c.micro_batch * c.seq_len, 1.0f);
+
+    double BTC = Bd * Td * Cd, probs = Bd * NHd * Td * Td;
+    double wpe = (double)layout_embed_tensor(&e->lay, EMB_WPE).numel;
+    double want[KERNEL_NUM_KINDS] = {0};
+    want[KERNEL_WIDEN] = 6 * (2 * Ld * 13 * Cd + wpe + 2 * Cd + Ld * (3 * BTC + probs + BTC));
+    want[KERNEL_ROUND] = 10 * Ld * (3 * BTC + probs);
+    want[KERNEL_NARROW] = 6 * (Ld * BTC + BTC);
+    want[KERNEL_ACCUMULATE] = 8 * (double)e->lay.total;
+    const enum kernel_kind kinds[] = {KERNEL_WIDEN, KERNEL_ROUND, KERNEL_NARROW, KERNEL_ACCUMULATE};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        double got = h->flops.profile[kinds[k]].bytes;
+        printf("  demo shape, one micro-batch: %-22s %10.0f B (formula %.0f B)\n", kernel_kind_name(kinds[k]), got,
+               want[kinds[k]]);
+        assert_true(got == want[kinds[k]]);
+    }
+    free(tok);
+    harness_free(h);
+}
+
 /* Two micro-batches of B with dloss 0.5 each = one micro-batch of 2B. */
 static void test_grad_accum_equivalence(void **state) {
     (void)state;
@@ -351,6 +457,8 @@ int main(void) {
         cmocka_unit_test(test_gradcheck_fp32),
         cmocka_unit_test(test_bf16_matches_fp32),
         cmocka_unit_test(test_bf16_gemms_match_fp32),
+        cmocka_unit_test(test_bf16_path_scratch),
+        cmocka_unit_test(test_bf16_path_conversion_bytes),
         cmocka_unit_test(test_grad_accum_equivalence),
     };
     return cmocka_run_group_tests(tests, one_thread, NULL);
