@@ -7,7 +7,11 @@
  * (so the forward consumes exactly the values the backward will see) and
  * written to its bf16 store in the same pass (buf_round_narrow). Backward
  * widens a layer back. With act_dtype = fp32 the kernels work on the store
- * directly.
+ * directly. On the bf16 data path (acts_direct: bf16 GEMMs on the host)
+ * the kernels themselves load and store bf16 (layers.h: the GEMMs'
+ * mixed forms, layernorm_*_bf16, residual_forward_bf16, gelu_*_bf16), and
+ * only the attention's inputs still pass through fp32 copies; the values
+ * are the same, each rounded once where it is stored.
  *
  * Tensor parallelism (Shoeybi et al. 2019, Figure 3): the QKV and FC GEMMs
  * are column-parallel (this rank's heads, its 4C/tp features), preceded by
