@@ -4,7 +4,6 @@
 #include "config.h"
 
 #include "engine.h"
-#include "machine.h"
 #include "onednn_gemms.h"
 
 struct model_shape trainer_model_shape(const struct config *c) {
@@ -12,13 +11,11 @@ struct model_shape trainer_model_shape(const struct config *c) {
                                 .maxT = c->max_seq_len, .V = c->vocab_size};
 }
 
-enum dtype config_gemm_dtype(const struct config *c, bool on_gpu) {
+enum dtype config_gemm_dtype(const struct config *c, bool on_gpu, const char *cpu_flags) {
     if (c->gemm_dtype != GEMM_DTYPE_AUTO) return (enum dtype)c->gemm_dtype;
     if (c->param_dtype != DTYPE_BF16) return DTYPE_FP32;
     if (on_gpu) return DTYPE_BF16;
-    char flags[CPU_FLAGS_LEN];
-    machine_cpu_flags(flags, sizeof flags);
-    return onednn_bf16_missing(flags) ? DTYPE_FP32 : DTYPE_BF16;
+    return onednn_bf16_missing(cpu_flags) ? DTYPE_FP32 : DTYPE_BF16;
 }
 
 struct engine_options trainer_engine_options(const struct config *c) {

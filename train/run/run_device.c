@@ -38,10 +38,10 @@ void trainer_sample_device_memory(struct trainer *tr) {
  * where the params are bf16 and the CPU can. */
 static int open_cpu_kernels(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     const struct config *c = tr->cfg;
-    tr->gemm_dtype = config_gemm_dtype(c, false);
-    if (tr->gemm_dtype != DTYPE_BF16) return 0;
     char flags[CPU_FLAGS_LEN];
     machine_cpu_flags(flags, sizeof flags);
+    tr->gemm_dtype = config_gemm_dtype(c, false, flags);
+    if (tr->gemm_dtype != DTYPE_BF16) return 0;
     char e[DEVICE_ERR_LEN];
     tr->flops.onednn = onednn_gemms_open(flags, e, sizeof e);
     if (tr->flops.onednn) return 0;
@@ -59,7 +59,7 @@ int trainer_open_kernels(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     }
     if (tr->space == MEM_HOST) return open_cpu_kernels(tr, err);
     const struct config *c = tr->cfg; /* a GPU has tensor cores: auto follows the params */
-    tr->gemm_dtype = config_gemm_dtype(c, true);
+    tr->gemm_dtype = config_gemm_dtype(c, true, "");
     bool bf16 = tr->gemm_dtype == DTYPE_BF16;
     char e[DEVICE_ERR_LEN];
     tr->flops.kernels = device_kernels_open(&tr->dev, bf16, e, sizeof e);

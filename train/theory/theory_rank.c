@@ -8,6 +8,7 @@
 
 #include "grid.h"
 #include "layout.h"
+#include "machine.h"
 #include "schedule.h"
 #include "segments.h"
 #include "shard.h"
@@ -324,8 +325,10 @@ static double layer_block_per_token(const struct config *c, int tp, bool sp, boo
  * run resolves them (config_gemm_dtype), on the CPU, without full
  * recompute or sequence parallelism. */
 static bool acts_direct(const struct config *c, bool sp) {
-    return c->act_dtype == DTYPE_BF16 && c->recompute != RECOMPUTE_FULL && !sp && c->device != DEVICE_CUDA &&
-           config_gemm_dtype(c, false) == DTYPE_BF16;
+    if (c->act_dtype != DTYPE_BF16 || c->recompute == RECOMPUTE_FULL || sp || c->device == DEVICE_CUDA) return false;
+    char flags[CPU_FLAGS_LEN];
+    machine_cpu_flags(flags, sizeof flags);
+    return config_gemm_dtype(c, false, flags) == DTYPE_BF16;
 }
 
 /* Elements per token of model/gpt.c's one-layer fp32 working buffer with
