@@ -3,8 +3,8 @@
  * takes that unit's weights (and fp32 gradient accumulators), which the
  * engine provides (gathered from shards): fp32 views (widened from bf16,
  * or the fp32 params themselves), or on the CPU with bf16 params and bf16
- * GEMMs the bf16 params as they are beside fp32 views of the unit's
- * vectors (struct operand, layers.h: the GEMM weights and the embedding
+ * GEMMs the bf16 params as they are beside an fp32 view of the unit's
+ * vectors only, packed (include/layout.h: *_vec_offset) (struct operand, layers.h: the GEMM weights and the embedding
  * table are read as bf16, nothing widened only to be rounded back). That
  * keeps this file free of parallel code.
  *

@@ -320,15 +320,21 @@ static double layer_block_per_token(const struct config *c, int tp, bool sp, boo
     return 3 * (sp ? Cl : C) + 12 * Cl + (att ? att_per_token(c, tp) : 0);
 }
 
-/* Whether model/gpt.c runs its bf16 data path (acts_direct: the kernels
- * read and write the bf16 stores): bf16 activations and bf16 GEMMs as the
- * run resolves them (config_gemm_dtype), on the CPU, without full
- * recompute or sequence parallelism. */
-static bool acts_direct(const struct config *c, bool sp) {
-    if (c->act_dtype != DTYPE_BF16 || c->recompute == RECOMPUTE_FULL || sp || c->device == DEVICE_CUDA) return false;
+/* Whether the run's GEMMs are bf16 on the CPU: --gemm_dtype as the run
+ * resolves it (config_gemm_dtype, this machine's flags) on --device cpu or
+ * auto (the trainer stores the device it opened). */
+static bool cpu_bf16_gemms(const struct config *c) {
+    if (c->device == DEVICE_CUDA) return false;
     char flags[CPU_FLAGS_LEN];
     machine_cpu_flags(flags, sizeof flags);
     return config_gemm_dtype(c, false, flags) == DTYPE_BF16;
+}
+
+/* Whether model/gpt.c runs its bf16 data path (acts_direct: the kernels
+ * read and write the bf16 stores): bf16 activations and bf16 GEMMs on the
+ * CPU, without full recompute or sequence parallelism. */
+static bool acts_direct(const struct config *c, bool sp) {
+    return c->act_dtype == DTYPE_BF16 && c->recompute != RECOMPUTE_FULL && !sp && cpu_bf16_gemms(c);
 }
 
 /* Elements per token of model/gpt.c's one-layer fp32 working buffer with
@@ -495,12 +501,19 @@ struct scratch_theory theory_trainer_scratch(const struct config *whole, struct 
     bool bf16_acts = c->act_dtype == DTYPE_BF16;
     struct scratch_theory s = {0};
     s.persistent = (double)opt_segments_capacity(&lay) * sizeof(struct opt_segment);
-    /* parallel/engine.c: one fp32 view and one fp32 accumulator per unit kind */
-    double kinds = 0;
+    /* parallel/engine.c: one fp32 view and one fp32 accumulator per unit
+     * kind; the view holds only the unit's vectors, packed, where the model
+     * reads the bf16 params as they are (params_direct: bf16 GEMMs on the
+     * CPU) */
+    double kinds = 0, vectors = 0;
     int units[] = {layout_embed_unit(&lay), layout_head_unit(&lay), layout_kind_unit(&lay, UNIT_LAYER)};
+    size_t vec_sizes[] = {lay.embed_vec_size, lay.head_vec_size, lay.layer_vec_size};
     for (int k = 0; k < 3; k++)
-        if (units[k] >= 0) kinds += (double)shard_unit_padded(&sh, units[k]) * 4;
-    if (c->param_dtype == DTYPE_BF16) s.persistent += kinds;
+        if (units[k] >= 0) {
+            kinds += (double)shard_unit_padded(&sh, units[k]) * 4;
+            vectors += (double)vec_sizes[k] * 4;
+        }
+    if (c->param_dtype == DTYPE_BF16) s.persistent += cpu_bf16_gemms(c) ? vectors : kinds;
     if (c->grad_dtype == DTYPE_BF16 || c->zero >= 2) s.persistent += kinds;
     /* model/gpt.c, at the rank's local sizes: a layer's block widened
      * (bf16, kept in the stores; on the bf16 data path only its tensors
