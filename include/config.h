@@ -150,6 +150,14 @@ uint32_t config_key_hash(const struct config *c, int i);
 struct model_shape trainer_model_shape(const struct config *c);
 struct engine_options;
 struct engine_options trainer_engine_options(const struct config *c);
+/* --gemm_dtype as a run resolves it, on a GPU (on_gpu) or a CPU with the
+ * given /proc/cpuinfo flags (machine_cpu_flags): auto is bf16 where the
+ * params are bf16 and the GPU's tensor cores, or the CPU's AVX512-BF16 or
+ * AMX-BF16, can run it, else fp32. One rule for the trainer
+ * (train/run/run_device.c) and the theory of what the run allocates
+ * (train/theory/theory_rank.c), which takes on_gpu from --device (the
+ * trainer stores the device it opened there). */
+enum dtype config_gemm_dtype(const struct config *c, bool on_gpu, const char *cpu_flags);
 
 /* What a grid can run (train/config/config_grid.c): 0 when the trainer
  * runs this configuration on grid g, else -1 with the reason (every rank

@@ -42,7 +42,7 @@ struct engine_options {
     enum dtype act_dtype;
     enum recompute_mode recompute;
     enum attention_kind attention; /* plain or flash (include/gpt.h) */
-    enum dtype gemm_dtype;         /* the layer GEMMs' operands (gpt_set_gemm_dtype); 0 is fp32 */
+    enum dtype gemm_dtype;         /* the layer GEMMs' operands (gpt_init_chunks); 0 is fp32 */
     bool sequence_parallel;        /* Korthikanti et al. 2022 over the tp group (include/gpt.h); tp must
                                     * divide T; a no-op at tp = 1 */
     float init_std;

@@ -3,8 +3,8 @@
  * takes that unit's weights (and fp32 gradient accumulators), which the
  * engine provides (gathered from shards): fp32 views (widened from bf16,
  * or the fp32 params themselves), or on the CPU with bf16 params and bf16
- * GEMMs the bf16 params as they are beside fp32 views of the unit's
- * vectors (struct operand, layers.h: the GEMM weights and the embedding
+ * GEMMs the bf16 params as they are beside an fp32 view of the unit's
+ * vectors only, packed (include/layout.h: *_vec_offset) (struct operand, layers.h: the GEMM weights and the embedding
  * table are read as bf16, nothing widened only to be rounded back). That
  * keeps this file free of parallel code.
  *
@@ -90,7 +90,8 @@ enum layer_act {
 /* LayerNorm statistics, kept in fp32 whatever act_dtype is. */
 enum layer_stat { STAT_LN1_MEAN, STAT_LN1_RSTD, STAT_LN2_MEAN, STAT_LN2_RSTD, STAT_NUM };
 
-/* fp32 pointers to one layer's saved tensors. */
+/* fp32 pointers to one layer's saved tensors (NULL for those the bf16
+ * data path keeps only as bf16: gpt_init_chunks). */
 struct layer_view {
     float *act[ACT_NUM];
     float *stat[STAT_NUM];
@@ -143,7 +144,7 @@ struct gpt {
     enum dtype act_dtype;
     enum recompute_mode recompute;
     enum attention_kind attention;
-    enum dtype gemm_dtype; /* the layer GEMMs' operands (gpt_set_gemm_dtype); fp32 unless set */
+    enum dtype gemm_dtype; /* the layer GEMMs' operands (gpt_init_chunks) */
     enum mem_space space; /* where its buffers live: its buffer operations run there (bufops.h) */
     struct flop_counter *flops;
     int n_slots;
@@ -191,20 +192,23 @@ size_t gpt_layer_act_numel(const struct model_shape *s, int B, int tp, bool sp, 
  * an allocation failure the tracker records it (mem_failed) and the model
  * must only be freed. */
 void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const int *chunk_slots,
-                     enum dtype act_dtype, enum recompute_mode recompute, enum attention_kind attention,
-                     bool sequence_parallel, struct mem_tracker *mem, enum mem_space space,
-                     struct flop_counter *flops);
+                     enum dtype act_dtype, enum dtype gemm_dtype, enum recompute_mode recompute,
+                     enum attention_kind attention, bool sequence_parallel, struct mem_tracker *mem,
+                     enum mem_space space, struct flop_counter *flops);
+/* gemm_dtype above: the run's GEMM operands (config key gemm_dtype as the
+ * run resolved it). With bf16 GEMMs and bf16 activations (no full
+ * recompute, no sequence parallelism) the model runs its bf16 data path:
+ * the layer GEMMs read their saved inputs (ln1, the attention output, ln2,
+ * the GELU output) from the bf16 store (matmul_*_bf16, matmul_*_mixed)
+ * instead of fp32 views, and on the host the LayerNorms and residual adds
+ * read and write the stores too (layernorm_*_bf16, residual_forward_bf16):
+ * the residual stream, ln1, res2, ln2 and the GELU output then have no fp32
+ * copy at all, and the one-layer fp32 working buffer holds only what still
+ * has one (qkv, the probabilities where kept, the attention output, the FC
+ * output). The values are those of the fp32 copies
+ * rounded alike (every kernel computes in fp32 and rounds once where it
+ * stores), so the results are unchanged. */
 void gpt_free(struct gpt *m, struct mem_tracker *mem);
-/* The run's GEMM operands (config key gemm_dtype; fp32 by default). With
- * bf16 GEMMs and bf16 activations (no full recompute, no sequence
- * parallelism) the layer GEMMs read their saved inputs (ln1, the attention
- * output, ln2, the GELU output) from the bf16 store (matmul_*_bf16)
- * instead of their fp32 views: those views are then neither rounded in
- * place in the forward nor widened in the backward (ln1, ln2, GELU out),
- * since the GEMM was their only reader. The same values reach the GEMMs
- * either way (the GEMM rounds its operands to bf16), so the results are
- * unchanged. */
-void gpt_set_gemm_dtype(struct gpt *m, enum dtype gemm_dtype);
 /* Context parallelism (model/context_parallel/cp.h): attention runs as a
  * ring over cp (needs --attention flash: the log-sum-exp form), and the
  * position embedding at global positions. The model must have been made

@@ -65,6 +65,27 @@ void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *
                         const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
                         struct flop_counter *fc);
 
+/* The bf16 data path's LayerNorm and residual add (act_dtype bf16 with
+ * the GEMMs reading the saved stores, model/gpt.c; host memory only: the
+ * GPU keeps its path). They load the saved bf16 tensors as they are and
+ * compute in fp32 registers, the fp32 forms' operations in the same order,
+ * so each equals "widen the bf16 inputs, run the fp32 kernel, narrow the
+ * output" bit for bit, without the fp32 copies. Rounding points (the
+ * numerics a GPU port is held to):
+ *   layernorm_forward_bf16:  inp widened exactly; mean, rstd (kept fp32),
+ *     (x - mean) rstd w + b in fp32; out rounded once to bf16 (nearest even).
+ *   layernorm_backward_bf16: inp widened exactly; dout, dinp (accumulated,
+ *     +=), dweight, dbias (accumulated) fp32: no rounding.
+ *   residual_forward_bf16:   out = bf16(float(a) + b): a widened exactly,
+ *     one fp32 add, one rounding to nearest even.
+ * FLOPs as the fp32 forms'. */
+void layernorm_forward_bf16(bf16 *out, float *mean, float *rstd, const bf16 *inp, const float *weight,
+                            const float *bias, int64_t N, int64_t C, struct flop_counter *fc);
+void layernorm_backward_bf16(float *dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
+                             const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
+                             struct flop_counter *fc);
+void residual_forward_bf16(bf16 *out, const bf16 *a, const float *b, int64_t n, struct flop_counter *fc);
+
 /* The one place GEMMs run: C (m,n) = alpha op(A) op(B) + beta C in
  * row-major storage with leading dimensions lda, ldb, ldc (so strided
  * views, e.g. one head's q inside qkv, need no copy), op(X) = X^T when its
@@ -286,6 +307,11 @@ void layernorm_forward_cpu(float *out, float *mean, float *rstd, const float *in
 void layernorm_backward_cpu(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                             const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
                             struct flop_counter *fc);
+void layernorm_forward_bf16_cpu(bf16 *out, float *mean, float *rstd, const bf16 *inp, const float *weight,
+                                const float *bias, int64_t N, int64_t C, struct flop_counter *fc);
+void layernorm_backward_bf16_cpu(float *dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
+                                 const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
+                                 struct flop_counter *fc);
 void gemm_counted_cpu(struct flop_counter *fc, enum gemm_kind kind, bool trans_a, bool trans_b, int64_t m, int64_t n,
                       int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                       float *c, int64_t ldc);
@@ -314,6 +340,7 @@ void gelu_backward_cpu(float *dinp, const float *inp, const float *dout, int64_t
 void gelu_forward_bf16_cpu(bf16 *out, bf16 *pre_store, const float *pre, int64_t n, struct flop_counter *fc);
 void gelu_backward_bf16_cpu(float *dinp, const bf16 *inp, const float *dout, int64_t n, struct flop_counter *fc);
 void residual_forward_cpu(float *out, const float *a, const float *b, int64_t n, struct flop_counter *fc);
+void residual_forward_bf16_cpu(bf16 *out, const bf16 *a, const float *b, int64_t n, struct flop_counter *fc);
 double crossentropy_forward_backward_cpu(float *logits, float *losses, const int32_t *targets, int64_t N,
                                          int64_t V, int64_t Vp, float dloss, struct flop_counter *fc);
 void crossentropy_row_max_cpu(const float *logits, float *maxv, int64_t N, int64_t Vl, int64_t valid,

@@ -135,6 +135,13 @@ struct model_layout {
     size_t embed_offset[EMB_NUM_TENSORS], embed_size;
     size_t head_offset[HEAD_NUM_TENSORS], head_size;
     size_t layer_offset[LAYER_NUM_TENSORS], layer_size;
+    /* the unit's vectors packed (layout_gemm_tensor's others: LayerNorms,
+     * biases, wpe): each one's offset in that packing (0 for a GEMM's
+     * tensor) and the packing's size, the fp32 view of a unit the engine
+     * widens when the model reads the GEMMs' weights as bf16 */
+    size_t embed_vec_offset[EMB_NUM_TENSORS], embed_vec_size;
+    size_t head_vec_offset[HEAD_NUM_TENSORS], head_vec_size;
+    size_t layer_vec_offset[LAYER_NUM_TENSORS], layer_vec_size;
     int n_units;          /* embedding? + head? + rank_layers */
     size_t total;         /* this rank's parameters, padding rows of wte included */
     size_t ref_total;     /* the whole model's (the reference numbering) */
@@ -153,6 +160,9 @@ int layout_init(struct model_layout *lay, struct model_shape shape, struct rank_
 void layout_init_whole(struct model_layout *lay, struct model_shape shape);
 
 struct unit_info layout_unit(const struct model_layout *lay, int unit);
+/* Whether tensor t of a unit of kind k is read by a GEMM (or, wte, by the
+ * embedding's row lookup too): the tensors the model can read as bf16. */
+bool layout_gemm_tensor(enum unit_kind k, int t);
 size_t layout_unit_offset(const struct model_layout *lay, int unit);
 size_t layout_unit_size(const struct model_layout *lay, int unit);
 /* Unit indices by role; -1 when this rank does not hold it. */

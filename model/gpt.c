@@ -7,7 +7,11 @@
  * (so the forward consumes exactly the values the backward will see) and
  * written to its bf16 store in the same pass (buf_round_narrow). Backward
  * widens a layer back. With act_dtype = fp32 the kernels work on the store
- * directly.
+ * directly. On the bf16 data path (acts_direct: bf16 GEMMs on the host)
+ * the kernels themselves load and store bf16 (layers.h: the GEMMs'
+ * mixed forms, layernorm_*_bf16, residual_forward_bf16, gelu_*_bf16), and
+ * only the attention's inputs still pass through fp32 copies; the values
+ * are the same, each rounded once where it is stored.
  *
  * Tensor parallelism (Shoeybi et al. 2019, Figure 3): the QKV and FC GEMMs
  * are column-parallel (this rank's heads, its 4C/tp features), preceded by
@@ -100,7 +104,7 @@ static void round_saved(const struct gpt *m, float *p, size_t n, bf16 *store) {
 }
 
 /* Whether the layer GEMMs read their saved inputs from the bf16 store
- * (gpt_set_gemm_dtype): bf16 GEMMs and bf16 stores, whose copies are what
+ * (gpt_init_chunks' gemm_dtype): bf16 GEMMs and bf16 stores, whose copies are what
  * the GEMM would round the fp32 view to. Not with full recompute (no
  * store) or sequence parallelism (the GEMM reads the gathered fp32 view). */
 static bool gemm_reads_store(const struct gpt *m) {
@@ -112,12 +116,40 @@ static bool gemm_input(enum layer_act a) {
     return a == ACT_LN1 || a == ACT_ATTY || a == ACT_LN2 || a == ACT_FCH_GELU;
 }
 
+/* Whether the LayerNorms and residual adds read and write the bf16 stores
+ * too (layernorm_*_bf16, residual_forward_bf16): the bf16 data path, where
+ * the GEMMs read the stores, on the host (the GPU keeps its verified path:
+ * fp32 working copies). Then the residual stream, ln1, res2 and ln2 are
+ * never widened or kept in fp32, and the LayerNorms' and residual adds'
+ * results are rounded once, as they are stored. */
+static bool acts_direct(const struct gpt *m) { return gemm_reads_store(m) && m->space == MEM_HOST; }
+
 /* The saved tensors the backward reads only from the store when the GEMMs
  * do: the GEMMs' inputs but the attention output (which also feeds flash
- * attention's D = rowsum(dout * out)), and GELU's input (gelu_backward_bf16). */
-static bool backward_reads_store(enum layer_act a) {
-    return a == ACT_LN1 || a == ACT_LN2 || a == ACT_FCH_GELU || a == ACT_FCH;
+ * attention's D = rowsum(dout * out)), GELU's input (gelu_backward_bf16),
+ * and with acts_direct ln2's input res2 (layernorm_backward_bf16). */
+static bool backward_reads_store(const struct gpt *m, enum layer_act a) {
+    return a == ACT_LN1 || a == ACT_LN2 || a == ACT_FCH_GELU || a == ACT_FCH || (a == ACT_RES2 && acts_direct(m));
 }
+
+/* Whether saved tensor a has an fp32 copy in the one-layer working buffer
+ * (work_acts): every tensor of the block, or under acts_direct only those
+ * a kernel still reads or writes in fp32 (qkv and the probabilities, which
+ * the attention reads; the attention output, which flash's backward
+ * reads; the FC output, which its GEMM writes). */
+static bool in_work(const struct gpt *m, enum layer_act a) {
+    if (!in_block(m, a)) return false;
+    return !acts_direct(m) || a == ACT_QKV || a == ACT_ATT || a == ACT_ATTY || a == ACT_FCH;
+}
+
+static size_t work_offset(const struct gpt *m, enum layer_act a) {
+    size_t off = 0;
+    for (int i = 0; i < (int)a; i++)
+        if (in_work(m, (enum layer_act)i)) off += act_numel(m, (enum layer_act)i);
+    return off;
+}
+
+static size_t work_total(const struct gpt *m) { return work_offset(m, ACT_NUM); }
 
 /* Layer tensor a of view v: rounded, and kept where the view keeps it; a
  * GEMM input the GEMM reads from the store is only kept (its fp32 view is
@@ -144,6 +176,13 @@ static float *resid_view(struct gpt *m, int s, int i, float *work, bool load) {
  * the view is the store). */
 static bf16 *resid_store(struct gpt *m, int s, int i) { return acts_bf16(m) ? resid_at(m, s, i) : NULL; }
 
+/* Residual-stream entry i as the layer reads it: its bf16 store as it is
+ * (acts_direct), else its fp32 view (widened into `work` when bf16). */
+static struct operand stream_in(struct gpt *m, int s, int i, float *work) {
+    if (acts_direct(m)) return (struct operand){.b16 = resid_at(m, s, i)};
+    return (struct operand){.f32 = resid_view(m, s, i, work, true)};
+}
+
 /* fp32 pointers to local layer i's saved tensors in slot s. Full
  * recompute: the one-layer buffer (filled by the recompute). bf16: the
  * working copy, widened from the store when `load`, and the store itself
@@ -157,7 +196,8 @@ static struct layer_view layer_view(struct gpt *m, int s, int i, bool load) {
         v.store[a] = NULL;
         if (!in_block(m, (enum layer_act)a))
             v.act[a] = flash(m) ? m->slot[s].layer_lse + (size_t)i * act_numel(m, ACT_ATT) : m->att_recompute;
-        else v.act[a] = work ? m->work_acts + off : (float *)m->slot[s].layer_acts + base + off;
+        else if (!work) v.act[a] = (float *)m->slot[s].layer_acts + base + off;
+        else v.act[a] = in_work(m, (enum layer_act)a) ? m->work_acts + work_offset(m, (enum layer_act)a) : NULL;
         if (in_block(m, (enum layer_act)a) && !full && acts_bf16(m))
             v.store[a] = (bf16 *)m->slot[s].layer_acts + base + off;
     }
@@ -166,7 +206,7 @@ static struct layer_view layer_view(struct gpt *m, int s, int i, bool load) {
             widen(m, m->work_acts, (const bf16 *)m->slot[s].layer_acts + base, layer_act_total(m));
         } else { /* the GEMMs' own inputs stay in the store */
             for (int a = 0; a < ACT_NUM; a++)
-                if (v.store[a] && !backward_reads_store((enum layer_act)a))
+                if (v.store[a] && !backward_reads_store(m, (enum layer_act)a))
                     widen(m, v.act[a], v.store[a], act_numel(m, (enum layer_act)a));
         }
     }
@@ -207,15 +247,15 @@ static void *per_slot(struct gpt *m, struct mem_tracker *mem, enum mem_space spa
 #define SLOT_MEMBER(f) offsetof(struct gpt_slot, f)
 
 void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const int *chunk_slots,
-                     enum dtype act_dtype, enum recompute_mode recompute, enum attention_kind attention,
-                     bool sequence_parallel, struct mem_tracker *mem, enum mem_space space,
-                     struct flop_counter *flops) {
+                     enum dtype act_dtype, enum dtype gemm_dtype, enum recompute_mode recompute,
+                     enum attention_kind attention, bool sequence_parallel, struct mem_tracker *mem,
+                     enum mem_space space, struct flop_counter *flops) {
     bool sp = sequence_parallel && lay->rank.tp > 1; /* one rank holds the whole sequence: nothing changes */
     struct tp_slice own = tp_rank_slice(lay, sp);
     *m = (struct gpt){.lay = lay, .shape = lay->shape, .B = B, .n_layers = rank_layers(&lay->rank),
                       .NHl = own.heads, .Cl = own.features, .Fl = own.fc, .sp = sp, .Ts = own.positions,
-                      .act_dtype = act_dtype, .recompute = recompute, .attention = attention, .space = space,
-                      .flops = flops};
+                      .act_dtype = act_dtype, .gemm_dtype = gemm_dtype, .recompute = recompute,
+                      .attention = attention, .space = space, .flops = flops};
     int head_chunk = lay->rank.has_head ? lay->rank.n_chunks - 1 : -2, embed_chunk = lay->rank.has_embed ? 0 : -2;
     for (int c = 0; c < lay->rank.n_chunks; c++) {
         struct layer_range r = lay->rank.chunk[c];
@@ -240,7 +280,7 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
             per_slot(m, mem, space, A, "attention lse (fp32)", act_numel(m, ACT_ATT) * 4, 0, EVERY_CHUNK,
                      SLOT_MEMBER(layer_lse));
         if (acts_bf16(m))
-            m->work_acts = mem_alloc(mem, space, MEM_SCRATCH, "one layer's tensors (fp32)", layer_act_total(m) * 4);
+            m->work_acts = mem_alloc(mem, space, MEM_SCRATCH, "one layer's tensors (fp32)", work_total(m) * 4);
     }
     if (recompute == RECOMPUTE_SELECTIVE && !flash(m))
         m->att_recompute = mem_alloc(mem, space, A, "attention probabilities (one layer, fp32)",
@@ -257,7 +297,7 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
         per_slot(m, mem, space, A, "token ids", 0, bt(m) * sizeof(int32_t), embed_chunk, SLOT_MEMBER(inputs));
     if (lay->rank.has_head)
         per_slot(m, mem, space, A, "target ids", 0, bt(m) * sizeof(int32_t), head_chunk, SLOT_MEMBER(targets));
-    if (acts_bf16(m)) {
+    if (acts_bf16(m) && !acts_direct(m)) { /* acts_direct reads and writes the stream's stores */
         m->work_resid_in = mem_alloc(mem, space, MEM_SCRATCH, "residual in (fp32)", n * 4);
         m->work_resid_out = mem_alloc(mem, space, MEM_SCRATCH, "residual out (fp32)", n * 4);
         if (lay->rank.has_head)
@@ -280,8 +320,6 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
                                    attention_backward_scratch(B, m->shape.T, m->NHl) * 4);
 }
 
-void gpt_set_gemm_dtype(struct gpt *m, enum dtype gemm_dtype) { m->gemm_dtype = gemm_dtype; }
-
 int gpt_chunk_slot(const struct gpt *m, int chunk, int k) {
     return m->chunk_slot0[chunk] + k % m->chunk_slots[chunk];
 }
@@ -298,12 +336,12 @@ void gpt_free(struct gpt *m, struct mem_tracker *mem) {
     *m = (struct gpt){0};
 }
 
-/* Tensor t of a unit's weights: fp32 (the unit's vectors always; its
- * GEMM weights when the engine widened them), or as a GEMM operand: the
- * bf16 params as they are when the engine hands them over (w.b16), else
- * the fp32 values. */
+/* Tensor t of a unit's weights: fp32 (the unit's vectors always, packed
+ * at the layout's *_vec_offset when the engine hands over the bf16 params
+ * as they are, w.b16; else the whole unit widened), or as a GEMM operand:
+ * those bf16 params as they are, else the fp32 values. */
 static const float *wt(const struct gpt *m, struct operand w, enum layer_tensor t) {
-    return w.f32 + m->lay->layer_offset[t];
+    return w.f32 + (w.b16 ? m->lay->layer_vec_offset[t] : m->lay->layer_offset[t]);
 }
 
 static struct operand wop(const struct gpt *m, struct operand w, enum layer_tensor t) {
@@ -313,11 +351,11 @@ static struct operand wop(const struct gpt *m, struct operand w, enum layer_tens
 static float *dwt(const struct gpt *m, float *dw, enum layer_tensor t) { return dw + m->lay->layer_offset[t]; }
 
 static const float *ew(const struct gpt *m, struct operand w_embed, enum embed_tensor t) {
-    return w_embed.f32 + m->lay->embed_offset[t];
+    return w_embed.f32 + (w_embed.b16 ? m->lay->embed_vec_offset[t] : m->lay->embed_offset[t]);
 }
 
 static const float *hw(const struct gpt *m, struct operand w_head, enum head_tensor t) {
-    return w_head.f32 + m->lay->head_offset[t];
+    return w_head.f32 + (w_head.b16 ? m->lay->head_vec_offset[t] : m->lay->head_offset[t]);
 }
 
 /* A layer GEMM's input operand: saved tensor a's bf16 store where the GEMMs
@@ -347,7 +385,9 @@ static void gemm_backward(struct gpt *m, float *dinp, float *dweight, float *dbi
 
 void gpt_embed_forward(struct gpt *m, int s, struct operand w_embed, const int32_t *inputs) {
     buf_copy(m->space, m->slot[s].inputs, inputs, bt(m) * sizeof *inputs);
-    float *out = resid_view(m, s, 0, m->work_resid_out, false);
+    /* acts_direct: computed in dtemp_btc (free in the forward), narrowed
+     * into the store: no fp32 copy of the stream is kept */
+    float *out = acts_direct(m) ? m->dtemp_btc : resid_view(m, s, 0, m->work_resid_out, false);
     struct vocab_slice v = tp_vocab_slice(m->lay);
     /* vocabulary-parallel: this rank's rows (zero for tokens it does not
      * hold), g sums them to every token's row (with sp g-bar to this
@@ -363,7 +403,8 @@ void gpt_embed_forward(struct gpt *m, int s, struct operand w_embed, const int32
     size_t t0 = (size_t)tp_rank_slice(m->lay, m->sp).position0;
     cp_positions_add(m, out, ew(m, w_embed, EMB_WPE), (int)t0, m->Ts); /* with cp: at global positions */
     m->flops->other += (double)btc_l(m);
-    round_saved(m, out, btc_l(m), resid_store(m, s, 0));
+    if (acts_direct(m)) conv_narrow(m->flops, resid_store(m, s, 0), out, btc_l(m));
+    else round_saved(m, out, btc_l(m), resid_store(m, s, 0));
 }
 
 size_t gpt_stage_numel(const struct gpt *m) { return btc_l(m); }
@@ -405,20 +446,49 @@ static void layer_matmul_backward(struct gpt *m, float *dinp, float *dweight, fl
     gemm_backward(m, dinp, dweight, dbias, dout, gemm_in(m, v, a, column), w, (int64_t)bt(m), in, oc);
 }
 
+/* LayerNorm of x (an operand: the bf16 store as it is, or an fp32 view)
+ * into saved tensor a, rounded where act_dtype asks (acts_direct: once,
+ * as it is stored). */
+static void layernorm_saved(struct gpt *m, struct layer_view *v, enum layer_act a, float *mean, float *rstd,
+                            struct operand x, const float *w, const float *b) {
+    int64_t Nl = (int64_t)bt_l(m), C = m->shape.C;
+    if (x.b16) {
+        layernorm_forward_bf16(v->store[a], mean, rstd, x.b16, w, b, Nl, C, m->flops);
+        return;
+    }
+    layernorm_forward(v->act[a], mean, rstd, x.f32, w, b, Nl, C, m->flops);
+    round_act(m, v, a, btc_l(m));
+}
+
+/* The backward of a LayerNorm whose input was x: dresid += dinp from the
+ * gradient at its output (dtemp_btc), its weight's and bias's accumulated. */
+static void layernorm_grad(struct gpt *m, float *dw, float *db, struct operand x, const float *w, const float *mean,
+                           const float *rstd) {
+    int64_t Nl = (int64_t)bt_l(m), C = m->shape.C;
+    if (x.b16) layernorm_backward_bf16(m->dresid, dw, db, m->dtemp_btc, x.b16, w, mean, rstd, Nl, C, m->flops);
+    else layernorm_backward(m->dresid, dw, db, m->dtemp_btc, x.f32, w, mean, rstd, Nl, C, m->flops);
+}
+
+/* Saved tensor a as the LayerNorms read it: the store (acts_direct), else
+ * the fp32 view. */
+static struct operand saved_in(const struct gpt *m, const struct layer_view *v, enum layer_act a) {
+    if (acts_direct(m)) return (struct operand){.b16 = v->store[a]};
+    return (struct operand){.f32 = v->act[a]};
+}
+
 /* The layer's forward from x into the view's tensors; with out, also the
  * layer output (the recompute of full checkpointing needs no output: the
  * backward starts from the saved stream). N tokens in the GEMMs and the
  * attention, Nl (this rank's) in the LayerNorms and residual adds. */
-static void layer_forward(struct gpt *m, const float *x, struct layer_view *v, struct operand w, float *out,
+static void layer_forward(struct gpt *m, struct operand x, struct layer_view *v, struct operand w, float *out,
                           bf16 *out_store) {
-    int64_t Nl = (int64_t)bt_l(m), C = m->shape.C, Cl = m->Cl, Fl = m->Fl;
+    int64_t Cl = m->Cl, Fl = m->Fl;
     size_t nl = btc_l(m);
     struct flop_counter *fc = m->flops;
     float **a = v->act, *tmp = m->dtemp_btc; /* dtemp_btc is free outside the backward's own use */
 
-    layernorm_forward(a[ACT_LN1], v->stat[STAT_LN1_MEAN], v->stat[STAT_LN1_RSTD], x, wt(m, w, LAYER_LN1_W),
-                      wt(m, w, LAYER_LN1_B), Nl, C, fc);
-    round_act(m, v, ACT_LN1, nl);
+    layernorm_saved(m, v, ACT_LN1, v->stat[STAT_LN1_MEAN], v->stat[STAT_LN1_RSTD], x, wt(m, w, LAYER_LN1_W),
+                    wt(m, w, LAYER_LN1_B));
     /* column-parallel: this rank's heads' q, k, v, from every token's ln1 */
     column_parallel_forward(m, a[ACT_QKV], v, ACT_LN1, wop(m, w, LAYER_QKV_W), wt(m, w, LAYER_QKV_B), 3 * Cl);
     round_act(m, v, ACT_QKV, act_numel(m, ACT_QKV));
@@ -432,11 +502,14 @@ static void layer_forward(struct gpt *m, const float *x, struct layer_view *v, s
     }
     round_act(m, v, ACT_ATTY, act_numel(m, ACT_ATTY));
     row_parallel_forward(m, tmp, v, ACT_ATTY, wop(m, w, LAYER_ATTPROJ_W), wt(m, w, LAYER_ATTPROJ_B), Cl);
-    residual_forward(a[ACT_RES2], x, tmp, (int64_t)nl, fc);
-    round_act(m, v, ACT_RES2, nl);
-    layernorm_forward(a[ACT_LN2], v->stat[STAT_LN2_MEAN], v->stat[STAT_LN2_RSTD], a[ACT_RES2],
-                      wt(m, w, LAYER_LN2_W), wt(m, w, LAYER_LN2_B), Nl, C, fc);
-    round_act(m, v, ACT_LN2, nl);
+    if (x.b16) {
+        residual_forward_bf16(v->store[ACT_RES2], x.b16, tmp, (int64_t)nl, fc);
+    } else {
+        residual_forward(a[ACT_RES2], x.f32, tmp, (int64_t)nl, fc);
+        round_act(m, v, ACT_RES2, nl);
+    }
+    layernorm_saved(m, v, ACT_LN2, v->stat[STAT_LN2_MEAN], v->stat[STAT_LN2_RSTD], saved_in(m, v, ACT_RES2),
+                    wt(m, w, LAYER_LN2_W), wt(m, w, LAYER_LN2_B));
     column_parallel_forward(m, a[ACT_FCH], v, ACT_LN2, wop(m, w, LAYER_FC_W), wt(m, w, LAYER_FC_B), Fl);
     if (gemm_reads_store(m)) { /* both kept as bf16 only, in one pass: no fp32 GELU output */
         gelu_forward_bf16(v->store[ACT_FCH_GELU], v->store[ACT_FCH], a[ACT_FCH], (int64_t)act_numel(m, ACT_FCH),
@@ -446,35 +519,54 @@ static void layer_forward(struct gpt *m, const float *x, struct layer_view *v, s
         gelu_forward(a[ACT_FCH_GELU], a[ACT_FCH], (int64_t)act_numel(m, ACT_FCH), fc);
         round_act(m, v, ACT_FCH_GELU, act_numel(m, ACT_FCH_GELU));
     }
-    if (!out) return;
+    if (!out && !out_store) return;
     row_parallel_forward(m, tmp, v, ACT_FCH_GELU, wop(m, w, LAYER_FCPROJ_W), wt(m, w, LAYER_FCPROJ_B), Fl);
+    if (x.b16) {
+        residual_forward_bf16(out_store, v->store[ACT_RES2], tmp, (int64_t)nl, fc);
+        return;
+    }
     residual_forward(out, a[ACT_RES2], tmp, (int64_t)nl, fc);
     round_saved(m, out, nl, out_store);
 }
 
 void gpt_layer_forward(struct gpt *m, int s, int l, struct operand w) {
     int i = l - m->slot[s].l0;
-    const float *x = resid_view(m, s, i, m->work_resid_in, true);
+    struct operand x = stream_in(m, s, i, m->work_resid_in);
     struct layer_view v = layer_view(m, s, i, false);
-    float *out = resid_view(m, s, i + 1, m->work_resid_out, false);
+    /* acts_direct: the output goes to its store only */
+    float *out = acts_direct(m) ? NULL : resid_view(m, s, i + 1, m->work_resid_out, false);
     layer_forward(m, x, &v, w, out, resid_store(m, s, i + 1));
+}
+
+/* The head GEMM's input: lnf's bf16 store where the layer GEMMs read
+ * theirs (with the bf16 params as they are, or always under acts_direct,
+ * which keeps no fp32 lnf), else its fp32 view (widened for the backward:
+ * `load`), through f. */
+static struct operand head_input(struct gpt *m, int s, struct operand wte, bool load) {
+    if ((wte.b16 && gemm_reads_store(m)) || acts_direct(m)) return (struct operand){.b16 = m->slot[s].lnf};
+    return (struct operand){.f32 = conj_column_input(m, lnf_view(m, s, load))};
 }
 
 float gpt_head_forward(struct gpt *m, int s, struct operand w_head, struct operand wte, const int32_t *targets,
                        float dloss) {
     int64_t N = (int64_t)bt(m), C = m->shape.C;
     struct gpt_slot *sl = &m->slot[s];
-    const float *x = resid_view(m, s, m->slot[s].n_layers, m->work_resid_in, true);
-    float *lnf = lnf_view(m, s, false);
-    layernorm_forward(lnf, sl->lnf_stats, sl->lnf_stats + bt_l(m), x, hw(m, w_head, HEAD_LNF_W),
-                      hw(m, w_head, HEAD_LNF_B), (int64_t)bt_l(m), C, m->flops);
-    round_saved(m, lnf, btc_l(m), acts_bf16(m) ? (bf16 *)sl->lnf : NULL);
+    struct operand x = stream_in(m, s, m->slot[s].n_layers, m->work_resid_in);
+    const float *lnf_w = hw(m, w_head, HEAD_LNF_W), *lnf_b = hw(m, w_head, HEAD_LNF_B);
+    if (x.b16) {
+        layernorm_forward_bf16(sl->lnf, sl->lnf_stats, sl->lnf_stats + bt_l(m), x.b16, lnf_w, lnf_b,
+                               (int64_t)bt_l(m), C, m->flops);
+    } else {
+        float *lnf = lnf_view(m, s, false);
+        layernorm_forward(lnf, sl->lnf_stats, sl->lnf_stats + bt_l(m), x.f32, lnf_w, lnf_b, (int64_t)bt_l(m), C,
+                          m->flops);
+        round_saved(m, lnf, btc_l(m), acts_bf16(m) ? (bf16 *)sl->lnf : NULL);
+    }
     /* The LM head is tied to the token embedding: logits = lnf . wte^T,
      * column-parallel over the vocabulary (f: lnf is whole on every rank;
      * with sp g gathers it). */
     struct vocab_slice v = tp_vocab_slice(m->lay);
-    struct operand in = wte.b16 && gemm_reads_store(m) ? (struct operand){.b16 = sl->lnf}
-                                                       : (struct operand){.f32 = conj_column_input(m, lnf)};
+    struct operand in = head_input(m, s, wte, false);
     gemm_forward(m, sl->logits, in, wte, NULL, N, C, v.Vl);
     buf_copy(m->space, sl->targets, targets, bt(m) * sizeof *targets);
     /* dtemp_btc (free between layers) holds the rows' sums and target logits */
@@ -486,29 +578,24 @@ float gpt_head_forward(struct gpt *m, int s, struct operand w_head, struct opera
 void gpt_head_backward(struct gpt *m, int s, struct operand w_head, struct operand wte, float *dw_head, float *dwte) {
     int64_t N = (int64_t)bt(m), C = m->shape.C;
     struct gpt_slot *sl = &m->slot[s];
-    const float *x = resid_view(m, s, m->slot[s].n_layers, m->work_resid_in, true);
+    struct operand x = stream_in(m, s, m->slot[s].n_layers, m->work_resid_in);
     const struct model_layout *lay = m->lay;
     float *dlnfw = dw_head + lay->head_offset[HEAD_LNF_W], *dlnfb = dw_head + lay->head_offset[HEAD_LNF_B];
-    /* with the bf16 params as they are, the GEMM reads lnf's bf16 store
-     * where the layer GEMMs read theirs (the forward's operand) */
-    struct operand lnf = wte.b16 && gemm_reads_store(m)
-                             ? (struct operand){.b16 = sl->lnf}
-                             : (struct operand){.f32 = conj_column_input(m, lnf_view(m, s, true))};
-    gemm_backward(m, m->dtemp_btc, dwte, NULL, sl->logits, lnf, wte, N, C, tp_vocab_slice(lay).Vl);
+    gemm_backward(m, m->dtemp_btc, dwte, NULL, sl->logits, head_input(m, s, wte, true), wte, N, C,
+                  tp_vocab_slice(lay).Vl);
     conj_column_grad(m, m->dtemp_btc); /* dlnf sums over the vocabulary slices */
     buf_zero(m->space, m->dresid, btc_l(m) * sizeof(float));
     conj_ln_grads_begin(m);
-    layernorm_backward(m->dresid, conj_ln_grad(m, dlnfw, 0), conj_ln_grad(m, dlnfb, 1), m->dtemp_btc, x,
-                       hw(m, w_head, HEAD_LNF_W), sl->lnf_stats, sl->lnf_stats + bt_l(m), (int64_t)bt_l(m), C,
-                       m->flops);
+    layernorm_grad(m, conj_ln_grad(m, dlnfw, 0), conj_ln_grad(m, dlnfb, 1), x, hw(m, w_head, HEAD_LNF_W),
+                   sl->lnf_stats, sl->lnf_stats + bt_l(m));
     conj_ln_grads_done(m, (float *const[]){dlnfw, dlnfb}, 2);
 }
 
 void gpt_layer_backward(struct gpt *m, int s, int l, struct operand w, float *dw) {
-    int64_t Nl = (int64_t)bt_l(m), C = m->shape.C, Cl = m->Cl, Fl = m->Fl;
+    int64_t C = m->shape.C, Cl = m->Cl, Fl = m->Fl;
     int i = l - m->slot[s].l0;
     struct flop_counter *fc = m->flops;
-    const float *x = resid_view(m, s, i, m->work_resid_in, true);
+    struct operand x = stream_in(m, s, i, m->work_resid_in);
     struct layer_view v = layer_view(m, s, i, true);
     float **a = v.act;
     /* Recompute what was not kept. The kernels are deterministic, so the
@@ -533,8 +620,8 @@ void gpt_layer_backward(struct gpt *m, int s, int l, struct operand w, float *dw
     layer_matmul_backward(m, m->dtemp_btc, dwt(m, dw, LAYER_FC_W), dwt(m, dw, LAYER_FC_B), m->dfc, &v, ACT_LN2, true,
                           wop(m, w, LAYER_FC_W), C, Fl);
     conj_column_grad(m, m->dtemp_btc); /* f: the partial dln2 of each rank's features sum */
-    layernorm_backward(m->dresid, conj_ln_grad(m, ln[2], 2), conj_ln_grad(m, ln[3], 3), m->dtemp_btc, a[ACT_RES2],
-                       wt(m, w, LAYER_LN2_W), v.stat[STAT_LN2_MEAN], v.stat[STAT_LN2_RSTD], Nl, C, fc);
+    layernorm_grad(m, conj_ln_grad(m, ln[2], 2), conj_ln_grad(m, ln[3], 3), saved_in(m, &v, ACT_RES2),
+                   wt(m, w, LAYER_LN2_W), v.stat[STAT_LN2_MEAN], v.stat[STAT_LN2_RSTD]);
     layer_matmul_backward(m, m->dtemp_btc, dwt(m, dw, LAYER_ATTPROJ_W), dwt(m, dw, LAYER_ATTPROJ_B),
                           conj_row_output_grad(m), &v, ACT_ATTY, false, wop(m, w, LAYER_ATTPROJ_W), Cl, C);
     /* flash: D = rowsum(dout * out) from the saved output (rounded alike
@@ -550,8 +637,8 @@ void gpt_layer_backward(struct gpt *m, int s, int l, struct operand w, float *dw
     layer_matmul_backward(m, m->dtemp_btc, dwt(m, dw, LAYER_QKV_W), dwt(m, dw, LAYER_QKV_B), m->dqkv, &v, ACT_LN1, true,
                           wop(m, w, LAYER_QKV_W), C, 3 * Cl);
     conj_column_grad(m, m->dtemp_btc); /* f: dln1 */
-    layernorm_backward(m->dresid, conj_ln_grad(m, ln[0], 0), conj_ln_grad(m, ln[1], 1), m->dtemp_btc, x,
-                       wt(m, w, LAYER_LN1_W), v.stat[STAT_LN1_MEAN], v.stat[STAT_LN1_RSTD], Nl, C, fc);
+    layernorm_grad(m, conj_ln_grad(m, ln[0], 0), conj_ln_grad(m, ln[1], 1), x, wt(m, w, LAYER_LN1_W),
+                   v.stat[STAT_LN1_MEAN], v.stat[STAT_LN1_RSTD]);
     conj_ln_grads_done(m, ln, 4);
 }
 

@@ -86,6 +86,23 @@ void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *
     kernel_span_end(fc, t, KERNEL_LAYERNORM_BWD);
 }
 
+void layernorm_forward_bf16(bf16 *out, float *mean, float *rstd, const bf16 *inp, const float *weight,
+                            const float *bias, int64_t N, int64_t C, struct flop_counter *fc) {
+    if (on_device(fc)) host_only(__func__);
+    struct kernel_span t = kernel_span_begin(fc, false);
+    layernorm_forward_bf16_cpu(out, mean, rstd, inp, weight, bias, N, C, fc);
+    kernel_span_end(fc, t, KERNEL_LAYERNORM_FWD);
+}
+
+void layernorm_backward_bf16(float *dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
+                             const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
+                             struct flop_counter *fc) {
+    if (on_device(fc)) host_only(__func__);
+    struct kernel_span t = kernel_span_begin(fc, false);
+    layernorm_backward_bf16_cpu(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, fc);
+    kernel_span_end(fc, t, KERNEL_LAYERNORM_BWD);
+}
+
 void gemm_counted(struct flop_counter *fc, enum gemm_kind kind, bool trans_a, bool trans_b, int64_t m, int64_t n,
                   int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                   float *c, int64_t ldc) {
@@ -222,6 +239,13 @@ void residual_forward(float *out, const float *a, const float *b, int64_t n, str
     struct kernel_span t = kernel_span_begin(fc, dev);
     if (dev) ON_DEVICE(residual_forward_cuda(out, a, b, n, fc));
     else residual_forward_cpu(out, a, b, n, fc);
+    kernel_span_end(fc, t, KERNEL_RESIDUAL);
+}
+
+void residual_forward_bf16(bf16 *out, const bf16 *a, const float *b, int64_t n, struct flop_counter *fc) {
+    if (on_device(fc)) host_only(__func__);
+    struct kernel_span t = kernel_span_begin(fc, false);
+    residual_forward_bf16_cpu(out, a, b, n, fc);
     kernel_span_end(fc, t, KERNEL_RESIDUAL);
 }
 

@@ -133,6 +133,28 @@ static size_t ref_layer_size(const struct model_shape *s) {
     return n;
 }
 
+bool layout_gemm_tensor(enum unit_kind k, int t) {
+    switch (k) {
+    case UNIT_EMBED: return t == EMB_WTE;
+    case UNIT_HEAD: return t == HEAD_WTE;
+    default:
+        return t == LAYER_QKV_W || t == LAYER_ATTPROJ_W || t == LAYER_FC_W || t == LAYER_FCPROJ_W;
+    }
+}
+
+/* A unit's vectors packed: offsets vec[t] of its n tensors (sizes from the
+ * offsets off[] and the unit's size) that are not a GEMM's; their sum. */
+static size_t pack_vectors(enum unit_kind k, const size_t *off, int n, size_t size, size_t *vec) {
+    size_t at = 0;
+    for (int t = 0; t < n; t++) {
+        vec[t] = 0;
+        if (layout_gemm_tensor(k, t)) continue;
+        vec[t] = at;
+        at += (t + 1 < n ? off[t + 1] : size) - off[t];
+    }
+    return at;
+}
+
 int layout_init(struct model_layout *lay, struct model_shape shape, struct rank_desc r) {
     if (r.tp < 1 || r.tp_rank < 0 || r.tp_rank >= r.tp || !chunks_valid(&r, shape.L)) return -1;
     if (!tp_divides(shape.NH, shape.C, r.tp, NULL, 0)) return -1;
@@ -158,6 +180,12 @@ int layout_init(struct model_layout *lay, struct model_shape shape, struct rank_
         off += numel(local_shape(layer_shape(&shape, (enum layer_tensor)t), r.tp));
     }
     lay->layer_size = off;
+    lay->embed_vec_size = pack_vectors(UNIT_EMBED, lay->embed_offset, EMB_NUM_TENSORS, lay->embed_size,
+                                       lay->embed_vec_offset);
+    lay->head_vec_size = pack_vectors(UNIT_HEAD, lay->head_offset, HEAD_NUM_TENSORS, lay->head_size,
+                                      lay->head_vec_offset);
+    lay->layer_vec_size = pack_vectors(UNIT_LAYER, lay->layer_offset, LAYER_NUM_TENSORS, lay->layer_size,
+                                       lay->layer_vec_offset);
     lay->n_units = (r.has_embed ? 1 : 0) + (r.has_head ? 1 : 0) + rank_layers(&r);
     lay->total = (r.has_embed ? lay->embed_size : 0) + (r.has_head ? lay->head_size : 0) +
                  (size_t)rank_layers(&r) * lay->layer_size;

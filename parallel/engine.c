@@ -9,6 +9,27 @@
 
 static const char *const unit_names[] = {[UNIT_EMBED] = "embedding", [UNIT_HEAD] = "head", [UNIT_LAYER] = "layer"};
 
+/* Whether the model reads the bf16 params as they are (struct operand,
+ * layers.h): bf16 params and bf16 GEMMs on the host. Then only a unit's
+ * vectors (LayerNorms, biases, wpe) are widened, packed (the layout's
+ * *_vec_offset); the GPU keeps its verified path, every tensor widened. */
+static bool params_direct(const struct engine *e) {
+    return e->o.zero.param_dtype == DTYPE_BF16 && e->o.gemm_dtype == DTYPE_BF16 && e->space == MEM_HOST;
+}
+
+/* A unit of kind k's tensor offsets, count, and packed vectors' offsets. */
+struct unit_tensors {
+    const size_t *off, *vec;
+    int n;
+    size_t vec_size;
+};
+
+static struct unit_tensors unit_tensors(const struct model_layout *lay, enum unit_kind k) {
+    if (k == UNIT_EMBED) return (struct unit_tensors){lay->embed_offset, lay->embed_vec_offset, EMB_NUM_TENSORS, lay->embed_vec_size};
+    if (k == UNIT_HEAD) return (struct unit_tensors){lay->head_offset, lay->head_vec_offset, HEAD_NUM_TENSORS, lay->head_vec_size};
+    return (struct unit_tensors){lay->layer_offset, lay->layer_vec_offset, LAYER_NUM_TENSORS, lay->layer_vec_size};
+}
+
 int engine_init(struct engine *e, const struct engine_options *o, const struct model_layout *lay,
                 struct grid *grid, struct mem_tracker *mem, enum mem_space space, struct flop_counter *flops,
                 char *err, size_t err_len) {
@@ -54,7 +75,10 @@ int engine_init(struct engine *e, const struct engine_options *o, const struct m
         struct unit_info ui = layout_unit(&e->lay, u);
         size_t padded = shard_unit_padded(&e->z.sh, u);
         char name[MEM_NAME_LEN];
-        if (bf16_params) {
+        if (bf16_params && params_direct(e)) { /* the vectors only */
+            snprintf(name, sizeof name, "%s vectors (fp32)", unit_names[ui.kind]);
+            e->w32[ui.kind] = mem_alloc(mem, space, MEM_SCRATCH, name, unit_tensors(&e->lay, ui.kind).vec_size * 4);
+        } else if (bf16_params) {
             snprintf(name, sizeof name, "%s weights (fp32)", unit_names[ui.kind]);
             e->w32[ui.kind] = mem_alloc(mem, space, MEM_SCRATCH, name, padded * 4);
         }
@@ -73,9 +97,8 @@ int engine_init(struct engine *e, const struct engine_options *o, const struct m
                  e->lay.rank.n_chunks, GPT_MAX_SLOTS);
         return -1;
     }
-    gpt_init_chunks(&e->model, &e->model_lay, o->micro_batch, slots, o->act_dtype, o->recompute, o->attention,
-                    o->sequence_parallel, mem, space, flops);
-    gpt_set_gemm_dtype(&e->model, o->gemm_dtype);
+    gpt_init_chunks(&e->model, &e->model_lay, o->micro_batch, slots, o->act_dtype, o->gemm_dtype, o->recompute,
+                    o->attention, o->sequence_parallel, mem, space, flops);
     /* tensor parallelism: the model's f and g run over the tp group, and
      * the gradient norm sums the slices' squares over it */
     e->model.tp = &grid->tp_comm;
@@ -152,39 +175,18 @@ void engine_init_params(struct engine *e) {
     engine_params_changed(e);
 }
 
-/* Whether tensor t of a unit of kind k is read by a GEMM (or, wte, by the
- * embedding's row lookup too): the tensors the model can read as bf16. */
-static bool gemm_tensor(enum unit_kind k, int t) {
-    switch (k) {
-    case UNIT_EMBED: return t == EMB_WTE;
-    case UNIT_HEAD: return t == HEAD_WTE;
-    default:
-        return t == LAYER_QKV_W || t == LAYER_ATTPROJ_W || t == LAYER_FC_W || t == LAYER_FCPROJ_W;
-    }
-}
-
-/* Whether the model reads the bf16 params as they are (struct operand,
- * layers.h): bf16 params and bf16 GEMMs on the host. Then only a unit's
- * other tensors (LayerNorms, biases, wpe) are widened; the GPU keeps its
- * verified path, every tensor widened. */
-static bool params_direct(const struct engine *e) {
-    return e->o.zero.param_dtype == DTYPE_BF16 && e->o.gemm_dtype == DTYPE_BF16 && e->space == MEM_HOST;
-}
-
 /* Widens the tensors of unit u (kind k, params p) that the model reads as
- * fp32: all of them, or with params_direct all but the GEMMs'. */
+ * fp32: all of them, or with params_direct its vectors, packed. */
 static void widen_unit(struct engine *e, int u, enum unit_kind k, const bf16 *p) {
     if (!params_direct(e)) {
         conv_widen(e->flops, e->w32[k], p, layout_unit_size(&e->lay, u));
         return;
     }
-    const size_t *off = k == UNIT_EMBED ? e->lay.embed_offset : k == UNIT_HEAD ? e->lay.head_offset
-                                                                                : e->lay.layer_offset;
-    int n = k == UNIT_EMBED ? EMB_NUM_TENSORS : k == UNIT_HEAD ? HEAD_NUM_TENSORS : LAYER_NUM_TENSORS;
+    struct unit_tensors ts = unit_tensors(&e->lay, k);
     size_t end = layout_unit_size(&e->lay, u);
-    for (int t = 0; t < n; t++) {
-        size_t hi = t + 1 < n ? off[t + 1] : end;
-        if (!gemm_tensor(k, t)) conv_widen(e->flops, e->w32[k] + off[t], p + off[t], hi - off[t]);
+    for (int t = 0; t < ts.n; t++) {
+        size_t hi = t + 1 < ts.n ? ts.off[t + 1] : end;
+        if (!layout_gemm_tensor(k, t)) conv_widen(e->flops, e->w32[k] + ts.vec[t], p + ts.off[t], hi - ts.off[t]);
     }
 }
 

@@ -18,6 +18,7 @@
 #include "engine.h"
 #include "engine_fixture.h"
 #include "grid.h"
+#include "accounting.h"
 
 enum { L = 2, C = 16, NH = 2, T = 8, V = 64, B = 2, SEED = 4242 };
 
@@ -30,17 +31,43 @@ struct harness {
     struct engine e;
 };
 
-static struct harness *harness_new(enum dtype dt, int micro_batch) {
+/* What a harness varies beyond the dtype: the GEMMs' operands (bf16: the
+ * model's bf16 data path, on the CPU's reference GEMMs, since a test's
+ * counter carries no oneDNN context), the attention and the recompute. */
+struct harness_opts {
+    enum gemm_dtype_choice gemm;
+    enum attention_kind attention;
+    enum recompute_mode recompute;
+};
+
+/* An engine for configuration c (the whole model on one rank). */
+static struct harness *harness_of(const struct config *c) {
     struct harness *h = calloc(1, sizeof *h);
     assert_non_null(h);
-    config_defaults(&h->cfg);
-    h->cfg.n_layer = L, h->cfg.d_model = C, h->cfg.n_head = NH, h->cfg.seq_len = T, h->cfg.vocab_size = V;
-    h->cfg.micro_batch = micro_batch;
-    h->cfg.param_dtype = h->cfg.grad_dtype = h->cfg.act_dtype = dt;
-    h->cfg.seed = SEED;
+    h->cfg = *c;
     grid_init_single(&h->grid);
     fixture_engine_init(&h->e, &h->cfg, &h->grid, &h->mem, &h->flops);
     return h;
+}
+
+/* The test's shape (L, C, NH, T, V), all three dtypes dt, and o. */
+static void config_with(struct config *c, enum dtype dt, int micro_batch, struct harness_opts o) {
+    config_defaults(c);
+    c->n_layer = L, c->d_model = C, c->n_head = NH, c->seq_len = T, c->vocab_size = V;
+    c->micro_batch = micro_batch;
+    c->param_dtype = c->grad_dtype = c->act_dtype = dt;
+    c->gemm_dtype = o.gemm, c->attention = o.attention, c->recompute = o.recompute;
+    c->seed = SEED;
+}
+
+static struct harness *harness_with(enum dtype dt, int micro_batch, struct harness_opts o) {
+    struct config c;
+    config_with(&c, dt, micro_batch, o);
+    return harness_of(&c);
+}
+
+static struct harness *harness_new(enum dtype dt, int micro_batch) {
+    return harness_with(dt, micro_batch, (struct harness_opts){.gemm = GEMM_DTYPE_FP32});
 }
 
 static void harness_free(struct harness *h) {
@@ -201,11 +228,20 @@ static double dot(const float *a, const float *b, size_t n) {
     return s;
 }
 
-/* bf16 params/grads/activations against fp32 on the same weights (the fp32
- * weights rounded to bf16, so both runs see identical values). */
-static void test_bf16_matches_fp32(void **state) {
-    (void)state;
-    struct harness *h32 = harness_new(DTYPE_FP32, B), *h16 = harness_new(DTYPE_BF16, B);
+/* One micro-batch's loss and gradient with bf16 params, grads and
+ * activations (o: the GEMMs, attention, recompute) against fp32 throughout
+ * (fp32 GEMMs, the same attention and recompute) on the same weights (the
+ * fp32 weights rounded to bf16, so both runs see identical values). */
+struct against_fp32 {
+    float l16, l32;
+    double cosine, rel; /* of the gradients: cosine, ||g16 - g32|| / ||g32|| */
+    uint64_t fingerprint; /* FNV-1a of the bf16 gradient's bytes: equal bits, equal prints */
+};
+
+static struct against_fp32 bf16_against_fp32(struct harness_opts o) {
+    struct harness_opts o32 = o;
+    o32.gemm = GEMM_DTYPE_FP32;
+    struct harness *h32 = harness_with(DTYPE_FP32, B, o32), *h16 = harness_with(DTYPE_BF16, B, o);
     size_t psi = h32->e.lay.total;
     assert_int_equal(psi, h16->e.lay.total);
     engine_init_params(&h32->e);
@@ -223,31 +259,159 @@ static void test_bf16_matches_fp32(void **state) {
     const int32_t *in = tok, *tgt = tok + B * T;
     engine_zero_grads(&h32->e);
     engine_zero_grads(&h16->e);
-    float l32 = fixture_forward_backward(&h32->e, in, tgt, 1.0f);
-    float l16 = fixture_forward_backward(&h16->e, in, tgt, 1.0f);
-    assert_true(fabsf(l32 - l16) < 0.02f);
-
+    struct against_fp32 r = {.l32 = fixture_forward_backward(&h32->e, in, tgt, 1.0f),
+                             .l16 = fixture_forward_backward(&h16->e, in, tgt, 1.0f),
+                             .fingerprint = 14695981039346656037ull};
     float *g32 = h32->e.z.st.grads, *g16 = malloc(psi * sizeof *g16);
     assert_non_null(g16);
     const bf16 *gb = h16->e.z.st.grads;
     for (size_t i = 0; i < psi; i++) g16[i] = bf16_to_f32(gb[i]);
+    const unsigned char *bytes = (const unsigned char *)gb;
+    for (size_t i = 0; i < psi * sizeof *gb; i++) r.fingerprint = (r.fingerprint ^ bytes[i]) * 1099511628211ull;
     double n32 = sqrt(dot(g32, g32, psi)), n16 = sqrt(dot(g16, g16, psi));
-    double cosine = dot(g32, g16, psi) / (n32 * n16);
+    assert_true(n32 > 0.0);
+    r.cosine = dot(g32, g16, psi) / (n32 * n16);
     double diff2 = 0.0;
     for (size_t i = 0; i < psi; i++) diff2 += ((double)g16[i] - g32[i]) * ((double)g16[i] - g32[i]);
-    double rel = sqrt(diff2) / n32;
-    printf("  bf16 vs fp32: loss %.5f vs %.5f, gradient cosine %.6f, relative L2 difference %.4f\n", (double)l16,
-           (double)l32, cosine, rel);
-    assert_true(n32 > 0.0);
+    r.rel = sqrt(diff2) / n32;
+    printf("  bf16 (%s GEMMs, %s attention, recompute %d) vs fp32: loss %.5f vs %.5f, gradient cosine %.6f, "
+           "relative L2 difference %.4f, bf16 gradient fingerprint %016llx\n",
+           o.gemm == GEMM_DTYPE_BF16 ? "bf16" : "fp32", o.attention == ATTENTION_FLASH ? "flash" : "plain",
+           (int)o.recompute, (double)r.l16, (double)r.l32, r.cosine, r.rel, (unsigned long long)r.fingerprint);
+    free(g16);
+    harness_free(h32);
+    harness_free(h16);
+    return r;
+}
+
+static void test_bf16_matches_fp32(void **state) {
+    (void)state;
+    struct against_fp32 r = bf16_against_fp32((struct harness_opts){.gemm = GEMM_DTYPE_FP32});
+    assert_true(fabsf(r.l32 - r.l16) < 0.02f);
     /* Measured: cosine 0.999995, relative L2 0.0032 (bf16 rounding of the
      * activations and of each unit's gradient, ~2^-9 relative each). Bounds
      * with ~10x margin on the difference: relative L2 < 0.03, and so
      * 1 - cosine ~ rel^2 / 2 < 5e-4. */
-    assert_true(cosine > 0.9995);
-    assert_true(rel < 0.03);
-    free(g16);
-    harness_free(h32);
-    harness_free(h16);
+    assert_true(r.cosine > 0.9995);
+    assert_true(r.rel < 0.03);
+}
+
+/* The bf16 data path (bf16 GEMMs reading the bf16 params and saved bf16
+ * activations as they are; include/gpt.h) in each attention and recompute
+ * mode, on the CPU's reference GEMMs: every CPU runs it. The GEMMs' bf16
+ * operands add their rounding (~2^-9 relative per operand) to the
+ * storage's. */
+static void test_bf16_gemms_match_fp32(void **state) {
+    (void)state;
+    const struct harness_opts modes[] = {
+        {GEMM_DTYPE_BF16, ATTENTION_PLAIN, RECOMPUTE_NONE},
+        {GEMM_DTYPE_BF16, ATTENTION_PLAIN, RECOMPUTE_SELECTIVE},
+        {GEMM_DTYPE_BF16, ATTENTION_PLAIN, RECOMPUTE_FULL},
+        {GEMM_DTYPE_BF16, ATTENTION_FLASH, RECOMPUTE_NONE},
+    };
+    for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
+        struct against_fp32 r = bf16_against_fp32(modes[k]);
+        assert_true(fabsf(r.l32 - r.l16) < 0.02f);
+        assert_true(r.cosine > 0.999);
+        assert_true(r.rel < 0.05);
+    }
+}
+
+/* The bf16 data path's scratch, to the byte: against the same run with
+ * fp32 GEMMs (whose bf16 activations go through fp32 working copies, and
+ * whose weights are widened whole), model/gpt.c keeps no fp32 residual
+ * in, residual out or final LayerNorm output (3 B T C floats) and no fp32
+ * copy of ln1, res2, ln2 or the GELU output (7 B T C), and the engine's
+ * fp32 view of a layer holds its vectors only (12 C^2 fewer: the four GEMM
+ * weights), of the embedding wpe only (Vp C fewer: wte); the tracker's
+ * difference equals the theory's (train/theory/theory_rank.c) and that
+ * formula, in each mode; with full recompute (no data path for the
+ * activations) only the views differ. */
+static void test_bf16_path_scratch(void **state) {
+    (void)state;
+    const struct harness_opts modes[] = {
+        {GEMM_DTYPE_BF16, ATTENTION_PLAIN, RECOMPUTE_NONE},
+        {GEMM_DTYPE_BF16, ATTENTION_PLAIN, RECOMPUTE_SELECTIVE},
+        {GEMM_DTYPE_BF16, ATTENTION_FLASH, RECOMPUTE_NONE},
+        {GEMM_DTYPE_BF16, ATTENTION_PLAIN, RECOMPUTE_FULL},
+    };
+    for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
+        struct harness_opts o32 = modes[k];
+        o32.gemm = GEMM_DTYPE_FP32;
+        struct harness *h16 = harness_with(DTYPE_BF16, B, modes[k]), *h32 = harness_with(DTYPE_BF16, B, o32);
+        double measured = (double)h32->mem.live[MEM_SCRATCH] - (double)h16->mem.live[MEM_SCRATCH];
+        double theory = theory_trainer_scratch(&h32->cfg, rank_place_dp(1, 0)).persistent -
+                        theory_trainer_scratch(&h16->cfg, rank_place_dp(1, 0)).persistent;
+        double Vp = h16->e.lay.shape.Vp, views = (12.0 * C * C + Vp * C) * 4;
+        double want = views + (modes[k].recompute == RECOMPUTE_FULL ? 0 : (3.0 + 7.0) * B * T * C * 4);
+        printf("  scratch, fp32 GEMMs minus the bf16 data path (recompute %d, %s): measured %.0f B, theory %.0f B, "
+               "formula %.0f B\n",
+               (int)modes[k].recompute, modes[k].attention == ATTENTION_FLASH ? "flash" : "plain", measured, theory,
+               want);
+        assert_true(measured == theory);
+        assert_true(measured == want);
+        harness_free(h16);
+        harness_free(h32);
+    }
+}
+
+/* The conversion passes of one micro-batch's forward and backward on the
+ * demo's shape (configs/demo.conf) on the bf16 data path, counted by
+ * include/conversions.h (bytes read plus written), against what the math
+ * needs, per pass:
+ *   widen:  each unit's vectors for the model (the params are read as bf16
+ *           by the GEMMs and the embedding): a layer's 13 C (LayerNorms,
+ *           biases) at its forward and again at its backward, wpe and the
+ *           final LayerNorm's 2 C once; and per layer the backward's fp32
+ *           inputs of the attention, qkv (3 B T C) and the probabilities
+ *           (B NH T T), and its output (B T C) for flash's D; 6 bytes each;
+ *   round:  the attention's inputs as the forward leaves them, qkv and
+ *           the probabilities, rounded in place and stored: 10 bytes each;
+ *   narrow: the attention output (B T C per layer) and the embedding's
+ *           output (B T C): 6 bytes each;
+ *   accumulate: every unit's fp32 gradient rounded once into the bf16
+ *           grads: 8 bytes per parameter.
+ * The LayerNorms, residual adds, GELU and the stream move no conversion
+ * bytes at all. The GEMMs' own operand rounding (oneDNN: the fp32 dout,
+ * KERNEL_NARROW within the GEMM) is not run by the test's reference GEMMs
+ * and not in these counts. */
+static void test_bf16_path_conversion_bytes(void **state) {
+    (void)state;
+    struct config c;
+    char err[CONFIG_ERR_LEN];
+    config_defaults(&c);
+    if (config_load_file(&c, "configs/demo.conf", err) != 0) fail_msg("configs/demo.conf: %s", err);
+    c.gemm_dtype = GEMM_DTYPE_BF16; /* params, grads and activations: bf16 by default */
+    assert_int_equal(c.param_dtype, DTYPE_BF16);
+    assert_int_equal(c.act_dtype, DTYPE_BF16);
+    assert_int_equal(c.grad_dtype, DTYPE_BF16);
+    struct harness *h = harness_of(&c);
+    struct engine *e = &h->e;
+    engine_init_params(e);
+    double Bd = c.micro_batch, Td = c.seq_len, Cd = c.d_model, Ld = c.n_layer, NHd = c.n_head;
+    int32_t *tok = malloc(2 * (size_t)c.micro_batch * c.seq_len * sizeof *tok);
+    assert_non_null(tok);
+    for (int i = 0; i < 2 * c.micro_batch * c.seq_len; i++) tok[i] = (int32_t)((i * 7 + 3) % c.vocab_size);
+    engine_zero_grads(e);
+    memset(h->flops.profile, 0, sizeof h->flops.profile);
+    fixture_forward_backward(e, tok, tok + c.micro_batch * c.seq_len, 1.0f);
+
+    double BTC = Bd * Td * Cd, probs = Bd * NHd * Td * Td;
+    double wpe = (double)layout_embed_tensor(&e->lay, EMB_WPE).numel;
+    double want[KERNEL_NUM_KINDS] = {0};
+    want[KERNEL_WIDEN] = 6 * (2 * Ld * 13 * Cd + wpe + 2 * Cd + Ld * (3 * BTC + probs + BTC));
+    want[KERNEL_ROUND] = 10 * Ld * (3 * BTC + probs);
+    want[KERNEL_NARROW] = 6 * (Ld * BTC + BTC);
+    want[KERNEL_ACCUMULATE] = 8 * (double)e->lay.total;
+    const enum kernel_kind kinds[] = {KERNEL_WIDEN, KERNEL_ROUND, KERNEL_NARROW, KERNEL_ACCUMULATE};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        double got = h->flops.profile[kinds[k]].bytes;
+        printf("  demo shape, one micro-batch: %-22s %10.0f B (formula %.0f B)\n", kernel_kind_name(kinds[k]), got,
+               want[kinds[k]]);
+        assert_true(got == want[kinds[k]]);
+    }
+    free(tok);
+    harness_free(h);
 }
 
 /* Two micro-batches of B with dloss 0.5 each = one micro-batch of 2B. */
@@ -296,6 +460,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gradcheck_fp32),
         cmocka_unit_test(test_bf16_matches_fp32),
+        cmocka_unit_test(test_bf16_gemms_match_fp32),
+        cmocka_unit_test(test_bf16_path_scratch),
+        cmocka_unit_test(test_bf16_path_conversion_bytes),
         cmocka_unit_test(test_grad_accum_equivalence),
     };
     return cmocka_run_group_tests(tests, one_thread, NULL);

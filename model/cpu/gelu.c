@@ -2,6 +2,7 @@
  * and the residual add. */
 #include <math.h>
 
+#include "act_io.h"
 #include "dtype.h"
 #include "fastmath.h"
 #include "layers.h"
@@ -52,8 +53,13 @@ void gelu_backward_bf16_cpu(float *dinp, const bf16 *inp, const float *dout, int
     fc->other += (double)GELU_FLOPS_BWD * n;
 }
 
-void residual_forward_cpu(float *out, const float *a, const float *b, int64_t n, struct flop_counter *fc) {
-#pragma omp parallel for
-    for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
-    fc->other += (double)n;
-}
+/* out = a + b in fp32, stored as OUT_T (act_io.h: the bf16 form's one
+ * rounding), a read as A_T. */
+#define RESIDUAL_FORWARD(name, OUT_T, A_T)                                                                       \
+    void name(OUT_T *out, const A_T *a, const float *b, int64_t n, struct flop_counter *fc) {                    \
+        _Pragma("omp parallel for") for (int64_t i = 0; i < n; i++) ACT_ST(out, i, ACT_LD(a, i) + b[i]);         \
+        fc->other += (double)n;                                                                                  \
+    }
+
+RESIDUAL_FORWARD(residual_forward_cpu, float, float)
+RESIDUAL_FORWARD(residual_forward_bf16_cpu, bf16, bf16)

@@ -4,10 +4,18 @@
 #include "config.h"
 
 #include "engine.h"
+#include "onednn_gemms.h"
 
 struct model_shape trainer_model_shape(const struct config *c) {
     return (struct model_shape){.L = c->n_layer, .C = c->d_model, .NH = c->n_head, .T = c->seq_len,
                                 .maxT = c->max_seq_len, .V = c->vocab_size};
+}
+
+enum dtype config_gemm_dtype(const struct config *c, bool on_gpu, const char *cpu_flags) {
+    if (c->gemm_dtype != GEMM_DTYPE_AUTO) return (enum dtype)c->gemm_dtype;
+    if (c->param_dtype != DTYPE_BF16) return DTYPE_FP32;
+    if (on_gpu) return DTYPE_BF16;
+    return onednn_bf16_missing(cpu_flags) ? DTYPE_FP32 : DTYPE_BF16;
 }
 
 struct engine_options trainer_engine_options(const struct config *c) {

@@ -40,13 +40,11 @@ static int open_cpu_kernels(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     const struct config *c = tr->cfg;
     char flags[CPU_FLAGS_LEN];
     machine_cpu_flags(flags, sizeof flags);
-    bool bf16 = c->gemm_dtype == GEMM_DTYPE_BF16 ||
-                (c->gemm_dtype == GEMM_DTYPE_AUTO && c->param_dtype == DTYPE_BF16 && !onednn_bf16_missing(flags));
-    tr->gemm_dtype = bf16 ? DTYPE_BF16 : DTYPE_FP32;
+    tr->gemm_dtype = config_gemm_dtype(c, false, flags);
     /* one thread has no team to share the blocks with: one sgemm per call
      * is faster there (each block repacks an operand) */
     tr->flops.gemm_blocks = c->threads > 1;
-    if (!bf16) return 0;
+    if (tr->gemm_dtype != DTYPE_BF16) return 0;
     char e[DEVICE_ERR_LEN];
     tr->flops.onednn = onednn_gemms_open(flags, e, sizeof e);
     if (tr->flops.onednn) return 0;
@@ -64,8 +62,8 @@ int trainer_open_kernels(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     }
     if (tr->space == MEM_HOST) return open_cpu_kernels(tr, err);
     const struct config *c = tr->cfg; /* a GPU has tensor cores: auto follows the params */
-    bool bf16 = c->gemm_dtype == GEMM_DTYPE_BF16 || (c->gemm_dtype == GEMM_DTYPE_AUTO && c->param_dtype == DTYPE_BF16);
-    tr->gemm_dtype = bf16 ? DTYPE_BF16 : DTYPE_FP32;
+    tr->gemm_dtype = config_gemm_dtype(c, true, "");
+    bool bf16 = tr->gemm_dtype == DTYPE_BF16;
     char e[DEVICE_ERR_LEN];
     tr->flops.kernels = device_kernels_open(&tr->dev, bf16, e, sizeof e);
     if (tr->flops.kernels) return 0;

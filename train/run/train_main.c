@@ -221,6 +221,7 @@ int main(int argc, char **argv) {
         device_grid_free(&dev, &grid);
         return fail(rank, world, err);
     }
+    cfg.device = dev.kind; /* what auto opened: the theory of what the run allocates follows it (config_gemm_dtype) */
     omp_set_num_threads(cfg.threads);
     openblas_set_num_threads(cfg.threads);
 

@@ -8,6 +8,7 @@
 
 #include "grid.h"
 #include "layout.h"
+#include "machine.h"
 #include "schedule.h"
 #include "segments.h"
 #include "shard.h"
@@ -319,6 +320,33 @@ static double layer_block_per_token(const struct config *c, int tp, bool sp, boo
     return 3 * (sp ? Cl : C) + 12 * Cl + (att ? att_per_token(c, tp) : 0);
 }
 
+/* Whether the run's GEMMs are bf16 on the CPU: --gemm_dtype as the run
+ * resolves it (config_gemm_dtype, this machine's flags) on --device cpu or
+ * auto (the trainer stores the device it opened). */
+static bool cpu_bf16_gemms(const struct config *c) {
+    if (c->device == DEVICE_CUDA) return false;
+    char flags[CPU_FLAGS_LEN];
+    machine_cpu_flags(flags, sizeof flags);
+    return config_gemm_dtype(c, false, flags) == DTYPE_BF16;
+}
+
+/* Whether model/gpt.c runs its bf16 data path (acts_direct: the kernels
+ * read and write the bf16 stores): bf16 activations and bf16 GEMMs on the
+ * CPU, without full recompute or sequence parallelism. */
+static bool acts_direct(const struct config *c, bool sp) {
+    return c->act_dtype == DTYPE_BF16 && c->recompute != RECOMPUTE_FULL && !sp && cpu_bf16_gemms(c);
+}
+
+/* Elements per token of model/gpt.c's one-layer fp32 working buffer with
+ * bf16 activations (not full recompute's: that is an activation): the
+ * whole block, or on the bf16 data path only what a kernel still reads or
+ * writes in fp32: qkv 3C/t, the attention output C/t, the FC output 4C/t,
+ * and, when `att`, the probabilities. */
+static double work_block_per_token(const struct config *c, int tp, bool sp, bool att) {
+    if (!acts_direct(c, sp)) return layer_block_per_token(c, tp, sp, att);
+    return 8 * (double)c->d_model / tp + (att ? att_per_token(c, tp) : 0);
+}
+
 struct activation_theory theory_trainer_activations(const struct config *whole, struct rank_place p) {
     struct model_layout lay = layout_of(whole, p);
     struct config local = at_rank_positions(whole, p); /* cp: the rank's T/cp positions */
@@ -473,16 +501,25 @@ struct scratch_theory theory_trainer_scratch(const struct config *whole, struct 
     bool bf16_acts = c->act_dtype == DTYPE_BF16;
     struct scratch_theory s = {0};
     s.persistent = (double)opt_segments_capacity(&lay) * sizeof(struct opt_segment);
-    /* parallel/engine.c: one fp32 view and one fp32 accumulator per unit kind */
-    double kinds = 0;
+    /* parallel/engine.c: one fp32 view and one fp32 accumulator per unit
+     * kind; the view holds only the unit's vectors, packed, where the model
+     * reads the bf16 params as they are (params_direct: bf16 GEMMs on the
+     * CPU) */
+    double kinds = 0, vectors = 0;
     int units[] = {layout_embed_unit(&lay), layout_head_unit(&lay), layout_kind_unit(&lay, UNIT_LAYER)};
+    size_t vec_sizes[] = {lay.embed_vec_size, lay.head_vec_size, lay.layer_vec_size};
     for (int k = 0; k < 3; k++)
-        if (units[k] >= 0) kinds += (double)shard_unit_padded(&sh, units[k]) * 4;
-    if (c->param_dtype == DTYPE_BF16) s.persistent += kinds;
+        if (units[k] >= 0) {
+            kinds += (double)shard_unit_padded(&sh, units[k]) * 4;
+            vectors += (double)vec_sizes[k] * 4;
+        }
+    if (c->param_dtype == DTYPE_BF16) s.persistent += cpu_bf16_gemms(c) ? vectors : kinds;
     if (c->grad_dtype == DTYPE_BF16 || c->zero >= 2) s.persistent += kinds;
     /* model/gpt.c, at the rank's local sizes: a layer's block widened
-     * (bf16, kept in the stores), the residual in and out and the final
-     * LayerNorm output widened (bf16; the stream's part), backward's d
+     * (bf16, kept in the stores; on the bf16 data path only its tensors
+     * still read or written in fp32), the residual in and out and the final
+     * LayerNorm output widened (bf16 but not the data path; the stream's
+     * part), backward's d
      * residual (the stream's part) and C temp (whole), d fc (4C/t) and
      * d qkv (3C/t), and the attention backward's T x T score gradient per
      * thread sharing the rank's heads (model/cpu/attention.c: at most
@@ -491,8 +528,9 @@ struct scratch_theory theory_trainer_scratch(const struct config *whole, struct 
      * block holds the probabilities where the store does (not selective's,
      * never flash's fp32 lse) */
     if (bf16_acts && c->recompute != RECOMPUTE_FULL)
-        s.persistent += layer_block_per_token(c, tp, sp, c->recompute == RECOMPUTE_NONE && !flash(c)) * BT * 4;
-    if (bf16_acts) s.persistent += (lay.rank.has_head ? 3 : 2) * ns * 4; /* residual in, out; final LN out */
+        s.persistent += work_block_per_token(c, tp, sp, c->recompute == RECOMPUTE_NONE && !flash(c)) * BT * 4;
+    if (bf16_acts && !acts_direct(c, sp)) /* residual in, out; final LN out (the data path: none) */
+        s.persistent += (lay.rank.has_head ? 3 : 2) * ns * 4;
     double head_threads = c->threads < B * NHl ? c->threads : B * NHl;
     s.persistent += (ns + n + 7 * nl) * 4 + (flash(c) ? B * NHl * T : head_threads * T * T) * 4;
     if (sp) s.persistent += (n + 4 * C) * 4;

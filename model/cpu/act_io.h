@@ -1,0 +1,22 @@
+/* Loads and stores of the CPU kernels that read and write either dtype of
+ * an activation (a kernel defined once over its element types by a macro,
+ * instantiated for fp32 and for bf16): a bf16 load widens (exact), a bf16
+ * store rounds to nearest even, the one rounding a bf16-out kernel makes.
+ * The fp32 instances compile to the plain loads and stores. */
+#ifndef SHARDLAB_ACT_IO_H
+#define SHARDLAB_ACT_IO_H
+
+#include <stdint.h>
+
+#include "dtype.h"
+
+static inline float act_ld_f32(const float *p, int64_t i) { return p[i]; }
+static inline float act_ld_bf16(const bf16 *p, int64_t i) { return bf16_to_f32(p[i]); }
+static inline void act_st_f32(float *p, int64_t i, float v) { p[i] = v; }
+static inline void act_st_bf16(bf16 *p, int64_t i, float v) { p[i] = f32_to_bf16(v); }
+
+#define ACT_LD(p, i) _Generic((p), const float *: act_ld_f32, float *: act_ld_f32, \
+                              const bf16 *: act_ld_bf16, bf16 *: act_ld_bf16)((p), (i))
+#define ACT_ST(p, i, v) _Generic((p), float *: act_st_f32, bf16 *: act_st_bf16)((p), (i), (v))
+
+#endif

@@ -1,0 +1,213 @@
+/* The bf16 data path's kernels (include/layers.h: layernorm_forward_bf16,
+ * layernorm_backward_bf16, residual_forward_bf16), held to what a GPU port
+ * of them will be held to:
+ *
+ * - against an fp64 reference of the same math on the same bf16 inputs
+ *   (widened: exact). Forward bound per element: the one rounding to bf16
+ *   (nearest even, unit roundoff 2^-8: at most 2^-8 |y| off) plus the
+ *   fp32 arithmetic's error, which for a LayerNorm output y = xhat w + b
+ *   is a few fp32 roundings of its terms (<= 2^-19 (|xhat w| + |b|), a
+ *   wide margin for C = 96 sums) and for the residual one fp32 add
+ *   (2^-24 |a + b|);
+ * - the backward against central finite differences of the fp64
+ *   reference loss sum(g * LayerNorm(x)) (h = 1e-3 in fp64: truncation
+ *   ~h^2 ~ 1e-6, far below the bound 1e-4 + 1e-3 |grad|), for the input,
+ *   the weight and the bias; dinp, dweight and dbias are accumulated;
+ * - bit for bit against the fp32 kernels on the widened inputs followed by
+ *   a narrow (the model's old path, include/layers.h), so the bf16 path
+ *   changes no value the fp32 path computes;
+ * - that the rounding happens (outputs differ from the unrounded ones),
+ *   and the FLOP counts equal the fp32 forms'. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "bufops.h"
+#include "gradcheck.h"
+#include "layers.h"
+
+enum { R = 7, CH = 96, NE = R * CH };
+
+static const double LN_EPS = 1e-5;
+
+/* Inputs: x as bf16 (and its exact fp32 widening), LayerNorm weight and bias
+ * fp32, the upstream gradient g; rows at several offsets and scales, as
+ * the residual stream has. */
+struct ln_case {
+    bf16 x16[NE];
+    float x[NE], w[CH], b[CH], g[NE];
+};
+
+static void make_case(struct ln_case *k) {
+    fill_uniform(k->x, NE, -2, 2, 90);
+    for (int i = 0; i < R; i++)
+        for (int c = 0; c < CH; c++) k->x[i * CH + c] = k->x[i * CH + c] * (float)(1 + i) + 0.5f * (float)i;
+    for (int i = 0; i < NE; i++) {
+        k->x16[i] = f32_to_bf16(k->x[i]);
+        k->x[i] = bf16_to_f32(k->x16[i]);
+    }
+    fill_uniform(k->w, CH, 0.5f, 1.5f, 91);
+    fill_uniform(k->b, CH, -0.5f, 0.5f, 92);
+    fill_uniform(k->g, NE, -1, 1, 93);
+}
+
+/* LayerNorm of row x in fp64 into y (NULL: none); returns sum(g y). */
+static double ln_row64(const double *x, const double *w, const double *b, const float *g, double *y) {
+    double m = 0, v = 0, loss = 0;
+    for (int c = 0; c < CH; c++) m += x[c];
+    m /= CH;
+    for (int c = 0; c < CH; c++) v += (x[c] - m) * (x[c] - m);
+    v /= CH;
+    double s = 1.0 / sqrt(v + LN_EPS);
+    for (int c = 0; c < CH; c++) {
+        double o = (x[c] - m) * s * w[c] + b[c];
+        if (y) y[c] = o;
+        loss += (double)g[c] * o;
+    }
+    return loss;
+}
+
+/* The fp64 reference's loss sum(g * LayerNorm(x)) over all rows. */
+struct ref64 {
+    double x[NE], w[CH], b[CH];
+    const float *g;
+};
+
+static double ref_loss(const struct ref64 *r) {
+    double loss = 0;
+    for (int i = 0; i < R; i++) loss += ln_row64(r->x + i * CH, r->w, r->b, r->g + i * CH, NULL);
+    return loss;
+}
+
+/* d loss / d p[j] by a central difference in fp64 */
+static double central64(struct ref64 *r, double *p, int j) {
+    const double h = 1e-3;
+    double p0 = p[j];
+    p[j] = p0 + h;
+    double lp = ref_loss(r);
+    p[j] = p0 - h;
+    double lm = ref_loss(r);
+    p[j] = p0;
+    return (lp - lm) / (2 * h);
+}
+
+/* Every element of ana (n of them, `pre` added before) against the fp64
+ * finite difference with respect to p; some gradient must be non-trivial. */
+static void check_fd(const char *what, struct ref64 *r, double *p, const float *ana, int n, float pre) {
+    double most = 0;
+    for (int j = 0; j < n; j++) {
+        double num = central64(r, p, j), an = (double)ana[j] - pre;
+        if (!(fabs(num - an) <= 1e-4 + 1e-3 * fabs(num)))
+            fail_msg("%s[%d]: numeric %.9g, analytic %.9g", what, j, num, an);
+        most = fmax(most, fabs(an));
+    }
+    assert_true(most > GC_MIN_GRAD);
+}
+
+static void test_layernorm_forward_bf16(void **state) {
+    (void)state;
+    static struct ln_case k;
+    make_case(&k);
+    static bf16 out[NE], want16[NE];
+    static float mean[R], rstd[R], mean32[R], rstd32[R], out32[NE];
+    struct flop_counter fa = {0}, fb = {0};
+    layernorm_forward_bf16(out, mean, rstd, k.x16, k.w, k.b, R, CH, &fa);
+
+    /* fp64 reference on the same (widened) inputs */
+    double worst = 0;
+    int rounded = 0;
+    for (int i = 0; i < R; i++) {
+        double x[CH], w[CH], b[CH], y[CH];
+        for (int c = 0; c < CH; c++) x[c] = k.x[i * CH + c], w[c] = k.w[c], b[c] = k.b[c];
+        ln_row64(x, w, b, k.g, y);
+        double m = 0;
+        for (int c = 0; c < CH; c++) m += x[c];
+        for (int c = 0; c < CH; c++) {
+            double got = bf16_to_f32(out[i * CH + c]), xhat_w = fabs((x[c] - m / CH) * rstd[i] * w[c]);
+            double bound = ldexp(fabs(y[c]), -8) + ldexp(xhat_w + fabs(b[c]), -19);
+            if (!(fabs(got - y[c]) <= bound))
+                fail_msg("layernorm_forward_bf16[%d][%d] = %.9g, fp64 %.9g: off by %.3g > %.3g", i, c, got, y[c],
+                         fabs(got - y[c]), bound);
+            worst = fmax(worst, fabs(got - y[c]) / fabs(y[c]));
+            rounded += (float)got != (float)y[c];
+        }
+    }
+    printf("  layernorm_forward_bf16 vs fp64: worst relative error %.3g (2^-8 = %.3g)\n", worst, ldexp(1, -8));
+    assert_true(rounded > NE / 2); /* the output was rounded to bf16 */
+
+    /* the fp32 kernel on the widened input, then narrowed: the same bits */
+    layernorm_forward(out32, mean32, rstd32, k.x, k.w, k.b, R, CH, &fb);
+    buf_narrow(MEM_HOST, want16, out32, NE);
+    assert_memory_equal(out, want16, sizeof out);
+    assert_memory_equal(mean, mean32, sizeof mean);
+    assert_memory_equal(rstd, rstd32, sizeof rstd);
+    assert_true(fa.other == fb.other && fa.other > 0);
+}
+
+static void test_layernorm_backward_bf16(void **state) {
+    (void)state;
+    static struct ln_case k;
+    make_case(&k);
+    static bf16 out[NE];
+    static float mean[R], rstd[R], dinp[NE], dw[CH], db[CH], dinp32[NE], dw32[CH], db32[CH];
+    struct flop_counter fa = {0}, fb = {0};
+    layernorm_forward_bf16(out, mean, rstd, k.x16, k.w, k.b, R, CH, &fa);
+    const float pre = 0.25f; /* all three accumulate */
+    fill_const(dinp, NE, pre), fill_const(dw, CH, pre), fill_const(db, CH, pre);
+    fill_const(dinp32, NE, pre), fill_const(dw32, CH, pre), fill_const(db32, CH, pre);
+    layernorm_backward_bf16(dinp, dw, db, k.g, k.x16, k.w, mean, rstd, R, CH, &fa);
+
+    static struct ref64 r;
+    for (int i = 0; i < NE; i++) r.x[i] = k.x[i];
+    for (int c = 0; c < CH; c++) r.w[c] = k.w[c], r.b[c] = k.b[c];
+    r.g = k.g;
+    check_fd("layernorm_backward_bf16.dinp", &r, r.x, dinp, NE, pre);
+    check_fd("layernorm_backward_bf16.dweight", &r, r.w, dw, CH, pre);
+    check_fd("layernorm_backward_bf16.dbias", &r, r.b, db, CH, pre);
+
+    /* the fp32 kernel on the widened input: the same bits */
+    layernorm_backward(dinp32, dw32, db32, k.g, k.x, k.w, mean, rstd, R, CH, &fb);
+    assert_memory_equal(dinp, dinp32, sizeof dinp);
+    assert_memory_equal(dw, dw32, sizeof dw);
+    assert_memory_equal(db, db32, sizeof db);
+}
+
+static void test_residual_forward_bf16(void **state) {
+    (void)state;
+    static bf16 a16[NE], out[NE], want16[NE];
+    static float a[NE], b[NE], out32[NE];
+    fill_uniform(a, NE, -3, 3, 94);
+    fill_uniform(b, NE, -0.1f, 0.1f, 95); /* a layer's update is small beside the stream */
+    for (int i = 0; i < NE; i++) {
+        a16[i] = f32_to_bf16(a[i]);
+        a[i] = bf16_to_f32(a16[i]);
+    }
+    struct flop_counter fa = {0}, fb = {0};
+    residual_forward_bf16(out, a16, b, NE, &fa);
+    int rounded = 0;
+    for (int i = 0; i < NE; i++) {
+        double y = (double)a[i] + (double)b[i], got = bf16_to_f32(out[i]);
+        double bound = ldexp(fabs(y), -8) + ldexp(fabs(y), -24);
+        if (!(fabs(got - y) <= bound))
+            fail_msg("residual_forward_bf16[%d] = %.9g, fp64 %.9g: off by %.3g > %.3g", i, got, y, fabs(got - y), bound);
+        rounded += (float)got != (float)y;
+    }
+    assert_true(rounded > NE / 2);
+    residual_forward(out32, a, b, NE, &fb);
+    buf_narrow(MEM_HOST, want16, out32, NE);
+    assert_memory_equal(out, want16, sizeof out);
+    assert_true(fa.other == fb.other && fa.other == NE);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_layernorm_forward_bf16),
+        cmocka_unit_test(test_layernorm_backward_bf16),
+        cmocka_unit_test(test_residual_forward_bf16),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
