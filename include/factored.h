@@ -10,7 +10,17 @@
  * layout's tensors, the same on every rank: a tensor's slots are the
  * matrix's m columns, then two per dp rank (its first and last row's part),
  * so each rank adds its own and reads the others'. ZeRO-0 (every rank
- * updates everything) shares nothing. */
+ * updates everything) shares nothing over dp.
+ *
+ * Under tensor parallelism (tp > 1) a rank holds a slice of each split
+ * matrix: a column-parallel or vocabulary slice (QKV, FC, wte) has some
+ * whole rows, so its column sums are added over the tp group; a
+ * row-parallel slice (the projections) has every row's part, so its row
+ * sums and its part of sum(C) are added over tp. Those go in a third
+ * fp32 all-reduce, over the tp group after the dp one (counted as the
+ * [tp] group's model traffic: theory_trainer_tp_comm), and each tensor's
+ * update squares are added over tp with the dp sum's result (replicated
+ * tensors, the same on every tp rank, counted once: tp rank 0's). */
 #ifndef SHARDLAB_FACTORED_H
 #define SHARDLAB_FACTORED_H
 
@@ -32,6 +42,10 @@ struct factored_tensor {
     size_t stat_at;        /* its statistics in the rank's array: R then C, or the elements */
     size_t rowsum_at;      /* factored: its rows' partial sums in the scratch */
     size_t slot_at;        /* factored: its slots in the shared sums (by layout tensor) */
+    enum tp_split split;   /* its tp slice (include/layout.h) */
+    size_t tp_at;          /* factored, split: its sums in the tp buffer (m columns; or R's rows, then sum C) */
+    double whole;          /* the whole tensor's elements (the RMS's count): its slices' over tp, the vocabulary
+                            * padded as one process pads it */
 };
 
 struct factored_plan {
@@ -42,6 +56,8 @@ struct factored_plan {
     size_t slot_floats;    /* the shared sums: every matrix of the layout, m + 2 ranks */
     size_t rowsum_floats;  /* partial row sums of the matrices this rank touches */
     int tensors;           /* the layout's tensors: the RMS sums (doubles) */
+    int tp, tp_rank;       /* the tp group (lay->rank): its sums, when tp > 1 */
+    size_t tp_floats;      /* the sums added over tp, padded to a multiple of tp; 0 at tp 1 */
 };
 
 /* The shared sums' floats: every matrix of the layout, its columns and

@@ -63,12 +63,6 @@ static int check_interleaved(const struct config *cfg, const struct grid *g, con
  * name rather than run wrong. */
 static int check_adafactor(const struct config *cfg, const struct grid *g, char err[CONFIG_ERR_LEN]) {
     if (cfg->optimizer != OPTIM_ADAFACTOR) return 0;
-    if (g->tp > 1) {
-        snprintf(err, CONFIG_ERR_LEN,
-                 "adafactor with tp = %d: a tp rank holds a slice of each matrix, whose row or column statistics "
-                 "would need sums over the tp group, which this build does not take (use tp = 1)", g->tp);
-        return -1;
-    }
     /* the two copies' row and column sums would be added in different orders */
     if (g->pp > 1 && cfg->zero >= 1 && g->dp > 1) {
         snprintf(err, CONFIG_ERR_LEN,
