@@ -20,7 +20,19 @@
  * fp32 all-reduce, over the tp group after the dp one (counted as the
  * [tp] group's model traffic: theory_trainer_tp_comm), and each tensor's
  * update squares are added over tp with the dp sum's result (replicated
- * tensors, the same on every tp rank, counted once: tp rank 0's). */
+ * tensors, the same on every tp rank, counted once: tp rank 0's).
+ *
+ * Under pp with ZeRO >= 1 over dp > 1 the first and the last stage each
+ * update a copy of the tied wte, cut over dp at other boundaries (the
+ * embedding unit holds wpe after it, the head unit the final LayerNorm
+ * before it), so their sums would round apart and the copies drift. The
+ * last stage's copy takes the first stage's statistics instead: after R
+ * and C move, the first stage assembles its wte's whole R (each row from
+ * the rank that holds its first element) and C (from the rank that holds
+ * element 0) in one fp32 all-reduce over dp, and the tie group adds it to
+ * the last stage's zeros (exact) in another; the wte's update squares go
+ * the same way over the tie group with the scalars. The gradients are
+ * equal already (tie.c), so the copies' updates are equal bit for bit. */
 #ifndef SHARDLAB_FACTORED_H
 #define SHARDLAB_FACTORED_H
 
@@ -58,6 +70,13 @@ struct factored_plan {
     int tensors;           /* the layout's tensors: the RMS sums (doubles) */
     int tp, tp_rank;       /* the tp group (lay->rank): its sums, when tp > 1 */
     size_t tp_floats;      /* the sums added over tp, padded to a multiple of tp; 0 at tp 1 */
+    /* the tied wte's statistics from the first stage (first or last stage
+     * of several, states sharded over dp > 1): its tensor index, rows
+     * (this tp slice's) and columns; tie_floats = rows + cols padded to a
+     * multiple of the dp ranks, 0 where nothing is shared */
+    int tie_tensor, tie_rows, tie_cols;
+    bool tie_first;        /* the first stage's copy (the source) */
+    size_t tie_floats;
 };
 
 /* The shared sums' floats: every matrix of the layout, its columns and

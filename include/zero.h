@@ -124,7 +124,7 @@ struct zero {
     /* adafactor: the plan of its statistics, the sums shared over dp (fp32),
      * the row sums and each tensor's update squares (doubles), in MEM_SCRATCH */
     struct factored_plan fac;
-    float *fac_sums, *fac_rowsums, *fac_tpsums; /* (the sums over tp: tp > 1) */
+    float *fac_sums, *fac_rowsums, *fac_tpsums, *fac_tiesums; /* (over tp: tp > 1; the tied wte's: pp) */
     double *fac_squares;
     /* stage 3: one gathered unit per kind, in param_dtype (the embedding's
      * stays valid through the forward: the tied head reads its wte); with

@@ -75,6 +75,15 @@ void factored_plan_build(struct factored_plan *p, struct factored_tensor *table,
     }
     p->slot_floats = factored_slot_floats(lay, p->ranks);
     p->tp_floats = (p->tp_floats + (size_t)p->tp - 1) / (size_t)p->tp * (size_t)p->tp;
+    if (lay->rank.has_embed != lay->rank.has_head && p->ranks > 1) { /* the tie (include/factored.h) */
+        const struct tensor_info w = lay->rank.has_embed ? layout_embed_tensor(lay, EMB_WTE)
+                                                         : layout_head_tensor(lay, HEAD_WTE);
+        for (int t = 0; t < p->tensors; t++)
+            if (layout_tensor(lay, t).offset == w.offset) p->tie_tensor = t;
+        p->tie_rows = w.rows, p->tie_cols = w.cols, p->tie_first = lay->rank.has_embed;
+        const size_t n = (size_t)w.rows + (size_t)w.cols, r = (size_t)p->ranks;
+        p->tie_floats = (n + r - 1) / r * r;
+    }
 }
 
 /* Rank s's elements of tensor e, tensor-local [*a, *b) (empty: a == b). */
@@ -161,6 +170,33 @@ static void tp_share(struct zero *z, float *rows, float *slots, float beta2t) {
     }
 }
 
+/* The tied wte's R and C from the first stage (include/factored.h): its
+ * whole R and C assembled over its dp group, then sent over the tie
+ * group (added to the last stage's zeros), which takes its rows. */
+static void tie_share(struct zero *z) {
+    const struct factored_plan *p = &z->fac;
+    float *buf = z->fac_tiesums;
+    const size_t m = (size_t)p->tie_cols;
+    memset(buf, 0, p->tie_floats * sizeof *buf);
+    const struct factored_tensor *e = NULL;
+    for (int i = 0; i < p->n; i++)
+        if (p->t[i].tensor == p->tie_tensor) e = &p->t[i];
+    if (p->tie_first) {
+        if (e) {
+            const float *stat = z->st.s1 + e->stat_at;
+            for (size_t i = 0; i < e->nrows; i++) /* the rows whose first element is this rank's */
+                if ((e->r0 + i) * m >= e->a) buf[e->r0 + i] = stat[i];
+            if (e->a == 0) memcpy(buf + p->tie_rows, stat + e->nrows, m * sizeof *buf);
+        }
+        z->dp->all_reduce_sum(z->dp, buf, p->tie_floats, DTYPE_FP32);
+    }
+    z->tie.group->all_reduce_sum(z->tie.group, buf, p->tie_floats, DTYPE_FP32);
+    if (p->tie_first || !e) return;
+    float *stat = z->st.s1 + e->stat_at;
+    memcpy(stat, buf + e->r0, e->nrows * sizeof *stat);
+    memcpy(stat + e->nrows, buf + p->tie_rows, m * sizeof *stat);
+}
+
 void factored_update(struct zero *z, const struct adamw_hparams *h, int64_t step) {
     const struct optim_options *o = &z->o.optim;
     const struct factored_plan *p = &z->fac;
@@ -208,6 +244,7 @@ void factored_update(struct zero *z, const struct adamw_hparams *h, int64_t step
         if (!(tp_sums(e, p->tp) && e->split == SPLIT_ROW)) /* (tp_share moved those) */
             adafactor_ema((size_t)e->ncols, z->st.s1 + e->stat_at + e->nrows, slots + e->slot_at, beta2t);
     }
+    if (p->tie_floats) tie_share(z);
     /* 4. each tensor's update squares, for its RMS */
     for (int i = 0; i < p->n; i++) {
         const struct factored_tensor *e = &p->t[i];
@@ -223,6 +260,11 @@ void factored_update(struct zero *z, const struct adamw_hparams *h, int64_t step
         for (int t = 0; t < p->tensors && p->tp_rank != 0; t++)
             if (layout_tensor(z->lay, t).split == SPLIT_REPLICATED) squares[t] = 0.0;
         z->norm_groups[NORM_OVER_TP]->all_reduce_scalars(z->norm_groups[NORM_OVER_TP], squares, p->tensors);
+    }
+    if (p->tie_floats) { /* the tied wte's squares: the first stage's */
+        double w = p->tie_first ? squares[p->tie_tensor] : 0.0;
+        z->tie.group->all_reduce_scalars(z->tie.group, &w, 1);
+        squares[p->tie_tensor] = w;
     }
     /* 5. the clipped step */
     struct adafactor_hparams ah = {.lr = h->lr, .beta1 = o->adafactor_beta1, .eps1 = eps1, .clip = o->adafactor_clip,

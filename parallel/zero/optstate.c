@@ -34,6 +34,9 @@ static void factored_alloc(struct zero *z) {
     if (p->tp_floats)
         z->fac_tpsums = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "adafactor slices' sums over tp (fp32)",
                                   p->tp_floats * 4);
+    if (p->tie_floats)
+        z->fac_tiesums = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "adafactor tied wte's R and C (fp32)",
+                                   p->tie_floats * 4);
     z->fac_squares = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "adafactor update squares (fp64 per tensor)",
                                (size_t)p->tensors * sizeof *z->fac_squares);
 }
@@ -83,7 +86,7 @@ void optstate_alloc(struct zero *z) {
 void optstate_free(struct zero *z) {
     void *bufs[] = {z->st.s1,        z->st.s2,          z->st.q1,        z->st.q2,       z->st.absmax1,
                     z->st.absmax2,   z->qindex_signed,  z->qindex_unsigned, z->fac.t,    z->fac_sums,
-                    z->fac_rowsums,  z->fac_tpsums,     z->fac_squares};
+                    z->fac_rowsums,  z->fac_tpsums,     z->fac_tiesums, z->fac_squares};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(z->mem, bufs[i]);
 }
 

@@ -4,7 +4,8 @@
 #   tp 2 (2 ranks), pp 2 (2 ranks, 1F1B), dp 2 x tp 2 at ZeRO-1 and
 #   dp 2 x pp 2 at ZeRO-1 (4 ranks; the 8-bit rules refuse this one, as
 #   the unit tests check: their blocks would cut the tied wte's copies
-#   differently)
+#   differently), and for Adafactor dp 2 x tp 2 with sequence parallelism
+#   at ZeRO-3 (tests/mpi/test_pipeline.c has its tied copies bitwise equal)
 # logs the loss of one process reading the same micro-batches at each of
 # 10 steps (fp32 params, grads, activations) within the bounds of
 # tests/mpi/test_zero.c: 1e-2 for the 8-bit rules and Lion (quantization
@@ -81,4 +82,6 @@ for rule in sgd8bit lion lion8bit adafactor; do
     case $rule in *8bit) continue ;; esac
     check "$rule" "dp 2 x pp 2, ZeRO-1" 4 6 --pp 2 --grad_accum 3 --zero 1
 done
+# Adafactor's sums over tp with sequence parallelism and ZeRO-3's shards
+check adafactor "dp 2 x tp 2 + sequence parallel, ZeRO-3" 4 2 --tp 2 --sequence_parallel 1 --zero 3
 [ "$fails" -eq 0 ] && echo "optimizers on tp and pp: passed" || { echo "optimizers on tp and pp: $fails failed"; exit 1; }

@@ -399,7 +399,9 @@ static void comm_group_rows(FILE *out, FILE *json, const struct trainer *tr, con
                      cr.layer_backward, tr->cfg->recompute == RECOMPUTE_FULL ? "cp-1 + " : "", cr.kv);
         } else if (k == COLL_SEND) snprintf(rule, sizeof rule, "%.1f calls per step; payload n x dtype size", calls);
         else if (k == COLL_RECV) snprintf(rule, sizeof rule, "%.1f calls per step; payload received, not sent", calls);
-        else if (g == GROUP_TIE && k == COLL_ALL_REDUCE) snprintf(rule, sizeof rule, "%.1f calls per step; tied wte's gradient, Vp C w_g", calls);
+        else if (g == GROUP_TIE && k == COLL_ALL_REDUCE)
+            snprintf(rule, sizeof rule, "%.1f calls per step; tied wte's gradient, Vp C w_g%s", calls,
+                     tr->engine.z.fac.tie_floats ? " + adafactor's R and C of it (first stage's)" : "");
         else if (g == GROUP_TP && k == COLL_ALL_REDUCE && tt.sp)
             snprintf(rule, sizeof rule, "%.1f calls per step (rank 0: %.0f); m (n LN grads 4C + head's LN 2C + CE "
                      "2 B T) x 4%s", calls, tt.calls, tt.optimizer > 0 ? " + adafactor's sums" : "");

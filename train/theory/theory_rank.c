@@ -109,6 +109,19 @@ static void rank_optim_free(struct rank_optim *r) {
     free(r->ft);
 }
 
+/* Adafactor's tied wte statistics sent from the first stage (factored.c):
+ * floats per step, 0 where none are. */
+static size_t tie_floats(const struct config *c, const struct model_layout *lay, struct rank_place p) {
+    if (c->optimizer != OPTIM_ADAFACTOR || c->zero < 1 || p.dp < 2) return 0;
+    struct shard_layout sh;
+    shard_layout_init(&sh, lay, p.dp, p.dp_rank);
+    struct rank_optim ro;
+    rank_optim_build(&ro, c, lay, &sh);
+    size_t n = ro.f.tie_floats;
+    rank_optim_free(&ro);
+    return n;
+}
+
 struct state_theory theory_trainer_states(const struct config *c, struct rank_place p) {
     struct model_layout lay = layout_of(c, p);
     int N = p.dp;
@@ -216,6 +229,10 @@ struct comm_theory theory_trainer_comm(const struct config *c, struct rank_place
      * step (parallel/zero/factored.c; its RMS sums go with the scalars) */
     if (c->optimizer == OPTIM_ADAFACTOR && c->zero >= 1 && N > 1)
         t.all_reduce += 2 * f * (double)factored_slot_floats(&lay, N) * 4;
+    /* and at the first of several stages the tied wte's R and C, assembled
+     * for the last stage (include/factored.h) */
+    if (c->optimizer == OPTIM_ADAFACTOR && c->zero >= 1 && N > 1 && lay.rank.has_embed && ties(&lay))
+        t.all_reduce += 2 * f * (double)tie_floats(c, &lay, p) * 4;
     /* the tied wte across stages: at stages >= 1 its unit's reduced chunks
      * are all-gathered over dp before the sum (parallel/zero/tie.c) */
     if (ties(&lay) && c->zero >= 1) {
@@ -303,7 +320,8 @@ struct pipe_comm_theory theory_trainer_pp_comm(const struct config *whole, struc
     struct pipe_comm_theory t = {.send = boundaries * boundary / 2, .recv = boundaries * boundary / 2};
     if (ties(&lay)) {
         struct tensor_info w = lay.rank.has_embed ? layout_embed_tensor(&lay, EMB_WTE) : layout_head_tensor(&lay, HEAD_WTE);
-        t.tie_all_reduce = theory_allreduce_bytes((double)w.numel * (double)dtype_size(c->grad_dtype), 2);
+        t.tie_all_reduce = theory_allreduce_bytes((double)w.numel * (double)dtype_size(c->grad_dtype), 2) +
+                           theory_allreduce_bytes(4.0 * (double)tie_floats(c, &lay, p), 2);
     }
     return t;
 }
@@ -517,7 +535,7 @@ struct scratch_theory theory_trainer_scratch(const struct config *whole, struct 
         struct rank_optim ro;
         rank_optim_build(&ro, c, &lay, &sh);
         s.persistent += (double)factored_capacity(&ro.g) * sizeof(struct factored_tensor) +
-                        4.0 * (double)(ro.f.slot_floats + ro.f.rowsum_floats + ro.f.tp_floats) +
+                        4.0 * (double)(ro.f.slot_floats + ro.f.rowsum_floats + ro.f.tp_floats + ro.f.tie_floats) +
                         8.0 * ro.f.tensors;
         rank_optim_free(&ro);
     }
