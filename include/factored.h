@@ -86,6 +86,13 @@ size_t factored_slot_floats(const struct model_layout *lay, int ranks);
 /* Tensors at most: one per segment. */
 static inline size_t factored_capacity(const struct opt_segments *s) { return (size_t)s->n; }
 
+/* Whether the statistics can be saved as they are (STATE_FACTORED) on
+ * this model at its tp: every slice of a matrix has 2 rows and 2 columns
+ * at least (C_0 sits at (1, 1)), and the last tp rank's vocabulary slice
+ * starts with 2 real rows (a resume state holds no padding rows). The
+ * same on every rank: from the shape and tp alone. */
+bool factored_raw_usable(const struct model_layout *lay);
+
 /* Fills p over `table` (factored_capacity entries) from the rank's
  * segments; sharded: the states are the dp group's shards (ZeRO >= 1). */
 void factored_plan_build(struct factored_plan *p, struct factored_tensor *table, const struct model_layout *lay,

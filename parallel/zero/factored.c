@@ -330,3 +330,75 @@ void factored_load_unit(struct zero *z, int u, const float *src) {
         }
     }
 }
+
+/* ---- the statistics as they are (include/factored.h, zero_parts.h): a
+ * resume at the same tp takes R, C and v bit for bit. */
+
+bool factored_raw_usable(const struct model_layout *lay) {
+    const struct model_shape *s = &lay->shape;
+    const size_t tp = (size_t)lay->rank.tp, slice = (size_t)s->Vp / tp;
+    return (size_t)s->C >= 2 * tp && shape_pos_rows(s) >= 2 && slice >= 2 && (tp - 1) * slice + 2 <= (size_t)padded_vocab(s->V);
+}
+
+void factored_segment_raw(const struct zero *z, const struct opt_segment *g, float *out) {
+    const struct factored_tensor *e = tensor_of(z, g);
+    const float *stat = z->st.s1 + e->stat_at;
+    const size_t n = g->hi - g->lo, k0 = g->lo - e->t0; /* tensor-local */
+    if (!e->factored) {
+        memcpy(out, stat + (k0 - e->a), n * sizeof *out);
+        return;
+    }
+    const size_t m = (size_t)e->ncols;
+    for (size_t k = 0; k < n; k++) {
+        const size_t r = (k0 + k) / m, j = (k0 + k) % m;
+        out[k] = j == 0 ? stat[r - e->r0] : r == 0 ? stat[e->nrows + j] : r == 1 && j == 1 ? stat[e->nrows] : 0.0f;
+    }
+}
+
+void factored_load_raw_unit(struct zero *z, int u, const float *src) {
+    for (int i = 0; i < z->fac.n; i++) {
+        const struct factored_tensor *e = &z->fac.t[i];
+        if (layout_tensor(z->lay, e->tensor).unit != u) continue;
+        const float *w = src + e->t0; /* the whole tensor (slice) */
+        float *stat = z->st.s1 + e->stat_at;
+        if (!e->factored) {
+            memcpy(stat, w + e->a, (e->b - e->a) * sizeof *stat);
+            continue;
+        }
+        const size_t m = (size_t)e->ncols;
+        for (size_t r = 0; r < e->nrows; r++) stat[r] = w[(e->r0 + r) * m];
+        stat[e->nrows] = w[m + 1];
+        for (size_t j = 1; j < m; j++) stat[e->nrows + j] = w[j];
+    }
+}
+
+void factored_loaded(struct zero *z, bool as_saved) {
+    const struct factored_plan *p = &z->fac;
+    if (p->tp == 1) return;
+    /* re-derived: a row-parallel slice's row sums and a column-parallel or
+     * vocabulary slice's column sums cover its own columns or rows only */
+    float *buf = z->fac_tpsums;
+    memset(buf, 0, p->tp_floats * sizeof *buf);
+    for (int i = 0; i < p->n; i++) {
+        const struct factored_tensor *e = &p->t[i];
+        if (!tp_sums(e, p->tp)) continue;
+        const float *stat = z->st.s1 + e->stat_at;
+        if (e->split == SPLIT_ROW) {
+            if (!as_saved) memcpy(buf + e->tp_at, stat, e->nrows * sizeof *buf);
+            buf[e->tp_at + e->nrows] = own_column_total(z, e);
+        } else if (!as_saved) {
+            memcpy(buf + e->tp_at, stat + e->nrows, (size_t)e->ncols * sizeof *buf);
+        }
+    }
+    struct collectives *tp = z->norm_groups[NORM_OVER_TP];
+    struct coll_uncounted quiet = coll_uncounted_begin(tp); /* checkpoint traffic is not a step's */
+    tp->all_reduce_sum(tp, buf, p->tp_floats, DTYPE_FP32);
+    coll_uncounted_end(quiet);
+    for (int i = 0; i < p->n && !as_saved; i++) {
+        const struct factored_tensor *e = &p->t[i];
+        if (!tp_sums(e, p->tp)) continue;
+        float *stat = z->st.s1 + e->stat_at;
+        if (e->split == SPLIT_ROW) memcpy(stat, buf + e->tp_at, e->nrows * sizeof *stat);
+        else memcpy(stat + e->nrows, buf + e->tp_at, (size_t)e->ncols * sizeof *stat);
+    }
+}

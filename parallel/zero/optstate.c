@@ -96,6 +96,7 @@ bool optstate_has(const struct zero *z, enum zero_state which) {
     const bool adafactor = z->o.optim.kind == OPTIM_ADAFACTOR;
     if (which == STATE_OPT1) return rule(z)->states >= 1 || adafactor;
     if (which == STATE_OPT2) return rule(z)->states == 2 || (adafactor && z->o.optim.adafactor_beta1 > 0.0f);
+    if (which == STATE_FACTORED) return adafactor;
     return true;
 }
 
@@ -151,6 +152,10 @@ _Static_assert((int)OPT8_BLOCK == (int)ADAMW8BIT_BLOCK, "segments and the 8-bit 
 void optstate_segment_to_fp32(const struct zero *z, enum zero_state which, const struct opt_segment *g, float *d) {
     bool first = which == STATE_OPT1;
     size_t n = g->hi - g->lo;
+    if (which == STATE_FACTORED) {
+        factored_segment_raw(z, g, d);
+        return;
+    }
     if (first && z->o.optim.kind == OPTIM_ADAFACTOR) {
         factored_segment_moment(z, g, d);
         return;
