@@ -464,7 +464,7 @@ static void test_lion_beta2_default(void **state) {
  * tied wte's statistics: include/factored.h); the 8-bit rules' pp x ZeRO
  * refusal is kept (on every rank: the trainer agrees on
  * config_check_grid's answer). */
-static void test_adafactor_refusals(void **state) {
+static void test_adafactor_grids(void **state) {
     (void)state;
     struct config c;
     char err[CONFIG_ERR_LEN];
@@ -494,7 +494,7 @@ int main(void) {
         cmocka_unit_test(test_lion8bit_vs_plain),  cmocka_unit_test(test_near_32bit_twin),
         cmocka_unit_test(test_codec_round_trip),   cmocka_unit_test(test_rule_table),
         cmocka_unit_test(test_config_refusals),    cmocka_unit_test(test_adafactor_vs_paper),
-        cmocka_unit_test(test_adafactor_refusals), cmocka_unit_test(test_lion_beta2_default),
+        cmocka_unit_test(test_adafactor_grids), cmocka_unit_test(test_lion_beta2_default),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -337,7 +337,8 @@ void factored_load_unit(struct zero *z, int u, const float *src) {
 bool factored_raw_usable(const struct model_layout *lay) {
     const struct model_shape *s = &lay->shape;
     const size_t tp = (size_t)lay->rank.tp, slice = (size_t)s->Vp / tp;
-    return (size_t)s->C >= 2 * tp && shape_pos_rows(s) >= 2 && slice >= 2 && (tp - 1) * slice + 2 <= (size_t)padded_vocab(s->V);
+    return (size_t)s->C >= 2 * tp && shape_pos_rows(s) >= 2 && slice >= 2 &&
+           (tp - 1) * slice + 2 <= (size_t)padded_vocab(s->V);
 }
 
 void factored_segment_raw(const struct zero *z, const struct opt_segment *g, float *out) {
