@@ -95,6 +95,7 @@ mpi-test: deps $(MPI_TESTS) $(BUILD)/report
 	tests/mpi/startup_peak.sh $(BUILD)
 	tests/mpi/tp_train.sh $(BUILD)
 	tests/mpi/pp_train.sh $(BUILD)
+	tests/mpi/optim_grid.sh $(BUILD)
 	tests/mpi/cp_train.sh $(BUILD)
 	tests/stale_temps.sh $(BUILD)
 	tests/threads_bits.sh $(BUILD)

@@ -138,6 +138,7 @@ struct tp_comm_theory {
     int layer_all_reduces;   /* all-reduces of (B,T,C) per layer per micro-batch (0 with sp) */
     double layers, embedding, head, ce_sum; /* all-reduce bytes per step, by where they come from */
     double norm_grads;       /* sp: the LayerNorm gradients' all-reduce bytes per step (layers and head) */
+    double optimizer;        /* adafactor: its slices' row or column sums, once a step (include/factored.h) */
     double all_reduce;       /* their sum: the [tp] all-reduce row */
     double all_reduce_max;   /* the cross-entropy's row maxima: the [tp] all-reduce-max row */
     double calls, calls_max; /* calls per step */

@@ -58,6 +58,9 @@ struct config {
     bool nesterov;         /* sgd */
     int min_8bit_size;     /* the 8-bit rules: smaller tensors keep 32-bit states */
     float adafactor_beta1, adafactor_decay, adafactor_eps, adafactor_clip; /* adafactor (include/optim.h) */
+    unsigned optim_keys_set; /* the optimizer keys (bits of enum optim_key) the user set, in a file or an
+                              * option, even to their defaults: another rule's is an error (config_validate),
+                              * and an unset beta2 follows the rule (config_rule_defaults) */
     enum recompute_mode recompute;
     enum attention_kind attention; /* plain or flash (include/gpt.h) */
     /* precision */
@@ -122,6 +125,12 @@ int config_load_stream(struct config *c, FILE *f, const char *name, char err[CON
 /* argv: `--config FILE` is applied first, then every `--key value` in order.
  * Sets *help when --help or -h is present. */
 int config_parse_args(struct config *c, int argc, char **argv, bool *help, char err[CONFIG_ERR_LEN]);
+/* The defaults that follow the chosen rule where the user did not set the
+ * key: beta2 is AdamW's 0.95 (the key table's default) but Lion's 0.99
+ * (Chen et al. 2023) under lion and lion8bit. config_parse_args calls it
+ * last; a caller that sets keys by config_set calls it before
+ * config_validate. Returns whether it changed beta2. */
+bool config_rule_defaults(struct config *c);
 /* Cross-key checks (divisibility, ranges that depend on other keys, the
  * trainer's uint16 token shards, and config_check_sizes). */
 int config_validate(const struct config *c, char err[CONFIG_ERR_LEN]);
@@ -135,7 +144,12 @@ int config_warnings(const struct config *c, FILE *out);
 /* Every key with its help, default and choices; planner_keys: also the
  * planner's model keys (arch, n_kv_head, ffn_dim), which build/train refuses. */
 void config_print_help(FILE *f, const char *program, bool planner_keys);
-/* Every key with its value, one per line, in config-file form. */
+/* The rule and its own keys' values, one line ("optimizer: lion, beta1
+ * 0.9, beta2 0.99 (this rule's default), weight_decay 0.1"). */
+void config_print_optimizer(FILE *f, const struct config *c);
+/* Every key with its value, one per line, in config-file form; an
+ * optimizer key left unset at its default as a comment ("# (not set)
+ * beta2 = 0.95"), so the text loads back with the same keys set. */
 void config_print(FILE *f, const struct config *c);
 /* The keys, by index in the key table, and a checksum (CRC32C) of each
  * key's value as config_print writes it: ranks compare their

@@ -61,6 +61,7 @@ struct optim_rule {
     enum optimizer_kind twin;  /* the 32-bit form of a quantized rule; the 8-bit form of a 32-bit one, or itself */
     unsigned keys;             /* bit k set: optim_key k belongs to the rule */
     const char *state_name[2]; /* what each state is, for the memory table ("adam m") */
+    float beta2;               /* beta2 where the user did not set it; 0: the key table's (AdamW's 0.95) */
 };
 
 const struct optim_rule *optim_rule(enum optimizer_kind k);

@@ -124,7 +124,7 @@ struct zero {
     /* adafactor: the plan of its statistics, the sums shared over dp (fp32),
      * the row sums and each tensor's update squares (doubles), in MEM_SCRATCH */
     struct factored_plan fac;
-    float *fac_sums, *fac_rowsums;
+    float *fac_sums, *fac_rowsums, *fac_tpsums, *fac_tiesums; /* (over tp: tp > 1; the tied wte's: pp) */
     double *fac_squares;
     /* stage 3: one gathered unit per kind, in param_dtype (the embedding's
      * stays valid through the forward: the tied head reads its wte); with
@@ -150,7 +150,9 @@ struct zero {
 };
 
 /* Which model state a checkpoint moves. */
-enum zero_state { STATE_PARAMS, STATE_MASTER, STATE_OPT1, STATE_OPT2 };
+/* STATE_FACTORED: Adafactor's statistics as they are (include/factored.h:
+ * factored_raw_usable), for a resume at the same tp. */
+enum zero_state { STATE_PARAMS, STATE_MASTER, STATE_OPT1, STATE_OPT2, STATE_FACTORED };
 
 /* Allocates the states (zero-filled). Allocation failures are left in the
  * tracker (mem_failed); -1 when the segment table itself could not be
@@ -230,6 +232,11 @@ void zero_gather_unit(struct zero *z, enum zero_state which, int u, void *work);
  * unit, zero_state_dtype; every rank passes it; either memory space, best
  * the states': 8-bit states are re-quantized from it). */
 void zero_scatter_unit(struct zero *z, enum zero_state which, int u, const void *src);
+/* After every unit of a resume state was scattered (collective over the
+ * tp group): Adafactor's sums over tp of what its slices re-derived (not
+ * when `as_saved`, STATE_FACTORED having been loaded), and the parts of
+ * sum(C) the next save reads. Nothing for the other rules. */
+void zero_states_loaded(struct zero *z, bool as_saved);
 
 /* ---- 8-bit states as they are (the 8-bit rules), for a resume in the same
  * layout (dp size, stage, min_8bit_size): codes and block absmax move

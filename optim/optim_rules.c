@@ -10,6 +10,10 @@
 
 #define KEY(k) (1u << (k))
 
+/* Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms",
+ * Program 1's default beta2 */
+#define LION_BETA2 0.99f
+
 static const struct optim_rule RULES[OPTIM_NUM_KINDS] = {
     [OPTIM_ADAMW] = {"adamw", 2, false, OPTIM_ADAMW8BIT, KEY(OKEY_BETA1) | KEY(OKEY_BETA2) | KEY(OKEY_EPS),
                      {"adam m", "adam v"}},
@@ -19,9 +23,11 @@ static const struct optim_rule RULES[OPTIM_NUM_KINDS] = {
     [OPTIM_SGD] = {"sgd", 1, false, OPTIM_SGD8BIT, KEY(OKEY_MOMENTUM) | KEY(OKEY_NESTEROV), {"sgd momentum", NULL}},
     [OPTIM_SGD8BIT] = {"sgd8bit", 1, true, OPTIM_SGD,
                        KEY(OKEY_MOMENTUM) | KEY(OKEY_NESTEROV) | KEY(OKEY_MIN_8BIT_SIZE), {"sgd momentum", NULL}},
-    [OPTIM_LION] = {"lion", 1, false, OPTIM_LION8BIT, KEY(OKEY_BETA1) | KEY(OKEY_BETA2), {"lion m", NULL}},
+    /* Lion's beta2 is its momentum's decay: the paper's default 0.99, not AdamW's 0.95 */
+    [OPTIM_LION] = {"lion", 1, false, OPTIM_LION8BIT, KEY(OKEY_BETA1) | KEY(OKEY_BETA2), {"lion m", NULL},
+                    LION_BETA2},
     [OPTIM_LION8BIT] = {"lion8bit", 1, true, OPTIM_LION,
-                        KEY(OKEY_BETA1) | KEY(OKEY_BETA2) | KEY(OKEY_MIN_8BIT_SIZE), {"lion m", NULL}},
+                        KEY(OKEY_BETA1) | KEY(OKEY_BETA2) | KEY(OKEY_MIN_8BIT_SIZE), {"lion m", NULL}, LION_BETA2},
     /* no per-element state of its own kind: its statistics (parallel/zero/factored.c) */
     [OPTIM_ADAFACTOR] = {"adafactor", 0, false, OPTIM_ADAFACTOR,
                          KEY(OKEY_ADAFACTOR_BETA1) | KEY(OKEY_ADAFACTOR_DECAY) | KEY(OKEY_ADAFACTOR_EPS) |

@@ -165,7 +165,7 @@ static void test_judge_breakdown_and_levers(void **s) {
     af.optimizer = OPTIM_ADAFACTOR;
     assert_true(need(&af, 4) < need(&o8, 4)); /* n + m floats per matrix: less than a byte a parameter */
     mib(need(&af, 4), h);
-    snprintf(line, sizeof line, "--optimizer adafactor (CPU, tp 1): %s (no)", h);
+    snprintf(line, sizeof line, "--optimizer adafactor (CPU): %s (no)", h);
     assert_non_null(strstr(err, line));
     assert_non_null(strstr(err, "--recompute full"));
     assert_non_null(strstr(err, "--micro_batch 1 (grad_accum x8 keeps the batch)"));

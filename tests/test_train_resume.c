@@ -233,12 +233,11 @@ static void test_resume_lion8bit(void **state) {
 }
 
 /* Adafactor, fp32, with a first moment: 10 steps straight against 5, save,
- * resume, 5 more. The state keeps the second moment per element (V = R C /
- * sum C) and the resume re-derives R and C as V's row and column sums,
- * which rounding may move by an ulp or so: the resumed run's master
- * weights stay within 1e-5 of the straight run's (an Adafactor step moves
- * a weight by up to lr = 1e-3, so a lost or garbled statistic would show),
- * its first moment is loaded as saved, and the resume says what it did. */
+ * resume, 5 more. The state keeps R, C and v as they are (and the second
+ * moment per element, V = R C / sum C, for a resume at another tp, which
+ * re-derives R and C as V's row and column sums: tests/mpi/test_reshard.c),
+ * so the resumed run's weights and statistics equal the straight run's bit
+ * for bit, and the resume says what it did. */
 static void test_resume_adafactor(void **state) {
     (void)state;
     struct config c;
@@ -257,6 +256,9 @@ static void test_resume_adafactor(void **state) {
     float *straight = malloc(psi * sizeof *straight), *resumed = malloc(psi * sizeof *resumed);
     assert_true(straight && resumed);
     memcpy(straight, tr->engine.z.st.params, psi * sizeof *straight);
+    float *stats = malloc(tr->engine.z.fac.stat_floats * sizeof *stats); /* R, C, v */
+    assert_non_null(stats);
+    memcpy(stats, tr->engine.z.st.s1, tr->engine.z.fac.stat_floats * sizeof *stats);
     trainer_close(tr);
 
     struct config c1 = c;
@@ -270,16 +272,17 @@ static void test_resume_adafactor(void **state) {
     struct config c2 = c;
     snprintf(c2.resume, sizeof c2.resume, "%s", c1.save_state);
     open_ok(tr, &c2);
-    assert_string_equal(tr->opt8_resume, "adafactor: R and C re-derived from the saved second moment (its row and "
-                                         "column sums; equal up to rounding, not bit for bit)");
+    assert_string_equal(tr->opt8_resume, "adafactor: R, C and v loaded as saved at tp = 1 (bit-exact)");
     run_ok(tr);
     memcpy(resumed, tr->engine.z.st.params, psi * sizeof *resumed);
+    const bool stats_same = memcmp(stats, tr->engine.z.st.s1, tr->engine.z.fac.stat_floats * sizeof *stats) == 0;
     trainer_close(tr);
     double worst = 0;
     for (size_t i = 0; i < psi; i++) worst = fmax(worst, fabs((double)straight[i] - resumed[i]));
-    printf("  adafactor resume: max |param diff| vs the straight run %.2e\n", worst);
-    assert_true(worst < 1e-5);
-    free(straight), free(resumed), free(tr);
+    printf("  adafactor resume: max |param diff| vs the straight run %.2e, statistics %s\n", worst,
+           stats_same ? "bit-identical" : "DIFFERENT");
+    assert_true(memcmp(straight, resumed, psi * sizeof *straight) == 0 && stats_same);
+    free(straight), free(resumed), free(stats), free(tr);
 }
 
 /* ---- stopping by signal ------------------------------------------------ */

@@ -24,10 +24,26 @@ size_t factored_slot_floats(const struct model_layout *lay, int ranks) {
     return (n + r - 1) / r * r;
 }
 
+/* The whole tensor's elements, of which ti is this rank's slice. */
+static double whole_numel(const struct model_layout *lay, const struct tensor_info *ti) {
+    switch (ti->split) {
+    case SPLIT_REPLICATED: return (double)ti->numel;
+    case SPLIT_VOCAB: return (double)padded_vocab(lay->shape.V) * ti->cols; /* tp pads further: zero rows */
+    default: return (double)ti->numel * lay->rank.tp;
+    }
+}
+
+/* Floats tensor e adds over tp: a row-parallel slice its rows' sums and
+ * its part of sum(C), a column-parallel or vocabulary one its columns'. */
+static size_t tp_sums(const struct factored_tensor *e, int tp) {
+    if (tp == 1 || !e->factored || e->split == SPLIT_REPLICATED) return 0;
+    return e->split == SPLIT_ROW ? e->nrows + 1 : (size_t)e->ncols;
+}
+
 void factored_plan_build(struct factored_plan *p, struct factored_tensor *table, const struct model_layout *lay,
                          const struct shard_layout *sh, const struct opt_segments *segs, bool sharded) {
     *p = (struct factored_plan){.t = table, .ranks = sharded ? sh->N : 1, .rank = sharded ? sh->rank : 0,
-                                .tensors = layout_num_tensors(lay)};
+                                .tensors = layout_num_tensors(lay), .tp = lay->rank.tp, .tp_rank = lay->rank.tp_rank};
     int k = 0; /* segments come in tensor order */
     for (int t = 0; t < p->tensors; t++) {
         const struct tensor_info ti = layout_tensor(lay, t);
@@ -38,7 +54,8 @@ void factored_plan_build(struct factored_plan *p, struct factored_tensor *table,
         struct factored_tensor *e = &table[p->n++];
         const size_t t0 = ti.offset - layout_unit_offset(lay, ti.unit);
         *e = (struct factored_tensor){.tensor = t, .first_seg = k, .factored = matrix, .ncols = ti.cols, .t0 = t0,
-                                      .a = segs->seg[k].lo - t0, .stat_at = p->stat_floats};
+                                      .a = segs->seg[k].lo - t0, .stat_at = p->stat_floats, .split = ti.split,
+                                      .whole = whole_numel(lay, &ti)};
         while (k < segs->n && segs->seg[k].tensor == t) k++;
         e->n_segs = k - e->first_seg;
         e->b = segs->seg[k - 1].hi - t0;
@@ -53,8 +70,20 @@ void factored_plan_build(struct factored_plan *p, struct factored_tensor *table,
         } else {
             p->stat_floats += e->b - e->a;
         }
+        e->tp_at = p->tp_floats;
+        p->tp_floats += tp_sums(e, p->tp);
     }
     p->slot_floats = factored_slot_floats(lay, p->ranks);
+    p->tp_floats = (p->tp_floats + (size_t)p->tp - 1) / (size_t)p->tp * (size_t)p->tp;
+    if (lay->rank.has_embed != lay->rank.has_head && p->ranks > 1) { /* the tie (include/factored.h) */
+        const struct tensor_info w = lay->rank.has_embed ? layout_embed_tensor(lay, EMB_WTE)
+                                                         : layout_head_tensor(lay, HEAD_WTE);
+        for (int t = 0; t < p->tensors; t++)
+            if (layout_tensor(lay, t).offset == w.offset) p->tie_tensor = t;
+        p->tie_rows = w.rows, p->tie_cols = w.cols, p->tie_first = lay->rank.has_embed;
+        const size_t n = (size_t)w.rows + (size_t)w.cols, r = (size_t)p->ranks;
+        p->tie_floats = (n + r - 1) / r * r;
+    }
 }
 
 /* Rank s's elements of tensor e, tensor-local [*a, *b) (empty: a == b). */
@@ -95,12 +124,77 @@ static struct adafactor_moment moment_of(const struct zero *z, const struct fact
                                      .c0 = k - e->r0 * (size_t)e->ncols, .ncols = e->ncols};
 }
 
-static float column_total(const struct zero *z, const struct factored_tensor *e) {
-    if (!e->factored) return 0.0f;
+/* sum(C) of this rank's columns. */
+static float own_column_total(const struct zero *z, const struct factored_tensor *e) {
     const float *c = z->st.s1 + e->stat_at + e->nrows;
     float total = 0.0f;
     for (int j = 0; j < e->ncols; j++) total += c[j];
     return total;
+}
+
+/* sum(C) of the whole matrix: a row-parallel slice's parts added over tp
+ * (factored_update leaves it in the tp buffer, after R's rows). */
+static float column_total(const struct zero *z, const struct factored_tensor *e) {
+    if (!e->factored) return 0.0f;
+    if (tp_sums(e, z->fac.tp) && e->split == SPLIT_ROW) return z->fac_tpsums[e->tp_at + e->nrows];
+    return own_column_total(z, e);
+}
+
+/* 3. over tp: a row-parallel slice's rows (its cut rows already added over
+ * dp) and its part of sum(C) after C moved, a column-parallel or
+ * vocabulary slice's columns; then R and C move. C of a row-parallel slice
+ * is whole on the rank (its columns, every row's part over dp) and moves
+ * first. */
+static void tp_share(struct zero *z, float *rows, float *slots, float beta2t) {
+    const struct factored_plan *p = &z->fac;
+    float *buf = z->fac_tpsums;
+    memset(buf, 0, p->tp_floats * sizeof *buf);
+    for (int i = 0; i < p->n; i++) {
+        const struct factored_tensor *e = &p->t[i];
+        if (!tp_sums(e, p->tp)) continue;
+        if (e->split == SPLIT_ROW) {
+            adafactor_ema((size_t)e->ncols, z->st.s1 + e->stat_at + e->nrows, slots + e->slot_at, beta2t);
+            memcpy(buf + e->tp_at, rows + e->rowsum_at, e->nrows * sizeof *buf);
+            buf[e->tp_at + e->nrows] = own_column_total(z, e);
+        } else {
+            memcpy(buf + e->tp_at, slots + e->slot_at, (size_t)e->ncols * sizeof *buf);
+        }
+    }
+    struct collectives *tp = z->norm_groups[NORM_OVER_TP];
+    tp->all_reduce_sum(tp, buf, p->tp_floats, DTYPE_FP32);
+    for (int i = 0; i < p->n; i++) {
+        const struct factored_tensor *e = &p->t[i];
+        if (!tp_sums(e, p->tp)) continue;
+        if (e->split == SPLIT_ROW) memcpy(rows + e->rowsum_at, buf + e->tp_at, e->nrows * sizeof *buf);
+        else memcpy(slots + e->slot_at, buf + e->tp_at, (size_t)e->ncols * sizeof *buf);
+    }
+}
+
+/* The tied wte's R and C from the first stage (include/factored.h): its
+ * whole R and C assembled over its dp group, then sent over the tie
+ * group (added to the last stage's zeros), which takes its rows. */
+static void tie_share(struct zero *z) {
+    const struct factored_plan *p = &z->fac;
+    float *buf = z->fac_tiesums;
+    const size_t m = (size_t)p->tie_cols;
+    memset(buf, 0, p->tie_floats * sizeof *buf);
+    const struct factored_tensor *e = NULL;
+    for (int i = 0; i < p->n; i++)
+        if (p->t[i].tensor == p->tie_tensor) e = &p->t[i];
+    if (p->tie_first) {
+        if (e) {
+            const float *stat = z->st.s1 + e->stat_at;
+            for (size_t i = 0; i < e->nrows; i++) /* the rows whose first element is this rank's */
+                if ((e->r0 + i) * m >= e->a) buf[e->r0 + i] = stat[i];
+            if (e->a == 0) memcpy(buf + p->tie_rows, stat + e->nrows, m * sizeof *buf);
+        }
+        z->dp->all_reduce_sum(z->dp, buf, p->tie_floats, DTYPE_FP32);
+    }
+    z->tie.group->all_reduce_sum(z->tie.group, buf, p->tie_floats, DTYPE_FP32);
+    if (p->tie_first || !e) return;
+    float *stat = z->st.s1 + e->stat_at;
+    memcpy(stat, buf + e->r0, e->nrows * sizeof *stat);
+    memcpy(stat + e->nrows, buf + p->tie_rows, m * sizeof *stat);
 }
 
 void factored_update(struct zero *z, const struct adamw_hparams *h, int64_t step) {
@@ -133,7 +227,7 @@ void factored_update(struct zero *z, const struct adamw_hparams *h, int64_t step
     }
     /* 2. the columns and the cut rows summed over the ranks that share them */
     if (p->ranks > 1) z->dp->all_reduce_sum(z->dp, slots, p->slot_floats, DTYPE_FP32);
-    /* 3. R and C move */
+    /* 3. the cut rows whole over dp, the slices' sums over tp; R and C move */
     for (int i = 0; i < p->n; i++) {
         const struct factored_tensor *e = &p->t[i];
         if (!e->factored) continue;
@@ -141,9 +235,16 @@ void factored_update(struct zero *z, const struct adamw_hparams *h, int64_t step
         const float *cut = slots + e->slot_at + e->ncols;
         r[0] = shared_row(z, e, cut, e->r0);
         if (e->nrows > 1) r[e->nrows - 1] = shared_row(z, e, cut, e->r0 + e->nrows - 1);
-        adafactor_ema(e->nrows, z->st.s1 + e->stat_at, r, beta2t);
-        adafactor_ema((size_t)e->ncols, z->st.s1 + e->stat_at + e->nrows, slots + e->slot_at, beta2t);
     }
+    if (p->tp > 1) tp_share(z, rows, slots, beta2t);
+    for (int i = 0; i < p->n; i++) {
+        const struct factored_tensor *e = &p->t[i];
+        if (!e->factored) continue;
+        adafactor_ema(e->nrows, z->st.s1 + e->stat_at, rows + e->rowsum_at, beta2t);
+        if (!(tp_sums(e, p->tp) && e->split == SPLIT_ROW)) /* (tp_share moved those) */
+            adafactor_ema((size_t)e->ncols, z->st.s1 + e->stat_at + e->nrows, slots + e->slot_at, beta2t);
+    }
+    if (p->tie_floats) tie_share(z);
     /* 4. each tensor's update squares, for its RMS */
     for (int i = 0; i < p->n; i++) {
         const struct factored_tensor *e = &p->t[i];
@@ -155,13 +256,22 @@ void factored_update(struct zero *z, const struct adamw_hparams *h, int64_t step
         }
     }
     if (p->ranks > 1) z->dp->all_reduce_scalars(z->dp, squares, p->tensors);
+    if (p->tp > 1) { /* the slices' squares added; a replicated tensor's counted once */
+        for (int t = 0; t < p->tensors && p->tp_rank != 0; t++)
+            if (layout_tensor(z->lay, t).split == SPLIT_REPLICATED) squares[t] = 0.0;
+        z->norm_groups[NORM_OVER_TP]->all_reduce_scalars(z->norm_groups[NORM_OVER_TP], squares, p->tensors);
+    }
+    if (p->tie_floats) { /* the tied wte's squares: the first stage's */
+        double w = p->tie_first ? squares[p->tie_tensor] : 0.0;
+        z->tie.group->all_reduce_scalars(z->tie.group, &w, 1);
+        squares[p->tie_tensor] = w;
+    }
     /* 5. the clipped step */
     struct adafactor_hparams ah = {.lr = h->lr, .beta1 = o->adafactor_beta1, .eps1 = eps1, .clip = o->adafactor_clip,
                                    .beta2t = beta2t, .grad_scale = gs};
     for (int i = 0; i < p->n; i++) {
         const struct factored_tensor *e = &p->t[i];
-        const double numel = (double)layout_tensor(z->lay, e->tensor).numel;
-        const double rms = sqrt(squares[e->tensor] / numel);
+        const double rms = sqrt(squares[e->tensor] / e->whole);
         const float clip_scale = (float)(1.0 / fmax(1.0, rms / o->adafactor_clip));
         const float total = column_total(z, e);
         for (int k = e->first_seg; k < e->first_seg + e->n_segs; k++) {
@@ -218,5 +328,78 @@ void factored_load_unit(struct zero *z, int u, const float *src) {
             for (size_t r = 0; r < rows; r++) sum += v[r * m + j];
             stat[e->nrows + j] = (float)sum;
         }
+    }
+}
+
+/* ---- the statistics as they are (include/factored.h, zero_parts.h): a
+ * resume at the same tp takes R, C and v bit for bit. */
+
+bool factored_raw_usable(const struct model_layout *lay) {
+    const struct model_shape *s = &lay->shape;
+    const size_t tp = (size_t)lay->rank.tp, slice = (size_t)s->Vp / tp;
+    return (size_t)s->C >= 2 * tp && shape_pos_rows(s) >= 2 && slice >= 2 &&
+           (tp - 1) * slice + 2 <= (size_t)padded_vocab(s->V);
+}
+
+void factored_segment_raw(const struct zero *z, const struct opt_segment *g, float *out) {
+    const struct factored_tensor *e = tensor_of(z, g);
+    const float *stat = z->st.s1 + e->stat_at;
+    const size_t n = g->hi - g->lo, k0 = g->lo - e->t0; /* tensor-local */
+    if (!e->factored) {
+        memcpy(out, stat + (k0 - e->a), n * sizeof *out);
+        return;
+    }
+    const size_t m = (size_t)e->ncols;
+    for (size_t k = 0; k < n; k++) {
+        const size_t r = (k0 + k) / m, j = (k0 + k) % m;
+        out[k] = j == 0 ? stat[r - e->r0] : r == 0 ? stat[e->nrows + j] : r == 1 && j == 1 ? stat[e->nrows] : 0.0f;
+    }
+}
+
+void factored_load_raw_unit(struct zero *z, int u, const float *src) {
+    for (int i = 0; i < z->fac.n; i++) {
+        const struct factored_tensor *e = &z->fac.t[i];
+        if (layout_tensor(z->lay, e->tensor).unit != u) continue;
+        const float *w = src + e->t0; /* the whole tensor (slice) */
+        float *stat = z->st.s1 + e->stat_at;
+        if (!e->factored) {
+            memcpy(stat, w + e->a, (e->b - e->a) * sizeof *stat);
+            continue;
+        }
+        const size_t m = (size_t)e->ncols;
+        for (size_t r = 0; r < e->nrows; r++) stat[r] = w[(e->r0 + r) * m];
+        stat[e->nrows] = w[m + 1];
+        for (size_t j = 1; j < m; j++) stat[e->nrows + j] = w[j];
+    }
+}
+
+void factored_loaded(struct zero *z, bool as_saved) {
+    const struct factored_plan *p = &z->fac;
+    if (p->tp == 1) return;
+    /* re-derived: a row-parallel slice's row sums and a column-parallel or
+     * vocabulary slice's column sums cover its own columns or rows only */
+    float *buf = z->fac_tpsums;
+    memset(buf, 0, p->tp_floats * sizeof *buf);
+    for (int i = 0; i < p->n; i++) {
+        const struct factored_tensor *e = &p->t[i];
+        if (!tp_sums(e, p->tp)) continue;
+        const float *stat = z->st.s1 + e->stat_at;
+        if (e->split == SPLIT_ROW) {
+            if (!as_saved) memcpy(buf + e->tp_at, stat, e->nrows * sizeof *buf);
+            buf[e->tp_at + e->nrows] = own_column_total(z, e);
+        } else if (!as_saved) {
+            memcpy(buf + e->tp_at, stat + e->nrows, (size_t)e->ncols * sizeof *buf);
+        }
+    }
+    struct collectives *tp = z->norm_groups[NORM_OVER_TP];
+    struct coll_uncounted quiet = coll_uncounted_begin(tp); /* checkpoint traffic is not a step's */
+    tp->all_reduce_sum(tp, buf, p->tp_floats, DTYPE_FP32);
+    coll_uncounted_end(quiet);
+    for (int i = 0; i < p->n && !as_saved; i++) {
+        const struct factored_tensor *e = &p->t[i];
+        if (!tp_sums(e, p->tp)) continue;
+        float *stat = z->st.s1 + e->stat_at;
+        if (e->split == SPLIT_ROW) memcpy(stat, buf + e->tp_at, e->nrows * sizeof *stat);
+        else memcpy(stat + e->nrows, buf + e->tp_at, (size_t)e->ncols * sizeof *stat);
     }
 }

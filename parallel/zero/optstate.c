@@ -31,6 +31,12 @@ static void factored_alloc(struct zero *z) {
     z->fac_sums = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "adafactor column and cut-row sums (fp32)",
                             p->slot_floats * 4);
     z->fac_rowsums = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "adafactor row sums (fp32)", p->rowsum_floats * 4);
+    if (p->tp_floats)
+        z->fac_tpsums = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "adafactor slices' sums over tp (fp32)",
+                                  p->tp_floats * 4);
+    if (p->tie_floats)
+        z->fac_tiesums = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "adafactor tied wte's R and C (fp32)",
+                                   p->tie_floats * 4);
     z->fac_squares = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "adafactor update squares (fp64 per tensor)",
                                (size_t)p->tensors * sizeof *z->fac_squares);
 }
@@ -80,7 +86,7 @@ void optstate_alloc(struct zero *z) {
 void optstate_free(struct zero *z) {
     void *bufs[] = {z->st.s1,        z->st.s2,          z->st.q1,        z->st.q2,       z->st.absmax1,
                     z->st.absmax2,   z->qindex_signed,  z->qindex_unsigned, z->fac.t,    z->fac_sums,
-                    z->fac_rowsums,  z->fac_squares};
+                    z->fac_rowsums,  z->fac_tpsums,     z->fac_tiesums, z->fac_squares};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(z->mem, bufs[i]);
 }
 
@@ -90,6 +96,7 @@ bool optstate_has(const struct zero *z, enum zero_state which) {
     const bool adafactor = z->o.optim.kind == OPTIM_ADAFACTOR;
     if (which == STATE_OPT1) return rule(z)->states >= 1 || adafactor;
     if (which == STATE_OPT2) return rule(z)->states == 2 || (adafactor && z->o.optim.adafactor_beta1 > 0.0f);
+    if (which == STATE_FACTORED) return adafactor;
     return true;
 }
 
@@ -145,6 +152,10 @@ _Static_assert((int)OPT8_BLOCK == (int)ADAMW8BIT_BLOCK, "segments and the 8-bit 
 void optstate_segment_to_fp32(const struct zero *z, enum zero_state which, const struct opt_segment *g, float *d) {
     bool first = which == STATE_OPT1;
     size_t n = g->hi - g->lo;
+    if (which == STATE_FACTORED) {
+        factored_segment_raw(z, g, d);
+        return;
+    }
     if (first && z->o.optim.kind == OPTIM_ADAFACTOR) {
         factored_segment_moment(z, g, d);
         return;

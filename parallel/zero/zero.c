@@ -184,6 +184,10 @@ void zero_scatter_unit(struct zero *z, enum zero_state which, int u, const void 
         factored_load_unit(z, u, src);
         return;
     }
+    if (which == STATE_FACTORED) {
+        factored_load_raw_unit(z, u, src);
+        return;
+    }
     for (int k = 0; k < z->segs.n; k++) {
         const struct opt_segment *g = &z->segs.seg[k];
         if (g->unit == u) optstate_segment_from_fp32(z, which, g, (const float *)src + g->lo);
@@ -191,6 +195,10 @@ void zero_scatter_unit(struct zero *z, enum zero_state which, int u, const void 
 }
 
 /* ---- 8-bit states as they are, one unit at a time */
+
+void zero_states_loaded(struct zero *z, bool as_saved) {
+    if (z->o.optim.kind == OPTIM_ADAFACTOR) factored_loaded(z, as_saved);
+}
 
 int zero_raw_ranks(const struct zero *z) { return zero_optim_sharded(z) ? z->dp->size : 1; }
 

@@ -67,5 +67,13 @@ void factored_update(struct zero *z, const struct adamw_hparams *h, int64_t step
  * unit's V (src: the unit's elements, fp32): V's row sums and column sums. */
 void factored_segment_moment(const struct zero *z, const struct opt_segment *g, float *out);
 void factored_load_unit(struct zero *z, int u, const float *src);
+/* The statistics as they are (STATE_FACTORED), element by element in the
+ * tensor's own (slice's) coordinates: R_r at (r, 0), C_j at (0, j) for j
+ * >= 1, C_0 at (1, 1), 0 elsewhere; a vector's v as it is. The rank that
+ * holds an element holds the value put there (its rows, all columns). */
+void factored_segment_raw(const struct zero *z, const struct opt_segment *g, float *out);
+void factored_load_raw_unit(struct zero *z, int u, const float *src);
+/* zero_states_loaded's part (collective over tp when tp > 1). */
+void factored_loaded(struct zero *z, bool as_saved);
 
 #endif

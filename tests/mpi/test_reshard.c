@@ -3,7 +3,9 @@
  * one process, and training continues as if it had never stopped (equal up
  * to fp32 summation order, the tolerance of test_zero.c). adamw8bit resumed
  * in the same layout (ZeRO 0-3) is bit-identical to the straight run; in
- * another it requantizes and says so; sgd8bit and lion8bit the same. Also: when one
+ * another it requantizes and says so; sgd8bit and lion8bit the same;
+ * adafactor resumed at the same tp is bit-identical (its statistics saved
+ * as they are), at another tp re-derived from V and says so. Also: when one
  * rank cannot open its data, every rank fails, none hangs, and the others
  * say another rank failed. */
 #include <setjmp.h>
@@ -22,6 +24,7 @@
 #include <unistd.h>
 
 #include "../engine_fixture.h"
+#include "../json_log.h"
 #include "mpi_fixture.h"
 #include "run.h"
 
@@ -105,7 +108,7 @@ static void test_2_to_single(void **s) { (void)s; check(2, 0, true); }
 
 /* Params and both (dequantized) optimizer states at the end, on rank 0;
  * note gets how the resume loaded the 8-bit states. */
-static float *run8(struct config *c, struct grid *g, int stop_after, char note[160]) {
+static float *run8n(struct config *c, struct grid *g, int stop_after, char note[160], size_t *total) {
     struct trainer tr;
     char err[TRAINER_ERR_LEN];
     if (trainer_open(&tr, c, g, NULL, err) != 0) fail_msg("trainer_open: %s", err);
@@ -113,12 +116,17 @@ static float *run8(struct config *c, struct grid *g, int stop_after, char note[1
     tr.stop_after = stop_after;
     if (trainer_run(&tr, err) != 0) fail_msg("trainer_run: %s", err);
     size_t n = tr.engine.lay.total;
+    if (total) *total = n; /* this rank's part of the model (tp: its slice) */
     float *w = calloc(3 * n, sizeof *w);
     fixture_gather_state(&tr.engine, STATE_PARAMS, w);
     fixture_gather_state(&tr.engine, STATE_OPT1, w + n);
     if (zero_has_state(&tr.engine.z, STATE_OPT2)) fixture_gather_state(&tr.engine, STATE_OPT2, w + 2 * n);
     trainer_close(&tr);
     return w;
+}
+
+static float *run8(struct config *c, struct grid *g, int stop_after, char note[160]) {
+    return run8n(c, g, stop_after, note, NULL);
 }
 
 static void config8(struct config *c, int stage, int accum, enum optimizer_kind k) {
@@ -194,6 +202,102 @@ static void test_8bit_zero3(void **s) { (void)s; check8(3, OPTIM_ADAMW8BIT, 1.5e
 static void test_sgd8bit_zero2(void **s) { (void)s; check8(2, OPTIM_SGD8BIT, 2e-3); }
 static void test_lion8bit_zero3(void **s) { (void)s; check8(3, OPTIM_LION8BIT, 1e-2); }
 
+/* ---- adafactor: its statistics as they are at the same tp (bit for bit),
+ * re-derived from the saved V at another tp (within the fp32 tolerance) */
+
+static void config_ada(struct config *c, int stage, int accum, const char *log) {
+    config_for(c, stage, accum);
+    c->optimizer = OPTIM_ADAFACTOR;
+    c->adafactor_beta1 = 0.9f; /* the first moment, saved as it is, too */
+    c->adafactor_eps = 1e-12f; /* (tests/mpi/test_zero.c's check_adafactor) */
+    c->weight_decay = 0.1f;
+    if (log) snprintf(c->log_json, sizeof c->log_json, "%s/%s", DIR_, log);
+}
+
+/* The step losses of a run's log, on every rank (the file is shared). */
+static int losses_of(const struct config *c, double *loss) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    return json_log_losses(c->log_json, loss, STEPS);
+}
+
+/* N ranks as dp N/tp x tp at `stage`: 10 steps straight == 5, save,
+ * resume, 5 more, bit for bit (rank 0's params, statistics' V and first
+ * moment; every step's loss); then the state resumed at another tp (tp 2
+ * from tp 1 where N is even, else one process) re-derives R and C, says
+ * so, and logs the straight run's losses within 1e-5 (the log's 6 digits:
+ * a garbled statistic moves them by 1e-3 and more). */
+static void check_adafactor(int stage, int tp) {
+    const int N = WORLD.world_size;
+    if (N % tp != 0) skip();
+    struct grid g;
+    char err[GRID_ERR_LEN];
+    assert_int_equal(grid_init(&g, tp, 1, 1, err), 0);
+    const int dp = N / tp;
+    char log[3][64];
+    for (int i = 0; i < 3; i++) snprintf(log[i], sizeof log[i], "ada_%d_%d_%d_%d.jsonl", N, stage, tp, i);
+    struct config c;
+    config_ada(&c, stage, ACCUM, log[0]);
+    float *straight = run8(&c, &g, 0, NULL);
+    double a[STEPS], b[STEPS];
+    assert_int_equal(losses_of(&c, a), STEPS);
+    config_ada(&c, stage, ACCUM, NULL);
+    snprintf(c.save_state, sizeof c.save_state, "%s", STATE);
+    free(run8(&c, &g, HALF, NULL));
+
+    struct config r;
+    config_ada(&r, stage, ACCUM, log[1]);
+    snprintf(r.resume, sizeof r.resume, "%s", STATE);
+    char note[160], want[160];
+    size_t n;
+    float *resumed = run8n(&r, &g, 0, note, &n);
+    snprintf(want, sizeof want, "adafactor: R, C and v loaded as saved at tp = %d (bit-exact)", tp);
+    bool ok = strcmp(note, want) == 0;
+    if (!ok) fprintf(stderr, "rank %d: note '%s'\n", WORLD.world_rank, note);
+    bool same = losses_of(&r, b) == STEPS - HALF;
+    for (int i = 0; same && i < STEPS - HALF; i++) same = a[HALF + i] == b[i];
+    if (WORLD.world_rank == 0) same = same && memcmp(straight, resumed, 3 * n * sizeof *straight) == 0;
+    if (WORLD.world_rank == 0)
+        printf("  N=%d: adafactor dp %d x tp %d ZeRO-%d, save at %d and resume: %s ('%s')\n", N, dp, tp, stage, HALF,
+               same ? "bit-identical" : "DIFFERENT", note);
+    ok = ok && same;
+    free(resumed);
+
+    /* another tp: re-derived from V, and it says so */
+    const int other = tp == 1 && N % 2 == 0 ? 2 : 1;
+    struct grid g2;
+    if (other == 2) assert_int_equal(grid_init(&g2, 2, 1, 1, err), 0);
+    const int dp2 = other == 2 ? N / 2 : 1;
+    struct config o;
+    config_ada(&o, other == 2 ? stage : 0, ACCUM * dp / dp2, log[2]); /* the same global batch */
+    snprintf(o.resume, sizeof o.resume, "%s", STATE);
+    if (other != tp)
+        snprintf(want, sizeof want, "adafactor: R and C re-derived from the saved second moment (row and column sums, "
+                 "equal up to rounding): the state has none saved at tp = %d", other);
+    /* (N odd: one process at the same tp 1 takes them as saved; its dp
+     * sums round otherwise, so it is near, not equal) */
+    if (other == 2 || WORLD.world_rank == 0) {
+        free(run8(&o, other == 2 ? &g2 : &SINGLE, 0, note));
+        ok = ok && strcmp(note, want) == 0;
+        if (strcmp(note, want) != 0) fprintf(stderr, "rank %d: note '%s'\n", WORLD.world_rank, note);
+    }
+    double worst = 0;
+    bool near = losses_of(&o, b) == STEPS - HALF;
+    for (int i = 0; near && i < STEPS - HALF; i++) worst = fmax(worst, fabs(a[HALF + i] - b[i]));
+    near = near && worst <= 1e-5;
+    if (WORLD.world_rank == 0)
+        printf("  N=%d: adafactor state of tp %d resumed at tp %d (dp %d): max |loss diff| %.2e\n", N, tp, other, dp2,
+               worst);
+    ok = ok && near;
+    if (other == 2) grid_free(&g2);
+    grid_free(&g);
+    free(straight);
+    assert_true(all_ok(ok));
+}
+
+static void test_adafactor_zero1(void **s) { (void)s; check_adafactor(1, 1); }
+static void test_adafactor_zero3(void **s) { (void)s; check_adafactor(3, 1); }
+static void test_adafactor_tp2_zero2(void **s) { (void)s; check_adafactor(2, 2); }
+
 /* Rank 1 (only) points at a missing file: every rank must return -1. */
 static void test_one_rank_without_data(void **s) {
     (void)s;
@@ -255,6 +359,9 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_8bit_zero3),
         cmocka_unit_test(test_sgd8bit_zero2),
         cmocka_unit_test(test_lion8bit_zero3),
+        cmocka_unit_test(test_adafactor_zero1),
+        cmocka_unit_test(test_adafactor_zero3),
+        cmocka_unit_test(test_adafactor_tp2_zero2),
         cmocka_unit_test(test_one_rank_without_data),
     };
     int failed = cmocka_run_group_tests(tests, setup, teardown);

@@ -10,6 +10,7 @@
 #include "ckpt_staging.h"
 #include "ckpt_ref_runs.h"
 #include "ckpt_state_raw.h"
+#include "factored.h"
 #include "trainer.h"
 
 /* FNV-1a over what must not change across a resume. The batch enters as
@@ -44,22 +45,28 @@ static struct data_sources data_sources(const struct trainer *tr) {
  * equal, their gradients being summed), and loaded into both. No rank
  * holds more than one unit beyond its own shards. The staging lives where
  * the model does and files see its host side (train/ckpt/ckpt_staging.h). */
-enum { MAX_SECTIONS = 4 };
+enum { MAX_SECTIONS = 5 };
 
 static const struct {
     const char *name;
     enum zero_state which;
 } STATES[MAX_SECTIONS] = {
-    {"params", STATE_PARAMS}, {"master", STATE_MASTER}, {"optim_state1", STATE_OPT1}, {"optim_state2", STATE_OPT2}};
+    {"params", STATE_PARAMS}, {"master", STATE_MASTER}, {"optim_state1", STATE_OPT1}, {"optim_state2", STATE_OPT2},
+    {"adafactor_stats_tp%d", STATE_FACTORED}};
 
 /* The sections this run's states have; returns how many. which[i] is the
- * state of section i. */
+ * state of section i. Adafactor's statistics as they are
+ * (parallel/zero/factored.c) are in the slices' coordinates: their
+ * section is named by the tp that wrote them, and a run at another tp
+ * does not find it (its R and C are re-derived from optim_state1's V);
+ * a shape that cannot hold them (factored_raw_usable) saves none. */
 static int sections(const struct engine *e, struct state_decl d[MAX_SECTIONS], enum zero_state which[MAX_SECTIONS]) {
     int n = 0;
     for (int i = 0; i < MAX_SECTIONS; i++) {
         if (!zero_has_state(&e->z, STATES[i].which)) continue;
+        if (STATES[i].which == STATE_FACTORED && !factored_raw_usable(&e->lay)) continue;
         d[n] = (struct state_decl){.dtype = zero_state_dtype(&e->z, STATES[i].which), .numel = e->lay.ref_total};
-        snprintf(d[n].name, sizeof d[n].name, "%s", STATES[i].name);
+        snprintf(d[n].name, sizeof d[n].name, STATES[i].name, e->lay.rank.tp);
         which[n++] = STATES[i].which;
     }
     return n;
@@ -236,8 +243,13 @@ static int read_sections(struct trainer *tr, struct resume_reader *r, const stru
         mem_failure_message(&tr->mem, err, TRAINER_ERR_LEN);
         return -1;
     }
+    bool stats_as_saved = false;
     for (int i = 0; rc == 0 && i < n; i++) {
         int at = resume_find(r, d[i].name, d[i].dtype, d[i].numel, e2);
+        if (which[i] == STATE_FACTORED) { /* at another tp, or an older state: none (re-derived) */
+            stats_as_saved = at >= 0;
+            if (!stats_as_saved) continue;
+        }
         rc = at < 0 ? -1 : 0;
         for (int u = 0; rc == 0 && u < e->lay.n_units; u++) {
             rc = read_unit(r, at, &e->lay, u, st.host, dtype_size(d[i].dtype), e2);
@@ -248,10 +260,16 @@ static int read_sections(struct trainer *tr, struct resume_reader *r, const stru
     }
     if (rc != 0) snprintf(err, TRAINER_ERR_LEN, "loading resume state: %s", e2);
     if (rc == 0) rc = raw_load(tr, r, raw, &st, err);
-    if (rc == 0 && tr->cfg->optimizer == OPTIM_ADAFACTOR) /* parallel/zero/factored.c: factored_load_unit */
-        snprintf(tr->opt8_resume, sizeof tr->opt8_resume,
-                 "adafactor: R and C re-derived from the saved second moment (its row and column sums; equal up "
-                 "to rounding, not bit for bit)");
+    if (rc == 0 && tr->cfg->optimizer == OPTIM_ADAFACTOR) { /* parallel/zero/factored.c */
+        zero_states_loaded(&e->z, stats_as_saved);
+        if (stats_as_saved)
+            snprintf(tr->opt8_resume, sizeof tr->opt8_resume,
+                     "adafactor: R, C and v loaded as saved at tp = %d (bit-exact)", e->lay.rank.tp);
+        else
+            snprintf(tr->opt8_resume, sizeof tr->opt8_resume,
+                     "adafactor: R and C re-derived from the saved second moment (row and column sums, equal up to "
+                     "rounding): the state has none saved at tp = %d", e->lay.rank.tp);
+    }
     ckpt_staging_free(&st, &tr->mem);
     return rc;
 }

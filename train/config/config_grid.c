@@ -59,27 +59,6 @@ static int check_interleaved(const struct config *cfg, const struct grid *g, con
     return 0;
 }
 
-/* What adafactor (parallel/zero/factored.c) does not do yet, refused by
- * name rather than run wrong. */
-static int check_adafactor(const struct config *cfg, const struct grid *g, char err[CONFIG_ERR_LEN]) {
-    if (cfg->optimizer != OPTIM_ADAFACTOR) return 0;
-    if (g->tp > 1) {
-        snprintf(err, CONFIG_ERR_LEN,
-                 "adafactor with tp = %d: a tp rank holds a slice of each matrix, whose row or column statistics "
-                 "would need sums over the tp group, which this build does not take (use tp = 1)", g->tp);
-        return -1;
-    }
-    /* the two copies' row and column sums would be added in different orders */
-    if (g->pp > 1 && cfg->zero >= 1 && g->dp > 1) {
-        snprintf(err, CONFIG_ERR_LEN,
-                 "adafactor with pp = %d, ZeRO-%d over dp = %d: the tied wte's copies on the first and last stage "
-                 "are cut differently over dp, so their statistics would round apart (use --zero 0 or dp = 1)",
-                 g->pp, cfg->zero, g->dp);
-        return -1;
-    }
-    return 0;
-}
-
 /* Context parallelism (include/context_parallel.h): the load-balanced
  * split's 2 cp chunks, ring attention's log-sum-exp form, and sequence
  * parallelism's slices of a rank's T/cp positions. */
@@ -116,7 +95,6 @@ int config_check_grid(const struct config *cfg, const struct grid *g, char err[C
                  "LLaMA-style configs are for build/plan");
         return -1;
     }
-    if (check_adafactor(cfg, g, err) != 0) return -1;
     /* tensor parallelism splits heads, the FC features and the vocabulary */
     if (!tp_divides(cfg->n_head, cfg->d_model, g->tp, err, CONFIG_ERR_LEN)) return -1;
     if (cfg->sequence_parallel && cfg->seq_len % g->tp != 0) {

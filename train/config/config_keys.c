@@ -41,7 +41,7 @@ static const struct key KEYS[] = {
     {"init_std", KEY_FLOAT, F(init_std), "0.02", "std of the normal weight init (GPT-2)", NUM(0, 10)},
     {"micro_batch", KEY_INT, F(micro_batch), "4", "sequences per micro-batch (B)", NUM(1, 1 << 20)},
     {"grad_accum", KEY_INT, F(grad_accum), "1", "micro-batches accumulated per optimizer step", NUM(1, 1 << 20)},
-    {"optimizer", KEY_CHOICE, F(optimizer), "adamw", "update rule: adamw, adamw8bit (m and v in 8 bits, block-wise), sgd (momentum), sgd8bit (its momentum in 8 bits), lion (Chen et al. 2023: the sign of an interpolation, one momentum), lion8bit (its momentum in 8 bits), adafactor (Shazeer and Stern 2018: a factored second moment, n + m floats per n x m matrix, update clipping, the run's LR schedule); a rule reads only its own keys of beta1, beta2, eps, momentum, nesterov, min_8bit_size, adafactor_*: another set off its default is an error", .choices = {"adamw", "adamw8bit", "sgd", "sgd8bit", "lion", "lion8bit", "adafactor"}},
+    {"optimizer", KEY_CHOICE, F(optimizer), "adamw", "update rule: adamw, adamw8bit (m and v in 8 bits, block-wise), sgd (momentum), sgd8bit (its momentum in 8 bits), lion (Chen et al. 2023: the sign of an interpolation, one momentum), lion8bit (its momentum in 8 bits), adafactor (Shazeer and Stern 2018: a factored second moment, n + m floats per n x m matrix, update clipping, the run's LR schedule); a rule reads only its own keys of beta1, beta2, eps, momentum, nesterov, min_8bit_size, adafactor_*: another's set, even to its default, is an error", .choices = {"adamw", "adamw8bit", "sgd", "sgd8bit", "lion", "lion8bit", "adafactor"}},
     {"momentum", KEY_FLOAT, F(momentum), "0.9", "sgd, sgd8bit: momentum", NUM(0, 0.999999)},
     {"nesterov", KEY_BOOL, F(nesterov), "0", "sgd, sgd8bit: Nesterov momentum", NUM(0, 1)},
     {"adafactor_beta1", KEY_FLOAT, F(adafactor_beta1), "0", "adafactor: a first moment of the clipped update with this decay; 0: none (Shazeer and Stern's default: no bytes for it)", NUM(0, 0.999999)},
@@ -59,7 +59,7 @@ static const struct key KEYS[] = {
     {"weight_decay", KEY_FLOAT, F(weight_decay), "0.1", "weight decay: decoupled (w -= lr wd w) for adamw, lion and their 8-bit forms; L2 added to the gradient (PyTorch's SGD) for sgd and sgd8bit", NUM(0, 10)},
     {"decay_targets", KEY_CHOICE, F(decay_targets), "matrices", "which tensors decay: 2-D weights only, or all", .choices = {"matrices", "all"}},
     {"beta1", KEY_FLOAT, F(beta1), "0.9", "adamw, adamw8bit: first-moment decay; lion, lion8bit: the interpolation of m and g whose sign is the update (Lion's beta1)", NUM(0, 0.999999)},
-    {"beta2", KEY_FLOAT, F(beta2), "0.95", "adamw, adamw8bit: second-moment decay; lion, lion8bit: the momentum's decay (Lion's beta2; the paper's default is 0.99)", NUM(0, 0.999999)},
+    {"beta2", KEY_FLOAT, F(beta2), "0.95", "adamw, adamw8bit: second-moment decay; lion, lion8bit: the momentum's decay (Lion's beta2), whose default, where beta2 is not set, is the paper's 0.99 instead", NUM(0, 0.999999)},
     {"eps", KEY_FLOAT, F(eps), "1e-8", "adamw, adamw8bit: epsilon", NUM(0, 1)},
     {"grad_clip", KEY_FLOAT, F(grad_clip), "1.0", "clip the global gradient norm to this (0 disables)", NUM(0, 1e30)},
     {"param_dtype", KEY_CHOICE, F(param_dtype), "bf16", "working weights; bf16 keeps an fp32 master copy", .choices = {"fp32", "bf16"}},
@@ -207,9 +207,25 @@ static const struct key *lookup(const char *key, char err[CONFIG_ERR_LEN]) {
     return k;
 }
 
+/* Records that the user set k, if it is an optimizer key (even to its
+ * default: check_optimizer_keys refuses it under a rule that ignores it). */
+static void note_set(struct config *c, const struct key *k) {
+    for (int o = 0; o < OKEY_NUM; o++)
+        if (strcmp(k->name, optim_key_name((enum optim_key)o)) == 0) c->optim_keys_set |= 1u << o;
+}
+
 int config_set(struct config *c, const char *key, const char *value, char err[CONFIG_ERR_LEN]) {
     const struct key *k = lookup(key, err);
-    return k ? set_value(c, k, value, err) : -1;
+    if (!k || set_value(c, k, value, err) != 0) return -1;
+    note_set(c, k);
+    return 0;
+}
+
+bool config_rule_defaults(struct config *c) {
+    const struct optim_rule *r = optim_rule(c->optimizer);
+    if ((c->optim_keys_set & (1u << OKEY_BETA2)) || r->beta2 == 0.0f || c->beta2 == r->beta2) return false;
+    c->beta2 = r->beta2;
+    return true;
 }
 
 void config_defaults(struct config *c) {
@@ -266,6 +282,8 @@ int config_load_stream(struct config *c, FILE *f, const char *name, char err[CON
         if (!k || (first && *first) || set_value(c, k, trim(eq + 1), inner) != 0) {
             snprintf(err, CONFIG_ERR_LEN, "%s:%d: %.*s", name, lineno, CONFIG_ERR_LEN - 300, inner);
             rc = -1;
+        } else {
+            note_set(c, k);
         }
         if (first) *first = lineno;
     }
@@ -336,13 +354,15 @@ int config_parse_args(struct config *c, int argc, char **argv, bool *help, char 
             if (pass == 0 && is_config && config_load_file(c, value, err) != 0) return -1;
             if (pass == 1 && !is_config && config_set(c, key, value, err) != 0) return -1;
         }
+    config_rule_defaults(c);
     return 0;
 }
 
 static void format_value(const struct config *c, const struct key *k, char *out, size_t n);
 
-/* The optimizer keys that are not the chosen rule's must keep their
- * defaults (a value there would be ignored without a word). */
+/* The optimizer keys that are not the chosen rule's must be left unset
+ * and keep their defaults (a value there, even the default written out,
+ * would be ignored without a word). */
 static int check_optimizer_keys(const struct config *c, char err[CONFIG_ERR_LEN]) {
     const struct optim_rule *r = optim_rule(c->optimizer);
     struct config d;
@@ -353,9 +373,11 @@ static int check_optimizer_keys(const struct config *c, char err[CONFIG_ERR_LEN]
         char mine[64], dflt[64];
         format_value(c, key, mine, sizeof mine);
         format_value(&d, key, dflt, sizeof dflt);
-        if (strcmp(mine, dflt) == 0) continue;
-        size_t n = (size_t)snprintf(err, CONFIG_ERR_LEN, "%s = %s does not belong to optimizer %s (its keys:",
-                                    key->name, mine, r->name);
+        const bool set = c->optim_keys_set & (1u << k);
+        if (!set && strcmp(mine, dflt) == 0) continue;
+        size_t n = (size_t)snprintf(err, CONFIG_ERR_LEN, "%s = %s%s does not belong to optimizer %s (its keys:",
+                                    key->name, mine, set && strcmp(mine, dflt) == 0 ? " (set explicitly, to its default)" : "",
+                                    r->name);
         for (int j = 0; j < OKEY_NUM && n < CONFIG_ERR_LEN; j++)
             if (r->keys & (1u << j))
                 n += (size_t)snprintf(err + n, CONFIG_ERR_LEN - n, " %s", optim_key_name((enum optim_key)j));
@@ -456,11 +478,45 @@ void config_print_help(FILE *f, const char *program, bool planner_keys) {
     }
 }
 
+void config_print_optimizer(FILE *f, const struct config *c) {
+    const struct optim_rule *r = optim_rule(c->optimizer);
+    fprintf(f, "optimizer: %s", r->name);
+    for (int o = 0; o < OKEY_NUM; o++) {
+        if (!(r->keys & (1u << o))) continue;
+        const struct key *k = find_key(optim_key_name((enum optim_key)o));
+        char v[64];
+        format_value(c, k, v, sizeof v);
+        const bool ruled = o == OKEY_BETA2 && r->beta2 != 0.0f && !(c->optim_keys_set & (1u << o));
+        fprintf(f, ", %s %s%s", k->name, v, ruled ? " (this rule's default)" : "");
+    }
+    char wd[64];
+    format_value(c, find_key("weight_decay"), wd, sizeof wd);
+    fprintf(f, ", weight_decay %s\n", wd);
+}
+
+/* Whether key k is an optimizer key the user left unset at the key
+ * table's default: config_print writes it as a comment, so that the text
+ * loads back with the same keys set (and stays valid for a rule that does
+ * not read it). */
+static bool unset_optimizer_default(const struct config *c, const struct key *k) {
+    for (int o = 0; o < OKEY_NUM; o++) {
+        if (strcmp(k->name, optim_key_name((enum optim_key)o)) != 0) continue;
+        if (c->optim_keys_set & (1u << o)) return false;
+        struct config d;
+        config_defaults(&d);
+        char mine[64], dflt[64];
+        format_value(c, k, mine, sizeof mine);
+        format_value(&d, k, dflt, sizeof dflt);
+        return strcmp(mine, dflt) == 0;
+    }
+    return false;
+}
+
 void config_print(FILE *f, const struct config *c) {
     for (int i = 0; i < NUM_KEYS; i++) {
         char v[CONFIG_PATH_LEN + 32];
         format_value(c, &KEYS[i], v, sizeof v);
-        fprintf(f, "%s = %s\n", KEYS[i].name, v);
+        fprintf(f, "%s%s = %s\n", unset_optimizer_default(c, &KEYS[i]) ? "# (not set) " : "", KEYS[i].name, v);
     }
 }
 

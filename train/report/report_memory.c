@@ -399,13 +399,16 @@ static void comm_group_rows(FILE *out, FILE *json, const struct trainer *tr, con
                      cr.layer_backward, tr->cfg->recompute == RECOMPUTE_FULL ? "cp-1 + " : "", cr.kv);
         } else if (k == COLL_SEND) snprintf(rule, sizeof rule, "%.1f calls per step; payload n x dtype size", calls);
         else if (k == COLL_RECV) snprintf(rule, sizeof rule, "%.1f calls per step; payload received, not sent", calls);
-        else if (g == GROUP_TIE && k == COLL_ALL_REDUCE) snprintf(rule, sizeof rule, "%.1f calls per step; tied wte's gradient, Vp C w_g", calls);
+        else if (g == GROUP_TIE && k == COLL_ALL_REDUCE)
+            snprintf(rule, sizeof rule, "%.1f calls per step; tied wte's gradient, Vp C w_g%s", calls,
+                     tr->engine.z.fac.tie_floats ? " + adafactor's R and C of it (first stage's)" : "");
         else if (g == GROUP_TP && k == COLL_ALL_REDUCE && tt.sp)
             snprintf(rule, sizeof rule, "%.1f calls per step (rank 0: %.0f); m (n LN grads 4C + head's LN 2C + CE "
-                     "2 B T) x 4", calls, tt.calls);
+                     "2 B T) x 4%s", calls, tt.calls, tt.optimizer > 0 ? " + adafactor's sums" : "");
         else if (g == GROUP_TP && k == COLL_ALL_REDUCE)
             snprintf(rule, sizeof rule, "%.1f calls per step (rank 0: %.0f); m (%d n + embedding + head + CE) of "
-                     "B T C x 4 (CE: 2 B T x 4)", calls, tt.calls, tt.layer_all_reduces);
+                     "B T C x 4 (CE: 2 B T x 4)%s", calls, tt.calls, tt.layer_all_reduces,
+                     tt.optimizer > 0 ? " + adafactor's sums" : "");
         else if (g == GROUP_TP && k == COLL_REDUCE_SCATTER)
             snprintf(rule, sizeof rule, "%.1f calls per step (rank 0: %.0f); sp: m (%d n + embedding + head) of "
                      "B T C x 4, B calls each", calls, tt.calls_reduce_scatter, tt.layer.reduce_scatters);

@@ -201,11 +201,11 @@ static void levers(struct text *t, const struct config *c, int N, int rank, doub
         lever(t, name, &k, N, rank, budget, &first);
     }
     /* Adafactor's n + m floats per n x m matrix, the least state of all
-     * (where it runs: tp 1, parallel/zero/factored.c) */
-    if (c->optimizer != OPTIM_ADAFACTOR && c->tp == 1) {
+     * (where it runs: the CPU, parallel/zero/factored.c) */
+    if (c->optimizer != OPTIM_ADAFACTOR) {
         struct config k = *c;
         k.optimizer = all.optimizer = OPTIM_ADAFACTOR;
-        lever(t, "--optimizer adafactor (CPU, tp 1)", &k, N, rank, budget, &first);
+        lever(t, "--optimizer adafactor (CPU)", &k, N, rank, budget, &first);
     }
     if (first) add(t, "none left (ZeRO needs more than one data-parallel rank)");
     else lever(t, "all of these together", &all, N, rank, budget, &first);

@@ -130,6 +130,7 @@ static void print_banner(const struct config *c, const struct trainer *tr, const
            c->shuffle ? ", shuffled" : ", sequential", tr->has_val ? c->val_data : "(none)");
     run_record_print(stdout, run);
     run_record_print_threads(stdout, run);
+    config_print_optimizer(stdout, c);
     printf("steps %d from step %d | lr %g %s, warmup %d\n", c->steps, tr->step, c->lr,
            c->lr_schedule == LR_COSINE ? "cosine" : "constant", c->warmup_steps);
     char stop[FILEIO_PATH_LEN];

@@ -110,6 +110,19 @@ static void rank_optim_free(struct rank_optim *r) {
     free(r->ft);
 }
 
+/* Adafactor's tied wte statistics sent from the first stage (factored.c):
+ * floats per step, 0 where none are. */
+static size_t tie_floats(const struct config *c, const struct model_layout *lay, struct rank_place p) {
+    if (c->optimizer != OPTIM_ADAFACTOR || c->zero < 1 || p.dp < 2) return 0;
+    struct shard_layout sh;
+    shard_layout_init(&sh, lay, p.dp, p.dp_rank);
+    struct rank_optim ro;
+    rank_optim_build(&ro, c, lay, &sh);
+    size_t n = ro.f.tie_floats;
+    rank_optim_free(&ro);
+    return n;
+}
+
 struct state_theory theory_trainer_states(const struct config *c, struct rank_place p) {
     struct model_layout lay = layout_of(c, p);
     int N = p.dp;
@@ -217,6 +230,10 @@ struct comm_theory theory_trainer_comm(const struct config *c, struct rank_place
      * step (parallel/zero/factored.c; its RMS sums go with the scalars) */
     if (c->optimizer == OPTIM_ADAFACTOR && c->zero >= 1 && N > 1)
         t.all_reduce += 2 * f * (double)factored_slot_floats(&lay, N) * 4;
+    /* and at the first of several stages the tied wte's R and C, assembled
+     * for the last stage (include/factored.h) */
+    if (c->optimizer == OPTIM_ADAFACTOR && c->zero >= 1 && N > 1 && lay.rank.has_embed && ties(&lay))
+        t.all_reduce += 2 * f * (double)tie_floats(c, &lay, p) * 4;
     /* the tied wte across stages: at stages >= 1 its unit's reduced chunks
      * are all-gathered over dp before the sum (parallel/zero/tie.c) */
     if (ties(&lay) && c->zero >= 1) {
@@ -245,6 +262,14 @@ struct tp_comm_theory theory_trainer_tp_comm(const struct config *whole, struct 
     t.per_layer = theory_tp_layer_bytes(&tm, c->micro_batch, p.tp, 4, r, t.sp);
     if (p.tp < 2) return t; /* f and g are identities: no calls */
     int E = lay.rank.has_embed, H = lay.rank.has_head;
+    if (c->optimizer == OPTIM_ADAFACTOR) { /* parallel/zero/factored.c: one fp32 all-reduce a step */
+        struct shard_layout sh;
+        shard_layout_init(&sh, &lay, p.dp, p.dp_rank);
+        struct rank_optim ro;
+        rank_optim_build(&ro, c, &lay, &sh);
+        t.optimizer = theory_allreduce_bytes(4.0 * (double)ro.f.tp_floats, p.tp);
+        rank_optim_free(&ro);
+    }
     t.ce_sum = H ? m * theory_allreduce_bytes(2 * BT * 4, p.tp) : 0;
     t.all_reduce_max = H ? m * theory_allreduce_bytes(BT * 4, p.tp) : 0;
     t.calls_max = m * H;
@@ -253,8 +278,8 @@ struct tp_comm_theory theory_trainer_tp_comm(const struct config *whole, struct 
         t.layers = m * n * t.per_layer;
         t.embedding = E ? m * ring : 0; /* g after the rows' lookup */
         t.head = H ? m * ring : 0;      /* f's backward: dlnf over the vocabulary slices */
-        t.all_reduce = t.layers + t.embedding + t.head + t.ce_sum;
-        t.calls = m * (n * t.layer_all_reduces + E + 2 * H);
+        t.all_reduce = t.layers + t.embedding + t.head + t.ce_sum + t.optimizer;
+        t.calls = m * (n * t.layer_all_reduces + E + 2 * H) + (t.optimizer > 0);
         return t;
     }
     /* one (B,T,C) reduce-scatter or all-gather: (t-1)/t M, one call per sequence */
@@ -269,8 +294,8 @@ struct tp_comm_theory theory_trainer_tp_comm(const struct config *whole, struct 
     double lnf = 2.0 * c->d_model * 4;
     t.norm_grads = m * (n * t.layer.norm_all_reduces * theory_allreduce_bytes(theory_tp_norm_grad_bytes(&tm), p.tp) +
                         H * theory_allreduce_bytes(lnf, p.tp));
-    t.all_reduce = t.norm_grads + t.ce_sum;
-    t.calls = m * (n * t.layer.norm_all_reduces + 2 * H);
+    t.all_reduce = t.norm_grads + t.ce_sum + t.optimizer;
+    t.calls = m * (n * t.layer.norm_all_reduces + 2 * H) + (t.optimizer > 0);
     t.sp_layers = m * n * t.per_layer;
     t.sp_embedding = E ? m * 2 * chunk : 0;
     t.sp_head = H ? m * (3 * chunk + theory_allreduce_bytes(lnf, p.tp)) : 0;
@@ -296,7 +321,8 @@ struct pipe_comm_theory theory_trainer_pp_comm(const struct config *whole, struc
     struct pipe_comm_theory t = {.send = boundaries * boundary / 2, .recv = boundaries * boundary / 2};
     if (ties(&lay)) {
         struct tensor_info w = lay.rank.has_embed ? layout_embed_tensor(&lay, EMB_WTE) : layout_head_tensor(&lay, HEAD_WTE);
-        t.tie_all_reduce = theory_allreduce_bytes((double)w.numel * (double)dtype_size(c->grad_dtype), 2);
+        t.tie_all_reduce = theory_allreduce_bytes((double)w.numel * (double)dtype_size(c->grad_dtype), 2) +
+                           theory_allreduce_bytes(4.0 * (double)tie_floats(c, &lay, p), 2);
     }
     return t;
 }
@@ -547,7 +573,8 @@ struct scratch_theory theory_trainer_scratch(const struct config *whole, struct 
         struct rank_optim ro;
         rank_optim_build(&ro, c, &lay, &sh);
         s.persistent += (double)factored_capacity(&ro.g) * sizeof(struct factored_tensor) +
-                        4.0 * (double)(ro.f.slot_floats + ro.f.rowsum_floats) + 8.0 * ro.f.tensors;
+                        4.0 * (double)(ro.f.slot_floats + ro.f.rowsum_floats + ro.f.tp_floats + ro.f.tie_floats) +
+                        8.0 * ro.f.tensors;
         rank_optim_free(&ro);
     }
     /* parallel/zero/comm.c: stage 0's all-reduce bucket table, one entry per unit at most */
