@@ -114,7 +114,7 @@ test: check-deps
 # and UBSan stay on. The unit tests keep leak detection.
 san-test:
 	$(MAKE) SAN=1 unit-test
-	ASAN_OPTIONS=detect_leaks=0 $(MAKE) SAN=1 mpi-test
+	ASAN_OPTIONS=detect_leaks=0 MPI_TEST_SECONDS=360 $(MAKE) SAN=1 mpi-test
 
 # Bundled corpus -> token shards (the demo's default train_data/val_data).
 data: data/kjv_train.bin

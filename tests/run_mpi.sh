@@ -3,6 +3,7 @@
 #   tests/run_mpi.sh build/tests/mpi/test_collectives [...]
 # More ranks than cores is expected here (--oversubscribe); root is allowed
 # so containers and CI runners work. A run that hangs fails after 120 s
+# ($MPI_TEST_SECONDS: the sanitizer build, several times slower, sets more)
 # instead of blocking CI. Exits non-zero if any run failed.
 set -u
 [ $# -gt 0 ] || { echo "usage: $0 TEST_BINARY..." >&2; exit 2; }
@@ -15,7 +16,7 @@ failed=()
 for t in "$@"; do
     for n in 2 3 4; do
         echo "== mpirun -np $n $t"
-        if ! timeout 120 mpirun --oversubscribe --allow-run-as-root "${forward[@]}" -np "$n" "$t"; then
+        if ! timeout "${MPI_TEST_SECONDS:-120}" mpirun --oversubscribe --allow-run-as-root "${forward[@]}" -np "$n" "$t"; then
             echo "!! FAILED: mpirun -np $n $t"
             failed+=("$t on $n ranks")
         fi
