@@ -129,6 +129,7 @@ static void print_banner(const struct config *c, const struct trainer *tr, const
            c->shuffle ? ", shuffled" : ", sequential", tr->has_val ? c->val_data : "(none)");
     run_record_print(stdout, run);
     run_record_print_threads(stdout, run);
+    report_energy_line(stdout, tr);
     printf("steps %d from step %d | lr %g %s, warmup %d\n", c->steps, tr->step, c->lr,
            c->lr_schedule == LR_COSINE ? "cosine" : "constant", c->warmup_steps);
     char stop[FILEIO_PATH_LEN];
@@ -173,7 +174,7 @@ static struct mem_timeline *gather_timelines(const struct trainer *tr, int rank,
  * groups then move to NCCL (train/run/run_device_grid.h). */
 static int open_device(const struct config *cfg, struct device_info *dev, struct grid *grid,
                        char err[TRAINER_ERR_LEN]) {
-    int ok = device_open(cfg->device, cfg->gpu_unverified, dev, err, TRAINER_ERR_LEN) == 0, all = 0;
+    int ok = device_open(cfg->device, cfg->gpu_path, cfg->gpu_unverified, dev, err, TRAINER_ERR_LEN) == 0, all = 0;
     MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (!all) {
         if (ok) snprintf(err, TRAINER_ERR_LEN, "another rank failed opening its device");
@@ -308,6 +309,7 @@ int main(int argc, char **argv) {
             report_flops(stdout, &tr, tr.step - start);
             report_cp_flops(stdout, &tr, ranks, world, tr.step - start);
             report_kernels(stdout, tr.json, &tr, tr.step - start);
+            report_energy(stdout, tr.json, &tr, tr.step - start);
             report_comm(stdout, tr.json, &tr, ranks, world, tr.step - start);
             report_pipeline(stdout, tr.json, &tr, ranks, world, tr.step - start);
         }
