@@ -2,7 +2,7 @@
 # Everything a lent GPU machine must do, in ONE device call under the
 # tool's 10 minutes (docs/GPU.md, "What a device call verifies"):
 #   1. build: the CPU build, the CUDA build (CUDA_ARCHS from the GPU), the data
-#   2. every CUDA unit test (build-cuda/tests/test_*: each kernel against its
+#   2. every CUDA unit test (build-cuda/tests/cuda/test_*: each kernel against its
 #      CPU reference) and tests/cuda/gpu_train.sh and gpu_grads.sh (the whole
 #      model against the CPU build, 2 ranks on one GPU, checkpoints)
 #   3. --gpu_path v2 against v1 and against the CPU build over 50 steps of
@@ -35,7 +35,7 @@ tmp=${GPU_VERIFY_TMP:-}
 # 2. every CUDA test
 cuda_tests() {
     local t rc=0
-    for t in build-cuda/tests/test_*; do echo "== $t"; "$t" || rc=1; done
+    for t in build-cuda/tests/cuda/test_*; do echo "== $t"; "$t" || rc=1; done
     return $rc
 }
 # run NAME PROGRAM ARGS...: one training run, its log and JSON in $tmp
