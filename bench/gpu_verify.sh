@@ -81,7 +81,12 @@ compare_paths() {
     compare cpu16 v2_16 2e-2 1e-2 "demo, bf16 params/grads/activations: v2 vs the CPU build" || rc=1
     compare v1_32 v2_32 1e-4 1e-5 "demo, fp32: v2 vs v1" || rc=1
     compare v1_16 v2_16 2e-2 1e-2 "demo, bf16: v2 vs v1" || rc=1
-    grep -h "UNVERIFIED" "$tmp/v1_16.out" "$tmp/v2_16.out" | head -2
+    # the option reached the device: each banner names its path
+    grep -h "^gpu:" "$tmp/v1_16.out" "$tmp/v2_16.out"
+    if ! grep -q "gpu_path v1" "$tmp/v1_16.out" || ! grep -q "gpu_path v2" "$tmp/v2_16.out"; then
+        echo "!! the runs' banners do not name --gpu_path v1 and v2"
+        rc=1
+    fi
     return $rc
 }
 # 4. 124M on each path: comparison, speed, kernels, energy; 350M speed

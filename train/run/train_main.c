@@ -238,8 +238,10 @@ int main(int argc, char **argv) {
     struct cpu_times before = machine_cpu_times();
     if (tr.space == MEM_DEVICE) { /* MFU against the GPU: its data sheet's dense bf16 peak */
         run.on_gpu = true;
-        /* sources not passed on a GPU (--gpu_unverified 1): the banner and the record say so */
-        snprintf(run.gpu, sizeof run.gpu, "%s%s", dev.name, dev.unverified ? " UNVERIFIED" : "");
+        /* the GPU's kernels (--gpu_path), and sources not passed on a GPU
+         * (--gpu_unverified 1): the banner and the record say so */
+        snprintf(run.gpu, sizeof run.gpu, "%s, gpu_path %s%s", dev.name, gpu_path_name(dev.path),
+                 dev.unverified ? " UNVERIFIED" : "");
         char perr[DEVICE_ERR_LEN];
         if (device_measure_peak(&dev, &run.gpu_peak, perr, sizeof perr) != 0 && rank == 0)
             fprintf(stderr, "warning: %s\n", perr);
