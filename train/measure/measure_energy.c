@@ -101,7 +101,7 @@ int energy_open_rapl(struct energy_meter *m, const char *root) {
     if (rc != 0) return off(m, "%s%s", m->why, "");
     if (m->n == 0) return off(m, "no RAPL package zone (intel-rapl:N named package-N) under %.256s%s", root, "");
     m->source = ENERGY_RAPL;
-    snprintf(m->what, sizeof m->what, "RAPL %s", names);
+    snprintf(m->what, sizeof m->what, "RAPL %.150s", names);
     return 0;
 }
 
