@@ -242,7 +242,7 @@ CUDA_TESTS    := $(CUDA_TEST_SRC:tests/%.c=$(CUDA_BUILD)/tests/%)
 cuda: nvcc-present $(CUDA_PROGRAMS) $(CUDA_TESTS)
 	@tests/check_deps.sh $(CUDA_BUILD)/obj
 	@echo "CUDA build in $(CUDA_BUILD)/ ($(CUDA_ARCHS)): compiled and linked; make cuda-test runs it on a GPU (docs/GPU.md)"
-	@echo "GPU path: $$(tests/cuda/gpu_sources.sh | cut -c1-160)$$(tests/cuda/gpu_sources.sh | grep -q '^verified' || echo ' -> runs on a GPU only with --gpu_unverified 1')"
+	@for p in v1 v2; do v=$$(tests/cuda/gpu_sources.sh --path $$p); echo "GPU path $$p$$([ $$p = v1 ] && echo ' (the default)'): $$(echo "$$v" | cut -c1-160)$$(echo "$$v" | grep -q '^verified' || echo ' -> runs on a GPU only with --gpu_unverified 1')"; done
 
 # Without a GPU every test reports itself skipped ("no CUDA device") and the
 # program exits 0; with one, each CUDA buffer operation and layer kernel
@@ -258,16 +258,18 @@ cuda-test: cuda all data
 nvcc-present:
 	@test -x "$(NVCC)" || { echo "make cuda: nvcc not found at $(NVCC) (install the CUDA toolkit or set CUDA_HOME=...)" >&2; exit 1; }
 
-# Whether the GPU path's sources are the ones that last passed on a GPU
-# (tests/cuda/gpu_sources.sh against tests/cuda/gpu_verified.txt), built
-# into model/device.c: an unverified path runs on a GPU only with
-# --gpu_unverified 1 (docs/GPU.md). Asked only when device.o is built,
-# which any change to those sources or to the record makes happen.
-GPU_PATH_FILES := $(wildcard model/cuda/* optim/cuda/* parallel/comm/cuda/*) model/layers_dispatch.c \
+# Whether each GPU path's sources (--gpu_path v1|v2) are the ones that last
+# passed on a GPU (tests/cuda/gpu_sources.sh --path against
+# tests/cuda/gpu_verified.txt), built into model/device.c: an unverified
+# path runs on a GPU only with --gpu_unverified 1 (docs/GPU.md). Asked only
+# when device.o is built, which any change to those sources or to the
+# record makes happen.
+GPU_PATH_FILES := $(shell find model optim parallel -path "*/cuda/*" -type f) model/layers_dispatch.c \
                   model/bufops_dispatch.c optim/optim_dispatch.c include/backend.h
-GPU_VERDICT = $(shell tests/cuda/gpu_sources.sh)
+gpu_verified_flag = $(if $(filter verified,$(shell tests/cuda/gpu_sources.sh --path $(1))),1,0)
 $(CUDA_BUILD)/obj/model/device.o: tests/cuda/gpu_verified.txt tests/cuda/gpu_sources.sh $(GPU_PATH_FILES)
-$(CUDA_BUILD)/obj/model/device.o: CUDA_CFLAGS += -DSHARDLAB_GPU_VERIFIED=$(if $(filter verified,$(GPU_VERDICT)),1,0)
+$(CUDA_BUILD)/obj/model/device.o: CUDA_CFLAGS += -DSHARDLAB_GPU_VERIFIED_V1=$(call gpu_verified_flag,v1) \
+                                                 -DSHARDLAB_GPU_VERIFIED_V2=$(call gpu_verified_flag,v2)
 
 $(CUDA_BUILD)/obj/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
@@ -279,6 +281,8 @@ $(CUDA_BUILD)/obj/%.o: %.c Makefile
 # -std=c17 contracts none either).
 CUDA_LAYER_CU := $(patsubst %,$(CUDA_BUILD)/obj/model/cuda/%.o,encoder gelu layernorm matmul crossentropy attention)
 $(CUDA_LAYER_CU): NVCC_FLAGS += --fmad=false
+# So do v2's (model/cuda/v2/: each kernel's host reference, bit for bit).
+$(patsubst %.cu,$(CUDA_BUILD)/obj/%.o,$(wildcard model/cuda/v2/*.cu)): NVCC_FLAGS += --fmad=false
 # So do the optimizer kernels (optim/cuda/optim_kernels.h).
 CUDA_OPTIM_CU := $(patsubst %.cu,$(CUDA_BUILD)/obj/%.o,$(wildcard optim/cuda/*.cu))
 $(CUDA_OPTIM_CU): NVCC_FLAGS += --fmad=false

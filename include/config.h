@@ -103,6 +103,8 @@ struct config {
     double peak_flops;
     bool force;            /* go on when the memory check says the run will not fit */
     bool gpu_unverified;   /* run the CUDA build's GPU path although its sources have not passed on a GPU */
+    enum gpu_path gpu_path; /* --gpu_path: the GPU's kernels, v1 (verified) or v2 (include/device.h) */
+    double watts;          /* the planner's P per device for E = t x P; 0: NVML's power limit on a GPU, none on a CPU */
 };
 
 /* The MLP's width F: ffn_dim, or 4 d_model where it is 0 (mlp_width). */

@@ -53,6 +53,12 @@ void report_flops(FILE *out, const struct trainer *tr, int steps);
 /* Rank 0's kernel time per step by kind (the CUDA build's profile:
  * include/counters.h); nothing when no kernel was profiled (the CPU build). */
 void report_kernels(FILE *out, FILE *json, const struct trainer *tr, int steps);
+/* The run's energy (train/report/report_energy.c): the joules of every
+ * counted meter per step, per token and as model TFLOP per joule, beside
+ * the planner's E = t x P, or "not available here" and why; json: when not
+ * NULL, one "energy" record. report_energy_line: the banner's "energy:" line. */
+void report_energy(FILE *out, FILE *json, const struct trainer *tr, int steps);
+void report_energy_line(FILE *out, const struct trainer *tr);
 /* Per group with traffic on any rank (dp always): bytes per step by kind,
  * with ZeRO's theory beside the dp rows ("-" elsewhere, for now); then the
  * time collectives were in flight and the part exposed (the compute thread

@@ -41,6 +41,17 @@ void trainer_close_kernels(struct trainer *tr);
 /* A GPU run: samples the driver's used bytes into device_used_peak. */
 void trainer_sample_device_memory(struct trainer *tr);
 
+/* The run's energy (train/run/run_energy.c): opens this rank's meter (a
+ * GPU's NVML counter, else the host's RAPL packages) and decides, over the
+ * world, which ranks count theirs: one per host's CPUs or per GPU, so two
+ * ranks on one host or one GPU count it once. Collective (MPI_COMM_WORLD). */
+void trainer_open_energy(struct trainer *tr);
+/* The step's joules over every counted meter, from this rank's readings
+ * before (start) and now: collective over the world when tr->energy_world
+ * (one MPI_Allreduce of two doubles), NAN and no collective otherwise or
+ * when a meter stopped during the step. Adds to energy_run_j. */
+double trainer_step_energy(struct trainer *tr, double start_joules);
+
 /* Generates cfg->sample_tokens tokens after cfg->sample_prompt (train/run/run_sample.c).
  * Collective: every rank runs it; out may be NULL on all but one. */
 void trainer_sample(struct trainer *tr, FILE *out);

@@ -23,7 +23,8 @@ struct run_record {
     enum isa_level isa;      /* machine_cpu_isa() */
     struct blas_info blas;
     bool on_gpu;             /* the ranks run on GPUs: peak_flops is the GPU's (gpu below), not the CPU's */
-    char gpu[DEVICE_NAME_LEN + 16]; /* the GPU's name, " UNVERIFIED" after it when its path has not passed on a GPU */
+    char gpu[DEVICE_NAME_LEN + 32]; /* the GPU's name, its path (--gpu_path), " UNVERIFIED" after them when the
+                                     * path has not passed on a GPU */
     struct device_peak gpu_peak;
     /* The layer GEMMs (run_record_describe_gemms): their operands, the
      * library and the kernel it chose. */

@@ -12,6 +12,7 @@
 #include "counters.h"
 #include "data.h"
 #include "device.h"
+#include "energy.h"
 #include "engine.h"
 #include "grid.h"
 #include "machine.h"
@@ -68,6 +69,17 @@ struct trainer {
     int team;
     bool team_follows;
     struct core_watch cores;
+    /* Energy (train/run/run_energy.c, include/energy.h): this rank's meter,
+     * whether it is the one counted for its host's CPUs or its GPU, and
+     * the run's joules summed over the counted meters of the world */
+    struct energy_meter energy;
+    bool energy_owner;          /* this rank counts its meter (the lowest rank on that host's CPUs or that GPU) */
+    int energy_devices;         /* counted meters over the world: hosts on the CPU, GPUs on GPUs */
+    bool energy_world;          /* every counted meter is available: the steps carry joules */
+    double energy_run_j;        /* joules over the run's steps, every counted meter */
+    int energy_steps;           /* steps in energy_run_j (a meter that stops leaves the rest out) */
+    double watts;               /* the planner's P per device for E = t x P; 0: none */
+    char watts_source[64];      /* where watts came from: "--watts", "NVML enforced power limit" */
 };
 
 /* Every rank's rc agreed over the grid (grid_agree, include/grid.h): a

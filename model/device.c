@@ -6,11 +6,14 @@
 #include <stdio.h>
 
 #ifdef SHARDLAB_CUDA
-/* 1 when the GPU path's sources are the ones that last passed on a GPU:
- * the Makefile asks tests/cuda/gpu_sources.sh when it builds this file. */
-#ifndef SHARDLAB_GPU_VERIFIED
-#error "the CUDA build passes -DSHARDLAB_GPU_VERIFIED (the Makefile)"
+/* 1 when a GPU path's sources are the ones that last passed on a GPU, per
+ * path (--gpu_path): the Makefile asks tests/cuda/gpu_sources.sh --path v1
+ * and --path v2 when it builds this file. */
+#if !defined SHARDLAB_GPU_VERIFIED_V1 || !defined SHARDLAB_GPU_VERIFIED_V2
+#error "the CUDA build passes -DSHARDLAB_GPU_VERIFIED_V1 and _V2 (the Makefile)"
 #endif
+#include <cuda_runtime_api.h>
+
 #include "cuda/cuda_device.h"
 #include "cuda/flash_attention.h"
 #include "kernel_timing.h"
@@ -29,16 +32,36 @@ static void open_cpu(struct device_info *d) {
     snprintf(d->name, sizeof d->name, "cpu");
 }
 
-int device_open(enum device_kind want, bool allow_unverified, struct device_info *d, char *err, size_t err_len) {
+/* Not a quiet fall-back: v2 names the GPU's kernels, so a run that is not
+ * on a GPU was not what was asked for. */
+static int check_path_on_cpu(enum device_kind want, enum gpu_path path, const struct device_info *d, char *err,
+                             size_t err_len) {
+    if (path == GPU_PATH_V1 || d->kind == DEVICE_CUDA) return 0;
+    snprintf(err, err_len, "--gpu_path %s chooses the GPU's kernels, but this run is on the %s (--device %s%s): use "
+             "--gpu_path v1 (the default) on a CPU", gpu_path_name(path), d->name, device_kind_name(want),
+             device_build_has_cuda() ? "" : ", the CPU build");
+    return -1;
+}
+
+int device_open(enum device_kind want, enum gpu_path path, bool allow_unverified, struct device_info *d, char *err,
+                size_t err_len) {
     open_cpu(d);
-    if (want == DEVICE_CPU) return 0;
+    if (want == DEVICE_CPU) return check_path_on_cpu(want, path, d, err, err_len);
 #ifdef SHARDLAB_CUDA
     if (cuda_device_open(want == DEVICE_CUDA, d, err, err_len) != 0) return -1;
-    if (d->kind != DEVICE_CUDA || SHARDLAB_GPU_VERIFIED) return 0;
+    if (d->kind != DEVICE_CUDA) return check_path_on_cpu(want, path, d, err, err_len);
+    d->path = path;
+    if (cudaDeviceGetPCIBusId(d->pci_bus_id, DEVICE_BUS_ID_LEN, d->ordinal) != cudaSuccess) {
+        (void)cudaGetLastError(); /* the energy meter goes without it (train/measure/measure_energy_nvml.c) */
+        d->pci_bus_id[0] = '\0';
+    }
+    int verified = path == GPU_PATH_V2 ? SHARDLAB_GPU_VERIFIED_V2 : SHARDLAB_GPU_VERIFIED_V1;
+    if (verified) return 0;
     if (!allow_unverified) {
-        snprintf(err, err_len, "the GPU path's sources have changed since they last passed on a GPU "
-                               "(tests/cuda/gpu_sources.sh against tests/cuda/gpu_verified.txt): they are compiled, "
-                               "not verified. --gpu_unverified 1 runs them anyway; --device cpu runs on the CPU");
+        snprintf(err, err_len, "the GPU path %s's sources have changed since they last passed on a GPU "
+                 "(tests/cuda/gpu_sources.sh --path %s against tests/cuda/gpu_verified.txt): they are compiled, "
+                 "not verified. --gpu_unverified 1 runs them anyway; --device cpu runs on the CPU",
+                 gpu_path_name(path), gpu_path_name(path));
         return -1;
     }
     d->unverified = true;
@@ -50,7 +73,7 @@ int device_open(enum device_kind want, bool allow_unverified, struct device_info
                                "docs/GPU.md)");
         return -1;
     }
-    return 0;
+    return check_path_on_cpu(want, path, d, err, err_len);
 #endif
 }
 

@@ -151,14 +151,26 @@ static void test_device_key(void **state) {
     struct device_info d;
     char derr[DEVICE_ERR_LEN] = "";
     assert_false(device_build_has_cuda());
-    assert_int_equal(device_open(DEVICE_AUTO, false, &d, derr, sizeof derr), 0);
+    assert_int_equal(device_open(DEVICE_AUTO, GPU_PATH_V1, false, &d, derr, sizeof derr), 0);
     assert_int_equal(d.kind, DEVICE_CPU);
-    assert_int_equal(device_open(DEVICE_CUDA, false, &d, derr, sizeof derr), -1);
+    assert_int_equal(device_open(DEVICE_CUDA, GPU_PATH_V1, false, &d, derr, sizeof derr), -1);
     assert_non_null(strstr(derr, "without CUDA support"));
     size_t used = 1, total = 1;
-    assert_int_equal(device_open(DEVICE_CPU, false, &d, derr, sizeof derr), 0);
+    assert_int_equal(device_open(DEVICE_CPU, GPU_PATH_V1, false, &d, derr, sizeof derr), 0);
     assert_int_equal(device_memory_used(&d, &used, &total, derr, sizeof derr), -1);
     assert_int_equal(used, 0);
+    /* --gpu_path v2 names the GPU's kernels: on the CPU an error, whether
+     * the CPU was asked for or auto found no GPU */
+    assert_int_equal(c.gpu_path, GPU_PATH_V1);
+    assert_int_equal(config_set(&c, "gpu_path", "v2", err), 0);
+    assert_int_equal(c.gpu_path, GPU_PATH_V2);
+    assert_int_equal(config_set(&c, "gpu_path", "v3", err), -1);
+    assert_int_equal(device_open(DEVICE_CPU, GPU_PATH_V2, false, &d, derr, sizeof derr), -1);
+    assert_non_null(strstr(derr, "--gpu_path v2 chooses the GPU's kernels, but this run is on the cpu (--device cpu"));
+    assert_int_equal(device_open(DEVICE_AUTO, GPU_PATH_V2, true, &d, derr, sizeof derr), -1);
+    assert_non_null(strstr(derr, "(--device auto, the CPU build)"));
+    assert_int_equal(device_open(DEVICE_CUDA, GPU_PATH_V2, false, &d, derr, sizeof derr), -1);
+    assert_non_null(strstr(derr, "without CUDA support"));
 }
 
 /* warmup longer than the run: a warning naming both; steps 0 with

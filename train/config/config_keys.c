@@ -103,6 +103,8 @@ static const struct key KEYS[] = {
     {"threads_adapt", KEY_BOOL, F(threads_adapt), "1", "1: between steps the team follows the cores other processes leave free (1 to threads; a run's numbers do not depend on it, docs/THREADS.md); 0: always threads", NUM(0, 1)},
     {"peak_flops", KEY_DOUBLE, F(peak_flops), "0", "peak FLOP/s for MFU; 0: measure at start-up", NUM(0, 1e30)},
     {"gpu_unverified", KEY_BOOL, F(gpu_unverified), "0", "1: the CUDA build runs its GPU path on a GPU although those sources have not passed make cuda-test and gpu_train.sh on a GPU since they changed (tests/cuda/gpu_verified.txt); the banner says UNVERIFIED. 0: such a build refuses --device cuda and auto on a GPU", NUM(0, 1)},
+    {"gpu_path", KEY_CHOICE, F(gpu_path), "v1", "the GPU's kernels (docs/GPU.md): v1, the path that last passed on a GPU (tests/cuda/gpu_verified.txt); v2, the bf16 data path of issue 24, whose kernels are compiled and have not run on a GPU (the banner says UNVERIFIED until they pass). v2 on a run that is not on a GPU is an error", .choices = {"v1", "v2"}},
+    {"watts", KEY_DOUBLE, F(watts), "0", "the power per device for the planner's energy E = t x P beside the measured joules (build/plan --watts); 0: on a GPU its enforced power limit (NVML), on the CPU none (the estimate is left out)", NUM(0, 1e9)},
     {"force", KEY_BOOL, F(force), "0", "1: allocate even when the memory check (theory + libraries vs MemAvailable and the cgroup limit) says the run will not fit; a warning instead of the refusal", NUM(0, 1)},
 };
 

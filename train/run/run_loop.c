@@ -177,6 +177,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     if (rc == 0) rc = trainer_agree(tr, init_weights(tr, err), err);
     if (rc == 0 && *cfg->resume) rc = trainer_load_state(tr, cfg->resume, err);
     rc = trainer_agree(tr, rc, err);
+    if (rc == 0) trainer_open_energy(tr); /* collective, on every rank alike */
     if (rc != 0) trainer_close(tr);
     else say(tr, "ready in %.1f s", monotonic_seconds() - t_start);
     tr->startup_tracked_peak = (double)tr->mem.peak_space[MEM_HOST]; /* beside the RSS */
@@ -193,6 +194,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
 void trainer_close(struct trainer *tr) {
     if (!tr->cfg) return;
     if (tr->json) fclose(tr->json);
+    energy_close(&tr->energy);
     loader_close(&tr->train);
     if (tr->has_val) loader_close(&tr->val);
     pipeline_free(&tr->pipe, &tr->mem);
@@ -250,6 +252,8 @@ float trainer_validate(struct trainer *tr) {
 struct step_metrics {
     float loss, val_loss, lr; /* val_loss: NO_VAL_LOSS where the step did not validate */
     double grad_norm, ms, tokens_per_s, flops, model_flops, mfu, gemm_ms, optimizer_ms;
+    double joules, planned_joules; /* the step's, every counted meter (NAN: not measured); E = t x P (NAN: no P) */
+    double tokens;
     bool nonfinite; /* the loss or the gradient norm is NaN or Inf: no update was applied */
 };
 
@@ -270,18 +274,29 @@ static void log_step(struct trainer *tr, const struct step_metrics *m, bool keep
              "step %5d/%d | loss %.4f%s | lr %.2e | norm %.3f | %.1f ms (gemm %.0f%%) | %.0f tok/s | MFU %.1f%% | ETA %s%s",
              tr->step, tr->cfg->steps, m->loss, val_part, m->lr, m->grad_norm, m->ms, 100.0 * m->gemm_ms / m->ms,
              m->tokens_per_s, 100.0 * m->mfu, eta, m->nonfinite ? " | non-finite: update not applied" : "");
+    if (isfinite(m->joules)) {
+        size_t used = strlen(line);
+        snprintf(line + used, sizeof line - used, " | %.1f J", m->joules);
+    }
     progress_show(&tr->progress, stdout, line, keep);
     if (!tr->json) return;
     char val[32] = "null", loss[32], norm[32];
     if (has_val_loss(m->val_loss)) snprintf(val, sizeof val, "%.6f", m->val_loss);
     json_number(loss, "%.6f", m->loss);
     json_number(norm, "%.6f", m->grad_norm);
+    /* energy (docs/ENERGY.md): the job's model FLOPs over the job's joules */
+    char joules[32], per_token[32], tflop_per_j[32], planned[32];
+    json_number(joules, "%.6g", m->joules);
+    json_number(per_token, "%.6g", m->joules / m->tokens);
+    json_number(tflop_per_j, "%.6g", m->model_flops * tr->grid->world_size / m->joules / 1e12);
+    json_number(planned, "%.6g", m->planned_joules);
     fprintf(tr->json,
             "{\"type\":\"step\",\"step\":%d,\"loss\":%s,\"val_loss\":%s,\"lr\":%.6e,\"grad_norm\":%s,"
             "\"ms\":%.3f,\"tokens_per_s\":%.1f,\"flops\":%.6e,\"model_flops\":%.6e,\"mfu\":%.5f,"
-            "\"gemm_ms\":%.3f,\"optimizer_ms\":%.3f,\"threads\":%d,\"skipped\":%s}\n",
+            "\"gemm_ms\":%.3f,\"optimizer_ms\":%.3f,\"threads\":%d,\"skipped\":%s,\"joules\":%s,\"joules_per_token\":%s,"
+            "\"tflop_per_joule\":%s,\"planned_joules\":%s}\n",
             tr->step, loss, val, m->lr, norm, m->ms, m->tokens_per_s, m->flops, m->model_flops, m->mfu, m->gemm_ms,
-            m->optimizer_ms, tr->team, m->nonfinite ? "true" : "false");
+            m->optimizer_ms, tr->team, m->nonfinite ? "true" : "false", joules, per_token, tflop_per_j, planned);
     if (fflush(tr->json) != 0 && !tr->json_errno) tr->json_errno = errno; /* said when the log is closed */
 }
 
@@ -293,6 +308,8 @@ static struct step_metrics train_step(struct trainer *tr) {
     const struct config *c = tr->cfg;
     struct engine *e = &tr->engine;
     struct flop_counter before = tr->flops;
+    if (tr->energy_world) energy_read(&tr->energy); /* the meter read around the step (a failure: trainer_step_energy) */
+    double joules0 = tr->energy.joules;
     double t0 = monotonic_seconds();
     trace_set_step(&tr->trace, tr->step + 1);
     int step_ev = trace_begin(&tr->trace, TRACE_STEP, -1);
@@ -347,7 +364,10 @@ static struct step_metrics train_step(struct trainer *tr) {
     tr->step++;
     double tokens = (double)c->micro_batch * c->seq_len * c->grad_accum * dp;
     double model_flops = tr->model_flops_per_step;
+    double joules = trainer_step_energy(tr, joules0); /* collective when measured */
     return (struct step_metrics){
+        .joules = joules, .tokens = tokens,
+        .planned_joules = tr->watts > 0 ? theory_energy_joules(dt, tr->energy_devices, tr->watts) : NAN,
         .model_flops = model_flops, .mfu = tr->peak_flops > 0 ? model_flops / dt / tr->peak_flops : 0.0,
         .loss = (float)(loss / means), .val_loss = NO_VAL_LOSS, .lr = lr_at(&e->o.zero.optim.lr, tr->step - 1),
         .grad_norm = grad_norm, .ms = dt * 1e3, .tokens_per_s = tokens / dt,

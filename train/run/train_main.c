@@ -131,6 +131,7 @@ static void print_banner(const struct config *c, const struct trainer *tr, const
     run_record_print(stdout, run);
     run_record_print_threads(stdout, run);
     config_print_optimizer(stdout, c);
+    report_energy_line(stdout, tr);
     printf("steps %d from step %d | lr %g %s, warmup %d\n", c->steps, tr->step, c->lr,
            c->lr_schedule == LR_COSINE ? "cosine" : "constant", c->warmup_steps);
     char stop[FILEIO_PATH_LEN];
@@ -175,7 +176,7 @@ static struct mem_timeline *gather_timelines(const struct trainer *tr, int rank,
  * groups then move to NCCL (train/run/run_device_grid.h). */
 static int open_device(const struct config *cfg, struct device_info *dev, struct grid *grid,
                        char err[TRAINER_ERR_LEN]) {
-    int ok = device_open(cfg->device, cfg->gpu_unverified, dev, err, TRAINER_ERR_LEN) == 0, all = 0;
+    int ok = device_open(cfg->device, cfg->gpu_path, cfg->gpu_unverified, dev, err, TRAINER_ERR_LEN) == 0, all = 0;
     MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (!all) {
         if (ok) snprintf(err, TRAINER_ERR_LEN, "another rank failed opening its device");
@@ -240,8 +241,10 @@ int main(int argc, char **argv) {
     struct cpu_times before = machine_cpu_times();
     if (tr.space == MEM_DEVICE) { /* MFU against the GPU: its data sheet's dense bf16 peak */
         run.on_gpu = true;
-        /* sources not passed on a GPU (--gpu_unverified 1): the banner and the record say so */
-        snprintf(run.gpu, sizeof run.gpu, "%s%s", dev.name, dev.unverified ? " UNVERIFIED" : "");
+        /* the GPU's kernels (--gpu_path), and sources not passed on a GPU
+         * (--gpu_unverified 1): the banner and the record say so */
+        snprintf(run.gpu, sizeof run.gpu, "%s, gpu_path %s%s", dev.name, gpu_path_name(dev.path),
+                 dev.unverified ? " UNVERIFIED" : "");
         char perr[DEVICE_ERR_LEN];
         if (device_measure_peak(&dev, &run.gpu_peak, perr, sizeof perr) != 0 && rank == 0)
             fprintf(stderr, "warning: %s\n", perr);
@@ -312,6 +315,7 @@ int main(int argc, char **argv) {
             report_flops(stdout, &tr, tr.step - start);
             report_cp_flops(stdout, &tr, ranks, world, tr.step - start);
             report_kernels(stdout, tr.json, &tr, tr.step - start);
+            report_energy(stdout, tr.json, &tr, tr.step - start);
             report_comm(stdout, tr.json, &tr, ranks, world, tr.step - start);
             report_pipeline(stdout, tr.json, &tr, ranks, world, tr.step - start);
         }
