@@ -255,6 +255,28 @@ void attention_lse_forward(float *out, float *lse, const float *qkv, int64_t B, 
  * floats (D = rowsum(dout * out) per head and row); garbage on return. */
 void attention_lse_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
                             const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
+/* The same on the bf16 data path (model/gpt.c's attention on acts_direct
+ * with --attention flash), host memory only: qkv and, in the backward,
+ * the output are the saved bf16 stores, read as they are; the lse stays
+ * fp32. Per (b, h) a thread widens the head's q, k, v (and out) into its
+ * own fp32 tiles and runs the fp32 kernel's rows on them, in the same
+ * order: each equals "widen the bf16 inputs, run attention_lse_forward /
+ * attention_lse_backward, narrow the output" bit for bit. Rounding points:
+ *   attention_lse_forward_bf16:  q, k, v widened exactly; scores, the
+ *     online softmax, O and lse in fp32; out rounded once to bf16 as it is
+ *     stored; lse fp32.
+ *   attention_lse_backward_bf16: q, k, v and out widened exactly (out as
+ *     stored: D = rowsum(dout * out) from the rounded output, as the fp32
+ *     path's widened copy gave); dout, dqkv fp32: no rounding.
+ * scratch: attention_lse_bf16_scratch(B, T, C, NH) floats (D, then per
+ * thread q, k, v, out, dk and dv, T x hs each), garbage on return. FLOPs
+ * as the fp32 forms'. */
+void attention_lse_forward_bf16(bf16 *out, float *lse, const bf16 *qkv, float *scratch, int64_t B, int64_t T,
+                                int64_t C, int64_t NH, struct flop_counter *fc);
+void attention_lse_backward_bf16(float *dqkv, float *scratch, const float *dout, const bf16 *qkv, const bf16 *out,
+                                 const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH,
+                                 struct flop_counter *fc);
+size_t attention_lse_bf16_scratch(int64_t B, int64_t T, int64_t C, int64_t NH);
 /* B NH T: one definition for the CPU and the GPU (flash_attention.h's
  * flash_attention_backward_scratch is the same count). */
 size_t attention_lse_backward_scratch(int64_t B, int64_t T, int64_t NH);
@@ -389,6 +411,11 @@ void attention_forward_bf16_cpu(struct act_out out, struct act_out att, const bf
                                 int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
 void attention_backward_bf16_cpu(float *dqkv, const float *dout, const bf16 *qkv, struct operand att, float *scratch,
                                  int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
+void attention_lse_forward_bf16_cpu(bf16 *out, float *lse, const bf16 *qkv, float *scratch, int64_t B, int64_t T,
+                                    int64_t C, int64_t NH, struct flop_counter *fc);
+void attention_lse_backward_bf16_cpu(float *dqkv, float *scratch, const float *dout, const bf16 *qkv, const bf16 *out,
+                                     const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH,
+                                     struct flop_counter *fc);
 void attention_lse_forward_cpu(float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
                                struct flop_counter *fc);
 void attention_lse_backward_cpu(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,

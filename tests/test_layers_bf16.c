@@ -1,7 +1,8 @@
 /* The bf16 data path's kernels (include/layers.h: layernorm_forward_bf16,
  * layernorm_backward_bf16, residual_forward_bf16; the plain attention's
- * attention_forward_bf16 and attention_backward_bf16, test_attention_bf16,
- * whose comment says how), held to what a GPU port of them will be held to:
+ * attention_forward_bf16 and attention_backward_bf16, and flash's
+ * attention_lse_*_bf16, test_attention_bf16 and test_attention_lse_bf16,
+ * whose comments say how), held to what a GPU port of them will be held to:
  *
  * - against an fp64 reference of the same math on the same bf16 inputs
  *   (widened: exact). Forward bound per element: the one rounding to bf16
@@ -289,12 +290,47 @@ static void test_attention_bf16(void **state) {
     free(scratch32);
 }
 
+/* The flash attention's bf16 forms against the fp32 kernels on the
+ * widened qkv and (backward) the widened stored output: the output
+ * narrowed, the lse and dqkv bit for bit; FLOP counts equal. (Its fp32
+ * arithmetic is held to finite differences in test_attention_lse.) */
+static void test_attention_lse_bf16(void **state) {
+    (void)state;
+    static bf16 qkv16[AQKV], out16[AY], want16[AY];
+    static float qkv[AQKV], out32[AY], y32[AY], dout[AY], dq[AQKV], dq32[AQKV];
+    static float lse[AB * ANH * AT], lse32[AB * ANH * AT];
+    fill_uniform(qkv, AQKV, -2, 2, 98);
+    fill_uniform(dout, AY, -1, 1, 99);
+    for (int i = 0; i < AQKV; i++) {
+        qkv16[i] = f32_to_bf16(qkv[i]);
+        qkv[i] = bf16_to_f32(qkv16[i]);
+    }
+    float *scratch = malloc(attention_lse_bf16_scratch(AB, AT, AC, ANH) * sizeof *scratch);
+    float *D = malloc(attention_lse_backward_scratch(AB, AT, ANH) * sizeof *D);
+    assert_non_null(scratch);
+    assert_non_null(D);
+    struct flop_counter fa = {0}, fb = {0};
+    attention_lse_forward_bf16(out16, lse, qkv16, scratch, AB, AT, AC, ANH, &fa);
+    attention_lse_forward(out32, lse32, qkv, AB, AT, AC, ANH, &fb);
+    buf_narrow(MEM_HOST, want16, out32, AY);
+    assert_memory_equal(out16, want16, sizeof out16);
+    assert_memory_equal(lse, lse32, sizeof lse);
+    buf_widen(MEM_HOST, y32, out16, AY);
+    attention_lse_backward_bf16(dq, scratch, dout, qkv16, out16, lse, AB, AT, AC, ANH, &fa);
+    attention_lse_backward(dq32, D, dout, qkv, y32, lse32, AB, AT, AC, ANH, &fb);
+    assert_memory_equal(dq, dq32, sizeof dq);
+    assert_true(fa.attention == fb.attention && fa.other == fb.other && fa.attention > 0);
+    free(scratch);
+    free(D);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layernorm_forward_bf16),
         cmocka_unit_test(test_layernorm_backward_bf16),
         cmocka_unit_test(test_residual_forward_bf16),
         cmocka_unit_test(test_attention_bf16),
+        cmocka_unit_test(test_attention_lse_bf16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,6 +23,7 @@
 #include <math.h>
 #include <omp.h>
 
+#include "act_io.h"
 #include "layers.h"
 
 /* softmax: max, subtract and exp, sum, scale; its backward: the row's dot
@@ -119,12 +120,6 @@ size_t attention_bf16_scratch(int64_t B, int64_t T, int64_t C, int64_t NH) {
     return (size_t)head_threads(B, NH) * per_thread;
 }
 
-/* tile (n rows of w, packed) = the bf16 rows at src, ld apart (exact) */
-static void widen_rows(float *tile, const bf16 *src, int64_t ld, int64_t n, int64_t w) {
-    for (int64_t t = 0; t < n; t++)
-        for (int64_t d = 0; d < w; d++) tile[t * w + d] = bf16_to_f32(src[t * ld + d]);
-}
-
 /* The rows at dst's element off, ld apart, = tile (n rows of w, packed):
  * rounded to bf16 once (nearest even), or copied into an fp32 dst. */
 static void store_rows(struct act_out dst, int64_t off, int64_t ld, const float *tile, int64_t n, int64_t w) {
@@ -149,9 +144,9 @@ static struct head_tiles tiles_of(float *scratch, int64_t T, int64_t hs) {
 
 /* The head's q, k, v (hs columns of qkv's 3C-wide rows), widened. */
 static void load_head(struct head_tiles *w, const bf16 *q, int64_t T, int64_t C, int64_t hs) {
-    widen_rows(w->q, q, 3 * C, T, hs);
-    widen_rows(w->k, q + C, 3 * C, T, hs);
-    widen_rows(w->v, q + 2 * C, 3 * C, T, hs);
+    act_widen_rows(w->q, q, 3 * C, T, hs);
+    act_widen_rows(w->k, q + C, 3 * C, T, hs);
+    act_widen_rows(w->v, q + 2 * C, 3 * C, T, hs);
 }
 
 void attention_forward_bf16_cpu(struct act_out out, struct act_out att, const bf16 *qkv, float *scratch, int64_t B,
@@ -182,7 +177,7 @@ void attention_backward_bf16_cpu(float *dqkv, const float *dout, const bf16 *qkv
         struct head_tiles w = tiles_of(scratch, T, hs);
         load_head(&w, qkv + b * T * C3 + h * hs, T, C, hs);
         const float *p = w.p, *dy = dout + b * T * C + h * hs;
-        if (att.b16) widen_rows(w.p, att.b16 + bh * T * T, T, T, T);
+        if (att.b16) act_widen_rows(w.p, att.b16 + bh * T * T, T, T, T);
         else p = att.f32 + bh * T * T;
         float *dq = dqkv + b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
         gemm_counted_cpu(fc, GEMM_ATTENTION, false, true, T, T, hs, 1.0f, dy, C, w.v, hs, 0.0f, w.d, T);
