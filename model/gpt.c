@@ -10,9 +10,9 @@
  * directly. On the bf16 data path (acts_direct: bf16 GEMMs on the host)
  * the kernels themselves load and store bf16 (layers.h: the GEMMs'
  * mixed forms, layernorm_*_bf16, residual_forward_bf16, gelu_*_bf16, the
- * plain attention's attention_*_bf16), and only flash attention's inputs
- * still pass through fp32 copies; the values are the same, each rounded
- * once where it is stored.
+ * attention's attention_*_bf16 and attention_lse_*_bf16), and only the
+ * ring attention's (context parallelism) inputs still pass through fp32
+ * copies; the values are the same, each rounded once where it is stored.
  *
  * Tensor parallelism (Shoeybi et al. 2019, Figure 3): the QKV and FC GEMMs
  * are column-parallel (this rank's heads, its 4C/tp features), preceded by
@@ -126,12 +126,13 @@ static bool gemm_input(enum layer_act a) {
 static bool acts_direct(const struct gpt *m) { return gemm_reads_store(m) && m->space == MEM_HOST; }
 
 /* Whether the attention reads and writes the bf16 stores too
- * (attention_*_bf16): the plain attention on the bf16 data path. Then
- * qkv's GEMM writes into dqkv (free in the forward), narrowed from there
- * into its store, and qkv, the probabilities and the attention output
- * have no fp32 copy: the kernel widens one head at a time into its
- * threads' tiles (att_scratch). Flash attention keeps its fp32 copies. */
-static bool att_direct(const struct gpt *m) { return acts_direct(m) && !flash(m); }
+ * (attention_*_bf16, attention_lse_*_bf16): on the bf16 data path but
+ * with context parallelism (the ring reads fp32 copies). Then qkv's GEMM
+ * writes into dqkv (free in the forward), narrowed from there into its
+ * store, and qkv, the probabilities and the attention output have no fp32
+ * copy: the kernel widens one head at a time into its threads' tiles
+ * (att_scratch). */
+static bool att_direct(const struct gpt *m) { return acts_direct(m) && m->cp_size <= 1; }
 
 /* The saved tensors the backward reads only from the store when the GEMMs
  * do: the GEMMs' inputs but the attention output (which also feeds flash
@@ -144,8 +145,8 @@ static bool backward_reads_store(const struct gpt *m, enum layer_act a) {
 /* Whether saved tensor a has an fp32 copy in the one-layer working buffer
  * (work_acts): every tensor of the block, or under acts_direct only those
  * a kernel still reads or writes in fp32: the FC output, which its GEMM
- * writes, and with flash attention qkv (which it reads) and the attention
- * output (which its backward reads). */
+ * writes, and without att_direct (the ring attention) qkv and the
+ * attention output, which the ring reads. */
 static bool in_work(const struct gpt *m, enum layer_act a) {
     if (!in_block(m, a)) return false;
     if (!acts_direct(m) || a == ACT_FCH) return true;
@@ -258,14 +259,14 @@ static void *per_slot(struct gpt *m, struct mem_tracker *mem, enum mem_space spa
 
 void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const int *chunk_slots,
                      enum dtype act_dtype, enum dtype gemm_dtype, enum recompute_mode recompute,
-                     enum attention_kind attention, bool sequence_parallel, struct mem_tracker *mem,
+                     enum attention_kind attention, bool sequence_parallel, int cp, struct mem_tracker *mem,
                      enum mem_space space, struct flop_counter *flops) {
     bool sp = sequence_parallel && lay->rank.tp > 1; /* one rank holds the whole sequence: nothing changes */
     struct tp_slice own = tp_rank_slice(lay, sp);
     *m = (struct gpt){.lay = lay, .shape = lay->shape, .B = B, .n_layers = rank_layers(&lay->rank),
                       .NHl = own.heads, .Cl = own.features, .Fl = own.fc, .sp = sp, .Ts = own.positions,
                       .act_dtype = act_dtype, .gemm_dtype = gemm_dtype, .recompute = recompute,
-                      .attention = attention, .space = space, .flops = flops};
+                      .attention = attention, .cp_size = cp, .space = space, .flops = flops};
     int head_chunk = lay->rank.has_head ? lay->rank.n_chunks - 1 : -2, embed_chunk = lay->rank.has_embed ? 0 : -2;
     for (int c = 0; c < lay->rank.n_chunks; c++) {
         struct layer_range r = lay->rank.chunk[c];
@@ -322,7 +323,10 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
         m->ln_grads = mem_alloc(mem, space, MEM_SCRATCH, "sequence-parallel layernorm grads (fp32)",
                                 4 * (size_t)m->shape.C * 4);
     }
-    if (flash(m))
+    if (flash(m) && att_direct(m))
+        m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention D, tiles (fp32)",
+                                   attention_lse_bf16_scratch(B, m->shape.T, m->Cl, m->NHl) * 4);
+    else if (flash(m))
         m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention D (fp32, B NH T)",
                                    attention_lse_backward_scratch(B, m->shape.T, m->NHl) * 4);
     else if (att_direct(m))
@@ -520,7 +524,10 @@ static void layer_forward(struct gpt *m, struct operand x, struct layer_view *v,
     column_parallel_forward(m, qkv, v, ACT_LN1, wop(m, w, LAYER_QKV_W), wt(m, w, LAYER_QKV_B), 3 * Cl);
     if (att_direct(m)) conv_narrow(fc, v->store[ACT_QKV], qkv, act_numel(m, ACT_QKV));
     else round_act(m, v, ACT_QKV, act_numel(m, ACT_QKV));
-    if (att_direct(m)) { /* out and the stored probabilities rounded as they are written */
+    if (att_direct(m) && flash(m)) { /* out rounded as it is stored; the lse stays fp32 */
+        attention_lse_forward_bf16(v->store[ACT_ATTY], a[ACT_ATT], v->store[ACT_QKV], m->att_scratch, m->B,
+                                   m->shape.T, Cl, m->NHl, fc);
+    } else if (att_direct(m)) { /* out and the stored probabilities rounded as they are written */
         attention_forward_bf16((struct act_out){.b16 = v->store[ACT_ATTY]}, att_dst(v), v->store[ACT_QKV],
                                m->att_scratch, m->B, m->shape.T, Cl, m->NHl, fc);
         if (!v->store[ACT_ATT]) round_act(m, v, ACT_ATT, act_numel(m, ACT_ATT)); /* selective's fp32 copy */
@@ -663,6 +670,9 @@ void gpt_layer_backward(struct gpt *m, int s, int l, struct operand w, float *dw
      * to act_dtype, as the rest of the layer's saved tensors) */
     if (cp_ring_on(m))
         cp_ring_attention_backward(m, m->dqkv, m->att_scratch, m->dtemp_btc, a[ACT_QKV], a[ACT_ATTY], a[ACT_ATT]);
+    else if (att_direct(m) && flash(m))
+        attention_lse_backward_bf16(m->dqkv, m->att_scratch, m->dtemp_btc, v.store[ACT_QKV], v.store[ACT_ATTY],
+                                    a[ACT_ATT], m->B, m->shape.T, Cl, m->NHl, fc);
     else if (att_direct(m))
         attention_backward_bf16(m->dqkv, m->dtemp_btc, v.store[ACT_QKV], att_src(&v), m->att_scratch, m->B,
                                 m->shape.T, Cl, m->NHl, fc);

@@ -349,12 +349,12 @@ static void test_bf16_path_scratch(void **state) {
         /* not full recompute: the residual in, out and final LayerNorm out
          * (3C per token) and the widened block (15C, plus the
          * probabilities NH T where they are stored) against the data
-         * path's FC output (4C); with the plain attention also qkv and the
-         * attention output (4C: 11C in all), and its per-thread tiles (one
-         * thread: P and dS, q, k, v, out) against the fp32 one's dS */
+         * path's FC output (4C: 11C in all), and the bf16 attention's
+         * per-thread tiles (one thread; plain: P and dS, q, k, v, out,
+         * against the fp32 one's dS; flash: q, k, v, out, dk, dv) */
         bool plain = modes[k].attention == ATTENTION_PLAIN, none = modes[k].recompute == RECOMPUTE_NONE;
-        double per_token = 3.0 + (plain ? 11.0 : 7.0), probs = plain && none ? (double)NH * T : 0;
-        double tiles = plain ? (2.0 * T * T + 4.0 * T * (C / NH)) - (double)T * T : 0;
+        double per_token = 3.0 + 11.0, probs = plain && none ? (double)NH * T : 0;
+        double tiles = plain ? (2.0 * T * T + 4.0 * T * (C / NH)) - (double)T * T : 6.0 * T * (C / NH);
         double kept = (per_token * C + probs) * B * T * 4 - tiles * 4;
         double want = views + (modes[k].recompute == RECOMPUTE_FULL ? 0 : kept);
         printf("  scratch, fp32 GEMMs minus the bf16 data path (recompute %d, %s): measured %.0f B, theory %.0f B, "
