@@ -126,8 +126,8 @@ static bool gemm_input(enum layer_act a) {
 static bool acts_direct(const struct gpt *m) { return gemm_reads_store(m) && m->space == MEM_HOST; }
 
 /* Whether the attention reads and writes the bf16 stores too
- * (attention_*_bf16, attention_lse_*_bf16): on the bf16 data path but
- * with context parallelism (the ring reads fp32 copies). Then qkv's GEMM
+ * (attention_*_bf16, attention_lse_*_bf16): on the bf16 data path,
+ * except with context parallelism (the ring reads fp32 copies). Then qkv's GEMM
  * writes into dqkv (free in the forward), narrowed from there into its
  * store, and qkv, the probabilities and the attention output have no fp32
  * copy: the kernel widens one head at a time into its threads' tiles

@@ -339,8 +339,8 @@ static bool acts_direct(const struct config *c, bool sp) {
 
 /* Whether the attention reads and writes the bf16 stores as well
  * (model/gpt.c's att_direct: attention_*_bf16, attention_lse_*_bf16): on
- * the bf16 data path but with context parallelism (its ring reads fp32
- * copies). */
+ * the bf16 data path, except with context parallelism (its ring reads
+ * fp32 copies). */
 static bool att_direct(const struct config *c, bool sp) { return acts_direct(c, sp) && c->cp <= 1; }
 
 /* Elements per token of model/gpt.c's one-layer fp32 working buffer with
