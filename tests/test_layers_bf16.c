@@ -292,36 +292,42 @@ static void test_attention_bf16(void **state) {
 
 /* The flash attention's bf16 forms against the fp32 kernels on the
  * widened qkv and (backward) the widened stored output: the output
- * narrowed, the lse and dqkv bit for bit; FLOP counts equal. (Its fp32
- * arithmetic is held to finite differences in test_attention_lse.) */
-static void test_attention_lse_bf16(void **state) {
-    (void)state;
-    static bf16 qkv16[AQKV], out16[AY], want16[AY];
-    static float qkv[AQKV], out32[AY], y32[AY], dout[AY], dq[AQKV], dq32[AQKV];
-    static float lse[AB * ANH * AT], lse32[AB * ANH * AT];
-    fill_uniform(qkv, AQKV, -2, 2, 98);
-    fill_uniform(dout, AY, -1, 1, 99);
-    for (int i = 0; i < AQKV; i++) {
+ * narrowed, the lse and dqkv bit for bit; FLOP counts equal. T = 13 and
+ * T = 70 (rows over one and two key tiles of ATTENTION_LSE_TILE). (The
+ * fp32 arithmetic is held to finite differences in test_attention_lse.) */
+static void check_attention_lse_bf16(int64_t T) {
+    const size_t nq = (size_t)(AB * T * 3 * AC), ny = (size_t)(AB * T * AC), nl = (size_t)(AB * ANH * T);
+    bf16 *qkv16 = malloc(nq * sizeof *qkv16), *out16 = malloc(ny * sizeof *out16), *want16 = malloc(ny * 2);
+    float *qkv = malloc(nq * 4), *out32 = malloc(ny * 4), *y32 = malloc(ny * 4), *dout = malloc(ny * 4);
+    float *dq = malloc(nq * 4), *dq32 = malloc(nq * 4), *lse = malloc(nl * 4), *lse32 = malloc(nl * 4);
+    float *scratch = malloc(attention_lse_bf16_scratch(AB, T, AC, ANH) * sizeof *scratch);
+    float *D = malloc(attention_lse_backward_scratch(AB, T, ANH) * sizeof *D);
+    assert_true(qkv16 && out16 && want16 && qkv && out32 && y32 && dout && dq && dq32 && lse && lse32 && scratch && D);
+    fill_uniform(qkv, nq, -2, 2, 98);
+    fill_uniform(dout, ny, -1, 1, 99);
+    for (size_t i = 0; i < nq; i++) {
         qkv16[i] = f32_to_bf16(qkv[i]);
         qkv[i] = bf16_to_f32(qkv16[i]);
     }
-    float *scratch = malloc(attention_lse_bf16_scratch(AB, AT, AC, ANH) * sizeof *scratch);
-    float *D = malloc(attention_lse_backward_scratch(AB, AT, ANH) * sizeof *D);
-    assert_non_null(scratch);
-    assert_non_null(D);
     struct flop_counter fa = {0}, fb = {0};
-    attention_lse_forward_bf16(out16, lse, qkv16, scratch, AB, AT, AC, ANH, &fa);
-    attention_lse_forward(out32, lse32, qkv, AB, AT, AC, ANH, &fb);
-    buf_narrow(MEM_HOST, want16, out32, AY);
-    assert_memory_equal(out16, want16, sizeof out16);
-    assert_memory_equal(lse, lse32, sizeof lse);
-    buf_widen(MEM_HOST, y32, out16, AY);
-    attention_lse_backward_bf16(dq, scratch, dout, qkv16, out16, lse, AB, AT, AC, ANH, &fa);
-    attention_lse_backward(dq32, D, dout, qkv, y32, lse32, AB, AT, AC, ANH, &fb);
-    assert_memory_equal(dq, dq32, sizeof dq);
+    attention_lse_forward_bf16(out16, lse, qkv16, scratch, AB, T, AC, ANH, &fa);
+    attention_lse_forward(out32, lse32, qkv, AB, T, AC, ANH, &fb);
+    buf_narrow(MEM_HOST, want16, out32, ny);
+    assert_memory_equal(out16, want16, ny * sizeof *out16);
+    assert_memory_equal(lse, lse32, nl * sizeof *lse);
+    buf_widen(MEM_HOST, y32, out16, ny);
+    attention_lse_backward_bf16(dq, scratch, dout, qkv16, out16, lse, AB, T, AC, ANH, &fa);
+    attention_lse_backward(dq32, D, dout, qkv, y32, lse32, AB, T, AC, ANH, &fb);
+    assert_memory_equal(dq, dq32, nq * sizeof *dq);
     assert_true(fa.attention == fb.attention && fa.other == fb.other && fa.attention > 0);
-    free(scratch);
-    free(D);
+    free(qkv16), free(out16), free(want16), free(qkv), free(out32), free(y32), free(dout);
+    free(dq), free(dq32), free(lse), free(lse32), free(scratch), free(D);
+}
+
+static void test_attention_lse_bf16(void **state) {
+    (void)state;
+    check_attention_lse_bf16(AT);
+    check_attention_lse_bf16(ATTENTION_LSE_TILE + 6);
 }
 
 int main(void) {
