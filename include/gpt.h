@@ -162,11 +162,12 @@ struct gpt {
     /* backward scratch, fp32 */
     float *dresid;        /* (B,T,C) gradient of the residual stream */
     float *dfc;           /* (B,T,F/tp): the gradient at the FC features (fch, fch_gelu) */
-    float *dqkv;          /* (B,T,3C) */
+    float *dqkv;          /* (B,T,3C); in the forward of the bf16 data path qkv's GEMM output (gpt.c) */
     float *dtemp_btc;     /* (B,T,C) whole: a GEMM input's gradient (dln1, dln2, datty) before its
                            * LayerNorm or attention backward; the head's cross-entropy sums */
     float *att_scratch;   /* attention_backward_scratch() floats: T x T per thread;
-                           * flash: attention_lse_backward_scratch(), B NH T */
+                           * flash: attention_lse_backward_scratch(), B NH T; the bf16
+                           * data path: attention_bf16_scratch(), attention_lse_bf16_scratch() */
     /* sequence parallelism only (else NULL) */
     float *gathered;      /* (B,T,C): a gathered LayerNorm output, or the gathered gradient of the stream */
     float *ln_grads;      /* 4C: one micro-batch's LayerNorm weight and bias gradients of this slice,
