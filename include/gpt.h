@@ -144,6 +144,7 @@ struct gpt {
     enum dtype act_dtype;
     enum recompute_mode recompute;
     enum attention_kind attention;
+    int cp_size;           /* the context-parallel group's size (gpt_init_chunks' cp) */
     enum dtype gemm_dtype; /* the layer GEMMs' operands (gpt_init_chunks) */
     enum mem_space space; /* where its buffers live: its buffer operations run there (bufops.h) */
     struct flop_counter *flops;
@@ -161,11 +162,12 @@ struct gpt {
     /* backward scratch, fp32 */
     float *dresid;        /* (B,T,C) gradient of the residual stream */
     float *dfc;           /* (B,T,F/tp): the gradient at the FC features (fch, fch_gelu) */
-    float *dqkv;          /* (B,T,3C) */
+    float *dqkv;          /* (B,T,3C); in the forward of the bf16 data path qkv's GEMM output (gpt.c) */
     float *dtemp_btc;     /* (B,T,C) whole: a GEMM input's gradient (dln1, dln2, datty) before its
                            * LayerNorm or attention backward; the head's cross-entropy sums */
     float *att_scratch;   /* attention_backward_scratch() floats: T x T per thread;
-                           * flash: attention_lse_backward_scratch(), B NH T */
+                           * flash: attention_lse_backward_scratch(), B NH T; the bf16
+                           * data path: attention_bf16_scratch(), attention_lse_bf16_scratch() */
     /* sequence parallelism only (else NULL) */
     float *gathered;      /* (B,T,C): a gathered LayerNorm output, or the gathered gradient of the stream */
     float *ln_grads;      /* 4C: one micro-batch's LayerNorm weight and bias gradients of this slice,
@@ -190,10 +192,12 @@ size_t gpt_layer_act_numel(const struct model_shape *s, int B, int tp, bool sp, 
  * tensors, only chunk 0's (on the first) the token ids. sequence_parallel:
  * the layout's tp must divide T (the caller checks); ignored at tp = 1. On
  * an allocation failure the tracker records it (mem_failed) and the model
- * must only be freed. */
+ * must only be freed. cp: the context-parallel group's size (the ring
+ * attention, gpt_set_context_parallel, reads fp32 copies of qkv and the
+ * attention output, which the bf16 data path otherwise keeps as bf16 only). */
 void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const int *chunk_slots,
                      enum dtype act_dtype, enum dtype gemm_dtype, enum recompute_mode recompute,
-                     enum attention_kind attention, bool sequence_parallel, struct mem_tracker *mem,
+                     enum attention_kind attention, bool sequence_parallel, int cp, struct mem_tracker *mem,
                      enum mem_space space, struct flop_counter *flops);
 /* gemm_dtype above: the run's GEMM operands (config key gemm_dtype as the
  * run resolved it). With bf16 GEMMs and bf16 activations (no full

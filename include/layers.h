@@ -192,6 +192,37 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
  * the B NH T^2 probabilities, so the count cannot overflow). */
 size_t attention_backward_scratch(int64_t B, int64_t T, int64_t NH);
 
+/* Where a kernel of the bf16 data path writes a tensor: bf16 (b16:
+ * rounded once, to nearest even) or fp32 (f32, b16 NULL: as computed). */
+struct act_out {
+    float *f32;
+    bf16 *b16;
+};
+
+/* The plain attention on the bf16 data path (model/gpt.c: the attention
+ * on acts_direct), host memory only: qkv is the saved bf16 store, read as
+ * it is; the probabilities and the output go to their stores (bf16) or,
+ * for selective recompute's one-layer probabilities and output, to fp32.
+ * Per (b, h) a thread widens the head's q, k, v (and in the backward its
+ * bf16 probabilities) into its own fp32 tiles and runs the fp32 kernels'
+ * GEMMs and softmax on them in the same order: each equals "widen the
+ * bf16 inputs, run attention_forward / attention_backward, narrow the
+ * outputs" bit for bit, without a whole-layer fp32 copy. Rounding points
+ * (the numerics a GPU port is held to):
+ *   attention_forward_bf16:  q, k, v widened exactly; S = q k^T scale, the
+ *     causal softmax P and out = P v in fp32 (out from the unrounded P);
+ *     P and out each rounded once to bf16 as they are stored.
+ *   attention_backward_bf16: q, k, v and P widened exactly (P as stored:
+ *     rounded once in the forward); dout, dS and dqkv fp32: no rounding.
+ * scratch: attention_bf16_scratch(B, T, C, NH) floats (per thread: P and
+ * dS, T x T each, and q, k, v and the output, T x hs each), garbage on
+ * return. FLOPs as the fp32 forms'. */
+void attention_forward_bf16(struct act_out out, struct act_out att, const bf16 *qkv, float *scratch, int64_t B,
+                            int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
+void attention_backward_bf16(float *dqkv, const float *dout, const bf16 *qkv, struct operand att, float *scratch,
+                             int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
+size_t attention_bf16_scratch(int64_t B, int64_t T, int64_t C, int64_t NH);
+
 /* The same causal attention keeping only each row's log-sum-exp of the
  * scaled scores instead of the probabilities (FlashAttention-2, Dao 2023;
  * --attention flash): lse (B,NH,T), lse[b][h][t] = log sum_{j<=t}
@@ -224,6 +255,28 @@ void attention_lse_forward(float *out, float *lse, const float *qkv, int64_t B, 
  * floats (D = rowsum(dout * out) per head and row); garbage on return. */
 void attention_lse_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
                             const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
+/* The same on the bf16 data path (model/gpt.c's attention on acts_direct
+ * with --attention flash), host memory only: qkv and, in the backward,
+ * the output are the saved bf16 stores, read as they are; the lse stays
+ * fp32. Per (b, h) a thread widens the head's q, k, v (and out) into its
+ * own fp32 tiles and runs the fp32 kernel's rows on them, in the same
+ * order: each equals "widen the bf16 inputs, run attention_lse_forward /
+ * attention_lse_backward, narrow the output" bit for bit. Rounding points:
+ *   attention_lse_forward_bf16:  q, k, v widened exactly; scores, the
+ *     online softmax, O and lse in fp32; out rounded once to bf16 as it is
+ *     stored; lse fp32.
+ *   attention_lse_backward_bf16: q, k, v and out widened exactly (out as
+ *     stored: D = rowsum(dout * out) from the rounded output, as the fp32
+ *     path's widened copy gave); dout, dqkv fp32: no rounding.
+ * scratch: attention_lse_bf16_scratch(B, T, C, NH) floats (D, then per
+ * thread q, k, v, out, dk and dv, T x hs each), garbage on return. FLOPs
+ * as the fp32 forms'. */
+void attention_lse_forward_bf16(bf16 *out, float *lse, const bf16 *qkv, float *scratch, int64_t B, int64_t T,
+                                int64_t C, int64_t NH, struct flop_counter *fc);
+void attention_lse_backward_bf16(float *dqkv, float *scratch, const float *dout, const bf16 *qkv, const bf16 *out,
+                                 const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH,
+                                 struct flop_counter *fc);
+size_t attention_lse_bf16_scratch(int64_t B, int64_t T, int64_t C, int64_t NH);
 /* B NH T: one definition for the CPU and the GPU (flash_attention.h's
  * flash_attention_backward_scratch is the same count). */
 size_t attention_lse_backward_scratch(int64_t B, int64_t T, int64_t NH);
@@ -354,6 +407,15 @@ void attention_forward_cpu(float *out, float *att, const float *qkv, int64_t B, 
                            struct flop_counter *fc);
 void attention_backward_cpu(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
                             int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
+void attention_forward_bf16_cpu(struct act_out out, struct act_out att, const bf16 *qkv, float *scratch, int64_t B,
+                                int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
+void attention_backward_bf16_cpu(float *dqkv, const float *dout, const bf16 *qkv, struct operand att, float *scratch,
+                                 int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
+void attention_lse_forward_bf16_cpu(bf16 *out, float *lse, const bf16 *qkv, float *scratch, int64_t B, int64_t T,
+                                    int64_t C, int64_t NH, struct flop_counter *fc);
+void attention_lse_backward_bf16_cpu(float *dqkv, float *scratch, const float *dout, const bf16 *qkv, const bf16 *out,
+                                     const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH,
+                                     struct flop_counter *fc);
 void attention_lse_forward_cpu(float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
                                struct flop_counter *fc);
 void attention_lse_backward_cpu(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,

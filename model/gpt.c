@@ -9,9 +9,10 @@
  * widens a layer back. With act_dtype = fp32 the kernels work on the store
  * directly. On the bf16 data path (acts_direct: bf16 GEMMs on the host)
  * the kernels themselves load and store bf16 (layers.h: the GEMMs'
- * mixed forms, layernorm_*_bf16, residual_forward_bf16, gelu_*_bf16), and
- * only the attention's inputs still pass through fp32 copies; the values
- * are the same, each rounded once where it is stored.
+ * mixed forms, layernorm_*_bf16, residual_forward_bf16, gelu_*_bf16, the
+ * attention's attention_*_bf16 and attention_lse_*_bf16), and only the
+ * ring attention's (context parallelism) inputs still pass through fp32
+ * copies; the values are the same, each rounded once where it is stored.
  *
  * Tensor parallelism (Shoeybi et al. 2019, Figure 3): the QKV and FC GEMMs
  * are column-parallel (this rank's heads, its 4C/tp features), preceded by
@@ -124,6 +125,15 @@ static bool gemm_input(enum layer_act a) {
  * results are rounded once, as they are stored. */
 static bool acts_direct(const struct gpt *m) { return gemm_reads_store(m) && m->space == MEM_HOST; }
 
+/* Whether the attention reads and writes the bf16 stores too
+ * (attention_*_bf16, attention_lse_*_bf16): on the bf16 data path,
+ * except with context parallelism (the ring reads fp32 copies). Then qkv's GEMM
+ * writes into dqkv (free in the forward), narrowed from there into its
+ * store, and qkv, the probabilities and the attention output have no fp32
+ * copy: the kernel widens one head at a time into its threads' tiles
+ * (att_scratch). */
+static bool att_direct(const struct gpt *m) { return acts_direct(m) && m->cp_size <= 1; }
+
 /* The saved tensors the backward reads only from the store when the GEMMs
  * do: the GEMMs' inputs but the attention output (which also feeds flash
  * attention's D = rowsum(dout * out)), GELU's input (gelu_backward_bf16),
@@ -134,12 +144,13 @@ static bool backward_reads_store(const struct gpt *m, enum layer_act a) {
 
 /* Whether saved tensor a has an fp32 copy in the one-layer working buffer
  * (work_acts): every tensor of the block, or under acts_direct only those
- * a kernel still reads or writes in fp32 (qkv and the probabilities, which
- * the attention reads; the attention output, which flash's backward
- * reads; the FC output, which its GEMM writes). */
+ * a kernel still reads or writes in fp32: the FC output, which its GEMM
+ * writes, and without att_direct (the ring attention) qkv and the
+ * attention output, which the ring reads. */
 static bool in_work(const struct gpt *m, enum layer_act a) {
     if (!in_block(m, a)) return false;
-    return !acts_direct(m) || a == ACT_QKV || a == ACT_ATT || a == ACT_ATTY || a == ACT_FCH;
+    if (!acts_direct(m) || a == ACT_FCH) return true;
+    return !att_direct(m) && (a == ACT_QKV || a == ACT_ATT || a == ACT_ATTY);
 }
 
 static size_t work_offset(const struct gpt *m, enum layer_act a) {
@@ -206,7 +217,7 @@ static struct layer_view layer_view(struct gpt *m, int s, int i, bool load) {
             widen(m, m->work_acts, (const bf16 *)m->slot[s].layer_acts + base, layer_act_total(m));
         } else { /* the GEMMs' own inputs stay in the store */
             for (int a = 0; a < ACT_NUM; a++)
-                if (v.store[a] && !backward_reads_store(m, (enum layer_act)a))
+                if (v.store[a] && v.act[a] && !backward_reads_store(m, (enum layer_act)a))
                     widen(m, v.act[a], v.store[a], act_numel(m, (enum layer_act)a));
         }
     }
@@ -248,14 +259,14 @@ static void *per_slot(struct gpt *m, struct mem_tracker *mem, enum mem_space spa
 
 void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const int *chunk_slots,
                      enum dtype act_dtype, enum dtype gemm_dtype, enum recompute_mode recompute,
-                     enum attention_kind attention, bool sequence_parallel, struct mem_tracker *mem,
+                     enum attention_kind attention, bool sequence_parallel, int cp, struct mem_tracker *mem,
                      enum mem_space space, struct flop_counter *flops) {
     bool sp = sequence_parallel && lay->rank.tp > 1; /* one rank holds the whole sequence: nothing changes */
     struct tp_slice own = tp_rank_slice(lay, sp);
     *m = (struct gpt){.lay = lay, .shape = lay->shape, .B = B, .n_layers = rank_layers(&lay->rank),
                       .NHl = own.heads, .Cl = own.features, .Fl = own.fc, .sp = sp, .Ts = own.positions,
                       .act_dtype = act_dtype, .gemm_dtype = gemm_dtype, .recompute = recompute,
-                      .attention = attention, .space = space, .flops = flops};
+                      .attention = attention, .cp_size = cp, .space = space, .flops = flops};
     int head_chunk = lay->rank.has_head ? lay->rank.n_chunks - 1 : -2, embed_chunk = lay->rank.has_embed ? 0 : -2;
     for (int c = 0; c < lay->rank.n_chunks; c++) {
         struct layer_range r = lay->rank.chunk[c];
@@ -312,9 +323,15 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
         m->ln_grads = mem_alloc(mem, space, MEM_SCRATCH, "sequence-parallel layernorm grads (fp32)",
                                 4 * (size_t)m->shape.C * 4);
     }
-    if (flash(m))
+    if (flash(m) && att_direct(m))
+        m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention D, tiles (fp32)",
+                                   attention_lse_bf16_scratch(B, m->shape.T, m->Cl, m->NHl) * 4);
+    else if (flash(m))
         m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention D (fp32, B NH T)",
                                    attention_lse_backward_scratch(B, m->shape.T, m->NHl) * 4);
+    else if (att_direct(m))
+        m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention tiles (fp32, per thread)",
+                                   attention_bf16_scratch(B, m->shape.T, m->Cl, m->NHl) * 4);
     else
         m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention dS (fp32, T x T per thread)",
                                    attention_backward_scratch(B, m->shape.T, m->NHl) * 4);
@@ -469,6 +486,19 @@ static void layernorm_grad(struct gpt *m, float *dw, float *db, struct operand x
     else layernorm_backward(m->dresid, dw, db, m->dtemp_btc, x.f32, w, mean, rstd, Nl, C, m->flops);
 }
 
+/* Where the bf16 attention writes the probabilities, and reads them
+ * back: their store, or (selective recompute: not stored) the one-layer
+ * fp32 copy. */
+static struct act_out att_dst(const struct layer_view *v) {
+    if (v->store[ACT_ATT]) return (struct act_out){.b16 = v->store[ACT_ATT]};
+    return (struct act_out){.f32 = v->act[ACT_ATT]};
+}
+
+static struct operand att_src(const struct layer_view *v) {
+    if (v->store[ACT_ATT]) return (struct operand){.b16 = v->store[ACT_ATT]};
+    return (struct operand){.f32 = v->act[ACT_ATT]};
+}
+
 /* Saved tensor a as the LayerNorms read it: the store (acts_direct), else
  * the fp32 view. */
 static struct operand saved_in(const struct gpt *m, const struct layer_view *v, enum layer_act a) {
@@ -490,9 +520,18 @@ static void layer_forward(struct gpt *m, struct operand x, struct layer_view *v,
     layernorm_saved(m, v, ACT_LN1, v->stat[STAT_LN1_MEAN], v->stat[STAT_LN1_RSTD], x, wt(m, w, LAYER_LN1_W),
                     wt(m, w, LAYER_LN1_B));
     /* column-parallel: this rank's heads' q, k, v, from every token's ln1 */
-    column_parallel_forward(m, a[ACT_QKV], v, ACT_LN1, wop(m, w, LAYER_QKV_W), wt(m, w, LAYER_QKV_B), 3 * Cl);
-    round_act(m, v, ACT_QKV, act_numel(m, ACT_QKV));
-    if (cp_ring_on(m)) { /* context parallel: every rank's keys, by ring (flash only) */
+    float *qkv = att_direct(m) ? m->dqkv : a[ACT_QKV];
+    column_parallel_forward(m, qkv, v, ACT_LN1, wop(m, w, LAYER_QKV_W), wt(m, w, LAYER_QKV_B), 3 * Cl);
+    if (att_direct(m)) conv_narrow(fc, v->store[ACT_QKV], qkv, act_numel(m, ACT_QKV));
+    else round_act(m, v, ACT_QKV, act_numel(m, ACT_QKV));
+    if (att_direct(m) && flash(m)) { /* out rounded as it is stored; the lse stays fp32 */
+        attention_lse_forward_bf16(v->store[ACT_ATTY], a[ACT_ATT], v->store[ACT_QKV], m->att_scratch, m->B,
+                                   m->shape.T, Cl, m->NHl, fc);
+    } else if (att_direct(m)) { /* out and the stored probabilities rounded as they are written */
+        attention_forward_bf16((struct act_out){.b16 = v->store[ACT_ATTY]}, att_dst(v), v->store[ACT_QKV],
+                               m->att_scratch, m->B, m->shape.T, Cl, m->NHl, fc);
+        if (!v->store[ACT_ATT]) round_act(m, v, ACT_ATT, act_numel(m, ACT_ATT)); /* selective's fp32 copy */
+    } else if (cp_ring_on(m)) { /* context parallel: every rank's keys, by ring (flash only) */
         cp_ring_attention_forward(m, a[ACT_ATTY], a[ACT_ATT], a[ACT_QKV]);
     } else if (flash(m)) { /* the lse stays fp32 */
         attention_lse_forward(a[ACT_ATTY], a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, Cl, m->NHl, fc);
@@ -500,7 +539,7 @@ static void layer_forward(struct gpt *m, struct operand x, struct layer_view *v,
         attention_forward(a[ACT_ATTY], a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, Cl, m->NHl, fc);
         round_act(m, v, ACT_ATT, act_numel(m, ACT_ATT));
     }
-    round_act(m, v, ACT_ATTY, act_numel(m, ACT_ATTY));
+    if (!att_direct(m)) round_act(m, v, ACT_ATTY, act_numel(m, ACT_ATTY));
     row_parallel_forward(m, tmp, v, ACT_ATTY, wop(m, w, LAYER_ATTPROJ_W), wt(m, w, LAYER_ATTPROJ_B), Cl);
     if (x.b16) {
         residual_forward_bf16(v->store[ACT_RES2], x.b16, tmp, (int64_t)nl, fc);
@@ -602,7 +641,10 @@ void gpt_layer_backward(struct gpt *m, int s, int l, struct operand w, float *dw
      * values equal the forward's bit for bit (rounded alike in bf16). */
     if (m->recompute == RECOMPUTE_FULL) layer_forward(m, x, &v, w, NULL, NULL);
     if (m->recompute == RECOMPUTE_SELECTIVE && !flash(m)) { /* flash: nothing was dropped */
-        attention_forward(m->dtemp_btc, a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, Cl, m->NHl, fc);
+        if (att_direct(m))
+            attention_forward_bf16((struct act_out){.f32 = m->dtemp_btc}, att_dst(&v), v.store[ACT_QKV],
+                                   m->att_scratch, m->B, m->shape.T, Cl, m->NHl, fc);
+        else attention_forward(m->dtemp_btc, a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, Cl, m->NHl, fc);
         round_act(m, &v, ACT_ATT, act_numel(m, ACT_ATT));
     }
     float *ln[4] = {dwt(m, dw, LAYER_LN1_W), dwt(m, dw, LAYER_LN1_B), dwt(m, dw, LAYER_LN2_W),
@@ -628,6 +670,12 @@ void gpt_layer_backward(struct gpt *m, int s, int l, struct operand w, float *dw
      * to act_dtype, as the rest of the layer's saved tensors) */
     if (cp_ring_on(m))
         cp_ring_attention_backward(m, m->dqkv, m->att_scratch, m->dtemp_btc, a[ACT_QKV], a[ACT_ATTY], a[ACT_ATT]);
+    else if (att_direct(m) && flash(m))
+        attention_lse_backward_bf16(m->dqkv, m->att_scratch, m->dtemp_btc, v.store[ACT_QKV], v.store[ACT_ATTY],
+                                    a[ACT_ATT], m->B, m->shape.T, Cl, m->NHl, fc);
+    else if (att_direct(m))
+        attention_backward_bf16(m->dqkv, m->dtemp_btc, v.store[ACT_QKV], att_src(&v), m->att_scratch, m->B,
+                                m->shape.T, Cl, m->NHl, fc);
     else if (flash(m))
         attention_lse_backward(m->dqkv, m->att_scratch, m->dtemp_btc, a[ACT_QKV], a[ACT_ATTY], a[ACT_ATT], m->B,
                                m->shape.T, Cl, m->NHl, fc);

@@ -1,6 +1,8 @@
 /* The bf16 data path's kernels (include/layers.h: layernorm_forward_bf16,
- * layernorm_backward_bf16, residual_forward_bf16), held to what a GPU port
- * of them will be held to:
+ * layernorm_backward_bf16, residual_forward_bf16; the plain attention's
+ * attention_forward_bf16 and attention_backward_bf16, and flash's
+ * attention_lse_*_bf16, test_attention_bf16 and test_attention_lse_bf16,
+ * whose comments say how), held to what a GPU port of them will be held to:
  *
  * - against an fp64 reference of the same math on the same bf16 inputs
  *   (widened: exact). Forward bound per element: the one rounding to bf16
@@ -22,6 +24,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -203,11 +206,137 @@ static void test_residual_forward_bf16(void **state) {
     assert_true(fa.other == fb.other && fa.other == NE);
 }
 
+/* The attention's shape: T not a multiple of anything, three heads of 8,
+ * two sequences (six heads for the threads to share). */
+enum { AB = 2, AT = 13, AC = 24, ANH = 3, AHS = AC / ANH, AQKV = AB * AT * 3 * AC, AY = AB * AT * AC,
+       AP = AB * ANH * AT * AT };
+
+/* The plain attention's bf16 forms against the fp32 kernels on the
+ * widened qkv (and, backward, the widened stored probabilities): outputs
+ * narrowed, bit for bit; the fp32-destination form (selective
+ * recompute's) bit for bit unnarrowed; FLOP counts equal. The arithmetic
+ * is the fp32 kernels' (test_layers_attention holds those to finite
+ * differences), so the forward's output is also held to an fp64
+ * reference: one bf16 rounding (2^-8 |y|) plus fp32 sums (1e-5 of
+ * sum_j P_j |v_j|). */
+static void test_attention_bf16(void **state) {
+    (void)state;
+    static bf16 qkv16[AQKV], out16[AY], att16[AP], want16[AY], wantp16[AP];
+    static float qkv[AQKV], out32[AY], att32[AP], outf[AY], attf[AP], dout[AY], dq[AQKV], dq32[AQKV], p32[AP];
+    fill_uniform(qkv, AQKV, -2, 2, 96);
+    fill_uniform(dout, AY, -1, 1, 97);
+    for (int i = 0; i < AQKV; i++) {
+        qkv16[i] = f32_to_bf16(qkv[i]);
+        qkv[i] = bf16_to_f32(qkv16[i]);
+    }
+    float *scratch = malloc(attention_bf16_scratch(AB, AT, AC, ANH) * sizeof *scratch);
+    float *scratch32 = malloc(attention_backward_scratch(AB, AT, ANH) * sizeof *scratch32);
+    assert_non_null(scratch);
+    assert_non_null(scratch32);
+    struct flop_counter fa = {0}, fb = {0}, ff = {0};
+    attention_forward_bf16((struct act_out){.b16 = out16}, (struct act_out){.b16 = att16}, qkv16, scratch, AB, AT, AC,
+                           ANH, &fa);
+    attention_forward(out32, att32, qkv, AB, AT, AC, ANH, &fb);
+    buf_narrow(MEM_HOST, want16, out32, AY);
+    buf_narrow(MEM_HOST, wantp16, att32, AP);
+    assert_memory_equal(out16, want16, sizeof out16);
+    assert_memory_equal(att16, wantp16, sizeof att16);
+    attention_forward_bf16((struct act_out){.f32 = outf}, (struct act_out){.f32 = attf}, qkv16, scratch, AB, AT, AC,
+                           ANH, &ff);
+    assert_memory_equal(outf, out32, sizeof outf);
+    assert_memory_equal(attf, att32, sizeof attf);
+    assert_true(fa.attention == fb.attention && fa.other == fb.other && fa.attention > 0);
+    /* fp64: out_t = sum_{j<=t} softmax(q_t.k_j / sqrt(hs))_j v_j */
+    int rounded = 0;
+    for (int b = 0; b < AB; b++)
+        for (int h = 0; h < ANH; h++)
+            for (int t = 0; t < AT; t++) {
+                const float *q = qkv + (b * AT + t) * 3 * AC + h * AHS;
+                double sc[AT], mx = -INFINITY, sum = 0;
+                for (int j = 0; j <= t; j++) {
+                    const float *k = qkv + (b * AT + j) * 3 * AC + AC + h * AHS;
+                    sc[j] = 0;
+                    for (int d = 0; d < AHS; d++) sc[j] += (double)q[d] * k[d];
+                    sc[j] /= sqrt((double)AHS);
+                    mx = fmax(mx, sc[j]);
+                }
+                for (int j = 0; j <= t; j++) sum += (sc[j] = exp(sc[j] - mx));
+                for (int d = 0; d < AHS; d++) {
+                    double y = 0, mag = 0;
+                    for (int j = 0; j <= t; j++) {
+                        double v = qkv[(b * AT + j) * 3 * AC + 2 * AC + h * AHS + d];
+                        y += sc[j] / sum * v;
+                        mag += sc[j] / sum * fabs(v);
+                    }
+                    double got = bf16_to_f32(out16[(b * AT + t) * AC + h * AHS + d]);
+                    double bound = ldexp(fabs(y), -8) + 1e-5 * mag;
+                    if (!(fabs(got - y) <= bound))
+                        fail_msg("attention_forward_bf16 (%d,%d,%d,%d) = %.9g, fp64 %.9g", b, h, t, d, got, y);
+                    rounded += (float)got != (float)y;
+                }
+            }
+    assert_true(rounded > AY / 2);
+    /* backward from the stored probabilities, and from an fp32 copy of them */
+    struct flop_counter ga = {0}, gb = {0};
+    buf_widen(MEM_HOST, p32, att16, AP);
+    attention_backward_bf16(dq, dout, qkv16, (struct operand){.b16 = att16}, scratch, AB, AT, AC, ANH, &ga);
+    attention_backward(dq32, dout, qkv, p32, scratch32, AB, AT, AC, ANH, &gb);
+    assert_memory_equal(dq, dq32, sizeof dq);
+    assert_true(ga.attention == gb.attention && ga.other == gb.other && ga.attention > 0);
+    memset(dq, 0, sizeof dq);
+    attention_backward_bf16(dq, dout, qkv16, (struct operand){.f32 = p32}, scratch, AB, AT, AC, ANH, &ga);
+    assert_memory_equal(dq, dq32, sizeof dq);
+    free(scratch);
+    free(scratch32);
+}
+
+/* The flash attention's bf16 forms against the fp32 kernels on the
+ * widened qkv and (backward) the widened stored output: the output
+ * narrowed, the lse and dqkv bit for bit; FLOP counts equal. T = 13 and
+ * T = 70 (rows over one and two key tiles of ATTENTION_LSE_TILE). (The
+ * fp32 arithmetic is held to finite differences in test_attention_lse.) */
+static void check_attention_lse_bf16(int64_t T) {
+    const size_t nq = (size_t)(AB * T * 3 * AC), ny = (size_t)(AB * T * AC), nl = (size_t)(AB * ANH * T);
+    bf16 *qkv16 = malloc(nq * sizeof *qkv16), *out16 = malloc(ny * sizeof *out16), *want16 = malloc(ny * 2);
+    float *qkv = malloc(nq * 4), *out32 = malloc(ny * 4), *y32 = malloc(ny * 4), *dout = malloc(ny * 4);
+    float *dq = malloc(nq * 4), *dq32 = malloc(nq * 4), *lse = malloc(nl * 4), *lse32 = malloc(nl * 4);
+    float *scratch = malloc(attention_lse_bf16_scratch(AB, T, AC, ANH) * sizeof *scratch);
+    float *D = malloc(attention_lse_backward_scratch(AB, T, ANH) * sizeof *D);
+    assert_true(qkv16 && out16 && want16 && qkv && out32 && y32 && dout && dq && dq32 && lse && lse32 && scratch && D);
+    fill_uniform(qkv, nq, -2, 2, 98);
+    fill_uniform(dout, ny, -1, 1, 99);
+    for (size_t i = 0; i < nq; i++) {
+        qkv16[i] = f32_to_bf16(qkv[i]);
+        qkv[i] = bf16_to_f32(qkv16[i]);
+    }
+    struct flop_counter fa = {0}, fb = {0};
+    attention_lse_forward_bf16(out16, lse, qkv16, scratch, AB, T, AC, ANH, &fa);
+    attention_lse_forward(out32, lse32, qkv, AB, T, AC, ANH, &fb);
+    buf_narrow(MEM_HOST, want16, out32, ny);
+    assert_memory_equal(out16, want16, ny * sizeof *out16);
+    assert_memory_equal(lse, lse32, nl * sizeof *lse);
+    buf_widen(MEM_HOST, y32, out16, ny);
+    attention_lse_backward_bf16(dq, scratch, dout, qkv16, out16, lse, AB, T, AC, ANH, &fa);
+    attention_lse_backward(dq32, D, dout, qkv, y32, lse32, AB, T, AC, ANH, &fb);
+    assert_memory_equal(dq, dq32, nq * sizeof *dq);
+    assert_true(fa.attention == fb.attention && fa.other == fb.other && fa.attention > 0);
+    free(qkv16), free(out16), free(want16), free(qkv), free(out32), free(y32), free(dout);
+    free(dq), free(dq32), free(lse), free(lse32), free(scratch), free(D);
+}
+
+static void test_attention_lse_bf16(void **state) {
+    (void)state;
+    check_attention_lse_bf16(AT);
+    check_attention_lse_bf16(ATTENTION_LSE_TILE + 6);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layernorm_forward_bf16),
         cmocka_unit_test(test_layernorm_backward_bf16),
         cmocka_unit_test(test_residual_forward_bf16),
+        cmocka_unit_test(test_attention_bf16),
+        cmocka_unit_test(test_attention_lse_bf16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,6 +15,14 @@ static inline float act_ld_bf16(const bf16 *p, int64_t i) { return bf16_to_f32(p
 static inline void act_st_f32(float *p, int64_t i, float v) { p[i] = v; }
 static inline void act_st_bf16(bf16 *p, int64_t i, float v) { p[i] = f32_to_bf16(v); }
 
+/* tile (n rows of w values, packed) = the bf16 rows at src, ld apart,
+ * widened (exact): a kernel's per-thread fp32 operand of a GEMM or dot
+ * product over a strided view of a bf16 store. */
+static inline void act_widen_rows(float *tile, const bf16 *src, int64_t ld, int64_t n, int64_t w) {
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t d = 0; d < w; d++) tile[t * w + d] = bf16_to_f32(src[t * ld + d]);
+}
+
 #define ACT_LD(p, i) _Generic((p), const float *: act_ld_f32, float *: act_ld_f32, \
                               const bf16 *: act_ld_bf16, bf16 *: act_ld_bf16)((p), (i))
 #define ACT_ST(p, i, v) _Generic((p), float *: act_st_f32, bf16 *: act_st_bf16)((p), (i), (v))

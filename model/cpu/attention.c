@@ -23,6 +23,7 @@
 #include <math.h>
 #include <omp.h>
 
+#include "act_io.h"
 #include "layers.h"
 
 /* softmax: max, subtract and exp, sum, scale; its backward: the row's dot
@@ -102,6 +103,88 @@ void attention_backward_cpu(float *dqkv, const float *dout, const float *qkv, co
         causal_softmax_backward(d, p, T);
         gemm_counted_cpu(fc, GEMM_ATTENTION, false, false, T, hs, T, scale, d, T, k, C3, 0.0f, dq, C3);
         gemm_counted_cpu(fc, GEMM_ATTENTION, true, false, T, hs, T, scale, d, T, q, C3, 0.0f, dk, C3);
+    }
+    fc->other += SOFTMAX_BACKWARD_FLOPS * (double)B * NH * T * (T + 1) / 2;
+}
+
+/* The same two on the bf16 data path (layers.h: attention_forward_bf16).
+ * Each thread works in its own fp32 tiles of scratch, one head at a time:
+ * the probabilities P (T x T), the score gradient dS (T x T), and the
+ * head's q, k, v and output (T x hs each), packed (leading dimension hs);
+ * the GEMMs and the softmax are those of the fp32 kernels above, in the
+ * same order, on the same values. */
+enum { TILES_TT = 2, TILES_THS = 4 };
+
+size_t attention_bf16_scratch(int64_t B, int64_t T, int64_t C, int64_t NH) {
+    size_t per_thread = TILES_TT * (size_t)T * (size_t)T + TILES_THS * (size_t)T * (size_t)(C / NH);
+    return (size_t)head_threads(B, NH) * per_thread;
+}
+
+/* The rows at dst's element off, ld apart, = tile (n rows of w, packed):
+ * rounded to bf16 once (nearest even), or copied into an fp32 dst. */
+static void store_rows(struct act_out dst, int64_t off, int64_t ld, const float *tile, int64_t n, int64_t w) {
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t d = 0; d < w; d++) {
+            if (dst.b16) dst.b16[off + t * ld + d] = f32_to_bf16(tile[t * w + d]);
+            else dst.f32[off + t * ld + d] = tile[t * w + d];
+        }
+}
+
+/* One thread's tiles: P, dS, then q, k, v and the output. */
+struct head_tiles {
+    float *p, *d, *q, *k, *v, *y;
+};
+
+static struct head_tiles tiles_of(float *scratch, int64_t T, int64_t hs) {
+    size_t per_thread = TILES_TT * (size_t)T * (size_t)T + TILES_THS * (size_t)T * (size_t)hs;
+    float *p = scratch + (size_t)omp_get_thread_num() * per_thread, *q = p + TILES_TT * T * T;
+    return (struct head_tiles){.p = p, .d = p + T * T, .q = q, .k = q + T * hs, .v = q + 2 * T * hs,
+                               .y = q + 3 * T * hs};
+}
+
+/* The head's q, k, v (hs columns of qkv's 3C-wide rows), widened. */
+static void load_head(struct head_tiles *w, const bf16 *q, int64_t T, int64_t C, int64_t hs) {
+    act_widen_rows(w->q, q, 3 * C, T, hs);
+    act_widen_rows(w->k, q + C, 3 * C, T, hs);
+    act_widen_rows(w->v, q + 2 * C, 3 * C, T, hs);
+}
+
+void attention_forward_bf16_cpu(struct act_out out, struct act_out att, const bf16 *qkv, float *scratch, int64_t B,
+                                int64_t T, int64_t C, int64_t NH, struct flop_counter *fc) {
+    const int64_t hs = C / NH;
+    const float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for num_threads(head_threads(B, NH))
+    for (int64_t bh = 0; bh < B * NH; bh++) {
+        const int64_t b = bh / NH, h = bh % NH;
+        struct head_tiles w = tiles_of(scratch, T, hs);
+        load_head(&w, qkv + b * T * 3 * C + h * hs, T, C, hs);
+        gemm_counted_cpu(fc, GEMM_ATTENTION, false, true, T, T, hs, scale, w.q, hs, w.k, hs, 0.0f, w.p, T);
+        causal_softmax_forward(w.p, T);
+        gemm_counted_cpu(fc, GEMM_ATTENTION, false, false, T, hs, T, 1.0f, w.p, T, w.v, hs, 0.0f, w.y, hs);
+        store_rows(out, b * T * C + h * hs, C, w.y, T, hs);
+        store_rows(att, bh * T * T, T, w.p, T, T);
+    }
+    fc->other += SOFTMAX_FORWARD_FLOPS * (double)B * NH * T * (T + 1) / 2;
+}
+
+void attention_backward_bf16_cpu(float *dqkv, const float *dout, const bf16 *qkv, struct operand att, float *scratch,
+                                 int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc) {
+    const int64_t hs = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for num_threads(head_threads(B, NH))
+    for (int64_t bh = 0; bh < B * NH; bh++) {
+        const int64_t b = bh / NH, h = bh % NH;
+        struct head_tiles w = tiles_of(scratch, T, hs);
+        load_head(&w, qkv + b * T * C3 + h * hs, T, C, hs);
+        const float *p = w.p, *dy = dout + b * T * C + h * hs;
+        if (att.b16) act_widen_rows(w.p, att.b16 + bh * T * T, T, T, T);
+        else p = att.f32 + bh * T * T;
+        float *dq = dqkv + b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
+        gemm_counted_cpu(fc, GEMM_ATTENTION, false, true, T, T, hs, 1.0f, dy, C, w.v, hs, 0.0f, w.d, T);
+        gemm_counted_cpu(fc, GEMM_ATTENTION, true, false, T, hs, T, 1.0f, p, T, dy, C, 0.0f, dv, C3);
+        causal_softmax_backward(w.d, p, T);
+        gemm_counted_cpu(fc, GEMM_ATTENTION, false, false, T, hs, T, scale, w.d, T, w.k, hs, 0.0f, dq, C3);
+        gemm_counted_cpu(fc, GEMM_ATTENTION, true, false, T, hs, T, scale, w.d, T, w.q, hs, 0.0f, dk, C3);
     }
     fc->other += SOFTMAX_BACKWARD_FLOPS * (double)B * NH * T * (T + 1) / 2;
 }

@@ -21,6 +21,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "act_io.h"
 #include "attention_rows.h"
 #include "layers.h"
 
@@ -92,6 +93,20 @@ void attention_lse_backward_row(float *dq, float *dk, float *dv, const float *q,
 /* Row t's tiles of keys: ceil((t + 1) / tile). */
 static int64_t key_tiles(int64_t t) { return t / ATTENTION_LSE_TILE + 1; }
 
+/* The FLOPs of a forward and of a backward (layers.h lists them). */
+static void count_forward(struct flop_counter *fc, int64_t B, int64_t T, int64_t NH, int64_t hs) {
+    double heads = (double)B * NH, scores = (double)T * (T + 1) / 2, tiles = 0;
+    for (int64_t t = 0; t < T; t++) tiles += (double)key_tiles(t);
+    fc->attention += heads * scores * 2 * 2 * hs; /* QK^T and PV */
+    fc->other += heads * (scores * FWD_PER_SCORE + tiles * (hs + FWD_PER_TILE) + (double)T * (hs + FWD_PER_ROW));
+}
+
+static void count_backward(struct flop_counter *fc, int64_t B, int64_t T, int64_t NH, int64_t hs) {
+    double heads = (double)B * NH, scores = (double)T * (T + 1) / 2;
+    fc->attention += heads * scores * 5 * 2 * hs; /* QK^T, dP, dV, dQ, dK */
+    fc->other += heads * (scores * BWD_PER_SCORE + (double)T * BWD_PER_ROW_HS * hs);
+}
+
 void attention_lse_forward_cpu(float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
                                struct flop_counter *fc) {
     const int64_t hs = C / NH, C3 = 3 * C;
@@ -104,10 +119,7 @@ void attention_lse_forward_cpu(float *out, float *lse, const float *qkv, int64_t
             attention_lse_forward_row(out + (b * T + t) * C + h * hs, lse + bh * T + t, q + t * C3, k, v, t + 1, hs,
                                       C3, scale);
     }
-    double heads = (double)B * NH, scores = (double)T * (T + 1) / 2, tiles = 0;
-    for (int64_t t = 0; t < T; t++) tiles += (double)key_tiles(t);
-    fc->attention += heads * scores * 2 * 2 * hs; /* QK^T and PV */
-    fc->other += heads * (scores * FWD_PER_SCORE + tiles * (hs + FWD_PER_TILE) + (double)T * (hs + FWD_PER_ROW));
+    count_forward(fc, B, T, NH, hs);
 }
 
 void attention_lse_backward_cpu(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
@@ -133,7 +145,81 @@ void attention_lse_backward_cpu(float *dqkv, float *scratch, const float *dout, 
         }
         for (int64_t j = 0; j < T; j++) attention_scale_row(dk + j * C3, scale, hs);
     }
-    double heads = (double)B * NH, scores = (double)T * (T + 1) / 2;
-    fc->attention += heads * scores * 5 * 2 * hs; /* QK^T, dP, dV, dQ, dK */
-    fc->other += heads * (scores * BWD_PER_SCORE + (double)T * BWD_PER_ROW_HS * hs);
+    count_backward(fc, B, T, NH, hs);
+}
+
+/* The same two on the bf16 data path (layers.h: attention_lse_forward_bf16).
+ * Each thread widens one head's q, k, v (and in the backward its output)
+ * into its own packed fp32 tiles (T x hs each, after the B NH T of D) and
+ * runs the rows above on them; the backward's dk and dv gather in two more
+ * tiles (the rows step through k, v and dk, dv alike) and are copied out
+ * once whole. The rows' sums do not depend on the strides: the values are
+ * the fp32 kernels' bit for bit. */
+enum { LSE_TILES = 6 };
+
+size_t attention_lse_bf16_scratch(int64_t B, int64_t T, int64_t C, int64_t NH) {
+    size_t per_thread = LSE_TILES * (size_t)T * (size_t)(C / NH);
+    return attention_lse_backward_scratch(B, T, NH) + (size_t)head_threads(B, NH) * per_thread;
+}
+
+/* This thread's tiles q, k, v, out, dk, dv (T x hs each), after D. */
+static float *lse_tiles(float *scratch, int64_t B, int64_t T, int64_t NH, int64_t hs) {
+    return scratch + attention_lse_backward_scratch(B, T, NH) +
+           (size_t)omp_get_thread_num() * LSE_TILES * (size_t)T * (size_t)hs;
+}
+
+void attention_lse_forward_bf16_cpu(bf16 *out, float *lse, const bf16 *qkv, float *scratch, int64_t B, int64_t T,
+                                    int64_t C, int64_t NH, struct flop_counter *fc) {
+    const int64_t hs = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for num_threads(head_threads(B, NH))
+    for (int64_t bh = 0; bh < B * NH; bh++) {
+        const int64_t b = bh / NH, h = bh % NH;
+        float *q = lse_tiles(scratch, B, T, NH, hs), *k = q + T * hs, *v = k + T * hs, *y = v + T * hs;
+        const bf16 *q16 = qkv + b * T * C3 + h * hs;
+        act_widen_rows(q, q16, C3, T, hs);
+        act_widen_rows(k, q16 + C, C3, T, hs);
+        act_widen_rows(v, q16 + 2 * C, C3, T, hs);
+        for (int64_t t = 0; t < T; t++)
+            attention_lse_forward_row(y + t * hs, lse + bh * T + t, q + t * hs, k, v, t + 1, hs, hs, scale);
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t d = 0; d < hs; d++) out[(b * T + t) * C + h * hs + d] = f32_to_bf16(y[t * hs + d]);
+    }
+    count_forward(fc, B, T, NH, hs);
+}
+
+void attention_lse_backward_bf16_cpu(float *dqkv, float *scratch, const float *dout, const bf16 *qkv, const bf16 *out,
+                                     const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH,
+                                     struct flop_counter *fc) {
+    const int64_t hs = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for num_threads(head_threads(B, NH))
+    for (int64_t bh = 0; bh < B * NH; bh++) {
+        const int64_t b = bh / NH, h = bh % NH;
+        float *q = lse_tiles(scratch, B, T, NH, hs), *k = q + T * hs, *v = k + T * hs, *y = v + T * hs;
+        float *dk = y + T * hs, *dv = dk + T * hs, *D = scratch + bh * T;
+        const bf16 *q16 = qkv + b * T * C3 + h * hs;
+        act_widen_rows(q, q16, C3, T, hs);
+        act_widen_rows(k, q16 + C, C3, T, hs);
+        act_widen_rows(v, q16 + 2 * C, C3, T, hs);
+        act_widen_rows(y, out + b * T * C + h * hs, C, T, hs);
+        const float *dy = dout + b * T * C + h * hs, *l = lse + bh * T;
+        float *dq = dqkv + b * T * C3 + h * hs;
+        memset(dk, 0, (size_t)(2 * T * hs) * sizeof *dk);
+        for (int64_t t = 0; t < T; t++) {
+            D[t] = attention_dot(dy + t * C, y + t * hs, hs);
+            memset(dq + t * C3, 0, (size_t)hs * sizeof *dq);
+        }
+        for (int64_t t = 0; t < T; t++) {
+            float *dqt = dq + t * C3;
+            attention_lse_backward_row(dqt, dk, dv, q + t * hs, dy + t * C, k, v, l[t], D[t], t + 1, hs, hs, scale);
+            attention_scale_row(dqt, scale, hs);
+        }
+        for (int64_t j = 0; j < T; j++) {
+            attention_scale_row(dk + j * hs, scale, hs);
+            memcpy(dq + j * C3 + C, dk + j * hs, (size_t)hs * sizeof *dk);
+            memcpy(dq + j * C3 + 2 * C, dv + j * hs, (size_t)hs * sizeof *dv);
+        }
+    }
+    count_backward(fc, B, T, NH, hs);
 }

@@ -363,14 +363,20 @@ static bool acts_direct(const struct config *c, bool sp) {
     return c->act_dtype == DTYPE_BF16 && c->recompute != RECOMPUTE_FULL && !sp && cpu_bf16_gemms(c);
 }
 
+/* Whether the attention reads and writes the bf16 stores as well
+ * (model/gpt.c's att_direct: attention_*_bf16, attention_lse_*_bf16): on
+ * the bf16 data path, except with context parallelism (its ring reads
+ * fp32 copies). */
+static bool att_direct(const struct config *c, bool sp) { return acts_direct(c, sp) && c->cp <= 1; }
+
 /* Elements per token of model/gpt.c's one-layer fp32 working buffer with
  * bf16 activations (not full recompute's: that is an activation): the
  * whole block, or on the bf16 data path only what a kernel still reads or
- * writes in fp32: qkv 3C/t, the attention output C/t, the FC output 4C/t,
- * and, when `att`, the probabilities. */
+ * writes in fp32: the FC output 4C/t, and for the ring attention qkv
+ * 3C/t and the attention output C/t (flash's fp32 lse is never in it). */
 static double work_block_per_token(const struct config *c, int tp, bool sp, bool att) {
     if (!acts_direct(c, sp)) return layer_block_per_token(c, tp, sp, att);
-    return 8 * (double)c->d_model / tp + (att ? att_per_token(c, tp) : 0);
+    return (att_direct(c, sp) ? 4 : 8) * (double)c->d_model / tp;
 }
 
 struct activation_theory theory_trainer_activations(const struct config *whole, struct rank_place p) {
@@ -558,7 +564,12 @@ struct scratch_theory theory_trainer_scratch(const struct config *whole, struct 
     if (bf16_acts && !acts_direct(c, sp)) /* residual in, out; final LN out (the data path: none) */
         s.persistent += (lay.rank.has_head ? 3 : 2) * ns * 4;
     double head_threads = c->threads < B * NHl ? c->threads : B * NHl;
-    s.persistent += (ns + n + 7 * nl) * 4 + (flash(c) ? B * NHl * T : head_threads * T * T) * 4;
+    /* the bf16 attention's tiles per thread (attention_bf16_scratch: P
+     * and dS, T x T, q, k, v and the output, T x hs; flash's
+     * attention_lse_bf16_scratch: q, k, v, the output, dk and dv) */
+    double hs = C / c->n_head, tiles = !att_direct(c, sp) ? 0 : flash(c) ? 6 * T * hs : 2 * T * T + 4 * T * hs;
+    double att = flash(c) ? B * NHl * T + head_threads * tiles : head_threads * (tiles ? tiles : T * T);
+    s.persistent += (ns + n + 7 * nl) * 4 + att * 4;
     if (sp) s.persistent += (n + 4 * C) * 4;
     /* train/run/run_loop.c: the batch's inputs and targets, whole sequences
      * (a cp rank keeps its positions in place) */
