@@ -23,6 +23,16 @@ static inline void act_widen_rows(float *tile, const bf16 *src, int64_t ld, int6
         for (int64_t d = 0; d < w; d++) tile[t * w + d] = bf16_to_f32(src[t * ld + d]);
 }
 
+/* One head's q, k and v (T rows of hs each) widened into three tiles, from
+ * head: its q columns in a bf16 qkv store of rows 3C long (k C and v 2C
+ * further on): the attention's bf16 forms (plain and flash) share it. */
+static inline void act_widen_qkv(float *q, float *k, float *v, const bf16 *head, int64_t C, int64_t T,
+                                 int64_t hs) {
+    act_widen_rows(q, head, 3 * C, T, hs);
+    act_widen_rows(k, head + C, 3 * C, T, hs);
+    act_widen_rows(v, head + 2 * C, 3 * C, T, hs);
+}
+
 #define ACT_LD(p, i) _Generic((p), const float *: act_ld_f32, float *: act_ld_f32, \
                               const bf16 *: act_ld_bf16, bf16 *: act_ld_bf16)((p), (i))
 #define ACT_ST(p, i, v) _Generic((p), float *: act_st_f32, bf16 *: act_st_bf16)((p), (i), (v))

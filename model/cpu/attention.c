@@ -144,9 +144,7 @@ static struct head_tiles tiles_of(float *scratch, int64_t T, int64_t hs) {
 
 /* The head's q, k, v (hs columns of qkv's 3C-wide rows), widened. */
 static void load_head(struct head_tiles *w, const bf16 *q, int64_t T, int64_t C, int64_t hs) {
-    act_widen_rows(w->q, q, 3 * C, T, hs);
-    act_widen_rows(w->k, q + C, 3 * C, T, hs);
-    act_widen_rows(w->v, q + 2 * C, 3 * C, T, hs);
+    act_widen_qkv(w->q, w->k, w->v, q, C, T, hs);
 }
 
 void attention_forward_bf16_cpu(struct act_out out, struct act_out att, const bf16 *qkv, float *scratch, int64_t B,

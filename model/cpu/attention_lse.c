@@ -177,9 +177,7 @@ void attention_lse_forward_bf16_cpu(bf16 *out, float *lse, const bf16 *qkv, floa
         const int64_t b = bh / NH, h = bh % NH;
         float *q = lse_tiles(scratch, B, T, NH, hs), *k = q + T * hs, *v = k + T * hs, *y = v + T * hs;
         const bf16 *q16 = qkv + b * T * C3 + h * hs;
-        act_widen_rows(q, q16, C3, T, hs);
-        act_widen_rows(k, q16 + C, C3, T, hs);
-        act_widen_rows(v, q16 + 2 * C, C3, T, hs);
+        act_widen_qkv(q, k, v, q16, C, T, hs);
         for (int64_t t = 0; t < T; t++)
             attention_lse_forward_row(y + t * hs, lse + bh * T + t, q + t * hs, k, v, t + 1, hs, hs, scale);
         for (int64_t t = 0; t < T; t++)
@@ -199,9 +197,7 @@ void attention_lse_backward_bf16_cpu(float *dqkv, float *scratch, const float *d
         float *q = lse_tiles(scratch, B, T, NH, hs), *k = q + T * hs, *v = k + T * hs, *y = v + T * hs;
         float *dk = y + T * hs, *dv = dk + T * hs, *D = scratch + bh * T;
         const bf16 *q16 = qkv + b * T * C3 + h * hs;
-        act_widen_rows(q, q16, C3, T, hs);
-        act_widen_rows(k, q16 + C, C3, T, hs);
-        act_widen_rows(v, q16 + 2 * C, C3, T, hs);
+        act_widen_qkv(q, k, v, q16, C, T, hs);
         act_widen_rows(y, out + b * T * C + h * hs, C, T, hs);
         const float *dy = dout + b * T * C + h * hs, *l = lse + bh * T;
         float *dq = dqkv + b * T * C3 + h * hs;
