@@ -73,12 +73,16 @@ struct core_watch {
     struct cpu_times start; /* the current window's first sample */
     double window;          /* seconds a window lasts at least */
     double busy, seconds;   /* over the last whole window, and its length */
+    double due;             /* monotonic_seconds() when the window may end */
 };
 void core_watch_start(struct core_watch *w, double window, const struct cpu_times *now);
 /* Ends the window at `now` if it has lasted `window` seconds: sets busy,
  * starts the next one and returns true; false while it runs (or where
  * /proc cannot say). */
 bool core_watch_sample(struct core_watch *w, const struct cpu_times *now);
+/* Whether the window may have ended: a clock read, so a caller between
+ * steps reads /proc (tens of microseconds) once a window, not every step. */
+bool core_watch_due(const struct core_watch *w);
 
 /* This process's peak resident set so far (getrusage), bytes. */
 double peak_rss_bytes(void);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "machine.h"
 
 struct cpu_times machine_cpu_times(void) {
@@ -58,8 +59,10 @@ int machine_threads_that_fit(int requested, int cores, double busy) {
 }
 
 void core_watch_start(struct core_watch *w, double window, const struct cpu_times *now) {
-    *w = (struct core_watch){.start = *now, .window = window, .busy = -1.0};
+    *w = (struct core_watch){.start = *now, .window = window, .busy = -1.0, .due = monotonic_seconds() + window};
 }
+
+bool core_watch_due(const struct core_watch *w) { return monotonic_seconds() >= w->due; }
 
 bool core_watch_sample(struct core_watch *w, const struct cpu_times *now) {
     if (!w->start.ok) { /* /proc could not say at the start: try from here */
@@ -70,6 +73,7 @@ bool core_watch_sample(struct core_watch *w, const struct cpu_times *now) {
     if (seconds < w->window) return false;
     w->busy = machine_cores_used_by_others(&w->start, now);
     w->seconds = seconds;
+    w->due = monotonic_seconds() + w->window;
     w->start = *now;
     return w->busy >= 0;
 }

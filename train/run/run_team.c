@@ -52,7 +52,7 @@ bool run_team_start(struct trainer *tr, int cores, double busy, char *why, size_
 }
 
 void run_team_follow(struct trainer *tr) {
-    if (!tr->team_follows) return;
+    if (!tr->team_follows || !core_watch_due(&tr->cores)) return;
     struct cpu_times now = machine_cpu_times();
     if (!core_watch_sample(&tr->cores, &now)) return;
     int fit = machine_threads_that_fit(tr->cfg->threads, now.cores, tr->cores.busy);
