@@ -146,7 +146,7 @@ extern "C" int cuda_k_adafactor_total(size_t n, const float *src, float *dst, in
     return (int)cudaGetLastError();
 }
 
-extern "C" int cuda_k_adafactor_moment(size_t n, const struct cuda_k_adafactor_moment *s, float *out) {
+extern "C" int cuda_k_adafactor_moment_values(size_t n, const struct cuda_k_adafactor_moment *s, float *out) {
     adafactor_moment_kernel<<<optim_blocks(n), OPTIM_K_BLOCK>>>(n, *s, out);
     return (int)cudaGetLastError();
 }

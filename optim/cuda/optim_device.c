@@ -165,7 +165,7 @@ void adafactor_total_cuda(size_t n, const float *src, float *dst, bool accumulat
 
 void adafactor_moment_values_cuda(size_t n, const struct adafactor_moment *s, float *out) {
     const struct cuda_k_adafactor_moment k = adafactor_moment_of(s);
-    finish(cuda_k_adafactor_moment(n, &k, out), "adafactor_moment_values");
+    finish(cuda_k_adafactor_moment_values(n, &k, out), "adafactor_moment_values");
 }
 
 void adafactor_update_squares_cuda(size_t n, const void *grad, enum dtype grad_dtype, float grad_scale,

@@ -89,7 +89,7 @@ int cuda_k_adafactor_ema(size_t n, float *stat, const float *sums, float beta2t)
 int cuda_k_adafactor_vector_ema(size_t n, float *v, const void *grad, int grad_bf16, float grad_scale, float eps1,
                                 float beta2t);
 int cuda_k_adafactor_total(size_t n, const float *src, float *dst, int accumulate);
-int cuda_k_adafactor_moment(size_t n, const struct cuda_k_adafactor_moment *s, float *out);
+int cuda_k_adafactor_moment_values(size_t n, const struct cuda_k_adafactor_moment *s, float *out);
 /* *sum (device) += the piece's U^2 in double (one block, a fixed tree) */
 int cuda_k_adafactor_squares(size_t n, const void *grad, int grad_bf16, float grad_scale,
                              const struct cuda_k_adafactor_moment *s, double *sum);
