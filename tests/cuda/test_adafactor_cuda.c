@@ -152,7 +152,7 @@ static void step_on(struct side *s, const struct shape *sh, const void *grad, en
     }
 }
 
-static void run_case(const struct shape *sh, float beta1, enum dtype gd, enum round_mode rounding) {
+static void run_case(const struct shape *sh, float beta1, enum dtype gd, enum rounding_mode rounding) {
     const bool factored = sh->rows > 1;
     const size_t m = (size_t)sh->cols, n = (size_t)sh->rows * m, nstat = factored ? (size_t)sh->rows + m : n;
     const size_t cut = factored ? m + m / 2 + 1 < n ? m + m / 2 + 1 : n / 2 : n / 2; /* inside a row */
