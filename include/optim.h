@@ -373,10 +373,11 @@ void adafactor_apply(const struct adafactor_hparams *h, size_t n, float *w, floa
  * the space of the call (the update rules: fc->space, counters.h; the
  * codec: its argument), and the CUDA build times the updates into fc's
  * kernel profile (KERNEL_OPTIMIZER).
- *   X_cpu   optim/{adamw,sgd,lion,adamw8bit,sgd8bit,lion8bit,adamw8bit_state}.c:
+ *   X_cpu   optim/{adamw,sgd,lion,adamw8bit,sgd8bit,lion8bit,adamw8bit_state,adafactor}.c:
  *           host memory.
  *   X_cuda  optim/cuda/optim_device.c with the kernels of adamw.cu,
- *           sgd.cu, lion.cu, adamw8bit.cu and onestate8bit.cu (the CUDA build only): w, the states,
+ *           sgd.cu, lion.cu, adamw8bit.cu, onestate8bit.cu and adafactor.cu
+ *           (the CUDA build only; adafactor.cu compiled, not yet run on a GPU): w, the states,
  *           grad and the bf16 params in device memory. The
  *           hyperparameters, the flop_counter, the 8-bit maps and search
  *           indexes are host memory (the maps travel to the kernels by
