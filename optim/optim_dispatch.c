@@ -86,7 +86,8 @@ void adafactor_ema(enum mem_space space, size_t n, float *stat, const float *sum
 
 void adafactor_vector_ema(enum mem_space space, size_t n, float *v, const void *grad, enum dtype grad_dtype,
                           float grad_scale, float eps1, float beta2t) {
-    if (n && space == MEM_DEVICE) ON_DEVICE(adafactor_vector_ema_cuda(n, v, grad, grad_dtype, grad_scale, eps1, beta2t));
+    if (n && space == MEM_DEVICE)
+        ON_DEVICE(adafactor_vector_ema_cuda(n, v, grad, grad_dtype, grad_scale, eps1, beta2t));
     else adafactor_vector_ema_cpu(n, v, grad, grad_dtype, grad_scale, eps1, beta2t);
 }
 

@@ -292,7 +292,8 @@ static void adafactor_kernels(int t, float *w, float *stat, float *m, const floa
     float sums[AR + AC] = {0};
     for (int p = 0; p < pieces; p++) {
         size_t a = cut[p], b = p == pieces - 1 ? n : cut[p + 1];
-        if (factored) adafactor_square_sums(MEM_HOST, b - a, g + a, DTYPE_FP32, h.grad_scale, h.eps1, a, cols, sums, sums + rows);
+        if (factored)
+            adafactor_square_sums(MEM_HOST, b - a, g + a, DTYPE_FP32, h.grad_scale, h.eps1, a, cols, sums, sums + rows);
         else adafactor_vector_ema(MEM_HOST, b - a, stat + a, g + a, DTYPE_FP32, h.grad_scale, h.eps1, h.beta2t);
     }
     float total = 0;

@@ -30,7 +30,8 @@ __device__ __forceinline__ float dev_square(const void *grad, int grad_bf16, siz
 __global__ void adafactor_row_sums_kernel(size_t n, const void *grad, int grad_bf16, float gs, float eps1, size_t c0,
                                           size_t m, size_t r_first, size_t r_count, float *rows) {
     OPTIM_GRID_STRIDE(i, r_count) {
-        const size_t r = r_first + i, lo = r * m > c0 ? r * m - c0 : 0, hi = (r + 1) * m - c0 < n ? (r + 1) * m - c0 : n;
+        const size_t r = r_first + i, lo = r * m > c0 ? r * m - c0 : 0;
+        const size_t hi = (r + 1) * m - c0 < n ? (r + 1) * m - c0 : n;
         float row = rows[r];
         for (size_t k = lo; k < hi; k++) row += dev_square(grad, grad_bf16, k, gs, eps1);
         rows[r] = row;

@@ -120,8 +120,10 @@ static void shared_row(const struct zero *z, const struct factored_tensor *e, co
         rank_part(z, e, s, &a, &b);
         if (a == b) continue;
         const size_t first = a / m, last = (b - 1) / m;
-        if (first == row) adafactor_total(z->space, 1, slots + 2 * (size_t)s, dst, added), added = true;
-        if (last == row && last != first) adafactor_total(z->space, 1, slots + 2 * (size_t)s + 1, dst, added), added = true;
+        if (first != row && last != row) continue;
+        /* its first row's slot, else its last's (a part in one row fills only the first) */
+        adafactor_total(z->space, 1, slots + 2 * (size_t)s + (first == row ? 0 : 1), dst, added);
+        added = true;
     }
     if (!added) adafactor_total(z->space, 0, slots, dst, false);
 }

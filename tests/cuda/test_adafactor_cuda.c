@@ -120,7 +120,8 @@ static void step_on(struct side *s, const struct shape *sh, const void *grad, en
     for (int p = 0; p < 2; p++) {
         const size_t a = piece[p], len = piece[p + 1] - a;
         const void *g = (const char *)grad + a * es;
-        if (factored) adafactor_square_sums(sp, len, g, gd, h->grad_scale, h->eps1, a, sh->cols, s->sums, s->sums + sh->rows);
+        if (factored)
+            adafactor_square_sums(sp, len, g, gd, h->grad_scale, h->eps1, a, sh->cols, s->sums, s->sums + sh->rows);
         else adafactor_vector_ema(sp, len, s->stat + a, g, gd, h->grad_scale, h->eps1, h->beta2t);
     }
     if (factored) {
