@@ -18,10 +18,10 @@
  * (all positive: with u = 2^-24, within (V/V2_CE_THREADS + 8 + V) u sum of
  * the CPU's, about 1e-4 relative worst case at V 50,257, far less in
  * practice), which moves the loss by at most that (absolute) and a dlogit
- * by that relative, so one bf16 rounding (2^-8 relative) where it crosses
+ * by that relative, so one bf16 ulp (at most 2^-7 relative) where it crosses
  * a boundary. The device's logf is within 1 ulp of glibc's. ce_row_replay
  * is the device's order on the host: the GPU test asks for its bits (the
- * loss within 2 ulp). */
+ * loss within logf's ulp of log V). */
 #ifndef SHARDLAB_V2_CROSSENTROPY_BF16_H
 #define SHARDLAB_V2_CROSSENTROPY_BF16_H
 

@@ -14,7 +14,7 @@
  * layernorm_forward_bf16); mean and rstd are the same sums in another
  * order: with u = 2^-24, |mean - mean_cpu| <= (C + C/32 + 5) u mean(|x|)
  * and rstd alike within (C + C/32 + 5) u relative to the variance's terms,
- * so out may differ from the CPU's by one bf16 rounding (2^-8 relative)
+ * so out may differ from the CPU's by one bf16 ulp (at most 2^-7 relative)
  * where the two fp32 values straddle a rounding boundary
  * (tests/test_bf16_rows.c measures it on random rows). resln_row_replay
  * is the device's order on the host: the GPU test asks for its bits. */
