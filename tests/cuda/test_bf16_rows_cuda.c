@@ -120,8 +120,10 @@ static void test_layernorm_backward_v2(void **state) {
     for (int sh = 0; sh < NSHAPES; sh++)
         for (int bf16_io = 0; bf16_io < 2; bf16_io++) { /* dout and dinp fp32 (the CPU's flow), or both bf16 */
             int64_t N = ROWS[sh], C = COLS[sh], n = N * C, ns = layernorm_backward_v2_scratch(N, C);
-            bf16 *x = rand_bf16(n, 11, 2.0f, 0.3f), *dyh = rand_bf16(n, 12, 1.0f, 0.0f), *dxh = rand_bf16(n, 13, 1.0f, 0.0f);
-            float *dy = bf16_io ? widened(dyh, n) : rand_f32(n, 14, 1.0f), *dx = bf16_io ? widened(dxh, n) : rand_f32(n, 15, 1.0f);
+            bf16 *x = rand_bf16(n, 11, 2.0f, 0.3f), *dyh = rand_bf16(n, 12, 1.0f, 0.0f),
+                 *dxh = rand_bf16(n, 13, 1.0f, 0.0f);
+            float *dy = bf16_io ? widened(dyh, n) : rand_f32(n, 14, 1.0f),
+                  *dx = bf16_io ? widened(dxh, n) : rand_f32(n, 15, 1.0f);
             float *w = rand_f32(C, 16, 0.5f), *bias = rand_f32(C, 17, 0.1f), *dw = rand_f32(C, 18, 1.0f),
                   *db = rand_f32(C, 19, 1.0f), *mean = malloc(F(N)), *rstd = malloc(F(N));
             bf16 *ln = malloc(H(n));
@@ -132,8 +134,8 @@ static void test_layernorm_backward_v2(void **state) {
             float *d_dy = dev_from(dy, F(n)), *d_dx = dev_from(dx, F(n)), *d_w = dev_from(w, F(C)),
                   *d_mean = dev_from(mean, F(N)), *d_rstd = dev_from(rstd, F(N)), *d_dw = dev_from(dw, F(C)),
                   *d_db = dev_from(db, F(C)), *d_part = dev_poisoned(F(ns));
-            layernorm_backward_v2(bf16_io ? NULL : d_dx, bf16_io ? d_dxh : NULL, d_dw, d_db, d_part, bf16_io ? NULL : d_dy,
-                                  bf16_io ? d_dyh : NULL, d_x, d_w, d_mean, d_rstd, N, C);
+            layernorm_backward_v2(bf16_io ? NULL : d_dx, bf16_io ? d_dxh : NULL, d_dw, d_db, d_part,
+                                  bf16_io ? NULL : d_dy, bf16_io ? d_dyh : NULL, d_x, d_w, d_mean, d_rstd, N, C);
             float *gdx = back(d_dx, F(n), "dinp"), *gdw = back(d_dw, F(C), "dweight"), *gdb = back(d_db, F(C), "dbias");
             bf16 *gdxh = (bf16 *)back(d_dxh, H(n), "dinp bf16");
             /* the replay on copies of the accumulated outputs */
@@ -176,7 +178,8 @@ static void test_gelu_v2(void **state) {
     static const int64_t SIZES[] = {65536, 1, 7, 8 * 1000 + 5};
     for (size_t s = 0; s < sizeof SIZES / sizeof SIZES[0]; s++) {
         int64_t n = SIZES[s];
-        bf16 *pre = n == 65536 ? malloc(H(n)) : rand_bf16(n, 21 + s, 4.0f, 0.0f), *dout = rand_bf16(n, 31 + s, 2.0f, 0.0f);
+        bf16 *pre = n == 65536 ? malloc(H(n)) : rand_bf16(n, 21 + s, 4.0f, 0.0f),
+             *dout = rand_bf16(n, 31 + s, 2.0f, 0.0f);
         if (n == 65536)
             for (int64_t i = 0; i < n; i++) pre[i] = (bf16)i;
         bf16 *d_pre = dev_from(pre, H(n)), *d_dout = dev_from(dout, H(n)), *d_out = dev_poisoned(H(n)),
