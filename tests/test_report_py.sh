@@ -5,7 +5,12 @@
 # reduce-scatter measured == theory, no all-reduce), then renders two
 # reports: both runs (no memory timeline, no trace: "not in this run"), and
 # the ZeRO-3 log with hand-made memory_phase records and a hand-made
-# pipeline trace (tests/report/) appended, which draws all six pictures.
+# pipeline trace (tests/report/) appended, which draws the six pictures
+# other than energy (this host has no meter: the page says "not available
+# here" with the trainer's reason); then a hand-made measured log
+# (tests/report/energy_steps.json), whose energy figures the page shows
+# beside the planner's E = t x P, from its summary record and, cut short,
+# from its steps.
 # Every PNG must carry the PNG signature and be over 1 KB, every SVG must
 # parse as XML with an <svg> root, and index.html must show every picture
 # written and name no file that is not there. Bad input: non-zero exit, one
@@ -113,12 +118,49 @@ assert page.count("not in this run") == len(missing), page
 EOF
 }
 check "report of both runs renders" "$build/report" "$tmp/zero3.json" "$tmp/one.json" --out "$tmp/both"
-check "  5 pictures (loss, step time, memory, comm, the memory timeline the trainer records), pipeline not in this run" \
-    check_report "$tmp/both" 5 pipeline
+check "  5 pictures (loss, step time, memory, comm, the memory timeline the trainer records), pipeline and energy not in this run" \
+    check_report "$tmp/both" 5 pipeline energy
 cat "$tmp/zero3.json" tests/report/memory_phases.json >"$tmp/phases.json"
 check "report with memory_phase records and a trace renders" \
     "$build/report" "$tmp/phases.json" --trace tests/report/pipeline_trace.json --out "$tmp/all"
-check "  all 6 pictures" check_report "$tmp/all" 6
+check "  all 6 pictures of a run without a meter" check_report "$tmp/all" 6 energy
+
+# Energy (docs/ENERGY.md): this host has no meter, so the runs' energy
+# records say why, and the page says "not available here" with that reason;
+# a hand-made measured log (tests/report/energy_steps.json: 10, 12, 14 J
+# over 1000 tokens a step, 2 model TFLOP a step, the planner's 15 J at
+# 700 W) shows its summary's figures, and the same steps without the
+# summary (a log cut short) the same figures from the steps: J a step 12,
+# mJ a token 12, TFLOP per J 6/36 = 0.1667 (the steps' TFLOP over their
+# joules; the mean of their ratios would be 0.1698), measured / planned 0.800.
+energy_page() { # dir, then the strings index.html must hold
+    "$py" - "$@" <<'EOF'
+import html, sys
+page = html.unescape(open(sys.argv[1] + "/index.html").read())
+for want in sys.argv[2:]:
+    assert want in page, (want, page[page.find("<h2>Energy"):])
+EOF
+}
+no_meter_record() { # the 1-rank run's energy record: no figures, a reason
+    "$py" - "$tmp/one.json" <<'EOF'
+import json, sys
+e = [r for r in map(json.loads, open(sys.argv[1])) if r["type"] == "energy"]
+assert len(e) == 1 and e[0]["joules_per_step"] is None and e[0]["why_not"], e
+open(sys.argv[1] + ".why", "w").write(e[0]["why_not"])
+EOF
+}
+check "a run without a meter writes an energy record with its reason" no_meter_record
+check "  the page: energy: not available here (the trainer's reason)" \
+    energy_page "$tmp/both" "energy: not available here ($(cat "$tmp/one.json.why" 2>/dev/null))"
+check "report of a measured log renders" "$build/report" tests/report/energy_steps.json --out "$tmp/energy"
+check "  3 pictures (loss, step time, energy); no memory, comm, timeline or pipeline" \
+    check_report "$tmp/energy" 3 memory_timeline pipeline
+check "  the summary's figures beside the planner's E = t x P" energy_page "$tmp/energy" \
+    "<td>3</td><td>12</td><td>12</td><td>0.1667</td><td>15 (700 W)</td><td>0.800</td><td>NVML (1 GPU)</td>"
+grep -v '"energy"' tests/report/energy_steps.json >"$tmp/energy_cut.json"
+check "report of a measured log without its summary renders" "$build/report" "$tmp/energy_cut.json" --out "$tmp/cut"
+check "  the same figures from the steps" energy_page "$tmp/cut" \
+    "<td>3</td><td>12</td><td>12</td><td>0.1667</td><td>15</td><td>0.800</td><td>the step records</td>"
 
 # Bad input: a clear one-line error, non-zero exit.
 bad_input() { # contents, expected message

@@ -3,8 +3,9 @@
     build/report RUN.json [RUN2.json ...] [--trace TRACE.json] --out DIR
 
 Reads the records the trainer writes (train/run/run_loop.c, train/report/report_memory.c,
-train/report/report_run_record.c): "run", "step", "memory_setup", "memory", "comm" and,
-where the run has them, "memory_phase"; a pipeline timeline comes from a
+train/report/report_run_record.c, train/report/report_energy.c): "run", "step" (with its
+joules where a meter read them), "memory_setup", "memory", "comm", "energy" (the run's
+summary: docs/ENERGY.md) and, where the run has them, "memory_phase"; a pipeline timeline comes from a
 Chrome trace-event file (--trace). Writes DIR/NAME.png and DIR/NAME.svg for
 each picture the runs have data for, and DIR/index.html showing them, with
 "not in this run" where a picture has no data. Several runs (one per ZeRO
@@ -42,16 +43,21 @@ def human_bytes(b):
     return "%.0f B" % b
 
 
+# The step record's energy fields (docs/ENERGY.md), each a number or null.
+STEP_ENERGY = ("joules", "joules_per_token", "tflop_per_joule", "planned_joules")
 # Per record type: the numeric fields it must have, and those it may have
 # (or give as null). Records of other types are kept out of the pictures.
 RECORD_NUMBERS = {
-    "step": (("step", "loss"), ("val_loss", "ms", "mfu", "tokens_per_s")),
+    "step": (("step", "loss"), ("val_loss", "ms", "mfu", "tokens_per_s") + STEP_ENERGY),
     "memory": (("rank", "measured_bytes"), ("theory_bytes",)),
     "comm": (("rank", "bytes_per_step"), ("calls_per_step", "theory_bytes_per_step")),
     "memory_phase": (("rank", "step", "index"), ("total",)),
+    "energy": (("steps",), ("meters", "joules_per_step", "joules_per_token", "tflop_per_joule",
+                            "planned_joules_per_step", "watts")),
 }
 # ... and the text fields.
-RECORD_TEXT = {"memory": ("category",), "comm": ("group", "kind"), "memory_phase": ("phase",)}
+RECORD_TEXT = {"memory": ("category",), "comm": ("group", "kind"), "memory_phase": ("phase",),
+               "energy": ("source", "why_not")}
 
 
 def is_number(value):
@@ -88,6 +94,7 @@ class Run:
         self.memory = []         # "memory" records of the last table
         self.comm = []           # "comm" records of the last table
         self.phases = []         # "memory_phase" records
+        self.energy = None       # the last "energy" record (a resumed run's last summary)
         self.read()
 
     def read(self):
@@ -132,6 +139,8 @@ class Run:
             self.memory.append(rec)
         elif kind == "comm":
             self.comm.append(rec)
+        elif kind == "energy":
+            self.energy = rec
         elif kind == "memory_phase":
             if not isinstance(rec["bytes"], dict) or not all(is_number(v) for v in rec["bytes"].values()):
                 raise ReportError("%s line %d: memory_phase \"bytes\" is not an object of numbers" %
@@ -447,6 +456,100 @@ def plot_pipeline(plt, trace, out_dir, written):
     return None
 
 
+def energy_planned(run):
+    """The planner's E = t x P a step (the summary's, else the steps' mean), or None without a P."""
+    e = run.energy or {}
+    if is_number(e.get("planned_joules_per_step")):
+        return e["planned_joules_per_step"]
+    planned = [s["planned_joules"] for s in run.steps if is_number(s.get("planned_joules"))]
+    return sum(planned) / len(planned) if planned else None
+
+
+def energy_figures(run):
+    """The run's energy (docs/ENERGY.md) as {steps, joules_per_step,
+    joules_per_token, tflop_per_joule, planned, watts, source}, or None where
+    no step was measured; the run's "energy" summary record when it has one,
+    else the measured steps' own fields (a log cut short before the summary).
+    planned is the planner's E = t x P a step (None without a P)."""
+    e = run.energy or {}
+    measured = [s for s in run.steps if is_number(s.get("joules"))]
+    planned = energy_planned(run)
+    if is_number(e.get("joules_per_step")):
+        return {"steps": e["steps"], "joules_per_step": e["joules_per_step"],
+                "joules_per_token": e.get("joules_per_token"), "tflop_per_joule": e.get("tflop_per_joule"),
+                "planned": planned, "watts": e.get("watts"), "source": e.get("source")}
+    if not measured:
+        return None
+    total = sum(s["joules"] for s in measured)
+    per_token = [s["joules_per_token"] for s in measured if is_number(s.get("joules_per_token"))]
+    flop_steps = [s for s in measured if is_number(s.get("tflop_per_joule"))]
+    return {"steps": len(measured), "joules_per_step": total / len(measured),
+            "joules_per_token": sum(per_token) / len(per_token) if len(per_token) == len(measured) else None,
+            # the steps' model TFLOP over their joules, not a mean of ratios
+            "tflop_per_joule": (sum(s["tflop_per_joule"] * s["joules"] for s in flop_steps) / total
+                                if total > 0 and len(flop_steps) == len(measured) else None),
+            "planned": planned, "watts": e.get("watts"), "source": e.get("source") or "the step records"}
+
+
+def energy_why_not(run):
+    """Why a run has no measured joules, in the trainer's words where it said."""
+    if run.energy and run.energy.get("why_not"):
+        return run.energy["why_not"]
+    if run.energy:
+        return "no step was measured"
+    return "the run had no meter (no energy record)"
+
+
+def plot_energy(plt, runs, out_dir, written):
+    runs = [r for r in runs if any(is_number(s.get("joules")) for s in r.steps)]
+    if not runs:
+        return "not in this run (no step measured joules)"
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for i, run in enumerate(runs):
+        measured = [(s["step"], s["joules"]) for s in run.steps if is_number(s.get("joules"))]
+        ax.plot(*zip(*measured), color="C%d" % i, label="%s measured" % run.label())
+        planned = [(s["step"], s["planned_joules"]) for s in run.steps if is_number(s.get("planned_joules"))]
+        if planned:
+            ax.plot(*zip(*planned), "--", color="C%d" % i, label="%s planner's E = t x P" % run.label())
+    ax.set(xlabel="optimizer step", ylabel="joules per step", title="energy per step")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    save(plt, fig, out_dir, "energy", written)
+    return None
+
+
+def energy_table(runs):
+    """The page's energy lines: a row of figures per measured run, and
+    "energy: not available here (why)" for each run without a meter."""
+    def num(v, fmt):
+        return fmt % v if is_number(v) else "-"
+    lines, rows = [], []
+    for run in runs:
+        f = energy_figures(run)
+        if f is None:
+            planned = energy_planned(run)
+            text = "energy: not available here (%s)" % energy_why_not(run)
+            if planned is not None:
+                text += "; planner's E = t x P: %.4g J a step" % planned
+            lines.append("<p>%s: %s</p>" % (html.escape(run.label()), html.escape(text)))
+            continue
+        ratio = f["joules_per_step"] / f["planned"] if is_number(f["planned"]) and f["planned"] > 0 else None
+        rows.append("<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td>"
+                    "<td>%s</td></tr>" % (
+                        html.escape(run.label()), num(f["steps"], "%d"), num(f["joules_per_step"], "%.4g"),
+                        num(f["joules_per_token"] * 1e3 if is_number(f["joules_per_token"]) else None, "%.4g"),
+                        num(f["tflop_per_joule"], "%.4g"),
+                        num(f["planned"], "%.4g") + (" (%s W)" % num(f["watts"], "%.0f") if is_number(f["watts"])
+                                                     else ""),
+                        num(ratio, "%.3f"), html.escape(str(f["source"] or ""))))
+    if rows:
+        lines[:0] = ["<table border=\"1\" cellpadding=\"4\"><tr><th>run</th><th>steps measured</th>"
+                     "<th>J a step</th><th>mJ a token</th><th>model TFLOP per J</th>"
+                     "<th>planner's E = t x P, J a step</th><th>measured / planned</th><th>meter</th></tr>"] + \
+            rows + ["</table>"]
+    return lines
+
+
 PICTURES = [  # (file name, heading, what it shows, plot function)
     ("loss", "Loss", "training loss per step; validation loss where the run evaluated", plot_loss),
     ("step_time", "Step time", "milliseconds per optimizer step and MFU", plot_step_time),
@@ -456,6 +559,7 @@ PICTURES = [  # (file name, heading, what it shows, plot function)
     ("comm", "Communication", "bytes each rank sends per step, per group and collective, beside the theory",
      plot_comm),
     ("pipeline", "Pipeline timeline", "what each stage does when, from the trace", plot_pipeline),
+    ("energy", "Energy", "joules each step measured, beside the planner's E = t x P", plot_energy),
 ]
 
 
@@ -486,6 +590,8 @@ def write_index(out_dir, runs, trace, results):
         else:
             lines.append("<p>%s (<a href=\"%s.svg\">SVG</a>)</p>" % (html.escape(what), name))
             lines.append("<img src=\"%s.png\" alt=\"%s\">" % (name, html.escape(heading)))
+        if name == "energy":  # the figures, or why there are none, under the picture's place
+            lines += energy_table(runs)
     lines.append("</body></html>")
     path = os.path.join(out_dir, "index.html")
     with open(path, "w", encoding="utf-8") as f:

@@ -1,0 +1,81 @@
+/* The residual add fused with the next LayerNorm's forward on the bf16
+ * data path (issue 24, Deliver 2; --gpu_path v2, residual_layernorm.cu;
+ * compiled, not run on a GPU). One pass over a row instead of two kernels
+ * and a round trip of the sum through memory:
+ *   x = bf16(float(a) + b)          the residual stream, stored (a bf16, b
+ *                                   fp32 or bf16: residual_forward_bf16's
+ *                                   one fp32 add and one rounding)
+ *   mean, rstd of the stored x      fp32 (layernorm_forward_bf16's mean,
+ *                                   then the variance about it, eps 1e-5)
+ *   out = bf16((x - mean) rstd w + bias)
+ * A warp takes a row, lane l the columns l, l + 32, ...; the lanes' sums
+ * meet in the warp's butterfly (bf16_lanes.h). So x and, given the same
+ * mean and rstd, out are the CPU's bits (residual_forward_bf16 then
+ * layernorm_forward_bf16); mean and rstd are the same sums in another
+ * order: with u = 2^-24, |mean - mean_cpu| <= (C + C/32 + 5) u mean(|x|)
+ * and rstd alike within (C + C/32 + 5) u relative to the variance's terms,
+ * so out may differ from the CPU's by one bf16 ulp (at most 2^-7 relative)
+ * where the two fp32 values straddle a rounding boundary
+ * (tests/test_bf16_rows.c measures it on random rows). resln_row_replay
+ * is the device's order on the host: the GPU test asks for its bits. */
+#ifndef SHARDLAB_V2_RESIDUAL_LAYERNORM_H
+#define SHARDLAB_V2_RESIDUAL_LAYERNORM_H
+
+#include "bf16_lanes.h"
+
+#define V2_LN_EPS 1e-5f
+
+/* Lane `lane` of a row: x[c] = bf16(a[c] + b[c]) for its columns; returns
+ * its sum of the stored x. */
+V2_HD float resln_lane_add(bf16 *x, const bf16 *a, const float *bf, const bf16 *bh, int64_t C, int lane) {
+    float s = 0.0f;
+    for (int64_t c = lane; c < C; c += V2_WARP) {
+        bf16 r = v2_round(v2_widen(a[c]) + v2_load(bf, bh, c));
+        x[c] = r;
+        s += v2_widen(r);
+    }
+    return s;
+}
+
+/* The lane's sum of (x - m)^2. */
+V2_HD float ln_lane_var(const bf16 *x, float m, int64_t C, int lane) {
+    float s = 0.0f;
+    for (int64_t c = lane; c < C; c += V2_WARP) s += (v2_widen(x[c]) - m) * (v2_widen(x[c]) - m);
+    return s;
+}
+
+V2_HD float ln_rstd(float var_sum, int64_t C) { return 1.0f / sqrtf(var_sum / (float)C + V2_LN_EPS); }
+
+V2_HD void ln_lane_out(bf16 *out, const bf16 *x, float m, float s, const float *w, const float *bias, int64_t C,
+                       int lane) {
+    for (int64_t c = lane; c < C; c += V2_WARP) out[c] = v2_round((v2_widen(x[c]) - m) * s * w[c] + bias[c]);
+}
+
+/* One row as the device's warp computes it, on the host. */
+static inline void resln_row_replay(bf16 *x, bf16 *out, float *mean, float *rstd, const bf16 *a, const float *bf,
+                                    const bf16 *bh, const float *w, const float *bias, int64_t C) {
+    float p[V2_WARP];
+    for (int l = 0; l < V2_WARP; l++) p[l] = resln_lane_add(x, a, bf, bh, C, l);
+    float m = v2_warp_sum_tree(p) / (float)C;
+    for (int l = 0; l < V2_WARP; l++) p[l] = ln_lane_var(x, m, C, l);
+    float s = ln_rstd(v2_warp_sum_tree(p), C);
+    for (int l = 0; l < V2_WARP; l++) ln_lane_out(out, x, m, s, w, bias, C, l);
+    *mean = m;
+    *rstd = s;
+}
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* N rows of C on the device, queued on the default stream: x and out
+ * (N C bf16, x may be a), mean and rstd (N fp32); b is fp32 (bf) or bf16
+ * (bh, bf NULL). */
+void residual_layernorm_forward_v2(bf16 *x, bf16 *out, float *mean, float *rstd, const bf16 *a, const float *bf,
+                                   const bf16 *bh, const float *weight, const float *bias, int64_t N, int64_t C);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
