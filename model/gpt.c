@@ -134,6 +134,18 @@ static bool acts_direct(const struct gpt *m) { return gemm_reads_store(m) && m->
  * (att_scratch). */
 static bool att_direct(const struct gpt *m) { return acts_direct(m) && m->cp_size <= 1; }
 
+/* Whether the activation gradients passed between kernels (the stream's
+ * dresid, the FC features' dfc, dqkv) are bf16 too: on the bf16 data path
+ * with its attention (the ring's kernels read and write fp32). Each kernel
+ * loads them, computes in fp32 and rounds once as it stores (layers.h:
+ * layernorm_backward_bf16, gelu_backward_bf16_grads, attention_*backward_bf16,
+ * the GEMMs' bf16 dinp), the GEMMs read them as they are: the stream's
+ * gradient is rounded at each LayerNorm's accumulation into it, the FC
+ * feature gradient where its GEMM writes it and GELU's backward stores
+ * it, dqkv where the attention stores it (the values the QKV GEMM read
+ * rounded already). */
+static bool grads_bf16(const struct gpt *m) { return att_direct(m); }
+
 /* The saved tensors the backward reads only from the store when the GEMMs
  * do: the GEMMs' inputs but the attention output (which also feeds flash
  * attention's D = rowsum(dout * out)), GELU's input (gelu_backward_bf16),
@@ -314,9 +326,15 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
         if (lay->rank.has_head)
             m->work_lnf = mem_alloc(mem, space, MEM_SCRATCH, "final layernorm out (fp32)", n * 4);
     }
-    m->dresid = mem_alloc(mem, space, MEM_SCRATCH, "d residual (fp32)", n * 4);
-    m->dfc = mem_alloc(mem, space, MEM_SCRATCH, "d fc (fp32)", act_numel(m, ACT_FCH) * 4);
-    m->dqkv = mem_alloc(mem, space, MEM_SCRATCH, "d qkv (fp32)", act_numel(m, ACT_QKV) * 4);
+    if (grads_bf16(m)) {
+        m->dresid16 = mem_alloc(mem, space, MEM_SCRATCH, "d residual (bf16)", n * sizeof(bf16));
+        m->dfc16 = mem_alloc(mem, space, MEM_SCRATCH, "d fc (bf16)", act_numel(m, ACT_FCH) * sizeof(bf16));
+        m->dqkv16 = mem_alloc(mem, space, MEM_SCRATCH, "d qkv (bf16)", act_numel(m, ACT_QKV) * sizeof(bf16));
+    } else {
+        m->dresid = mem_alloc(mem, space, MEM_SCRATCH, "d residual (fp32)", n * 4);
+        m->dfc = mem_alloc(mem, space, MEM_SCRATCH, "d fc (fp32)", act_numel(m, ACT_FCH) * 4);
+        m->dqkv = mem_alloc(mem, space, MEM_SCRATCH, "d qkv (fp32)", act_numel(m, ACT_QKV) * 4);
+    }
     m->dtemp_btc = mem_alloc(mem, space, MEM_SCRATCH, "d layer temp (fp32)", btc(m) * 4); /* whole: GEMM in/out */
     if (sp) {
         m->gathered = mem_alloc(mem, space, MEM_SCRATCH, "sequence-parallel gathered (fp32)", btc(m) * 4);
@@ -348,7 +366,8 @@ void gpt_free(struct gpt *m, struct mem_tracker *mem) {
                     s->logits,      s->losses,       s->inputs,        s->targets,  m->full_stats,
                     m->att_recompute, m->work_acts,  m->work_resid_in, m->work_resid_out, m->work_lnf,
                     m->dresid,      m->dfc,         m->dqkv,          m->dtemp_btc,     m->att_scratch,
-                    m->gathered,    m->ln_grads,     m->ring};
+                    m->gathered,    m->ln_grads,     m->ring,          m->dresid16,      m->dfc16,
+                    m->dqkv16};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(mem, bufs[i]);
     *m = (struct gpt){0};
 }
@@ -384,20 +403,23 @@ static struct operand gemm_in(struct gpt *m, struct layer_view *v, enum layer_ac
 }
 
 /* out (N,OC) = x . w^T (+ bias) on the path the operands ask for: both
- * operands as they are (w.b16: the engine's bf16 params, host only), the
- * saved bf16 input with fp32 weights, or fp32 throughout. */
-static void gemm_forward(struct gpt *m, float *out, struct operand x, struct operand w, const float *bias, int64_t N,
-                         int64_t C, int64_t OC) {
-    if (w.b16) matmul_forward_mixed(out, x, w, bias, N, C, OC, m->flops);
-    else if (x.b16) matmul_forward_bf16(out, x.b16, w.f32, bias, N, C, OC, m->flops);
-    else matmul_forward(out, x.f32, w.f32, bias, N, C, OC, m->flops);
+ * operands as they are (w.b16: the engine's bf16 params, host only; or a
+ * bf16 output, the bf16 data path's), the saved bf16 input with fp32
+ * weights, or fp32 throughout. */
+static void gemm_forward(struct gpt *m, struct act_out out, struct operand x, struct operand w, const float *bias,
+                         int64_t N, int64_t C, int64_t OC) {
+    if (w.b16 || out.b16) matmul_forward_mixed(out, x, w, bias, N, C, OC, m->flops);
+    else if (x.b16) matmul_forward_bf16(out.f32, x.b16, w.f32, bias, N, C, OC, m->flops);
+    else matmul_forward(out.f32, x.f32, w.f32, bias, N, C, OC, m->flops);
 }
 
-static void gemm_backward(struct gpt *m, float *dinp, float *dweight, float *dbias, const float *dout,
+/* The same for the backward; dout and dinp bf16 on the bf16 data path's
+ * gradients (grads_bf16). */
+static void gemm_backward(struct gpt *m, struct act_out dinp, float *dweight, float *dbias, struct operand dout,
                           struct operand x, struct operand w, int64_t N, int64_t C, int64_t OC) {
-    if (w.b16) matmul_backward_mixed(dinp, dweight, dbias, dout, x, w, N, C, OC, m->flops);
-    else if (x.b16) matmul_backward_bf16(dinp, dweight, dbias, dout, x.b16, w.f32, N, C, OC, m->flops);
-    else matmul_backward(dinp, dweight, dbias, dout, x.f32, w.f32, N, C, OC, m->flops);
+    if (w.b16 || dinp.b16 || dout.b16) matmul_backward_mixed(dinp, dweight, dbias, dout, x, w, N, C, OC, m->flops);
+    else if (x.b16) matmul_backward_bf16(dinp.f32, dweight, dbias, dout.f32, x.b16, w.f32, N, C, OC, m->flops);
+    else matmul_backward(dinp.f32, dweight, dbias, dout.f32, x.f32, w.f32, N, C, OC, m->flops);
 }
 
 void gpt_embed_forward(struct gpt *m, int s, struct operand w_embed, const int32_t *inputs) {
@@ -427,7 +449,15 @@ void gpt_embed_forward(struct gpt *m, int s, struct operand w_embed, const int32
 size_t gpt_stage_numel(const struct gpt *m) { return btc_l(m); }
 void *gpt_stage_input(struct gpt *m, int s) { return resid_at(m, s, 0); }
 void *gpt_stage_output(struct gpt *m, int s) { return resid_at(m, s, m->slot[s].n_layers); }
-float *gpt_stage_grad(struct gpt *m) { return m->dresid; }
+void gpt_stage_grad_in(struct gpt *m, const void *src) {
+    if (grads_bf16(m)) buf_copy(m->space, m->dresid16, src, btc_l(m) * sizeof(bf16));
+    else buf_to_fp32(m->space, m->dresid, src, m->act_dtype, btc_l(m));
+}
+
+void gpt_stage_grad_out(struct gpt *m, void *dst) {
+    if (grads_bf16(m)) buf_copy(m->space, dst, m->dresid16, btc_l(m) * sizeof(bf16));
+    else buf_from_fp32(m->space, dst, m->act_dtype, m->dresid, btc_l(m));
+}
 
 /* Row-parallel GEMM (the projections): out (N,C) = inp (N,in_l) . w^T over
  * this rank's in_l input features, then g sums the partial outputs over
@@ -440,7 +470,7 @@ static void row_parallel_forward(struct gpt *m, float *out, struct layer_view *v
      * (on a GPU in its epilogue: no pass of its own) */
     bool alone = m->lay->rank.tp == 1 && !m->sp;
     const float *gemm_bias = alone ? bias : NULL;
-    gemm_forward(m, out, gemm_in(m, v, a, false), w, gemm_bias, N, in_l, C);
+    gemm_forward(m, (struct act_out){.f32 = out}, gemm_in(m, v, a, false), w, gemm_bias, N, in_l, C);
     if (alone) return;
     conj_row_output(m, out, out);
     bias_add(out, bias, (int64_t)bt_l(m), C, m->flops);
@@ -449,7 +479,7 @@ static void row_parallel_forward(struct gpt *m, float *out, struct layer_view *v
 /* Column-parallel GEMM (QKV, FC): out (N, oc) = f(a) . w^T + bias, from
  * every token's saved LayerNorm output a (f: the identity, or with sp the
  * gather). */
-static void column_parallel_forward(struct gpt *m, float *out, struct layer_view *v, enum layer_act a,
+static void column_parallel_forward(struct gpt *m, struct act_out out, struct layer_view *v, enum layer_act a,
                                     struct operand w, const float *bias, int64_t oc) {
     gemm_forward(m, out, gemm_in(m, v, a, true), w, bias, (int64_t)bt(m), m->shape.C, oc);
 }
@@ -457,9 +487,9 @@ static void column_parallel_forward(struct gpt *m, float *out, struct layer_view
 /* A layer GEMM's backward with saved input a (in features): dinp, and
  * dweight and dbias accumulated; a column-parallel input goes through f
  * (with sp: gathered again). */
-static void layer_matmul_backward(struct gpt *m, float *dinp, float *dweight, float *dbias, const float *dout,
-                                  struct layer_view *v, enum layer_act a, bool column, struct operand w, int64_t in,
-                                  int64_t oc) {
+static void layer_matmul_backward(struct gpt *m, struct act_out dinp, float *dweight, float *dbias,
+                                  struct operand dout, struct layer_view *v, enum layer_act a, bool column,
+                                  struct operand w, int64_t in, int64_t oc) {
     gemm_backward(m, dinp, dweight, dbias, dout, gemm_in(m, v, a, column), w, (int64_t)bt(m), in, oc);
 }
 
@@ -477,12 +507,25 @@ static void layernorm_saved(struct gpt *m, struct layer_view *v, enum layer_act 
     round_act(m, v, a, btc_l(m));
 }
 
+/* The stream's gradient as a kernel writes it: dresid16 (grads_bf16) or dresid. */
+static struct act_out dresid_out(const struct gpt *m) {
+    if (grads_bf16(m)) return (struct act_out){.b16 = m->dresid16};
+    return (struct act_out){.f32 = m->dresid};
+}
+
+/* The stream's gradient as the row-parallel GEMMs read it: dresid16 as
+ * it is, or through g (with sp gathered). */
+static struct operand dresid_in(struct gpt *m) {
+    if (grads_bf16(m)) return (struct operand){.b16 = m->dresid16};
+    return (struct operand){.f32 = conj_row_output_grad(m)};
+}
+
 /* The backward of a LayerNorm whose input was x: dresid += dinp from the
  * gradient at its output (dtemp_btc), its weight's and bias's accumulated. */
 static void layernorm_grad(struct gpt *m, float *dw, float *db, struct operand x, const float *w, const float *mean,
                            const float *rstd) {
     int64_t Nl = (int64_t)bt_l(m), C = m->shape.C;
-    if (x.b16) layernorm_backward_bf16(m->dresid, dw, db, m->dtemp_btc, x.b16, w, mean, rstd, Nl, C, m->flops);
+    if (x.b16) layernorm_backward_bf16(dresid_out(m), dw, db, m->dtemp_btc, x.b16, w, mean, rstd, Nl, C, m->flops);
     else layernorm_backward(m->dresid, dw, db, m->dtemp_btc, x.f32, w, mean, rstd, Nl, C, m->flops);
 }
 
@@ -519,11 +562,11 @@ static void layer_forward(struct gpt *m, struct operand x, struct layer_view *v,
 
     layernorm_saved(m, v, ACT_LN1, v->stat[STAT_LN1_MEAN], v->stat[STAT_LN1_RSTD], x, wt(m, w, LAYER_LN1_W),
                     wt(m, w, LAYER_LN1_B));
-    /* column-parallel: this rank's heads' q, k, v, from every token's ln1 */
-    float *qkv = att_direct(m) ? m->dqkv : a[ACT_QKV];
+    /* column-parallel: this rank's heads' q, k, v, from every token's ln1;
+     * att_direct: rounded once as the GEMM stores them */
+    struct act_out qkv = att_direct(m) ? (struct act_out){.b16 = v->store[ACT_QKV]} : (struct act_out){.f32 = a[ACT_QKV]};
     column_parallel_forward(m, qkv, v, ACT_LN1, wop(m, w, LAYER_QKV_W), wt(m, w, LAYER_QKV_B), 3 * Cl);
-    if (att_direct(m)) conv_narrow(fc, v->store[ACT_QKV], qkv, act_numel(m, ACT_QKV));
-    else round_act(m, v, ACT_QKV, act_numel(m, ACT_QKV));
+    if (!att_direct(m)) round_act(m, v, ACT_QKV, act_numel(m, ACT_QKV));
     if (att_direct(m) && flash(m)) { /* out rounded as it is stored; the lse stays fp32 */
         attention_lse_forward_bf16(v->store[ACT_ATTY], a[ACT_ATT], v->store[ACT_QKV], m->att_scratch, m->B,
                                    m->shape.T, Cl, m->NHl, fc);
@@ -549,7 +592,7 @@ static void layer_forward(struct gpt *m, struct operand x, struct layer_view *v,
     }
     layernorm_saved(m, v, ACT_LN2, v->stat[STAT_LN2_MEAN], v->stat[STAT_LN2_RSTD], saved_in(m, v, ACT_RES2),
                     wt(m, w, LAYER_LN2_W), wt(m, w, LAYER_LN2_B));
-    column_parallel_forward(m, a[ACT_FCH], v, ACT_LN2, wop(m, w, LAYER_FC_W), wt(m, w, LAYER_FC_B), Fl);
+    column_parallel_forward(m, (struct act_out){.f32 = a[ACT_FCH]}, v, ACT_LN2, wop(m, w, LAYER_FC_W), wt(m, w, LAYER_FC_B), Fl);
     if (gemm_reads_store(m)) { /* both kept as bf16 only, in one pass: no fp32 GELU output */
         gelu_forward_bf16(v->store[ACT_FCH_GELU], v->store[ACT_FCH], a[ACT_FCH], (int64_t)act_numel(m, ACT_FCH),
                           fc);
@@ -606,7 +649,7 @@ float gpt_head_forward(struct gpt *m, int s, struct operand w_head, struct opera
      * with sp g gathers it). */
     struct vocab_slice v = tp_vocab_slice(m->lay);
     struct operand in = head_input(m, s, wte, false);
-    gemm_forward(m, sl->logits, in, wte, NULL, N, C, v.Vl);
+    gemm_forward(m, (struct act_out){.f32 = sl->logits}, in, wte, NULL, N, C, v.Vl);
     buf_copy(m->space, sl->targets, targets, bt(m) * sizeof *targets);
     /* dtemp_btc (free between layers) holds the rows' sums and target logits */
     double sum = vocab_parallel_crossentropy(m->tp, v, sl->logits, sl->losses, sl->targets, N, dloss, m->dtemp_btc,
@@ -620,10 +663,12 @@ void gpt_head_backward(struct gpt *m, int s, struct operand w_head, struct opera
     struct operand x = stream_in(m, s, m->slot[s].n_layers, m->work_resid_in);
     const struct model_layout *lay = m->lay;
     float *dlnfw = dw_head + lay->head_offset[HEAD_LNF_W], *dlnfb = dw_head + lay->head_offset[HEAD_LNF_B];
-    gemm_backward(m, m->dtemp_btc, dwte, NULL, sl->logits, head_input(m, s, wte, true), wte, N, C,
-                  tp_vocab_slice(lay).Vl);
+    gemm_backward(m, (struct act_out){.f32 = m->dtemp_btc}, dwte, NULL, (struct operand){.f32 = sl->logits},
+                  head_input(m, s, wte, true), wte, N, C, tp_vocab_slice(lay).Vl);
     conj_column_grad(m, m->dtemp_btc); /* dlnf sums over the vocabulary slices */
-    buf_zero(m->space, m->dresid, btc_l(m) * sizeof(float));
+    struct act_out dres = dresid_out(m);
+    if (dres.b16) buf_zero(m->space, dres.b16, btc_l(m) * sizeof(bf16));
+    else buf_zero(m->space, dres.f32, btc_l(m) * sizeof(float));
     conj_ln_grads_begin(m);
     layernorm_grad(m, conj_ln_grad(m, dlnfw, 0), conj_ln_grad(m, dlnfb, 1), x, hw(m, w_head, HEAD_LNF_W),
                    sl->lnf_stats, sl->lnf_stats + bt_l(m));
@@ -654,27 +699,32 @@ void gpt_layer_backward(struct gpt *m, int s, int l, struct operand w, float *dw
      * g's backward is the identity: dresid reaches the row-parallel
      * projections whole; their bias gradients come out alike on every rank
      * (with sp: g-bar gathers it whole first). */
-    layer_matmul_backward(m, m->dfc, dwt(m, dw, LAYER_FCPROJ_W), dwt(m, dw, LAYER_FCPROJ_B),
-                          conj_row_output_grad(m), &v, ACT_FCH_GELU, false, wop(m, w, LAYER_FCPROJ_W), Fl, C);
+    bool g16 = grads_bf16(m);
+    struct act_out dfc = g16 ? (struct act_out){.b16 = m->dfc16} : (struct act_out){.f32 = m->dfc};
+    struct act_out dtemp = {.f32 = m->dtemp_btc};
+    layer_matmul_backward(m, dfc, dwt(m, dw, LAYER_FCPROJ_W), dwt(m, dw, LAYER_FCPROJ_B), dresid_in(m), &v,
+                          ACT_FCH_GELU, false, wop(m, w, LAYER_FCPROJ_W), Fl, C);
     int64_t nf = (int64_t)act_numel(m, ACT_FCH);
-    if (gemm_reads_store(m)) gelu_backward_bf16(m->dfc, v.store[ACT_FCH], m->dfc, nf, fc);
+    if (g16) gelu_backward_bf16_grads(m->dfc16, v.store[ACT_FCH], m->dfc16, nf, fc);
+    else if (gemm_reads_store(m)) gelu_backward_bf16(m->dfc, v.store[ACT_FCH], m->dfc, nf, fc);
     else gelu_backward(m->dfc, a[ACT_FCH], m->dfc, nf, fc);
-    layer_matmul_backward(m, m->dtemp_btc, dwt(m, dw, LAYER_FC_W), dwt(m, dw, LAYER_FC_B), m->dfc, &v, ACT_LN2, true,
-                          wop(m, w, LAYER_FC_W), C, Fl);
+    layer_matmul_backward(m, dtemp, dwt(m, dw, LAYER_FC_W), dwt(m, dw, LAYER_FC_B),
+                          (struct operand){.f32 = dfc.f32, .b16 = dfc.b16}, &v, ACT_LN2, true, wop(m, w, LAYER_FC_W),
+                          C, Fl);
     conj_column_grad(m, m->dtemp_btc); /* f: the partial dln2 of each rank's features sum */
     layernorm_grad(m, conj_ln_grad(m, ln[2], 2), conj_ln_grad(m, ln[3], 3), saved_in(m, &v, ACT_RES2),
                    wt(m, w, LAYER_LN2_W), v.stat[STAT_LN2_MEAN], v.stat[STAT_LN2_RSTD]);
-    layer_matmul_backward(m, m->dtemp_btc, dwt(m, dw, LAYER_ATTPROJ_W), dwt(m, dw, LAYER_ATTPROJ_B),
-                          conj_row_output_grad(m), &v, ACT_ATTY, false, wop(m, w, LAYER_ATTPROJ_W), Cl, C);
+    layer_matmul_backward(m, dtemp, dwt(m, dw, LAYER_ATTPROJ_W), dwt(m, dw, LAYER_ATTPROJ_B), dresid_in(m), &v,
+                          ACT_ATTY, false, wop(m, w, LAYER_ATTPROJ_W), Cl, C);
     /* flash: D = rowsum(dout * out) from the saved output (rounded alike
      * to act_dtype, as the rest of the layer's saved tensors) */
     if (cp_ring_on(m))
         cp_ring_attention_backward(m, m->dqkv, m->att_scratch, m->dtemp_btc, a[ACT_QKV], a[ACT_ATTY], a[ACT_ATT]);
     else if (att_direct(m) && flash(m))
-        attention_lse_backward_bf16(m->dqkv, m->att_scratch, m->dtemp_btc, v.store[ACT_QKV], v.store[ACT_ATTY],
+        attention_lse_backward_bf16(m->dqkv16, m->att_scratch, m->dtemp_btc, v.store[ACT_QKV], v.store[ACT_ATTY],
                                     a[ACT_ATT], m->B, m->shape.T, Cl, m->NHl, fc);
     else if (att_direct(m))
-        attention_backward_bf16(m->dqkv, m->dtemp_btc, v.store[ACT_QKV], att_src(&v), m->att_scratch, m->B,
+        attention_backward_bf16(m->dqkv16, m->dtemp_btc, v.store[ACT_QKV], att_src(&v), m->att_scratch, m->B,
                                 m->shape.T, Cl, m->NHl, fc);
     else if (flash(m))
         attention_lse_backward(m->dqkv, m->att_scratch, m->dtemp_btc, a[ACT_QKV], a[ACT_ATTY], a[ACT_ATT], m->B,
@@ -682,7 +732,8 @@ void gpt_layer_backward(struct gpt *m, int s, int l, struct operand w, float *dw
     else
         attention_backward(m->dqkv, m->dtemp_btc, a[ACT_QKV], a[ACT_ATT], m->att_scratch, m->B, m->shape.T, Cl, m->NHl,
                            fc);
-    layer_matmul_backward(m, m->dtemp_btc, dwt(m, dw, LAYER_QKV_W), dwt(m, dw, LAYER_QKV_B), m->dqkv, &v, ACT_LN1, true,
+    struct operand dqkv = g16 ? (struct operand){.b16 = m->dqkv16} : (struct operand){.f32 = m->dqkv};
+    layer_matmul_backward(m, dtemp, dwt(m, dw, LAYER_QKV_W), dwt(m, dw, LAYER_QKV_B), dqkv, &v, ACT_LN1, true,
                           wop(m, w, LAYER_QKV_W), C, 3 * Cl);
     conj_column_grad(m, m->dtemp_btc); /* f: dln1 */
     layernorm_grad(m, conj_ln_grad(m, ln[0], 0), conj_ln_grad(m, ln[1], 1), x, wt(m, w, LAYER_LN1_W),
@@ -694,8 +745,12 @@ void gpt_embed_backward(struct gpt *m, int s, float *dw_embed) {
     /* each rank accumulates its own vocabulary rows; wpe's gradient whole
      * (replicated; with sp from the gathered gradient, alike on every rank) */
     struct vocab_slice v = tp_vocab_slice(m->lay);
-    cp_embedding_backward(m, dw_embed + m->lay->embed_offset[EMB_WTE], dw_embed + m->lay->embed_offset[EMB_WPE],
-                          conj_row_output_grad(m), m->slot[s].inputs, v.v0, v.Vl); /* with cp: global positions */
+    float *dwte = dw_embed + m->lay->embed_offset[EMB_WTE], *dwpe = dw_embed + m->lay->embed_offset[EMB_WPE];
+    if (grads_bf16(m)) /* no sp and no ring: the stream's gradient whole, at local positions */
+        embedding_rows_backward_bf16(dwte, dwpe, m->dresid16, m->slot[s].inputs, v.v0, v.Vl, m->B, m->shape.T,
+                                     m->shape.C, m->flops);
+    else /* with cp: global positions */
+        cp_embedding_backward(m, dwte, dwpe, conj_row_output_grad(m), m->slot[s].inputs, v.v0, v.Vl);
     m->flops->other += 2.0 * (double)btc(m);
 }
 

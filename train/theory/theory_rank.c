@@ -569,7 +569,9 @@ struct scratch_theory theory_trainer_scratch(const struct config *whole, struct 
      * attention_lse_bf16_scratch: q, k, v, the output, dk and dv) */
     double hs = C / c->n_head, tiles = !att_direct(c, sp) ? 0 : flash(c) ? 6 * T * hs : 2 * T * T + 4 * T * hs;
     double att = flash(c) ? B * NHl * T + head_threads * tiles : head_threads * (tiles ? tiles : T * T);
-    s.persistent += (ns + n + 7 * nl) * 4 + att * 4;
+    /* d residual, d fc and d qkv: bf16 on the bf16 data path with its
+     * attention (model/gpt.c's grads_bf16), else fp32; d temp fp32 */
+    s.persistent += (ns + 7 * nl) * (att_direct(c, sp) ? 2 : 4) + n * 4 + att * 4;
     if (sp) s.persistent += (n + 4 * C) * 4;
     /* train/run/run_loop.c: the batch's inputs and targets, whole sequences
      * (a cp rank keeps its positions in place) */
