@@ -212,9 +212,11 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
  * the residual stream, ln1, res2, ln2 and the GELU output then have no fp32
  * copy at all, and the one-layer fp32 working buffer holds only what still
  * has one (qkv, the probabilities where kept, the attention output, the FC
- * output). The values are those of the fp32 copies
+ * output). The forward's values are those of the fp32 copies
  * rounded alike (every kernel computes in fp32 and rounds once where it
- * stores), so the results are unchanged. */
+ * stores). Without context parallelism the activation gradients passed
+ * between kernels (dresid, dfc, dqkv) are bf16 too, each rounded once
+ * where a kernel or GEMM stores it (layers.h states where). */
 void gpt_free(struct gpt *m, struct mem_tracker *mem);
 /* Context parallelism (model/context_parallel/cp.h): attention runs as a
  * ring over cp (needs --attention flash: the log-sum-exp form), and the

@@ -13,6 +13,9 @@
  * attention's attention_*_bf16 and attention_lse_*_bf16), and only the
  * ring attention's (context parallelism) inputs still pass through fp32
  * copies; the values are the same, each rounded once where it is stored.
+ * There (without the ring) the activation gradients passed between
+ * kernels are bf16 too (grads_bf16), which rounds the stream's and the FC
+ * features' gradients where the fp32 path kept them fp32.
  *
  * Tensor parallelism (Shoeybi et al. 2019, Figure 3): the QKV and FC GEMMs
  * are column-parallel (this rank's heads, its 4C/tp features), preceded by

@@ -556,9 +556,10 @@ struct scratch_theory theory_trainer_scratch(const struct config *whole, struct 
      * d qkv (3C/t), and the attention backward's T x T score gradient per
      * thread sharing the rank's heads (model/cpu/attention.c: at most
      * B NH/t threads; flash: D, B NH/t T); with sp the gathered (B,T,C)
-     * and one micro-batch's LayerNorm gradients (4C), fp32. The widened
-     * block holds the probabilities where the store does (not selective's,
-     * never flash's fp32 lse) */
+     * and one micro-batch's LayerNorm gradients (4C), fp32 (d residual,
+     * d fc and d qkv bf16 on the bf16 data path with its attention). The
+     * widened block holds the probabilities where the store does (not
+     * selective's, never flash's fp32 lse) */
     if (bf16_acts && c->recompute != RECOMPUTE_FULL)
         s.persistent += work_block_per_token(c, tp, sp, c->recompute == RECOMPUTE_NONE && !flash(c)) * BT * 4;
     if (bf16_acts && !acts_direct(c, sp)) /* residual in, out; final LN out (the data path: none) */
