@@ -66,12 +66,15 @@ void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *
                         struct flop_counter *fc);
 
 /* Where a kernel of the bf16 data path writes a tensor: bf16 (b16:
- * rounded once, to nearest even) or fp32 (f32, b16 NULL: as computed).
- * An accumulated output (+=) is loaded in its dtype, added to in fp32 and
- * stored back the same way (bf16: one rounding per accumulation). */
+ * rounded once, to nearest even) or fp32 (f32, b16 NULL: as computed, or
+ * with bf16_values rounded to bf16's values as it is stored, the fp32
+ * copy a bf16 store's widening would give). An accumulated output (+=) is
+ * loaded in its dtype, added to in fp32 and stored back the same way
+ * (bf16: one rounding per accumulation). */
 struct act_out {
     float *f32;
     bf16 *b16;
+    bool bf16_values;
 };
 
 /* The bf16 data path's LayerNorm and residual add (act_dtype bf16 with
@@ -220,7 +223,10 @@ size_t attention_backward_scratch(int64_t B, int64_t T, int64_t NH);
 /* The plain attention on the bf16 data path (model/gpt.c: the attention
  * on acts_direct), host memory only: qkv is the saved bf16 store, read as
  * it is; the probabilities and the output go to their stores (bf16) or,
- * for selective recompute's one-layer probabilities and output, to fp32.
+ * for selective recompute's one-layer probabilities (fp32 with
+ * bf16_values: rounded as they are stored, no pass of their own) and
+ * output, to fp32; probabilities with neither pointer set are not stored
+ * (selective's forward, which needs only the output).
  * Per (b, h) a thread widens the head's q, k, v (and in the backward its
  * bf16 probabilities) into its own fp32 tiles and runs the fp32 kernels'
  * GEMMs and softmax on them in the same order: each equals "widen the

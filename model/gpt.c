@@ -533,11 +533,13 @@ static void layernorm_grad(struct gpt *m, float *dw, float *db, struct operand x
 }
 
 /* Where the bf16 attention writes the probabilities, and reads them
- * back: their store, or (selective recompute: not stored) the one-layer
- * fp32 copy. */
-static struct act_out att_dst(const struct layer_view *v) {
+ * back: their store, or (selective recompute: not stored) nowhere in the
+ * forward and the one-layer fp32 copy in the backward's recompute,
+ * rounded to bf16's values as the kernel stores them. */
+static struct act_out att_dst(const struct layer_view *v, bool recompute) {
     if (v->store[ACT_ATT]) return (struct act_out){.b16 = v->store[ACT_ATT]};
-    return (struct act_out){.f32 = v->act[ACT_ATT]};
+    if (!recompute) return (struct act_out){0};
+    return (struct act_out){.f32 = v->act[ACT_ATT], .bf16_values = true};
 }
 
 static struct operand att_src(const struct layer_view *v) {
@@ -574,9 +576,8 @@ static void layer_forward(struct gpt *m, struct operand x, struct layer_view *v,
         attention_lse_forward_bf16(v->store[ACT_ATTY], a[ACT_ATT], v->store[ACT_QKV], m->att_scratch, m->B,
                                    m->shape.T, Cl, m->NHl, fc);
     } else if (att_direct(m)) { /* out and the stored probabilities rounded as they are written */
-        attention_forward_bf16((struct act_out){.b16 = v->store[ACT_ATTY]}, att_dst(v), v->store[ACT_QKV],
+        attention_forward_bf16((struct act_out){.b16 = v->store[ACT_ATTY]}, att_dst(v, false), v->store[ACT_QKV],
                                m->att_scratch, m->B, m->shape.T, Cl, m->NHl, fc);
-        if (!v->store[ACT_ATT]) round_act(m, v, ACT_ATT, act_numel(m, ACT_ATT)); /* selective's fp32 copy */
     } else if (cp_ring_on(m)) { /* context parallel: every rank's keys, by ring (flash only) */
         cp_ring_attention_forward(m, a[ACT_ATTY], a[ACT_ATT], a[ACT_QKV]);
     } else if (flash(m)) { /* the lse stays fp32 */
@@ -689,11 +690,13 @@ void gpt_layer_backward(struct gpt *m, int s, int l, struct operand w, float *dw
      * values equal the forward's bit for bit (rounded alike in bf16). */
     if (m->recompute == RECOMPUTE_FULL) layer_forward(m, x, &v, w, NULL, NULL);
     if (m->recompute == RECOMPUTE_SELECTIVE && !flash(m)) { /* flash: nothing was dropped */
-        if (att_direct(m))
-            attention_forward_bf16((struct act_out){.f32 = m->dtemp_btc}, att_dst(&v), v.store[ACT_QKV],
+        if (att_direct(m)) {
+            attention_forward_bf16((struct act_out){.f32 = m->dtemp_btc}, att_dst(&v, true), v.store[ACT_QKV],
                                    m->att_scratch, m->B, m->shape.T, Cl, m->NHl, fc);
-        else attention_forward(m->dtemp_btc, a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, Cl, m->NHl, fc);
-        round_act(m, &v, ACT_ATT, act_numel(m, ACT_ATT));
+        } else {
+            attention_forward(m->dtemp_btc, a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, Cl, m->NHl, fc);
+            round_act(m, &v, ACT_ATT, act_numel(m, ACT_ATT));
+        }
     }
     float *ln[4] = {dwt(m, dw, LAYER_LN1_W), dwt(m, dw, LAYER_LN1_B), dwt(m, dw, LAYER_LN2_W),
                     dwt(m, dw, LAYER_LN2_B)};

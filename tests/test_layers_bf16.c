@@ -363,6 +363,16 @@ static void test_attention_bf16(void **state) {
                            ANH, &ff);
     assert_memory_equal(outf, out32, sizeof outf);
     assert_memory_equal(attf, att32, sizeof attf);
+    /* selective recompute's forms: the probabilities not stored (the
+     * output alike), and stored as fp32 rounded to bf16's values (the
+     * widened bf16 store's bits, no pass of their own) */
+    static float attr[AP], outn[AY];
+    attention_forward_bf16((struct act_out){.f32 = outn}, (struct act_out){0}, qkv16, scratch, AB, AT, AC, ANH, &ff);
+    assert_memory_equal(outn, out32, sizeof outn);
+    attention_forward_bf16((struct act_out){.f32 = outn}, (struct act_out){.f32 = attr, .bf16_values = true}, qkv16,
+                           scratch, AB, AT, AC, ANH, &ff);
+    buf_widen(MEM_HOST, p32, wantp16, AP);
+    assert_memory_equal(attr, p32, sizeof attr);
     assert_true(fa.attention == fb.attention && fa.other == fb.other && fa.attention > 0);
     /* fp64: out_t = sum_{j<=t} softmax(q_t.k_j / sqrt(hs))_j v_j */
     int rounded = 0;

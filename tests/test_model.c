@@ -393,13 +393,13 @@ static void test_bf16_path_scratch(void **state) {
  * each rounded as a kernel or GEMM stores it). The GEMMs' own operand rounding (oneDNN: the fp32 dout,
  * KERNEL_NARROW within the GEMM) is not run by the test's reference GEMMs
  * and not in these counts. */
-static void test_bf16_path_conversion_bytes(void **state) {
-    (void)state;
+static void check_conversion_bytes(enum recompute_mode recompute) {
     struct config c;
     char err[CONFIG_ERR_LEN];
     config_defaults(&c);
     if (config_load_file(&c, "configs/demo.conf", err) != 0) fail_msg("configs/demo.conf: %s", err);
     c.gemm_dtype = GEMM_DTYPE_BF16; /* params, grads and activations: bf16 by default */
+    c.recompute = recompute;
     assert_int_equal(c.param_dtype, DTYPE_BF16);
     assert_int_equal(c.act_dtype, DTYPE_BF16);
     assert_int_equal(c.grad_dtype, DTYPE_BF16);
@@ -427,12 +427,22 @@ static void test_bf16_path_conversion_bytes(void **state) {
     const enum kernel_kind kinds[] = {KERNEL_WIDEN, KERNEL_ROUND, KERNEL_NARROW, KERNEL_ACCUMULATE};
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
         double got = h->flops.profile[kinds[k]].bytes;
-        printf("  demo shape, one micro-batch: %-22s %10.0f B (formula %.0f B)\n", kernel_kind_name(kinds[k]), got,
-               want[kinds[k]]);
+        printf("  demo shape, recompute %d, one micro-batch: %-22s %10.0f B (formula %.0f B)\n", (int)recompute,
+               kernel_kind_name(kinds[k]), got, want[kinds[k]]);
         assert_true(got == want[kinds[k]]);
     }
     free(tok);
     harness_free(h);
+}
+
+/* Selective recompute (plain attention) moves the same bytes: its forward
+ * stores no probabilities and its backward's recompute rounds them as it
+ * stores them (no round pass of its own, which moved 10 bytes per
+ * probability twice a layer before). */
+static void test_bf16_path_conversion_bytes(void **state) {
+    (void)state;
+    check_conversion_bytes(RECOMPUTE_NONE);
+    check_conversion_bytes(RECOMPUTE_SELECTIVE);
 }
 
 /* Two micro-batches of B with dloss 0.5 each = one micro-batch of 2B. */

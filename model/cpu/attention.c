@@ -121,12 +121,15 @@ size_t attention_bf16_scratch(int64_t B, int64_t T, int64_t C, int64_t NH) {
 }
 
 /* The rows at dst's element off, ld apart, = tile (n rows of w, packed):
- * rounded to bf16 once (nearest even), or copied into an fp32 dst. */
+ * rounded to bf16 once (nearest even), or copied into an fp32 dst (with
+ * bf16_values rounded to bf16's values as they are); no dst: not stored. */
 static void store_rows(struct act_out dst, int64_t off, int64_t ld, const float *tile, int64_t n, int64_t w) {
+    if (!dst.b16 && !dst.f32) return;
     for (int64_t t = 0; t < n; t++)
         for (int64_t d = 0; d < w; d++) {
-            if (dst.b16) dst.b16[off + t * ld + d] = f32_to_bf16(tile[t * w + d]);
-            else dst.f32[off + t * ld + d] = tile[t * w + d];
+            float x = tile[t * w + d];
+            if (dst.b16) dst.b16[off + t * ld + d] = f32_to_bf16(x);
+            else dst.f32[off + t * ld + d] = dst.bf16_values ? round_to_bf16(x) : x;
         }
 }
 
