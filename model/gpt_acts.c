@@ -36,12 +36,15 @@ bool acts_in_block(const struct gpt *m, enum layer_act a) {
     return m->recompute != RECOMPUTE_SELECTIVE;
 }
 
-static size_t act_offset(const struct gpt *m, enum layer_act a) {
+/* Elements before tensor a of those a buffer keeps (`kept`), in order. */
+static size_t offset_in(const struct gpt *m, enum layer_act a, bool (*kept)(const struct gpt *, enum layer_act)) {
     size_t off = 0;
     for (int i = 0; i < (int)a; i++)
-        if (acts_in_block(m, (enum layer_act)i)) off += acts_numel(m, (enum layer_act)i);
+        if (kept(m, (enum layer_act)i)) off += acts_numel(m, (enum layer_act)i);
     return off;
 }
+
+static size_t act_offset(const struct gpt *m, enum layer_act a) { return offset_in(m, a, acts_in_block); }
 
 size_t acts_block_total(const struct gpt *m) { return act_offset(m, ACT_NUM); }
 
@@ -115,12 +118,7 @@ static bool in_work(const struct gpt *m, enum layer_act a) {
     return !acts_att_direct(m) && (a == ACT_QKV || a == ACT_ATT || a == ACT_ATTY);
 }
 
-static size_t work_offset(const struct gpt *m, enum layer_act a) {
-    size_t off = 0;
-    for (int i = 0; i < (int)a; i++)
-        if (in_work(m, (enum layer_act)i)) off += acts_numel(m, (enum layer_act)i);
-    return off;
-}
+static size_t work_offset(const struct gpt *m, enum layer_act a) { return offset_in(m, a, in_work); }
 
 size_t acts_work_total(const struct gpt *m) { return work_offset(m, ACT_NUM); }
 
