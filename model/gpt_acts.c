@@ -81,8 +81,8 @@ bool acts_direct(const struct gpt *m) { return acts_gemm_reads_store(m) && m->sp
 /* Whether the attention reads and writes the bf16 stores too
  * (attention_*_bf16, attention_lse_*_bf16): on the bf16 data path,
  * except with context parallelism (the ring reads fp32 copies). Then qkv's GEMM
- * writes into dqkv (free in the forward), narrowed from there into its
- * store, and qkv, the probabilities and the attention output have no fp32
+ * writes its bf16 store (rounded once, matmul_forward_mixed's bf16
+ * output), and qkv, the probabilities and the attention output have no fp32
  * copy: the kernel widens one head at a time into its threads' tiles
  * (att_scratch). */
 bool acts_att_direct(const struct gpt *m) { return acts_direct(m) && m->cp_size <= 1; }

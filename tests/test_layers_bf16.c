@@ -1,8 +1,10 @@
 /* The bf16 data path's kernels (include/layers.h: layernorm_forward_bf16,
- * layernorm_backward_bf16, residual_forward_bf16; the plain attention's
- * attention_forward_bf16 and attention_backward_bf16, and flash's
- * attention_lse_*_bf16, test_attention_bf16 and test_attention_lse_bf16,
- * whose comments say how), held to what a GPU port of them will be held to:
+ * layernorm_backward_bf16 with an fp32 or a bf16 dinp, residual_forward_bf16,
+ * gelu_backward_bf16_grads and embedding_rows_backward_bf16 on the bf16
+ * activation gradients; the plain attention's attention_forward_bf16 and
+ * attention_backward_bf16, and flash's attention_lse_*_bf16, both storing a
+ * bf16 dqkv, test_attention_bf16 and test_attention_lse_bf16, whose
+ * comments say how), held to what a GPU port of them will be held to:
  *
  * - against an fp64 reference of the same math on the same bf16 inputs
  *   (widened: exact). Forward bound per element: the one rounding to bf16
@@ -268,6 +270,30 @@ static void test_gelu_backward_bf16_grads(void **state) {
     assert_true(rounded > NB / 2);
 }
 
+/* The embedding's backward from the bf16 stream gradient
+ * (embedding_rows_backward_bf16): the bits of embedding_rows_backward on
+ * the widened gradient (exact), accumulated onto non-zero gradients, rows
+ * of another rank's vocabulary slice skipped; test_layers holds the fp32
+ * form to finite differences (the loss is linear in the tables). */
+static void test_embedding_rows_backward_bf16(void **state) {
+    (void)state;
+    enum { EB = 2, ET = 5, EC = 8, ROWS = 6, V0 = 2, NT = EB * ET * EC };
+    const int32_t tok[EB * ET] = {2, 7, 3, 0, 2, 5, 9, 4, 2, 1};
+    static float d[NT], dte[ROWS * EC], dpe[ET * EC], dte32[ROWS * EC], dpe32[ET * EC];
+    static bf16 d16[NT];
+    fill_uniform(d, NT, -1, 1, 72);
+    for (int i = 0; i < NT; i++) d16[i] = f32_to_bf16(d[i]), d[i] = bf16_to_f32(d16[i]);
+    fill_uniform(dte, ROWS * EC, -1, 1, 73), fill_uniform(dpe, ET * EC, -1, 1, 74);
+    memcpy(dte32, dte, sizeof dte), memcpy(dpe32, dpe, sizeof dpe);
+    struct flop_counter fa = {0}, fb = {0};
+    embedding_rows_backward_bf16(dte, dpe, d16, tok, V0, ROWS, EB, ET, EC, &fa);
+    embedding_rows_backward(dte32, dpe32, d, tok, V0, ROWS, EB, ET, EC, &fb);
+    assert_memory_equal(dte, dte32, sizeof dte);
+    assert_memory_equal(dpe, dpe32, sizeof dpe);
+    fill_uniform(dte32, ROWS * EC, -1, 1, 73);
+    assert_memory_not_equal(dte, dte32, sizeof dte); /* it added something */
+}
+
 /* The attention's shape: T not a multiple of anything, three heads of 8,
  * two sequences (six heads for the threads to share). */
 enum { AB = 2, AT = 13, AC = 24, ANH = 3, AHS = AC / ANH, AQKV = AB * AT * 3 * AC, AY = AB * AT * AC,
@@ -479,6 +505,7 @@ int main(void) {
         cmocka_unit_test(test_layernorm_backward_bf16),
         cmocka_unit_test(test_residual_forward_bf16),
         cmocka_unit_test(test_gelu_backward_bf16_grads),
+        cmocka_unit_test(test_embedding_rows_backward_bf16),
         cmocka_unit_test(test_attention_bf16),
         cmocka_unit_test(test_attention_lse_bf16),
     };

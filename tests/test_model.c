@@ -300,7 +300,12 @@ static void test_bf16_matches_fp32(void **state) {
  * activations as they are; include/gpt.h) in each attention and recompute
  * mode, on the CPU's reference GEMMs: every CPU runs it. The GEMMs' bf16
  * operands add their rounding (~2^-9 relative per operand) to the
- * storage's. */
+ * storage's, and the bf16 activation gradients theirs (d residual at each
+ * LayerNorm backward, d fc where its GEMM stores it; not with full
+ * recompute, which has no data path). Measured: cosine 0.999990, relative
+ * L2 0.0047 (0.999993 and 0.0038 with fp32 activation gradients; full
+ * recompute 0.999993, 0.0038): the bounds below keep a 10x margin on the
+ * relative difference. */
 static void test_bf16_gemms_match_fp32(void **state) {
     (void)state;
     const struct harness_opts modes[] = {
