@@ -13,7 +13,13 @@ else
 BUILD   := build
 OPT     := -O3 -march=native -g
 endif
-CFLAGS  := -std=c17 -D_GNU_SOURCE $(OPT) -fno-math-errno -fopenmp -Wall -Wextra -Werror -Wno-missing-field-initializers -Iinclude -MMD -MP
+# -fno-trapping-math: nothing here reads the floating-point exception flags,
+# and without it GCC keeps every loop with a float comparison or a float-to-int
+# conversion scalar (it may not if-convert an op that could raise a flag): the
+# GELU and softmax loops over fast_expf ran 3-7x slower (bench/RESULTS.md).
+# Element-wise results are the same bits; reductions keep their order (no
+# -fassociative-math).
+CFLAGS  := -std=c17 -D_GNU_SOURCE $(OPT) -fno-math-errno -fno-trapping-math -fopenmp -Wall -Wextra -Werror -Wno-missing-field-initializers -Iinclude -MMD -MP
 LDFLAGS := $(OPT) -fopenmp
 # OpenBLAS's OpenMP build, so sgemm and our own OpenMP loops share one
 # thread pool. Debian's default (pthread) build keeps its own threads, and the

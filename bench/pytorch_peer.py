@@ -4,9 +4,11 @@ eager on the CPU, for bench/run_peers.sh. Benchmarking only: PyTorch is
 never a dependency of the build, the tests or CI (pip install torch).
 
 Usage: bench/pytorch_peer.py --layers 4 --d_model 256 --heads 4 --vocab 50257
-           --batch 4 --seq 64 --threads 2 --steps 20 --mode bf16|autocast
+           --batch 4 --seq 64 --threads 2 --steps 20 --mode bf16|autocast|fp32
   bf16:     weights, activations and AdamW states in bf16 (model.to(bfloat16))
   autocast: fp32 weights and AdamW, the forward under torch.autocast(bf16)
+  fp32:     everything fp32 (the peer of shardlab's fp32 GEMMs on a CPU
+            without bf16 instructions)
 Prints one line: mode, ms/step and tokens/s (mean over the steps after
 --warmup), and the torch version and thread count."""
 import argparse
@@ -58,7 +60,7 @@ def main():
     for name, default in (("layers", 4), ("d_model", 256), ("heads", 4), ("vocab", 50257), ("batch", 4),
                           ("seq", 64), ("threads", 2), ("steps", 20), ("warmup", 5)):
         p.add_argument("--" + name, type=int, default=default)
-    p.add_argument("--mode", choices=("bf16", "autocast"), default="bf16")
+    p.add_argument("--mode", choices=("bf16", "autocast", "fp32"), default="bf16")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1337)

@@ -71,7 +71,9 @@ struct state_line {
     const char *rule;        /* e.g. "w_p = 2 B x Psi (bf16)" */
 };
 
-enum { MAX_STATE_LINES = 4 };
+/* the most lines a rule has: params, master, grads, and adafactor's first
+ * moment and statistics (theory_trainer_states) */
+enum { MAX_STATE_LINES = 5 };
 
 struct state_theory {
     double psi;             /* parameters, real vocabulary */

@@ -32,7 +32,11 @@
  * element 0) in one fp32 all-reduce over dp, and the tie group adds it to
  * the last stage's zeros (exact) in another; the wte's update squares go
  * the same way over the tie group with the scalars. The gradients are
- * equal already (tie.c), so the copies' updates are equal bit for bit. */
+ * equal already (tie.c), so the copies' updates are equal bit for bit.
+ *
+ * The step runs in the states' space: on a GPU the statistics, the sums
+ * and these buffers are device memory and the collectives take them there
+ * (parallel/zero/factored.c; compiled, not yet run on a GPU). */
 #ifndef SHARDLAB_FACTORED_H
 #define SHARDLAB_FACTORED_H
 

@@ -310,7 +310,7 @@ void lion8bit_update(const struct lion_hparams *h, size_t n, float *w, uint8_t *
  * that holds only some rows of a matrix then needs no other rank's rows.
  * The RMS and the statistics cover whole tensors, so the caller walks a
  * tensor's pieces in phases (parallel/zero/factored.c sums them across the
- * ranks that share it); these are the per-piece kernels, on host memory. */
+ * ranks that share it); these are the per-piece kernels. */
 struct adafactor_hparams {
     float lr, beta1, eps1, clip;
     float beta2t;        /* adafactor_beta2t */
@@ -319,32 +319,49 @@ struct adafactor_hparams {
 };
 
 float adafactor_beta2t(float decay, int64_t t);
+/* The FLOPs a step of n elements counts (with the first moment or not),
+ * whichever backend runs it. */
+double adafactor_flops(size_t n, bool moment);
+/* w's decoupled decay factor, 1 - lr weight_decay (one expression for both backends). */
+float adafactor_decay_factor(const struct adafactor_hparams *h);
 
 /* The second moment a piece of n elements sees: factored (rows != NULL)
  * element k lies at column (c0 + k) % ncols of row (c0 + k) / ncols, rows
- * counted from the piece's first; unfactored: v[k]. */
+ * counted from the piece's first; unfactored: v[k]. Every pointer is in the
+ * call's memory space, sum(C) too (a device kernel reads it where the
+ * device computed it, parallel/zero/factored.c). */
 struct adafactor_moment {
     const float *rows, *cols; /* R of the piece's rows, C of all the matrix's columns */
-    float col_total;          /* sum(C) */
+    const float *col_total;   /* sum(C) */
     size_t c0;
     int ncols;
     const float *v;           /* unfactored */
 };
 
+/* Each runs on the backend of `space` (adafactor_apply: fc->space), as the
+ * update rules above do (optim/optim_dispatch.c). */
+
 /* Adds G^2 + eps1 of a piece of a matrix into rows[] and cols[] (as the
- * moment's rows and columns are indexed). */
-void adafactor_square_sums(size_t n, const void *grad, enum dtype grad_dtype, float grad_scale, float eps1,
-                           size_t c0, int ncols, float *rows, float *cols);
+ * moment's rows and columns are indexed): each row's and each column's sum
+ * in the piece's element order. */
+void adafactor_square_sums(enum mem_space space, size_t n, const void *grad, enum dtype grad_dtype, float grad_scale,
+                           float eps1, size_t c0, int ncols, float *rows, float *cols);
 /* stat = beta2t stat + (1 - beta2t) sums, n entries. */
-void adafactor_ema(size_t n, float *stat, const float *sums, float beta2t);
+void adafactor_ema(enum mem_space space, size_t n, float *stat, const float *sums, float beta2t);
 /* The unfactored moment of a vector's piece: v = beta2t v + (1 - beta2t) (G^2 + eps1). */
-void adafactor_vector_ema(size_t n, float *v, const void *grad, enum dtype grad_dtype, float grad_scale, float eps1,
-                          float beta2t);
+void adafactor_vector_ema(enum mem_space space, size_t n, float *v, const void *grad, enum dtype grad_dtype,
+                          float grad_scale, float eps1, float beta2t);
+/* *dst = (accumulate ? *dst : 0) + src[0] + ... + src[n - 1], in that order
+ * (fp32): sum(C), the cut rows' parts. */
+void adafactor_total(enum mem_space space, size_t n, const float *src, float *dst, bool accumulate);
 /* V of the piece's elements into out (resume states: the second moment per element). */
-void adafactor_moment_values(size_t n, const struct adafactor_moment *s, float *out);
-/* sum of U^2 over the piece (for the RMS), in double. */
-double adafactor_update_squares(size_t n, const void *grad, enum dtype grad_dtype, float grad_scale,
-                                const struct adafactor_moment *s);
+void adafactor_moment_values(enum mem_space space, size_t n, const struct adafactor_moment *s, float *out);
+/* *sum += the sum of U^2 over the piece (for the RMS), in double. The CPU
+ * adds in element order; the CUDA form in a fixed tree (deterministic, not
+ * the CPU's order): its double sum is within 2 n 2^-53 of the CPU's,
+ * relatively (all terms are positive). */
+void adafactor_update_squares(enum mem_space space, size_t n, const void *grad, enum dtype grad_dtype,
+                              float grad_scale, const struct adafactor_moment *s, double *sum);
 /* The step of a piece, U scaled by clip_scale = 1 / max(1, RMS / d); m
  * NULL when beta1 is 0. */
 void adafactor_apply(const struct adafactor_hparams *h, size_t n, float *w, float *m, const void *grad,
@@ -356,10 +373,11 @@ void adafactor_apply(const struct adafactor_hparams *h, size_t n, float *w, floa
  * the space of the call (the update rules: fc->space, counters.h; the
  * codec: its argument), and the CUDA build times the updates into fc's
  * kernel profile (KERNEL_OPTIMIZER).
- *   X_cpu   optim/{adamw,sgd,lion,adamw8bit,sgd8bit,lion8bit,adamw8bit_state}.c:
+ *   X_cpu   optim/{adamw,sgd,lion,adamw8bit,sgd8bit,lion8bit,adamw8bit_state,adafactor}.c:
  *           host memory.
  *   X_cuda  optim/cuda/optim_device.c with the kernels of adamw.cu,
- *           sgd.cu, lion.cu, adamw8bit.cu and onestate8bit.cu (the CUDA build only): w, the states,
+ *           sgd.cu, lion.cu, adamw8bit.cu, onestate8bit.cu and adafactor.cu
+ *           (the CUDA build only; adafactor.cu compiled, not yet run on a GPU): w, the states,
  *           grad and the bf16 params in device memory. The
  *           hyperparameters, the flop_counter, the 8-bit maps and search
  *           indexes are host memory (the maps travel to the kernels by
@@ -387,6 +405,18 @@ void adamw8bit_update_cpu(const struct adamw_hparams *h, size_t n, float *w, uin
                           float *absmax1, float *absmax2, const float *map_signed, const float *map_unsigned,
                           const struct qmap_index *ix_signed, const struct qmap_index *ix_unsigned, const void *grad,
                           enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+void adafactor_square_sums_cpu(size_t n, const void *grad, enum dtype grad_dtype, float grad_scale, float eps1,
+                               size_t c0, int ncols, float *rows, float *cols);
+void adafactor_ema_cpu(size_t n, float *stat, const float *sums, float beta2t);
+void adafactor_vector_ema_cpu(size_t n, float *v, const void *grad, enum dtype grad_dtype, float grad_scale,
+                              float eps1, float beta2t);
+void adafactor_total_cpu(size_t n, const float *src, float *dst, bool accumulate);
+void adafactor_moment_values_cpu(size_t n, const struct adafactor_moment *s, float *out);
+void adafactor_update_squares_cpu(size_t n, const void *grad, enum dtype grad_dtype, float grad_scale,
+                                  const struct adafactor_moment *s, double *sum);
+void adafactor_apply_cpu(const struct adafactor_hparams *h, size_t n, float *w, float *m, const void *grad,
+                         enum dtype grad_dtype, const struct adafactor_moment *s, float clip_scale,
+                         const struct param_writeback *out, struct flop_counter *fc);
 void adamw8bit_dequantize_cpu(const float map[QMAP_SIZE], const uint8_t *q, const float *absmax, size_t n,
                               float *out);
 void adamw8bit_quantize_cpu(const float map[QMAP_SIZE], const struct qmap_index *ix, const float *x, size_t n,
@@ -408,6 +438,20 @@ void adamw8bit_update_cuda(const struct adamw_hparams *h, size_t n, float *w, ui
                            float *absmax1, float *absmax2, const float *map_signed, const float *map_unsigned,
                            const void *grad, enum dtype grad_dtype, const struct param_writeback *out,
                            struct flop_counter *fc);
+/* Adafactor's (optim/cuda/adafactor.cu): every pointer in device memory
+ * but h, s itself (its pointers: device), out and fc. */
+void adafactor_square_sums_cuda(size_t n, const void *grad, enum dtype grad_dtype, float grad_scale, float eps1,
+                                size_t c0, int ncols, float *rows, float *cols);
+void adafactor_ema_cuda(size_t n, float *stat, const float *sums, float beta2t);
+void adafactor_vector_ema_cuda(size_t n, float *v, const void *grad, enum dtype grad_dtype, float grad_scale,
+                               float eps1, float beta2t);
+void adafactor_total_cuda(size_t n, const float *src, float *dst, bool accumulate);
+void adafactor_moment_values_cuda(size_t n, const struct adafactor_moment *s, float *out);
+void adafactor_update_squares_cuda(size_t n, const void *grad, enum dtype grad_dtype, float grad_scale,
+                                   const struct adafactor_moment *s, double *sum);
+void adafactor_apply_cuda(const struct adafactor_hparams *h, size_t n, float *w, float *m, const void *grad,
+                          enum dtype grad_dtype, const struct adafactor_moment *s, float clip_scale,
+                          const struct param_writeback *out, struct flop_counter *fc);
 /* q and absmax in device memory; out / x where out_on_device / x_on_device
  * say (host memory goes through a temporary device buffer). */
 void adamw8bit_dequantize_cuda(const float map[QMAP_SIZE], const uint8_t *q, const float *absmax, size_t n,

@@ -122,10 +122,14 @@ struct zero {
     float qmap_signed[QMAP_SIZE], qmap_unsigned[QMAP_SIZE]; /* the 8-bit rules' code books (states 1, 2) */
     struct qmap_index *qindex_signed, *qindex_unsigned;
     /* adafactor: the plan of its statistics, the sums shared over dp (fp32),
-     * the row sums and each tensor's update squares (doubles), in MEM_SCRATCH */
+     * the row sums and each tensor's update squares (doubles), in MEM_SCRATCH
+     * of the states' space; fac_squares (host) is what the scalar
+     * all-reduces take: fac_squares_at itself on the CPU, else a copy of
+     * it, one a step (fac_host_reads counts those copies) */
     struct factored_plan fac;
     float *fac_sums, *fac_rowsums, *fac_tpsums, *fac_tiesums; /* (over tp: tp > 1; the tied wte's: pp) */
-    double *fac_squares;
+    double *fac_squares, *fac_squares_at;
+    double fac_host_reads;
     /* stage 3: one gathered unit per kind, in param_dtype (the embedding's
      * stays valid through the forward: the tied head reads its wte); with
      * overlap a second layer buffer (gathered_layer2) takes the next layer */

@@ -1,7 +1,8 @@
 /* Adafactor's per-piece kernels (include/optim.h; Shazeer & Stern 2018,
  * Algorithms 4 and 5): the factored second moment's sums and moving
  * averages, the update's squares for the clipping RMS, and the step. Host
- * memory; parallel/zero/factored.c runs them tensor by tensor. */
+ * memory (X_cpu; optim/cuda/adafactor.cu the device's); parallel/zero/factored.c
+ * runs them tensor by tensor. */
 #include <math.h>
 
 #include "optim.h"
@@ -12,6 +13,12 @@
  * EMAs (square, add, 2 adds) and the squares pass (square, add) besides;
  * beta1's moment 3 more when on. */
 enum { ADAFACTOR_FLOPS_PER_PARAM = 16, ADAFACTOR_MOMENT_FLOPS = 3 };
+
+double adafactor_flops(size_t n, bool moment) {
+    return (double)(ADAFACTOR_FLOPS_PER_PARAM + (moment ? ADAFACTOR_MOMENT_FLOPS : 0)) * (double)n;
+}
+
+float adafactor_decay_factor(const struct adafactor_hparams *h) { return 1.0f - h->lr * h->weight_decay; }
 
 float adafactor_beta2t(float decay, int64_t t) { return 1.0f - powf((float)t, -decay); }
 
@@ -32,8 +39,8 @@ static size_t run_at(size_t c0, int ncols, size_t n, size_t k, size_t cap, size_
     return len < cap ? len : cap;
 }
 
-void adafactor_square_sums(size_t n, const void *grad, enum dtype grad_dtype, float grad_scale, float eps1,
-                           size_t c0, int ncols, float *rows, float *cols) {
+void adafactor_square_sums_cpu(size_t n, const void *grad, enum dtype grad_dtype, float grad_scale, float eps1,
+                               size_t c0, int ncols, float *rows, float *cols) {
     for (size_t k = 0, len, r, j0; k < n; k += len) {
         len = run_at(c0, ncols, n, k, n, &r, &j0);
         float row = rows[r];
@@ -46,16 +53,22 @@ void adafactor_square_sums(size_t n, const void *grad, enum dtype grad_dtype, fl
     }
 }
 
-void adafactor_ema(size_t n, float *stat, const float *sums, float beta2t) {
+void adafactor_ema_cpu(size_t n, float *stat, const float *sums, float beta2t) {
     for (size_t i = 0; i < n; i++) stat[i] = beta2t * stat[i] + (1.0f - beta2t) * sums[i];
 }
 
-void adafactor_vector_ema(size_t n, float *v, const void *grad, enum dtype grad_dtype, float grad_scale, float eps1,
-                          float beta2t) {
+void adafactor_vector_ema_cpu(size_t n, float *v, const void *grad, enum dtype grad_dtype, float grad_scale,
+                              float eps1, float beta2t) {
     for (size_t k = 0; k < n; k++) {
         const float g = grad_at(grad, grad_dtype, k, grad_scale);
         v[k] = beta2t * v[k] + (1.0f - beta2t) * (g * g + eps1);
     }
+}
+
+void adafactor_total_cpu(size_t n, const float *src, float *dst, bool accumulate) {
+    float sum = accumulate ? *dst : 0.0f;
+    for (size_t i = 0; i < n; i++) sum += src[i];
+    *dst = sum;
 }
 
 /* update_run's buffer: runs of at most this many elements. */
@@ -75,24 +88,24 @@ static void update_run(const struct adafactor_moment *s, const void *grad, enum 
         for (size_t j = 0; j < len; j++) u[j] = grad_at(grad, dt, k + j, gs) / sqrtf(s->v[k + j]);
         return;
     }
-    const float share = s->rows[r] / s->col_total, *cols = s->cols + j0;
+    const float share = s->rows[r] / *s->col_total, *cols = s->cols + j0;
     for (size_t j = 0; j < len; j++) u[j] = grad_at(grad, dt, k + j, gs) / sqrtf(share * cols[j]);
 }
 
-void adafactor_moment_values(size_t n, const struct adafactor_moment *s, float *out) {
+void adafactor_moment_values_cpu(size_t n, const struct adafactor_moment *s, float *out) {
     for (size_t k = 0, len, r, j0; k < n; k += len) {
         len = moment_run(s, n, k, &r, &j0);
         if (s->v) {
             for (size_t j = 0; j < len; j++) out[k + j] = s->v[k + j];
             continue;
         }
-        const float share = s->rows[r] / s->col_total;
+        const float share = s->rows[r] / *s->col_total;
         for (size_t j = 0; j < len; j++) out[k + j] = share * s->cols[j0 + j];
     }
 }
 
-double adafactor_update_squares(size_t n, const void *grad, enum dtype grad_dtype, float grad_scale,
-                                const struct adafactor_moment *s) {
+void adafactor_update_squares_cpu(size_t n, const void *grad, enum dtype grad_dtype, float grad_scale,
+                                  const struct adafactor_moment *s, double *total) {
     double sum = 0.0;
     float u[RUN];
     for (size_t k = 0, len, r, j0; k < n; k += len) {
@@ -100,13 +113,13 @@ double adafactor_update_squares(size_t n, const void *grad, enum dtype grad_dtyp
         update_run(s, grad, grad_dtype, grad_scale, r, j0, k, len, u);
         for (size_t j = 0; j < len; j++) sum += (double)u[j] * u[j];
     }
-    return sum;
+    *total += sum;
 }
 
-void adafactor_apply(const struct adafactor_hparams *h, size_t n, float *w, float *m, const void *grad,
-                     enum dtype grad_dtype, const struct adafactor_moment *s, float clip_scale,
-                     const struct param_writeback *out, struct flop_counter *fc) {
-    const float decay = 1.0f - h->lr * h->weight_decay, b1 = h->beta1, lr = h->lr;
+void adafactor_apply_cpu(const struct adafactor_hparams *h, size_t n, float *w, float *m, const void *grad,
+                         enum dtype grad_dtype, const struct adafactor_moment *s, float clip_scale,
+                         const struct param_writeback *out, struct flop_counter *fc) {
+    const float decay = adafactor_decay_factor(h), b1 = h->beta1, lr = h->lr;
     float u[RUN];
     for (size_t k = 0, len, r, j0; k < n; k += len) {
         len = moment_run(s, n, k, &r, &j0);
@@ -123,5 +136,5 @@ void adafactor_apply(const struct adafactor_hparams *h, size_t n, float *w, floa
                                          : f32_to_bf16_stochastic(w[k + j], rng_u32(out->seed, RNG_STREAM_ROUNDING,
                                                                                     out->noise_index + k + j));
     }
-    fc->other += (double)(ADAFACTOR_FLOPS_PER_PARAM + (m ? ADAFACTOR_MOMENT_FLOPS : 0)) * (double)n;
+    fc->other += adafactor_flops(n, m != NULL);
 }

@@ -70,6 +70,54 @@ void adamw8bit_update(const struct adamw_hparams *h, size_t n, float *w, uint8_t
     profile_update(fc, t0);
 }
 
+/* Adafactor's per-piece kernels: the step is timed as an update, the
+ * statistics' passes are not (the norm's passes are not either). */
+void adafactor_square_sums(enum mem_space space, size_t n, const void *grad, enum dtype grad_dtype, float grad_scale,
+                           float eps1, size_t c0, int ncols, float *rows, float *cols) {
+    if (n && space == MEM_DEVICE)
+        ON_DEVICE(adafactor_square_sums_cuda(n, grad, grad_dtype, grad_scale, eps1, c0, ncols, rows, cols));
+    else adafactor_square_sums_cpu(n, grad, grad_dtype, grad_scale, eps1, c0, ncols, rows, cols);
+}
+
+void adafactor_ema(enum mem_space space, size_t n, float *stat, const float *sums, float beta2t) {
+    if (n && space == MEM_DEVICE) ON_DEVICE(adafactor_ema_cuda(n, stat, sums, beta2t));
+    else adafactor_ema_cpu(n, stat, sums, beta2t);
+}
+
+void adafactor_vector_ema(enum mem_space space, size_t n, float *v, const void *grad, enum dtype grad_dtype,
+                          float grad_scale, float eps1, float beta2t) {
+    if (n && space == MEM_DEVICE)
+        ON_DEVICE(adafactor_vector_ema_cuda(n, v, grad, grad_dtype, grad_scale, eps1, beta2t));
+    else adafactor_vector_ema_cpu(n, v, grad, grad_dtype, grad_scale, eps1, beta2t);
+}
+
+/* (n == 0 still sets *dst: 0 or itself) */
+void adafactor_total(enum mem_space space, size_t n, const float *src, float *dst, bool accumulate) {
+    if (space == MEM_DEVICE) ON_DEVICE(adafactor_total_cuda(n, src, dst, accumulate));
+    else adafactor_total_cpu(n, src, dst, accumulate);
+}
+
+void adafactor_moment_values(enum mem_space space, size_t n, const struct adafactor_moment *s, float *out) {
+    if (n && space == MEM_DEVICE) ON_DEVICE(adafactor_moment_values_cuda(n, s, out));
+    else adafactor_moment_values_cpu(n, s, out);
+}
+
+void adafactor_update_squares(enum mem_space space, size_t n, const void *grad, enum dtype grad_dtype,
+                              float grad_scale, const struct adafactor_moment *s, double *sum) {
+    if (!n) return; /* (*sum may be device memory) */
+    if (space == MEM_DEVICE) ON_DEVICE(adafactor_update_squares_cuda(n, grad, grad_dtype, grad_scale, s, sum));
+    else adafactor_update_squares_cpu(n, grad, grad_dtype, grad_scale, s, sum);
+}
+
+void adafactor_apply(const struct adafactor_hparams *h, size_t n, float *w, float *m, const void *grad,
+                     enum dtype grad_dtype, const struct adafactor_moment *s, float clip_scale,
+                     const struct param_writeback *out, struct flop_counter *fc) {
+    double t0 = kernel_clock();
+    if (on_device(n, fc)) ON_DEVICE(adafactor_apply_cuda(h, n, w, m, grad, grad_dtype, s, clip_scale, out, fc));
+    else adafactor_apply_cpu(h, n, w, m, grad, grad_dtype, s, clip_scale, out, fc);
+    profile_update(fc, t0);
+}
+
 /* The fp32 values are in the states' space (the CUDA codec would also take
  * them from host memory: no caller has them there). */
 void adamw8bit_dequantize(enum mem_space space, const float map[QMAP_SIZE], const uint8_t *q, const float *absmax,

@@ -65,6 +65,29 @@ static void small_config(struct config *c, enum dtype p, enum dtype g, enum dtyp
     c->val_data[0] = '\0';
 }
 
+/* The most state lines a run has: bf16 params with the fp32 master, grads,
+ * and adafactor's first moment beside its statistics (five: the table once
+ * held four, and this run wrote past it); the optimizer's two lines add up
+ * to what the run allocated. */
+static void test_adafactor_five_state_lines(void **state) {
+    (void)state;
+    struct config c;
+    small_config(&c, DTYPE_BF16, DTYPE_BF16, DTYPE_FP32);
+    c.optimizer = OPTIM_ADAFACTOR;
+    c.adafactor_beta1 = 0.9f;
+    struct trainer tr;
+    char err[TRAINER_ERR_LEN];
+    assert_int_equal(trainer_open(&tr, &c, &GRID, NULL, err), 0);
+    struct state_theory st = theory_trainer_states(&c, rank_place_dp(1, 0));
+    assert_int_equal(st.n, 5);
+    double optimizer = 0;
+    for (int i = 0; i < st.n; i++)
+        if (st.lines[i].category == MEM_OPTIMIZER) optimizer += st.lines[i].psi_bytes + st.lines[i].padding_bytes;
+    assert_true(optimizer == (double)tr.mem.live[MEM_OPTIMIZER]);
+    assert_non_null(strstr(st.lines[4].rule, "Adafactor"));
+    trainer_close(&tr);
+}
+
 static void check_recipe(enum dtype p, enum dtype g, enum dtype a, double expect_bytes_per_param) {
     struct config c;
     small_config(&c, p, g, a);
@@ -223,6 +246,7 @@ int main(void) {
         cmocka_unit_test(test_activation_formula_by_hand),
         cmocka_unit_test(test_scratch_attention_threads),
         cmocka_unit_test(test_scratch_and_startup_peak),
+        cmocka_unit_test(test_adafactor_five_state_lines),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -175,6 +175,29 @@ static void test_device_key(void **state) {
 
 /* warmup longer than the run: a warning naming both; steps 0 with
  * save_state: an error (no state would be written). */
+/* adafactor_eps's range excludes 0 (eps1 = 0: 0/0 where a gradient is 0,
+ * the vocabulary's padding rows), also a value that rounds to 0 as a
+ * float; the smallest positive float and 1 are taken. */
+static void test_adafactor_eps_range(void **state) {
+    (void)state;
+    struct config c;
+    config_defaults(&c);
+    char err[CONFIG_ERR_LEN] = "";
+    const char *bad[] = {"0", "-0", "0.0", "1e-46", "-1e-30", "1.5"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        assert_int_equal(config_set(&c, "adafactor_eps", bad[i], err), -1);
+        assert_non_null(strstr(err, "adafactor_eps: expected a number in (0, 1]"));
+    }
+    assert_float_equal(c.adafactor_eps, 1e-30f, 0.0f); /* the default, untouched */
+    assert_int_equal(config_set(&c, "adafactor_eps", "1.4e-45", err), 0);
+    assert_true(c.adafactor_eps > 0.0f);
+    assert_int_equal(config_set(&c, "adafactor_eps", "1", err), 0);
+    assert_float_equal(c.adafactor_eps, 1.0f, 0.0f);
+    /* an inclusive range keeps its lower end */
+    assert_int_equal(config_set(&c, "weight_decay", "0", err), 0);
+}
+
 static void test_warnings_and_steps_zero(void **state) {
     (void)state;
     struct config c;
@@ -317,6 +340,7 @@ int main(void) {
         cmocka_unit_test(test_every_config_file_loads),
         cmocka_unit_test(test_bench_small_shape),
         cmocka_unit_test(test_device_key),
+        cmocka_unit_test(test_adafactor_eps_range),
         cmocka_unit_test(test_warnings_and_steps_zero),
         cmocka_unit_test(test_validate),
         cmocka_unit_test(test_print_round_trip),

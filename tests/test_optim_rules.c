@@ -292,22 +292,23 @@ static void adafactor_kernels(int t, float *w, float *stat, float *m, const floa
     float sums[AR + AC] = {0};
     for (int p = 0; p < pieces; p++) {
         size_t a = cut[p], b = p == pieces - 1 ? n : cut[p + 1];
-        if (factored) adafactor_square_sums(b - a, g + a, DTYPE_FP32, h.grad_scale, h.eps1, a, cols, sums, sums + rows);
-        else adafactor_vector_ema(b - a, stat + a, g + a, DTYPE_FP32, h.grad_scale, h.eps1, h.beta2t);
+        if (factored)
+            adafactor_square_sums(MEM_HOST, b - a, g + a, DTYPE_FP32, h.grad_scale, h.eps1, a, cols, sums, sums + rows);
+        else adafactor_vector_ema(MEM_HOST, b - a, stat + a, g + a, DTYPE_FP32, h.grad_scale, h.eps1, h.beta2t);
     }
     float total = 0;
     if (factored) {
-        adafactor_ema((size_t)rows + (size_t)cols, stat, sums, h.beta2t);
+        adafactor_ema(MEM_HOST, (size_t)rows + (size_t)cols, stat, sums, h.beta2t);
         for (int j = 0; j < cols; j++) total += stat[rows + j];
     }
     double sq = 0;
     struct adafactor_moment s[3];
     for (int p = 0; p < pieces; p++) {
         size_t a = cut[p], b = p == pieces - 1 ? n : cut[p + 1];
-        s[p] = factored ? (struct adafactor_moment){.rows = stat, .cols = stat + rows, .col_total = total, .c0 = a,
+        s[p] = factored ? (struct adafactor_moment){.rows = stat, .cols = stat + rows, .col_total = &total, .c0 = a,
                                                     .ncols = cols}
                         : (struct adafactor_moment){.v = stat + a};
-        sq += adafactor_update_squares(b - a, g + a, DTYPE_FP32, h.grad_scale, &s[p]);
+        adafactor_update_squares(MEM_HOST, b - a, g + a, DTYPE_FP32, h.grad_scale, &s[p], &sq);
     }
     const float clip = (float)(1.0 / fmax(1.0, sqrt(sq / (double)n) / h.clip));
     for (int p = 0; p < pieces; p++) {

@@ -2,7 +2,9 @@
  * slowest loop of a CPU step. Range reduction x = n ln2 + r, |r| <= ln2/2,
  * then a degree-6 Taylor polynomial (measured error < 2.6e-7 relative, about
  * 2 ulp; tests/test_dtype.c), then scaling by 2^n through the exponent bits.
- * Branch-free so gcc turns loops over it into vector code. */
+ * Branch-free so gcc turns loops over it into vector code, given
+ * -fno-trapping-math (the Makefile says why): without it GCC 12 keeps the
+ * clamps' comparisons as branches and every loop over this scalar. */
 #ifndef SHARDLAB_FASTMATH_H
 #define SHARDLAB_FASTMATH_H
 

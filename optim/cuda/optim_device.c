@@ -1,4 +1,5 @@
-/* The X_cuda update rules and 8-bit codec (include/optim.h): the per-call
+/* The X_cuda update rules, Adafactor's per-piece kernels and the 8-bit
+ * codec (include/optim.h): the per-call
  * constants from the CPU's own function (include/optim.h:
  * adamw_step_consts, in optim/adamw.c: the CPU's powf and sqrtf), then the
  * kernels of optim_kernels.h, a wait, and the FLOPs counted as the CPU
@@ -133,6 +134,55 @@ void lion8bit_update_cuda(const struct lion_hparams *h, size_t n, float *w, uint
                                &wb),
                "lion8bit_update");
     fc->other += (double)(LION_FLOPS + CODEC8_FLOPS) * (double)n;
+}
+
+/* ---- Adafactor (adafactor.cu) */
+
+static struct cuda_k_adafactor_moment adafactor_moment_of(const struct adafactor_moment *s) {
+    return (struct cuda_k_adafactor_moment){.rows = s->rows, .cols = s->cols, .col_total = s->col_total, .v = s->v,
+                                            .c0 = s->c0, .ncols = s->ncols};
+}
+
+void adafactor_square_sums_cuda(size_t n, const void *grad, enum dtype grad_dtype, float grad_scale, float eps1,
+                                size_t c0, int ncols, float *rows, float *cols) {
+    finish(cuda_k_adafactor_square_sums(n, grad, is_bf16(grad_dtype), grad_scale, eps1, c0, ncols, rows, cols),
+           "adafactor_square_sums");
+}
+
+void adafactor_ema_cuda(size_t n, float *stat, const float *sums, float beta2t) {
+    finish(cuda_k_adafactor_ema(n, stat, sums, beta2t), "adafactor_ema");
+}
+
+void adafactor_vector_ema_cuda(size_t n, float *v, const void *grad, enum dtype grad_dtype, float grad_scale,
+                               float eps1, float beta2t) {
+    finish(cuda_k_adafactor_vector_ema(n, v, grad, is_bf16(grad_dtype), grad_scale, eps1, beta2t),
+           "adafactor_vector_ema");
+}
+
+void adafactor_total_cuda(size_t n, const float *src, float *dst, bool accumulate) {
+    finish(cuda_k_adafactor_total(n, src, dst, accumulate), "adafactor_total");
+}
+
+void adafactor_moment_values_cuda(size_t n, const struct adafactor_moment *s, float *out) {
+    const struct cuda_k_adafactor_moment k = adafactor_moment_of(s);
+    finish(cuda_k_adafactor_moment_values(n, &k, out), "adafactor_moment_values");
+}
+
+void adafactor_update_squares_cuda(size_t n, const void *grad, enum dtype grad_dtype, float grad_scale,
+                                   const struct adafactor_moment *s, double *sum) {
+    const struct cuda_k_adafactor_moment k = adafactor_moment_of(s);
+    finish(cuda_k_adafactor_squares(n, grad, is_bf16(grad_dtype), grad_scale, &k, sum), "adafactor_update_squares");
+}
+
+void adafactor_apply_cuda(const struct adafactor_hparams *h, size_t n, float *w, float *m, const void *grad,
+                          enum dtype grad_dtype, const struct adafactor_moment *s, float clip_scale,
+                          const struct param_writeback *out, struct flop_counter *fc) {
+    const struct cuda_k_adafactor_moment k = adafactor_moment_of(s);
+    const struct cuda_k_adafactor_consts c = {.lr = h->lr, .b1 = h->beta1, .decay = adafactor_decay_factor(h),
+                                              .grad_scale = h->grad_scale, .clip_scale = clip_scale};
+    const struct cuda_k_writeback wb = writeback(out);
+    if (n) finish(cuda_k_adafactor_apply(&c, n, w, m, grad, is_bf16(grad_dtype), &k, &wb), "adafactor_apply");
+    fc->other += adafactor_flops(n, m != NULL);
 }
 
 /* A device buffer of `bytes` for staging a host-side fp32 range. */

@@ -1,5 +1,5 @@
 /* The CUDA kernels behind the device build's update rules (adamw.cu,
- * sgd.cu, lion.cu, adamw8bit.cu, onestate8bit.cu), with plain C types so that nvcc's C++ and the C
+ * sgd.cu, lion.cu, adamw8bit.cu, onestate8bit.cu, adafactor.cu), with plain C types so that nvcc's C++ and the C
  * host code (optim_device.c) share one set of prototypes. Every pointer is
  * device memory; structs travel by value into the kernels. Each launcher
  * runs on the legacy default stream and returns the launch's cudaError_t
@@ -72,6 +72,29 @@ int cuda_k_sgd8bit(const struct cuda_k_sgd_consts *k, size_t n, float *w, uint8_
 int cuda_k_lion8bit(const struct cuda_k_lion_consts *k, size_t n, float *w, uint8_t *q, float *absmax,
                     const struct cuda_k_map *map, uint8_t zero, const void *grad, int grad_bf16,
                     const struct cuda_k_writeback *out);
+/* Adafactor (adafactor.cu): include/optim.h's adafactor_moment with its
+ * pointers in device memory (col_total too), and the step's constants:
+ * decay = adafactor_decay_factor, clip_scale as the caller computed it. */
+struct cuda_k_adafactor_moment {
+    const float *rows, *cols, *col_total, *v;
+    size_t c0;
+    int ncols;
+};
+struct cuda_k_adafactor_consts {
+    float lr, b1, decay, grad_scale, clip_scale;
+};
+int cuda_k_adafactor_square_sums(size_t n, const void *grad, int grad_bf16, float grad_scale, float eps1, size_t c0,
+                                 int ncols, float *rows, float *cols);
+int cuda_k_adafactor_ema(size_t n, float *stat, const float *sums, float beta2t);
+int cuda_k_adafactor_vector_ema(size_t n, float *v, const void *grad, int grad_bf16, float grad_scale, float eps1,
+                                float beta2t);
+int cuda_k_adafactor_total(size_t n, const float *src, float *dst, int accumulate);
+int cuda_k_adafactor_moment_values(size_t n, const struct cuda_k_adafactor_moment *s, float *out);
+/* *sum (device) += the piece's U^2 in double (one block, a fixed tree) */
+int cuda_k_adafactor_squares(size_t n, const void *grad, int grad_bf16, float grad_scale,
+                             const struct cuda_k_adafactor_moment *s, double *sum);
+int cuda_k_adafactor_apply(const struct cuda_k_adafactor_consts *c, size_t n, float *w, float *m, const void *grad,
+                           int grad_bf16, const struct cuda_k_adafactor_moment *s, const struct cuda_k_writeback *out);
 int cuda_k_dequantize8(const struct cuda_k_map *map, const uint8_t *q, const float *absmax, size_t n, float *out);
 int cuda_k_quantize8(const struct cuda_k_map *map, const float *x, size_t n, uint8_t *q, float *absmax);
 

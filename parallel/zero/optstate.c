@@ -14,7 +14,8 @@ static bool sharded(const struct zero *z) { return z->o.stage >= 1; }
 static const struct optim_rule *rule(const struct zero *z) { return optim_rule(z->o.optim.kind); }
 
 /* Adafactor: its plan (include/factored.h), statistics, the first moment
- * when asked, and the step's sums (host scratch: the CPU runs it). */
+ * when asked, and the step's sums (scratch in the states' space, where
+ * the step runs). */
 static void factored_alloc(struct zero *z) {
     struct mem_tracker *mem = z->mem;
     const bool sh = sharded(z);
@@ -28,17 +29,17 @@ static void factored_alloc(struct zero *z) {
     if (z->o.optim.adafactor_beta1 > 0.0f)
         z->st.s2 = mem_alloc(mem, z->space, MEM_OPTIMIZER, sh ? "adafactor m (fp32, shard)" : "adafactor m (fp32)",
                              (sh ? z->sh.total_shard : z->sh.total_padded) * 4);
-    z->fac_sums = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "adafactor column and cut-row sums (fp32)",
-                            p->slot_floats * 4);
-    z->fac_rowsums = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "adafactor row sums (fp32)", p->rowsum_floats * 4);
+    const enum mem_space sp = z->space; /* the step runs there (factored.c) */
+    z->fac_sums = mem_alloc(mem, sp, MEM_SCRATCH, "adafactor column and cut-row sums (fp32)", p->slot_floats * 4);
+    z->fac_rowsums = mem_alloc(mem, sp, MEM_SCRATCH, "adafactor row sums (fp32)", p->rowsum_floats * 4);
     if (p->tp_floats)
-        z->fac_tpsums = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "adafactor slices' sums over tp (fp32)",
-                                  p->tp_floats * 4);
+        z->fac_tpsums = mem_alloc(mem, sp, MEM_SCRATCH, "adafactor slices' sums over tp (fp32)", p->tp_floats * 4);
     if (p->tie_floats)
-        z->fac_tiesums = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "adafactor tied wte's R and C (fp32)",
-                                   p->tie_floats * 4);
-    z->fac_squares = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "adafactor update squares (fp64 per tensor)",
-                               (size_t)p->tensors * sizeof *z->fac_squares);
+        z->fac_tiesums = mem_alloc(mem, sp, MEM_SCRATCH, "adafactor tied wte's R and C (fp32)", p->tie_floats * 4);
+    const size_t squares = (size_t)p->tensors * sizeof *z->fac_squares;
+    z->fac_squares = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "adafactor update squares (fp64 per tensor)", squares);
+    z->fac_squares_at = sp == MEM_HOST ? z->fac_squares
+                                       : mem_alloc(mem, sp, MEM_SCRATCH, "adafactor update squares (device)", squares);
 }
 
 /* Allocation failures are left in the tracker (the caller checks). */
@@ -86,7 +87,8 @@ void optstate_alloc(struct zero *z) {
 void optstate_free(struct zero *z) {
     void *bufs[] = {z->st.s1,        z->st.s2,          z->st.q1,        z->st.q2,       z->st.absmax1,
                     z->st.absmax2,   z->qindex_signed,  z->qindex_unsigned, z->fac.t,    z->fac_sums,
-                    z->fac_rowsums,  z->fac_tpsums,     z->fac_tiesums, z->fac_squares};
+                    z->fac_rowsums,  z->fac_tpsums,     z->fac_tiesums, z->fac_squares,
+                    z->fac_squares_at != z->fac_squares ? z->fac_squares_at : NULL};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(z->mem, bufs[i]);
 }
 

@@ -37,8 +37,10 @@
 # (docs/GPU.md gives the measured gaps). Without a GPU every part is
 # reported skipped and the script exits 0.
 # Usage: tests/cuda/gpu_train.sh CPU_BUILD CUDA_BUILD [STEPS]
-# GPU_TRAIN_PARTS: the parts to run, of "builds ranks pp dp-pp checkpoints"
-# (1, 2's dp/tp, 2's pp schedules, 2's dp x pp, 3); default all of them.
+# GPU_TRAIN_PARTS: the parts to run, of "builds ranks pp dp-pp adafactor
+# checkpoints" (1, 2's dp/tp, 2's pp schedules, 2's dp x pp, adafactor's
+# device step against the CPU build and over dp, tp and pp, 3); default all
+# of them.
 set -u
 cpu=${1:-build}
 gpu=${2:-build-cuda}
@@ -84,7 +86,7 @@ PY
 }
 fails=0
 threads=$(nproc)
-parts=" ${GPU_TRAIN_PARTS:-builds ranks pp dp-pp checkpoints} "
+parts=" ${GPU_TRAIN_PARTS:-builds ranks pp dp-pp adafactor checkpoints} "
 part() { [[ "$parts" == *" $1 "* ]]; }
 if part builds; then
 run cpu32 "$cpu/train" "${base[@]}" "${fp32[@]}" --threads "$threads" || fails=$((fails + 1))
@@ -141,6 +143,33 @@ run onepp8 "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" "${pp[@]}" --gra
 run dp2pp2 "${mpi4[@]}" "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" "${pp[@]}" --device cuda --gpu_unverified 1 --pp 2 ||
     fails=$((fails + 1))
 compare onepp8 dp2pp2 1e-5 1e-5 "dp 2 x pp 2 (1f1b) on one GPU (NCCL) vs 1 GPU rank" || fails=$((fails + 1))
+fi
+# Adafactor on the GPU (parallel/zero/factored.c on device memory,
+# optim/cuda/adafactor.cu; behind --gpu_unverified 1 until this passes):
+# fp32, with a first moment, the demo's lr; one GPU rank against the CPU
+# build (the update squares' tree moves the clip scale by an ulp at most:
+# the fp32 bounds), then 2 ranks at ZeRO-2 (the columns' and cut rows'
+# sums over NCCL), tp 2 (the slices' sums) and pp 2 (the tied wte's
+# statistics from the first stage) against one GPU rank
+ada=(--optimizer adafactor --adafactor_beta1 0.9 --adafactor_eps 1e-12)
+if part adafactor; then
+run cpuada "$cpu/train" "${base[@]}" "${fp32[@]}" "${ada[@]}" --threads "$threads" || fails=$((fails + 1))
+run gpuada "$gpu/train" "${base[@]}" "${fp32[@]}" "${ada[@]}" --device cuda --gpu_unverified 1 || fails=$((fails + 1))
+compare cpuada gpuada 1e-4 1e-5 "adafactor: GPU vs CPU build, fp32" || fails=$((fails + 1))
+run oneada "$gpu/train" "${base[@]}" "${fp32[@]}" "${ada[@]}" "${short[@]}" --device cuda --gpu_unverified 1 --grad_accum 2 ||
+    fails=$((fails + 1))
+run zero2ada "${mpi[@]}" "$gpu/train" "${base[@]}" "${fp32[@]}" "${ada[@]}" "${short[@]}" --device cuda --gpu_unverified 1 \
+    --zero 2 || fails=$((fails + 1))
+compare oneada zero2ada 1e-5 1e-5 "adafactor: 2 ranks on one GPU (NCCL), ZeRO-2, vs 1 GPU rank" || fails=$((fails + 1))
+run onetpada "$gpu/train" "${base[@]}" "${fp32[@]}" "${ada[@]}" "${short[@]}" --device cuda --gpu_unverified 1 || fails=$((fails + 1))
+run tp2ada "${mpi[@]}" "$gpu/train" "${base[@]}" "${fp32[@]}" "${ada[@]}" "${short[@]}" --device cuda --gpu_unverified 1 --tp 2 ||
+    fails=$((fails + 1))
+compare onetpada tp2ada 1e-5 1e-5 "adafactor: tp 2 on one GPU (NCCL) vs 1 GPU rank" || fails=$((fails + 1))
+run oneppada "$gpu/train" "${base[@]}" "${fp32[@]}" "${ada[@]}" "${short[@]}" "${pp[@]}" --device cuda --gpu_unverified 1 ||
+    fails=$((fails + 1))
+run pp2ada "${mpi[@]}" "$gpu/train" "${base[@]}" "${fp32[@]}" "${ada[@]}" "${short[@]}" "${pp[@]}" --device cuda \
+    --gpu_unverified 1 --pp 2 || fails=$((fails + 1))
+compare oneppada pp2ada 1e-5 1e-5 "adafactor: pp 2 on one GPU (NCCL links) vs 1 GPU rank" || fails=$((fails + 1))
 fi
 # 3. checkpoints of a model in GPU memory
 ck=(--config configs/demo.conf --micro_batch 8 --val_every 0 --sample_tokens 0 --lr_schedule constant

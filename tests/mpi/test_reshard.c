@@ -90,7 +90,7 @@ static void check(int from, int to, bool to_single) {
     bool ok = WORLD.world_rank != 0 || close_enough(straight, resumed, 0, &worst);
     if (WORLD.world_rank == 0) {
         struct model_layout lay;
-        layout_init_whole(&lay, (struct model_shape){2, 32, 4, 16, 256, 0});
+        layout_init_whole(&lay, trainer_model_shape(&c)); /* the run's own shape: every param compared */
         ok = close_enough(straight, resumed, lay.total, &worst);
         printf("  N=%d: ZeRO-%d save, resume as %s at ZeRO-%d: max |param diff| %.2e\n", N, from,
                to_single ? "1 process" : "N ranks", to, worst);
@@ -156,8 +156,8 @@ static void check8(int stage, enum optimizer_kind k, double near_bound) {
     float *resumed = run8(&r, &WORLD, 0, note);
     bool ok = strcmp(note, "8-bit states: loaded as saved (bit-exact)") == 0;
     if (!ok) fprintf(stderr, "rank %d: note '%s'\n", WORLD.world_rank, note);
-    struct model_layout lay;
-    layout_init_whole(&lay, (struct model_shape){2, 32, 4, 16, 256, 0});
+    struct model_layout lay; /* the run's own shape: every param and state compared */
+    layout_init_whole(&lay, trainer_model_shape(&c));
     if (WORLD.world_rank == 0) {
         bool same = memcmp(straight, resumed, 3 * lay.total * sizeof *straight) == 0;
         printf("  N=%d: %s ZeRO-%d, save at %d and resume: %s\n", N, name, stage, HALF,

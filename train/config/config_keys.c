@@ -19,7 +19,9 @@ struct key {
     size_t offset;
     const char *default_value;
     const char *help;
-    double min, max;                     /* numeric keys: inclusive range */
+    double min, max;                     /* numeric keys: inclusive range, but min_open */
+    bool min_open;                       /* a float key's range excludes min (as stored: a float that
+                                          * rounds to min is refused too) */
     const char *choices[MAX_CHOICES + 1]; /* KEY_CHOICE: names, index = enum value */
     bool planner_only; /* the planner's model keys: build/train refuses all but their defaults
                         * (config_check_grid) and leaves them out of its --help */
@@ -27,6 +29,7 @@ struct key {
 
 #define F(field) offsetof(struct config, field)
 #define NUM(lo, hi) .min = (lo), .max = (hi)
+#define NUM_ABOVE(lo, hi) .min = (lo), .max = (hi), .min_open = true /* (lo, hi] */
 
 static const struct key KEYS[] = {
     {"n_layer", KEY_INT, F(n_layer), "2", "transformer layers (L)", NUM(1, 1024)},
@@ -46,7 +49,7 @@ static const struct key KEYS[] = {
     {"nesterov", KEY_BOOL, F(nesterov), "0", "sgd, sgd8bit: Nesterov momentum", NUM(0, 1)},
     {"adafactor_beta1", KEY_FLOAT, F(adafactor_beta1), "0", "adafactor: a first moment of the clipped update with this decay; 0: none (Shazeer and Stern's default: no bytes for it)", NUM(0, 0.999999)},
     {"adafactor_decay", KEY_FLOAT, F(adafactor_decay), "0.8", "adafactor: the second moment's decay beta2_t = 1 - t^-c at step t, this c (the paper's 0.8)", NUM(0, 1)},
-    {"adafactor_eps", KEY_FLOAT, F(adafactor_eps), "1e-30", "adafactor: eps1, added to every squared gradient", NUM(0, 1)},
+    {"adafactor_eps", KEY_FLOAT, F(adafactor_eps), "1e-30", "adafactor: eps1, added to every squared gradient; above 0 (a zero gradient, as on the vocabulary's padding rows, would give 0/0)", NUM_ABOVE(0, 1)},
     {"adafactor_clip", KEY_FLOAT, F(adafactor_clip), "1.0", "adafactor: update clipping threshold d: a tensor's update is divided by max(1, RMS(update) / d)", NUM(1e-6, 1e30)},
     {"min_8bit_size", KEY_INT, F(min_8bit_size), "4096", "the 8-bit rules (adamw8bit, sgd8bit, lion8bit): tensors with fewer elements keep 32-bit states", NUM(0, INT_MAX)},
     {"recompute", KEY_CHOICE, F(recompute), "none", "activation checkpointing: keep all, drop attention probabilities (selective; with --attention flash there are none to drop: the same as none), or keep only layer inputs (full)", .choices = {"none", "selective", "full"}},
@@ -137,8 +140,9 @@ static const char *shown(const char *s, char out[SHOWN_LEN]) {
 static int range_error(const struct key *k, const char *value, char err[CONFIG_ERR_LEN]) {
     char v[SHOWN_LEN];
     if (k->type == KEY_FLOAT || k->type == KEY_DOUBLE)
-        snprintf(err, CONFIG_ERR_LEN, "bad value '%s' for %s: expected a number in [%g, %g]", shown(value, v),
-                 k->name, k->min, k->max);
+        snprintf(err, CONFIG_ERR_LEN, "bad value '%s' for %s: expected a number in %c%g, %g]%s", shown(value, v),
+                 k->name, k->min_open ? '(' : '[', k->min, k->max,
+                 k->min_open ? " (the lower end excluded, also where a float rounds to it)" : "");
     else /* integer keys: the range in integers (INT_MAX, not 2.14748e+09) */
         snprintf(err, CONFIG_ERR_LEN, "bad value '%s' for %s: expected an integer in [%.0f, %.0f]", shown(value, v),
                  k->name, k->min, k->max);
@@ -165,6 +169,8 @@ static int set_value(struct config *c, const struct key *k, const char *value, c
         double v = strtod(value, &end);
         if (errno || end == value || *end || !isfinite(v) || v < k->min || v > k->max)
             return range_error(k, value, err);
+        const double stored = k->type == KEY_FLOAT ? (double)(float)v : v;
+        if (k->min_open && stored <= k->min) return range_error(k, value, err);
         if (k->type == KEY_FLOAT) *(float *)field = (float)v;
         else *(double *)field = v;
         return 0;

@@ -588,7 +588,7 @@ struct scratch_theory theory_trainer_scratch(const struct config *whole, struct 
         rank_optim_build(&ro, c, &lay, &sh);
         s.persistent += (double)factored_capacity(&ro.g) * sizeof(struct factored_tensor) +
                         4.0 * (double)(ro.f.slot_floats + ro.f.rowsum_floats + ro.f.tp_floats + ro.f.tie_floats) +
-                        8.0 * ro.f.tensors;
+                        8.0 * ro.f.tensors * (c->device == DEVICE_CUDA ? 2 : 1); /* a GPU: the squares there too */
         rank_optim_free(&ro);
     }
     /* parallel/zero/comm.c: stage 0's all-reduce bucket table, one entry per unit at most */
