@@ -26,10 +26,10 @@
  *   other stages: gpt_stage_output(s) is the outgoing activation
  * and backward:
  *   last stage: gpt_head_backward(s, w_head, wte, dw_head, dwte)
- *   other stages: the incoming gradient is written to gpt_stage_grad(m)
+ *   other stages: the incoming gradient is set by gpt_stage_grad_in
  *   gpt_layer_backward(s, l, w, dw) for l = l1-1..l0
  *   first stage: gpt_embed_backward(s, dw_embed)
- *   other stages: gpt_stage_grad(m) is the outgoing gradient
+ *   other stages: gpt_stage_grad_out gives the outgoing gradient
  *
  * Tensor parallelism (Megatron-LM, Shoeybi et al. 2019): with the layout's
  * tp > 1 the model runs this rank's slice of every layer (tp_rank_slice,
@@ -159,10 +159,13 @@ struct gpt {
      * with full recompute, work_acts is the recompute buffer (always) */
     float *work_acts, *work_resid_in, *work_resid_out, *work_lnf;
 
-    /* backward scratch, fp32 */
+    /* backward scratch, fp32; on the bf16 data path with its attention
+     * (gpt.c's grads_bf16) the three activation gradients passed between
+     * kernels are bf16 instead (the *16 members; the fp32 ones NULL) */
     float *dresid;        /* (B,T,C) gradient of the residual stream */
     float *dfc;           /* (B,T,F/tp): the gradient at the FC features (fch, fch_gelu) */
-    float *dqkv;          /* (B,T,3C); in the forward of the bf16 data path qkv's GEMM output (gpt.c) */
+    float *dqkv;          /* (B,T,3C) */
+    bf16 *dresid16, *dfc16, *dqkv16;
     float *dtemp_btc;     /* (B,T,C) whole: a GEMM input's gradient (dln1, dln2, datty) before its
                            * LayerNorm or attention backward; the head's cross-entropy sums */
     float *att_scratch;   /* attention_backward_scratch() floats: T x T per thread;
@@ -209,9 +212,11 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
  * the residual stream, ln1, res2, ln2 and the GELU output then have no fp32
  * copy at all, and the one-layer fp32 working buffer holds only what still
  * has one (qkv, the probabilities where kept, the attention output, the FC
- * output). The values are those of the fp32 copies
+ * output). The forward's values are those of the fp32 copies
  * rounded alike (every kernel computes in fp32 and rounds once where it
- * stores), so the results are unchanged. */
+ * stores). Without context parallelism the activation gradients passed
+ * between kernels (dresid, dfc, dqkv) are bf16 too, each rounded once
+ * where a kernel or GEMM stores it (layers.h states where). */
 void gpt_free(struct gpt *m, struct mem_tracker *mem);
 /* Context parallelism (model/context_parallel/cp.h): attention runs as a
  * ring over cp (needs --attention flash: the log-sum-exp form), and the
@@ -245,10 +250,13 @@ float gpt_head_forward(struct gpt *m, int slot, struct operand w_head, struct op
 /* dwte: where wte's gradient accumulates (the embedding's or the copy's). */
 void gpt_head_backward(struct gpt *m, int slot, struct operand w_head, struct operand wte, float *dw_head,
                        float *dwte);
-/* The gradient of the residual stream, gpt_stage_numel fp32: the incoming gradient
- * of a stage that is not the last, the outgoing one after its first layer's
- * backward. */
-float *gpt_stage_grad(struct gpt *m);
+/* The gradient of the residual stream, gpt_stage_numel values in act_dtype
+ * (as the pipeline passes it): gpt_stage_grad_in sets it from the incoming
+ * gradient of a stage that is not the last, gpt_stage_grad_out writes the
+ * outgoing one after its first layer's backward (a copy where the model
+ * keeps it bf16, else a conversion from fp32). */
+void gpt_stage_grad_in(struct gpt *m, const void *src);
+void gpt_stage_grad_out(struct gpt *m, void *dst);
 void gpt_layer_backward(struct gpt *m, int slot, int l, struct operand w, float *dw);
 void gpt_embed_backward(struct gpt *m, int slot, float *dw_embed);
 

@@ -65,6 +65,18 @@ void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *
                         const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
                         struct flop_counter *fc);
 
+/* Where a kernel of the bf16 data path writes a tensor: bf16 (b16:
+ * rounded once, to nearest even) or fp32 (f32, b16 NULL: as computed, or
+ * with bf16_values rounded to bf16's values as it is stored, the fp32
+ * copy a bf16 store's widening would give). An accumulated output (+=) is
+ * loaded in its dtype, added to in fp32 and stored back the same way
+ * (bf16: one rounding per accumulation). */
+struct act_out {
+    float *f32;
+    bf16 *b16;
+    bool bf16_values;
+};
+
 /* The bf16 data path's LayerNorm and residual add (act_dtype bf16 with
  * the GEMMs reading the saved stores, model/gpt.c; host memory only: the
  * GPU keeps its path). They load the saved bf16 tensors as they are and
@@ -74,14 +86,18 @@ void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *
  * numerics a GPU port is held to):
  *   layernorm_forward_bf16:  inp widened exactly; mean, rstd (kept fp32),
  *     (x - mean) rstd w + b in fp32; out rounded once to bf16 (nearest even).
- *   layernorm_backward_bf16: inp widened exactly; dout, dinp (accumulated,
- *     +=), dweight, dbias (accumulated) fp32: no rounding.
+ *   layernorm_backward_bf16: inp widened exactly; dout, dweight, dbias
+ *     (accumulated) fp32; dinp accumulated (+=) in its dtype: fp32 (no
+ *     rounding), or bf16 (the bf16 data path's residual-stream gradient,
+ *     model/gpt.c): widened, the row's term added in fp32, rounded once
+ *     to bf16 as it is stored: each accumulation adds one rounding, at
+ *     most 2^-8 |dinp| (bf16's unit roundoff).
  *   residual_forward_bf16:   out = bf16(float(a) + b): a widened exactly,
  *     one fp32 add, one rounding to nearest even.
  * FLOPs as the fp32 forms'. */
 void layernorm_forward_bf16(bf16 *out, float *mean, float *rstd, const bf16 *inp, const float *weight,
                             const float *bias, int64_t N, int64_t C, struct flop_counter *fc);
-void layernorm_backward_bf16(float *dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
+void layernorm_backward_bf16(struct act_out dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
                              const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
                              struct flop_counter *fc);
 void residual_forward_bf16(bf16 *out, const bf16 *a, const float *b, int64_t n, struct flop_counter *fc);
@@ -161,16 +177,28 @@ static inline struct operand operand_at(struct operand w, size_t off) {
  * keeps its verified path: the _bf16 forms above on widened weights): the
  * values of matmul_forward_bf16 / matmul_backward_bf16 with the same
  * rounded operands, through the run's oneDNN context (fc->onednn), or
- * without one the CPU's reference (temporaries, sgemm). dout is fp32 and
- * rounded once per call; dbias sums the rounded dout. */
-void matmul_forward_mixed(float *out, struct operand inp, struct operand weight, const float *bias, int64_t N,
+ * without one the CPU's reference (temporaries, sgemm). dout is an
+ * operand too: fp32 rounded once per call, or the bf16 data path's bf16
+ * activation gradient read as it is (the same values: the GEMM reads the
+ * rounded dout either way); dbias sums the rounded dout. The output (out,
+ * dinp) goes to fp32, or to bf16 for a consumer that reads bf16 (the bf16
+ * data path's qkv store and FC feature gradient, model/gpt.c). Rounding
+ * points of a bf16 output: the fp32 accumulation (plus the bias, in fp32)
+ * rounded once, to nearest even, as it is stored: the fp32 output's
+ * values narrowed. */
+void matmul_forward_mixed(struct act_out out, struct operand inp, struct operand weight, const float *bias, int64_t N,
                           int64_t C, int64_t OC, struct flop_counter *fc);
-void matmul_backward_mixed(float *dinp, float *dweight, float *dbias, const float *dout, struct operand inp,
+void matmul_backward_mixed(struct act_out dinp, float *dweight, float *dbias, struct operand dout, struct operand inp,
                            struct operand weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
 /* embedding_rows_forward from a bf16 table (exact: each row widened as it
  * is copied), host memory only. */
 void embedding_rows_forward_bf16(float *out, const int32_t *inp, const bf16 *wte, int64_t v0, int64_t rows,
                                  int64_t BT, int64_t C, struct flop_counter *fc);
+/* embedding_rows_backward from the bf16 data path's bf16 stream gradient
+ * (exact: each element widened as it is added; dwte, dwpe fp32), host
+ * memory only: embedding_rows_backward's bits on the widened dout. */
+void embedding_rows_backward_bf16(float *dwte, float *dwpe, const bf16 *dout, const int32_t *inp, int64_t v0,
+                                  int64_t rows, int64_t B, int64_t T, int64_t C, struct flop_counter *fc);
 
 /* out (N,OC) += bias: a row-parallel layer adds its (replicated) bias once,
  * after the partial outputs were summed. matmul_forward with a bias is the
@@ -192,17 +220,13 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
  * the B NH T^2 probabilities, so the count cannot overflow). */
 size_t attention_backward_scratch(int64_t B, int64_t T, int64_t NH);
 
-/* Where a kernel of the bf16 data path writes a tensor: bf16 (b16:
- * rounded once, to nearest even) or fp32 (f32, b16 NULL: as computed). */
-struct act_out {
-    float *f32;
-    bf16 *b16;
-};
-
 /* The plain attention on the bf16 data path (model/gpt.c: the attention
  * on acts_direct), host memory only: qkv is the saved bf16 store, read as
  * it is; the probabilities and the output go to their stores (bf16) or,
- * for selective recompute's one-layer probabilities and output, to fp32.
+ * for selective recompute's one-layer probabilities (fp32 with
+ * bf16_values: rounded as they are stored, no pass of their own) and
+ * output, to fp32; probabilities with neither pointer set are not stored
+ * (selective's forward, which needs only the output).
  * Per (b, h) a thread widens the head's q, k, v (and in the backward its
  * bf16 probabilities) into its own fp32 tiles and runs the fp32 kernels'
  * GEMMs and softmax on them in the same order: each equals "widen the
@@ -213,13 +237,15 @@ struct act_out {
  *     causal softmax P and out = P v in fp32 (out from the unrounded P);
  *     P and out each rounded once to bf16 as they are stored.
  *   attention_backward_bf16: q, k, v and P widened exactly (P as stored:
- *     rounded once in the forward); dout, dS and dqkv fp32: no rounding.
+ *     rounded once in the forward); dout and dS fp32; dq, dk, dv computed
+ *     in fp32 and rounded once to bf16 as they are stored in dqkv (the
+ *     QKV GEMM's dout, which that GEMM would round alike).
  * scratch: attention_bf16_scratch(B, T, C, NH) floats (per thread: P and
  * dS, T x T each, and q, k, v and the output, T x hs each), garbage on
  * return. FLOPs as the fp32 forms'. */
 void attention_forward_bf16(struct act_out out, struct act_out att, const bf16 *qkv, float *scratch, int64_t B,
                             int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
-void attention_backward_bf16(float *dqkv, const float *dout, const bf16 *qkv, struct operand att, float *scratch,
+void attention_backward_bf16(bf16 *dqkv, const float *dout, const bf16 *qkv, struct operand att, float *scratch,
                              int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
 size_t attention_bf16_scratch(int64_t B, int64_t T, int64_t C, int64_t NH);
 
@@ -267,13 +293,15 @@ void attention_lse_backward(float *dqkv, float *scratch, const float *dout, cons
  *     stored; lse fp32.
  *   attention_lse_backward_bf16: q, k, v and out widened exactly (out as
  *     stored: D = rowsum(dout * out) from the rounded output, as the fp32
- *     path's widened copy gave); dout, dqkv fp32: no rounding.
+ *     path's widened copy gave); dout fp32; dq, dk, dv accumulated and
+ *     scaled in fp32, rounded once to bf16 as they are stored in dqkv
+ *     (the QKV GEMM's dout, which that GEMM would round alike).
  * scratch: attention_lse_bf16_scratch(B, T, C, NH) floats (D, then per
  * thread q, k, v, out, dk and dv, T x hs each), garbage on return. FLOPs
  * as the fp32 forms'. */
 void attention_lse_forward_bf16(bf16 *out, float *lse, const bf16 *qkv, float *scratch, int64_t B, int64_t T,
                                 int64_t C, int64_t NH, struct flop_counter *fc);
-void attention_lse_backward_bf16(float *dqkv, float *scratch, const float *dout, const bf16 *qkv, const bf16 *out,
+void attention_lse_backward_bf16(bf16 *dqkv, float *scratch, const float *dout, const bf16 *qkv, const bf16 *out,
                                  const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH,
                                  struct flop_counter *fc);
 size_t attention_lse_bf16_scratch(int64_t B, int64_t T, int64_t C, int64_t NH);
@@ -295,6 +323,12 @@ void gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n, 
  * FLOPs as gelu_forward/backward's. */
 void gelu_forward_bf16(bf16 *out, bf16 *pre_store, const float *pre, int64_t n, struct flop_counter *fc);
 void gelu_backward_bf16(float *dinp, const bf16 *inp, const float *dout, int64_t n, struct flop_counter *fc);
+/* gelu_backward_bf16 on the bf16 data path's bf16 gradients (model/gpt.c:
+ * the FC feature gradient), host memory only. Rounding points: inp and dout
+ * widened exactly; gelu'(inp) dout in fp32, rounded once to bf16 as it is
+ * stored (may alias dout): gelu_backward's bits on the widened copies,
+ * narrowed. FLOPs as gelu_backward's. */
+void gelu_backward_bf16_grads(bf16 *dinp, const bf16 *inp, const bf16 *dout, int64_t n, struct flop_counter *fc);
 
 /* out = a + b */
 void residual_forward(float *out, const float *a, const float *b, int64_t n, struct flop_counter *fc);
@@ -362,7 +396,7 @@ void layernorm_backward_cpu(float *dinp, float *dweight, float *dbias, const flo
                             struct flop_counter *fc);
 void layernorm_forward_bf16_cpu(bf16 *out, float *mean, float *rstd, const bf16 *inp, const float *weight,
                                 const float *bias, int64_t N, int64_t C, struct flop_counter *fc);
-void layernorm_backward_bf16_cpu(float *dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
+void layernorm_backward_bf16_cpu(struct act_out dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
                                  const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
                                  struct flop_counter *fc);
 void gemm_counted_cpu(struct flop_counter *fc, enum gemm_kind kind, bool trans_a, bool trans_b, int64_t m, int64_t n,
@@ -381,17 +415,20 @@ void matmul_forward_bf16_cpu(float *out, const bf16 *inp, const float *weight, c
                              int64_t C, int64_t OC, struct flop_counter *fc);
 void matmul_backward_bf16_cpu(float *dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
                               const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
-void matmul_forward_mixed_cpu(float *out, struct operand inp, struct operand weight, const float *bias, int64_t N,
+void matmul_forward_mixed_cpu(struct act_out out, struct operand inp, struct operand weight, const float *bias, int64_t N,
                               int64_t C, int64_t OC, struct flop_counter *fc);
-void matmul_backward_mixed_cpu(float *dinp, float *dweight, float *dbias, const float *dout, struct operand inp,
+void matmul_backward_mixed_cpu(struct act_out dinp, float *dweight, float *dbias, struct operand dout, struct operand inp,
                                struct operand weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
 void embedding_rows_forward_bf16_cpu(float *out, const int32_t *inp, const bf16 *wte, int64_t v0, int64_t rows,
                                      int64_t BT, int64_t C, struct flop_counter *fc);
+void embedding_rows_backward_bf16_cpu(float *dwte, float *dwpe, const bf16 *dout, const int32_t *inp, int64_t v0,
+                                      int64_t rows, int64_t B, int64_t T, int64_t C, struct flop_counter *fc);
 void bias_add_cpu(float *out, const float *bias, int64_t N, int64_t OC, struct flop_counter *fc);
 void gelu_forward_cpu(float *out, const float *inp, int64_t n, struct flop_counter *fc);
 void gelu_backward_cpu(float *dinp, const float *inp, const float *dout, int64_t n, struct flop_counter *fc);
 void gelu_forward_bf16_cpu(bf16 *out, bf16 *pre_store, const float *pre, int64_t n, struct flop_counter *fc);
 void gelu_backward_bf16_cpu(float *dinp, const bf16 *inp, const float *dout, int64_t n, struct flop_counter *fc);
+void gelu_backward_bf16_grads_cpu(bf16 *dinp, const bf16 *inp, const bf16 *dout, int64_t n, struct flop_counter *fc);
 void residual_forward_cpu(float *out, const float *a, const float *b, int64_t n, struct flop_counter *fc);
 void residual_forward_bf16_cpu(bf16 *out, const bf16 *a, const float *b, int64_t n, struct flop_counter *fc);
 double crossentropy_forward_backward_cpu(float *logits, float *losses, const int32_t *targets, int64_t N,
@@ -409,11 +446,11 @@ void attention_backward_cpu(float *dqkv, const float *dout, const float *qkv, co
                             int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
 void attention_forward_bf16_cpu(struct act_out out, struct act_out att, const bf16 *qkv, float *scratch, int64_t B,
                                 int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
-void attention_backward_bf16_cpu(float *dqkv, const float *dout, const bf16 *qkv, struct operand att, float *scratch,
+void attention_backward_bf16_cpu(bf16 *dqkv, const float *dout, const bf16 *qkv, struct operand att, float *scratch,
                                  int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
 void attention_lse_forward_bf16_cpu(bf16 *out, float *lse, const bf16 *qkv, float *scratch, int64_t B, int64_t T,
                                     int64_t C, int64_t NH, struct flop_counter *fc);
-void attention_lse_backward_bf16_cpu(float *dqkv, float *scratch, const float *dout, const bf16 *qkv, const bf16 *out,
+void attention_lse_backward_bf16_cpu(bf16 *dqkv, float *scratch, const float *dout, const bf16 *qkv, const bf16 *out,
                                      const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH,
                                      struct flop_counter *fc);
 void attention_lse_forward_cpu(float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,

@@ -50,12 +50,15 @@ int onednn_gemms_cached(const struct onednn_gemms *g);
  * (+ bias); dinp = dout . W, dweight += dout^T . inp, dbias += the column
  * sums of the rounded dout. An operand given as fp32 is rounded here (into
  * the context's scratch), one given as bf16 is used as it is (the model's
- * saved activation, the engine's bf16 params). oneDNN's sizes are 64-bit:
+ * saved activation or activation gradient, the engine's bf16 params). An
+ * output (out, dinp) is fp32, or bf16 (act_out.b16): the primitive's
+ * destination is then bf16, with the bias (if any) added in the primitive
+ * in fp32 before its one rounding. oneDNN's sizes are 64-bit:
  * no slices. FLOPs and time as gemm_counted's (fc->gemm,
  * fc->gemm_seconds), N*OC to fc->other per bias. */
-void matmul_forward_onednn(float *out, struct operand inp, struct operand weight, const float *bias, int64_t N,
-                           int64_t C, int64_t OC, struct flop_counter *fc);
-void matmul_backward_onednn(float *dinp, float *dweight, float *dbias, const float *dout, struct operand inp,
+void matmul_forward_onednn(struct act_out out, struct operand inp, struct operand weight, const float *bias,
+                           int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
+void matmul_backward_onednn(struct act_out dinp, float *dweight, float *dbias, struct operand dout, struct operand inp,
                             struct operand weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
 
 #endif

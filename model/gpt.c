@@ -13,6 +13,9 @@
  * attention's attention_*_bf16 and attention_lse_*_bf16), and only the
  * ring attention's (context parallelism) inputs still pass through fp32
  * copies; the values are the same, each rounded once where it is stored.
+ * There (without the ring) the activation gradients passed between
+ * kernels are bf16 too (grads_bf16), which rounds the stream's and the FC
+ * features' gradients where the fp32 path kept them fp32.
  *
  * Tensor parallelism (Shoeybi et al. 2019, Figure 3): the QKV and FC GEMMs
  * are column-parallel (this rank's heads, its 4C/tp features), preceded by
@@ -44,193 +47,11 @@
 
 #include "bufops.h"
 #include "conversions.h"
+#include "gpt_acts.h"
 #include "layers.h"
 #include "context_parallel/cp.h"
 #include "tensor_parallel/tp.h"
 
-static size_t btc(const struct gpt *m) { return (size_t)m->B * m->shape.T * m->shape.C; }
-static size_t bt(const struct gpt *m) { return (size_t)m->B * m->shape.T; }
-/* This rank's part of the stream: (B,T,C), or (B,T/tp,C) with sp. */
-static size_t btc_l(const struct gpt *m) { return (size_t)m->B * m->Ts * m->shape.C; }
-static size_t bt_l(const struct gpt *m) { return (size_t)m->B * m->Ts; }
-
-size_t gpt_layer_act_numel(const struct model_shape *s, int B, int tp, bool sp, enum layer_act a) {
-    size_t n = (size_t)B * s->T * s->C, local = n / (size_t)tp; /* (B,T,C/tp) */
-    switch (a) {
-    case ACT_QKV: return 3 * local;
-    case ACT_ATT: return (size_t)B * (size_t)(s->NH / tp) * s->T * s->T;
-    case ACT_ATTY: return local;
-    case ACT_FCH:
-    case ACT_FCH_GELU: return (size_t)B * s->T * (size_t)(mlp_width(s) / tp);
-    default: return sp ? local : n; /* ln1, res2, ln2: whole on every rank, or (B,T/tp,C) */
-    }
-}
-
-static bool flash(const struct gpt *m) { return m->attention == ATTENTION_FLASH; }
-
-/* This rank's size of saved tensor a (flash: ACT_ATT is the lse, B NH/tp T). */
-static size_t act_numel(const struct gpt *m, enum layer_act a) {
-    if (a == ACT_ATT && flash(m)) return (size_t)m->B * (size_t)m->NHl * (size_t)m->shape.T;
-    return gpt_layer_act_numel(&m->shape, m->B, m->lay->rank.tp, m->sp, a);
-}
-
-/* Whether tensor a is in the per-layer block (act_dtype; fp32 in full
- * recompute's one-layer buffer). Selective recompute keeps the
- * probabilities out (recomputed into att_recompute); flash's fp32 lse
- * lives beside the block (slot.layer_lse) unless the whole layer is fp32. */
-static bool in_block(const struct gpt *m, enum layer_act a) {
-    if (a != ACT_ATT) return true;
-    if (flash(m)) return m->recompute == RECOMPUTE_FULL;
-    return m->recompute != RECOMPUTE_SELECTIVE;
-}
-
-static size_t act_offset(const struct gpt *m, enum layer_act a) {
-    size_t off = 0;
-    for (int i = 0; i < (int)a; i++)
-        if (in_block(m, (enum layer_act)i)) off += act_numel(m, (enum layer_act)i);
-    return off;
-}
-
-static size_t layer_act_total(const struct gpt *m) { return act_offset(m, ACT_NUM); }
-
-static bool acts_bf16(const struct gpt *m) { return m->act_dtype == DTYPE_BF16; }
-
-static void widen(const struct gpt *m, float *dst, const bf16 *src, size_t n) { conv_widen(m->flops, dst, src, n); }
-
-/* Rounds a just-computed saved tensor p (n values) to what act_dtype can
- * hold; with a bf16 store (NULL: none) also writes it there. */
-static void round_saved(const struct gpt *m, float *p, size_t n, bf16 *store) {
-    if (!acts_bf16(m)) return;
-    conv_round(m->flops, p, store, n);
-}
-
-/* Whether the layer GEMMs read their saved inputs from the bf16 store
- * (gpt_init_chunks' gemm_dtype): bf16 GEMMs and bf16 stores, whose copies are what
- * the GEMM would round the fp32 view to. Not with full recompute (no
- * store) or sequence parallelism (the GEMM reads the gathered fp32 view). */
-static bool gemm_reads_store(const struct gpt *m) {
-    return m->gemm_dtype == DTYPE_BF16 && acts_bf16(m) && m->recompute != RECOMPUTE_FULL && !m->sp;
-}
-
-/* The saved tensors whose one forward reader is a layer GEMM. */
-static bool gemm_input(enum layer_act a) {
-    return a == ACT_LN1 || a == ACT_ATTY || a == ACT_LN2 || a == ACT_FCH_GELU;
-}
-
-/* Whether the LayerNorms and residual adds read and write the bf16 stores
- * too (layernorm_*_bf16, residual_forward_bf16): the bf16 data path, where
- * the GEMMs read the stores, on the host (the GPU keeps its verified path:
- * fp32 working copies). Then the residual stream, ln1, res2 and ln2 are
- * never widened or kept in fp32, and the LayerNorms' and residual adds'
- * results are rounded once, as they are stored. */
-static bool acts_direct(const struct gpt *m) { return gemm_reads_store(m) && m->space == MEM_HOST; }
-
-/* Whether the attention reads and writes the bf16 stores too
- * (attention_*_bf16, attention_lse_*_bf16): on the bf16 data path,
- * except with context parallelism (the ring reads fp32 copies). Then qkv's GEMM
- * writes into dqkv (free in the forward), narrowed from there into its
- * store, and qkv, the probabilities and the attention output have no fp32
- * copy: the kernel widens one head at a time into its threads' tiles
- * (att_scratch). */
-static bool att_direct(const struct gpt *m) { return acts_direct(m) && m->cp_size <= 1; }
-
-/* The saved tensors the backward reads only from the store when the GEMMs
- * do: the GEMMs' inputs but the attention output (which also feeds flash
- * attention's D = rowsum(dout * out)), GELU's input (gelu_backward_bf16),
- * and with acts_direct ln2's input res2 (layernorm_backward_bf16). */
-static bool backward_reads_store(const struct gpt *m, enum layer_act a) {
-    return a == ACT_LN1 || a == ACT_LN2 || a == ACT_FCH_GELU || a == ACT_FCH || (a == ACT_RES2 && acts_direct(m));
-}
-
-/* Whether saved tensor a has an fp32 copy in the one-layer working buffer
- * (work_acts): every tensor of the block, or under acts_direct only those
- * a kernel still reads or writes in fp32: the FC output, which its GEMM
- * writes, and without att_direct (the ring attention) qkv and the
- * attention output, which the ring reads. */
-static bool in_work(const struct gpt *m, enum layer_act a) {
-    if (!in_block(m, a)) return false;
-    if (!acts_direct(m) || a == ACT_FCH) return true;
-    return !att_direct(m) && (a == ACT_QKV || a == ACT_ATT || a == ACT_ATTY);
-}
-
-static size_t work_offset(const struct gpt *m, enum layer_act a) {
-    size_t off = 0;
-    for (int i = 0; i < (int)a; i++)
-        if (in_work(m, (enum layer_act)i)) off += act_numel(m, (enum layer_act)i);
-    return off;
-}
-
-static size_t work_total(const struct gpt *m) { return work_offset(m, ACT_NUM); }
-
-/* Layer tensor a of view v: rounded, and kept where the view keeps it; a
- * GEMM input the GEMM reads from the store is only kept (its fp32 view is
- * not read again). */
-static void round_act(const struct gpt *m, struct layer_view *v, enum layer_act a, size_t n) {
-    if (gemm_reads_store(m) && gemm_input(a)) conv_narrow(m->flops, v->store[a], v->act[a], n);
-    else round_saved(m, v->act[a], n, v->store[a]);
-}
-
-/* The residual stream entering layer i of slot s's chunk (i = its
- * n_layers: the chunk's output), in act_dtype. */
-static void *resid_at(struct gpt *m, int s, int i) {
-    return (char *)m->slot[s].resid + (size_t)i * btc_l(m) * dtype_size(m->act_dtype);
-}
-
-/* fp32 view of residual-stream entry i; `work` serves when stored as bf16. */
-static float *resid_view(struct gpt *m, int s, int i, float *work, bool load) {
-    if (!acts_bf16(m)) return resid_at(m, s, i);
-    if (load) widen(m, work, resid_at(m, s, i), btc_l(m));
-    return work;
-}
-
-/* Residual-stream entry i's bf16 store (NULL when the stream is fp32:
- * the view is the store). */
-static bf16 *resid_store(struct gpt *m, int s, int i) { return acts_bf16(m) ? resid_at(m, s, i) : NULL; }
-
-/* Residual-stream entry i as the layer reads it: its bf16 store as it is
- * (acts_direct), else its fp32 view (widened into `work` when bf16). */
-static struct operand stream_in(struct gpt *m, int s, int i, float *work) {
-    if (acts_direct(m)) return (struct operand){.b16 = resid_at(m, s, i)};
-    return (struct operand){.f32 = resid_view(m, s, i, work, true)};
-}
-
-/* fp32 pointers to local layer i's saved tensors in slot s. Full
- * recompute: the one-layer buffer (filled by the recompute). bf16: the
- * working copy, widened from the store when `load`, and the store itself
- * in v.store. fp32: the store. */
-static struct layer_view layer_view(struct gpt *m, int s, int i, bool load) {
-    struct layer_view v;
-    bool full = m->recompute == RECOMPUTE_FULL, work = full || acts_bf16(m);
-    size_t base = (size_t)i * layer_act_total(m);
-    for (int a = 0; a < ACT_NUM; a++) {
-        size_t off = act_offset(m, (enum layer_act)a);
-        v.store[a] = NULL;
-        if (!in_block(m, (enum layer_act)a))
-            v.act[a] = flash(m) ? m->slot[s].layer_lse + (size_t)i * act_numel(m, ACT_ATT) : m->att_recompute;
-        else if (!work) v.act[a] = (float *)m->slot[s].layer_acts + base + off;
-        else v.act[a] = in_work(m, (enum layer_act)a) ? m->work_acts + work_offset(m, (enum layer_act)a) : NULL;
-        if (in_block(m, (enum layer_act)a) && !full && acts_bf16(m))
-            v.store[a] = (bf16 *)m->slot[s].layer_acts + base + off;
-    }
-    if (!full && acts_bf16(m) && load) {
-        if (!gemm_reads_store(m)) {
-            widen(m, m->work_acts, (const bf16 *)m->slot[s].layer_acts + base, layer_act_total(m));
-        } else { /* the GEMMs' own inputs stay in the store */
-            for (int a = 0; a < ACT_NUM; a++)
-                if (v.store[a] && v.act[a] && !backward_reads_store(m, (enum layer_act)a))
-                    widen(m, v.act[a], v.store[a], act_numel(m, (enum layer_act)a));
-        }
-    }
-    float *stats = full ? m->full_stats : m->slot[s].layer_stats + (size_t)i * STAT_NUM * bt_l(m);
-    for (int k = 0; k < STAT_NUM; k++) v.stat[k] = stats + (size_t)k * bt_l(m);
-    return v;
-}
-
-static float *lnf_view(struct gpt *m, int s, bool load) {
-    if (!acts_bf16(m)) return (float *)m->slot[s].lnf;
-    if (load) widen(m, m->work_lnf, m->slot[s].lnf, btc_l(m));
-    return m->work_lnf;
-}
 
 /* Which slots hold a kind of saved tensor: all, or only one chunk's. */
 enum { EVERY_CHUNK = -1 };
@@ -281,21 +102,21 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
     /* the stream: each layer's input, then the chunk's output */
     per_slot(m, mem, space, A, "residual stream", n * e, n * e, EVERY_CHUNK, SLOT_MEMBER(resid));
     if (full) {
-        m->work_acts = mem_alloc(mem, space, A, "recompute buffer (one layer, fp32)", layer_act_total(m) * 4);
+        m->work_acts = mem_alloc(mem, space, A, "recompute buffer (one layer, fp32)", acts_block_total(m) * 4);
         m->full_stats = mem_alloc(mem, space, A, "layernorm stats (one layer, fp32)", STAT_NUM * bt_l(m) * 4);
     } else {
-        per_slot(m, mem, space, A, "layer tensors", layer_act_total(m) * e, 0, EVERY_CHUNK, SLOT_MEMBER(layer_acts));
+        per_slot(m, mem, space, A, "layer tensors", acts_block_total(m) * e, 0, EVERY_CHUNK, SLOT_MEMBER(layer_acts));
         per_slot(m, mem, space, A, "layernorm stats (fp32)", STAT_NUM * bt_l(m) * 4, 0, EVERY_CHUNK,
                  SLOT_MEMBER(layer_stats));
         if (flash(m))
-            per_slot(m, mem, space, A, "attention lse (fp32)", act_numel(m, ACT_ATT) * 4, 0, EVERY_CHUNK,
+            per_slot(m, mem, space, A, "attention lse (fp32)", acts_numel(m, ACT_ATT) * 4, 0, EVERY_CHUNK,
                      SLOT_MEMBER(layer_lse));
         if (acts_bf16(m))
-            m->work_acts = mem_alloc(mem, space, MEM_SCRATCH, "one layer's tensors (fp32)", work_total(m) * 4);
+            m->work_acts = mem_alloc(mem, space, MEM_SCRATCH, "one layer's tensors (fp32)", acts_work_total(m) * 4);
     }
     if (recompute == RECOMPUTE_SELECTIVE && !flash(m))
         m->att_recompute = mem_alloc(mem, space, A, "attention probabilities (one layer, fp32)",
-                                     act_numel(m, ACT_ATT) * 4);
+                                     acts_numel(m, ACT_ATT) * 4);
     if (lay->rank.has_head) {
         per_slot(m, mem, space, A, "final layernorm out", 0, n * e, head_chunk, SLOT_MEMBER(lnf));
         per_slot(m, mem, space, A, "final layernorm stats (fp32)", 0, 2 * bt_l(m) * 4, head_chunk,
@@ -314,22 +135,28 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
         if (lay->rank.has_head)
             m->work_lnf = mem_alloc(mem, space, MEM_SCRATCH, "final layernorm out (fp32)", n * 4);
     }
-    m->dresid = mem_alloc(mem, space, MEM_SCRATCH, "d residual (fp32)", n * 4);
-    m->dfc = mem_alloc(mem, space, MEM_SCRATCH, "d fc (fp32)", act_numel(m, ACT_FCH) * 4);
-    m->dqkv = mem_alloc(mem, space, MEM_SCRATCH, "d qkv (fp32)", act_numel(m, ACT_QKV) * 4);
+    if (acts_grads_bf16(m)) {
+        m->dresid16 = mem_alloc(mem, space, MEM_SCRATCH, "d residual (bf16)", n * sizeof(bf16));
+        m->dfc16 = mem_alloc(mem, space, MEM_SCRATCH, "d fc (bf16)", acts_numel(m, ACT_FCH) * sizeof(bf16));
+        m->dqkv16 = mem_alloc(mem, space, MEM_SCRATCH, "d qkv (bf16)", acts_numel(m, ACT_QKV) * sizeof(bf16));
+    } else {
+        m->dresid = mem_alloc(mem, space, MEM_SCRATCH, "d residual (fp32)", n * 4);
+        m->dfc = mem_alloc(mem, space, MEM_SCRATCH, "d fc (fp32)", acts_numel(m, ACT_FCH) * 4);
+        m->dqkv = mem_alloc(mem, space, MEM_SCRATCH, "d qkv (fp32)", acts_numel(m, ACT_QKV) * 4);
+    }
     m->dtemp_btc = mem_alloc(mem, space, MEM_SCRATCH, "d layer temp (fp32)", btc(m) * 4); /* whole: GEMM in/out */
     if (sp) {
         m->gathered = mem_alloc(mem, space, MEM_SCRATCH, "sequence-parallel gathered (fp32)", btc(m) * 4);
         m->ln_grads = mem_alloc(mem, space, MEM_SCRATCH, "sequence-parallel layernorm grads (fp32)",
                                 4 * (size_t)m->shape.C * 4);
     }
-    if (flash(m) && att_direct(m))
+    if (flash(m) && acts_att_direct(m))
         m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention D, tiles (fp32)",
                                    attention_lse_bf16_scratch(B, m->shape.T, m->Cl, m->NHl) * 4);
     else if (flash(m))
         m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention D (fp32, B NH T)",
                                    attention_lse_backward_scratch(B, m->shape.T, m->NHl) * 4);
-    else if (att_direct(m))
+    else if (acts_att_direct(m))
         m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention tiles (fp32, per thread)",
                                    attention_bf16_scratch(B, m->shape.T, m->Cl, m->NHl) * 4);
     else
@@ -348,7 +175,8 @@ void gpt_free(struct gpt *m, struct mem_tracker *mem) {
                     s->logits,      s->losses,       s->inputs,        s->targets,  m->full_stats,
                     m->att_recompute, m->work_acts,  m->work_resid_in, m->work_resid_out, m->work_lnf,
                     m->dresid,      m->dfc,         m->dqkv,          m->dtemp_btc,     m->att_scratch,
-                    m->gathered,    m->ln_grads,     m->ring};
+                    m->gathered,    m->ln_grads,     m->ring,          m->dresid16,      m->dfc16,
+                    m->dqkv16};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(mem, bufs[i]);
     *m = (struct gpt){0};
 }
@@ -379,32 +207,35 @@ static const float *hw(const struct gpt *m, struct operand w_head, enum head_ten
  * read it (gemm_reads_store), else its fp32 view, through f for a
  * column-parallel GEMM (with sp: gathered). */
 static struct operand gemm_in(struct gpt *m, struct layer_view *v, enum layer_act a, bool column) {
-    if (gemm_reads_store(m)) return (struct operand){.b16 = v->store[a]};
+    if (acts_gemm_reads_store(m)) return (struct operand){.b16 = v->store[a]};
     return (struct operand){.f32 = column ? conj_column_input(m, v->act[a]) : v->act[a]};
 }
 
 /* out (N,OC) = x . w^T (+ bias) on the path the operands ask for: both
- * operands as they are (w.b16: the engine's bf16 params, host only), the
- * saved bf16 input with fp32 weights, or fp32 throughout. */
-static void gemm_forward(struct gpt *m, float *out, struct operand x, struct operand w, const float *bias, int64_t N,
-                         int64_t C, int64_t OC) {
-    if (w.b16) matmul_forward_mixed(out, x, w, bias, N, C, OC, m->flops);
-    else if (x.b16) matmul_forward_bf16(out, x.b16, w.f32, bias, N, C, OC, m->flops);
-    else matmul_forward(out, x.f32, w.f32, bias, N, C, OC, m->flops);
+ * operands as they are (w.b16: the engine's bf16 params, host only; or a
+ * bf16 output, the bf16 data path's), the saved bf16 input with fp32
+ * weights, or fp32 throughout. */
+static void gemm_forward(struct gpt *m, struct act_out out, struct operand x, struct operand w, const float *bias,
+                         int64_t N, int64_t C, int64_t OC) {
+    if (w.b16 || out.b16) matmul_forward_mixed(out, x, w, bias, N, C, OC, m->flops);
+    else if (x.b16) matmul_forward_bf16(out.f32, x.b16, w.f32, bias, N, C, OC, m->flops);
+    else matmul_forward(out.f32, x.f32, w.f32, bias, N, C, OC, m->flops);
 }
 
-static void gemm_backward(struct gpt *m, float *dinp, float *dweight, float *dbias, const float *dout,
+/* The same for the backward; dout and dinp bf16 on the bf16 data path's
+ * gradients (grads_bf16). */
+static void gemm_backward(struct gpt *m, struct act_out dinp, float *dweight, float *dbias, struct operand dout,
                           struct operand x, struct operand w, int64_t N, int64_t C, int64_t OC) {
-    if (w.b16) matmul_backward_mixed(dinp, dweight, dbias, dout, x, w, N, C, OC, m->flops);
-    else if (x.b16) matmul_backward_bf16(dinp, dweight, dbias, dout, x.b16, w.f32, N, C, OC, m->flops);
-    else matmul_backward(dinp, dweight, dbias, dout, x.f32, w.f32, N, C, OC, m->flops);
+    if (w.b16 || dinp.b16 || dout.b16) matmul_backward_mixed(dinp, dweight, dbias, dout, x, w, N, C, OC, m->flops);
+    else if (x.b16) matmul_backward_bf16(dinp.f32, dweight, dbias, dout.f32, x.b16, w.f32, N, C, OC, m->flops);
+    else matmul_backward(dinp.f32, dweight, dbias, dout.f32, x.f32, w.f32, N, C, OC, m->flops);
 }
 
 void gpt_embed_forward(struct gpt *m, int s, struct operand w_embed, const int32_t *inputs) {
     buf_copy(m->space, m->slot[s].inputs, inputs, bt(m) * sizeof *inputs);
     /* acts_direct: computed in dtemp_btc (free in the forward), narrowed
      * into the store: no fp32 copy of the stream is kept */
-    float *out = acts_direct(m) ? m->dtemp_btc : resid_view(m, s, 0, m->work_resid_out, false);
+    float *out = acts_direct(m) ? m->dtemp_btc : acts_resid_view(m, s, 0, m->work_resid_out, false);
     struct vocab_slice v = tp_vocab_slice(m->lay);
     /* vocabulary-parallel: this rank's rows (zero for tokens it does not
      * hold), g sums them to every token's row (with sp g-bar to this
@@ -420,14 +251,22 @@ void gpt_embed_forward(struct gpt *m, int s, struct operand w_embed, const int32
     size_t t0 = (size_t)tp_rank_slice(m->lay, m->sp).position0;
     cp_positions_add(m, out, ew(m, w_embed, EMB_WPE), (int)t0, m->Ts); /* with cp: at global positions */
     m->flops->other += (double)btc_l(m);
-    if (acts_direct(m)) conv_narrow(m->flops, resid_store(m, s, 0), out, btc_l(m));
-    else round_saved(m, out, btc_l(m), resid_store(m, s, 0));
+    if (acts_direct(m)) conv_narrow(m->flops, acts_resid_store(m, s, 0), out, btc_l(m));
+    else acts_round_saved(m, out, btc_l(m), acts_resid_store(m, s, 0));
 }
 
 size_t gpt_stage_numel(const struct gpt *m) { return btc_l(m); }
-void *gpt_stage_input(struct gpt *m, int s) { return resid_at(m, s, 0); }
-void *gpt_stage_output(struct gpt *m, int s) { return resid_at(m, s, m->slot[s].n_layers); }
-float *gpt_stage_grad(struct gpt *m) { return m->dresid; }
+void *gpt_stage_input(struct gpt *m, int s) { return acts_resid_at(m, s, 0); }
+void *gpt_stage_output(struct gpt *m, int s) { return acts_resid_at(m, s, m->slot[s].n_layers); }
+void gpt_stage_grad_in(struct gpt *m, const void *src) {
+    if (acts_grads_bf16(m)) buf_copy(m->space, m->dresid16, src, btc_l(m) * sizeof(bf16));
+    else buf_to_fp32(m->space, m->dresid, src, m->act_dtype, btc_l(m));
+}
+
+void gpt_stage_grad_out(struct gpt *m, void *dst) {
+    if (acts_grads_bf16(m)) buf_copy(m->space, dst, m->dresid16, btc_l(m) * sizeof(bf16));
+    else buf_from_fp32(m->space, dst, m->act_dtype, m->dresid, btc_l(m));
+}
 
 /* Row-parallel GEMM (the projections): out (N,C) = inp (N,in_l) . w^T over
  * this rank's in_l input features, then g sums the partial outputs over
@@ -440,7 +279,7 @@ static void row_parallel_forward(struct gpt *m, float *out, struct layer_view *v
      * (on a GPU in its epilogue: no pass of its own) */
     bool alone = m->lay->rank.tp == 1 && !m->sp;
     const float *gemm_bias = alone ? bias : NULL;
-    gemm_forward(m, out, gemm_in(m, v, a, false), w, gemm_bias, N, in_l, C);
+    gemm_forward(m, (struct act_out){.f32 = out}, gemm_in(m, v, a, false), w, gemm_bias, N, in_l, C);
     if (alone) return;
     conj_row_output(m, out, out);
     bias_add(out, bias, (int64_t)bt_l(m), C, m->flops);
@@ -449,7 +288,7 @@ static void row_parallel_forward(struct gpt *m, float *out, struct layer_view *v
 /* Column-parallel GEMM (QKV, FC): out (N, oc) = f(a) . w^T + bias, from
  * every token's saved LayerNorm output a (f: the identity, or with sp the
  * gather). */
-static void column_parallel_forward(struct gpt *m, float *out, struct layer_view *v, enum layer_act a,
+static void column_parallel_forward(struct gpt *m, struct act_out out, struct layer_view *v, enum layer_act a,
                                     struct operand w, const float *bias, int64_t oc) {
     gemm_forward(m, out, gemm_in(m, v, a, true), w, bias, (int64_t)bt(m), m->shape.C, oc);
 }
@@ -457,9 +296,9 @@ static void column_parallel_forward(struct gpt *m, float *out, struct layer_view
 /* A layer GEMM's backward with saved input a (in features): dinp, and
  * dweight and dbias accumulated; a column-parallel input goes through f
  * (with sp: gathered again). */
-static void layer_matmul_backward(struct gpt *m, float *dinp, float *dweight, float *dbias, const float *dout,
-                                  struct layer_view *v, enum layer_act a, bool column, struct operand w, int64_t in,
-                                  int64_t oc) {
+static void layer_matmul_backward(struct gpt *m, struct act_out dinp, float *dweight, float *dbias,
+                                  struct operand dout, struct layer_view *v, enum layer_act a, bool column,
+                                  struct operand w, int64_t in, int64_t oc) {
     gemm_backward(m, dinp, dweight, dbias, dout, gemm_in(m, v, a, column), w, (int64_t)bt(m), in, oc);
 }
 
@@ -474,7 +313,20 @@ static void layernorm_saved(struct gpt *m, struct layer_view *v, enum layer_act 
         return;
     }
     layernorm_forward(v->act[a], mean, rstd, x.f32, w, b, Nl, C, m->flops);
-    round_act(m, v, a, btc_l(m));
+    acts_round(m, v, a, btc_l(m));
+}
+
+/* The stream's gradient as a kernel writes it: dresid16 (grads_bf16) or dresid. */
+static struct act_out dresid_out(const struct gpt *m) {
+    if (acts_grads_bf16(m)) return (struct act_out){.b16 = m->dresid16};
+    return (struct act_out){.f32 = m->dresid};
+}
+
+/* The stream's gradient as the row-parallel GEMMs read it: dresid16 as
+ * it is, or through g (with sp gathered). */
+static struct operand dresid_in(struct gpt *m) {
+    if (acts_grads_bf16(m)) return (struct operand){.b16 = m->dresid16};
+    return (struct operand){.f32 = conj_row_output_grad(m)};
 }
 
 /* The backward of a LayerNorm whose input was x: dresid += dinp from the
@@ -482,16 +334,18 @@ static void layernorm_saved(struct gpt *m, struct layer_view *v, enum layer_act 
 static void layernorm_grad(struct gpt *m, float *dw, float *db, struct operand x, const float *w, const float *mean,
                            const float *rstd) {
     int64_t Nl = (int64_t)bt_l(m), C = m->shape.C;
-    if (x.b16) layernorm_backward_bf16(m->dresid, dw, db, m->dtemp_btc, x.b16, w, mean, rstd, Nl, C, m->flops);
+    if (x.b16) layernorm_backward_bf16(dresid_out(m), dw, db, m->dtemp_btc, x.b16, w, mean, rstd, Nl, C, m->flops);
     else layernorm_backward(m->dresid, dw, db, m->dtemp_btc, x.f32, w, mean, rstd, Nl, C, m->flops);
 }
 
 /* Where the bf16 attention writes the probabilities, and reads them
- * back: their store, or (selective recompute: not stored) the one-layer
- * fp32 copy. */
-static struct act_out att_dst(const struct layer_view *v) {
+ * back: their store, or (selective recompute: not stored) nowhere in the
+ * forward and the one-layer fp32 copy in the backward's recompute,
+ * rounded to bf16's values as the kernel stores them. */
+static struct act_out att_dst(const struct layer_view *v, bool recompute) {
     if (v->store[ACT_ATT]) return (struct act_out){.b16 = v->store[ACT_ATT]};
-    return (struct act_out){.f32 = v->act[ACT_ATT]};
+    if (!recompute) return (struct act_out){0};
+    return (struct act_out){.f32 = v->act[ACT_ATT], .bf16_values = true};
 }
 
 static struct operand att_src(const struct layer_view *v) {
@@ -519,44 +373,43 @@ static void layer_forward(struct gpt *m, struct operand x, struct layer_view *v,
 
     layernorm_saved(m, v, ACT_LN1, v->stat[STAT_LN1_MEAN], v->stat[STAT_LN1_RSTD], x, wt(m, w, LAYER_LN1_W),
                     wt(m, w, LAYER_LN1_B));
-    /* column-parallel: this rank's heads' q, k, v, from every token's ln1 */
-    float *qkv = att_direct(m) ? m->dqkv : a[ACT_QKV];
+    /* column-parallel: this rank's heads' q, k, v, from every token's ln1;
+     * att_direct: rounded once as the GEMM stores them */
+    struct act_out qkv = acts_att_direct(m) ? (struct act_out){.b16 = v->store[ACT_QKV]} : (struct act_out){.f32 = a[ACT_QKV]};
     column_parallel_forward(m, qkv, v, ACT_LN1, wop(m, w, LAYER_QKV_W), wt(m, w, LAYER_QKV_B), 3 * Cl);
-    if (att_direct(m)) conv_narrow(fc, v->store[ACT_QKV], qkv, act_numel(m, ACT_QKV));
-    else round_act(m, v, ACT_QKV, act_numel(m, ACT_QKV));
-    if (att_direct(m) && flash(m)) { /* out rounded as it is stored; the lse stays fp32 */
+    if (!acts_att_direct(m)) acts_round(m, v, ACT_QKV, acts_numel(m, ACT_QKV));
+    if (acts_att_direct(m) && flash(m)) { /* out rounded as it is stored; the lse stays fp32 */
         attention_lse_forward_bf16(v->store[ACT_ATTY], a[ACT_ATT], v->store[ACT_QKV], m->att_scratch, m->B,
                                    m->shape.T, Cl, m->NHl, fc);
-    } else if (att_direct(m)) { /* out and the stored probabilities rounded as they are written */
-        attention_forward_bf16((struct act_out){.b16 = v->store[ACT_ATTY]}, att_dst(v), v->store[ACT_QKV],
+    } else if (acts_att_direct(m)) { /* out and the stored probabilities rounded as they are written */
+        attention_forward_bf16((struct act_out){.b16 = v->store[ACT_ATTY]}, att_dst(v, false), v->store[ACT_QKV],
                                m->att_scratch, m->B, m->shape.T, Cl, m->NHl, fc);
-        if (!v->store[ACT_ATT]) round_act(m, v, ACT_ATT, act_numel(m, ACT_ATT)); /* selective's fp32 copy */
     } else if (cp_ring_on(m)) { /* context parallel: every rank's keys, by ring (flash only) */
         cp_ring_attention_forward(m, a[ACT_ATTY], a[ACT_ATT], a[ACT_QKV]);
     } else if (flash(m)) { /* the lse stays fp32 */
         attention_lse_forward(a[ACT_ATTY], a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, Cl, m->NHl, fc);
     } else {
         attention_forward(a[ACT_ATTY], a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, Cl, m->NHl, fc);
-        round_act(m, v, ACT_ATT, act_numel(m, ACT_ATT));
+        acts_round(m, v, ACT_ATT, acts_numel(m, ACT_ATT));
     }
-    if (!att_direct(m)) round_act(m, v, ACT_ATTY, act_numel(m, ACT_ATTY));
+    if (!acts_att_direct(m)) acts_round(m, v, ACT_ATTY, acts_numel(m, ACT_ATTY));
     row_parallel_forward(m, tmp, v, ACT_ATTY, wop(m, w, LAYER_ATTPROJ_W), wt(m, w, LAYER_ATTPROJ_B), Cl);
     if (x.b16) {
         residual_forward_bf16(v->store[ACT_RES2], x.b16, tmp, (int64_t)nl, fc);
     } else {
         residual_forward(a[ACT_RES2], x.f32, tmp, (int64_t)nl, fc);
-        round_act(m, v, ACT_RES2, nl);
+        acts_round(m, v, ACT_RES2, nl);
     }
     layernorm_saved(m, v, ACT_LN2, v->stat[STAT_LN2_MEAN], v->stat[STAT_LN2_RSTD], saved_in(m, v, ACT_RES2),
                     wt(m, w, LAYER_LN2_W), wt(m, w, LAYER_LN2_B));
-    column_parallel_forward(m, a[ACT_FCH], v, ACT_LN2, wop(m, w, LAYER_FC_W), wt(m, w, LAYER_FC_B), Fl);
-    if (gemm_reads_store(m)) { /* both kept as bf16 only, in one pass: no fp32 GELU output */
-        gelu_forward_bf16(v->store[ACT_FCH_GELU], v->store[ACT_FCH], a[ACT_FCH], (int64_t)act_numel(m, ACT_FCH),
+    column_parallel_forward(m, (struct act_out){.f32 = a[ACT_FCH]}, v, ACT_LN2, wop(m, w, LAYER_FC_W), wt(m, w, LAYER_FC_B), Fl);
+    if (acts_gemm_reads_store(m)) { /* both kept as bf16 only, in one pass: no fp32 GELU output */
+        gelu_forward_bf16(v->store[ACT_FCH_GELU], v->store[ACT_FCH], a[ACT_FCH], (int64_t)acts_numel(m, ACT_FCH),
                           fc);
     } else {
-        round_act(m, v, ACT_FCH, act_numel(m, ACT_FCH));
-        gelu_forward(a[ACT_FCH_GELU], a[ACT_FCH], (int64_t)act_numel(m, ACT_FCH), fc);
-        round_act(m, v, ACT_FCH_GELU, act_numel(m, ACT_FCH_GELU));
+        acts_round(m, v, ACT_FCH, acts_numel(m, ACT_FCH));
+        gelu_forward(a[ACT_FCH_GELU], a[ACT_FCH], (int64_t)acts_numel(m, ACT_FCH), fc);
+        acts_round(m, v, ACT_FCH_GELU, acts_numel(m, ACT_FCH_GELU));
     }
     if (!out && !out_store) return;
     row_parallel_forward(m, tmp, v, ACT_FCH_GELU, wop(m, w, LAYER_FCPROJ_W), wt(m, w, LAYER_FCPROJ_B), Fl);
@@ -565,16 +418,16 @@ static void layer_forward(struct gpt *m, struct operand x, struct layer_view *v,
         return;
     }
     residual_forward(out, a[ACT_RES2], tmp, (int64_t)nl, fc);
-    round_saved(m, out, nl, out_store);
+    acts_round_saved(m, out, nl, out_store);
 }
 
 void gpt_layer_forward(struct gpt *m, int s, int l, struct operand w) {
     int i = l - m->slot[s].l0;
-    struct operand x = stream_in(m, s, i, m->work_resid_in);
-    struct layer_view v = layer_view(m, s, i, false);
+    struct operand x = acts_stream_in(m, s, i, m->work_resid_in);
+    struct layer_view v = acts_layer_view(m, s, i, false);
     /* acts_direct: the output goes to its store only */
-    float *out = acts_direct(m) ? NULL : resid_view(m, s, i + 1, m->work_resid_out, false);
-    layer_forward(m, x, &v, w, out, resid_store(m, s, i + 1));
+    float *out = acts_direct(m) ? NULL : acts_resid_view(m, s, i + 1, m->work_resid_out, false);
+    layer_forward(m, x, &v, w, out, acts_resid_store(m, s, i + 1));
 }
 
 /* The head GEMM's input: lnf's bf16 store where the layer GEMMs read
@@ -582,31 +435,31 @@ void gpt_layer_forward(struct gpt *m, int s, int l, struct operand w) {
  * which keeps no fp32 lnf), else its fp32 view (widened for the backward:
  * `load`), through f. */
 static struct operand head_input(struct gpt *m, int s, struct operand wte, bool load) {
-    if ((wte.b16 && gemm_reads_store(m)) || acts_direct(m)) return (struct operand){.b16 = m->slot[s].lnf};
-    return (struct operand){.f32 = conj_column_input(m, lnf_view(m, s, load))};
+    if ((wte.b16 && acts_gemm_reads_store(m)) || acts_direct(m)) return (struct operand){.b16 = m->slot[s].lnf};
+    return (struct operand){.f32 = conj_column_input(m, acts_lnf_view(m, s, load))};
 }
 
 float gpt_head_forward(struct gpt *m, int s, struct operand w_head, struct operand wte, const int32_t *targets,
                        float dloss) {
     int64_t N = (int64_t)bt(m), C = m->shape.C;
     struct gpt_slot *sl = &m->slot[s];
-    struct operand x = stream_in(m, s, m->slot[s].n_layers, m->work_resid_in);
+    struct operand x = acts_stream_in(m, s, m->slot[s].n_layers, m->work_resid_in);
     const float *lnf_w = hw(m, w_head, HEAD_LNF_W), *lnf_b = hw(m, w_head, HEAD_LNF_B);
     if (x.b16) {
         layernorm_forward_bf16(sl->lnf, sl->lnf_stats, sl->lnf_stats + bt_l(m), x.b16, lnf_w, lnf_b,
                                (int64_t)bt_l(m), C, m->flops);
     } else {
-        float *lnf = lnf_view(m, s, false);
+        float *lnf = acts_lnf_view(m, s, false);
         layernorm_forward(lnf, sl->lnf_stats, sl->lnf_stats + bt_l(m), x.f32, lnf_w, lnf_b, (int64_t)bt_l(m), C,
                           m->flops);
-        round_saved(m, lnf, btc_l(m), acts_bf16(m) ? (bf16 *)sl->lnf : NULL);
+        acts_round_saved(m, lnf, btc_l(m), acts_bf16(m) ? (bf16 *)sl->lnf : NULL);
     }
     /* The LM head is tied to the token embedding: logits = lnf . wte^T,
      * column-parallel over the vocabulary (f: lnf is whole on every rank;
      * with sp g gathers it). */
     struct vocab_slice v = tp_vocab_slice(m->lay);
     struct operand in = head_input(m, s, wte, false);
-    gemm_forward(m, sl->logits, in, wte, NULL, N, C, v.Vl);
+    gemm_forward(m, (struct act_out){.f32 = sl->logits}, in, wte, NULL, N, C, v.Vl);
     buf_copy(m->space, sl->targets, targets, bt(m) * sizeof *targets);
     /* dtemp_btc (free between layers) holds the rows' sums and target logits */
     double sum = vocab_parallel_crossentropy(m->tp, v, sl->logits, sl->losses, sl->targets, N, dloss, m->dtemp_btc,
@@ -617,13 +470,15 @@ float gpt_head_forward(struct gpt *m, int s, struct operand w_head, struct opera
 void gpt_head_backward(struct gpt *m, int s, struct operand w_head, struct operand wte, float *dw_head, float *dwte) {
     int64_t N = (int64_t)bt(m), C = m->shape.C;
     struct gpt_slot *sl = &m->slot[s];
-    struct operand x = stream_in(m, s, m->slot[s].n_layers, m->work_resid_in);
+    struct operand x = acts_stream_in(m, s, m->slot[s].n_layers, m->work_resid_in);
     const struct model_layout *lay = m->lay;
     float *dlnfw = dw_head + lay->head_offset[HEAD_LNF_W], *dlnfb = dw_head + lay->head_offset[HEAD_LNF_B];
-    gemm_backward(m, m->dtemp_btc, dwte, NULL, sl->logits, head_input(m, s, wte, true), wte, N, C,
-                  tp_vocab_slice(lay).Vl);
+    gemm_backward(m, (struct act_out){.f32 = m->dtemp_btc}, dwte, NULL, (struct operand){.f32 = sl->logits},
+                  head_input(m, s, wte, true), wte, N, C, tp_vocab_slice(lay).Vl);
     conj_column_grad(m, m->dtemp_btc); /* dlnf sums over the vocabulary slices */
-    buf_zero(m->space, m->dresid, btc_l(m) * sizeof(float));
+    struct act_out dres = dresid_out(m);
+    if (dres.b16) buf_zero(m->space, dres.b16, btc_l(m) * sizeof(bf16));
+    else buf_zero(m->space, dres.f32, btc_l(m) * sizeof(float));
     conj_ln_grads_begin(m);
     layernorm_grad(m, conj_ln_grad(m, dlnfw, 0), conj_ln_grad(m, dlnfb, 1), x, hw(m, w_head, HEAD_LNF_W),
                    sl->lnf_stats, sl->lnf_stats + bt_l(m));
@@ -634,18 +489,20 @@ void gpt_layer_backward(struct gpt *m, int s, int l, struct operand w, float *dw
     int64_t C = m->shape.C, Cl = m->Cl, Fl = m->Fl;
     int i = l - m->slot[s].l0;
     struct flop_counter *fc = m->flops;
-    struct operand x = stream_in(m, s, i, m->work_resid_in);
-    struct layer_view v = layer_view(m, s, i, true);
+    struct operand x = acts_stream_in(m, s, i, m->work_resid_in);
+    struct layer_view v = acts_layer_view(m, s, i, true);
     float **a = v.act;
     /* Recompute what was not kept. The kernels are deterministic, so the
      * values equal the forward's bit for bit (rounded alike in bf16). */
     if (m->recompute == RECOMPUTE_FULL) layer_forward(m, x, &v, w, NULL, NULL);
     if (m->recompute == RECOMPUTE_SELECTIVE && !flash(m)) { /* flash: nothing was dropped */
-        if (att_direct(m))
-            attention_forward_bf16((struct act_out){.f32 = m->dtemp_btc}, att_dst(&v), v.store[ACT_QKV],
+        if (acts_att_direct(m)) {
+            attention_forward_bf16((struct act_out){.f32 = m->dtemp_btc}, att_dst(&v, true), v.store[ACT_QKV],
                                    m->att_scratch, m->B, m->shape.T, Cl, m->NHl, fc);
-        else attention_forward(m->dtemp_btc, a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, Cl, m->NHl, fc);
-        round_act(m, &v, ACT_ATT, act_numel(m, ACT_ATT));
+        } else {
+            attention_forward(m->dtemp_btc, a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, Cl, m->NHl, fc);
+            acts_round(m, &v, ACT_ATT, acts_numel(m, ACT_ATT));
+        }
     }
     float *ln[4] = {dwt(m, dw, LAYER_LN1_W), dwt(m, dw, LAYER_LN1_B), dwt(m, dw, LAYER_LN2_W),
                     dwt(m, dw, LAYER_LN2_B)};
@@ -654,27 +511,32 @@ void gpt_layer_backward(struct gpt *m, int s, int l, struct operand w, float *dw
      * g's backward is the identity: dresid reaches the row-parallel
      * projections whole; their bias gradients come out alike on every rank
      * (with sp: g-bar gathers it whole first). */
-    layer_matmul_backward(m, m->dfc, dwt(m, dw, LAYER_FCPROJ_W), dwt(m, dw, LAYER_FCPROJ_B),
-                          conj_row_output_grad(m), &v, ACT_FCH_GELU, false, wop(m, w, LAYER_FCPROJ_W), Fl, C);
-    int64_t nf = (int64_t)act_numel(m, ACT_FCH);
-    if (gemm_reads_store(m)) gelu_backward_bf16(m->dfc, v.store[ACT_FCH], m->dfc, nf, fc);
+    bool g16 = acts_grads_bf16(m);
+    struct act_out dfc = g16 ? (struct act_out){.b16 = m->dfc16} : (struct act_out){.f32 = m->dfc};
+    struct act_out dtemp = {.f32 = m->dtemp_btc};
+    layer_matmul_backward(m, dfc, dwt(m, dw, LAYER_FCPROJ_W), dwt(m, dw, LAYER_FCPROJ_B), dresid_in(m), &v,
+                          ACT_FCH_GELU, false, wop(m, w, LAYER_FCPROJ_W), Fl, C);
+    int64_t nf = (int64_t)acts_numel(m, ACT_FCH);
+    if (g16) gelu_backward_bf16_grads(m->dfc16, v.store[ACT_FCH], m->dfc16, nf, fc);
+    else if (acts_gemm_reads_store(m)) gelu_backward_bf16(m->dfc, v.store[ACT_FCH], m->dfc, nf, fc);
     else gelu_backward(m->dfc, a[ACT_FCH], m->dfc, nf, fc);
-    layer_matmul_backward(m, m->dtemp_btc, dwt(m, dw, LAYER_FC_W), dwt(m, dw, LAYER_FC_B), m->dfc, &v, ACT_LN2, true,
-                          wop(m, w, LAYER_FC_W), C, Fl);
+    layer_matmul_backward(m, dtemp, dwt(m, dw, LAYER_FC_W), dwt(m, dw, LAYER_FC_B),
+                          (struct operand){.f32 = dfc.f32, .b16 = dfc.b16}, &v, ACT_LN2, true, wop(m, w, LAYER_FC_W),
+                          C, Fl);
     conj_column_grad(m, m->dtemp_btc); /* f: the partial dln2 of each rank's features sum */
     layernorm_grad(m, conj_ln_grad(m, ln[2], 2), conj_ln_grad(m, ln[3], 3), saved_in(m, &v, ACT_RES2),
                    wt(m, w, LAYER_LN2_W), v.stat[STAT_LN2_MEAN], v.stat[STAT_LN2_RSTD]);
-    layer_matmul_backward(m, m->dtemp_btc, dwt(m, dw, LAYER_ATTPROJ_W), dwt(m, dw, LAYER_ATTPROJ_B),
-                          conj_row_output_grad(m), &v, ACT_ATTY, false, wop(m, w, LAYER_ATTPROJ_W), Cl, C);
+    layer_matmul_backward(m, dtemp, dwt(m, dw, LAYER_ATTPROJ_W), dwt(m, dw, LAYER_ATTPROJ_B), dresid_in(m), &v,
+                          ACT_ATTY, false, wop(m, w, LAYER_ATTPROJ_W), Cl, C);
     /* flash: D = rowsum(dout * out) from the saved output (rounded alike
      * to act_dtype, as the rest of the layer's saved tensors) */
     if (cp_ring_on(m))
         cp_ring_attention_backward(m, m->dqkv, m->att_scratch, m->dtemp_btc, a[ACT_QKV], a[ACT_ATTY], a[ACT_ATT]);
-    else if (att_direct(m) && flash(m))
-        attention_lse_backward_bf16(m->dqkv, m->att_scratch, m->dtemp_btc, v.store[ACT_QKV], v.store[ACT_ATTY],
+    else if (acts_att_direct(m) && flash(m))
+        attention_lse_backward_bf16(m->dqkv16, m->att_scratch, m->dtemp_btc, v.store[ACT_QKV], v.store[ACT_ATTY],
                                     a[ACT_ATT], m->B, m->shape.T, Cl, m->NHl, fc);
-    else if (att_direct(m))
-        attention_backward_bf16(m->dqkv, m->dtemp_btc, v.store[ACT_QKV], att_src(&v), m->att_scratch, m->B,
+    else if (acts_att_direct(m))
+        attention_backward_bf16(m->dqkv16, m->dtemp_btc, v.store[ACT_QKV], att_src(&v), m->att_scratch, m->B,
                                 m->shape.T, Cl, m->NHl, fc);
     else if (flash(m))
         attention_lse_backward(m->dqkv, m->att_scratch, m->dtemp_btc, a[ACT_QKV], a[ACT_ATTY], a[ACT_ATT], m->B,
@@ -682,7 +544,8 @@ void gpt_layer_backward(struct gpt *m, int s, int l, struct operand w, float *dw
     else
         attention_backward(m->dqkv, m->dtemp_btc, a[ACT_QKV], a[ACT_ATT], m->att_scratch, m->B, m->shape.T, Cl, m->NHl,
                            fc);
-    layer_matmul_backward(m, m->dtemp_btc, dwt(m, dw, LAYER_QKV_W), dwt(m, dw, LAYER_QKV_B), m->dqkv, &v, ACT_LN1, true,
+    struct operand dqkv = g16 ? (struct operand){.b16 = m->dqkv16} : (struct operand){.f32 = m->dqkv};
+    layer_matmul_backward(m, dtemp, dwt(m, dw, LAYER_QKV_W), dwt(m, dw, LAYER_QKV_B), dqkv, &v, ACT_LN1, true,
                           wop(m, w, LAYER_QKV_W), C, 3 * Cl);
     conj_column_grad(m, m->dtemp_btc); /* f: dln1 */
     layernorm_grad(m, conj_ln_grad(m, ln[0], 0), conj_ln_grad(m, ln[1], 1), x, wt(m, w, LAYER_LN1_W),
@@ -694,8 +557,12 @@ void gpt_embed_backward(struct gpt *m, int s, float *dw_embed) {
     /* each rank accumulates its own vocabulary rows; wpe's gradient whole
      * (replicated; with sp from the gathered gradient, alike on every rank) */
     struct vocab_slice v = tp_vocab_slice(m->lay);
-    cp_embedding_backward(m, dw_embed + m->lay->embed_offset[EMB_WTE], dw_embed + m->lay->embed_offset[EMB_WPE],
-                          conj_row_output_grad(m), m->slot[s].inputs, v.v0, v.Vl); /* with cp: global positions */
+    float *dwte = dw_embed + m->lay->embed_offset[EMB_WTE], *dwpe = dw_embed + m->lay->embed_offset[EMB_WPE];
+    if (acts_grads_bf16(m)) /* no sp and no ring: the stream's gradient whole, at local positions */
+        embedding_rows_backward_bf16(dwte, dwpe, m->dresid16, m->slot[s].inputs, v.v0, v.Vl, m->B, m->shape.T,
+                                     m->shape.C, m->flops);
+    else /* with cp: global positions */
+        cp_embedding_backward(m, dwte, dwpe, conj_row_output_grad(m), m->slot[s].inputs, v.v0, v.Vl);
     m->flops->other += 2.0 * (double)btc(m);
 }
 

@@ -21,6 +21,7 @@ static bool on_device(const struct flop_counter *fc) { return fc->space == MEM_D
 
 static struct operand f32_operand(const float *x) { return (struct operand){.f32 = x}; }
 static struct operand bf16_operand(const bf16 *x) { return (struct operand){.b16 = x}; }
+static struct act_out f32_out(float *x) { return (struct act_out){.f32 = x}; }
 
 /* The host-only forms on device memory: a caller bug (the engine hands
  * bf16 params to the model on the host only). */
@@ -94,7 +95,7 @@ void layernorm_forward_bf16(bf16 *out, float *mean, float *rstd, const bf16 *inp
     kernel_span_end(fc, t, KERNEL_LAYERNORM_FWD);
 }
 
-void layernorm_backward_bf16(float *dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
+void layernorm_backward_bf16(struct act_out dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
                              const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
                              struct flop_counter *fc) {
     if (on_device(fc)) host_only(__func__);
@@ -122,7 +123,7 @@ void matmul_forward_sliced(float *out, const float *inp, const float *weight, co
     bool dev = on_device(fc);
     struct kernel_span t = kernel_span_begin(fc, dev);
     if (dev) ON_DEVICE(matmul_forward_sliced_cuda(out, inp, weight, bias, N, C, OC, max_rows, fc));
-    else if (fc->onednn) matmul_forward_onednn(out, f32_operand(inp), f32_operand(weight), bias, N, C, OC, fc); /* 64-bit sizes */
+    else if (fc->onednn) matmul_forward_onednn(f32_out(out), f32_operand(inp), f32_operand(weight), bias, N, C, OC, fc); /* 64-bit sizes */
     else matmul_forward_sliced_cpu(out, inp, weight, bias, N, C, OC, max_rows, fc);
     kernel_span_end(fc, t, KERNEL_MATMUL_FWD);
 }
@@ -133,7 +134,7 @@ void matmul_backward_sliced(float *dinp, float *dweight, float *dbias, const flo
     bool dev = on_device(fc);
     struct kernel_span t = kernel_span_begin(fc, dev);
     if (dev) ON_DEVICE(matmul_backward_sliced_cuda(dinp, dweight, dbias, dout, inp, weight, N, C, OC, max_rows, fc));
-    else if (fc->onednn) matmul_backward_onednn(dinp, dweight, dbias, dout, f32_operand(inp), f32_operand(weight), N, C, OC, fc);
+    else if (fc->onednn) matmul_backward_onednn(f32_out(dinp), dweight, dbias, f32_operand(dout), f32_operand(inp), f32_operand(weight), N, C, OC, fc);
     else matmul_backward_sliced_cpu(dinp, dweight, dbias, dout, inp, weight, N, C, OC, max_rows, fc);
     kernel_span_end(fc, t, KERNEL_MATMUL_BWD);
 }
@@ -153,7 +154,7 @@ void matmul_forward_bf16(float *out, const bf16 *inp, const float *weight, const
     bool dev = on_device(fc);
     struct kernel_span t = kernel_span_begin(fc, dev);
     if (dev) ON_DEVICE(matmul_forward_bf16_cuda(out, inp, weight, bias, N, C, OC, fc));
-    else if (fc->onednn) matmul_forward_onednn(out, bf16_operand(inp), f32_operand(weight), bias, N, C, OC, fc);
+    else if (fc->onednn) matmul_forward_onednn(f32_out(out), bf16_operand(inp), f32_operand(weight), bias, N, C, OC, fc);
     else matmul_forward_bf16_cpu(out, inp, weight, bias, N, C, OC, fc);
     kernel_span_end(fc, t, KERNEL_MATMUL_FWD);
 }
@@ -163,12 +164,12 @@ void matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const float
     bool dev = on_device(fc);
     struct kernel_span t = kernel_span_begin(fc, dev);
     if (dev) ON_DEVICE(matmul_backward_bf16_cuda(dinp, dweight, dbias, dout, inp, weight, N, C, OC, fc));
-    else if (fc->onednn) matmul_backward_onednn(dinp, dweight, dbias, dout, bf16_operand(inp), f32_operand(weight), N, C, OC, fc);
+    else if (fc->onednn) matmul_backward_onednn(f32_out(dinp), dweight, dbias, f32_operand(dout), bf16_operand(inp), f32_operand(weight), N, C, OC, fc);
     else matmul_backward_bf16_cpu(dinp, dweight, dbias, dout, inp, weight, N, C, OC, fc);
     kernel_span_end(fc, t, KERNEL_MATMUL_BWD);
 }
 
-void matmul_forward_mixed(float *out, struct operand inp, struct operand weight, const float *bias, int64_t N,
+void matmul_forward_mixed(struct act_out out, struct operand inp, struct operand weight, const float *bias, int64_t N,
                           int64_t C, int64_t OC, struct flop_counter *fc) {
     if (on_device(fc)) host_only(__func__);
     struct kernel_span t = kernel_span_begin(fc, false);
@@ -177,7 +178,7 @@ void matmul_forward_mixed(float *out, struct operand inp, struct operand weight,
     kernel_span_end(fc, t, KERNEL_MATMUL_FWD);
 }
 
-void matmul_backward_mixed(float *dinp, float *dweight, float *dbias, const float *dout, struct operand inp,
+void matmul_backward_mixed(struct act_out dinp, float *dweight, float *dbias, struct operand dout, struct operand inp,
                            struct operand weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
     if (on_device(fc)) host_only(__func__);
     struct kernel_span t = kernel_span_begin(fc, false);
@@ -191,6 +192,14 @@ void embedding_rows_forward_bf16(float *out, const int32_t *inp, const bf16 *wte
     if (on_device(fc)) host_only(__func__);
     struct kernel_span t = kernel_span_begin(fc, false);
     embedding_rows_forward_bf16_cpu(out, inp, wte, v0, rows, BT, C, fc);
+    kernel_span_end(fc, t, KERNEL_EMBEDDING);
+}
+
+void embedding_rows_backward_bf16(float *dwte, float *dwpe, const bf16 *dout, const int32_t *inp, int64_t v0,
+                                  int64_t rows, int64_t B, int64_t T, int64_t C, struct flop_counter *fc) {
+    if (on_device(fc)) host_only(__func__);
+    struct kernel_span t = kernel_span_begin(fc, false);
+    embedding_rows_backward_bf16_cpu(dwte, dwpe, dout, inp, v0, rows, B, T, C, fc);
     kernel_span_end(fc, t, KERNEL_EMBEDDING);
 }
 
@@ -231,6 +240,13 @@ void gelu_backward_bf16(float *dinp, const bf16 *inp, const float *dout, int64_t
     struct kernel_span t = kernel_span_begin(fc, dev);
     if (dev) ON_DEVICE(gelu_backward_bf16_cuda(dinp, inp, dout, n, fc));
     else gelu_backward_bf16_cpu(dinp, inp, dout, n, fc);
+    kernel_span_end(fc, t, KERNEL_GELU);
+}
+
+void gelu_backward_bf16_grads(bf16 *dinp, const bf16 *inp, const bf16 *dout, int64_t n, struct flop_counter *fc) {
+    if (on_device(fc)) host_only(__func__);
+    struct kernel_span t = kernel_span_begin(fc, false);
+    gelu_backward_bf16_grads_cpu(dinp, inp, dout, n, fc);
     kernel_span_end(fc, t, KERNEL_GELU);
 }
 
@@ -308,7 +324,7 @@ void attention_forward_bf16(struct act_out out, struct act_out att, const bf16 *
     kernel_span_end(fc, t, KERNEL_ATTENTION_FWD);
 }
 
-void attention_backward_bf16(float *dqkv, const float *dout, const bf16 *qkv, struct operand att, float *scratch,
+void attention_backward_bf16(bf16 *dqkv, const float *dout, const bf16 *qkv, struct operand att, float *scratch,
                              int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc) {
     if (on_device(fc)) host_only(__func__);
     struct kernel_span t = kernel_span_begin(fc, false);
@@ -333,7 +349,7 @@ void attention_lse_forward_bf16(bf16 *out, float *lse, const bf16 *qkv, float *s
     kernel_span_end(fc, t, KERNEL_ATTENTION_FWD);
 }
 
-void attention_lse_backward_bf16(float *dqkv, float *scratch, const float *dout, const bf16 *qkv, const bf16 *out,
+void attention_lse_backward_bf16(bf16 *dqkv, float *scratch, const float *dout, const bf16 *qkv, const bf16 *out,
                                  const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH,
                                  struct flop_counter *fc) {
     if (on_device(fc)) host_only(__func__);

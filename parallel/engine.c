@@ -289,7 +289,6 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
 void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out) {
     const struct model_layout *lay = &e->lay;
     struct gpt *m = &e->model;
-    size_t btc = gpt_stage_numel(m); /* this rank's part of the stream */
     struct chunk_units cu = chunk_units(e, slot);
     int eu = cu.eu, hu = cu.hu, l0 = cu.l0, l1 = cu.l1;
     e->backwards++;
@@ -309,7 +308,7 @@ void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out
         phase_done(e, PHASE_BACKWARD, hu);
     } else {
         gather_ahead(e, first_layer);
-        buf_to_fp32(e->space, gpt_stage_grad(m), dx_in, e->o.act_dtype, btc);
+        gpt_stage_grad_in(m, dx_in);
     }
     for (int l = l1 - 1; l >= l0; l--) {
         int u = layout_layer_unit(lay, l);
@@ -326,7 +325,7 @@ void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out
         zero_unit_grads_done(&e->z, eu, dwe);
         phase_done(e, PHASE_BACKWARD, eu);
     } else {
-        buf_from_fp32(e->space, dx_out, e->o.act_dtype, gpt_stage_grad(m), btc);
+        gpt_stage_grad_out(m, dx_out);
     }
 }
 

@@ -146,10 +146,16 @@ static void test_against_bf16_reference(void **state) {
     onednn_gemms_close(g);
 }
 
+/* Units in the last place between two bf16 values of one sign (oneDNN may
+ * round its bf16 output from another fp32 sum order than its fp32 one:
+ * one unit at most; the reference narrows the same sums: none). */
+static int bf16_ulps(bf16 a, bf16 b) { return abs((int)a - (int)b); }
+
 /* The mixed forms (struct operand) give the _bf16 forms' bits: a weight
  * handed over as bf16 is the fp32 weight rounded, so the GEMMs see the
  * same operands, on oneDNN and on the reference (no context) alike; the
- * embedding lookup from a bf16 table is the widened table's. */
+ * embedding lookup from a bf16 table is the widened table's. A bf16
+ * output is the fp32 output narrowed (oneDNN: within one unit). */
 static void test_mixed_operands(void **state) {
     (void)state;
     struct onednn_gemms *g = onednn_bf16_missing(FLAGS) ? NULL : open_or_skip();
@@ -165,18 +171,34 @@ static void test_mixed_operands(void **state) {
         float *dxr = calloc(nx, sizeof *dxr), *dw = calloc(nw, sizeof *dw), *dwr = calloc(nw, sizeof *dwr);
         float *db = calloc((size_t)OC, sizeof *db), *dbr = calloc((size_t)OC, sizeof *dbr);
         struct operand in = {.b16 = xb}, weight = {.b16 = wb};
-        matmul_forward_mixed(y, in, weight, bias, N, C, OC, &fc);
+        matmul_forward_mixed((struct act_out){.f32 = y}, in, weight, bias, N, C, OC, &fc);
         matmul_forward_bf16(yr, xb, w, bias, N, C, OC, &ref);
         assert_memory_equal(y, yr, ny * sizeof *y);
-        matmul_backward_mixed(dx, dw, db, dy, in, weight, N, C, OC, &fc);
+        matmul_backward_mixed((struct act_out){.f32 = dx}, dw, db, (struct operand){.f32 = dy}, in, weight, N, C, OC,
+                              &fc);
         matmul_backward_bf16(dxr, dwr, dbr, dy, xb, w, N, C, OC, &ref);
         assert_memory_equal(dx, dxr, nx * sizeof *dx);
         assert_memory_equal(dw, dwr, nw * sizeof *dw);
         assert_memory_equal(db, dbr, (size_t)OC * sizeof *db);
         assert_true(fc.gemm == ref.gemm);
         /* an fp32 input is rounded as the saved bf16 copy would be */
-        matmul_forward_mixed(y, (struct operand){.f32 = x}, weight, bias, N, C, OC, &fc);
+        matmul_forward_mixed((struct act_out){.f32 = y}, (struct operand){.f32 = x}, weight, bias, N, C, OC, &fc);
         assert_memory_equal(y, yr, ny * sizeof *y);
+        /* bf16 outputs (the bf16 data path's qkv and FC feature gradient):
+         * the fp32 outputs rounded once, the bias inside; a bf16 dout (the
+         * rounded dy) gives the fp32 dout's dweight and dbias bit for bit */
+        bf16 *y16 = calloc(ny, sizeof *y16), *dx16 = calloc(nx, sizeof *dx16), *dy16 = calloc(ny, sizeof *dy16);
+        assert_true(y16 && dx16 && dy16);
+        for (size_t i = 0; i < ny; i++) dy16[i] = f32_to_bf16(dy[i]);
+        matmul_forward_mixed((struct act_out){.b16 = y16}, in, weight, bias, N, C, OC, &fc);
+        for (size_t i = 0; i < ny; i++) assert_true(bf16_ulps(y16[i], f32_to_bf16(yr[i])) <= (with_context ? 1 : 0));
+        memset(dw, 0, nw * sizeof *dw), memset(db, 0, (size_t)OC * sizeof *db);
+        matmul_backward_mixed((struct act_out){.b16 = dx16}, dw, db, (struct operand){.b16 = dy16}, in, weight, N, C,
+                              OC, &fc);
+        for (size_t i = 0; i < nx; i++) assert_true(bf16_ulps(dx16[i], f32_to_bf16(dxr[i])) <= (with_context ? 1 : 0));
+        assert_memory_equal(dw, dwr, nw * sizeof *dw);
+        assert_memory_equal(db, dbr, (size_t)OC * sizeof *db);
+        free(y16), free(dx16), free(dy16);
         free(y), free(yr), free(dx), free(dxr), free(dw), free(dwr), free(db), free(dbr);
     }
     const int64_t V = 10, BT = 6, v0 = 3;

@@ -150,9 +150,10 @@ static void test_bf16_gemms_never_exceed_bf16_peak(void **state) {
         int64_t N = shapes[s][0], C = shapes[s][1], OC = shapes[s][2];
         for (int t = 0; t < GEMM_TRIALS + 1; t++) { /* the first: primitives made, buffers touched */
             struct flop_counter fc = {.onednn = g};
-            matmul_forward_mixed(out, (struct operand){.b16 = x}, (struct operand){.b16 = w}, NULL, N, C, OC, &fc);
-            matmul_backward_mixed(dx, dw, NULL, out, (struct operand){.b16 = x}, (struct operand){.b16 = w}, N, C, OC,
-                                  &fc);
+            matmul_forward_mixed((struct act_out){.f32 = out}, (struct operand){.b16 = x}, (struct operand){.b16 = w},
+                                 NULL, N, C, OC, &fc);
+            matmul_backward_mixed((struct act_out){.f32 = dx}, dw, NULL, (struct operand){.f32 = out},
+                                  (struct operand){.b16 = x}, (struct operand){.b16 = w}, N, C, OC, &fc);
             double rate = fc.gemm / fc.gemm_seconds; /* three GEMMs, each timed alone */
             if (t > 0 && rate > fastest) fastest = rate, at = s;
         }

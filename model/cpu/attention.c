@@ -121,12 +121,15 @@ size_t attention_bf16_scratch(int64_t B, int64_t T, int64_t C, int64_t NH) {
 }
 
 /* The rows at dst's element off, ld apart, = tile (n rows of w, packed):
- * rounded to bf16 once (nearest even), or copied into an fp32 dst. */
+ * rounded to bf16 once (nearest even), or copied into an fp32 dst (with
+ * bf16_values rounded to bf16's values as they are); no dst: not stored. */
 static void store_rows(struct act_out dst, int64_t off, int64_t ld, const float *tile, int64_t n, int64_t w) {
+    if (!dst.b16 && !dst.f32) return;
     for (int64_t t = 0; t < n; t++)
         for (int64_t d = 0; d < w; d++) {
-            if (dst.b16) dst.b16[off + t * ld + d] = f32_to_bf16(tile[t * w + d]);
-            else dst.f32[off + t * ld + d] = tile[t * w + d];
+            float x = tile[t * w + d];
+            if (dst.b16) dst.b16[off + t * ld + d] = f32_to_bf16(x);
+            else dst.f32[off + t * ld + d] = dst.bf16_values ? round_to_bf16(x) : x;
         }
 }
 
@@ -165,10 +168,15 @@ void attention_forward_bf16_cpu(struct act_out out, struct act_out att, const bf
     fc->other += SOFTMAX_FORWARD_FLOPS * (double)B * NH * T * (T + 1) / 2;
 }
 
-void attention_backward_bf16_cpu(float *dqkv, const float *dout, const bf16 *qkv, struct operand att, float *scratch,
+/* The backward's dq, dk and dv go through the tiles a product no longer
+ * needs (dv into v's after dS = dout v^T, dq into the output's, dk into
+ * k's after dq), each rounded once into dqkv: no tile more than the
+ * forward's. */
+void attention_backward_bf16_cpu(bf16 *dqkv, const float *dout, const bf16 *qkv, struct operand att, float *scratch,
                                  int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc) {
     const int64_t hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
+    const struct act_out dst = {.b16 = dqkv};
 #pragma omp parallel for num_threads(head_threads(B, NH))
     for (int64_t bh = 0; bh < B * NH; bh++) {
         const int64_t b = bh / NH, h = bh % NH;
@@ -177,12 +185,15 @@ void attention_backward_bf16_cpu(float *dqkv, const float *dout, const bf16 *qkv
         const float *p = w.p, *dy = dout + b * T * C + h * hs;
         if (att.b16) act_widen_rows(w.p, att.b16 + bh * T * T, T, T, T);
         else p = att.f32 + bh * T * T;
-        float *dq = dqkv + b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
+        const int64_t dq = b * T * C3 + h * hs, dk = dq + C, dv = dq + 2 * C; /* element offsets in dqkv */
         gemm_counted_cpu(fc, GEMM_ATTENTION, false, true, T, T, hs, 1.0f, dy, C, w.v, hs, 0.0f, w.d, T);
-        gemm_counted_cpu(fc, GEMM_ATTENTION, true, false, T, hs, T, 1.0f, p, T, dy, C, 0.0f, dv, C3);
+        gemm_counted_cpu(fc, GEMM_ATTENTION, true, false, T, hs, T, 1.0f, p, T, dy, C, 0.0f, w.v, hs);
+        store_rows(dst, dv, C3, w.v, T, hs);
         causal_softmax_backward(w.d, p, T);
-        gemm_counted_cpu(fc, GEMM_ATTENTION, false, false, T, hs, T, scale, w.d, T, w.k, hs, 0.0f, dq, C3);
-        gemm_counted_cpu(fc, GEMM_ATTENTION, true, false, T, hs, T, scale, w.d, T, w.q, hs, 0.0f, dk, C3);
+        gemm_counted_cpu(fc, GEMM_ATTENTION, false, false, T, hs, T, scale, w.d, T, w.k, hs, 0.0f, w.y, hs);
+        store_rows(dst, dq, C3, w.y, T, hs);
+        gemm_counted_cpu(fc, GEMM_ATTENTION, true, false, T, hs, T, scale, w.d, T, w.q, hs, 0.0f, w.k, hs);
+        store_rows(dst, dk, C3, w.k, T, hs);
     }
     fc->other += SOFTMAX_BACKWARD_FLOPS * (double)B * NH * T * (T + 1) / 2;
 }

@@ -152,8 +152,9 @@ void attention_lse_backward_cpu(float *dqkv, float *scratch, const float *dout, 
  * Each thread widens one head's q, k, v (and in the backward its output)
  * into its own packed fp32 tiles (T x hs each, after the B NH T of D) and
  * runs the rows above on them; the backward's dk and dv gather in two more
- * tiles (the rows step through k, v and dk, dv alike) and are copied out
- * once whole. The rows' sums do not depend on the strides: the values are
+ * tiles (the rows step through k, v and dk, dv alike), each row's dq in
+ * the output's tile (free once D is), and each is rounded once into the
+ * bf16 dqkv when whole. The rows' sums do not depend on the strides: the values are
  * the fp32 kernels' bit for bit. */
 enum { LSE_TILES = 6 };
 
@@ -186,7 +187,12 @@ void attention_lse_forward_bf16_cpu(bf16 *out, float *lse, const bf16 *qkv, floa
     count_forward(fc, B, T, NH, hs);
 }
 
-void attention_lse_backward_bf16_cpu(float *dqkv, float *scratch, const float *dout, const bf16 *qkv, const bf16 *out,
+/* The row's hs values of tile row src rounded once into dst (bf16). */
+static void narrow_row(bf16 *dst, const float *src, int64_t hs) {
+    for (int64_t d = 0; d < hs; d++) dst[d] = f32_to_bf16(src[d]);
+}
+
+void attention_lse_backward_bf16_cpu(bf16 *dqkv, float *scratch, const float *dout, const bf16 *qkv, const bf16 *out,
                                      const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH,
                                      struct flop_counter *fc) {
     const int64_t hs = C / NH, C3 = 3 * C;
@@ -200,21 +206,21 @@ void attention_lse_backward_bf16_cpu(float *dqkv, float *scratch, const float *d
         act_widen_qkv(q, k, v, q16, C, T, hs);
         act_widen_rows(y, out + b * T * C + h * hs, C, T, hs);
         const float *dy = dout + b * T * C + h * hs, *l = lse + bh * T;
-        float *dq = dqkv + b * T * C3 + h * hs;
+        bf16 *dq = dqkv + b * T * C3 + h * hs;
         memset(dk, 0, (size_t)(2 * T * hs) * sizeof *dk);
+        for (int64_t t = 0; t < T; t++) D[t] = attention_dot(dy + t * C, y + t * hs, hs);
+        /* the output's tile is free once D is: row t's dq gathers there in fp32 */
         for (int64_t t = 0; t < T; t++) {
-            D[t] = attention_dot(dy + t * C, y + t * hs, hs);
-            memset(dq + t * C3, 0, (size_t)hs * sizeof *dq);
-        }
-        for (int64_t t = 0; t < T; t++) {
-            float *dqt = dq + t * C3;
+            float *dqt = y + t * hs;
+            memset(dqt, 0, (size_t)hs * sizeof *dqt);
             attention_lse_backward_row(dqt, dk, dv, q + t * hs, dy + t * C, k, v, l[t], D[t], t + 1, hs, hs, scale);
             attention_scale_row(dqt, scale, hs);
+            narrow_row(dq + t * C3, dqt, hs);
         }
         for (int64_t j = 0; j < T; j++) {
             attention_scale_row(dk + j * hs, scale, hs);
-            memcpy(dq + j * C3 + C, dk + j * hs, (size_t)hs * sizeof *dk);
-            memcpy(dq + j * C3 + 2 * C, dv + j * hs, (size_t)hs * sizeof *dv);
+            narrow_row(dq + j * C3 + C, dk + j * hs, hs);
+            narrow_row(dq + j * C3 + 2 * C, dv + j * hs, hs);
         }
     }
     count_backward(fc, B, T, NH, hs);

@@ -1,4 +1,5 @@
 /* Token + learned position embedding. */
+#include "act_io.h"
 #include "layers.h"
 
 void encoder_forward_cpu(float *out, const int32_t *inp, const float *wte, const float *wpe, int64_t B, int64_t T,
@@ -65,18 +66,23 @@ void positions_add_cpu(float *out, const float *wpe, int64_t B, int64_t T, int64
     }
 }
 
-/* Serial, as encoder_backward, for the same reason. */
-void embedding_rows_backward_cpu(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t v0,
-                                 int64_t rows, int64_t B, int64_t T, int64_t C, struct flop_counter *fc) {
-    (void)fc; /* the caller counts the adds (model/gpt.c) */
-    for (int64_t bt = 0; bt < B * T; bt++) {
-        const float *d = dout + bt * C;
-        float *dpos = dwpe + (bt % T) * C;
-        int64_t r = (int64_t)inp[bt] - v0;
-        float *dtok = r >= 0 && r < rows ? dwte + r * C : NULL;
-        for (int64_t c = 0; c < C; c++) {
-            if (dtok) dtok[c] += d[c];
-            dpos[c] += d[c];
-        }
+/* Serial, as encoder_backward, for the same reason; dout read as D_T
+ * (act_io.h: a bf16 gradient widened exactly). */
+#define EMBEDDING_ROWS_BACKWARD(name, D_T)                                                                       \
+    void name(float *dwte, float *dwpe, const D_T *dout, const int32_t *inp, int64_t v0, int64_t rows, int64_t B, \
+              int64_t T, int64_t C, struct flop_counter *fc) {                                                   \
+        (void)fc; /* the caller counts the adds (model/gpt.c) */                                                 \
+        for (int64_t bt = 0; bt < B * T; bt++) {                                                                 \
+            const D_T *d = dout + bt * C;                                                                        \
+            float *dpos = dwpe + (bt % T) * C;                                                                   \
+            int64_t r = (int64_t)inp[bt] - v0;                                                                   \
+            float *dtok = r >= 0 && r < rows ? dwte + r * C : NULL;                                              \
+            for (int64_t c = 0; c < C; c++) {                                                                    \
+                if (dtok) dtok[c] += ACT_LD(d, c);                                                               \
+                dpos[c] += ACT_LD(d, c);                                                                         \
+            }                                                                                                    \
+        }                                                                                                        \
     }
-}
+
+EMBEDDING_ROWS_BACKWARD(embedding_rows_backward_cpu, float)
+EMBEDDING_ROWS_BACKWARD(embedding_rows_backward_bf16_cpu, bf16)

@@ -47,11 +47,17 @@ void gelu_forward_bf16_cpu(bf16 *out, bf16 *pre_store, const float *pre, int64_t
     fc->other += (double)GELU_FLOPS_FWD * n;
 }
 
-void gelu_backward_bf16_cpu(float *dinp, const bf16 *inp, const float *dout, int64_t n, struct flop_counter *fc) {
-#pragma omp parallel for
-    for (int64_t i = 0; i < n; i++) dinp[i] = gelu_grad_of(bf16_to_f32(inp[i])) * dout[i];
-    fc->other += (double)GELU_FLOPS_BWD * n;
-}
+/* dinp = gelu'(inp) dout in fp32, inp read as IN_T, dout as D_T, dinp
+ * stored as D_T (act_io.h: the bf16 gradient's one rounding). */
+#define GELU_BACKWARD(name, IN_T, D_T)                                                                           \
+    void name(D_T *dinp, const IN_T *inp, const D_T *dout, int64_t n, struct flop_counter *fc) {                 \
+        _Pragma("omp parallel for") for (int64_t i = 0; i < n; i++)                                              \
+            ACT_ST(dinp, i, gelu_grad_of(ACT_LD(inp, i)) * ACT_LD(dout, i));                                    \
+        fc->other += (double)GELU_FLOPS_BWD * n;                                                                 \
+    }
+
+GELU_BACKWARD(gelu_backward_bf16_cpu, bf16, float)
+GELU_BACKWARD(gelu_backward_bf16_grads_cpu, bf16, bf16)
 
 /* out = a + b in fp32, stored as OUT_T (act_io.h: the bf16 form's one
  * rounding), a read as A_T. */

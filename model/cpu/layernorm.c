@@ -39,8 +39,8 @@ LAYERNORM_FORWARD(layernorm_forward_bf16_cpu, bf16, bf16)
 /* dx = rstd * (w*dy - mean(w*dy) - xhat * mean(w*dy*xhat)). The weight and
  * bias gradients sum over rows, parallel over channels so no two threads
  * write the same element. */
-#define LAYERNORM_BACKWARD(name, IN_T)                                                                           \
-    void name(float *dinp, float *dweight, float *dbias, const float *dout, const IN_T *inp, const float *weight, \
+#define LAYERNORM_BACKWARD(name, DIN_T, IN_T)                                                                    \
+    void name(DIN_T *dinp, float *dweight, float *dbias, const float *dout, const IN_T *inp, const float *weight, \
               const float *mean, const float *rstd, int64_t N, int64_t C, struct flop_counter *fc) {             \
         _Pragma("omp parallel for") for (int64_t i = 0; i < N; i++) {                                            \
             const IN_T *x = inp + i * C;                                                                         \
@@ -55,11 +55,11 @@ LAYERNORM_FORWARD(layernorm_forward_bf16_cpu, bf16, bf16)
             }                                                                                                    \
             dnorm_mean /= (float)C;                                                                              \
             dnorm_xhat_mean /= (float)C;                                                                         \
-            float *dx = dinp + i * C;                                                                            \
+            DIN_T *dx = dinp + i * C;                                                                            \
             for (int64_t c = 0; c < C; c++) {                                                                    \
                 float xhat = (ACT_LD(x, c) - m) * s;                                                             \
                 float dnorm = weight[c] * dy[c];                                                                 \
-                dx[c] += s * (dnorm - dnorm_mean - xhat * dnorm_xhat_mean);                                      \
+                ACT_ST(dx, c, ACT_LD(dx, c) + s * (dnorm - dnorm_mean - xhat * dnorm_xhat_mean));                \
             }                                                                                                    \
         }                                                                                                        \
         _Pragma("omp parallel for") for (int64_t c = 0; c < C; c++) {                                            \
@@ -75,5 +75,13 @@ LAYERNORM_FORWARD(layernorm_forward_bf16_cpu, bf16, bf16)
         fc->other += (double)LN_FLOPS_BWD_PER_ELEM * N * C;                                                      \
     }
 
-LAYERNORM_BACKWARD(layernorm_backward_cpu, float)
-LAYERNORM_BACKWARD(layernorm_backward_bf16_cpu, bf16)
+LAYERNORM_BACKWARD(layernorm_backward_cpu, float, float)
+static LAYERNORM_BACKWARD(layernorm_backward_bf16_f32, float, bf16)
+static LAYERNORM_BACKWARD(layernorm_backward_bf16_bf16, bf16, bf16)
+
+void layernorm_backward_bf16_cpu(struct act_out dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
+                                 const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
+                                 struct flop_counter *fc) {
+    if (dinp.b16) layernorm_backward_bf16_bf16(dinp.b16, dweight, dbias, dout, inp, weight, mean, rstd, N, C, fc);
+    else layernorm_backward_bf16_f32(dinp.f32, dweight, dbias, dout, inp, weight, mean, rstd, N, C, fc);
+}

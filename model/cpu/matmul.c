@@ -236,21 +236,37 @@ static float *operand_copy(const char *kernel, struct operand x, size_t n) {
     return x.b16 ? widened_copy(kernel, x.b16, n) : rounded_copy(kernel, x.f32, n);
 }
 
-void matmul_forward_mixed_cpu(float *out, struct operand inp, struct operand weight, const float *bias, int64_t N,
-                              int64_t C, int64_t OC, struct flop_counter *fc) {
+/* The fp32 result of n values (the GEMM's own temporary when the output is
+ * bf16) and its store: narrowed once into out.b16 (nearest even). */
+static float *result_of(const char *kernel, struct act_out out, size_t n) {
+    return out.b16 ? fp32_copy(kernel, n) : out.f32;
+}
+
+static void store_result(struct act_out out, float *r, size_t n) {
+    if (!out.b16) return;
+    for (size_t i = 0; i < n; i++) out.b16[i] = f32_to_bf16(r[i]);
+    free(r);
+}
+
+void matmul_forward_mixed_cpu(struct act_out out, struct operand inp, struct operand weight, const float *bias,
+                              int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
     const char *k = "matmul_forward_mixed";
     float *x = operand_copy(k, inp, (size_t)(N * C)), *w = operand_copy(k, weight, (size_t)(OC * C));
-    matmul_forward_cpu(out, x, w, bias, N, C, OC, fc);
+    float *y = result_of(k, out, (size_t)(N * OC));
+    matmul_forward_cpu(y, x, w, bias, N, C, OC, fc);
+    store_result(out, y, (size_t)(N * OC));
     free(x);
     free(w);
 }
 
-void matmul_backward_mixed_cpu(float *dinp, float *dweight, float *dbias, const float *dout, struct operand inp,
-                               struct operand weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
+void matmul_backward_mixed_cpu(struct act_out dinp, float *dweight, float *dbias, struct operand dout,
+                               struct operand inp, struct operand weight, int64_t N, int64_t C, int64_t OC,
+                               struct flop_counter *fc) {
     const char *k = "matmul_backward_mixed";
     float *x = operand_copy(k, inp, (size_t)(N * C)), *w = operand_copy(k, weight, (size_t)(OC * C));
-    float *d = rounded_copy(k, dout, (size_t)(N * OC));
-    matmul_backward_cpu(dinp, dweight, dbias, d, x, w, N, C, OC, fc);
+    float *d = operand_copy(k, dout, (size_t)(N * OC)), *dx = result_of(k, dinp, (size_t)(N * C));
+    matmul_backward_cpu(dx, dweight, dbias, d, x, w, N, C, OC, fc);
+    store_result(dinp, dx, (size_t)(N * C));
     free(x);
     free(w);
     free(d);

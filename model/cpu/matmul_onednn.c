@@ -13,7 +13,9 @@
  * two bf16 values are exact in fp32, so the results are the reference
  * forms' (model/cpu/matmul.c: sgemm on the rounded copies) up to the
  * order of the fp32 sums. dbias sums the rounded dout column by column in
- * row order, the reference's order: the same bits. */
+ * row order, the reference's order: the same bits. A bf16 output (the
+ * bf16 data path's qkv and FC feature gradient) is the fp32 accumulation,
+ * plus the bias in fp32, rounded once as oneDNN stores it. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,12 +29,19 @@
 #include "layers.h"
 #include "onednn_gemms.h"
 
-/* One GEMM shape's primitive and the memory objects it runs on. */
+/* One GEMM shape's primitive and the memory objects it runs on; a bf16
+ * C (bf16_c) takes the bias into the primitive (bias: a (1, n) fp32 row
+ * added before C's one rounding). */
 struct gemm_prim {
     int64_t m, n, k;
-    bool ta, tb, accumulate;
+    bool ta, tb, accumulate, bf16_c, bias;
     dnnl_primitive_t prim;
-    dnnl_memory_t a, b, c;
+    dnnl_memory_t a, b, c, d;
+};
+
+/* A GEMM's kind beyond its sizes: C += rather than =, C's dtype, a bias. */
+struct gemm_kind_of {
+    bool accumulate, bf16_c, bias;
 };
 
 /* bf16 scratch the fp32 operands are rounded into, grown as needed. */
@@ -103,7 +112,7 @@ static dnnl_memory_t memory_of(const struct onednn_gemms *g, const dnnl_memory_d
 }
 
 static struct gemm_prim *make_prim(struct onednn_gemms *g, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                                   bool accumulate) {
+                                   struct gemm_kind_of kind) {
     if (g->n_prims == g->cap_prims) {
         int cap = g->cap_prims ? 2 * g->cap_prims : 16;
         struct gemm_prim *p = realloc(g->prims, (size_t)cap * sizeof *p);
@@ -112,12 +121,12 @@ static struct gemm_prim *make_prim(struct onednn_gemms *g, bool ta, bool tb, int
         g->cap_prims = cap;
     }
     dnnl_memory_desc_t a = matrix(m, k, ta, dnnl_bf16), b = matrix(k, n, tb, dnnl_bf16),
-                       c = matrix(m, n, false, dnnl_f32);
+                       c = matrix(m, n, false, kind.bf16_c ? dnnl_bf16 : dnnl_f32), d = matrix(1, n, false, dnnl_f32);
     dnnl_matmul_desc_t desc;
-    check(dnnl_matmul_desc_init(&desc, &a, &b, NULL, &c), "dnnl_matmul_desc_init");
+    check(dnnl_matmul_desc_init(&desc, &a, &b, kind.bias ? &d : NULL, &c), "dnnl_matmul_desc_init");
     dnnl_primitive_attr_t attr;
     check(dnnl_primitive_attr_create(&attr), "dnnl_primitive_attr_create");
-    if (accumulate) {
+    if (kind.accumulate) {
         dnnl_post_ops_t po;
         check(dnnl_post_ops_create(&po), "dnnl_post_ops_create");
         check(dnnl_post_ops_append_sum(po, 1.0f), "dnnl_post_ops_append_sum");
@@ -131,41 +140,51 @@ static struct gemm_prim *make_prim(struct onednn_gemms *g, bool ta, bool tb, int
     check(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl), "dnnl_primitive_desc_query");
     snprintf(g->kernel, sizeof g->kernel, "%s", impl ? impl : "?");
     struct gemm_prim *p = &g->prims[g->n_prims++];
-    *p = (struct gemm_prim){.m = m, .n = n, .k = k, .ta = ta, .tb = tb, .accumulate = accumulate};
+    *p = (struct gemm_prim){.m = m, .n = n, .k = k, .ta = ta, .tb = tb, .accumulate = kind.accumulate,
+                            .bf16_c = kind.bf16_c, .bias = kind.bias};
     check(dnnl_primitive_create(&p->prim, pd), "dnnl_primitive_create");
     dnnl_primitive_desc_destroy(pd);
     p->a = memory_of(g, &a);
     p->b = memory_of(g, &b);
     p->c = memory_of(g, &c);
+    p->d = kind.bias ? memory_of(g, &d) : NULL;
     return p;
 }
 
 static struct gemm_prim *prim_of(struct onednn_gemms *g, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                                 bool accumulate) {
+                                 struct gemm_kind_of kind) {
     for (int i = 0; i < g->n_prims; i++) {
         struct gemm_prim *p = &g->prims[i];
-        if (p->m == m && p->n == n && p->k == k && p->ta == ta && p->tb == tb && p->accumulate == accumulate) return p;
+        if (p->m == m && p->n == n && p->k == k && p->ta == ta && p->tb == tb && p->accumulate == kind.accumulate &&
+            p->bf16_c == kind.bf16_c && p->bias == kind.bias)
+            return p;
     }
-    return make_prim(g, ta, tb, m, n, k, accumulate);
+    return make_prim(g, ta, tb, m, n, k, kind);
 }
 
-/* c (m,n) = (or += when accumulate) op(a) . op(b); 2mnk FLOPs and the
+/* c (m,n) = (or += when accumulate) op(a) . op(b) (+ bias, a bf16 c's
+ * only: kind.bias); c fp32, or bf16 (kind.bf16_c); 2mnk FLOPs and the
  * time to the counter, as gemm_counted_cpu's. */
 static void gemm(struct flop_counter *fc, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const bf16 *a,
-                 const bf16 *b, float *c, bool accumulate) {
+                 const bf16 *b, void *c, const float *bias, struct gemm_kind_of kind) {
     if (m == 0 || n == 0) return;
-    if (k == 0) { /* an empty sum */
-        if (!accumulate) memset(c, 0, (size_t)(m * n) * sizeof *c);
+    if (k == 0 && !kind.bias) { /* an empty sum */
+        if (!kind.accumulate) memset(c, 0, (size_t)(m * n) * (kind.bf16_c ? sizeof(bf16) : sizeof(float)));
         return;
     }
     struct onednn_gemms *g = fc->onednn;
     double t0 = monotonic_seconds();
-    struct gemm_prim *p = prim_of(g, ta, tb, m, n, k, accumulate);
+    struct gemm_prim *p = prim_of(g, ta, tb, m, n, k, kind);
     check(dnnl_memory_set_data_handle(p->a, (void *)a), "dnnl_memory_set_data_handle");
     check(dnnl_memory_set_data_handle(p->b, (void *)b), "dnnl_memory_set_data_handle");
     check(dnnl_memory_set_data_handle(p->c, c), "dnnl_memory_set_data_handle");
-    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, p->a}, {DNNL_ARG_WEIGHTS, p->b}, {DNNL_ARG_DST, p->c}};
-    check(dnnl_primitive_execute(p->prim, g->stream, 3, args), "dnnl_primitive_execute");
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, p->a}, {DNNL_ARG_WEIGHTS, p->b}, {DNNL_ARG_DST, p->c}};
+    int n_args = 3;
+    if (kind.bias) {
+        check(dnnl_memory_set_data_handle(p->d, (void *)bias), "dnnl_memory_set_data_handle");
+        args[n_args++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, p->d};
+    }
+    check(dnnl_primitive_execute(p->prim, g->stream, n_args, args), "dnnl_primitive_execute");
     check(dnnl_stream_wait(g->stream), "dnnl_stream_wait");
     fc->gemm_seconds += monotonic_seconds() - t0;
     fc->gemm += 2.0 * (double)m * (double)n * (double)k;
@@ -188,7 +207,7 @@ static const bf16 *rounded(struct flop_counter *fc, struct scratch *s, const flo
 
 static void probe(struct onednn_gemms *g) {
     const int64_t n = PROBE_DIM;
-    prim_of(g, false, true, n, n, n, false);
+    prim_of(g, false, true, n, n, n, (struct gemm_kind_of){0});
 }
 
 struct onednn_gemms *onednn_gemms_open(const char *cpu_flags, char *err, size_t err_len) {
@@ -219,6 +238,7 @@ void onednn_gemms_close(struct onednn_gemms *g) {
         dnnl_memory_destroy(g->prims[i].a);
         dnnl_memory_destroy(g->prims[i].b);
         dnnl_memory_destroy(g->prims[i].c);
+        if (g->prims[i].d) dnnl_memory_destroy(g->prims[i].d);
         dnnl_primitive_destroy(g->prims[i].prim);
     }
     free(g->prims);
@@ -235,12 +255,17 @@ static const bf16 *as_bf16(struct flop_counter *fc, struct scratch *s, struct op
     return x.b16 ? x.b16 : rounded(fc, s, x.f32, n);
 }
 
-void matmul_forward_onednn(float *out, struct operand inp, struct operand weight, const float *bias, int64_t N,
-                           int64_t C, int64_t OC, struct flop_counter *fc) {
+void matmul_forward_onednn(struct act_out out, struct operand inp, struct operand weight, const float *bias,
+                           int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
     struct onednn_gemms *g = fc->onednn;
     const bf16 *x = as_bf16(fc, &g->x, inp, (size_t)(N * C)), *w = as_bf16(fc, &g->w, weight, (size_t)(OC * C));
-    gemm(fc, false, true, N, OC, C, x, w, out, false); /* out = inp . W^T */
-    if (bias) bias_add_cpu(out, bias, N, OC, fc);
+    if (out.b16) { /* out = bf16(inp . W^T + bias): the bias inside, before the one rounding */
+        gemm(fc, false, true, N, OC, C, x, w, out.b16, bias, (struct gemm_kind_of){.bf16_c = true, .bias = bias != NULL});
+        if (bias) fc->other += (double)N * OC;
+        return;
+    }
+    gemm(fc, false, true, N, OC, C, x, w, out.f32, NULL, (struct gemm_kind_of){0}); /* out = inp . W^T */
+    if (bias) bias_add_cpu(out.f32, bias, N, OC, fc);
 }
 
 /* dbias += the column sums of the bf16 dout (N,OC), each in row order. */
@@ -254,12 +279,13 @@ static void bias_backward(float *dbias, const bf16 *dout, int64_t N, int64_t OC,
     fc->other += (double)N * OC;
 }
 
-void matmul_backward_onednn(float *dinp, float *dweight, float *dbias, const float *dout, struct operand inp,
+void matmul_backward_onednn(struct act_out dinp, float *dweight, float *dbias, struct operand dout, struct operand inp,
                             struct operand weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
     struct onednn_gemms *g = fc->onednn;
     const bf16 *x = as_bf16(fc, &g->x, inp, (size_t)(N * C)), *w = as_bf16(fc, &g->w, weight, (size_t)(OC * C));
-    const bf16 *d = rounded(fc, &g->d, dout, (size_t)(N * OC));
-    gemm(fc, false, false, N, C, OC, d, w, dinp, false);   /* dinp = dout . W */
-    gemm(fc, true, false, OC, C, N, d, x, dweight, true);  /* dweight += dout^T . inp */
+    const bf16 *d = as_bf16(fc, &g->d, dout, (size_t)(N * OC));
+    void *dx = dinp.b16 ? (void *)dinp.b16 : (void *)dinp.f32;
+    gemm(fc, false, false, N, C, OC, d, w, dx, NULL, (struct gemm_kind_of){.bf16_c = dinp.b16 != NULL}); /* dout . W */
+    gemm(fc, true, false, OC, C, N, d, x, dweight, NULL, (struct gemm_kind_of){.accumulate = true}); /* += dout^T inp */
     if (dbias) bias_backward(dbias, d, N, OC, fc);
 }

@@ -37,7 +37,7 @@ static double bf16_trial(void *ctx, int threads) {
         int64_t N = PROBE_SHAPES[s][0], C = PROBE_SHAPES[s][1], OC = PROBE_SHAPES[s][2];
         struct flop_counter fc = {.onednn = p->g};
         double t0 = monotonic_seconds();
-        matmul_forward_mixed(p->out, (struct operand){.b16 = p->x}, (struct operand){.b16 = p->w}, NULL, N, C, OC,
+        matmul_forward_mixed((struct act_out){.f32 = p->out}, (struct operand){.b16 = p->x}, (struct operand){.b16 = p->w}, NULL, N, C, OC,
                              &fc);
         double rate = fc.gemm / (monotonic_seconds() - t0);
         if (rate > best) best = rate, p->best_shape = s;

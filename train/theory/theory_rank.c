@@ -556,9 +556,10 @@ struct scratch_theory theory_trainer_scratch(const struct config *whole, struct 
      * d qkv (3C/t), and the attention backward's T x T score gradient per
      * thread sharing the rank's heads (model/cpu/attention.c: at most
      * B NH/t threads; flash: D, B NH/t T); with sp the gathered (B,T,C)
-     * and one micro-batch's LayerNorm gradients (4C), fp32. The widened
-     * block holds the probabilities where the store does (not selective's,
-     * never flash's fp32 lse) */
+     * and one micro-batch's LayerNorm gradients (4C), fp32 (d residual,
+     * d fc and d qkv bf16 on the bf16 data path with its attention). The
+     * widened block holds the probabilities where the store does (not
+     * selective's, never flash's fp32 lse) */
     if (bf16_acts && c->recompute != RECOMPUTE_FULL)
         s.persistent += work_block_per_token(c, tp, sp, c->recompute == RECOMPUTE_NONE && !flash(c)) * BT * 4;
     if (bf16_acts && !acts_direct(c, sp)) /* residual in, out; final LN out (the data path: none) */
@@ -569,7 +570,9 @@ struct scratch_theory theory_trainer_scratch(const struct config *whole, struct 
      * attention_lse_bf16_scratch: q, k, v, the output, dk and dv) */
     double hs = C / c->n_head, tiles = !att_direct(c, sp) ? 0 : flash(c) ? 6 * T * hs : 2 * T * T + 4 * T * hs;
     double att = flash(c) ? B * NHl * T + head_threads * tiles : head_threads * (tiles ? tiles : T * T);
-    s.persistent += (ns + n + 7 * nl) * 4 + att * 4;
+    /* d residual, d fc and d qkv: bf16 on the bf16 data path with its
+     * attention (model/gpt.c's grads_bf16), else fp32; d temp fp32 */
+    s.persistent += (ns + 7 * nl) * (att_direct(c, sp) ? 2 : 4) + n * 4 + att * 4;
     if (sp) s.persistent += (n + 4 * C) * 4;
     /* train/run/run_loop.c: the batch's inputs and targets, whole sequences
      * (a cp rank keeps its positions in place) */

@@ -1,0 +1,193 @@
+/* model/gpt.c's activation-storage policy (model/gpt_acts.h): where each
+ * saved tensor of a layer lives and in which dtype (the per-layer block in
+ * act_dtype, the one-layer fp32 working copies, the bf16 stores the bf16
+ * data path's kernels read and write as they are), the predicates that
+ * choose the path (gemm_reads_store, acts_direct, att_direct,
+ * grads_bf16), and the residual stream's entries as the layers read them. */
+#include "gpt_acts.h"
+
+#include "conversions.h"
+
+size_t gpt_layer_act_numel(const struct model_shape *s, int B, int tp, bool sp, enum layer_act a) {
+    size_t n = (size_t)B * s->T * s->C, local = n / (size_t)tp; /* (B,T,C/tp) */
+    switch (a) {
+    case ACT_QKV: return 3 * local;
+    case ACT_ATT: return (size_t)B * (size_t)(s->NH / tp) * s->T * s->T;
+    case ACT_ATTY: return local;
+    case ACT_FCH:
+    case ACT_FCH_GELU: return (size_t)B * s->T * (size_t)(mlp_width(s) / tp);
+    default: return sp ? local : n; /* ln1, res2, ln2: whole on every rank, or (B,T/tp,C) */
+    }
+}
+
+/* This rank's size of saved tensor a (flash: ACT_ATT is the lse, B NH/tp T). */
+size_t acts_numel(const struct gpt *m, enum layer_act a) {
+    if (a == ACT_ATT && flash(m)) return (size_t)m->B * (size_t)m->NHl * (size_t)m->shape.T;
+    return gpt_layer_act_numel(&m->shape, m->B, m->lay->rank.tp, m->sp, a);
+}
+
+/* Whether tensor a is in the per-layer block (act_dtype; fp32 in full
+ * recompute's one-layer buffer). Selective recompute keeps the
+ * probabilities out (recomputed into att_recompute); flash's fp32 lse
+ * lives beside the block (slot.layer_lse) unless the whole layer is fp32. */
+bool acts_in_block(const struct gpt *m, enum layer_act a) {
+    if (a != ACT_ATT) return true;
+    if (flash(m)) return m->recompute == RECOMPUTE_FULL;
+    return m->recompute != RECOMPUTE_SELECTIVE;
+}
+
+/* Elements before tensor a of those a buffer keeps (`kept`), in order. */
+static size_t offset_in(const struct gpt *m, enum layer_act a, bool (*kept)(const struct gpt *, enum layer_act)) {
+    size_t off = 0;
+    for (int i = 0; i < (int)a; i++)
+        if (kept(m, (enum layer_act)i)) off += acts_numel(m, (enum layer_act)i);
+    return off;
+}
+
+static size_t act_offset(const struct gpt *m, enum layer_act a) { return offset_in(m, a, acts_in_block); }
+
+size_t acts_block_total(const struct gpt *m) { return act_offset(m, ACT_NUM); }
+
+static void acts_widen(const struct gpt *m, float *dst, const bf16 *src, size_t n) { conv_widen(m->flops, dst, src, n); }
+
+/* Rounds a just-computed saved tensor p (n values) to what act_dtype can
+ * hold; with a bf16 store (NULL: none) also writes it there. */
+void acts_round_saved(const struct gpt *m, float *p, size_t n, bf16 *store) {
+    if (!acts_bf16(m)) return;
+    conv_round(m->flops, p, store, n);
+}
+
+/* Whether the layer GEMMs read their saved inputs from the bf16 store
+ * (gpt_init_chunks' gemm_dtype): bf16 GEMMs and bf16 stores, whose copies are what
+ * the GEMM would round the fp32 view to. Not with full recompute (no
+ * store) or sequence parallelism (the GEMM reads the gathered fp32 view). */
+bool acts_gemm_reads_store(const struct gpt *m) {
+    return m->gemm_dtype == DTYPE_BF16 && acts_bf16(m) && m->recompute != RECOMPUTE_FULL && !m->sp;
+}
+
+/* The saved tensors whose one forward reader is a layer GEMM. */
+static bool gemm_input(enum layer_act a) {
+    return a == ACT_LN1 || a == ACT_ATTY || a == ACT_LN2 || a == ACT_FCH_GELU;
+}
+
+/* Whether the LayerNorms and residual adds read and write the bf16 stores
+ * too (layernorm_*_bf16, residual_forward_bf16): the bf16 data path, where
+ * the GEMMs read the stores, on the host (the GPU keeps its verified path:
+ * fp32 working copies). Then the residual stream, ln1, res2 and ln2 are
+ * never widened or kept in fp32, and the LayerNorms' and residual adds'
+ * results are rounded once, as they are stored. */
+bool acts_direct(const struct gpt *m) { return acts_gemm_reads_store(m) && m->space == MEM_HOST; }
+
+/* Whether the attention reads and writes the bf16 stores too
+ * (attention_*_bf16, attention_lse_*_bf16): on the bf16 data path,
+ * except with context parallelism (the ring reads fp32 copies). Then qkv's GEMM
+ * writes its bf16 store (rounded once, matmul_forward_mixed's bf16
+ * output), and qkv, the probabilities and the attention output have no fp32
+ * copy: the kernel widens one head at a time into its threads' tiles
+ * (att_scratch). */
+bool acts_att_direct(const struct gpt *m) { return acts_direct(m) && m->cp_size <= 1; }
+
+/* Whether the activation gradients passed between kernels (the stream's
+ * dresid, the FC features' dfc, dqkv) are bf16 too: on the bf16 data path
+ * with its attention (the ring's kernels read and write fp32). Each kernel
+ * loads them, computes in fp32 and rounds once as it stores (layers.h:
+ * layernorm_backward_bf16, gelu_backward_bf16_grads, attention_*backward_bf16,
+ * the GEMMs' bf16 dinp), the GEMMs read them as they are: the stream's
+ * gradient is rounded at each LayerNorm's accumulation into it, the FC
+ * feature gradient where its GEMM writes it and GELU's backward stores
+ * it, dqkv where the attention stores it (the values the QKV GEMM read
+ * rounded already). */
+bool acts_grads_bf16(const struct gpt *m) { return acts_att_direct(m); }
+
+/* The saved tensors the backward reads only from the store when the GEMMs
+ * do: the GEMMs' inputs but the attention output (which also feeds flash
+ * attention's D = rowsum(dout * out)), GELU's input (gelu_backward_bf16),
+ * and with acts_direct ln2's input res2 (layernorm_backward_bf16). */
+static bool backward_reads_store(const struct gpt *m, enum layer_act a) {
+    return a == ACT_LN1 || a == ACT_LN2 || a == ACT_FCH_GELU || a == ACT_FCH || (a == ACT_RES2 && acts_direct(m));
+}
+
+/* Whether saved tensor a has an fp32 copy in the one-layer working buffer
+ * (work_acts): every tensor of the block, or under acts_direct only those
+ * a kernel still reads or writes in fp32: the FC output, which its GEMM
+ * writes, and without att_direct (the ring attention) qkv and the
+ * attention output, which the ring reads. */
+static bool in_work(const struct gpt *m, enum layer_act a) {
+    if (!acts_in_block(m, a)) return false;
+    if (!acts_direct(m) || a == ACT_FCH) return true;
+    return !acts_att_direct(m) && (a == ACT_QKV || a == ACT_ATT || a == ACT_ATTY);
+}
+
+static size_t work_offset(const struct gpt *m, enum layer_act a) { return offset_in(m, a, in_work); }
+
+size_t acts_work_total(const struct gpt *m) { return work_offset(m, ACT_NUM); }
+
+/* Layer tensor a of view v: rounded, and kept where the view keeps it; a
+ * GEMM input the GEMM reads from the store is only kept (its fp32 view is
+ * not read again). */
+void acts_round(const struct gpt *m, struct layer_view *v, enum layer_act a, size_t n) {
+    if (acts_gemm_reads_store(m) && gemm_input(a)) conv_narrow(m->flops, v->store[a], v->act[a], n);
+    else acts_round_saved(m, v->act[a], n, v->store[a]);
+}
+
+/* The residual stream entering layer i of slot s's chunk (i = its
+ * n_layers: the chunk's output), in act_dtype. */
+void *acts_resid_at(struct gpt *m, int s, int i) {
+    return (char *)m->slot[s].resid + (size_t)i * btc_l(m) * dtype_size(m->act_dtype);
+}
+
+/* fp32 view of residual-stream entry i; `work` serves when stored as bf16. */
+float *acts_resid_view(struct gpt *m, int s, int i, float *work, bool load) {
+    if (!acts_bf16(m)) return acts_resid_at(m, s, i);
+    if (load) acts_widen(m, work, acts_resid_at(m, s, i), btc_l(m));
+    return work;
+}
+
+/* Residual-stream entry i's bf16 store (NULL when the stream is fp32:
+ * the view is the store). */
+bf16 *acts_resid_store(struct gpt *m, int s, int i) { return acts_bf16(m) ? acts_resid_at(m, s, i) : NULL; }
+
+/* Residual-stream entry i as the layer reads it: its bf16 store as it is
+ * (acts_direct), else its fp32 view (widened into `work` when bf16). */
+struct operand acts_stream_in(struct gpt *m, int s, int i, float *work) {
+    if (acts_direct(m)) return (struct operand){.b16 = acts_resid_at(m, s, i)};
+    return (struct operand){.f32 = acts_resid_view(m, s, i, work, true)};
+}
+
+/* fp32 pointers to local layer i's saved tensors in slot s. Full
+ * recompute: the one-layer buffer (filled by the recompute). bf16: the
+ * working copy, widened from the store when `load`, and the store itself
+ * in v.store. fp32: the store. */
+struct layer_view acts_layer_view(struct gpt *m, int s, int i, bool load) {
+    struct layer_view v;
+    bool full = m->recompute == RECOMPUTE_FULL, work = full || acts_bf16(m);
+    size_t base = (size_t)i * acts_block_total(m);
+    for (int a = 0; a < ACT_NUM; a++) {
+        size_t off = act_offset(m, (enum layer_act)a);
+        v.store[a] = NULL;
+        if (!acts_in_block(m, (enum layer_act)a))
+            v.act[a] = flash(m) ? m->slot[s].layer_lse + (size_t)i * acts_numel(m, ACT_ATT) : m->att_recompute;
+        else if (!work) v.act[a] = (float *)m->slot[s].layer_acts + base + off;
+        else v.act[a] = in_work(m, (enum layer_act)a) ? m->work_acts + work_offset(m, (enum layer_act)a) : NULL;
+        if (acts_in_block(m, (enum layer_act)a) && !full && acts_bf16(m))
+            v.store[a] = (bf16 *)m->slot[s].layer_acts + base + off;
+    }
+    if (!full && acts_bf16(m) && load) {
+        if (!acts_gemm_reads_store(m)) {
+            acts_widen(m, m->work_acts, (const bf16 *)m->slot[s].layer_acts + base, acts_block_total(m));
+        } else { /* the GEMMs' own inputs stay in the store */
+            for (int a = 0; a < ACT_NUM; a++)
+                if (v.store[a] && v.act[a] && !backward_reads_store(m, (enum layer_act)a))
+                    acts_widen(m, v.act[a], v.store[a], acts_numel(m, (enum layer_act)a));
+        }
+    }
+    float *stats = full ? m->full_stats : m->slot[s].layer_stats + (size_t)i * STAT_NUM * bt_l(m);
+    for (int k = 0; k < STAT_NUM; k++) v.stat[k] = stats + (size_t)k * bt_l(m);
+    return v;
+}
+
+float *acts_lnf_view(struct gpt *m, int s, bool load) {
+    if (!acts_bf16(m)) return (float *)m->slot[s].lnf;
+    if (load) acts_widen(m, m->work_lnf, m->slot[s].lnf, btc_l(m));
+    return m->work_lnf;
+}

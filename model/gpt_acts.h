@@ -1,0 +1,56 @@
+/* The activation-storage policy of model/gpt.c, private to model/
+ * (implemented in model/gpt_acts.c): which saved tensors a layer keeps,
+ * where and in which dtype, and which of the bf16 data path's forms run
+ * (include/gpt.h, gpt_init_chunks). */
+#ifndef SHARDLAB_MODEL_GPT_ACTS_H
+#define SHARDLAB_MODEL_GPT_ACTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "gpt.h"
+
+static inline size_t btc(const struct gpt *m) { return (size_t)m->B * m->shape.T * m->shape.C; }
+static inline size_t bt(const struct gpt *m) { return (size_t)m->B * m->shape.T; }
+/* This rank's part of the stream: (B,T,C), or (B,T/tp,C) with sp. */
+static inline size_t btc_l(const struct gpt *m) { return (size_t)m->B * m->Ts * m->shape.C; }
+static inline size_t bt_l(const struct gpt *m) { return (size_t)m->B * m->Ts; }
+static inline bool flash(const struct gpt *m) { return m->attention == ATTENTION_FLASH; }
+static inline bool acts_bf16(const struct gpt *m) { return m->act_dtype == DTYPE_BF16; }
+
+/* This rank's size of saved tensor a (flash: ACT_ATT is the lse, B NH/tp T). */
+size_t acts_numel(const struct gpt *m, enum layer_act a);
+/* Whether tensor a is in the per-layer block, and the block's elements. */
+bool acts_in_block(const struct gpt *m, enum layer_act a);
+size_t acts_block_total(const struct gpt *m);
+/* Elements of the one-layer fp32 working buffer (work_acts) with bf16
+ * activations (not full recompute's). */
+size_t acts_work_total(const struct gpt *m);
+
+/* The path: the layer GEMMs read the bf16 stores (gemm_reads_store); the
+ * LayerNorms, residual adds and GELU too, on the host (acts_direct); the
+ * attention too, without the ring (att_direct); the activation gradients
+ * passed between kernels bf16 (grads_bf16). gpt_acts.c says why each. */
+bool acts_gemm_reads_store(const struct gpt *m);
+bool acts_direct(const struct gpt *m);
+bool acts_att_direct(const struct gpt *m);
+bool acts_grads_bf16(const struct gpt *m);
+
+/* A just-computed saved tensor rounded to what act_dtype holds (and
+ * stored); acts_round: layer tensor a of view v, as the view keeps it. */
+void acts_round_saved(const struct gpt *m, float *p, size_t n, bf16 *store);
+void acts_round(const struct gpt *m, struct layer_view *v, enum layer_act a, size_t n);
+
+/* Residual-stream entry i of slot s (act_dtype); its fp32 view (`work`
+ * serves when bf16, widened when `load`); its bf16 store (NULL when fp32);
+ * as the layer reads it (the store as it is under acts_direct). */
+void *acts_resid_at(struct gpt *m, int s, int i);
+float *acts_resid_view(struct gpt *m, int s, int i, float *work, bool load);
+bf16 *acts_resid_store(struct gpt *m, int s, int i);
+struct operand acts_stream_in(struct gpt *m, int s, int i, float *work);
+/* Local layer i's saved tensors in slot s (widened from the stores where
+ * the path reads fp32 copies, when `load`); the final LayerNorm's output. */
+struct layer_view acts_layer_view(struct gpt *m, int s, int i, bool load);
+float *acts_lnf_view(struct gpt *m, int s, bool load);
+
+#endif
