@@ -395,8 +395,9 @@ static void comm_group_rows(FILE *out, FILE *json, const struct trainer *tr, con
         else if (k == COLL_SEND && g == GROUP_CP) {
             struct cp_comm_theory cr = theory_trainer_cp_comm(tr->cfg, p0);
             snprintf(rule, sizeof rule, "%.1f calls per step; per layer per micro-batch %.0f forward + %.0f backward: "
-                     "(cp-1, %scp-1 + cp) x KV, KV = B T/cp 2C/t x 4 = %.0f", calls, cr.layer_forward,
-                     cr.layer_backward, tr->cfg->recompute == RECOMPUTE_FULL ? "cp-1 + " : "", cr.kv);
+                     "(cp-1, %scp-1) x KV + (0, cp) x dKV, KV = B T/cp 2C/t x %.0f = %.0f, dKV (x 4) %.0f", calls,
+                     cr.layer_forward, cr.layer_backward, tr->cfg->recompute == RECOMPUTE_FULL ? "cp-1 + " : "",
+                     cr.kv_elem, cr.kv, cr.dkv);
         } else if (k == COLL_SEND) snprintf(rule, sizeof rule, "%.1f calls per step; payload n x dtype size", calls);
         else if (k == COLL_RECV) snprintf(rule, sizeof rule, "%.1f calls per step; payload received, not sent", calls);
         else if (g == GROUP_TIE && k == COLL_ALL_REDUCE)
