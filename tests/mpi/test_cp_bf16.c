@@ -12,7 +12,8 @@
  *     0.05; tests/test_model.c test_bf16_gemms_match_fp32);
  *   - the scratch it saves against the same cp run with fp32 GEMMs (whose
  *     ring reads fp32 copies, K and V fp32) equals train/theory's to the
- *     byte on every rank. */
+ *     byte on every rank, and so do the ring's bytes sent and received (K
+ *     and V in bf16; theory_trainer_cp_comm, the [cp] row's). */
 #include <math.h>
 #include <omp.h>
 #include <setjmp.h>
@@ -121,7 +122,10 @@ static void test_cp_bf16_path_equals_one_process(void **state) {
     engine_zero_grads(&h1->e);
     engine_zero_grads(&hc->e);
     float l1 = fixture_forward_backward(&h1->e, whole, whole + B * T, 1.0f);
+    struct comm_counters c0 = g.cp_comm.counters;
     double lc = fixture_forward_backward(&hc->e, local, local + B * T, 1.0f / (float)cp) / cp;
+    double sent = g.cp_comm.counters.bytes[COLL_SEND] - c0.bytes[COLL_SEND];
+    double received = g.cp_comm.counters.bytes[COLL_RECV] - c0.bytes[COLL_RECV];
     g.cp_comm.all_reduce_scalars(&g.cp_comm, &lc, 1);
     engine_reduce_grads(&hc->e); /* summed over dp x cp (every rank) */
     float *g1 = grads_of(h1), *gc = grads_of(hc);
@@ -142,9 +146,17 @@ static void test_cp_bf16_path_equals_one_process(void **state) {
         printf("  cp %d scratch, fp32 GEMMs minus the bf16 data path: measured %.0f B, theory %.0f B\n", cp, measured,
                theory);
     ok = ok && measured == theory && measured > 0;
+    /* the ring's bytes (one micro-batch: a step of grad_accum 1), K and V
+     * in bf16: the [cp] row's theory */
+    struct cp_comm_theory ct = theory_trainer_cp_comm(&hc->cfg, p);
+    if (g.world_rank == 0)
+        printf("  cp %d ring bytes sent per micro-batch: measured %.0f B, theory %.0f B (KV %.0f B, %.0f B each)\n",
+               cp, sent, ct.send, ct.kv, ct.kv_elem);
+    ok = ok && sent == ct.send && received == ct.recv && ct.kv_elem == sizeof(bf16);
     if (!ok)
-        fprintf(stderr, "cp rank %d of %d: path %d, loss %g vs %g, cosine %g, rel %g, scratch %g vs theory %g\n",
-                g.cp_rank, cp, (int)path, lc, (double)l1, cosine, rel, measured, theory);
+        fprintf(stderr, "cp rank %d of %d: path %d, loss %g vs %g, cosine %g, rel %g, scratch %g vs theory %g, "
+                "sent %g vs %g\n", g.cp_rank, cp, (int)path, lc, (double)l1, cosine, rel, measured, theory, sent,
+                ct.send);
     free(g1), free(gc);
     harness_free(h32);
     harness_free(hc);
