@@ -155,19 +155,24 @@ struct tp_comm_theory theory_trainer_tp_comm(const struct config *c, struct rank
 
 /* Context parallelism's ring (model/context_parallel/cp.h; train/theory/
  * theory_cp.c): bytes this rank sends over its cp group, and receives (as
- * many), validation excluded. A block is one rank's keys and values (or
- * their gradients) in fp32, KV = B (T/cp) 2 (C/t) x 4 bytes; per layer
- * per micro-batch the forward sends (cp - 1) KV, the backward (cp - 1) KV
- * of keys and values and cp KV of their gradients, and full recompute
- * another forward's; a step is grad_accum micro-batches over the rank's n
- * layers. 0 at cp = 1. */
+ * many), validation excluded. A block is one rank's keys and values in
+ * the stores' dtype, KV = B (T/cp) 2 (C/t) x e bytes (e 2 on the bf16 data
+ * path, theory_trainer_att_direct, else 4), or their gradients, always
+ * fp32, dKV = B (T/cp) 2 (C/t) x 4; per layer per micro-batch the forward
+ * sends (cp - 1) KV, the backward (cp - 1) KV of keys and values and cp
+ * dKV of their gradients, and full recompute another forward's; a step is
+ * grad_accum micro-batches over the rank's n layers. 0 at cp = 1. */
 struct cp_comm_theory {
-    double kv;                            /* one block, bytes */
+    double kv, kv_elem;                   /* one block, bytes; bytes per element of K and V */
+    double dkv;                           /* one block of their gradients (fp32), bytes */
     double layer_forward, layer_backward; /* one layer, one micro-batch (backward: with full recompute's forward) */
     double send, recv;                    /* per step */
     double calls;                         /* isends per step */
 };
 
+/* Whether this rank's attention reads and writes the bf16 stores
+ * (model/gpt.c's att_direct, the ring's included): the bf16 data path. */
+bool theory_trainer_att_direct(const struct config *c, struct rank_place p);
 struct cp_comm_theory theory_trainer_cp_comm(const struct config *c, struct rank_place p);
 
 /* Bytes of the stage's communication buffers: ZeRO-3's gathered

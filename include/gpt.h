@@ -196,8 +196,8 @@ size_t gpt_layer_act_numel(const struct model_shape *s, int B, int tp, bool sp, 
  * the layout's tp must divide T (the caller checks); ignored at tp = 1. On
  * an allocation failure the tracker records it (mem_failed) and the model
  * must only be freed. cp: the context-parallel group's size (the ring
- * attention, gpt_set_context_parallel, reads fp32 copies of qkv and the
- * attention output, which the bf16 data path otherwise keeps as bf16 only). */
+ * attention, gpt_set_context_parallel; on the bf16 data path it reads
+ * and writes the bf16 stores as the single-rank attention does). */
 void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const int *chunk_slots,
                      enum dtype act_dtype, enum dtype gemm_dtype, enum recompute_mode recompute,
                      enum attention_kind attention, bool sequence_parallel, int cp, struct mem_tracker *mem,
@@ -210,11 +210,11 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
  * instead of fp32 views, and on the host the LayerNorms and residual adds
  * read and write the stores too (layernorm_*_bf16, residual_forward_bf16):
  * the residual stream, ln1, res2, ln2 and the GELU output then have no fp32
- * copy at all, and the one-layer fp32 working buffer holds only what still
- * has one (qkv, the probabilities where kept, the attention output, the FC
- * output). The forward's values are those of the fp32 copies
+ * copy at all; the attention (the ring of cp > 1 included) reads and
+ * writes its stores too, and the one-layer fp32 working buffer holds only
+ * the FC output. The forward's values are those of the fp32 copies
  * rounded alike (every kernel computes in fp32 and rounds once where it
- * stores). Without context parallelism the activation gradients passed
+ * stores). The activation gradients passed
  * between kernels (dresid, dfc, dqkv) are bf16 too, each rounded once
  * where a kernel or GEMM stores it (layers.h states where). */
 void gpt_free(struct gpt *m, struct mem_tracker *mem);
@@ -228,9 +228,11 @@ void gpt_set_context_parallel(struct gpt *m, struct collectives *cp, struct mem_
 /* Bytes of those buffers for micro-batch B, T_local = T/cp positions, this
  * tp rank's attention width Cl and heads NHl: two K,V blocks (one computed,
  * one arriving), three dK,dV blocks (one filled, one in flight, one
- * arriving), each B T_local 2 Cl, and a block's partial output and lse,
- * all fp32. */
-size_t gpt_ring_bytes(int B, int T_local, int Cl, int NHl);
+ * arriving), each B T_local 2 Cl, and a block's partial output (the bf16
+ * path: the running output, then dQ) and lse; the K,V blocks in kv_bytes
+ * per element (the stores' dtype: 2 on the bf16 data path, else 4), the
+ * rest fp32. */
+size_t gpt_ring_bytes(int B, int T_local, int Cl, int NHl, size_t kv_bytes);
 /* The slot of micro-batch k of chunk c: slot0 + k mod slots. */
 int gpt_chunk_slot(const struct gpt *m, int chunk, int k);
 

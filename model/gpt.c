@@ -378,7 +378,9 @@ static void layer_forward(struct gpt *m, struct operand x, struct layer_view *v,
     struct act_out qkv = acts_att_direct(m) ? (struct act_out){.b16 = v->store[ACT_QKV]} : (struct act_out){.f32 = a[ACT_QKV]};
     column_parallel_forward(m, qkv, v, ACT_LN1, wop(m, w, LAYER_QKV_W), wt(m, w, LAYER_QKV_B), 3 * Cl);
     if (!acts_att_direct(m)) acts_round(m, v, ACT_QKV, acts_numel(m, ACT_QKV));
-    if (acts_att_direct(m) && flash(m)) { /* out rounded as it is stored; the lse stays fp32 */
+    if (acts_att_direct(m) && cp_ring_on(m)) { /* the ring on the stores: out rounded once; lse fp32 */
+        cp_ring_attention_forward_bf16(m, v->store[ACT_ATTY], a[ACT_ATT], v->store[ACT_QKV], m->att_scratch);
+    } else if (acts_att_direct(m) && flash(m)) { /* out rounded as it is stored; the lse stays fp32 */
         attention_lse_forward_bf16(v->store[ACT_ATTY], a[ACT_ATT], v->store[ACT_QKV], m->att_scratch, m->B,
                                    m->shape.T, Cl, m->NHl, fc);
     } else if (acts_att_direct(m)) { /* out and the stored probabilities rounded as they are written */
@@ -530,7 +532,10 @@ void gpt_layer_backward(struct gpt *m, int s, int l, struct operand w, float *dw
                           ACT_ATTY, false, wop(m, w, LAYER_ATTPROJ_W), Cl, C);
     /* flash: D = rowsum(dout * out) from the saved output (rounded alike
      * to act_dtype, as the rest of the layer's saved tensors) */
-    if (cp_ring_on(m))
+    if (cp_ring_on(m) && g16)
+        cp_ring_attention_backward_bf16(m, m->dqkv16, m->att_scratch, m->dtemp_btc, v.store[ACT_QKV],
+                                        v.store[ACT_ATTY], a[ACT_ATT]);
+    else if (cp_ring_on(m))
         cp_ring_attention_backward(m, m->dqkv, m->att_scratch, m->dtemp_btc, a[ACT_QKV], a[ACT_ATTY], a[ACT_ATT]);
     else if (acts_att_direct(m) && flash(m))
         attention_lse_backward_bf16(m->dqkv16, m->att_scratch, m->dtemp_btc, v.store[ACT_QKV], v.store[ACT_ATTY],
@@ -558,11 +563,10 @@ void gpt_embed_backward(struct gpt *m, int s, float *dw_embed) {
      * (replicated; with sp from the gathered gradient, alike on every rank) */
     struct vocab_slice v = tp_vocab_slice(m->lay);
     float *dwte = dw_embed + m->lay->embed_offset[EMB_WTE], *dwpe = dw_embed + m->lay->embed_offset[EMB_WPE];
-    if (acts_grads_bf16(m)) /* no sp and no ring: the stream's gradient whole, at local positions */
-        embedding_rows_backward_bf16(dwte, dwpe, m->dresid16, m->slot[s].inputs, v.v0, v.Vl, m->B, m->shape.T,
-                                     m->shape.C, m->flops);
-    else /* with cp: global positions */
-        cp_embedding_backward(m, dwte, dwpe, conj_row_output_grad(m), m->slot[s].inputs, v.v0, v.Vl);
+    /* with cp at global positions; bf16 (no sp): the stream's gradient whole */
+    struct operand d = acts_grads_bf16(m) ? (struct operand){.b16 = m->dresid16}
+                                          : (struct operand){.f32 = conj_row_output_grad(m)};
+    cp_embedding_backward(m, dwte, dwpe, d, m->slot[s].inputs, v.v0, v.Vl);
     m->flops->other += 2.0 * (double)btc(m);
 }
 

@@ -79,20 +79,21 @@ static bool gemm_input(enum layer_act a) {
 bool acts_direct(const struct gpt *m) { return acts_gemm_reads_store(m) && m->space == MEM_HOST; }
 
 /* Whether the attention reads and writes the bf16 stores too
- * (attention_*_bf16, attention_lse_*_bf16): on the bf16 data path,
- * except with context parallelism (the ring reads fp32 copies). Then qkv's GEMM
- * writes its bf16 store (rounded once, matmul_forward_mixed's bf16
+ * (attention_*_bf16, attention_lse_*_bf16, and with context parallelism
+ * the ring's cp_ring_attention_*_bf16): on the bf16 data path. Then qkv's
+ * GEMM writes its bf16 store (rounded once, matmul_forward_mixed's bf16
  * output), and qkv, the probabilities and the attention output have no fp32
  * copy: the kernel widens one head at a time into its threads' tiles
  * (att_scratch). */
-bool acts_att_direct(const struct gpt *m) { return acts_direct(m) && m->cp_size <= 1; }
+bool acts_att_direct(const struct gpt *m) { return acts_direct(m); }
 
 /* Whether the activation gradients passed between kernels (the stream's
  * dresid, the FC features' dfc, dqkv) are bf16 too: on the bf16 data path
- * with its attention (the ring's kernels read and write fp32). Each kernel
+ * with its attention, the ring's included. Each kernel
  * loads them, computes in fp32 and rounds once as it stores (layers.h:
  * layernorm_backward_bf16, gelu_backward_bf16_grads, attention_*backward_bf16,
- * the GEMMs' bf16 dinp), the GEMMs read them as they are: the stream's
+ * cp_ring_attention_backward_bf16, the GEMMs' bf16 dinp), the GEMMs read
+ * them as they are: the stream's
  * gradient is rounded at each LayerNorm's accumulation into it, the FC
  * feature gradient where its GEMM writes it and GELU's backward stores
  * it, dqkv where the attention stores it (the values the QKV GEMM read
@@ -110,12 +111,10 @@ static bool backward_reads_store(const struct gpt *m, enum layer_act a) {
 /* Whether saved tensor a has an fp32 copy in the one-layer working buffer
  * (work_acts): every tensor of the block, or under acts_direct only those
  * a kernel still reads or writes in fp32: the FC output, which its GEMM
- * writes, and without att_direct (the ring attention) qkv and the
- * attention output, which the ring reads. */
+ * writes. */
 static bool in_work(const struct gpt *m, enum layer_act a) {
     if (!acts_in_block(m, a)) return false;
-    if (!acts_direct(m) || a == ACT_FCH) return true;
-    return !acts_att_direct(m) && (a == ACT_QKV || a == ACT_ATT || a == ACT_ATTY);
+    return !acts_direct(m) || a == ACT_FCH;
 }
 
 static size_t work_offset(const struct gpt *m, enum layer_act a) { return offset_in(m, a, in_work); }

@@ -29,7 +29,7 @@ size_t acts_work_total(const struct gpt *m);
 
 /* The path: the layer GEMMs read the bf16 stores (gemm_reads_store); the
  * LayerNorms, residual adds and GELU too, on the host (acts_direct); the
- * attention too, without the ring (att_direct); the activation gradients
+ * attention too, the ring's included (att_direct); the activation gradients
  * passed between kernels bf16 (grads_bf16). gpt_acts.c says why each. */
 bool acts_gemm_reads_store(const struct gpt *m);
 bool acts_direct(const struct gpt *m);

@@ -33,10 +33,23 @@
  *   and each block's dK, dV accumulator travels with it, collecting every
  *   rank's contribution, then one last hop home: dQ stays local.
  *
+ * On the bf16 data path (acts_att_direct) the ring reads and writes the
+ * bf16 stores as the single-rank bf16 flash attention does
+ * (attention_lse_*_bf16, include/layers.h): each thread widens its head's
+ * q and the block's k, v into its fp32 tiles and runs the fp32 rows on
+ * them, so every value equals the fp32 ring's on the widened stores. K
+ * and V travel in bf16, as stored (a copy, no rounding); the lse, the
+ * running output, dQ and the dK, dV accumulators stay fp32 (an accumulator
+ * gathers every rank's part: rounding it on the way would round cp
+ * times). Rounding points: the output once, after the last block, as it
+ * is stored; dQ, dK (each times 1/sqrt(hs)) and dV once, as they are
+ * stored in the bf16 dqkv (the QKV GEMM's dout).
+ *
  * Bytes each rank sends per layer per micro-batch (the cp group's
- * counters; K and V travel in fp32, KV = B (T/cp) 2 (C/tp) x 4 bytes):
+ * counters; KV = B (T/cp) 2 (C/tp) x the stores' element size, 4 or 2,
+ * and KV32 the same in fp32, the accumulators' size):
  *   forward   (cp - 1) KV
- *   backward  (cp - 1) KV (keys and values) + cp KV (their gradients)
+ *   backward  (cp - 1) KV (keys and values) + cp KV32 (their gradients)
  * and full recompute adds one forward's. Host memory only: a device run
  * with cp > 1 is refused (train/run/run_device_grid.c). */
 #ifndef SHARDLAB_MODEL_CP_H
@@ -57,16 +70,22 @@ struct cp_split cp_model_split(const struct gpt *m);
  * out[b,t,:] += wpe[global position of t,:]. */
 void cp_positions_add(struct gpt *m, float *out, const float *wpe, int t0, int n);
 /* The embedding's backward over every local position (dout (B, T/cp, C),
- * inputs (B, T/cp)): dwte's rows [v0, v0 + rows) and dwpe at the global
+ * fp32 or, on the bf16 data path, bf16; inputs (B, T/cp)): dwte's rows [v0, v0 + rows) and dwpe at the global
  * positions (embedding_rows_backward, run by run). */
-void cp_embedding_backward(struct gpt *m, float *dwte, float *dwpe, const float *dout, const int32_t *inputs,
+void cp_embedding_backward(struct gpt *m, float *dwte, float *dwpe, struct operand dout, const int32_t *inputs,
                            int64_t v0, int64_t rows);
 
 /* Ring attention (above) over this rank's heads: qkv (B, T/cp, 3 Cl),
  * out (B, T/cp, Cl), lse (B, NHl, T/cp); the backward writes dqkv (B, T/cp,
- * 3 Cl) from dout, using D (B NHl T/cp floats of scratch). */
+ * 3 Cl) from dout, using D (B NHl T/cp floats of scratch). The _bf16
+ * forms on the bf16 data path: qkv, out and dqkv the bf16 stores (dout
+ * fp32), scratch attention_lse_bf16_scratch(B, T/cp, Cl, NHl) floats (D,
+ * then each thread's tiles), garbage on return. */
 void cp_ring_attention_forward(struct gpt *m, float *out, float *lse, const float *qkv);
 void cp_ring_attention_backward(struct gpt *m, float *dqkv, float *D, const float *dout, const float *qkv,
                                 const float *out, const float *lse);
+void cp_ring_attention_forward_bf16(struct gpt *m, bf16 *out, float *lse, const bf16 *qkv, float *scratch);
+void cp_ring_attention_backward_bf16(struct gpt *m, bf16 *dqkv, float *scratch, const float *dout, const bf16 *qkv,
+                                     const bf16 *out, const float *lse);
 
 #endif

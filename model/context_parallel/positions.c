@@ -24,11 +24,20 @@ void cp_positions_add(struct gpt *m, float *out, const float *wpe, int t0, int n
                           1, runs[i].n, C, m->flops);
 }
 
-void cp_embedding_backward(struct gpt *m, float *dwte, float *dwpe, const float *dout, const int32_t *inputs,
+/* The embedding's backward of b sequences of n positions whose gradient
+ * rows start at row `at` of dout (either dtype). */
+static void rows_backward(struct gpt *m, float *dwte, float *dwpe, struct operand dout, size_t at,
+                          const int32_t *inputs, int64_t v0, int64_t rows, int64_t b, int64_t n) {
+    int64_t C = m->shape.C;
+    if (dout.b16) embedding_rows_backward_bf16(dwte, dwpe, dout.b16 + at * C, inputs, v0, rows, b, n, C, m->flops);
+    else embedding_rows_backward(dwte, dwpe, dout.f32 + at * C, inputs, v0, rows, b, n, C, m->flops);
+}
+
+void cp_embedding_backward(struct gpt *m, float *dwte, float *dwpe, struct operand dout, const int32_t *inputs,
                            int64_t v0, int64_t rows) {
     int64_t C = m->shape.C, T = m->shape.T;
     if (!cp_ring_on(m)) {
-        embedding_rows_backward(dwte, dwpe, dout, inputs, v0, rows, m->B, T, C, m->flops);
+        rows_backward(m, dwte, dwpe, dout, 0, inputs, v0, rows, m->B, T);
         return;
     }
     struct cp_run runs[CP_MAX_RUNS];
@@ -36,7 +45,6 @@ void cp_embedding_backward(struct gpt *m, float *dwte, float *dwpe, const float 
     for (int b = 0; b < m->B; b++)
         for (int i = 0; i < k; i++) {
             size_t at = (size_t)b * T + (size_t)runs[i].local0;
-            embedding_rows_backward(dwte, dwpe + (size_t)runs[i].global0 * C, dout + at * C, inputs + at, v0, rows, 1,
-                                    runs[i].n, C, m->flops);
+            rows_backward(m, dwte, dwpe + (size_t)runs[i].global0 * C, dout, at, inputs + at, v0, rows, 1, runs[i].n);
         }
 }

@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include "cp.h"
+#include "../cpu/act_io.h"
 #include "../cpu/attention_rows.h"
+#include "../gpt_acts.h"
 
 /* Tags of the ring's three streams (messages between two ranks with one
  * tag arrive in the order sent). */
@@ -19,43 +21,48 @@ enum { OTHER_PER_SCORE = 5, OTHER_PER_MERGE = 6, OTHER_PER_MERGE_HS = 3, BWD_PER
 
 /* The ring's buffers, carved from m->ring (gpt_set_context_parallel). */
 struct ring {
-    float *kv[2];   /* (B, T/cp, 2 Cl): a block's keys then values per position; one computed, one arriving */
+    void *kv[2];    /* (B, T/cp, 2 Cl): a block's keys then values per position, in the stores' dtype
+                       (ring_kv_dtype); one computed, one arriving */
     float *dkv[2];  /* (B, T/cp, 2 Cl): a block's dK, dV accumulator; one filled, one in flight */
     float *dkv_in;  /* (B, T/cp, 2 Cl): the accumulator arriving from rank - 1 */
-    float *o_blk;   /* (B, T/cp, Cl): a block's partial output, before the merge */
+    float *o;       /* (B, T/cp, Cl): fp32 path: a block's partial output, before the merge; bf16 path:
+                       the running output (forward), dQ (backward), whole before rounded once */
     float *lse_blk; /* (B, NHl, T/cp) */
 };
 
+/* The dtype K and V are stored and sent in: the saved qkv's on the bf16
+ * data path (att_direct), else fp32. The dK, dV accumulators stay fp32
+ * (each rank adds to them: rounding there would round cp times). */
+static enum dtype ring_kv_dtype(const struct gpt *m) { return acts_att_direct(m) ? DTYPE_BF16 : DTYPE_FP32; }
+
 static size_t kv_numel(const struct gpt *m) { return (size_t)m->B * m->shape.T * 2 * m->Cl; }
 
-static size_t ring_numel(const struct gpt *m) {
-    size_t o = (size_t)m->B * m->shape.T * m->Cl, l = (size_t)m->B * m->NHl * m->shape.T;
-    return 5 * kv_numel(m) + o + l;
-}
-
 static struct ring ring_of(const struct gpt *m) {
-    size_t n = kv_numel(m);
-    float *p = m->ring;
-    return (struct ring){.kv = {p, p + n}, .dkv = {p + 2 * n, p + 3 * n}, .dkv_in = p + 4 * n, .o_blk = p + 5 * n,
-                         .lse_blk = p + 5 * n + (size_t)m->B * m->shape.T * m->Cl};
+    size_t n = kv_numel(m), kv_bytes = n * dtype_size(ring_kv_dtype(m));
+    char *p = (char *)m->ring;
+    float *f = (float *)(p + 2 * kv_bytes); /* n is even: 4-byte aligned */
+    return (struct ring){.kv = {p, p + kv_bytes}, .dkv = {f, f + n}, .dkv_in = f + 2 * n, .o = f + 3 * n,
+                         .lse_blk = f + 3 * n + (size_t)m->B * m->shape.T * m->Cl};
 }
 
 void gpt_set_context_parallel(struct gpt *m, struct collectives *cp, struct mem_tracker *mem) {
     m->cp = cp;
     if (!cp_ring_on(m)) return;
-    m->ring = mem_alloc(mem, m->space, MEM_SCRATCH, "ring attention K,V, dK,dV, block output (fp32)",
-                        ring_numel(m) * sizeof(float));
+    m->ring = mem_alloc(mem, m->space, MEM_SCRATCH, "ring attention K,V, dK,dV, block output",
+                        gpt_ring_bytes(m->B, m->shape.T, m->Cl, m->NHl, dtype_size(ring_kv_dtype(m))));
 }
 
-size_t gpt_ring_bytes(int B, int T_local, int Cl, int NHl) {
+size_t gpt_ring_bytes(int B, int T_local, int Cl, int NHl, size_t kv_bytes) {
     size_t kv = (size_t)B * T_local * 2 * Cl;
-    return (5 * kv + (size_t)B * T_local * Cl + (size_t)B * NHl * T_local) * sizeof(float);
+    return 2 * kv * kv_bytes + (3 * kv + (size_t)B * T_local * Cl + (size_t)B * NHl * T_local) * sizeof(float);
 }
 
-/* kv (B, T/cp, 2 Cl) <- the keys and values of qkv (B, T/cp, 3 Cl). */
-static void pack_kv(const struct gpt *m, float *kv, const float *qkv) {
+/* kv (B, T/cp, 2 Cl) <- the keys and values of qkv (B, T/cp, 3 Cl), each
+ * of element size e (the stores' dtype: a copy, no conversion). */
+static void pack_kv(const struct gpt *m, void *kv, const void *qkv, size_t e) {
     size_t rows = (size_t)m->B * m->shape.T, Cl = (size_t)m->Cl;
-    for (size_t i = 0; i < rows; i++) memcpy(kv + i * 2 * Cl, qkv + i * 3 * Cl + Cl, 2 * Cl * sizeof *kv);
+    for (size_t i = 0; i < rows; i++)
+        memcpy((char *)kv + i * 2 * Cl * e, (const char *)qkv + (i * 3 * Cl + Cl) * e, 2 * Cl * e);
 }
 
 static int prev_rank(const struct collectives *c) { return (c->rank + c->size - 1) % c->size; }
@@ -70,10 +77,10 @@ static void wait_ok(struct collectives *c, struct coll_request r, const char *wh
 struct exchange {
     struct coll_request send, recv;
 };
-static struct exchange post_exchange(struct collectives *c, float *send, float *recv, size_t n, int tag) {
+static struct exchange post_exchange(struct collectives *c, void *send, void *recv, size_t n, enum dtype dt, int tag) {
     struct exchange x;
-    x.recv = c->irecv(c, recv, n, DTYPE_FP32, prev_rank(c), tag);
-    x.send = c->isend(c, send, n, DTYPE_FP32, next_rank(c), tag);
+    x.recv = c->irecv(c, recv, n, dt, prev_rank(c), tag);
+    x.send = c->isend(c, send, n, dt, next_rank(c), tag);
     return x;
 }
 static void wait_exchange(struct collectives *c, struct exchange x, const char *what) {
@@ -103,16 +110,36 @@ static int block_keys(const struct block *k, int64_t t) {
     return cp_visible_keys(k->them, cp_global_position(k->me, (int)t));
 }
 
-/* Sequence b, head h (bh = b NH + h) of the block: its query rows in qkv
- * (3 Cl apart), the block's key and value rows in kv (2 Cl apart). */
-struct head_rows {
+/* One head's fp32 operands in a block: its query rows (q_ld apart) and
+ * the block's key and value rows (kv_ld apart): views into the fp32 qkv
+ * and kv (fp32 path), or this thread's tiles widened from the bf16 stores
+ * (bf16 path). The rows' sums do not depend on the strides: the bf16 path
+ * computes the fp32 path's values on the widened operands, bit for bit. */
+struct head_ops {
     int64_t b, h;
     const float *q, *k, *v;
+    int64_t q_ld, kv_ld;
 };
-static struct head_rows head_rows(const struct block *k, int64_t bh, const float *qkv, const float *kv) {
+
+/* Sequence b, head h (bh = b NH + h) of the block as the fp32 path reads
+ * it: q in qkv (3 Cl apart), k and v in kv (2 Cl apart). */
+static struct head_ops head_rows(const struct block *k, int64_t bh, const float *qkv, const float *kv) {
     int64_t b = bh / k->NH, h = bh % k->NH;
     const float *key = kv + b * k->T * 2 * k->Cl + h * k->hs;
-    return (struct head_rows){.b = b, .h = h, .q = qkv + b * k->T * 3 * k->Cl + h * k->hs, .k = key, .v = key + k->Cl};
+    return (struct head_ops){.b = b, .h = h, .q = qkv + b * k->T * 3 * k->Cl + h * k->hs, .k = key, .v = key + k->Cl,
+                             .q_ld = 3 * k->Cl, .kv_ld = 2 * k->Cl};
+}
+
+/* The same head widened (exact) from the bf16 qkv and kv into this
+ * thread's tiles q, k, v (T x hs each, packed: ld hs). */
+static struct head_ops head_tiles(const struct block *k, int64_t bh, const bf16 *qkv, const bf16 *kv, float *q) {
+    int64_t b = bh / k->NH, h = bh % k->NH, T = k->T, hs = k->hs, Cl = k->Cl;
+    float *kt = q + T * hs, *vt = kt + T * hs;
+    const bf16 *key = kv + b * T * 2 * Cl + h * hs;
+    act_widen_rows(q, qkv + b * T * 3 * Cl + h * hs, 3 * Cl, T, hs);
+    act_widen_rows(kt, key, 2 * Cl, T, hs);
+    act_widen_rows(vt, key + Cl, 2 * Cl, T, hs);
+    return (struct head_ops){.b = b, .h = h, .q = q, .k = kt, .v = vt, .q_ld = hs, .kv_ld = hs};
 }
 
 /* Query-key pairs one (sequence, head) computes in the block. */
@@ -131,48 +158,111 @@ static void merge_row(float *out, float *lse, const float *o_b, float lse_b, int
     *lse = merged;
 }
 
+/* One head's query rows against the block x: the first block (src = this
+ * rank) writes the running out (rows Cl apart) and lse, later ones write
+ * their partial o_b (rows ob_ld apart) and lse_b, then merge. */
+static void head_forward(const struct block *k, struct head_ops x, float *out, float *lse, float *o_b,
+                         int64_t ob_ld, float *lse_b, bool first) {
+    for (int64_t t = 0; t < k->T; t++) {
+        int n = block_keys(k, t);
+        if (n == 0) continue;
+        const float *q = x.q + t * x.q_ld;
+        if (first) {
+            attention_lse_forward_row(out + t * k->Cl, lse + t, q, x.k, x.v, n, k->hs, x.kv_ld, k->scale);
+            continue;
+        }
+        attention_lse_forward_row(o_b + t * ob_ld, lse_b + t, q, x.k, x.v, n, k->hs, x.kv_ld, k->scale);
+        merge_row(out + t * k->Cl, lse + t, o_b + t * ob_ld, lse_b[t], k->hs);
+    }
+}
+
+static void count_forward(struct gpt *m, const struct block *k, bool first) {
+    double heads = (double)k->B * k->NH, scores = block_scores(k);
+    m->flops->attention += heads * scores * 2 * 2 * k->hs; /* QK^T and PV */
+    double merges = first ? 0 : (double)k->T * (OTHER_PER_MERGE + OTHER_PER_MERGE_HS * k->hs);
+    m->flops->other += heads * (scores * OTHER_PER_SCORE + merges);
+}
+
 /* This rank's queries against the keys and values kv of cp rank src; the
  * first block (src = this rank) writes out and lse, later ones merge. */
 static void block_forward(struct gpt *m, float *out, float *lse, const float *qkv, const float *kv, int src,
                           bool first, const struct ring *r) {
     const struct block k = block_of(m, src);
-    const int64_t T = k.T, NH = k.NH, Cl = k.Cl, hs = k.hs;
+    const int64_t T = k.T, Cl = k.Cl, hs = k.hs;
 #pragma omp parallel for
-    for (int64_t bh = 0; bh < k.B * NH; bh++) {
-        const struct head_rows x = head_rows(&k, bh, qkv, kv);
-        for (int64_t t = 0; t < T; t++) {
-            int n = block_keys(&k, t);
-            if (n == 0) continue;
-            size_t row = (size_t)(x.b * T + t) * Cl + x.h * hs;
-            if (first) {
-                attention_lse_forward_row(out + row, lse + bh * T + t, x.q + t * 3 * Cl, x.k, x.v, n, hs, 2 * Cl,
-                                          k.scale);
-                continue;
-            }
-            float *lb = r->lse_blk + bh * T + t;
-            attention_lse_forward_row(r->o_blk + row, lb, x.q + t * 3 * Cl, x.k, x.v, n, hs, 2 * Cl, k.scale);
-            merge_row(out + row, lse + bh * T + t, r->o_blk + row, *lb, hs);
-        }
+    for (int64_t bh = 0; bh < k.B * k.NH; bh++) {
+        const struct head_ops x = head_rows(&k, bh, qkv, kv);
+        size_t at = (size_t)x.b * T * Cl + x.h * hs;
+        head_forward(&k, x, out + at, lse + bh * T, r->o + at, Cl, r->lse_blk + bh * T, first);
     }
-    double heads = (double)k.B * NH, scores = block_scores(&k);
-    m->flops->attention += heads * scores * 2 * 2 * hs; /* QK^T and PV */
-    double merges = first ? 0 : (double)T * (OTHER_PER_MERGE + OTHER_PER_MERGE_HS * hs);
-    m->flops->other += heads * (scores * OTHER_PER_SCORE + merges);
+    count_forward(m, &k, first);
 }
 
-void cp_ring_attention_forward(struct gpt *m, float *out, float *lse, const float *qkv) {
+/* The same on the bf16 path: each thread widens its head's q and the
+ * block's k, v into its tiles (scratch: attention_lse_bf16_scratch's q, k,
+ * v and out tiles, the last the block's partial output); the running
+ * output is r->o, fp32, rounded once into out16 after the last block. */
+static void block_forward_bf16(struct gpt *m, bf16 *out16, float *lse, const bf16 *qkv, const bf16 *kv, int src,
+                               bool first, bool last, const struct ring *r, float *scratch) {
+    const struct block k = block_of(m, src);
+    const int64_t T = k.T, Cl = k.Cl, hs = k.hs;
+#pragma omp parallel for num_threads(attention_lse_threads(k.B, k.NH))
+    for (int64_t bh = 0; bh < k.B * k.NH; bh++) {
+        float *q = attention_lse_tiles(scratch, k.B, T, k.NH, hs), *o_b = q + 3 * T * hs;
+        const struct head_ops x = head_tiles(&k, bh, qkv, kv, q);
+        size_t at = (size_t)x.b * T * Cl + x.h * hs;
+        head_forward(&k, x, r->o + at, lse + bh * T, o_b, hs, r->lse_blk + bh * T, first);
+        if (!last) continue;
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t d = 0; d < hs; d++) out16[at + t * Cl + d] = f32_to_bf16(r->o[at + t * Cl + d]);
+    }
+    count_forward(m, &k, first);
+}
+
+/* The forward's ring over both paths: out, qkv fp32 (scratch unused) or
+ * bf16 (the stores; scratch the bf16 flash attention's). */
+static void ring_forward(struct gpt *m, void *out, float *lse, const void *qkv, float *scratch) {
     struct collectives *c = m->cp;
     struct ring r = ring_of(m);
+    enum dtype dt = ring_kv_dtype(m);
     size_t n = kv_numel(m);
-    pack_kv(m, r.kv[0], qkv);
+    pack_kv(m, r.kv[0], qkv, dtype_size(dt));
     for (int i = 0; i < c->size; i++) {
         int src = (c->rank - i + c->size) % c->size;
         bool more = i < c->size - 1;
         struct exchange x = {{0}, {0}};
-        if (more) x = post_exchange(c, r.kv[i % 2], r.kv[(i + 1) % 2], n, TAG_KV); /* the next block in flight */
-        block_forward(m, out, lse, qkv, r.kv[i % 2], src, i == 0, &r);
+        if (more) x = post_exchange(c, r.kv[i % 2], r.kv[(i + 1) % 2], n, dt, TAG_KV); /* the next block in flight */
+        if (dt == DTYPE_BF16) block_forward_bf16(m, out, lse, qkv, r.kv[i % 2], src, i == 0, !more, &r, scratch);
+        else block_forward(m, out, lse, qkv, r.kv[i % 2], src, i == 0, &r);
         if (more) wait_exchange(c, x, "the next K,V block");
     }
+}
+
+void cp_ring_attention_forward(struct gpt *m, float *out, float *lse, const float *qkv) {
+    ring_forward(m, out, lse, qkv, NULL);
+}
+
+void cp_ring_attention_forward_bf16(struct gpt *m, bf16 *out, float *lse, const bf16 *qkv, float *scratch) {
+    ring_forward(m, out, lse, qkv, scratch);
+}
+
+/* One head's query rows against the block x: dQ rows (dq_ld apart,
+ * unscaled) accumulate in dq, the block's dK, dV (unscaled, rows x.kv_ld
+ * apart as its keys) in dk, dv; dy rows Cl apart. */
+static void head_backward(const struct block *k, struct head_ops x, float *dq, int64_t dq_ld, float *dk, float *dv,
+                          const float *dy, const float *lse, const float *D) {
+    for (int64_t t = 0; t < k->T; t++) {
+        int n = block_keys(k, t);
+        if (n == 0) continue;
+        attention_lse_backward_row(dq + t * dq_ld, dk, dv, x.q + t * x.q_ld, dy + t * k->Cl, x.k, x.v, lse[t], D[t],
+                                   n, k->hs, x.kv_ld, k->scale);
+    }
+}
+
+static void count_backward(struct gpt *m, const struct block *k) {
+    double heads = (double)k->B * k->NH, scores = block_scores(k);
+    m->flops->attention += heads * scores * 5 * 2 * k->hs; /* QK^T, dP, dV, dQ, dK */
+    m->flops->other += heads * scores * OTHER_PER_SCORE;
 }
 
 /* This rank's queries against the block of cp rank src: dQ rows (unscaled)
@@ -180,32 +270,47 @@ void cp_ring_attention_forward(struct gpt *m, float *out, float *lse, const floa
 static void block_backward(struct gpt *m, float *dqkv, float *dkv, const float *dout, const float *qkv,
                            const float *kv, const float *lse, const float *D, int src) {
     const struct block k = block_of(m, src);
-    const int64_t T = k.T, NH = k.NH, Cl = k.Cl, hs = k.hs;
+    const int64_t T = k.T, Cl = k.Cl, hs = k.hs;
 #pragma omp parallel for
-    for (int64_t bh = 0; bh < k.B * NH; bh++) {
-        const struct head_rows x = head_rows(&k, bh, qkv, kv);
+    for (int64_t bh = 0; bh < k.B * k.NH; bh++) {
+        const struct head_ops x = head_rows(&k, bh, qkv, kv);
         /* this head's gradients: dQ in dqkv's layout, dK and dV in the block's */
-        float *dq = dqkv + (x.q - qkv), *dk = dkv + (x.k - kv), *dv = dk + Cl;
-        for (int64_t t = 0; t < T; t++) {
-            int n = block_keys(&k, t);
-            if (n == 0) continue;
-            attention_lse_backward_row(dq + t * 3 * Cl, dk, dv, x.q + t * 3 * Cl, dout + (x.b * T + t) * Cl + x.h * hs,
-                                       x.k, x.v, lse[bh * T + t], D[bh * T + t], n, hs, 2 * Cl, k.scale);
-        }
+        float *dk = dkv + (x.k - kv);
+        head_backward(&k, x, dqkv + (x.q - qkv), 3 * Cl, dk, dk + Cl, dout + (x.b * T) * Cl + x.h * hs, lse + bh * T,
+                      D + bh * T);
     }
-    double heads = (double)k.B * NH, scores = block_scores(&k);
-    m->flops->attention += heads * scores * 5 * 2 * hs; /* QK^T, dP, dV, dQ, dK */
-    m->flops->other += heads * scores * OTHER_PER_SCORE;
+    count_backward(m, &k);
 }
 
-void cp_ring_attention_backward(struct gpt *m, float *dqkv, float *D, const float *dout, const float *qkv,
-                                const float *out, const float *lse) {
-    struct collectives *c = m->cp;
-    struct ring r = ring_of(m);
+/* The same on the bf16 path: the head's q, k, v widened into this
+ * thread's tiles, dQ into dq (B, T/cp, Cl, fp32), the head's dK, dV into
+ * its dk, dv tiles (from zero, as dkv's rows: the same sums), then copied
+ * into the block's accumulator dkv. */
+static void block_backward_bf16(struct gpt *m, float *dq, float *dkv, const float *dout, const bf16 *qkv,
+                                const bf16 *kv, const float *lse, float *scratch, int src) {
+    const struct block k = block_of(m, src);
+    const int64_t T = k.T, Cl = k.Cl, hs = k.hs;
+#pragma omp parallel for num_threads(attention_lse_threads(k.B, k.NH))
+    for (int64_t bh = 0; bh < k.B * k.NH; bh++) {
+        float *q = attention_lse_tiles(scratch, k.B, T, k.NH, hs), *dk = q + 4 * T * hs, *dv = dk + T * hs;
+        const struct head_ops x = head_tiles(&k, bh, qkv, kv, q);
+        size_t at = (size_t)x.b * T * Cl + x.h * hs;
+        memset(dk, 0, (size_t)(2 * T * hs) * sizeof *dk);
+        head_backward(&k, x, dq + at, Cl, dk, dv, dout + at, lse + bh * T, scratch + bh * T);
+        float *g = dkv + (size_t)x.b * T * 2 * Cl + x.h * hs;
+        for (int64_t j = 0; j < T; j++) {
+            memcpy(g + j * 2 * Cl, dk + j * hs, (size_t)hs * sizeof *g);
+            memcpy(g + j * 2 * Cl + Cl, dv + j * hs, (size_t)hs * sizeof *g);
+        }
+    }
+    count_backward(m, &k);
+}
+
+/* D_t = dout_t . out_t per row and head, and dQ's accumulator zeroed: fp32
+ * path dQ's rows of dqkv, from the fp32 out; bf16 path r->o, from the out
+ * store, each head's rows widened into its thread's out tile first. */
+static void backward_begin(struct gpt *m, float *dqkv, float *D, const float *dout, const float *out) {
     const int64_t B = m->B, T = m->shape.T, NH = m->NHl, Cl = m->Cl, hs = Cl / NH;
-    const float scale = 1.0f / sqrtf((float)hs);
-    size_t n = kv_numel(m);
-    /* D_t = dout_t . out_t per row and head; dQ starts at zero */
 #pragma omp parallel for
     for (int64_t bh = 0; bh < B * NH; bh++) {
         const int64_t b = bh / NH, h = bh % NH;
@@ -215,7 +320,33 @@ void cp_ring_attention_backward(struct gpt *m, float *dqkv, float *D, const floa
             memset(dqkv + (b * T + t) * 3 * Cl + h * hs, 0, (size_t)hs * sizeof *dqkv);
         }
     }
-    pack_kv(m, r.kv[0], qkv);
+}
+
+static void backward_begin_bf16(struct gpt *m, float *dq, float *scratch, const float *dout, const bf16 *out) {
+    const int64_t B = m->B, T = m->shape.T, NH = m->NHl, Cl = m->Cl, hs = Cl / NH;
+#pragma omp parallel for num_threads(attention_lse_threads(B, NH))
+    for (int64_t bh = 0; bh < B * NH; bh++) {
+        const int64_t b = bh / NH, h = bh % NH;
+        float *y = attention_lse_tiles(scratch, B, T, NH, hs) + 3 * T * hs;
+        size_t at = (size_t)b * T * Cl + h * hs;
+        act_widen_rows(y, out + at, Cl, T, hs);
+        for (int64_t t = 0; t < T; t++) {
+            scratch[bh * T + t] = attention_dot(dout + at + t * Cl, y + t * hs, hs);
+            memset(dq + at + t * Cl, 0, (size_t)hs * sizeof *dq);
+        }
+    }
+}
+
+/* The backward's ring over both paths (bf16: dqkv16, qkv16 set, the fp32
+ * pointers NULL, D the bf16 scratch's head). dQ's rows accumulate in dq
+ * (ld dq_ld): dqkv's (fp32) or r.o (bf16). */
+static void ring_backward(struct gpt *m, float *dqkv, bf16 *dqkv16, float *D, const float *dout, const float *qkv,
+                          const bf16 *qkv16, const float *lse) {
+    struct collectives *c = m->cp;
+    struct ring r = ring_of(m);
+    enum dtype dt = ring_kv_dtype(m);
+    size_t n = kv_numel(m);
+    pack_kv(m, r.kv[0], qkv16 ? (const void *)qkv16 : (const void *)qkv, dtype_size(dt));
     /* the accumulators arrive from rank - 1, one per step after the first
      * and the last one (this rank's own block, whole) after the loop */
     struct coll_request in = c->irecv(c, r.dkv_in, n, DTYPE_FP32, prev_rank(c), TAG_DKV);
@@ -224,11 +355,12 @@ void cp_ring_attention_backward(struct gpt *m, float *dqkv, float *D, const floa
         int src = (c->rank - i + c->size) % c->size;
         bool more = i < c->size - 1;
         struct exchange x = {{0}, {0}};
-        if (more) x = post_exchange(c, r.kv[i % 2], r.kv[(i + 1) % 2], n, TAG_KV_BACKWARD);
+        if (more) x = post_exchange(c, r.kv[i % 2], r.kv[(i + 1) % 2], n, dt, TAG_KV_BACKWARD);
         float *acc = r.dkv[i % 2];
         if (i >= 2) wait_ok(c, sent[i % 2], "a dK,dV block sent"); /* acc's last send, two steps ago */
         memset(acc, 0, n * sizeof *acc);
-        block_backward(m, dqkv, acc, dout, qkv, r.kv[i % 2], lse, D, src);
+        if (qkv16) block_backward_bf16(m, r.o, acc, dout, qkv16, r.kv[i % 2], lse, D, src);
+        else block_backward(m, dqkv, acc, dout, qkv, r.kv[i % 2], lse, D, src);
         if (i > 0) { /* what ranks before this one added to src's block */
             wait_ok(c, in, "a dK,dV block");
             for (size_t j = 0; j < n; j++) acc[j] += r.dkv_in[j];
@@ -239,10 +371,23 @@ void cp_ring_attention_backward(struct gpt *m, float *dqkv, float *D, const floa
     }
     wait_ok(c, in, "this rank's dK,dV");
     for (int i = c->size - 2 < 0 ? 0 : c->size - 2; i < c->size; i++) wait_ok(c, sent[i % 2], "a dK,dV block sent");
-    /* this rank's dK, dV home: into dqkv, and the 1/sqrt(hs) of dQ and dK */
+    /* this rank's dK, dV home: into dqkv, and the 1/sqrt(hs) of dQ and dK
+     * (bf16: each rounded once as it is stored) */
+    const int64_t B = m->B, T = m->shape.T, NH = m->NHl, Cl = m->Cl, hs = Cl / NH;
+    const float scale = 1.0f / sqrtf((float)hs);
     for (int64_t i = 0; i < B * T; i++) {
-        float *dq = dqkv + i * 3 * Cl;
         const float *g = r.dkv_in + i * 2 * Cl;
+        if (dqkv16) {
+            bf16 *d = dqkv16 + i * 3 * Cl;
+            const float *q = r.o + i * Cl;
+            for (int64_t e = 0; e < Cl; e++) {
+                d[e] = f32_to_bf16(q[e] * scale);
+                d[Cl + e] = f32_to_bf16(g[e] * scale);
+                d[2 * Cl + e] = f32_to_bf16(g[Cl + e]);
+            }
+            continue;
+        }
+        float *dq = dqkv + i * 3 * Cl;
         for (int64_t d = 0; d < Cl; d++) {
             dq[d] *= scale;
             dq[Cl + d] = g[d] * scale;
@@ -250,4 +395,17 @@ void cp_ring_attention_backward(struct gpt *m, float *dqkv, float *D, const floa
         }
     }
     m->flops->other += (double)B * NH * T * BWD_PER_ROW_HS * hs;
+}
+
+void cp_ring_attention_backward(struct gpt *m, float *dqkv, float *D, const float *dout, const float *qkv,
+                                const float *out, const float *lse) {
+    backward_begin(m, dqkv, D, dout, out);
+    ring_backward(m, dqkv, NULL, D, dout, qkv, NULL, lse);
+}
+
+void cp_ring_attention_backward_bf16(struct gpt *m, bf16 *dqkv, float *scratch, const float *dout, const bf16 *qkv,
+                                     const bf16 *out, const float *lse) {
+    struct ring r = ring_of(m);
+    backward_begin_bf16(m, r.o, scratch, dout, out);
+    ring_backward(m, NULL, dqkv, scratch, dout, NULL, qkv, lse);
 }

@@ -29,7 +29,7 @@
  * terms add hs (forward) and 4 hs (backward). */
 enum { FWD_PER_SCORE = 5, FWD_PER_TILE = 4, FWD_PER_ROW = 3, BWD_PER_SCORE = 5, BWD_PER_ROW_HS = 4 };
 
-static int head_threads(int64_t B, int64_t NH) {
+int attention_lse_threads(int64_t B, int64_t NH) {
     int64_t heads = B * NH, max = omp_get_max_threads();
     return (int)(heads < max ? heads : max);
 }
@@ -111,7 +111,7 @@ void attention_lse_forward_cpu(float *out, float *lse, const float *qkv, int64_t
                                struct flop_counter *fc) {
     const int64_t hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for num_threads(head_threads(B, NH))
+#pragma omp parallel for num_threads(attention_lse_threads(B, NH))
     for (int64_t bh = 0; bh < B * NH; bh++) {
         const int64_t b = bh / NH, h = bh % NH;
         const float *q = qkv + b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
@@ -126,7 +126,7 @@ void attention_lse_backward_cpu(float *dqkv, float *scratch, const float *dout, 
                                 const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc) {
     const int64_t hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for num_threads(head_threads(B, NH))
+#pragma omp parallel for num_threads(attention_lse_threads(B, NH))
     for (int64_t bh = 0; bh < B * NH; bh++) {
         const int64_t b = bh / NH, h = bh % NH;
         const float *q = qkv + b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C, *l = lse + bh * T;
@@ -160,11 +160,10 @@ enum { LSE_TILES = 6 };
 
 size_t attention_lse_bf16_scratch(int64_t B, int64_t T, int64_t C, int64_t NH) {
     size_t per_thread = LSE_TILES * (size_t)T * (size_t)(C / NH);
-    return attention_lse_backward_scratch(B, T, NH) + (size_t)head_threads(B, NH) * per_thread;
+    return attention_lse_backward_scratch(B, T, NH) + (size_t)attention_lse_threads(B, NH) * per_thread;
 }
 
-/* This thread's tiles q, k, v, out, dk, dv (T x hs each), after D. */
-static float *lse_tiles(float *scratch, int64_t B, int64_t T, int64_t NH, int64_t hs) {
+float *attention_lse_tiles(float *scratch, int64_t B, int64_t T, int64_t NH, int64_t hs) {
     return scratch + attention_lse_backward_scratch(B, T, NH) +
            (size_t)omp_get_thread_num() * LSE_TILES * (size_t)T * (size_t)hs;
 }
@@ -173,10 +172,10 @@ void attention_lse_forward_bf16_cpu(bf16 *out, float *lse, const bf16 *qkv, floa
                                     int64_t C, int64_t NH, struct flop_counter *fc) {
     const int64_t hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for num_threads(head_threads(B, NH))
+#pragma omp parallel for num_threads(attention_lse_threads(B, NH))
     for (int64_t bh = 0; bh < B * NH; bh++) {
         const int64_t b = bh / NH, h = bh % NH;
-        float *q = lse_tiles(scratch, B, T, NH, hs), *k = q + T * hs, *v = k + T * hs, *y = v + T * hs;
+        float *q = attention_lse_tiles(scratch, B, T, NH, hs), *k = q + T * hs, *v = k + T * hs, *y = v + T * hs;
         const bf16 *q16 = qkv + b * T * C3 + h * hs;
         act_widen_qkv(q, k, v, q16, C, T, hs);
         for (int64_t t = 0; t < T; t++)
@@ -197,10 +196,10 @@ void attention_lse_backward_bf16_cpu(bf16 *dqkv, float *scratch, const float *do
                                      struct flop_counter *fc) {
     const int64_t hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for num_threads(head_threads(B, NH))
+#pragma omp parallel for num_threads(attention_lse_threads(B, NH))
     for (int64_t bh = 0; bh < B * NH; bh++) {
         const int64_t b = bh / NH, h = bh % NH;
-        float *q = lse_tiles(scratch, B, T, NH, hs), *k = q + T * hs, *v = k + T * hs, *y = v + T * hs;
+        float *q = attention_lse_tiles(scratch, B, T, NH, hs), *k = q + T * hs, *v = k + T * hs, *y = v + T * hs;
         float *dk = y + T * hs, *dv = dk + T * hs, *D = scratch + bh * T;
         const bf16 *q16 = qkv + b * T * C3 + h * hs;
         act_widen_qkv(q, k, v, q16, C, T, hs);

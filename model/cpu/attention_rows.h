@@ -22,6 +22,13 @@ void attention_lse_backward_row(float *dq, float *dk, float *dv, const float *q,
                                 const float *v, float lse, float D, int64_t n, int64_t hs, int64_t kv_stride,
                                 float scale);
 float attention_dot(const float *a, const float *b, int64_t n);
+/* The bf16 forms' threads, one (sequence, head) each: min(the OpenMP
+ * threads, B NH), the count attention_lse_bf16_scratch is sized for; and
+ * the calling thread's six tiles in that scratch, after D (B NH T): q, k,
+ * v, out, dk, dv, T x hs each (a thread of a num_threads(
+ * attention_lse_threads(B, NH)) region). */
+int attention_lse_threads(int64_t B, int64_t NH);
+float *attention_lse_tiles(float *scratch, int64_t B, int64_t T, int64_t NH, int64_t hs);
 void attention_scale_row(float *y, float a, int64_t n);
 
 #endif

@@ -7,13 +7,19 @@
  * (within 2e-6; the ring sums in another order), its attention FLOPs are
  * 1/cp of the one-process causal count (exactly: the split balances the
  * work), and the bytes it sends are the ring formula (model/context_parallel/cp.h):
- * forward (cp - 1) KV, backward (2 cp - 1) KV, KV = B T/cp 2 C x 4. */
+ * forward (cp - 1) KV, backward (2 cp - 1) KV, KV = B T/cp 2 C x 4.
+ * On the bf16 data path (the _bf16 forms: bf16 qkv, out and dqkv) the
+ * ring equals the fp32 ring on the widened qkv bit for bit: the output and
+ * dqkv are the fp32 ring's rounded once, the lse the same fp32 bits, the
+ * FLOPs the same; K and V travel in bf16 (forward (cp - 1) KV/2, backward
+ * (cp - 1) KV/2 + cp KV). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <cmocka.h>
 
 #include <mpi.h>
@@ -24,6 +30,7 @@
 #include "mpi_fixture.h"
 #include "rng.h"
 #include "../../model/context_parallel/cp.h"
+#include "../../model/cpu/act_io.h"
 
 enum { B = 2, NH = 2, C = 8, T_PER_CHUNK = 3 }; /* hs = 4; T = 2 cp x 3 */
 
@@ -131,10 +138,73 @@ static void test_ring_equals_plain_attention(void **state) {
     assert_true(all_ok(ok));
 }
 
+/* Elements whose bf16 values differ from the fp32 ones rounded (count). */
+static size_t rounded_mismatches(const bf16 *got, const float *f32, size_t n) {
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += got[i] != f32_to_bf16(f32[i]);
+    return bad;
+}
+
+static void test_ring_bf16_equals_fp32_ring_rounded(void **state) {
+    (void)state;
+    struct collectives *cp = &G.cp_comm;
+    struct cp_split s = {.T = 2 * cp->size * T_PER_CHUNK, .cp = cp->size, .rank = cp->rank};
+    const int T = s.T, Tl = cp_local_len(s);
+    size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C, l3 = (size_t)B * Tl * 3 * C, l1 = (size_t)B * Tl * C;
+    size_t nl = (size_t)B * NH * Tl;
+    float *qkv = malloc(n3 * 4), *dout = malloc(n1 * 4), *q_l = malloc(l3 * 4), *dout_l = malloc(l1 * 4);
+    fill(qkv, n3, 3);
+    fill(dout, n1, 4);
+    local_rows(q_l, qkv, s, 3 * C);
+    local_rows(dout_l, dout, s, C);
+    bf16 *q16 = malloc(l3 * sizeof *q16), *out16 = malloc(l1 * sizeof *out16), *dqkv16 = malloc(l3 * sizeof *dqkv16);
+    for (size_t i = 0; i < l3; i++) q16[i] = f32_to_bf16(q_l[i]), q_l[i] = bf16_to_f32(q16[i]); /* the store */
+
+    /* the fp32 ring on the widened store */
+    static struct mem_tracker mem;
+    struct flop_counter fc32 = {0}, fc16 = {0};
+    struct gpt m32 = {.B = B, .shape = {.T = Tl, .C = C, .NH = NH}, .Cl = C, .NHl = NH, .space = MEM_HOST,
+                      .flops = &fc32, .act_dtype = DTYPE_FP32, .gemm_dtype = DTYPE_FP32};
+    gpt_set_context_parallel(&m32, cp, &mem);
+    float *out = malloc(l1 * 4), *lse = malloc(nl * 4), *dqkv = malloc(l3 * 4), *D = malloc(nl * 4);
+    cp_ring_attention_forward(&m32, out, lse, q_l);
+    for (size_t i = 0; i < l1; i++) out[i] = bf16_to_f32(f32_to_bf16(out[i])); /* D from the stored output */
+    cp_ring_attention_backward(&m32, dqkv, D, dout_l, q_l, out, lse);
+
+    /* the bf16 data path's ring (acts_att_direct: bf16 activations and GEMMs, host) */
+    struct gpt m16 = m32;
+    m16.flops = &fc16, m16.act_dtype = DTYPE_BF16, m16.gemm_dtype = DTYPE_BF16;
+    gpt_set_context_parallel(&m16, cp, &mem);
+    float *lse16 = malloc(nl * 4), *scratch = malloc(attention_lse_bf16_scratch(B, Tl, C, NH) * 4);
+    struct comm_counters c0 = cp->counters;
+    cp_ring_attention_forward_bf16(&m16, out16, lse16, q16, scratch);
+    struct comm_counters c1 = cp->counters;
+    cp_ring_attention_backward_bf16(&m16, dqkv16, scratch, dout_l, q16, out16, lse16);
+    struct comm_counters c2 = cp->counters;
+
+    size_t bad_out = rounded_mismatches(out16, out, l1), bad_grad = rounded_mismatches(dqkv16, dqkv, l3);
+    bool ok = bad_out == 0 && bad_grad == 0 && memcmp(lse16, lse, nl * 4) == 0;
+    ok = ok && fc16.attention == fc32.attention && fc16.other == fc32.other;
+    double kv16 = (double)B * Tl * 2 * C * 2, kv32 = 2 * kv16;
+    ok = ok && c1.bytes[COLL_SEND] - c0.bytes[COLL_SEND] == (cp->size - 1) * kv16;
+    ok = ok && c2.bytes[COLL_SEND] - c1.bytes[COLL_SEND] == (cp->size - 1) * kv16 + cp->size * kv32;
+    ok = ok && c2.bytes[COLL_RECV] - c0.bytes[COLL_RECV] == c2.bytes[COLL_SEND] - c0.bytes[COLL_SEND];
+    if (!ok)
+        fprintf(stderr, "cp rank %d of %d, bf16 ring: %zu outputs and %zu gradients differ from the fp32 ring's "
+                "rounded, lse %s; FLOPs %g vs %g; bytes %g, %g (KV bf16 %g)\n", cp->rank, cp->size, bad_out, bad_grad,
+                memcmp(lse16, lse, nl * 4) ? "differs" : "equal", fc16.attention, fc32.attention,
+                c1.bytes[COLL_SEND] - c0.bytes[COLL_SEND], c2.bytes[COLL_SEND] - c1.bytes[COLL_SEND], kv16);
+    mem_free_all(&mem);
+    free(qkv), free(dout), free(q_l), free(dout_l), free(q16), free(out16), free(dqkv16);
+    free(out), free(lse), free(dqkv), free(D), free(lse16), free(scratch);
+    assert_true(all_ok(ok));
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_ring_equals_plain_attention, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ring_bf16_equals_fp32_ring_rounded, setup, teardown),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     MPI_Finalize();

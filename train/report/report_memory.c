@@ -382,7 +382,7 @@ static void comm_group_rows(FILE *out, FILE *json, const struct trainer *tr, con
         bool always = g == GROUP_DP && (theory[k] >= 0 || k == COLL_SCALAR);
         if (!always && !comm_used(ranks, n, g, k)) continue;
         for (int r = 0; r < n; r++) col[r] = ranks[r].comm[g].bytes[k] / steps;
-        char rule[160];
+        char rule[192];
         /* The busiest rank's calls: every dp rank makes the same ones, but
          * in the tie group a middle stage makes none. */
         double calls = 0;
@@ -395,8 +395,8 @@ static void comm_group_rows(FILE *out, FILE *json, const struct trainer *tr, con
         else if (k == COLL_SEND && g == GROUP_CP) {
             struct cp_comm_theory cr = theory_trainer_cp_comm(tr->cfg, p0);
             snprintf(rule, sizeof rule, "%.1f calls per step; per layer per micro-batch %.0f forward + %.0f backward: "
-                     "(cp-1, %scp-1 + cp) x KV, KV = B T/cp 2C/t x 4 = %.0f", calls, cr.layer_forward,
-                     cr.layer_backward, tr->cfg->recompute == RECOMPUTE_FULL ? "cp-1 + " : "", cr.kv);
+                     "(cp-1, %scp-1) KV + cp dKV (fp32), KV = B T/cp 2C/t x %.0f = %.0f", calls, cr.layer_forward,
+                     cr.layer_backward, tr->cfg->recompute == RECOMPUTE_FULL ? "cp-1 + " : "", cr.kv_elem, cr.kv);
         } else if (k == COLL_SEND) snprintf(rule, sizeof rule, "%.1f calls per step; payload n x dtype size", calls);
         else if (k == COLL_RECV) snprintf(rule, sizeof rule, "%.1f calls per step; payload received, not sent", calls);
         else if (g == GROUP_TIE && k == COLL_ALL_REDUCE)

@@ -10,10 +10,14 @@ struct cp_comm_theory theory_trainer_cp_comm(const struct config *c, struct rank
     rank_place_layout(c, p, &lay);
     double B = c->micro_batch, Tl = (double)(c->seq_len / cp), Cl = (double)(c->d_model / lay.rank.tp);
     double n = rank_layers(&lay.rank), m = c->grad_accum;
-    t.kv = B * Tl * 2 * Cl * 4; /* K and V travel in fp32 (model/context_parallel/ring.c) */
+    /* K and V travel in the stores' dtype, their gradients in fp32
+     * (model/context_parallel/ring.c) */
+    t.kv_elem = theory_trainer_att_direct(c, p) ? sizeof(bf16) : sizeof(float);
+    t.kv = B * Tl * 2 * Cl * t.kv_elem;
+    t.dkv = B * Tl * 2 * Cl * sizeof(float);
     t.layer_forward = (cp - 1) * t.kv;
     bool full = c->recompute == RECOMPUTE_FULL; /* the backward re-runs the layer's forward, ring and all */
-    t.layer_backward = (full ? t.layer_forward : 0) + (cp - 1) * t.kv + cp * t.kv;
+    t.layer_backward = (full ? t.layer_forward : 0) + (cp - 1) * t.kv + cp * t.dkv;
     t.send = t.recv = m * n * (t.layer_forward + t.layer_backward);
     t.calls = m * n * ((full ? 2 : 1) * (cp - 1) + (cp - 1) + cp);
     return t;

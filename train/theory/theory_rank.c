@@ -364,19 +364,19 @@ static bool acts_direct(const struct config *c, bool sp) {
 }
 
 /* Whether the attention reads and writes the bf16 stores as well
- * (model/gpt.c's att_direct: attention_*_bf16, attention_lse_*_bf16): on
- * the bf16 data path, except with context parallelism (its ring reads
- * fp32 copies). */
-static bool att_direct(const struct config *c, bool sp) { return acts_direct(c, sp) && c->cp <= 1; }
+ * (model/gpt.c's att_direct: attention_*_bf16, attention_lse_*_bf16, the
+ * ring's cp_ring_attention_*_bf16): on the bf16 data path. */
+static bool att_direct(const struct config *c, bool sp) { return acts_direct(c, sp); }
+
+bool theory_trainer_att_direct(const struct config *c, struct rank_place p) { return att_direct(c, sp_on(c, p)); }
 
 /* Elements per token of model/gpt.c's one-layer fp32 working buffer with
  * bf16 activations (not full recompute's: that is an activation): the
  * whole block, or on the bf16 data path only what a kernel still reads or
- * writes in fp32: the FC output 4C/t, and for the ring attention qkv
- * 3C/t and the attention output C/t (flash's fp32 lse is never in it). */
+ * writes in fp32: the FC output 4C/t (flash's fp32 lse is never in it). */
 static double work_block_per_token(const struct config *c, int tp, bool sp, bool att) {
     if (!acts_direct(c, sp)) return layer_block_per_token(c, tp, sp, att);
-    return (att_direct(c, sp) ? 4 : 8) * (double)c->d_model / tp;
+    return 4 * (double)c->d_model / tp;
 }
 
 struct activation_theory theory_trainer_activations(const struct config *whole, struct rank_place p) {
@@ -577,8 +577,11 @@ struct scratch_theory theory_trainer_scratch(const struct config *whole, struct 
     /* train/run/run_loop.c: the batch's inputs and targets, whole sequences
      * (a cp rank keeps its positions in place) */
     s.persistent += 2 * B * whole->seq_len * sizeof(int32_t);
-    /* model/context_parallel/ring.c: the ring's K,V and dK,dV blocks, a block's output */
-    if (rank_place_cp(p) > 1) s.persistent += (double)gpt_ring_bytes((int)B, c->seq_len, c->d_model / tp, c->n_head / tp);
+    /* model/context_parallel/ring.c: the ring's K,V blocks (in the stores'
+     * dtype), dK,dV blocks and a block's output (fp32) */
+    if (rank_place_cp(p) > 1)
+        s.persistent += (double)gpt_ring_bytes((int)B, c->seq_len, c->d_model / tp, c->n_head / tp,
+                                               att_direct(c, sp) ? sizeof(bf16) : sizeof(float));
     /* parallel/pipeline/schedule.c: the step's order, 2 m v operations */
     s.persistent += 2.0 * c->grad_accum * config_chunks(c) * sizeof(struct pipe_op);
     s.persistent += (double)trace_capacity(c) * sizeof(struct trace_event); /* --trace: the recorder's events */
