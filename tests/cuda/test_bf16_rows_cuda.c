@@ -148,11 +148,12 @@ static void test_layernorm_backward_v2(void **state) {
             else expect_same("layernorm_backward_v2 dinp", rdx, gdx, F(n));
             expect_same("layernorm_backward_v2 dweight", rdw, gdw, F(C));
             expect_same("layernorm_backward_v2 dbias", rdb, gdb, F(C));
-            /* the CPU kernel (on the widened dinp, then narrowed, for bf16) */
-            layernorm_backward_bf16_cpu(dx, dw, db, dy, x, w, mean, rstd, N, C, &fc);
+            /* the CPU kernel, its dinp in the same dtype (bf16: widened, added
+             * to and rounded once, as the v2 kernel does) */
+            struct act_out dinp_c = bf16_io ? (struct act_out){.b16 = dxh} : (struct act_out){.f32 = dx};
+            layernorm_backward_bf16_cpu(dinp_c, dw, db, dy, x, w, mean, rstd, N, C, &fc);
             if (bf16_io) {
-                for (int64_t i = 0; i < n; i++) rdxh[i] = f32_to_bf16(dx[i]);
-                expect_close_bf16("layernorm_backward_v2 dinp bf16 against the CPU", rdxh, gdxh, n, ONE_ROUNDING);
+                expect_close_bf16("layernorm_backward_v2 dinp bf16 against the CPU", dxh, gdxh, n, ONE_ROUNDING);
             } else {
                 expect_close("layernorm_backward_v2 dinp against the CPU", dx, gdx, n, 1e-5);
             }
