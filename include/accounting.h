@@ -157,7 +157,7 @@ struct tp_comm_theory theory_trainer_tp_comm(const struct config *c, struct rank
  * theory_cp.c): bytes this rank sends over its cp group, and receives (as
  * many), validation excluded. A block is one rank's keys and values in
  * the stores' dtype, KV = B (T/cp) 2 (C/t) x e bytes (e 2 on the bf16 data
- * path, theory_trainer_att_direct, else 4), or their gradients, always
+ * path, theory_trainer_acts_direct, else 4), or their gradients, always
  * fp32, dKV = B (T/cp) 2 (C/t) x 4; per layer per micro-batch the forward
  * sends (cp - 1) KV, the backward (cp - 1) KV of keys and values and cp
  * dKV of their gradients, and full recompute another forward's; a step is
@@ -170,9 +170,10 @@ struct cp_comm_theory {
     double calls;                         /* isends per step */
 };
 
-/* Whether this rank's attention reads and writes the bf16 stores
- * (model/gpt.c's att_direct, the ring's included): the bf16 data path. */
-bool theory_trainer_att_direct(const struct config *c, struct rank_place p);
+/* Whether this rank's kernels, its attention and ring included, read and
+ * write the bf16 stores (model/gpt_acts.c's acts_direct): the bf16 data
+ * path. */
+bool theory_trainer_acts_direct(const struct config *c, struct rank_place p);
 struct cp_comm_theory theory_trainer_cp_comm(const struct config *c, struct rank_place p);
 
 /* Bytes of the stage's communication buffers: ZeRO-3's gathered

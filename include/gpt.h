@@ -160,7 +160,7 @@ struct gpt {
     float *work_acts, *work_resid_in, *work_resid_out, *work_lnf;
 
     /* backward scratch, fp32; on the bf16 data path with its attention
-     * (gpt.c's grads_bf16) the three activation gradients passed between
+     * (gpt_acts.c's acts_direct) the three activation gradients passed between
      * kernels are bf16 instead (the *16 members; the fp32 ones NULL) */
     float *dresid;        /* (B,T,C) gradient of the residual stream */
     float *dfc;           /* (B,T,F/tp): the gradient at the FC features (fch, fch_gelu) */

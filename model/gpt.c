@@ -14,7 +14,7 @@
  * ring attention's (context parallelism) inputs still pass through fp32
  * copies; the values are the same, each rounded once where it is stored.
  * There (without the ring) the activation gradients passed between
- * kernels are bf16 too (grads_bf16), which rounds the stream's and the FC
+ * kernels are bf16 too (acts_direct), which rounds the stream's and the FC
  * features' gradients where the fp32 path kept them fp32.
  *
  * Tensor parallelism (Shoeybi et al. 2019, Figure 3): the QKV and FC GEMMs
@@ -135,7 +135,7 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
         if (lay->rank.has_head)
             m->work_lnf = mem_alloc(mem, space, MEM_SCRATCH, "final layernorm out (fp32)", n * 4);
     }
-    if (acts_grads_bf16(m)) {
+    if (acts_direct(m)) {
         m->dresid16 = mem_alloc(mem, space, MEM_SCRATCH, "d residual (bf16)", n * sizeof(bf16));
         m->dfc16 = mem_alloc(mem, space, MEM_SCRATCH, "d fc (bf16)", acts_numel(m, ACT_FCH) * sizeof(bf16));
         m->dqkv16 = mem_alloc(mem, space, MEM_SCRATCH, "d qkv (bf16)", acts_numel(m, ACT_QKV) * sizeof(bf16));
@@ -150,13 +150,13 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
         m->ln_grads = mem_alloc(mem, space, MEM_SCRATCH, "sequence-parallel layernorm grads (fp32)",
                                 4 * (size_t)m->shape.C * 4);
     }
-    if (flash(m) && acts_att_direct(m))
+    if (flash(m) && acts_direct(m))
         m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention D, tiles (fp32)",
                                    attention_lse_bf16_scratch(B, m->shape.T, m->Cl, m->NHl) * 4);
     else if (flash(m))
         m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention D (fp32, B NH T)",
                                    attention_lse_backward_scratch(B, m->shape.T, m->NHl) * 4);
-    else if (acts_att_direct(m))
+    else if (acts_direct(m))
         m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention tiles (fp32, per thread)",
                                    attention_bf16_scratch(B, m->shape.T, m->Cl, m->NHl) * 4);
     else
@@ -223,7 +223,7 @@ static void gemm_forward(struct gpt *m, struct act_out out, struct operand x, st
 }
 
 /* The same for the backward; dout and dinp bf16 on the bf16 data path's
- * gradients (grads_bf16). */
+ * gradients (acts_direct). */
 static void gemm_backward(struct gpt *m, struct act_out dinp, float *dweight, float *dbias, struct operand dout,
                           struct operand x, struct operand w, int64_t N, int64_t C, int64_t OC) {
     if (w.b16 || dinp.b16 || dout.b16) matmul_backward_mixed(dinp, dweight, dbias, dout, x, w, N, C, OC, m->flops);
@@ -259,12 +259,12 @@ size_t gpt_stage_numel(const struct gpt *m) { return btc_l(m); }
 void *gpt_stage_input(struct gpt *m, int s) { return acts_resid_at(m, s, 0); }
 void *gpt_stage_output(struct gpt *m, int s) { return acts_resid_at(m, s, m->slot[s].n_layers); }
 void gpt_stage_grad_in(struct gpt *m, const void *src) {
-    if (acts_grads_bf16(m)) buf_copy(m->space, m->dresid16, src, btc_l(m) * sizeof(bf16));
+    if (acts_direct(m)) buf_copy(m->space, m->dresid16, src, btc_l(m) * sizeof(bf16));
     else buf_to_fp32(m->space, m->dresid, src, m->act_dtype, btc_l(m));
 }
 
 void gpt_stage_grad_out(struct gpt *m, void *dst) {
-    if (acts_grads_bf16(m)) buf_copy(m->space, dst, m->dresid16, btc_l(m) * sizeof(bf16));
+    if (acts_direct(m)) buf_copy(m->space, dst, m->dresid16, btc_l(m) * sizeof(bf16));
     else buf_from_fp32(m->space, dst, m->act_dtype, m->dresid, btc_l(m));
 }
 
@@ -316,16 +316,16 @@ static void layernorm_saved(struct gpt *m, struct layer_view *v, enum layer_act 
     acts_round(m, v, a, btc_l(m));
 }
 
-/* The stream's gradient as a kernel writes it: dresid16 (grads_bf16) or dresid. */
+/* The stream's gradient as a kernel writes it: dresid16 (acts_direct) or dresid. */
 static struct act_out dresid_out(const struct gpt *m) {
-    if (acts_grads_bf16(m)) return (struct act_out){.b16 = m->dresid16};
+    if (acts_direct(m)) return (struct act_out){.b16 = m->dresid16};
     return (struct act_out){.f32 = m->dresid};
 }
 
 /* The stream's gradient as the row-parallel GEMMs read it: dresid16 as
  * it is, or through g (with sp gathered). */
 static struct operand dresid_in(struct gpt *m) {
-    if (acts_grads_bf16(m)) return (struct operand){.b16 = m->dresid16};
+    if (acts_direct(m)) return (struct operand){.b16 = m->dresid16};
     return (struct operand){.f32 = conj_row_output_grad(m)};
 }
 
@@ -374,16 +374,16 @@ static void layer_forward(struct gpt *m, struct operand x, struct layer_view *v,
     layernorm_saved(m, v, ACT_LN1, v->stat[STAT_LN1_MEAN], v->stat[STAT_LN1_RSTD], x, wt(m, w, LAYER_LN1_W),
                     wt(m, w, LAYER_LN1_B));
     /* column-parallel: this rank's heads' q, k, v, from every token's ln1;
-     * att_direct: rounded once as the GEMM stores them */
-    struct act_out qkv = acts_att_direct(m) ? (struct act_out){.b16 = v->store[ACT_QKV]} : (struct act_out){.f32 = a[ACT_QKV]};
+     * acts_direct: rounded once as the GEMM stores them */
+    struct act_out qkv = acts_direct(m) ? (struct act_out){.b16 = v->store[ACT_QKV]} : (struct act_out){.f32 = a[ACT_QKV]};
     column_parallel_forward(m, qkv, v, ACT_LN1, wop(m, w, LAYER_QKV_W), wt(m, w, LAYER_QKV_B), 3 * Cl);
-    if (!acts_att_direct(m)) acts_round(m, v, ACT_QKV, acts_numel(m, ACT_QKV));
-    if (acts_att_direct(m) && cp_ring_on(m)) { /* the ring on the stores: out rounded once; lse fp32 */
+    if (!acts_direct(m)) acts_round(m, v, ACT_QKV, acts_numel(m, ACT_QKV));
+    if (acts_direct(m) && cp_ring_on(m)) { /* the ring on the stores: out rounded once; lse fp32 */
         cp_ring_attention_forward_bf16(m, v->store[ACT_ATTY], a[ACT_ATT], v->store[ACT_QKV], m->att_scratch);
-    } else if (acts_att_direct(m) && flash(m)) { /* out rounded as it is stored; the lse stays fp32 */
+    } else if (acts_direct(m) && flash(m)) { /* out rounded as it is stored; the lse stays fp32 */
         attention_lse_forward_bf16(v->store[ACT_ATTY], a[ACT_ATT], v->store[ACT_QKV], m->att_scratch, m->B,
                                    m->shape.T, Cl, m->NHl, fc);
-    } else if (acts_att_direct(m)) { /* out and the stored probabilities rounded as they are written */
+    } else if (acts_direct(m)) { /* out and the stored probabilities rounded as they are written */
         attention_forward_bf16((struct act_out){.b16 = v->store[ACT_ATTY]}, att_dst(v, false), v->store[ACT_QKV],
                                m->att_scratch, m->B, m->shape.T, Cl, m->NHl, fc);
     } else if (cp_ring_on(m)) { /* context parallel: every rank's keys, by ring (flash only) */
@@ -394,7 +394,7 @@ static void layer_forward(struct gpt *m, struct operand x, struct layer_view *v,
         attention_forward(a[ACT_ATTY], a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, Cl, m->NHl, fc);
         acts_round(m, v, ACT_ATT, acts_numel(m, ACT_ATT));
     }
-    if (!acts_att_direct(m)) acts_round(m, v, ACT_ATTY, acts_numel(m, ACT_ATTY));
+    if (!acts_direct(m)) acts_round(m, v, ACT_ATTY, acts_numel(m, ACT_ATTY));
     row_parallel_forward(m, tmp, v, ACT_ATTY, wop(m, w, LAYER_ATTPROJ_W), wt(m, w, LAYER_ATTPROJ_B), Cl);
     if (x.b16) {
         residual_forward_bf16(v->store[ACT_RES2], x.b16, tmp, (int64_t)nl, fc);
@@ -498,7 +498,7 @@ void gpt_layer_backward(struct gpt *m, int s, int l, struct operand w, float *dw
      * values equal the forward's bit for bit (rounded alike in bf16). */
     if (m->recompute == RECOMPUTE_FULL) layer_forward(m, x, &v, w, NULL, NULL);
     if (m->recompute == RECOMPUTE_SELECTIVE && !flash(m)) { /* flash: nothing was dropped */
-        if (acts_att_direct(m)) {
+        if (acts_direct(m)) {
             attention_forward_bf16((struct act_out){.f32 = m->dtemp_btc}, att_dst(&v, true), v.store[ACT_QKV],
                                    m->att_scratch, m->B, m->shape.T, Cl, m->NHl, fc);
         } else {
@@ -513,7 +513,7 @@ void gpt_layer_backward(struct gpt *m, int s, int l, struct operand w, float *dw
      * g's backward is the identity: dresid reaches the row-parallel
      * projections whole; their bias gradients come out alike on every rank
      * (with sp: g-bar gathers it whole first). */
-    bool g16 = acts_grads_bf16(m);
+    bool g16 = acts_direct(m);
     struct act_out dfc = g16 ? (struct act_out){.b16 = m->dfc16} : (struct act_out){.f32 = m->dfc};
     struct act_out dtemp = {.f32 = m->dtemp_btc};
     layer_matmul_backward(m, dfc, dwt(m, dw, LAYER_FCPROJ_W), dwt(m, dw, LAYER_FCPROJ_B), dresid_in(m), &v,
@@ -537,10 +537,10 @@ void gpt_layer_backward(struct gpt *m, int s, int l, struct operand w, float *dw
                                         v.store[ACT_ATTY], a[ACT_ATT]);
     else if (cp_ring_on(m))
         cp_ring_attention_backward(m, m->dqkv, m->att_scratch, m->dtemp_btc, a[ACT_QKV], a[ACT_ATTY], a[ACT_ATT]);
-    else if (acts_att_direct(m) && flash(m))
+    else if (acts_direct(m) && flash(m))
         attention_lse_backward_bf16(m->dqkv16, m->att_scratch, m->dtemp_btc, v.store[ACT_QKV], v.store[ACT_ATTY],
                                     a[ACT_ATT], m->B, m->shape.T, Cl, m->NHl, fc);
-    else if (acts_att_direct(m))
+    else if (acts_direct(m))
         attention_backward_bf16(m->dqkv16, m->dtemp_btc, v.store[ACT_QKV], att_src(&v), m->att_scratch, m->B,
                                 m->shape.T, Cl, m->NHl, fc);
     else if (flash(m))
@@ -564,7 +564,7 @@ void gpt_embed_backward(struct gpt *m, int s, float *dw_embed) {
     struct vocab_slice v = tp_vocab_slice(m->lay);
     float *dwte = dw_embed + m->lay->embed_offset[EMB_WTE], *dwpe = dw_embed + m->lay->embed_offset[EMB_WPE];
     /* with cp at global positions; bf16 (no sp): the stream's gradient whole */
-    struct operand d = acts_grads_bf16(m) ? (struct operand){.b16 = m->dresid16}
+    struct operand d = acts_direct(m) ? (struct operand){.b16 = m->dresid16}
                                           : (struct operand){.f32 = conj_row_output_grad(m)};
     cp_embedding_backward(m, dwte, dwpe, d, m->slot[s].inputs, v.v0, v.Vl);
     m->flops->other += 2.0 * (double)btc(m);

@@ -2,8 +2,8 @@
  * saved tensor of a layer lives and in which dtype (the per-layer block in
  * act_dtype, the one-layer fp32 working copies, the bf16 stores the bf16
  * data path's kernels read and write as they are), the predicates that
- * choose the path (gemm_reads_store, acts_direct, att_direct,
- * grads_bf16), and the residual stream's entries as the layers read them. */
+ * choose the path (gemm_reads_store, acts_direct), and the residual
+ * stream's entries as the layers read them. */
 #include "gpt_acts.h"
 
 #include "conversions.h"
@@ -70,35 +70,26 @@ static bool gemm_input(enum layer_act a) {
     return a == ACT_LN1 || a == ACT_ATTY || a == ACT_LN2 || a == ACT_FCH_GELU;
 }
 
-/* Whether the LayerNorms and residual adds read and write the bf16 stores
- * too (layernorm_*_bf16, residual_forward_bf16): the bf16 data path, where
- * the GEMMs read the stores, on the host (the GPU keeps its verified path:
- * fp32 working copies). Then the residual stream, ln1, res2 and ln2 are
- * never widened or kept in fp32, and the LayerNorms' and residual adds'
- * results are rounded once, as they are stored. */
+/* The bf16 data path: where the GEMMs read the stores, on the host (the
+ * GPU keeps its verified path: fp32 working copies), every kernel reads
+ * and writes the bf16 stores as they are, loads bf16, computes in fp32
+ * and rounds once as it stores (layers.h states each rounding point):
+ * - the LayerNorms and residual adds (layernorm_*_bf16,
+ *   residual_forward_bf16): the residual stream, ln1, res2 and ln2 are
+ *   never widened or kept in fp32;
+ * - the attention (attention_*_bf16, attention_lse_*_bf16, and with context
+ *   parallelism the ring's cp_ring_attention_*_bf16): qkv's GEMM writes its
+ *   bf16 store (matmul_forward_mixed's bf16 output), and qkv, the
+ *   probabilities and the attention output have no fp32 copy: the kernel
+ *   widens one head at a time into its threads' tiles (att_scratch);
+ * - the activation gradients passed between kernels (the stream's dresid,
+ *   the FC features' dfc, dqkv; layernorm_backward_bf16,
+ *   gelu_backward_bf16_grads, attention_*backward_bf16,
+ *   cp_ring_attention_backward_bf16, the GEMMs' bf16 dinp, which read them
+ *   as they are): the stream's gradient is rounded at each LayerNorm's
+ *   accumulation into it, the FC feature gradient where its GEMM writes it
+ *   and GELU's backward stores it, dqkv where the attention stores it. */
 bool acts_direct(const struct gpt *m) { return acts_gemm_reads_store(m) && m->space == MEM_HOST; }
-
-/* Whether the attention reads and writes the bf16 stores too
- * (attention_*_bf16, attention_lse_*_bf16, and with context parallelism
- * the ring's cp_ring_attention_*_bf16): on the bf16 data path. Then qkv's
- * GEMM writes its bf16 store (rounded once, matmul_forward_mixed's bf16
- * output), and qkv, the probabilities and the attention output have no fp32
- * copy: the kernel widens one head at a time into its threads' tiles
- * (att_scratch). */
-bool acts_att_direct(const struct gpt *m) { return acts_direct(m); }
-
-/* Whether the activation gradients passed between kernels (the stream's
- * dresid, the FC features' dfc, dqkv) are bf16 too: on the bf16 data path
- * with its attention, the ring's included. Each kernel
- * loads them, computes in fp32 and rounds once as it stores (layers.h:
- * layernorm_backward_bf16, gelu_backward_bf16_grads, attention_*backward_bf16,
- * cp_ring_attention_backward_bf16, the GEMMs' bf16 dinp), the GEMMs read
- * them as they are: the stream's
- * gradient is rounded at each LayerNorm's accumulation into it, the FC
- * feature gradient where its GEMM writes it and GELU's backward stores
- * it, dqkv where the attention stores it (the values the QKV GEMM read
- * rounded already). */
-bool acts_grads_bf16(const struct gpt *m) { return acts_att_direct(m); }
 
 /* The saved tensors the backward reads only from the store when the GEMMs
  * do: the GEMMs' inputs but the attention output (which also feeds flash

@@ -27,14 +27,11 @@ size_t acts_block_total(const struct gpt *m);
  * activations (not full recompute's). */
 size_t acts_work_total(const struct gpt *m);
 
-/* The path: the layer GEMMs read the bf16 stores (gemm_reads_store); the
- * LayerNorms, residual adds and GELU too, on the host (acts_direct); the
- * attention too, the ring's included (att_direct); the activation gradients
- * passed between kernels bf16 (grads_bf16). gpt_acts.c says why each. */
+/* The path: the layer GEMMs read the bf16 stores (gemm_reads_store); on
+ * the host every kernel does, the attention (the ring's included) and the
+ * activation gradients too (acts_direct). gpt_acts.c says why each. */
 bool acts_gemm_reads_store(const struct gpt *m);
 bool acts_direct(const struct gpt *m);
-bool acts_att_direct(const struct gpt *m);
-bool acts_grads_bf16(const struct gpt *m);
 
 /* A just-computed saved tensor rounded to what act_dtype holds (and
  * stored); acts_round: layer tensor a of view v, as the view keeps it. */

@@ -33,7 +33,7 @@
  *   and each block's dK, dV accumulator travels with it, collecting every
  *   rank's contribution, then one last hop home: dQ stays local.
  *
- * On the bf16 data path (acts_att_direct) the ring reads and writes the
+ * On the bf16 data path (acts_direct) the ring reads and writes the
  * bf16 stores as the single-rank bf16 flash attention does
  * (attention_lse_*_bf16, include/layers.h): each thread widens its head's
  * q and the block's k, v into its fp32 tiles and runs the fp32 rows on

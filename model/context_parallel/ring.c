@@ -31,9 +31,9 @@ struct ring {
 };
 
 /* The dtype K and V are stored and sent in: the saved qkv's on the bf16
- * data path (att_direct), else fp32. The dK, dV accumulators stay fp32
+ * data path (acts_direct), else fp32. The dK, dV accumulators stay fp32
  * (each rank adds to them: rounding there would round cp times). */
-static enum dtype ring_kv_dtype(const struct gpt *m) { return acts_att_direct(m) ? DTYPE_BF16 : DTYPE_FP32; }
+static enum dtype ring_kv_dtype(const struct gpt *m) { return acts_direct(m) ? DTYPE_BF16 : DTYPE_FP32; }
 
 static size_t kv_numel(const struct gpt *m) { return (size_t)m->B * m->shape.T * 2 * m->Cl; }
 

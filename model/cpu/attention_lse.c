@@ -168,6 +168,11 @@ float *attention_lse_tiles(float *scratch, int64_t B, int64_t T, int64_t NH, int
            (size_t)omp_get_thread_num() * LSE_TILES * (size_t)T * (size_t)hs;
 }
 
+/* The row's hs values of tile row src rounded once into dst (bf16). */
+static void narrow_row(bf16 *dst, const float *src, int64_t hs) {
+    for (int64_t d = 0; d < hs; d++) dst[d] = f32_to_bf16(src[d]);
+}
+
 void attention_lse_forward_bf16_cpu(bf16 *out, float *lse, const bf16 *qkv, float *scratch, int64_t B, int64_t T,
                                     int64_t C, int64_t NH, struct flop_counter *fc) {
     const int64_t hs = C / NH, C3 = 3 * C;
@@ -180,15 +185,9 @@ void attention_lse_forward_bf16_cpu(bf16 *out, float *lse, const bf16 *qkv, floa
         act_widen_qkv(q, k, v, q16, C, T, hs);
         for (int64_t t = 0; t < T; t++)
             attention_lse_forward_row(y + t * hs, lse + bh * T + t, q + t * hs, k, v, t + 1, hs, hs, scale);
-        for (int64_t t = 0; t < T; t++)
-            for (int64_t d = 0; d < hs; d++) out[(b * T + t) * C + h * hs + d] = f32_to_bf16(y[t * hs + d]);
+        for (int64_t t = 0; t < T; t++) narrow_row(out + (b * T + t) * C + h * hs, y + t * hs, hs);
     }
     count_forward(fc, B, T, NH, hs);
-}
-
-/* The row's hs values of tile row src rounded once into dst (bf16). */
-static void narrow_row(bf16 *dst, const float *src, int64_t hs) {
-    for (int64_t d = 0; d < hs; d++) dst[d] = f32_to_bf16(src[d]);
 }
 
 void attention_lse_backward_bf16_cpu(bf16 *dqkv, float *scratch, const float *dout, const bf16 *qkv, const bf16 *out,

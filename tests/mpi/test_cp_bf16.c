@@ -3,8 +3,7 @@
  * test's counter carries no oneDNN context, so every CPU runs it, as
  * tests/test_model.c's bf16 path tests):
  *   - the engine takes the path: the ring reads and writes the bf16 stores
- *     (acts_att_direct) and the activation gradients are bf16
- *     (acts_grads_bf16);
+ *     and the activation gradients are bf16 (acts_direct);
  *   - one micro-batch's loss and gradient (each rank its T/cp positions,
  *     dloss 1/cp, the gradients summed over the group) equal the one-process
  *     bf16 data path's on the whole sequences within the bounds the bf16
@@ -117,7 +116,7 @@ static void test_cp_bf16_path_equals_one_process(void **state) {
     cp_keep_positions(s, local + B * T, B);
 
     struct harness *h1 = harness_of(&one, GEMM_DTYPE_BF16), *hc = harness_of(&g, GEMM_DTYPE_BF16);
-    bool path = acts_att_direct(&hc->e.model) && acts_grads_bf16(&hc->e.model) && cp_ring_on(&hc->e.model);
+    bool path = acts_direct(&hc->e.model) && cp_ring_on(&hc->e.model);
     size_t psi = h1->e.lay.total;
     engine_zero_grads(&h1->e);
     engine_zero_grads(&hc->e);

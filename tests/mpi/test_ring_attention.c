@@ -171,7 +171,7 @@ static void test_ring_bf16_equals_fp32_ring_rounded(void **state) {
     for (size_t i = 0; i < l1; i++) out[i] = bf16_to_f32(f32_to_bf16(out[i])); /* D from the stored output */
     cp_ring_attention_backward(&m32, dqkv, D, dout_l, q_l, out, lse);
 
-    /* the bf16 data path's ring (acts_att_direct: bf16 activations and GEMMs, host) */
+    /* the bf16 data path's ring (acts_direct: bf16 activations and GEMMs, host) */
     struct gpt m16 = m32;
     m16.flops = &fc16, m16.act_dtype = DTYPE_BF16, m16.gemm_dtype = DTYPE_BF16;
     gpt_set_context_parallel(&m16, cp, &mem);

@@ -12,7 +12,7 @@ struct cp_comm_theory theory_trainer_cp_comm(const struct config *c, struct rank
     double n = rank_layers(&lay.rank), m = c->grad_accum;
     /* K and V travel in the stores' dtype, their gradients in fp32
      * (model/context_parallel/ring.c) */
-    t.kv_elem = theory_trainer_att_direct(c, p) ? sizeof(bf16) : sizeof(float);
+    t.kv_elem = theory_trainer_acts_direct(c, p) ? sizeof(bf16) : sizeof(float);
     t.kv = B * Tl * 2 * Cl * t.kv_elem;
     t.dkv = B * Tl * 2 * Cl * sizeof(float);
     t.layer_forward = (cp - 1) * t.kv;

@@ -363,12 +363,7 @@ static bool acts_direct(const struct config *c, bool sp) {
     return c->act_dtype == DTYPE_BF16 && c->recompute != RECOMPUTE_FULL && !sp && cpu_bf16_gemms(c);
 }
 
-/* Whether the attention reads and writes the bf16 stores as well
- * (model/gpt.c's att_direct: attention_*_bf16, attention_lse_*_bf16, the
- * ring's cp_ring_attention_*_bf16): on the bf16 data path. */
-static bool att_direct(const struct config *c, bool sp) { return acts_direct(c, sp); }
-
-bool theory_trainer_att_direct(const struct config *c, struct rank_place p) { return att_direct(c, sp_on(c, p)); }
+bool theory_trainer_acts_direct(const struct config *c, struct rank_place p) { return acts_direct(c, sp_on(c, p)); }
 
 /* Elements per token of model/gpt.c's one-layer fp32 working buffer with
  * bf16 activations (not full recompute's: that is an activation): the
@@ -568,11 +563,11 @@ struct scratch_theory theory_trainer_scratch(const struct config *whole, struct 
     /* the bf16 attention's tiles per thread (attention_bf16_scratch: P
      * and dS, T x T, q, k, v and the output, T x hs; flash's
      * attention_lse_bf16_scratch: q, k, v, the output, dk and dv) */
-    double hs = C / c->n_head, tiles = !att_direct(c, sp) ? 0 : flash(c) ? 6 * T * hs : 2 * T * T + 4 * T * hs;
+    double hs = C / c->n_head, tiles = !acts_direct(c, sp) ? 0 : flash(c) ? 6 * T * hs : 2 * T * T + 4 * T * hs;
     double att = flash(c) ? B * NHl * T + head_threads * tiles : head_threads * (tiles ? tiles : T * T);
     /* d residual, d fc and d qkv: bf16 on the bf16 data path with its
-     * attention (model/gpt.c's grads_bf16), else fp32; d temp fp32 */
-    s.persistent += (ns + 7 * nl) * (att_direct(c, sp) ? 2 : 4) + n * 4 + att * 4;
+     * attention (model/gpt_acts.c's acts_direct), else fp32; d temp fp32 */
+    s.persistent += (ns + 7 * nl) * (acts_direct(c, sp) ? 2 : 4) + n * 4 + att * 4;
     if (sp) s.persistent += (n + 4 * C) * 4;
     /* train/run/run_loop.c: the batch's inputs and targets, whole sequences
      * (a cp rank keeps its positions in place) */
@@ -581,7 +576,7 @@ struct scratch_theory theory_trainer_scratch(const struct config *whole, struct 
      * dtype), dK,dV blocks and a block's output (fp32) */
     if (rank_place_cp(p) > 1)
         s.persistent += (double)gpt_ring_bytes((int)B, c->seq_len, c->d_model / tp, c->n_head / tp,
-                                               att_direct(c, sp) ? sizeof(bf16) : sizeof(float));
+                                               acts_direct(c, sp) ? sizeof(bf16) : sizeof(float));
     /* parallel/pipeline/schedule.c: the step's order, 2 m v operations */
     s.persistent += 2.0 * c->grad_accum * config_chunks(c) * sizeof(struct pipe_op);
     s.persistent += (double)trace_capacity(c) * sizeof(struct trace_event); /* --trace: the recorder's events */
