@@ -50,6 +50,7 @@
 
 #include "collectives.h"
 #include "counters.h"
+#include "device.h"
 #include "dtype.h"
 #include "layers.h"
 #include "layout.h"
@@ -146,6 +147,8 @@ struct gpt {
     enum attention_kind attention;
     int cp_size;           /* the context-parallel group's size (gpt_init_chunks' cp) */
     enum dtype gemm_dtype; /* the layer GEMMs' operands (gpt_init_chunks) */
+    enum gpu_path gpu_path; /* the run's --gpu_path: v2 runs the bf16 data path on device memory too
+                             * (gpt_acts.c: acts_direct); v1 (and every CPU run) as before */
     enum mem_space space; /* where its buffers live: its buffer operations run there (bufops.h) */
     struct flop_counter *flops;
     int n_slots;
@@ -197,11 +200,12 @@ size_t gpt_layer_act_numel(const struct model_shape *s, int B, int tp, bool sp, 
  * an allocation failure the tracker records it (mem_failed) and the model
  * must only be freed. cp: the context-parallel group's size (the ring
  * attention, gpt_set_context_parallel; on the bf16 data path it reads
- * and writes the bf16 stores as the single-rank attention does). */
+ * and writes the bf16 stores as the single-rank attention does). gpu_path:
+ * the run's --gpu_path (v2: the bf16 data path on device memory too). */
 void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const int *chunk_slots,
                      enum dtype act_dtype, enum dtype gemm_dtype, enum recompute_mode recompute,
-                     enum attention_kind attention, bool sequence_parallel, int cp, struct mem_tracker *mem,
-                     enum mem_space space, struct flop_counter *flops);
+                     enum attention_kind attention, bool sequence_parallel, int cp, enum gpu_path gpu_path,
+                     struct mem_tracker *mem, enum mem_space space, struct flop_counter *flops);
 /* gemm_dtype above: the run's GEMM operands (config key gemm_dtype as the
  * run resolved it). With bf16 GEMMs and bf16 activations (no full
  * recompute, no sequence parallelism) the model runs its bf16 data path:

@@ -70,8 +70,10 @@ static bool gemm_input(enum layer_act a) {
     return a == ACT_LN1 || a == ACT_ATTY || a == ACT_LN2 || a == ACT_FCH_GELU;
 }
 
-/* The bf16 data path: where the GEMMs read the stores, on the host (the
- * GPU keeps its verified path: fp32 working copies), every kernel reads
+/* The bf16 data path: where the GEMMs read the stores, on the host, or on
+ * a GPU under --gpu_path v2 (v1, the verified default, keeps its path:
+ * fp32 working copies; the trainer refuses at start-up what v2 cannot
+ * run, train/config/config_model.c: config_check_gpu_path), every kernel reads
  * and writes the bf16 stores as they are, loads bf16, computes in fp32
  * and rounds once as it stores (layers.h states each rounding point):
  * - the LayerNorms and residual adds (layernorm_*_bf16,
@@ -89,7 +91,9 @@ static bool gemm_input(enum layer_act a) {
  *   as they are): the stream's gradient is rounded at each LayerNorm's
  *   accumulation into it, the FC feature gradient where its GEMM writes it
  *   and GELU's backward stores it, dqkv where the attention stores it. */
-bool acts_direct(const struct gpt *m) { return acts_gemm_reads_store(m) && m->space == MEM_HOST; }
+bool acts_direct(const struct gpt *m) {
+    return acts_gemm_reads_store(m) && (m->space == MEM_HOST || m->gpu_path == GPU_PATH_V2);
+}
 
 /* The saved tensors the backward reads only from the store when the GEMMs
  * do: the GEMMs' inputs but the attention output (which also feeds flash

@@ -98,7 +98,7 @@ int engine_init(struct engine *e, const struct engine_options *o, const struct m
         return -1;
     }
     gpt_init_chunks(&e->model, &e->model_lay, o->micro_batch, slots, o->act_dtype, o->gemm_dtype, o->recompute,
-                    o->attention, o->sequence_parallel, grid->cp_comm.size, mem, space, flops);
+                    o->attention, o->sequence_parallel, grid->cp_comm.size, o->gpu_path, mem, space, flops);
     /* tensor parallelism: the model's f and g run over the tp group, and
      * the gradient norm sums the slices' squares over it */
     e->model.tp = &grid->tp_comm;

@@ -3,6 +3,8 @@
  * the optimizer), read off its keys in one place. */
 #include "config.h"
 
+#include <stdio.h>
+
 #include "engine.h"
 #include "onednn_gemms.h"
 
@@ -16,6 +18,28 @@ enum dtype config_gemm_dtype(const struct config *c, bool on_gpu, const char *cp
     if (c->param_dtype != DTYPE_BF16) return DTYPE_FP32;
     if (on_gpu) return DTYPE_BF16;
     return onednn_bf16_missing(cpu_flags) ? DTYPE_FP32 : DTYPE_BF16;
+}
+
+int config_check_gpu_path(const struct config *c, char *err, size_t err_len) {
+    if (c->device != DEVICE_CUDA || c->gpu_path != GPU_PATH_V2) return 0;
+    const char *why = NULL;
+    if (config_gemm_dtype(c, true, "") != DTYPE_BF16)
+        why = "it needs bf16 GEMMs (--gemm_dtype bf16, or auto with --param_dtype bf16)";
+    else if (c->act_dtype != DTYPE_BF16)
+        why = "it needs bf16 activations (--act_dtype bf16)";
+    else if (c->recompute == RECOMPUTE_FULL)
+        why = "--recompute full keeps no bf16 stores for its kernels to read (use none or selective)";
+    else if (c->sequence_parallel && c->tp > 1)
+        why = "--sequence_parallel 1 at tp > 1 gathers fp32 views around its GEMMs";
+    else if (c->attention == ATTENTION_PLAIN)
+        why = "--attention plain with --gpu_path v2: the plain attention has no device form on v2 yet "
+              "(use --attention flash)";
+    else if (c->cp > 1)
+        why = "--cp > 1 with --gpu_path v2: context parallelism's ring has no device form on v2 yet";
+    if (!why) return 0;
+    snprintf(err, err_len, "--gpu_path v2 runs the bf16 data path on the GPU, and this run cannot take it: %s; "
+             "--gpu_path v1 (the default) runs it", why);
+    return -1;
 }
 
 struct engine_options trainer_engine_options(const struct config *c) {
@@ -35,6 +59,7 @@ struct engine_options trainer_engine_options(const struct config *c) {
                                    /* auto is the trainer's to resolve (it knows the machine:
                                     * trainer_open_kernels, tr->gemm_dtype); fp32 here */
                                    .gemm_dtype = c->gemm_dtype == GEMM_DTYPE_BF16 ? DTYPE_BF16 : DTYPE_FP32,
+                                   .gpu_path = c->gpu_path,
                                    .sequence_parallel = c->sequence_parallel,
                                    .init_std = c->init_std, .zero = z,
                                    .micro_batches = c->grad_accum * config_chunks(c)};

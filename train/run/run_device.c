@@ -74,6 +74,7 @@ int trainer_open_kernels(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     if (check_device_adafactor(tr, err) != 0) return -1;
     if (tr->space == MEM_HOST) return open_cpu_kernels(tr, err);
     const struct config *c = tr->cfg; /* a GPU has tensor cores: auto follows the params */
+    if (config_check_gpu_path(c, err, TRAINER_ERR_LEN) != 0) return -1;
     tr->gemm_dtype = config_gemm_dtype(c, true, "");
     bool bf16 = tr->gemm_dtype == DTYPE_BF16;
     char e[DEVICE_ERR_LEN];

@@ -356,11 +356,19 @@ static bool cpu_bf16_gemms(const struct config *c) {
     return config_gemm_dtype(c, false, flags) == DTYPE_BF16;
 }
 
+/* The GPU's bf16 GEMMs on --gpu_path v2 (config_check_gpu_path refuses a
+ * v2 run that would not take its bf16 data path). */
+static bool v2_bf16_gemms(const struct config *c) {
+    return c->device == DEVICE_CUDA && c->gpu_path == GPU_PATH_V2 && config_gemm_dtype(c, true, "") == DTYPE_BF16;
+}
+
 /* Whether model/gpt.c runs its bf16 data path (acts_direct: the kernels
  * read and write the bf16 stores): bf16 activations and bf16 GEMMs on the
- * CPU, without full recompute or sequence parallelism. */
+ * CPU, or on a GPU under --gpu_path v2, without full recompute or
+ * sequence parallelism. */
 static bool acts_direct(const struct config *c, bool sp) {
-    return c->act_dtype == DTYPE_BF16 && c->recompute != RECOMPUTE_FULL && !sp && cpu_bf16_gemms(c);
+    return c->act_dtype == DTYPE_BF16 && c->recompute != RECOMPUTE_FULL && !sp &&
+           (cpu_bf16_gemms(c) || v2_bf16_gemms(c));
 }
 
 bool theory_trainer_acts_direct(const struct config *c, struct rank_place p) { return acts_direct(c, sp_on(c, p)); }

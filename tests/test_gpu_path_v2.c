@@ -1,0 +1,125 @@
+/* --gpu_path v2 reaching the model (issue 24, Deliver 1): the one
+ * predicate that chooses the bf16 data path (model/gpt_acts.c:
+ * acts_direct) is on for v2 on device memory, off for v1 there (v1's
+ * verified path: fp32 working copies) and unchanged on the host; the
+ * theory of what a run allocates follows it (theory_trainer_acts_direct);
+ * and the trainer refuses at start-up, naming it, every combination v2
+ * cannot run on a GPU (config_check_gpu_path), never falling back to v1.
+ * Host logic only: no device memory is touched. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "../model/gpt_acts.h"
+#include "accounting.h"
+#include "config.h"
+
+/* A model as gpt_init_chunks would set the fields acts_direct reads. */
+static struct gpt model_on(enum mem_space space, enum gpu_path path) {
+    return (struct gpt){.act_dtype = DTYPE_BF16, .gemm_dtype = DTYPE_BF16, .recompute = RECOMPUTE_NONE,
+                        .attention = ATTENTION_FLASH, .space = space, .gpu_path = path};
+}
+
+static void test_acts_direct_by_path(void **state) {
+    (void)state;
+    struct gpt m = model_on(MEM_DEVICE, GPU_PATH_V1);
+    assert_true(acts_gemm_reads_store(&m));
+    assert_false(acts_direct(&m)); /* v1 on the GPU: exactly as before */
+    m.gpu_path = GPU_PATH_V2;
+    assert_true(acts_direct(&m));
+    m = model_on(MEM_HOST, GPU_PATH_V1);
+    assert_true(acts_direct(&m)); /* the CPU's path, whatever the GPU path */
+    /* v2 does not widen the premise: no bf16 stores read by the GEMMs, no
+     * data path */
+    struct gpt off[4];
+    for (int i = 0; i < 4; i++) off[i] = model_on(MEM_DEVICE, GPU_PATH_V2);
+    off[0].gemm_dtype = DTYPE_FP32;
+    off[1].act_dtype = DTYPE_FP32;
+    off[2].recompute = RECOMPUTE_FULL;
+    off[3].sp = true;
+    for (int i = 0; i < 4; i++) assert_false(acts_direct(&off[i]));
+}
+
+/* A GPU run's config that v2 takes: bf16 params (auto GEMMs: bf16 on a
+ * GPU), bf16 activations, flash attention, one cp rank. */
+static struct config v2_config(void) {
+    struct config c;
+    config_defaults(&c);
+    c.device = DEVICE_CUDA;
+    c.gpu_path = GPU_PATH_V2;
+    c.param_dtype = DTYPE_BF16;
+    c.act_dtype = DTYPE_BF16;
+    c.attention = ATTENTION_FLASH;
+    c.recompute = RECOMPUTE_NONE;
+    return c;
+}
+
+static void refused(const struct config *c, const char *names) {
+    char err[512] = "";
+    assert_int_equal(config_check_gpu_path(c, err, sizeof err), -1);
+    assert_non_null(strstr(err, "--gpu_path v2 runs the bf16 data path on the GPU"));
+    assert_non_null(strstr(err, names));
+}
+
+static void test_start_up_errors(void **state) {
+    (void)state;
+    char err[512] = "";
+    struct config c = v2_config();
+    assert_int_equal(config_check_gpu_path(&c, err, sizeof err), 0);
+    c.attention = ATTENTION_PLAIN;
+    refused(&c, "--attention plain with --gpu_path v2");
+    c = v2_config();
+    c.cp = 2;
+    refused(&c, "--cp > 1 with --gpu_path v2");
+    c = v2_config();
+    c.gemm_dtype = GEMM_DTYPE_FP32;
+    refused(&c, "bf16 GEMMs");
+    c = v2_config();
+    c.param_dtype = DTYPE_FP32; /* auto follows the params: fp32 */
+    refused(&c, "bf16 GEMMs");
+    c = v2_config();
+    c.act_dtype = DTYPE_FP32;
+    refused(&c, "--act_dtype bf16");
+    c = v2_config();
+    c.recompute = RECOMPUTE_FULL;
+    refused(&c, "--recompute full");
+    c = v2_config();
+    c.tp = 2;
+    c.sequence_parallel = true;
+    refused(&c, "--sequence_parallel 1");
+    /* v1 takes every one of them, as before; so does a CPU run (device_open
+     * refuses v2 there, before this check) */
+    c = v2_config();
+    c.attention = ATTENTION_PLAIN;
+    c.cp = 2;
+    c.gpu_path = GPU_PATH_V1;
+    assert_int_equal(config_check_gpu_path(&c, err, sizeof err), 0);
+    c.gpu_path = GPU_PATH_V2;
+    c.device = DEVICE_CPU;
+    assert_int_equal(config_check_gpu_path(&c, err, sizeof err), 0);
+}
+
+/* The memory theory's predicate follows the model's: v2 on the GPU is the
+ * bf16 data path, v1 there is not. */
+static void test_theory_follows(void **state) {
+    (void)state;
+    struct config c = v2_config();
+    c.gemm_dtype = GEMM_DTYPE_BF16;
+    struct rank_place p = {0};
+    assert_true(theory_trainer_acts_direct(&c, p));
+    c.gpu_path = GPU_PATH_V1;
+    assert_false(theory_trainer_acts_direct(&c, p));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_acts_direct_by_path),
+        cmocka_unit_test(test_start_up_errors),
+        cmocka_unit_test(test_theory_follows),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
