@@ -29,6 +29,10 @@ extern "C" {
  * is int in Debian's OpenBLAS (built without INTERFACE64). */
 #define MATMUL_MAX_DIM ((int64_t)INT_MAX)
 
+/* The FLOPs the elementwise and row kernels count per element, every
+ * backend alike (fc->other). */
+enum { LN_FLOPS_FWD_PER_ELEM = 7, LN_FLOPS_BWD_PER_ELEM = 12, GELU_FLOPS_FWD = 8, GELU_FLOPS_BWD = 16 };
+
 /* out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]. The two take no counter (no
  * FLOPs: the model calls the embedding_rows_* forms), so the space their
  * buffers live in is an argument. */
@@ -495,6 +499,23 @@ void gelu_backward_cuda(float *dinp, const float *inp, const float *dout, int64_
 void gelu_forward_bf16_cuda(bf16 *out, bf16 *pre_store, const float *pre, int64_t n, struct flop_counter *fc);
 void gelu_backward_bf16_cuda(float *dinp, const bf16 *inp, const float *dout, int64_t n, struct flop_counter *fc);
 void residual_forward_cuda(float *out, const float *a, const float *b, int64_t n, struct flop_counter *fc);
+/* The bf16 data path's forms on the device (model/cuda/v2/: rows_v2.cu,
+ * matmul_mixed.cu; the model calls them there under --gpu_path v2 only,
+ * model/gpt_acts.c: acts_direct). Their numerics against the CPU's:
+ * docs/GPU.md, "v2 so far". */
+void layernorm_forward_bf16_cuda(bf16 *out, float *mean, float *rstd, const bf16 *inp, const float *weight,
+                                 const float *bias, int64_t N, int64_t C, struct flop_counter *fc);
+void layernorm_backward_bf16_cuda(struct act_out dinp, float *dweight, float *dbias, const float *dout,
+                                  const bf16 *inp, const float *weight, const float *mean, const float *rstd,
+                                  int64_t N, int64_t C, struct flop_counter *fc);
+void residual_forward_bf16_cuda(bf16 *out, const bf16 *a, const float *b, int64_t n, struct flop_counter *fc);
+void gelu_backward_bf16_grads_cuda(bf16 *dinp, const bf16 *inp, const bf16 *dout, int64_t n,
+                                   struct flop_counter *fc);
+void matmul_forward_mixed_cuda(struct act_out out, struct operand inp, struct operand weight, const float *bias,
+                               int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
+void matmul_backward_mixed_cuda(struct act_out dinp, float *dweight, float *dbias, struct operand dout,
+                                struct operand inp, struct operand weight, int64_t N, int64_t C, int64_t OC,
+                                struct flop_counter *fc);
 double crossentropy_forward_backward_cuda(float *logits, float *losses, const int32_t *targets, int64_t N,
                                           int64_t V, int64_t Vp, float dloss, struct flop_counter *fc);
 void crossentropy_row_max_cuda(const float *logits, float *maxv, int64_t N, int64_t Vl, int64_t valid);

@@ -89,18 +89,20 @@ void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *
 
 void layernorm_forward_bf16(bf16 *out, float *mean, float *rstd, const bf16 *inp, const float *weight,
                             const float *bias, int64_t N, int64_t C, struct flop_counter *fc) {
-    if (on_device(fc)) host_only(__func__);
-    struct kernel_span t = kernel_span_begin(fc, false);
-    layernorm_forward_bf16_cpu(out, mean, rstd, inp, weight, bias, N, C, fc);
+    bool dev = on_device(fc);
+    struct kernel_span t = kernel_span_begin(fc, dev);
+    if (dev) ON_DEVICE(layernorm_forward_bf16_cuda(out, mean, rstd, inp, weight, bias, N, C, fc));
+    else layernorm_forward_bf16_cpu(out, mean, rstd, inp, weight, bias, N, C, fc);
     kernel_span_end(fc, t, KERNEL_LAYERNORM_FWD);
 }
 
 void layernorm_backward_bf16(struct act_out dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
                              const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
                              struct flop_counter *fc) {
-    if (on_device(fc)) host_only(__func__);
-    struct kernel_span t = kernel_span_begin(fc, false);
-    layernorm_backward_bf16_cpu(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, fc);
+    bool dev = on_device(fc);
+    struct kernel_span t = kernel_span_begin(fc, dev);
+    if (dev) ON_DEVICE(layernorm_backward_bf16_cuda(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, fc));
+    else layernorm_backward_bf16_cpu(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, fc);
     kernel_span_end(fc, t, KERNEL_LAYERNORM_BWD);
 }
 
@@ -171,18 +173,20 @@ void matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const float
 
 void matmul_forward_mixed(struct act_out out, struct operand inp, struct operand weight, const float *bias, int64_t N,
                           int64_t C, int64_t OC, struct flop_counter *fc) {
-    if (on_device(fc)) host_only(__func__);
-    struct kernel_span t = kernel_span_begin(fc, false);
-    if (fc->onednn) matmul_forward_onednn(out, inp, weight, bias, N, C, OC, fc);
+    bool dev = on_device(fc);
+    struct kernel_span t = kernel_span_begin(fc, dev);
+    if (dev) ON_DEVICE(matmul_forward_mixed_cuda(out, inp, weight, bias, N, C, OC, fc));
+    else if (fc->onednn) matmul_forward_onednn(out, inp, weight, bias, N, C, OC, fc);
     else matmul_forward_mixed_cpu(out, inp, weight, bias, N, C, OC, fc);
     kernel_span_end(fc, t, KERNEL_MATMUL_FWD);
 }
 
 void matmul_backward_mixed(struct act_out dinp, float *dweight, float *dbias, struct operand dout, struct operand inp,
                            struct operand weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
-    if (on_device(fc)) host_only(__func__);
-    struct kernel_span t = kernel_span_begin(fc, false);
-    if (fc->onednn) matmul_backward_onednn(dinp, dweight, dbias, dout, inp, weight, N, C, OC, fc);
+    bool dev = on_device(fc);
+    struct kernel_span t = kernel_span_begin(fc, dev);
+    if (dev) ON_DEVICE(matmul_backward_mixed_cuda(dinp, dweight, dbias, dout, inp, weight, N, C, OC, fc));
+    else if (fc->onednn) matmul_backward_onednn(dinp, dweight, dbias, dout, inp, weight, N, C, OC, fc);
     else matmul_backward_mixed_cpu(dinp, dweight, dbias, dout, inp, weight, N, C, OC, fc);
     kernel_span_end(fc, t, KERNEL_MATMUL_BWD);
 }
@@ -244,9 +248,10 @@ void gelu_backward_bf16(float *dinp, const bf16 *inp, const float *dout, int64_t
 }
 
 void gelu_backward_bf16_grads(bf16 *dinp, const bf16 *inp, const bf16 *dout, int64_t n, struct flop_counter *fc) {
-    if (on_device(fc)) host_only(__func__);
-    struct kernel_span t = kernel_span_begin(fc, false);
-    gelu_backward_bf16_grads_cpu(dinp, inp, dout, n, fc);
+    bool dev = on_device(fc);
+    struct kernel_span t = kernel_span_begin(fc, dev);
+    if (dev) ON_DEVICE(gelu_backward_bf16_grads_cuda(dinp, inp, dout, n, fc));
+    else gelu_backward_bf16_grads_cpu(dinp, inp, dout, n, fc);
     kernel_span_end(fc, t, KERNEL_GELU);
 }
 
@@ -259,9 +264,10 @@ void residual_forward(float *out, const float *a, const float *b, int64_t n, str
 }
 
 void residual_forward_bf16(bf16 *out, const bf16 *a, const float *b, int64_t n, struct flop_counter *fc) {
-    if (on_device(fc)) host_only(__func__);
-    struct kernel_span t = kernel_span_begin(fc, false);
-    residual_forward_bf16_cpu(out, a, b, n, fc);
+    bool dev = on_device(fc);
+    struct kernel_span t = kernel_span_begin(fc, dev);
+    if (dev) ON_DEVICE(residual_forward_bf16_cuda(out, a, b, n, fc));
+    else residual_forward_bf16_cpu(out, a, b, n, fc);
     kernel_span_end(fc, t, KERNEL_RESIDUAL);
 }
 

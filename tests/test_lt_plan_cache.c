@@ -46,8 +46,11 @@ static void test_every_field_in_the_key(void **state) {
                            lt_shape_of(0, false, false, 64, 96, 136, 128, 96, 96),
                            lt_shape_of(0, false, false, 64, 96, 128, 136, 96, 96),
                            lt_shape_of(0, false, false, 64, 96, 128, 128, 104, 96),
-                           lt_shape_of(0, false, false, 64, 96, 128, 128, 96, 104)};
+                           lt_shape_of(0, false, false, 64, 96, 128, 128, 96, 104),
+                           base};
     int n = (int)(sizeof v / sizeof v[0]), slot[16];
+    v[n - 1] = base; /* the output's dtype: the one field lt_shape_of leaves to the caller */
+    v[n - 1].d_bf16 = 1;
     bool hit;
     for (int i = 0; i < n; i++) {
         slot[i] = lt_cache_slot(c, &v[i], &hit);

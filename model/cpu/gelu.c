@@ -10,8 +10,6 @@
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_CUBIC 0.044715f
 
-enum { GELU_FLOPS_FWD = 8, GELU_FLOPS_BWD = 16 };
-
 static inline float gelu_of(float x) {
     return 0.5f * x * (1.0f + fast_tanhf(GELU_SCALE * (x + GELU_CUBIC * x * x * x)));
 }

@@ -10,8 +10,6 @@
 #include "act_io.h"
 #include "layers.h"
 
-enum { LN_FLOPS_FWD_PER_ELEM = 7, LN_FLOPS_BWD_PER_ELEM = 12 };
-
 #define LAYERNORM_FORWARD(name, OUT_T, IN_T)                                                                     \
     void name(OUT_T *out, float *mean, float *rstd, const IN_T *inp, const float *weight, const float *bias,     \
               int64_t N, int64_t C, struct flop_counter *fc) {                                                   \

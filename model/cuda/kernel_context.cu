@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "kernel_context.h"
+#include "v2/matmul_lt_cached.h"
 
 namespace {
 
@@ -88,6 +89,10 @@ extern "C" struct kernel_context *cuda_kernels_open(bool bf16_gemms, char *err, 
 
 extern "C" void cuda_kernels_close(struct kernel_context *k) {
     if (!k) return;
+    if (k->lt_plans) {
+        lt_cache_free((struct lt_cache *)k->lt_plans);
+        free(k->lt_plans);
+    }
     cublasDestroy((cublasHandle_t)k->cublas);
     cublasLtDestroy((cublasLtHandle_t)k->cublaslt);
     cudaFree(k->lt_workspace);

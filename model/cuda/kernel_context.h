@@ -33,6 +33,8 @@ struct kernel_context {
     bool bf16_gemms;   /* layer GEMMs round their operands to bf16 (nearest even) and accumulate in fp32 on the
                         * tensor cores; false: fp32 operands and fp32 math (no TF32), the CPU's arithmetic */
     struct kernel_timing *timing; /* the spans of include/kernel_timing.h */
+    void *lt_plans;    /* --gpu_path v2's cuBLASLt plans per shape (struct lt_cache, model/cuda/v2/lt_plan_cache.h),
+                        * made by its first GEMM (v2/matmul_mixed.cu), freed with the context; NULL on v1 */
 };
 
 #endif

@@ -13,8 +13,6 @@
 
 namespace {
 
-enum { LN_FLOPS_FWD_PER_ELEM = 7, LN_FLOPS_BWD_PER_ELEM = 12 };  // as model/cpu/layernorm.c counts
-
 __global__ void ln_fwd(float *out, float *mean, float *rstd, const float *inp, const float *weight, const float *bias,
                        int64_t N, int64_t C) {
     __shared__ float s[LAYER_BLOCK];

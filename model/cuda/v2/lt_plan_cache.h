@@ -24,6 +24,7 @@ struct lt_shape {
     int64_t m, n, k, lda, ldb, ldd;
     int32_t epilogue; /* enum lt_epilogue */
     int32_t trans;    /* bit 0: trans_a, bit 1: trans_b */
+    int32_t d_bf16;   /* D (and C) bf16: the bf16 data path's outputs (matmul_mixed.cu); 0: fp32 */
 };
 
 /* What a slot holds: the shape, and cuBLASLt's objects as opaque pointers
@@ -48,19 +49,21 @@ static inline struct lt_shape lt_shape_of(int epilogue, bool trans_a, bool trans
     s.m = m, s.n = n, s.k = k, s.lda = lda, s.ldb = ldb, s.ldd = ldd;
     s.epilogue = epilogue;
     s.trans = (trans_a ? 1 : 0) | (trans_b ? 2 : 0);
+    s.d_bf16 = 0; /* v1's fp32 D; a bf16 D sets it after */
     return s;
 }
 
 static inline bool lt_shape_equal(const struct lt_shape *a, const struct lt_shape *b) {
     return a->m == b->m && a->n == b->n && a->k == b->k && a->lda == b->lda && a->ldb == b->ldb &&
-           a->ldd == b->ldd && a->epilogue == b->epilogue && a->trans == b->trans;
+           a->ldd == b->ldd && a->epilogue == b->epilogue && a->trans == b->trans &&
+           a->d_bf16 == b->d_bf16;
 }
 
 /* FNV-1a over the key's fields (not its bytes: no padding read). */
 static inline uint64_t lt_shape_hash(const struct lt_shape *s) {
-    const int64_t v[8] = {s->m, s->n, s->k, s->lda, s->ldb, s->ldd, s->epilogue, s->trans};
+    const int64_t v[9] = {s->m, s->n, s->k, s->lda, s->ldb, s->ldd, s->epilogue, s->trans, s->d_bf16};
     uint64_t h = 14695981039346656037ULL;
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 9; i++)
         for (int b = 0; b < 8; b++) h = (h ^ (((uint64_t)v[i] >> (8 * b)) & 0xff)) * 1099511628211ULL;
     return h;
 }

@@ -17,7 +17,15 @@
  * so out may differ from the CPU's by one bf16 ulp (at most 2^-7 relative)
  * where the two fp32 values straddle a rounding boundary
  * (tests/test_bf16_rows.c measures it on random rows). resln_row_replay
- * is the device's order on the host: the GPU test asks for its bits. */
+ * is the device's order on the host: the GPU test asks for its bits.
+ *
+ * The same rows without the add, for a LayerNorm whose input is already
+ * stored (the first layer's ln1, and the final lnf; layernorm_forward_v2:
+ * layernorm_forward_bf16's bits given the same mean and rstd, the same
+ * bound on them), and the add without the LayerNorm (residual_forward_v2:
+ * residual_forward_bf16's bits, element for element). The model calls
+ * the add and the next LayerNorm apart (its calls are the CPU's), so the
+ * fused form waits for a layers.h call of its own. */
 #ifndef SHARDLAB_V2_RESIDUAL_LAYERNORM_H
 #define SHARDLAB_V2_RESIDUAL_LAYERNORM_H
 
@@ -36,6 +44,17 @@ V2_HD float resln_lane_add(bf16 *x, const bf16 *a, const float *bf, const bf16 *
     }
     return s;
 }
+
+/* The lane's sum of the stored x (the LayerNorm alone). */
+V2_HD float ln_lane_sum(const bf16 *x, int64_t C, int lane) {
+    float s = 0.0f;
+    for (int64_t c = lane; c < C; c += V2_WARP) s += v2_widen(x[c]);
+    return s;
+}
+
+/* The residual add alone: one element, residual_forward_bf16's one fp32
+ * add and one rounding. */
+V2_HD bf16 residual_elem(bf16 a, float b) { return v2_round(v2_widen(a) + b); }
 
 /* The lane's sum of (x - m)^2. */
 V2_HD float ln_lane_var(const bf16 *x, float m, int64_t C, int lane) {
@@ -64,6 +83,19 @@ static inline void resln_row_replay(bf16 *x, bf16 *out, float *mean, float *rstd
     *rstd = s;
 }
 
+/* A row of the LayerNorm alone as the device's warp computes it. */
+static inline void ln_row_replay(bf16 *out, float *mean, float *rstd, const bf16 *x, const float *w,
+                                 const float *bias, int64_t C) {
+    float p[V2_WARP];
+    for (int l = 0; l < V2_WARP; l++) p[l] = ln_lane_sum(x, C, l);
+    float m = v2_warp_sum_tree(p) / (float)C;
+    for (int l = 0; l < V2_WARP; l++) p[l] = ln_lane_var(x, m, C, l);
+    float s = ln_rstd(v2_warp_sum_tree(p), C);
+    for (int l = 0; l < V2_WARP; l++) ln_lane_out(out, x, m, s, w, bias, C, l);
+    *mean = m;
+    *rstd = s;
+}
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -73,6 +105,11 @@ extern "C" {
  * (bh, bf NULL). */
 void residual_layernorm_forward_v2(bf16 *x, bf16 *out, float *mean, float *rstd, const bf16 *a, const float *bf,
                                    const bf16 *bh, const float *weight, const float *bias, int64_t N, int64_t C);
+/* The LayerNorm alone: out, mean, rstd of N stored rows x (C bf16). */
+void layernorm_forward_v2(bf16 *out, float *mean, float *rstd, const bf16 *x, const float *weight, const float *bias,
+                          int64_t N, int64_t C);
+/* The residual add alone: out = bf16(a + b), n elements (out may be a). */
+void residual_forward_v2(bf16 *out, const bf16 *a, const float *b, int64_t n);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,51 @@
+// The X_cuda forms of the bf16 data path's row and elementwise kernels
+// (include/layers.h: layernorm_forward_bf16, layernorm_backward_bf16,
+// residual_forward_bf16, gelu_backward_bf16_grads) on v2's kernels, which
+// model/layers_dispatch.c calls on device memory. Only --gpu_path v2 makes
+// the model call them there (model/gpt_acts.c: acts_direct). Counted as
+// the CPU counts them; the timing is the dispatch's. Compiled, not run on
+// a GPU.
+#include "../cuda_check.h"
+#include "act_out_device.h"
+#include "gelu_bf16.h"
+#include "layernorm_backward.h"
+#include "layers.h"
+#include "residual_layernorm.h"
+
+extern "C" {
+
+void layernorm_forward_bf16_cuda(bf16 *out, float *mean, float *rstd, const bf16 *inp, const float *weight,
+                                 const float *bias, int64_t N, int64_t C, struct flop_counter *fc) {
+    layernorm_forward_v2(out, mean, rstd, inp, weight, bias, N, C);
+    fc->other += (double)LN_FLOPS_FWD_PER_ELEM * N * C;
+}
+
+// The partials come from the stream-ordered pool, as v1's short-lived
+// buffers do (model/cuda/kernel_context.cu keeps the pool at its peak).
+void layernorm_backward_bf16_cuda(struct act_out dinp, float *dweight, float *dbias, const float *dout,
+                                  const bf16 *inp, const float *weight, const float *mean, const float *rstd,
+                                  int64_t N, int64_t C, struct flop_counter *fc) {
+    v2_plain_out(dinp, "layernorm_backward_bf16");
+    if (N > 0 && C > 0) {
+        float *scratch = nullptr;
+        const size_t bytes = (size_t)layernorm_backward_v2_scratch(N, C) * sizeof(float);
+        cuda_check(cudaMallocAsync((void **)&scratch, bytes, 0), "layernorm_backward_bf16 (partials)");
+        layernorm_backward_v2(dinp.b16 ? nullptr : dinp.f32, dinp.b16, dweight, dbias, scratch, dout, nullptr, inp,
+                              weight, mean, rstd, N, C);
+        cuda_check(cudaFreeAsync(scratch, 0), "layernorm_backward_bf16 (partials)");
+    }
+    fc->other += (double)LN_FLOPS_BWD_PER_ELEM * N * C;
+}
+
+void residual_forward_bf16_cuda(bf16 *out, const bf16 *a, const float *b, int64_t n, struct flop_counter *fc) {
+    residual_forward_v2(out, a, b, n);
+    fc->other += (double)n;
+}
+
+void gelu_backward_bf16_grads_cuda(bf16 *dinp, const bf16 *inp, const bf16 *dout, int64_t n,
+                                   struct flop_counter *fc) {
+    gelu_backward_v2(dinp, inp, dout, n);
+    fc->other += (double)GELU_FLOPS_BWD * n;
+}
+
+}  // extern "C"
