@@ -4,7 +4,8 @@
  * order (the headers' *_replay and per-element functions, the kernels' own
  * code), against the CPU bf16 kernels they are held to (include/layers.h's
  * rounding points): bit for bit where the order is the same (the stored
- * residual, GELU, LayerNorm's output given the CPU's statistics, the
+ * residual, GELU, LayerNorm's output given the CPU's statistics (the
+ * add and the LayerNorm alone: the fused kernel's bits), the
  * weight gradients within one block's rows, padding), else within the
  * bound each header states. Shapes off the warp (32), the block (256) and
  * the partials' rows (64). The kernels themselves are compiled, not run:
@@ -88,6 +89,18 @@ static void test_residual_layernorm(void **state) {
             residual_forward_bf16_cpu(xc, a, bf, n, &fc); /* bf holds bh's widened values when b_bf16 */
             layernorm_forward_bf16_cpu(outc, meanc, rstdc, xc, w, bias, N, C, &fc);
             assert_memory_equal(x, xc, n * 2); /* the stored residual: bit for bit */
+            /* the two alone (residual_forward_v2, layernorm_forward_v2: the
+             * model calls them apart) give the fused kernel's bits, so its
+             * bounds against the CPU are theirs */
+            bf16 *ln_alone = xmalloc(n * 2);
+            float ma, ra;
+            for (int64_t i = 0; i < n; i++) assert_int_equal(residual_elem(a[i], bf[i]), xc[i]);
+            for (int64_t i = 0; i < N; i++) {
+                ln_row_replay(ln_alone + i * C, &ma, &ra, x + i * C, w, bias, C);
+                assert_true(f32_bits(ma) == f32_bits(mean[i]) && f32_bits(ra) == f32_bits(rstd[i]));
+            }
+            assert_memory_equal(ln_alone, out, n * 2);
+            free(ln_alone);
             for (int64_t i = 0; i < N; i++) {
                 double absmean = 0.0;
                 for (int64_t c = 0; c < C; c++) absmean += fabs(bf16_to_f32(xc[i * C + c])) / (double)C;

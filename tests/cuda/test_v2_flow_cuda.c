@@ -1,0 +1,264 @@
+/* --gpu_path v2's device forms of the bf16 data path's kernels
+ * (include/layers.h's public names on device memory, as the model calls
+ * them under v2: model/cuda/v2/rows_v2.cu, matmul_mixed.cu) against the
+ * CPU's X_cpu forms on the same inputs:
+ *   layernorm_forward_bf16   the host replay (ln_row_replay) bit for bit;
+ *                            the CPU's out within one bf16 rounding, mean
+ *                            and rstd within 1e-5 normwise (the warp's
+ *                            tree against the CPU's sequential sums:
+ *                            residual_layernorm.h's bound)
+ *   residual_forward_bf16    the CPU's bits
+ *   layernorm_backward_bf16  dinp (fp32 and bf16, accumulated) and
+ *                            dweight, dbias as test_bf16_rows_cuda.c holds
+ *                            layernorm_backward_v2 (the same kernel)
+ *   gelu_backward_bf16_grads the CPU's bits (NaN payloads excepted), dinp
+ *                            aliasing dout as the model calls it
+ *   matmul_*_mixed           fp32 outputs within 1e-5 normwise (the same
+ *                            rounded operands, products exact, sums in
+ *                            another order: test_gemm_cuda.c's bound);
+ *                            bf16 outputs within one rounding of that;
+ *                            the FLOPs the CPU counts; an aligned shape
+ *                            takes the bias epilogues and its second call
+ *                            finds its cached plan; unaligned shapes the
+ *                            fall-back (cublasGemmEx and passes)
+ * Fresh random inputs each run (the seed is printed), shapes off the warp,
+ * the blocks and the 16-byte alignment, every written output poisoned with
+ * a guard past its end (accumulated ones start random). Compiled, not run:
+ * without a GPU every test says "skipped: no CUDA device". */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "layers.h"
+#include "dtype.h"
+#include "cuda_fixture.h"
+#include "layers_fixture.h"
+#include "../../model/cuda/kernel_context.h"
+#include "../../model/cuda/v2/gelu_bf16.h"
+#include "../../model/cuda/v2/lt_plan_cache.h"
+#include "../../model/cuda/v2/residual_layernorm.h"
+
+#define H(n) ((size_t)(n) * sizeof(bf16))
+static const double ONE_ROUNDING = 0.0078125; /* 2^-7: a bf16 ulp relative to the max, at most */
+
+static bf16 *rand_bf16(size_t n, uint64_t stream, float scale, float offset) {
+    float *f = rand_f32(n, stream, scale);
+    bf16 *h = malloc(H(n ? n : 1));
+    assert_non_null(h);
+    for (size_t i = 0; i < n; i++) h[i] = f32_to_bf16(f[i] + offset);
+    free(f);
+    return h;
+}
+
+static float *widened(const bf16 *h, size_t n) {
+    float *f = malloc(F(n ? n : 1));
+    assert_non_null(f);
+    for (size_t i = 0; i < n; i++) f[i] = bf16_to_f32(h[i]);
+    return f;
+}
+
+static void expect_close_bf16(const char *what, const bf16 *want, const bf16 *got, size_t n, double rel) {
+    float *w = widened(want, n), *g = widened(got, n);
+    expect_close(what, w, g, n, rel);
+    free(w);
+    free(g);
+}
+
+static void expect_same_bf16(const char *what, const bf16 *want, const bf16 *got, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (want[i] != got[i]) fail_msg("%s: element %zu of %zu: cpu 0x%04x, gpu 0x%04x", what, i, n, want[i], got[i]);
+}
+
+/* A counter on device memory, as the trainer's (no kernel context unless given). */
+static struct flop_counter on_device(struct kernel_context *kc) {
+    return (struct flop_counter){.space = MEM_DEVICE, .kernels = kc};
+}
+
+enum { NSHAPES = 5 };
+static const int64_t ROWS[NSHAPES] = {1, 3, 64, 67, 1030};
+static const int64_t COLS[NSHAPES] = {1, 33, 768, 775, 257};
+
+static void test_layernorm_forward_and_residual(void **state) {
+    (void)state;
+    SKIP_WITHOUT_DEVICE();
+    for (int sh = 0; sh < NSHAPES; sh++) {
+        int64_t N = ROWS[sh], C = COLS[sh], n = N * C;
+        bf16 *x = rand_bf16(n, 1, 2.0f, 0.5f);
+        float *b = rand_f32(n, 2, 1.0f), *w = rand_f32(C, 3, 0.5f), *bias = rand_f32(C, 4, 0.1f);
+        for (int64_t c = 0; c < C; c++) w[c] += 1.0f;
+        bf16 *d_x = dev_from(x, H(n)), *d_out = dev_poisoned(H(n)), *d_res = dev_poisoned(H(n));
+        float *d_b = dev_from(b, F(n)), *d_w = dev_from(w, F(C)), *d_bias = dev_from(bias, F(C)),
+              *d_mean = dev_poisoned(F(N)), *d_rstd = dev_poisoned(F(N));
+        struct flop_counter g = on_device(NULL), c = {0};
+        layernorm_forward_bf16(d_out, d_mean, d_rstd, d_x, d_w, d_bias, N, C, &g);
+        residual_forward_bf16(d_res, d_x, d_b, n, &g);
+        bf16 *out = (bf16 *)back(d_out, H(n), "ln out"), *res = (bf16 *)back(d_res, H(n), "residual out");
+        float *mean = back(d_mean, F(N), "mean"), *rstd = back(d_rstd, F(N), "rstd");
+        bf16 *rout = malloc(H(n)), *cout = malloc(H(n)), *cres = malloc(H(n));
+        float *rmean = malloc(F(N)), *rrstd = malloc(F(N)), *cmean = malloc(F(N)), *crstd = malloc(F(N));
+        for (int64_t i = 0; i < N; i++) ln_row_replay(rout + i * C, &rmean[i], &rrstd[i], x + i * C, w, bias, C);
+        expect_same_bf16("layernorm_forward_bf16 (device) against its replay", rout, out, n);
+        expect_bits("layernorm_forward_bf16 (device) mean against its replay", rmean, mean, N);
+        expect_bits("layernorm_forward_bf16 (device) rstd against its replay", rrstd, rstd, N);
+        layernorm_forward_bf16_cpu(cout, cmean, crstd, x, w, bias, N, C, &c);
+        residual_forward_bf16_cpu(cres, x, b, n, &c);
+        expect_close_bf16("layernorm_forward_bf16 (device) against the CPU", cout, out, n, ONE_ROUNDING);
+        expect_close("layernorm_forward_bf16 (device) mean against the CPU", cmean, mean, N, 1e-5);
+        expect_close("layernorm_forward_bf16 (device) rstd against the CPU", crstd, rstd, N, 1e-5);
+        expect_same_bf16("residual_forward_bf16 (device) against the CPU", cres, res, n);
+        expect_flops("layernorm_forward_bf16 + residual_forward_bf16", &c, &g);
+        cudaFree(d_x), cudaFree(d_b), cudaFree(d_w), cudaFree(d_bias);
+        free(x), free(b), free(w), free(bias), free(out), free(res), free(mean), free(rstd);
+        free(rout), free(cout), free(cres), free(rmean), free(rrstd), free(cmean), free(crstd);
+    }
+}
+
+static void test_layernorm_backward(void **state) {
+    (void)state;
+    SKIP_WITHOUT_DEVICE();
+    for (int sh = 0; sh < NSHAPES; sh++)
+        for (int bf16_dinp = 0; bf16_dinp < 2; bf16_dinp++) { /* the stream's gradient fp32, or bf16 (v2's) */
+            int64_t N = ROWS[sh], C = COLS[sh], n = N * C;
+            bf16 *x = rand_bf16(n, 11, 2.0f, 0.3f), *dxh = rand_bf16(n, 12, 1.0f, 0.0f), *ln = malloc(H(n));
+            float *dy = rand_f32(n, 13, 1.0f), *dx = rand_f32(n, 14, 1.0f), *w = rand_f32(C, 15, 0.5f),
+                  *bias = rand_f32(C, 16, 0.1f), *dw = rand_f32(C, 17, 1.0f), *db = rand_f32(C, 18, 1.0f),
+                  *mean = malloc(F(N)), *rstd = malloc(F(N));
+            for (int64_t c = 0; c < C; c++) w[c] += 1.0f;
+            struct flop_counter c = {0}, g = on_device(NULL), fwd = {0};
+            layernorm_forward_bf16_cpu(ln, mean, rstd, x, w, bias, N, C, &fwd);
+            bf16 *d_x = dev_from(x, H(n)), *d_dxh = dev_from(dxh, H(n));
+            float *d_dy = dev_from(dy, F(n)), *d_dx = dev_from(dx, F(n)), *d_w = dev_from(w, F(C)),
+                  *d_mean = dev_from(mean, F(N)), *d_rstd = dev_from(rstd, F(N)), *d_dw = dev_from(dw, F(C)),
+                  *d_db = dev_from(db, F(C));
+            struct act_out dev_dinp = bf16_dinp ? (struct act_out){.b16 = d_dxh} : (struct act_out){.f32 = d_dx};
+            layernorm_backward_bf16(dev_dinp, d_dw, d_db, d_dy, d_x, d_w, d_mean, d_rstd, N, C, &g);
+            float *gdx = back(d_dx, F(n), "dinp"), *gdw = back(d_dw, F(C), "dweight"), *gdb = back(d_db, F(C), "dbias");
+            bf16 *gdxh = (bf16 *)back(d_dxh, H(n), "dinp bf16");
+            struct act_out cpu_dinp = bf16_dinp ? (struct act_out){.b16 = dxh} : (struct act_out){.f32 = dx};
+            layernorm_backward_bf16_cpu(cpu_dinp, dw, db, dy, x, w, mean, rstd, N, C, &c);
+            if (bf16_dinp) expect_close_bf16("layernorm_backward_bf16 (device) dinp bf16", dxh, gdxh, n, ONE_ROUNDING);
+            else expect_close("layernorm_backward_bf16 (device) dinp", dx, gdx, n, 1e-5);
+            expect_close("layernorm_backward_bf16 (device) dweight", dw, gdw, C, 1e-5);
+            expect_close("layernorm_backward_bf16 (device) dbias", db, gdb, C, 1e-5);
+            expect_flops("layernorm_backward_bf16", &c, &g);
+            cudaFree(d_x), cudaFree(d_dy), cudaFree(d_w), cudaFree(d_mean), cudaFree(d_rstd);
+            free(x), free(dxh), free(ln), free(dy), free(dx), free(w), free(bias), free(dw), free(db), free(mean);
+            free(rstd), free(gdx), free(gdw), free(gdb), free(gdxh);
+        }
+}
+
+static void test_gelu_backward_grads(void **state) {
+    (void)state;
+    SKIP_WITHOUT_DEVICE();
+    static const int64_t SIZES[] = {1, 7, 8 * 1000 + 5, 65536};
+    for (size_t s = 0; s < sizeof SIZES / sizeof SIZES[0]; s++) {
+        int64_t n = SIZES[s];
+        bf16 *pre = rand_bf16(n, 21 + s, 4.0f, 0.0f), *dout = rand_bf16(n, 31 + s, 2.0f, 0.0f), *cd = malloc(H(n));
+        bf16 *d_pre = dev_from(pre, H(n)), *d_d = dev_from(dout, H(n));
+        struct flop_counter c = {0}, g = on_device(NULL);
+        gelu_backward_bf16_grads(d_d, d_pre, d_d, n, &g); /* in place, as the model calls it */
+        bf16 *gd = (bf16 *)back(d_d, H(n), "gelu dinp");
+        gelu_backward_bf16_grads_cpu(cd, pre, dout, n, &c);
+        expect_same_bf16("gelu_backward_bf16_grads (device)", cd, gd, n);
+        expect_flops("gelu_backward_bf16_grads", &c, &g);
+        cudaFree(d_pre);
+        free(pre), free(dout), free(cd), free(gd);
+    }
+}
+
+/* One matmul_*_mixed case: N C OC, the output's dtype, a bias or none. */
+struct mm_case {
+    int64_t N, C, OC;
+    bool out_bf16, bias, dout_bf16;
+};
+
+static void run_mixed(struct kernel_context *kc, struct mm_case k) {
+    int64_t N = k.N, C = k.C, OC = k.OC;
+    char what[128];
+    snprintf(what, sizeof what, "matmul_*_mixed N %lld C %lld OC %lld%s%s%s", (long long)N, (long long)C,
+             (long long)OC, k.out_bf16 ? " bf16 out" : "", k.bias ? " bias" : "", k.dout_bf16 ? " bf16 dout" : "");
+    bf16 *x = rand_bf16(N * C, 41, 1.0f, 0.0f), *douth = rand_bf16(N * OC, 42, 1.0f, 0.0f);
+    float *w = rand_f32(OC * C, 43, 0.5f), *bias = k.bias ? rand_f32(OC, 44, 0.5f) : NULL,
+          *doutf = rand_f32(N * OC, 45, 1.0f), *dw = rand_f32(OC * C, 46, 1.0f), *db = rand_f32(OC, 47, 1.0f);
+    struct operand dout_c = k.dout_bf16 ? (struct operand){.b16 = douth} : (struct operand){.f32 = doutf};
+    bf16 *d_x = dev_from(x, H(N * C)), *d_douth = dev_from(douth, H(N * OC));
+    float *d_w = dev_from(w, F(OC * C)), *d_bias = bias ? dev_from(bias, F(OC)) : NULL,
+          *d_doutf = dev_from(doutf, F(N * OC)), *d_dw = dev_from(dw, F(OC * C)), *d_db = dev_from(db, F(OC));
+    size_t out_bytes = k.out_bf16 ? H(N * OC) : F(N * OC), dinp_bytes = k.out_bf16 ? H(N * C) : F(N * C);
+    void *d_out = dev_poisoned(out_bytes), *d_dinp = dev_poisoned(dinp_bytes);
+    struct act_out gout = k.out_bf16 ? (struct act_out){.b16 = d_out} : (struct act_out){.f32 = d_out};
+    struct act_out gdinp = k.out_bf16 ? (struct act_out){.b16 = d_dinp} : (struct act_out){.f32 = d_dinp};
+    struct operand dout_g = k.dout_bf16 ? (struct operand){.b16 = d_douth} : (struct operand){.f32 = d_doutf};
+    struct flop_counter g = on_device(kc), c = {0};
+    long long fused = kc->bias_epilogues;
+    matmul_forward_mixed(gout, (struct operand){.b16 = d_x}, (struct operand){.f32 = d_w}, d_bias, N, C, OC, &g);
+    matmul_backward_mixed(gdinp, d_dw, k.bias ? d_db : NULL, dout_g, (struct operand){.b16 = d_x},
+                          (struct operand){.f32 = d_w}, N, C, OC, &g);
+    void *out = back(d_out, out_bytes, "out"), *dinp = back(d_dinp, dinp_bytes, "dinp");
+    float *gdw = back(d_dw, F(OC * C), "dweight"), *gdb = back(d_db, F(OC), "dbias");
+    /* the CPU's reference: fp32 outputs, narrowed where the device's are bf16 */
+    float *cout = malloc(F(N * OC)), *cdinp = malloc(F(N * C));
+    matmul_forward_mixed_cpu((struct act_out){.f32 = cout}, (struct operand){.b16 = x}, (struct operand){.f32 = w}, bias,
+                             N, C, OC, &c);
+    matmul_backward_mixed_cpu((struct act_out){.f32 = cdinp}, dw, k.bias ? db : NULL, dout_c,
+                              (struct operand){.b16 = x}, (struct operand){.f32 = w}, N, C, OC, &c);
+    if (k.out_bf16) {
+        float *go = widened(out, N * OC), *gi = widened(dinp, N * C);
+        expect_close(what, cout, go, N * OC, ONE_ROUNDING + 1e-5);
+        expect_close(what, cdinp, gi, N * C, ONE_ROUNDING + 1e-5);
+        free(go), free(gi);
+    } else {
+        expect_close(what, cout, out, N * OC, 1e-5);
+        expect_close(what, cdinp, dinp, N * C, 1e-5);
+    }
+    expect_close(what, dw, gdw, OC * C, 1e-5);
+    if (k.bias) expect_close(what, db, gdb, OC, 1e-5);
+    expect_flops(what, &c, &g);
+    bool aligned = C % 8 == 0 && OC % 8 == 0;
+    if (aligned && k.bias && kc->bias_epilogues != fused + 2)
+        fail_msg("%s: %lld bias epilogues, 2 expected (an aligned shape)", what, kc->bias_epilogues - fused);
+    cudaFree(d_x), cudaFree(d_douth), cudaFree(d_w), cudaFree(d_doutf);
+    if (d_bias) cudaFree(d_bias);
+    free(x), free(douth), free(w), free(bias), free(doutf), free(dw), free(db), free(out), free(dinp), free(gdw);
+    free(gdb), free(cout), free(cdinp);
+}
+
+static void test_matmul_mixed(void **state) {
+    (void)state;
+    SKIP_WITHOUT_DEVICE();
+    char err[128];
+    struct kernel_context *kc = cuda_kernels_open(true, err, sizeof err);
+    if (!kc) fail_msg("cuda_kernels_open: %s", err);
+    static const int64_t SHAPES[][3] = {{1, 1, 1}, {3, 33, 7}, {67, 768, 2304}, {130, 776, 264}, {257, 64, 96}};
+    for (size_t s = 0; s < sizeof SHAPES / sizeof SHAPES[0]; s++)
+        for (int v = 0; v < 8; v++)
+            run_mixed(kc, (struct mm_case){SHAPES[s][0], SHAPES[s][1], SHAPES[s][2], v & 1, v & 2, v & 4});
+    /* every case of a shape after its first found the plans the first made */
+    const struct lt_cache *plans = kc->lt_plans;
+    assert_non_null(plans);
+    if (!(plans->hits > 0 && plans->misses <= plans->used))
+        fail_msg("the plan cache: %lld hits, %lld misses, %d slots used", plans->hits, plans->misses, plans->used);
+    cuda_kernels_close(kc);
+}
+
+int main(void) {
+    seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    printf("seed %llu\n", (unsigned long long)seed);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_layernorm_forward_and_residual),
+        cmocka_unit_test(test_layernorm_backward),
+        cmocka_unit_test(test_gelu_backward_grads),
+        cmocka_unit_test(test_matmul_mixed),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
