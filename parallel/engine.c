@@ -10,11 +10,15 @@
 static const char *const unit_names[] = {[UNIT_EMBED] = "embedding", [UNIT_HEAD] = "head", [UNIT_LAYER] = "layer"};
 
 /* Whether the model reads the bf16 params as they are (struct operand,
- * layers.h): bf16 params and bf16 GEMMs on the host. Then only a unit's
- * vectors (LayerNorms, biases, wpe) are widened, packed (the layout's
- * *_vec_offset); the GPU keeps its verified path, every tensor widened. */
+ * layers.h): bf16 params and bf16 GEMMs on the host, or on a GPU under
+ * --gpu_path v2 (its GEMMs, model/cuda/v2/matmul_mixed.cu, read bf16
+ * weights as they are; its embedding lookup is embedding_rows_forward_bf16
+ * on the device). Then only a unit's vectors (LayerNorms, biases, wpe) are
+ * widened, packed (the layout's *_vec_offset); v1 on a GPU keeps its
+ * verified path, every tensor widened. */
 static bool params_direct(const struct engine *e) {
-    return e->o.zero.param_dtype == DTYPE_BF16 && e->o.gemm_dtype == DTYPE_BF16 && e->space == MEM_HOST;
+    return e->o.zero.param_dtype == DTYPE_BF16 && e->o.gemm_dtype == DTYPE_BF16 &&
+           (e->space == MEM_HOST || e->o.gpu_path == GPU_PATH_V2);
 }
 
 /* A unit of kind k's tensor offsets, count, and packed vectors' offsets. */

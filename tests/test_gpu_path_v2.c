@@ -103,16 +103,22 @@ static void test_start_up_errors(void **state) {
     assert_int_equal(config_check_gpu_path(&c, err, sizeof err), 0);
 }
 
-/* The memory theory's predicate follows the model's: v2 on the GPU is the
- * bf16 data path, v1 there is not. */
+/* The memory theory follows the model and the engine: v2 on the GPU is the
+ * bf16 data path, v1 there is not; and v2 reads the bf16 params as they
+ * are (parallel/engine.c: params_direct), so its fp32 weight views hold the
+ * vectors only, less than v1's whole units by at least the layer's GEMM
+ * weights (12 C^2 a layer). */
 static void test_theory_follows(void **state) {
     (void)state;
     struct config c = v2_config();
     c.gemm_dtype = GEMM_DTYPE_BF16;
-    struct rank_place p = {0};
+    struct rank_place p = {.dp = 1, .tp = 1, .pp = 1, .cp = 1};
     assert_true(theory_trainer_acts_direct(&c, p));
+    double v2 = theory_trainer_scratch(&c, p).persistent;
     c.gpu_path = GPU_PATH_V1;
     assert_false(theory_trainer_acts_direct(&c, p));
+    double v1 = theory_trainer_scratch(&c, p).persistent;
+    assert_true(v1 - v2 >= 12.0 * c.d_model * c.d_model * 4);
 }
 
 int main(void) {

@@ -539,7 +539,7 @@ struct scratch_theory theory_trainer_scratch(const struct config *whole, struct 
     /* parallel/engine.c: one fp32 view and one fp32 accumulator per unit
      * kind; the view holds only the unit's vectors, packed, where the model
      * reads the bf16 params as they are (params_direct: bf16 GEMMs on the
-     * CPU) */
+     * CPU, or on a GPU under --gpu_path v2) */
     double kinds = 0, vectors = 0;
     int units[] = {layout_embed_unit(&lay), layout_head_unit(&lay), layout_kind_unit(&lay, UNIT_LAYER)};
     size_t vec_sizes[] = {lay.embed_vec_size, lay.head_vec_size, lay.layer_vec_size};
@@ -548,7 +548,7 @@ struct scratch_theory theory_trainer_scratch(const struct config *whole, struct 
             kinds += (double)shard_unit_padded(&sh, units[k]) * 4;
             vectors += (double)vec_sizes[k] * 4;
         }
-    if (c->param_dtype == DTYPE_BF16) s.persistent += cpu_bf16_gemms(c) ? vectors : kinds;
+    if (c->param_dtype == DTYPE_BF16) s.persistent += cpu_bf16_gemms(c) || v2_bf16_gemms(c) ? vectors : kinds;
     if (c->grad_dtype == DTYPE_BF16 || c->zero >= 2) s.persistent += kinds;
     /* model/gpt.c, at the rank's local sizes: a layer's block widened
      * (bf16, kept in the stores; on the bf16 data path only its tensors
