@@ -82,8 +82,9 @@ struct act_out {
 };
 
 /* The bf16 data path's LayerNorm and residual add (act_dtype bf16 with
- * the GEMMs reading the saved stores, model/gpt.c; host memory only: the
- * GPU keeps its path). They load the saved bf16 tensors as they are and
+ * the GEMMs reading the saved stores, model/gpt.c; on the host, and on a
+ * GPU under --gpu_path v2: model/cuda/v2/rows_v2.cu, whose bounds against
+ * these are docs/GPU.md's "v2 so far"). They load the saved bf16 tensors as they are and
  * compute in fp32 registers, the fp32 forms' operations in the same order,
  * so each equals "widen the bf16 inputs, run the fp32 kernel, narrow the
  * output" bit for bit, without the fp32 copies. Rounding points (the
@@ -177,8 +178,9 @@ static inline struct operand operand_at(struct operand w, size_t off) {
     return o;
 }
 
-/* The layer GEMMs on operands of either dtype, host memory only (the GPU
- * keeps its verified path: the _bf16 forms above on widened weights): the
+/* The layer GEMMs on operands of either dtype (on a GPU: --gpu_path v2's,
+ * model/cuda/v2/matmul_mixed.cu on cuBLASLt; v1 keeps its verified path,
+ * the _bf16 forms above on widened weights): the
  * values of matmul_forward_bf16 / matmul_backward_bf16 with the same
  * rounded operands, through the run's oneDNN context (fc->onednn), or
  * without one the CPU's reference (temporaries, sgemm). dout is an
@@ -328,7 +330,8 @@ void gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n, 
 void gelu_forward_bf16(bf16 *out, bf16 *pre_store, const float *pre, int64_t n, struct flop_counter *fc);
 void gelu_backward_bf16(float *dinp, const bf16 *inp, const float *dout, int64_t n, struct flop_counter *fc);
 /* gelu_backward_bf16 on the bf16 data path's bf16 gradients (model/gpt.c:
- * the FC feature gradient), host memory only. Rounding points: inp and dout
+ * the FC feature gradient; on a GPU v2's gelu_backward_v2, the same bits).
+ * Rounding points: inp and dout
  * widened exactly; gelu'(inp) dout in fp32, rounded once to bf16 as it is
  * stored (may alias dout): gelu_backward's bits on the widened copies,
  * narrowed. FLOPs as gelu_backward's. */
