@@ -178,9 +178,8 @@ enum dtype config_gemm_dtype(const struct config *c, bool on_gpu, const char *cp
  * v2, the model's bf16 data path on device memory (model/gpt_acts.c:
  * acts_direct): 0, or -1 with err naming the combination v2 cannot run
  * (bf16 GEMMs and activations are its premise; full recompute and
- * sequence parallelism keep no bf16 store the kernels read; the plain
- * attention and context parallelism's ring have no device form on it
- * yet). Never a quiet fall-back to v1's kernels. v1, and a run not on a
+ * sequence parallelism keep no bf16 store the kernels read; context
+ * parallelism's ring has no device form on it yet). Never a quiet fall-back to v1's kernels. v1, and a run not on a
  * GPU (device_open refuses v2 there), always pass. */
 int config_check_gpu_path(const struct config *c, char *err, size_t err_len);
 

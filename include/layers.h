@@ -519,6 +519,13 @@ void matmul_forward_mixed_cuda(struct act_out out, struct operand inp, struct op
 void matmul_backward_mixed_cuda(struct act_out dinp, float *dweight, float *dbias, struct operand dout,
                                 struct operand inp, struct operand weight, int64_t N, int64_t C, int64_t OC,
                                 struct flop_counter *fc);
+/* The plain attention's (model/cuda/v2/attention_widened.cu): the bf16
+ * inputs widened into pool temporaries, v1's fp32 kernels, the outputs
+ * narrowed; scratch as the CPU's (at least attention_backward_scratch). */
+void attention_forward_bf16_cuda(struct act_out out, struct act_out att, const bf16 *qkv, float *scratch, int64_t B,
+                                 int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
+void attention_backward_bf16_cuda(bf16 *dqkv, const float *dout, const bf16 *qkv, struct operand att, float *scratch,
+                                  int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
 double crossentropy_forward_backward_cuda(float *logits, float *losses, const int32_t *targets, int64_t N,
                                           int64_t V, int64_t Vp, float dloss, struct flop_counter *fc);
 void crossentropy_row_max_cuda(const float *logits, float *maxv, int64_t N, int64_t Vl, int64_t valid);

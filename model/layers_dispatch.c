@@ -324,17 +324,19 @@ void attention_forward(float *out, float *att, const float *qkv, int64_t B, int6
 
 void attention_forward_bf16(struct act_out out, struct act_out att, const bf16 *qkv, float *scratch, int64_t B,
                             int64_t T, int64_t C, int64_t NH, struct flop_counter *fc) {
-    if (on_device(fc)) host_only(__func__);
-    struct kernel_span t = kernel_span_begin(fc, false);
-    attention_forward_bf16_cpu(out, att, qkv, scratch, B, T, C, NH, fc);
+    bool dev = on_device(fc);
+    struct kernel_span t = kernel_span_begin(fc, dev);
+    if (dev) ON_DEVICE(attention_forward_bf16_cuda(out, att, qkv, scratch, B, T, C, NH, fc));
+    else attention_forward_bf16_cpu(out, att, qkv, scratch, B, T, C, NH, fc);
     kernel_span_end(fc, t, KERNEL_ATTENTION_FWD);
 }
 
 void attention_backward_bf16(bf16 *dqkv, const float *dout, const bf16 *qkv, struct operand att, float *scratch,
                              int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc) {
-    if (on_device(fc)) host_only(__func__);
-    struct kernel_span t = kernel_span_begin(fc, false);
-    attention_backward_bf16_cpu(dqkv, dout, qkv, att, scratch, B, T, C, NH, fc);
+    bool dev = on_device(fc);
+    struct kernel_span t = kernel_span_begin(fc, dev);
+    if (dev) ON_DEVICE(attention_backward_bf16_cuda(dqkv, dout, qkv, att, scratch, B, T, C, NH, fc));
+    else attention_backward_bf16_cpu(dqkv, dout, qkv, att, scratch, B, T, C, NH, fc);
     kernel_span_end(fc, t, KERNEL_ATTENTION_BWD);
 }
 

@@ -70,8 +70,9 @@ static void test_start_up_errors(void **state) {
     char err[512] = "";
     struct config c = v2_config();
     assert_int_equal(config_check_gpu_path(&c, err, sizeof err), 0);
-    c.attention = ATTENTION_PLAIN;
-    refused(&c, "--attention plain with --gpu_path v2");
+    c.attention = ATTENTION_PLAIN; /* its device form: v2/attention_widened.cu */
+    c.recompute = RECOMPUTE_SELECTIVE;
+    assert_int_equal(config_check_gpu_path(&c, err, sizeof err), 0);
     c = v2_config();
     c.cp = 2;
     refused(&c, "--cp > 1 with --gpu_path v2");

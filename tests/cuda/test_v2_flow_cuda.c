@@ -21,6 +21,11 @@
  *                            takes the bias epilogues and its second call
  *                            finds its cached plan; unaligned shapes the
  *                            fall-back (cublasGemmEx and passes)
+ *   attention_*_bf16 (plain) v1's fp32 kernels on the widened inputs: the
+ *                            CPU's bf16 forms within one bf16 rounding plus
+ *                            test_attention_cuda.c's 1e-5 normwise, the
+ *                            probabilities stored bf16, as fp32 rounded to
+ *                            bf16's values (selective recompute), or not
  * Fresh random inputs each run (the seed is printed), shapes off the warp,
  * the blocks and the 16-byte alignment, every written output poisoned with
  * a guard past its end (accumulated ones start random). Compiled, not run:
@@ -251,6 +256,63 @@ static void test_matmul_mixed(void **state) {
     cuda_kernels_close(kc);
 }
 
+static void test_attention_plain(void **state) {
+    (void)state;
+    SKIP_WITHOUT_DEVICE();
+    static const int64_t SH[][4] = {{1, 1, 8, 1}, {2, 7, 12, 3}, {3, 65, 64, 4}}; /* B T C NH */
+    for (size_t s = 0; s < sizeof SH / sizeof SH[0]; s++)
+        for (int where = 0; where < 3; where++) { /* probabilities: bf16 store, fp32 bf16 values, not stored */
+            int64_t B = SH[s][0], T = SH[s][1], C = SH[s][2], NH = SH[s][3];
+            int64_t n_qkv = 3 * B * T * C, n_out = B * T * C, n_att = B * NH * T * T;
+            size_t ns = attention_bf16_scratch(B, T, C, NH);
+            bf16 *qkv = rand_bf16(n_qkv, 61, 1.0f, 0.0f), *cout = malloc(H(n_out)), *catt = malloc(H(n_att));
+            bf16 *cdq = malloc(H(n_qkv));
+            float *dout = rand_f32(n_out, 62, 1.0f), *scr = malloc(F(ns)), *catt32 = malloc(F(n_att));
+            bf16 *d_qkv = dev_from(qkv, H(n_qkv)), *d_out = dev_poisoned(H(n_out)), *d_dq = dev_poisoned(H(n_qkv));
+            void *d_att = where == 0 ? dev_poisoned(H(n_att)) : where == 1 ? dev_poisoned(F(n_att)) : NULL;
+            float *d_dout = dev_from(dout, F(n_out)), *d_scr = dev_poisoned(F(ns));
+            struct act_out g_att = where == 0 ? (struct act_out){.b16 = d_att}
+                                   : where == 1 ? (struct act_out){.f32 = d_att, .bf16_values = true}
+                                                : (struct act_out){0};
+            struct act_out c_att = where == 0 ? (struct act_out){.b16 = catt}
+                                   : where == 1 ? (struct act_out){.f32 = catt32, .bf16_values = true}
+                                                : (struct act_out){0};
+            struct flop_counter g = on_device(NULL), c = {0};
+            attention_forward_bf16((struct act_out){.b16 = d_out}, g_att, d_qkv, d_scr, B, T, C, NH, &g);
+            attention_forward_bf16_cpu((struct act_out){.b16 = cout}, c_att, qkv, scr, B, T, C, NH, &c);
+            bf16 *gout = (bf16 *)back(d_out, H(n_out), "attention out");
+            expect_close_bf16("attention_forward_bf16 (device) out", cout, gout, n_out, ONE_ROUNDING + 1e-5);
+            if (where < 2) { /* the backward reads the stored probabilities */
+                struct operand g_p = where == 0 ? (struct operand){.b16 = d_att} : (struct operand){.f32 = d_att};
+                struct operand c_p = where == 0 ? (struct operand){.b16 = catt} : (struct operand){.f32 = catt32};
+                attention_backward_bf16(d_dq, d_dout, d_qkv, g_p, d_scr, B, T, C, NH, &g);
+                attention_backward_bf16_cpu(cdq, dout, qkv, c_p, scr, B, T, C, NH, &c);
+                bf16 *gdq = (bf16 *)back(d_dq, H(n_qkv), "attention dqkv");
+                expect_close_bf16("attention_backward_bf16 (device) dqkv", cdq, gdq, n_qkv, ONE_ROUNDING + 1e-5);
+                if (where == 0) {
+                    bf16 *gatt = (bf16 *)back(d_att, H(n_att), "probabilities bf16");
+                    expect_close_bf16("attention_forward_bf16 (device) probabilities", catt, gatt, n_att,
+                                      ONE_ROUNDING + 1e-5);
+                    free(gatt);
+                } else {
+                    float *gatt = back(d_att, F(n_att), "probabilities fp32");
+                    expect_close("attention_forward_bf16 (device) probabilities, bf16 values", catt32, gatt, n_att,
+                                 ONE_ROUNDING + 1e-5);
+                    for (int64_t i = 0; i < n_att; i++)
+                        if (bf16_to_f32(f32_to_bf16(gatt[i])) != gatt[i])
+                            fail_msg("attention probability %lld: %a is not a bf16 value", (long long)i, (double)gatt[i]);
+                    free(gatt);
+                }
+                expect_flops("attention_*_bf16 (plain)", &c, &g);
+                free(gdq);
+            } else {
+                cudaFree(d_dq);
+            }
+            cudaFree(d_qkv), cudaFree(d_dout), cudaFree(d_scr);
+            free(qkv), free(cout), free(catt), free(cdq), free(dout), free(scr), free(catt32), free(gout);
+        }
+}
+
 int main(void) {
     seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     printf("seed %llu\n", (unsigned long long)seed);
@@ -259,6 +321,7 @@ int main(void) {
         cmocka_unit_test(test_layernorm_backward),
         cmocka_unit_test(test_gelu_backward_grads),
         cmocka_unit_test(test_matmul_mixed),
+        cmocka_unit_test(test_attention_plain),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -31,9 +31,6 @@ int config_check_gpu_path(const struct config *c, char *err, size_t err_len) {
         why = "--recompute full keeps no bf16 stores for its kernels to read (use none or selective)";
     else if (c->sequence_parallel && c->tp > 1)
         why = "--sequence_parallel 1 at tp > 1 gathers fp32 views around its GEMMs";
-    else if (c->attention == ATTENTION_PLAIN)
-        why = "--attention plain with --gpu_path v2: the plain attention has no device form on v2 yet "
-              "(use --attention flash)";
     else if (c->cp > 1)
         why = "--cp > 1 with --gpu_path v2: context parallelism's ring has no device form on v2 yet";
     if (!why) return 0;
