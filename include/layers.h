@@ -106,6 +106,14 @@ void layernorm_backward_bf16(struct act_out dinp, float *dweight, float *dbias, 
                              const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
                              struct flop_counter *fc);
 void residual_forward_bf16(bf16 *out, const bf16 *a, const float *b, int64_t n, struct flop_counter *fc);
+/* The residual add and the next LayerNorm's forward in one call: x (N C) =
+ * residual_forward_bf16(a, b), then out, mean, rstd = layernorm_forward_bf16
+ * of the stored x. On the host exactly those two calls (their bits, their
+ * timing); on a GPU one kernel (model/cuda/v2/residual_layernorm.cu: one
+ * pass over the row, the same values as the two device forms apart). */
+void residual_layernorm_forward_bf16(bf16 *x, bf16 *out, float *mean, float *rstd, const bf16 *a, const float *b,
+                                     const float *weight, const float *bias, int64_t N, int64_t C,
+                                     struct flop_counter *fc);
 
 /* The one place GEMMs run: C (m,n) = alpha op(A) op(B) + beta C in
  * row-major storage with leading dimensions lda, ldb, ldc (so strided
@@ -512,6 +520,9 @@ void layernorm_backward_bf16_cuda(struct act_out dinp, float *dweight, float *db
                                   const bf16 *inp, const float *weight, const float *mean, const float *rstd,
                                   int64_t N, int64_t C, struct flop_counter *fc);
 void residual_forward_bf16_cuda(bf16 *out, const bf16 *a, const float *b, int64_t n, struct flop_counter *fc);
+void residual_layernorm_forward_bf16_cuda(bf16 *x, bf16 *out, float *mean, float *rstd, const bf16 *a, const float *b,
+                                          const float *weight, const float *bias, int64_t N, int64_t C,
+                                          struct flop_counter *fc);
 void gelu_backward_bf16_grads_cuda(bf16 *dinp, const bf16 *inp, const bf16 *dout, int64_t n,
                                    struct flop_counter *fc);
 void matmul_forward_mixed_cuda(struct act_out out, struct operand inp, struct operand weight, const float *bias,

@@ -397,14 +397,16 @@ static void layer_forward(struct gpt *m, struct operand x, struct layer_view *v,
     }
     if (!acts_direct(m)) acts_round(m, v, ACT_ATTY, acts_numel(m, ACT_ATTY));
     row_parallel_forward(m, tmp, v, ACT_ATTY, wop(m, w, LAYER_ATTPROJ_W), wt(m, w, LAYER_ATTPROJ_B), Cl);
-    if (x.b16) {
-        residual_forward_bf16(v->store[ACT_RES2], x.b16, tmp, (int64_t)nl, fc);
+    if (x.b16) { /* res2 and ln2 in one call: the two kernels' bits (one pass on a GPU) */
+        residual_layernorm_forward_bf16(v->store[ACT_RES2], v->store[ACT_LN2], v->stat[STAT_LN2_MEAN],
+                                        v->stat[STAT_LN2_RSTD], x.b16, tmp, wt(m, w, LAYER_LN2_W),
+                                        wt(m, w, LAYER_LN2_B), (int64_t)bt_l(m), m->shape.C, fc);
     } else {
         residual_forward(a[ACT_RES2], x.f32, tmp, (int64_t)nl, fc);
         acts_round(m, v, ACT_RES2, nl);
+        layernorm_saved(m, v, ACT_LN2, v->stat[STAT_LN2_MEAN], v->stat[STAT_LN2_RSTD], saved_in(m, v, ACT_RES2),
+                        wt(m, w, LAYER_LN2_W), wt(m, w, LAYER_LN2_B));
     }
-    layernorm_saved(m, v, ACT_LN2, v->stat[STAT_LN2_MEAN], v->stat[STAT_LN2_RSTD], saved_in(m, v, ACT_RES2),
-                    wt(m, w, LAYER_LN2_W), wt(m, w, LAYER_LN2_B));
     column_parallel_forward(m, (struct act_out){.f32 = a[ACT_FCH]}, v, ACT_LN2, wop(m, w, LAYER_FC_W), wt(m, w, LAYER_FC_B), Fl);
     if (acts_gemm_reads_store(m)) { /* both kept as bf16 only, in one pass: no fp32 GELU output */
         gelu_forward_bf16(v->store[ACT_FCH_GELU], v->store[ACT_FCH], a[ACT_FCH], (int64_t)acts_numel(m, ACT_FCH),

@@ -1,6 +1,7 @@
 // The X_cuda forms of the bf16 data path's row and elementwise kernels
 // (include/layers.h: layernorm_forward_bf16, layernorm_backward_bf16,
-// residual_forward_bf16, gelu_backward_bf16_grads) on v2's kernels, which
+// residual_forward_bf16, residual_layernorm_forward_bf16,
+// gelu_backward_bf16_grads) on v2's kernels, which
 // model/layers_dispatch.c calls on device memory. Only --gpu_path v2 makes
 // the model call them there (model/gpt_acts.c: acts_direct). Counted as
 // the CPU counts them; the timing is the dispatch's. Compiled, not run on
@@ -40,6 +41,13 @@ void layernorm_backward_bf16_cuda(struct act_out dinp, float *dweight, float *db
 void residual_forward_bf16_cuda(bf16 *out, const bf16 *a, const float *b, int64_t n, struct flop_counter *fc) {
     residual_forward_v2(out, a, b, n);
     fc->other += (double)n;
+}
+
+void residual_layernorm_forward_bf16_cuda(bf16 *x, bf16 *out, float *mean, float *rstd, const bf16 *a, const float *b,
+                                          const float *weight, const float *bias, int64_t N, int64_t C,
+                                          struct flop_counter *fc) {
+    residual_layernorm_forward_v2(x, out, mean, rstd, a, b, nullptr, weight, bias, N, C);
+    fc->other += (double)N * C + (double)LN_FLOPS_FWD_PER_ELEM * N * C; /* the add's and the LayerNorm's */
 }
 
 void gelu_backward_bf16_grads_cuda(bf16 *dinp, const bf16 *inp, const bf16 *dout, int64_t n,
