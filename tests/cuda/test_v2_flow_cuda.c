@@ -8,6 +8,8 @@
  *                            tree against the CPU's sequential sums:
  *                            residual_layernorm.h's bound)
  *   residual_forward_bf16    the CPU's bits
+ *   residual_layernorm_forward_bf16 (one kernel on the device) the two
+ *                            device forms' bits, so the bounds above
  *   layernorm_backward_bf16  dinp (fp32 and bf16, accumulated) and
  *                            dweight, dbias as test_bf16_rows_cuda.c holds
  *                            layernorm_backward_v2 (the same kernel)
@@ -102,11 +104,24 @@ static void test_layernorm_forward_and_residual(void **state) {
         float *b = rand_f32(n, 2, 1.0f), *w = rand_f32(C, 3, 0.5f), *bias = rand_f32(C, 4, 0.1f);
         for (int64_t c = 0; c < C; c++) w[c] += 1.0f;
         bf16 *d_x = dev_from(x, H(n)), *d_out = dev_poisoned(H(n)), *d_res = dev_poisoned(H(n));
+        bf16 *d_fx = dev_poisoned(H(n)), *d_fout = dev_poisoned(H(n)), *d_ln_res = dev_poisoned(H(n));
         float *d_b = dev_from(b, F(n)), *d_w = dev_from(w, F(C)), *d_bias = dev_from(bias, F(C)),
-              *d_mean = dev_poisoned(F(N)), *d_rstd = dev_poisoned(F(N));
-        struct flop_counter g = on_device(NULL), c = {0};
+              *d_mean = dev_poisoned(F(N)), *d_rstd = dev_poisoned(F(N)), *d_fmean = dev_poisoned(F(N)),
+              *d_frstd = dev_poisoned(F(N)), *d_m2 = dev_poisoned(F(N)), *d_r2 = dev_poisoned(F(N));
+        struct flop_counter g = on_device(NULL), c = {0}, gf = on_device(NULL), g2 = on_device(NULL);
         layernorm_forward_bf16(d_out, d_mean, d_rstd, d_x, d_w, d_bias, N, C, &g);
         residual_forward_bf16(d_res, d_x, d_b, n, &g);
+        /* the fused call against the two apart, on the device */
+        residual_layernorm_forward_bf16(d_fx, d_fout, d_fmean, d_frstd, d_x, d_b, d_w, d_bias, N, C, &gf);
+        layernorm_forward_bf16(d_ln_res, d_m2, d_r2, d_res, d_w, d_bias, N, C, &g2);
+        bf16 *fx = (bf16 *)back(d_fx, H(n), "fused x"), *fout = (bf16 *)back(d_fout, H(n), "fused out");
+        bf16 *ln_res = (bf16 *)back(d_ln_res, H(n), "ln of the residual");
+        float *fmean = back(d_fmean, F(N), "fused mean"), *frstd = back(d_frstd, F(N), "fused rstd");
+        float *m2 = back(d_m2, F(N), "mean apart"), *r2 = back(d_r2, F(N), "rstd apart");
+        expect_same_bf16("residual_layernorm_forward_bf16 out against the two apart", ln_res, fout, n);
+        expect_bits("residual_layernorm_forward_bf16 mean against the two apart", m2, fmean, N);
+        expect_bits("residual_layernorm_forward_bf16 rstd against the two apart", r2, frstd, N);
+        expect_flops("residual_layernorm_forward_bf16 against the two apart", &g, &gf);
         bf16 *out = (bf16 *)back(d_out, H(n), "ln out"), *res = (bf16 *)back(d_res, H(n), "residual out");
         float *mean = back(d_mean, F(N), "mean"), *rstd = back(d_rstd, F(N), "rstd");
         bf16 *rout = malloc(H(n)), *cout = malloc(H(n)), *cres = malloc(H(n));
@@ -121,10 +136,12 @@ static void test_layernorm_forward_and_residual(void **state) {
         expect_close("layernorm_forward_bf16 (device) mean against the CPU", cmean, mean, N, 1e-5);
         expect_close("layernorm_forward_bf16 (device) rstd against the CPU", crstd, rstd, N, 1e-5);
         expect_same_bf16("residual_forward_bf16 (device) against the CPU", cres, res, n);
+        expect_same_bf16("residual_layernorm_forward_bf16 x against the CPU", cres, fx, n);
         expect_flops("layernorm_forward_bf16 + residual_forward_bf16", &c, &g);
         cudaFree(d_x), cudaFree(d_b), cudaFree(d_w), cudaFree(d_bias);
         free(x), free(b), free(w), free(bias), free(out), free(res), free(mean), free(rstd);
         free(rout), free(cout), free(cres), free(rmean), free(rrstd), free(cmean), free(crstd);
+        free(fx), free(fout), free(ln_res), free(fmean), free(frstd), free(m2), free(r2);
     }
 }
 
