@@ -29,29 +29,11 @@
 #include "dtype.h"
 #include "cuda_fixture.h"
 #include "layers_fixture.h"
+#include "bf16_fixture.h"
 #include "../../model/cuda/v2/crossentropy_bf16.h"
 #include "../../model/cuda/v2/gelu_bf16.h"
 #include "../../model/cuda/v2/layernorm_backward.h"
 #include "../../model/cuda/v2/residual_layernorm.h"
-
-#define H(n) ((size_t)(n) * sizeof(bf16))
-static const double ONE_ROUNDING = 0.0078125; /* 2^-7: a bf16 ulp relative to the max, at most */
-
-static bf16 *rand_bf16(size_t n, uint64_t stream, float scale, float offset) {
-    float *f = rand_f32(n, stream, scale);
-    bf16 *h = malloc(H(n ? n : 1));
-    assert_non_null(h);
-    for (size_t i = 0; i < n; i++) h[i] = f32_to_bf16(f[i] + offset);
-    free(f);
-    return h;
-}
-
-static float *widened(const bf16 *h, size_t n) {
-    float *f = malloc(F(n ? n : 1));
-    assert_non_null(f);
-    for (size_t i = 0; i < n; i++) f[i] = bf16_to_f32(h[i]);
-    return f;
-}
 
 static void expect_same(const char *what, const void *want, const void *got, size_t bytes) {
     if (memcmp(want, got, bytes) != 0) {
@@ -59,13 +41,6 @@ static void expect_same(const char *what, const void *want, const void *got, siz
         while (((const unsigned char *)want)[i] == ((const unsigned char *)got)[i]) i++;
         fail_msg("%s: byte %zu of %zu differs from the host replay (bit for bit expected)", what, i, bytes);
     }
-}
-
-static void expect_close_bf16(const char *what, const bf16 *want, const bf16 *got, size_t n, double rel) {
-    float *w = widened(want, n), *g = widened(got, n);
-    expect_close(what, w, g, n, rel);
-    free(w);
-    free(g);
 }
 
 enum { NSHAPES = 5 };

@@ -50,36 +50,11 @@
 #include "dtype.h"
 #include "cuda_fixture.h"
 #include "layers_fixture.h"
+#include "bf16_fixture.h"
 #include "../../model/cuda/kernel_context.h"
 #include "../../model/cuda/v2/gelu_bf16.h"
 #include "../../model/cuda/v2/lt_plan_cache.h"
 #include "../../model/cuda/v2/residual_layernorm.h"
-
-#define H(n) ((size_t)(n) * sizeof(bf16))
-static const double ONE_ROUNDING = 0.0078125; /* 2^-7: a bf16 ulp relative to the max, at most */
-
-static bf16 *rand_bf16(size_t n, uint64_t stream, float scale, float offset) {
-    float *f = rand_f32(n, stream, scale);
-    bf16 *h = malloc(H(n ? n : 1));
-    assert_non_null(h);
-    for (size_t i = 0; i < n; i++) h[i] = f32_to_bf16(f[i] + offset);
-    free(f);
-    return h;
-}
-
-static float *widened(const bf16 *h, size_t n) {
-    float *f = malloc(F(n ? n : 1));
-    assert_non_null(f);
-    for (size_t i = 0; i < n; i++) f[i] = bf16_to_f32(h[i]);
-    return f;
-}
-
-static void expect_close_bf16(const char *what, const bf16 *want, const bf16 *got, size_t n, double rel) {
-    float *w = widened(want, n), *g = widened(got, n);
-    expect_close(what, w, g, n, rel);
-    free(w);
-    free(g);
-}
 
 static void expect_same_bf16(const char *what, const bf16 *want, const bf16 *got, size_t n) {
     for (size_t i = 0; i < n; i++)

@@ -10,27 +10,12 @@
 // attention does: tests/cuda/test_attention_cuda.c's bounds), and the
 // B NH T^2 probabilities pass through fp32 once more each way: no faster
 // than v1. Compiled, not run on a GPU.
-#include <cuda_bf16.h>
-
+// The conversions are bufops.h's device forms (model/cuda/bufops_kernels.cu).
 #include "../cuda_check.h"
+#include "bufops.h"
 #include "layers.h"
 
 namespace {
-
-constexpr unsigned kBlock = 256;
-
-__global__ void widen_into(float *dst, const __nv_bfloat16 *src, int64_t n) {
-    CUDA_GRID_STRIDE(i, n) dst[i] = __bfloat162float(src[i]);
-}
-
-__global__ void narrow_into(__nv_bfloat16 *dst, const float *src, int64_t n) {
-    CUDA_GRID_STRIDE(i, n) dst[i] = __float2bfloat16_rn(src[i]);
-}
-
-// x rounded to bf16's values in place (an fp32 copy with bf16_values).
-__global__ void round_in_place(float *x, int64_t n) {
-    CUDA_GRID_STRIDE(i, n) x[i] = __bfloat162float(__float2bfloat16_rn(x[i]));
-}
 
 float *pool_floats(int64_t n, const char *what) {
     float *p = nullptr;
@@ -42,8 +27,7 @@ void pool_free(float *p, const char *what) { cuda_check(cudaFreeAsync(p, 0), wha
 
 float *widened(const bf16 *x, int64_t n, const char *what) {
     float *p = pool_floats(n, what);
-    if (n > 0) widen_into<<<cuda_blocks(n, kBlock), kBlock>>>(p, (const __nv_bfloat16 *)x, n);
-    cuda_done(what);
+    buf_widen_cuda(p, x, (size_t)n);
     return p;
 }
 
@@ -54,12 +38,10 @@ float *fp32_of(struct act_out o, int64_t n, const char *what) { return o.f32 ? o
 // rounded in place where bf16_values asks, or left as it is.
 void store(struct act_out o, float *f, int64_t n, const char *what) {
     if (o.f32) {
-        if (o.bf16_values && n > 0) round_in_place<<<cuda_blocks(n, kBlock), kBlock>>>(o.f32, n);
-        cuda_done(what);
+        if (o.bf16_values) buf_round_bf16_cuda(o.f32, (size_t)n);
         return;
     }
-    if (o.b16 && n > 0) narrow_into<<<cuda_blocks(n, kBlock), kBlock>>>((__nv_bfloat16 *)o.b16, f, n);
-    cuda_done(what);
+    if (o.b16) buf_narrow_cuda(o.b16, f, (size_t)n);
     pool_free(f, what);
 }
 

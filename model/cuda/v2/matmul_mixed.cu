@@ -30,6 +30,7 @@
 #include "../cuda_check.h"
 #include "../kernel_context.h"
 #include "act_out_device.h"
+#include "bufops.h"
 #include "kernel_timing.h"
 #include "layers.h"
 #include "matmul_lt_cached.h"
@@ -38,11 +39,6 @@ namespace {
 
 constexpr unsigned kBlock = 256;
 constexpr int64_t kMaxDim = 2147483647;  // cublasGemmEx's int sizes (MATMUL_MAX_DIM)
-
-// An fp32 operand or output rounded to bf16, nearest even.
-__global__ void round_into(__nv_bfloat16 *dst, const float *src, int64_t n) {
-    CUDA_GRID_STRIDE(i, n) dst[i] = __float2bfloat16_rn(src[i]);
-}
 
 __global__ void bias_rows(float *out, const float *bias, int64_t N, int64_t OC) {
     CUDA_GRID_STRIDE(i, N * OC) out[i] += bias[i % OC];
@@ -69,8 +65,7 @@ bf16_in bf16_in_of(struct operand x, int64_t n, const char *what) {
     if (x.b16 || n <= 0) return bf16_in{(const __nv_bfloat16 *)x.b16, nullptr};
     __nv_bfloat16 *p = nullptr;
     cuda_check(cudaMallocAsync((void **)&p, (size_t)n * sizeof *p, 0), what);
-    round_into<<<cuda_blocks(n, kBlock), kBlock>>>(p, x.f32, n);
-    cuda_done(what);
+    buf_narrow_cuda((bf16 *)p, x.f32, (size_t)n); /* rounded to nearest even (bufops.h) */
     return bf16_in{p, p};
 }
 
@@ -150,7 +145,7 @@ void gemm_into(struct flop_counter *fc, struct act_out out, bool trans_b, int64_
     gemm_ex_counted(fc, false, trans_b, m, n, k, a, lda, b, ldb, 0.0f, f, n);
     if (bias) bias_rows<<<cuda_blocks(m * n, kBlock), kBlock>>>(f, bias, m, n);
     if (out.b16) {
-        round_into<<<cuda_blocks(m * n, kBlock), kBlock>>>((__nv_bfloat16 *)out.b16, f, m * n);
+        buf_narrow_cuda(out.b16, f, (size_t)(m * n));
         cuda_check(cudaFreeAsync(f, 0), what);
     }
     cuda_done(what);
