@@ -211,7 +211,8 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
  * recompute, no sequence parallelism) the model runs its bf16 data path:
  * the layer GEMMs read their saved inputs (ln1, the attention output, ln2,
  * the GELU output) from the bf16 store (matmul_*_bf16, matmul_*_mixed)
- * instead of fp32 views, and on the host the LayerNorms and residual adds
+ * instead of fp32 views, and on the host (on a GPU under --gpu_path v2:
+ * gpu_path) the LayerNorms and residual adds
  * read and write the stores too (layernorm_*_bf16, residual_forward_bf16):
  * the residual stream, ln1, res2, ln2 and the GELU output then have no fp32
  * copy at all; the attention (the ring of cp > 1 included) reads and
