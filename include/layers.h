@@ -512,6 +512,19 @@ void attention_lse_forward_cuda(float *out, float *lse, const float *qkv, int64_
 void attention_lse_backward_cuda(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
                                  const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH,
                                  struct flop_counter *fc);
+/* The bf16 data path's flash attention on device memory (--gpu_path v2;
+ * model/cuda/v2/flash2.h: FlashAttention-2's kernels, compiled, not run on
+ * a GPU): the _bf16 forms' contracts, head sizes 64 and 128 (anything else
+ * exits non-zero with its message). The forward takes no scratch; the
+ * backward's scratch is attention_lse_bf16_cuda_scratch(B, T, C, NH) floats
+ * of device memory (D, dout in bf16, the per-key-block dQ partials: about
+ * 5 B T C floats at T = 1024), not the CPU form's size. */
+void attention_lse_forward_bf16_cuda(bf16 *out, float *lse, const bf16 *qkv, int64_t B, int64_t T, int64_t C,
+                                     int64_t NH, struct flop_counter *fc);
+void attention_lse_backward_bf16_cuda(bf16 *dqkv, float *scratch, const float *dout, const bf16 *qkv,
+                                      const bf16 *out, const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH,
+                                      struct flop_counter *fc);
+size_t attention_lse_bf16_cuda_scratch(int64_t B, int64_t T, int64_t C, int64_t NH);
 
 #ifdef __cplusplus
 }
