@@ -514,7 +514,7 @@ void attention_lse_backward_cuda(float *dqkv, float *scratch, const float *dout,
                                  struct flop_counter *fc);
 /* The bf16 data path's flash attention on device memory (--gpu_path v2;
  * model/cuda/v2/flash2.h: FlashAttention-2's kernels, compiled, not run on
- * a GPU): the _bf16 forms' contracts, head sizes 64 and 128 (anything else
+ * a GPU): the _bf16 forms' contracts, head sizes 32, 64, 128 (anything else
  * exits non-zero with its message). The forward takes no scratch; the
  * backward's scratch is attention_lse_bf16_cuda_scratch(B, T, C, NH) floats
  * of device memory (D, dout in bf16, the per-key-block dQ partials: about

@@ -133,8 +133,8 @@ static void test_scratch_layout(void **state) {
 
 static void test_shared_memory_layouts(void **state) {
     (void)state;
-    const int hss[] = {64, 128};
-    for (int k = 0; k < 2; k++) {
+    const int hss[] = {32, 64, 128};
+    for (int k = 0; k < 3; k++) {
         const int hs = hss[k];
         const size_t row = (size_t)(hs + FLASH2_PAD) * 2;
         const size_t fwd[] = {0, flash2_fwd_smem_k(hs), flash2_fwd_smem_v(hs), flash2_fwd_smem(hs)};

@@ -28,7 +28,7 @@
  * scratch: about 4.5 T hs floats per (batch, head) of partials at T =
  * 1024 (flash2_scratch_layout), written and read once.
  *
- * Head sizes 64 and 128; T >= 1 any (tails masked); qkv, out, dout, dqkv
+ * Head sizes 32, 64 and 128; T >= 1 any (tails masked); qkv, out, dout, dqkv
  * 16-byte aligned (cp.async and 4-byte bf16 pair stores). Anything else:
  * a message on stderr naming the value, a non-zero return, nothing
  * launched. Calls return with the kernels queued (not finished). */
@@ -44,10 +44,12 @@
 extern "C" {
 #endif
 
-/* 0 when the kernels take this shape and these pointers (NULL skips a
- * pointer's alignment check); else non-zero with the reason on stderr,
- * prefixed by `who`. B == 0 or T == 0 is a valid, empty call. */
-int flash2_check(const char *who, int64_t B, int64_t T, int64_t C, int64_t NH, const void *const *ptrs, int nptrs);
+/* 0 when the kernels take this shape and these pointers (names[i] names
+ * ptrs[i] in the message; a NULL pointer is not checked); else non-zero
+ * with the reason on stderr, prefixed by `who`. B == 0 or T == 0 is a
+ * valid, empty call. */
+int flash2_check(const char *who, int64_t B, int64_t T, int64_t C, int64_t NH, const void *const *ptrs,
+                 const char *const *names, int nptrs);
 
 /* out (B,T,C) bf16 and lse (B,NH,T) overwritten from qkv (B,T,3C) bf16. */
 int flash2_forward(bf16 *out, float *lse, const bf16 *qkv, int64_t B, int64_t T, int64_t C, int64_t NH);

@@ -4,7 +4,8 @@
 //   flash2_bwd_prep  a warp per (row, head): D = dout . out in fp32 (out
 //                    widened; the CPU form's D), dout rounded to bf16 into
 //                    the scratch (the products' operand, for cp.async).
-//   flash2_bwd_kv    a block of 8 warps per 128 keys of one (batch, head),
+//   flash2_bwd_kv    a block of 8 warps per 128 keys of one (batch, head)
+//                    (the first keys, which meet the most queries, first),
 //                    walking the query tiles of 64 from its first key on:
 //                    K, V stay in shared memory, Q, dO, lse, D of the next
 //                    tile load by cp.async while the current is multiplied.
@@ -55,7 +56,7 @@ __global__ void __launch_bounds__(kThreads) flash2_bwd_kv(bf16 *dqkv, float *dq_
     bf16 *ks = (bf16 *)smem, *vs = (bf16 *)(smem + flash2_bwd_smem_v(HS)), *qs = (bf16 *)(smem + flash2_bwd_smem_q(HS));
     bf16 *dos = (bf16 *)(smem + flash2_bwd_smem_do(HS)), *dss = (bf16 *)(smem + flash2_bwd_smem_ds(HS));
     float *lses = (float *)(smem + flash2_bwd_smem_lse(HS)), *ds_ = (float *)(smem + flash2_bwd_smem_d(HS));
-    const int kb = (int)(gridDim.x - 1 - blockIdx.x), bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int kb = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int C = NH * HS;
     const int64_t C3 = 3 * (int64_t)C;
@@ -212,14 +213,16 @@ void launch_backward(bf16 *dqkv, float *scratch, const float *dout, const bf16 *
 extern "C" int flash2_backward(bf16 *dqkv, float *scratch, const float *dout, const bf16 *qkv, const bf16 *out,
                                const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH) {
     const void *ptrs[] = {dqkv, dout, qkv, out, scratch};
-    if (flash2_check("flash2_backward", B, T, C, NH, ptrs, 5)) return 1;
+    const char *names[] = {"dqkv", "dout", "qkv", "out", "scratch"};
+    if (flash2_check("flash2_backward", B, T, C, NH, ptrs, names, 5)) return 1;
     if (B == 0 || T == 0) return 0;
     flash2::bf16 *dx = (flash2::bf16 *)dqkv;
     const flash2::bf16 *x = (const flash2::bf16 *)qkv, *y = (const flash2::bf16 *)out;
-    if (C / NH == 64)
-        flash2::launch_backward<64>(dx, scratch, dout, x, y, lse, (int)B, (int)T, (int)NH);
-    else
-        flash2::launch_backward<128>(dx, scratch, dout, x, y, lse, (int)B, (int)T, (int)NH);
+    switch (C / NH) {
+    case 32: flash2::launch_backward<32>(dx, scratch, dout, x, y, lse, (int)B, (int)T, (int)NH); break;
+    case 64: flash2::launch_backward<64>(dx, scratch, dout, x, y, lse, (int)B, (int)T, (int)NH); break;
+    default: flash2::launch_backward<128>(dx, scratch, dout, x, y, lse, (int)B, (int)T, (int)NH); break;
+    }
     cuda_done("flash2_backward");
     return 0;
 }

@@ -140,14 +140,16 @@ void launch_forward(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int NH
 
 extern "C" int flash2_forward(bf16 *out, float *lse, const bf16 *qkv, int64_t B, int64_t T, int64_t C, int64_t NH) {
     const void *ptrs[] = {out, qkv};
-    if (flash2_check("flash2_forward", B, T, C, NH, ptrs, 2)) return 1;
+    const char *names[] = {"out", "qkv"};
+    if (flash2_check("flash2_forward", B, T, C, NH, ptrs, names, 2)) return 1;
     if (B == 0 || T == 0) return 0;
     flash2::bf16 *o = (flash2::bf16 *)out;
     const flash2::bf16 *x = (const flash2::bf16 *)qkv;
-    if (C / NH == 64)
-        flash2::launch_forward<64>(o, lse, x, (int)B, (int)T, (int)NH);
-    else
-        flash2::launch_forward<128>(o, lse, x, (int)B, (int)T, (int)NH);
+    switch (C / NH) {
+    case 32: flash2::launch_forward<32>(o, lse, x, (int)B, (int)T, (int)NH); break;
+    case 64: flash2::launch_forward<64>(o, lse, x, (int)B, (int)T, (int)NH); break;
+    default: flash2::launch_forward<128>(o, lse, x, (int)B, (int)T, (int)NH); break;
+    }
     cuda_done("flash2_forward");
     return 0;
 }
