@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "../flash_attention.h"
 #include "flash2.h"
 #include "flash2_schedule.h"
 
@@ -11,17 +12,8 @@ enum { GRID_Y_MAX = 65535, ALIGN_BYTES = 16 };
 
 int flash2_check(const char *who, int64_t B, int64_t T, int64_t C, int64_t NH, const void *const *ptrs,
                  const char *const *names, int nptrs) {
-    if (B < 0 || T < 0 || C <= 0 || NH <= 0 || C % NH != 0) {
-        fprintf(stderr, "%s: bad shape B %lld, T %lld, C %lld, NH %lld (need B, T >= 0 and NH dividing C > 0)\n", who,
-                (long long)B, (long long)T, (long long)C, (long long)NH);
-        return 1;
-    }
-    const int64_t hs = C / NH;
-    if (hs != 32 && hs != 64 && hs != 128) {
-        fprintf(stderr, "%s: head size %lld (C %lld / NH %lld) unsupported: the v2 flash kernels take 32, 64 or 128\n",
-                who, (long long)hs, (long long)C, (long long)NH);
-        return 1;
-    }
+    /* the shape and head sizes v1's kernels take (32, 64, 128) are v2's too */
+    if (flash_attention_check(who, B, T, C, NH)) return 1;
     /* grid.y = B NH, the int row indices of the kernels */
     if (B * NH > GRID_Y_MAX || B * T * 3 * C > INT32_MAX) {
         fprintf(stderr, "%s: B %lld x NH %lld heads (at most %d) or B T 3C %lld (at most %d) too large\n", who,
