@@ -282,7 +282,8 @@ void attention_lse_forward(float *out, float *lse, const float *qkv, int64_t B, 
 void attention_lse_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
                             const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
 /* The same on the bf16 data path (model/gpt.c's attention on acts_direct
- * with --attention flash), host memory only: qkv and, in the backward,
+ * with --attention flash), host memory (device memory: the _bf16_cuda
+ * forms below, --gpu_path v2's kernels): qkv and, in the backward,
  * the output are the saved bf16 stores, read as they are; the lse stays
  * fp32. Per (b, h) a thread widens the head's q, k, v (and out) into its
  * own fp32 tiles and runs the fp32 kernel's rows on them, in the same
