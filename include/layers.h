@@ -296,7 +296,8 @@ void attention_lse_forward(float *out, float *lse, const float *qkv, int64_t B, 
 void attention_lse_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
                             const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
 /* The same on the bf16 data path (model/gpt.c's attention on acts_direct
- * with --attention flash), host memory only: qkv and, in the backward,
+ * with --attention flash), host memory (device memory: the _bf16_cuda
+ * forms below, --gpu_path v2's kernels): qkv and, in the backward,
  * the output are the saved bf16 stores, read as they are; the lse stays
  * fp32. Per (b, h) a thread widens the head's q, k, v (and out) into its
  * own fp32 tiles and runs the fp32 kernel's rows on them, in the same
@@ -554,6 +555,19 @@ void attention_lse_forward_cuda(float *out, float *lse, const float *qkv, int64_
 void attention_lse_backward_cuda(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
                                  const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH,
                                  struct flop_counter *fc);
+/* The bf16 data path's flash attention on device memory (--gpu_path v2;
+ * model/cuda/v2/flash2.h: FlashAttention-2's kernels, compiled, not run on
+ * a GPU): the _bf16 forms' contracts, head sizes 32, 64, 128 (anything else
+ * exits non-zero with its message). The forward takes no scratch; the
+ * backward's scratch is attention_lse_bf16_cuda_scratch(B, T, C, NH) floats
+ * of device memory (D, dout in bf16, the per-key-block dQ partials: about
+ * 5 B T C floats at T = 1024), not the CPU form's size. */
+void attention_lse_forward_bf16_cuda(bf16 *out, float *lse, const bf16 *qkv, int64_t B, int64_t T, int64_t C,
+                                     int64_t NH, struct flop_counter *fc);
+void attention_lse_backward_bf16_cuda(bf16 *dqkv, float *scratch, const float *dout, const bf16 *qkv,
+                                      const bf16 *out, const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH,
+                                      struct flop_counter *fc);
+size_t attention_lse_bf16_cuda_scratch(int64_t B, int64_t T, int64_t C, int64_t NH);
 
 #ifdef __cplusplus
 }

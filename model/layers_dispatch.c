@@ -366,18 +366,20 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
 
 void attention_lse_forward_bf16(bf16 *out, float *lse, const bf16 *qkv, float *scratch, int64_t B, int64_t T,
                                 int64_t C, int64_t NH, struct flop_counter *fc) {
-    if (on_device(fc)) host_only(__func__);
-    struct kernel_span t = kernel_span_begin(fc, false);
-    attention_lse_forward_bf16_cpu(out, lse, qkv, scratch, B, T, C, NH, fc);
+    bool dev = on_device(fc);
+    struct kernel_span t = kernel_span_begin(fc, dev);
+    if (dev) ON_DEVICE(attention_lse_forward_bf16_cuda(out, lse, qkv, B, T, C, NH, fc));
+    else attention_lse_forward_bf16_cpu(out, lse, qkv, scratch, B, T, C, NH, fc);
     kernel_span_end(fc, t, KERNEL_ATTENTION_FWD);
 }
 
 void attention_lse_backward_bf16(bf16 *dqkv, float *scratch, const float *dout, const bf16 *qkv, const bf16 *out,
                                  const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH,
                                  struct flop_counter *fc) {
-    if (on_device(fc)) host_only(__func__);
-    struct kernel_span t = kernel_span_begin(fc, false);
-    attention_lse_backward_bf16_cpu(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, fc);
+    bool dev = on_device(fc);
+    struct kernel_span t = kernel_span_begin(fc, dev);
+    if (dev) ON_DEVICE(attention_lse_backward_bf16_cuda(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, fc));
+    else attention_lse_backward_bf16_cpu(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, fc);
     kernel_span_end(fc, t, KERNEL_ATTENTION_BWD);
 }
 
