@@ -320,6 +320,12 @@ void attention_lse_backward_bf16(bf16 *dqkv, float *scratch, const float *dout, 
                                  const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH,
                                  struct flop_counter *fc);
 size_t attention_lse_bf16_scratch(int64_t B, int64_t T, int64_t C, int64_t NH);
+/* Floats of attention_lse_backward_bf16's scratch in `space`: the CPU
+ * form's attention_lse_bf16_scratch on the host; on device memory
+ * (--gpu_path v2's FlashAttention-2 kernels) flash2's layout: D, dout in
+ * bf16, the per-key-block dQ partials (model/cuda/v2/flash2_schedule.h;
+ * about 5 B T C floats at T = 1024). */
+size_t attention_lse_bf16_scratch_in(enum mem_space space, int64_t B, int64_t T, int64_t C, int64_t NH);
 /* B NH T: one definition for the CPU and the GPU (flash_attention.h's
  * flash_attention_backward_scratch is the same count). */
 size_t attention_lse_backward_scratch(int64_t B, int64_t T, int64_t NH);
@@ -559,15 +565,13 @@ void attention_lse_backward_cuda(float *dqkv, float *scratch, const float *dout,
  * model/cuda/v2/flash2.h: FlashAttention-2's kernels, compiled, not run on
  * a GPU): the _bf16 forms' contracts, head sizes 32, 64, 128 (anything else
  * exits non-zero with its message). The forward takes no scratch; the
- * backward's scratch is attention_lse_bf16_cuda_scratch(B, T, C, NH) floats
- * of device memory (D, dout in bf16, the per-key-block dQ partials: about
- * 5 B T C floats at T = 1024), not the CPU form's size. */
+ * backward's scratch is attention_lse_bf16_scratch_in(MEM_DEVICE, B, T, C,
+ * NH) floats of device memory, not the CPU form's size. */
 void attention_lse_forward_bf16_cuda(bf16 *out, float *lse, const bf16 *qkv, int64_t B, int64_t T, int64_t C,
                                      int64_t NH, struct flop_counter *fc);
 void attention_lse_backward_bf16_cuda(bf16 *dqkv, float *scratch, const float *dout, const bf16 *qkv,
                                       const bf16 *out, const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH,
                                       struct flop_counter *fc);
-size_t attention_lse_bf16_cuda_scratch(int64_t B, int64_t T, int64_t C, int64_t NH);
 
 #ifdef __cplusplus
 }

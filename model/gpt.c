@@ -154,7 +154,7 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
     }
     if (flash(m) && acts_direct(m))
         m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention D, tiles (fp32)",
-                                   attention_lse_bf16_scratch(B, m->shape.T, m->Cl, m->NHl) * 4);
+                                   attention_lse_bf16_scratch_in(space, B, m->shape.T, m->Cl, m->NHl) * 4);
     else if (flash(m))
         m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention D (fp32, B NH T)",
                                    attention_lse_backward_scratch(B, m->shape.T, m->NHl) * 4);

@@ -16,6 +16,7 @@
 #include "kernel_timing.h"
 #include "layers.h"
 #include "onednn_gemms.h"
+#include "cuda/v2/flash2_schedule.h"
 
 static bool on_device(const struct flop_counter *fc) { return fc->space == MEM_DEVICE; }
 
@@ -371,6 +372,11 @@ void attention_lse_forward_bf16(bf16 *out, float *lse, const bf16 *qkv, float *s
     if (dev) ON_DEVICE(attention_lse_forward_bf16_cuda(out, lse, qkv, B, T, C, NH, fc));
     else attention_lse_forward_bf16_cpu(out, lse, qkv, scratch, B, T, C, NH, fc);
     kernel_span_end(fc, t, KERNEL_ATTENTION_FWD);
+}
+
+size_t attention_lse_bf16_scratch_in(enum mem_space space, int64_t B, int64_t T, int64_t C, int64_t NH) {
+    if (space == MEM_DEVICE) return flash2_scratch_layout(B, T, C, NH).total;
+    return attention_lse_bf16_scratch(B, T, C, NH);
 }
 
 void attention_lse_backward_bf16(bf16 *dqkv, float *scratch, const float *dout, const bf16 *qkv, const bf16 *out,

@@ -105,7 +105,7 @@ static struct gpu_run run_gpu(const bf16 *qkv, const float *dout, int64_t B, int
                               bool dispatch) {
     const int64_t BT = B * T;
     const size_t scratch_n = flash2_backward_scratch(B, T, C, NH);
-    assert_int_equal(scratch_n, attention_lse_bf16_cuda_scratch(B, T, C, NH));
+    assert_int_equal(scratch_n, attention_lse_bf16_scratch_in(MEM_DEVICE, B, T, C, NH));
     bf16 *d_qkv = dev_from(qkv, H(BT * 3 * C)), *d_out = dev_poisoned(H(BT * C)), *d_dqkv = dev_poisoned(H(BT * 3 * C));
     float *d_dout = dev_from(dout, F(BT * C)), *d_lse = dev_poisoned(F(B * NH * T)), *d_scratch = dev_poisoned(F(scratch_n));
     struct gpu_run r = {0};

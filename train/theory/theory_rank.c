@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "grid.h"
+#include "layers.h"
 #include "layout.h"
 #include "machine.h"
 #include "schedule.h"
@@ -573,6 +574,11 @@ struct scratch_theory theory_trainer_scratch(const struct config *whole, struct 
      * attention_lse_bf16_scratch: q, k, v, the output, dk and dv) */
     double hs = C / c->n_head, tiles = !acts_direct(c, sp) ? 0 : flash(c) ? 6 * T * hs : 2 * T * T + 4 * T * hs;
     double att = flash(c) ? B * NHl * T + head_threads * tiles : head_threads * (tiles ? tiles : T * T);
+    /* a GPU's flash on the bf16 data path (--gpu_path v2's FlashAttention-2
+     * backward): D, dout in bf16 and the per-key-block dQ partials */
+    if (flash(c) && acts_direct(c, sp) && c->device == DEVICE_CUDA)
+        att = (double)attention_lse_bf16_scratch_in(MEM_DEVICE, (int64_t)B, (int64_t)T, (int64_t)(C / tp),
+                                                    (int64_t)NHl);
     /* d residual, d fc and d qkv: bf16 on the bf16 data path with its
      * attention (model/gpt_acts.c's acts_direct), else fp32; d temp fp32 */
     s.persistent += (ns + 7 * nl) * (acts_direct(c, sp) ? 2 : 4) + n * 4 + att * 4;

@@ -15,10 +15,6 @@
  * forward per score 5, per row hs + 3; backward per score 5, per row 4 hs. */
 enum { PER_SCORE = 5, FWD_PER_ROW = 3, BWD_PER_ROW_HS = 4 };
 
-size_t attention_lse_bf16_cuda_scratch(int64_t B, int64_t T, int64_t C, int64_t NH) {
-    return flash2_backward_scratch(B, T, C, NH);
-}
-
 static void flash2_or_exit(const char *op, int rc) {
     if (rc == 0) return;
     fprintf(stderr, "error: %s: the v2 flash attention refused the shape (above)\n", op);
