@@ -62,3 +62,52 @@ double buf_sum_squares(enum mem_space space, const void *src, enum dtype dt, siz
     else s = buf_sum_squares_cpu(src, dt, n);
     return s;
 }
+
+/* buf_sumsq_open's list: on the host its segments, summed one by one; on
+ * the device the kernels' plan (model/cuda/v2/sumsq_segments.cu). */
+struct sumsq_list {
+    enum mem_space space;
+    int nseg;
+    enum dtype dt;
+    const void **data;
+    size_t *n;
+    double *out;
+    void *device;
+};
+
+void buf_sumsq_close(struct sumsq_list *l) {
+    if (!l) return;
+    if (l->device) ON_DEVICE(buf_sumsq_close_cuda(l->device));
+    free(l->data);
+    free(l->n);
+    free(l->out);
+    free(l);
+}
+
+struct sumsq_list *buf_sumsq_open(enum mem_space space, const void *const *data, enum dtype dt, const size_t *n,
+                                  int nseg) {
+    struct sumsq_list *l = calloc(1, sizeof *l);
+    if (!l || nseg < 0) return free(l), NULL;
+    size_t k = nseg > 0 ? (size_t)nseg : 1;
+    *l = (struct sumsq_list){.space = space, .nseg = nseg, .dt = dt, .data = calloc(k, sizeof *l->data),
+                             .n = calloc(k, sizeof *l->n), .out = calloc(k, sizeof *l->out)};
+    if (!l->data || !l->n || !l->out) return buf_sumsq_close(l), NULL;
+    for (int s = 0; s < nseg; s++) l->data[s] = data[s], l->n[s] = n[s];
+    if (space == MEM_DEVICE) {
+        ON_DEVICE(l->device = buf_sumsq_open_cuda(data, dt, n, nseg));
+        if (!l->device) return buf_sumsq_close(l), NULL;
+    }
+    return l;
+}
+
+int buf_sumsq_count(const struct sumsq_list *l) { return l->nseg; }
+
+const double *buf_sumsq_run(struct sumsq_list *l) {
+    if (l->space == MEM_DEVICE) {
+        const double *d = NULL;
+        ON_DEVICE(d = buf_sumsq_run_cuda(l->device));
+        return d;
+    }
+    for (int s = 0; s < l->nseg; s++) l->out[s] = buf_sum_squares_cpu(l->data[s], l->dt, l->n[s]);
+    return l->out;
+}
