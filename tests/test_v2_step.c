@@ -1,11 +1,16 @@
-/* The gradient norm under --gpu_path v2 (parallel/zero/zero.c: the counted
- * segments as one buf_sumsq_open list, made once) against v1's way (a
- * buf_sumsq call per segment), on host memory, where the list's host form
- * runs the same sums: the norm bit for bit (the same segments, added in
- * the same order), fp32 and bf16 gradients, ZeRO 0 and 2, the whole model
- * and a pipeline stage holding the head's wte copy. v1 makes no list (its
- * per-segment calls, and on a GPU their copies, are as before). The list's
- * device form (one pass, one copy) is tests/cuda/test_sumsq_cuda.c's. */
+/* --gpu_path v2's step-level host logic (fc->gpu_v2), on host memory,
+ * against v1's way:
+ * - the gradient norm (parallel/zero/zero.c: the counted segments as one
+ *   buf_sumsq_open list, made once) against a buf_sum_squares call per
+ *   segment, where the list's host form runs the same sums: the norm bit
+ *   for bit (the same segments, added in the same order), fp32 and bf16
+ *   gradients, ZeRO 0, 1 and 2, the whole model and both pipeline stages
+ *   (the last holding the head's wte copy). v1 makes no list (its
+ *   per-segment calls, and on a GPU their copies, are as before). The
+ *   list's device form (one pass, one copy) is tests/cuda/test_sumsq_cuda.c's.
+ * - the targets uploaded with the batch (parallel/engine.c, before the
+ *   micro-batch's kernels; v1: in the head's forward): the loss and every
+ *   gradient bit for bit with v1's, over two micro-batches in two slots. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +20,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "bufops.h"
 #include "engine.h"
@@ -95,6 +101,55 @@ static void check_norms(enum dtype grad_dtype, int zero_stage, int pp, int stage
     mem_free_all(&mem);
 }
 
+/* Two micro-batches (slots 0 and 1) forward and backward; the loss of
+ * each and the gradients after both. */
+static void run_two(bool v2, float loss[2], float *grads, size_t *n) {
+    struct config cfg;
+    config_defaults(&cfg);
+    cfg.n_layer = L, cfg.d_model = C, cfg.n_head = NH, cfg.seq_len = T, cfg.vocab_size = V, cfg.micro_batch = B;
+    cfg.param_dtype = cfg.grad_dtype = cfg.act_dtype = DTYPE_FP32;
+    struct grid grid;
+    grid_init_single(&grid);
+    struct mem_tracker mem = {0};
+    struct flop_counter flops = {.gpu_v2 = v2};
+    struct model_layout lay;
+    layout_init_whole(&lay, trainer_model_shape(&cfg));
+    struct engine_options o = trainer_engine_options(&cfg);
+    o.slots = 2;
+    char err[256];
+    struct engine e;
+    assert_int_equal(engine_init(&e, &o, &lay, &grid, &mem, MEM_HOST, &flops, err, sizeof err), 0);
+    engine_init_params(&e);
+    engine_zero_grads(&e);
+    int32_t in[2][B * T], tgt[2][B * T];
+    for (int k = 0; k < 2; k++) tokens(in[k], B * T, 10 + (uint64_t)k), tokens(tgt[k], B * T, 20 + (uint64_t)k);
+    struct mb_input a = {.inputs = in[0], .targets = tgt[0]}, b = {.inputs = in[1], .targets = tgt[1]};
+    loss[0] = engine_forward(&e, 0, &a, NULL, 0.5f);
+    loss[1] = engine_forward(&e, 1, &b, NULL, 0.5f); /* slot 1's targets in before slot 0's backward */
+    engine_backward(&e, 1, NULL, NULL);
+    engine_backward(&e, 0, NULL, NULL);
+    *n = e.z.sh.total_padded;
+    memcpy(grads, e.z.st.grads, *n * sizeof *grads);
+    engine_free(&e);
+    mem_free_all(&mem);
+}
+
+static void test_targets_with_the_batch(void **state) {
+    (void)state;
+    enum { MAX = 1 << 16 };
+    float l1[2], l2[2];
+    float *g1 = malloc(MAX * sizeof *g1), *g2 = malloc(MAX * sizeof *g2);
+    size_t n1 = 0, n2 = 0;
+    run_two(false, l1, g1, &n1);
+    run_two(true, l2, g2, &n2);
+    assert_true(n1 == n2 && n1 > 0 && n1 <= MAX);
+    printf("  losses v1 %.9g %.9g, v2 %.9g %.9g; %zu gradient elements\n", l1[0], l1[1], l2[0], l2[1], n1);
+    assert_true(l1[0] > 0.0f && l1[0] != l1[1]);
+    assert_memory_equal(l1, l2, sizeof l1);
+    assert_memory_equal(g1, g2, n1 * sizeof *g1);
+    free(g1), free(g2);
+}
+
 static void test_norm_list_fp32(void **state) {
     (void)state;
     check_norms(DTYPE_FP32, 0, 1, 0);
@@ -118,6 +173,7 @@ int main(void) {
         cmocka_unit_test(test_norm_list_fp32),
         cmocka_unit_test(test_norm_list_bf16),
         cmocka_unit_test(test_norm_list_stages),
+        cmocka_unit_test(test_targets_with_the_batch),
     };
     return cmocka_run_group_tests(tests, one_thread, NULL);
 }
