@@ -3,6 +3,8 @@
  * buf_X_cuda on device memory, so --device cpu in the CUDA build keeps the
  * CPU build's results; the CPU build stops a device call by name. A call
  * of zero elements or bytes touches nothing, on either backend. */
+#include <stdbool.h>
+
 #include "backend.h"
 #include "bufops.h"
 
@@ -86,18 +88,22 @@ void buf_sumsq_close(struct sumsq_list *l) {
 
 struct sumsq_list *buf_sumsq_open(enum mem_space space, const void *const *data, enum dtype dt, const size_t *n,
                                   int nseg) {
-    struct sumsq_list *l = calloc(1, sizeof *l);
-    if (!l || nseg < 0) return free(l), NULL;
+    struct sumsq_list *l = nseg >= 0 ? calloc(1, sizeof *l) : NULL;
+    if (!l) return NULL;
     size_t k = nseg > 0 ? (size_t)nseg : 1;
     *l = (struct sumsq_list){.space = space, .nseg = nseg, .dt = dt, .data = calloc(k, sizeof *l->data),
                              .n = calloc(k, sizeof *l->n), .out = calloc(k, sizeof *l->out)};
-    if (!l->data || !l->n || !l->out) return buf_sumsq_close(l), NULL;
-    for (int s = 0; s < nseg; s++) l->data[s] = data[s], l->n[s] = n[s];
-    if (space == MEM_DEVICE) {
+    bool ok = l->data && l->n && l->out;
+    for (int s = 0; ok && s < nseg; s++) l->data[s] = data[s], l->n[s] = n[s];
+    /* the device's table, uploaded once (its few device buffers are
+     * cudaMalloc'd: the memory table's "device untracked" row) */
+    if (ok && space == MEM_DEVICE) {
         ON_DEVICE(l->device = buf_sumsq_open_cuda(data, dt, n, nseg));
-        if (!l->device) return buf_sumsq_close(l), NULL;
+        ok = l->device != NULL;
     }
-    return l;
+    if (ok) return l;
+    buf_sumsq_close(l);
+    return NULL;
 }
 
 int buf_sumsq_count(const struct sumsq_list *l) { return l->nseg; }

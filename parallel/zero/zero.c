@@ -93,7 +93,7 @@ static double local_grad_sum_squares(struct zero *z) {
     if (z->flops && z->flops->gpu_v2) {
         if (!z->norm_list) z->norm_list = open_norm_list(z);
         if (!z->norm_list) {
-            fprintf(stderr, "error: the gradient norm's segment list (--gpu_path v2): out of host memory\n");
+            fprintf(stderr, "error: the gradient norm's segment list (--gpu_path v2) could not be made: out of memory\n");
             exit(EXIT_FAILURE);
         }
         const double *sums = buf_sumsq_run(z->norm_list);
