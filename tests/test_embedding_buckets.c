@@ -99,10 +99,23 @@ static void test_buckets_vocabulary_slice(void **state) {
     check(2, 33, 64, 40, 20, 1, 6);
 }
 
+/* The sort's bits hold every key 0..rows, and no more bits than that. */
+static void test_key_bits(void **state) {
+    (void)state;
+    const int64_t rows[] = {0, 1, 2, 3, 4, 50256, 50257, 65535, 65536, (int64_t)1 << 30};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        int b = emb_key_bits(rows[i]);
+        assert_true(((int64_t)1 << b) > rows[i]);
+        assert_true(b == 1 || ((int64_t)1 << (b - 1)) <= rows[i]);
+    }
+    assert_int_equal(emb_key_bits(50304), 16);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_buckets_whole_vocabulary),
         cmocka_unit_test(test_buckets_vocabulary_slice),
+        cmocka_unit_test(test_key_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

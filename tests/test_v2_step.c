@@ -30,12 +30,16 @@
 
 enum { L = 3, C = 16, NH = 2, T = 8, V = 64, B = 2 };
 
-static void tokens(int32_t *out, size_t n, uint64_t seed) {
-    uint64_t s = seed;
-    for (size_t i = 0; i < n; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        out[i] = (int32_t)((s >> 33) % V);
-    }
+static void tokens(int32_t *out, size_t n, uint64_t seed) { fixture_tokens(out, n, seed, V); }
+
+/* The small model's config, fp32 but the gradients' dtype. */
+static void small_config(struct config *cfg, enum dtype grad_dtype, int zero_stage) {
+    config_defaults(cfg);
+    cfg->n_layer = L, cfg->d_model = C, cfg->n_head = NH, cfg->seq_len = T, cfg->vocab_size = V;
+    cfg->micro_batch = B;
+    cfg->param_dtype = cfg->act_dtype = DTYPE_FP32;
+    cfg->grad_dtype = grad_dtype;
+    cfg->zero = zero_stage;
 }
 
 static int one_thread(void **state) {
@@ -49,11 +53,7 @@ static int one_thread(void **state) {
  * (one rank: each counts), made once. */
 static void check_norms(enum dtype grad_dtype, int zero_stage, int pp, int stage) {
     struct config cfg;
-    config_defaults(&cfg);
-    cfg.n_layer = L, cfg.d_model = C, cfg.n_head = NH, cfg.seq_len = T, cfg.vocab_size = V, cfg.micro_batch = B;
-    cfg.param_dtype = cfg.act_dtype = DTYPE_FP32;
-    cfg.grad_dtype = grad_dtype;
-    cfg.zero = zero_stage;
+    small_config(&cfg, grad_dtype, zero_stage);
     struct grid grid;
     grid_init_single(&grid);
     struct mem_tracker mem = {0};
@@ -105,9 +105,7 @@ static void check_norms(enum dtype grad_dtype, int zero_stage, int pp, int stage
  * each and the gradients after both. */
 static void run_two(bool v2, float loss[2], float *grads, size_t *n) {
     struct config cfg;
-    config_defaults(&cfg);
-    cfg.n_layer = L, cfg.d_model = C, cfg.n_head = NH, cfg.seq_len = T, cfg.vocab_size = V, cfg.micro_batch = B;
-    cfg.param_dtype = cfg.grad_dtype = cfg.act_dtype = DTYPE_FP32;
+    small_config(&cfg, DTYPE_FP32, 0);
     struct grid grid;
     grid_init_single(&grid);
     struct mem_tracker mem = {0};

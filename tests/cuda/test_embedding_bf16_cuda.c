@@ -56,8 +56,8 @@ static void test_embedding_bf16(void **state) {
                 expect_bits("embedding_rows_forward_bf16", want, got, BT * C);
                 free(got);
 
-                float *d_dwte = dev_from(dwte, F(rows * C + 1)), *d_dwpe = dev_from(dwpe, F(T * C));
-                float *w_dwte = malloc(F(rows * C + 1)), *w_dwpe = malloc(F(T * C));
+                float *d_dwte = dev_from(dwte, F(rows * C)), *d_dwpe = dev_from(dwpe, F(T * C));
+                float *w_dwte = malloc(F(rows * C)), *w_dwpe = malloc(F(T * C));
                 memcpy(w_dwte, dwte, F(rows * C));
                 memcpy(w_dwpe, dwpe, F(T * C));
                 if (via_dispatch)

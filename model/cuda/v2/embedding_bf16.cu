@@ -53,13 +53,6 @@ __global__ void emb_positions_bwd(float *dwpe, const bf16 *dout, int64_t B, int6
     }
 }
 
-// Bits the sort looks at: enough for keys 0..rows.
-int key_bits(int64_t rows) {
-    int bits = 1;
-    while (bits < 31 && ((int64_t)1 << bits) <= rows) bits++;
-    return bits;
-}
-
 void bucketed_dwte(float *dwte, const bf16 *dout, const int32_t *inp, int64_t v0, int64_t rows, int64_t BT,
                    int64_t C) {
     const char *what = "embedding_rows_backward_bf16 (buckets)";
@@ -69,7 +62,7 @@ void bucketed_dwte(float *dwte, const bf16 *dout, const int32_t *inp, int64_t v0
     emb_keys<<<cuda_blocks(BT, kBlock), kBlock>>>(key, pos, inp, v0, rows, BT);
     size_t temp_bytes = 0;
     void *temp = nullptr;
-    const int n = (int)BT, bits = key_bits(rows);
+    const int n = (int)BT, bits = emb_key_bits(rows);
     cuda_check(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, key, key_s, pos, pos_s, n, 0, bits), what);
     cuda_check(cudaMallocAsync(&temp, temp_bytes, 0), what);
     cuda_check(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, key, key_s, pos, pos_s, n, 0, bits), what);

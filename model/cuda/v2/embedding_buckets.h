@@ -34,6 +34,14 @@ V2_HD int32_t emb_bucket_key(int32_t token, int64_t v0, int64_t rows) {
     return r >= 0 && r < rows ? (int32_t)r : (int32_t)rows;
 }
 
+/* The low bits the radix sort looks at: enough for keys 0..rows
+ * (2^bits > rows), at most 31 (the keys are int32). */
+V2_HD int emb_key_bits(int64_t rows) {
+    int bits = 1;
+    while (bits < 31 && ((int64_t)1 << bits) <= rows) bits++;
+    return bits;
+}
+
 /* Whether sorted index i starts a bucket: a key below rows that differs
  * from the one before. */
 V2_HD int emb_bucket_starts(const int32_t *key, int64_t i, int64_t rows) {
