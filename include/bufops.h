@@ -48,6 +48,20 @@ void buf_add(enum mem_space space, void *dst, const void *src, enum dtype dt, si
 /* Sum of squares of n values of dtype dt, accumulated in double. */
 double buf_sum_squares(enum mem_space space, const void *src, enum dtype dt, size_t n);
 
+/* A fixed list of segments' sums of squares, made once and run every step
+ * (the gradient norm under --gpu_path v2: parallel/zero/zero.c). data[s]:
+ * n[s] values of dt. On device memory one pass over a chunk table uploaded
+ * at open, and one copy to the host per run (model/cuda/v2/sumsq_segments.h;
+ * compiled, not run on a GPU); on host memory buf_sum_squares per segment.
+ * Open: NULL when out of host memory or the table cannot be built. Run:
+ * each segment's sum (nseg doubles on the host, valid until the next run). */
+struct sumsq_list;
+struct sumsq_list *buf_sumsq_open(enum mem_space space, const void *const *data, enum dtype dt, const size_t *n,
+                                  int nseg);
+const double *buf_sumsq_run(struct sumsq_list *l);
+int buf_sumsq_count(const struct sumsq_list *l); /* its segments */
+void buf_sumsq_close(struct sumsq_list *l);
+
 /* The backends: the same operations on one space's memory. A CUDA failure
  * inside buf_X_cuda (a bad pointer, a lost device) leaves the device
  * unusable: it prints the operation and CUDA's message and exits non-zero,
@@ -77,6 +91,10 @@ void buf_to_fp32_cuda(float *dst, const void *src, enum dtype dt, size_t n);
 void buf_accumulate_cuda(void *dst, enum dtype dt, const float *src, size_t n);
 void buf_add_cuda(void *dst, const void *src, enum dtype dt, size_t n);
 double buf_sum_squares_cuda(const void *src, enum dtype dt, size_t n);
+/* buf_sumsq_open/run/close's device form (opaque: a struct sumsq_plan) */
+void *buf_sumsq_open_cuda(const void *const *data, enum dtype dt, const size_t *n, int nseg);
+const double *buf_sumsq_run_cuda(void *plan);
+void buf_sumsq_close_cuda(void *plan);
 
 #ifdef __cplusplus
 }

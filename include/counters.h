@@ -94,6 +94,14 @@ struct flop_counter {
      * or a counter made on the spot): one sgemm per call, OpenBLAS's own
      * threading. */
     bool gemm_blocks;
+    /* Not a count either: the run is on a GPU under --gpu_path v2
+     * (include/device.h: device_info.path), so the device forms that have a
+     * v2 way take it: the update rules return queued, without a wait per
+     * call (optim/cuda/optim_device.c), the gradient norm sums its segments
+     * in one pass (parallel/zero/zero.c). The trainer sets it from its
+     * device_info (train/run/run_device.c); false on the CPU and on a
+     * counter made on the spot (v1's way, the default). */
+    bool gpu_v2;
     struct kernel_time profile[KERNEL_NUM_KINDS]; /* the dispatch's time per kernel kind */
 };
 

@@ -249,9 +249,14 @@ size_t gpt_stage_numel(const struct gpt *m);
 void *gpt_stage_input(struct gpt *m, int slot);
 void *gpt_stage_output(struct gpt *m, int slot);
 void gpt_layer_forward(struct gpt *m, int slot, int l, struct operand w);
+/* targets: (B,T) token ids copied into the slot, with the batch: the
+ * engine's way under --gpu_path v2 (before the micro-batch's kernels, so no
+ * host copy waits on the forward mid-step). */
+void gpt_upload_targets(struct gpt *m, int slot, const int32_t *targets);
 /* Final LayerNorm, tied LM head (wte: the embedding's or the head's copy),
  * cross-entropy. Returns the mean loss over B*T tokens. With dloss != 0
- * the logits become dlogits (scaled by dloss). */
+ * the logits become dlogits (scaled by dloss). targets NULL: the slot's,
+ * uploaded with the batch (gpt_upload_targets); else copied in here (v1). */
 float gpt_head_forward(struct gpt *m, int slot, struct operand w_head, struct operand wte, const int32_t *targets,
                        float dloss);
 /* dwte: where wte's gradient accumulates (the embedding's or the copy's). */

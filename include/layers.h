@@ -205,12 +205,14 @@ void matmul_forward_mixed(struct act_out out, struct operand inp, struct operand
 void matmul_backward_mixed(struct act_out dinp, float *dweight, float *dbias, struct operand dout, struct operand inp,
                            struct operand weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
 /* embedding_rows_forward from a bf16 table (exact: each row widened as it
- * is copied), host memory only. */
+ * is copied). Host memory, and device memory under --gpu_path v2
+ * (fc->gpu_v2); v1 stops a device call (its GPU path widens its weights). */
 void embedding_rows_forward_bf16(float *out, const int32_t *inp, const bf16 *wte, int64_t v0, int64_t rows,
                                  int64_t BT, int64_t C, struct flop_counter *fc);
 /* embedding_rows_backward from the bf16 data path's bf16 stream gradient
- * (exact: each element widened as it is added; dwte, dwpe fp32), host
- * memory only: embedding_rows_backward's bits on the widened dout. */
+ * (exact: each element widened as it is added; dwte, dwpe fp32):
+ * embedding_rows_backward's bits on the widened dout. Host memory, and
+ * device memory under --gpu_path v2, as the forward. */
 void embedding_rows_backward_bf16(float *dwte, float *dwpe, const bf16 *dout, const int32_t *inp, int64_t v0,
                                   int64_t rows, int64_t B, int64_t T, int64_t C, struct flop_counter *fc);
 
@@ -490,6 +492,12 @@ void embedding_rows_forward_cuda(float *out, const int32_t *inp, const float *wt
 void positions_add_cuda(float *out, const float *wpe, int64_t B, int64_t T, int64_t C);
 void embedding_rows_backward_cuda(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t v0,
                                   int64_t rows, int64_t B, int64_t T, int64_t C);
+/* The bf16 data path's forms (--gpu_path v2 only: model/cuda/v2/embedding_bf16.cu;
+ * compiled, not run on a GPU): the CPU's bits (embedding_buckets.h). */
+void embedding_rows_forward_bf16_cuda(float *out, const int32_t *inp, const bf16 *wte, int64_t v0, int64_t rows,
+                                      int64_t BT, int64_t C);
+void embedding_rows_backward_bf16_cuda(float *dwte, float *dwpe, const bf16 *dout, const int32_t *inp, int64_t v0,
+                                       int64_t rows, int64_t B, int64_t T, int64_t C);
 void layernorm_forward_cuda(float *out, float *mean, float *rstd, const float *inp, const float *weight,
                             const float *bias, int64_t N, int64_t C, struct flop_counter *fc);
 void layernorm_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,

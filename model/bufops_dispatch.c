@@ -3,6 +3,8 @@
  * buf_X_cuda on device memory, so --device cpu in the CUDA build keeps the
  * CPU build's results; the CPU build stops a device call by name. A call
  * of zero elements or bytes touches nothing, on either backend. */
+#include <stdbool.h>
+
 #include "backend.h"
 #include "bufops.h"
 
@@ -61,4 +63,57 @@ double buf_sum_squares(enum mem_space space, const void *src, enum dtype dt, siz
     if (n && space == MEM_DEVICE) ON_DEVICE(s = buf_sum_squares_cuda(src, dt, n));
     else s = buf_sum_squares_cpu(src, dt, n);
     return s;
+}
+
+/* buf_sumsq_open's list: on the host its segments, summed one by one; on
+ * the device the kernels' plan (model/cuda/v2/sumsq_segments.cu). */
+struct sumsq_list {
+    enum mem_space space;
+    int nseg;
+    enum dtype dt;
+    const void **data;
+    size_t *n;
+    double *out;
+    void *device;
+};
+
+void buf_sumsq_close(struct sumsq_list *l) {
+    if (!l) return;
+    if (l->device) ON_DEVICE(buf_sumsq_close_cuda(l->device));
+    free(l->data);
+    free(l->n);
+    free(l->out);
+    free(l);
+}
+
+struct sumsq_list *buf_sumsq_open(enum mem_space space, const void *const *data, enum dtype dt, const size_t *n,
+                                  int nseg) {
+    struct sumsq_list *l = nseg >= 0 ? calloc(1, sizeof *l) : NULL;
+    if (!l) return NULL;
+    size_t k = nseg > 0 ? (size_t)nseg : 1;
+    *l = (struct sumsq_list){.space = space, .nseg = nseg, .dt = dt, .data = calloc(k, sizeof *l->data),
+                             .n = calloc(k, sizeof *l->n), .out = calloc(k, sizeof *l->out)};
+    bool ok = l->data && l->n && l->out;
+    for (int s = 0; ok && s < nseg; s++) l->data[s] = data[s], l->n[s] = n[s];
+    /* the device's table, uploaded once (its few device buffers are
+     * cudaMalloc'd: the memory table's "device untracked" row) */
+    if (ok && space == MEM_DEVICE) {
+        ON_DEVICE(l->device = buf_sumsq_open_cuda(data, dt, n, nseg));
+        ok = l->device != NULL;
+    }
+    if (ok) return l;
+    buf_sumsq_close(l);
+    return NULL;
+}
+
+int buf_sumsq_count(const struct sumsq_list *l) { return l->nseg; }
+
+const double *buf_sumsq_run(struct sumsq_list *l) {
+    if (l->space == MEM_DEVICE) {
+        const double *d = NULL;
+        ON_DEVICE(d = buf_sumsq_run_cuda(l->device));
+        return d;
+    }
+    for (int s = 0; s < l->nseg; s++) l->out[s] = buf_sum_squares_cpu(l->data[s], l->dt, l->n[s]);
+    return l->out;
 }

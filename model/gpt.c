@@ -233,6 +233,10 @@ static void gemm_backward(struct gpt *m, struct act_out dinp, float *dweight, fl
     else matmul_backward(dinp.f32, dweight, dbias, dout.f32, x.f32, w.f32, N, C, OC, m->flops);
 }
 
+void gpt_upload_targets(struct gpt *m, int s, const int32_t *targets) {
+    buf_copy(m->space, m->slot[s].targets, targets, bt(m) * sizeof *targets);
+}
+
 void gpt_embed_forward(struct gpt *m, int s, struct operand w_embed, const int32_t *inputs) {
     buf_copy(m->space, m->slot[s].inputs, inputs, bt(m) * sizeof *inputs);
     /* acts_direct: computed in dtemp_btc (free in the forward), narrowed
@@ -466,7 +470,7 @@ float gpt_head_forward(struct gpt *m, int s, struct operand w_head, struct opera
     struct vocab_slice v = tp_vocab_slice(m->lay);
     struct operand in = head_input(m, s, wte, false);
     gemm_forward(m, (struct act_out){.f32 = sl->logits}, in, wte, NULL, N, C, v.Vl);
-    buf_copy(m->space, sl->targets, targets, bt(m) * sizeof *targets);
+    if (targets) gpt_upload_targets(m, s, targets);
     /* dtemp_btc (free between layers) holds the rows' sums and target logits */
     double sum = vocab_parallel_crossentropy(m->tp, v, sl->logits, sl->losses, sl->targets, N, dloss, m->dtemp_btc,
                                              m->flops);

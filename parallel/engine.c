@@ -263,6 +263,11 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
     struct chunk_units cu = chunk_units(e, slot);
     int hu = cu.hu, l0 = cu.l0, l1 = cu.l1;
     struct operand we = {0};
+    /* --gpu_path v2: the targets go to the device with the batch, before
+     * this micro-batch's kernels are queued (v1: in the head's forward, a
+     * host copy that waits for the whole forward mid-step) */
+    bool targets_early = hu >= 0 && m->flops && m->flops->gpu_v2;
+    if (targets_early) gpt_upload_targets(m, slot, in->targets);
     if (cu.eu >= 0) {
         we = unit_weights(e, cu.eu); /* stays valid for the tied head */
         gather_ahead(e, l0 < l1 ? layout_layer_unit(lay, l0) : hu);
@@ -285,7 +290,8 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
     }
     struct operand wh = unit_weights(e, hu);
     double BT = (double)e->o.micro_batch * e->model_lay.shape.T; /* this rank's tokens (T/cp each) */
-    float loss = gpt_head_forward(m, slot, wh, head_wte(e, we, wh), in->targets, (float)(dloss / BT));
+    float loss = gpt_head_forward(m, slot, wh, head_wte(e, we, wh), targets_early ? NULL : in->targets,
+                                  (float)(dloss / BT));
     phase_done(e, PHASE_FORWARD, hu);
     return loss;
 }

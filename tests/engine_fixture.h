@@ -14,6 +14,16 @@
 #include "engine.h"
 #include "run.h"
 
+/* n token ids below V from seed, by a fixed LCG (not the library's RNG,
+ * so the test data never changes with it). */
+static inline void fixture_tokens(int32_t *out, size_t n, uint64_t seed, int32_t V) {
+    uint64_t s = seed;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        out[i] = (int32_t)((s >> 33) % (uint64_t)V);
+    }
+}
+
 static inline void fixture_engine_init(struct engine *e, const struct config *c, struct grid *grid,
                                        struct mem_tracker *mem, struct flop_counter *flops) {
     struct model_layout lay;

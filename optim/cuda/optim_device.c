@@ -31,6 +31,17 @@ static void finish(int launch_err, const char *what) {
     check((int)cudaDeviceSynchronize(), what);
 }
 
+/* An update rule's end. v1 (the default): finish's wait per call, about
+ * 196 a step at GPT-2 124M. --gpu_path v2 (fc->gpu_v2): the launch's error
+ * only; the kernels stay queued on the default stream, in order before
+ * every later kernel, copy and collective, and an error while they run
+ * shows at the step's one wait after the update (train/run/run_loop.c:
+ * device_kernels_sync, which checks it). */
+static void finish_rule(int launch_err, const char *what, const struct flop_counter *fc) {
+    if (fc->gpu_v2) check(launch_err, what);
+    else finish(launch_err, what);
+}
+
 static struct cuda_k_adam_consts adam_consts(const struct adamw_hparams *h) {
     const struct adamw_step_consts c = adamw_step_consts(h);
     return (struct cuda_k_adam_consts){
@@ -74,7 +85,7 @@ void adamw_update_cuda(const struct adamw_hparams *h, size_t n, float *w, float 
                        enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
     const struct cuda_k_adam_consts k = adam_consts(h);
     const struct cuda_k_writeback wb = writeback(out);
-    if (n) finish(cuda_k_adamw(&k, n, w, m, v, grad, is_bf16(grad_dtype), &wb), "adamw_update");
+    if (n) finish_rule(cuda_k_adamw(&k, n, w, m, v, grad, is_bf16(grad_dtype), &wb), "adamw_update", fc);
     fc->other += (double)ADAMW_FLOPS * (double)n;
 }
 
@@ -82,7 +93,7 @@ void sgd_update_cuda(const struct sgd_hparams *h, size_t n, float *w, float *buf
                      enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
     const struct cuda_k_sgd_consts k = sgd_consts(h);
     const struct cuda_k_writeback wb = writeback(out);
-    if (n) finish(cuda_k_sgd(&k, n, w, buf, grad, is_bf16(grad_dtype), &wb), "sgd_update");
+    if (n) finish_rule(cuda_k_sgd(&k, n, w, buf, grad, is_bf16(grad_dtype), &wb), "sgd_update", fc);
     fc->other += (double)SGD_FLOPS * (double)n;
 }
 
@@ -96,9 +107,8 @@ void adamw8bit_update_cuda(const struct adamw_hparams *h, size_t n, float *w, ui
     /* as adamw8bit.c: the codes of an all-zero block */
     const uint8_t zero_s = qmap_nearest(map_signed, 0.0f), zero_u = qmap_nearest(map_unsigned, 0.0f);
     if (n)
-        finish(cuda_k_adamw8bit(&k, n, w, q1, q2, absmax1, absmax2, &ms, &mu, zero_s, zero_u, grad,
-                                is_bf16(grad_dtype), &wb),
-               "adamw8bit_update");
+        finish_rule(cuda_k_adamw8bit(&k, n, w, q1, q2, absmax1, absmax2, &ms, &mu, zero_s, zero_u, grad,
+                                is_bf16(grad_dtype), &wb), "adamw8bit_update", fc);
     fc->other += (double)ADAMW8BIT_FLOPS * (double)n;
 }
 
@@ -106,7 +116,7 @@ void lion_update_cuda(const struct lion_hparams *h, size_t n, float *w, float *m
                       enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
     const struct cuda_k_lion_consts k = lion_consts(h);
     const struct cuda_k_writeback wb = writeback(out);
-    if (n) finish(cuda_k_lion(&k, n, w, m, grad, is_bf16(grad_dtype), &wb), "lion_update");
+    if (n) finish_rule(cuda_k_lion(&k, n, w, m, grad, is_bf16(grad_dtype), &wb), "lion_update", fc);
     fc->other += (double)LION_FLOPS * (double)n;
 }
 
@@ -117,9 +127,8 @@ void sgd8bit_update_cuda(const struct sgd_hparams *h, size_t n, float *w, uint8_
     const struct cuda_k_writeback wb = writeback(out);
     const struct cuda_k_map ms = map_of(map_signed);
     if (n)
-        finish(cuda_k_sgd8bit(&k, n, w, q, absmax, &ms, qmap_nearest(map_signed, 0.0f), grad, is_bf16(grad_dtype),
-                              &wb),
-               "sgd8bit_update");
+        finish_rule(cuda_k_sgd8bit(&k, n, w, q, absmax, &ms, qmap_nearest(map_signed, 0.0f), grad, is_bf16(grad_dtype),
+                              &wb), "sgd8bit_update", fc);
     fc->other += (double)(SGD_FLOPS + CODEC8_FLOPS) * (double)n;
 }
 
@@ -130,9 +139,8 @@ void lion8bit_update_cuda(const struct lion_hparams *h, size_t n, float *w, uint
     const struct cuda_k_writeback wb = writeback(out);
     const struct cuda_k_map ms = map_of(map_signed);
     if (n)
-        finish(cuda_k_lion8bit(&k, n, w, q, absmax, &ms, qmap_nearest(map_signed, 0.0f), grad, is_bf16(grad_dtype),
-                               &wb),
-               "lion8bit_update");
+        finish_rule(cuda_k_lion8bit(&k, n, w, q, absmax, &ms, qmap_nearest(map_signed, 0.0f), grad, is_bf16(grad_dtype),
+                               &wb), "lion8bit_update", fc);
     fc->other += (double)(LION_FLOPS + CODEC8_FLOPS) * (double)n;
 }
 

@@ -4,6 +4,8 @@
 #include "zero_parts.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bufops.h"
@@ -35,6 +37,8 @@ void zero_free(struct zero *z) {
     void *bufs[] = {z->st.params, z->st.master, z->st.grads};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(z->mem, bufs[i]);
     mem_free(z->mem, z->segs.seg);
+    buf_sumsq_close(z->norm_list);
+    z->norm_list = NULL;
 }
 
 void *zero_unit_grads(struct zero *z, int u) {
@@ -45,20 +49,60 @@ void zero_zero_grads(struct zero *z) {
     buf_zero(z->space, z->st.grads, (zero_grads_sharded(z) ? z->sh.total_shard : z->sh.total_padded) * zero_gsize(z));
 }
 
-/* Sum of squares of the reduced gradients this rank updates: its segments
+/* Whether segment g counts in this rank's sum of squares: its segments
  * partition exactly the elements it owns (every unit at stage 0). Under
  * tensor parallelism a replicated tensor's gradient is the same on every
  * rank of the group, so only tp rank 0 counts it; the split tensors' parts
  * sum over the group (norm_groups). */
-static double local_grad_sum_squares(const struct zero *z) {
-    double s = 0.0;
+static bool norm_counts(const struct zero *z, const struct opt_segment *g) {
     const struct zero_tie *t = &z->tie;
+    /* segments never cross a tensor: one inside the uncounted copy is skipped whole */
+    if (zero_tie_active(z) && !t->in_norm && g->unit == t->unit && g->lo >= t->lo && g->hi <= t->hi) return false;
+    return !(g->tp_replicated && z->lay->rank.tp_rank > 0);
+}
+
+/* --gpu_path v2's list of the counted segments, in segment order (the
+ * order v1 adds them in); NULL when out of host memory. */
+static struct sumsq_list *open_norm_list(const struct zero *z) {
+    int n = z->segs.n > 0 ? z->segs.n : 1;
+    const void **data = calloc((size_t)n, sizeof *data);
+    size_t *len = calloc((size_t)n, sizeof *len);
+    struct sumsq_list *l = NULL;
+    if (data && len) {
+        int k = 0;
+        for (int i = 0; i < z->segs.n; i++) {
+            const struct opt_segment *g = &z->segs.seg[i];
+            if (!norm_counts(z, g)) continue;
+            data[k] = zero_segment_grad(z, g);
+            len[k++] = g->hi - g->lo;
+        }
+        l = buf_sumsq_open(z->space, data, z->o.grad_dtype, len, k);
+    }
+    free(data);
+    free(len);
+    return l;
+}
+
+/* Sum of squares of the reduced gradients this rank updates (norm_counts).
+ * v1: a buf_sum_squares per segment (on a GPU a call and a device-to-host
+ * copy each). v2 (a GPU under --gpu_path v2): one pass over the list's
+ * device table and one copy (model/cuda/v2/sumsq_segments.h); the segments'
+ * sums added here in the same order. */
+static double local_grad_sum_squares(struct zero *z) {
+    double s = 0.0;
+    if (z->flops && z->flops->gpu_v2) {
+        if (!z->norm_list) z->norm_list = open_norm_list(z);
+        if (!z->norm_list) {
+            fprintf(stderr, "error: the gradient norm's segment list (--gpu_path v2) could not be made: out of memory\n");
+            exit(EXIT_FAILURE);
+        }
+        const double *sums = buf_sumsq_run(z->norm_list);
+        for (int k = 0; k < buf_sumsq_count(z->norm_list); k++) s += sums[k];
+        return s;
+    }
     for (int k = 0; k < z->segs.n; k++) {
         const struct opt_segment *g = &z->segs.seg[k];
-        /* segments never cross a tensor: one inside the uncounted copy is skipped whole */
-        if (zero_tie_active(z) && !t->in_norm && g->unit == t->unit && g->lo >= t->lo && g->hi <= t->hi) continue;
-        if (g->tp_replicated && z->lay->rank.tp_rank > 0) continue;
-        s += buf_sum_squares(z->space, zero_segment_grad(z, g), z->o.grad_dtype, g->hi - g->lo);
+        if (norm_counts(z, g)) s += buf_sum_squares(z->space, zero_segment_grad(z, g), z->o.grad_dtype, g->hi - g->lo);
     }
     return s;
 }

@@ -4,7 +4,8 @@
  * computes it, the totals in chunk order in double), bf16 segments within
  * fp32's bound of a double sum of the widened values; sizes off the chunk
  * (0, 1, 16385, 40000, 7 elements), the totals' device buffers poisoned
- * first. Without a GPU: skipped. */
+ * first; and the same through bufops.h's buf_sumsq_* names (the norm's
+ * v2 call). Without a GPU: skipped. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +15,7 @@
 #include <cmocka.h>
 
 #include "cuda_fixture.h"
+#include "bufops.h"
 #include "dtype.h"
 #include "../../model/cuda/v2/sumsq_segments.h"
 
@@ -68,7 +70,43 @@ static void test_sumsq_segments(void **state) {
     sumsq_plan_close(&p);
 }
 
+/* The same through include/bufops.h's names on device memory (what the
+ * norm calls under --gpu_path v2: parallel/zero/zero.c): one dtype a list,
+ * each segment's sum the plan's, and again on a second run (the table is
+ * the run's). */
+static void test_sumsq_dispatch(void **state) {
+    (void)state;
+    SKIP_WITHOUT_DEVICE();
+    float *x[NSEG];
+    const void *dev[NSEG];
+    size_t n[NSEG];
+    int64_t n64[NSEG];
+    unsigned char is_bf16[NSEG] = {0};
+    uint64_t r = 777;
+    for (int s = 0; s < NSEG; s++) {
+        size_t m = (size_t)(SIZES[s] > 0 ? SIZES[s] : 1);
+        x[s] = malloc(m * sizeof(float));
+        for (int64_t i = 0; i < SIZES[s]; i++) {
+            r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+            x[s][i] = (float)((double)(r >> 11) / 9007199254740992.0 - 0.5);
+        }
+        dev[s] = dev_from(x[s], m * sizeof(float));
+        n[s] = (size_t)SIZES[s], n64[s] = SIZES[s];
+    }
+    struct sumsq_plan p;
+    assert_int_equal(sumsq_plan_open(&p, dev, is_bf16, n64, NSEG), 0);
+    double want[NSEG];
+    memcpy(want, sumsq_plan_run(&p, 0), sizeof want);
+    sumsq_plan_close(&p);
+    struct sumsq_list *l = buf_sumsq_open(MEM_DEVICE, dev, DTYPE_FP32, n, NSEG);
+    assert_non_null(l);
+    assert_int_equal(buf_sumsq_count(l), NSEG);
+    for (int run = 0; run < 2; run++) assert_memory_equal(buf_sumsq_run(l), want, sizeof want);
+    buf_sumsq_close(l);
+    for (int s = 0; s < NSEG; s++) cudaFree((void *)dev[s]), free(x[s]);
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_sumsq_segments)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_sumsq_segments), cmocka_unit_test(test_sumsq_dispatch)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

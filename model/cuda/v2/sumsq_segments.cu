@@ -6,6 +6,7 @@
 
 #include "../block_reduce.h"
 #include "../cuda_check.h"
+#include "bufops.h"
 #include "sumsq_segments.h"
 
 // One block per chunk: the chunk's squares in fp32 per thread (strided),
@@ -94,4 +95,34 @@ void sumsq_plan_close(struct sumsq_plan *p) {
     cudaFree(p->totals);
     cudaFreeHost(p->host_totals);
     *p = sumsq_plan{};
+}
+
+// include/bufops.h's device form of buf_sumsq_open/run/close: a plan in
+// host memory (the dispatch holds it as a void *), its table on the device.
+extern "C" void *buf_sumsq_open_cuda(const void *const *data, enum dtype dt, const size_t *n, int nseg) {
+    sumsq_plan *p = (sumsq_plan *)malloc(sizeof *p);
+    size_t k = nseg > 0 ? (size_t)nseg : 1;
+    int64_t *n64 = (int64_t *)malloc(k * sizeof *n64);
+    unsigned char *b16 = (unsigned char *)malloc(k);
+    int rc = -1;
+    if (p && n64 && b16) {
+        for (int s = 0; s < nseg; s++) n64[s] = (int64_t)n[s], b16[s] = dt != DTYPE_FP32; // bufops: any other dtype is bf16
+        rc = sumsq_plan_open(p, data, b16, n64, nseg);
+    }
+    free(n64);
+    free(b16);
+    if (rc != 0) {
+        free(p);
+        return nullptr;
+    }
+    return p;
+}
+
+// The default stream: the norm follows the reductions queued there.
+extern "C" const double *buf_sumsq_run_cuda(void *plan) { return sumsq_plan_run((sumsq_plan *)plan, 0); }
+
+extern "C" void buf_sumsq_close_cuda(void *plan) {
+    if (!plan) return;
+    sumsq_plan_close((sumsq_plan *)plan);
+    free(plan);
 }
