@@ -9,12 +9,12 @@
 #include "grid.h"
 #include "layers.h"
 #include "layout.h"
-#include "machine.h"
 #include "schedule.h"
 #include "segments.h"
 #include "shard.h"
 #include "tensor_parallel.h"
 #include "theory.h"
+#include "theory_rank_parts.h"
 #include "trainer.h"
 #include "trace_file.h"
 #include "zero.h"
@@ -47,16 +47,13 @@ void rank_place_layout(const struct config *c, struct rank_place p, struct model
     if (rank_layout(c, p, lay) != 0) layout_init_whole(lay, trainer_model_shape(c));
 }
 
-static struct model_layout layout_of(const struct config *c, struct rank_place p) {
+struct model_layout theory_layout_of(const struct config *c, struct rank_place p) {
     struct model_layout lay;
     rank_place_layout(c, p, &lay);
     return lay;
 }
 
-/* A cp rank holds T/cp positions of every sequence, and its model runs on
- * those alone (parallel/engine.c): what it saves, and its working buffers
- * but the ring's, are those of the model at seq_len T/cp. */
-static struct config at_rank_positions(const struct config *c, struct rank_place p) {
+struct config theory_at_rank_positions(const struct config *c, struct rank_place p) {
     struct config local = *c;
     local.seq_len = c->seq_len / rank_place_cp(p);
     return local;
@@ -125,7 +122,7 @@ static size_t tie_floats(const struct config *c, const struct model_layout *lay,
 }
 
 struct state_theory theory_trainer_states(const struct config *c, struct rank_place p) {
-    struct model_layout lay = layout_of(c, p);
+    struct model_layout lay = theory_layout_of(c, p);
     int N = p.dp;
     struct shard_layout sh;
     shard_layout_init(&sh, &lay, N, p.dp_rank);
@@ -190,7 +187,7 @@ struct state_theory theory_trainer_states(const struct config *c, struct rank_pl
 }
 
 struct comm_theory theory_trainer_comm(const struct config *c, struct rank_place p) {
-    struct model_layout lay = layout_of(c, p);
+    struct model_layout lay = theory_layout_of(c, p);
     int N = p.dp;
     struct shard_layout sh;
     shard_layout_init(&sh, &lay, N, 0);
@@ -245,14 +242,13 @@ struct comm_theory theory_trainer_comm(const struct config *c, struct rank_place
     return t;
 }
 
-/* Sequence parallelism where it acts: gpt_init_chunks ignores it at tp = 1. */
-static bool sp_on(const struct config *c, struct rank_place p) { return c->sequence_parallel && p.tp > 1; }
+bool theory_sp_on(const struct config *c, struct rank_place p) { return c->sequence_parallel && p.tp > 1; }
 
 struct tp_comm_theory theory_trainer_tp_comm(const struct config *whole, struct rank_place p) {
-    struct model_layout lay = layout_of(whole, p);
-    struct config local = at_rank_positions(whole, p); /* cp: the rank's T/cp positions */
+    struct model_layout lay = theory_layout_of(whole, p);
+    struct config local = theory_at_rank_positions(whole, p); /* cp: the rank's T/cp positions */
     const struct config *c = &local;
-    struct tp_comm_theory t = {.sp = sp_on(c, p)};
+    struct tp_comm_theory t = {.sp = theory_sp_on(c, p)};
     double B = c->micro_batch, BT = B * c->seq_len, m = c->grad_accum, n = rank_layers(&lay.rank);
     double act = BT * c->d_model * 4; /* one (B,T,C) fp32 tensor: the conjugates reduce fp32 (model/gpt.c) */
     struct theory_model tm;
@@ -304,8 +300,8 @@ struct tp_comm_theory theory_trainer_tp_comm(const struct config *whole, struct 
 }
 
 struct pipe_comm_theory theory_trainer_pp_comm(const struct config *whole, struct rank_place p) {
-    struct model_layout lay = layout_of(whole, p);
-    struct config local = at_rank_positions(whole, p); /* cp: a boundary carries the rank's T/cp positions */
+    struct model_layout lay = theory_layout_of(whole, p);
+    struct config local = theory_at_rank_positions(whole, p); /* cp: a boundary carries the rank's T/cp positions */
     const struct config *c = &local;
     struct theory_model tm;
     theory_model_from_config(&tm, c);
@@ -315,7 +311,7 @@ struct pipe_comm_theory theory_trainer_pp_comm(const struct config *whole, struc
      * model's last, and one before it but the model's first; the
      * interleaved schedule's wrap-around (the last rank's chunk c to rank
      * 0's c + 1) is one of them */
-    double boundary = theory_pp_boundary_bytes(&tm, c->micro_batch, c->grad_accum, p.tp, sp_on(c, p),
+    double boundary = theory_pp_boundary_bytes(&tm, c->micro_batch, c->grad_accum, p.tp, theory_sp_on(c, p),
                                                (double)dtype_size(c->act_dtype));
     int v = config_chunks(c);
     int boundaries = (v - (p.pp_rank == p.pp - 1)) + (v - (p.pp_rank == 0));
@@ -328,134 +324,8 @@ struct pipe_comm_theory theory_trainer_pp_comm(const struct config *whole, struc
     return t;
 }
 
-static bool flash(const struct config *c) { return c->attention == ATTENTION_FLASH; }
-
-
-/* Elements per token of the attention's saved tensor (model/gpt.c's
- * ACT_ATT): the probabilities NH/t T, or flash's lse NH/t (B NH/t T). */
-static double att_per_token(const struct config *c, int tp) {
-    return (double)(c->n_head / tp) * (flash(c) ? 1 : c->seq_len);
-}
-
-/* Elements per token of one layer's tensors model/gpt.c keeps (the
- * per-layer block, without the residual stream's input): ln1, res2, ln2
- * whole (3C), or with sequence parallelism the rank's T/tp positions of
- * them (3C/t per token of the micro-batch); qkv 3C/t, atty C/t, fch and
- * gelu 4C/t each (12C/t); and, when `att`, the attention's tensor. */
-static double layer_block_per_token(const struct config *c, int tp, bool sp, bool att) {
-    double C = c->d_model, Cl = C / tp;
-    return 3 * (sp ? Cl : C) + 12 * Cl + (att ? att_per_token(c, tp) : 0);
-}
-
-/* Whether the run's GEMMs are bf16 on the CPU: --gemm_dtype as the run
- * resolves it (config_gemm_dtype, this machine's flags) on --device cpu or
- * auto (the trainer stores the device it opened). */
-static bool cpu_bf16_gemms(const struct config *c) {
-    if (c->device == DEVICE_CUDA) return false;
-    char flags[CPU_FLAGS_LEN];
-    machine_cpu_flags(flags, sizeof flags);
-    return config_gemm_dtype(c, false, flags) == DTYPE_BF16;
-}
-
-/* The GPU's bf16 GEMMs on --gpu_path v2 (config_check_gpu_path refuses a
- * v2 run that would not take its bf16 data path). */
-static bool v2_bf16_gemms(const struct config *c) {
-    return c->device == DEVICE_CUDA && c->gpu_path == GPU_PATH_V2 && config_gemm_dtype(c, true, "") == DTYPE_BF16;
-}
-
-/* Whether model/gpt.c runs its bf16 data path (acts_direct: the kernels
- * read and write the bf16 stores): bf16 activations and bf16 GEMMs on the
- * CPU, or on a GPU under --gpu_path v2, without full recompute or
- * sequence parallelism. */
-static bool acts_direct(const struct config *c, bool sp) {
-    return c->act_dtype == DTYPE_BF16 && c->recompute != RECOMPUTE_FULL && !sp &&
-           (cpu_bf16_gemms(c) || v2_bf16_gemms(c));
-}
-
-bool theory_trainer_acts_direct(const struct config *c, struct rank_place p) { return acts_direct(c, sp_on(c, p)); }
-
-/* Elements per token of model/gpt.c's one-layer fp32 working buffer with
- * bf16 activations (not full recompute's: that is an activation): the
- * whole block, or on the bf16 data path only what a kernel still reads or
- * writes in fp32: the FC output 4C/t (flash's fp32 lse is never in it). */
-static double work_block_per_token(const struct config *c, int tp, bool sp, bool att) {
-    if (!acts_direct(c, sp)) return layer_block_per_token(c, tp, sp, att);
-    return 4 * (double)c->d_model / tp;
-}
-
-struct activation_theory theory_trainer_activations(const struct config *whole, struct rank_place p) {
-    struct model_layout lay = layout_of(whole, p);
-    struct config local = at_rank_positions(whole, p); /* cp: the rank's T/cp positions */
-    const struct config *c = &local;
-    int tp = lay.rank.tp;
-    bool sp = sp_on(c, p);
-    double B = c->micro_batch, T = c->seq_len, C = c->d_model;
-    double n = rank_layers(&lay.rank); /* this stage's layers */
-    double e = (double)dtype_size(c->act_dtype), BT = B * T;
-    /* the tokens of the stream a rank holds: B T, or its B T/t with sp */
-    double BTs = sp ? B * (double)(c->seq_len / tp) : BT;
-    struct activation_theory a = {0};
-    int v = lay.rank.n_chunks;
-    a.slots = v > 1 ? 0 : schedule_slots(c->schedule, p.pp, p.pp_rank, c->grad_accum);
-    for (int ch = 0; v > 1 && ch < v; ch++)
-        a.slots += schedule_chunk_slots(c->schedule, p.pp, p.pp_rank, c->grad_accum, v, ch);
-    /* per token: the layer's input C (the residual stream) and its block
-     * (tp = 1: 15C + NH T, so 16C + NH T); four fp32 LayerNorm statistics
-     * of the rank's stream tokens */
-    double stats = 4 * 4 * BTs, shared = 0;
-    /* flash: the lse (NH/t per token) in fp32 beside the block, and
-     * selective is none (include/gpt.h) */
-    double lse = flash(c) ? att_per_token(c, tp) * 4 * BT : 0;
-    enum recompute_mode mode = flash(c) && c->recompute == RECOMPUTE_SELECTIVE ? RECOMPUTE_NONE : c->recompute;
-    switch (mode) {
-    case RECOMPUTE_NONE:
-        a.per_layer = C * e * BTs + layer_block_per_token(c, tp, sp, !flash(c)) * e * BT + stats + lse;
-        break;
-    case RECOMPUTE_SELECTIVE: /* no probabilities; one layer's (its NH/t heads) recomputed in fp32 */
-        a.per_layer = C * e * BTs + layer_block_per_token(c, tp, sp, false) * e * BT + stats;
-        shared = (double)(c->n_head / tp) * T * 4 * BT;
-        break;
-    case RECOMPUTE_FULL: /* the layer input only; one layer's block (flash: the lse in it) + stats in fp32 */
-        a.per_layer = C * e * BTs;
-        shared = layer_block_per_token(c, tp, sp, true) * 4 * BT + stats;
-        break;
-    }
-    /* the stage's last residual (its output); the last stage: final LN
-     * output (e; whole, or the slice with sp), its two fp32 stats, fp32
-     * logits over the rank's Vp/t vocabulary columns for every token,
-     * fp32 losses, int32 targets; the first: int32 inputs */
-    double out = C * e * BTs, ids = 4 * BT;
-    double head = (C * e + 2 * 4) * BTs + (4.0 * (lay.shape.Vp / tp) + 4 + 4) * BT;
-    a.head = out + (lay.rank.has_head ? head : 0) + (lay.rank.has_embed ? ids : 0);
-    a.recompute_buffers = shared;
-    a.per_slot = n * a.per_layer + a.head;
-    struct theory_model m;
-    theory_model_from_config(&m, c);
-    a.korthikanti_layer = theory_activation_layer_bytes(&m, B, tp, sp, c->recompute);
-    double output = theory_activation_output_bytes(&m, B, tp);
-    if (v == 1) {
-        a.layers = a.slots * n * a.per_layer + shared;
-        a.total = a.slots * a.per_slot + shared;
-        a.korthikanti_total = a.slots * (n * a.korthikanti_layer + (lay.rank.has_head ? output : 0));
-        return a;
-    }
-    /* interleaved: each chunk's slots hold its layers and output, the head
-     * only the last chunk's, the token ids only chunk 0's (model/gpt.c) */
-    a.layers = shared;
-    a.total = shared;
-    for (int ch = 0; ch < v; ch++) {
-        double slots = schedule_chunk_slots(c->schedule, p.pp, p.pp_rank, c->grad_accum, v, ch);
-        double nc = lay.rank.chunk[ch].l1 - lay.rank.chunk[ch].l0;
-        bool head_here = lay.rank.has_head && ch == v - 1, ids_here = lay.rank.has_embed && ch == 0;
-        a.layers += slots * nc * a.per_layer;
-        a.total += slots * (nc * a.per_layer + out + (head_here ? head : 0) + (ids_here ? ids : 0));
-        a.korthikanti_total += slots * (nc * a.korthikanti_layer + (head_here ? output : 0));
-    }
-    return a;
-}
-
 struct flop_theory theory_trainer_flops(const struct config *c, struct rank_place p) {
-    struct model_layout lay = layout_of(c, p);
+    struct model_layout lay = theory_layout_of(c, p);
     double t = lay.rank.tp;
     double B = c->micro_batch, T = c->seq_len, C = c->d_model, L = rank_layers(&lay.rank), k = c->grad_accum;
     /* the LM head's GEMM, on the last stage: the rank's Vp/t vocabulary columns */
@@ -476,7 +346,7 @@ struct flop_theory theory_trainer_flops(const struct config *c, struct rank_plac
      * 2 B C T (T+1) per layer; backward QK^T again, dP, dV, dQ, dK,
      * 5 B C T (T+1). (A GPU's flash kernel issues whole 64 x 64 tiles,
      * flash_attention.h: more than this.) */
-    if (flash(c)) {
+    if (theory_flash(c)) {
         attention_forward = 2 * L * B * C * T * (T + 1) * k / t / cp;
         f.attention = attention_forward * 7 / 2;
     }
@@ -485,7 +355,7 @@ struct flop_theory theory_trainer_flops(const struct config *c, struct rank_plac
      * needed); both modes re-run the attention's forward GEMMs (flash:
      * only full; its backward's QK^T is counted above) */
     const double full_gemm = 16 * L * C * C * f.tokens / t;
-    bool att_again = c->recompute == RECOMPUTE_FULL || (c->recompute == RECOMPUTE_SELECTIVE && !flash(c));
+    bool att_again = c->recompute == RECOMPUTE_FULL || (c->recompute == RECOMPUTE_SELECTIVE && !theory_flash(c));
     f.recompute = 0;
     if (c->recompute == RECOMPUTE_FULL) f.recompute += full_gemm;
     if (att_again) f.recompute += attention_forward;
@@ -496,7 +366,7 @@ struct flop_theory theory_trainer_flops(const struct config *c, struct rank_plac
      * the last stage; vocabulary padding is no model FLOP. */
     struct rank_place whole = p;
     whole.tp = 1, whole.tp_rank = 0;
-    struct model_layout st = layout_of(c, whole);
+    struct model_layout st = theory_layout_of(c, whole);
     double lookup = st.rank.has_embed ? (double)(st.shape.Vp + st.shape.maxT) * C : 0;
     double head_padding = st.rank.has_head ? (double)(st.shape.Vp - st.shape.V) * C : 0;
     double head_wte = st.rank.has_head && !st.head_wte_copy ? (double)st.shape.Vp * C : 0;
@@ -507,7 +377,7 @@ struct flop_theory theory_trainer_flops(const struct config *c, struct rank_plac
 }
 
 double theory_trainer_comm_buffers(const struct config *c, struct rank_place p) {
-    struct model_layout lay = layout_of(c, p);
+    struct model_layout lay = theory_layout_of(c, p);
     struct shard_layout sh;
     shard_layout_init(&sh, &lay, p.dp, 0);
     double w_p = (double)dtype_size(c->param_dtype), w_g = (double)dtype_size(c->grad_dtype);
@@ -524,15 +394,15 @@ double theory_trainer_comm_buffers(const struct config *c, struct rank_place p) 
 }
 
 struct scratch_theory theory_trainer_scratch(const struct config *whole, struct rank_place p) {
-    struct model_layout lay = layout_of(whole, p);
+    struct model_layout lay = theory_layout_of(whole, p);
     struct shard_layout sh;
     shard_layout_init(&sh, &lay, p.dp, p.dp_rank);
-    struct config local = at_rank_positions(whole, p); /* cp: the rank's T/cp positions */
+    struct config local = theory_at_rank_positions(whole, p); /* cp: the rank's T/cp positions */
     const struct config *c = &local;
     double B = c->micro_batch, T = c->seq_len, C = c->d_model, BT = B * T, n = BT * C;
     int tp = lay.rank.tp;
     double NHl = c->n_head / tp, nl = n / tp; /* the rank's heads; a (B,T,C/t) tensor */
-    bool sp = sp_on(c, p);
+    bool sp = theory_sp_on(c, p);
     double ns = sp ? nl : n; /* the rank's part of the stream: (B,T,C), or (B,T/t,C) with sp */
     bool bf16_acts = c->act_dtype == DTYPE_BF16;
     struct scratch_theory s = {0};
@@ -549,7 +419,7 @@ struct scratch_theory theory_trainer_scratch(const struct config *whole, struct 
             kinds += (double)shard_unit_padded(&sh, units[k]) * 4;
             vectors += (double)vec_sizes[k] * 4;
         }
-    if (c->param_dtype == DTYPE_BF16) s.persistent += cpu_bf16_gemms(c) || v2_bf16_gemms(c) ? vectors : kinds;
+    if (c->param_dtype == DTYPE_BF16) s.persistent += theory_direct_gemms(c) ? vectors : kinds;
     if (c->grad_dtype == DTYPE_BF16 || c->zero >= 2) s.persistent += kinds;
     /* model/gpt.c, at the rank's local sizes: a layer's block widened
      * (bf16, kept in the stores; on the bf16 data path only its tensors
@@ -565,23 +435,23 @@ struct scratch_theory theory_trainer_scratch(const struct config *whole, struct 
      * widened block holds the probabilities where the store does (not
      * selective's, never flash's fp32 lse) */
     if (bf16_acts && c->recompute != RECOMPUTE_FULL)
-        s.persistent += work_block_per_token(c, tp, sp, c->recompute == RECOMPUTE_NONE && !flash(c)) * BT * 4;
-    if (bf16_acts && !acts_direct(c, sp)) /* residual in, out; final LN out (the data path: none) */
+        s.persistent += theory_work_block_per_token(c, tp, sp, c->recompute == RECOMPUTE_NONE && !theory_flash(c)) * BT * 4;
+    if (bf16_acts && !theory_acts_direct(c, sp)) /* residual in, out; final LN out (the data path: none) */
         s.persistent += (lay.rank.has_head ? 3 : 2) * ns * 4;
     double head_threads = c->threads < B * NHl ? c->threads : B * NHl;
     /* the bf16 attention's tiles per thread (attention_bf16_scratch: P
      * and dS, T x T, q, k, v and the output, T x hs; flash's
      * attention_lse_bf16_scratch: q, k, v, the output, dk and dv) */
-    double hs = C / c->n_head, tiles = !acts_direct(c, sp) ? 0 : flash(c) ? 6 * T * hs : 2 * T * T + 4 * T * hs;
-    double att = flash(c) ? B * NHl * T + head_threads * tiles : head_threads * (tiles ? tiles : T * T);
+    double hs = C / c->n_head, tiles = !theory_acts_direct(c, sp) ? 0 : theory_flash(c) ? 6 * T * hs : 2 * T * T + 4 * T * hs;
+    double att = theory_flash(c) ? B * NHl * T + head_threads * tiles : head_threads * (tiles ? tiles : T * T);
     /* a GPU's flash on the bf16 data path (--gpu_path v2's FlashAttention-2
      * backward): D, dout in bf16 and the per-key-block dQ partials */
-    if (flash(c) && acts_direct(c, sp) && c->device == DEVICE_CUDA)
+    if (theory_flash(c) && theory_acts_direct(c, sp) && c->device == DEVICE_CUDA)
         att = (double)attention_lse_bf16_scratch_in(MEM_DEVICE, (int64_t)B, (int64_t)T, (int64_t)(C / tp),
                                                     (int64_t)NHl);
     /* d residual, d fc and d qkv: bf16 on the bf16 data path with its
      * attention (model/gpt_acts.c's acts_direct), else fp32; d temp fp32 */
-    s.persistent += (ns + 7 * nl) * (acts_direct(c, sp) ? 2 : 4) + n * 4 + att * 4;
+    s.persistent += (ns + 7 * nl) * (theory_acts_direct(c, sp) ? 2 : 4) + n * 4 + att * 4;
     if (sp) s.persistent += (n + 4 * C) * 4;
     /* train/run/run_loop.c: the batch's inputs and targets, whole sequences
      * (a cp rank keeps its positions in place) */
@@ -590,7 +460,7 @@ struct scratch_theory theory_trainer_scratch(const struct config *whole, struct 
      * dtype), dK,dV blocks and a block's output (fp32) */
     if (rank_place_cp(p) > 1)
         s.persistent += (double)gpt_ring_bytes((int)B, c->seq_len, c->d_model / tp, c->n_head / tp,
-                                               acts_direct(c, sp) ? sizeof(bf16) : sizeof(float));
+                                               theory_acts_direct(c, sp) ? sizeof(bf16) : sizeof(float));
     /* parallel/pipeline/schedule.c: the step's order, 2 m v operations */
     s.persistent += 2.0 * c->grad_accum * config_chunks(c) * sizeof(struct pipe_op);
     s.persistent += (double)trace_capacity(c) * sizeof(struct trace_event); /* --trace: the recorder's events */
