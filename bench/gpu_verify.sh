@@ -8,9 +8,11 @@
 #   3. --gpu_path v2 against v1 and against the CPU build over 50 steps of
 #      configs/demo.conf, with gpu_train.sh's bounds (fp32: 1e-4 on the loss
 #      at every step, 1e-5 on the first gradient norm; bf16: 2e-2 and 1e-2).
-#      v2 is the bf16 data path and refuses fp32 and the plain attention at
-#      start-up (train/config/config_model.c: config_check_gpu_path), so v2
-#      runs bf16 with flash attention only; v1 runs fp32 against the CPU too
+#      v2 is the bf16 data path and refuses fp32 at start-up
+#      (train/config/config_model.c: config_check_gpu_path), so v2 runs bf16,
+#      with flash attention (its FlashAttention-2 kernels; the plain
+#      attention's v2 form widens into v1's kernels, checked by
+#      test_v2_flow_cuda); v1 runs fp32 against the CPU too
 #   4. GPT-2 124M (B 32, T 1024, bf16 GEMMs, flash attention), 50 steps on
 #      each path: v2 against v1 (bf16 bounds), the speed table (median tok/s,
 #      MFU, ms, GEMM and optimizer ms), each path's kernel table, and the
