@@ -98,7 +98,10 @@ struct flop_counter {
      * (include/device.h: device_info.path), so the device forms that have a
      * v2 way take it: the update rules return queued, without a wait per
      * call (optim/cuda/optim_device.c), the gradient norm sums its segments
-     * in one pass (parallel/zero/zero.c). The trainer sets it from its
+     * in one pass (parallel/zero/zero.c), the engine reads the bf16 params
+     * as they are and uploads the targets with the batch (parallel/engine.c),
+     * and the model runs its bf16 data path (model/gpt_acts.c: acts_direct).
+     * The one carrier of the path past device_open. The trainer sets it from its
      * device_info (train/run/run_device.c); false on the CPU and on a
      * counter made on the spot (v1's way, the default). */
     bool gpu_v2;

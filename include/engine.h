@@ -43,8 +43,6 @@ struct engine_options {
     enum recompute_mode recompute;
     enum attention_kind attention; /* plain or flash (include/gpt.h) */
     enum dtype gemm_dtype;         /* the layer GEMMs' operands (gpt_init_chunks); 0 is fp32 */
-    enum gpu_path gpu_path;        /* the GPU's kernels (--gpu_path): v2 runs the model's bf16 data path on
-                                    * device memory (gpt_init_chunks); 0 is v1 */
     bool sequence_parallel;        /* Korthikanti et al. 2022 over the tp group (include/gpt.h); tp must
                                     * divide T; a no-op at tp = 1 */
     float init_std;

@@ -148,8 +148,6 @@ struct gpt {
     enum attention_kind attention;
     int cp_size;           /* the context-parallel group's size (gpt_init_chunks' cp) */
     enum dtype gemm_dtype; /* the layer GEMMs' operands (gpt_init_chunks) */
-    enum gpu_path gpu_path; /* the run's --gpu_path: v2 runs the bf16 data path on device memory too
-                             * (gpt_acts.c: acts_direct); v1 (and every CPU run) as before */
     enum mem_space space; /* where its buffers live: its buffer operations run there (bufops.h) */
     struct flop_counter *flops;
     int n_slots;
@@ -201,19 +199,20 @@ size_t gpt_layer_act_numel(const struct model_shape *s, int B, int tp, bool sp, 
  * an allocation failure the tracker records it (mem_failed) and the model
  * must only be freed. cp: the context-parallel group's size (the ring
  * attention, gpt_set_context_parallel; on the bf16 data path it reads
- * and writes the bf16 stores as the single-rank attention does). gpu_path:
- * the run's --gpu_path (v2: the bf16 data path on device memory too). */
+ * and writes the bf16 stores as the single-rank attention does). flops:
+ * the run's counter, which also says whether a GPU run is on --gpu_path v2
+ * (flops->gpu_v2: the bf16 data path on device memory too). */
 void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const int *chunk_slots,
                      enum dtype act_dtype, enum dtype gemm_dtype, enum recompute_mode recompute,
-                     enum attention_kind attention, bool sequence_parallel, int cp, enum gpu_path gpu_path,
-                     struct mem_tracker *mem, enum mem_space space, struct flop_counter *flops);
+                     enum attention_kind attention, bool sequence_parallel, int cp, struct mem_tracker *mem,
+                     enum mem_space space, struct flop_counter *flops);
 /* gemm_dtype above: the run's GEMM operands (config key gemm_dtype as the
  * run resolved it). With bf16 GEMMs and bf16 activations (no full
  * recompute, no sequence parallelism) the model runs its bf16 data path:
  * the layer GEMMs read their saved inputs (ln1, the attention output, ln2,
  * the GELU output) from the bf16 store (matmul_*_bf16, matmul_*_mixed)
  * instead of fp32 views, and on the host (on a GPU under --gpu_path v2:
- * gpu_path) the LayerNorms and residual adds
+ * flops->gpu_v2) the LayerNorms and residual adds
  * read and write the stores too (layernorm_*_bf16, residual_forward_bf16):
  * the residual stream, ln1, res2, ln2 and the GELU output then have no fp32
  * copy at all; the attention (the ring of cp > 1 included) reads and

@@ -83,15 +83,14 @@ static void *per_slot(struct gpt *m, struct mem_tracker *mem, enum mem_space spa
 
 void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const int *chunk_slots,
                      enum dtype act_dtype, enum dtype gemm_dtype, enum recompute_mode recompute,
-                     enum attention_kind attention, bool sequence_parallel, int cp, enum gpu_path gpu_path,
-                     struct mem_tracker *mem, enum mem_space space, struct flop_counter *flops) {
+                     enum attention_kind attention, bool sequence_parallel, int cp, struct mem_tracker *mem,
+                     enum mem_space space, struct flop_counter *flops) {
     bool sp = sequence_parallel && lay->rank.tp > 1; /* one rank holds the whole sequence: nothing changes */
     struct tp_slice own = tp_rank_slice(lay, sp);
     *m = (struct gpt){.lay = lay, .shape = lay->shape, .B = B, .n_layers = rank_layers(&lay->rank),
                       .NHl = own.heads, .Cl = own.features, .Fl = own.fc, .sp = sp, .Ts = own.positions,
                       .act_dtype = act_dtype, .gemm_dtype = gemm_dtype, .recompute = recompute,
-                      .attention = attention, .cp_size = cp, .gpu_path = gpu_path, .space = space,
-                      .flops = flops};
+                      .attention = attention, .cp_size = cp, .space = space, .flops = flops};
     int head_chunk = lay->rank.has_head ? lay->rank.n_chunks - 1 : -2, embed_chunk = lay->rank.has_embed ? 0 : -2;
     for (int c = 0; c < lay->rank.n_chunks; c++) {
         struct layer_range r = lay->rank.chunk[c];

@@ -18,7 +18,7 @@ static const char *const unit_names[] = {[UNIT_EMBED] = "embedding", [UNIT_HEAD]
  * verified path, every tensor widened. */
 static bool params_direct(const struct engine *e) {
     return e->o.zero.param_dtype == DTYPE_BF16 && e->o.gemm_dtype == DTYPE_BF16 &&
-           (e->space == MEM_HOST || e->o.gpu_path == GPU_PATH_V2);
+           (e->space == MEM_HOST || (e->flops && e->flops->gpu_v2));
 }
 
 /* A unit of kind k's tensor offsets, count, and packed vectors' offsets. */
@@ -102,7 +102,7 @@ int engine_init(struct engine *e, const struct engine_options *o, const struct m
         return -1;
     }
     gpt_init_chunks(&e->model, &e->model_lay, o->micro_batch, slots, o->act_dtype, o->gemm_dtype, o->recompute,
-                    o->attention, o->sequence_parallel, grid->cp_comm.size, o->gpu_path, mem, space, flops);
+                    o->attention, o->sequence_parallel, grid->cp_comm.size, mem, space, flops);
     /* tensor parallelism: the model's f and g run over the tp group, and
      * the gradient norm sums the slices' squares over it */
     e->model.tp = &grid->tp_comm;
@@ -266,7 +266,7 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
     /* --gpu_path v2: the targets go to the device with the batch, before
      * this micro-batch's kernels are queued (v1: in the head's forward, a
      * host copy that waits for the whole forward mid-step) */
-    bool targets_early = hu >= 0 && m->flops && m->flops->gpu_v2;
+    bool targets_early = hu >= 0 && e->flops && e->flops->gpu_v2;
     if (targets_early) gpt_upload_targets(m, slot, in->targets);
     if (cu.eu >= 0) {
         we = unit_weights(e, cu.eu); /* stays valid for the tied head */

@@ -20,9 +20,11 @@
 #include "layout.h"
 
 /* A model as gpt_init_chunks would set the fields acts_direct reads. */
+static struct flop_counter v1_kernels = {.gpu_v2 = false}, v2_kernels = {.gpu_v2 = true};
 static struct gpt model_on(enum mem_space space, enum gpu_path path) {
     return (struct gpt){.act_dtype = DTYPE_BF16, .gemm_dtype = DTYPE_BF16, .recompute = RECOMPUTE_NONE,
-                        .attention = ATTENTION_FLASH, .space = space, .gpu_path = path};
+                        .attention = ATTENTION_FLASH, .space = space,
+                        .flops = path == GPU_PATH_V2 ? &v2_kernels : &v1_kernels};
 }
 
 static void test_acts_direct_by_path(void **state) {
@@ -30,7 +32,7 @@ static void test_acts_direct_by_path(void **state) {
     struct gpt m = model_on(MEM_DEVICE, GPU_PATH_V1);
     assert_true(acts_gemm_reads_store(&m));
     assert_false(acts_direct(&m)); /* v1 on the GPU: exactly as before */
-    m.gpu_path = GPU_PATH_V2;
+    m.flops = &v2_kernels;
     assert_true(acts_direct(&m));
     m = model_on(MEM_HOST, GPU_PATH_V1);
     assert_true(acts_direct(&m)); /* the CPU's path, whatever the GPU path */

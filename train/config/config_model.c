@@ -56,7 +56,6 @@ struct engine_options trainer_engine_options(const struct config *c) {
                                    /* auto is the trainer's to resolve (it knows the machine:
                                     * trainer_open_kernels, tr->gemm_dtype); fp32 here */
                                    .gemm_dtype = c->gemm_dtype == GEMM_DTYPE_BF16 ? DTYPE_BF16 : DTYPE_FP32,
-                                   .gpu_path = c->gpu_path,
                                    .sequence_parallel = c->sequence_parallel,
                                    .init_std = c->init_std, .zero = z,
                                    .micro_batches = c->grad_accum * config_chunks(c)};
