@@ -174,6 +174,10 @@ struct cp_comm_theory {
  * write the bf16 stores (model/gpt_acts.c's acts_direct): the bf16 data
  * path. */
 bool theory_trainer_acts_direct(const struct config *c, struct rank_place p);
+/* Whether this rank's head writes its logits (and dlogits) in bf16
+ * (model/gpt_acts.c's acts_logits_bf16): the bf16 data path on a GPU at
+ * tp = 1, else fp32 logits. */
+bool theory_trainer_logits_bf16(const struct config *c, struct rank_place p);
 struct cp_comm_theory theory_trainer_cp_comm(const struct config *c, struct rank_place p);
 
 /* Bytes of the stage's communication buffers: ZeRO-3's gathered
@@ -198,7 +202,8 @@ struct activation_theory {
     double layers;           /* slots x n x per_layer + the one-layer recompute buffers (n: the stage's layers) */
     double recompute_buffers; /* the one-layer fp32 buffers recompute uses (local sizes) */
     double head;             /* per slot: the stage's last residual; last stage: final LN out (e) + LN stats +
-                              * fp32 logits (Vp/t columns) + losses + target ids; first stage: input ids */
+                              * logits (Vp/t columns; fp32, bf16 where theory_trainer_logits_bf16) + losses +
+                              * target ids; first stage: input ids */
     int slots;               /* micro-batches the schedule holds (include/schedule.h) */
     double per_slot;         /* n x per_layer + head */
     double total;            /* slots x per_slot + the one-layer recompute buffers */

@@ -117,7 +117,8 @@ struct gpt_slot {
     float *layer_lse;     /* flash attention: n x (B,NH,T) lse, fp32 (none and selective) */
     void *lnf;            /* last stage: (B,T,C) */
     float *lnf_stats;     /* last stage: 2 x (B,T): mean, rstd */
-    float *logits;        /* last stage: (B,T,Vp) fp32; becomes dlogits in place */
+    void *logits;         /* last stage: (B,T,Vp) fp32, or bf16 where model/gpt_acts.c's acts_logits_bf16 says
+                           * (--gpu_path v2 on device memory at tp = 1); becomes dlogits in place */
     float *losses;        /* last stage: (B,T) fp32 */
     int32_t *inputs;      /* first stage: (B,T) token ids, for the embedding's backward */
     int32_t *targets;     /* last stage: (B,T) */
@@ -271,9 +272,10 @@ void gpt_stage_grad_out(struct gpt *m, void *dst);
 void gpt_layer_backward(struct gpt *m, int slot, int l, struct operand w, float *dw);
 void gpt_embed_backward(struct gpt *m, int slot, float *dw_embed);
 
-/* After gpt_head_forward with dloss = 0: the logits (Vp floats, V valid) of
- * sequence b at position t, for sampling. tp = 1 only: a rank of a larger
- * group holds its vocabulary slice of them. */
-const float *gpt_logits_at(const struct gpt *m, int slot, int b, int t);
+/* After gpt_head_forward with dloss = 0: the first n logits (of Vp, V
+ * valid) of sequence b at position t, copied out of the model's memory into
+ * the host's row as fp32 (bf16 logits widened, exactly), for sampling.
+ * tp = 1 only: a rank of a larger group holds its vocabulary slice. */
+void gpt_logits_row(const struct gpt *m, int slot, int b, int t, float *row, int64_t n);
 
 #endif

@@ -363,6 +363,19 @@ void residual_forward(float *out, const float *a, const float *b, int64_t n, str
 double crossentropy_forward_backward(float *logits, float *losses, const int32_t *targets, int64_t N,
                                      int64_t V, int64_t Vp, float dloss, struct flop_counter *fc);
 
+/* crossentropy_forward_backward on bf16 logits (--gpu_path v2's head at
+ * tp = 1, model/gpt_acts.c: acts_logits_bf16): the same contract with the
+ * logits (N rows of Vp, V real) bf16 and, when dloss != 0, the dlogits
+ * written over them in place as bf16 (padding columns 0). The math is the
+ * fp32 form's on the widened logits, each dlogit rounded once to bf16 as
+ * it is stored (model/cuda/v2/crossentropy_bf16.h: the order and bounds).
+ * On device memory under a v2 counter only (fc->gpu_v2; a v1 counter's
+ * call is an error and exit); on the host the device's order replayed
+ * (tests: the CPU's head keeps fp32 logits). FLOPs as
+ * crossentropy_forward_backward's. */
+double crossentropy_forward_backward_bf16(bf16 *logits, float *losses, const int32_t *targets, int64_t N, int64_t V,
+                                          int64_t Vp, float dloss, struct flop_counter *fc);
+
 /* Vocabulary-parallel cross-entropy in three local passes around two
  * collectives (model/tensor_parallel/vocab_parallel.c runs them): each of N rows holds Vl
  * logits of this rank's vocabulary slice [v0, v0 + Vl), of which the first
@@ -457,6 +470,8 @@ void residual_forward_cpu(float *out, const float *a, const float *b, int64_t n,
 void residual_forward_bf16_cpu(bf16 *out, const bf16 *a, const float *b, int64_t n, struct flop_counter *fc);
 double crossentropy_forward_backward_cpu(float *logits, float *losses, const int32_t *targets, int64_t N,
                                          int64_t V, int64_t Vp, float dloss, struct flop_counter *fc);
+double crossentropy_forward_backward_bf16_cpu(bf16 *logits, float *losses, const int32_t *targets, int64_t N,
+                                              int64_t V, int64_t Vp, float dloss, struct flop_counter *fc);
 void crossentropy_row_max_cpu(const float *logits, float *maxv, int64_t N, int64_t Vl, int64_t valid,
                               struct flop_counter *fc);
 void crossentropy_exp_sum_cpu(float *logits, const float *maxv, float *sum, float *target, const int32_t *targets,
@@ -554,6 +569,9 @@ void attention_backward_bf16_cuda(bf16 *dqkv, const float *dout, const bf16 *qkv
                                   int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
 double crossentropy_forward_backward_cuda(float *logits, float *losses, const int32_t *targets, int64_t N,
                                           int64_t V, int64_t Vp, float dloss, struct flop_counter *fc);
+/* model/cuda/v2/crossentropy_bf16.cu (compiled, not run on a GPU). */
+double crossentropy_forward_backward_bf16_cuda(bf16 *logits, float *losses, const int32_t *targets, int64_t N,
+                                               int64_t V, int64_t Vp, float dloss, struct flop_counter *fc);
 void crossentropy_row_max_cuda(const float *logits, float *maxv, int64_t N, int64_t Vl, int64_t valid);
 void crossentropy_exp_sum_cuda(float *logits, const float *maxv, float *sum, float *target, const int32_t *targets,
                                int64_t N, int64_t Vl, int64_t v0, int64_t valid, bool in_place);

@@ -45,6 +45,8 @@
 #include "gpt.h"
 
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "bufops.h"
 #include "conversions.h"
@@ -122,7 +124,9 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
         per_slot(m, mem, space, A, "final layernorm out", 0, n * e, head_chunk, SLOT_MEMBER(lnf));
         per_slot(m, mem, space, A, "final layernorm stats (fp32)", 0, 2 * bt_l(m) * 4, head_chunk,
                  SLOT_MEMBER(lnf_stats));
-        per_slot(m, mem, space, A, "logits (fp32)", 0, bt(m) * (size_t)tp_vocab_slice(m->lay).Vl * 4, head_chunk,
+        bool l16 = acts_logits_bf16(m);
+        per_slot(m, mem, space, A, l16 ? "logits (bf16)" : "logits (fp32)", 0,
+                 bt(m) * (size_t)tp_vocab_slice(m->lay).Vl * (l16 ? sizeof(bf16) : sizeof(float)), head_chunk,
                  SLOT_MEMBER(logits));
         per_slot(m, mem, space, A, "losses (fp32)", 0, bt(m) * 4, head_chunk, SLOT_MEMBER(losses));
     }
@@ -468,11 +472,17 @@ float gpt_head_forward(struct gpt *m, int s, struct operand w_head, struct opera
      * with sp g gathers it). */
     struct vocab_slice v = tp_vocab_slice(m->lay);
     struct operand in = head_input(m, s, wte, false);
-    gemm_forward(m, (struct act_out){.f32 = sl->logits}, in, wte, NULL, N, C, v.Vl);
+    bool l16 = acts_logits_bf16(m); /* tp = 1: the slice is the whole padded vocabulary */
+    gemm_forward(m, l16 ? (struct act_out){.b16 = sl->logits} : (struct act_out){.f32 = sl->logits}, in, wte, NULL,
+                 N, C, v.Vl);
     if (targets) gpt_upload_targets(m, s, targets);
-    /* dtemp_btc (free between layers) holds the rows' sums and target logits */
-    double sum = vocab_parallel_crossentropy(m->tp, v, sl->logits, sl->losses, sl->targets, N, dloss, m->dtemp_btc,
-                                             m->flops);
+    double sum;
+    if (l16) {
+        sum = crossentropy_forward_backward_bf16(sl->logits, sl->losses, sl->targets, N, v.V, v.Vl, dloss, m->flops);
+    } else { /* dtemp_btc (free between layers) holds the rows' sums and target logits */
+        sum = vocab_parallel_crossentropy(m->tp, v, sl->logits, sl->losses, sl->targets, N, dloss, m->dtemp_btc,
+                                          m->flops);
+    }
     return (float)(sum / (double)N);
 }
 
@@ -482,8 +492,10 @@ void gpt_head_backward(struct gpt *m, int s, struct operand w_head, struct opera
     struct operand x = acts_stream_in(m, s, m->slot[s].n_layers, m->work_resid_in);
     const struct model_layout *lay = m->lay;
     float *dlnfw = dw_head + lay->head_offset[HEAD_LNF_W], *dlnfb = dw_head + lay->head_offset[HEAD_LNF_B];
-    gemm_backward(m, (struct act_out){.f32 = m->dtemp_btc}, dwte, NULL, (struct operand){.f32 = sl->logits},
-                  head_input(m, s, wte, true), wte, N, C, tp_vocab_slice(lay).Vl);
+    struct operand dlogits = acts_logits_bf16(m) ? (struct operand){.b16 = sl->logits}
+                                                 : (struct operand){.f32 = sl->logits};
+    gemm_backward(m, (struct act_out){.f32 = m->dtemp_btc}, dwte, NULL, dlogits, head_input(m, s, wte, true), wte, N,
+                  C, tp_vocab_slice(lay).Vl);
     conj_column_grad(m, m->dtemp_btc); /* dlnf sums over the vocabulary slices */
     struct act_out dres = dresid_out(m);
     if (dres.b16) buf_zero(m->space, dres.b16, btc_l(m) * sizeof(bf16));
@@ -577,6 +589,18 @@ void gpt_embed_backward(struct gpt *m, int s, float *dw_embed) {
     m->flops->other += 2.0 * (double)btc(m);
 }
 
-const float *gpt_logits_at(const struct gpt *m, int s, int b, int t) {
-    return m->slot[s].logits + ((size_t)b * m->shape.T + t) * (size_t)tp_vocab_slice(m->lay).Vl;
+void gpt_logits_row(const struct gpt *m, int s, int b, int t, float *row, int64_t n) {
+    size_t at = ((size_t)b * m->shape.T + t) * (size_t)tp_vocab_slice(m->lay).Vl;
+    if (!acts_logits_bf16(m)) {
+        buf_copy(m->space, row, (const float *)m->slot[s].logits + at, (size_t)n * sizeof *row);
+        return;
+    }
+    bf16 *h = malloc((size_t)n * sizeof *h);
+    if (!h) {
+        fprintf(stderr, "error: gpt_logits_row: no host memory for %lld bf16 logits\n", (long long)n);
+        exit(EXIT_FAILURE);
+    }
+    buf_copy(m->space, h, (const bf16 *)m->slot[s].logits + at, (size_t)n * sizeof *h);
+    for (int64_t i = 0; i < n; i++) row[i] = bf16_to_f32(h[i]);
+    free(h);
 }

@@ -95,6 +95,20 @@ bool acts_direct(const struct gpt *m) {
     return acts_gemm_reads_store(m) && (m->space == MEM_HOST || (m->flops && m->flops->gpu_v2));
 }
 
+/* The head's logits in bf16 (--gpu_path v2 on device memory at tp = 1):
+ * the head's GEMM writes them bf16 (matmul_forward_mixed's bf16 output),
+ * crossentropy_forward_backward_bf16 turns them into bf16 dlogits in place
+ * and the head's backward GEMM reads those as they are (bf16 dout): half
+ * the bytes of the largest activation at GPT-2's vocabulary, and no fp32
+ * pass over it. Not on the host (the CPU's head keeps fp32 logits: its
+ * numerics), nor on v1, nor at tp > 1, whose vocabulary-parallel
+ * cross-entropy (crossentropy_row_max, exp_sum, finish) runs in fp32 on
+ * fp32 logits. train/theory/theory_rank.c prices the logits by the same
+ * rule (theory_trainer_logits_bf16). */
+bool acts_logits_bf16(const struct gpt *m) {
+    return acts_direct(m) && m->space == MEM_DEVICE && m->lay->rank.tp == 1;
+}
+
 /* The saved tensors the backward reads only from the store when the GEMMs
  * do: the GEMMs' inputs but the attention output (which also feeds flash
  * attention's D = rowsum(dout * out)), GELU's input (gelu_backward_bf16),

@@ -32,6 +32,8 @@ size_t acts_work_total(const struct gpt *m);
  * activation gradients too (acts_direct). gpt_acts.c says why each. */
 bool acts_gemm_reads_store(const struct gpt *m);
 bool acts_direct(const struct gpt *m);
+/* The head's logits (and dlogits) bf16: acts_direct on device memory at tp = 1. */
+bool acts_logits_bf16(const struct gpt *m);
 
 /* A just-computed saved tensor rounded to what act_dtype holds (and
  * stored); acts_round: layer tensor a of view v, as the view keeps it. */

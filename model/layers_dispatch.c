@@ -304,6 +304,26 @@ double crossentropy_forward_backward(float *logits, float *losses, const int32_t
     return loss;
 }
 
+/* The bf16 logits' cross-entropy: on device memory --gpu_path v2's kernel
+ * only (v1's head keeps fp32 logits: a v1 counter here is a caller bug);
+ * on the host the device order's replay, which the model never calls
+ * (the CPU's head keeps fp32 logits: its numerics). */
+double crossentropy_forward_backward_bf16(bf16 *logits, float *losses, const int32_t *targets, int64_t N, int64_t V,
+                                          int64_t Vp, float dloss, struct flop_counter *fc) {
+    bool dev = on_device(fc);
+    if (dev && !fc->gpu_v2) {
+        fprintf(stderr, "error: %s: on device memory under --gpu_path v2 only (v1 keeps fp32 logits: "
+                        "crossentropy_forward_backward)\n", __func__);
+        exit(EXIT_FAILURE);
+    }
+    struct kernel_span t = kernel_span_begin(fc, dev);
+    double loss;
+    if (dev) ON_DEVICE(loss = crossentropy_forward_backward_bf16_cuda(logits, losses, targets, N, V, Vp, dloss, fc));
+    else loss = crossentropy_forward_backward_bf16_cpu(logits, losses, targets, N, V, Vp, dloss, fc);
+    kernel_span_end(fc, t, KERNEL_CROSSENTROPY);
+    return loss;
+}
+
 void crossentropy_row_max(const float *logits, float *maxv, int64_t N, int64_t Vl, int64_t valid,
                           struct flop_counter *fc) {
     bool dev = on_device(fc);

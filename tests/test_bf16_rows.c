@@ -249,6 +249,22 @@ static void test_crossentropy(void **state) {
                 worst_loss = fmax(worst_loss, fabs((double)loss - loss_c[i]));
                 for (int64_t v = V; v < Vp && with_grad; v++) assert_int_equal(l[i * Vp + v], 0);
             }
+            /* layers.h's name on host memory: the replay, its bits, and
+             * the losses' sum in row order */
+            bf16 *ld = xmalloc(n * 2);
+            float *loss_d = xmalloc(N * 4);
+            memcpy(ld, l0, n * 2);
+            double total = crossentropy_forward_backward_bf16(ld, loss_d, targets, N, V, Vp, dloss, &fc), want = 0.0;
+            assert_memory_equal(ld, l, n * 2);
+            for (int i = 0; i < N; i++) {
+                float replay[1];
+                memcpy(ld, l0 + i * Vp, (size_t)Vp * 2);
+                replay[0] = ce_row_replay(ld, targets[i], V, Vp, dloss);
+                assert_memory_equal(&loss_d[i], replay, sizeof replay);
+                want += replay[0];
+            }
+            assert_true(total == want);
+            free(ld), free(loss_d);
             if (with_grad) {
                 assert_true(rel_diff_bf16(l, lc, n) <= BF16_ULP);
                 int64_t flips = 0;

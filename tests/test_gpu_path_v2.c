@@ -17,6 +17,7 @@
 #include "../model/gpt_acts.h"
 #include "accounting.h"
 #include "config.h"
+#include "layout.h"
 
 /* A model as gpt_init_chunks would set the fields acts_direct reads. */
 static struct flop_counter v1_kernels = {.gpu_v2 = false}, v2_kernels = {.gpu_v2 = true};
@@ -124,11 +125,62 @@ static void test_theory_follows(void **state) {
     assert_true(v1 - v2 >= 12.0 * c.d_model * c.d_model * 4);
 }
 
+/* The head's bf16 logits (issue 24, Deliver 2): model/gpt_acts.c's one
+ * predicate acts_logits_bf16 is on only for the bf16 data path on device
+ * memory (v2) at tp = 1; the theory prices the logits by the same rule,
+ * exactly half the fp32 logits' bytes, 2 Vp bytes a token, there. */
+static void test_logits_bf16(void **state) {
+    (void)state;
+    struct model_layout one = {.rank = {.tp = 1}}, two = {.rank = {.tp = 2}};
+    struct gpt m = model_on(MEM_DEVICE, GPU_PATH_V2);
+    m.lay = &one;
+    assert_true(acts_logits_bf16(&m));
+    m.lay = &two; /* the vocabulary-parallel cross-entropy: fp32 logits */
+    assert_true(acts_direct(&m));
+    assert_false(acts_logits_bf16(&m));
+    m = model_on(MEM_DEVICE, GPU_PATH_V1);
+    m.lay = &one;
+    assert_false(acts_logits_bf16(&m)); /* v1: as before */
+    m = model_on(MEM_HOST, GPU_PATH_V2);
+    m.lay = &one;
+    assert_true(acts_direct(&m));
+    assert_false(acts_logits_bf16(&m)); /* the CPU's head keeps fp32 logits */
+    m = model_on(MEM_DEVICE, GPU_PATH_V2);
+    m.lay = &one;
+    m.recompute = RECOMPUTE_FULL; /* no data path, no bf16 logits */
+    assert_false(acts_logits_bf16(&m));
+
+    struct config c = v2_config();
+    c.gemm_dtype = GEMM_DTYPE_BF16;
+    struct rank_place p = {.dp = 1, .tp = 1, .pp = 1, .cp = 1};
+    assert_true(theory_trainer_logits_bf16(&c, p));
+    double v2 = theory_trainer_activations(&c, p).head;
+    c.gpu_path = GPU_PATH_V1;
+    assert_false(theory_trainer_logits_bf16(&c, p));
+    double v1 = theory_trainer_activations(&c, p).head;
+    double BT = (double)c.micro_batch * c.seq_len, Vp = padded_vocab(c.vocab_size);
+    assert_true(Vp >= c.vocab_size);
+    assert_true(v1 - v2 == 2.0 * Vp * BT); /* 4 bytes a logit, then 2 */
+    c.device = DEVICE_CPU; /* the CPU's bf16 path: fp32 logits */
+    assert_false(theory_trainer_logits_bf16(&c, p));
+    /* tp = 2 under v2: fp32 logits, priced alike on both paths */
+    c = v2_config();
+    c.gemm_dtype = GEMM_DTYPE_BF16;
+    c.tp = 2;
+    p.tp = 2;
+    assert_true(theory_trainer_acts_direct(&c, p));
+    assert_false(theory_trainer_logits_bf16(&c, p));
+    v2 = theory_trainer_activations(&c, p).head;
+    c.gpu_path = GPU_PATH_V1;
+    assert_true(theory_trainer_activations(&c, p).head == v2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_acts_direct_by_path),
         cmocka_unit_test(test_start_up_errors),
         cmocka_unit_test(test_theory_follows),
+        cmocka_unit_test(test_logits_bf16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,10 +1,12 @@
 /* Softmax cross-entropy fused with its backward, as llm.c does: the logits
  * buffer (fp32, N x Vp) becomes dlogits in place, so no probability tensor
- * is ever stored. Padding columns V..Vp-1 are excluded from the softmax. */
+ * is ever stored. Padding columns V..Vp-1 are excluded from the softmax.
+ * Also the bf16 logits' form, the device's order replayed (tests only). */
 #include <math.h>
 
 #include "fastmath.h"
 #include "layers.h"
+#include "../cuda/v2/crossentropy_bf16.h"
 
 enum { CE_FLOPS_PER_LOGIT = 6 };
 
@@ -15,6 +17,17 @@ static double rows_total(const float *losses, int64_t N) {
     double total = 0.0;
     for (int64_t i = 0; i < N; i++) total += losses[i];
     return total;
+}
+
+/* The bf16 logits' form on the host: model/cuda/v2/crossentropy_bf16.h's
+ * replay of the device's order, row by row (tests only: the CPU's head
+ * keeps fp32 logits, model/gpt_acts.c: acts_logits_bf16). */
+double crossentropy_forward_backward_bf16_cpu(bf16 *logits, float *losses, const int32_t *targets, int64_t N,
+                                              int64_t V, int64_t Vp, float dloss, struct flop_counter *fc) {
+#pragma omp parallel for
+    for (int64_t i = 0; i < N; i++) losses[i] = ce_row_replay(logits + i * Vp, targets[i], V, Vp, dloss);
+    fc->other += (double)CE_FLOPS_PER_LOGIT * N * V;
+    return rows_total(losses, N);
 }
 
 double crossentropy_forward_backward_cpu(float *logits, float *losses, const int32_t *targets, int64_t N,

@@ -16,6 +16,7 @@
 #include "cuda_check.h"
 #include "fastmath_device.h"
 #include "layers.h"
+#include "v2/crossentropy_bf16.h"
 
 namespace {
 
@@ -203,6 +204,15 @@ double crossentropy_forward_backward_cuda(float *logits, float *losses, const in
     }
     fc->other += (double)CE_FLOPS_PER_LOGIT * N * V;
     return sum_losses(losses, N, "crossentropy_forward_backward");
+}
+
+// --gpu_path v2's head at tp = 1 (layers.h): v2/crossentropy_bf16.cu's
+// kernel on the bf16 logits, counted and summed as the fp32 form.
+double crossentropy_forward_backward_bf16_cuda(bf16 *logits, float *losses, const int32_t *targets, int64_t N,
+                                               int64_t V, int64_t Vp, float dloss, struct flop_counter *fc) {
+    crossentropy_v2(fc->kernels, logits, losses, targets, N, V, Vp, dloss);
+    fc->other += (double)CE_FLOPS_PER_LOGIT * N * V;
+    return sum_losses(losses, N, "crossentropy_forward_backward_bf16");
 }
 
 void crossentropy_row_max_cuda(const float *logits, float *maxv, int64_t N, int64_t Vl, int64_t valid) {

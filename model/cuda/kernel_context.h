@@ -35,6 +35,8 @@ struct kernel_context {
     struct kernel_timing *timing; /* the spans of include/kernel_timing.h */
     void *lt_plans;    /* --gpu_path v2's cuBLASLt plans per shape (struct lt_cache, model/cuda/v2/lt_plan_cache.h),
                         * made by its first GEMM (v2/matmul_mixed.cu), freed with the context; NULL on v1 */
+    long long ce_v2_grid; /* --gpu_path v2's cross-entropy grid (v2/crossentropy_bf16.cu: the SMs times the
+                           * blocks a SM holds), asked of the device by its first call; 0 until then */
 };
 
 #endif

@@ -30,6 +30,7 @@
 #include "cuda_fixture.h"
 #include "layers_fixture.h"
 #include "bf16_fixture.h"
+#include "../../model/cuda/kernel_context.h"
 #include "../../model/cuda/v2/crossentropy_bf16.h"
 #include "../../model/cuda/v2/gelu_bf16.h"
 #include "../../model/cuda/v2/layernorm_backward.h"
@@ -198,7 +199,7 @@ static void test_crossentropy_v2(void **state) {
             bf16 *d_l = dev_from(l, H(n));
             int32_t *d_t = dev_from(targets, I(N));
             float *d_loss = dev_poisoned(F(N));
-            crossentropy_v2(d_l, d_loss, d_t, N, V, Vp, dloss);
+            crossentropy_v2(NULL, d_l, d_loss, d_t, N, V, Vp, dloss);
             bf16 *gl = (bf16 *)back(d_l, H(n), "dlogits");
             float *gloss = back(d_loss, F(N), "losses"), *rloss = malloc(F(N)), *closs = malloc(F(N));
             memcpy(rl, l, H(n));
@@ -222,6 +223,55 @@ static void test_crossentropy_v2(void **state) {
         }
 }
 
+/* The head's cross-entropy under --gpu_path v2 (model/gpt.c at tp = 1)
+ * through layers.h's dispatch, crossentropy_forward_backward_bf16 on device
+ * memory with a v2 counter, against v1's fp32 form on the GPU
+ * (crossentropy_forward_backward) on the widened logits: dlogits within one
+ * bf16 rounding of v1's narrowed (each side's fp32 sum in its own tree: the
+ * (V/256 + 8 + V) u of crossentropy_bf16.h, far below a bf16 ulp), the
+ * losses and their sum within 1e-5 normwise (the sums' orders and logf).
+ * The grid is asked of the device once and kept in the kernel context. */
+static void test_crossentropy_dispatch_v2(void **state) {
+    (void)state;
+    SKIP_WITHOUT_DEVICE();
+    static const int64_t VS[] = {300, 50257}, VPS[] = {304, 50304}, NS[] = {257, 64};
+    struct kernel_context kc = {0};
+    struct flop_counter v2 = {.space = MEM_DEVICE, .gpu_v2 = true, .kernels = &kc}, v1 = {.space = MEM_DEVICE};
+    for (int s = 0; s < 2; s++)
+        for (int with_grad = 0; with_grad < 2; with_grad++) {
+            int64_t N = NS[s], V = VS[s], Vp = VPS[s], n = N * Vp;
+            float dloss = with_grad ? 1.0f / (float)N : 0.0f;
+            bf16 *l = rand_bf16(n, 61 + s, 6.0f, 0.0f);
+            float *lf = widened(l, n);
+            int32_t *targets = rand_tokens(N, 71 + s, (int32_t)V);
+            bf16 *d_l = dev_from(l, H(n));
+            float *d_lf = dev_from(lf, F(n)), *d_loss = dev_poisoned(F(N)), *d_loss1 = dev_poisoned(F(N));
+            int32_t *d_t = dev_from(targets, I(N));
+            double sum2 = crossentropy_forward_backward_bf16(d_l, d_loss, d_t, N, V, Vp, dloss, &v2);
+            assert_true(kc.ce_v2_grid > 0);
+            double sum1 = crossentropy_forward_backward(d_lf, d_loss1, d_t, N, V, Vp, dloss, &v1);
+            bf16 *gl = (bf16 *)back(d_l, H(n), "dlogits (v2)");
+            float *gf = back(d_lf, F(n), "dlogits (v1)"), *loss2 = back(d_loss, F(N), "losses (v2)"),
+                  *loss1 = back(d_loss1, F(N), "losses (v1)");
+            bf16 *want = malloc(H(n));
+            for (int64_t i = 0; i < n; i++) want[i] = with_grad ? f32_to_bf16(gf[i]) : l[i];
+            if (with_grad) expect_close_bf16("crossentropy_forward_backward_bf16 dlogits against v1's", want, gl, n,
+                                             ONE_ROUNDING);
+            else expect_same("crossentropy_forward_backward_bf16 logits untouched", l, gl, H(n));
+            for (int64_t i = 0; i < N && with_grad; i++)
+                for (int64_t v = V; v < Vp; v++)
+                    if (gl[i * Vp + v] != 0) fail_msg("padding dlogit (%lld, %lld) not 0", (long long)i, (long long)v);
+            expect_close("crossentropy_forward_backward_bf16 losses against v1's", loss1, loss2, N, 1e-5);
+            if (!(fabs(sum2 - sum1) <= 1e-5 * fabs(sum1)))
+                fail_msg("crossentropy_forward_backward_bf16 loss sum %.9g, v1's %.9g", sum2, sum1);
+            printf("  V %lld N %lld%s: the loss sums %.9g (v2) and %.9g (v1)\n", (long long)V, (long long)N,
+                   with_grad ? " with dlogits" : "", sum2, sum1);
+            cudaFree(d_t);
+            free(l), free(lf), free(targets), free(gl), free(gf), free(loss2), free(loss1), free(want);
+        }
+    assert_true(v2.other == v1.other); /* the FLOPs as v1's */
+}
+
 int main(void) {
     seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     printf("seed %llu\n", (unsigned long long)seed);
@@ -230,6 +280,7 @@ int main(void) {
         cmocka_unit_test(test_layernorm_backward_v2),
         cmocka_unit_test(test_gelu_v2),
         cmocka_unit_test(test_crossentropy_v2),
+        cmocka_unit_test(test_crossentropy_dispatch_v2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -53,7 +53,7 @@ void trainer_sample(struct trainer *tr, FILE *out) {
         }
         struct mb_input in = {.inputs = ctx, .targets = tr->targets};
         engine_forward(&tr->engine, 0, &in, NULL, 0.0f);
-        buf_copy(tr->engine.space, row, gpt_logits_at(&tr->engine.model, 0, 0, n_ctx - 1), (size_t)c->vocab_size * sizeof *row);
+        gpt_logits_row(&tr->engine.model, 0, 0, n_ctx - 1, row, c->vocab_size);
         float coin = rng_uniform((uint64_t)c->seed, RNG_STREAM_SAMPLE, (uint64_t)i);
         int next = sample_token(row, c->vocab_size, c->sample_temperature, coin);
         ctx[n_ctx++] = next;

@@ -42,8 +42,10 @@ static struct pieces pieces_of(const struct config *c, const struct model_layout
     case RECOMPUTE_SELECTIVE: p.S = 15 * C * e * BT + stats, p.one = NH * T * 4 * BT; break;
     case RECOMPUTE_FULL: p.one = (15 * C + NH * (flash ? 1 : T)) * 4 * BT + stats; break;
     }
-    /* final LN output (e), its two fp32 stats, fp32 logits over Vp, fp32 losses, int32 targets */
-    p.H = (C * e + 2 * 4 + 4 * lay->shape.Vp + 4 + 4) * BT;
+    /* final LN output (e), its two fp32 stats, the logits over Vp (fp32, or bf16 on a GPU's bf16 data path:
+     * theory_trainer_logits_bf16), fp32 losses, int32 targets */
+    double le = theory_trainer_logits_bf16(c, place) ? sizeof(bf16) : sizeof(float);
+    p.H = (C * e + 2 * 4 + le * lay->shape.Vp + 4 + 4) * BT;
     struct shard_layout sh;
     shard_layout_init(&sh, lay, N, rank);
     double w_p = (double)dtype_size(c->param_dtype), w_g = (double)dtype_size(c->grad_dtype);

@@ -71,10 +71,14 @@ static inline float ce_row_replay(bf16 *l, int64_t target, int64_t V, int64_t Vp
 extern "C" {
 #endif
 
+struct kernel_context;
+
 /* N rows of Vp bf16 logits (V real) on the device, queued on the default
  * stream: losses[i] (device, fp32); with dloss != 0 the logits become
- * dlogits. targets on the device, each in [0, V). */
-void crossentropy_v2(bf16 *logits, float *losses, const int32_t *targets, int64_t N, int64_t V, int64_t Vp,
+ * dlogits. targets on the device, each in [0, V). The grid (the SM count
+ * times the blocks a SM holds) is asked of the device once a run and kept
+ * in kc (kernel_context.h: ce_v2_grid); kc NULL: asked each call. */
+void crossentropy_v2(struct kernel_context *kc, bf16 *logits, float *losses, const int32_t *targets, int64_t N, int64_t V, int64_t Vp,
                      float dloss);
 
 #ifdef __cplusplus
