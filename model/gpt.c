@@ -45,8 +45,6 @@
 #include "gpt.h"
 
 #include <stddef.h>
-#include <stdio.h>
-#include <stdlib.h>
 
 #include "bufops.h"
 #include "conversions.h"
@@ -587,20 +585,4 @@ void gpt_embed_backward(struct gpt *m, int s, float *dw_embed) {
                                           : (struct operand){.f32 = conj_row_output_grad(m)};
     cp_embedding_backward(m, dwte, dwpe, d, m->slot[s].inputs, v.v0, v.Vl);
     m->flops->other += 2.0 * (double)btc(m);
-}
-
-void gpt_logits_row(const struct gpt *m, int s, int b, int t, float *row, int64_t n) {
-    size_t at = ((size_t)b * m->shape.T + t) * (size_t)tp_vocab_slice(m->lay).Vl;
-    if (!acts_logits_bf16(m)) {
-        buf_copy(m->space, row, (const float *)m->slot[s].logits + at, (size_t)n * sizeof *row);
-        return;
-    }
-    bf16 *h = malloc((size_t)n * sizeof *h);
-    if (!h) {
-        fprintf(stderr, "error: gpt_logits_row: no host memory for %lld bf16 logits\n", (long long)n);
-        exit(EXIT_FAILURE);
-    }
-    buf_copy(m->space, h, (const bf16 *)m->slot[s].logits + at, (size_t)n * sizeof *h);
-    for (int64_t i = 0; i < n; i++) row[i] = bf16_to_f32(h[i]);
-    free(h);
 }

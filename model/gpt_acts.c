@@ -6,7 +6,12 @@
  * stream's entries as the layers read them. */
 #include "gpt_acts.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "bufops.h"
 #include "conversions.h"
+#include "tensor_parallel/tp.h"
 
 size_t gpt_layer_act_numel(const struct model_shape *s, int B, int tp, bool sp, enum layer_act a) {
     size_t n = (size_t)B * s->T * s->C, local = n / (size_t)tp; /* (B,T,C/tp) */
@@ -198,4 +203,22 @@ float *acts_lnf_view(struct gpt *m, int s, bool load) {
     if (!acts_bf16(m)) return (float *)m->slot[s].lnf;
     if (load) acts_widen(m, m->work_lnf, m->slot[s].lnf, btc_l(m));
     return m->work_lnf;
+}
+
+/* include/gpt.h: a row of the logits on the host, widened exactly when
+ * they are bf16 (acts_logits_bf16). */
+void gpt_logits_row(const struct gpt *m, int s, int b, int t, float *row, int64_t n) {
+    size_t at = ((size_t)b * m->shape.T + t) * (size_t)tp_vocab_slice(m->lay).Vl;
+    if (!acts_logits_bf16(m)) {
+        buf_copy(m->space, row, (const float *)m->slot[s].logits + at, (size_t)n * sizeof *row);
+        return;
+    }
+    bf16 *h = malloc((size_t)n * sizeof *h);
+    if (!h) {
+        fprintf(stderr, "error: gpt_logits_row: no host memory for %lld bf16 logits\n", (long long)n);
+        exit(EXIT_FAILURE);
+    }
+    buf_copy(m->space, h, (const bf16 *)m->slot[s].logits + at, (size_t)n * sizeof *h);
+    for (int64_t i = 0; i < n; i++) row[i] = bf16_to_f32(h[i]);
+    free(h);
 }

@@ -1,5 +1,5 @@
 /* What train/theory/'s trainer theory shares between its files: a rank's
- * layout and positions at its grid place (theory_rank.c), and the
+ * layout and positions at its grid place (theory_place.c), and the
  * model's path as the config decides it (theory_acts.c: the predicates
  * model/gpt_acts.c decides at run time). include/accounting.h holds the
  * theory the trainer reports; these are its parts. */
@@ -12,7 +12,7 @@
 #include "config.h"
 #include "layout.h"
 
-/* ---- train/theory/theory_rank.c */
+/* ---- train/theory/theory_place.c */
 /* The rank's layout at grid place p (rank_place_layout). */
 struct model_layout theory_layout_of(const struct config *c, struct rank_place p);
 /* A cp rank holds T/cp positions of every sequence, and its model runs on
