@@ -24,10 +24,12 @@ static struct operand f32_operand(const float *x) { return (struct operand){.f32
 static struct operand bf16_operand(const bf16 *x) { return (struct operand){.b16 = x}; }
 static struct act_out f32_out(float *x) { return (struct act_out){.f32 = x}; }
 
-/* The host-only forms on device memory: a caller bug (the engine hands
- * bf16 params to the model on the host only). */
-_Noreturn static void host_only(const char *op) {
-    fprintf(stderr, "error: %s: host memory only (the GPU path widens its weights)\n", op);
+/* v2's forms on device memory with a v1 counter: a caller bug (v1's GPU
+ * path widens its weights and keeps fp32 logits, so its model never calls
+ * them there). */
+_Noreturn static void v2_only(const char *op) {
+    fprintf(stderr, "error: %s: on device memory under --gpu_path v2 only (v1 widens its weights and keeps "
+                    "fp32 logits)\n", op);
     exit(EXIT_FAILURE);
 }
 
@@ -197,7 +199,7 @@ void matmul_backward_mixed(struct act_out dinp, float *dweight, float *dbias, st
 void embedding_rows_forward_bf16(float *out, const int32_t *inp, const bf16 *wte, int64_t v0, int64_t rows,
                                  int64_t BT, int64_t C, struct flop_counter *fc) {
     bool dev = on_device(fc);
-    if (dev && !fc->gpu_v2) host_only(__func__);
+    if (dev && !fc->gpu_v2) v2_only(__func__);
     struct kernel_span t = kernel_span_begin(fc, dev);
     if (dev) ON_DEVICE(embedding_rows_forward_bf16_cuda(out, inp, wte, v0, rows, BT, C));
     else embedding_rows_forward_bf16_cpu(out, inp, wte, v0, rows, BT, C, fc);
@@ -207,7 +209,7 @@ void embedding_rows_forward_bf16(float *out, const int32_t *inp, const bf16 *wte
 void embedding_rows_backward_bf16(float *dwte, float *dwpe, const bf16 *dout, const int32_t *inp, int64_t v0,
                                   int64_t rows, int64_t B, int64_t T, int64_t C, struct flop_counter *fc) {
     bool dev = on_device(fc);
-    if (dev && !fc->gpu_v2) host_only(__func__);
+    if (dev && !fc->gpu_v2) v2_only(__func__);
     struct kernel_span t = kernel_span_begin(fc, dev);
     if (dev) ON_DEVICE(embedding_rows_backward_bf16_cuda(dwte, dwpe, dout, inp, v0, rows, B, T, C));
     else embedding_rows_backward_bf16_cpu(dwte, dwpe, dout, inp, v0, rows, B, T, C, fc);
@@ -311,11 +313,7 @@ double crossentropy_forward_backward(float *logits, float *losses, const int32_t
 double crossentropy_forward_backward_bf16(bf16 *logits, float *losses, const int32_t *targets, int64_t N, int64_t V,
                                           int64_t Vp, float dloss, struct flop_counter *fc) {
     bool dev = on_device(fc);
-    if (dev && !fc->gpu_v2) {
-        fprintf(stderr, "error: %s: on device memory under --gpu_path v2 only (v1 keeps fp32 logits: "
-                        "crossentropy_forward_backward)\n", __func__);
-        exit(EXIT_FAILURE);
-    }
+    if (dev && !fc->gpu_v2) v2_only(__func__);
     struct kernel_span t = kernel_span_begin(fc, dev);
     double loss;
     if (dev) ON_DEVICE(loss = crossentropy_forward_backward_bf16_cuda(logits, losses, targets, N, V, Vp, dloss, fc));
