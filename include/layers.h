@@ -29,9 +29,9 @@ extern "C" {
  * is int in Debian's OpenBLAS (built without INTERFACE64). */
 #define MATMUL_MAX_DIM ((int64_t)INT_MAX)
 
-/* The FLOPs the elementwise and row kernels count per element, every
- * backend alike (fc->other). */
-enum { LN_FLOPS_FWD_PER_ELEM = 7, LN_FLOPS_BWD_PER_ELEM = 12, GELU_FLOPS_FWD = 8, GELU_FLOPS_BWD = 16 };
+/* The FLOPs the elementwise and row kernels count per element (fc->other). */
+enum { LN_FLOPS_FWD_PER_ELEM = 7, LN_FLOPS_BWD_PER_ELEM = 12, GELU_FLOPS_FWD = 8, GELU_FLOPS_BWD = 16,
+       CE_FLOPS_PER_LOGIT = 6 };
 
 /* out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]. The two take no counter (no
  * FLOPs: the model calls the embedding_rows_* forms), so the space their
@@ -92,11 +92,10 @@ struct act_out {
  *   layernorm_forward_bf16:  inp widened exactly; mean, rstd (kept fp32),
  *     (x - mean) rstd w + b in fp32; out rounded once to bf16 (nearest even).
  *   layernorm_backward_bf16: inp widened exactly; dout, dweight, dbias
- *     (accumulated) fp32; dinp accumulated (+=) in its dtype: fp32 (no
- *     rounding), or bf16 (the bf16 data path's residual-stream gradient,
- *     model/gpt.c): widened, the row's term added in fp32, rounded once
- *     to bf16 as it is stored: each accumulation adds one rounding, at
- *     most 2^-8 |dinp| (bf16's unit roundoff).
+ *     (accumulated) fp32; dinp accumulated (+=) in its dtype: fp32, or
+ *     bf16 (the residual-stream gradient, model/gpt.c): widened, the row's
+ *     term added in fp32, rounded once as stored (each accumulation adds
+ *     one rounding, at most 2^-8 |dinp|, bf16's unit roundoff).
  *   residual_forward_bf16:   out = bf16(float(a) + b): a widened exactly,
  *     one fp32 add, one rounding to nearest even.
  * FLOPs as the fp32 forms'. */
@@ -206,7 +205,7 @@ void matmul_backward_mixed(struct act_out dinp, float *dweight, float *dbias, st
                            struct operand weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
 /* embedding_rows_forward from a bf16 table (exact: each row widened as it
  * is copied). Host memory, and device memory under --gpu_path v2
- * (fc->gpu_v2); v1 stops a device call (its GPU path widens its weights). */
+ * (fc->gpu_v2; a v1 counter's device call is an error). */
 void embedding_rows_forward_bf16(float *out, const int32_t *inp, const bf16 *wte, int64_t v0, int64_t rows,
                                  int64_t BT, int64_t C, struct flop_counter *fc);
 /* embedding_rows_backward from the bf16 data path's bf16 stream gradient
@@ -347,10 +346,9 @@ void gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n, 
 void gelu_forward_bf16(bf16 *out, bf16 *pre_store, const float *pre, int64_t n, struct flop_counter *fc);
 void gelu_backward_bf16(float *dinp, const bf16 *inp, const float *dout, int64_t n, struct flop_counter *fc);
 /* gelu_backward_bf16 on the bf16 data path's bf16 gradients (model/gpt.c:
- * the FC feature gradient; on a GPU v2's gelu_backward_v2, the same bits).
- * Rounding points: inp and dout
- * widened exactly; gelu'(inp) dout in fp32, rounded once to bf16 as it is
- * stored (may alias dout): gelu_backward's bits on the widened copies,
+ * the FC feature gradient; on a GPU v2's gelu_backward_v2, the same bits):
+ * inp and dout widened exactly, gelu'(inp) dout in fp32 rounded once as it
+ * is stored (may alias dout): gelu_backward's bits on the widened copies,
  * narrowed. FLOPs as gelu_backward's. */
 void gelu_backward_bf16_grads(bf16 *dinp, const bf16 *inp, const bf16 *dout, int64_t n, struct flop_counter *fc);
 
@@ -364,15 +362,11 @@ double crossentropy_forward_backward(float *logits, float *losses, const int32_t
                                      int64_t V, int64_t Vp, float dloss, struct flop_counter *fc);
 
 /* crossentropy_forward_backward on bf16 logits (--gpu_path v2's head at
- * tp = 1, model/gpt_acts.c: acts_logits_bf16): the same contract with the
- * logits (N rows of Vp, V real) bf16 and, when dloss != 0, the dlogits
- * written over them in place as bf16 (padding columns 0). The math is the
- * fp32 form's on the widened logits, each dlogit rounded once to bf16 as
- * it is stored (model/cuda/v2/crossentropy_bf16.h: the order and bounds).
- * On device memory under a v2 counter only (fc->gpu_v2; a v1 counter's
- * call is an error and exit); on the host the device's order replayed
- * (tests: the CPU's head keeps fp32 logits). FLOPs as
- * crossentropy_forward_backward's. */
+ * tp = 1, model/gpt_acts.c: acts_logits_bf16), dlogits written over them
+ * in place as bf16 (padding 0): the fp32 form's math on the widened
+ * logits, each dlogit rounded once (model/cuda/v2/crossentropy_bf16.h: the
+ * order and bounds). Device memory under a v2 counter only; on the host
+ * the device's order replayed (tests: the CPU's head keeps fp32 logits). */
 double crossentropy_forward_backward_bf16(bf16 *logits, float *losses, const int32_t *targets, int64_t N, int64_t V,
                                           int64_t Vp, float dloss, struct flop_counter *fc);
 

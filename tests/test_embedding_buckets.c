@@ -63,7 +63,7 @@ static void check(int64_t B, int64_t T, int64_t C, int64_t V, int64_t v0, int64_
     for (int64_t i = 0; i < BT; i++) {
         assert_true(pos[i] >= 0 && pos[i] < BT && !seen[pos[i]]);
         seen[pos[i]] = 1;
-        assert_int_equal(key[i], emb_bucket_key(inp[pos[i]], v0, rows));
+        assert_int_equal(key[i], token_key(inp[pos[i]], v0, rows));
         if (i > 0) assert_true(key[i - 1] < key[i] || (key[i - 1] == key[i] && pos[i - 1] < pos[i]));
         if (emb_bucket_starts(key, i, rows)) {
             int64_t e = emb_bucket_end(key, i, BT);
@@ -104,11 +104,11 @@ static void test_key_bits(void **state) {
     (void)state;
     const int64_t rows[] = {0, 1, 2, 3, 4, 50256, 50257, 65535, 65536, (int64_t)1 << 30};
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        int b = emb_key_bits(rows[i]);
+        int b = token_key_bits(rows[i]);
         assert_true(((int64_t)1 << b) > rows[i]);
         assert_true(b == 1 || ((int64_t)1 << (b - 1)) <= rows[i]);
     }
-    assert_int_equal(emb_key_bits(50304), 16);
+    assert_int_equal(token_key_bits(50304), 16);
 }
 
 int main(void) {

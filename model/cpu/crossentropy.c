@@ -8,8 +8,6 @@
 #include "layers.h"
 #include "../cuda/v2/crossentropy_bf16.h"
 
-enum { CE_FLOPS_PER_LOGIT = 6 };
-
 /* The rows' losses summed in row order, after the parallel loop: a
  * reduction clause adds the threads' partial sums, whose grouping follows
  * the team's size (docs/THREADS.md: a run's numbers do not). */

@@ -20,8 +20,6 @@
 
 namespace {
 
-enum { CE_FLOPS_PER_LOGIT = 6 };  // as model/cpu/crossentropy.c counts
-
 unsigned row_blocks(int64_t N) { return (unsigned)(N < 65535 ? N : 65535); }
 
 __global__ void ce_fused(float *logits, float *losses, const int32_t *targets, int64_t N, int64_t V, int64_t Vp,

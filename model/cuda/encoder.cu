@@ -11,10 +11,9 @@
 // work is B T C adds whatever the vocabulary, where a block per vocabulary
 // row scanning all B T token ids cost 288 ms a step at GPT-2 124M's B 32
 // (Vp 50,304 blocks x 32,768 ids; the kernel table of the H100 run).
-#include <cub/device/device_radix_sort.cuh>
-
 #include "cuda_check.h"
 #include "layers.h"
+#include "token_sort.cuh"
 
 namespace {
 
@@ -54,16 +53,6 @@ __global__ void rows_bwd(float *dwte, float *dwpe, const float *dout, const int3
     }
 }
 
-// The sort's key of position i: its row in this rank's slice, or `rows`
-// (past every row, so such positions sort last) for another rank's token.
-__global__ void slice_keys(int32_t *key, int32_t *pos, const int32_t *inp, int64_t v0, int64_t rows, int64_t BT) {
-    CUDA_GRID_STRIDE(i, BT) {
-        int64_t r = (int64_t)inp[i] - v0;
-        key[i] = r >= 0 && r < rows ? (int32_t)r : (int32_t)rows;
-        pos[i] = (int32_t)i;
-    }
-}
-
 // Block i starts a run when its sorted key differs from the one before;
 // that block adds the run's positions (in position order: the sort is
 // stable) into the row, its threads over the channels. Other blocks return.
@@ -82,33 +71,14 @@ __global__ void runs_bwd_wte(float *dwte, const float *dout, const int32_t *key,
     }
 }
 
-// Bits the sort must look at: enough for keys 0..rows.
-int key_bits(int64_t rows) {
-    int bits = 1;
-    while (bits < 31 && ((int64_t)1 << bits) <= rows) bits++;
-    return bits;
-}
-
-// dwte's part of embedding_rows_backward (see the file's comment). The
-// sort's buffers come from CUDA's stream-ordered pool (cudaMallocAsync),
-// which the tracker does not see: the memory table's "device untracked"
-// row holds them.
+// dwte's part of embedding_rows_backward (see the file's comment;
+// token_sort.cuh: the sort and its buffers).
 void sorted_bwd_wte(float *dwte, const float *dout, const int32_t *inp, int64_t v0, int64_t rows, int64_t BT,
                     int64_t C) {
     const char *what = "embedding_rows_backward (sort)";
-    int32_t *buf = nullptr;  // key, pos, sorted key, sorted pos
-    cuda_check(cudaMallocAsync((void **)&buf, 4 * (size_t)BT * sizeof *buf, 0), what);
-    int32_t *key = buf, *pos = buf + BT, *key_s = buf + 2 * BT, *pos_s = buf + 3 * BT;
-    slice_keys<<<cuda_blocks(BT, kBlock), kBlock>>>(key, pos, inp, v0, rows, BT);
-    size_t temp_bytes = 0;
-    void *temp = nullptr;
-    const int n = (int)BT, bits = key_bits(rows);
-    cuda_check(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, key, key_s, pos, pos_s, n, 0, bits), what);
-    cuda_check(cudaMallocAsync(&temp, temp_bytes, 0), what);
-    cuda_check(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, key, key_s, pos, pos_s, n, 0, bits), what);
-    runs_bwd_wte<<<(unsigned)BT, kBlock>>>(dwte, dout, key_s, pos_s, rows, BT, C);
-    cuda_check(cudaFreeAsync(temp, 0), what);
-    cuda_check(cudaFreeAsync(buf, 0), what);
+    token_sort s = token_sort_open(inp, v0, rows, BT, what);
+    runs_bwd_wte<<<(unsigned)BT, kBlock>>>(dwte, dout, s.key_s, s.pos_s, rows, BT, C);
+    token_sort_close(s, what);
 }
 
 // dwpe[t, c] += dout[b, t, c] for b in order: one thread per (t, c).

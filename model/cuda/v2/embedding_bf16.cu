@@ -7,11 +7,9 @@
 // CUB's stable radix sort of the positions by key, then a block per
 // (sorted index, channel group) of which only a bucket's first sums (the
 // number of buckets stays on the device: no copy to the host, so the step
-// can be captured as a graph). The sort's buffers come from the
-// stream-ordered pool (cudaMallocAsync, as v1's embedding backward).
-#include <cub/device/device_radix_sort.cuh>
-
+// can be captured as a graph). The sort is v1's (../token_sort.cuh).
 #include "../cuda_check.h"
+#include "../token_sort.cuh"
 #include "embedding_buckets.h"
 #include "layers.h"
 
@@ -24,13 +22,6 @@ __global__ void emb_fwd_bf16(float *out, const int32_t *inp, const bf16 *wte, in
     CUDA_GRID_STRIDE(i, BT * C) {
         int64_t r = (int64_t)inp[i / C] - v0;
         out[i] = r >= 0 && r < rows ? v2_widen(wte[r * C + i % C]) : 0.0f;  // 0: another rank's row
-    }
-}
-
-__global__ void emb_keys(int32_t *key, int32_t *pos, const int32_t *inp, int64_t v0, int64_t rows, int64_t BT) {
-    CUDA_GRID_STRIDE(i, BT) {
-        key[i] = emb_bucket_key(inp[i], v0, rows);
-        pos[i] = (int32_t)i;
     }
 }
 
@@ -56,20 +47,10 @@ __global__ void emb_positions_bwd(float *dwpe, const bf16 *dout, int64_t B, int6
 void bucketed_dwte(float *dwte, const bf16 *dout, const int32_t *inp, int64_t v0, int64_t rows, int64_t BT,
                    int64_t C) {
     const char *what = "embedding_rows_backward_bf16 (buckets)";
-    int32_t *buf = nullptr;  // key, pos, sorted key, sorted pos
-    cuda_check(cudaMallocAsync((void **)&buf, 4 * (size_t)BT * sizeof *buf, 0), what);
-    int32_t *key = buf, *pos = buf + BT, *key_s = buf + 2 * BT, *pos_s = buf + 3 * BT;
-    emb_keys<<<cuda_blocks(BT, kBlock), kBlock>>>(key, pos, inp, v0, rows, BT);
-    size_t temp_bytes = 0;
-    void *temp = nullptr;
-    const int n = (int)BT, bits = emb_key_bits(rows);
-    cuda_check(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, key, key_s, pos, pos_s, n, 0, bits), what);
-    cuda_check(cudaMallocAsync(&temp, temp_bytes, 0), what);
-    cuda_check(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, key, key_s, pos, pos_s, n, 0, bits), what);
+    token_sort s = token_sort_open(inp, v0, rows, BT, what);
     const dim3 grid((unsigned)BT, (unsigned)((C + EMB_GROUP - 1) / EMB_GROUP));
-    emb_bucket_bwd<<<grid, EMB_GROUP>>>(dwte, dout, key_s, pos_s, rows, BT, C);
-    cuda_check(cudaFreeAsync(temp, 0), what);
-    cuda_check(cudaFreeAsync(buf, 0), what);
+    emb_bucket_bwd<<<grid, EMB_GROUP>>>(dwte, dout, s.key_s, s.pos_s, rows, BT, C);
+    token_sort_close(s, what);
 }
 
 }  // namespace

@@ -22,25 +22,11 @@
 
 #include <stdint.h>
 
+#include "../token_keys.h"
 #include "bf16_lanes.h"
 
 /* Channels one block of the backward sums: one a thread. */
 #define EMB_GROUP 128
-
-/* A position's key: its token's row in the slice [v0, v0 + rows), or rows
- * for another rank's token (sorted past every row; no bucket sums it). */
-V2_HD int32_t emb_bucket_key(int32_t token, int64_t v0, int64_t rows) {
-    int64_t r = (int64_t)token - v0;
-    return r >= 0 && r < rows ? (int32_t)r : (int32_t)rows;
-}
-
-/* The low bits the radix sort looks at: enough for keys 0..rows
- * (2^bits > rows), at most 31 (the keys are int32). */
-V2_HD int emb_key_bits(int64_t rows) {
-    int bits = 1;
-    while (bits < 31 && ((int64_t)1 << bits) <= rows) bits++;
-    return bits;
-}
 
 /* Whether sorted index i starts a bucket: a key below rows that differs
  * from the one before. */
@@ -70,10 +56,10 @@ V2_HD float emb_bucket_sum(float acc, const bf16 *dout, const int32_t *pos, int6
 static inline void emb_bucket_table(const int32_t *inp, int64_t BT, int64_t v0, int64_t rows, int32_t *key,
                                     int32_t *pos, int64_t *count) {
     for (int64_t k = 0; k < rows + 2; k++) count[k] = 0;
-    for (int64_t i = 0; i < BT; i++) count[emb_bucket_key(inp[i], v0, rows) + 1]++;
+    for (int64_t i = 0; i < BT; i++) count[token_key(inp[i], v0, rows) + 1]++;
     for (int64_t k = 1; k < rows + 2; k++) count[k] += count[k - 1]; /* count[k]: key k's first slot */
     for (int64_t i = 0; i < BT; i++) {
-        int32_t k = emb_bucket_key(inp[i], v0, rows);
+        int32_t k = token_key(inp[i], v0, rows);
         int64_t at = count[k]++;
         key[at] = k;
         pos[at] = (int32_t)i;
