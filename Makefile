@@ -103,17 +103,20 @@ mpi-test: deps $(MPI_TESTS) $(BUILD)/report
 	tests/mpi/pp_train.sh $(BUILD)
 	tests/mpi/optim_grid.sh $(BUILD)
 	tests/mpi/cp_train.sh $(BUILD)
+	tests/mpi/gemm_paths.sh $(BUILD)
 	tests/stale_temps.sh $(BUILD)
 	tests/threads_bits.sh $(BUILD)
 	tests/multihost/test_multihost.sh $(BUILD)
 	tests/test_report_py.sh $(BUILD)
 	tests/gpu_sources_test.sh
 
-# Dependency check, then unit tests, then MPI tests (order kept under make -j).
+# Dependency check, then unit tests, then MPI tests (order kept under make -j);
+# the last line names the GEMM paths and kernels the end-to-end runs took on
+# this CPU (tests/mpi/gemm_paths.sh writes it).
 test: check-deps
 	$(MAKE) unit-test
 	$(MAKE) mpi-test
-	@echo "all tests passed"
+	@echo "all tests passed; GEMM paths covered on this CPU ($$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), DNNL_MAX_CPU_ISA=$${DNNL_MAX_CPU_ISA:-unset}): $$(cat $(BUILD)/tests/gemm_paths.txt)"
 
 # OpenMPI leaks its own allocations at exit (MPI_Finalize does not free
 # them), so the MPI tests run with LeakSanitizer off; ASan's other checks

@@ -38,6 +38,14 @@ enum { CONFIG_PATH_LEN = 512, CONFIG_ERR_LEN = 1024 };
  * through oneDNN), else fp32. */
 enum gemm_dtype_choice { GEMM_DTYPE_FP32 = DTYPE_FP32, GEMM_DTYPE_BF16 = DTYPE_BF16, GEMM_DTYPE_AUTO };
 
+/* --gemm_kernel: what runs the CPU's bf16 GEMMs. auto and onednn: oneDNN's
+ * matmul (it needs AVX512-BF16 or AMX-BF16; a run that cannot have it is
+ * refused, naming the reference); reference: the project's reference bf16
+ * GEMM (model/cpu/matmul.c: operands rounded to bf16, products and sums in
+ * fp32 on OpenBLAS's sgemm), which runs on any CPU. The fp32 GEMMs and a
+ * GPU's take auto only (config_check_gemm_kernel). */
+enum gemm_kernel_choice { GEMM_KERNEL_AUTO, GEMM_KERNEL_ONEDNN, GEMM_KERNEL_REFERENCE };
+
 struct config {
     /* model (GPT-2 architecture) */
     int n_layer, d_model, n_head, seq_len, vocab_size;
@@ -98,6 +106,7 @@ struct config {
     enum device_kind device; /* --device: auto, cpu or cuda (include/device.h) */
     enum gemm_dtype_choice gemm_dtype; /* the layer GEMMs' operands: fp32, bf16 (fp32 accumulation) or auto
                                         * (the trainer resolves it: trainer_open_kernels) */
+    enum gemm_kernel_choice gemm_kernel; /* the CPU's bf16 GEMMs: oneDNN or the reference */
     int threads;
     bool threads_adapt; /* the team follows the free cores between steps (docs/THREADS.md) */
     double peak_flops;
@@ -174,6 +183,11 @@ struct engine_options trainer_engine_options(const struct config *c);
  * (train/theory/theory_rank.c), which takes on_gpu from --device (the
  * trainer stores the device it opened there). */
 enum dtype config_gemm_dtype(const struct config *c, bool on_gpu, const char *cpu_flags);
+
+/* --gemm_kernel against the GEMMs it would run: 0, or -1 with the
+ * combination named in err (a kernel named for fp32 GEMMs, or on a GPU). */
+int config_check_gemm_kernel(const struct config *c, enum dtype gemm_dtype, bool on_gpu, char *err,
+                             size_t err_len);
 /* Whether a run on a GPU (--device as opened: cuda) can take --gpu_path
  * v2, the model's bf16 data path on device memory (model/gpt_acts.c:
  * acts_direct): 0, or -1 with err naming the combination v2 cannot run

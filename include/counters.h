@@ -81,6 +81,11 @@ struct flop_counter {
      * operands. NULL: fp32 sgemm through OpenBLAS (and wherever a counter
      * is made on the spot). Opened and closed by the trainer. */
     struct onednn_gemms *onednn;
+    /* Not a count either: the run's layer GEMMs are bf16 on the CPU through
+     * the project's reference (--gemm_kernel reference; model/cpu/matmul.c,
+     * matmul_*_mixed_cpu): every operand rounded to bf16, then sgemm in
+     * fp32, so the host's fp32-operand GEMMs round as oneDNN's would. */
+    bool bf16_reference;
     /* Not a count either: where the buffers of the kernels and update rules
      * that receive this counter live, so where they run (mem_space.h; the
      * dispatch files pick the backend by it). The trainer sets its

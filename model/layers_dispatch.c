@@ -4,7 +4,9 @@
  * memory, X_cuda (model/cuda/) on device memory; the CPU build stops a
  * device call by name. On the host the layer GEMMs (matmul_*) run on
  * oneDNN in bf16 when the counter carries the CPU's context (fc->onednn:
- * --gemm_dtype bf16; include/onednn_gemms.h), else on OpenBLAS in fp32.
+ * --gemm_dtype bf16; include/onednn_gemms.h), on the reference bf16 GEMM
+ * when it says so (fc->bf16_reference: --gemm_kernel reference), else on
+ * OpenBLAS in fp32.
  * So --device cpu in the CUDA build runs the CPU build's kernels and gives
  * its results. Every call but encoder_forward/backward (no counter; the
  * model calls the embedding_rows_* forms) is timed into the counter's
@@ -129,6 +131,7 @@ void matmul_forward_sliced(float *out, const float *inp, const float *weight, co
     struct kernel_span t = kernel_span_begin(fc, dev);
     if (dev) ON_DEVICE(matmul_forward_sliced_cuda(out, inp, weight, bias, N, C, OC, max_rows, fc));
     else if (fc->onednn) matmul_forward_onednn(f32_out(out), f32_operand(inp), f32_operand(weight), bias, N, C, OC, fc); /* 64-bit sizes */
+    else if (fc->bf16_reference) matmul_forward_mixed_cpu(f32_out(out), f32_operand(inp), f32_operand(weight), bias, N, C, OC, fc);
     else matmul_forward_sliced_cpu(out, inp, weight, bias, N, C, OC, max_rows, fc);
     kernel_span_end(fc, t, KERNEL_MATMUL_FWD);
 }
@@ -140,6 +143,7 @@ void matmul_backward_sliced(float *dinp, float *dweight, float *dbias, const flo
     struct kernel_span t = kernel_span_begin(fc, dev);
     if (dev) ON_DEVICE(matmul_backward_sliced_cuda(dinp, dweight, dbias, dout, inp, weight, N, C, OC, max_rows, fc));
     else if (fc->onednn) matmul_backward_onednn(f32_out(dinp), dweight, dbias, f32_operand(dout), f32_operand(inp), f32_operand(weight), N, C, OC, fc);
+    else if (fc->bf16_reference) matmul_backward_mixed_cpu(f32_out(dinp), dweight, dbias, f32_operand(dout), f32_operand(inp), f32_operand(weight), N, C, OC, fc);
     else matmul_backward_sliced_cpu(dinp, dweight, dbias, dout, inp, weight, N, C, OC, max_rows, fc);
     kernel_span_end(fc, t, KERNEL_MATMUL_BWD);
 }

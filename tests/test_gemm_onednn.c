@@ -16,7 +16,12 @@
  *   flags line), and oneDNN capped below bf16 (DNNL_MAX_CPU_ISA=AVX2 on
  *   build/train, where auto falls back to fp32 and bf16 is an error);
  * - training tiny.conf with --gemm_dtype bf16 ends within 0.05 of the fp32
- *   run's loss (build/train, 100 steps; measured difference about 2e-4).
+ *   run's loss (build/train, 100 steps; measured difference about 2e-4);
+ *   so does --gemm_kernel reference, the project's reference bf16 GEMM,
+ *   on every CPU (under the cap too), and where oneDNN runs it ends
+ *   within 0.01 of oneDNN's (the same exact products summed in another
+ *   order; measured difference below 1e-3); --gemm_kernel with fp32 GEMMs
+ *   is refused by name.
  * On a CPU without bf16 instructions the GEMM tests skip and the refusal
  * test checks that the real flags are refused. */
 #include <setjmp.h>
@@ -278,8 +283,28 @@ static void test_refuses_capped_isa(void **state) {
     assert_int_not_equal(train("DNNL_MAX_CPU_ISA=AVX2", "--steps 1 --warmup_steps 0 --gemm_dtype bf16", out, OUT_LEN), 0);
     assert_non_null(strstr(out, "--gemm_dtype bf16 on the cpu: "));
     assert_non_null(strstr(out, onednn_bf16_missing(FLAGS) ? "bf16 matrix instructions" : "avx512_core_bf16"));
+    assert_non_null(strstr(out, "--gemm_kernel reference"));
     assert_int_equal(train("DNNL_MAX_CPU_ISA=AVX2", "--steps 1 --warmup_steps 0 --gemm_dtype auto", out, OUT_LEN), 0);
     assert_non_null(strstr(out, "GEMMs: fp32 operands"));
+    assert_int_not_equal(train("DNNL_MAX_CPU_ISA=AVX2", "--steps 1 --gemm_kernel onednn", out, OUT_LEN), 0);
+    assert_non_null(strstr(out, "oneDNN cannot run its bf16 GEMMs here"));
+    /* the reference runs under the cap: auto with a named kernel asks for bf16 GEMMs */
+    assert_int_equal(train("DNNL_MAX_CPU_ISA=AVX2", "--steps 1 --warmup_steps 0 --gemm_kernel reference", out, OUT_LEN), 0);
+    assert_non_null(strstr(out, "GEMMs: bf16 operands, fp32 accumulation | OpenBLAS "));
+    assert_non_null(strstr(out, "kernel reference bf16 GEMM"));
+    free(out);
+}
+
+/* A bf16 kernel named for fp32 GEMMs is a contradiction, refused by name. */
+static void test_kernel_for_fp32_refused(void **state) {
+    (void)state;
+    char *out = malloc(OUT_LEN);
+    assert_non_null(out);
+    assert_int_not_equal(train("", "--steps 1 --gemm_dtype fp32 --gemm_kernel reference", out, OUT_LEN), 0);
+    assert_non_null(strstr(out, "--gemm_kernel reference runs bf16 GEMMs, and this run's are fp32 (--gemm_dtype fp32)"));
+    assert_int_not_equal(train("", "--steps 1 --param_dtype fp32 --gemm_kernel onednn", out, OUT_LEN), 0);
+    assert_non_null(strstr(out, "--gemm_kernel onednn runs bf16 GEMMs, and this run's are fp32 (gemm_dtype auto with "
+                                "--param_dtype fp32)"));
     free(out);
 }
 
@@ -289,19 +314,37 @@ static double final_loss(const char *out) {
     return atof(p + strlen("step   100/100 | loss "));
 }
 
-/* 100 steps of tiny.conf: bf16 GEMMs end near the fp32 run's loss */
+/* bf16 GEMMs' 100 steps of tiny.conf, of the kernel kernel_args names:
+ * the final loss, near the fp32 run's, after learning (byte-level uniform
+ * is ln 256 = 5.5) */
+static double bf16_final_loss(const char *kernel_args, const char *banner, double fp32, char *out) {
+    char args[128];
+    snprintf(args, sizeof args, "--steps 100 --gemm_dtype bf16 %s", kernel_args);
+    assert_int_equal(train("", args, out, OUT_LEN), 0);
+    assert_non_null(strstr(out, banner));
+    double loss = final_loss(out);
+    assert_true(fabs(loss - fp32) < 0.05);
+    assert_true(loss < 3.5);
+    return loss;
+}
+
+/* 100 steps of tiny.conf: bf16 GEMMs end near the fp32 run's loss, on
+ * the reference on every CPU and on oneDNN where it runs; the two near
+ * each other (the same exact products, summed in another order). */
 static void test_training_close_to_fp32(void **state) {
     (void)state;
-    if (onednn_bf16_missing(FLAGS)) skip();
     char *out = malloc(OUT_LEN);
     assert_non_null(out);
     assert_int_equal(train("", "--steps 100 --gemm_dtype fp32", out, OUT_LEN), 0);
     double fp32 = final_loss(out);
-    assert_int_equal(train("", "--steps 100 --gemm_dtype bf16", out, OUT_LEN), 0);
-    assert_non_null(strstr(out, "GEMMs: bf16 operands, fp32 accumulation | oneDNN "));
-    double bf16 = final_loss(out);
-    assert_true(fabs(bf16 - fp32) < 0.05);
-    assert_true(bf16 < 3.5); /* it learned: byte-level uniform is ln 256 = 5.5 */
+    double ref = bf16_final_loss("--gemm_kernel reference", "kernel reference bf16 GEMM", fp32, out);
+    printf("    100 steps: fp32 %.4f, reference bf16 %.4f", fp32, ref);
+    if (!onednn_bf16_missing(FLAGS)) {
+        double onednn = bf16_final_loss("", "GEMMs: bf16 operands, fp32 accumulation | oneDNN ", fp32, out);
+        printf(", oneDNN bf16 %.4f", onednn);
+        assert_true(fabs(ref - onednn) < 0.01);
+    }
+    printf("\n");
     free(out);
 }
 
@@ -314,6 +357,7 @@ int main(void) {
         cmocka_unit_test(test_refuses_cpu_without_bf16),
         cmocka_unit_test(test_refuses_capped_isa),
         cmocka_unit_test(test_training_close_to_fp32),
+        cmocka_unit_test(test_kernel_for_fp32_refused),
     };
     return cmocka_run_group_tests(tests, group_setup, NULL);
 }

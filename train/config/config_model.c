@@ -16,8 +16,24 @@ struct model_shape trainer_model_shape(const struct config *c) {
 enum dtype config_gemm_dtype(const struct config *c, bool on_gpu, const char *cpu_flags) {
     if (c->gemm_dtype != GEMM_DTYPE_AUTO) return (enum dtype)c->gemm_dtype;
     if (c->param_dtype != DTYPE_BF16) return DTYPE_FP32;
-    if (on_gpu) return DTYPE_BF16;
+    if (on_gpu || c->gemm_kernel != GEMM_KERNEL_AUTO) return DTYPE_BF16; /* a named bf16 kernel asks for them */
     return onednn_bf16_missing(cpu_flags) ? DTYPE_FP32 : DTYPE_BF16;
+}
+
+int config_check_gemm_kernel(const struct config *c, enum dtype gemm_dtype, bool on_gpu, char *err,
+                             size_t err_len) {
+    if (c->gemm_kernel == GEMM_KERNEL_AUTO) return 0;
+    const char *kernel = c->gemm_kernel == GEMM_KERNEL_ONEDNN ? "onednn" : "reference";
+    if (on_gpu) {
+        snprintf(err, err_len, "--gemm_kernel %s names a kernel of the CPU's bf16 GEMMs; on a GPU cuBLAS runs "
+                 "them (use --gemm_kernel auto, or --device cpu)", kernel);
+        return -1;
+    }
+    if (gemm_dtype == DTYPE_BF16) return 0;
+    snprintf(err, err_len, "--gemm_kernel %s runs bf16 GEMMs, and this run's are fp32 (%s); use --gemm_dtype bf16 "
+             "with --param_dtype bf16, or --gemm_kernel auto", kernel,
+             c->gemm_dtype == GEMM_DTYPE_FP32 ? "--gemm_dtype fp32" : "gemm_dtype auto with --param_dtype fp32");
+    return -1;
 }
 
 int config_check_gpu_path(const struct config *c, char *err, size_t err_len) {

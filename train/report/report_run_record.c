@@ -24,7 +24,8 @@ void run_record_describe_gemms(struct run_record *r, const struct flop_counter *
     } else {
         snprintf(r->gemm_library, sizeof r->gemm_library, "%s", r->blas.library);
         snprintf(r->gemm_version, sizeof r->gemm_version, "%s", r->blas.version);
-        snprintf(r->gemm_kernel, sizeof r->gemm_kernel, "sgemm %s", r->blas.corename);
+        snprintf(r->gemm_kernel, sizeof r->gemm_kernel, "%ssgemm %s",
+                 fc->bf16_reference ? "reference bf16 GEMM: operands rounded to bf16, " : "", r->blas.corename);
     }
 }
 

@@ -50,22 +50,30 @@ void trainer_sample_device_memory(struct trainer *tr) {
     tr->device_total = (double)total;
 }
 
-/* The CPU's bf16 GEMMs (oneDNN) when --gemm_dtype asks for them: bf16
- * always (refused, naming what is missing, where the CPU cannot), auto
- * where the params are bf16 and the CPU can. */
+/* The CPU's bf16 GEMMs when --gemm_dtype asks for them (bf16 always, auto
+ * where the params are bf16 and the CPU can run oneDNN's), on the kernel
+ * --gemm_kernel names: oneDNN (refused, naming what is missing, where the
+ * CPU cannot) or the project's reference. */
 static int open_cpu_kernels(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     const struct config *c = tr->cfg;
     char flags[CPU_FLAGS_LEN];
     machine_cpu_flags(flags, sizeof flags);
     tr->gemm_dtype = config_gemm_dtype(c, false, flags);
+    if (config_check_gemm_kernel(c, tr->gemm_dtype, false, err, TRAINER_ERR_LEN) != 0) return -1;
     /* one thread has no team to share the blocks with: one sgemm per call
      * is faster there (each block repacks an operand) */
     tr->flops.gemm_blocks = c->threads > 1;
     if (tr->gemm_dtype != DTYPE_BF16) return 0;
+    if (c->gemm_kernel == GEMM_KERNEL_REFERENCE) {
+        tr->flops.bf16_reference = true;
+        return 0;
+    }
     char e[DEVICE_ERR_LEN];
     tr->flops.onednn = onednn_gemms_open(flags, e, sizeof e);
     if (tr->flops.onednn) return 0;
-    snprintf(err, TRAINER_ERR_LEN, "--gemm_dtype bf16 on the %s: %s (use --gemm_dtype fp32 or auto)", tr->dev.name, e);
+    snprintf(err, TRAINER_ERR_LEN, "--gemm_dtype bf16 on the %s: oneDNN cannot run its bf16 GEMMs here: %s (use "
+             "--gemm_kernel reference for the project's reference bf16 GEMM, or --gemm_dtype fp32 or auto)",
+             tr->dev.name, e);
     return -1;
 }
 
@@ -76,6 +84,7 @@ int trainer_open_kernels(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     const struct config *c = tr->cfg; /* a GPU has tensor cores: auto follows the params */
     if (config_check_gpu_path(c, err, TRAINER_ERR_LEN) != 0) return -1;
     tr->gemm_dtype = config_gemm_dtype(c, true, "");
+    if (config_check_gemm_kernel(c, tr->gemm_dtype, true, err, TRAINER_ERR_LEN) != 0) return -1;
     bool bf16 = tr->gemm_dtype == DTYPE_BF16;
     char e[DEVICE_ERR_LEN];
     tr->flops.kernels = device_kernels_open(&tr->dev, bf16, e, sizeof e);
