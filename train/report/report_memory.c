@@ -86,9 +86,19 @@ static void json_row(FILE *json, int rank, const char *category, double measured
     else fprintf(json, "\"theory_bytes\":null}\n");
 }
 
+/* Every rank's record of one category: its measured bytes (the live
+ * bytes, or the peak for activations) beside its own theory (own[r]: under
+ * pp and tp, and with 8-bit blocks, the ranks hold different parts). */
 static void json_rows(FILE *json, const char *category, const struct rank_stats *ranks, int n, int c,
-                      double theory) {
-    for (int r = 0; r < n; r++) json_row(json, r, category, ranks[r].live[c], theory);
+                      const double *own) {
+    for (int r = 0; r < n; r++)
+        json_row(json, r, category, c == MEM_ACTIVATIONS ? ranks[r].peak[c] : ranks[r].live[c], own[r]);
+}
+
+/* own[r] = theory(c, rank r's place) for every rank. */
+static void own_theories(double *own, const struct config *c, int n,
+                         double (*theory)(const struct config *, struct rank_place)) {
+    for (int r = 0; r < n; r++) own[r] = theory(c, rank_place_of(c, n, r));
 }
 
 /* On GPUs the CUDA runtime, cuBLAS and NCCL keep host memory of their own
@@ -176,7 +186,7 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
     const struct config *c = tr->cfg;
     struct state_theory st = theory_trainer_states(c, rank_place_of(c, n, 0));
     struct activation_theory at = theory_trainer_activations(c, rank_place_of(c, n, 0));
-    double *col = calloc((size_t)n, sizeof *col);
+    double *col = calloc((size_t)n, sizeof *col), *own = calloc((size_t)n, sizeof *own);
     fprintf(out, "\nmemory per rank, %s (bytes): ZeRO-%d over %d rank%s, Psi = %.0f; padding %.0f full, %.0f per shard\n",
             when, c->zero, n, n == 1 ? "" : "s", st.psi, st.padding, st.shard_padding);
     if (c->pp > 1 || c->tp > 1)
@@ -208,10 +218,11 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
         for (int r = 0; r < n; r++) { /* each rank against its own theory (8-bit blocks differ by rank) */
             struct state_theory sr = theory_trainer_states(c, rank_place_of(c, n, r));
             col[r] = ranks[r].live[l->category];
-            exact = exact && col[r] == sr.lines[i].psi_bytes + sr.lines[i].padding_bytes;
+            own[r] = sr.lines[i].psi_bytes + sr.lines[i].padding_bytes;
+            exact = exact && col[r] == own[r];
         }
         row(out, mem_category_name(l->category), col, n, theory, rule);
-        if (json) json_rows(json, mem_category_name(l->category), ranks, n, l->category, theory);
+        if (json) json_rows(json, mem_category_name(l->category), ranks, n, l->category, own);
         states_theory += theory;
     }
     for (int r = 0; r < n; r++)
@@ -251,7 +262,8 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
              at.korthikanti_total);
     own_theory(rule, sizeof rule, c, col, n, activations_of);
     row(out, "activations", col, n, at.total, rule);
-    if (json) json_rows(json, "activations", ranks, n, MEM_ACTIVATIONS, at.total);
+    own_theories(own, c, n, activations_of);
+    if (json) json_rows(json, "activations", ranks, n, MEM_ACTIVATIONS, own);
     double comm_theory = theory_trainer_comm_buffers(c, rank_place_of(c, n, 0));
     for (int r = 0; r < n; r++) col[r] = ranks[r].live[MEM_COMM];
     snprintf(rule, sizeof rule, "%s",
@@ -264,18 +276,21 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
                             : "none: collectives work in place");
     own_theory(rule, sizeof rule, c, col, n, comm_buffers_of);
     row(out, "comm", col, n, comm_theory, rule);
-    if (json) json_rows(json, "comm", ranks, n, MEM_COMM, comm_theory);
+    own_theories(own, c, n, comm_buffers_of);
+    if (json) json_rows(json, "comm", ranks, n, MEM_COMM, own);
     for (int r = 0; r < n; r++) col[r] = ranks[r].live[MEM_SCRATCH];
     snprintf(rule, sizeof rule, "fp32 unit views and accumulators, widened activations, backward temporaries, ids%s",
              c->sequence_parallel && c->tp > 1 ? ", sp's gathered (B,T,C) and LN grads" : "");
     own_theory(rule, sizeof rule, c, col, n, scratch_of);
     double scratch_theory = scratch_of(c, rank_place_of(c, n, 0));
     row(out, "scratch", col, n, scratch_theory, rule);
-    if (json) json_rows(json, "scratch", ranks, n, MEM_SCRATCH, scratch_theory);
+    own_theories(own, c, n, scratch_of);
+    if (json) json_rows(json, "scratch", ranks, n, MEM_SCRATCH, own);
     rss_rows(out, json, ranks, n, col);
     device_rows(out, json, ranks, n, col);
     if (json) fflush(json);
     free(col);
+    free(own);
 }
 
 void report_flops(FILE *out, const struct trainer *tr, int steps) {

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Every rank's JSON memory records carry that rank's own theory (issue 37,
+# item 1: they carried rank 0's, so build/report drew mismatches that did
+# not exist). On layouts whose ranks hold different parts or different
+# optimizer blocks:
+#   pp 2 on 2 ranks (the stages differ), pp 3 on 3 ranks (tiny with 3
+#   layers), adamw8bit at ZeRO-3 on 3 ranks and sgd8bit at ZeRO-2 on 2
+#   ranks (the 8-bit blocks differ by rank), adafactor at ZeRO-2 on 3 ranks;
+# each run's params, master, grads, optimizer, activations, comm and
+# scratch records equal their theory on every rank, and rank 1's theory
+# differs from rank 0's somewhere (so the check sees per-rank values).
+# Usage: tests/mpi/json_theory.sh BUILD_DIR
+set -u
+build=${1:-build}
+tmp=$(mktemp -d /tmp/shardlab_json_theory_XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+mpi=(mpirun --oversubscribe --allow-run-as-root)
+for v in ASAN_OPTIONS UBSAN_OPTIONS; do [ -n "${!v:-}" ] && mpi+=(-x "$v"); done
+"$build/prepare" --input data/kjv.txt --train "$tmp/train.bin" --val "$tmp/val.bin" >/dev/null || exit 1
+base=(--config configs/tiny.conf --threads 1 --steps 2 --val_every 0 --train_data "$tmp/train.bin")
+fails=0
+# case NAME RANKS ARGS...
+case_() {
+    local name=$1 ranks=$2
+    shift 2
+    if ! timeout 120 "${mpi[@]}" -np "$ranks" "$build/train" "${base[@]}" "$@" --log_json "$tmp/$name.json" \
+            >"$tmp/$name.out" 2>&1; then
+        echo "FAIL $name: the run failed"; tail -3 "$tmp/$name.out"; fails=$((fails + 1)); return
+    fi
+    if python3 - "$tmp/$name.json" "$ranks" "$name" <<'PY'; then :; else fails=$((fails + 1)); fi
+import json, sys
+path, ranks, name = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+cats = ("params", "master", "grads", "optimizer", "activations", "comm", "scratch")
+rows = [json.loads(l) for l in open(path) if '"type":"memory"' in l]
+rows = [r for r in rows if r["category"] in cats]
+bad = [r for r in rows if r["measured_bytes"] != r["theory_bytes"]]
+theory = {(r["rank"], r["category"]): r["theory_bytes"] for r in rows}
+differs = any(theory.get((1, c)) != theory.get((0, c)) for c in cats)
+complete = len(rows) == ranks * len(cats)
+ok = complete and not bad and differs
+print(("ok  " if ok else "FAIL") + f" {name}: {len(rows)} records on {ranks} ranks, each rank's theory its own"
+      + ("" if complete else ", records missing") + ("" if differs else ", rank 1's theory equal to rank 0's everywhere")
+      + "".join(f"\n    rank {r['rank']} {r['category']}: measured {r['measured_bytes']}, theory {r['theory_bytes']}"
+                for r in bad))
+sys.exit(0 if ok else 1)
+PY
+}
+case_ pp2 2 --pp 2
+case_ pp3 3 --pp 3 --n_layer 3
+case_ adamw8bit_z3 3 --zero 3 --optimizer adamw8bit --min_8bit_size 1024
+case_ sgd8bit_z2 2 --zero 2 --optimizer sgd8bit --min_8bit_size 1024
+case_ adafactor_z2 3 --zero 2 --optimizer adafactor
+[ $fails -eq 0 ] || { echo "json_theory: $fails failed"; exit 1; }
+echo "json_theory: all passed"
