@@ -104,7 +104,7 @@ mpi-test: deps $(MPI_TESTS) $(BUILD)/report
 	tests/mpi/optim_grid.sh $(BUILD)
 	tests/mpi/cp_train.sh $(BUILD)
 	tests/mpi/gemm_paths.sh $(BUILD)
-	tests/mpi/json_theory.sh $(BUILD)
+	tests/mpi/own_numbers.sh $(BUILD)
 	tests/stale_temps.sh $(BUILD)
 	tests/threads_bits.sh $(BUILD)
 	tests/multihost/test_multihost.sh $(BUILD)

@@ -181,14 +181,32 @@ static void own_theory(char *rule, size_t len, const struct config *c, const dou
     if (used < len) snprintf(rule + used, len - used, "; every rank = its own theory: %s", all ? "yes" : "NO");
 }
 
+/* The table's heading: ZeRO's N (the ranks that shard a unit: dp x cp)
+ * and Psi named as what they are. Under tp or pp a rank holds a part of
+ * the model (its slice, its stages), and that part, Psi_r, is what ZeRO
+ * divides by N; rank 0's is the theory column's. */
+static void print_setup(FILE *out, const struct trainer *tr, const struct state_theory *st, const char *when) {
+    const struct config *c = tr->cfg;
+    const struct grid *g = tr->grid;
+    const struct model_layout *lay = &tr->engine.lay;
+    int N = g->dp * g->cp;
+    fprintf(out, "\nmemory per rank, %s (bytes): ZeRO-%d over N = %d rank%s (%s)", when, c->zero, N, N == 1 ? "" : "s",
+            g->cp > 1 ? "dp x cp" : "dp");
+    if (lay->total != lay->ref_total)
+        fprintf(out, ", Psi = %zu parameters in the model, rank 0 holds Psi_r = %.0f of them (%s%s%s)", lay->ref_total,
+                st->psi, g->tp > 1 ? "its tp slice" : "", g->tp > 1 && g->pp > 1 ? " of " : "",
+                g->pp > 1 ? "its pp stage" : "");
+    else fprintf(out, ", Psi = %.0f", st->psi);
+    fprintf(out, "; padding %.0f full, %.0f per shard\n", st->padding, st->shard_padding);
+}
+
 void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct rank_stats *ranks, int n,
                    const char *when) {
     const struct config *c = tr->cfg;
     struct state_theory st = theory_trainer_states(c, rank_place_of(c, n, 0));
     struct activation_theory at = theory_trainer_activations(c, rank_place_of(c, n, 0));
     double *col = calloc((size_t)n, sizeof *col), *own = calloc((size_t)n, sizeof *own);
-    fprintf(out, "\nmemory per rank, %s (bytes): ZeRO-%d over %d rank%s, Psi = %.0f; padding %.0f full, %.0f per shard\n",
-            when, c->zero, n, n == 1 ? "" : "s", st.psi, st.padding, st.shard_padding);
+    print_setup(out, tr, &st, when);
     if (c->pp > 1 || c->tp > 1)
         fprintf(out, "  (theory column: rank 0's; ranks hold different parts of the model, each checked against its own)\n");
     if (c->tp > 1) { /* the padding rows differ by tp rank: Vp = 128 t rounds V up, the last slices take the rest */

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every rank's JSON memory records carry that rank's own theory (issue 37,
+# Every per-rank number is that rank's own: its JSON memory records carry its own theory (issue 37,
 # item 1: they carried rank 0's, so build/report drew mismatches that did
 # not exist). On layouts whose ranks hold different parts or different
 # optimizer blocks:
@@ -9,10 +9,13 @@
 # each run's params, master, grads, optimizer, activations, comm and
 # scratch records equal their theory on every rank, and rank 1's theory
 # differs from rank 0's somewhere (so the check sees per-rank values).
-# Usage: tests/mpi/json_theory.sh BUILD_DIR
+# The memory table's heading names Psi and N as what they are (item 3: it
+# called rank 0's share Psi and the world N): at pp 2 and at tp 2 the
+# model's 34,688 parameters beside rank 0's part, and N = dp.
+# Usage: tests/mpi/own_numbers.sh BUILD_DIR
 set -u
 build=${1:-build}
-tmp=$(mktemp -d /tmp/shardlab_json_theory_XXXXXX)
+tmp=$(mktemp -d /tmp/shardlab_own_numbers_XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 mpi=(mpirun --oversubscribe --allow-run-as-root)
 for v in ASAN_OPTIONS UBSAN_OPTIONS; do [ -n "${!v:-}" ] && mpi+=(-x "$v"); done
@@ -50,5 +53,17 @@ case_ pp3 3 --pp 3 --n_layer 3
 case_ adamw8bit_z3 3 --zero 3 --optimizer adamw8bit --min_8bit_size 1024
 case_ sgd8bit_z2 2 --zero 2 --optimizer sgd8bit --min_8bit_size 1024
 case_ adafactor_z2 3 --zero 2 --optimizer adafactor
-[ $fails -eq 0 ] || { echo "json_theory: $fails failed"; exit 1; }
-echo "json_theory: all passed"
+# heading NAME PATTERN: the run's memory heading matches
+heading() {
+    if grep -q "^memory per rank, after allocation (bytes): $2" "$tmp/$1.out"; then
+        echo "ok   $1: the heading names Psi and N"
+    else
+        echo "FAIL $1: $(grep '^memory per rank' "$tmp/$1.out" | head -1)"; fails=$((fails + 1))
+    fi
+}
+heading pp2 "ZeRO-0 over N = 1 rank (dp), Psi = 34688 parameters in the model, rank 0 holds Psi_r = 21920 of them (its pp stage);"
+heading adamw8bit_z3 "ZeRO-3 over N = 3 ranks (dp), Psi = 34688;"
+timeout 120 "${mpi[@]}" -np 2 "$build/train" "${base[@]}" --tp 2 >"$tmp/tp2.out" 2>&1
+heading tp2 "ZeRO-0 over N = 1 rank (dp), Psi = 34688 parameters in the model, rank 0 holds Psi_r = 18080 of them (its tp slice);"
+[ $fails -eq 0 ] || { echo "own_numbers: $fails failed"; exit 1; }
+echo "own_numbers: all passed"
