@@ -11,7 +11,11 @@
 # differs from rank 0's somewhere (so the check sees per-rank values).
 # The memory table's heading names Psi and N as what they are (item 3: it
 # called rank 0's share Psi and the world N): at pp 2 and at tp 2 the
-# model's 34,688 parameters beside rank 0's part, and N = dp.
+# model's 34,688 parameters beside rank 0's part, and N = dp. --explain's
+# shard map says what each stage holds as the run holds it: ZeRO-0 shards
+# nothing (item 5: it said rank r owns slice r), and --overlap's second
+# gathered layer and second bucket are named where the run keeps them
+# (item 4: it said one layer and one bucket).
 # Usage: tests/mpi/own_numbers.sh BUILD_DIR
 set -u
 build=${1:-build}
@@ -65,5 +69,22 @@ heading pp2 "ZeRO-0 over N = 1 rank (dp), Psi = 34688 parameters in the model, r
 heading adamw8bit_z3 "ZeRO-3 over N = 3 ranks (dp), Psi = 34688;"
 timeout 120 "${mpi[@]}" -np 2 "$build/train" "${base[@]}" --tp 2 >"$tmp/tp2.out" 2>&1
 heading tp2 "ZeRO-0 over N = 1 rank (dp), Psi = 34688 parameters in the model, rank 0 holds Psi_r = 18080 of them (its tp slice);"
+# explain NAME PATTERN NOT-PATTERN ARGS...: --explain on 2 ranks says
+# PATTERN and not NOT-PATTERN
+explain() {
+    local name=$1 want=$2 not=$3
+    shift 3
+    timeout 120 "${mpi[@]}" -np 2 "$build/train" "${base[@]}" --steps 0 --explain 1 "$@" >"$tmp/$name.out" 2>&1
+    if grep -q "$want" "$tmp/$name.out" && ! grep -q "$not" "$tmp/$name.out"; then
+        echo "ok   --explain $*: \"$want\""
+    else
+        echo "FAIL --explain $*:"; grep -A3 "^shard map\|each rank holds" "$tmp/$name.out"; fails=$((fails + 1))
+    fi
+}
+explain z0 "Nothing is sharded at ZeRO-0: every rank holds and updates" "Rank r owns slice r" --zero 0
+explain z2 "plus two units' gradients in full (two reduce-scatter buckets, one in flight)" "one unit's gradient" --zero 2
+explain z2_blocking "plus one unit's gradient in full (the reduce-scatter bucket)" "two units' gradients" --zero 2 --overlap 0
+explain z3 "head and two layers (the one in use and the next, prefetched)" "head and one layer" --zero 3
+explain z3_blocking "head and one layer in full while they are used, and one unit's gradient" "head and two layers" --zero 3 --overlap 0
 [ $fails -eq 0 ] || { echo "own_numbers: $fails failed"; exit 1; }
 echo "own_numbers: all passed"

@@ -70,9 +70,14 @@ void report_shard_map(FILE *out, const struct trainer *tr) {
     const struct engine *e = &tr->engine;
     const struct shard_layout *sh = &e->z.sh;
     int N = sh->N, z = e->o.zero.stage;
-    fprintf(out, "\nshard map: ZeRO-%d over %d data-parallel rank%s%s. Rank r owns slice r of every unit; each unit is\n"
-                 "padded to a multiple of N elements, so no slice crosses a unit. [a:b) = elements a..b-1 of a tensor.\n",
-            z, N, N == 1 ? "" : "s", tr->grid->cp > 1 ? " (dp x cp)" : "");
+    fprintf(out, "\nshard map: ZeRO-%d over N = %d data-parallel rank%s%s. ", z, N, N == 1 ? "" : "s",
+            tr->grid->cp > 1 ? " (dp x cp)" : "");
+    if (z == 0) /* the slices are still worth showing: they are what stages 1 to 3 cut */
+        fprintf(out, "Nothing is sharded at ZeRO-0: every rank holds and updates\nevery unit whole. Below is where "
+                     "ZeRO-1 to 3 would cut them: slice r to rank r; ");
+    else fprintf(out, "Rank r owns slice r of every unit;\n");
+    fprintf(out, "each unit is padded to a multiple of N elements, so no slice crosses a unit.\n"
+                 "[a:b) = elements a..b-1 of a tensor.\n");
     int first_layer = layout_layer_unit(&e->lay, rank_layer_at(&e->lay.rank, 0)), last_unit = e->lay.n_units - 1;
     for (int u = 0; u < e->lay.n_units; u++) {
         struct unit_info ui = layout_unit(&e->lay, u);
@@ -100,8 +105,18 @@ void report_shard_map(FILE *out, const struct trainer *tr) {
     }
     fprintf(out, "  each rank holds: params %s, master and Adam m, v %s, grads %s", held(z >= 3), held(z >= 1),
             held(z >= 2));
-    if (z >= 3) fprintf(out, ", plus the gathered embedding, head and one layer in full while they are used");
-    if (z == 2) fprintf(out, ", plus one unit's gradient in full (the reduce-scatter bucket)");
+    /* --overlap keeps a second gathered layer (the next one, prefetched)
+     * and a second bucket (one reduce-scatter in flight while the next
+     * unit's gradient fills): include/zero.h */
+    bool overlap = e->o.zero.overlap;
+    if (z >= 3)
+        fprintf(out, ", plus the gathered embedding, head and %s in full while they are used, and %s",
+                overlap ? "two layers (the one in use and the next, prefetched)" : "one layer",
+                overlap ? "two units' gradients in full (two reduce-scatter buckets, one in flight)"
+                        : "one unit's gradient in full (the reduce-scatter bucket)");
+    if (z == 2)
+        fprintf(out, ", plus %s", overlap ? "two units' gradients in full (two reduce-scatter buckets, one in flight)"
+                                          : "one unit's gradient in full (the reduce-scatter bucket)");
     fprintf(out, ".\n  %s\n",
             z == 0   ? "every rank updates every parameter; gradients are all-reduced once per step"
             : z == 1 ? "rank r updates its slices; gradients are reduce-scattered once per step, params all-gathered"
