@@ -8,11 +8,15 @@
  * on its flop counter (counters.h: fc->onednn); the dispatch
  * (model/layers_dispatch.c) then sends the host's matmul_forward/backward
  * (and their _bf16 and _sliced forms) here. The context owns oneDNN's
- * engine and stream, one primitive per GEMM shape (made at its first use,
- * kept until close) and the bf16 scratch the fp32 operands are rounded
- * into (nearest even, once per operand per call). Not thread-safe: one
- * caller at a time, as the layers call it; oneDNN's own threads are the
- * run's OpenMP threads (Debian's oneDNN is built on OpenMP). */
+ * engine, one primitive per GEMM block shape (made for one thread at its
+ * first use, kept until close), a stream, memory objects and a scratchpad
+ * per thread of the team, and the bf16 scratch the fp32 operands are
+ * rounded into (nearest even, once per operand per call). With
+ * fc->gemm_blocks (a run of more than one thread) the run's OpenMP team
+ * takes a GEMM's fixed blocks (gemm_split.h) one at a time, so the bits
+ * are the same on any team size and the team may follow the free cores
+ * (docs/THREADS.md); without, one primitive per call. Not thread-safe: one
+ * caller at a time, outside any parallel region, as the layers call it. */
 #ifndef SHARDLAB_ONEDNN_GEMMS_H
 #define SHARDLAB_ONEDNN_GEMMS_H
 
@@ -42,8 +46,8 @@ void onednn_gemms_close(struct onednn_gemms *g);
  * of 64 x 64 x 64 ("brg:avx512_core_bf16"). */
 void onednn_version_string(char *out, size_t n);
 const char *onednn_gemms_kernel(const struct onednn_gemms *g);
-/* Primitives made so far (one per shape and kind of GEMM: the tests check
- * the cache holds them). */
+/* Primitives made so far (one per block shape and kind of GEMM: the tests
+ * check the cache holds them). */
 int onednn_gemms_cached(const struct onednn_gemms *g);
 
 /* The layer GEMMs of layers.h with fc->onednn's context: out = inp . W^T

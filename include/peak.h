@@ -6,6 +6,8 @@
 #ifndef SHARDLAB_PEAK_H
 #define SHARDLAB_PEAK_H
 
+#include <stdbool.h>
+
 enum { PEAK_MAX_TRIALS = 64 };
 
 struct peak_result {
@@ -43,5 +45,32 @@ int peak_measure_bf16_gemm(struct peak_result *r, struct onednn_gemms *g, int th
 
 /* (best - min) / best, in [0, 1): how far the slowest trial fell short. */
 double peak_spread(const struct peak_result *r);
+
+/* The peak a CPU run's MFU and HFU divide by: the best rate observed. The
+ * start-up probe runs while the machine is as it is then; on a busy
+ * machine it falls short, and a quieter step then ran its GEMMs faster
+ * than the "peak" (155 GFLOP/s probed, 337 run: MFU past 100%). So after
+ * every step the peak rises to any rate the step measured above it: its
+ * GEMMs' rate over their own time, and its issued and model FLOPs over the
+ * step's time. MFU and HFU then never exceed 100%. A fixed peak (the
+ * config's peak_flops, a GPU's data sheet) never moves: follows false. */
+enum peak_rate { PEAK_RATE_GEMMS, PEAK_RATE_ISSUED, PEAK_RATE_MODEL, PEAK_RATES };
+
+struct peak_tracker {
+    double flops;         /* the peak now: max(probe, every rate observed) */
+    double probe;         /* the start-up probe's best (or the fixed peak) */
+    bool follows;         /* observed rates may raise it */
+    int raised_step;      /* the step whose rate is the peak now; -1: the probe's still */
+    enum peak_rate raised_by;
+};
+
+void peak_tracker_start(struct peak_tracker *t, double probe, bool follows);
+/* A step's rates (FLOP/s, by enum peak_rate; <= 0 or NaN: not measured).
+ * Returns true when this step raised the peak. */
+bool peak_tracker_observe(struct peak_tracker *t, int step, const double rate[PEAK_RATES]);
+/* "GEMMs", "issued FLOPs", "model FLOPs": what raised it, in words. */
+const char *peak_rate_name(enum peak_rate r);
+/* The peak's source for the JSON log: "probe" (or "fixed") or "observed". */
+const char *peak_tracker_source(const struct peak_tracker *t);
 
 #endif

@@ -17,6 +17,7 @@
 #include "grid.h"
 #include "machine.h"
 #include "mem.h"
+#include "peak.h"
 #include "timeline.h"
 #include "trace.h"
 #include "progress.h"
@@ -50,7 +51,8 @@ struct trainer {
     double train_seconds;       /* wall time inside steps */
     double val_seconds;         /* wall time validating (between steps, not in train_seconds) */
     double last_val_loss;       /* NO_VAL_LOSS until the run validates */
-    double peak_flops;          /* FLOP/s for MFU; 0 = unknown */
+    double peak_flops;          /* FLOP/s for MFU; 0 = unknown: peak.flops once the run starts */
+    struct peak_tracker peak;   /* a measured CPU peak rises to the best rate a step measured (peak.h) */
     const char *peak_source;    /* where peak_flops came from, as the FLOP table names it */
     double startup_tracked_peak, startup_rss; /* bytes, at the end of trainer_open */
     double device_used_peak;    /* a GPU run: the highest cudaMemGetInfo used bytes seen (start-up, each step) */

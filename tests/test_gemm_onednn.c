@@ -12,6 +12,11 @@
  *   rounded copies): the same exact products summed in another order, so
  *   ||Y - Yref||_F <= 2 k 2^-24 ||X~||_F ||W~||_F, and dbias bit for bit;
  * - one primitive per GEMM shape, made once;
+ * - the same bits on teams of 1, 2 and 3 threads (the team takes fixed
+ *   blocks, each a one-thread primitive): forward with an fp32 and a bf16
+ *   output, dinp, dweight and dbias, at shapes with a tail block and one
+ *   whose dweight sums a long K into a small output (a primitive made for
+ *   2 threads split that sum: 1,507 of its 4,096 values differed);
  * - the refusal: a CPU whose flags lack avx512_bf16/amx_bf16 (an injected
  *   flags line), and oneDNN capped below bf16 (DNNL_MAX_CPU_ISA=AVX2 on
  *   build/train, where auto falls back to fp32 and bf16 is an error);
@@ -31,6 +36,7 @@
 
 #include <cmocka.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -241,6 +247,55 @@ static void test_primitives_cached(void **state) {
     onednn_gemms_close(g);
 }
 
+/* One team's outputs of every GEMM form at one shape. */
+struct team_outs {
+    float *y, *dx, *dw, *db;
+    bf16 *y16;
+};
+
+static struct team_outs run_team(struct onednn_gemms *g, int team, int64_t N, int64_t C, int64_t OC, const float *x,
+                                 const float *w, const float *bias, const float *dy) {
+    struct team_outs o = {malloc(N * OC * sizeof(float)), malloc(N * C * sizeof(float)), randoms(OC * C, 35),
+                          calloc(OC, sizeof(float)), malloc(N * OC * sizeof(bf16))};
+    assert_true(o.y && o.dx && o.db && o.y16);
+    struct flop_counter fc = {.onednn = g, .gemm_blocks = true};
+    const int was = omp_get_max_threads();
+    omp_set_num_threads(team);
+    matmul_forward(o.y, x, w, NULL, N, C, OC, &fc);
+    matmul_forward_mixed((struct act_out){.b16 = o.y16}, (struct operand){x, NULL}, (struct operand){w, NULL}, bias,
+                         N, C, OC, &fc);
+    matmul_backward(o.dx, o.dw, o.db, dy, x, w, N, C, OC, &fc);
+    omp_set_num_threads(was);
+    return o;
+}
+
+static void team_outs_free(struct team_outs o) { free(o.y), free(o.dx), free(o.dw), free(o.db), free(o.y16); }
+
+/* a run's team may shrink and grow: the outputs are the same bits on any
+ * team (one context throughout, as a run has) */
+static void test_same_bits_on_any_team(void **state) {
+    (void)state;
+    struct onednn_gemms *g = open_or_skip();
+    static const int64_t shapes[][3] = {{256, 256, 768}, {200, 96, 136}, {4096, 64, 64}, {33, 256, 1000}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int64_t N = shapes[s][0], C = shapes[s][1], OC = shapes[s][2];
+        float *x = randoms(N * C, 31), *w = randoms(OC * C, 32), *bias = randoms(OC, 33), *dy = randoms(N * OC, 34);
+        struct team_outs one = run_team(g, 1, N, C, OC, x, w, bias, dy);
+        for (int team = 2; team <= 3; team++) {
+            struct team_outs o = run_team(g, team, N, C, OC, x, w, bias, dy);
+            assert_memory_equal(one.y, o.y, (size_t)(N * OC) * sizeof(float));
+            assert_memory_equal(one.y16, o.y16, (size_t)(N * OC) * sizeof(bf16));
+            assert_memory_equal(one.dx, o.dx, (size_t)(N * C) * sizeof(float));
+            assert_memory_equal(one.dw, o.dw, (size_t)(OC * C) * sizeof(float));
+            assert_memory_equal(one.db, o.db, (size_t)OC * sizeof(float));
+            team_outs_free(o);
+        }
+        team_outs_free(one);
+        free(x), free(w), free(bias), free(dy);
+    }
+    onednn_gemms_close(g);
+}
+
 /* a CPU without bf16 matrix instructions: an injected flags line */
 static void test_refuses_cpu_without_bf16(void **state) {
     (void)state;
@@ -354,6 +409,7 @@ int main(void) {
         cmocka_unit_test(test_against_bf16_reference),
         cmocka_unit_test(test_mixed_operands),
         cmocka_unit_test(test_primitives_cached),
+        cmocka_unit_test(test_same_bits_on_any_team),
         cmocka_unit_test(test_refuses_cpu_without_bf16),
         cmocka_unit_test(test_refuses_capped_isa),
         cmocka_unit_test(test_training_close_to_fp32),

@@ -44,8 +44,8 @@ static struct run_record sample(void) {
     snprintf(r.gemm_kernel, sizeof r.gemm_kernel, "brg:avx512_core_bf16");
     r.cores = 4; /* one kept busy by another process: 3 free for 2 threads */
     r.cores_busy = 1.0;
-    /* oneDNN's GEMMs: a fixed team (train/run/run_team.c) */
-    snprintf(r.team_fixed_why, sizeof r.team_fixed_why, "oneDNN's bf16 GEMM primitives are made for one thread count");
+    /* a fixed team and its reason (train/run/run_team.c) */
+    snprintf(r.team_fixed_why, sizeof r.team_fixed_why, "--threads_adapt 0");
     return r;
 }
 
@@ -60,8 +60,7 @@ static void test_json_record(void **state) {
                            "\"peak_source\":\"measured\",\"peak_kernel\":\"avx512f\",\"peak_probe\":\"fp32 fma\",\"peak_trials\":3,"
                            "\"peak_flops_median\":2.000000e+11,\"peak_flops_min\":1.000000e+11,\"peak_spread\":0.60000,"
                            "\"omp_wait_policy\":\"\",\"gomp_spincount\":\"\",\"cores\":4,\"cores_busy_at_start\":1.00,"
-                           "\"team_follows_load\":false,\"team_fixed_why\":\"oneDNN's bf16 GEMM primitives are made for "
-                           "one thread count\"}\n");
+                           "\"team_follows_load\":false,\"team_fixed_why\":\"--threads_adapt 0\"}\n");
     /* the bf16 GEMMs' peak is the bf16 GEMM probe's, and the banner names it */
     r.peak_gemm = true;
     snprintf(r.peak.kernel, sizeof r.peak.kernel, "oneDNN brg:avx512_core_bf16 GEMM m 256 n 768 k 256");
@@ -89,8 +88,7 @@ static void test_threads(void **state) {
     assert_string_equal(written(run_record_print_threads, &r),
                         "threading: 2 OpenMP threads per rank, wait policy OMP_WAIT_POLICY=passive, spin count "
                         "libgomp's default; OpenBLAS (OpenMP build) and oneDNN on the same pool | cores: 4, 3.0 free "
-                        "at start-up (1.0 busy with other processes) | team: 2 threads, fixed (oneDNN's bf16 GEMM "
-                        "primitives are made for one thread count)\n");
+                        "at start-up (1.0 busy with other processes) | team: 2 threads, fixed (--threads_adapt 0)\n");
     assert_string_equal(written(warn, &r), ""); /* 2 threads, 3 free */
     r.cores = 2;
     r.cores_busy = 1.2; /* 0.8 free: one whole core */

@@ -4,9 +4,12 @@
 # follows the load while another process takes a core for the first
 # seconds and then leaves (the team shrinks and grows back mid-run), and on
 # more threads than the machine has cores (the team starts smaller) writes
-# byte-equal model files. (One thread runs one sgemm per call instead of
-# the team's blocks: its last bits may differ, and are not compared.) The GEMMs are fp32 (OpenBLAS in fixed blocks) on
-# any CPU: oneDNN's bf16 GEMMs keep a fixed team (the banner says so).
+# byte-equal model files. (One thread runs one GEMM per call instead of
+# the team's blocks: its last bits may differ, and are not compared.) Two
+# sets of runs: the fp32 GEMMs (OpenBLAS in fixed blocks) on any CPU, then
+# the bf16 GEMMs (oneDNN, fixed blocks of one-thread primitives) where the
+# CPU runs them; where it cannot (no avx512_bf16/amx_bf16, or
+# DNNL_MAX_CPU_ISA below avx512_core_bf16) the bf16 set says it is skipped.
 # Usage: tests/threads_bits.sh BUILD_DIR (build or build-san)
 set -u
 build=${1:-build}
@@ -22,41 +25,57 @@ check() { # name, condition result
 "$build/prepare" --input data/kjv.txt --train "$tmp/train.bin" --val "$tmp/val.bin" >/dev/null || exit 1
 # d_model 128 and 8 sequences: products with several blocks each; 60 steps
 # with clipping at work (the norm's sum of squares on every team)
-args=(--config configs/tiny.conf --train_data "$tmp/train.bin" --val_data "" --peak_flops 1e9 --gemm_dtype fp32
+base=(--config configs/tiny.conf --train_data "$tmp/train.bin" --val_data "" --peak_flops 1e9
       --d_model 128 --micro_batch 8 --steps 60 --grad_clip 0.5)
 
-"$train" "${args[@]}" --threads 2 --threads_adapt 0 --save "$tmp/ref.bin" >"$tmp/ref.log" 2>&1
-check "2 threads, fixed team: trained" $?
-"$train" "${args[@]}" --threads 3 --threads_adapt 0 --save "$tmp/three.bin" >"$tmp/three.log" 2>&1
-check "3 threads, fixed team: trained" $?
-cmp -s "$tmp/ref.bin" "$tmp/three.bin"
-check "3 threads: the model file equals 2 threads', byte for byte" $?
-more=$(( $(nproc) + 2 ))
-"$train" "${args[@]}" --threads "$more" --save "$tmp/more.bin" >"$tmp/more.log" 2>&1
-check "$more threads on $(nproc) cores: trained" $?
-grep -q "the run follows the free cores between steps, starting on [1-9][0-9]* thread" "$tmp/more.log"
-check "$more threads on $(nproc) cores: the team starts on what fits, and says so" $?
-cmp -s "$tmp/ref.bin" "$tmp/more.bin"
-check "$more threads on $(nproc) cores: the model file equals 2 threads', byte for byte" $?
+run_set() { # the GEMMs' dtype: every run of the set, checks named by it
+    local d=$1 args=("${base[@]}" --gemm_dtype "$1")
+    "$train" "${args[@]}" --threads 2 --threads_adapt 0 --save "$tmp/$d-ref.bin" >"$tmp/$d-ref.log" 2>&1
+    check "$d: 2 threads, fixed team: trained" $?
+    "$train" "${args[@]}" --threads 3 --threads_adapt 0 --save "$tmp/$d-three.bin" >"$tmp/$d-three.log" 2>&1
+    check "$d: 3 threads, fixed team: trained" $?
+    cmp -s "$tmp/$d-ref.bin" "$tmp/$d-three.bin"
+    check "$d: 3 threads: the model file equals 2 threads', byte for byte" $?
+    local more=$(( $(nproc) + 2 ))
+    "$train" "${args[@]}" --threads "$more" --save "$tmp/$d-more.bin" >"$tmp/$d-more.log" 2>&1
+    check "$d: $more threads on $(nproc) cores: trained" $?
+    grep -q "the run follows the free cores between steps, starting on [1-9][0-9]* thread" "$tmp/$d-more.log"
+    check "$d: $more threads on $(nproc) cores: the team starts on what fits, and says so" $?
+    cmp -s "$tmp/$d-ref.bin" "$tmp/$d-more.bin"
+    check "$d: $more threads on $(nproc) cores: the model file equals 2 threads', byte for byte" $?
 
-# another process on one core for the run's first seconds (bounded here)
-timeout 4 sh -c 'while :; do :; done' &
-spinner=$!
-"$train" "${args[@]}" --threads 2 --save "$tmp/two.bin" --log_json "$tmp/two.json" >"$tmp/two.log" 2>&1
-check "2 threads following the load: trained" $?
-kill "$spinner" 2>/dev/null
-wait "$spinner" 2>/dev/null
-spinner=
-cmp -s "$tmp/ref.bin" "$tmp/two.bin"
-check "2 threads following the load: the model file equals the fixed team's, byte for byte" $?
-grep -q 'team: follows the free cores between steps, 1 to 2 threads' "$tmp/two.log"
-check "the banner says the team follows the load" $?
-# the teams the steps ran on (how the load went is the machine's: shown, not asserted)
-teams=$(grep -o '"threads":[0-9]*' "$tmp/two.json" | tail -n +2 | cut -d: -f2 | uniq -c | awk '{ printf "%s%d step(s) on %d", sep, $1, $2; sep = ", " }')
-echo "     2-thread run's teams, in order: $teams"
-grep -h '^rank 0: team' "$tmp/two.log" | sed 's/^/     /'
+    # another process on one core for the run's first seconds (bounded here)
+    timeout 4 sh -c 'while :; do :; done' &
+    spinner=$!
+    "$train" "${args[@]}" --threads 2 --save "$tmp/$d-two.bin" --log_json "$tmp/$d-two.json" >"$tmp/$d-two.log" 2>&1
+    check "$d: 2 threads following the load: trained" $?
+    kill "$spinner" 2>/dev/null
+    wait "$spinner" 2>/dev/null
+    spinner=
+    cmp -s "$tmp/$d-ref.bin" "$tmp/$d-two.bin"
+    check "$d: 2 threads following the load: the model file equals the fixed team's, byte for byte" $?
+    grep -q 'team: follows the free cores between steps, 1 to 2 threads' "$tmp/$d-two.log"
+    check "$d: the banner says the team follows the load" $?
+    # the teams the steps ran on (how the load went is the machine's: shown, not asserted)
+    local teams
+    teams=$(grep -o '"threads":[0-9]*' "$tmp/$d-two.json" | tail -n +2 | cut -d: -f2 | uniq -c | awk '{ printf "%s%d step(s) on %d", sep, $1, $2; sep = ", " }')
+    echo "     $d: 2-thread run's teams, in order: $teams"
+    grep -h '^rank 0: team' "$tmp/$d-two.log" | sed 's/^/     /'
+}
 
-"$train" "${args[@]}" --threads 2 --threads_adapt 0 --steps 1 >"$tmp/fixed.log" 2>&1
+run_set fp32
+grep -q 'GEMMs: fp32 operands' "$tmp/fp32-ref.log"
+check "fp32: the GEMMs ran in fp32 (the banner)" $?
+# bf16: the same set where oneDNN runs bf16 here; the refusal names why not
+if "$train" "${base[@]}" --gemm_dtype bf16 --steps 1 >"$tmp/bf16-probe.log" 2>&1; then
+    run_set bf16
+    grep -q 'oneDNN' "$tmp/bf16-ref.log"
+    check "bf16: the GEMMs ran on oneDNN (the banner)" $?
+else
+    echo "skip bf16 set: this CPU cannot run oneDNN's bf16 GEMMs ($(grep -o -- '--gemm_dtype bf16 on the cpu: .*' "$tmp/bf16-probe.log" | head -1))"
+fi
+
+"$train" "${base[@]}" --gemm_dtype fp32 --threads 2 --threads_adapt 0 --steps 1 >"$tmp/fixed.log" 2>&1
 grep -q 'team: 2 threads, fixed (--threads_adapt 0)' "$tmp/fixed.log"
 check "--threads_adapt 0: the banner says the team is fixed and why" $?
 

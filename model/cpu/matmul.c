@@ -28,6 +28,7 @@
 #include <stdlib.h>
 
 #include "clock.h"
+#include "gemm_split.h"
 #include "layers.h"
 
 static bool fits_int(int64_t v, int64_t lo) { return v >= lo && v <= MATMUL_MAX_DIM; }
@@ -56,35 +57,30 @@ static void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
                 (blasint)ldc);
 }
 
-/* A GEMM's blocks: about GEMM_BLOCKS of them along C's longer side, each a
- * multiple of GEMM_BLOCK_ALIGN rows or columns (whole register tiles of
- * sgemm's kernels, which pack 4 to 24 rows or columns at a time): enough
- * blocks that a slowed thread's share moves to the others, few enough that
- * each block's sgemm packs its operands at full speed (a step's layer
- * products on 2 threads, AMD EPYC: 138.9 ms with 16 blocks, 144.6 with 8,
- * 145.9 with 4, 152.6 through OpenBLAS's threading at bench-small's shape;
- * 22.1, 22.5, 22.3 and 22.2 ms at the demo's). Splitting the longer side keeps
- * the larger operand packed once: the head's (N, Vp) logits split the
- * vocabulary, so each block packs only its rows of wte. */
-enum { GEMM_BLOCKS = 16, GEMM_BLOCK_ALIGN = 64 };
-
+/* A GEMM's blocks (gemm_split.h): about GEMM_BLOCKS of them along C's
+ * longer side, each a multiple of GEMM_BLOCK_ALIGN rows or columns (whole
+ * register tiles of sgemm's kernels, which pack 4 to 24 rows or columns at
+ * a time): enough blocks that a slowed thread's share moves to the others,
+ * few enough that each block's sgemm packs its operands at full speed (a
+ * step's layer products on 2 threads, AMD EPYC: 138.9 ms with 16 blocks,
+ * 144.6 with 8, 145.9 with 4, 152.6 through OpenBLAS's threading at
+ * bench-small's shape; 22.1, 22.5, 22.3 and 22.2 ms at the demo's).
+ * Splitting the longer side keeps the larger operand packed once: the
+ * head's (N, Vp) logits split the vocabulary, so each block packs only its
+ * rows of wte. */
 static void gemm_blocks(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                         int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
-    const bool by_cols = n >= m;
-    const int64_t side = by_cols ? n : m;
-    int64_t size = (side + GEMM_BLOCKS - 1) / GEMM_BLOCKS;
-    size = (size + GEMM_BLOCK_ALIGN - 1) / GEMM_BLOCK_ALIGN * GEMM_BLOCK_ALIGN;
-    const int64_t blocks = (side + size - 1) / size;
-    if (blocks <= 1) { /* one block: no team to start */
+    const struct gemm_split s = gemm_split_of(m, n);
+    if (s.blocks <= 1) { /* one block: no team to start */
         sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         return;
     }
     /* dynamic: a block goes to whichever thread is free, so the partition
      * (and so the bits) never depends on which thread runs it */
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t j = 0; j < blocks; j++) {
-        int64_t at = j * size, len = side - at < size ? side - at : size;
-        if (by_cols) /* C[:, at..at+len) = op(A) op(B)[:, at..) */
+    for (int64_t j = 0; j < s.blocks; j++) {
+        int64_t at = gemm_split_at(s, j), len = gemm_split_len(s, j);
+        if (s.by_cols) /* C[:, at..at+len) = op(A) op(B)[:, at..) */
             sgemm(trans_a, trans_b, m, len, k, alpha, a, lda, trans_b ? b + at * ldb : b + at, ldb, beta, c + at,
                   ldc);
         else /* C[at..at+len, :) = op(A)[at.., :) op(B) */

@@ -344,10 +344,15 @@ void report_flops(FILE *out, const struct trainer *tr, int steps) {
     fprintf(out, "  achieved: %.2f GFLOP/s issued (every GEMM: HFU), %.2f GFLOP/s model (MFU); %.1f%% of step time "
                  "in sgemm\n",
             issued / secs / 1e9, th.model / secs / 1e9, 100.0 * f->gemm_seconds / tr->train_seconds);
-    if (tr->peak_flops > 0)
-        fprintf(out, "  peak %.1f GFLOP/s per rank (%s): MFU %.1f%%, HFU %.1f%%\n", tr->peak_flops / 1e9,
-                tr->peak_source ? tr->peak_source : "source not recorded",
-                100.0 * th.model / secs / tr->peak_flops, 100.0 * issued / secs / tr->peak_flops);
+    if (tr->peak_flops <= 0) return;
+    char source[192];
+    const char *probed = tr->peak_source ? tr->peak_source : "source not recorded";
+    if (tr->peak.raised_step >= 0) /* rank 0's own: each rank's peak follows its own rates */
+        snprintf(source, sizeof source, "best rate observed: step %d's %s, above the start-up probe's %.1f (%s)",
+                 tr->peak.raised_step, peak_rate_name(tr->peak.raised_by), tr->peak.probe / 1e9, probed);
+    else snprintf(source, sizeof source, "%s%s", probed, tr->peak.follows ? "; no step ran faster" : "");
+    fprintf(out, "  peak %.1f GFLOP/s per rank (%s): MFU %.1f%%, HFU %.1f%%\n", tr->peak_flops / 1e9, source,
+            100.0 * th.model / secs / tr->peak_flops, 100.0 * issued / secs / tr->peak_flops);
 }
 
 /* Whether any rank made a call of kind k (k < 0: of any kind) in group g. */

@@ -257,6 +257,27 @@ struct step_metrics {
     bool nonfinite; /* the loss or the gradient norm is NaN or Inf: no update was applied */
 };
 
+/* The step's rates raise a probed peak (peak.h): its GEMMs over their own
+ * time, its issued GEMM FLOPs and its model FLOPs over the step's. Said
+ * the first time, by the rank whose peak rose (each rank keeps its own). */
+static void observe_peak(struct trainer *tr, const struct flop_counter *before, double model_flops, double dt) {
+    const struct flop_counter *f = &tr->flops;
+    double issued = f->gemm - before->gemm + f->attention - before->attention;
+    double gemm_s = f->gemm_seconds - before->gemm_seconds;
+    const double rate[PEAK_RATES] = {[PEAK_RATE_GEMMS] = gemm_s > 0 ? issued / gemm_s : 0.0,
+                                     [PEAK_RATE_ISSUED] = issued / dt, [PEAK_RATE_MODEL] = model_flops / dt};
+    const double was = tr->peak.flops;
+    const bool first = tr->peak.raised_step < 0;
+    if (!peak_tracker_observe(&tr->peak, tr->step, rate)) return;
+    tr->peak_flops = tr->peak.flops;
+    if (!first) return;
+    if (tr->grid->world_rank == 0) progress_end_line(&tr->progress, stdout);
+    printf("rank %d: peak raised to %.1f GFLOP/s: step %d's %s ran faster than the start-up probe (%.1f GFLOP/s); "
+           "the peak is now the best rate observed\n",
+           tr->grid->world_rank, tr->peak.flops / 1e9, tr->step, peak_rate_name(tr->peak.raised_by), was / 1e9);
+    fflush(stdout);
+}
+
 /* A JSON number, or null for NaN and Inf (which JSON cannot hold). */
 static void json_number(char out[32], const char *fmt, double x) {
     if (isfinite(x)) snprintf(out, 32, fmt, x);
@@ -294,9 +315,10 @@ static void log_step(struct trainer *tr, const struct step_metrics *m, bool keep
             "{\"type\":\"step\",\"step\":%d,\"loss\":%s,\"val_loss\":%s,\"lr\":%.6e,\"grad_norm\":%s,"
             "\"ms\":%.3f,\"tokens_per_s\":%.1f,\"flops\":%.6e,\"model_flops\":%.6e,\"mfu\":%.5f,"
             "\"gemm_ms\":%.3f,\"optimizer_ms\":%.3f,\"threads\":%d,\"skipped\":%s,\"joules\":%s,\"joules_per_token\":%s,"
-            "\"tflop_per_joule\":%s,\"planned_joules\":%s}\n",
+            "\"tflop_per_joule\":%s,\"planned_joules\":%s,\"peak_flops\":%.6e,\"peak_source\":\"%s\"}\n",
             tr->step, loss, val, m->lr, norm, m->ms, m->tokens_per_s, m->flops, m->model_flops, m->mfu, m->gemm_ms,
-            m->optimizer_ms, tr->team, m->nonfinite ? "true" : "false", joules, per_token, tflop_per_j, planned);
+            m->optimizer_ms, tr->team, m->nonfinite ? "true" : "false", joules, per_token, tflop_per_j, planned,
+            tr->peak_flops, peak_tracker_source(&tr->peak));
     if (fflush(tr->json) != 0 && !tr->json_errno) tr->json_errno = errno; /* said when the log is closed */
 }
 
@@ -364,6 +386,7 @@ static struct step_metrics train_step(struct trainer *tr) {
     tr->step++;
     double tokens = (double)c->micro_batch * c->seq_len * c->grad_accum * dp;
     double model_flops = tr->model_flops_per_step;
+    observe_peak(tr, &before, model_flops, dt);
     double joules = trainer_step_energy(tr, joules0); /* collective when measured */
     return (struct step_metrics){
         .joules = joules, .tokens = tokens,

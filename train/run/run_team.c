@@ -14,9 +14,10 @@
  * work by the shape, not by the thread count (the GEMMs in fixed blocks,
  * model/cpu/matmul.c; the sums in fixed parts or row order), so a run
  * gives the same bits on 1 or N threads, and tests/threads_bits.sh checks
- * it. Where that does not hold, the team stays fixed and the banner says
- * why: oneDNN's bf16 GEMM primitives are made for one thread count, and a
- * GPU run's threads only feed the device. Buffers sized by the thread
+ * it, for the fp32 GEMMs and oneDNN's bf16 ones alike (their fixed blocks
+ * are one-thread primitives: model/cpu/matmul_onednn.c). A GPU run's team
+ * stays fixed, and the banner says why: its threads only feed the device.
+ * Buffers sized by the thread
  * count (the attention's per-thread scratch) are sized for --threads, the
  * largest the team gets. */
 #include <omp.h>
@@ -41,8 +42,6 @@ bool run_team_start(struct trainer *tr, int cores, double busy, char *why, size_
     if (!c->threads_adapt) snprintf(why, why_len, "--threads_adapt 0");
     else if (c->threads == 1) snprintf(why, why_len, "--threads 1");
     else if (tr->space == MEM_DEVICE) snprintf(why, why_len, "the model runs on a GPU");
-    else if (tr->flops.onednn)
-        snprintf(why, why_len, "oneDNN's bf16 GEMM primitives are made for one thread count");
     if (why[0]) return false;
     tr->team_follows = true;
     struct cpu_times now = machine_cpu_times();

@@ -268,6 +268,8 @@ int main(int argc, char **argv) {
     run_record_describe_threading(&run);
     run.team_follows = run_team_start(&tr, run.cores, run.cores_busy, run.team_fixed_why, sizeof run.team_fixed_why);
     tr.peak_source = run_record_peak_source(&run);
+    /* a probed CPU peak follows the best rate the run measures */
+    peak_tracker_start(&tr.peak, tr.peak_flops, run.peak_measured && !run.on_gpu);
     struct rank_stats *ranks = calloc((size_t)world, sizeof *ranks);
     gather_stats(&tr, ranks);
     if (rank == 0) {
