@@ -69,6 +69,7 @@ struct engine {
      * micro-batch until the next update */
     bool w32_fresh[UNIT_LAYER + 1];
     int backwards;  /* since the last engine_zero_grads */
+    int micro_batch; /* the one the schedule runs now, 0-based in the step (the phase hook's) */
 };
 
 /* One micro-batch's inputs at this rank's boundaries. */

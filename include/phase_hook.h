@@ -17,13 +17,16 @@ enum phase_kind {
     PHASE_NUM_KINDS
 };
 
+/* at(): micro_batch is the one the schedule runs (0-based within the step,
+ * as the trace numbers them; the schedule's order, not the count of
+ * phases, says which), -1 for the step's own phases. */
 struct phase_hook {
-    void (*at)(void *ctx, enum phase_kind kind, int unit);
+    void (*at)(void *ctx, enum phase_kind kind, int unit, int micro_batch);
     void *ctx;
 };
 
-static inline void phase_hook_call(const struct phase_hook *h, enum phase_kind kind, int unit) {
-    if (h->at) h->at(h->ctx, kind, unit);
+static inline void phase_hook_call(const struct phase_hook *h, enum phase_kind kind, int unit, int micro_batch) {
+    if (h->at) h->at(h->ctx, kind, unit, micro_batch);
 }
 
 #endif

@@ -39,7 +39,7 @@ struct timeline_phase {
     int kind;          /* enum phase_kind */
     int unit, layer;   /* the unit (-1: none) and, for a layer unit, its layer index (else -1) */
     int unit_kind;     /* enum unit_kind of the unit (-1: none) */
-    int micro_batch;   /* 1-based within the step; 0 for the optimizer's phases */
+    int micro_batch;   /* 0-based within the step, as the trace's; -1 for the optimizer's phases */
     int index;         /* position in the step, 0-based */
     double bytes[MEM_NUM_CATEGORIES];
 };
@@ -48,8 +48,8 @@ struct mem_timeline {
     const struct engine *engine;
     bool active;       /* recording (a training step); validation and sampling are not */
     int step;          /* the recorded step, 1-based */
-    int micro_batch;   /* the current one */
-    int last_kind;     /* of the previous phase (-1 at the step's start) */
+    int forward_mb;    /* the micro-batch of the last forward phase (-1 at the step's start) */
+    int started, done; /* micro-batches whose forward began, whose backward ended, this step */
     int n, dropped;    /* phases kept, phases past TIMELINE_MAX_PHASES */
     struct timeline_phase peak;  /* the first phase with the largest total */
     struct timeline_phase phase[TIMELINE_MAX_PHASES];

@@ -251,7 +251,9 @@ static struct operand head_wte(const struct engine *e, struct operand w_embed, s
 }
 
 /* The phase boundary after unit u's forward or backward (include/phase_hook.h). */
-static void phase_done(const struct engine *e, enum phase_kind k, int u) { phase_hook_call(&e->o.zero.hook, k, u); }
+static void phase_done(const struct engine *e, enum phase_kind k, int u) {
+    phase_hook_call(&e->o.zero.hook, k, u, e->micro_batch);
+}
 
 /* ZeRO-3 with overlap: post unit u's all-gather (u < 0: none) */
 static void gather_ahead(struct engine *e, int u) { zero_prefetch_params(&e->z, u); }

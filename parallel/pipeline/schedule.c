@@ -84,6 +84,7 @@ static double forward(struct pipeline *p, int c, int k, float dloss, const struc
     struct mb_input in = {.inputs = inputs, .targets = targets};
     double t0 = monotonic_seconds();
     int ev = trace_begin_chunk(src->trace, TRACE_FORWARD, k, c);
+    e->micro_batch = k;
     double loss = engine_forward(e, slot, &in, NULL, dloss);
     trace_end(src->trace, ev);
     p->last.busy += monotonic_seconds() - t0;
@@ -109,6 +110,7 @@ static void backward(struct pipeline *p, int c, int k, struct trace *trace) {
     }
     double t0 = monotonic_seconds();
     int ev = trace_begin_chunk(trace, TRACE_BACKWARD, k, c);
+    e->micro_batch = k;
     engine_backward(e, slot, dx_in, dx_out);
     trace_end(trace, ev);
     p->last.busy += monotonic_seconds() - t0;

@@ -110,7 +110,7 @@ static double local_grad_sum_squares(struct zero *z) {
 /* ---- the optimizer step's phases, in order (train/run/run_loop.c: train_step) */
 
 void zero_reduce_grads(struct zero *z) {
-    phase_hook_call(&z->o.hook, PHASE_REDUCE_GRADS, -1); /* before: what is in flight is still held */
+    phase_hook_call(&z->o.hook, PHASE_REDUCE_GRADS, -1, -1); /* before: what is in flight is still held */
     zero_reduce_step_grads(z);
     zero_tie_grads(z);
 }
@@ -137,7 +137,7 @@ void zero_update(struct zero *z, int step, double grad_norm) {
             optstate_update(z, g, &h, w, zero_segment_grad(z, g), out, step);
         }
     }
-    phase_hook_call(&z->o.hook, PHASE_UPDATE, -1);
+    phase_hook_call(&z->o.hook, PHASE_UPDATE, -1, -1);
 }
 
 void zero_gather_params(struct zero *z) {
@@ -145,7 +145,7 @@ void zero_gather_params(struct zero *z) {
     for (int u = 0; u < z->lay->n_units; u++)
         z->dp->all_gather(z->dp, (char *)z->st.params + zero_full_index(z, u, 0) * zero_psize(z), shard_unit_chunk(&z->sh, u),
                           z->o.param_dtype);
-    phase_hook_call(&z->o.hook, PHASE_GATHER_PARAMS, -1);
+    phase_hook_call(&z->o.hook, PHASE_GATHER_PARAMS, -1, -1);
 }
 
 /* ---- checkpoints and initial values, one unit at a time */

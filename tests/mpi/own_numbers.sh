@@ -15,7 +15,12 @@
 # shard map says what each stage holds as the run holds it: ZeRO-0 shards
 # nothing (item 5: it said rank r owns slice r), and --overlap's second
 # gathered layer and second bucket are named where the run keeps them
-# (item 4: it said one layer and one bucket).
+# (item 4: it said one layer and one bucket). The pipeline's memory
+# timeline (item 2) at pp 2, 1F1B, 4 micro-batches: its phases carry the
+# schedule's micro-batches, numbered from 0 as the trace's are (stage 0:
+# F0 F1 B0 F2 B1 F3 B2 B3, where it read F1 F1 B1 F2 B2 F3 B3 B3), and
+# each rank's activations at its peak phase equal its table's theory (1F1B
+# keeps two micro-batches in flight on stage 0: it counted one).
 # Usage: tests/mpi/own_numbers.sh BUILD_DIR
 set -u
 build=${1:-build}
@@ -86,5 +91,36 @@ explain z2 "plus two units' gradients in full (two reduce-scatter buckets, one i
 explain z2_blocking "plus one unit's gradient in full (the reduce-scatter bucket)" "two units' gradients" --zero 2 --overlap 0
 explain z3 "head and two layers (the one in use and the next, prefetched)" "head and one layer" --zero 3
 explain z3_blocking "head and one layer in full while they are used, and one unit's gradient" "head and two layers" --zero 3 --overlap 0
+# the pipeline's timeline: its order is the trace's, its activations peak
+# at each rank's theory
+timeout 120 "${mpi[@]}" -np 2 "$build/train" "${base[@]}" --pp 2 --grad_accum 4 --steps 1 \
+    --log_json "$tmp/pp_timeline.json" --trace "$tmp/pp_timeline.trace" >"$tmp/pp_timeline.out" 2>&1
+if python3 - "$tmp/pp_timeline.json" "$tmp/pp_timeline.trace" <<'PY'; then :; else fails=$((fails + 1)); fi
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+phases = [r for r in recs if r.get("type") == "memory_phase"]
+theory = {r["rank"]: r["theory_bytes"] for r in recs if r.get("type") == "memory" and r["category"] == "activations"}
+events = json.load(open(sys.argv[2]))
+events = events["traceEvents"] if isinstance(events, dict) else events
+ok = True
+for rank in (0, 1):
+    # a micro-batch's forward or backward, in the timeline's order (one entry per run of phases)
+    order = []
+    for p in (p for p in phases if p["rank"] == rank and p["phase"].startswith("micro-batch ")):
+        _, mb, kind = p["phase"].split()[:3]
+        op = ("F" if kind == "forward" else "B") + mb
+        if not order or order[-1] != op:
+            order.append(op)
+    # the trace's spans "forward K" and "backward K" on the rank's track (its tid)
+    spans = sorted((e for e in events if e.get("ph") == "X" and e.get("tid") == rank
+                    and e.get("name", "").split(" ")[0] in ("forward", "backward")), key=lambda e: e["ts"])
+    trace_order = [("F" if e["name"].startswith("forward") else "B") + e["name"].split(" ")[1] for e in spans]
+    peak = max(p["bytes"]["activations"] for p in phases if p["rank"] == rank)
+    good = order == trace_order and len(order) == 8 and peak == theory.get(rank)
+    ok = ok and good
+    print(("ok  " if good else "FAIL") + f" pp 2 timeline, rank {rank}: {' '.join(order)} (trace: {' '.join(trace_order)}); "
+          f"activations at the peak {peak:.0f}, theory {theory.get(rank)}")
+sys.exit(0 if ok else 1)
+PY
 [ $fails -eq 0 ] || { echo "own_numbers: $fails failed"; exit 1; }
 echo "own_numbers: all passed"

@@ -3,13 +3,14 @@
  * bytes in use that theory_trainer_timeline_peak derives from the config,
  * and the peak's phase and value are the hand formulas:
  *
- *   ZeRO-3, overlap: at the head's backward of micro-batch 2 everything is
+ *   ZeRO-3, overlap: at the head's backward of micro-batch 1 (0-based, as
+ *     the trace numbers them) everything is
  *     in use (own shards, scratch, all activations, the gathered
- *     embedding, head and one layer, both buckets: micro-batch 1's last
+ *     embedding, head and one layer, both buckets: micro-batch 0's last
  *     reduce-scatter is still in flight) except the second gathered layer;
- *   ZeRO-3, no overlap: the head's backward of micro-batch 1, everything
+ *   ZeRO-3, no overlap: the head's backward of micro-batch 0, everything
  *     but the gathered layer;
- *   ZeRO-0: the head's forward of micro-batch 1, every allocated byte (no
+ *   ZeRO-0: the head's forward of micro-batch 0, every allocated byte (no
  *     communication buffers; every activation saved).
  *
  * The JSON records: one "memory_phase" line per phase per rank. */
@@ -130,15 +131,15 @@ static void check(int stage, bool overlap, const char *peak_phase, const char *u
 
 static void test_zero3_overlap(void **s) {
     (void)s;
-    check(3, true, "micro-batch 2 backward head", "gathered next layer (params)");
+    check(3, true, "micro-batch 1 backward head", "gathered next layer (params)");
 }
 static void test_zero3_blocking(void **s) {
     (void)s;
-    check(3, false, "micro-batch 1 backward head", "gathered layer (params)");
+    check(3, false, "micro-batch 0 backward head", "gathered layer (params)");
 }
 static void test_zero0(void **s) {
     (void)s;
-    check(0, true, "micro-batch 1 forward head", NULL);
+    check(0, true, "micro-batch 0 forward head", NULL);
 }
 /* ZeRO-1 and 2 against the theory, phase by phase (peaks by the walk) */
 static void test_zero1_zero2(void **s) {

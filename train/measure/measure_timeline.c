@@ -35,7 +35,7 @@ void timeline_phase_name(const struct timeline_phase *p, char *buf, size_t len) 
 
 struct timeline_phase timeline_phase_at(enum phase_kind kind, int unit, int unit_kind, int layer, int micro_batch) {
     return (struct timeline_phase){.kind = kind, .unit = unit, .unit_kind = unit_kind, .layer = layer,
-                                   .micro_batch = unit < 0 ? 0 : micro_batch};
+                                   .micro_batch = unit < 0 ? -1 : micro_batch};
 }
 
 /* The tracked size of the buffer at p (NULL or untracked: 0); *cat its category. */
@@ -61,11 +61,14 @@ static double one_layer(const struct engine *e, const void *p) {
     return cat == MEM_ACTIVATIONS ? (double)b : 0.0;
 }
 
-/* Saved activations in use during a phase. The sequential schedule keeps
- * one micro-batch in flight; its slot holds: token ids I (first stage),
- * residual-stream entries R (layer i's input is entry i), the tensors S of
- * each layer, the head's H. */
-static double activations_in_use(const struct engine *e, const struct timeline_phase *p) {
+/* Saved activations in use during a phase: the phase's own micro-batch's
+ * slot, filled up to the phase, and the full slot of each other
+ * micro-batch in flight on this stage (`others`: forward begun, backward
+ * not ended; 1F1B and GPipe keep several, the sequential schedule none). A
+ * slot holds: token ids I (first stage), residual-stream entries R (layer
+ * i's input is entry i), the tensors S of each layer, the head's H. Under
+ * the interleaved schedule the walk counts slot 0's chunk. */
+static double activations_in_use(const struct engine *e, const struct timeline_phase *p, int others) {
     const struct gpt *m = &e->model;
     const struct gpt_slot *s = &m->slot[0];
     int n = s->n_layers; /* slot 0's chunk (the one chunk but for the interleaved schedule) */
@@ -78,11 +81,12 @@ static double activations_in_use(const struct engine *e, const struct timeline_p
     int i = p->layer - s->l0; /* the layer within slot 0's chunk */
     bool fwd = p->kind == PHASE_FORWARD;
     if (p->kind != PHASE_FORWARD && p->kind != PHASE_BACKWARD) return 0.0;
+    double full = I + (n + 1) * R + n * S + H, in_flight = others * full;
     switch (p->unit_kind) {
-    case UNIT_EMBED: return fwd ? I + R : I; /* its backward reads the token ids only */
-    case UNIT_HEAD: return I + (n + 1) * R + n * S + H;
+    case UNIT_EMBED: return in_flight + (fwd ? I + R : I); /* its backward reads the token ids only */
+    case UNIT_HEAD: return in_flight + full;
     default: /* a layer: its input, its tensors; the forward also writes its output */
-        return I + (i + (fwd ? 2 : 1)) * R + (i + 1) * S + one;
+        return in_flight + I + (i + (fwd ? 2 : 1)) * R + (i + 1) * S + one;
     }
 }
 
@@ -128,25 +132,36 @@ static void record(struct mem_timeline *t, const struct timeline_phase *p) {
     else t->dropped++;
 }
 
-static void at(void *ctx, enum phase_kind kind, int unit) {
+/* The unit whose backward is a micro-batch's last on this rank: the
+ * embedding, else the first layer (of the first chunk), else the head. */
+static int last_backward_unit(const struct model_layout *lay) {
+    if (lay->rank.has_embed) return layout_embed_unit(lay);
+    int first = rank_layer_at(&lay->rank, 0);
+    return first >= 0 ? layout_layer_unit(lay, first) : layout_head_unit(lay);
+}
+
+static void at(void *ctx, enum phase_kind kind, int unit, int micro_batch) {
     struct mem_timeline *t = ctx;
     if (!t->active) return;
     const struct engine *e = t->engine;
-    /* a forward after a backward (or at the step's start) is the next micro-batch */
-    if (kind == PHASE_FORWARD && t->last_kind != PHASE_FORWARD) t->micro_batch++;
-    t->last_kind = kind;
+    /* a micro-batch's forward begins at its first unit's phase */
+    if (kind == PHASE_FORWARD && micro_batch != t->forward_mb) t->started++, t->forward_mb = micro_batch;
     int unit_kind = -1, layer = -1;
     if (unit >= 0) {
         struct unit_info ui = layout_unit(&e->lay, unit);
         unit_kind = (int)ui.kind;
         layer = ui.layer;
     }
-    struct timeline_phase p = timeline_phase_at(kind, unit, unit_kind, layer, t->micro_batch);
+    struct timeline_phase p = timeline_phase_at(kind, unit, unit_kind, layer, micro_batch);
     p.index = t->n + t->dropped;
     for (int c = 0; c < MEM_NUM_CATEGORIES; c++) p.bytes[c] = (double)e->mem->live[c]; /* states, scratch: whole */
-    p.bytes[MEM_ACTIVATIONS] = activations_in_use(e, &p);
+    int others = t->started - t->done - (unit >= 0 ? 1 : 0);
+    p.bytes[MEM_ACTIVATIONS] = activations_in_use(e, &p, others > 0 ? others : 0);
     p.bytes[MEM_COMM] = comm_in_use(e, &p);
     record(t, &p);
+    /* the micro-batch's last backward here ends it (the hook comes before
+     * its slot is reused) */
+    if (kind == PHASE_BACKWARD && unit == last_backward_unit(&e->lay)) t->done++;
 }
 
 struct phase_hook timeline_hook(struct mem_timeline *t, const struct engine *e) {
@@ -157,8 +172,8 @@ struct phase_hook timeline_hook(struct mem_timeline *t, const struct engine *e) 
 void timeline_begin_step(struct mem_timeline *t, int step) {
     t->active = true;
     t->step = step;
-    t->micro_batch = 0;
-    t->last_kind = -1;
+    t->forward_mb = -1;
+    t->started = t->done = 0;
     t->n = t->dropped = 0;
     t->peak = (struct timeline_phase){.kind = -1, .index = -1};
 }

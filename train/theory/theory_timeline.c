@@ -128,7 +128,7 @@ struct timeline_theory theory_trainer_timeline_peak(const struct config *c, stru
     struct timeline_theory t = {.peak = {.kind = -1, .index = -1}, .exact = place.pp == 1 && place.tp == 1};
     struct walk w = {.p = &p, .lay = &lay, .out = &t, .phases = phases};
     int eu = layout_embed_unit(&lay), hu = layout_head_unit(&lay);
-    for (int mb = 1; mb <= p.k; mb++) {
+    for (int mb = 0; mb < p.k; mb++) { /* 0-based, as the trace and the schedule number them */
         phase(&w, PHASE_FORWARD, eu, UNIT_EMBED, -1, mb);
         for (int l = 0; l < p.L; l++) phase(&w, PHASE_FORWARD, layout_layer_unit(&lay, l), UNIT_LAYER, l, mb);
         phase(&w, PHASE_FORWARD, hu, UNIT_HEAD, -1, mb);
