@@ -20,7 +20,10 @@
 # schedule's micro-batches, numbered from 0 as the trace's are (stage 0:
 # F0 F1 B0 F2 B1 F3 B2 B3, where it read F1 F1 B1 F2 B2 F3 B3 B3), and
 # each rank's activations at its peak phase equal its table's theory (1F1B
-# keeps two micro-batches in flight on stage 0: it counted one).
+# keeps two micro-batches in flight on stage 0: it counted one). Padding
+# (item 6) in whole elements: at N = 3 each state row's bytes per element
+# times the elements it names equal its theory column to the byte (it
+# showed rounded averages: "+ padding 3").
 # Usage: tests/mpi/own_numbers.sh BUILD_DIR
 set -u
 build=${1:-build}
@@ -91,6 +94,24 @@ explain z2 "plus two units' gradients in full (two reduce-scatter buckets, one i
 explain z2_blocking "plus one unit's gradient in full (the reduce-scatter bucket)" "two units' gradients" --zero 2 --overlap 0
 explain z3 "head and two layers (the one in use and the next, prefetched)" "head and one layer" --zero 3
 explain z3_blocking "head and one layer in full while they are used, and one unit's gradient" "head and two layers" --zero 3 --overlap 0
+# padding: each row's B x elements = its theory, at N = 3 (tiny's 34,688
+# parameters: 4 elements of padding, 11,564 a shard) and with wte's padded
+# rows (V = 200: 56 rows of 32)
+timeout 120 "${mpi[@]}" -np 3 "$build/train" "${base[@]}" --zero 1 --vocab_size 200 >"$tmp/z1_v200.out" 2>&1
+for name in adamw8bit_z3 z1_v200; do
+    if python3 - "$tmp/$name.out" "$name" <<'PY'; then :; else fails=$((fails + 1)); fi
+import re, sys
+text = open(sys.argv[1]).read()
+table = text[text.index("memory per rank, after allocation"):]
+rows = re.findall(r"^  (\w+) +(?:\d+ +){3}(\d+)  .*: (\d+) B x (\d+) elements", table, re.M)
+bad = [r for r in rows if int(r[1]) != int(r[2]) * int(r[3])]
+heading = re.search(r"padding (\d+) elements .*?\((\d+) \+ (\d+)\) / 3 = (\d+) elements", table)
+ok = len(rows) >= 3 and not bad and heading and int(heading.group(4)) * 3 == int(heading.group(2)) + int(heading.group(3))
+print(("ok  " if ok else "FAIL") + f" {sys.argv[2]}: padding in whole elements, {len(rows)} rows of B x elements = theory"
+      + "".join(f"\n    {r}" for r in bad))
+sys.exit(0 if ok else 1)
+PY
+done
 # the pipeline's timeline: its order is the trace's, its activations peak
 # at each rank's theory
 timeout 120 "${mpi[@]}" -np 2 "$build/train" "${base[@]}" --pp 2 --grad_accum 4 --steps 1 \

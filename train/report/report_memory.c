@@ -197,7 +197,10 @@ static void print_setup(FILE *out, const struct trainer *tr, const struct state_
                 st->psi, g->tp > 1 ? "its tp slice" : "", g->tp > 1 && g->pp > 1 ? " of " : "",
                 g->pp > 1 ? "its pp stage" : "");
     else fprintf(out, ", Psi = %.0f", st->psi);
-    fprintf(out, "; padding %.0f full, %.0f per shard\n", st->padding, st->shard_padding);
+    /* whole elements: the shard's count is an integer, Psi_r / N need not be */
+    fprintf(out, "; padding %.0f elements (wte rows past V and units rounded up to a multiple of N), so a "
+                 "shard holds (%.0f + %.0f) / %d = %.0f elements\n",
+            st->padding, st->psi, st->padding, st->N, st->psi / st->N + st->shard_padding);
 }
 
 void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct rank_stats *ranks, int n,
@@ -232,7 +235,15 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
     for (int i = 0; i < st.n; i++) {
         const struct state_line *l = &st.lines[i];
         double theory = l->psi_bytes + l->padding_bytes;
-        snprintf(rule, sizeof rule, "%s%s + padding %.0f", l->rule, l->sharded ? " / N" : "", l->padding_bytes);
+        /* the elements the buffer holds, padding included: a whole number */
+        double elements = l->sharded ? st.psi / st.N + st.shard_padding : st.psi + st.padding;
+        const char *held = l->sharded ? "a shard" : "Psi + padding";
+        if (l->bytes_per_param == (double)(long)l->bytes_per_param)
+            snprintf(rule, sizeof rule, "%s%s: %.0f B x %.0f elements (%s)", l->rule, l->sharded ? " / N" : "",
+                     l->bytes_per_param, elements, held);
+        else /* 8-bit states: codes, block scales and the small tensors' fp32 states */
+            snprintf(rule, sizeof rule, "%s%s: over %.0f elements (%s)", l->rule, l->sharded ? " / N" : "", elements,
+                     held);
         for (int r = 0; r < n; r++) { /* each rank against its own theory (8-bit blocks differ by rank) */
             struct state_theory sr = theory_trainer_states(c, rank_place_of(c, n, r));
             col[r] = ranks[r].live[l->category];
