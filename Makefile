@@ -20,7 +20,9 @@ endif
 # Element-wise results are the same bits; reductions keep their order (no
 # -fassociative-math).
 CFLAGS  := -std=c17 -D_GNU_SOURCE $(OPT) -fno-math-errno -fno-trapping-math -fopenmp -Wall -Wextra -Werror -Wno-missing-field-initializers -Iinclude -MMD -MP
-LDFLAGS := $(OPT) -fopenmp
+# --build-id: the linker's hash of each binary, which make cuda-test's stamp
+# names (include/gpu_stamp.h); gcc's default on Debian, asked for here.
+LDFLAGS := $(OPT) -fopenmp -Wl,--build-id=sha1
 # OpenBLAS's OpenMP build, so sgemm and our own OpenMP loops share one
 # thread pool. Debian's default (pthread) build keeps its own threads, and the
 # two pools spin against each other on 2 cores: 389 ms/step instead of 165 on
