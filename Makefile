@@ -20,7 +20,9 @@ endif
 # Element-wise results are the same bits; reductions keep their order (no
 # -fassociative-math).
 CFLAGS  := -std=c17 -D_GNU_SOURCE $(OPT) -fno-math-errno -fno-trapping-math -fopenmp -Wall -Wextra -Werror -Wno-missing-field-initializers -Iinclude -MMD -MP
-LDFLAGS := $(OPT) -fopenmp
+# --build-id: the linker's hash of each binary, which make cuda-test's stamp
+# names (include/gpu_stamp.h); gcc's default on Debian, asked for here.
+LDFLAGS := $(OPT) -fopenmp -Wl,--build-id=sha1
 # OpenBLAS's OpenMP build, so sgemm and our own OpenMP loops share one
 # thread pool. Debian's default (pthread) build keeps its own threads, and the
 # two pools spin against each other on 2 cores: 389 ms/step instead of 165 on
@@ -109,7 +111,6 @@ mpi-test: deps $(MPI_TESTS) $(BUILD)/report
 	tests/threads_bits.sh $(BUILD)
 	tests/multihost/test_multihost.sh $(BUILD)
 	tests/test_report_py.sh $(BUILD)
-	tests/gpu_sources_test.sh
 
 # Dependency check, then unit tests, then MPI tests (order kept under make -j);
 # the last line names the GEMM paths and kernels the end-to-end runs took on
@@ -248,38 +249,25 @@ CUDA_LIB_OBJ := $(filter-out %_main.o,$(ALL_SRC:%.c=$(CUDA_BUILD)/obj/%.o)) \
 CUDA_PROGRAMS := $(foreach s,$(MAIN_SRC),$(CUDA_BUILD)/$(notdir $(s:_main.c=)))
 CUDA_TEST_SRC := $(wildcard tests/cuda/test_*.c)
 CUDA_TESTS    := $(CUDA_TEST_SRC:tests/%.c=$(CUDA_BUILD)/tests/%)
+# make cuda-test's last step: the stamp, when every test passed
+CUDA_STAMP_WRITE := $(CUDA_BUILD)/tests/cuda/stamp_write
 
-cuda: nvcc-present $(CUDA_PROGRAMS) $(CUDA_TESTS)
+cuda: nvcc-present $(CUDA_PROGRAMS) $(CUDA_TESTS) $(CUDA_STAMP_WRITE)
 	@tests/check_deps.sh $(CUDA_BUILD)/obj
-	@echo "CUDA build in $(CUDA_BUILD)/ ($(CUDA_ARCHS)): compiled and linked; make cuda-test runs it on a GPU (docs/GPU.md)"
-	@for p in v1 v2; do v=$$(tests/cuda/gpu_sources.sh --path $$p); echo "GPU path $$p$$([ $$p = v1 ] && echo ' (the default)'): $$(echo "$$v" | cut -c1-160)$$(echo "$$v" | grep -q '^verified' || echo ' -> runs on a GPU only with --gpu_unverified 1')"; done
+	@echo "CUDA build in $(CUDA_BUILD)/ ($(CUDA_ARCHS)): compiled and linked. On a GPU it runs only after make cuda-test passed there (docs/GPU.md)"
 
-# Without a GPU every test reports itself skipped ("no CUDA device") and the
-# program exits 0; with one, each CUDA buffer operation and layer kernel
-# meets the CPU's (within the bounds stated in each test file).
+# Every CUDA test (tests/cuda/cuda_test.sh): each kernel against the CPU's,
+# then the whole model against the CPU build (gpu_train.sh, gpu_grads.sh).
+# When every one ran on a GPU and passed, the stamp for this build and that
+# GPU ($(CUDA_BUILD)/gpu_verified.stamp, include/gpu_stamp.h), without
+# which the CUDA build's train refuses to run on a GPU. Without a GPU every
+# test reports itself skipped, no stamp is written, and it exits 0.
 cuda-test: cuda all data
-	@set -e; for t in $(CUDA_TESTS); do echo "== $$t"; $$t; done
-	@echo "== tests/cuda/gpu_train.sh (the whole model: GPU vs CPU build, 2 ranks on one GPU)"
-	@tests/cuda/gpu_train.sh $(BUILD) $(CUDA_BUILD)
-	@echo "== tests/cuda/gpu_grads.sh (one step's gradients, tensor by tensor: GPU vs CPU build)"
-	@tests/cuda/gpu_grads.sh $(BUILD) $(CUDA_BUILD)
+	@tests/cuda/cuda_test.sh $(BUILD) $(CUDA_BUILD)
 
 .PHONY: nvcc-present
 nvcc-present:
 	@test -x "$(NVCC)" || { echo "make cuda: nvcc not found at $(NVCC) (install the CUDA toolkit or set CUDA_HOME=...)" >&2; exit 1; }
-
-# Whether each GPU path's sources (--gpu_path v1|v2) are the ones that last
-# passed on a GPU (tests/cuda/gpu_sources.sh --path against
-# tests/cuda/gpu_verified.txt), built into model/device.c: an unverified
-# path runs on a GPU only with --gpu_unverified 1 (docs/GPU.md). Asked only
-# when device.o is built, which any change to those sources or to the
-# record makes happen.
-GPU_PATH_FILES := $(shell find model optim parallel -path "*/cuda/*" -type f) model/layers_dispatch.c \
-                  model/bufops_dispatch.c optim/optim_dispatch.c include/backend.h
-gpu_verified_flag = $(if $(filter verified,$(shell tests/cuda/gpu_sources.sh --path $(1))),1,0)
-$(CUDA_BUILD)/obj/model/device.o: tests/cuda/gpu_verified.txt tests/cuda/gpu_sources.sh $(GPU_PATH_FILES)
-$(CUDA_BUILD)/obj/model/device.o: CUDA_CFLAGS += -DSHARDLAB_GPU_VERIFIED_V1=$(call gpu_verified_flag,v1) \
-                                                 -DSHARDLAB_GPU_VERIFIED_V2=$(call gpu_verified_flag,v2)
 
 $(CUDA_BUILD)/obj/%.o: %.c Makefile
 	@mkdir -p $(dir $@)

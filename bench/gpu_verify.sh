@@ -2,9 +2,11 @@
 # Everything a lent GPU machine must do, in ONE device call under the
 # tool's 10 minutes (docs/GPU.md, "What a device call verifies"):
 #   1. build: the CPU build, the CUDA build (CUDA_ARCHS from the GPU), the data
-#   2. every CUDA unit test (build-cuda/tests/cuda/test_*: each kernel against its
-#      CPU reference) and tests/cuda/gpu_train.sh and gpu_grads.sh (the whole
-#      model against the CPU build, 2 ranks on one GPU, checkpoints)
+#   2. make cuda-test: every CUDA unit test (build-cuda/tests/cuda/test_*: each
+#      kernel against its CPU reference) and tests/cuda/gpu_train.sh and
+#      gpu_grads.sh (the whole model against the CPU build, 2 ranks on one
+#      GPU, checkpoints, --gpu_path v2); when all pass, the stamp that lets
+#      build-cuda/train run on this GPU (include/gpu_stamp.h)
 #   3. --gpu_path v2 against v1 and against the CPU build over 50 steps of
 #      configs/demo.conf, with gpu_train.sh's bounds (fp32: 1e-4 on the loss
 #      at every step, 1e-5 on the first gradient norm; bf16: 2e-2 and 1e-2).
@@ -19,13 +21,15 @@
 #      energy figures (NVML joules per step, per token, TFLOP per joule,
 #      beside the planner's E = t x P at the GPU's power limit); then the
 #      350M shape (L24 C1024 NH16, B 16) on v1 for the speed table
-#   5. when every step passed: the record lines for tests/cuda/gpu_verified.txt
-#      (tests/cuda/gpu_sources.sh --record, per path), with the GPU and date
+#   5. when every step passed: the line for tests/cuda/gpu_verified.txt (the
+#      project's history), as make cuda-test printed it
 # Results go, as they come, to one file: $OUT/gpu_verify.txt under the
 # device tool (which brings $OUT back), else build-cuda/gpu_verify.txt, or
 # the path given. Each step runs under a timeout cut to what is left of
 # GPU_VERIFY_SECONDS (default 560): a step that does not finish fails, and
-# then no record lines are printed.
+# then no history line is printed. The runs of steps 3 and 4 pass
+# --gpu_unverified 1, so they measure even where cuda-test failed; their
+# banners say whether the stamp covers them.
 #
 # On this machine first: bench/gpu_machine.sh fetch (the CPU build's
 # packages into .gpu-debs/). The device call, carrying .gpu-debs:
@@ -37,12 +41,6 @@ set -uo pipefail
 self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 cd "$(dirname "$0")/.." || exit 1
 tmp=${GPU_VERIFY_TMP:-}
-# 2. every CUDA test
-cuda_tests() {
-    local t rc=0
-    for t in build-cuda/tests/cuda/test_*; do echo "== $t"; "$t" || rc=1; done
-    return $rc
-}
 # run NAME PROGRAM ARGS...: one training run, its log and JSON in $tmp
 run() {
     local name=$1
@@ -190,30 +188,23 @@ export CUDA_ARCHS=${CUDA_ARCHS:-sm_$cc}
 # 1. build
 if want build; then
     stage build 240 make -j"$(nproc)" all cuda data || { say "gpu_verify: the build failed: nothing else runs"; exit 1; }
-    grep -E "^GPU path" "$tmp/build.log" | tee -a "$out" >/dev/null
 fi
 
-if want tests; then
-    stage cuda-unit-tests 90 cuda_tests
-    stage gpu_train 230 tests/cuda/gpu_train.sh build build-cuda
-    stage gpu_grads 60 tests/cuda/gpu_grads.sh build build-cuda
-fi
+# 2. every CUDA test, and the stamp
+want tests && stage cuda-test 380 make cuda-test
 
 want compare && stage compare-demo 75 compare_paths
 
 want speed && stage speed-energy 150 speed
 
-# 5. the record, only when everything ran and passed
+# 5. the history line, only when everything ran and passed
 if [ $fails -ne 0 ]; then
-    say "gpu_verify: $fails step(s) failed (${ran[*]:-none ran}): no record lines; the GPU paths stay unverified"
+    say "gpu_verify: $fails step(s) failed (${ran[*]:-none ran}): no history line"
     exit 1
 fi
 if [ "$steps" != " build tests compare speed " ]; then
-    say "gpu_verify: passed the steps asked for ($steps): the record needs every step in one tree; no record lines"
+    say "gpu_verify: passed the steps asked for ($steps): the history line needs every step in one tree"
     exit 0
 fi
-say "gpu_verify: all passed. Replace each path's lines in tests/cuda/gpu_verified.txt (its verified and compiled"
-say "lines) with these, and name the GPU and date in the comment above them:"
-say "# $gpu, sm_$cc, bench/gpu_verify.sh on $(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
-tests/cuda/gpu_sources.sh --record --path v1 | tee -a "$out"
-tests/cuda/gpu_sources.sh --record --path v2 | tee -a "$out"
+say "gpu_verify: all passed. Append this line to tests/cuda/gpu_verified.txt (the project's history):"
+sed -n '/the project.s history: append/{n;p}' "$tmp/cuda-test.log" | tee -a "$out"

@@ -111,8 +111,8 @@ struct config {
     bool threads_adapt; /* the team follows the free cores between steps (docs/THREADS.md) */
     double peak_flops;
     bool force;            /* go on when the memory check says the run will not fit */
-    bool gpu_unverified;   /* run the CUDA build's GPU path although its sources have not passed on a GPU */
-    enum gpu_path gpu_path; /* --gpu_path: the GPU's kernels, v1 (verified) or v2 (include/device.h) */
+    bool gpu_unverified;   /* run on a GPU without make cuda-test's stamp (include/gpu_stamp.h) */
+    enum gpu_path gpu_path; /* --gpu_path: the GPU's kernels, v1 or v2 (include/device.h) */
     double watts;          /* the planner's P per device for E = t x P; 0: NVML's power limit on a GPU, none on a CPU */
 };
 

@@ -21,14 +21,19 @@
 /* The order of the --device choices (train/config/config_keys.c). */
 enum device_kind { DEVICE_AUTO, DEVICE_CPU, DEVICE_CUDA };
 
-/* The GPU's kernels (--gpu_path; docs/GPU.md): v1 is the path that last
- * passed on a GPU and the default; v2 the bf16 data path (issue 24), its
- * own sources in the cuda/v2/ folders and recorded apart in
- * tests/cuda/gpu_verified.txt. The order of the choices in config_keys.c. */
+/* The GPU's kernels (--gpu_path; docs/GPU.md): v1, the default, the fp32
+ * data path; v2 the bf16 data path (issue 24), its own sources in the
+ * cuda/v2/ folders. The order of the choices in config_keys.c. */
 enum gpu_path { GPU_PATH_V1, GPU_PATH_V2 };
 static inline const char *gpu_path_name(enum gpu_path p) { return p == GPU_PATH_V2 ? "v2" : "v1"; }
 
-enum { DEVICE_NAME_LEN = 96, DEVICE_ERR_LEN = 256, DEVICE_BUS_ID_LEN = 32 };
+enum {
+    DEVICE_NAME_LEN = 96,
+    DEVICE_ERR_LEN = 256,
+    DEVICE_BUS_ID_LEN = 32,
+    DEVICE_UUID_LEN = 48,          /* "GPU-" and a uuid's 36 characters */
+    DEVICE_VERIFICATION_LEN = 320, /* a verdict on the stamp (include/gpu_stamp.h) */
+};
 
 struct device_info {
     enum device_kind kind;      /* DEVICE_CPU or DEVICE_CUDA once opened */
@@ -37,7 +42,13 @@ struct device_info {
     int count;                  /* CUDA devices visible on the host (0 on the CPU build) */
     size_t total_bytes;         /* the GPU's memory (0 on the CPU) */
     char name[DEVICE_NAME_LEN]; /* "cpu", or the GPU's name */
-    bool unverified;            /* a GPU running sources that have not passed on a GPU (device_open) */
+    char uuid[DEVICE_UUID_LEN]; /* the GPU's uuid ("GPU-..."; "" on the CPU) */
+    /* On a GPU: whether make cuda-test's stamp covers this build on this
+     * GPU (include/gpu_stamp.h). verification holds the banner's words:
+     * "verified by make cuda-test on GPU-...: ..." or, when unverified
+     * (--gpu_unverified 1), "UNVERIFIED (...)" with the reason. */
+    bool unverified;
+    char verification[DEVICE_VERIFICATION_LEN];
     enum gpu_path path;         /* the GPU's kernels (device_open; v1 on the CPU) */
     char pci_bus_id[DEVICE_BUS_ID_LEN]; /* the GPU's PCI bus id ("0000:1B:00.0"; "" on the CPU): NVML's key */
 };
@@ -50,11 +61,12 @@ static inline const char *device_kind_name(enum device_kind k) {
 bool device_build_has_cuda(void);
 
 /* Resolves `want` (above), selects this rank's GPU when it is cuda, and
- * fills d. 0, or -1 with a message in err. Local: no collective. The GPU
- * path `path` runs only when its sources are the ones that last passed on
- * a GPU (tests/cuda/gpu_sources.sh --path, built into the CUDA build) or
- * when allow_unverified says to run them anyway (d->unverified then).
- * path v2 where the run is not on a GPU (either build) is an error. */
+ * fills d. 0, or -1 with a message in err. Local: no collective. On a GPU
+ * the run goes on only when make cuda-test's stamp beside this executable
+ * covers this build and this GPU (include/gpu_stamp.h), or when
+ * allow_unverified says to run anyway (d->unverified then); else err is
+ * the one-line refusal naming make cuda-test. path v2 where the run is not
+ * on a GPU (either build) is an error. */
 int device_open(enum device_kind want, enum gpu_path path, bool allow_unverified, struct device_info *d, char *err,
                 size_t err_len);
 

@@ -23,8 +23,9 @@ struct run_record {
     enum isa_level isa;      /* machine_cpu_isa() */
     struct blas_info blas;
     bool on_gpu;             /* the ranks run on GPUs: peak_flops is the GPU's (gpu below), not the CPU's */
-    char gpu[DEVICE_NAME_LEN + 32]; /* the GPU's name, its path (--gpu_path), " UNVERIFIED" after them when the
-                                     * path has not passed on a GPU */
+    /* the GPU's name, its path (--gpu_path) and what verified it, or
+     * UNVERIFIED and why (device_info.verification) */
+    char gpu[DEVICE_NAME_LEN + DEVICE_VERIFICATION_LEN + 32];
     struct device_peak gpu_peak;
     /* The layer GEMMs (run_record_describe_gemms): their operands, the
      * library and the kernel it chose. */

@@ -6,16 +6,11 @@
 #include <stdio.h>
 
 #ifdef SHARDLAB_CUDA
-/* 1 when a GPU path's sources are the ones that last passed on a GPU, per
- * path (--gpu_path): the Makefile asks tests/cuda/gpu_sources.sh --path v1
- * and --path v2 when it builds this file. */
-#if !defined SHARDLAB_GPU_VERIFIED_V1 || !defined SHARDLAB_GPU_VERIFIED_V2
-#error "the CUDA build passes -DSHARDLAB_GPU_VERIFIED_V1 and _V2 (the Makefile)"
-#endif
 #include <cuda_runtime_api.h>
 
 #include "cuda/cuda_device.h"
 #include "cuda/flash_attention.h"
+#include "gpu_stamp.h"
 #include "kernel_timing.h"
 #endif
 
@@ -43,6 +38,25 @@ static int check_path_on_cpu(enum device_kind want, enum gpu_path path, const st
     return -1;
 }
 
+#ifdef SHARDLAB_CUDA
+/* The one check that a GPU run is verified: make cuda-test's stamp for
+ * this build and this GPU (include/gpu_stamp.h). */
+static int check_stamp(bool allow_unverified, struct device_info *d, char *err, size_t err_len) {
+    char why[DEVICE_VERIFICATION_LEN];
+    if (gpu_stamp_verify_self(d->uuid, d->name, why, sizeof why) == 0) {
+        snprintf(d->verification, sizeof d->verification, "%s", why);
+        return 0;
+    }
+    if (!allow_unverified) {
+        gpu_stamp_refusal(why, err, err_len);
+        return -1;
+    }
+    d->unverified = true;
+    snprintf(d->verification, sizeof d->verification, "UNVERIFIED (--gpu_unverified 1: %.280s)", why);
+    return 0;
+}
+#endif
+
 int device_open(enum device_kind want, enum gpu_path path, bool allow_unverified, struct device_info *d, char *err,
                 size_t err_len) {
     open_cpu(d);
@@ -55,17 +69,7 @@ int device_open(enum device_kind want, enum gpu_path path, bool allow_unverified
         (void)cudaGetLastError(); /* the energy meter goes without it (train/measure/measure_energy_nvml.c) */
         d->pci_bus_id[0] = '\0';
     }
-    int verified = path == GPU_PATH_V2 ? SHARDLAB_GPU_VERIFIED_V2 : SHARDLAB_GPU_VERIFIED_V1;
-    if (verified) return 0;
-    if (!allow_unverified) {
-        snprintf(err, err_len, "the GPU path %s's sources have changed since they last passed on a GPU "
-                 "(tests/cuda/gpu_sources.sh --path %s against tests/cuda/gpu_verified.txt): they are compiled, "
-                 "not verified. --gpu_unverified 1 runs them anyway; --device cpu runs on the CPU",
-                 gpu_path_name(path), gpu_path_name(path));
-        return -1;
-    }
-    d->unverified = true;
-    return 0;
+    return check_stamp(allow_unverified, d, err, err_len);
 #else
     (void)allow_unverified;
     if (want == DEVICE_CUDA) {

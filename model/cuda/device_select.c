@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "cuda_device.h"
+#include "gpu_stamp.h"
 
 int cuda_local_rank(char *err, size_t err_len) {
     const char *s = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
@@ -65,5 +66,6 @@ int cuda_device_open(bool required, struct device_info *d, char *err, size_t err
                               .total_bytes = p.totalGlobalMem};
     snprintf(d->name, sizeof d->name, "%.40s (sm_%d%d, cuBLAS %d, cuBLASLt %zu, NCCL %d)", p.name, p.major, p.minor,
              cublas, cublasLtGetVersion(), nccl);
+    gpu_stamp_uuid_text((const unsigned char *)p.uuid.bytes, d->uuid);
     return 0;
 }

@@ -32,15 +32,20 @@
 #        gathered through the host mirror): as a., and the 8-bit states
 #        load as saved;
 #     d. SIGTERM to a GPU run writes the resume state (exit 3), which
-#        resumes to 5 steps more with the straight run's records and model.
+#        resumes to 5 steps more with the straight run's records and model;
+#  4. --gpu_path v2 (the bf16 data path), one GPU rank, the default bf16
+#     dtypes, plain and flash attention, against the CPU build with the
+#     bf16 bounds (2e-2, 1e-2).
+# Every GPU run passes --gpu_unverified 1: this script is part of what
+# make cuda-test runs before it writes the stamp (include/gpu_stamp.h).
 # Bounds (fp32 / bf16) are stated below and were calibrated on an H100
 # (docs/GPU.md gives the measured gaps). Without a GPU every part is
 # reported skipped and the script exits 0.
 # Usage: tests/cuda/gpu_train.sh CPU_BUILD CUDA_BUILD [STEPS]
 # GPU_TRAIN_PARTS: the parts to run, of "builds ranks pp dp-pp adafactor
-# checkpoints" (1, 2's dp/tp, 2's pp schedules, 2's dp x pp, adafactor's
-# device step against the CPU build and over dp, tp and pp, 3); default all
-# of them.
+# checkpoints v2" (1, 2's dp/tp, 2's pp schedules, 2's dp x pp, adafactor's
+# device step against the CPU build and over dp, tp and pp, 3, 4); default
+# all of them (make cuda-test runs all: tests/cuda/cuda_test.sh).
 set -u
 cpu=${1:-build}
 gpu=${2:-build-cuda}
@@ -86,7 +91,7 @@ PY
 }
 fails=0
 threads=$(nproc)
-parts=" ${GPU_TRAIN_PARTS:-builds ranks pp dp-pp adafactor checkpoints} "
+parts=" ${GPU_TRAIN_PARTS:-builds ranks pp dp-pp adafactor checkpoints v2} "
 part() { [[ "$parts" == *" $1 "* ]]; }
 if part builds; then
 run cpu32 "$cpu/train" "${base[@]}" "${fp32[@]}" --threads "$threads" || fails=$((fails + 1))
@@ -145,7 +150,7 @@ run dp2pp2 "${mpi4[@]}" "$gpu/train" "${base[@]}" "${fp32[@]}" "${short[@]}" "${
 compare onepp8 dp2pp2 1e-5 1e-5 "dp 2 x pp 2 (1f1b) on one GPU (NCCL) vs 1 GPU rank" || fails=$((fails + 1))
 fi
 # Adafactor on the GPU (parallel/zero/factored.c on device memory,
-# optim/cuda/adafactor.cu; behind --gpu_unverified 1 until this passes):
+# optim/cuda/adafactor.cu; the stamp covers it when this passes):
 # fp32, with a first moment, the demo's lr; one GPU rank against the CPU
 # build (the update squares' tree moves the clip scale by an ulp at most:
 # the fp32 bounds), then 2 ranks at ZeRO-2 (the columns' and cut rows'
@@ -253,6 +258,20 @@ stop_case() {
     same_file "$tmp/stop.s.bin" "$tmp/stop.r.bin" "the stop state: model file at step $K byte-equal" || return 1
 }
 stop_case || fails=$((fails + 1))
+fi
+# 4. --gpu_path v2 on one GPU rank (it refuses fp32 and, without
+# --gpu_unverified 1, several ranks: make cuda-test runs it on one only)
+if part v2; then
+for attention in plain flash; do
+    run "cpuv2_$attention" "$cpu/train" "${base[@]}" --attention "$attention" --threads "$threads" ||
+        { fails=$((fails + 1)); continue; }
+    run "gpuv2_$attention" "$gpu/train" "${base[@]}" --attention "$attention" --device cuda --gpu_unverified 1 \
+        --gpu_path v2 || { fails=$((fails + 1)); continue; }
+    compare "cpuv2_$attention" "gpuv2_$attention" 2e-2 1e-2 \
+        "--gpu_path v2 vs CPU build, bf16 params/grads/activations, $attention attention" || fails=$((fails + 1))
+    grep -q "gpu_path v2" "$tmp/gpuv2_$attention.out" ||
+        { echo "!! the v2 run's banner does not name gpu_path v2"; fails=$((fails + 1)); }
+done
 fi
 [ "$fails" -eq 0 ] && echo "gpu_train: all passed" || echo "gpu_train: $fails failed"
 exit $((fails > 0))

@@ -241,10 +241,11 @@ int main(int argc, char **argv) {
     struct cpu_times before = machine_cpu_times();
     if (tr.space == MEM_DEVICE) { /* MFU against the GPU: its data sheet's dense bf16 peak */
         run.on_gpu = true;
-        /* the GPU's kernels (--gpu_path), and sources not passed on a GPU
-         * (--gpu_unverified 1): the banner and the record say so */
-        snprintf(run.gpu, sizeof run.gpu, "%s, gpu_path %s%s", dev.name, gpu_path_name(dev.path),
-                 dev.unverified ? " UNVERIFIED" : "");
+        /* the GPU's kernels (--gpu_path) and what verified them, or
+         * UNVERIFIED and why: the trainer's device, which trainer_open may
+         * have marked (run_device.c) */
+        snprintf(run.gpu, sizeof run.gpu, "%s, gpu_path %s, %s", tr.dev.name, gpu_path_name(tr.dev.path),
+                 tr.dev.verification);
         char perr[DEVICE_ERR_LEN];
         if (device_measure_peak(&dev, &run.gpu_peak, perr, sizeof perr) != 0 && rank == 0)
             fprintf(stderr, "warning: %s\n", perr);
