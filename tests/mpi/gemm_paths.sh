@@ -109,9 +109,13 @@ for path in fp32 bf16; do
     fi
 done
 line=$(IFS=';'; echo "${covered[*]}")
+field() { grep -m1 "^$1[[:space:]]*:" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'; }
+bf16_flags=$(grep -m1 '^flags' /proc/cpuinfo | grep -o -w -E 'avx512_bf16|amx_bf16' | tr '\n' ' ' | sed 's/ $//')
+cpu="$(field 'model name'), family $(field 'cpu family') model $(field model), ${bf16_flags:-no bf16 instructions}"
 mkdir -p "$build/tests"
-echo "${line//;/; }" >"$build/tests/gemm_paths.txt"
-echo "GEMM paths run end to end: $(cat "$build/tests/gemm_paths.txt")"
+echo "GEMM paths covered on this CPU ($cpu; DNNL_MAX_CPU_ISA=${DNNL_MAX_CPU_ISA:-unset}): ${line//;/; }" \
+    >"$build/tests/gemm_paths.txt"
+cat "$build/tests/gemm_paths.txt"
 [ ${#covered[@]} -eq 2 ] || { echo "FAIL: not every GEMM path ran"; fails=$((fails + 1)); }
 [ $fails -eq 0 ] || { echo "gemm_paths: $fails failed"; exit 1; }
 echo "gemm_paths: all passed"
