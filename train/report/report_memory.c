@@ -172,6 +172,22 @@ static double activations_of(const struct config *c, struct rank_place p) { retu
 static double comm_buffers_of(const struct config *c, struct rank_place p) { return theory_trainer_comm_buffers(c, p); }
 static double scratch_of(const struct config *c, struct rank_place p) { return theory_trainer_scratch(c, p).persistent; }
 
+/* Recompute's saving beside no recompute, said where it is small: what it
+ * drops per layer (selective: the probabilities, NH T e a token; full:
+ * all but the layer input) it adds back as one layer's buffers in fp32, so
+ * on a shallow model in bf16 (tiny: L = 2, e = 2) it saves little or
+ * nothing; selective pays from L e > 4. */
+static void recompute_note(FILE *out, const struct config *c, struct rank_place p, double total) {
+    if (c->recompute == RECOMPUTE_NONE) return;
+    struct config none = *c;
+    none.recompute = RECOMPUTE_NONE;
+    double before = theory_trainer_activations(&none, p).total, saved = before - total;
+    if (saved > 0.1 * before) return;
+    fprintf(out, "  (recompute %s saves %.0f of %.0f B here: it adds back one layer's buffers in fp32, about what it "
+                 "drops on %d layer%s; it pays on deeper models, selective from L x bytes per activation > 4)\n",
+            c->recompute == RECOMPUTE_FULL ? "full" : "selective", saved, before, c->n_layer, c->n_layer == 1 ? "" : "s");
+}
+
 /* "; every rank = its own theory: yes" (or NO) after a row's rule. */
 static void own_theory(char *rule, size_t len, const struct config *c, const double *col, int n,
                        double (*theory)(const struct config *, struct rank_place)) {
@@ -293,6 +309,7 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
     row(out, "activations", col, n, at.total, rule);
     own_theories(own, c, n, activations_of);
     if (json) json_rows(json, "activations", ranks, n, MEM_ACTIVATIONS, own);
+    recompute_note(out, c, rank_place_of(c, n, 0), at.total);
     double comm_theory = theory_trainer_comm_buffers(c, rank_place_of(c, n, 0));
     for (int r = 0; r < n; r++) col[r] = ranks[r].live[MEM_COMM];
     snprintf(rule, sizeof rule, "%s",
@@ -362,8 +379,12 @@ void report_flops(FILE *out, const struct trainer *tr, int steps) {
         snprintf(source, sizeof source, "best rate observed: step %d's %s, above the start-up probe's %.1f (%s)",
                  tr->peak.raised_step, peak_rate_name(tr->peak.raised_by), tr->peak.probe / 1e9, probed);
     else snprintf(source, sizeof source, "%s%s", probed, tr->peak.follows ? "; no step ran faster" : "");
-    fprintf(out, "  peak %.1f GFLOP/s per rank (%s): MFU %.1f%%, HFU %.1f%%\n", tr->peak_flops / 1e9, source,
-            100.0 * th.model / secs / tr->peak_flops, 100.0 * issued / secs / tr->peak_flops);
+    /* the step lines' MFU is each step's own; this one is the mean over the
+     * run, whose first steps make oneDNN's primitives and warm the caches */
+    fprintf(out, "  peak %.1f GFLOP/s per rank (%s): MFU %.1f%%, HFU %.1f%% over all %d steps (each step line's MFU "
+                 "is that step's own; the first steps pay the start-up)\n",
+            tr->peak_flops / 1e9, source, 100.0 * th.model / secs / tr->peak_flops,
+            100.0 * issued / secs / tr->peak_flops, steps);
 }
 
 /* Whether any rank made a call of kind k (k < 0: of any kind) in group g. */
@@ -448,6 +469,11 @@ static void comm_group_rows(FILE *out, FILE *json, const struct trainer *tr, con
                      cr.layer_backward, tr->cfg->recompute == RECOMPUTE_FULL ? "cp-1 + " : "", cr.kv_elem, cr.kv);
         } else if (k == COLL_SEND) snprintf(rule, sizeof rule, "%.1f calls per step; payload n x dtype size", calls);
         else if (k == COLL_RECV) snprintf(rule, sizeof rule, "%.1f calls per step; payload received, not sent", calls);
+        else if (g == GROUP_DP && k == COLL_ALL_REDUCE && tr->cfg->zero == 0)
+            /* why a model far below ddp_bucket_mb still makes several calls */
+            snprintf(rule, sizeof rule, "%.1f calls per step: %d bucket%s, each of units in the backward's order "
+                     "(head, layers, embedding) that lie side by side in the gradient buffer, up to ddp_bucket_mb",
+                     calls, tr->engine.z.n_ddp, tr->engine.z.n_ddp == 1 ? "" : "s");
         else if (g == GROUP_TIE && k == COLL_ALL_REDUCE)
             snprintf(rule, sizeof rule, "%.1f calls per step; tied wte's gradient, Vp C w_g%s", calls,
                      tr->engine.z.fac.tie_floats ? " + adafactor's R and C of it (first stage's)" : "");
@@ -522,6 +548,9 @@ void report_comm(FILE *out, FILE *json, const struct trainer *tr, const struct r
             groups_shown++;
         }
     time_line(out, tr, ranks, n, steps, groups_shown, "time in collectives", false);
+    if (tr->cfg->overlap) /* the share can pass 100%: say why where it is printed */
+        fprintf(out, "  (with --overlap the collectives run in flight beside the compute: their time overlaps it and "
+                     "may exceed the step; what the step waited for is the exposed time)\n");
     time_line(out, tr, ranks, n, steps, groups_shown, "exposed (compute thread waiting)", true);
     if (json) fflush(json);
     free(col);
