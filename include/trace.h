@@ -12,6 +12,13 @@
  * recording stops and the events that did not fit are counted (dropped);
  * the file says how many.
  *
+ * A unit's life (ZeRO's unit: the embedding, a layer, the head): the
+ * engine sets the unit it works on (trace_set_unit) around its forward
+ * and backward spans, ZeRO tags its collectives with the unit they move
+ * (the all-gather of its params, the reduce-scatter of its gradient) and
+ * records when stage 3 releases the unit's gathered params; every event
+ * carries the unit set when it was added.
+ *
  * Spans: `int ev = trace_begin(t, TRACE_FORWARD, k); ...; trace_end(t, ev);`.
  * The event takes its array slot at begin, so the array is in begin order
  * and spans nest (a collective inside a forward inside a step). A span
@@ -41,8 +48,20 @@ enum trace_kind {
     TRACE_COLLECTIVE,  /* a blocking collective, or a non-blocking one's post */
     TRACE_OPTIMIZER,   /* reduce, clip, update, redistribute */
     TRACE_VALIDATION,  /* the validation forwards and their mean */
+    TRACE_UNIT_FORWARD,  /* one unit's forward inside a micro-batch's (its params' wait included) */
+    TRACE_UNIT_BACKWARD, /* one unit's backward, its gradient handed to ZeRO */
+    TRACE_RELEASE,     /* stage 3: the unit's gathered params released (an instant; bytes: the buffer's) */
     TRACE_NUM_KINDS
 };
+
+/* The unit an event belongs to: kind as include/layout.h's enum unit_kind
+ * (-1: none), layer its global index for a layer unit (else -1). */
+struct trace_unit {
+    int16_t kind;
+    int32_t layer;
+};
+
+static const struct trace_unit TRACE_NO_UNIT = {.kind = -1, .layer = -1};
 
 /* How a communication event relates to its transfer. */
 enum trace_call {
@@ -65,6 +84,8 @@ struct trace_event {
     int16_t coll;          /* enum coll_kind (include/collectives.h); -1: none */
     int16_t group;         /* enum grid_group (include/grid.h); -1: none */
     int16_t peer;          /* point to point: the peer's rank in the group; -1: none */
+    int16_t unit_kind;     /* the unit (struct trace_unit), -1: none */
+    int32_t layer;
 };
 
 struct trace {
@@ -72,6 +93,7 @@ struct trace {
     size_t capacity, n;
     size_t dropped;              /* events that did not fit */
     int step;                    /* stamped on the events that follow */
+    struct trace_unit unit;      /* likewise (trace_set_unit) */
 };
 
 static inline int64_t trace_now_ns(void) {
@@ -84,7 +106,7 @@ static inline int64_t trace_now_ns(void) {
  * events"). 0, or -1 when the allocation failed (recorded in the tracker,
  * include/mem.h; t is then off). */
 static inline int trace_open(struct trace *t, struct mem_tracker *mem, size_t capacity) {
-    *t = (struct trace){0};
+    *t = (struct trace){.unit = TRACE_NO_UNIT};
     if (capacity == 0) return 0;
     t->events = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "trace events", capacity * sizeof *t->events);
     if (!t->events) return -1;
@@ -104,7 +126,16 @@ static inline void trace_set_step(struct trace *t, int step) {
     if (trace_on(t)) t->step = step;
 }
 
-/* Appends ev, stamped with the current step; returns its token (index), or
+/* The unit the events that follow belong to; returns the one set before,
+ * to put back (TRACE_NO_UNIT when off). */
+static inline struct trace_unit trace_set_unit(struct trace *t, struct trace_unit u) {
+    if (!trace_on(t)) return TRACE_NO_UNIT;
+    struct trace_unit before = t->unit;
+    t->unit = u;
+    return before;
+}
+
+/* Appends ev, stamped with the current step and unit; returns its token (index), or
  * -1 when off or full (then counted as dropped). */
 static inline int trace_add(struct trace *t, struct trace_event ev) {
     if (!trace_on(t)) return -1;
@@ -113,6 +144,8 @@ static inline int trace_add(struct trace *t, struct trace_event ev) {
         return -1;
     }
     ev.step = t->step;
+    ev.unit_kind = t->unit.kind;
+    ev.layer = t->unit.layer;
     t->events[t->n] = ev;
     return (int)t->n++;
 }
@@ -130,6 +163,14 @@ static inline int trace_begin(struct trace *t, enum trace_kind kind, int micro_b
     return trace_begin_chunk(t, kind, micro_batch, 0);
 }
 
+/* An instant of `kind` now, of `bytes` (a release). */
+static inline void trace_instant(struct trace *t, enum trace_kind kind, int micro_batch, double bytes) {
+    if (!trace_on(t)) return;
+    int64_t now = trace_now_ns();
+    trace_add(t, (struct trace_event){.t0 = now, .t1 = now, .bytes = bytes, .kind = kind, .micro_batch = micro_batch,
+                                      .coll = -1, .group = -1, .peer = -1});
+}
+
 /* Ends the span of token `ev` now (-1: a no-op). */
 static inline void trace_end(struct trace *t, int ev) {
     if (!trace_on(t) || ev < 0 || (size_t)ev >= t->n) return;
@@ -141,7 +182,8 @@ static inline const char *trace_kind_name(enum trace_kind k) {
     static const char *const names[TRACE_NUM_KINDS] = {
         [TRACE_STEP] = "step",           [TRACE_FORWARD] = "forward",     [TRACE_BACKWARD] = "backward",
         [TRACE_SEND] = "send",           [TRACE_RECV] = "recv",           [TRACE_WAIT] = "wait",
-        [TRACE_COLLECTIVE] = "collective", [TRACE_OPTIMIZER] = "optimizer", [TRACE_VALIDATION] = "validation"};
+        [TRACE_COLLECTIVE] = "collective", [TRACE_OPTIMIZER] = "optimizer", [TRACE_VALIDATION] = "validation",
+        [TRACE_UNIT_FORWARD] = "forward", [TRACE_UNIT_BACKWARD] = "backward", [TRACE_RELEASE] = "release"};
     return (unsigned)k < TRACE_NUM_KINDS ? names[k] : "?";
 }
 

@@ -46,6 +46,7 @@
 #include "phase_hook.h"
 #include "segments.h"
 #include "shard.h"
+#include "trace.h"
 
 struct zero_options {
     int stage;                     /* 0..3 */
@@ -56,6 +57,7 @@ struct zero_options {
     bool overlap;                  /* collectives behind compute (above); off: wait at once */
     size_t ddp_bucket_bytes;       /* stage 0: gradient bytes per all-reduce bucket (whole units) */
     struct phase_hook hook;        /* called at the step's phase boundaries (engine and zero_step) */
+    struct trace *trace;           /* the run's (include/trace.h; NULL: off): units' spans, tags, releases */
 };
 
 /* A posted collective on one unit: its all-gather (stage 3, into gathered
@@ -189,6 +191,13 @@ void zero_zero_grads(struct zero *z);
  * other layer buffer, or the embedding's or head's own (which the model
  * must not be reading then). A no-op otherwise, or for u < 0. */
 void zero_prefetch_params(struct zero *z, int u);
+/* Stage 3: unit u's gathered params are read no more until its next
+ * all-gather: released. The buffer is simply free for the next gather of
+ * its kind (nothing to free: the buffers are the stage's fixed comm
+ * memory); the trace records the release. A no-op below stage 3. */
+void zero_release_params(struct zero *z, int u);
+/* Unit u as the trace names it (struct trace_unit). */
+struct trace_unit zero_trace_unit(const struct zero *z, int u);
 /* The next backward is the step's last micro-batch (stage 0: its units'
  * buckets all-reduce as they finish; otherwise they wait for the step). */
 void zero_backward_begins(struct zero *z, bool last_of_step);

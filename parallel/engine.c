@@ -255,6 +255,19 @@ static void phase_done(const struct engine *e, enum phase_kind k, int u) {
     phase_hook_call(&e->o.zero.hook, k, u, e->micro_batch);
 }
 
+/* Unit u's forward or backward begins: its trace span, and the unit set
+ * for what happens inside it (the wait for its params' all-gather, the
+ * post of its gradient's reduce-scatter). Returns the span for unit_end. */
+static int unit_begin(const struct engine *e, enum trace_kind k, int u) {
+    trace_set_unit(e->o.zero.trace, zero_trace_unit(&e->z, u));
+    return trace_begin(e->o.zero.trace, k, e->micro_batch);
+}
+
+static void unit_end(const struct engine *e, int span) {
+    trace_end(e->o.zero.trace, span);
+    trace_set_unit(e->o.zero.trace, TRACE_NO_UNIT);
+}
+
 /* ZeRO-3 with overlap: post unit u's all-gather (u < 0: none) */
 static void gather_ahead(struct engine *e, int u) { zero_prefetch_params(&e->z, u); }
 
@@ -271,30 +284,40 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
     bool targets_early = hu >= 0 && e->flops && e->flops->gpu_v2;
     if (targets_early) gpt_upload_targets(m, slot, in->targets);
     if (cu.eu >= 0) {
+        int span = unit_begin(e, TRACE_UNIT_FORWARD, cu.eu);
         we = unit_weights(e, cu.eu); /* stays valid for the tied head */
         gather_ahead(e, l0 < l1 ? layout_layer_unit(lay, l0) : hu);
         gpt_embed_forward(m, slot, we, in->inputs);
         phase_done(e, PHASE_FORWARD, cu.eu);
+        if (hu < 0) zero_release_params(&e->z, cu.eu); /* else kept: the tied head reads its wte */
+        unit_end(e, span);
     } else {
         gather_ahead(e, l0 < l1 ? layout_layer_unit(lay, l0) : hu);
         if (in->x_in) buf_copy(e->space, gpt_stage_input(m, slot), in->x_in, act_bytes);
     }
     for (int l = l0; l < l1; l++) {
-        struct operand w = unit_weights(e, layout_layer_unit(lay, l));
+        int u = layout_layer_unit(lay, l), span = unit_begin(e, TRACE_UNIT_FORWARD, u);
+        struct operand w = unit_weights(e, u); /* all_gather (stage 3) */
         gather_ahead(e, l + 1 < l1 ? layout_layer_unit(lay, l + 1) : hu);
         zero_progress(&e->z);
-        gpt_layer_forward(m, slot, l, w);
-        phase_done(e, PHASE_FORWARD, layout_layer_unit(lay, l));
+        gpt_layer_forward(m, slot, l, w); /* use */
+        phase_done(e, PHASE_FORWARD, u);
+        zero_release_params(&e->z, u); /* release */
+        unit_end(e, span);
     }
     if (hu < 0) {
         if (x_out) buf_copy(e->space, x_out, gpt_stage_output(m, slot), act_bytes);
         return 0.0f;
     }
+    int span = unit_begin(e, TRACE_UNIT_FORWARD, hu);
     struct operand wh = unit_weights(e, hu);
     double BT = (double)e->o.micro_batch * e->model_lay.shape.T; /* this rank's tokens (T/cp each) */
     float loss = gpt_head_forward(m, slot, wh, head_wte(e, we, wh), targets_early ? NULL : in->targets,
                                   (float)(dloss / BT));
     phase_done(e, PHASE_FORWARD, hu);
+    zero_release_params(&e->z, hu);
+    zero_release_params(&e->z, cu.eu);
+    unit_end(e, span);
     return loss;
 }
 
@@ -308,6 +331,7 @@ void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out
     int first_layer = l0 < l1 ? layout_layer_unit(lay, l1 - 1) : -1;
     float *dwe = eu >= 0 ? unit_grads_begin(e, eu) : NULL;
     if (hu >= 0) {
+        int span = unit_begin(e, TRACE_UNIT_BACKWARD, hu);
         /* stage 3: the head's and the embedding's params gathered again */
         gather_ahead(e, hu);
         gather_ahead(e, eu);
@@ -316,26 +340,33 @@ void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out
         float *dwh = unit_grads_begin(e, hu);
         float *dwte = eu >= 0 ? dwe + lay->embed_offset[EMB_WTE] : dwh + lay->head_offset[HEAD_WTE];
         gpt_head_backward(m, slot, wh, head_wte(e, we, wh), dwh, dwte);
-        zero_unit_grads_done(&e->z, hu, dwh);
+        zero_unit_grads_done(&e->z, hu, dwh); /* reduce_scatter (stages 2, 3) */
         phase_done(e, PHASE_BACKWARD, hu);
+        zero_release_params(&e->z, hu);
+        zero_release_params(&e->z, eu);
+        unit_end(e, span);
     } else {
         gather_ahead(e, first_layer);
         gpt_stage_grad_in(m, dx_in);
     }
     for (int l = l1 - 1; l >= l0; l--) {
-        int u = layout_layer_unit(lay, l);
-        struct operand w = unit_weights(e, u);
+        int u = layout_layer_unit(lay, l), span = unit_begin(e, TRACE_UNIT_BACKWARD, u);
+        struct operand w = unit_weights(e, u); /* all_gather (stage 3) */
         gather_ahead(e, l > l0 ? layout_layer_unit(lay, l - 1) : -1);
         zero_progress(&e->z);
         float *dw = unit_grads_begin(e, u);
-        gpt_layer_backward(m, slot, l, w, dw);
-        zero_unit_grads_done(&e->z, u, dw);
+        gpt_layer_backward(m, slot, l, w, dw); /* use */
+        zero_unit_grads_done(&e->z, u, dw); /* reduce_scatter (stages 2, 3) */
         phase_done(e, PHASE_BACKWARD, u);
+        zero_release_params(&e->z, u); /* release */
+        unit_end(e, span);
     }
-    if (eu >= 0) {
+    if (eu >= 0) { /* its backward reads the token ids only: no params */
+        int span = unit_begin(e, TRACE_UNIT_BACKWARD, eu);
         gpt_embed_backward(m, slot, dwe);
         zero_unit_grads_done(&e->z, eu, dwe);
         phase_done(e, PHASE_BACKWARD, eu);
+        unit_end(e, span);
     } else {
         gpt_stage_grad_out(m, dx_out);
     }

@@ -3,7 +3,8 @@
  * nest; a full array drops and counts, never fails; the events' buffer is
  * scratch in the memory theory to the byte (automatic capacity and
  * trace_events alike); a run records step, forward, backward and optimizer
- * spans in the sequential order. The file itself (MPI, every rank) is
+ * spans in the sequential order, each unit's forward and backward span
+ * inside its micro-batch's, tagged with the unit. The file itself (MPI, every rank) is
  * tests/mpi/trace.sh's. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -135,19 +136,34 @@ static void test_trainer_trace(void **s) {
         assert_true((double)tr.mem.live[MEM_SCRATCH] == sc.persistent);
         assert_int_equal(trainer_run(&tr, err), 0);
         const struct trace *t = &tr.trace;
-        /* per step: step, F0, B0, F1, B1, optimizer (the single-process
-         * collectives record nothing) */
-        enum { PER_STEP = 6 };
+        /* per step: step; per micro-batch its forward with the units'
+         * (embedding, layers 0 and 1, head), its backward with theirs in
+         * reverse; the optimizer (the single-process collectives record
+         * nothing, and ZeRO-0 releases nothing) */
+        enum { PER_MB = 2 * (1 + 4), PER_STEP = 1 + 2 * PER_MB + 1 };
+        const int unit_kinds[4] = {UNIT_EMBED, UNIT_LAYER, UNIT_LAYER, UNIT_HEAD}, layers[4] = {-1, 0, 1, -1};
+        int kinds[PER_STEP], mbs[PER_STEP], units[PER_STEP], unit_layers[PER_STEP], n = 0;
+        kinds[n] = TRACE_STEP, mbs[n] = -1, units[n] = -1, unit_layers[n++] = -1;
+        for (int mb = 0; mb < 2; mb++)
+            for (int pass = 0; pass < 2; pass++) {
+                kinds[n] = pass ? TRACE_BACKWARD : TRACE_FORWARD, mbs[n] = mb, units[n] = -1, unit_layers[n++] = -1;
+                for (int j = 0; j < 4; j++) {
+                    int u = pass ? 3 - j : j;
+                    kinds[n] = pass ? TRACE_UNIT_BACKWARD : TRACE_UNIT_FORWARD, mbs[n] = mb;
+                    units[n] = unit_kinds[u], unit_layers[n++] = layers[u];
+                }
+            }
+        kinds[n] = TRACE_OPTIMIZER, mbs[n] = -1, units[n] = -1, unit_layers[n++] = -1;
+        assert_int_equal(n, PER_STEP);
         if (capacities[i] == 0) {
             assert_int_equal(t->n, 3 * PER_STEP);
             assert_int_equal(t->dropped, 0);
-            const int kinds[PER_STEP] = {TRACE_STEP, TRACE_FORWARD, TRACE_BACKWARD, TRACE_FORWARD, TRACE_BACKWARD,
-                                         TRACE_OPTIMIZER};
-            const int mbs[PER_STEP] = {-1, 0, 0, 1, 1, -1};
             for (size_t k = 0; k < t->n; k++) {
                 const struct trace_event *ev = &t->events[k];
                 assert_int_equal(ev->kind, kinds[k % PER_STEP]);
                 assert_int_equal(ev->micro_batch, mbs[k % PER_STEP]);
+                assert_int_equal(ev->unit_kind, units[k % PER_STEP]);
+                assert_int_equal(ev->layer, unit_layers[k % PER_STEP]);
                 assert_int_equal(ev->step, (int)(k / PER_STEP) + 1);
                 assert_true(ev->t1 >= ev->t0);
                 if (k > 0) assert_true(ev->t0 >= t->events[k - 1].t0);

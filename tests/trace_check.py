@@ -13,8 +13,12 @@ per rank, timestamps non-decreasing in file order, spans nested or
 disjoint, forward/backward spans never overlapping each other; one step
 span per step number, each forward, backward and optimizer span of a step
 inside it, the optimizer after the step's last backward; communication
-spans named after their kind and group, with bytes (or posted_bytes on a
-wait); no dropped events unless --allow-dropped.
+spans named after their kind and group (and the unit they move, ": layer
+3", as their "unit" arg says), with bytes (or posted_bytes on a wait); each
+unit's forward and backward span ("forward layer 3", cat "unit") inside
+its micro-batch's forward or backward, each release of a unit's gathered
+params ("release layer 3", cat "release", with bytes) inside a step; no
+dropped events unless --allow-dropped.
 
 --steps S --grad-accum K [--virtual-stages V]: per rank exactly S step
 spans, S x K x V forwards and S x K x V backwards, each step's micro-batches
@@ -40,7 +44,8 @@ import sys
 
 GROUPS = ("dp", "tp", "pp", "tie", "cp")
 CALLS = ("blocking", "post", "wait")
-SPAN_CATS = ("step", "forward", "backward", "optimizer", "validation", "comm")
+SPAN_CATS = ("step", "forward", "backward", "optimizer", "validation", "comm", "unit", "release")
+UNIT = re.compile(r"^(embedding|head|layer \d+)$")
 TOKEN = re.compile(r"^([FB])(\d+)(?::(\d+))?$")
 
 
@@ -195,7 +200,37 @@ def check_rank(r, spans, args, order, errors, truncated=False):
         if backs and opts[0].ts < max(s.end for s in backs):
             errors.append("rank %d step %d: optimizer starts at %.3f, before the last backward ends (%.3f)"
                           % (r, n, opts[0].ts, max(s.end for s in backs)))
+    check_units(r, spans, steps, errors)
     return steps
+
+
+def check_units(r, spans, steps, errors):
+    """A unit's spans inside its micro-batch's pass (or a validation's
+    forward); releases inside a step or a validation."""
+    passes = [s for s in spans if s.cat in ("forward", "backward")]
+    vals = [s for s in spans if s.cat == "validation"]
+    for s in spans:
+        if s.cat not in ("unit", "release"):
+            continue
+        unit = s.args.get("unit", "")
+        if not UNIT.match(unit):
+            errors.append("rank %d: %s has unit %r" % (r, s.name, unit))
+            continue
+        if s.cat == "release":
+            if s.name != "release " + unit or not isinstance(s.args.get("bytes"), (int, float)):
+                errors.append("rank %d: release span %r (unit %r) without its name or bytes" % (r, s.name, unit))
+            if not any(s.inside(o) for o in [st[0] for st in steps.values()] + vals) and s.step in steps:
+                errors.append("rank %d: %s lies outside its step" % (r, s.name))
+            continue
+        kind = s.name.split(" ")[0]
+        if kind not in ("forward", "backward") or s.name != kind + " " + unit:
+            errors.append("rank %d: unit span %r, expected \"forward|backward %s\"" % (r, s.name, unit))
+            continue
+        mb = s.args.get("micro_batch")
+        if any(s.inside(v) for v in vals) and kind == "forward":
+            continue
+        if not any(p.cat == kind and p.args.get("micro_batch") == mb and s.inside(p) for p in passes):
+            errors.append("rank %d: %s of micro-batch %s lies outside that micro-batch's %s" % (r, s.name, mb, kind))
 
 
 def check_comm(r, spans, steps, args, errors):
@@ -210,8 +245,10 @@ def check_comm(r, spans, steps, args, errors):
             errors.append("rank %d: comm span %r has group %r, kind %r, call %r" % (r, s.name, group, kind, call))
             continue
         prefix = "" if call == "blocking" else call + " "
-        if s.name != "%s%s %s" % (prefix, kind, group):
-            errors.append("rank %d: comm span named %r, expected %r" % (r, s.name, "%s%s %s" % (prefix, kind, group)))
+        unit = a.get("unit")
+        want = "%s%s %s" % (prefix, kind, group) + (": " + unit if unit else "")
+        if s.name != want or (unit and not UNIT.match(unit)):
+            errors.append("rank %d: comm span named %r, expected %r" % (r, s.name, want))
         key = "posted_bytes" if call == "wait" else "bytes"
         b = a.get(key)
         if not isinstance(b, (int, float)) or b < 0:
@@ -330,9 +367,12 @@ def synthetic(ranks=2, steps=2, accum=2):
             start = t
             for k in range(accum):
                 x("forward %d" % k, "forward", t + 1, 40, step=n, micro_batch=k, chunk=0)
-                x("post all-gather dp", "comm", t + 2, 1, step=n, kind="all-gather", group="dp", call="post", bytes=96)
-                x("wait all-gather dp", "comm", t + 5, 3, step=n, kind="all-gather", group="dp", call="wait",
-                  posted_bytes=96)
+                x("post all-gather dp: layer 0", "comm", t + 2, 1, step=n, micro_batch=k, chunk=0, unit="layer 0",
+                  kind="all-gather", group="dp", call="post", bytes=96)
+                x("forward layer 0", "unit", t + 4, 10, step=n, micro_batch=k, chunk=0, unit="layer 0")
+                x("wait all-gather dp: layer 0", "comm", t + 5, 3, step=n, micro_batch=k, chunk=0, unit="layer 0",
+                  kind="all-gather", group="dp", call="wait", posted_bytes=96)
+                x("release layer 0", "release", t + 13, 0, step=n, unit="layer 0", bytes=192)
                 x("backward %d" % k, "backward", t + 50, 40, step=n, micro_batch=k, chunk=0)
                 t += 100
             x("optimizer", "optimizer", t + 5, 20, step=n)
@@ -396,6 +436,18 @@ def selftest():
     spans(bad, 0, "forward 0")[0]["dur"] = 60
     expect("overlap", "overlaps", bad)
 
+    bad = copy.deepcopy(good)  # a unit's span labelled with another micro-batch than the pass it lies in
+    spans(bad, 0, "forward layer 0")[0]["args"]["micro_batch"] = 1
+    expect("unit outside its micro-batch", "lies outside that micro-batch's forward", bad)
+
+    bad = copy.deepcopy(good)  # a unit's collective whose name does not say the unit
+    spans(bad, 1, "wait all-gather dp: layer 0")[0]["name"] = "wait all-gather dp"
+    expect("unit missing from a name", "expected 'wait all-gather dp: layer 0'", bad)
+
+    bad = copy.deepcopy(good)  # a release without its bytes
+    del spans(bad, 0, "release layer 0")[0]["args"]["bytes"]
+    expect("release without bytes", "without its name or bytes", bad)
+
     bad = copy.deepcopy(good)  # rank 1's track missing
     bad["traceEvents"] = [e for e in bad["traceEvents"] if e.get("tid") != 1 or e.get("ph") == "M" and e["name"] == "process_name"]
     expect("missing rank", "tracks", bad)
@@ -407,7 +459,7 @@ def selftest():
     expect("non-monotonic", "monotonic", bad)
 
     bad = copy.deepcopy(good)  # an all-gather's bytes off by one
-    spans(bad, 1, "post all-gather dp")[0]["args"]["bytes"] = 97
+    spans(bad, 1, "post all-gather dp: layer 0")[0]["args"]["bytes"] = 97
     expect("bytes", "bytes in the trace's steps", bad)
 
     bad = copy.deepcopy(good)  # a backward missing: the count and the step's micro-batches

@@ -13,6 +13,17 @@
 
 static enum unit_kind kind_of(const struct zero *z, int u) { return layout_unit(z->lay, u).kind; }
 
+struct trace_unit zero_trace_unit(const struct zero *z, int u) {
+    if (u < 0) return TRACE_NO_UNIT;
+    struct unit_info ui = layout_unit(z->lay, u);
+    return (struct trace_unit){.kind = (int16_t)ui.kind, .layer = ui.kind == UNIT_LAYER ? ui.layer : -1};
+}
+
+/* The collective calls that follow move unit u: the trace tags them with
+ * it (a prefetch or a late wait runs while the engine works on another).
+ * Returns the tag to put back. */
+static struct trace_unit tag_unit(struct zero *z, int u) { return trace_set_unit(z->o.trace, zero_trace_unit(z, u)); }
+
 /* A wait that fails is a broken group: the MPI table has already reported
  * it (and, by default, ended every rank); say where it happened. */
 static void wait_or_report(struct zero *z, struct coll_request r, const char *what) {
@@ -138,7 +149,17 @@ static struct zero_pending post_gather(struct zero *z, int u, int i) {
     size_t chunk = shard_unit_chunk(&z->sh, u);
     buf_copy(z->space, buf + (size_t)z->sh.rank * chunk * zero_psize(z),
              (const char *)z->st.params + shard_offset(&z->sh, u) * zero_psize(z), chunk * zero_psize(z));
-    return (struct zero_pending){.unit = u, .buf = i, .req = z->dp->iall_gather(z->dp, buf, chunk, z->o.param_dtype)};
+    struct trace_unit was = tag_unit(z, u);
+    struct zero_pending p = {.unit = u, .buf = i, .req = z->dp->iall_gather(z->dp, buf, chunk, z->o.param_dtype)};
+    trace_set_unit(z->o.trace, was);
+    return p;
+}
+
+/* Waits for the all-gather or reduce-scatter p of its unit, tagged with it. */
+static void wait_pending(struct zero *z, const struct zero_pending *p, const char *what) {
+    struct trace_unit was = tag_unit(z, p->unit);
+    wait_or_report(z, p->req, what);
+    trace_set_unit(z->o.trace, was);
 }
 
 void zero_prefetch_params(struct zero *z, int u) {
@@ -148,23 +169,30 @@ void zero_prefetch_params(struct zero *z, int u) {
     z->gather[k] = post_gather(z, u, k == UNIT_LAYER ? 1 - z->layer_in_use : 0);
 }
 
-/* Stage 3: unit u gathered whole and used in place. Nothing frees it: it is
- * released by being overwritten when the next gather of its kind lands in
- * its buffer (layers alternate between two under overlap, so the prefetch
- * of the next never touches the one in use). */
+/* Stage 3: unit u gathered whole and used in place, until the engine
+ * releases it (zero_release_params); the next gather of its kind then
+ * lands in its buffer (layers alternate between two under overlap, so the
+ * prefetch of the next never touches the one in use). */
 const void *zero_unit_params(struct zero *z, int u) {
     if (z->o.stage < 3) return (const char *)z->st.params + shard_padded_offset(&z->sh, u) * zero_psize(z);
     enum unit_kind k = kind_of(z, u);
     struct zero_pending *p = &z->gather[k];
     if (p->unit >= 0 && p->unit != u) { /* prefetched out of turn: finish it, gather u below */
-        wait_or_report(z, p->req, "a prefetched all-gather");
+        wait_pending(z, p, "a prefetched all-gather");
         p->unit = -1;
     }
     if (p->unit < 0) *p = post_gather(z, u, k == UNIT_LAYER ? z->layer_in_use : 0);
-    wait_or_report(z, p->req, "an all-gather of params");
+    wait_pending(z, p, "an all-gather of params");
     p->unit = -1;
     if (k == UNIT_LAYER) z->layer_in_use = p->buf;
     return gather_buffer(z, k, p->buf);
+}
+
+void zero_release_params(struct zero *z, int u) {
+    if (z->o.stage < 3 || u < 0) return;
+    struct trace_unit was = tag_unit(z, u);
+    trace_instant(z->o.trace, TRACE_RELEASE, -1, (double)(shard_unit_padded(&z->sh, u) * zero_psize(z)));
+    trace_set_unit(z->o.trace, was);
 }
 
 /* ---- gradients */
@@ -174,7 +202,7 @@ const void *zero_unit_params(struct zero *z, int u) {
 static void finish_scatter(struct zero *z, int b) {
     struct zero_pending *p = &z->scatter[b];
     if (p->unit < 0) return;
-    wait_or_report(z, p->req, "a reduce-scatter of grads");
+    wait_pending(z, p, "a reduce-scatter of grads");
     buf_add(z->space, (char *)z->st.grads + shard_offset(&z->sh, p->unit) * zero_gsize(z), z->bucket[b], z->o.grad_dtype,
             shard_unit_chunk(&z->sh, p->unit));
     p->unit = -1;
@@ -204,9 +232,11 @@ void zero_unit_grads_done(struct zero *z, int u, const float *acc) {
     if (gd == DTYPE_BF16) conv_narrow(z->flops, z->bucket[b], acc, shard_unit_padded(&z->sh, u));
     else buf_copy(z->space, z->bucket[b], acc, shard_unit_padded(&z->sh, u) * sizeof *acc);
     char *ring_receive = (char *)z->bucket[b] + shard_max_unit_padded(&z->sh) * zero_gsize(z); /* shard_bucket_elems */
+    struct trace_unit was = tag_unit(z, u);
     z->scatter[b] = (struct zero_pending){
         .unit = u,
         .req = z->dp->ireduce_scatter_sum(z->dp, z->bucket[b], ring_receive, shard_unit_chunk(&z->sh, u), gd)};
+    trace_set_unit(z->o.trace, was);
     if (!z->o.overlap) finish_scatter(z, b);
     else z->next_bucket = 1 - b;
 }
@@ -227,8 +257,11 @@ void zero_reduce_step_grads(struct zero *z) {
         z->last_backward = false;
     } else if (z->o.stage == 1) {
         /* in place per unit: the owned slice lands at the unit's start */
-        for (int u = 0; u < z->lay->n_units; u++)
+        for (int u = 0; u < z->lay->n_units; u++) {
+            struct trace_unit was = tag_unit(z, u);
             z->dp->reduce_scatter_sum(z->dp, (char *)z->st.grads + shard_padded_offset(&z->sh, u) * zero_gsize(z),
                                       shard_unit_chunk(&z->sh, u), z->o.grad_dtype);
+            trace_set_unit(z->o.trace, was);
+        }
     }
 }

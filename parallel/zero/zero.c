@@ -142,9 +142,12 @@ void zero_update(struct zero *z, int step, double grad_norm) {
 
 void zero_gather_params(struct zero *z) {
     if (z->o.stage != 1 && z->o.stage != 2) return; /* 0: every rank updated all; 3: gathered unit by unit in use */
-    for (int u = 0; u < z->lay->n_units; u++)
+    for (int u = 0; u < z->lay->n_units; u++) {
+        struct trace_unit was = trace_set_unit(z->o.trace, zero_trace_unit(z, u)); /* the trace names the unit */
         z->dp->all_gather(z->dp, (char *)z->st.params + zero_full_index(z, u, 0) * zero_psize(z), shard_unit_chunk(&z->sh, u),
                           z->o.param_dtype);
+        trace_set_unit(z->o.trace, was);
+    }
     phase_hook_call(&z->o.hook, PHASE_GATHER_PARAMS, -1, -1);
 }
 

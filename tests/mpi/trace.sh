@@ -21,7 +21,13 @@
 #     sends, receives and tie all-reduces equal to the log;
 #  8. pp 2 interleaved (2 chunks a stage): each stage's order of
 #     (micro-batch, chunk) forwards and backwards, the pp traffic;
-#  9. cp 2: the ring's sends and waits, against the log.
+#  9. cp 2: the ring's sends and waits, against the log;
+# 10. a unit's life at ZeRO-3 on 2 ranks (the 2-rank trace of 1.): in every
+#     micro-batch on every rank, each layer's params all-gathered (the
+#     post, tagged with the layer, before its forward span ends), its
+#     forward span, then its release; in backward its all-gather again, its
+#     backward span, its reduce-scatter posted inside it, its release; at
+#     ZeRO-0 no unit is gathered or released.
 # Usage: tests/mpi/trace.sh BUILD_DIR (build or build-san)
 set -u
 build=${1:-build}
@@ -59,6 +65,48 @@ for np in 1 2; do
         check "$np rank(s), ZeRO-$zero: the trace checks against the run's log (rc $rc)" $?
     done
 done
+# 10. a unit's life, from the 2-rank ZeRO-3 and ZeRO-0 traces
+"$py" - "$tmp/np2_zero3.trace.json" "$tmp/np2_zero0.trace.json" <<'PY'
+import json, sys
+def events(path):
+    ev = json.load(open(path))["traceEvents"]
+    return [e for e in ev if e.get("ph") == "X"]
+def life(ev, rank, unit, mb, step, kind):
+    """One unit's events in one micro-batch's pass of a step: the all-gather
+    posts before its span ends, its span, the releases and reduce-scatter
+    posts inside it (validation's forwards left out)."""
+    vals = [e for e in ev if e["tid"] == rank and e["cat"] == "validation"]
+    inside = lambda e, o: o["ts"] <= e["ts"] and e["ts"] + e["dur"] <= o["ts"] + o["dur"]
+    mine = [e for e in ev if e["tid"] == rank and e["args"].get("step") == step and e["args"].get("unit") == unit
+            and not any(inside(e, v) for v in vals)]
+    span = [e for e in mine if e["cat"] == "unit" and e["name"] == "%s %s" % (kind, unit) and e["args"]["micro_batch"] == mb]
+    if len(span) != 1:
+        return None
+    s = span[0]
+    end = s["ts"] + s["dur"]
+    gather = [e for e in mine if e["name"] == "post all-gather dp: " + unit and e["ts"] <= end]
+    release = [e for e in mine if e["cat"] == "release" and s["ts"] <= e["ts"] <= end]
+    scatter = [e for e in mine if e["name"] == "post reduce-scatter dp: " + unit and s["ts"] <= e["ts"] <= end]
+    return gather, s, release, scatter
+z3, z0 = events(sys.argv[1]), events(sys.argv[2])
+bad = []
+for rank in (0, 1):
+    for step in (1, 2, 3):
+        for mb in (0, 1):
+            for layer in (0, 1):
+                unit = "layer %d" % layer
+                for kind in ("forward", "backward"):
+                    got = life(z3, rank, unit, mb, step, kind)
+                    if not got or not got[0] or len(got[2]) != 1 or (kind == "backward") != (len(got[3]) == 1):
+                        bad.append("rank %d step %d mb %d %s %s: %s" % (rank, step, mb, kind, unit,
+                                   got and [len(x) if isinstance(x, list) else 1 for x in got]))
+units0 = [e["name"] for e in z0 if e["cat"] == "release" or "all-gather dp: layer" in e["name"]]
+ok = not bad and not units0
+print(("ok  " if ok else "FAIL") + " a unit's life in the trace: all-gather, forward, release; all-gather, backward, "
+      "reduce-scatter, release" + "".join("\n    " + b for b in bad[:6]) + ("\n    ZeRO-0: %s" % units0[:3] if units0 else ""))
+sys.exit(0 if ok else 1)
+PY
+check "ZeRO-3: every layer's all-gather, use, release and reduce-scatter in the trace, tagged with it" $?
 "$py" "$checker" "$tmp/np2_zero3.trace.json" --ranks 2 --steps 3 --grad-accum 2 --expect-order "F0 F1 B0 B1" \
     >"$tmp/wrong.out"
 [ $? -ne 0 ] && grep -q "order F0 B0 F1 B1, expected F0 F1 B0 B1" "$tmp/wrong.out"
@@ -130,13 +178,14 @@ check "the interleaved trace without --virtual-stages fails the span count" $?
 
 # 9. cp 2 (ring attention, docs/CP.md): F0 B0 F1 B1 on both ranks, the ring's
 #    posts and waits (the "cp" group: 2 layers x (1 + 3) isends per
-#    micro-batch) equal, per rank and kind, to the log's [cp] rows.
+#    micro-batch, each named with its layer) equal, per rank and kind, to
+#    the log's [cp] rows.
 timeout 120 "${mpi[@]}" -np 2 "$train" "${common[@]}" --steps 3 --cp 2 --attention flash \
     --trace "$tmp/cp2.json" --log_json "$tmp/cp2.log" >"$tmp/cp2.out" 2>&1
 rc=$?
 [ $rc -eq 0 ] && "$py" "$checker" "$tmp/cp2.json" --ranks 2 --steps 3 --grad-accum 2 --expect-order "F0 B0 F1 B1" \
-    --log "$tmp/cp2.log" --require-comm && grep -q '"name":"wait recv cp"' "$tmp/cp2.json" &&
-    grep -q '"name":"post send cp"' "$tmp/cp2.json"
+    --log "$tmp/cp2.log" --require-comm && grep -q '"name":"wait recv cp: layer [0-9]*"' "$tmp/cp2.json" &&
+    grep -q '"name":"post send cp: layer [0-9]*"' "$tmp/cp2.json"
 check "cp 2: the ring's sends and waits against the log (rc $rc)" $?
 
 [ $fails -eq 0 ] && echo "trace: all passed" || echo "trace: $fails failed"

@@ -20,7 +20,8 @@ size_t trace_capacity(const struct config *c) {
     /* A bound, not a count. Units: embedding, head, one per layer. A
      * micro-batch: its forward and backward, and per unit at most an
      * all-gather in each pass, a reduce-scatter and a DDP bucket, each a
-     * post and a wait (8), and pipeline transfers (10). A step: its span,
+     * post and a wait (8), its forward and backward spans and their
+     * releases (4), and pipeline transfers (10). A step: its span,
      * the optimizer, the scalars and agreement, ZeRO-1/2's per-unit
      * collectives. A validation: per micro-batch a forward's gathers. A
      * save (state or model file): a few gathers per unit. */
@@ -29,10 +30,10 @@ size_t trace_capacity(const struct config *c) {
      * backward's (cp - 1 exchanges and cp dK,dV sends and receives), with
      * full recompute a second forward: within 16 cp events */
     double ring = c->cp > 1 ? 16.0 * c->cp * c->n_layer : 0;
-    double per_micro = 10 + 8 * U + ring;
+    double per_micro = 10 + 12 * U + ring;
     double per_step = 16 + 4 * U + c->grad_accum * per_micro;
     double vals = c->val_every > 0 && *c->val_data ? c->steps / c->val_every + 1.0 : 0;
-    double per_val = 4 + c->val_batches * (2 * U + 1 + ring);
+    double per_val = 4 + c->val_batches * (4 * U + 1 + ring);
     double saves = (c->save_state_every > 0 ? c->steps / c->save_state_every : 0) + 2.0;
     double n = 64 + (double)c->steps * per_step + vals * per_val + saves * 16 * U;
     return n > TRACE_AUTO_MAX_EVENTS ? TRACE_AUTO_MAX_EVENTS : (size_t)n;
@@ -59,22 +60,30 @@ static void write_event(FILE *f, const struct trace_event *e, int tid, int64_t b
     enum trace_kind k = (enum trace_kind)e->kind;
     bool comm = e->call != TRACE_CALL_NONE;
     const char *group = grid_group_name((enum grid_group)e->group);
+    char unit[32] = ""; /* the unit the event belongs to, if any */
+    if (e->unit_kind == UNIT_LAYER) snprintf(unit, sizeof unit, "layer %d", e->layer);
+    else if (e->unit_kind >= 0) snprintf(unit, sizeof unit, "%s", e->unit_kind == UNIT_EMBED ? "embedding" : "head");
+    bool of_unit = k == TRACE_UNIT_FORWARD || k == TRACE_UNIT_BACKWARD || k == TRACE_RELEASE;
     if (k == TRACE_STEP) snprintf(name, sizeof name, "step %d", e->step);
+    else if (of_unit) snprintf(name, sizeof name, "%s %s", trace_kind_name(k), unit); /* "forward layer 3" */
     else if ((k == TRACE_FORWARD || k == TRACE_BACKWARD) && e->chunk > 0)
         snprintf(name, sizeof name, "%s v%d %d", trace_kind_name(k), e->chunk, e->micro_batch);
     else if (k == TRACE_FORWARD || k == TRACE_BACKWARD)
         snprintf(name, sizeof name, "%s %d", trace_kind_name(k), e->micro_batch);
-    else if (comm)
-        snprintf(name, sizeof name, "%s%s %s", e->call == TRACE_CALL_BLOCKING ? "" : e->call == TRACE_CALL_POST ? "post " : "wait ",
-                 coll_kind_name((enum coll_kind)e->coll), group);
+    else if (comm) /* "post all-gather dp: layer 3" for a unit's */
+        snprintf(name, sizeof name, "%s%s %s%s%s", e->call == TRACE_CALL_BLOCKING ? "" : e->call == TRACE_CALL_POST ? "post " : "wait ",
+                 coll_kind_name((enum coll_kind)e->coll), group, *unit ? ": " : "", unit);
     else snprintf(name, sizeof name, "%s", trace_kind_name(k));
     bool unfinished = e->t1 < e->t0;
     fmt_us(ts, e->t0 - base);
     fmt_us(dur, unfinished ? 0 : e->t1 - e->t0);
     fprintf(f, ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%s,\"dur\":%s,\"pid\":0,\"tid\":%d,"
                "\"args\":{\"step\":%d",
-            name, comm ? "comm" : trace_kind_name(k), ts, dur, tid, e->step);
+            name, comm ? "comm" : k == TRACE_RELEASE ? "release" : of_unit ? "unit" : trace_kind_name(k), ts, dur, tid,
+            e->step);
     if (e->micro_batch >= 0) fprintf(f, ",\"micro_batch\":%d,\"chunk\":%d", e->micro_batch, e->chunk);
+    if (*unit) fprintf(f, ",\"unit\":\"%s\"", unit);
+    if (k == TRACE_RELEASE) fprintf(f, ",\"bytes\":%.17g", e->bytes);
     if (comm) {
         fprintf(f, ",\"kind\":\"%s\",\"group\":\"%s\",\"call\":\"%s\",\"%s\":%.17g",
                 coll_kind_name((enum coll_kind)e->coll), group, call_name(e->call),

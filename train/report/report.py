@@ -408,9 +408,14 @@ SPAN_COLORS = {"forward": "tab:blue", "backward": "tab:green", "p2p wait": "tab:
                "collective": "tab:orange", "optimizer": "tab:purple", "other": "tab:gray"}
 
 
+UNIT_SPAN = re.compile(r"^(forward|backward|release) (embedding|head|layer \d+)$")
+
+
 def span_kind(name):
     base = re.sub(r"[\s_#]*\d+", "", name).strip() or name
-    if base == "step" or base.startswith("post "):
+    # a unit's spans and releases ("forward layer 3") lie inside the
+    # micro-batch's bars: the residency picture draws them
+    if base == "step" or base.startswith("post ") or UNIT_SPAN.match(name):
         return None
     if base in ("forward", "backward", "optimizer"):
         return base

@@ -144,6 +144,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     struct engine_options eo = trainer_engine_options(cfg);
     eo.gemm_dtype = tr->gemm_dtype; /* --gemm_dtype auto resolved for this machine */
     eo.zero.hook = timeline_hook(&tr->timeline, &tr->engine);
+    eo.zero.trace = &tr->trace; /* each unit's spans, collectives and releases */
     eo.slots = schedule_slots(cfg->schedule, grid->pp, grid->pp_rank, cfg->grad_accum);
     int v = lay.rank.n_chunks;
     if (v > 1)
