@@ -99,7 +99,7 @@ struct config {
     enum schedule_kind schedule; /* pipeline schedule (include/schedule.h) */
     int virtual_stages;          /* model chunks per stage: interleaved only (include/pipe_stages.h) */
     char pp_layers[CONFIG_PATH_LEN]; /* layers per stage, "3,3,2"; "": an even split */
-    bool explain;
+    int explain;           /* 1: the shard map; 2: and a unit's life through a step (include/report.h) */
     bool overlap;          /* collectives behind compute (include/zero.h); 0: the blocking path */
     double ddp_bucket_mb;  /* ZeRO-0: MiB of gradients per all-reduce bucket (whole units) */
     /* machine */

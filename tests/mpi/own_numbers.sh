@@ -23,7 +23,11 @@
 # keeps two micro-batches in flight on stage 0: it counted one). Padding
 # (item 6) in whole elements: at N = 3 each state row's bytes per element
 # times the elements it names equal its theory column to the byte (it
-# showed rounded averages: "+ padding 3").
+# showed rounded averages: "+ padding 3"). --explain 2 (deliver 1): at
+# ZeRO-3 on 2 ranks, every phase's comm and total bytes in its table equal
+# what the run then measured at that phase (the JSON memory_phase
+# records), and each layer's rows name its all_gather, release and, in
+# backward, its reduce_scatter.
 # Usage: tests/mpi/own_numbers.sh BUILD_DIR
 set -u
 build=${1:-build}
@@ -112,6 +116,30 @@ print(("ok  " if ok else "FAIL") + f" {sys.argv[2]}: padding in whole elements, 
 sys.exit(0 if ok else 1)
 PY
 done
+# --explain 2: the unit-life table against the measured phases
+timeout 120 "${mpi[@]}" -np 2 "$build/train" "${base[@]}" --zero 3 --explain 2 --log_json "$tmp/life.json" \
+    >"$tmp/life.out" 2>&1
+if python3 - "$tmp/life.out" "$tmp/life.json" <<'PY'; then :; else fails=$((fails + 1)); fi
+import json, re, sys
+text = open(sys.argv[1]).read()
+table = text[text.index("a unit's life, one step on rank 0"):].split("\n  peak ")[0]
+rows = re.findall(r"^  (micro-batch \d+ (?:forward|backward) (?:embedding|head|layer \d+)|optimizer: [a-z -]+?)"
+                  r" +(\d+) +(\d+) +(\d+)  (.*)$", table, re.M)
+last = max(json.loads(l)["step"] for l in open(sys.argv[2]) if '"memory_phase"' in l)
+measured = {r["phase"]: r for r in map(json.loads, open(sys.argv[2])) if r.get("type") == "memory_phase"
+            and r["rank"] == 0 and r["step"] == last}
+bad = [n for n, comm, act, total, life in rows
+       if n not in measured or measured[n]["bytes"]["comm"] != int(comm) or measured[n]["total"] != int(total)]
+lives = {n: life for n, *_, life in rows}
+named = all("all_gather" in lives.get("micro-batch 0 %s layer %d" % (k, l), "") and
+            "release layer %d" % l in lives.get("micro-batch 0 %s layer %d" % (k, l), "") and
+            (k == "forward" or "reduce_scatter layer %d" % l in lives["micro-batch 0 %s layer %d" % (k, l)])
+            for k in ("forward", "backward") for l in (0, 1))
+ok = len(rows) >= 10 and not bad and named
+print(("ok  " if ok else "FAIL") + f" --explain 2: {len(rows)} phases, comm and total = the run's measured phases, "
+      "each layer's all_gather, release and reduce_scatter named" + "".join(f"\n    {b}" for b in bad[:5]))
+sys.exit(0 if ok else 1)
+PY
 # the pipeline's timeline: its order is the trace's, its activations peak
 # at each rank's theory
 timeout 120 "${mpi[@]}" -np 2 "$build/train" "${base[@]}" --pp 2 --grad_accum 4 --steps 1 \
@@ -134,7 +162,7 @@ for rank in (0, 1):
             order.append(op)
     # the trace's spans "forward K" and "backward K" on the rank's track (its tid)
     spans = sorted((e for e in events if e.get("ph") == "X" and e.get("tid") == rank
-                    and e.get("name", "").split(" ")[0] in ("forward", "backward")), key=lambda e: e["ts"])
+                    and e.get("cat") in ("forward", "backward")), key=lambda e: e["ts"])
     trace_order = [("F" if e["name"].startswith("forward") else "B") + e["name"].split(" ")[1] for e in spans]
     peak = max(p["bytes"]["activations"] for p in phases if p["rank"] == rank)
     good = order == trace_order and len(order) == 8 and peak == theory.get(rank)

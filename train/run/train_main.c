@@ -279,7 +279,8 @@ int main(int argc, char **argv) {
         print_banner(&cfg, &tr, &run);
         run_record_warn(stderr, &run);
         if (tr.json) run_record_json(tr.json, &run);
-        if (cfg.explain) report_shard_map(stdout, &tr);
+        if (cfg.explain >= 1) report_shard_map(stdout, &tr);
+        if (cfg.explain >= 2) report_unit_life(stdout, &tr);
         report_buffers(stdout, &tr);
         report_memory(stdout, NULL, &tr, ranks, world, "after allocation");
         printf("\n");
