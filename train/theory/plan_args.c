@@ -33,6 +33,10 @@
 #define MIN_MFU 1e-6
 #define MAX_CKPT_PER_LAYER 1000.0
 #define MAX_ZERO_STAGE 3.0
+/* The config key peak_flops takes any value down to 0 (the trainer's
+ * "measure it"); the planner divides by it, so it wants at least this:
+ * FLOPs (below 1e37 at the keys' limits) / 1e-6 MFU stay finite. */
+#define MIN_PEAK_FLOPS 1.0
 
 void plan_usage(FILE *f) {
     fprintf(f,
@@ -234,14 +238,20 @@ static int check_layouts(FILE *err, const struct theory_plan_input *in, const st
 }
 
 /* --device fills what was not given; the config's peak_flops wins over both. */
-static void apply_device(struct plan_opts *o, const struct given *g, const struct config *c) {
+static int apply_device(FILE *err, struct plan_opts *o, const struct given *g, const struct config *c) {
     struct theory_plan_input *in = &o->in;
     if (o->device) {
         in->peak_flops = o->device->peak_flops;
         if (!g->memory) in->memory = o->device->memory;
         if (!g->link) in->link_bandwidth = o->device->link_bandwidth;
     }
+    if (c->peak_flops > 0 && c->peak_flops < MIN_PEAK_FLOPS) {
+        fprintf(err, "plan: bad value %g for --peak-flops (peak_flops): the planner needs at least %g FLOP/s\n",
+                c->peak_flops, MIN_PEAK_FLOPS);
+        return -1;
+    }
     if (c->peak_flops > 0) in->peak_flops = c->peak_flops;
+    return 0;
 }
 
 int plan_parse_args(int argc, char **argv, struct plan_opts *o, struct config *c, FILE *err) {
@@ -262,7 +272,6 @@ int plan_parse_args(int argc, char **argv, struct plan_opts *o, struct config *c
         rc = -1;
     }
     free(rest);
-    if (rc == 0 && (check_model(err, c) || check_layouts(err, &o->in, c))) rc = -1;
-    if (rc == 0) apply_device(o, &g, c);
+    if (rc == 0 && (check_model(err, c) || check_layouts(err, &o->in, c) || apply_device(err, o, &g, c))) rc = -1;
     return rc;
 }
