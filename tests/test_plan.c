@@ -379,6 +379,7 @@ static void test_plan_flags(void **state) {
     refused("--device h300", "--device");
     refused("--recompute-mode some", "--recompute-mode");
     refused("--devices", "--devices");
+    refused("--devices=3.5", "--devices");
     refused("--peak-flops 1e-300", "--peak-flops"); /* found by fuzz_plan: inf days */
 
     struct plan_opts o;
@@ -391,6 +392,11 @@ static void test_plan_flags(void **state) {
     assert_true(o.in.memory == 70.0 * THEORY_GIB && o.in.link_bandwidth == 5e10);
     accepted("--tokens 15e12 --batch-tokens 4e6 --layout 8,1,16 --devices 16384", buf, &o, &c);
     assert_true(o.in.tokens == 15e12 && o.in.n_requested == 1 && o.in.requested[0].pp == 16);
+    /* --flag=value, as the config's keys take it; a --key=value pair keeps
+     * the next word (it once swallowed --devices here) */
+    accepted("--config=configs/llama3-8b.conf --device=h100 --seq_len=4096 --devices 16", buf, &o, &c);
+    assert_true(o.in.devices == 16 && o.in.memory == 80.0 * THEORY_GIB && c.seq_len == 4096);
+    assert_string_equal(o.config_path, "configs/llama3-8b.conf");
 }
 
 /* A plan from build/plan's words: the options, the config and the words

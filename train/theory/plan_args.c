@@ -41,7 +41,7 @@
 void plan_usage(FILE *f) {
     fprintf(f,
             "usage: plan --config FILE [planner flags] [--key value ...] [--json]\n\n"
-            "Planner flags (memory in GiB = 2^30 B, as the trainer prints it):\n"
+            "Planner flags, --flag value or --flag=value (memory in GiB = 2^30 B, as the trainer prints it):\n"
             "  --devices N          devices in the cluster, a whole number (default 8960)\n"
             "  --device NAME        memory, peak FLOP/s and link bandwidth from a table: a100-40gb, a100,\n"
             "                       h100, h100-pcie, h100-nvl, h200, tpu-v5p (flags given beside it win)\n"
@@ -178,6 +178,18 @@ static bool takes_value(const char *a) {
     return false;
 }
 
+enum { FLAG_LEN = 32 }; /* longer than every planner flag */
+
+/* "--flag=value" of a planner flag, as the config's keys take it: the flag
+ * into key, *v the value. False for anything else. */
+static bool split_flag(const char *a, char key[FLAG_LEN], const char **v) {
+    const char *eq = strchr(a, '=');
+    if (!eq || eq - a >= FLAG_LEN) return false;
+    snprintf(key, FLAG_LEN, "%.*s", (int)(eq - a), a);
+    *v = eq + 1;
+    return takes_value(key);
+}
+
 /* Returns 0, 1 for --help, or -1 after the message. Non-planner pairs are
  * copied into rest (argv[0] kept) for config_parse_args. */
 static int parse_planner_flags(int argc, char **argv, struct plan_opts *o, struct given *g, int *rest_argc,
@@ -191,6 +203,13 @@ static int parse_planner_flags(int argc, char **argv, struct plan_opts *o, struc
             *(a[2] == 'j' ? &o->json : &o->all) = true;
             continue;
         }
+        char key[FLAG_LEN];
+        const char *kv = NULL;
+        if (split_flag(a, key, &kv)) {
+            if (parse_flag(err, key, kv, o, g) < 0) return -1;
+            continue;
+        }
+        if (!strncmp(a, "--config=", strlen("--config="))) o->config_path = a + strlen("--config=");
         if (!v && takes_value(a)) {
             fprintf(err, "plan: %s needs a value\n", a);
             return -1;
@@ -203,7 +222,7 @@ static int parse_planner_flags(int argc, char **argv, struct plan_opts *o, struc
             continue;
         }
         rest[(*rest_argc)++] = argv[i]; /* a config --key value pair */
-        if (v && !strncmp(a, "--", 2)) rest[(*rest_argc)++] = argv[++i];
+        if (v && !strncmp(a, "--", 2) && !strchr(a, '=')) rest[(*rest_argc)++] = argv[++i]; /* not --key=value */
     }
     return 0;
 }
