@@ -79,8 +79,8 @@ bool theory_pp_searched(const struct theory_model *m, int p) {
 
 /* Rule: the smallest n for which some t in {1,2,4,8} (dividing a and n_kv,
  * Megatron's head split), cp in {1,2,4,8,16} (2 cp dividing s), p
- * theory_pp_searched, d = n/(t cp p) with at least one micro-batch per pipeline, has model
- * states + activations <= memory. */
+ * theory_pp_searched, d = n/(t cp p) with at least one micro-batch per
+ * pipeline, has model states + activations <= memory. */
 int theory_smallest_fit(const struct theory_model *m, const struct theory_dtypes *dt, double psi,
                         double micro_batch, double batch_tokens, int zero_stage, enum recompute_mode r,
                         double memory, int max_devices, struct theory_layout *best) {

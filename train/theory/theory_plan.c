@@ -50,7 +50,7 @@ static bool table_before(const struct theory_layout_eval *ev, int i, int j) {
 }
 
 /* pl->order, n_fit and fastest from the evals (an insertion sort: stable,
- * so equal rows keep the search's order; at most 160 rows). */
+ * so equal rows keep the search's order; THEORY_PLAN_MAX_LAYOUTS rows at most). */
 static void order_layouts(struct theory_plan *pl) {
     pl->n_fit = 0;
     for (int i = 0; i < pl->n_layouts; i++) {
