@@ -174,17 +174,20 @@ deps:
 
 # ---- Fuzzing (tests/fuzz/README.md) ----
 # One libFuzzer harness per tests/fuzz/fuzz_X.c, built with clang into
-# build-fuzz/ together with the few library files the readers need, all
-# under ASan + UBSan. `make fuzz` runs each for FUZZ_SECONDS over its
-# committed corpus (read only: new inputs go to build-fuzz/new/X, crashes to
-# build-fuzz/crashes/); `make fuzz-regress` runs every committed input once.
+# build-fuzz/ together with the few library files the readers (and fuzz_plan's
+# planner) need, all under ASan + UBSan. `make fuzz` runs each for
+# FUZZ_SECONDS over its committed corpus (read only: new inputs go to
+# build-fuzz/new/X, crashes to build-fuzz/crashes/); `make fuzz-regress` runs
+# every committed input once.
 FUZZ_CC      := clang
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ_CFLAGS  := -std=c17 -D_GNU_SOURCE -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN) -fsanitize=fuzzer-no-link \
                 -Wall -Wextra -Werror -Wno-missing-field-initializers -Iinclude -MMD -MP
 FUZZ_LIB_SRC := data/crc32c.c data/fileio.c data/loader.c data/rangeset.c data/shard.c data/tokenizer.c model/layout.c \
                 model/tensor_parallel/slice.c train/ckpt/ckpt_llmc.c train/config/config_keys.c train/config/config_limits.c \
-                train/ckpt/ckpt_state_format.c optim/optim_rules.c
+                train/ckpt/ckpt_state_format.c optim/optim_rules.c parallel/pipeline/order.c \
+                $(addprefix train/theory/,plan_args.c plan_json.c plan_print.c theory_comm.c theory_devices.c \
+                    theory_flops.c theory_layout.c theory_memory.c theory_params.c theory_plan.c)
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=build-fuzz/obj/%.o)
 FUZZ_NAMES   := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZERS      := $(FUZZ_NAMES:%=build-fuzz/fuzz_%)

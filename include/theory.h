@@ -168,7 +168,9 @@ struct theory_layout {
 };
 struct theory_layout_eval {
     bool batch_ok;                /* at least one micro-batch per pipeline */
-    double sequences, micro_batches; /* global batch B; m = B / (b d) */
+    double sequences;             /* global batch B = floor(batch_tokens / s) whole sequences */
+    double micro_batches;         /* m = floor(B / (b d)), an integer (a double: B may pass 2^31) */
+    double step_tokens;           /* tokens a step trains: max(m, 1) b d s (at most batch_tokens) */
     double psi_device;            /* Psi / (t p) */
     struct theory_state state;    /* model states per device */
     double activations, memory;   /* bytes per device; memory = state + activations */
@@ -176,6 +178,7 @@ struct theory_layout_eval {
     double compute_s, bubble_s;   /* per step */
     double dp_comm_s, tp_comm_s, pp_comm_s, cp_comm_s, comm_s;
     double step_s;                /* max(compute, comm) + bubble */
+    double days;                  /* training days: tokens / step_tokens steps of step_s (theory_plan) */
     bool comm_bound;              /* comm_s > compute_s */
 };
 struct theory_layout_eval theory_layout_evaluate(const struct theory_model *m, const struct theory_dtypes *dt,
@@ -185,8 +188,15 @@ struct theory_layout_eval theory_layout_evaluate(const struct theory_model *m, c
 /* The largest context-parallel degree the planner searches (powers of 2;
  * LLaMA 3's long-context stage used 16). */
 enum { THEORY_MAX_CP = 16 };
+/* The largest pipeline degree the planner searches (LLaMA 3 405B's PP 16,
+ * Dubey et al. 2024 Table 4). */
+enum { THEORY_MAX_PP = 16 };
+/* Whether the search tries p stages: p <= min(L, THEORY_MAX_PP) and p
+ * divides L or is a power of 2 (then stages of ceil(L/p) layers, as
+ * LLaMA 3 405B's 126 layers on 16 stages). */
+bool theory_pp_searched(const struct theory_model *m, int p);
 /* Smallest device count n (1..max_devices) with some layout t in {1,2,4,8},
- * cp in {1, 2, ..., THEORY_MAX_CP} (2 cp dividing s), p dividing L,
+ * cp in {1, 2, ..., THEORY_MAX_CP} (2 cp dividing s), p theory_pp_searched,
  * d = n / (t cp p), using zero_stage and recompute, that fits.
  * Returns n and fills *best, or 0 when none fits up to max_devices. */
 int theory_smallest_fit(const struct theory_model *m, const struct theory_dtypes *dt, double psi,
@@ -194,13 +204,17 @@ int theory_smallest_fit(const struct theory_model *m, const struct theory_dtypes
                         double memory, int max_devices, struct theory_layout *best);
 
 /* ---- accelerators (theory_devices.c) ---- */
-/* Dense 16-bit peak and memory of common training devices, from the
- * vendors' data sheets. */
+/* Bytes in a GiB: memory is said in GiB, as the trainer's tables say it. */
+#define THEORY_GIB (1024.0 * 1024.0 * 1024.0)
+#define THEORY_SECONDS_PER_DAY 86400.0
+/* Dense 16-bit peak, memory and link bandwidth of common training
+ * devices, from the vendors' data sheets. */
 struct theory_device {
     const char *name;
-    double peak_flops;  /* dense bf16 FLOP/s */
-    double memory;      /* bytes */
-    const char *gpu;    /* a part of the CUDA device name (cudaGetDeviceProperties) that identifies it; NULL: none */
+    double peak_flops;     /* dense bf16 FLOP/s */
+    double memory;         /* bytes (the data sheet's "80GB" of HBM is 80 GiB) */
+    double link_bandwidth; /* bytes/s one direction on the device's fastest link (NVLink, ICI) */
+    const char *gpu;       /* a part of the CUDA device name (cudaGetDeviceProperties) that identifies it; NULL: none */
 };
 /* NULL when the name is unknown. */
 const struct theory_device *theory_device_find(const char *name);
@@ -221,7 +235,11 @@ struct theory_plan_input {
                                       * rest of the devices, which t cp p must divide), evaluated too */
     struct theory_layout requested[THEORY_PLAN_MAX_REQUESTED];
 };
-enum { THEORY_PLAN_MAX_LAYOUTS = 160 };
+/* 4 t x 5 cp x at most 16 p */
+enum { THEORY_PLAN_MAX_LAYOUTS = 320 };
+/* The planner's table by default: at most this many rows (build/plan --all
+ * prints every layout). */
+enum { THEORY_PLAN_TABLE_ROWS = 12 };
 struct theory_plan {
     struct theory_model model;
     struct theory_dtypes dtypes;
@@ -235,6 +253,13 @@ struct theory_plan {
     int n_layouts;
     struct theory_layout layouts[THEORY_PLAN_MAX_LAYOUTS];
     struct theory_layout_eval evals[THEORY_PLAN_MAX_LAYOUTS];
+    /* layouts[order[0..n_layouts)]: those that fit, fastest (fewest days)
+     * first, then the rest, least memory first */
+    int order[THEORY_PLAN_MAX_LAYOUTS];
+    int n_fit;                           /* how many fit: order[0..n_fit) */
+    int n_table;                         /* the useful rows, order[0..n_table): those that fit, or when none
+                                          * does the nearest; at most THEORY_PLAN_TABLE_ROWS */
+    int fastest;                         /* index of the fastest layout that fits; -1: none fits */
     int n_requested;                     /* the input's requested layouts, dp filled in, and their evals */
     struct theory_layout requested[THEORY_PLAN_MAX_REQUESTED];
     struct theory_layout_eval requested_evals[THEORY_PLAN_MAX_REQUESTED];
@@ -242,7 +267,7 @@ struct theory_plan {
     struct theory_layout smallest_layout;
     struct theory_ckpt_estimate ckpt;    /* seed-style estimate */
     double ckpt_devices_ratio;           /* ckpt.total / memory */
-    int ckpt_min_devices;                /* ceil of the ratio */
+    double ckpt_min_devices;             /* ceil of the ratio (a double: tiny memory gives huge counts) */
     double ckpt_per_device;              /* ckpt.total / devices */
 };
 void theory_plan(struct theory_plan *out, const struct config *c, const struct theory_plan_input *in);

@@ -7,11 +7,14 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
 #include "config.h"
+#include "plan.h"
 #include "theory.h"
 
 static void load(struct config *c, const char *path) {
@@ -253,7 +256,7 @@ static void test_layouts_and_smallest_fit(void **state) {
     free(pl);
 }
 
-/* LLaMA 3 405B (Dubey et al. 2024, Table 4) on 16,384 H100s (80 GB), a
+/* LLaMA 3 405B (Dubey et al. 2024, Table 4) on 16,384 H100s (80 GiB), a
  * 16M-token batch (2^24: 128 sequences of 131,072), ZeRO-2, selective
  * recompute (no s x s scores kept): at sequence 131,072 the paper's TP 8 x CP 16 x PP 16 x DP 8
  * fits and TP 8 x PP 16 x DP 128 (no CP) does not; at 8,192 the latter
@@ -264,8 +267,9 @@ static void test_llama3_405b_context_parallel(void **state) {
     (void)state;
     struct config c;
     load(&c, "configs/llama3-405b.conf");
-    struct theory_plan_input in = {.devices = 16384, .memory = 80e9, .peak_flops = 989e12, .mfu = 0.4,
-                                   .tokens = 15e12, .batch_tokens = 1 << 24, .link_bandwidth = 4.5e10,
+    const double memory = 80 * THEORY_GIB;
+    struct theory_plan_input in = {.devices = 16384, .memory = memory, .peak_flops = 989e12, .mfu = 0.4,
+                                   .tokens = 15e12, .batch_tokens = 1 << 24, .link_bandwidth = 450e9,
                                    .zero_stage = 2, .recompute = RECOMPUTE_SELECTIVE, .ckpt_per_layer = 4,
                                    .n_requested = 2,
                                    .requested = {{.tp = 8, .cp = 16, .pp = 16}, {.tp = 8, .cp = 1, .pp = 16}}};
@@ -275,9 +279,9 @@ static void test_llama3_405b_context_parallel(void **state) {
     theory_plan(pl, &c, &in);
     assert_int_equal(pl->requested[0].dp, 8);
     assert_int_equal(pl->requested[1].dp, 128);
-    assert_true(pl->requested_evals[0].fits && pl->requested_evals[0].memory <= 80e9);
+    assert_true(pl->requested_evals[0].fits && pl->requested_evals[0].memory <= memory);
     assert_false(pl->requested_evals[1].fits);
-    assert_true(pl->requested_evals[1].memory > 80e9);
+    assert_true(pl->requested_evals[1].memory > memory);
     /* the CP layout's activations: the model's at s/16 */
     struct theory_model m = pl->model, local = m;
     local.s = m.s / 16;
@@ -300,14 +304,220 @@ static void test_llama3_405b_context_parallel(void **state) {
 }
 
 /* The GPU peaks MFU is usually quoted against: A100 312e12, H100/H200 SXM
- * 989e12 dense bf16. */
+ * 989e12 dense bf16. Memory is the data sheets' GB read as GiB (an H100's
+ * "80GB" is 80 x 2^30 = 85,899,345,920 B), links one direction: NVLink 4
+ * "900 GB/s" is both directions, 450e9 B/s each; NVLink 3 600 -> 300e9; the
+ * TPU v5p's ICI link the seeds' 4.5e10 B/s. */
 static void test_device_table(void **state) {
     (void)state;
     assert_true(theory_device_find("a100")->peak_flops == 312e12);
     assert_true(theory_device_find("h100")->peak_flops == 989e12);
     assert_true(theory_device_find("h200")->peak_flops == 989e12);
-    assert_true(theory_device_find("h200")->memory == 141e9);
+    assert_true(theory_device_find("h100")->memory == 85899345920.0);
+    assert_true(theory_device_find("h200")->memory == 141.0 * 1073741824.0);
+    assert_true(theory_device_find("h100")->link_bandwidth == 450e9);
+    assert_true(theory_device_find("h200")->link_bandwidth == 450e9);
+    assert_true(theory_device_find("a100")->link_bandwidth == 300e9);
+    assert_true(theory_device_find("tpu-v5p")->link_bandwidth == 4.5e10);
     assert_null(theory_device_find("h300"));
+}
+
+enum { WORDS_LEN = 1024, MAX_WORDS = 32 };
+
+/* argv from a string of words (at most 32) cut in buf (the caller's: the
+ * options point into it), then plan_parse_args; the messages go to
+ * *err_text (freed by the caller). */
+static int parse_words(const char *words, char buf[WORDS_LEN], struct plan_opts *o, struct config *c,
+                       char **err_text) {
+    char *argv[MAX_WORDS + 1] = {"plan"};
+    int argc = 1;
+    snprintf(buf, WORDS_LEN, "%s", words);
+    for (char *w = strtok(buf, " "); w && argc <= MAX_WORDS; w = strtok(NULL, " ")) argv[argc++] = w;
+    size_t n = 0;
+    FILE *err = open_memstream(err_text, &n);
+    assert_non_null(err);
+    int rc = plan_parse_args(argc, argv, o, c, err);
+    fclose(err);
+    return rc;
+}
+
+/* A refusal: non-zero, and the message names the flag. */
+static void refused(const char *words, const char *flag) {
+    struct plan_opts o;
+    struct config c;
+    char *msg = NULL, buf[WORDS_LEN];
+    int rc = parse_words(words, buf, &o, &c, &msg);
+    if (rc != -1 || !strstr(msg, flag)) fail_msg("'%s': rc %d, message '%s' (want one naming %s)", words, rc, msg, flag);
+    free(msg);
+}
+
+static void accepted(const char *words, char buf[WORDS_LEN], struct plan_opts *o, struct config *c) {
+    char *msg = NULL;
+    int rc = parse_words(words, buf, o, c, &msg);
+    if (rc != 0) fail_msg("'%s': rc %d, message '%s'", words, rc, msg);
+    free(msg);
+}
+
+/* Counts refuse fractions; every value is range-checked; --device fills
+ * memory, peak and link unless given; --device-memory is GiB. */
+static void test_plan_flags(void **state) {
+    (void)state;
+    refused("--config configs/llama3-8b.conf --devices 3.5", "--devices");
+    refused("--devices 0", "--devices");
+    refused("--tokens 1.5", "--tokens");
+    refused("--batch-tokens 4e6.5", "--batch-tokens");
+    refused("--zero-stage 1.5", "--zero-stage");
+    refused("--zero-stage 4", "--zero-stage");
+    refused("--ckpt-per-layer 2.5", "--ckpt-per-layer");
+    refused("--layout 8,1", "--layout");
+    refused("--layout 8.5,1,1", "--layout");
+    refused("--layout 99999999999,1,1", "--layout");
+    refused("--devices 1024 --layout 1024,1024,1024", "--layout");
+    refused("--device-memory 96e9", "--device-memory");
+    refused("--device-memory 0", "--device-memory");
+    refused("--mfu 0", "--mfu");
+    refused("--device h300", "--device");
+    refused("--recompute-mode some", "--recompute-mode");
+    refused("--devices", "--devices");
+    refused("--devices=3.5", "--devices");
+    refused("--peak-flops 1e-300", "--peak-flops"); /* found by fuzz_plan: inf days */
+
+    struct plan_opts o;
+    struct config c;
+    char buf[WORDS_LEN];
+    accepted("--config configs/llama3-8b.conf --device h100 --devices 16384 --all --json", buf, &o, &c);
+    assert_true(o.in.memory == 80.0 * THEORY_GIB && o.in.link_bandwidth == 450e9 && o.in.peak_flops == 989e12);
+    assert_true(o.in.devices == 16384 && o.all && o.json);
+    accepted("--device h100 --link-bandwidth 5e10 --device-memory 70", buf, &o, &c);
+    assert_true(o.in.memory == 70.0 * THEORY_GIB && o.in.link_bandwidth == 5e10);
+    accepted("--tokens 15e12 --batch-tokens 4e6 --layout 8,1,16 --devices 16384", buf, &o, &c);
+    assert_true(o.in.tokens == 15e12 && o.in.n_requested == 1 && o.in.requested[0].pp == 16);
+    /* --flag=value, as the config's keys take it; a --key=value pair keeps
+     * the next word (it once swallowed --devices here) */
+    accepted("--config=configs/llama3-8b.conf --device=h100 --seq_len=4096 --devices 16", buf, &o, &c);
+    assert_true(o.in.devices == 16 && o.in.memory == 80.0 * THEORY_GIB && c.seq_len == 4096);
+    assert_string_equal(o.config_path, "configs/llama3-8b.conf");
+}
+
+/* A plan from build/plan's words: the options, the config and the words
+ * they point into, with the plan (one allocation, freed by the caller). */
+struct planned {
+    struct theory_plan pl;
+    struct plan_opts o;
+    struct config c;
+    char buf[WORDS_LEN];
+};
+
+static struct planned *plan_of(const char *words) {
+    struct planned *p = malloc(sizeof *p);
+    assert_non_null(p);
+    accepted(words, p->buf, &p->o, &p->c);
+    theory_plan(&p->pl, &p->c, &p->o.in);
+    return p;
+}
+
+/* LLaMA 3 405B at Meta's layout (Dubey et al. 2024 Table 4: TP 8, PP 16,
+ * DP 128 on 16,384 H100s at s = 8,192, a 16M-token batch), ZeRO-1 over
+ * DP as in the seeds' per-device formula (DeepSpeed-Megatron: weights and
+ * gradients / (PP TP), optimizer / DP as well), selective recompute:
+ *   Psi = 405,853,388,800; Psi / (t p) = Psi / 128 = 3,170,729,600
+ *   states = (2 + 2) x 3,170,729,600 + 12 x 3,170,729,600 / 128
+ *          = 12,682,918,400 + 297,255,900 = 12,980,174,300 B (12.089 GiB)
+ *   B = 2^24 / 8192 = 2048 sequences, m = 2048 / (1 x 128) = 16
+ *   a layer (Korthikanti Table 2, SP, no scores): s b h / t x (10 + 4 +
+ *     4 n_kv/a + 6 F/h) = 8192 x 16384 / 8 x (14 + 0.25 + 19.5)
+ *     = 16,777,216 x 33.75 = 566,231,040 B
+ *   stage 0 under 1F1B: min(m, p) = 16 micro-batches of ceil(126/16) = 8
+ *     layers: 128 x 566,231,040 = 72,477,573,120 B (67.5 GiB)
+ *   total 85,457,747,420 B = 79.589 GiB: fits in 80 GiB (85,899,345,920 B),
+ *     not in the 80e9 B the table used to say.
+ * Time: executed FLOPs per token with selective recompute 6 Psi + 2 x 12
+ * L h s = 2,435,120,332,800 + 405,874,409,472 = 2,840,994,742,272; a step's
+ * 2^24 tokens over 16,384 devices at 989e12 x 0.4:
+ *   compute = 2,840,994,742,272 x 1024 / 395.6e12 = 7.3538 s
+ *   bubble = 7.3538 x 15 / 16 = 6.8942 s; comm (< compute) hidden
+ *   step = 14.248 s; days = 15e12 / 2^24 steps x 14.248 s / 86400 = 147.43 */
+static void test_llama3_405b_meta_layout_gib(void **state) {
+    (void)state;
+    struct planned *p = plan_of("--config configs/llama3-405b.conf --device h100 --devices 16384 "
+                                "--batch-tokens 16777216 --zero-stage 1 --layout 8,1,16");
+    const struct theory_layout_eval *e = &p->pl.requested_evals[0];
+    assert_int_equal(p->pl.requested[0].dp, 128);
+    assert_true(e->micro_batches == 16.0);
+    assert_true(e->step_tokens == 16777216.0);
+    assert_near(e->state.total, 12980174300.0, 1e-9);
+    assert_near(e->activations, 72477573120.0, 1e-9);
+    assert_near(e->memory / THEORY_GIB, 79.589, 1e-4);
+    assert_true(e->fits);
+    assert_true(e->memory > 80e9);
+    assert_near(e->compute_s, 7.3538, 1e-4);
+    assert_near(e->bubble_s, 7.3538 * 15 / 16, 1e-4);
+    assert_true(e->comm_s < e->compute_s && !e->comm_bound);
+    assert_near(e->step_s, 7.3538 * 31 / 16, 1e-4);
+    assert_near(e->days, 147.43, 1e-4);
+    /* the 4e6-token batch: B = floor(4e6 / 8192) = 488 sequences, so m =
+     * floor(488 / 128) = 3 whole micro-batches, 3 x 128 x 8192 tokens */
+    free(p);
+    p = plan_of("--config configs/llama3-405b.conf --device h100 --devices 16384 --layout 8,1,16");
+    assert_true(p->pl.requested_evals[0].micro_batches == 3.0);
+    assert_true(p->pl.requested_evals[0].step_tokens == 3.0 * 128 * 8192);
+    free(p);
+}
+
+/* The table: every layout once, those that fit first by days; the fastest
+ * is the first and no fitting layout is faster; days = tokens / step
+ * tokens x step / 86400 on each; m whole. */
+static void test_plan_fastest_and_table(void **state) {
+    (void)state;
+    struct planned *p = plan_of("--config configs/llama3-405b.conf --device h100 --devices 16384");
+    const struct theory_plan *pl = &p->pl;
+    assert_true(pl->n_fit > 0 && pl->fastest == pl->order[0]);
+    assert_int_equal(pl->n_table, THEORY_PLAN_TABLE_ROWS);
+    int seen[THEORY_PLAN_MAX_LAYOUTS] = {0};
+    for (int k = 0; k < pl->n_layouts; k++) {
+        const struct theory_layout_eval *e = &pl->evals[pl->order[k]];
+        seen[pl->order[k]]++;
+        assert_true(e->fits == (k < pl->n_fit));
+        assert_true(e->micro_batches == floor(e->micro_batches));
+        assert_near(e->days, 15e12 / e->step_tokens * e->step_s / 86400, 1e-12);
+        if (e->fits) assert_true(e->days >= pl->evals[pl->fastest].days);
+    }
+    for (int i = 0; i < pl->n_layouts; i++) assert_int_equal(seen[i], 1);
+    /* Meta's PP 16 does not divide 126 layers; the search holds it (a
+     * power of 2, stages of 8 layers) */
+    int meta = 0;
+    for (int i = 0; i < pl->n_layouts; i++)
+        meta += pl->layouts[i].tp == 8 && pl->layouts[i].pp == 16 && pl->layouts[i].cp == 1;
+    assert_int_equal(meta, 1);
+    /* 1 GiB per device: nothing fits; the seed-style count stays a count */
+    free(p);
+    p = plan_of("--config configs/llama3-405b.conf --device-memory 1");
+    assert_int_equal(p->pl.fastest, -1);
+    assert_int_equal(p->pl.n_fit, 0);
+    assert_true(p->pl.ckpt_min_devices == ceil(p->pl.ckpt.total / THEORY_GIB));
+    free(p);
+}
+
+/* --json carries the --layout results, the fastest layout and the table's
+ * rows, and no nan or inf. */
+static void test_plan_json(void **state) {
+    (void)state;
+    struct planned *p = plan_of("--config configs/llama3-405b.conf --device h100 --devices 16384 --layout 8,1,16");
+    char *text = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&text, &n);
+    assert_non_null(f);
+    plan_print_json(f, &p->pl, &p->o);
+    fclose(f);
+    assert_non_null(strstr(text, "\"requested\":[{\"tp\":8,\"cp\":1,\"pp\":16,\"dp\":128,"));
+    assert_non_null(strstr(text, "\"fastest\":{\"tp\":"));
+    assert_non_null(strstr(text, "\"table\":["));
+    assert_non_null(strstr(text, "\"device\":\"h100\""));
+    assert_non_null(strstr(text, "\"micro_batches\":3,"));
+    assert_null(strstr(text, "nan"));
+    assert_null(strstr(text, "inf"));
+    free(text);
+    free(p);
 }
 
 int main(void) {
@@ -324,6 +534,10 @@ int main(void) {
         cmocka_unit_test(test_layouts_and_smallest_fit),
         cmocka_unit_test(test_llama3_405b_context_parallel),
         cmocka_unit_test(test_device_table),
+        cmocka_unit_test(test_plan_flags),
+        cmocka_unit_test(test_llama3_405b_meta_layout_gib),
+        cmocka_unit_test(test_plan_fastest_and_table),
+        cmocka_unit_test(test_plan_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,20 +1,34 @@
-/* Peak dense bf16 FLOP/s and memory of common devices (vendor data
- * sheets; without sparsity). The A100 and H100/H200 peaks are the ones
- * the MFU literature divides by (PaLM App. B, Megatron). */
+/* Peak dense bf16 FLOP/s, memory and link bandwidth of common devices
+ * (vendor data sheets; without sparsity). The A100 and H100/H200 peaks are
+ * the ones the MFU literature divides by (PaLM App. B, Megatron).
+ * Memory: the data sheets' "80GB" of HBM is 80 GiB (nvidia-smi reports
+ * 81,559 MiB usable on an H100 SXM), so each is GiB x THEORY_GIB.
+ * Links: NVIDIA quotes NVLink as the sum of both directions ("900 GB/s"
+ * on H100 SXM); the planner's link is one direction, half of that. */
 #include <string.h>
 
 #include "theory.h"
 
+#define GB_S 1e9 /* link bandwidths are quoted in decimal GB/s */
+
 /* Looked up in this order: the first `gpu` part a CUDA name holds wins
  * (every A100 has the same peak, so "A100" stands for both sizes). */
 static const struct theory_device DEVICES[] = {
-    {"a100-40gb", 312e12, 40e9, NULL},
-    {"a100", 312e12, 80e9, "A100"},                  /* A100 SXM 80 GB */
-    {"h100", 989e12, 80e9, "H100 80GB HBM3"},        /* H100 SXM */
-    {"h100-pcie", 756e12, 80e9, "H100 PCIe"},
-    {"h100-nvl", 835e12, 94e9, "H100 NVL"},
-    {"h200", 989e12, 141e9, "H200"},                 /* H200 SXM: H100's compute, more HBM */
-    {"tpu-v5p", 4.59e14, 95e9, NULL},                /* the seeds' LLaMA-3 example (96 GB there) */
+    /* A100 data sheet: 40 GB HBM2, NVLink 3 600 GB/s both ways */
+    {"a100-40gb", 312e12, 40 * THEORY_GIB, 300 * GB_S, NULL},
+    /* A100 SXM 80 GB HBM2e, NVLink 3 600 GB/s both ways */
+    {"a100", 312e12, 80 * THEORY_GIB, 300 * GB_S, "A100"},
+    /* H100 SXM data sheet: 80 GB HBM3, NVLink 4 900 GB/s both ways */
+    {"h100", 989e12, 80 * THEORY_GIB, 450 * GB_S, "H100 80GB HBM3"},
+    /* H100 PCIe: 80 GB HBM2e, NVLink bridge 600 GB/s both ways */
+    {"h100-pcie", 756e12, 80 * THEORY_GIB, 300 * GB_S, "H100 PCIe"},
+    /* H100 NVL: 94 GB HBM3, NVLink bridge 600 GB/s both ways */
+    {"h100-nvl", 835e12, 94 * THEORY_GIB, 300 * GB_S, "H100 NVL"},
+    /* H200 SXM data sheet: H100's compute, 141 GB HBM3e, NVLink 900 GB/s both ways */
+    {"h200", 989e12, 141 * THEORY_GIB, 450 * GB_S, "H200"},
+    /* Cloud TPU v5p docs: 95 GiB HBM2e (the seeds round to 96 GB); ICI
+     * 4.5e10 B/s per link one way (the seeds' LLaMA-3 example) */
+    {"tpu-v5p", 4.59e14, 95 * THEORY_GIB, 4.5e10, NULL},
 };
 
 const struct theory_device *theory_device_find(const char *name) {

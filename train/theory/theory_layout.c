@@ -15,7 +15,10 @@
  *    theory_pipeline_bubble_seconds, the trainer's bubble formula;
  *  - comm    = (DP + TP + PP + CP bytes per device) / link bandwidth, all on one
  *    link of the given bandwidth, assumed to overlap perfectly with compute;
- *  - step    = max(compute, comm) + bubble; the larger term "bounds" it. */
+ *  - step    = max(compute, comm) + bubble; the larger term "bounds" it;
+ *    comm beyond compute is the exposed part, so this is compute + exposed
+ *    comm + bubble.
+ * A step trains m b d whole sequences, m = floor(B / (b d)). */
 double theory_pipeline_bubble(int p, double m, int v) { return (double)(p - 1) / ((double)v * m + p - 1); }
 
 /* f / (1 - f) of the work, f the bubble share above */
@@ -31,10 +34,14 @@ struct theory_layout_eval theory_layout_evaluate(const struct theory_model *m, c
     const int t = lay->tp, p = lay->pp, d = lay->dp, cp = lay->cp > 1 ? lay->cp : 1;
     const double devices = (double)t * cp * p * d;
     const double b = micro_batch;
-    e.sequences = batch_tokens / m->s;
-    e.micro_batches = e.sequences / (b * d);
+    /* whole sequences and whole micro-batches: a step trains m b d of the
+     * B sequences asked for (the rest would not fill a micro-batch on
+     * every pipeline); a layout without one is judged at m = 1 */
+    e.sequences = floor(batch_tokens / m->s);
+    e.micro_batches = floor(e.sequences / (b * d));
     e.batch_ok = e.micro_batches >= 1.0;
     const double mm = fmax(e.micro_batches, 1.0);
+    e.step_tokens = mm * b * d * m->s;
     /* a cp rank: s/cp positions of every sequence (ring attention keeps
      * no s x s scores), so its activations and its tp and pp traffic are
      * the model's at s/cp */
@@ -48,7 +55,7 @@ struct theory_layout_eval theory_layout_evaluate(const struct theory_model *m, c
     e.fits = e.batch_ok && e.memory <= cl->memory;
 
     const double rate = cl->peak_flops * cl->mfu;
-    const double flops = theory_hardware_flops_per_token(m, psi, lay->recompute) * batch_tokens / devices;
+    const double flops = theory_hardware_flops_per_token(m, psi, lay->recompute) * e.step_tokens / devices;
     e.compute_s = rate > 0 ? flops / rate : 0.0;
     e.bubble_s = theory_pipeline_bubble_seconds(e.compute_s, p, mm, 1);
 
@@ -65,10 +72,15 @@ struct theory_layout_eval theory_layout_evaluate(const struct theory_model *m, c
     return e;
 }
 
+bool theory_pp_searched(const struct theory_model *m, int p) {
+    const bool power_of_2 = p > 0 && (p & (p - 1)) == 0;
+    return p >= 1 && p <= m->L && p <= THEORY_MAX_PP && (m->L % p == 0 || power_of_2);
+}
+
 /* Rule: the smallest n for which some t in {1,2,4,8} (dividing a and n_kv,
- * Megatron's head split), cp in {1,2,4,8,16} (2 cp dividing s), p dividing
- * L, d = n/(t cp p) with at least one micro-batch per pipeline, has model
- * states + activations <= memory. */
+ * Megatron's head split), cp in {1,2,4,8,16} (2 cp dividing s), p
+ * theory_pp_searched, d = n/(t cp p) with at least one micro-batch per
+ * pipeline, has model states + activations <= memory. */
 int theory_smallest_fit(const struct theory_model *m, const struct theory_dtypes *dt, double psi,
                         double micro_batch, double batch_tokens, int zero_stage, enum recompute_mode r,
                         double memory, int max_devices, struct theory_layout *best) {
@@ -82,7 +94,7 @@ int theory_smallest_fit(const struct theory_model *m, const struct theory_dtypes
             for (int cp = 1; cp <= THEORY_MAX_CP && cp <= n / t; cp *= 2) {
                 if ((n / t) % cp || m->s % (2 * cp)) continue;
                 for (int p = 1; p <= m->L && p <= n / (t * cp); p++) {
-                    if (m->L % p || (n / (t * cp)) % p) continue;
+                    if (!theory_pp_searched(m, p) || (n / (t * cp)) % p) continue;
                     struct theory_layout lay = {.tp = t, .cp = cp, .pp = p, .dp = n / (t * cp * p),
                                                 .zero_stage = zero_stage, .recompute = r, .sequence_parallel = true};
                     struct theory_layout_eval e =
