@@ -93,6 +93,9 @@ static void test_rmsnorm_bf16_within_bound(void **state) {
     assert_int_equal(bf16_outside_bound(dinp16, dinp, N * C, &not_bits), 0);
     assert_int_equal(not_bits, 0);
     assert_memory_equal(dw, dw16, sizeof dw);
+    float dinp32[N * C] = {0}; /* an fp32 dinp: the fp32 form's bits */
+    rmsnorm_backward_bf16_cpu((struct act_out){.f32 = dinp32}, dw16, g, inp16, w, rstd16, N, C, &fc);
+    assert_memory_equal(dinp32, dinp, sizeof dinp);
 }
 
 /* ------------------------------------------------------------------- RoPE */
