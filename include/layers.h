@@ -403,8 +403,14 @@ double crossentropy_finish(float *logits, float *losses, const float *maxv, cons
  * fp32 kernel, narrow" and is within half a bf16 ulp, 2^-8 |y| (bf16's
  * unit roundoff, LLAMA_BF16_ROUNDING), of the fp32 form's y on the same
  * widened inputs. Rounding points are stated with each. */
-enum { RMSNORM_FLOPS_FWD_PER_ELEM = 5, RMSNORM_FLOPS_BWD_PER_ELEM = 9, ROPE_FLOPS_PER_ELEM = 3,
-       SWIGLU_FLOPS_FWD = 6, SWIGLU_FLOPS_BWD = 10 };
+/* FLOPs per element (fc->other), each exp or division one:
+ *   RMSNorm forward  x^2 summed (2), x rstd w (2);
+ *   RMSNorm backward the row's mean(w dy xhat) (4), dx (6), dw (3);
+ *   RoPE             a pair's 4 products and 2 sums, per element;
+ *   SwiGLU forward   sigmoid (4: negate, exp, add, divide), silu, times up;
+ *   SwiGLU backward  sigmoid (4), dup (2), silu' and dgate (6). */
+enum { RMSNORM_FLOPS_FWD_PER_ELEM = 4, RMSNORM_FLOPS_BWD_PER_ELEM = 13, ROPE_FLOPS_PER_ELEM = 3,
+       SWIGLU_FLOPS_FWD = 6, SWIGLU_FLOPS_BWD = 12 };
 #define LLAMA_BF16_ROUNDING 0x1p-8 /* bf16 unit roundoff: half an ulp of its 8-bit significand, relative */
 
 /* RMSNorm (N rows of C): out = x rstd w, rstd = 1 / sqrt(mean(x^2) + eps)
