@@ -24,11 +24,8 @@
 #include <omp.h>
 
 #include "act_io.h"
+#include "causal_softmax.h"
 #include "layers.h"
-
-/* softmax: max, subtract and exp, sum, scale; its backward: the row's dot
- * product (2), then P (dP - dot) (2) */
-enum { SOFTMAX_FORWARD_FLOPS = 5, SOFTMAX_BACKWARD_FLOPS = 4 };
 
 /* Threads that share the heads; attention_backward_scratch's count. */
 static int head_threads(int64_t B, int64_t NH) {
@@ -38,35 +35,6 @@ static int head_threads(int64_t B, int64_t NH) {
 
 size_t attention_backward_scratch(int64_t B, int64_t T, int64_t NH) {
     return (size_t)head_threads(B, NH) * (size_t)T * (size_t)T;
-}
-
-/* Row t of p (T x T, scores in) keeps columns 0..t as softmax
- * probabilities; the masked columns t+1.. become exact zeros. */
-static void causal_softmax_forward(float *p, int64_t T) {
-    for (int64_t t = 0; t < T; t++) {
-        float *row = p + t * T, maxv = -INFINITY, sum = 0.0f;
-        for (int64_t t2 = 0; t2 <= t; t2++) maxv = row[t2] > maxv ? row[t2] : maxv;
-        for (int64_t t2 = 0; t2 <= t; t2++) {
-            row[t2] = expf(row[t2] - maxv);
-            sum += row[t2];
-        }
-        float inv = 1.0f / sum;
-        for (int64_t t2 = 0; t2 <= t; t2++) row[t2] *= inv;
-        for (int64_t t2 = t + 1; t2 < T; t2++) row[t2] = 0.0f;
-    }
-}
-
-/* d (T x T) holds dL/dP on entry and dL/dS on exit, dS = P (dP - sum_j
- * P_j dP_j) row by row; masked entries become exact zeros (the unmasked
- * formula would give P = 0 times dP there, which is NaN for an infinite dP). */
-static void causal_softmax_backward(float *d, const float *p, int64_t T) {
-    for (int64_t t = 0; t < T; t++) {
-        float *row = d + t * T, dot = 0.0f;
-        const float *pr = p + t * T;
-        for (int64_t t2 = 0; t2 <= t; t2++) dot += pr[t2] * row[t2];
-        for (int64_t t2 = 0; t2 <= t; t2++) row[t2] = pr[t2] * (row[t2] - dot);
-        for (int64_t t2 = t + 1; t2 < T; t2++) row[t2] = 0.0f;
-    }
 }
 
 void attention_forward_cpu(float *out, float *att, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
