@@ -11,7 +11,7 @@
 #endif
 
 /* TABLE[i]: the register after shifting byte i through eight steps of the
- * reflected polynomial 0x82F63B78 (checked bit by bit in tests/test_crc32c.c). */
+ * reflected polynomial 0x82F63B78 (checked bit by bit in tests/test_integrity.c). */
 static const uint32_t TABLE[256] = {
     0x00000000, 0xf26b8303, 0xe13b70f7, 0x1350f3f4, 0xc79a971f, 0x35f1141c,
     0x26a1e7e8, 0xd4ca64eb, 0x8ad958cf, 0x78b2dbcc, 0x6be22838, 0x9989ab3b,

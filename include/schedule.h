@@ -11,7 +11,7 @@
  *
  *   interleaved  interleaved 1F1B (Narayanan et al. 2021, section 2.2.2):
  *          each rank holds v model chunks (virtual stages; include/
- *          pipeline.h), chunk c of rank s being virtual stage c p + s, so
+ *          pipe_stages.h), chunk c of rank s being virtual stage c p + s, so
  *          the last rank's chunk c feeds rank 0's chunk c + 1. Megatron-
  *          LM's order: virtual micro-batch i is micro-batch
  *          i mod p + p floor(i / (p v)) of chunk floor(i / p) mod v going
