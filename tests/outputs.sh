@@ -102,6 +102,38 @@ rc=$?
 [ $rc -eq 1 ] && grep -qF "error: writing the run's output to stdout failed: No space left on device" "$tmp/err"
 check "train > /dev/full: exit 1, the reason named" $?
 
+# stdout is an output like any other: a pipe whose reader is gone is a stop
+# request (SIGPIPE ignored), the resume state written, the stop said on
+# stderr, exit 3 (it was killed by SIGPIPE: 141, no state)
+stopped_step() { # stderr file -> K of "after step K of"
+    sed -nE 's/.*after step ([0-9]+) of .*/\1/p' "$1" | head -n 1
+}
+resumes() { # state, step it holds: it loads and trains one more step
+    timeout 60 "${train[@]}" --steps $(($2 + 1)) --resume "$1" >/dev/null 2>&1
+}
+rm -f "$tmp/pipe.state"
+timeout 120 "${train[@]}" --steps 1000000 --save_state "$tmp/pipe.state" 2>"$tmp/err" | head -c 100 >/dev/null
+rc=${PIPESTATUS[0]}
+k=$(stopped_step "$tmp/err")
+[ $rc -eq 3 ] && grep -qF "stdout is a broken pipe (EPIPE: its reader is gone)" "$tmp/err" &&
+    grep -qF "stopped by a broken stdout (EPIPE: its reader is gone) after step" "$tmp/err" &&
+    [ -n "$k" ] && resumes "$tmp/pipe.state" "$k"
+check "train | head -c 100: exit 3 (rc $rc), said on stderr, the state at step ${k:-?} resumes" $?
+# a session hung up (a closed terminal): train and the tee it writes to both
+# get SIGHUP; tee dies, train stops with its state whichever comes first
+rm -f "$tmp/hup.state" "$tmp/hup.rc"
+setsid sh -c '{ trap : HUP; "$@" 2>"$0.err"; echo $? >"$0.rc"; } | tee "$0.log" >/dev/null' "$tmp/hup" \
+    "${train[@]}" --steps 1000000 --save_state "$tmp/hup.state" &
+session=$!
+for _ in $(seq 1 600); do grep -q '^step' "$tmp/hup.log" 2>/dev/null && break; sleep 0.1; done
+kill -HUP -- -$session
+{ wait $session; } 2>/dev/null # the shell dies of the SIGHUP; train's group writes hup.rc when train has ended
+for _ in $(seq 1 600); do [ -s "$tmp/hup.rc" ] && break; sleep 0.1; done
+rc=$(cat "$tmp/hup.rc" 2>/dev/null)
+k=$(cat "$tmp/hup.err" "$tmp/hup.log" | stopped_step /dev/stdin)
+[ "$rc" = 3 ] && [ -n "$k" ] && resumes "$tmp/hup.state" "$k"
+check "setsid sh -c 'train | tee log', SIGHUP to the session: exit 3 (rc ${rc:-none}), the state resumes" $?
+
 # more validation batches than the split holds: a warning with the passes;
 # the end line names validation's time beside the steps'
 timeout 120 "${train[@]}" --val_every 1 --val_batches 800 >"$tmp/out" 2>"$tmp/err" &&

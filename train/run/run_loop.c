@@ -3,6 +3,7 @@
 #include "run.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <errno.h>
@@ -278,7 +279,9 @@ static void log_step(struct trainer *tr, const struct step_metrics *m, bool keep
         size_t used = strlen(line);
         snprintf(line + used, sizeof line - used, " | %.1f J", m->joules);
     }
+    errno = 0;
     progress_show(&tr->progress, stdout, line, keep);
+    if (ferror(stdout) && errno == EPIPE) tr->stdout_broken = true; /* a stop request (trainer_run) */
     if (!tr->json) return;
     char val[32] = "null", loss[32], norm[32];
     if (has_val_loss(m->val_loss)) snprintf(val, sizeof val, "%.6f", m->val_loss);
@@ -437,7 +440,9 @@ int trainer_run(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     int saved_step = -1; /* the step of the last state written to save_state */
     while (tr->step < c->steps && (tr->stop_after <= 0 || tr->step < tr->stop_after)) {
         /* one scalar all-reduce per step, off the books like trainer_agree */
-        int sig = trainer_agree_max(tr, stop_signal_pending());
+        int sig = stop_signal_pending();
+        if (!sig && tr->stdout_broken) sig = SIGPIPE;
+        sig = trainer_agree_max(tr, sig);
         if (sig > 0) {
             if (tr->grid->world_rank == 0) progress_end_line(&tr->progress, stdout);
             return stop_run(tr, sig, saved_step, err);

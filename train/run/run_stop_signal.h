@@ -5,7 +5,11 @@
  * across ranks. A second signal ends the process at once, by that signal's
  * default action (status 128 + signal in a shell), writing nothing more.
  * A signal that was ignored when the program started (nohup's SIGHUP, a
- * background job's SIGINT) stays ignored. */
+ * background job's SIGINT) stays ignored.
+ * SIGPIPE is ignored: a step line that fails with EPIPE (stdout a pipe
+ * whose reader is gone: `train | head`, a tee killed by SIGHUP) is a stop
+ * request too (stop_signal_name(SIGPIPE)), said on stderr, and the run
+ * exits SHARDLAB_EXIT_STOPPED with its resume state like the others. */
 #ifndef SHARDLAB_STOP_SIGNAL_H
 #define SHARDLAB_STOP_SIGNAL_H
 
@@ -20,7 +24,8 @@ void stop_signal_install(void);
 int stop_signal_pending(void);
 /* Forgets a handled request (for a process that trains again). */
 void stop_signal_clear(void);
-/* "SIGTERM", ..., or "a signal" for another number. */
+/* "SIGTERM", ..., the broken stdout for SIGPIPE, or "a signal" for
+ * another number. */
 const char *stop_signal_name(int sig);
 
 #endif

@@ -87,10 +87,13 @@ static int agree_config(const struct config *c, int mine, char err[TRAINER_ERR_L
 }
 
 /* Everything printed reached stdout: a failed write (stdout on a full
- * disk, > /dev/full) is an error naming its reason, never exit 0. */
-static int stdout_written(char err[TRAINER_ERR_LEN]) {
+ * disk, > /dev/full) is an error naming its reason, never exit 0. A run
+ * stopped because its stdout's reader went away (EPIPE) said so on stderr
+ * (say_stopped): its status is the stop's. */
+static int stdout_written(const struct trainer *tr, int rc, char err[TRAINER_ERR_LEN]) {
     errno = 0;
     if (fflush(stdout) == 0 && !ferror(stdout)) return 0;
+    if (rc > 0 && tr->stdout_broken) return 0;
     snprintf(err, TRAINER_ERR_LEN, "writing the run's output to stdout failed: %s",
              errno ? strerror(errno) : "an earlier write failed");
     return -1;
@@ -154,6 +157,26 @@ static int close_log(struct trainer *tr, const char *path, char err[TRAINER_ERR_
     snprintf(err, TRAINER_ERR_LEN, "writing log_json %.400s failed: %s", path,
              why ? strerror(why) : "a write error (disk full?)");
     return -1;
+}
+
+static int print_stopped(FILE *out, const struct trainer *tr, int sig) {
+    char stop[FILEIO_PATH_LEN];
+    trainer_stop_state_path(tr->cfg, stop);
+    fprintf(out, "\nstopped by %s after step %d of %d: resume state in %s (continue with --resume %s)\n",
+            stop_signal_name(sig), tr->step, tr->cfg->steps, stop, stop);
+    return fflush(out);
+}
+
+/* The stop, said by rank 0 on stdout; on stderr when stdout is a pipe
+ * whose reader is gone (the stop's cause, or found by this very line). */
+static void say_stopped(struct trainer *tr, int sig) {
+    if (!tr->stdout_broken) {
+        errno = 0;
+        if (print_stopped(stdout, tr, sig) == 0 || errno != EPIPE) return;
+        tr->stdout_broken = true;
+    }
+    fprintf(stderr, "stdout is a broken pipe (EPIPE: its reader is gone): the run stops here");
+    print_stopped(stderr, tr, sig);
 }
 
 /* Every rank's numbers, gathered to rank 0 (ranks[] matters there only). */
@@ -285,13 +308,7 @@ int main(int argc, char **argv) {
     int start = tr.step;
     int rc = trainer_run(&tr, err);
     if (rc >= 0 && trace_file_write(&tr, err) != 0) rc = -1; /* --trace: also after a stop signal */
-    if (rc > 0 && rank == 0) {
-        char stop[FILEIO_PATH_LEN];
-        trainer_stop_state_path(&cfg, stop);
-        printf("\nstopped by %s after step %d of %d: resume state in %s (continue with --resume %s)\n",
-               stop_signal_name(rc), tr.step, cfg.steps, stop, stop);
-        fflush(stdout);
-    }
+    if (rc > 0 && rank == 0) say_stopped(&tr, rc);
     if (rc == 0) {
         if (rank == 0) {
             char val[64] = ""; /* validation runs between the steps: its time apart */
@@ -322,7 +339,7 @@ int main(int argc, char **argv) {
         free(timelines);
     }
     if (rc == 0) rc = trainer_agree(&tr, close_log(&tr, cfg.log_json, err), err); /* rank 0 writes it */
-    if (rc >= 0 && trainer_agree(&tr, stdout_written(err), err) != 0) rc = -1;
+    if (rc >= 0 && trainer_agree(&tr, stdout_written(&tr, rc, err), err) != 0) rc = -1;
     free(ranks);
     trainer_close(&tr);
     device_grid_free(&dev, &grid);
