@@ -174,7 +174,7 @@ attack "--config /dev/null" "config /dev/null is a character device, not a regul
 attack "a config with a NUL byte" "nul.conf:1: NUL byte in the line (a config is text)" "${one[@]}" --config "$tmp/nul.conf"
 attack "a resume state as --config" "state.bin:1: NUL byte in the line" "${one[@]}" --config "$tmp/state.bin"
 attack "--steps 1e3" "bad value '1e3' for steps: expected an integer in [0, 2147483647]" "${one[@]}" --steps 1e3
-attack "--lr nan" "bad value 'nan' for lr: expected a number in [0, 10]" "${one[@]}" --lr nan
+attack "--lr nan" "bad value 'nan' for lr: expected a number in (0, 10]" "${one[@]}" --lr nan
 attack "a truncated resume state" "state_half.bin is truncated: section 'params' needs" \
     "${one[@]}" --steps 3 --resume "$tmp/state_half.bin"
 attack "an empty resume state" "state_empty.bin is truncated: 0 bytes" "${one[@]}" --steps 3 --resume "$tmp/state_empty.bin"
