@@ -10,8 +10,9 @@
 #     its bytes (no crash, no OOM kill);
 #  5. a model too big for this host (4.8e9 parameters): refused before
 #     allocating, with the breakdown and the levers, on every rank;
-#  6. log_json on a full disk (/dev/full): every rank exits non-zero, the
-#     message names the log (it used to leave a 0-byte log and exit 0);
+#  6. log_json: a device, a FIFO, a missing folder refused up front; a
+#     failed start-up leaves the old log; a resumed run refuses a log cut
+#     mid-record; a full disk stops the run at the failed step with its state;
 #  7. the banner's tokens per step past 2^31 (it printed -2147483648), and
 #     a directory as --config or as train_data: one clear error each;
 #  8. a run that goes NaN (SGD at lr 10, no clipping) on 2 ranks under
@@ -27,7 +28,7 @@ set -u
 build=${1:-build}
 train="$build/train"
 tmp=$(mktemp -d /tmp/shardlab_failures_XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+trap 'umount "$tmp/fs6" 2>/dev/null; rm -rf "$tmp"' EXIT
 mpi=(mpirun --oversubscribe --allow-run-as-root)
 for v in ASAN_OPTIONS UBSAN_OPTIONS; do [ -n "${!v:-}" ] && mpi+=(-x "$v"); done
 fails=0
@@ -91,17 +92,61 @@ rc=$?
     ! grep -q '^step' "$tmp/out5"
 check "4.8e9 parameters: refused before allocating (rc $rc), the breakdown and the levers" $?
 
-# 6. a full disk under log_json
-timeout 60 "${mpi[@]}" -np 2 "$train" "${common[@]}" --steps 2 --val_every 0 --peak_flops 1e9 \
-    --log_json /dev/full >"$tmp/out6" 2>"$tmp/err6"
+# 6. log_json, an output like the others (issue 39), on 2 ranks: a device
+# or a FIFO refused up front (a FIFO used to block open() for ever); a
+# missing folder refused before the weights; a run that fails at start-up
+# leaves the old log as it was (it was truncated to 0 bytes); a resumed run
+# refuses a log whose last record was cut (it appended to the cut line); a
+# full file system stops the run at the step whose record failed, with its
+# state, the log cut back to whole records (all 400 steps used to run)
+np2=(timeout 60 "${mpi[@]}" -np 2 "$train" "${common[@]}" --val_every 0 --peak_flops 1e9)
+"${np2[@]}" --steps 2 --log_json /dev/full >"$tmp/out6" 2>"$tmp/err6"
 rc=$?
-[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c 'writing log_json /dev/full failed: No space left on device' "$tmp/err6")" -eq 1 ]
-check "log_json on a full disk: non-zero exit (rc $rc), one message naming the log and the reason" $?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c -- '--log_json /dev/full cannot be written: it exists and is a character device' "$tmp/err6")" -eq 1 ]
+check "log_json /dev/full: refused up front (rc $rc), one message naming the log" $?
+mkfifo "$tmp/log.fifo"
+"${np2[@]}" --steps 2 --log_json "$tmp/log.fifo" >"$tmp/out6" 2>"$tmp/err6"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q -- "--log_json $tmp/log.fifo cannot be written: it exists and is a FIFO" "$tmp/err6" &&
+    [ -p "$tmp/log.fifo" ]
+check "log_json on a FIFO: refused, no hang (rc $rc), the FIFO kept" $?
 timeout 60 "$train" "${common[@]}" --steps 2 --log_json "$tmp/no_such_dir/log.json" >"$tmp/out6" 2>"$tmp/err6"
 rc=$?
-[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "cannot open log_json $tmp/no_such_dir/log.json: No such file" "$tmp/err6" &&
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q -- "--log_json $tmp/no_such_dir/log.json cannot be written: .*No such file" "$tmp/err6" &&
     ! grep -q "initialising weights" "$tmp/out6"
 check "log_json in a missing folder: refused before the weights (rc $rc), naming the reason" $?
+"${np2[@]}" --steps 2 --save "$tmp/m6.bin" --save_state "$tmp/s6.state" --log_json "$tmp/log6.json" >/dev/null 2>&1
+cp "$tmp/log6.json" "$tmp/log6.keep"
+cp "$tmp/m6.bin" "$tmp/nan6.bin" # a NaN weight: refused when the weights are loaded, after the checks
+printf '\xff\xff\xff\xff' | dd of="$tmp/nan6.bin" bs=1 seek=4096 conv=notrunc 2>/dev/null
+"${np2[@]}" --steps 2 --init_from "$tmp/nan6.bin" --log_json "$tmp/log6.json" >"$tmp/out6" 2>"$tmp/err6"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "nan" "$tmp/err6" && cmp -s "$tmp/log6.json" "$tmp/log6.keep"
+check "a run that fails at start-up (a NaN weight): rc $rc, the old log as it was" $?
+printf '{"type":"step","st' >>"$tmp/log6.json"
+cp "$tmp/log6.json" "$tmp/log6.keep"
+"${np2[@]}" --steps 4 --resume "$tmp/s6.state" --log_json "$tmp/log6.json" >"$tmp/out6" 2>"$tmp/err6"
+rc=$?
+whole=$(($(stat -c %s "$tmp/log6.keep") - 18))
+[ $rc -ne 0 ] && [ $rc -ne 124 ] &&
+    grep -q -- "--log_json $tmp/log6.json does not end in a newline: its last record was cut after byte $whole of" "$tmp/err6" &&
+    cmp -s "$tmp/log6.json" "$tmp/log6.keep"
+check "a resumed run on a log cut mid-record: refused (rc $rc), the log as it was" $?
+mkdir "$tmp/fs6"
+if mount -t tmpfs -o size=16k tmpfs "$tmp/fs6" 2>/dev/null; then
+    "${np2[@]}" --steps 400 --log_json "$tmp/fs6/log.json" --save_state "$tmp/full6.state" >"$tmp/out6" 2>"$tmp/err6"
+    rc=$?
+    k=$(sed -nE 's/^stopped by a failed write to log_json after step ([0-9]+) of 400.*/\1/p' "$tmp/out6")
+    last=$(tail -n 1 "$tmp/fs6/log.json" | sed -nE 's/.*"type":"step","step":([0-9]+),.*/\1/p')
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ -n "$k" ] && [ "$k" -lt 400 ] &&
+        [ "$(grep -c "writing log_json $tmp/fs6/log.json failed at step $k's record (it keeps the records before it): No space left on device" "$tmp/err6")" -eq 1 ] &&
+        [ "$last" = $((k - 1)) ] && [ "$(tail -c 1 "$tmp/fs6/log.json" | od -An -c | tr -d ' ')" = '\n' ] &&
+        "${np2[@]}" --steps $((k + 1)) --resume "$tmp/full6.state" >/dev/null 2>&1
+    check "log_json on a full file system, 2 ranks: stopped at step ${k:-?} of 400 (rc $rc), the log whole to step ${last:-?}, the state resumes" $?
+    umount "$tmp/fs6"
+else
+    echo "skip log_json on a full file system (cannot mount a tmpfs here: not root, or no CAP_SYS_ADMIN)"
+fi
 
 # 7. 4 x 2^20 x 1024 tokens per step (steps 0: the banner only); directories
 timeout 60 "$train" "${common[@]}" --steps 0 --grad_accum 1048576 --seq_len 1024 --val_every 0 --peak_flops 1e9 \

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "accounting.h"
@@ -92,9 +93,11 @@ static int open_data(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     return 0;
 }
 
-/* --log_json, opened by rank 0 with the outputs' checks, before the weights
- * are loaded: a resumed run appends to the log it continues (a resume
- * state is never of step 0), a new run starts it. */
+/* --log_json, opened by rank 0 once start-up has passed (its checks came
+ * with the outputs', before the weights were loaded), so that a run that
+ * fails at start-up leaves an old log as it was: a resumed run appends to
+ * the log it continues (a resume state is never of step 0; the log ends in
+ * a newline, trainer_check_outputs), a new run starts it. */
 static int open_log(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     const struct config *cfg = tr->cfg;
     if (!*cfg->log_json || tr->grid->world_rank != 0) return 0;
@@ -174,10 +177,10 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     }
     rc = trainer_agree(tr, rc, err);
     if (rc == 0) rc = trainer_check_outputs(tr, err); /* before any work that a bad path would waste */
-    if (rc == 0) rc = trainer_agree(tr, open_log(tr, err), err);
     if (rc == 0) rc = trainer_agree(tr, init_weights(tr, err), err);
     if (rc == 0 && *cfg->resume) rc = trainer_load_state(tr, cfg->resume, err);
     rc = trainer_agree(tr, rc, err);
+    if (rc == 0) rc = trainer_agree(tr, open_log(tr, err), err);
     if (rc == 0) trainer_open_energy(tr); /* collective, on every rank alike */
     if (rc != 0) trainer_close(tr);
     else say(tr, "ready in %.1f s", monotonic_seconds() - t_start);
@@ -264,6 +267,21 @@ static void json_number(char out[32], const char *fmt, double x) {
     else snprintf(out, 32, "null");
 }
 
+/* A step record that could not be written (a full disk): the log is
+ * closed and cut back to its last whole record (start: its length before
+ * this one), so it never ends mid-line, and the loop stops the run at this
+ * step with its state (TRAINER_STOP_LOG); main reports json_errno. */
+static void log_write_failed(struct trainer *tr, long start) {
+    tr->json_errno = errno ? errno : EIO;
+    tr->json_failed_step = tr->step;
+    fclose(tr->json); /* fails too: what it still held is lost with the record */
+    tr->json = NULL;
+    struct stat st; /* cut only what reached the file (bytes still buffered never did) */
+    if (start >= 0 && stat(tr->cfg->log_json, &st) == 0 && st.st_size > start && truncate(tr->cfg->log_json, start) != 0)
+        fprintf(stderr, "warning: log_json %s could not be cut back to its last whole record: %s\n",
+                tr->cfg->log_json, strerror(errno));
+}
+
 /* keep: the line stays on a terminal (validation, a saved state, the end). */
 static void log_step(struct trainer *tr, const struct step_metrics *m, bool keep) {
     progress_step(&tr->progress, m->ms * 1e-3);
@@ -293,6 +311,7 @@ static void log_step(struct trainer *tr, const struct step_metrics *m, bool keep
     json_number(per_token, "%.6g", m->joules / m->tokens);
     json_number(tflop_per_j, "%.6g", m->model_flops * tr->grid->world_size / m->joules / 1e12);
     json_number(planned, "%.6g", m->planned_joules);
+    long start = ftell(tr->json);
     fprintf(tr->json,
             "{\"type\":\"step\",\"step\":%d,\"loss\":%s,\"val_loss\":%s,\"lr\":%.6e,\"grad_norm\":%s,"
             "\"ms\":%.3f,\"tokens_per_s\":%.1f,\"flops\":%.6e,\"model_flops\":%.6e,\"mfu\":%.5f,"
@@ -300,7 +319,8 @@ static void log_step(struct trainer *tr, const struct step_metrics *m, bool keep
             "\"tflop_per_joule\":%s,\"planned_joules\":%s}\n",
             tr->step, loss, val, m->lr, norm, m->ms, m->tokens_per_s, m->flops, m->model_flops, m->mfu, m->gemm_ms,
             m->optimizer_ms, tr->team, m->nonfinite ? "true" : "false", joules, per_token, tflop_per_j, planned);
-    if (fflush(tr->json) != 0 && !tr->json_errno) tr->json_errno = errno; /* said when the log is closed */
+    errno = 0;
+    if (fflush(tr->json) != 0 || ferror(tr->json)) log_write_failed(tr, start);
 }
 
 /* One optimizer step, top-down: every phase one call, in order
@@ -442,6 +462,7 @@ int trainer_run(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
         /* one scalar all-reduce per step, off the books like trainer_agree */
         int sig = stop_signal_pending();
         if (!sig && tr->stdout_broken) sig = SIGPIPE;
+        if (tr->json_errno) sig = TRAINER_STOP_LOG; /* above every signal: the agreed maximum says it */
         sig = trainer_agree_max(tr, sig);
         if (sig > 0) {
             if (tr->grid->world_rank == 0) progress_end_line(&tr->progress, stdout);

@@ -73,6 +73,48 @@ static int check_distinct(const struct config *c, const char stop[FILEIO_PATH_LE
     return -1;
 }
 
+/* The bytes of the log's step records, for the free-space warning: about
+ * this many each (the run's record and reports are a few more). */
+enum { LOG_RECORD_BYTES = 512, LOG_SCAN_BYTES = 1 << 14 };
+
+/* A log a resumed run appends to must end in a newline: a record cut
+ * mid-line (a run killed while writing it, a disk that filled) would get
+ * the next one glued to it. Refused, naming where the last whole record
+ * ends, rather than repaired: the cut bytes are the user's to judge. */
+static int log_check_append(const char *path, char err[TRAINER_ERR_LEN]) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0; /* absent: a new log (path_check_output passed) */
+    char buf[LOG_SCAN_BYTES];
+    long long size = 0, whole = 0; /* bytes read; bytes up to the last newline */
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
+        for (size_t i = 0; i < n; i++)
+            if (buf[i] == '\n') whole = size + (long long)i + 1;
+        size += (long long)n;
+    }
+    bool bad = ferror(f) != 0;
+    fclose(f);
+    if (bad) {
+        snprintf(err, TRAINER_ERR_LEN, "--log_json %.400s cannot be read to check its end", path);
+        return -1;
+    }
+    if (size == whole) return 0;
+    snprintf(err, TRAINER_ERR_LEN,
+             "--log_json %.300s does not end in a newline: its last record was cut after byte %lld of %lld, and "
+             "this resumed run would append to that line; cut it (truncate -s %lld %.300s) or give another "
+             "--log_json (nothing was written)",
+             path, whole, size, whole, path);
+    return -1;
+}
+
+/* --log_json, an output like the others (a FIFO or a device refused, its
+ * folder writable), and for a resumed run one that ends in a newline. */
+static int check_log(const struct config *c, char err[TRAINER_ERR_LEN]) {
+    uint64_t bytes = (uint64_t)c->steps * LOG_RECORD_BYTES;
+    if (outputs_check_path(c->log_json, "--log_json", bytes, stderr, err) != 0) return -1;
+    return *c->resume ? log_check_append(c->log_json, err) : 0;
+}
+
 int trainer_check_outputs(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     const struct config *c = tr->cfg;
     int rc = 0;
@@ -88,6 +130,7 @@ int trainer_check_outputs(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
         /* about 300 bytes of JSON per event */
         uint64_t trace = (uint64_t)trace_capacity(c) * (uint64_t)tr->grid->world_size * 300u;
         if (rc == 0 && *c->trace) rc = outputs_check_path(c->trace, "--trace", trace, stderr, err);
+        if (rc == 0 && *c->log_json) rc = check_log(c, err);
         if (rc == 0 && !*c->save_state && outputs_check_path(stop, "the stop state", state, stderr, e2) != 0)
             fprintf(stderr, "warning: %s; a stop signal will fail to save (give --save_state)\n", e2);
     }

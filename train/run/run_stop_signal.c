@@ -47,6 +47,7 @@ const char *stop_signal_name(int sig) {
     case SIGHUP: return "SIGHUP";
     case SIGUSR1: return "SIGUSR1";
     case SIGPIPE: return "a broken stdout (EPIPE: its reader is gone)";
+    case TRAINER_STOP_LOG: return "a failed write to log_json";
     default: return "a signal";
     }
 }

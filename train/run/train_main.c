@@ -144,18 +144,37 @@ static void print_banner(const struct config *c, const struct trainer *tr, const
 }
 
 /* The metrics log, closed: a write that failed on the way (a full disk)
- * is an error, not a short log and exit 0. stdio keeps the error flag of
- * every record written; fclose writes what is still buffered. */
-static int close_log(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]) {
-    if (!tr->json) return 0;
-    errno = 0;
-    bool bad = ferror(tr->json) != 0;
-    bad = fclose(tr->json) != 0 || bad;
-    tr->json = NULL;
-    if (!bad) return 0;
-    int why = tr->json_errno ? tr->json_errno : errno; /* the first failed write's reason */
-    snprintf(err, TRAINER_ERR_LEN, "writing log_json %.400s failed: %s", path,
-             why ? strerror(why) : "a write error (disk full?)");
+ * is an error, not a short log and exit 0, whatever else ended the run.
+ * A step record that failed stopped the run at that step (run_loop.c's
+ * log_write_failed); stdio keeps the error flag of any other write, and
+ * fclose writes what is still buffered. */
+static int close_log(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
+    int why = tr->json_errno; /* the first failed write's reason */
+    if (tr->json) {
+        errno = 0;
+        bool bad = ferror(tr->json) != 0;
+        bad = fclose(tr->json) != 0 || bad;
+        tr->json = NULL;
+        if (bad && !why) why = errno ? errno : EIO;
+    }
+    if (!why) return 0;
+    char at[96] = "";
+    if (tr->json_failed_step > 0)
+        snprintf(at, sizeof at, " at step %d's record (it keeps the records before it)", tr->json_failed_step);
+    snprintf(err, TRAINER_ERR_LEN, "writing log_json %.400s failed%s: %s", tr->cfg->log_json, at, strerror(why));
+    return -1;
+}
+
+/* close_log on every path: its error becomes the run's, or joins the one
+ * that already ended it. */
+static int finish_log(struct trainer *tr, int rc, char err[TRAINER_ERR_LEN]) {
+    char mine[TRAINER_ERR_LEN] = "";
+    if (trainer_agree(tr, close_log(tr, mine), mine) == 0) return rc;
+    if (rc >= 0) snprintf(err, TRAINER_ERR_LEN, "%s", mine);
+    else if (*mine && !strstr(mine, "another rank failed")) {
+        size_t used = strlen(err);
+        snprintf(err + used, TRAINER_ERR_LEN - used, "; and %s", mine);
+    }
     return -1;
 }
 
@@ -338,7 +357,7 @@ int main(int argc, char **argv) {
         }
         free(timelines);
     }
-    if (rc == 0) rc = trainer_agree(&tr, close_log(&tr, cfg.log_json, err), err); /* rank 0 writes it */
+    rc = finish_log(&tr, rc, err); /* rank 0 writes it */
     if (rc >= 0 && trainer_agree(&tr, stdout_written(&tr, rc, err), err) != 0) rc = -1;
     free(ranks);
     trainer_close(&tr);
