@@ -102,7 +102,7 @@ int atomic_write_at(struct atomic_file *af, off_t offset, const void *data, size
     return atomic_write(af, data, n, err);
 }
 
-int atomic_commit(struct atomic_file *af, char err[FILEIO_ERR_LEN]) {
+int atomic_complete(struct atomic_file *af, char err[FILEIO_ERR_LEN]) {
     if (fflush(af->f) != 0 || fsync(fileno(af->f)) != 0) {
         snprintf(err, FILEIO_ERR_LEN, "flushing %.400s failed: %s", af->tmp_path, strerror(errno));
         atomic_abort(af);
@@ -110,12 +110,25 @@ int atomic_commit(struct atomic_file *af, char err[FILEIO_ERR_LEN]) {
     }
     int rc = fclose(af->f);
     af->f = NULL;
-    if (rc != 0 || rename(af->tmp_path, af->path) != 0) {
+    if (rc != 0) {
+        snprintf(err, FILEIO_ERR_LEN, "closing %.400s failed: %s", af->tmp_path, strerror(errno));
+        remove(af->tmp_path);
+        return -1;
+    }
+    return 0;
+}
+
+int atomic_place(struct atomic_file *af, char err[FILEIO_ERR_LEN]) {
+    if (rename(af->tmp_path, af->path) != 0) {
         snprintf(err, FILEIO_ERR_LEN, "cannot move %.400s into place: %s", af->tmp_path, strerror(errno));
         remove(af->tmp_path);
         return -1;
     }
     return 0;
+}
+
+int atomic_commit(struct atomic_file *af, char err[FILEIO_ERR_LEN]) {
+    return atomic_complete(af, err) == 0 ? atomic_place(af, err) : -1;
 }
 
 int read_exact(FILE *f, void *data, size_t n, const char *path, char err[FILEIO_ERR_LEN]) {

@@ -30,6 +30,12 @@ int atomic_write(struct atomic_file *af, const void *data, size_t n, char err[FI
 int atomic_write_at(struct atomic_file *af, off_t offset, const void *data, size_t n, char err[FILEIO_ERR_LEN]);
 /* Flush, fsync, close, rename. On failure the temp file is removed. */
 int atomic_commit(struct atomic_file *af, char err[FILEIO_ERR_LEN]);
+/* atomic_commit in two halves, for files that must appear together (a
+ * train and a validation shard): atomic_complete flushes, fsyncs and
+ * closes the temp file, atomic_place renames it into place; each removes
+ * the temp file on failure. atomic_abort removes a completed one too. */
+int atomic_complete(struct atomic_file *af, char err[FILEIO_ERR_LEN]);
+int atomic_place(struct atomic_file *af, char err[FILEIO_ERR_LEN]);
 /* Give up: close and remove the temp file. */
 void atomic_abort(struct atomic_file *af);
 

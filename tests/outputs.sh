@@ -41,6 +41,12 @@ check "prepare --train over --input: refused, the corpus kept" $?
 refused "--train $tmp/x.bin and --val $tmp/./x.bin are one file" \
     "${prep[@]}" --train "$tmp/x.bin" --val "$tmp/./x.bin" && [ ! -e "$tmp/x.bin" ]
 check "prepare --train and --val one file (not yet there): refused" $?
+# the train shard is renamed into place only once the val shard is complete too
+cp data/kjv_val.bin "$tmp/old_t.bin"
+refused "cannot create $tmp/missing/v.bin.shardlab-tmp." \
+    "${prep[@]}" --train "$tmp/old_t.bin" --val "$tmp/missing/v.bin" && cmp -s "$tmp/old_t.bin" data/kjv_val.bin &&
+    [ -z "$(ls "$tmp" | grep shardlab-tmp)" ]
+check "prepare --val in a missing folder: refused, the existing train shard untouched (it was replaced)" $?
 refused "--input $tmp/fifo is a FIFO, not a regular file" \
     "$build/prepare" --input "$tmp/fifo" --train "$tmp/t.bin" --val "$tmp/v.bin"
 check "prepare --input a FIFO: refused, no hang" $?
@@ -213,6 +219,11 @@ if mount -t tmpfs -o size=300k tmpfs "$fs" 2>/dev/null; then
     attack "prepare onto a full file system" "t.bin.shardlab-tmp." "$build/prepare" --input data/kjv.txt --train "$fs/t.bin" --val "$fs/v.bin"
     [ -z "$(ls "$fs")" ]
     check "attack: ... and it leaves nothing there" $?
+    cp data/kjv_val.bin "$tmp/old_t.bin" # an existing train shard; the val split cannot fit
+    attack "prepare with --val on a full file system" "v.bin.shardlab-tmp." \
+        "$build/prepare" --input data/kjv.txt --val-fraction 0.5 --train "$tmp/old_t.bin" --val "$fs/v.bin"
+    cmp -s "$tmp/old_t.bin" data/kjv_val.bin && [ -z "$(ls "$fs")" ] && [ -z "$(ls "$tmp" | grep shardlab-tmp)" ]
+    check "attack: ... the existing train shard untouched (it was replaced), no temp file left" $?
     dd if=/dev/zero of="$fs/fill" bs=1k count=295 2>/dev/null
     attack "--trace on a full file system" "flushing $fs/t.json.shardlab-tmp." "${train[@]}" --steps 2 --trace "$fs/t.json"
     rm -f "$fs"/*
