@@ -9,7 +9,7 @@
 set -u
 build=${1:-build}
 tmp=$(mktemp -d /tmp/shardlab_outputs_XXXXXX)
-trap 'umount "$tmp/fs" 2>/dev/null; rm -rf "$tmp"' EXIT
+trap 'umount "$tmp/fs" "$tmp/rule/B" 2>/dev/null; rm -rf "$tmp"' EXIT
 fails=0
 check() { # name, condition result
     if [ "$2" -eq 0 ]; then echo "ok   $1"; else echo "FAIL $1"; fails=$((fails + 1)); fi
@@ -107,6 +107,38 @@ timeout 60 "${train[@]}" >/dev/full 2>"$tmp/err"
 rc=$?
 [ $rc -eq 1 ] && grep -qF "error: writing the run's output to stdout failed: No space left on device" "$tmp/err"
 check "train > /dev/full: exit 1, the reason named" $?
+
+# one rule for paths (issue 39): every input and output resolved as the
+# write resolves it (links followed, the folder by device and inode, the
+# last name), the --config files and the files a glob would match included
+cp configs/tiny.conf "$tmp/c.conf"
+for key in save log_json trace; do
+    refused "--$key $tmp/c.conf is --config $tmp/c.conf (config)" \
+        "${train[@]}" --config "$tmp/c.conf" --$key "$tmp/c.conf" && cmp -s "$tmp/c.conf" configs/tiny.conf
+    check "train --$key over the --config file: refused, the config kept" $?
+done
+mkdir "$tmp/rule"
+ln -s target.bin "$tmp/rule/L"
+refused "--save $tmp/rule/L and --save_state $tmp/rule/target.bin are one file" \
+    "${train[@]}" --save "$tmp/rule/L" --save_state "$tmp/rule/target.bin" && [ ! -e "$tmp/rule/target.bin" ]
+check "train --save on a dangling link to --save_state: refused, nothing written" $?
+ln -s v.bin "$tmp/rule/L2"
+refused "--train $tmp/rule/L2 and --val $tmp/rule/v.bin are one file" \
+    "${prep[@]}" --train "$tmp/rule/L2" --val "$tmp/rule/v.bin" && [ ! -e "$tmp/rule/v.bin" ]
+check "prepare --train on a dangling link to --val: refused, nothing written" $?
+mkdir "$tmp/rule/A" "$tmp/rule/B" "$tmp/rule/g"
+if mount --bind "$tmp/rule/A" "$tmp/rule/B" 2>/dev/null; then
+    refused "--save $tmp/rule/A/x.bin and --save_state $tmp/rule/B/x.bin are one file" \
+        "${train[@]}" --save "$tmp/rule/A/x.bin" --save_state "$tmp/rule/B/x.bin" && [ -z "$(ls "$tmp/rule/A")" ]
+    check "train --save and --save_state one file through a bind mount: refused, nothing written" $?
+    umount "$tmp/rule/B"
+else
+    echo "skip train outputs through a bind mount (cannot mount here: not root, or no CAP_SYS_ADMIN)"
+fi
+cp data/kjv_val.bin "$tmp/rule/g/a.bin"
+refused "--save_state $tmp/rule/g/run.state is --train_data $tmp/rule/g/* (token shard a match of its pattern once written)" \
+    "${train[@]}" --train_data "$tmp/rule/g/*" --save_state "$tmp/rule/g/run.state" && [ "$(ls "$tmp/rule/g")" = a.bin ]
+check "train --save_state inside the --train_data glob: refused, nothing written" $?
 
 # stdout is an output like any other: a pipe whose reader is gone is a stop
 # request (SIGPIPE ignored), the resume state written, the stop said on

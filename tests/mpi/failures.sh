@@ -22,7 +22,8 @@
 #     over dp; interleaved: m not a multiple of p, virtual_stages with another schedule, one chunk, a chunk
 #     with no layer, pp_layers not of pp x v counts: every rank exits non-zero, one message naming the keys;
 # 10. ranks started with different configurations (mpirun's "A : B"): every rank exits non-zero, the keys named;
-# 11. a state resumed on another global batch: every rank refuses, naming it.
+# 11. a state resumed on another global batch: every rank refuses, naming it;
+# 12. a link made mid-run at --save_state is checked when the state is written.
 # Usage: tests/mpi/failures.sh BUILD_DIR (build or build-san)
 set -u
 build=${1:-build}
@@ -224,5 +225,24 @@ timeout 60 "${mpi[@]}" -np 3 "$train" "${common[@]}" --steps 2 --resume "$tmp/on
 rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c 'error (rank 0,1,2): .*one.state was saved with a different dtype, optimizer or global batch; the global batch (micro_batch x grad_accum x data-parallel ranks): saved 4, this run 4 x 1 x 3 = 12;' "$tmp/err11")" -eq 1 ]
 check "a 1-rank state resumed on 3 ranks: every rank refuses (rc $rc), naming the global batch" $?
+
+# 12. outputs checked again as they are written (issue 39), on 2 ranks: a
+# link made mid-run at --save_state, pointing at the run's own training
+# shard, is refused when the stop state is to be written (it used to
+# replace the shard); every rank exits 1, the shard kept
+cp "$tmp/train.bin" "$tmp/shard12.bin"
+cp "$tmp/shard12.bin" "$tmp/shard12.keep"
+timeout 120 "${mpi[@]}" -np 2 "$train" "${common[@]}" --train_data "$tmp/shard12.bin" --val_every 0 --peak_flops 1e9 \
+    --steps 1000000 --save_state "$tmp/s12.state" >"$tmp/out12" 2>"$tmp/err12" &
+job=$!
+for _ in $(seq 1 300); do grep -q '^step' "$tmp/out12" 2>/dev/null && break; sleep 0.1; done
+ln -s shard12.bin "$tmp/s12.state"
+kill -USR1 "$(pgrep -P $job | head -n 1)"
+wait $job
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] &&
+    grep -q -- "--save_state $tmp/s12.state is --train_data $tmp/shard12.bin (token shard): writing the resume state would destroy it; nothing was written (found as --save_state was to be written)" "$tmp/err12" &&
+    cmp -s "$tmp/shard12.bin" "$tmp/shard12.keep" && [ -L "$tmp/s12.state" ]
+check "a link to the training shard made mid-run at --save_state: refused at the write (rc $rc), the shard kept" $?
 
 [ $fails -eq 0 ] && echo "failure tests passed" || { echo "$fails failure test(s) failed"; exit 1; }

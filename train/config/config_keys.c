@@ -362,7 +362,12 @@ int config_parse_args(struct config *c, int argc, char **argv, bool *help, char 
             const char *value;
             if (next_option(argc, argv, &i, key, &value, err) != 0) return -1;
             bool is_config = strcmp(key, "config") == 0;
+            if (pass == 0 && is_config && c->n_config_files == CONFIG_FILES_MAX) {
+                snprintf(err, CONFIG_ERR_LEN, "more than %d --config files", CONFIG_FILES_MAX);
+                return -1;
+            }
             if (pass == 0 && is_config && config_load_file(c, value, err) != 0) return -1;
+            if (pass == 0 && is_config) c->config_files[c->n_config_files++] = value;
             if (pass == 1 && !is_config && config_set(c, key, value, err) != 0) return -1;
         }
     config_rule_defaults(c);

@@ -180,6 +180,7 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     if (rc == 0) rc = trainer_agree(tr, init_weights(tr, err), err);
     if (rc == 0 && *cfg->resume) rc = trainer_load_state(tr, cfg->resume, err);
     rc = trainer_agree(tr, rc, err);
+    if (rc == 0 && *cfg->log_json) rc = trainer_recheck_output(tr, "--log_json", cfg->log_json, err);
     if (rc == 0) rc = trainer_agree(tr, open_log(tr, err), err);
     if (rc == 0) trainer_open_energy(tr); /* collective, on every rank alike */
     if (rc != 0) trainer_close(tr);
@@ -431,6 +432,16 @@ static int on_nonfinite(struct trainer *tr, const struct step_metrics *m, int sa
     return -1;
 }
 
+/* The writes of the run's files, each checked again as it is opened
+ * (trainer_recheck_output). */
+static int save_state_checked(struct trainer *tr, const char *key, const char *path, char err[TRAINER_ERR_LEN]) {
+    return trainer_recheck_output(tr, key, path, err) == 0 ? trainer_save_state(tr, path, err) : -1;
+}
+static int save_model_checked(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
+    const char *path = tr->cfg->save;
+    return trainer_recheck_output(tr, "--save", path, err) == 0 ? trainer_save_model(tr, path, err) : -1;
+}
+
 /* A stop signal reached some rank, agreed at a step boundary: every rank
  * writes the resume state where the start-up banner said, unless
  * save_state already holds this step. Returns the signal's number. */
@@ -438,7 +449,7 @@ static int stop_run(struct trainer *tr, int sig, int saved_step, char err[TRAINE
     char path[FILEIO_PATH_LEN];
     trainer_stop_state_path(tr->cfg, path);
     if (saved_step == tr->step && strcmp(path, tr->cfg->save_state) == 0) return sig;
-    return trainer_save_state(tr, path, err) == 0 ? sig : -1;
+    return save_state_checked(tr, *tr->cfg->save_state ? "--save_state" : "the stop state", path, err) == 0 ? sig : -1;
 }
 
 /* The final state could not be written (err says why): the model file is
@@ -449,7 +460,7 @@ static int save_model_after(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     if (!*c->save) return -1;
     char first[TRAINER_ERR_LEN], second[TRAINER_ERR_LEN];
     snprintf(first, sizeof first, "%s", err);
-    bool saved = trainer_save_model(tr, c->save, second) == 0;
+    bool saved = save_model_checked(tr, second) == 0;
     snprintf(err, TRAINER_ERR_LEN, "--save_state %.150s was not written: %.250s; --save %.150s %s%.250s",
              c->save_state, first, c->save, saved ? "was written" : "failed too: ", saved ? "" : second);
     return -1;
@@ -481,10 +492,11 @@ int trainer_run(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
         trainer_sample_device_memory(tr);
         log_step(tr, &m, last || stop || saves || has_val_loss(m.val_loss));
         if (saves) {
-            if (trainer_save_state(tr, c->save_state, err) != 0) return last ? save_model_after(tr, err) : -1;
+            if (save_state_checked(tr, "--save_state", c->save_state, err) != 0)
+                return last ? save_model_after(tr, err) : -1;
             saved_step = tr->step;
         }
     }
     if (tr->step < c->steps) return 0; /* stopped early: no final model */
-    return *c->save ? trainer_save_model(tr, c->save, err) : 0;
+    return *c->save ? save_model_checked(tr, err) : 0;
 }

@@ -54,9 +54,9 @@ int outputs_check_path(const char *path, const char *what, uint64_t bytes, FILE 
 }
 
 /* The run's files by key: no output over another, nor over an input of
- * another kind (include/fileio.h). */
+ * another kind (include/fileio.h); the --config files are inputs too. */
 static int check_distinct(const struct config *c, const char stop[FILEIO_PATH_LEN], char err[TRAINER_ERR_LEN]) {
-    const struct named_path files[] = {
+    const struct named_path keys[] = {
         {"--save", c->save, "model file", true},
         {"--save_state", c->save_state, "resume state", true},
         {"the stop state", *c->save_state ? "" : stop, "resume state", true},
@@ -67,10 +67,29 @@ static int check_distinct(const struct config *c, const char stop[FILEIO_PATH_LE
         {"--init_from", c->init_from, "model file", false},
         {"--resume", c->resume, "resume state", false},
     };
+    enum { NUM_KEYS = sizeof keys / sizeof keys[0] };
+    struct named_path files[NUM_KEYS + CONFIG_FILES_MAX];
+    memcpy(files, keys, sizeof keys);
+    for (int i = 0; i < c->n_config_files; i++)
+        files[NUM_KEYS + i] = (struct named_path){"--config", c->config_files[i], "config", false};
     char e2[FILEIO_ERR_LEN];
-    if (path_check_distinct(files, (int)(sizeof files / sizeof files[0]), e2) == 0) return 0;
+    if (path_check_distinct(files, NUM_KEYS + c->n_config_files, e2) == 0) return 0;
     snprintf(err, TRAINER_ERR_LEN, "%s", e2);
     return -1;
+}
+
+int trainer_recheck_output(struct trainer *tr, const char *key, const char *path, char err[TRAINER_ERR_LEN]) {
+    int rc = 0;
+    if (tr->grid->world_rank == 0) {
+        char stop[FILEIO_PATH_LEN], e2[FILEIO_ERR_LEN] = "";
+        trainer_stop_state_path(tr->cfg, stop);
+        if (path_check_output(path, key, e2) != 0) snprintf(err, TRAINER_ERR_LEN, "%s", e2);
+        rc = *e2 || check_distinct(tr->cfg, stop, err) != 0 ? -1 : 0;
+        size_t used = strlen(err);
+        if (rc != 0) /* the file changed since start-up: say when it was found */
+            snprintf(err + used, TRAINER_ERR_LEN - used, " (found as %s was to be written)", key);
+    }
+    return trainer_agree(tr, rc, err);
 }
 
 /* The bytes of the log's step records, for the free-space warning: about

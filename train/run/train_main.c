@@ -326,6 +326,7 @@ int main(int argc, char **argv) {
     }
     int start = tr.step;
     int rc = trainer_run(&tr, err);
+    if (rc >= 0 && *cfg.trace && trainer_recheck_output(&tr, "--trace", cfg.trace, err) != 0) rc = -1;
     if (rc >= 0 && trace_file_write(&tr, err) != 0) rc = -1; /* --trace: also after a stop signal */
     if (rc > 0 && rank == 0) say_stopped(&tr, rc);
     if (rc == 0) {
