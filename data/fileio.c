@@ -1,4 +1,5 @@
 #include "fileio.h"
+#include "crc32c.h"
 
 #include <stdbool.h>
 
@@ -130,6 +131,21 @@ int atomic_place(struct atomic_file *af, char err[FILEIO_ERR_LEN]) {
 
 int atomic_commit(struct atomic_file *af, char err[FILEIO_ERR_LEN]) {
     return atomic_complete(af, err) == 0 ? atomic_place(af, err) : -1;
+}
+
+enum { CRC_PIECE_BYTES = 1 << 20 };
+
+int file_crc32c(const char *path, uint32_t *crc, char err[FILEIO_ERR_LEN]) {
+    FILE *f = fopen(path, "rb");
+    unsigned char *buf = malloc(CRC_PIECE_BYTES);
+    *crc = 0;
+    size_t n;
+    while (f && buf && (n = fread(buf, 1, CRC_PIECE_BYTES, f)) > 0) *crc = crc32c(*crc, buf, n);
+    bool bad = !f || !buf || ferror(f);
+    if (bad) snprintf(err, FILEIO_ERR_LEN, "cannot read %.400s: %s", path, buf ? strerror(errno) : "out of memory");
+    if (f) fclose(f);
+    free(buf);
+    return bad ? -1 : 0;
 }
 
 int read_exact(FILE *f, void *data, size_t n, const char *path, char err[FILEIO_ERR_LEN]) {

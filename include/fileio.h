@@ -8,6 +8,7 @@
 #define SHARDLAB_FILEIO_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
 
@@ -79,6 +80,9 @@ struct named_path {
  * and is kept. An input may be a glob pattern: each match is compared.
  * err names both keys and the paths. */
 int path_check_distinct(const struct named_path *paths, int n, char err[FILEIO_ERR_LEN]);
+
+/* The CRC32C of a whole file (include/crc32c.h), read in pieces. */
+int file_crc32c(const char *path, uint32_t *crc, char err[FILEIO_ERR_LEN]);
 
 /* Reads exactly n bytes or fails with a message naming the file. */
 int read_exact(FILE *f, void *data, size_t n, const char *path, char err[FILEIO_ERR_LEN]);

@@ -23,7 +23,8 @@
 #     with no layer, pp_layers not of pp x v counts: every rank exits non-zero, one message naming the keys;
 # 10. ranks started with different configurations (mpirun's "A : B"): every rank exits non-zero, the keys named;
 # 11. a state resumed on another global batch: every rank refuses, naming it;
-# 12. a link made mid-run at --save_state is checked when the state is written.
+# 12. a link made mid-run at --save_state is checked when the state is written;
+# 13. the ranks' data and --init_from files compared by contents (mpirun -wdir).
 # Usage: tests/mpi/failures.sh BUILD_DIR (build or build-san)
 set -u
 build=${1:-build}
@@ -244,5 +245,42 @@ rc=$?
     grep -q -- "--save_state $tmp/s12.state is --train_data $tmp/shard12.bin (token shard): writing the resume state would destroy it; nothing was written (found as --save_state was to be written)" "$tmp/err12" &&
     cmp -s "$tmp/shard12.bin" "$tmp/shard12.keep" && [ -L "$tmp/s12.state" ]
 check "a link to the training shard made mid-run at --save_state: refused at the write (rc $rc), the shard kept" $?
+
+# 13. the ranks compare the contents they read, not the paths' spelling
+# (issue 39): each rank in its own folder (mpirun -wdir), x.bin of the same
+# size but other tokens on rank 1: refused naming rank 1 and the file (it
+# trained on both, rc 0); --init_from files of other weights, and of
+# another max_seq_len (it crashed in step 1: MPI_ERR_TRUNCATE)
+mkdir -p "$tmp/r0" "$tmp/r1"
+cp "$tmp/val.bin" "$tmp/r0/x.bin"
+cp "$tmp/val.bin" "$tmp/r1/x.bin"
+printf '\x07' | dd of="$tmp/r1/x.bin" bs=1 seek=2000 conv=notrunc 2>/dev/null
+abs=("$(realpath "$train")" --config "$PWD/configs/tiny.conf" --threads 1 --val_every 0 --peak_flops 1e9 --steps 2)
+two_dirs() { # arguments for both ranks, each run in its own folder
+    timeout 60 "${mpi[@]}" -np 1 -wdir "$tmp/r0" "${abs[@]}" "$@" : -np 1 -wdir "$tmp/r1" "${abs[@]}" "$@"
+}
+two_dirs --train_data x.bin --val_data "" >"$tmp/out13" 2>"$tmp/err13"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] &&
+    [ "$(grep -c "rank 1's train_data x.bin has other contents than rank 0's (data digest" "$tmp/err13")" -eq 1 ]
+check "train_data of other contents on rank 1 (same path, same size): refused (rc $rc), naming rank 1 and the file" $?
+cp "$tmp/val.bin" "$tmp/r1/x.bin"
+timeout 60 "$train" "${common[@]}" --steps 1 --val_every 0 --peak_flops 1e9 --save "$tmp/r0/m.bin" >/dev/null 2>&1
+timeout 60 "$train" "${common[@]}" --steps 1 --val_every 0 --peak_flops 1e9 --seed 7 --save "$tmp/r1/m.bin" >/dev/null 2>&1
+two_dirs --train_data x.bin --val_data "" --init_from m.bin >"$tmp/out13" 2>"$tmp/err13"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] &&
+    [ "$(grep -c "rank 1's --init_from m.bin has other contents than rank 0's (CRC32C" "$tmp/err13")" -eq 1 ]
+check "--init_from of other weights on rank 1: refused (rc $rc), naming rank 1 and the file" $?
+timeout 60 "$train" "${common[@]}" --steps 1 --val_every 0 --peak_flops 1e9 --max_seq_len 128 --save "$tmp/r1/m.bin" \
+    >/dev/null 2>&1
+two_dirs --train_data x.bin --val_data "" --init_from m.bin >"$tmp/out13" 2>"$tmp/err13"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] &&
+    [ "$(grep -c "the ranks' --init_from files are of different models: max_seq_len differs" "$tmp/err13")" -eq 1 ]
+check "--init_from of another max_seq_len on rank 1: refused (rc $rc), naming max_seq_len" $?
+cp "$tmp/r0/m.bin" "$tmp/r1/m.bin"
+two_dirs --train_data x.bin --val_data "" --init_from m.bin >"$tmp/out13" 2>"$tmp/err13"
+check "the same contents in each rank's folder: trains (rc $?)" $?
 
 [ $fails -eq 0 ] && echo "failure tests passed" || { echo "$fails failure test(s) failed"; exit 1; }

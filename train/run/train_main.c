@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "ckpt.h"
+#include "fileio.h"
 #include "device.h"
 #include "run_device_grid.h"
 #include "grid.h"
@@ -60,7 +61,7 @@ static int fail(int rank, int world, const char *msg) {
  * different ones) and all run one configuration: each key's value checksummed (CRC32C),
  * the min and max of every hash over the world; a key whose min and max
  * differ is named, on every rank, before anything is opened. */
-static int agree_config(const struct config *c, int mine, char err[TRAINER_ERR_LEN]) {
+static int agree_config(const struct config *c, int mine, const char *differ, char err[TRAINER_ERR_LEN]) {
     int all = 0;
     MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (all != 0) {
@@ -77,13 +78,55 @@ static int agree_config(const struct config *c, int mine, char err[TRAINER_ERR_L
     for (int i = 0; i < n && used + 64 < TRAINER_ERR_LEN; i++)
         if (lo[i] != hi[i])
             used += (size_t)snprintf(err + used, TRAINER_ERR_LEN - used, "%s%s",
-                                     used ? ", " : "the ranks were started with different configurations: ",
+                                     used ? ", " : differ,
                                      config_key_name(i));
     free(h);
     if (!used) return 0;
     snprintf(err + used, TRAINER_ERR_LEN - used, " differ%s (every rank must run one configuration)",
              strchr(err, ',') ? "" : "s");
     return -1;
+}
+
+/* The files each rank read, compared by contents (a path may be spelled,
+ * or lead, differently on each rank: mpirun -wdir): the --init_from
+ * file's CRC32C (tr NULL: before the trainer opens), then the data
+ * loaders' digests (include/data.h's data_content). A difference is
+ * refused, naming the first rank whose contents differ from rank 0's. */
+enum { CONTENT_INIT_FROM, CONTENT_TRAIN, CONTENT_VAL, CONTENT_KINDS };
+
+static int agree_contents(const struct config *c, const struct trainer *tr, int world, char err[TRAINER_ERR_LEN]) {
+    uint32_t mine[CONTENT_KINDS] = {0};
+    int ok = 1, all_ok = 0;
+    char e2[FILEIO_ERR_LEN];
+    if (!tr && file_crc32c(c->init_from, &mine[CONTENT_INIT_FROM], e2) != 0) ok = 0;
+    if (tr) {
+        mine[CONTENT_TRAIN] = tr->train.content.digest;
+        mine[CONTENT_VAL] = tr->has_val ? tr->val.content.digest : 0;
+    }
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!all_ok) {
+        snprintf(err, TRAINER_ERR_LEN, "%s", ok ? "another rank failed reading --init_from" : e2);
+        return -1;
+    }
+    uint32_t *all = malloc((size_t)world * sizeof mine);
+    if (!all) MPI_Abort(MPI_COMM_WORLD, 1); /* a few bytes per rank */
+    MPI_Allgather(mine, CONTENT_KINDS, MPI_UINT32_T, all, CONTENT_KINDS, MPI_UINT32_T, MPI_COMM_WORLD);
+    static const char *const key[CONTENT_KINDS] = {"--init_from", "train_data", "val_data"};
+    const char *path[CONTENT_KINDS] = {c->init_from, c->train_data, c->val_data};
+    int rc = 0;
+    for (int r = 1; r < world && rc == 0; r++)
+        for (int k = 0; k < CONTENT_KINDS && rc == 0; k++) {
+            uint32_t theirs = all[(size_t)r * CONTENT_KINDS + k], first = all[k];
+            if (theirs == first) continue;
+            snprintf(err, TRAINER_ERR_LEN,
+                     "rank %d's %s %.300s has other contents than rank 0's (%s 0x%08x, rank 0 0x%08x): every rank "
+                     "must read the same files (the same contents under another path are fine)",
+                     r, key[k], path[k], k == CONTENT_INIT_FROM ? "CRC32C" : "data digest", (unsigned)theirs,
+                     (unsigned)first);
+            rc = -1;
+        }
+    free(all);
+    return rc;
 }
 
 /* Everything printed reached stdout: a failed write (stdout on a full
@@ -242,7 +285,8 @@ int main(int argc, char **argv) {
     char err[TRAINER_ERR_LEN] = "";
     bool help = false;
     int parsed = config_parse_args(&cfg, argc, argv, &help, err) != 0 || config_validate(&cfg, err) != 0 ? -1 : 0;
-    if (agree_config(&cfg, parsed, err) != 0) return fail(rank, world, err);
+    if (agree_config(&cfg, parsed, "the ranks were started with different configurations: ", err) != 0)
+        return fail(rank, world, err);
     if (help) {
         if (rank == 0) config_print_help(stdout, argv[0], false);
         MPI_Finalize();
@@ -255,6 +299,10 @@ int main(int argc, char **argv) {
             if (mine == 0) snprintf(err, sizeof err, "another rank failed reading --init_from");
             return fail(rank, world, err);
         }
+        /* the keys the file set (max_seq_len, the shape): each rank read its own copy */
+        if (agree_config(&cfg, 0, "the ranks' --init_from files are of different models: ", err) != 0 ||
+            agree_contents(&cfg, NULL, world, err) != 0)
+            return fail(rank, world, err);
     }
     if (rank == 0) config_warnings(&cfg, stderr);
     struct grid grid;
@@ -273,6 +321,11 @@ int main(int argc, char **argv) {
     stop_signal_install();
     struct trainer tr;
     if (trainer_open(&tr, &cfg, &grid, &dev, err) != 0) {
+        device_grid_free(&dev, &grid);
+        return fail(rank, world, err);
+    }
+    if (agree_contents(&cfg, &tr, world, err) != 0) {
+        trainer_close(&tr);
         device_grid_free(&dev, &grid);
         return fail(rank, world, err);
     }
