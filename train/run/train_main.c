@@ -216,7 +216,7 @@ static int finish_log(struct trainer *tr, int rc, char err[TRAINER_ERR_LEN]) {
     if (rc >= 0) snprintf(err, TRAINER_ERR_LEN, "%s", mine);
     else if (*mine && !strstr(mine, "another rank failed")) {
         size_t used = strlen(err);
-        snprintf(err + used, TRAINER_ERR_LEN - used, "; and %s", mine);
+        snprintf(err + used, TRAINER_ERR_LEN - used, "; and %.500s", mine);
     }
     return -1;
 }
