@@ -282,5 +282,8 @@ check "--init_from of another max_seq_len on rank 1: refused (rc $rc), naming ma
 cp "$tmp/r0/m.bin" "$tmp/r1/m.bin"
 two_dirs --train_data x.bin --val_data "" --init_from m.bin >"$tmp/out13" 2>"$tmp/err13"
 check "the same contents in each rank's folder: trains (rc $?)" $?
+timeout 60 "${mpi[@]}" -np 1 -wdir "$tmp/r0" "${abs[@]}" --train_data x.bin --val_data "" : \
+    -np 1 -wdir "$tmp/r0" "${abs[@]}" --train_data ./x.bin --val_data "" >"$tmp/out13" 2>"$tmp/err13"
+check "one file spelled x.bin on rank 0 and ./x.bin on rank 1: trains (rc $?; it was refused as different)" $?
 
 [ $fails -eq 0 ] && echo "failure tests passed" || { echo "$fails failure test(s) failed"; exit 1; }

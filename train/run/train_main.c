@@ -57,8 +57,21 @@ static int fail(int rank, int world, const char *msg) {
     return 1;
 }
 
+/* The input keys whose files the ranks compare by contents
+ * (agree_contents), so each rank may spell or reach them its own way
+ * (data/x, ./data/x, mpirun -wdir): their value there, NULL for another
+ * key. Only whether each is given is compared with the configuration. */
+static const char *by_contents(const char *key, const struct config *c) {
+    if (strcmp(key, "train_data") == 0) return c->train_data;
+    if (strcmp(key, "val_data") == 0) return c->val_data;
+    if (strcmp(key, "init_from") == 0) return c->init_from;
+    return NULL;
+}
+
 /* Every rank parsed its arguments (mpirun's "A : B" form starts ranks with
- * different ones) and all run one configuration: each key's value checksummed (CRC32C),
+ * different ones) and all run one configuration: each key's value
+ * checksummed (CRC32C; the input files' keys only by whether they are
+ * given, by_contents),
  * the min and max of every hash over the world; a key whose min and max
  * differ is named, on every rank, before anything is opened. */
 static int agree_config(const struct config *c, int mine, const char *differ, char err[TRAINER_ERR_LEN]) {
@@ -71,7 +84,10 @@ static int agree_config(const struct config *c, int mine, const char *differ, ch
     int n = config_num_keys();
     uint32_t *h = malloc(3 * (size_t)n * sizeof *h), *lo = h + n, *hi = h + 2 * n;
     if (!h) MPI_Abort(MPI_COMM_WORLD, 1); /* a few hundred bytes */
-    for (int i = 0; i < n; i++) h[i] = config_key_hash(c, i);
+    for (int i = 0; i < n; i++) {
+        const char *path = by_contents(config_key_name(i), c);
+        h[i] = path ? *path != '\0' : config_key_hash(c, i);
+    }
     MPI_Allreduce(h, lo, n, MPI_UINT32_T, MPI_MIN, MPI_COMM_WORLD);
     MPI_Allreduce(h, hi, n, MPI_UINT32_T, MPI_MAX, MPI_COMM_WORLD);
     size_t used = 0;
