@@ -223,6 +223,11 @@ attack "a token shard as --init_from" "not an llm.c model file (magic 20240520, 
 attack "a model header claiming 2^30 positions" "huge_positions.bin is truncated: 70400 bytes, expected" \
     "${one[@]}" --init_from "$tmp/huge_positions.bin"
 attack "a state past --steps" "state.bin is at step 2, beyond steps = 1" "${one[@]}" --resume "$tmp/state.bin" # continued in place above
+attack "a state at --steps with a new --save_state (it exited 0 writing nothing)" \
+    "state.bin is at step 2 = steps: no step runs, so no resume state would be written to save_state $tmp/new.state" \
+    "${one[@]}" --steps 2 --resume "$tmp/state.bin" --save_state "$tmp/new.state"
+[ ! -e "$tmp/new.state" ]
+check "attack: ... and nothing written" $?
 attack "a state of another model" "was saved with a different model: n_layer 2" \
     "${one[@]}" --steps 3 --n_layer 3 --resume "$tmp/state.bin"
 attack "a state of another optimizer" "; optimizer: saved adamw, this run sgd;" \

@@ -335,6 +335,13 @@ static int check_meta(const struct trainer *tr, struct resume_reader *r, const c
                  (unsigned long long)m->step, tr->cfg->steps);
         return -1;
     }
+    if (m->step == (uint64_t)tr->cfg->steps && *tr->cfg->save_state) { /* as steps = 0 (config_validate) */
+        snprintf(err, TRAINER_ERR_LEN,
+                 "%s is at step %llu = steps: no step runs, so no resume state would be written to save_state "
+                 "%.300s (raise steps, or drop save_state; save writes a model file without a step)",
+                 path, (unsigned long long)m->step, tr->cfg->save_state);
+        return -1;
+    }
     return 0;
 }
 
