@@ -442,28 +442,30 @@ static int save_model_checked(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     return trainer_recheck_output(tr, "--save", path, err) == 0 ? trainer_save_model(tr, path, err) : -1;
 }
 
-/* A stop signal reached some rank, agreed at a step boundary: every rank
- * writes the resume state where the start-up banner said, unless
- * save_state already holds this step. Returns the signal's number. */
-static int stop_run(struct trainer *tr, int sig, int saved_step, char err[TRAINER_ERR_LEN]) {
-    char path[FILEIO_PATH_LEN];
-    trainer_stop_state_path(tr->cfg, path);
-    if (saved_step == tr->step && strcmp(path, tr->cfg->save_state) == 0) return sig;
-    return save_state_checked(tr, *tr->cfg->save_state ? "--save_state" : "the stop state", path, err) == 0 ? sig : -1;
-}
-
-/* The final state could not be written (err says why): the model file is
- * still written, so the run's weights are not lost with it. Returns -1,
- * err naming both files. */
-static int save_model_after(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
+/* A resume state (key at path) could not be written (err says why): the
+ * model file is still written, so the run's weights are not lost with it.
+ * Returns -1, err naming both files. */
+static int save_model_after(struct trainer *tr, const char *key, const char *path, char err[TRAINER_ERR_LEN]) {
     const struct config *c = tr->cfg;
     if (!*c->save) return -1;
     char first[TRAINER_ERR_LEN], second[TRAINER_ERR_LEN];
     snprintf(first, sizeof first, "%s", err);
     bool saved = save_model_checked(tr, second) == 0;
-    snprintf(err, TRAINER_ERR_LEN, "--save_state %.150s was not written: %.250s; --save %.150s %s%.250s",
-             c->save_state, first, c->save, saved ? "was written" : "failed too: ", saved ? "" : second);
+    snprintf(err, TRAINER_ERR_LEN, "%s %.150s was not written: %.250s; --save %.150s %s%.250s", key, path, first,
+             c->save, saved ? "was written" : "failed too: ", saved ? "" : second);
     return -1;
+}
+
+/* A stop signal reached some rank, agreed at a step boundary: every rank
+ * writes the resume state where the start-up banner said, unless
+ * save_state already holds this step; if it cannot, the model file as at
+ * the end. Returns the signal's number. */
+static int stop_run(struct trainer *tr, int sig, int saved_step, char err[TRAINER_ERR_LEN]) {
+    char path[FILEIO_PATH_LEN];
+    trainer_stop_state_path(tr->cfg, path);
+    if (saved_step == tr->step && strcmp(path, tr->cfg->save_state) == 0) return sig;
+    const char *key = *tr->cfg->save_state ? "--save_state" : "the stop state";
+    return save_state_checked(tr, key, path, err) == 0 ? sig : save_model_after(tr, key, path, err);
 }
 
 int trainer_run(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
@@ -493,7 +495,7 @@ int trainer_run(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
         log_step(tr, &m, last || stop || saves || has_val_loss(m.val_loss));
         if (saves) {
             if (save_state_checked(tr, "--save_state", c->save_state, err) != 0)
-                return last ? save_model_after(tr, err) : -1;
+                return last ? save_model_after(tr, "--save_state", c->save_state, err) : -1;
             saved_step = tr->step;
         }
     }
