@@ -217,6 +217,11 @@ attack "--steps 1e3" "bad value '1e3' for steps: expected an integer in [0, 2147
 attack "--lr nan" "bad value 'nan' for lr: expected a number in (0, 10]" "${one[@]}" --lr nan
 attack "a truncated resume state" "state_half.bin is truncated: section 'params' needs" \
     "${one[@]}" --steps 3 --resume "$tmp/state_half.bin"
+# the run_keys section is the state's last: its 16 bytes end the file
+cp "$tmp/state.bin" "$tmp/state_keys.bin"
+printf '\x01' | dd of="$tmp/state_keys.bin" bs=1 seek=$(($(stat -c %s "$tmp/state.bin") - 13)) conv=notrunc 2>/dev/null
+attack "a flipped bit in the state's run_keys section (it was accepted)" "state_keys.bin: section 'run_keys' is corrupt" \
+    "${one[@]}" --steps 3 --resume "$tmp/state_keys.bin"
 attack "an empty resume state" "state_empty.bin is truncated: 0 bytes" "${one[@]}" --steps 3 --resume "$tmp/state_empty.bin"
 attack "a model file as --resume" "model.bin: not a resume state (magic" "${one[@]}" --steps 3 --resume "$tmp/model.bin"
 attack "a resume state as --init_from" "state.bin: not an llm.c model file" "${one[@]}" --init_from "$tmp/state.bin"
