@@ -224,6 +224,27 @@ static void test_ranges_keep_the_state_finite(void **state) {
     assert_int_equal(config_validate(&c, err), 0);
 }
 
+/* A config that opens with a UTF-8 byte-order mark loads: the mark is
+ * not part of the first key (it read as an unknown key with invisible
+ * bytes); one anywhere else is still an error. */
+static void test_utf8_bom(void **state) {
+    (void)state;
+    char path[64];
+    write_temp(path, "\xEF\xBB\xBFsteps = 7\nn_layer = 3\n");
+    struct config c;
+    config_defaults(&c);
+    char err[CONFIG_ERR_LEN] = "";
+    assert_int_equal(config_load_file(&c, path, err), 0);
+    assert_int_equal(c.steps, 7);
+    assert_int_equal(c.n_layer, 3);
+    unlink(path);
+    write_temp(path, "steps = 7\n\xEF\xBB\xBFn_layer = 3\n");
+    config_defaults(&c);
+    assert_int_equal(config_load_file(&c, path, err), -1);
+    assert_non_null(strstr(err, ":2: unknown key"));
+    unlink(path);
+}
+
 static void test_choice_keys(void **state) {
     (void)state;
     struct config c;
@@ -324,6 +345,7 @@ int main(void) {
         cmocka_unit_test(test_long_lines_and_nul),
         cmocka_unit_test(test_bad_numbers),
         cmocka_unit_test(test_ranges_keep_the_state_finite),
+        cmocka_unit_test(test_utf8_bom),
         cmocka_unit_test(test_choice_keys),
         cmocka_unit_test(test_key_twice_in_a_file),
         cmocka_unit_test(test_control_bytes_escaped),

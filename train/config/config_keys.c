@@ -256,6 +256,8 @@ static char *trim(char *s) {
     return s;
 }
 
+static const char UTF8_BOM[] = "\xEF\xBB\xBF";
+
 /* Lines are read whole (getline), however long: a fixed buffer would cut a
  * long line in two and parse its tail, a long comment's included, as a
  * line of its own. A NUL byte would hide the rest of its line, so a line
@@ -275,7 +277,10 @@ int config_load_stream(struct config *c, FILE *f, const char *name, char err[CON
         }
         char *hash = strchr(line, '#');
         if (hash) *hash = '\0';
-        char *s = trim(line);
+        /* a UTF-8 byte-order mark (editors on Windows write one) opens the
+         * file, not its first key */
+        bool bom = lineno == 1 && strncmp(line, UTF8_BOM, sizeof UTF8_BOM - 1) == 0;
+        char *s = trim(bom ? line + sizeof UTF8_BOM - 1 : line);
         if (!*s) continue;
         char *eq = strchr(s, '=');
         if (!eq) {
