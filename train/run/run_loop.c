@@ -278,7 +278,8 @@ static void log_write_failed(struct trainer *tr, long start) {
     fclose(tr->json); /* fails too: what it still held is lost with the record */
     tr->json = NULL;
     struct stat st; /* cut only what reached the file (bytes still buffered never did) */
-    if (start >= 0 && stat(tr->cfg->log_json, &st) == 0 && st.st_size > start && truncate(tr->cfg->log_json, start) != 0)
+    bool reached = start >= 0 && stat(tr->cfg->log_json, &st) == 0 && st.st_size > start;
+    if (reached && truncate(tr->cfg->log_json, start) != 0)
         fprintf(stderr, "warning: log_json %s could not be cut back to its last whole record: %s\n",
                 tr->cfg->log_json, strerror(errno));
 }
