@@ -1,9 +1,11 @@
 #include "fileio.h"
+#include "crc32c.h"
 
 #include <stdbool.h>
 
 #include <dirent.h>
 #include <errno.h>
+#include <fnmatch.h>
 #include <glob.h>
 #include <limits.h>
 #include <signal.h>
@@ -102,7 +104,7 @@ int atomic_write_at(struct atomic_file *af, off_t offset, const void *data, size
     return atomic_write(af, data, n, err);
 }
 
-int atomic_commit(struct atomic_file *af, char err[FILEIO_ERR_LEN]) {
+int atomic_complete(struct atomic_file *af, char err[FILEIO_ERR_LEN]) {
     if (fflush(af->f) != 0 || fsync(fileno(af->f)) != 0) {
         snprintf(err, FILEIO_ERR_LEN, "flushing %.400s failed: %s", af->tmp_path, strerror(errno));
         atomic_abort(af);
@@ -110,12 +112,40 @@ int atomic_commit(struct atomic_file *af, char err[FILEIO_ERR_LEN]) {
     }
     int rc = fclose(af->f);
     af->f = NULL;
-    if (rc != 0 || rename(af->tmp_path, af->path) != 0) {
+    if (rc != 0) {
+        snprintf(err, FILEIO_ERR_LEN, "closing %.400s failed: %s", af->tmp_path, strerror(errno));
+        remove(af->tmp_path);
+        return -1;
+    }
+    return 0;
+}
+
+int atomic_place(struct atomic_file *af, char err[FILEIO_ERR_LEN]) {
+    if (rename(af->tmp_path, af->path) != 0) {
         snprintf(err, FILEIO_ERR_LEN, "cannot move %.400s into place: %s", af->tmp_path, strerror(errno));
         remove(af->tmp_path);
         return -1;
     }
     return 0;
+}
+
+int atomic_commit(struct atomic_file *af, char err[FILEIO_ERR_LEN]) {
+    return atomic_complete(af, err) == 0 ? atomic_place(af, err) : -1;
+}
+
+enum { CRC_PIECE_BYTES = 1 << 20 };
+
+int file_crc32c(const char *path, uint32_t *crc, char err[FILEIO_ERR_LEN]) {
+    FILE *f = fopen(path, "rb");
+    unsigned char *buf = malloc(CRC_PIECE_BYTES);
+    *crc = 0;
+    size_t n;
+    while (f && buf && (n = fread(buf, 1, CRC_PIECE_BYTES, f)) > 0) *crc = crc32c(*crc, buf, n);
+    bool bad = !f || !buf || ferror(f);
+    if (bad) snprintf(err, FILEIO_ERR_LEN, "cannot read %.400s: %s", path, buf ? strerror(errno) : "out of memory");
+    if (f) fclose(f);
+    free(buf);
+    return bad ? -1 : 0;
 }
 
 int read_exact(FILE *f, void *data, size_t n, const char *path, char err[FILEIO_ERR_LEN]) {
@@ -223,30 +253,76 @@ int path_check_output(const char *path, const char *what, char err[FILEIO_ERR_LE
     return 0;
 }
 
-/* The real path of path's folder, then '/' and its last name; "" when the
- * folder does not resolve. */
-static void resolved_name(const char *path, char out[PATH_MAX + NAME_MAX + 2]) {
-    char dir[FILEIO_PATH_LEN], real[PATH_MAX];
-    const char *slash = strrchr(path, '/'), *name = slash ? slash + 1 : path;
+/* What a write to path replaces, identified the way the write resolves
+ * it: its links followed (write_target, a dangling one included), then the
+ * folder that holds the target by (st_dev, st_ino), which a bind mount or
+ * another spelling of the folder cannot hide, and the target's last name;
+ * the file's own (st_dev, st_ino) when it exists (hard links). */
+struct path_id {
+    bool exists, dir_ok;
+    dev_t dev, dir_dev;
+    ino_t ino, dir_ino;
+    char name[NAME_MAX + 1];
+};
+
+static void path_identify(const char *path, struct path_id *id) {
+    char target[FILEIO_PATH_LEN], e[FILEIO_ERR_LEN], dir[FILEIO_PATH_LEN];
+    memset(id, 0, sizeof *id);
+    if (write_target(path, target, e) != 0) snprintf(target, sizeof target, "%s", path);
+    struct stat st;
+    if (stat(target, &st) == 0) {
+        id->exists = true;
+        id->dev = st.st_dev;
+        id->ino = st.st_ino;
+    }
+    const char *slash = strrchr(target, '/');
     if (!slash) snprintf(dir, sizeof dir, ".");
-    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path) + (slash == path), path);
-    out[0] = '\0';
-    if (strlen(path) < sizeof dir && realpath(dir, real))
-        snprintf(out, PATH_MAX + NAME_MAX + 2, "%s/%.*s", real, NAME_MAX, name);
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - target) + (slash == target), target);
+    snprintf(id->name, sizeof id->name, "%.*s", NAME_MAX, slash ? slash + 1 : target);
+    if (stat(dir, &st) == 0) {
+        id->dir_ok = true;
+        id->dir_dev = st.st_dev;
+        id->dir_ino = st.st_ino;
+    }
 }
 
 bool path_same_file(const char *a, const char *b) {
-    struct stat sa, sb;
-    bool ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;
-    if (ea && eb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-    if (ea != eb) return false;
-    char ra[PATH_MAX + NAME_MAX + 2], rb[PATH_MAX + NAME_MAX + 2];
-    resolved_name(a, ra);
-    resolved_name(b, rb);
-    return *ra ? strcmp(ra, rb) == 0 : strcmp(a, b) == 0;
+    struct path_id ia, ib;
+    path_identify(a, &ia);
+    path_identify(b, &ib);
+    if (ia.exists && ib.exists) return ia.dev == ib.dev && ia.ino == ib.ino;
+    if (ia.exists != ib.exists) return false;
+    if (!ia.dir_ok || !ib.dir_ok) return strcmp(a, b) == 0;
+    return ia.dir_dev == ib.dir_dev && ia.dir_ino == ib.dir_ino && strcmp(ia.name, ib.name) == 0;
 }
 
-/* Whether output `out` is a file of input `in` (a glob pattern: any match). */
+/* Whether output `out` would be a match of glob pattern `in` once written
+ * (a file not there yet: the next run's glob would read it): the folder
+ * that holds its target is one the pattern's folder part matches, by
+ * (st_dev, st_ino), and its last name matches the pattern's last part. */
+static bool inside_glob(const char *out, const char *in) {
+    if (!strpbrk(in, "*?[")) return false;
+    struct path_id o;
+    path_identify(out, &o);
+    const char *slash = strrchr(in, '/');
+    char dirs[FILEIO_PATH_LEN];
+    if (!o.dir_ok || fnmatch(slash ? slash + 1 : in, o.name, FNM_PERIOD) != 0) return false;
+    if (!slash) snprintf(dirs, sizeof dirs, ".");
+    else snprintf(dirs, sizeof dirs, "%.*s", (int)(slash - in) + (slash == in), in);
+    glob_t g;
+    bool inside = false;
+    if (glob(dirs, GLOB_NOCHECK, NULL, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc && !inside; i++) {
+            struct stat st;
+            inside = stat(g.gl_pathv[i], &st) == 0 && st.st_dev == o.dir_dev && st.st_ino == o.dir_ino;
+        }
+        globfree(&g);
+    }
+    return inside;
+}
+
+/* Whether output `out` is a file of input `in` (a glob pattern: any match,
+ * or a file the pattern would match once out is written). */
 static bool names_input(const char *out, const char *in, char match[FILEIO_PATH_LEN]) {
     glob_t g;
     bool same = false;
@@ -254,6 +330,10 @@ static bool names_input(const char *out, const char *in, char match[FILEIO_PATH_
         for (size_t i = 0; i < g.gl_pathc && !same; i++)
             if ((same = path_same_file(out, g.gl_pathv[i]))) snprintf(match, FILEIO_PATH_LEN, "%s", g.gl_pathv[i]);
         globfree(&g);
+    }
+    if (!same && inside_glob(out, in)) {
+        snprintf(match, FILEIO_PATH_LEN, "a match of its pattern once written");
+        same = true;
     }
     return same;
 }

@@ -56,7 +56,10 @@ static size_t split_point(const unsigned char *text, size_t n, double fraction) 
     return cut;
 }
 
-static int write_split(const char *what, const char *path, const unsigned char *text, size_t n) {
+/* One split tokenized into a complete temp file beside path (af), not yet
+ * in place. */
+static int write_split(struct atomic_file *af, const char *what, const char *path, const unsigned char *text,
+                       size_t n) {
     uint16_t *tokens = malloc((n ? n : 1) * sizeof *tokens);
     if (!tokens) {
         fprintf(stderr, "prepare: out of memory for %zu %s tokens\n", n, what);
@@ -64,13 +67,36 @@ static int write_split(const char *what, const char *path, const unsigned char *
     }
     tokenize_bytes(text, n, tokens);
     char err[DATA_ERR_LEN];
-    int rc = shard_write(path, tokens, n, err);
+    int rc = shard_write_temp(af, path, tokens, n, err);
     free(tokens);
-    if (rc != 0) {
-        fprintf(stderr, "prepare: %s\n", err);
+    if (rc != 0) fprintf(stderr, "prepare: %s (nothing was replaced)\n", err);
+    return rc;
+}
+
+/* Both splits written to temp files first, and renamed into place only
+ * when both are complete: a val shard that cannot be written (a missing
+ * folder, a full disk) leaves an existing train shard as it was, never a
+ * pair from two corpora. Only the renames themselves can part them. */
+static int write_splits(const char *train, const char *val, const unsigned char *text, size_t cut, size_t n) {
+    struct atomic_file t, v;
+    if (write_split(&t, "train", train, text, cut) != 0) return -1;
+    if (write_split(&v, "val", val, text + cut, n - cut) != 0) {
+        atomic_abort(&t);
         return -1;
     }
-    printf("%-5s %10zu tokens -> %s\n", what, n, path);
+    char err[FILEIO_ERR_LEN];
+    if (atomic_place(&t, err) != 0) {
+        atomic_abort(&v);
+        fprintf(stderr, "prepare: %s (nothing was replaced)\n", err);
+        return -1;
+    }
+    if (atomic_place(&v, err) != 0) {
+        fprintf(stderr, "prepare: %s; %s was replaced already: it and %s are from different runs\n", err, train,
+                val);
+        return -1;
+    }
+    printf("%-5s %10zu tokens -> %s\n", "train", cut, train);
+    printf("%-5s %10zu tokens -> %s\n", "val", n - cut, val);
     return 0;
 }
 
@@ -131,8 +157,8 @@ int main(int argc, char **argv) {
                 "prepare: %s (%zu bytes) cannot be split at a line boundary with --val-fraction %g: "
                 "the %s split would be empty\n",
                 input, n, fraction, cut == 0 ? "train" : "validation");
-    } else if (write_split("train", train, text, cut) == 0 && write_split("val", val, text + cut, n - cut) == 0) {
-        rc = 0;
+    } else {
+        rc = write_splits(train, val, text, cut, n) == 0 ? 0 : 1;
     }
     free(text);
     return rc;

@@ -113,7 +113,8 @@ int shard_read(const char *path, int vocab_size, struct token_shard *out, char e
     return 0;
 }
 
-int shard_write(const char *path, const uint16_t *tokens, size_t n, char err[DATA_ERR_LEN]) {
+int shard_write_temp(struct atomic_file *af, const char *path, const uint16_t *tokens, size_t n,
+                     char err[DATA_ERR_LEN]) {
     if (n < 1 || n > INT32_MAX) {
         snprintf(err, DATA_ERR_LEN, "%.300s: cannot write a shard of %zu tokens (must be 1..%d)", path, n,
                  INT32_MAX);
@@ -123,12 +124,16 @@ int shard_write(const char *path, const uint16_t *tokens, size_t n, char err[DAT
     header[0] = SHARD_MAGIC;
     header[1] = SHARD_VERSION;
     header[2] = (int32_t)n;
-    struct atomic_file af;
-    /* atomic_write and atomic_commit remove the temp file themselves on failure. */
-    if (atomic_open(&af, path, err) != 0 || atomic_write(&af, header, sizeof header, err) != 0 ||
-        atomic_write(&af, tokens, n * sizeof *tokens, err) != 0 || atomic_commit(&af, err) != 0)
+    /* atomic_write and atomic_complete remove the temp file themselves on failure. */
+    if (atomic_open(af, path, err) != 0 || atomic_write(af, header, sizeof header, err) != 0 ||
+        atomic_write(af, tokens, n * sizeof *tokens, err) != 0 || atomic_complete(af, err) != 0)
         return -1;
     return 0;
+}
+
+int shard_write(const char *path, const uint16_t *tokens, size_t n, char err[DATA_ERR_LEN]) {
+    struct atomic_file af;
+    return shard_write_temp(&af, path, tokens, n, err) == 0 ? atomic_place(&af, err) : -1;
 }
 
 void shard_free(struct token_shard *s) {

@@ -194,6 +194,8 @@ struct resume_reader {
  * section names are 1 to 31 characters and distinct, and fills *meta. On
  * failure nothing is left open. */
 int resume_open(struct resume_reader *r, const char *path, struct resume_meta *meta, char err[CKPT_ERR_LEN]);
+/* Whether the state has a section of this name (an older state may not). */
+bool resume_has(const struct resume_reader *r, const char *name);
 /* Index of the section called name, which must hold numel elements of
  * dtype and match its checksum (verified here, streaming the section in
  * chunks); -1 with a message naming it when it is missing, differs or is

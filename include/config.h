@@ -26,6 +26,9 @@ enum model_arch { ARCH_GPT2, ARCH_LLAMA };
 enum nonfinite_policy { NONFINITE_STOP, NONFINITE_SKIP_STEP };
 
 enum { CONFIG_PATH_LEN = 512, CONFIG_ERR_LEN = 1024 };
+/* The --config files one command line may name (each is an input the run's
+ * outputs must not overwrite). */
+enum { CONFIG_FILES_MAX = 16 };
 
 /* The most bytes any count derived from the shape keys may reach (2^62):
  * sizes are 64-bit integers, and the factor 4 of headroom covers sums of a
@@ -114,6 +117,9 @@ struct config {
     bool gpu_unverified;   /* run on a GPU without make cuda-test's stamp (include/gpu_stamp.h) */
     enum gpu_path gpu_path; /* --gpu_path: the GPU's kernels, v1 or v2 (include/device.h) */
     double watts;          /* the planner's P per device for E = t x P; 0: NVML's power limit on a GPU, none on a CPU */
+    /* not a key: the --config files config_parse_args read (argv's strings), inputs like the data */
+    const char *config_files[CONFIG_FILES_MAX];
+    int n_config_files;
 };
 
 /* The MLP's width F: ffn_dim, or 4 d_model where it is 0 (mlp_width). */

@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fileio.h"
+
 enum {
     SHARD_HEADER_INTS = 256,
     SHARD_MAGIC = 20240520,
@@ -34,6 +36,10 @@ struct token_shard {
 int shard_read(const char *path, int vocab_size, struct token_shard *out, char err[DATA_ERR_LEN]);
 /* Writes atomically (temp file, fsync, rename). */
 int shard_write(const char *path, const uint16_t *tokens, size_t n, char err[DATA_ERR_LEN]);
+/* The same but the rename: af holds the complete temp file, for
+ * atomic_place or atomic_abort (include/fileio.h). */
+int shard_write_temp(struct atomic_file *af, const char *path, const uint16_t *tokens, size_t n,
+                     char err[DATA_ERR_LEN]);
 void shard_free(struct token_shard *s);
 
 /* Byte-level tokenizer: one token per byte, vocabulary 256. */

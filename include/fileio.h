@@ -8,6 +8,7 @@
 #define SHARDLAB_FILEIO_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
 
@@ -30,6 +31,12 @@ int atomic_write(struct atomic_file *af, const void *data, size_t n, char err[FI
 int atomic_write_at(struct atomic_file *af, off_t offset, const void *data, size_t n, char err[FILEIO_ERR_LEN]);
 /* Flush, fsync, close, rename. On failure the temp file is removed. */
 int atomic_commit(struct atomic_file *af, char err[FILEIO_ERR_LEN]);
+/* atomic_commit in two halves, for files that must appear together (a
+ * train and a validation shard): atomic_complete flushes, fsyncs and
+ * closes the temp file, atomic_place renames it into place; each removes
+ * the temp file on failure. atomic_abort removes a completed one too. */
+int atomic_complete(struct atomic_file *af, char err[FILEIO_ERR_LEN]);
+int atomic_place(struct atomic_file *af, char err[FILEIO_ERR_LEN]);
 /* Give up: close and remove the temp file. */
 void atomic_abort(struct atomic_file *af);
 
@@ -73,6 +80,9 @@ struct named_path {
  * and is kept. An input may be a glob pattern: each match is compared.
  * err names both keys and the paths. */
 int path_check_distinct(const struct named_path *paths, int n, char err[FILEIO_ERR_LEN]);
+
+/* The CRC32C of a whole file (include/crc32c.h), read in pieces. */
+int file_crc32c(const char *path, uint32_t *crc, char err[FILEIO_ERR_LEN]);
 
 /* Reads exactly n bytes or fails with a message naming the file. */
 int read_exact(FILE *f, void *data, size_t n, const char *path, char err[FILEIO_ERR_LEN]);

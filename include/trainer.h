@@ -48,6 +48,8 @@ struct trainer {
     int step;                   /* optimizer steps completed */
     FILE *json;
     int json_errno;             /* the first failed write to json: its errno (0: none) */
+    int json_failed_step;       /* the step whose record could not be written */
+    bool stdout_broken;         /* rank 0: a write to stdout failed with EPIPE (its reader is gone) */
     double train_seconds;       /* wall time inside steps */
     double val_seconds;         /* wall time validating (between steps, not in train_seconds) */
     double last_val_loss;       /* NO_VAL_LOSS until the run validates */

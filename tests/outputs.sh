@@ -9,7 +9,7 @@
 set -u
 build=${1:-build}
 tmp=$(mktemp -d /tmp/shardlab_outputs_XXXXXX)
-trap 'umount "$tmp/fs" 2>/dev/null; rm -rf "$tmp"' EXIT
+trap 'umount "$tmp/fs" "$tmp/rule/B" 2>/dev/null; rm -rf "$tmp"' EXIT
 fails=0
 check() { # name, condition result
     if [ "$2" -eq 0 ]; then echo "ok   $1"; else echo "FAIL $1"; fails=$((fails + 1)); fi
@@ -41,6 +41,12 @@ check "prepare --train over --input: refused, the corpus kept" $?
 refused "--train $tmp/x.bin and --val $tmp/./x.bin are one file" \
     "${prep[@]}" --train "$tmp/x.bin" --val "$tmp/./x.bin" && [ ! -e "$tmp/x.bin" ]
 check "prepare --train and --val one file (not yet there): refused" $?
+# the train shard is renamed into place only once the val shard is complete too
+cp data/kjv_val.bin "$tmp/old_t.bin"
+refused "cannot create $tmp/missing/v.bin.shardlab-tmp." \
+    "${prep[@]}" --train "$tmp/old_t.bin" --val "$tmp/missing/v.bin" && cmp -s "$tmp/old_t.bin" data/kjv_val.bin &&
+    [ -z "$(ls "$tmp" | grep shardlab-tmp)" ]
+check "prepare --val in a missing folder: refused, the existing train shard untouched (it was replaced)" $?
 refused "--input $tmp/fifo is a FIFO, not a regular file" \
     "$build/prepare" --input "$tmp/fifo" --train "$tmp/t.bin" --val "$tmp/v.bin"
 check "prepare --input a FIFO: refused, no hang" $?
@@ -102,6 +108,72 @@ rc=$?
 [ $rc -eq 1 ] && grep -qF "error: writing the run's output to stdout failed: No space left on device" "$tmp/err"
 check "train > /dev/full: exit 1, the reason named" $?
 
+# one rule for paths (issue 39): every input and output resolved as the
+# write resolves it (links followed, the folder by device and inode, the
+# last name), the --config files and the files a glob would match included
+cp configs/tiny.conf "$tmp/c.conf"
+for key in save log_json trace; do
+    refused "--$key $tmp/c.conf is --config $tmp/c.conf (config)" \
+        "${train[@]}" --config "$tmp/c.conf" --$key "$tmp/c.conf" && cmp -s "$tmp/c.conf" configs/tiny.conf
+    check "train --$key over the --config file: refused, the config kept" $?
+done
+mkdir "$tmp/rule"
+ln -s target.bin "$tmp/rule/L"
+refused "--save $tmp/rule/L and --save_state $tmp/rule/target.bin are one file" \
+    "${train[@]}" --save "$tmp/rule/L" --save_state "$tmp/rule/target.bin" && [ ! -e "$tmp/rule/target.bin" ]
+check "train --save on a dangling link to --save_state: refused, nothing written" $?
+ln -s v.bin "$tmp/rule/L2"
+refused "--train $tmp/rule/L2 and --val $tmp/rule/v.bin are one file" \
+    "${prep[@]}" --train "$tmp/rule/L2" --val "$tmp/rule/v.bin" && [ ! -e "$tmp/rule/v.bin" ]
+check "prepare --train on a dangling link to --val: refused, nothing written" $?
+mkdir "$tmp/rule/A" "$tmp/rule/B" "$tmp/rule/g"
+if mount --bind "$tmp/rule/A" "$tmp/rule/B" 2>/dev/null; then
+    refused "--save $tmp/rule/A/x.bin and --save_state $tmp/rule/B/x.bin are one file" \
+        "${train[@]}" --save "$tmp/rule/A/x.bin" --save_state "$tmp/rule/B/x.bin" && [ -z "$(ls "$tmp/rule/A")" ]
+    check "train --save and --save_state one file through a bind mount: refused, nothing written" $?
+    umount "$tmp/rule/B"
+else
+    echo "skip train outputs through a bind mount (cannot mount here: not root, or no CAP_SYS_ADMIN)"
+fi
+cp data/kjv_val.bin "$tmp/rule/g/a.bin"
+refused "--save_state $tmp/rule/g/run.state is --train_data $tmp/rule/g/* (token shard a match of its pattern once written)" \
+    "${train[@]}" --train_data "$tmp/rule/g/*" --save_state "$tmp/rule/g/run.state" && [ "$(ls "$tmp/rule/g")" = a.bin ]
+check "train --save_state inside the --train_data glob: refused, nothing written" $?
+
+# stdout is an output like any other: a pipe whose reader is gone is a stop
+# request (SIGPIPE ignored), the resume state written, the stop said on
+# stderr, exit 3 (it was killed by SIGPIPE: 141, no state)
+stopped_step() { # stderr file -> K of "after step K of"
+    sed -nE 's/.*after step ([0-9]+) of .*/\1/p' "$1" | head -n 1
+}
+resumes() { # state, step it holds: it loads and trains one more step
+    timeout 60 "${train[@]}" --steps $(($2 + 1)) --resume "$1" >/dev/null 2>&1
+}
+rm -f "$tmp/pipe.state"
+timeout 120 "${train[@]}" --steps 1000000 --save_state "$tmp/pipe.state" 2>"$tmp/err" | head -c 100 >/dev/null
+rc=${PIPESTATUS[0]}
+k=$(stopped_step "$tmp/err")
+[ $rc -eq 3 ] && grep -qF "stdout is a broken pipe (EPIPE: its reader is gone)" "$tmp/err" &&
+    grep -qF "stopped by a broken stdout (EPIPE: its reader is gone) after step" "$tmp/err" &&
+    [ -n "$k" ] && resumes "$tmp/pipe.state" "$k"
+check "train | head -c 100: exit 3 (rc $rc), said on stderr, the state at step ${k:-?} resumes" $?
+# a session hung up (a closed terminal): train and the tee it writes to both
+# get SIGHUP; tee dies, train stops with its state whichever comes first
+rm -f "$tmp/hup.state" "$tmp/hup.rc"
+# (in a subshell whose stderr is dropped: bash reports the shell's death by SIGHUP there)
+(setsid sh -c '{ trap : HUP; "$@" 2>"$0.err"; echo $? >"$0.rc"; } | tee "$0.log" >/dev/null' "$tmp/hup" \
+    "${train[@]}" --steps 1000000 --save_state "$tmp/hup.state" & echo $! >"$tmp/hup.pid"; wait) 2>/dev/null &
+for _ in $(seq 1 100); do [ -s "$tmp/hup.pid" ] && break; sleep 0.1; done
+session=$(cat "$tmp/hup.pid")
+for _ in $(seq 1 600); do grep -q '^step' "$tmp/hup.log" 2>/dev/null && break; sleep 0.1; done
+kill -HUP -- -$session
+wait # the shell dies of the SIGHUP; train's group writes hup.rc when train has ended
+for _ in $(seq 1 600); do [ -s "$tmp/hup.rc" ] && break; sleep 0.1; done
+rc=$(cat "$tmp/hup.rc" 2>/dev/null)
+k=$(cat "$tmp/hup.err" "$tmp/hup.log" | stopped_step /dev/stdin)
+[ "$rc" = 3 ] && [ -n "$k" ] && resumes "$tmp/hup.state" "$k"
+check "setsid sh -c 'train | tee log', SIGHUP to the session: exit 3 (rc ${rc:-none}), the state resumes" $?
+
 # more validation batches than the split holds: a warning with the passes;
 # the end line names validation's time beside the steps'
 timeout 120 "${train[@]}" --val_every 1 --val_batches 800 >"$tmp/out" 2>"$tmp/err" &&
@@ -142,9 +214,14 @@ attack "--config /dev/null" "config /dev/null is a character device, not a regul
 attack "a config with a NUL byte" "nul.conf:1: NUL byte in the line (a config is text)" "${one[@]}" --config "$tmp/nul.conf"
 attack "a resume state as --config" "state.bin:1: NUL byte in the line" "${one[@]}" --config "$tmp/state.bin"
 attack "--steps 1e3" "bad value '1e3' for steps: expected an integer in [0, 2147483647]" "${one[@]}" --steps 1e3
-attack "--lr nan" "bad value 'nan' for lr: expected a number in [0, 10]" "${one[@]}" --lr nan
+attack "--lr nan" "bad value 'nan' for lr: expected a number in (0, 10]" "${one[@]}" --lr nan
 attack "a truncated resume state" "state_half.bin is truncated: section 'params' needs" \
     "${one[@]}" --steps 3 --resume "$tmp/state_half.bin"
+# the run_keys section is the state's last: its 16 bytes end the file
+cp "$tmp/state.bin" "$tmp/state_keys.bin"
+printf '\x01' | dd of="$tmp/state_keys.bin" bs=1 seek=$(($(stat -c %s "$tmp/state.bin") - 13)) conv=notrunc 2>/dev/null
+attack "a flipped bit in the state's run_keys section (it was accepted)" "state_keys.bin: section 'run_keys' is corrupt" \
+    "${one[@]}" --steps 3 --resume "$tmp/state_keys.bin"
 attack "an empty resume state" "state_empty.bin is truncated: 0 bytes" "${one[@]}" --steps 3 --resume "$tmp/state_empty.bin"
 attack "a model file as --resume" "model.bin: not a resume state (magic" "${one[@]}" --steps 3 --resume "$tmp/model.bin"
 attack "a resume state as --init_from" "state.bin: not an llm.c model file" "${one[@]}" --init_from "$tmp/state.bin"
@@ -153,6 +230,11 @@ attack "a token shard as --init_from" "not an llm.c model file (magic 20240520, 
 attack "a model header claiming 2^30 positions" "huge_positions.bin is truncated: 70400 bytes, expected" \
     "${one[@]}" --init_from "$tmp/huge_positions.bin"
 attack "a state past --steps" "state.bin is at step 2, beyond steps = 1" "${one[@]}" --resume "$tmp/state.bin" # continued in place above
+attack "a state at --steps with a new --save_state (it exited 0 writing nothing)" \
+    "state.bin is at step 2 = steps: no step runs, so no resume state would be written to save_state $tmp/new.state" \
+    "${one[@]}" --steps 2 --resume "$tmp/state.bin" --save_state "$tmp/new.state"
+[ ! -e "$tmp/new.state" ]
+check "attack: ... and nothing written" $?
 attack "a state of another model" "was saved with a different model: n_layer 2" \
     "${one[@]}" --steps 3 --n_layer 3 --resume "$tmp/state.bin"
 attack "a state of another optimizer" "; optimizer: saved adamw, this run sgd;" \
@@ -178,9 +260,27 @@ if mount -t tmpfs -o size=300k tmpfs "$fs" 2>/dev/null; then
         [ "$(stat -c %s "$fs/x.model")" = 70400 ] && [ "$(ls "$fs")" = x.model ]
     check "attack: a 300 KB file system: the state fails (ENOSPC), the model is written, no temp file left" $?
     rm -f "$fs"/*
+    # the same when a stop signal's state fails: the model is written (it was skipped)
+    # (no timeout wrapper: it would pass the signal on to train's whole group, twice to train)
+    "${train[@]}" --steps 1000000 --save_state "$fs/x.state" --save "$fs/x.model" >"$tmp/out" 2>"$tmp/err" &
+    job=$!
+    for _ in $(seq 1 600); do grep -q '^step' "$tmp/out" 2>/dev/null && break; sleep 0.1; done
+    kill -TERM $job
+    wait $job
+    rc=$?
+    [ $rc -eq 1 ] && grep -qF -- "--save_state $fs/x.state was not written: " "$tmp/err" &&
+        grep -qF "No space left on device (any earlier file there is untouched); --save $fs/x.model was written" "$tmp/err" &&
+        [ "$(stat -c %s "$fs/x.model")" = 70400 ] && [ "$(ls "$fs")" = x.model ]
+    check "attack: SIGTERM on a 300 KB file system: the stop state fails (ENOSPC), the model is written (rc $rc)" $?
+    rm -f "$fs"/*
     attack "prepare onto a full file system" "t.bin.shardlab-tmp." "$build/prepare" --input data/kjv.txt --train "$fs/t.bin" --val "$fs/v.bin"
     [ -z "$(ls "$fs")" ]
     check "attack: ... and it leaves nothing there" $?
+    cp data/kjv_val.bin "$tmp/old_t.bin" # an existing train shard; the val split cannot fit
+    attack "prepare with --val on a full file system" "v.bin.shardlab-tmp." \
+        "$build/prepare" --input data/kjv.txt --val-fraction 0.5 --train "$tmp/old_t.bin" --val "$fs/v.bin"
+    cmp -s "$tmp/old_t.bin" data/kjv_val.bin && [ -z "$(ls "$fs")" ] && [ -z "$(ls "$tmp" | grep shardlab-tmp)" ]
+    check "attack: ... the existing train shard untouched (it was replaced), no temp file left" $?
     dd if=/dev/zero of="$fs/fill" bs=1k count=295 2>/dev/null
     attack "--trace on a full file system" "flushing $fs/t.json.shardlab-tmp." "${train[@]}" --steps 2 --trace "$fs/t.json"
     rm -f "$fs"/*

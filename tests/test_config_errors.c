@@ -173,6 +173,78 @@ static void test_bad_numbers(void **state) {
     assert_true(c.peak_flops == 9.89e14);
 }
 
+/* Ranges that keep a state finite (issue 39): eps, lr and init_std exclude
+ * 0 (also -0 and values that round to 0 as a float), each refusal says
+ * why, --help gives eps's reason, and lr x weight_decay stays <= 1. */
+static void expect_refused_why(const char *key, const char *value, const char *why) {
+    expect_bad(key, value);
+    struct config c;
+    config_defaults(&c);
+    char err[CONFIG_ERR_LEN] = "";
+    assert_int_equal(config_set(&c, key, value, err), -1);
+    if (!strstr(err, why)) fail_msg("%s = '%s': the refusal does not say why (%s): %s", key, value, why, err);
+}
+
+static void test_ranges_keep_the_state_finite(void **state) {
+    (void)state;
+    const char *nan_why = "0/0 = NaN", *nothing = "nothing trains";
+    expect_refused_why("eps", "0", nan_why);
+    expect_refused_why("eps", "-0", nan_why);
+    expect_refused_why("eps", "1e-46", nan_why); /* rounds to 0 as a float */
+    expect_bad("eps", "1.5");
+    expect_refused_why("lr", "0", nothing);
+    expect_refused_why("lr", "-0", nothing);
+    expect_refused_why("lr", "1e-46", nothing);
+    expect_refused_why("init_std", "0", nothing);
+    struct config c;
+    config_defaults(&c);
+    char err[CONFIG_ERR_LEN] = "";
+    assert_int_equal(config_set(&c, "eps", "1", err), 0);
+    assert_int_equal(config_set(&c, "lr", "1e-30", err), 0);
+    assert_int_equal(config_set(&c, "init_std", "1e-6", err), 0);
+
+    char *help = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&help, &len);
+    config_print_help(f, "train", false);
+    fclose(f);
+    const char *eps = strstr(help, "--eps ");
+    assert_non_null(eps);
+    const char *eol = strchr(eps, '\n'), *why = strstr(eps, "in (0, 1]");
+    assert_true(why && why < eol && strstr(eps, nan_why) < eol);
+    free(help);
+
+    config_defaults(&c);
+    assert_int_equal(config_set(&c, "lr", "10", err), 0);
+    assert_int_equal(config_set(&c, "weight_decay", "0.2", err), 0);
+    assert_int_equal(config_validate(&c, err), -1);
+    assert_non_null(strstr(err, "lr 10 x weight_decay 0.2 = 2"));
+    assert_non_null(strstr(err, "grow without bound"));
+    assert_int_equal(config_set(&c, "weight_decay", "0.1", err), 0);
+    assert_int_equal(config_validate(&c, err), 0);
+}
+
+/* A config that opens with a UTF-8 byte-order mark loads: the mark is
+ * not part of the first key (it read as an unknown key with invisible
+ * bytes); one anywhere else is still an error. */
+static void test_utf8_bom(void **state) {
+    (void)state;
+    char path[64];
+    write_temp(path, "\xEF\xBB\xBFsteps = 7\nn_layer = 3\n");
+    struct config c;
+    config_defaults(&c);
+    char err[CONFIG_ERR_LEN] = "";
+    assert_int_equal(config_load_file(&c, path, err), 0);
+    assert_int_equal(c.steps, 7);
+    assert_int_equal(c.n_layer, 3);
+    unlink(path);
+    write_temp(path, "steps = 7\n\xEF\xBB\xBFn_layer = 3\n");
+    config_defaults(&c);
+    assert_int_equal(config_load_file(&c, path, err), -1);
+    assert_non_null(strstr(err, ":2: unknown key"));
+    unlink(path);
+}
+
 static void test_choice_keys(void **state) {
     (void)state;
     struct config c;
@@ -262,7 +334,7 @@ static void test_integer_ranges(void **state) {
     assert_int_equal(config_set(&c, "vocab_size", "1", err), -1);
     assert_non_null(strstr(err, "[2, 1048576]"));
     assert_int_equal(config_set(&c, "lr", "11", err), -1);
-    assert_non_null(strstr(err, "expected a number in [0, 10]"));
+    assert_non_null(strstr(err, "expected a number in (0, 10]"));
 }
 
 int main(void) {
@@ -272,6 +344,8 @@ int main(void) {
         cmocka_unit_test(test_directory_config),
         cmocka_unit_test(test_long_lines_and_nul),
         cmocka_unit_test(test_bad_numbers),
+        cmocka_unit_test(test_ranges_keep_the_state_finite),
+        cmocka_unit_test(test_utf8_bom),
         cmocka_unit_test(test_choice_keys),
         cmocka_unit_test(test_key_twice_in_a_file),
         cmocka_unit_test(test_control_bytes_escaped),

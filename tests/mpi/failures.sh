@@ -10,8 +10,9 @@
 #     its bytes (no crash, no OOM kill);
 #  5. a model too big for this host (4.8e9 parameters): refused before
 #     allocating, with the breakdown and the levers, on every rank;
-#  6. log_json on a full disk (/dev/full): every rank exits non-zero, the
-#     message names the log (it used to leave a 0-byte log and exit 0);
+#  6. log_json: a device, a FIFO, a missing folder refused up front; a
+#     failed start-up leaves the old log; a resumed run refuses a log cut
+#     mid-record; a full disk stops the run at the failed step with its state;
 #  7. the banner's tokens per step past 2^31 (it printed -2147483648), and
 #     a directory as --config or as train_data: one clear error each;
 #  8. a run that goes NaN (SGD at lr 10, no clipping) on 2 ranks under
@@ -21,13 +22,15 @@
 #     over dp; interleaved: m not a multiple of p, virtual_stages with another schedule, one chunk, a chunk
 #     with no layer, pp_layers not of pp x v counts: every rank exits non-zero, one message naming the keys;
 # 10. ranks started with different configurations (mpirun's "A : B"): every rank exits non-zero, the keys named;
-# 11. a state resumed on another global batch: every rank refuses, naming it.
+# 11. a state resumed on another global batch: every rank refuses, naming it;
+# 12. a link made mid-run at --save_state is checked when the state is written;
+# 13. the ranks' data and --init_from files compared by contents (mpirun -wdir).
 # Usage: tests/mpi/failures.sh BUILD_DIR (build or build-san)
 set -u
 build=${1:-build}
 train="$build/train"
 tmp=$(mktemp -d /tmp/shardlab_failures_XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+trap 'umount "$tmp/fs6" 2>/dev/null; rm -rf "$tmp"' EXIT
 mpi=(mpirun --oversubscribe --allow-run-as-root)
 for v in ASAN_OPTIONS UBSAN_OPTIONS; do [ -n "${!v:-}" ] && mpi+=(-x "$v"); done
 fails=0
@@ -91,17 +94,61 @@ rc=$?
     ! grep -q '^step' "$tmp/out5"
 check "4.8e9 parameters: refused before allocating (rc $rc), the breakdown and the levers" $?
 
-# 6. a full disk under log_json
-timeout 60 "${mpi[@]}" -np 2 "$train" "${common[@]}" --steps 2 --val_every 0 --peak_flops 1e9 \
-    --log_json /dev/full >"$tmp/out6" 2>"$tmp/err6"
+# 6. log_json, an output like the others (issue 39), on 2 ranks: a device
+# or a FIFO refused up front (a FIFO used to block open() for ever); a
+# missing folder refused before the weights; a run that fails at start-up
+# leaves the old log as it was (it was truncated to 0 bytes); a resumed run
+# refuses a log whose last record was cut (it appended to the cut line); a
+# full file system stops the run at the step whose record failed, with its
+# state, the log cut back to whole records (all 400 steps used to run)
+np2=(timeout 60 "${mpi[@]}" -np 2 "$train" "${common[@]}" --val_every 0 --peak_flops 1e9)
+"${np2[@]}" --steps 2 --log_json /dev/full >"$tmp/out6" 2>"$tmp/err6"
 rc=$?
-[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c 'writing log_json /dev/full failed: No space left on device' "$tmp/err6")" -eq 1 ]
-check "log_json on a full disk: non-zero exit (rc $rc), one message naming the log and the reason" $?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c -- '--log_json /dev/full cannot be written: it exists and is a character device' "$tmp/err6")" -eq 1 ]
+check "log_json /dev/full: refused up front (rc $rc), one message naming the log" $?
+mkfifo "$tmp/log.fifo"
+"${np2[@]}" --steps 2 --log_json "$tmp/log.fifo" >"$tmp/out6" 2>"$tmp/err6"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q -- "--log_json $tmp/log.fifo cannot be written: it exists and is a FIFO" "$tmp/err6" &&
+    [ -p "$tmp/log.fifo" ]
+check "log_json on a FIFO: refused, no hang (rc $rc), the FIFO kept" $?
 timeout 60 "$train" "${common[@]}" --steps 2 --log_json "$tmp/no_such_dir/log.json" >"$tmp/out6" 2>"$tmp/err6"
 rc=$?
-[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "cannot open log_json $tmp/no_such_dir/log.json: No such file" "$tmp/err6" &&
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q -- "--log_json $tmp/no_such_dir/log.json cannot be written: .*No such file" "$tmp/err6" &&
     ! grep -q "initialising weights" "$tmp/out6"
 check "log_json in a missing folder: refused before the weights (rc $rc), naming the reason" $?
+"${np2[@]}" --steps 2 --save "$tmp/m6.bin" --save_state "$tmp/s6.state" --log_json "$tmp/log6.json" >/dev/null 2>&1
+cp "$tmp/log6.json" "$tmp/log6.keep"
+cp "$tmp/m6.bin" "$tmp/nan6.bin" # a NaN weight: refused when the weights are loaded, after the checks
+printf '\xff\xff\xff\xff' | dd of="$tmp/nan6.bin" bs=1 seek=4096 conv=notrunc 2>/dev/null
+"${np2[@]}" --steps 2 --init_from "$tmp/nan6.bin" --log_json "$tmp/log6.json" >"$tmp/out6" 2>"$tmp/err6"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "nan" "$tmp/err6" && cmp -s "$tmp/log6.json" "$tmp/log6.keep"
+check "a run that fails at start-up (a NaN weight): rc $rc, the old log as it was" $?
+printf '{"type":"step","st' >>"$tmp/log6.json"
+cp "$tmp/log6.json" "$tmp/log6.keep"
+"${np2[@]}" --steps 4 --resume "$tmp/s6.state" --log_json "$tmp/log6.json" >"$tmp/out6" 2>"$tmp/err6"
+rc=$?
+whole=$(($(stat -c %s "$tmp/log6.keep") - 18))
+[ $rc -ne 0 ] && [ $rc -ne 124 ] &&
+    grep -q -- "--log_json $tmp/log6.json does not end in a newline: its last record was cut after byte $whole of" "$tmp/err6" &&
+    cmp -s "$tmp/log6.json" "$tmp/log6.keep"
+check "a resumed run on a log cut mid-record: refused (rc $rc), the log as it was" $?
+mkdir "$tmp/fs6"
+if mount -t tmpfs -o size=16k tmpfs "$tmp/fs6" 2>/dev/null; then
+    "${np2[@]}" --steps 400 --log_json "$tmp/fs6/log.json" --save_state "$tmp/full6.state" >"$tmp/out6" 2>"$tmp/err6"
+    rc=$?
+    k=$(sed -nE 's/^stopped by a failed write to log_json after step ([0-9]+) of 400.*/\1/p' "$tmp/out6")
+    last=$(tail -n 1 "$tmp/fs6/log.json" | sed -nE 's/.*"type":"step","step":([0-9]+),.*/\1/p')
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ -n "$k" ] && [ "$k" -lt 400 ] &&
+        [ "$(grep -c "writing log_json $tmp/fs6/log.json failed at step $k's record (it keeps the records before it): No space left on device" "$tmp/err6")" -eq 1 ] &&
+        [ "$last" = $((k - 1)) ] && [ "$(tail -c 1 "$tmp/fs6/log.json" | od -An -c | tr -d ' ')" = '\n' ] &&
+        "${np2[@]}" --steps $((k + 1)) --resume "$tmp/full6.state" >/dev/null 2>&1
+    check "log_json on a full file system, 2 ranks: stopped at step ${k:-?} of 400 (rc $rc), the log whole to step ${last:-?}, the state resumes" $?
+    umount "$tmp/fs6"
+else
+    echo "skip log_json on a full file system (cannot mount a tmpfs here: not root, or no CAP_SYS_ADMIN)"
+fi
 
 # 7. 4 x 2^20 x 1024 tokens per step (steps 0: the banner only); directories
 timeout 60 "$train" "${common[@]}" --steps 0 --grad_accum 1048576 --seq_len 1024 --val_every 0 --peak_flops 1e9 \
@@ -179,5 +226,64 @@ timeout 60 "${mpi[@]}" -np 3 "$train" "${common[@]}" --steps 2 --resume "$tmp/on
 rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c 'error (rank 0,1,2): .*one.state was saved with a different dtype, optimizer or global batch; the global batch (micro_batch x grad_accum x data-parallel ranks): saved 4, this run 4 x 1 x 3 = 12;' "$tmp/err11")" -eq 1 ]
 check "a 1-rank state resumed on 3 ranks: every rank refuses (rc $rc), naming the global batch" $?
+
+# 12. outputs checked again as they are written (issue 39), on 2 ranks: a
+# link made mid-run at --save_state, pointing at the run's own training
+# shard, is refused when the stop state is to be written (it used to
+# replace the shard); every rank exits 1, the shard kept
+cp "$tmp/train.bin" "$tmp/shard12.bin"
+cp "$tmp/shard12.bin" "$tmp/shard12.keep"
+timeout 120 "${mpi[@]}" -np 2 "$train" "${common[@]}" --train_data "$tmp/shard12.bin" --val_every 0 --peak_flops 1e9 \
+    --steps 1000000 --save_state "$tmp/s12.state" >"$tmp/out12" 2>"$tmp/err12" &
+job=$!
+for _ in $(seq 1 300); do grep -q '^step' "$tmp/out12" 2>/dev/null && break; sleep 0.1; done
+ln -s shard12.bin "$tmp/s12.state"
+kill -USR1 "$(pgrep -P $job | head -n 1)"
+wait $job
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] &&
+    grep -q -- "--save_state $tmp/s12.state is --train_data $tmp/shard12.bin (token shard): writing the resume state would destroy it; nothing was written (found as --save_state was to be written)" "$tmp/err12" &&
+    cmp -s "$tmp/shard12.bin" "$tmp/shard12.keep" && [ -L "$tmp/s12.state" ]
+check "a link to the training shard made mid-run at --save_state: refused at the write (rc $rc), the shard kept" $?
+
+# 13. the ranks compare the contents they read, not the paths' spelling
+# (issue 39): each rank in its own folder (mpirun -wdir), x.bin of the same
+# size but other tokens on rank 1: refused naming rank 1 and the file (it
+# trained on both, rc 0); --init_from files of other weights, and of
+# another max_seq_len (it crashed in step 1: MPI_ERR_TRUNCATE)
+mkdir -p "$tmp/r0" "$tmp/r1"
+cp "$tmp/val.bin" "$tmp/r0/x.bin"
+cp "$tmp/val.bin" "$tmp/r1/x.bin"
+printf '\x07' | dd of="$tmp/r1/x.bin" bs=1 seek=2000 conv=notrunc 2>/dev/null
+abs=("$(realpath "$train")" --config "$PWD/configs/tiny.conf" --threads 1 --val_every 0 --peak_flops 1e9 --steps 2)
+two_dirs() { # arguments for both ranks, each run in its own folder
+    timeout 60 "${mpi[@]}" -np 1 -wdir "$tmp/r0" "${abs[@]}" "$@" : -np 1 -wdir "$tmp/r1" "${abs[@]}" "$@"
+}
+two_dirs --train_data x.bin --val_data "" >"$tmp/out13" 2>"$tmp/err13"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] &&
+    [ "$(grep -c "rank 1's train_data x.bin has other contents than rank 0's (data digest" "$tmp/err13")" -eq 1 ]
+check "train_data of other contents on rank 1 (same path, same size): refused (rc $rc), naming rank 1 and the file" $?
+cp "$tmp/val.bin" "$tmp/r1/x.bin"
+timeout 60 "$train" "${common[@]}" --steps 1 --val_every 0 --peak_flops 1e9 --save "$tmp/r0/m.bin" >/dev/null 2>&1
+timeout 60 "$train" "${common[@]}" --steps 1 --val_every 0 --peak_flops 1e9 --seed 7 --save "$tmp/r1/m.bin" >/dev/null 2>&1
+two_dirs --train_data x.bin --val_data "" --init_from m.bin >"$tmp/out13" 2>"$tmp/err13"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] &&
+    [ "$(grep -c "rank 1's --init_from m.bin has other contents than rank 0's (CRC32C" "$tmp/err13")" -eq 1 ]
+check "--init_from of other weights on rank 1: refused (rc $rc), naming rank 1 and the file" $?
+timeout 60 "$train" "${common[@]}" --steps 1 --val_every 0 --peak_flops 1e9 --max_seq_len 128 --save "$tmp/r1/m.bin" \
+    >/dev/null 2>&1
+two_dirs --train_data x.bin --val_data "" --init_from m.bin >"$tmp/out13" 2>"$tmp/err13"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] &&
+    [ "$(grep -c "the ranks' --init_from files are of different models: max_seq_len differs" "$tmp/err13")" -eq 1 ]
+check "--init_from of another max_seq_len on rank 1: refused (rc $rc), naming max_seq_len" $?
+cp "$tmp/r0/m.bin" "$tmp/r1/m.bin"
+two_dirs --train_data x.bin --val_data "" --init_from m.bin >"$tmp/out13" 2>"$tmp/err13"
+check "the same contents in each rank's folder: trains (rc $?)" $?
+timeout 60 "${mpi[@]}" -np 1 -wdir "$tmp/r0" "${abs[@]}" --train_data x.bin --val_data "" : \
+    -np 1 -wdir "$tmp/r0" "${abs[@]}" --train_data ./x.bin --val_data "" >"$tmp/out13" 2>"$tmp/err13"
+check "one file spelled x.bin on rank 0 and ./x.bin on rank 1: trains (rc $?; it was refused as different)" $?
 
 [ $fails -eq 0 ] && echo "failure tests passed" || { echo "$fails failure test(s) failed"; exit 1; }

@@ -294,6 +294,27 @@ static void name_changed_keys(const struct config *c, int dp, const int32_t save
                  (int)saved[KEY_GLOBAL_BATCH], c->micro_batch, c->grad_accum, dp, (int)mine[KEY_GLOBAL_BATCH]);
 }
 
+/* A state's run_keys section, when it has one, is read whenever the state
+ * is (resume_find checks its CRC32C), not only when the fingerprint
+ * differs: a flipped bit there was accepted. Its keys must be this run's,
+ * since the fingerprint already said they are. */
+static int check_run_keys(const struct trainer *tr, struct resume_reader *r, const char *path,
+                          char err[TRAINER_ERR_LEN]) {
+    if (!resume_has(r, RUN_KEYS_SECTION)) return 0; /* an older state */
+    int32_t saved[RUN_KEYS], mine[RUN_KEYS];
+    char e2[CKPT_ERR_LEN];
+    run_keys(tr->cfg, tr->grid->dp, mine);
+    int at = resume_find(r, RUN_KEYS_SECTION, DTYPE_U8, sizeof saved, e2);
+    if (at < 0 || resume_read_at(r, at, 0, sizeof saved, saved, e2) != 0) {
+        snprintf(err, TRAINER_ERR_LEN, "%s", e2);
+        return -1;
+    }
+    if (memcmp(saved, mine, sizeof saved) == 0) return 0;
+    snprintf(err, TRAINER_ERR_LEN, "%s: its run_keys section disagrees with its fingerprint (the state is corrupt)",
+             path);
+    return -1;
+}
+
 /* The state must be of this model, dtypes, optimizer and global batch. */
 static int check_meta(const struct trainer *tr, struct resume_reader *r, const char *path,
                       const struct resume_meta *m, char err[TRAINER_ERR_LEN]) {
@@ -321,6 +342,7 @@ static int check_meta(const struct trainer *tr, struct resume_reader *r, const c
                  path, which);
         return -1;
     }
+    if (check_run_keys(tr, r, path, err) != 0) return -1;
     if (m->seed != (uint64_t)tr->cfg->seed) {
         snprintf(err, TRAINER_ERR_LEN, "%s was saved with seed %llu, this run has seed %lld", path,
                  (unsigned long long)m->seed, tr->cfg->seed);
@@ -333,6 +355,13 @@ static int check_meta(const struct trainer *tr, struct resume_reader *r, const c
     if (m->step > (uint64_t)tr->cfg->steps) {
         snprintf(err, TRAINER_ERR_LEN, "%s is at step %llu, beyond steps = %d", path,
                  (unsigned long long)m->step, tr->cfg->steps);
+        return -1;
+    }
+    if (m->step == (uint64_t)tr->cfg->steps && *tr->cfg->save_state) { /* as steps = 0 (config_validate) */
+        snprintf(err, TRAINER_ERR_LEN,
+                 "%s is at step %llu = steps: no step runs, so no resume state would be written to save_state "
+                 "%.300s (raise steps, or drop save_state; save writes a model file without a step)",
+                 path, (unsigned long long)m->step, tr->cfg->save_state);
         return -1;
     }
     return 0;

@@ -459,6 +459,12 @@ int resume_open(struct resume_reader *r, const char *path, struct resume_meta *m
     return 0;
 }
 
+bool resume_has(const struct resume_reader *r, const char *name) {
+    for (int i = 0; i < r->n; i++)
+        if (strcmp(r->sections[i].name, name) == 0) return true;
+    return false;
+}
+
 int resume_find(const struct resume_reader *r, const char *name, enum dtype dtype, size_t numel,
                 char err[CKPT_ERR_LEN]) {
     for (int i = 0; i < r->n; i++) {

@@ -25,6 +25,7 @@ struct key {
     const char *choices[MAX_CHOICES + 1]; /* KEY_CHOICE: names, index = enum value */
     bool planner_only; /* the planner's model keys: build/train refuses all but their defaults
                         * (config_check_grid) and leaves them out of its --help */
+    const char *why;   /* numeric keys: why the range ends where it does, said when a value is refused */
 };
 
 #define F(field) offsetof(struct config, field)
@@ -41,7 +42,7 @@ static const struct key KEYS[] = {
     {"arch", KEY_CHOICE, F(arch), "gpt2", "architecture: gpt2 (LayerNorm, GELU, biases, tied) or llama (RMSNorm, SwiGLU, GQA, RoPE, untied)", .choices = {"gpt2", "llama"}, .planner_only = true},
     {"n_kv_head", KEY_INT, F(n_kv_head), "0", "key/value heads for GQA; 0: n_head; must divide n_head", NUM(0, 1024), .planner_only = true},
     {"ffn_dim", KEY_INT, F(ffn_dim), "0", "MLP inner size (F); 0: 4 * d_model", NUM(0, 1 << 20), .planner_only = true},
-    {"init_std", KEY_FLOAT, F(init_std), "0.02", "std of the normal weight init (GPT-2)", NUM(0, 10)},
+    {"init_std", KEY_FLOAT, F(init_std), "0.02", "std of the normal weight init (GPT-2), in (0, 10]: at 0 every weight starts at 0 and nothing trains", NUM_ABOVE(0, 10), .why = "at 0 every weight starts at 0 and nothing trains"},
     {"micro_batch", KEY_INT, F(micro_batch), "4", "sequences per micro-batch (B)", NUM(1, 1 << 20)},
     {"grad_accum", KEY_INT, F(grad_accum), "1", "micro-batches accumulated per optimizer step", NUM(1, 1 << 20)},
     {"optimizer", KEY_CHOICE, F(optimizer), "adamw", "update rule: adamw, adamw8bit (m and v in 8 bits, block-wise), sgd (momentum), sgd8bit (its momentum in 8 bits), lion (Chen et al. 2023: the sign of an interpolation, one momentum), lion8bit (its momentum in 8 bits), adafactor (Shazeer and Stern 2018: a factored second moment, n + m floats per n x m matrix, update clipping, the run's LR schedule); a rule reads only its own keys of beta1, beta2, eps, momentum, nesterov, min_8bit_size, adafactor_*: another's set, even to its default, is an error", .choices = {"adamw", "adamw8bit", "sgd", "sgd8bit", "lion", "lion8bit", "adafactor"}},
@@ -49,21 +50,21 @@ static const struct key KEYS[] = {
     {"nesterov", KEY_BOOL, F(nesterov), "0", "sgd, sgd8bit: Nesterov momentum", NUM(0, 1)},
     {"adafactor_beta1", KEY_FLOAT, F(adafactor_beta1), "0", "adafactor: a first moment of the clipped update with this decay; 0: none (Shazeer and Stern's default: no bytes for it)", NUM(0, 0.999999)},
     {"adafactor_decay", KEY_FLOAT, F(adafactor_decay), "0.8", "adafactor: the second moment's decay beta2_t = 1 - t^-c at step t, this c (the paper's 0.8)", NUM(0, 1)},
-    {"adafactor_eps", KEY_FLOAT, F(adafactor_eps), "1e-30", "adafactor: eps1, added to every squared gradient; above 0 (a zero gradient, as on the vocabulary's padding rows, would give 0/0)", NUM_ABOVE(0, 1)},
+    {"adafactor_eps", KEY_FLOAT, F(adafactor_eps), "1e-30", "adafactor: eps1, added to every squared gradient; above 0 (a zero gradient, as on the vocabulary's padding rows, would give 0/0)", NUM_ABOVE(0, 1), .why = "a zero gradient would give 0/0 = NaN"},
     {"adafactor_clip", KEY_FLOAT, F(adafactor_clip), "1.0", "adafactor: update clipping threshold d: a tensor's update is divided by max(1, RMS(update) / d)", NUM(1e-6, 1e30)},
     {"min_8bit_size", KEY_INT, F(min_8bit_size), "4096", "the 8-bit rules (adamw8bit, sgd8bit, lion8bit): tensors with fewer elements keep 32-bit states", NUM(0, INT_MAX)},
     {"recompute", KEY_CHOICE, F(recompute), "none", "activation checkpointing: keep all, drop attention probabilities (selective; with --attention flash there are none to drop: the same as none), or keep only layer inputs (full)", .choices = {"none", "selective", "full"}},
     {"attention", KEY_CHOICE, F(attention), "plain", "attention kernels: plain (saves the B NH T^2 probabilities) or flash (saves each row's log-sum-exp, B NH T fp32, and recomputes the probabilities in backward; FlashAttention-2: on a GPU the fused kernel with bf16 operands, on the CPU the same algorithm in fp32); with flash, recompute selective is the same as none (nothing left to drop)", .choices = {"plain", "flash"}},
     {"steps", KEY_INT, F(steps), "100", "optimizer steps to run", NUM(0, INT_MAX)},
     {"warmup_steps", KEY_INT, F(warmup_steps), "0", "linear LR warmup steps", NUM(0, INT_MAX)},
-    {"lr", KEY_FLOAT, F(lr), "1e-3", "peak learning rate", NUM(0, 10)},
+    {"lr", KEY_FLOAT, F(lr), "1e-3", "peak learning rate, in (0, 10]: at 0 (-0 and values that round to 0 as a float included) nothing trains", NUM_ABOVE(0, 10), .why = "at 0 nothing trains"},
     {"lr_schedule", KEY_CHOICE, F(lr_schedule), "cosine", "LR after warmup", .choices = {"cosine", "constant"}},
     {"min_lr_frac", KEY_FLOAT, F(min_lr_frac), "0.1", "cosine floor as a fraction of lr", NUM(0, 1)},
     {"weight_decay", KEY_FLOAT, F(weight_decay), "0.1", "weight decay: decoupled (w -= lr wd w) for adamw, lion and their 8-bit forms; L2 added to the gradient (PyTorch's SGD) for sgd and sgd8bit", NUM(0, 10)},
     {"decay_targets", KEY_CHOICE, F(decay_targets), "matrices", "which tensors decay: 2-D weights only, or all", .choices = {"matrices", "all"}},
     {"beta1", KEY_FLOAT, F(beta1), "0.9", "adamw, adamw8bit: first-moment decay; lion, lion8bit: the interpolation of m and g whose sign is the update (Lion's beta1)", NUM(0, 0.999999)},
     {"beta2", KEY_FLOAT, F(beta2), "0.95", "adamw, adamw8bit: second-moment decay; lion, lion8bit: the momentum's decay (Lion's beta2), whose default, where beta2 is not set, is the paper's 0.99 instead", NUM(0, 0.999999)},
-    {"eps", KEY_FLOAT, F(eps), "1e-8", "adamw, adamw8bit: epsilon", NUM(0, 1)},
+    {"eps", KEY_FLOAT, F(eps), "1e-8", "adamw, adamw8bit: epsilon, in (0, 1]: the update divides by sqrt(v) + eps, and at 0 an entry whose gradient is 0 (the vocabulary's padding rows) is 0/0 = NaN", NUM_ABOVE(0, 1), .why = "adamw's update divides by sqrt(v) + eps: at 0 an entry whose gradient is 0 is 0/0 = NaN"},
     {"grad_clip", KEY_FLOAT, F(grad_clip), "1.0", "clip the global gradient norm to this (0 disables)", NUM(0, 1e30)},
     {"param_dtype", KEY_CHOICE, F(param_dtype), "bf16", "working weights; bf16 keeps an fp32 master copy", .choices = {"fp32", "bf16"}},
     {"grad_dtype", KEY_CHOICE, F(grad_dtype), "bf16", "stored gradients", .choices = {"fp32", "bf16"}},
@@ -141,9 +142,10 @@ static const char *shown(const char *s, char out[SHOWN_LEN]) {
 static int range_error(const struct key *k, const char *value, char err[CONFIG_ERR_LEN]) {
     char v[SHOWN_LEN];
     if (k->type == KEY_FLOAT || k->type == KEY_DOUBLE)
-        snprintf(err, CONFIG_ERR_LEN, "bad value '%s' for %s: expected a number in %c%g, %g]%s", shown(value, v),
+        snprintf(err, CONFIG_ERR_LEN, "bad value '%s' for %s: expected a number in %c%g, %g]%s%s%s", shown(value, v),
                  k->name, k->min_open ? '(' : '[', k->min, k->max,
-                 k->min_open ? " (the lower end excluded, also where a float rounds to it)" : "");
+                 k->min_open ? " (the lower end excluded, also where a float rounds to it)" : "",
+                 k->why ? ": " : "", k->why ? k->why : "");
     else /* integer keys: the range in integers (INT_MAX, not 2.14748e+09) */
         snprintf(err, CONFIG_ERR_LEN, "bad value '%s' for %s: expected an integer in [%.0f, %.0f]", shown(value, v),
                  k->name, k->min, k->max);
@@ -254,6 +256,8 @@ static char *trim(char *s) {
     return s;
 }
 
+static const char UTF8_BOM[] = "\xEF\xBB\xBF";
+
 /* Lines are read whole (getline), however long: a fixed buffer would cut a
  * long line in two and parse its tail, a long comment's included, as a
  * line of its own. A NUL byte would hide the rest of its line, so a line
@@ -273,7 +277,10 @@ int config_load_stream(struct config *c, FILE *f, const char *name, char err[CON
         }
         char *hash = strchr(line, '#');
         if (hash) *hash = '\0';
-        char *s = trim(line);
+        /* a UTF-8 byte-order mark (editors on Windows write one) opens the
+         * file, not its first key */
+        bool bom = lineno == 1 && strncmp(line, UTF8_BOM, sizeof UTF8_BOM - 1) == 0;
+        char *s = trim(bom ? line + sizeof UTF8_BOM - 1 : line);
         if (!*s) continue;
         char *eq = strchr(s, '=');
         if (!eq) {
@@ -360,7 +367,12 @@ int config_parse_args(struct config *c, int argc, char **argv, bool *help, char 
             const char *value;
             if (next_option(argc, argv, &i, key, &value, err) != 0) return -1;
             bool is_config = strcmp(key, "config") == 0;
+            if (pass == 0 && is_config && c->n_config_files == CONFIG_FILES_MAX) {
+                snprintf(err, CONFIG_ERR_LEN, "more than %d --config files", CONFIG_FILES_MAX);
+                return -1;
+            }
             if (pass == 0 && is_config && config_load_file(c, value, err) != 0) return -1;
+            if (pass == 0 && is_config) c->config_files[c->n_config_files++] = value;
             if (pass == 1 && !is_config && config_set(c, key, value, err) != 0) return -1;
         }
     config_rule_defaults(c);
@@ -420,6 +432,15 @@ int config_validate(const struct config *c, char err[CONFIG_ERR_LEN]) {
     if (c->max_seq_len != 0 && c->max_seq_len < c->seq_len) {
         snprintf(err, CONFIG_ERR_LEN, "max_seq_len (%d) must be 0 or at least seq_len (%d): a sequence uses one "
                  "position-table row per token", c->max_seq_len, c->seq_len);
+        return -1;
+    }
+    /* every rule shrinks each weight by lr x weight_decay of itself per
+     * step (decoupled, or through the gradient for sgd); in float, as the
+     * rules compute 1 - lr x weight_decay */
+    if (c->lr * c->weight_decay > 1.0f) {
+        snprintf(err, CONFIG_ERR_LEN, "lr %g x weight_decay %g = %g: above 1 the decay flips every weight's sign each "
+                 "step, and from 2 on the weights grow without bound to Inf (lower lr or weight_decay)",
+                 (double)c->lr, (double)c->weight_decay, (double)(c->lr * c->weight_decay));
         return -1;
     }
     if (c->vocab_size > 65536) {

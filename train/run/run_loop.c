@@ -3,11 +3,13 @@
 #include "run.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <errno.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "accounting.h"
@@ -91,9 +93,11 @@ static int open_data(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     return 0;
 }
 
-/* --log_json, opened by rank 0 with the outputs' checks, before the weights
- * are loaded: a resumed run appends to the log it continues (a resume
- * state is never of step 0), a new run starts it. */
+/* --log_json, opened by rank 0 once start-up has passed (its checks came
+ * with the outputs', before the weights were loaded), so that a run that
+ * fails at start-up leaves an old log as it was: a resumed run appends to
+ * the log it continues (a resume state is never of step 0; the log ends in
+ * a newline, trainer_check_outputs), a new run starts it. */
 static int open_log(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     const struct config *cfg = tr->cfg;
     if (!*cfg->log_json || tr->grid->world_rank != 0) return 0;
@@ -174,10 +178,11 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     }
     rc = trainer_agree(tr, rc, err);
     if (rc == 0) rc = trainer_check_outputs(tr, err); /* before any work that a bad path would waste */
-    if (rc == 0) rc = trainer_agree(tr, open_log(tr, err), err);
     if (rc == 0) rc = trainer_agree(tr, init_weights(tr, err), err);
     if (rc == 0 && *cfg->resume) rc = trainer_load_state(tr, cfg->resume, err);
     rc = trainer_agree(tr, rc, err);
+    if (rc == 0 && *cfg->log_json) rc = trainer_recheck_output(tr, "--log_json", cfg->log_json, err);
+    if (rc == 0) rc = trainer_agree(tr, open_log(tr, err), err);
     if (rc == 0) trainer_open_energy(tr); /* collective, on every rank alike */
     if (rc != 0) trainer_close(tr);
     else say(tr, "ready in %.1f s", monotonic_seconds() - t_start);
@@ -285,6 +290,22 @@ static void json_number(char out[32], const char *fmt, double x) {
     else snprintf(out, 32, "null");
 }
 
+/* A step record that could not be written (a full disk): the log is
+ * closed and cut back to its last whole record (start: its length before
+ * this one), so it never ends mid-line, and the loop stops the run at this
+ * step with its state (TRAINER_STOP_LOG); main reports json_errno. */
+static void log_write_failed(struct trainer *tr, long start) {
+    tr->json_errno = errno ? errno : EIO;
+    tr->json_failed_step = tr->step;
+    fclose(tr->json); /* fails too: what it still held is lost with the record */
+    tr->json = NULL;
+    struct stat st; /* cut only what reached the file (bytes still buffered never did) */
+    bool reached = start >= 0 && stat(tr->cfg->log_json, &st) == 0 && st.st_size > start;
+    if (reached && truncate(tr->cfg->log_json, start) != 0)
+        fprintf(stderr, "warning: log_json %s could not be cut back to its last whole record: %s\n",
+                tr->cfg->log_json, strerror(errno));
+}
+
 /* keep: the line stays on a terminal (validation, a saved state, the end). */
 static void log_step(struct trainer *tr, const struct step_metrics *m, bool keep) {
     progress_step(&tr->progress, m->ms * 1e-3);
@@ -300,7 +321,9 @@ static void log_step(struct trainer *tr, const struct step_metrics *m, bool keep
         size_t used = strlen(line);
         snprintf(line + used, sizeof line - used, " | %.1f J", m->joules);
     }
+    errno = 0;
     progress_show(&tr->progress, stdout, line, keep);
+    if (ferror(stdout) && errno == EPIPE) tr->stdout_broken = true; /* a stop request (trainer_run) */
     if (!tr->json) return;
     char val[32] = "null", loss[32], norm[32];
     if (has_val_loss(m->val_loss)) snprintf(val, sizeof val, "%.6f", m->val_loss);
@@ -312,6 +335,7 @@ static void log_step(struct trainer *tr, const struct step_metrics *m, bool keep
     json_number(per_token, "%.6g", m->joules / m->tokens);
     json_number(tflop_per_j, "%.6g", m->model_flops * tr->grid->world_size / m->joules / 1e12);
     json_number(planned, "%.6g", m->planned_joules);
+    long start = ftell(tr->json);
     fprintf(tr->json,
             "{\"type\":\"step\",\"step\":%d,\"loss\":%s,\"val_loss\":%s,\"lr\":%.6e,\"grad_norm\":%s,"
             "\"ms\":%.3f,\"tokens_per_s\":%.1f,\"flops\":%.6e,\"model_flops\":%.6e,\"mfu\":%.5f,"
@@ -320,7 +344,8 @@ static void log_step(struct trainer *tr, const struct step_metrics *m, bool keep
             tr->step, loss, val, m->lr, norm, m->ms, m->tokens_per_s, m->flops, m->model_flops, m->mfu, m->gemm_ms,
             m->optimizer_ms, tr->team, m->nonfinite ? "true" : "false", joules, per_token, tflop_per_j, planned,
             tr->peak_flops, peak_tracker_source(&tr->peak));
-    if (fflush(tr->json) != 0 && !tr->json_errno) tr->json_errno = errno; /* said when the log is closed */
+    errno = 0;
+    if (fflush(tr->json) != 0 || ferror(tr->json)) log_write_failed(tr, start);
 }
 
 /* One optimizer step, top-down: every phase one call, in order
@@ -432,28 +457,40 @@ static int on_nonfinite(struct trainer *tr, const struct step_metrics *m, int sa
     return -1;
 }
 
-/* A stop signal reached some rank, agreed at a step boundary: every rank
- * writes the resume state where the start-up banner said, unless
- * save_state already holds this step. Returns the signal's number. */
-static int stop_run(struct trainer *tr, int sig, int saved_step, char err[TRAINER_ERR_LEN]) {
-    char path[FILEIO_PATH_LEN];
-    trainer_stop_state_path(tr->cfg, path);
-    if (saved_step == tr->step && strcmp(path, tr->cfg->save_state) == 0) return sig;
-    return trainer_save_state(tr, path, err) == 0 ? sig : -1;
+/* The writes of the run's files, each checked again as it is opened
+ * (trainer_recheck_output). */
+static int save_state_checked(struct trainer *tr, const char *key, const char *path, char err[TRAINER_ERR_LEN]) {
+    return trainer_recheck_output(tr, key, path, err) == 0 ? trainer_save_state(tr, path, err) : -1;
+}
+static int save_model_checked(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
+    const char *path = tr->cfg->save;
+    return trainer_recheck_output(tr, "--save", path, err) == 0 ? trainer_save_model(tr, path, err) : -1;
 }
 
-/* The final state could not be written (err says why): the model file is
- * still written, so the run's weights are not lost with it. Returns -1,
- * err naming both files. */
-static int save_model_after(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
+/* A resume state (key at path) could not be written (err says why): the
+ * model file is still written, so the run's weights are not lost with it.
+ * Returns -1, err naming both files. */
+static int save_model_after(struct trainer *tr, const char *key, const char *path, char err[TRAINER_ERR_LEN]) {
     const struct config *c = tr->cfg;
     if (!*c->save) return -1;
     char first[TRAINER_ERR_LEN], second[TRAINER_ERR_LEN];
     snprintf(first, sizeof first, "%s", err);
-    bool saved = trainer_save_model(tr, c->save, second) == 0;
-    snprintf(err, TRAINER_ERR_LEN, "--save_state %.150s was not written: %.250s; --save %.150s %s%.250s",
-             c->save_state, first, c->save, saved ? "was written" : "failed too: ", saved ? "" : second);
+    bool saved = save_model_checked(tr, second) == 0;
+    snprintf(err, TRAINER_ERR_LEN, "%s %.150s was not written: %.250s; --save %.150s %s%.250s", key, path, first,
+             c->save, saved ? "was written" : "failed too: ", saved ? "" : second);
     return -1;
+}
+
+/* A stop signal reached some rank, agreed at a step boundary: every rank
+ * writes the resume state where the start-up banner said, unless
+ * save_state already holds this step; if it cannot, the model file as at
+ * the end. Returns the signal's number. */
+static int stop_run(struct trainer *tr, int sig, int saved_step, char err[TRAINER_ERR_LEN]) {
+    char path[FILEIO_PATH_LEN];
+    trainer_stop_state_path(tr->cfg, path);
+    if (saved_step == tr->step && strcmp(path, tr->cfg->save_state) == 0) return sig;
+    const char *key = *tr->cfg->save_state ? "--save_state" : "the stop state";
+    return save_state_checked(tr, key, path, err) == 0 ? sig : save_model_after(tr, key, path, err);
 }
 
 int trainer_run(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
@@ -461,7 +498,10 @@ int trainer_run(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     int saved_step = -1; /* the step of the last state written to save_state */
     while (tr->step < c->steps && (tr->stop_after <= 0 || tr->step < tr->stop_after)) {
         /* one scalar all-reduce per step, off the books like trainer_agree */
-        int sig = trainer_agree_max(tr, stop_signal_pending());
+        int sig = stop_signal_pending();
+        if (!sig && tr->stdout_broken) sig = SIGPIPE;
+        if (tr->json_errno) sig = TRAINER_STOP_LOG; /* above every signal: the agreed maximum says it */
+        sig = trainer_agree_max(tr, sig);
         if (sig > 0) {
             if (tr->grid->world_rank == 0) progress_end_line(&tr->progress, stdout);
             return stop_run(tr, sig, saved_step, err);
@@ -479,10 +519,11 @@ int trainer_run(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
         trainer_sample_device_memory(tr);
         log_step(tr, &m, last || stop || saves || has_val_loss(m.val_loss));
         if (saves) {
-            if (trainer_save_state(tr, c->save_state, err) != 0) return last ? save_model_after(tr, err) : -1;
+            if (save_state_checked(tr, "--save_state", c->save_state, err) != 0)
+                return last ? save_model_after(tr, "--save_state", c->save_state, err) : -1;
             saved_step = tr->step;
         }
     }
     if (tr->step < c->steps) return 0; /* stopped early: no final model */
-    return *c->save ? trainer_save_model(tr, c->save, err) : 0;
+    return *c->save ? save_model_checked(tr, err) : 0;
 }

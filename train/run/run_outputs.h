@@ -25,9 +25,16 @@ int outputs_check_path(const char *path, const char *what, uint64_t bytes, FILE 
 
 /* Collective: the writer (rank 0) checks that no output names another
  * output or an input of another kind (path_check_distinct), then --save
- * (an llm.c file in param_dtype), --save_state and --trace; an unwritable
- * one fails every rank. The
+ * (an llm.c file in param_dtype), --save_state, --trace and --log_json
+ * (which a resumed run appends to: it must end in a newline); an
+ * unwritable one fails every rank. The
  * default stop state path only warns when it cannot be written. */
 int trainer_check_outputs(struct trainer *tr, char err[TRAINER_ERR_LEN]);
+
+/* Collective, as an output is opened for writing: the checks of
+ * start-up again for `key` at `path` (it is no device or FIFO) and for the
+ * whole set (no output is another or an input), since links and files
+ * may have appeared there during the run. */
+int trainer_recheck_output(struct trainer *tr, const char *key, const char *path, char err[TRAINER_ERR_LEN]);
 
 #endif

@@ -24,6 +24,9 @@ static void on_stop_signal(int sig) {
 }
 
 void stop_signal_install(void) {
+    /* a closed stdout (a pipe whose reader died) must not kill the run: the
+     * write fails with EPIPE instead, and the loop stops with a state */
+    signal(SIGPIPE, SIG_IGN);
     for (size_t i = 0; i < sizeof STOP_SIGNALS / sizeof STOP_SIGNALS[0]; i++) {
         struct sigaction old;
         if (sigaction(STOP_SIGNALS[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue;
@@ -43,6 +46,8 @@ const char *stop_signal_name(int sig) {
     case SIGINT: return "SIGINT";
     case SIGHUP: return "SIGHUP";
     case SIGUSR1: return "SIGUSR1";
+    case SIGPIPE: return "a broken stdout (EPIPE: its reader is gone)";
+    case TRAINER_STOP_LOG: return "a failed write to log_json";
     default: return "a signal";
     }
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "ckpt.h"
+#include "fileio.h"
 #include "device.h"
 #include "run_device_grid.h"
 #include "grid.h"
@@ -56,11 +57,24 @@ static int fail(int rank, int world, const char *msg) {
     return 1;
 }
 
+/* The input keys whose files the ranks compare by contents
+ * (agree_contents), so each rank may spell or reach them its own way
+ * (data/x, ./data/x, mpirun -wdir): their value there, NULL for another
+ * key. Only whether each is given is compared with the configuration. */
+static const char *by_contents(const char *key, const struct config *c) {
+    if (strcmp(key, "train_data") == 0) return c->train_data;
+    if (strcmp(key, "val_data") == 0) return c->val_data;
+    if (strcmp(key, "init_from") == 0) return c->init_from;
+    return NULL;
+}
+
 /* Every rank parsed its arguments (mpirun's "A : B" form starts ranks with
- * different ones) and all run one configuration: each key's value checksummed (CRC32C),
+ * different ones) and all run one configuration: each key's value
+ * checksummed (CRC32C; the input files' keys only by whether they are
+ * given, by_contents),
  * the min and max of every hash over the world; a key whose min and max
  * differ is named, on every rank, before anything is opened. */
-static int agree_config(const struct config *c, int mine, char err[TRAINER_ERR_LEN]) {
+static int agree_config(const struct config *c, int mine, const char *differ, char err[TRAINER_ERR_LEN]) {
     int all = 0;
     MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (all != 0) {
@@ -70,14 +84,17 @@ static int agree_config(const struct config *c, int mine, char err[TRAINER_ERR_L
     int n = config_num_keys();
     uint32_t *h = malloc(3 * (size_t)n * sizeof *h), *lo = h + n, *hi = h + 2 * n;
     if (!h) MPI_Abort(MPI_COMM_WORLD, 1); /* a few hundred bytes */
-    for (int i = 0; i < n; i++) h[i] = config_key_hash(c, i);
+    for (int i = 0; i < n; i++) {
+        const char *path = by_contents(config_key_name(i), c);
+        h[i] = path ? *path != '\0' : config_key_hash(c, i);
+    }
     MPI_Allreduce(h, lo, n, MPI_UINT32_T, MPI_MIN, MPI_COMM_WORLD);
     MPI_Allreduce(h, hi, n, MPI_UINT32_T, MPI_MAX, MPI_COMM_WORLD);
     size_t used = 0;
     for (int i = 0; i < n && used + 64 < TRAINER_ERR_LEN; i++)
         if (lo[i] != hi[i])
             used += (size_t)snprintf(err + used, TRAINER_ERR_LEN - used, "%s%s",
-                                     used ? ", " : "the ranks were started with different configurations: ",
+                                     used ? ", " : differ,
                                      config_key_name(i));
     free(h);
     if (!used) return 0;
@@ -86,11 +103,56 @@ static int agree_config(const struct config *c, int mine, char err[TRAINER_ERR_L
     return -1;
 }
 
+/* The files each rank read, compared by contents (a path may be spelled,
+ * or lead, differently on each rank: mpirun -wdir): the --init_from
+ * file's CRC32C (tr NULL: before the trainer opens), then the data
+ * loaders' digests (include/data.h's data_content). A difference is
+ * refused, naming the first rank whose contents differ from rank 0's. */
+enum { CONTENT_INIT_FROM, CONTENT_TRAIN, CONTENT_VAL, CONTENT_KINDS };
+
+static int agree_contents(const struct config *c, const struct trainer *tr, int world, char err[TRAINER_ERR_LEN]) {
+    uint32_t mine[CONTENT_KINDS] = {0};
+    int ok = 1, all_ok = 0;
+    char e2[FILEIO_ERR_LEN];
+    if (!tr && file_crc32c(c->init_from, &mine[CONTENT_INIT_FROM], e2) != 0) ok = 0;
+    if (tr) {
+        mine[CONTENT_TRAIN] = tr->train.content.digest;
+        mine[CONTENT_VAL] = tr->has_val ? tr->val.content.digest : 0;
+    }
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!all_ok) {
+        snprintf(err, TRAINER_ERR_LEN, "%s", ok ? "another rank failed reading --init_from" : e2);
+        return -1;
+    }
+    uint32_t *all = malloc((size_t)world * sizeof mine);
+    if (!all) MPI_Abort(MPI_COMM_WORLD, 1); /* a few bytes per rank */
+    MPI_Allgather(mine, CONTENT_KINDS, MPI_UINT32_T, all, CONTENT_KINDS, MPI_UINT32_T, MPI_COMM_WORLD);
+    static const char *const key[CONTENT_KINDS] = {"--init_from", "train_data", "val_data"};
+    const char *path[CONTENT_KINDS] = {c->init_from, c->train_data, c->val_data};
+    int rc = 0;
+    for (int r = 1; r < world && rc == 0; r++)
+        for (int k = 0; k < CONTENT_KINDS && rc == 0; k++) {
+            uint32_t theirs = all[(size_t)r * CONTENT_KINDS + k], first = all[k];
+            if (theirs == first) continue;
+            snprintf(err, TRAINER_ERR_LEN,
+                     "rank %d's %s %.300s has other contents than rank 0's (%s 0x%08x, rank 0 0x%08x): every rank "
+                     "must read the same files (the same contents under another path are fine)",
+                     r, key[k], path[k], k == CONTENT_INIT_FROM ? "CRC32C" : "data digest", (unsigned)theirs,
+                     (unsigned)first);
+            rc = -1;
+        }
+    free(all);
+    return rc;
+}
+
 /* Everything printed reached stdout: a failed write (stdout on a full
- * disk, > /dev/full) is an error naming its reason, never exit 0. */
-static int stdout_written(char err[TRAINER_ERR_LEN]) {
+ * disk, > /dev/full) is an error naming its reason, never exit 0. A run
+ * stopped because its stdout's reader went away (EPIPE) said so on stderr
+ * (say_stopped): its status is the stop's. */
+static int stdout_written(const struct trainer *tr, int rc, char err[TRAINER_ERR_LEN]) {
     errno = 0;
     if (fflush(stdout) == 0 && !ferror(stdout)) return 0;
+    if (rc > 0 && tr->stdout_broken) return 0;
     snprintf(err, TRAINER_ERR_LEN, "writing the run's output to stdout failed: %s",
              errno ? strerror(errno) : "an earlier write failed");
     return -1;
@@ -141,19 +203,58 @@ static void print_banner(const struct config *c, const struct trainer *tr, const
 }
 
 /* The metrics log, closed: a write that failed on the way (a full disk)
- * is an error, not a short log and exit 0. stdio keeps the error flag of
- * every record written; fclose writes what is still buffered. */
-static int close_log(struct trainer *tr, const char *path, char err[TRAINER_ERR_LEN]) {
-    if (!tr->json) return 0;
-    errno = 0;
-    bool bad = ferror(tr->json) != 0;
-    bad = fclose(tr->json) != 0 || bad;
-    tr->json = NULL;
-    if (!bad) return 0;
-    int why = tr->json_errno ? tr->json_errno : errno; /* the first failed write's reason */
-    snprintf(err, TRAINER_ERR_LEN, "writing log_json %.400s failed: %s", path,
-             why ? strerror(why) : "a write error (disk full?)");
+ * is an error, not a short log and exit 0, whatever else ended the run.
+ * A step record that failed stopped the run at that step (run_loop.c's
+ * log_write_failed); stdio keeps the error flag of any other write, and
+ * fclose writes what is still buffered. */
+static int close_log(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
+    int why = tr->json_errno; /* the first failed write's reason */
+    if (tr->json) {
+        errno = 0;
+        bool bad = ferror(tr->json) != 0;
+        bad = fclose(tr->json) != 0 || bad;
+        tr->json = NULL;
+        if (bad && !why) why = errno ? errno : EIO;
+    }
+    if (!why) return 0;
+    char at[96] = "";
+    if (tr->json_failed_step > 0)
+        snprintf(at, sizeof at, " at step %d's record (it keeps the records before it)", tr->json_failed_step);
+    snprintf(err, TRAINER_ERR_LEN, "writing log_json %.400s failed%s: %s", tr->cfg->log_json, at, strerror(why));
     return -1;
+}
+
+/* close_log on every path: its error becomes the run's, or joins the one
+ * that already ended it. */
+static int finish_log(struct trainer *tr, int rc, char err[TRAINER_ERR_LEN]) {
+    char mine[TRAINER_ERR_LEN] = "";
+    if (trainer_agree(tr, close_log(tr, mine), mine) == 0) return rc;
+    if (rc >= 0) snprintf(err, TRAINER_ERR_LEN, "%s", mine);
+    else if (*mine && !strstr(mine, "another rank failed")) {
+        size_t used = strlen(err);
+        snprintf(err + used, TRAINER_ERR_LEN - used, "; and %.500s", mine);
+    }
+    return -1;
+}
+
+static int print_stopped(FILE *out, const struct trainer *tr, int sig) {
+    char stop[FILEIO_PATH_LEN];
+    trainer_stop_state_path(tr->cfg, stop);
+    fprintf(out, "\nstopped by %s after step %d of %d: resume state in %s (continue with --resume %s)\n",
+            stop_signal_name(sig), tr->step, tr->cfg->steps, stop, stop);
+    return fflush(out);
+}
+
+/* The stop, said by rank 0 on stdout; on stderr when stdout is a pipe
+ * whose reader is gone (the stop's cause, or found by this very line). */
+static void say_stopped(struct trainer *tr, int sig) {
+    if (!tr->stdout_broken) {
+        errno = 0;
+        if (print_stopped(stdout, tr, sig) == 0 || errno != EPIPE) return;
+        tr->stdout_broken = true;
+    }
+    fprintf(stderr, "stdout is a broken pipe (EPIPE: its reader is gone): the run stops here");
+    print_stopped(stderr, tr, sig);
 }
 
 /* Every rank's numbers, gathered to rank 0 (ranks[] matters there only). */
@@ -200,7 +301,8 @@ int main(int argc, char **argv) {
     char err[TRAINER_ERR_LEN] = "";
     bool help = false;
     int parsed = config_parse_args(&cfg, argc, argv, &help, err) != 0 || config_validate(&cfg, err) != 0 ? -1 : 0;
-    if (agree_config(&cfg, parsed, err) != 0) return fail(rank, world, err);
+    if (agree_config(&cfg, parsed, "the ranks were started with different configurations: ", err) != 0)
+        return fail(rank, world, err);
     if (help) {
         if (rank == 0) config_print_help(stdout, argv[0], false);
         MPI_Finalize();
@@ -213,6 +315,10 @@ int main(int argc, char **argv) {
             if (mine == 0) snprintf(err, sizeof err, "another rank failed reading --init_from");
             return fail(rank, world, err);
         }
+        /* the keys the file set (max_seq_len, the shape): each rank read its own copy */
+        if (agree_config(&cfg, 0, "the ranks' --init_from files are of different models: ", err) != 0 ||
+            agree_contents(&cfg, NULL, world, err) != 0)
+            return fail(rank, world, err);
     }
     if (rank == 0) config_warnings(&cfg, stderr);
     struct grid grid;
@@ -231,6 +337,11 @@ int main(int argc, char **argv) {
     stop_signal_install();
     struct trainer tr;
     if (trainer_open(&tr, &cfg, &grid, &dev, err) != 0) {
+        device_grid_free(&dev, &grid);
+        return fail(rank, world, err);
+    }
+    if (agree_contents(&cfg, &tr, world, err) != 0) {
+        trainer_close(&tr);
         device_grid_free(&dev, &grid);
         return fail(rank, world, err);
     }
@@ -288,14 +399,9 @@ int main(int argc, char **argv) {
     }
     int start = tr.step;
     int rc = trainer_run(&tr, err);
+    if (rc >= 0 && *cfg.trace && trainer_recheck_output(&tr, "--trace", cfg.trace, err) != 0) rc = -1;
     if (rc >= 0 && trace_file_write(&tr, err) != 0) rc = -1; /* --trace: also after a stop signal */
-    if (rc > 0 && rank == 0) {
-        char stop[FILEIO_PATH_LEN];
-        trainer_stop_state_path(&cfg, stop);
-        printf("\nstopped by %s after step %d of %d: resume state in %s (continue with --resume %s)\n",
-               stop_signal_name(rc), tr.step, cfg.steps, stop, stop);
-        fflush(stdout);
-    }
+    if (rc > 0 && rank == 0) say_stopped(&tr, rc);
     if (rc == 0) {
         if (rank == 0) {
             char val[64] = ""; /* validation runs between the steps: its time apart */
@@ -325,8 +431,8 @@ int main(int argc, char **argv) {
         }
         free(timelines);
     }
-    if (rc == 0) rc = trainer_agree(&tr, close_log(&tr, cfg.log_json, err), err); /* rank 0 writes it */
-    if (rc >= 0 && trainer_agree(&tr, stdout_written(err), err) != 0) rc = -1;
+    rc = finish_log(&tr, rc, err); /* rank 0 writes it */
+    if (rc >= 0 && trainer_agree(&tr, stdout_written(&tr, rc, err), err) != 0) rc = -1;
     free(ranks);
     trainer_close(&tr);
     device_grid_free(&dev, &grid);
