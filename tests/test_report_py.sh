@@ -118,12 +118,12 @@ assert page.count("not in this run") == len(missing), page
 EOF
 }
 check "report of both runs renders" "$build/report" "$tmp/zero3.json" "$tmp/one.json" --out "$tmp/both"
-check "  5 pictures (loss, step time, memory, comm, the memory timeline the trainer records), pipeline and energy not in this run" \
-    check_report "$tmp/both" 5 pipeline energy
+check "  6 pictures (loss, step time, memory, model states, comm, the memory timeline the trainer records), pipeline and energy not in this run" \
+    check_report "$tmp/both" 6 pipeline energy
 cat "$tmp/zero3.json" tests/report/memory_phases.json >"$tmp/phases.json"
 check "report with memory_phase records and a trace renders" \
     "$build/report" "$tmp/phases.json" --trace tests/report/pipeline_trace.json --out "$tmp/all"
-check "  all 6 pictures of a run without a meter" check_report "$tmp/all" 6 energy
+check "  all 7 pictures of a run without a meter" check_report "$tmp/all" 7 energy
 
 # Energy (docs/ENERGY.md): this host has no meter, so the runs' energy
 # records say why, and the page says "not available here" with that reason;
