@@ -118,7 +118,7 @@ class Run:
                 if not isinstance(rec, dict) or not isinstance(rec.get("type"), str):
                     raise ReportError("%s line %d is not a record: no \"type\"" % (self.path, number))
                 self.add(rec, number)
-        if not (self.machine or self.steps or self.memory or self.phases):
+        if not (self.machine or self.steps or self.memory or self.phases or self.pipeline):
             raise ReportError("%s has no shardlab records (run, step, memory): is it a --log_json file?" % self.path)
 
     def add(self, rec, number):
@@ -645,18 +645,54 @@ def span_kind(name):
     return "other"
 
 
-def plot_pipeline(plt, trace, out_dir, written):
+STEP_SPAN = re.compile(r"^step (\d+)$")
+
+
+def one_step_window(spans):
+    """The last step every row ran, from the trace's "step N" spans: (N,
+    start us, end us, {row: (its start, its end)}), or None where the trace
+    has no step spans. A whole run of ZeRO-3 is hundreds of short
+    collectives in one strip; one step of it is readable."""
+    steps = {}
+    for row, name, start, dur in spans:
+        m = STEP_SPAN.match(name)
+        if m:
+            steps.setdefault(int(m.group(1)), {})[row] = (start, start + dur)
+    rows = {row for row, name, _, _ in spans if STEP_SPAN.match(name) is None}
+    full = [n for n, by_row in steps.items() if set(by_row) >= rows] or list(steps)
+    if not full:
+        return None
+    n = max(full)
+    by_row = steps[n]
+    return n, min(a for a, _ in by_row.values()), max(b for _, b in by_row.values()), by_row
+
+
+def pipeline_bubbles(runs):
+    """The pipeline records of the runs: [(label, rank, stage, measured bubble, theory (p - 1) / (v m + p - 1))]."""
+    out = []
+    for run in runs:
+        for r in sorted(run.pipeline, key=lambda r: r["rank"]):
+            out.append((run.label(), r["rank"], r["stage"], r["bubble"], r.get("bubble_theory")))
+    return out
+
+
+def plot_pipeline(plt, trace, out_dir, written, runs=()):
     if trace is None:
         return "not in this run (no --trace file given)"
-    rows, spans = trace_spans(trace)
-    spans = [s for s in spans if span_kind(s[1]) is not None]
+    rows, all_spans = trace_spans(trace)
+    spans = [s for s in all_spans if span_kind(s[1]) is not None]
     if not spans:
         return "not in this run (the trace has no spans)"
+    window = one_step_window(all_spans)
+    if window is not None:  # the spans of one step, cut to it
+        step, w0, w1, edges = window
+        spans = [(row, name, max(start, w0), min(start + dur, w1) - max(start, w0))
+                 for row, name, start, dur in spans if start < w1 and start + dur > w0]
     kinds = [k for k in SPAN_COLORS if any(span_kind(s[1]) == k for s in spans)]
     color = SPAN_COLORS
-    t0 = min(s[2] for s in spans)
-    span = max(s[2] + s[3] for s in spans) - t0
-    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.6 * len(rows)))
+    t0 = window[1] if window else min(s[2] for s in spans)
+    span = (window[2] if window else max(s[2] + s[3] for s in spans)) - t0
+    fig, ax = plt.subplots(figsize=(12, 1.6 + 0.6 * len(rows)))
     shown = set()
     for row, name, start, dur in spans:
         kind = span_kind(name)
@@ -665,13 +701,31 @@ def plot_pipeline(plt, trace, out_dir, written):
                 linewidth=0.3, label=None if kind in shown else kind)
         shown.add(kind)
         number = re.findall(r"\d+", name)
-        if number and dur >= 0.02 * span:  # the micro-batch, where the bar has room
+        # the micro-batch (0-based, as the trace's), where the bar has room; a
+        # collective's number is its unit's layer, not a micro-batch
+        if number and kind in ("forward", "backward") and dur >= 0.02 * span:
             ax.text((start - t0 + dur / 2) / 1e3, y, number[-1], ha="center", va="center", fontsize=7)
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels(rows, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("ms since the first event")
-    ax.set_title("pipeline timeline (%s)" % os.path.basename(trace), fontsize=10)
+    title = "timeline per rank (%s)" % os.path.basename(trace)
+    if window:
+        for row, (a, b) in edges.items():  # each rank's step: its start and its end
+            y = rows.index(row)
+            for x in (a, b):
+                ax.plot([(x - t0) / 1e3] * 2, [y - 0.45, y + 0.45], color="black", linewidth=2)
+        title += ": step %d only, its start and end on each rank (black)" % step
+        ax.set_xlabel("ms since step %d started" % step)
+    else:
+        title += ": the trace has no step spans, every event shown"
+        ax.set_xlabel("ms since the first event")
+    bubbles = pipeline_bubbles(runs)
+    if bubbles:
+        title += "\nbubble measured over the run: " + ", ".join("rank %d %.1f%%" % (b[1], 100 * b[3]) for b in bubbles)
+        theory = sorted({b[4] for b in bubbles if is_number(b[4])})
+        if theory:
+            title += "; theory (p - 1) / (v m + p - 1) = " + ", ".join("%.1f%%" % (100 * t) for t in theory)
+    ax.set_title(title, fontsize=9)
     ax.grid(axis="x", alpha=0.3)
     if len(kinds) <= 12:
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
@@ -784,7 +838,9 @@ PICTURES = [  # (file name, heading, what it shows, plot function)
      "every run's tracked bytes by category, phase by phase, beside the theory", plot_memory_timeline),
     ("comm", "Communication", "bytes each rank sends per step, per group and collective, beside the theory",
      plot_comm),
-    ("pipeline", "Pipeline timeline", "what each stage does when, from the trace", plot_pipeline),
+    ("pipeline", "Pipeline timeline",
+     "what each rank does when in one step, from the trace; the measured bubble beside (p - 1) / (v m + p - 1)",
+     plot_pipeline),
     ("energy", "Energy", "joules each step measured, beside the planner's E = t x P", plot_energy),
 ]
 
@@ -840,8 +896,10 @@ def main(argv):
             raise ReportError("cannot make folder %s: %s" % (args.out, e.strerror))
         written, results = [], {}
         for name, _, _, plot in PICTURES:
-            source = args.trace if name == "pipeline" else runs
-            results[name] = plot(plt, source, args.out, written)
+            if name == "pipeline":  # the trace, with the runs' measured bubbles
+                results[name] = plot(plt, args.trace, args.out, written, runs)
+            else:
+                results[name] = plot(plt, runs, args.out, written)
         path = write_index(args.out, runs, args.trace, results)
     except ReportError as e:
         print("build/report: %s" % e, file=sys.stderr)
