@@ -206,6 +206,14 @@ def run_labels(runs):
     return labels, ", ".join(common)
 
 
+def say_common(ax, common, what=""):
+    """The words every run shares, once, above the first axes' title (a
+    figure's suptitle would overlap the titles of a grid of axes)."""
+    head = "; ".join(t for t in (what, common and "every run: " + common) if t)
+    if head:
+        ax.set_title("%s\n%s" % (head, ax.get_title()), fontsize=9)
+
+
 def legend_outside(ax, fontsize=8):
     """The legend right of the axes: with eight runs it would cover the lines."""
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=fontsize)
@@ -259,8 +267,7 @@ def plot_step_time(plt, runs, out_dir, written):
             ax_mfu.plot(*zip(*mfu), style, color="C%d" % i, label=label)
     ax_ms.set(xlabel="optimizer step", ylabel="ms per step", title="step time")
     ax_mfu.set(xlabel="optimizer step", ylabel="MFU (%)", title="model FLOPs utilization")
-    if common:
-        fig.suptitle(common, fontsize=9)
+    say_common(ax_ms, common)
     for ax in (ax_ms, ax_mfu):
         ax.grid(alpha=0.3)
     legend_outside(ax_mfu)
@@ -509,9 +516,7 @@ def plot_memory_timeline(plt, runs, out_dir, written):
         ax.grid(axis="y", alpha=0.3)
         if ax is axes[0, 0]:  # the same colours in every run: one legend
             ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
-    if common:
-        axes[0, 0].set_title("tracked memory through one step, phase by phase (%s)\n%s" % (
-            common, axes[0, 0].get_title()), fontsize=9)
+    say_common(axes[0, 0], common, "tracked memory through one step, phase by phase")
     save(plt, fig, out_dir, "memory_timeline", written)
     return None
 
@@ -560,8 +565,7 @@ def plot_comm(plt, runs, out_dir, written):
         ax.set_title("%s: communication per group and collective" % label, fontsize=10)
         ax.grid(axis="x", alpha=0.3)
         ax.legend(fontsize=8)
-    if common:
-        fig.suptitle(common, fontsize=9)
+    say_common(axes[0, 0], common)
     save(plt, fig, out_dir, "comm", written)
     return None
 
