@@ -122,12 +122,12 @@ assert page.count("not in this run") == len(missing), page
 EOF
 }
 check "report of both runs renders" "$build/report" "$tmp/zero3.json" "$tmp/one.json" --out "$tmp/both"
-check "  6 pictures (loss, step time, memory, model states, comm, the memory timeline the trainer records), pipeline and energy not in this run" \
-    check_report "$tmp/both" 6 pipeline energy
+check "  6 pictures (loss, step time, memory, model states, comm, the memory timeline the trainer records), pipeline, residency and energy not in this run" \
+    check_report "$tmp/both" 6 pipeline residency energy
 cat "$tmp/zero3.json" tests/report/memory_phases.json >"$tmp/phases.json"
 check "report with memory_phase records and a trace renders" \
     "$build/report" "$tmp/phases.json" --trace tests/report/pipeline_trace.json --out "$tmp/all"
-check "  all 7 pictures of a run without a meter" check_report "$tmp/all" 7 energy
+check "  all 7 pictures of a run without a meter or releases in its trace" check_report "$tmp/all" 7 residency energy
 
 # Energy (docs/ENERGY.md): this host has no meter, so the runs' energy
 # records say why, and the page says "not available here" with that reason;
@@ -157,8 +157,8 @@ check "a run without a meter writes an energy record with its reason" no_meter_r
 check "  the page: energy: not available here (the trainer's reason)" \
     energy_page "$tmp/both" "energy: not available here ($(cat "$tmp/one.json.why" 2>/dev/null))"
 check "report of a measured log renders" "$build/report" tests/report/energy_steps.json --out "$tmp/energy"
-check "  3 pictures (loss, step time, energy); no memory, comm, timeline or pipeline" \
-    check_report "$tmp/energy" 3 memory_timeline pipeline
+check "  3 pictures (loss, step time, energy); no memory, comm, timeline, pipeline or residency" \
+    check_report "$tmp/energy" 3 memory_timeline pipeline residency
 check "  the summary's figures beside the planner's E = t x P" energy_page "$tmp/energy" \
     "<td>3</td><td>12</td><td>12</td><td>0.1667</td><td>15 (700 W)</td><td>0.800</td><td>NVML (1 GPU)</td>"
 grep -v '"energy"' tests/report/energy_steps.json >"$tmp/energy_cut.json"
@@ -216,11 +216,26 @@ check "pipeline: the measured bubbles (25%, 30%) beside the theory 1/5 = (p - 1)
 import report
 b = report.pipeline_bubbles([report.Run("../../tests/report/pipeline_bubble.json")])
 assert [x[1:] for x in b] == [(0, 0, 0.25, 0.2), (1, 1, 0.3, 0.2)], b'
+# Residency (tests/report/residency_trace.json, one rank, step 1 over 0-1000
+# us): layer 0 gathered at 0, released at 300, gathered again at 500 and
+# released at 900; layer 1 gathered at 100, released at 400, gathered at
+# 600 and never released: resident to the step's end (1000); its gather at
+# 1100 (validation, after the step) left out.
+check "residency: each unit from its gather to its release, to the step's end where not released" report_py '
+import report
+step, resident, used = report.residency(report.load_trace_events("../../tests/report/residency_trace.json"))
+assert step == 1 and resident == {"rank 0": {"layer 0": [(0.0, 300.0), (500.0, 900.0)],
+                                             "layer 1": [(100.0, 400.0), (600.0, 1000.0)]}}, resident
+assert used == {"rank 0": {"layer 0": [(50.0, 300.0)]}}, used
+assert report.residency(report.load_trace_events("../../tests/report/step_trace.json")) is None'
+check "report of a trace with releases draws the residency chart" "$build/report" tests/report/states_zero3_n4.json \
+    --trace tests/report/residency_trace.json --out "$tmp/residency"
+check "  its residency picture" test -s "$tmp/residency/residency.png"
 check "report of the hand-made model-state and pipeline logs renders" "$build/report" \
     tests/report/states_zero1_n2.json tests/report/states_zero3_n4.json tests/report/pipeline_bubble.json \
     --trace tests/report/step_trace.json --out "$tmp/teach"
-check "  3 pictures (memory, model states, pipeline); memory timeline and energy not in this run" \
-    check_report "$tmp/teach" 3 memory_timeline energy
+check "  3 pictures (memory, model states, pipeline); memory timeline, residency and energy not in this run" \
+    check_report "$tmp/teach" 3 memory_timeline residency energy
 
 # Bad input: a clear one-line error, non-zero exit.
 bad_input() { # contents, expected message

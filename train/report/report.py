@@ -574,16 +574,7 @@ def trace_spans(path):
     """Chrome trace events -> row labels in (pid, tid) order and spans
     [(row label, name, start us, duration us)]: complete events ("X") and
     begin/end pairs ("B"/"E")."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except OSError as e:
-        raise ReportError("cannot open trace %s: %s" % (path, e.strerror))
-    except ValueError as e:
-        raise ReportError("trace %s is not JSON: %s" % (path, e))
-    events = data.get("traceEvents") if isinstance(data, dict) else data
-    if not isinstance(events, list):
-        raise ReportError("trace %s has no trace events (a list, or an object with \"traceEvents\")" % path)
+    events = load_trace_events(path)
     names, spans, open_spans = {}, [], {}
     for e in events:
         if not isinstance(e, dict):
@@ -737,6 +728,102 @@ def plot_pipeline(plt, trace, out_dir, written, runs=()):
     return None
 
 
+def load_trace_events(path):
+    """The trace's event list (a list, or an object's "traceEvents")."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except OSError as e:
+        raise ReportError("cannot open trace %s: %s" % (path, e.strerror))
+    except ValueError as e:
+        raise ReportError("trace %s is not JSON: %s" % (path, e))
+    events = data.get("traceEvents") if isinstance(data, dict) else data
+    if not isinstance(events, list):
+        raise ReportError("trace %s has no trace events (a list, or an object with \"traceEvents\")" % path)
+    return [e for e in events if isinstance(e, dict)]
+
+
+def residency(events):
+    """Which units' gathered params are resident when, over the last step:
+    (step, {row: {unit: [(from us, to us)]}}, {row: {unit: [(from, to)]}} of
+    their use), a row per rank: its track's thread name (shardlab's tracks
+    are threads of one process, "rank 1 (dp 1, ...)"), cut at " (". A unit is resident from the post of its all-gather (args.unit)
+    to its release ("release layer 3", cat "release"), or to the step's end;
+    its use is its "forward/backward UNIT" spans (cat "unit"). None where the
+    trace has no releases (ZeRO 0-2 keep every param resident)."""
+    step_of = lambda e: (e.get("args") or {}).get("step")
+    steps = [step_of(e) for e in events if e.get("cat") == "release" and is_number(step_of(e))]
+    if not steps:
+        return None
+    step = max(steps)
+    names = {(e.get("pid", 0), e.get("tid", 0)): str((e.get("args") or {}).get("name", "")).split(" (")[0]
+             for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    track = lambda e: names.get((e.get("pid", 0), e.get("tid", 0))) or "pid %s tid %s" % (e.get("pid", 0),
+                                                                                        e.get("tid", 0))
+    ends = {track(e): float(e["ts"]) + float(e.get("dur", 0)) for e in events
+            if e.get("ph") == "X" and e.get("name") == "step %d" % step}
+    resident, used, since = {}, {}, {}
+    for e in sorted((e for e in events if step_of(e) == step and "ts" in e), key=lambda e: float(e["ts"])):
+        pid, unit, t = track(e), (e.get("args") or {}).get("unit"), float(e["ts"])
+        if not isinstance(unit, str) or t > ends.get(pid, t):  # validation after the step: not the step's
+            continue
+        args = e.get("args") or {}
+        if args.get("kind") == "all-gather" and args.get("call") == "post":
+            # a prefetch may post the next gather of a unit before the last
+            # copy's release: each release ends the oldest open gather
+            since.setdefault((pid, unit), []).append(t)
+        elif e.get("cat") == "release" and since.get((pid, unit)):
+            resident.setdefault(pid, {}).setdefault(unit, []).append((since[pid, unit].pop(0), t))
+        elif e.get("cat") == "unit":
+            used.setdefault(pid, {}).setdefault(unit, []).append((t, t + float(e.get("dur", 0))))
+    for (pid, unit), posts in since.items():  # never released within the step
+        for t in posts:
+            resident.setdefault(pid, {}).setdefault(unit, []).append((t, ends.get(pid, t)))
+    return step, resident, used
+
+
+def unit_order(name):
+    """embedding, layer 0, layer 1, ..., head: the model's order."""
+    if name == "embedding":
+        return (0, 0)
+    m = re.match(r"layer (\d+)$", name)
+    return (1, int(m.group(1))) if m else (2, 0)
+
+
+def plot_residency(plt, trace, out_dir, written):
+    if trace is None:
+        return "not in this run (no --trace file given)"
+    found = residency(load_trace_events(trace))
+    if found is None:
+        return "not in this run (the trace has no releases: below ZeRO-3 every unit's params stay resident)"
+    step, resident, used = found
+    pids = sorted(resident, key=natural_key)[:MAX_TIMELINE_RANKS]
+    t0 = min(a for pid in pids for spans in resident[pid].values() for a, _ in spans)
+    fig, axes = plt.subplots(len(pids), 1, sharex=True, figsize=(12, 1.0 + 0.45 * sum(len(resident[p]) for p in pids) +
+                                                    0.6 * len(pids)), squeeze=False)
+    for ax, pid in zip(axes[:, 0], pids):
+        units = sorted(set(resident[pid]) | set(used.get(pid, {})), key=unit_order)
+        for y, unit in enumerate(units):
+            for a, b in resident[pid].get(unit, []):
+                ax.barh(y, (b - a) / 1e3, left=(a - t0) / 1e3, height=0.7, color="tab:blue", alpha=0.35,
+                        label=None if y or a != resident[pid][unit][0][0] else "params gathered (resident)")
+            for a, b in used.get(pid, {}).get(unit, []):
+                ax.barh(y, (b - a) / 1e3, left=(a - t0) / 1e3, height=0.35, color="tab:green",
+                        label=None if y or a != used[pid][unit][0][0] else "forward / backward of the unit")
+        ax.set_yticks(range(len(units)))
+        ax.set_yticklabels(units, fontsize=8)
+        ax.invert_yaxis()
+        ax.set_ylabel(pid)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0, 0].set_title("ZeRO-3: which units' params are gathered over step %d (%s)\n"
+                         "from the post of a unit's all-gather to its release" % (step, os.path.basename(trace)),
+                         fontsize=9)
+    axes[0, 0].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    axes[-1, 0].set_xlabel("ms since the first gather of step %d" % step)
+    save(plt, fig, out_dir, "residency", written)
+    return None
+
+
 def energy_planned(run):
     """The planner's E = t x P a step (the summary's, else the steps' mean), or None without a P."""
     e = run.energy or {}
@@ -845,6 +932,9 @@ PICTURES = [  # (file name, heading, what it shows, plot function)
     ("pipeline", "Pipeline timeline",
      "what each rank does when in one step, from the trace; the measured bubble beside (p - 1) / (v m + p - 1)",
      plot_pipeline),
+    ("residency", "Params resident per unit (ZeRO-3)",
+     "over one step, per rank: each unit's params from its all-gather to its release, and its compute",
+     plot_residency),
     ("energy", "Energy", "joules each step measured, beside the planner's E = t x P", plot_energy),
 ]
 
@@ -902,6 +992,8 @@ def main(argv):
         for name, _, _, plot in PICTURES:
             if name == "pipeline":  # the trace, with the runs' measured bubbles
                 results[name] = plot(plt, args.trace, args.out, written, runs)
+            elif name == "residency":
+                results[name] = plot(plt, args.trace, args.out, written)
             else:
                 results[name] = plot(plt, runs, args.out, written)
         path = write_index(args.out, runs, args.trace, results)
