@@ -716,7 +716,10 @@ def plot_pipeline(plt, trace, out_dir, written, runs=()):
         ax.set_xlabel("ms since the first event")
     bubbles = pipeline_bubbles(runs)
     if bubbles:
-        title += "\nbubble measured over the run: " + ", ".join("rank %d %.1f%%" % (b[1], 100 * b[3]) for b in bubbles)
+        # the log's run, named: the trace given may be another run's
+        for label in dict.fromkeys(b[0] for b in bubbles):
+            title += "\nbubble measured over the run (%s): " % label + ", ".join(
+                "rank %d %.1f%%" % (b[1], 100 * b[3]) for b in bubbles if b[0] == label)
         theory = sorted({b[4] for b in bubbles if is_number(b[4])})
         if theory:
             title += "; theory (p - 1) / (v m + p - 1) = " + ", ".join("%.1f%%" % (100 * t) for t in theory)
