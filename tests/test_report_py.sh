@@ -122,7 +122,8 @@ assert page.count("not in this run") == len(missing), page
 EOF
 }
 check "report of both runs renders" "$build/report" "$tmp/zero3.json" "$tmp/one.json" --out "$tmp/both"
-check "  6 pictures (loss, step time, memory, model states, comm, the memory timeline the trainer records), pipeline, residency and energy not in this run" \
+check "  6 pictures (loss, step time, memory, model states, comm, the memory timeline the trainer records),"\
+"  pipeline, residency and energy not in this run" \
     check_report "$tmp/both" 6 pipeline residency energy
 cat "$tmp/zero3.json" tests/report/memory_phases.json >"$tmp/phases.json"
 check "report with memory_phase records and a trace renders" \

@@ -384,7 +384,8 @@ def model_state_points(runs):
         n = run.dp_size()
         formula = zero_state_bytes(s["zero"], n, s["psi"], p, g, k)
         for rank in run.ranks():
-            measured = sum(r["measured_bytes"] for r in run.memory if r["rank"] == rank and r["category"] in MODEL_STATES)
+            measured = sum(r["measured_bytes"] for r in run.memory
+                           if r["rank"] == rank and r["category"] in MODEL_STATES)
             theory = sum(r.get("theory_bytes") or 0 for r in run.memory
                          if r["rank"] == rank and r["category"] in MODEL_STATES)
             points.append({"run": run, "stage": s["zero"], "n": n, "rank": rank, "measured": measured,
@@ -750,8 +751,8 @@ def residency(events):
     """Which units' gathered params are resident when, over the last step:
     (step, {row: {unit: [(from us, to us)]}}, {row: {unit: [(from, to)]}} of
     their use), a row per rank: its track's thread name (shardlab's tracks
-    are threads of one process, "rank 1 (dp 1, ...)"), cut at " (". A unit is resident from the post of its all-gather (args.unit)
-    to its release ("release layer 3", cat "release"), or to the step's end;
+    are threads of one process, "rank 1 (dp 1, ...)"), cut at " (". A unit
+    is resident from the post of its all-gather (args.unit) to its release ("release layer 3", cat "release"), or to the step's end;
     its use is its "forward/backward UNIT" spans (cat "unit"). None where the
     trace has no releases (ZeRO 0-2 keep every param resident)."""
     step_of = lambda e: (e.get("args") or {}).get("step")

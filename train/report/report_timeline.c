@@ -85,7 +85,8 @@ void report_timeline(FILE *out, FILE *json, const struct trainer *tr, const stru
         for (int i = 0; i < ranks[r].n; i++) {
             /* the walk's phase i is the recorder's phase i where the walk is this rank's (tests/mpi/test_timeline.c) */
             const struct timeline_phase *m = &ranks[r].phase[i];
-            bool same = th.exact && i < th.phases && theory[i].kind == m->kind && theory[i].micro_batch == m->micro_batch;
+            bool same = th.exact && i < th.phases && theory[i].kind == m->kind &&
+                        theory[i].micro_batch == m->micro_batch;
             json_phase(json, r, ranks[r].step, m, same ? &theory[i] : NULL);
         }
     }
