@@ -11,6 +11,10 @@
 # (tests/report/energy_steps.json), whose energy figures the page shows
 # beside the planner's E = t x P, from its summary record and, cut short,
 # from its steps.
+# The panels that teach (issue 37) are checked by their numbers through
+# report.py's functions: model states per rank on the ZeRO paper's lines
+# (hand-made logs and the real ZeRO-3 run), the memory timeline's
+# theory_total per phase, one step cut from a trace, the measured bubble.
 # Every PNG must carry the PNG signature and be over 1 KB, every SVG must
 # parse as XML with an <svg> root, and index.html must show every picture
 # written and name no file that is not there. Bad input: non-zero exit, one
@@ -118,12 +122,13 @@ assert page.count("not in this run") == len(missing), page
 EOF
 }
 check "report of both runs renders" "$build/report" "$tmp/zero3.json" "$tmp/one.json" --out "$tmp/both"
-check "  5 pictures (loss, step time, memory, comm, the memory timeline the trainer records), pipeline and energy not in this run" \
-    check_report "$tmp/both" 5 pipeline energy
+check "  6 pictures (loss, step time, memory, model states, comm, the memory timeline the trainer records),"\
+"  pipeline, residency and energy not in this run" \
+    check_report "$tmp/both" 6 pipeline residency energy
 cat "$tmp/zero3.json" tests/report/memory_phases.json >"$tmp/phases.json"
 check "report with memory_phase records and a trace renders" \
     "$build/report" "$tmp/phases.json" --trace tests/report/pipeline_trace.json --out "$tmp/all"
-check "  all 6 pictures of a run without a meter" check_report "$tmp/all" 6 energy
+check "  all 7 pictures of a run without a meter or releases in its trace" check_report "$tmp/all" 7 residency energy
 
 # Energy (docs/ENERGY.md): this host has no meter, so the runs' energy
 # records say why, and the page says "not available here" with that reason;
@@ -153,14 +158,85 @@ check "a run without a meter writes an energy record with its reason" no_meter_r
 check "  the page: energy: not available here (the trainer's reason)" \
     energy_page "$tmp/both" "energy: not available here ($(cat "$tmp/one.json.why" 2>/dev/null))"
 check "report of a measured log renders" "$build/report" tests/report/energy_steps.json --out "$tmp/energy"
-check "  3 pictures (loss, step time, energy); no memory, comm, timeline or pipeline" \
-    check_report "$tmp/energy" 3 memory_timeline pipeline
+check "  3 pictures (loss, step time, energy); no memory, comm, timeline, pipeline or residency" \
+    check_report "$tmp/energy" 3 memory_timeline pipeline residency
 check "  the summary's figures beside the planner's E = t x P" energy_page "$tmp/energy" \
     "<td>3</td><td>12</td><td>12</td><td>0.1667</td><td>15 (700 W)</td><td>0.800</td><td>NVML (1 GPU)</td>"
 grep -v '"energy"' tests/report/energy_steps.json >"$tmp/energy_cut.json"
 check "report of a measured log without its summary renders" "$build/report" "$tmp/energy_cut.json" --out "$tmp/cut"
 check "  the same figures from the steps" energy_page "$tmp/cut" \
     "<td>3</td><td>12</td><td>12</td><td>0.1667</td><td>15</td><td>0.800</td><td>the step records</td>"
+
+# The panels that teach (issue 37), on hand-made logs whose numbers are
+# worked by hand: Psi = 1000 with mixed-precision Adam (p 2, g 2, K 4 + 8
+# = 12 bytes a parameter). ZeRO-1 on 2 ranks holds (2 + 2) Psi + 12 Psi / 2
+# = 10,000 B a rank, ZeRO-3 on 4 ranks 16 Psi / 4 = 4,000 B; the
+# activations (50,000 B a rank) stay out of the model-states panel.
+report_py() { # python code run with train/report on the path
+    (cd train/report && "$py" -c "$1")
+}
+check "model states: bytes per parameter (2, 2, 12) read from each run's records" report_py '
+import report
+for f in ("states_zero1_n2", "states_zero3_n4"):
+    run = report.Run("../../tests/report/%s.json" % f)
+    assert report.bytes_per_param(run) == (2, 2, 12), (f, report.bytes_per_param(run))'
+check "model states: the formulas 16 Psi, 4 Psi + 12 Psi / N, 2 Psi + 14 Psi / N, 16 Psi / N" report_py '
+import report
+got = [report.zero_state_bytes(stage, 4, 1000, 2, 2, 12) for stage in range(4)]
+assert got == [16000, 7000, 5500, 4000], got
+texts = [report.formula_text(stage, 2, 2, 12) for stage in range(4)]
+assert texts == ["16 Psi", "4 Psi + 12 Psi / N", "2 Psi + 14 Psi / N", "16 Psi / N"], texts'
+check "model states: every rank's point on its line (10,000 B at ZeRO-1 N 2, 4,000 B at ZeRO-3 N 4)" report_py '
+import report
+runs = [report.Run("../../tests/report/%s.json" % f) for f in ("states_zero1_n2", "states_zero3_n4")]
+pts = [(p["stage"], p["n"], p["rank"], p["measured"], p["formula"]) for p in report.model_state_points(runs)]
+assert pts == [(1, 2, 0, 10000, 10000), (1, 2, 1, 10000, 10000)] + \
+    [(3, 4, r, 4000, 4000) for r in range(4)], pts
+labels, common = report.run_labels(runs)
+assert labels == ["ZeRO-1, 2 ranks", "ZeRO-3, 4 ranks"] and common == "adamw", (labels, common)'
+check "model states: the real ZeRO-3 run on 2 ranks is 16 Psi / 2 on both ranks" report_py "
+import report
+run = report.Run('$tmp/zero3.json')
+psi = run.setup['psi']
+pts = report.model_state_points([run])
+assert len(pts) == 2 and all(p['measured'] == p['formula'] == 16 * psi / 2 for p in pts), pts"
+check "memory timeline: the real ZeRO-3 run's theory_total equals its total at every phase" report_py "
+import report
+run = report.Run('$tmp/zero3.json')
+step, by_rank = report.timeline_steps(run)
+assert sorted(by_rank) == [0, 1] and all(len(rows) > 4 for rows in by_rank.values()), by_rank
+for rows in by_rank.values():
+    assert [p['theory_total'] for p in rows] == [p['total'] for p in rows], rows
+    assert [report.phase_micro_batch(p['phase']) for p in rows][0] == 0  # 0-based, as the trace's"
+check "pipeline: one step (step 2, 2000-3250 us) from the trace's step spans" report_py '
+import report
+rows, spans = report.trace_spans("../../tests/report/step_trace.json")
+w = report.one_step_window(spans)
+assert w == (2, 2000.0, 3250.0, {"rank 0": (2000.0, 3000.0), "rank 1": (2050.0, 3250.0)}), w'
+check "pipeline: the measured bubbles (25%, 30%) beside the theory 1/5 = (p - 1) / (m + p - 1)" report_py '
+import report
+b = report.pipeline_bubbles([report.Run("../../tests/report/pipeline_bubble.json")])
+assert [x[1:] for x in b] == [(0, 0, 0.25, 0.2), (1, 1, 0.3, 0.2)], b'
+# Residency (tests/report/residency_trace.json, one rank, step 1 over 0-1000
+# us): layer 0 gathered at 0, released at 300, gathered again at 500 and
+# released at 900; layer 1 gathered at 100, released at 400, gathered at
+# 600 and never released: resident to the step's end (1000); its gather at
+# 1100 (validation, after the step) left out.
+check "residency: each unit from its gather to its release, to the step's end where not released" report_py '
+import report
+step, resident, used = report.residency(report.load_trace_events("../../tests/report/residency_trace.json"))
+assert step == 1 and resident == {"rank 0": {"layer 0": [(0.0, 300.0), (500.0, 900.0)],
+                                             "layer 1": [(100.0, 400.0), (600.0, 1000.0)]}}, resident
+assert used == {"rank 0": {"layer 0": [(50.0, 300.0)]}}, used
+assert report.residency(report.load_trace_events("../../tests/report/step_trace.json")) is None'
+check "report of a trace with releases draws the residency chart" "$build/report" tests/report/states_zero3_n4.json \
+    --trace tests/report/residency_trace.json --out "$tmp/residency"
+check "  its residency picture" test -s "$tmp/residency/residency.png"
+check "report of the hand-made model-state and pipeline logs renders" "$build/report" \
+    tests/report/states_zero1_n2.json tests/report/states_zero3_n4.json tests/report/pipeline_bubble.json \
+    --trace tests/report/step_trace.json --out "$tmp/teach"
+check "  3 pictures (memory, model states, pipeline); memory timeline, residency and energy not in this run" \
+    check_report "$tmp/teach" 3 memory_timeline residency energy
 
 # Bad input: a clear one-line error, non-zero exit.
 bad_input() { # contents, expected message

@@ -29,8 +29,11 @@ CATEGORY_COLORS = {
 }
 # Where several runs give more bar pairs than this, each run shows rank 0 only.
 MAX_BAR_PAIRS = 16
-# At most this many ranks get a panel of the memory timeline.
+# At most this many ranks get a line in a run's memory timeline (ranks of one
+# stage differ only by padding and 8-bit blocks).
 MAX_TIMELINE_RANKS = 4
+# Communication: at most this many runs side by side, then a new row.
+COMM_COLUMNS = 2
 MIB = 1024.0 * 1024.0
 LINE_STYLES = ["-", "--", "-.", ":"]
 MARKERS = ["o", "s", "^", "D"]
@@ -51,7 +54,8 @@ RECORD_NUMBERS = {
     "step": (("step", "loss"), ("val_loss", "ms", "mfu", "tokens_per_s") + STEP_ENERGY),
     "memory": (("rank", "measured_bytes"), ("theory_bytes",)),
     "comm": (("rank", "bytes_per_step"), ("calls_per_step", "theory_bytes_per_step")),
-    "memory_phase": (("rank", "step", "index"), ("total",)),
+    "memory_phase": (("rank", "step", "index"), ("total", "theory_total")),
+    "pipeline": (("rank", "stage", "bubble"), ("bubble_theory", "busy_s", "wait_s", "total_s")),
     "energy": (("steps",), ("meters", "joules_per_step", "joules_per_token", "tflop_per_joule",
                             "planned_joules_per_step", "watts")),
 }
@@ -95,6 +99,7 @@ class Run:
         self.comm = []           # "comm" records of the last table
         self.phases = []         # "memory_phase" records
         self.energy = None       # the last "energy" record (a resumed run's last summary)
+        self.pipeline = []       # "pipeline" records of the last table: each rank's bubble beside the theory
         self.read()
 
     def read(self):
@@ -113,7 +118,7 @@ class Run:
                 if not isinstance(rec, dict) or not isinstance(rec.get("type"), str):
                     raise ReportError("%s line %d is not a record: no \"type\"" % (self.path, number))
                 self.add(rec, number)
-        if not (self.machine or self.steps or self.memory or self.phases):
+        if not (self.machine or self.steps or self.memory or self.phases or self.pipeline):
             raise ReportError("%s has no shardlab records (run, step, memory): is it a --log_json file?" % self.path)
 
     def add(self, rec, number):
@@ -134,33 +139,46 @@ class Run:
         elif kind == "step":
             self.steps.append(rec)
         elif kind == "memory_setup":
-            self.setup, self.memory, self.comm = rec, [], []
+            self.setup, self.memory, self.comm, self.pipeline = rec, [], [], []
         elif kind == "memory":
             self.memory.append(rec)
         elif kind == "comm":
             self.comm.append(rec)
         elif kind == "energy":
             self.energy = rec
+        elif kind == "pipeline":
+            self.pipeline.append(rec)
         elif kind == "memory_phase":
             if not isinstance(rec["bytes"], dict) or not all(is_number(v) for v in rec["bytes"].values()):
                 raise ReportError("%s line %d: memory_phase \"bytes\" is not an object of numbers" %
                                   (self.path, number))
             self.phases.append(rec)
 
-    def label(self):
+    def label_parts(self):
+        """The run's setup as words: ["ZeRO-1", "N = 2", "adamw", ...]."""
         if self.setup and is_number(self.setup.get("zero")) and is_number(self.setup.get("world_size")):
             s = self.setup
-            text = "ZeRO-%d, %d rank%s" % (s["zero"], s["world_size"], "" if s["world_size"] == 1 else "s")
-            if s.get("tp", 1) > 1:
-                text += ", tp %d" % s["tp"]
-            if s.get("pp", 1) > 1:
-                text += ", pp %d" % s["pp"]
+            parts = ["ZeRO-%d" % s["zero"], "%d rank%s" % (s["world_size"], "" if s["world_size"] == 1 else "s")]
+            for lever in ("tp", "pp", "cp"):
+                if s.get(lever, 1) > 1:
+                    parts.append("%s %d" % (lever, s[lever]))
             if s.get("optimizer"):
-                text += ", " + s["optimizer"]
+                parts.append(s["optimizer"])
             if self.machine and isinstance(self.machine.get("gemm_dtype"), str):
-                text += ", %s GEMMs" % self.machine["gemm_dtype"]
-            return text
-        return self.name
+                parts.append("%s GEMMs" % self.machine["gemm_dtype"])
+            return parts
+        return [self.name]
+
+    def label(self):
+        return ", ".join(self.label_parts())
+
+    def dp_size(self):
+        """N of the ZeRO formulas: the ranks that share one copy of the model (world / (tp pp cp))."""
+        s = self.setup or {}
+        model_ranks = 1
+        for lever in ("tp", "pp", "cp"):
+            model_ranks *= s.get(lever, 1) if is_number(s.get(lever)) else 1
+        return s["world_size"] // model_ranks
 
     def ranks(self):
         return sorted({r["rank"] for r in self.memory})
@@ -172,6 +190,33 @@ class Run:
             if r["rank"] == rank and r["category"] in STATE_CATEGORIES:
                 out[r["category"]] = r.get(which) or 0
         return out
+
+
+def run_labels(runs):
+    """Short labels that tell the runs apart, and the words they all share:
+    eight runs of one optimizer on one machine read "ZeRO-1, 2 ranks" each,
+    with "adamw, fp32 GEMMs" said once (in the title), so no label is long
+    enough to collide with its neighbour. Where two runs share every word
+    their file names tell them apart."""
+    parts = [run.label_parts() for run in runs]
+    common = [w for w in parts[0] if all(w in p for p in parts)] if len(runs) > 1 else []
+    labels = [", ".join(w for w in p if w not in common) or run.name for p, run in zip(parts, runs)]
+    if len(set(labels)) < len(labels):
+        labels = ["%s (%s)" % (lab, run.name) for lab, run in zip(labels, runs)]
+    return labels, ", ".join(common)
+
+
+def say_common(ax, common, what=""):
+    """The words every run shares, once, above the first axes' title (a
+    figure's suptitle would overlap the titles of a grid of axes)."""
+    head = "; ".join(t for t in (what, common and "every run: " + common) if t)
+    if head:
+        ax.set_title("%s\n%s" % (head, ax.get_title()), fontsize=9)
+
+
+def legend_outside(ax, fontsize=8):
+    """The legend right of the axes: with eight runs it would cover the lines."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=fontsize)
 
 
 def save(plt, fig, out_dir, name, written):
@@ -186,22 +231,23 @@ def plot_loss(plt, runs, out_dir, written):
     runs = [r for r in runs if r.steps]
     if not runs:
         return "no step records"
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for i, run in enumerate(runs):
+    labels, common = run_labels(runs)
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    for i, (run, label) in enumerate(zip(runs, labels)):
         # Runs that agree step for step (ZeRO stages do) draw on top of each
         # other: a line style and a marker each keep them all visible.
         color, style, marker = "C%d" % i, LINE_STYLES[i % len(LINE_STYLES)], MARKERS[i % len(MARKERS)]
         steps = [s["step"] for s in run.steps]
-        ax.plot(steps, [s["loss"] for s in run.steps], style, color=color, alpha=0.8, label="%s train" % run.label())
+        ax.plot(steps, [s["loss"] for s in run.steps], style, color=color, alpha=0.8, label="%s train" % label)
         val = [(s["step"], s["val_loss"]) for s in run.steps if s.get("val_loss") is not None]
         if val:
             ax.plot(*zip(*val), ":", linewidth=1, marker=marker, markersize=7, color=color,
-                    markerfacecolor="none", label="%s validation" % run.label())
+                    markerfacecolor="none", label="%s validation" % label)
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("cross-entropy loss (nats per token)")
-    ax.set_title("loss")
+    ax.set_title("loss" + (" (%s)" % common if common else ""), fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend()
+    legend_outside(ax)
     save(plt, fig, out_dir, "loss", written)
     return None
 
@@ -210,18 +256,21 @@ def plot_step_time(plt, runs, out_dir, written):
     runs = [r for r in runs if any("ms" in s for s in r.steps)]
     if not runs:
         return "no step times"
-    fig, (ax_ms, ax_mfu) = plt.subplots(1, 2, figsize=(11, 4))
-    for i, run in enumerate(runs):
+    labels, common = run_labels(runs)
+    fig, (ax_ms, ax_mfu) = plt.subplots(1, 2, figsize=(13, 4))
+    for i, (run, label) in enumerate(zip(runs, labels)):
         timed = [s for s in run.steps if "ms" in s]
-        ax_ms.plot([s["step"] for s in timed], [s["ms"] for s in timed], color="C%d" % i, label=run.label())
+        style = LINE_STYLES[i % len(LINE_STYLES)]
+        ax_ms.plot([s["step"] for s in timed], [s["ms"] for s in timed], style, color="C%d" % i, label=label)
         mfu = [(s["step"], 100.0 * s["mfu"]) for s in timed if s.get("mfu") is not None]
         if mfu:
-            ax_mfu.plot(*zip(*mfu), color="C%d" % i, label=run.label())
+            ax_mfu.plot(*zip(*mfu), style, color="C%d" % i, label=label)
     ax_ms.set(xlabel="optimizer step", ylabel="ms per step", title="step time")
     ax_mfu.set(xlabel="optimizer step", ylabel="MFU (%)", title="model FLOPs utilization")
+    say_common(ax_ms, common)
     for ax in (ax_ms, ax_mfu):
         ax.grid(alpha=0.3)
-        ax.legend()
+    legend_outside(ax_mfu)
     save(plt, fig, out_dir, "step_time", written)
     return None
 
@@ -231,6 +280,8 @@ def plot_memory(plt, runs, out_dir, written):
     runs = [r for r in runs if r.memory]
     if not runs:
         return "no memory records"
+    names, common = run_labels(runs)
+    name_of = {id(run): name for run, name in zip(runs, names)}
     pairs = [(run, rank) for run in runs for rank in run.ranks()]
     if len(runs) > 1 and len(pairs) > MAX_BAR_PAIRS:
         pairs = [(run, run.ranks()[0]) for run in runs]
@@ -256,51 +307,217 @@ def plot_memory(plt, runs, out_dir, written):
                     rotation=90)
             tallest = max(tallest, bottom)
         ticks.append(x)
-        labels.append("%s\nrank %d" % (run.label(), rank) if len(runs) > 1 else "rank %d" % rank)
+        # one word a line: a label no wider than its pair of bars
+        labels.append("%s\nrank %d" % (name_of[id(run)].replace(", ", "\n"), rank) if len(runs) > 1
+                      else "rank %d" % rank)
         x += 1.0
     ax.set_xticks(ticks)
     ax.set_xticklabels(labels, fontsize=8)
     ax.set_ylim(0, 1.2 * tallest if tallest > 0 else 1)  # room for the totals
     ax.set_ylabel("MiB per rank")
-    ax.set_title("memory per rank at the end of the run\nmeasured (left, solid) beside theory (right, hatched)",
-                 fontsize=10)
+    ax.set_title("memory per rank at the end of the run%s\nmeasured (left, solid) beside theory (right, hatched); "
+                 "the model states alone: the next picture" % (" (%s)" % common if common else ""), fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     save(plt, fig, out_dir, "memory", written)
     return None
 
 
-def plot_memory_timeline(plt, runs, out_dir, written):
-    """The tracked bytes by category through one step (the last one logged),
-    phase by phase, per rank."""
-    run = next((r for r in runs if r.phases), None)
-    if run is None:
-        return "not in this run (no memory_phase records)"
+# The ZeRO paper's model states (Rajbhandari et al. 2020, section 5): params
+# of p bytes, gradients of g bytes and K bytes of optimizer states (fp32
+# master copy included) per parameter; stage s shards, over the N data-
+# parallel ranks, the optimizer states from stage 1, the gradients from 2,
+# the parameters at 3. Mixed-precision Adam: p = g = 2, K = 4 + 8 = 12, so
+# ZeRO-0 holds (2 + 2 + 12) Psi = 16 Psi.
+MODEL_STATES = ["params", "master", "grads", "optimizer"]
+SHARDED_FROM = {"params": 3, "grads": 2, "master": 1, "optimizer": 1}
+
+
+def zero_state_bytes(stage, n, psi, p, g, k):
+    """Model-state bytes per rank: stage 0 (p + g + K) Psi, 1 (p + g) Psi + K Psi / N,
+    2 p Psi + (g + K) Psi / N, 3 (p + g + K) Psi / N."""
+    whole = {"params": p, "grads": g, "K": k}
+    sharded_from = {"params": SHARDED_FROM["params"], "grads": SHARDED_FROM["grads"], "K": SHARDED_FROM["optimizer"]}
+    return sum(b * psi / (n if stage >= sharded_from[c] else 1) for c, b in whole.items())
+
+
+def bytes_per_param(run):
+    """(p, g, K) of a run: each model-state category's bytes over all its
+    copies' elements: a sharded category's bytes summed over the ranks (one
+    whole copy), a replicated one's from one rank, over Psi. Padding of the
+    shards shows as a fraction above the dtype's bytes; 8-bit optimizers
+    give a fractional K."""
+    psi, stage = run.setup["psi"], run.setup["zero"]
+    ranks = run.ranks()
+    out = {}
+    for cat in MODEL_STATES:
+        per_rank = [sum(r["measured_bytes"] for r in run.memory if r["rank"] == rank and r["category"] == cat)
+                    for rank in ranks]
+        out[cat] = (sum(per_rank) if stage >= SHARDED_FROM[cat] else per_rank[0]) / psi
+    return out["params"], out["grads"], out["master"] + out["optimizer"]
+
+
+def model_state_runs(runs):
+    """The runs the model-states panel draws: model states in their memory
+    records, a ZeRO stage and Psi, data parallel only (under tp, pp or cp a
+    rank holds a slice of the model, whose own Psi the formulas would need)."""
+    keep = []
+    for run in runs:
+        s = run.setup or {}
+        if not (run.memory and is_number(s.get("zero")) and is_number(s.get("psi")) and s["psi"] > 0):
+            continue
+        if any(s.get(lever, 1) != 1 for lever in ("tp", "pp", "cp")):
+            continue
+        if all(any(r["category"] == c for r in run.memory) for c in MODEL_STATES):
+            keep.append(run)
+    return keep
+
+
+def model_state_points(runs):
+    """Per run and rank: {stage, n, rank, measured, theory, formula, p, g, k, psi}: the
+    rank's model-state bytes measured, the trainer's theory, and the paper's
+    formula with the run's own bytes per parameter."""
+    points = []
+    for run in model_state_runs(runs):
+        s = run.setup
+        p, g, k = bytes_per_param(run)
+        n = run.dp_size()
+        formula = zero_state_bytes(s["zero"], n, s["psi"], p, g, k)
+        for rank in run.ranks():
+            measured = sum(r["measured_bytes"] for r in run.memory
+                           if r["rank"] == rank and r["category"] in MODEL_STATES)
+            theory = sum(r.get("theory_bytes") or 0 for r in run.memory
+                         if r["rank"] == rank and r["category"] in MODEL_STATES)
+            points.append({"run": run, "stage": s["zero"], "n": n, "rank": rank, "measured": measured,
+                           "theory": theory, "formula": formula, "p": p, "g": g, "k": k, "psi": s["psi"]})
+    return points
+
+
+STAGE_FORMULAS = ["(p + g + K) Psi", "(p + g) Psi + K Psi / N", "p Psi + (g + K) Psi / N", "(p + g + K) Psi / N"]
+# Points per unit of N on the formula's curve (it goes as 1/N).
+CURVE_POINTS_PER_N = 20
+
+
+def formula_text(stage, p, g, k):
+    """The stage's formula with the run's numbers: ZeRO-1 of Adam "4 Psi + 12 Psi / N"."""
+    whole = sum(b for b, c in ((p, "params"), (g, "grads"), (k, "optimizer")) if stage < SHARDED_FROM[c])
+    shard = p + g + k - whole
+    terms = (["%.3g Psi" % whole] if whole else []) + (["%.3g Psi / N" % shard] if shard else [])
+    return " + ".join(terms)
+
+
+def plot_model_states(plt, runs, out_dir, written):
+    """Model-state bytes per rank against N, one colour per ZeRO stage: the
+    measured points (every rank) on the paper's line."""
+    points = model_state_points(runs)
+    if not points:
+        return "not in these runs (no data-parallel run with model-state memory records)"
+    fig, ax = plt.subplots(figsize=(10, 5))
+    largest_n = max(pt["n"] for pt in points)
+    ns = list(range(1, max(largest_n, 2) + 1))
+    curve = [1 + i / CURVE_POINTS_PER_N for i in range((ns[-1] - 1) * CURVE_POINTS_PER_N + 1)]
+    lines = {}  # one line per stage and bytes per parameter (two optimizers: two lines)
+    for pt in points:
+        lines.setdefault((pt["stage"], round(pt["p"], 3), round(pt["g"], 3), round(pt["k"], 3), pt["psi"]), pt)
+    for i, ((stage, p, g, k, psi), pt) in enumerate(sorted(lines.items(), key=lambda kv: kv[0])):
+        color = "C%d" % stage
+        ax.plot(curve, [zero_state_bytes(stage, n, psi, p, g, k) / 1024.0 for n in curve],
+                LINE_STYLES[i % len(LINE_STYLES)], color=color,
+                label="ZeRO-%d: %s = %s\n  (%s: p %.3g, g %.3g, K %.3g B)" % (
+                    stage, STAGE_FORMULAS[stage], formula_text(stage, p, g, k),
+                    pt["run"].setup.get("optimizer") or "?", p, g, k))
+    shown = set()
+    for pt in points:
+        ax.plot(pt["n"], pt["measured"] / 1024.0, MARKERS[pt["stage"] % len(MARKERS)], color="C%d" % pt["stage"],
+                markersize=8, markerfacecolor="none", label=None if "m" in shown else "measured, every rank")
+        shown.add("m")
+    for (stage, n), pt in sorted({(pt["stage"], pt["n"]): pt for pt in points}.items()):
+        ax.annotate("%.1f KiB" % (pt["measured"] / 1024.0), (n, pt["measured"] / 1024.0), textcoords="offset points",
+                    xytext=(8, 0), va="center", fontsize=7, color="C%d" % stage)
+    psis = sorted({pt["psi"] for pt in points})
+    ax.set_xticks(ns)
+    ax.set_xlim(0.8, ns[-1] + 0.5)  # room for the numbers right of the points
+    ax.set_xlabel("N, data-parallel ranks")
+    ax.set_ylabel("KiB of model states per rank")
+    ax.set_ylim(bottom=0)
+    ax.set_title("model states alone per rank, Psi = %s parameters; points: measured, every rank\n"
+                 "lines: the ZeRO paper's, with each run's bytes per parameter\n"
+                 "(p params, g grads, K master + optimizer)" % ", ".join("{:,}".format(int(v)) for v in psis),
+                 fontsize=9)
+    ax.grid(alpha=0.3)
+    legend_outside(ax)
+    save(plt, fig, out_dir, "model_states", written)
+    return None
+
+
+def phase_micro_batch(name):
+    """The micro-batch a memory phase belongs to ("micro-batch 2 forward layer 0": 2), None for the optimizer's."""
+    m = re.match(r"micro-batch (\d+)", name)
+    return int(m.group(1)) if m else None
+
+
+def timeline_steps(run):
+    """The run's last recorded step: (step, {rank: its phases in order}) of at most MAX_TIMELINE_RANKS ranks."""
     step = max(p["step"] for p in run.phases)
     records = [p for p in run.phases if p["step"] == step]
     ranks = sorted({p["rank"] for p in records})[:MAX_TIMELINE_RANKS]
-    categories = [c for c in STATE_CATEGORIES if any(c in p["bytes"] for p in records)]
-    categories += sorted({c for p in records for c in p["bytes"]} - set(categories))
-    fig, axes = plt.subplots(len(ranks), 1, figsize=(10, 2.2 + 2.6 * len(ranks)), squeeze=False)
-    for ax, rank in zip(axes[:, 0], ranks):
-        rows = sorted((p for p in records if p["rank"] == rank), key=lambda p: p["index"])
+    return step, {rank: sorted((p for p in records if p["rank"] == rank), key=lambda p: p["index"]) for rank in ranks}
+
+
+def plot_memory_timeline(plt, runs, out_dir, written):
+    """Every run's tracked bytes through one step (the last one logged),
+    phase by phase: rank 0's stacked by category, every rank's total, and
+    the theory's total where the log has it; the step's start and end and
+    each micro-batch marked."""
+    runs = [r for r in runs if r.phases]
+    if not runs:
+        return "not in this run (no memory_phase records)"
+    labels, common = run_labels(runs)
+    fig, axes = plt.subplots(len(runs), 1, figsize=(12, 1.5 + 2.8 * len(runs)), squeeze=False)
+    for ax, run, label in zip(axes[:, 0], runs, labels):
+        step, by_rank = timeline_steps(run)
+        ranks = sorted(by_rank)
+        rows = by_rank[ranks[0]]
+        categories = [c for c in STATE_CATEGORIES if any(c in p["bytes"] for p in rows)]
+        categories += sorted({c for p in rows for c in p["bytes"]} - set(categories))
         xs = list(range(len(rows)))
-        bottom = [0.0] * len(rows)
-        for i, cat in enumerate(categories):
-            heights = [p["bytes"].get(cat, 0) / MIB for p in rows]
-            ax.bar(xs, heights, 0.9, bottom=bottom, label=cat,
-                   color=CATEGORY_COLORS.get(cat, "C%d" % (i % 10)))
-            bottom = [b + h for b, h in zip(bottom, heights)]
-        totals = [(x, p["total"] / MIB) for x, p in zip(xs, rows) if p.get("total") is not None]
-        if totals:
-            ax.plot(*zip(*totals), "k.-", linewidth=1, label="total")
+        ax.stackplot(xs, *[[p["bytes"].get(c, 0) / MIB for p in rows] for c in categories], step=None, alpha=0.75,
+                     colors=[CATEGORY_COLORS.get(c, "C%d" % (i % 10)) for i, c in enumerate(categories)],
+                     labels=["rank %d: %s" % (ranks[0], c) for c in categories])
+        for j, rank in enumerate(ranks):
+            totals = [(p["index"], p["total"] / MIB) for p in by_rank[rank] if is_number(p.get("total"))]
+            if totals:
+                ax.plot(*zip(*totals), LINE_STYLES[j % len(LINE_STYLES)], color="black", linewidth=1,
+                        label="rank %d total" % rank)
+        theory = [(p["index"], p["theory_total"] / MIB) for p in rows if is_number(p.get("theory_total"))]
+        if theory:
+            ax.plot(*zip(*theory), "o", color="red", markersize=4, markerfacecolor="none",
+                    label="rank %d theory" % ranks[0])
+        # The step's edges, and where each micro-batch starts (0-based, as the trace's)
+        ax.axvline(-0.5, color="black", linewidth=1.5)
+        ax.axvline(len(rows) - 0.5, color="black", linewidth=1.5)
+        top = max(p["total"] for p in rows if is_number(p.get("total"))) / MIB if theory or rows else 1
+        previous = object()
+        for x, p in zip(xs, rows):
+            mb = phase_micro_batch(p["phase"])
+            if mb != previous:
+                ax.axvline(x - 0.5, color="gray", linestyle=":", linewidth=1)
+                ax.text(x - 0.4, top * 1.02, "mb %d" % mb if mb is not None else "optimizer", fontsize=7,
+                        va="bottom")
+                previous = mb
         every = max(1, len(rows) // 40)  # keep the phase names readable
         ax.set_xticks(xs[::every])
-        ax.set_xticklabels([str(p["phase"]) for p in rows][::every], rotation=60, ha="right", fontsize=7)
-        ax.set_ylabel("MiB, rank %d" % rank)
+        ax.set_xticklabels([re.sub(r"^micro-batch \d+ ", "", str(p["phase"])) for p in rows][::every], rotation=60,
+                           ha="right", fontsize=6)
+        ax.set_xlim(-0.7, len(rows) - 0.3)
+        ax.set_ylim(0, top * 1.15)
+        ax.set_ylabel("MiB")
+        ax.set_title("%s: step %d (its edges: solid lines; micro-batches: dotted)%s" % (
+            label, step, "" if theory else "; no theory per phase in this log (pp or tp > 1)"), fontsize=9)
         ax.grid(axis="y", alpha=0.3)
-    axes[0, 0].set_title("%s: tracked memory through step %d, phase by phase" % (run.label(), step))
-    axes[0, 0].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        if ax is axes[0, 0]:  # the same colours in every run: one legend
+            ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
+    say_common(axes[0, 0], common, "tracked memory through one step, phase by phase")
     save(plt, fig, out_dir, "memory_timeline", written)
     return None
 
@@ -313,8 +530,13 @@ def plot_comm(plt, runs, out_dir, written):
     runs = [r for r in runs if any(c["bytes_per_step"] or c.get("theory_bytes_per_step") for c in r.comm)]
     if not runs:
         return "no collective traffic in these runs (one rank each)"
-    fig, axes = plt.subplots(1, len(runs), figsize=(6 * len(runs) + 2, 4.5), squeeze=False)
-    for ax, run in zip(axes[0], runs):
+    labels, common = run_labels(runs)
+    columns = min(len(runs), COMM_COLUMNS)
+    rows_of_plots = (len(runs) + columns - 1) // columns
+    fig, axes = plt.subplots(rows_of_plots, columns, figsize=(6 * columns + 2, 4.5 * rows_of_plots), squeeze=False)
+    for ax in axes.flat[len(runs):]:
+        ax.axis("off")
+    for ax, run, label in zip(axes.flat, runs, labels):
         rows = []
         for r in run.comm:
             key = "%s %s" % (r["group"], r["kind"])
@@ -341,9 +563,10 @@ def plot_comm(plt, runs, out_dir, written):
         ax.invert_yaxis()
         received = any(r["kind"] == "recv" for r in run.comm)
         ax.set_xlabel("%s sent per optimizer step%s" % (unit, " (recv: received)" if received else ""))
-        ax.set_title("%s: communication per group and collective" % run.label(), fontsize=10)
+        ax.set_title("%s: communication per group and collective" % label, fontsize=10)
         ax.grid(axis="x", alpha=0.3)
         ax.legend(fontsize=8)
+    say_common(axes[0, 0], common)
     save(plt, fig, out_dir, "comm", written)
     return None
 
@@ -352,16 +575,7 @@ def trace_spans(path):
     """Chrome trace events -> row labels in (pid, tid) order and spans
     [(row label, name, start us, duration us)]: complete events ("X") and
     begin/end pairs ("B"/"E")."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except OSError as e:
-        raise ReportError("cannot open trace %s: %s" % (path, e.strerror))
-    except ValueError as e:
-        raise ReportError("trace %s is not JSON: %s" % (path, e))
-    events = data.get("traceEvents") if isinstance(data, dict) else data
-    if not isinstance(events, list):
-        raise ReportError("trace %s has no trace events (a list, or an object with \"traceEvents\")" % path)
+    events = load_trace_events(path)
     names, spans, open_spans = {}, [], {}
     for e in events:
         if not isinstance(e, dict):
@@ -427,18 +641,54 @@ def span_kind(name):
     return "other"
 
 
-def plot_pipeline(plt, trace, out_dir, written):
+STEP_SPAN = re.compile(r"^step (\d+)$")
+
+
+def one_step_window(spans):
+    """The last step every row ran, from the trace's "step N" spans: (N,
+    start us, end us, {row: (its start, its end)}), or None where the trace
+    has no step spans. A whole run of ZeRO-3 is hundreds of short
+    collectives in one strip; one step of it is readable."""
+    steps = {}
+    for row, name, start, dur in spans:
+        m = STEP_SPAN.match(name)
+        if m:
+            steps.setdefault(int(m.group(1)), {})[row] = (start, start + dur)
+    rows = {row for row, name, _, _ in spans if STEP_SPAN.match(name) is None}
+    full = [n for n, by_row in steps.items() if set(by_row) >= rows] or list(steps)
+    if not full:
+        return None
+    n = max(full)
+    by_row = steps[n]
+    return n, min(a for a, _ in by_row.values()), max(b for _, b in by_row.values()), by_row
+
+
+def pipeline_bubbles(runs):
+    """The pipeline records of the runs: [(label, rank, stage, measured bubble, theory (p - 1) / (v m + p - 1))]."""
+    out = []
+    for run in runs:
+        for r in sorted(run.pipeline, key=lambda r: r["rank"]):
+            out.append((run.label(), r["rank"], r["stage"], r["bubble"], r.get("bubble_theory")))
+    return out
+
+
+def plot_pipeline(plt, trace, out_dir, written, runs=()):
     if trace is None:
         return "not in this run (no --trace file given)"
-    rows, spans = trace_spans(trace)
-    spans = [s for s in spans if span_kind(s[1]) is not None]
+    rows, all_spans = trace_spans(trace)
+    spans = [s for s in all_spans if span_kind(s[1]) is not None]
     if not spans:
         return "not in this run (the trace has no spans)"
+    window = one_step_window(all_spans)
+    if window is not None:  # the spans of one step, cut to it
+        step, w0, w1, edges = window
+        spans = [(row, name, max(start, w0), min(start + dur, w1) - max(start, w0))
+                 for row, name, start, dur in spans if start < w1 and start + dur > w0]
     kinds = [k for k in SPAN_COLORS if any(span_kind(s[1]) == k for s in spans)]
     color = SPAN_COLORS
-    t0 = min(s[2] for s in spans)
-    span = max(s[2] + s[3] for s in spans) - t0
-    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.6 * len(rows)))
+    t0 = window[1] if window else min(s[2] for s in spans)
+    span = (window[2] if window else max(s[2] + s[3] for s in spans)) - t0
+    fig, ax = plt.subplots(figsize=(12, 1.6 + 0.6 * len(rows)))
     shown = set()
     for row, name, start, dur in spans:
         kind = span_kind(name)
@@ -447,17 +697,134 @@ def plot_pipeline(plt, trace, out_dir, written):
                 linewidth=0.3, label=None if kind in shown else kind)
         shown.add(kind)
         number = re.findall(r"\d+", name)
-        if number and dur >= 0.02 * span:  # the micro-batch, where the bar has room
+        # the micro-batch (0-based, as the trace's), where the bar has room; a
+        # collective's number is its unit's layer, not a micro-batch
+        if number and kind in ("forward", "backward") and dur >= 0.02 * span:
             ax.text((start - t0 + dur / 2) / 1e3, y, number[-1], ha="center", va="center", fontsize=7)
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels(rows, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("ms since the first event")
-    ax.set_title("pipeline timeline (%s)" % os.path.basename(trace), fontsize=10)
+    title = "timeline per rank (%s)" % os.path.basename(trace)
+    if window:
+        for row, (a, b) in edges.items():  # each rank's step: its start and its end
+            y = rows.index(row)
+            for x in (a, b):
+                ax.plot([(x - t0) / 1e3] * 2, [y - 0.45, y + 0.45], color="black", linewidth=2)
+        title += ": step %d only, its start and end on each rank (black)" % step
+        ax.set_xlabel("ms since step %d started" % step)
+    else:
+        title += ": the trace has no step spans, every event shown"
+        ax.set_xlabel("ms since the first event")
+    bubbles = pipeline_bubbles(runs)
+    if bubbles:
+        # the log's run, named: the trace given may be another run's
+        for label in dict.fromkeys(b[0] for b in bubbles):
+            title += "\nbubble measured over the run (%s): " % label + ", ".join(
+                "rank %d %.1f%%" % (b[1], 100 * b[3]) for b in bubbles if b[0] == label)
+        theory = sorted({b[4] for b in bubbles if is_number(b[4])})
+        if theory:
+            title += "; theory (p - 1) / (v m + p - 1) = " + ", ".join("%.1f%%" % (100 * t) for t in theory)
+    ax.set_title(title, fontsize=9)
     ax.grid(axis="x", alpha=0.3)
     if len(kinds) <= 12:
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     save(plt, fig, out_dir, "pipeline", written)
+    return None
+
+
+def load_trace_events(path):
+    """The trace's event list (a list, or an object's "traceEvents")."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except OSError as e:
+        raise ReportError("cannot open trace %s: %s" % (path, e.strerror))
+    except ValueError as e:
+        raise ReportError("trace %s is not JSON: %s" % (path, e))
+    events = data.get("traceEvents") if isinstance(data, dict) else data
+    if not isinstance(events, list):
+        raise ReportError("trace %s has no trace events (a list, or an object with \"traceEvents\")" % path)
+    return [e for e in events if isinstance(e, dict)]
+
+
+def residency(events):
+    """Which units' gathered params are resident when, over the last step:
+    (step, {row: {unit: [(from us, to us)]}}, {row: {unit: [(from, to)]}} of
+    their use), a row per rank: its track's thread name (shardlab's tracks
+    are threads of one process, "rank 1 (dp 1, ...)"), cut at " (". A unit
+    is resident from the post of its all-gather (args.unit) to its release ("release layer 3", cat "release"), or to the step's end;
+    its use is its "forward/backward UNIT" spans (cat "unit"). None where the
+    trace has no releases (ZeRO 0-2 keep every param resident)."""
+    step_of = lambda e: (e.get("args") or {}).get("step")
+    steps = [step_of(e) for e in events if e.get("cat") == "release" and is_number(step_of(e))]
+    if not steps:
+        return None
+    step = max(steps)
+    names = {(e.get("pid", 0), e.get("tid", 0)): str((e.get("args") or {}).get("name", "")).split(" (")[0]
+             for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    track = lambda e: names.get((e.get("pid", 0), e.get("tid", 0))) or "pid %s tid %s" % (e.get("pid", 0),
+                                                                                        e.get("tid", 0))
+    ends = {track(e): float(e["ts"]) + float(e.get("dur", 0)) for e in events
+            if e.get("ph") == "X" and e.get("name") == "step %d" % step}
+    resident, used, since = {}, {}, {}
+    for e in sorted((e for e in events if step_of(e) == step and "ts" in e), key=lambda e: float(e["ts"])):
+        pid, unit, t = track(e), (e.get("args") or {}).get("unit"), float(e["ts"])
+        if not isinstance(unit, str) or t > ends.get(pid, t):  # validation after the step: not the step's
+            continue
+        args = e.get("args") or {}
+        if args.get("kind") == "all-gather" and args.get("call") == "post":
+            # a prefetch may post the next gather of a unit before the last
+            # copy's release: each release ends the oldest open gather
+            since.setdefault((pid, unit), []).append(t)
+        elif e.get("cat") == "release" and since.get((pid, unit)):
+            resident.setdefault(pid, {}).setdefault(unit, []).append((since[pid, unit].pop(0), t))
+        elif e.get("cat") == "unit":
+            used.setdefault(pid, {}).setdefault(unit, []).append((t, t + float(e.get("dur", 0))))
+    for (pid, unit), posts in since.items():  # never released within the step
+        for t in posts:
+            resident.setdefault(pid, {}).setdefault(unit, []).append((t, ends.get(pid, t)))
+    return step, resident, used
+
+
+def unit_order(name):
+    """embedding, layer 0, layer 1, ..., head: the model's order."""
+    if name == "embedding":
+        return (0, 0)
+    m = re.match(r"layer (\d+)$", name)
+    return (1, int(m.group(1))) if m else (2, 0)
+
+
+def plot_residency(plt, trace, out_dir, written):
+    if trace is None:
+        return "not in this run (no --trace file given)"
+    found = residency(load_trace_events(trace))
+    if found is None:
+        return "not in this run (the trace has no releases: below ZeRO-3 every unit's params stay resident)"
+    step, resident, used = found
+    pids = sorted(resident, key=natural_key)[:MAX_TIMELINE_RANKS]
+    t0 = min(a for pid in pids for spans in resident[pid].values() for a, _ in spans)
+    fig, axes = plt.subplots(len(pids), 1, sharex=True, figsize=(12, 1.0 + 0.45 * sum(len(resident[p]) for p in pids) +
+                                                    0.6 * len(pids)), squeeze=False)
+    for ax, pid in zip(axes[:, 0], pids):
+        units = sorted(set(resident[pid]) | set(used.get(pid, {})), key=unit_order)
+        for y, unit in enumerate(units):
+            for a, b in resident[pid].get(unit, []):
+                ax.barh(y, (b - a) / 1e3, left=(a - t0) / 1e3, height=0.7, color="tab:blue", alpha=0.35,
+                        label=None if y or a != resident[pid][unit][0][0] else "params gathered (resident)")
+            for a, b in used.get(pid, {}).get(unit, []):
+                ax.barh(y, (b - a) / 1e3, left=(a - t0) / 1e3, height=0.35, color="tab:green",
+                        label=None if y or a != used[pid][unit][0][0] else "forward / backward of the unit")
+        ax.set_yticks(range(len(units)))
+        ax.set_yticklabels(units, fontsize=8)
+        ax.invert_yaxis()
+        ax.set_ylabel(pid)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0, 0].set_title("ZeRO-3: which units' params are gathered over step %d (%s)\n"
+                         "from the post of a unit's all-gather to its release" % (step, os.path.basename(trace)),
+                         fontsize=9)
+    axes[0, 0].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    axes[-1, 0].set_xlabel("ms since the first gather of step %d" % step)
+    save(plt, fig, out_dir, "residency", written)
     return None
 
 
@@ -560,10 +927,18 @@ PICTURES = [  # (file name, heading, what it shows, plot function)
     ("step_time", "Step time", "milliseconds per optimizer step and MFU", plot_step_time),
     ("memory", "Memory per rank",
      "model states, activations and comm buffers at the end of the run, measured beside the theory", plot_memory),
-    ("memory_timeline", "Memory through one step", "tracked bytes by category, phase by phase", plot_memory_timeline),
+    ("model_states", "Model states per rank",
+     "params, grads, master and optimizer alone, per ZeRO stage and N, on the ZeRO paper's lines", plot_model_states),
+    ("memory_timeline", "Memory through one step",
+     "every run's tracked bytes by category, phase by phase, beside the theory", plot_memory_timeline),
     ("comm", "Communication", "bytes each rank sends per step, per group and collective, beside the theory",
      plot_comm),
-    ("pipeline", "Pipeline timeline", "what each stage does when, from the trace", plot_pipeline),
+    ("pipeline", "Pipeline timeline",
+     "what each rank does when in one step, from the trace; the measured bubble beside (p - 1) / (v m + p - 1)",
+     plot_pipeline),
+    ("residency", "Params resident per unit (ZeRO-3)",
+     "over one step, per rank: each unit's params from its all-gather to its release, and its compute",
+     plot_residency),
     ("energy", "Energy", "joules each step measured, beside the planner's E = t x P", plot_energy),
 ]
 
@@ -619,8 +994,12 @@ def main(argv):
             raise ReportError("cannot make folder %s: %s" % (args.out, e.strerror))
         written, results = [], {}
         for name, _, _, plot in PICTURES:
-            source = args.trace if name == "pipeline" else runs
-            results[name] = plot(plt, source, args.out, written)
+            if name == "pipeline":  # the trace, with the runs' measured bubbles
+                results[name] = plot(plt, args.trace, args.out, written, runs)
+            elif name == "residency":
+                results[name] = plot(plt, args.trace, args.out, written)
+            else:
+                results[name] = plot(plt, runs, args.out, written)
         path = write_index(args.out, runs, args.trace, results)
     except ReportError as e:
         print("build/report: %s" % e, file=sys.stderr)

@@ -9,14 +9,21 @@
 
 enum { TOP_PHASES = 5 };
 
-static void json_phase(FILE *json, int rank, int step, const struct timeline_phase *p) {
+/* theory: the same phase of the theory's walk, or NULL where the walk is not
+ * this rank's (pp or tp > 1): "theory_total" is then null. */
+static void json_phase(FILE *json, int rank, int step, const struct timeline_phase *p,
+                       const struct timeline_phase *theory) {
     char name[96];
     timeline_phase_name(p, name, sizeof name);
     fprintf(json, "{\"type\":\"memory_phase\",\"rank\":%d,\"step\":%d,\"phase\":\"%s\",\"index\":%d,\"bytes\":{", rank,
             step, name, p->index);
     for (int c = 0; c < MEM_NUM_CATEGORIES; c++)
         fprintf(json, "%s\"%s\":%.0f", c ? "," : "", mem_category_name((enum mem_category)c), p->bytes[c]);
-    fprintf(json, "},\"total\":%.0f}\n", timeline_total(p));
+    fprintf(json, "},\"total\":%.0f,\"theory_total\":", timeline_total(p));
+    if (theory)
+        fprintf(json, "%.0f}\n", timeline_total(theory));
+    else
+        fprintf(json, "null}\n");
 }
 
 /* The phases of one rank with the largest totals, largest first (the
@@ -72,7 +79,16 @@ void report_timeline(FILE *out, FILE *json, const struct trainer *tr, const stru
     }
     top_phases(out, &ranks[0]);
     if (!json) return;
-    for (int r = 0; r < n; r++)
-        for (int i = 0; i < ranks[r].n; i++) json_phase(json, r, ranks[r].step, &ranks[r].phase[i]);
+    static struct timeline_phase theory[TIMELINE_MAX_PHASES]; /* one rank's walk at a time: too big for the stack */
+    for (int r = 0; r < n; r++) {
+        struct timeline_theory th = theory_trainer_timeline_peak(c, rank_place_of(c, n, r), theory);
+        for (int i = 0; i < ranks[r].n; i++) {
+            /* the walk's phase i is the recorder's phase i where the walk is this rank's (tests/mpi/test_timeline.c) */
+            const struct timeline_phase *m = &ranks[r].phase[i];
+            bool same = th.exact && i < th.phases && theory[i].kind == m->kind &&
+                        theory[i].micro_batch == m->micro_batch;
+            json_phase(json, r, ranks[r].step, m, same ? &theory[i] : NULL);
+        }
+    }
     fflush(json);
 }
