@@ -12,22 +12,23 @@
 # The memory table's heading names Psi and N as what they are (item 3: it
 # called rank 0's share Psi and the world N): at pp 2 and at tp 2 the
 # model's 34,688 parameters beside rank 0's part, and N = dp. --explain's
-# shard map says what each stage holds as the run holds it: ZeRO-0 shards
-# nothing (item 5: it said rank r owns slice r), and --overlap's second
-# gathered layer and second bucket are named where the run keeps them
-# (item 4: it said one layer and one bucket). The pipeline's memory
-# timeline (item 2) at pp 2, 1F1B, 4 micro-batches: its phases carry the
-# schedule's micro-batches, numbered from 0 as the trace's are (stage 0:
-# F0 F1 B0 F2 B1 F3 B2 B3, where it read F1 F1 B1 F2 B2 F3 B3 B3), and
-# each rank's activations at its peak phase equal its table's theory (1F1B
-# keeps two micro-batches in flight on stage 0: it counted one). Padding
+# shard map says what each stage holds as the run holds it, on 2 and 3
+# ranks: ZeRO-0 shards nothing (item 5: it said rank r owns slice r), and
+# --overlap's second gathered layer and second bucket are named where the
+# run keeps them (item 4: it said one layer and one bucket). The
+# pipeline's memory timeline (item 2), 1F1B at pp 2 on 2 ranks and pp 3
+# on 3, 2 pp micro-batches: its phases carry the schedule's micro-batches,
+# numbered from 0 as the trace's are (pp 2's stage 0: F0 F1 B0 F2 B1 F3 B2
+# B3, where it read F1 F1 B1 F2 B2 F3 B3 B3), and each rank's activations
+# at its peak phase equal its table's theory (1F1B keeps p - s
+# micro-batches in flight on stage s: it counted one). Padding
 # (item 6) in whole elements: at N = 3 each state row's bytes per element
 # times the elements it names equal its theory column to the byte (it
 # showed rounded averages: "+ padding 3"). --explain 2 (deliver 1): at
-# ZeRO-3 on 2 ranks, every phase's comm and total bytes in its table equal
-# what the run then measured at that phase (the JSON memory_phase
-# records), and each layer's rows name its all_gather, release and, in
-# backward, its reduce_scatter.
+# ZeRO-3 on 2 and 3 ranks, every phase's comm and total bytes in its
+# table equal what the run then measured at that phase (the JSON
+# memory_phase records), and each layer's rows name its all_gather,
+# release and, in backward, its reduce_scatter.
 # Usage: tests/mpi/own_numbers.sh BUILD_DIR
 set -u
 build=${1:-build}
@@ -81,17 +82,20 @@ heading pp2 "ZeRO-0 over N = 1 rank (dp), Psi = 34688 parameters in the model, r
 heading adamw8bit_z3 "ZeRO-3 over N = 3 ranks (dp), Psi = 34688;"
 timeout 120 "${mpi[@]}" -np 2 "$build/train" "${base[@]}" --tp 2 >"$tmp/tp2.out" 2>&1
 heading tp2 "ZeRO-0 over N = 1 rank (dp), Psi = 34688 parameters in the model, rank 0 holds Psi_r = 18080 of them (its tp slice);"
-# explain NAME PATTERN NOT-PATTERN ARGS...: --explain on 2 ranks says
-# PATTERN and not NOT-PATTERN
+# explain NAME PATTERN NOT-PATTERN ARGS...: --explain on 2 and on 3 ranks
+# says PATTERN and not NOT-PATTERN
 explain() {
     local name=$1 want=$2 not=$3
     shift 3
-    timeout 120 "${mpi[@]}" -np 2 "$build/train" "${base[@]}" --steps 0 --explain 1 "$@" >"$tmp/$name.out" 2>&1
-    if grep -q "$want" "$tmp/$name.out" && ! grep -q "$not" "$tmp/$name.out"; then
-        echo "ok   --explain $*: \"$want\""
-    else
-        echo "FAIL --explain $*:"; grep -A3 "^shard map\|each rank holds" "$tmp/$name.out"; fails=$((fails + 1))
-    fi
+    for np in 2 3; do
+        timeout 120 "${mpi[@]}" -np $np "$build/train" "${base[@]}" --steps 0 --explain 1 "$@" >"$tmp/$name.out" 2>&1
+        if grep -q "$want" "$tmp/$name.out" && ! grep -q "$not" "$tmp/$name.out"; then
+            echo "ok   --explain $* on $np ranks: \"$want\""
+        else
+            echo "FAIL --explain $* on $np ranks:"; grep -A3 "^shard map\|each rank holds" "$tmp/$name.out"
+            fails=$((fails + 1))
+        fi
+    done
 }
 explain z0 "Nothing is sharded at ZeRO-0: every rank holds and updates" "Rank r owns slice r" --zero 0
 explain z2 "plus two units' gradients in full (two reduce-scatter buckets, one in flight)" "one unit's gradient" --zero 2
@@ -117,9 +121,10 @@ sys.exit(0 if ok else 1)
 PY
 done
 # --explain 2: the unit-life table against the measured phases
-timeout 120 "${mpi[@]}" -np 2 "$build/train" "${base[@]}" --zero 3 --explain 2 --log_json "$tmp/life.json" \
+for np in 2 3; do
+timeout 120 "${mpi[@]}" -np $np "$build/train" "${base[@]}" --zero 3 --explain 2 --log_json "$tmp/life.json" \
     >"$tmp/life.out" 2>&1
-if python3 - "$tmp/life.out" "$tmp/life.json" <<'PY'; then :; else fails=$((fails + 1)); fi
+if python3 - "$tmp/life.out" "$tmp/life.json" $np <<'PY'; then :; else fails=$((fails + 1)); fi
 import json, re, sys
 text = open(sys.argv[1]).read()
 table = text[text.index("a unit's life, one step on rank 0"):].split("\n  peak ")[0]
@@ -136,15 +141,19 @@ named = all("all_gather" in lives.get("micro-batch 0 %s layer %d" % (k, l), "") 
             (k == "forward" or "reduce_scatter layer %d" % l in lives["micro-batch 0 %s layer %d" % (k, l)])
             for k in ("forward", "backward") for l in (0, 1))
 ok = len(rows) >= 10 and not bad and named
-print(("ok  " if ok else "FAIL") + f" --explain 2: {len(rows)} phases, comm and total = the run's measured phases, "
+print(("ok  " if ok else "FAIL") + f" --explain 2 on {sys.argv[3]} ranks: {len(rows)} phases, comm and total = the run's measured phases, "
       "each layer's all_gather, release and reduce_scatter named" + "".join(f"\n    {b}" for b in bad[:5]))
 sys.exit(0 if ok else 1)
 PY
+done
 # the pipeline's timeline: its order is the trace's, its activations peak
 # at each rank's theory
-timeout 120 "${mpi[@]}" -np 2 "$build/train" "${base[@]}" --pp 2 --grad_accum 4 --steps 1 \
+# pp 2 (tiny's 2 layers) on 2 ranks and pp 3 (3 layers) on 3, 1F1B, 2 pp micro-batches a stage
+for pp in 2 3; do
+m=$((2 * pp))
+timeout 120 "${mpi[@]}" -np $pp "$build/train" "${base[@]}" --pp $pp --n_layer $pp --grad_accum $m --steps 1 \
     --log_json "$tmp/pp_timeline.json" --trace "$tmp/pp_timeline.trace" >"$tmp/pp_timeline.out" 2>&1
-if python3 - "$tmp/pp_timeline.json" "$tmp/pp_timeline.trace" <<'PY'; then :; else fails=$((fails + 1)); fi
+if python3 - "$tmp/pp_timeline.json" "$tmp/pp_timeline.trace" $pp $m <<'PY'; then :; else fails=$((fails + 1)); fi
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
 phases = [r for r in recs if r.get("type") == "memory_phase"]
@@ -152,7 +161,8 @@ theory = {r["rank"]: r["theory_bytes"] for r in recs if r.get("type") == "memory
 events = json.load(open(sys.argv[2]))
 events = events["traceEvents"] if isinstance(events, dict) else events
 ok = True
-for rank in (0, 1):
+pp, m = int(sys.argv[3]), int(sys.argv[4])
+for rank in range(pp):
     # a micro-batch's forward or backward, in the timeline's order (one entry per run of phases)
     order = []
     for p in (p for p in phases if p["rank"] == rank and p["phase"].startswith("micro-batch ")):
@@ -165,11 +175,12 @@ for rank in (0, 1):
                     and e.get("cat") in ("forward", "backward")), key=lambda e: e["ts"])
     trace_order = [("F" if e["name"].startswith("forward") else "B") + e["name"].split(" ")[1] for e in spans]
     peak = max(p["bytes"]["activations"] for p in phases if p["rank"] == rank)
-    good = order == trace_order and len(order) == 8 and peak == theory.get(rank)
+    good = order == trace_order and len(order) == 2 * m and peak == theory.get(rank)
     ok = ok and good
-    print(("ok  " if good else "FAIL") + f" pp 2 timeline, rank {rank}: {' '.join(order)} (trace: {' '.join(trace_order)}); "
+    print(("ok  " if good else "FAIL") + f" pp {pp} timeline, rank {rank}: {' '.join(order)} (trace: {' '.join(trace_order)}); "
           f"activations at the peak {peak:.0f}, theory {theory.get(rank)}")
 sys.exit(0 if ok else 1)
 PY
+done
 [ $fails -eq 0 ] || { echo "own_numbers: $fails failed"; exit 1; }
 echo "own_numbers: all passed"
