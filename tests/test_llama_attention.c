@@ -14,7 +14,7 @@
 #include <cmocka.h>
 
 #include "gradcheck.h"
-#include "layers.h"
+#include "llama_layers.h"
 #include "llama_check.h"
 
 enum { B = 2, T = 5, NH = 4, KV = 2, HS = 4, REP = NH / KV, C = NH * HS, W = (NH + 2 * KV) * HS, C3 = 3 * C };

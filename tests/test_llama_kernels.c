@@ -15,7 +15,7 @@
 #include <cmocka.h>
 
 #include "gradcheck.h"
-#include "layers.h"
+#include "llama_layers.h"
 #include "llama_check.h"
 
 enum { N = 6, C = 8, HS = 8, NH = 2, KV = 1, ROW = (NH + 2 * KV) * HS };

@@ -15,7 +15,7 @@
 #include <cmocka.h>
 
 #include "gradcheck.h"
-#include "layers.h"
+#include "llama_layers.h"
 #include "llama_fixture.h"
 
 /* Tolerances, llm.c's test_gpt2 style but tighter (this model is tiny,

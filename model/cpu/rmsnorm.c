@@ -10,7 +10,7 @@
 #include <math.h>
 
 #include "act_io.h"
-#include "layers.h"
+#include "llama_layers.h"
 
 #define RMSNORM_FORWARD(name, OUT_T, IN_T)                                                                       \
     void name(OUT_T *out, float *rstd, const IN_T *inp, const float *weight, float eps, int64_t N, int64_t C,    \

@@ -11,7 +11,7 @@
 #include <math.h>
 
 #include "act_io.h"
-#include "layers.h"
+#include "llama_layers.h"
 
 #define TWO_PI 6.283185307179586
 
