@@ -196,7 +196,7 @@ void zero_prefetch_params(struct zero *z, int u);
  * its kind (nothing to free: the buffers are the stage's fixed comm
  * memory); the trace records the release. A no-op below stage 3. */
 void zero_release_params(struct zero *z, int u);
-/* Unit u as the trace names it (struct trace_unit). */
+/* Unit u as the trace names it (struct trace_unit; TRACE_NO_UNIT with the trace off). */
 struct trace_unit zero_trace_unit(const struct zero *z, int u);
 /* The next backward is the step's last micro-batch (stage 0: its units'
  * buckets all-reduce as they finish; otherwise they wait for the step). */

@@ -14,7 +14,8 @@
 static enum unit_kind kind_of(const struct zero *z, int u) { return layout_unit(z->lay, u).kind; }
 
 struct trace_unit zero_trace_unit(const struct zero *z, int u) {
-    if (u < 0) return TRACE_NO_UNIT;
+    /* off: nothing to tag, and no layout walk on every unit of the step */
+    if (u < 0 || !trace_on(z->o.trace)) return TRACE_NO_UNIT;
     struct unit_info ui = layout_unit(z->lay, u);
     return (struct trace_unit){.kind = (int16_t)ui.kind, .layer = ui.kind == UNIT_LAYER ? ui.layer : -1};
 }
