@@ -134,6 +134,6 @@ void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out
 void engine_reduce_grads(struct engine *e);
 double engine_grad_norm(struct engine *e);
 void engine_update(struct engine *e, int step, double grad_norm);
-void engine_gather_params(struct engine *e);
+void engine_all_gather_updated(struct engine *e);
 
 #endif

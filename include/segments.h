@@ -13,6 +13,7 @@
 #include "layout.h"
 #include "optim.h"
 #include "shard.h"
+#include "zero_stages.h"
 
 enum { OPT8_BLOCK = 256 }; /* elements per 8-bit block (bitsandbytes >= 0.44) */
 
@@ -45,6 +46,6 @@ size_t opt_segments_capacity(const struct model_layout *lay);
 /* Fills s over `table`, which has room for opt_segments_capacity(lay)
  * segments; the caller owns it. */
 void opt_segments_build(struct opt_segments *s, struct opt_segment *table, const struct model_layout *lay,
-                        const struct shard_layout *sh, int stage, const struct optim_options *o);
+                        const struct shard_layout *sh, const struct zero_stage *row, const struct optim_options *o);
 
 #endif

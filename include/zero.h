@@ -1,15 +1,12 @@
 /* Model states (ZeRO's term) of one rank: params, fp32 master, grads and
- * optimizer states, each full or sharded over the data-parallel group by
- * ZeRO stage (Rajbhandari et al. 2020):
- *
- *   stage  params  master+opt  grads   collectives per step (k micro-batches)
- *   0      full    full        full    all-reduce grads once
- *   1      full    shard       full    reduce-scatter grads once, all-gather params
- *   2      full    shard       shard   reduce-scatter each unit's grads as its
- *                                      backward ends (k times), all-gather params
- *   3      shard   shard       shard   all-gather each unit before its forward and
- *                                      again before its backward (k times each),
- *                                      reduce-scatter as in stage 2
+ * optimizer states, each full or sharded over the data-parallel group as
+ * the stage's row of include/zero_stages.h says (Rajbhandari et al. 2020).
+ * Per step of k micro-batches: DDP all_reduces the grads once; ZeRO-1
+ * reduce_scatters them once; ZeRO-2 reduce_scatters each unit's as its
+ * backward ends (k times); ZeRO-1 and 2 all_gather the updated params
+ * once; ZeRO-3 all_gathers each unit before its forward and again before
+ * its backward (k times each), releases it after, and reduce_scatters as
+ * ZeRO-2 does.
  *
  * "Full" means every unit of this rank's layout (include/layout.h), padded
  * to a multiple of the group size; "shard" this rank's slice of each unit
@@ -20,7 +17,7 @@
  * of the update rules.
  *
  * Overlap (zero_options.overlap): stage 3 posts the next unit's all-gather
- * (zero_prefetch_params) while the current one computes, into a second
+ * (zero_all_gather_ahead) while the current one computes, into a second
  * gathered layer; stages 2-3 post a unit's reduce-scatter and finish it
  * when its bucket (one of two) comes round again or before the update;
  * stage 0 all-reduces gradient buckets of whole units (DDP, Li et al.
@@ -47,6 +44,7 @@
 #include "segments.h"
 #include "shard.h"
 #include "trace.h"
+#include "zero_stages.h"
 
 struct zero_options {
     int stage;                     /* 0..3 */
@@ -113,6 +111,7 @@ enum norm_group { NORM_OVER_PP, NORM_OVER_TP, NORM_GROUP_NUM };
 
 struct zero {
     struct zero_options o;
+    const struct zero_stage *row;  /* the stage's row of include/zero_stages.h: what it shards, how it moves */
     const struct model_layout *lay;
     struct shard_layout sh;
     struct collectives *dp;
@@ -138,6 +137,7 @@ struct zero {
     void *gathered[UNIT_LAYER + 1];
     void *gathered_layer2;
     int layer_in_use;                              /* 0, 1: the layer buffer the model reads */
+    int holds[UNIT_LAYER + 1][2];                  /* the unit each gathered buffer holds; -1: released */
     struct zero_pending gather[UNIT_LAYER + 1];    /* at most one posted all-gather per kind */
     /* stages 2 and 3: one unit's gradient in grad_dtype for the
      * reduce-scatter; with overlap two, used in turn */
@@ -173,29 +173,33 @@ int zero_init(struct zero *z, const struct zero_options *o, const struct model_l
 void zero_free(struct zero *z);
 
 /* ---- the step, unit by unit (called by the engine) */
-/* Unit u's params in param_dtype, whole: the params themselves, or (stage
- * 3) all-gathered from every rank's slice into the kind's unit buffer. */
-const void *zero_unit_params(struct zero *z, int u);
+/* Unit u's params in param_dtype, whole, for its forward or backward: the
+ * resident params themselves, or (ZeRO-3) all_gathered from every rank's
+ * slice into a buffer of its kind, which holds them until zero_release. */
+const void *zero_all_gather(struct zero *z, int u);
 /* Unit u's gradient in the full grads, when the stage keeps them full
  * (stage < 2); NULL otherwise. */
 void *zero_unit_grads(struct zero *z, int u);
 /* Unit u's backward is done; acc (fp32, the padded unit) holds its
- * gradient for this micro-batch: reduce-scatter it into the grad shard
- * (stages 2, 3) or add it into bf16 grads (stages 0, 1). acc may be
- * reused on return. */
-void zero_unit_grads_done(struct zero *z, int u, const float *acc);
+ * gradient for this micro-batch: reduce_scatter it into the grad shard
+ * (ZeRO-2, 3), or keep it in the full grads (DDP, ZeRO-1: added into bf16
+ * grads; DDP's buckets all_reduced on the step's last backward). acc may
+ * be reused on return. */
+void zero_reduce_scatter(struct zero *z, int u, const float *acc);
 void zero_zero_grads(struct zero *z);
-/* Stage 3 with overlap: posts unit u's all-gather, taken by the next
- * zero_unit_params(z, u). The engine calls it after taking the current
+/* ZeRO-3 with overlap: posts unit u's all_gather early, taken by the next
+ * zero_all_gather(z, u). The engine calls it after taking the current
  * unit's params and before computing it: the target buffer is the kind's
  * other layer buffer, or the embedding's or head's own (which the model
  * must not be reading then). A no-op otherwise, or for u < 0. */
-void zero_prefetch_params(struct zero *z, int u);
-/* Stage 3: unit u's gathered params are read no more until its next
- * all-gather: released. The buffer is simply free for the next gather of
- * its kind (nothing to free: the buffers are the stage's fixed comm
- * memory); the trace records the release. A no-op below stage 3. */
-void zero_release_params(struct zero *z, int u);
+void zero_all_gather_ahead(struct zero *z, int u);
+/* ZeRO-3: unit u's gathered params are read no more until its next
+ * all_gather: released. Its buffer is free for the next gather of its
+ * kind (a gather into a buffer not released stops the run: a bug); the
+ * bytes stay, the stage's fixed comm memory (theory: one gathered unit per
+ * kind, two layers with overlap). The trace records the release. A no-op
+ * below ZeRO-3. */
+void zero_release(struct zero *z, int u);
 /* Unit u as the trace names it (struct trace_unit; TRACE_NO_UNIT with the trace off). */
 struct trace_unit zero_trace_unit(const struct zero *z, int u);
 /* The next backward is the step's last micro-batch (stage 0: its units'
@@ -217,14 +221,14 @@ void zero_progress(struct zero *z);
  *                       tensors and the head's wte copy counted once).
  *   zero_update         clip (the norm's scale) and the update rule over
  *                       the segments this rank owns; local.
- *   zero_gather_params  stages 1 and 2: every rank gets every updated
- *                       param for the next forward (all-gather, dp); a
- *                       no-op at stage 0 (all updated) and 3 (gathered
+ *   zero_all_gather_updated  ZeRO-1 and 2: every rank gets every updated
+ *                       param for the next forward (all_gather, dp); a
+ *                       no-op for DDP (all updated) and ZeRO-3 (gathered
  *                       unit by unit as used). */
 void zero_reduce_grads(struct zero *z);
 double zero_grad_norm(struct zero *z);
 void zero_update(struct zero *z, int step, double grad_norm);
-void zero_gather_params(struct zero *z);
+void zero_all_gather_updated(struct zero *z);
 
 /* ---- the tied embedding across stages (parallel/zero/tie.c) */
 void zero_tie_init(struct zero *z, struct collectives *tie, int unit, size_t lo, size_t hi, bool in_norm);

@@ -1,5 +1,18 @@
-/* One micro-batch over this rank's units: fp32 views in (widened, or
- * gathered under ZeRO-3), gradients out to the model states. */
+/* The ZeRO step over this rank's units, one micro-batch at a time, as
+ * Rajbhandari et al. 2020 write it:
+ *   forward:  for each unit, all_gather its parameters, run its forward,
+ *             release them;
+ *   backward: for each unit, from the last, all_gather, run its backward,
+ *             reduce_scatter its gradients, release;
+ *   then the sharded update (engine_reduce_grads, engine_grad_norm,
+ *   engine_update, engine_all_gather_updated, at the end of this file).
+ * The stage's row (include/zero_stages.h) says which of these move bytes:
+ * below ZeRO-3 all_gather reads the resident params and release does
+ * nothing; DDP and ZeRO-1 keep the gradients whole until the step's end.
+ * With overlap, the next unit's all_gather is posted early
+ * (all_gather_ahead). The collectives are parallel/zero/comm.c's; the
+ * trace and the memory timeline observe each unit's span (unit_begin,
+ * unit_end, phase_done). */
 #include "engine.h"
 
 #include <stdio.h>
@@ -72,7 +85,7 @@ int engine_init(struct engine *e, const struct engine_options *o, const struct m
     }
     bool bf16_params = o->zero.param_dtype == DTYPE_BF16;
     /* fp32 grads at stages 0-1 accumulate straight into the grads */
-    bool accumulators = o->zero.grad_dtype == DTYPE_BF16 || o->zero.stage >= 2;
+    bool accumulators = o->zero.grad_dtype == DTYPE_BF16 || zero_stage_row(o->zero.stage)->shards_grads;
     for (int kind = 0; kind <= UNIT_LAYER; kind++) {
         int u = layout_kind_unit(&e->lay, (enum unit_kind)kind);
         if (u < 0) continue;
@@ -194,21 +207,35 @@ static void widen_unit(struct engine *e, int u, enum unit_kind k, const bf16 *p)
     }
 }
 
-/* The weights of unit u as the model reads them (struct operand, layers.h):
- * fp32 views, widened from bf16 params or the fp32 params themselves, and
- * with params_direct the bf16 params beside them. Below stage 3 the
- * embedding and the head are widened once per update: they serve every
- * micro-batch. */
-static struct operand unit_weights(struct engine *e, int u) {
+/* all_gather: unit u's weights, whole, as the model reads them (struct
+ * operand, layers.h), from the params the stage's row keeps resident or
+ * gathers (ZeRO-3: the collective, include/zero.h). fp32 views, widened
+ * from bf16 params or the fp32 params themselves, and with params_direct
+ * the bf16 params beside them. Resident, the embedding and the head are
+ * widened once per update: they serve every micro-batch. */
+static struct operand all_gather(struct engine *e, int u) {
     enum unit_kind k = layout_unit(&e->lay, u).kind;
-    const void *p = zero_unit_params(&e->z, u);
+    const void *p = zero_all_gather(&e->z, u);
     if (e->o.zero.param_dtype == DTYPE_FP32) return (struct operand){.f32 = p};
     struct operand w = {.f32 = e->w32[k], .b16 = params_direct(e) ? p : NULL};
     if (e->w32_fresh[k]) return w;
     widen_unit(e, u, k, p);
-    if (k != UNIT_LAYER && e->o.zero.stage < 3) e->w32_fresh[k] = true;
+    if (k != UNIT_LAYER && !e->z.row->shards_params) e->w32_fresh[k] = true;
     return w;
 }
+
+/* ZeRO-3 with overlap: the all_gather of unit u (the next to run; u < 0:
+ * none) posted early, so that it moves while this unit computes. */
+static void all_gather_ahead(struct engine *e, int u) { zero_all_gather_ahead(&e->z, u); }
+
+/* ZeRO-3: unit u's gathered weights are read no more (u < 0: none). */
+static void release(struct engine *e, int u) { zero_release(&e->z, u); }
+
+/* Unit u's gradient dw for this micro-batch, reduced over the data-parallel
+ * ranks as the row says: ZeRO-2/3 reduce_scatter it now; DDP and ZeRO-1
+ * keep it in the full grads (DDP's buckets all_reduce as the step's last
+ * backward fills them, ZeRO-1 reduce_scatters once before the update). */
+static void reduce_scatter(struct engine *e, int u, const float *dw) { zero_reduce_scatter(&e->z, u, dw); }
 
 /* fp32 gradient accumulator for unit u: the grads themselves when they are
  * fp32 and full, else a zeroed unit buffer. */
@@ -268,9 +295,6 @@ static void unit_end(const struct engine *e, int span) {
     trace_set_unit(e->o.zero.trace, TRACE_NO_UNIT);
 }
 
-/* ZeRO-3 with overlap: post unit u's all-gather (u < 0: none) */
-static void gather_ahead(struct engine *e, int u) { zero_prefetch_params(&e->z, u); }
-
 float engine_forward(struct engine *e, int slot, const struct mb_input *in, void *x_out, float dloss) {
     const struct model_layout *lay = &e->lay;
     struct gpt *m = &e->model;
@@ -285,24 +309,24 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
     if (targets_early) gpt_upload_targets(m, slot, in->targets);
     if (cu.eu >= 0) {
         int span = unit_begin(e, TRACE_UNIT_FORWARD, cu.eu);
-        we = unit_weights(e, cu.eu); /* stays valid for the tied head */
-        gather_ahead(e, l0 < l1 ? layout_layer_unit(lay, l0) : hu);
+        we = all_gather(e, cu.eu); /* stays valid for the tied head */
+        all_gather_ahead(e, l0 < l1 ? layout_layer_unit(lay, l0) : hu);
         gpt_embed_forward(m, slot, we, in->inputs);
         phase_done(e, PHASE_FORWARD, cu.eu);
-        if (hu < 0) zero_release_params(&e->z, cu.eu); /* else kept: the tied head reads its wte */
+        if (hu < 0) release(e, cu.eu); /* else kept: the tied head reads its wte */
         unit_end(e, span);
     } else {
-        gather_ahead(e, l0 < l1 ? layout_layer_unit(lay, l0) : hu);
+        all_gather_ahead(e, l0 < l1 ? layout_layer_unit(lay, l0) : hu);
         if (in->x_in) buf_copy(e->space, gpt_stage_input(m, slot), in->x_in, act_bytes);
     }
     for (int l = l0; l < l1; l++) {
         int u = layout_layer_unit(lay, l), span = unit_begin(e, TRACE_UNIT_FORWARD, u);
-        struct operand w = unit_weights(e, u); /* all_gather (stage 3) */
-        gather_ahead(e, l + 1 < l1 ? layout_layer_unit(lay, l + 1) : hu);
+        struct operand w = all_gather(e, u);
+        all_gather_ahead(e, l + 1 < l1 ? layout_layer_unit(lay, l + 1) : hu);
         zero_progress(&e->z);
-        gpt_layer_forward(m, slot, l, w); /* use */
+        gpt_layer_forward(m, slot, l, w);
         phase_done(e, PHASE_FORWARD, u);
-        zero_release_params(&e->z, u); /* release */
+        release(e, u);
         unit_end(e, span);
     }
     if (hu < 0) {
@@ -310,13 +334,13 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
         return 0.0f;
     }
     int span = unit_begin(e, TRACE_UNIT_FORWARD, hu);
-    struct operand wh = unit_weights(e, hu);
+    struct operand wh = all_gather(e, hu);
     double BT = (double)e->o.micro_batch * e->model_lay.shape.T; /* this rank's tokens (T/cp each) */
     float loss = gpt_head_forward(m, slot, wh, head_wte(e, we, wh), targets_early ? NULL : in->targets,
                                   (float)(dloss / BT));
     phase_done(e, PHASE_FORWARD, hu);
-    zero_release_params(&e->z, hu);
-    zero_release_params(&e->z, cu.eu);
+    release(e, hu);
+    release(e, cu.eu);
     unit_end(e, span);
     return loss;
 }
@@ -332,39 +356,39 @@ void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out
     float *dwe = eu >= 0 ? unit_grads_begin(e, eu) : NULL;
     if (hu >= 0) {
         int span = unit_begin(e, TRACE_UNIT_BACKWARD, hu);
-        /* stage 3: the head's and the embedding's params gathered again */
-        gather_ahead(e, hu);
-        gather_ahead(e, eu);
-        struct operand wh = unit_weights(e, hu), we = eu >= 0 ? unit_weights(e, eu) : (struct operand){0};
-        gather_ahead(e, first_layer);
+        /* ZeRO-3: the head's and the embedding's params gathered again */
+        all_gather_ahead(e, hu);
+        all_gather_ahead(e, eu);
+        struct operand wh = all_gather(e, hu), we = eu >= 0 ? all_gather(e, eu) : (struct operand){0};
+        all_gather_ahead(e, first_layer);
         float *dwh = unit_grads_begin(e, hu);
         float *dwte = eu >= 0 ? dwe + lay->embed_offset[EMB_WTE] : dwh + lay->head_offset[HEAD_WTE];
         gpt_head_backward(m, slot, wh, head_wte(e, we, wh), dwh, dwte);
-        zero_unit_grads_done(&e->z, hu, dwh); /* reduce_scatter (stages 2, 3) */
+        reduce_scatter(e, hu, dwh);
         phase_done(e, PHASE_BACKWARD, hu);
-        zero_release_params(&e->z, hu);
-        zero_release_params(&e->z, eu);
+        release(e, hu);
+        release(e, eu);
         unit_end(e, span);
     } else {
-        gather_ahead(e, first_layer);
+        all_gather_ahead(e, first_layer);
         gpt_stage_grad_in(m, dx_in);
     }
     for (int l = l1 - 1; l >= l0; l--) {
         int u = layout_layer_unit(lay, l), span = unit_begin(e, TRACE_UNIT_BACKWARD, u);
-        struct operand w = unit_weights(e, u); /* all_gather (stage 3) */
-        gather_ahead(e, l > l0 ? layout_layer_unit(lay, l - 1) : -1);
+        struct operand w = all_gather(e, u);
+        all_gather_ahead(e, l > l0 ? layout_layer_unit(lay, l - 1) : -1);
         zero_progress(&e->z);
         float *dw = unit_grads_begin(e, u);
-        gpt_layer_backward(m, slot, l, w, dw); /* use */
-        zero_unit_grads_done(&e->z, u, dw); /* reduce_scatter (stages 2, 3) */
+        gpt_layer_backward(m, slot, l, w, dw);
+        reduce_scatter(e, u, dw);
         phase_done(e, PHASE_BACKWARD, u);
-        zero_release_params(&e->z, u); /* release */
+        release(e, u);
         unit_end(e, span);
     }
     if (eu >= 0) { /* its backward reads the token ids only: no params */
         int span = unit_begin(e, TRACE_UNIT_BACKWARD, eu);
         gpt_embed_backward(m, slot, dwe);
-        zero_unit_grads_done(&e->z, eu, dwe);
+        reduce_scatter(e, eu, dwe);
         phase_done(e, PHASE_BACKWARD, eu);
         unit_end(e, span);
     } else {
@@ -374,7 +398,7 @@ void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out
 
 void engine_reduce_grads(struct engine *e) { zero_reduce_grads(&e->z); }
 double engine_grad_norm(struct engine *e) { return zero_grad_norm(&e->z); }
-void engine_gather_params(struct engine *e) { zero_gather_params(&e->z); }
+void engine_all_gather_updated(struct engine *e) { zero_all_gather_updated(&e->z); }
 
 void engine_update(struct engine *e, int step, double grad_norm) {
     zero_update(&e->z, step, grad_norm);

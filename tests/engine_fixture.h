@@ -62,7 +62,7 @@ static inline struct fixture_step fixture_optimizer_step(struct engine *e, int s
     struct fixture_step r = {.grad_norm = engine_grad_norm(e), .skipped = true};
     if (skip_nonfinite && !isfinite(r.grad_norm)) return r;
     engine_update(e, step, r.grad_norm);
-    engine_gather_params(e);
+    engine_all_gather_updated(e);
     r.skipped = false;
     return r;
 }

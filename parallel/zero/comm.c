@@ -1,11 +1,13 @@
-/* The ZeRO stages' collectives during a step (include/zero.h): stage 3's
- * all-gathers, stages 2-3's per-unit reduce-scatters, stage 0's bucketed
- * all-reduce and stage 1's reduce-scatter once per step. Every collective
+/* The collectives of a step by the stage's row (include/zero_stages.h):
+ * ZeRO-3's all_gather of a unit and its release, ZeRO-2/3's reduce_scatter
+ * of a unit's gradient, DDP's all_reduce of gradient buckets and ZeRO-1's
+ * reduce_scatter once per step. Every collective
  * is posted non-blocking; with overlap off it is waited at once, with
  * overlap on it is waited when its result or its buffer is next needed.
  * Both paths post the same calls on the same buffers in the same order,
  * so their numbers are bitwise equal and only the waiting moves. */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "bufops.h"
 #include "conversions.h"
@@ -32,7 +34,7 @@ static void wait_or_report(struct zero *z, struct coll_request r, const char *wh
         fprintf(stderr, "zero: rank %d of %d: waiting for %s failed\n", z->dp->rank, z->dp->size, what);
 }
 
-/* ---- stage 0's buckets: units in the backward's order (head, layers from
+/* ---- DDP's buckets: units in the backward's order (head, layers from
  * the last, embedding: the order the engine finishes them), grouped while
  * they stay contiguous in the grads and within ddp_bucket_bytes. A unit
  * larger than that is a bucket alone. */
@@ -103,8 +105,9 @@ void zero_comm_init(struct zero *z) {
         [UNIT_EMBED] = "gathered embedding (params)", [UNIT_HEAD] = "gathered head (params)",
         [UNIT_LAYER] = "gathered layer (params)"};
     for (int k = 0; k <= UNIT_LAYER; k++) z->gather[k] = (struct zero_pending){.unit = -1};
+    for (int k = 0; k <= UNIT_LAYER; k++) z->holds[k][0] = z->holds[k][1] = -1;
     for (int b = 0; b < 2; b++) z->scatter[b] = (struct zero_pending){.unit = -1};
-    if (z->o.stage == 3)
+    if (z->row->params == PARAMS_ALL_GATHER_IN_USE)
         for (int kind = 0; kind <= UNIT_LAYER; kind++) {
             int u = layout_kind_unit(z->lay, (enum unit_kind)kind);
             if (u < 0) continue;
@@ -114,13 +117,13 @@ void zero_comm_init(struct zero *z) {
             if (k == UNIT_LAYER && z->o.overlap)
                 z->gathered_layer2 = mem_alloc(mem, z->space, MEM_COMM, "gathered next layer (params)", bytes);
         }
-    if (z->o.stage >= 2)
+    if (z->row->grads == GRADS_REDUCE_SCATTER_UNIT)
         for (int b = 0; b < (z->o.overlap ? 2 : 1); b++)
             z->bucket[b] = mem_alloc(mem, z->space, MEM_COMM,
                                      b == 0 ? "reduce-scatter bucket+ring (grads)"
                                             : "reduce-scatter bucket 2+ring (grads)",
                                      shard_bucket_elems(&z->sh) * zero_gsize(z));
-    if (z->o.stage == 0) {
+    if (z->row->grads == GRADS_ALL_REDUCE_BUCKETS) {
         int n = z->lay->n_units;
         int *order = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "backward order (stage 0 buckets)", (size_t)n * sizeof *order);
         z->ddp = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "all-reduce buckets (stage 0)", (size_t)n * sizeof *z->ddp);
@@ -135,7 +138,7 @@ void zero_comm_free(struct zero *z) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(z->mem, bufs[i]);
 }
 
-/* ---- stage 3: params gathered unit by unit */
+/* ---- ZeRO-3: a unit's all_gather before use, its release after */
 
 static void *layer_buffer(struct zero *z, int i) { return i == 0 ? z->gathered[UNIT_LAYER] : z->gathered_layer2; }
 
@@ -143,10 +146,25 @@ static void *gather_buffer(struct zero *z, enum unit_kind k, int i) {
     return k == UNIT_LAYER ? layer_buffer(z, i) : z->gathered[k];
 }
 
-/* Posts unit u's all-gather into buffer i of its kind: this rank's slice
+/* Gathered buffer i of kind k now holds unit u (-1: released, free). A
+ * gather into a buffer whose unit was not released would overwrite
+ * params the model may still read: a bug of the caller, stopped here. */
+static void set_holder(struct zero *z, enum unit_kind k, int i, int u) {
+    int *h = &z->holds[k][i];
+    if (u >= 0 && *h >= 0 && *h != u) {
+        fprintf(stderr, "zero: rank %d: all_gather of unit %d into the buffer of unit %d, which was not released\n",
+                z->dp->rank, u, *h);
+        abort();
+    }
+    *h = u;
+}
+
+/* Posts unit u's all_gather into buffer i of its kind: this rank's slice
  * copied to its place first. */
-static struct zero_pending post_gather(struct zero *z, int u, int i) {
-    char *buf = gather_buffer(z, kind_of(z, u), i);
+static struct zero_pending post_all_gather(struct zero *z, int u, int i) {
+    enum unit_kind k = kind_of(z, u);
+    char *buf = gather_buffer(z, k, i);
+    set_holder(z, k, i, u);
     size_t chunk = shard_unit_chunk(&z->sh, u);
     buf_copy(z->space, buf + (size_t)z->sh.rank * chunk * zero_psize(z),
              (const char *)z->st.params + shard_offset(&z->sh, u) * zero_psize(z), chunk * zero_psize(z));
@@ -163,34 +181,40 @@ static void wait_pending(struct zero *z, const struct zero_pending *p, const cha
     trace_set_unit(z->o.trace, was);
 }
 
-void zero_prefetch_params(struct zero *z, int u) {
-    if (u < 0 || z->o.stage < 3 || !z->o.overlap) return;
+void zero_all_gather_ahead(struct zero *z, int u) {
+    if (u < 0 || z->row->params != PARAMS_ALL_GATHER_IN_USE || !z->o.overlap) return;
     enum unit_kind k = kind_of(z, u);
-    if (z->gather[k].unit >= 0) return; /* one in flight per kind: the next zero_unit_params gathers u itself */
-    z->gather[k] = post_gather(z, u, k == UNIT_LAYER ? 1 - z->layer_in_use : 0);
+    if (z->gather[k].unit >= 0) return; /* one in flight per kind: the next zero_all_gather gathers u itself */
+    z->gather[k] = post_all_gather(z, u, k == UNIT_LAYER ? 1 - z->layer_in_use : 0);
 }
 
-/* Stage 3: unit u gathered whole and used in place, until the engine
- * releases it (zero_release_params); the next gather of its kind then
- * lands in its buffer (layers alternate between two under overlap, so the
- * prefetch of the next never touches the one in use). */
-const void *zero_unit_params(struct zero *z, int u) {
-    if (z->o.stage < 3) return (const char *)z->st.params + shard_padded_offset(&z->sh, u) * zero_psize(z);
+/* Below ZeRO-3 the params are resident: unit u's place in them. ZeRO-3:
+ * unit u gathered whole and used in place until zero_release; the next
+ * gather of its kind then lands in its buffer (layers alternate between
+ * two under overlap, so the all_gather of the next never touches the one
+ * in use). */
+const void *zero_all_gather(struct zero *z, int u) {
+    if (z->row->params != PARAMS_ALL_GATHER_IN_USE)
+        return (const char *)z->st.params + shard_padded_offset(&z->sh, u) * zero_psize(z);
     enum unit_kind k = kind_of(z, u);
     struct zero_pending *p = &z->gather[k];
-    if (p->unit >= 0 && p->unit != u) { /* prefetched out of turn: finish it, gather u below */
-        wait_pending(z, p, "a prefetched all-gather");
+    if (p->unit >= 0 && p->unit != u) { /* posted ahead for another unit: finish it unused, gather u below */
+        wait_pending(z, p, "an all-gather posted ahead");
+        set_holder(z, k, p->buf, -1);
         p->unit = -1;
     }
-    if (p->unit < 0) *p = post_gather(z, u, k == UNIT_LAYER ? z->layer_in_use : 0);
+    if (p->unit < 0) *p = post_all_gather(z, u, k == UNIT_LAYER ? z->layer_in_use : 0);
     wait_pending(z, p, "an all-gather of params");
     p->unit = -1;
     if (k == UNIT_LAYER) z->layer_in_use = p->buf;
     return gather_buffer(z, k, p->buf);
 }
 
-void zero_release_params(struct zero *z, int u) {
-    if (z->o.stage < 3 || u < 0) return;
+void zero_release(struct zero *z, int u) {
+    if (z->row->params != PARAMS_ALL_GATHER_IN_USE || u < 0) return;
+    enum unit_kind k = kind_of(z, u);
+    for (int i = 0; i < 2; i++)
+        if (z->holds[k][i] == u) set_holder(z, k, i, -1);
     struct trace_unit was = tag_unit(z, u);
     trace_instant(z->o.trace, TRACE_RELEASE, -1, (double)(shard_unit_padded(&z->sh, u) * zero_psize(z)));
     trace_set_unit(z->o.trace, was);
@@ -198,7 +222,7 @@ void zero_release_params(struct zero *z, int u) {
 
 /* ---- gradients */
 
-/* Stages 2-3: the reduce-scatter in bucket b is done; add the owned slice
+/* ZeRO-2/3: the reduce_scatter in bucket b is done; add the owned slice
  * into the grad shard. */
 static void finish_scatter(struct zero *z, int b) {
     struct zero_pending *p = &z->scatter[b];
@@ -209,25 +233,29 @@ static void finish_scatter(struct zero *z, int b) {
     p->unit = -1;
 }
 
-/* Stage 2/3: reduce-scatter the unit's fp32 gradient (as grad_dtype on the
- * wire) and add the owned slice into the grad shard, now or when its bucket
- * is next needed. Stages 0/1 with bf16 grads: add the fp32 accumulator
- * into the grads (one rounding per micro-batch, as a bf16 gradient buffer
- * implies); fp32 grads at stages 0/1 were accumulated in place. Stage 0 on
- * the step's last backward: the unit's bucket all-reduces once all its
- * units are done. */
-void zero_unit_grads_done(struct zero *z, int u, const float *acc) {
-    enum dtype gd = z->o.grad_dtype;
-    if (z->o.stage < 2) {
-        void *grads = (char *)z->st.grads + shard_padded_offset(&z->sh, u) * zero_gsize(z); /* full below stage 2 */
-        if (gd == DTYPE_BF16) conv_accumulate(z->flops, grads, acc, layout_unit_size(z->lay, u));
-        int k = z->o.stage == 0 && z->last_backward ? ddp_bucket_of(z, u) : -1;
-        if (k >= 0) {
-            z->ddp[k].left--;
-            ddp_post_ready(z);
-        }
+/* DDP and ZeRO-1 keep the full gradients: bf16 grads add the fp32
+ * accumulator in (one rounding per micro-batch, as a bf16 gradient buffer
+ * implies); fp32 grads were accumulated in place. DDP on the step's last
+ * backward: the unit's bucket is all_reduced once all its units are done. */
+static void keep_full(struct zero *z, int u, const float *acc) {
+    void *grads = (char *)z->st.grads + shard_padded_offset(&z->sh, u) * zero_gsize(z);
+    if (z->o.grad_dtype == DTYPE_BF16) conv_accumulate(z->flops, grads, acc, layout_unit_size(z->lay, u));
+    int k = z->row->grads == GRADS_ALL_REDUCE_BUCKETS && z->last_backward ? ddp_bucket_of(z, u) : -1;
+    if (k >= 0) {
+        z->ddp[k].left--;
+        ddp_post_ready(z);
+    }
+}
+
+/* ZeRO-2/3: reduce_scatter the unit's fp32 gradient (as grad_dtype on the
+ * wire) and add the owned slice into the grad shard, now or, with overlap,
+ * when its bucket comes round again. */
+void zero_reduce_scatter(struct zero *z, int u, const float *acc) {
+    if (z->row->grads != GRADS_REDUCE_SCATTER_UNIT) {
+        keep_full(z, u, acc);
         return;
     }
+    enum dtype gd = z->o.grad_dtype;
     int b = z->next_bucket;
     finish_scatter(z, b); /* the unit two back, if still in flight */
     if (gd == DTYPE_BF16) conv_narrow(z->flops, z->bucket[b], acc, shard_unit_padded(&z->sh, u));
@@ -250,13 +278,13 @@ void zero_progress(struct zero *z) {
 
 void zero_reduce_step_grads(struct zero *z) {
     for (int b = 0; b < 2; b++) finish_scatter(z, (z->next_bucket + b) % 2); /* in posting order */
-    if (z->o.stage == 0) {
+    if (z->row->grads == GRADS_ALL_REDUCE_BUCKETS) {
         while (z->ddp_posted < z->n_ddp) ddp_post(z);
         while (z->ddp_waited < z->n_ddp) ddp_wait_next(z);
         for (int k = 0; k < z->n_ddp; k++) z->ddp[k].left = z->ddp[k].units;
         z->ddp_posted = z->ddp_waited = 0;
         z->last_backward = false;
-    } else if (z->o.stage == 1) {
+    } else if (z->row->grads == GRADS_REDUCE_SCATTER_STEP) {
         /* in place per unit: the owned slice lands at the unit's start */
         for (int u = 0; u < z->lay->n_units; u++) {
             struct trace_unit was = tag_unit(z, u);

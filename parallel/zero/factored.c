@@ -100,7 +100,7 @@ void factored_plan_build(struct factored_plan *p, struct factored_tensor *table,
 static void rank_part(const struct zero *z, const struct factored_tensor *e, int s, size_t *a, size_t *b) {
     const struct tensor_info ti = layout_tensor(z->lay, e->tensor);
     size_t lo = 0, hi = layout_unit_size(z->lay, ti.unit);
-    if (z->o.stage >= 1) shard_owned(&z->sh, ti.unit, s, &lo, &hi);
+    if (z->row->shards_optimizer) shard_owned(&z->sh, ti.unit, s, &lo, &hi);
     const size_t t1 = e->t0 + ti.numel;
     lo = lo > e->t0 ? lo : e->t0;
     hi = hi < t1 ? hi : t1;

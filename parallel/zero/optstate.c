@@ -10,7 +10,7 @@
 #include "bufops.h"
 #include "zero_parts.h"
 
-static bool sharded(const struct zero *z) { return z->o.stage >= 1; }
+static bool sharded(const struct zero *z) { return z->row->shards_optimizer; }
 static const struct optim_rule *rule(const struct zero *z) { return optim_rule(z->o.optim.kind); }
 
 /* Adafactor: its plan (include/factored.h), statistics, the first moment

@@ -3,9 +3,9 @@
  * and weights. zero.c and factored.c read them. */
 #include "zero_parts.h"
 
-bool zero_params_sharded(const struct zero *z) { return z->o.stage >= 3; }
-bool zero_grads_sharded(const struct zero *z) { return z->o.stage >= 2; }
-bool zero_optim_sharded(const struct zero *z) { return z->o.stage >= 1; }
+bool zero_params_sharded(const struct zero *z) { return z->row->shards_params; }
+bool zero_grads_sharded(const struct zero *z) { return z->row->shards_grads; }
+bool zero_optim_sharded(const struct zero *z) { return z->row->shards_optimizer; }
 
 size_t zero_psize(const struct zero *z) { return dtype_size(z->o.param_dtype); }
 size_t zero_gsize(const struct zero *z) { return dtype_size(z->o.grad_dtype); }
@@ -26,8 +26,11 @@ size_t zero_state_index(const struct zero *z, int u, size_t i) {
  * reduced gradients: full (stage 0), the unit's start (stage 1, after the
  * in-place reduce-scatter), or the shard (stages 2, 3). */
 size_t zero_grad_index(const struct zero *z, int u, size_t i) {
-    if (z->o.stage == 0) return zero_full_index(z, u, i);
-    if (z->o.stage == 1) return zero_full_index(z, u, i - (size_t)z->sh.rank * shard_unit_chunk(&z->sh, u));
+    switch (z->row->grads) {
+    case GRADS_ALL_REDUCE_BUCKETS: return zero_full_index(z, u, i);
+    case GRADS_REDUCE_SCATTER_STEP: return zero_full_index(z, u, i - (size_t)z->sh.rank * shard_unit_chunk(&z->sh, u));
+    case GRADS_REDUCE_SCATTER_UNIT: break;
+    }
     return zero_shard_index(z, u, i);
 }
 

@@ -32,7 +32,7 @@ void zero_tie_grads(struct zero *z) {
     const struct zero_tie *t = &z->tie;
     enum dtype gd = z->o.grad_dtype;
     size_t gs = gsize(z), unit_at = shard_padded_offset(&z->sh, t->unit);
-    if (z->o.stage == 0) { /* the whole unit is reduced in place */
+    if (z->row->grads == GRADS_ALL_REDUCE_BUCKETS) { /* the whole unit is reduced in place */
         t->group->all_reduce_sum(t->group, (char *)z->st.grads + (unit_at + t->lo) * gs, t->hi - t->lo, gd);
         return;
     }
@@ -40,9 +40,10 @@ void zero_tie_grads(struct zero *z) {
     /* stage 1: the unit's own region of the full grads is the work buffer
      * (past the reduced chunk it holds stale partial sums); stages 2-3: the
      * reduce-scatter bucket, idle at the step */
-    char *reduced = z->o.stage == 1 ? (char *)z->st.grads + unit_at * gs
+    bool in_place = z->row->grads == GRADS_REDUCE_SCATTER_STEP;
+    char *reduced = in_place ? (char *)z->st.grads + unit_at * gs
                                     : (char *)z->st.grads + shard_offset(&z->sh, t->unit) * gs;
-    char *work = z->o.stage == 1 ? reduced : z->bucket[0];
+    char *work = in_place ? reduced : z->bucket[0];
     if (work + mine * gs != reduced) /* disjoint: mine >= chunk */
         buf_copy(z->space, work + mine * gs, reduced, chunk * gs);
     z->dp->all_gather(z->dp, work, chunk, gd);

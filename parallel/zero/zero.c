@@ -12,12 +12,13 @@
 
 int zero_init(struct zero *z, const struct zero_options *o, const struct model_layout *lay, struct collectives *dp,
               struct mem_tracker *mem, enum mem_space space, struct flop_counter *flops) {
-    *z = (struct zero){.o = *o, .lay = lay, .dp = dp, .mem = mem, .space = space, .flops = flops};
+    *z = (struct zero){.o = *o, .row = zero_stage_row(o->stage), .lay = lay, .dp = dp, .mem = mem, .space = space,
+                       .flops = flops};
     shard_layout_init(&z->sh, lay, dp->size, dp->rank);
     struct opt_segment *table = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "optimizer segment table",
                                           opt_segments_capacity(lay) * sizeof *table);
     if (!table) return -1; /* the tracker holds the message */
-    opt_segments_build(&z->segs, table, lay, &z->sh, o->stage, &o->optim);
+    opt_segments_build(&z->segs, table, lay, &z->sh, z->row, &o->optim);
     size_t full = z->sh.total_padded, shard = z->sh.total_shard;
     size_t np = zero_params_sharded(z) ? shard : full, ng = zero_grads_sharded(z) ? shard : full;
     size_t no = zero_optim_sharded(z) ? shard : full;
@@ -117,7 +118,7 @@ void zero_reduce_grads(struct zero *z) {
 
 double zero_grad_norm(struct zero *z) {
     double sq = local_grad_sum_squares(z);
-    if (z->o.stage > 0) z->dp->all_reduce_scalars(z->dp, &sq, 1);
+    if (z->row->shards_optimizer) z->dp->all_reduce_scalars(z->dp, &sq, 1); /* each rank summed its own segments */
     for (int k = 0; k < NORM_GROUP_NUM; k++)
         if (z->norm_groups[k] && z->norm_groups[k]->size > 1) z->norm_groups[k]->all_reduce_scalars(z->norm_groups[k], &sq, 1);
     return sqrt(sq);
@@ -140,8 +141,8 @@ void zero_update(struct zero *z, int step, double grad_norm) {
     phase_hook_call(&z->o.hook, PHASE_UPDATE, -1, -1);
 }
 
-void zero_gather_params(struct zero *z) {
-    if (z->o.stage != 1 && z->o.stage != 2) return; /* 0: every rank updated all; 3: gathered unit by unit in use */
+void zero_all_gather_updated(struct zero *z) {
+    if (z->row->params != PARAMS_ALL_GATHER_UPDATED) return; /* DDP: every rank updated all; ZeRO-3: gathered in use */
     for (int u = 0; u < z->lay->n_units; u++) {
         struct trace_unit was = trace_set_unit(z->o.trace, zero_trace_unit(z, u)); /* the trace names the unit */
         z->dp->all_gather(z->dp, (char *)z->st.params + zero_full_index(z, u, 0) * zero_psize(z), shard_unit_chunk(&z->sh, u),
@@ -272,7 +273,7 @@ int zero_raw_block_table(struct zero *z, size_t *first) {
             struct shard_layout sh;
             struct opt_segments segs;
             shard_layout_init(&sh, z->lay, R, r);
-            opt_segments_build(&segs, table, z->lay, &sh, z->o.stage, &z->o.optim);
+            opt_segments_build(&segs, table, z->lay, &sh, z->row, &z->o.optim);
             count_blocks(&segs, R, r, first);
         }
         mem_free(z->mem, table);

@@ -81,7 +81,7 @@ static void train(struct trainer *tr, double *loss) {
 }
 
 /* Unit u's params of a trainer whose states are not sharded (fp32). */
-static const float *unit_params(struct trainer *tr, int u) { return zero_unit_params(&tr->engine.z, u); }
+static const float *unit_params(struct trainer *tr, int u) { return zero_all_gather(&tr->engine.z, u); }
 
 /* Max |difference| between this rank's units and the whole model's. */
 static double params_diff(struct trainer *pipe, struct trainer *whole) {

@@ -109,7 +109,7 @@ static double comm_in_use(const struct engine *e, const struct timeline_phase *p
     const void *set[8];
     int n = 0;
     bool unit_phase = p->kind == PHASE_FORWARD || p->kind == PHASE_BACKWARD;
-    if (z->o.stage == 3) {
+    if (z->row->params == PARAMS_ALL_GATHER_IN_USE) {
         if (unit_phase && !(p->kind == PHASE_BACKWARD && p->unit_kind == UNIT_EMBED)) /* the unit's params, read */
             add(set, &n, gathered(z, p->unit_kind, p->unit_kind == UNIT_LAYER ? z->layer_in_use : 0));
         if (p->kind == PHASE_FORWARD || (p->kind == PHASE_BACKWARD && p->unit_kind == UNIT_HEAD))

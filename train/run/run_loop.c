@@ -398,7 +398,7 @@ static struct step_metrics train_step(struct trainer *tr) {
             /* 6. clip by the norm and update the segments this rank owns */
             engine_update(e, tr->step, grad_norm);
             /* 7. the gathers: ZeRO-1/2 all-gather the updated params */
-            engine_gather_params(e);
+            engine_all_gather_updated(e);
             updated = true;
         }
     }

@@ -2,6 +2,7 @@
  * and recomputation, and the seeds' checkpoint-based estimate. */
 #include "schedule.h"
 #include "theory.h"
+#include "zero_stages.h"
 
 #include <math.h>
 
@@ -16,9 +17,10 @@
 struct theory_state theory_model_state_bytes(double w_p, double w_g, double K, double psi, int stage, int N) {
     double n = N > 0 ? (double)N : 1.0;
     struct theory_state st;
-    st.params = w_p * psi / (stage >= 3 ? n : 1.0);
-    st.grads = w_g * psi / (stage >= 2 ? n : 1.0);
-    st.optimizer = K * psi / (stage >= 1 ? n : 1.0);
+    const struct zero_stage *row = zero_stage_row(stage);
+    st.params = w_p * psi / (row->shards_params ? n : 1.0);
+    st.grads = w_g * psi / (row->shards_grads ? n : 1.0);
+    st.optimizer = K * psi / (row->shards_optimizer ? n : 1.0);
     st.total = st.params + st.grads + st.optimizer;
     return st;
 }

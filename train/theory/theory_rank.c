@@ -12,6 +12,7 @@
 #include "schedule.h"
 #include "segments.h"
 #include "shard.h"
+#include "zero_stages.h"
 #include "tensor_parallel.h"
 #include "theory.h"
 #include "theory_rank_parts.h"
@@ -58,9 +59,9 @@ static void rank_optim_build(struct rank_optim *r, const struct config *c, const
     struct optim_options o = {.kind = c->optimizer, .decay_targets = c->decay_targets,
                               .min_8bit_size = c->min_8bit_size};
     r->seg = theory_alloc(opt_segments_capacity(lay) * sizeof *r->seg);
-    opt_segments_build(&r->g, r->seg, lay, sh, c->zero, &o);
+    opt_segments_build(&r->g, r->seg, lay, sh, zero_stage_row(c->zero), &o);
     r->ft = theory_alloc(factored_capacity(&r->g) * sizeof *r->ft);
-    factored_plan_build(&r->f, r->ft, lay, sh, &r->g, c->zero >= 1);
+    factored_plan_build(&r->f, r->ft, lay, sh, &r->g, zero_stage_row(c->zero)->shards_optimizer);
 }
 
 static void rank_optim_free(struct rank_optim *r) {
@@ -71,7 +72,7 @@ static void rank_optim_free(struct rank_optim *r) {
 /* Adafactor's tied wte statistics sent from the first stage (factored.c):
  * floats per step, 0 where none are. */
 static size_t tie_floats(const struct config *c, const struct model_layout *lay, struct rank_place p) {
-    if (c->optimizer != OPTIM_ADAFACTOR || c->zero < 1 || p.dp < 2) return 0;
+    if (c->optimizer != OPTIM_ADAFACTOR || !zero_stage_row(c->zero)->shards_optimizer || p.dp < 2) return 0;
     struct shard_layout sh;
     shard_layout_init(&sh, lay, p.dp, p.dp_rank);
     struct rank_optim ro;
@@ -93,7 +94,7 @@ struct state_theory theory_trainer_states(const struct config *c, struct rank_pl
     s.shard_padding = (double)sh.total_shard - s.psi / N;
     bool bf16_params = c->param_dtype == DTYPE_BF16;
     double w_p = (double)dtype_size(c->param_dtype), w_g = (double)dtype_size(c->grad_dtype);
-    int z = c->zero;
+    const struct zero_stage *row = zero_stage_row(c->zero); /* include/zero_stages.h */
     struct {
         enum mem_category cat;
         double w;
@@ -101,14 +102,14 @@ struct state_theory theory_trainer_states(const struct config *c, struct rank_pl
         const char *rule;
         bool present;
     } rows[] = {
-        {MEM_PARAMS, w_p, z >= 3, bf16_params ? "w_p = 2 B x Psi (bf16)" : "w_p = 4 B x Psi (fp32)", true},
-        {MEM_MASTER, 4, z >= 1, "4 B x Psi (fp32 master, part of K)", bf16_params},
-        {MEM_GRADS, w_g, z >= 2, w_g == 2 ? "w_g = 2 B x Psi (bf16)" : "w_g = 4 B x Psi (fp32)", true},
-        {MEM_OPTIMIZER, 8, z >= 1, "8 B x Psi (Adam m, v fp32; K = 12 with master, 8 without)",
+        {MEM_PARAMS, w_p, row->shards_params, bf16_params ? "w_p = 2 B x Psi (bf16)" : "w_p = 4 B x Psi (fp32)", true},
+        {MEM_MASTER, 4, row->shards_optimizer, "4 B x Psi (fp32 master, part of K)", bf16_params},
+        {MEM_GRADS, w_g, row->shards_grads, w_g == 2 ? "w_g = 2 B x Psi (bf16)" : "w_g = 4 B x Psi (fp32)", true},
+        {MEM_OPTIMIZER, 8, row->shards_optimizer, "8 B x Psi (Adam m, v fp32; K = 12 with master, 8 without)",
          c->optimizer == OPTIM_ADAMW},
-        {MEM_OPTIMIZER, 4, z >= 1, "4 B x Psi (SGD momentum fp32; K = 8 with master)", c->optimizer == OPTIM_SGD},
-        {MEM_OPTIMIZER, 4, z >= 1, "4 B x Psi (Lion m fp32; K = 8 with master)", c->optimizer == OPTIM_LION},
-        {MEM_OPTIMIZER, 4, z >= 1, "4 B x Psi (Adafactor's first moment, adafactor_beta1 > 0)",
+        {MEM_OPTIMIZER, 4, row->shards_optimizer, "4 B x Psi (SGD momentum fp32; K = 8 with master)", c->optimizer == OPTIM_SGD},
+        {MEM_OPTIMIZER, 4, row->shards_optimizer, "4 B x Psi (Lion m fp32; K = 8 with master)", c->optimizer == OPTIM_LION},
+        {MEM_OPTIMIZER, 4, row->shards_optimizer, "4 B x Psi (Adafactor's first moment, adafactor_beta1 > 0)",
          c->optimizer == OPTIM_ADAFACTOR && c->adafactor_beta1 > 0.0f},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
@@ -122,7 +123,7 @@ struct state_theory theory_trainer_states(const struct config *c, struct rank_pl
     if (rule->quantized || c->optimizer == OPTIM_ADAFACTOR) {
         struct rank_optim ro;
         rank_optim_build(&ro, c, &lay, &sh);
-        const double per = s.psi / (z >= 1 ? N : 1);
+        const double per = s.psi / (row->shards_optimizer ? N : 1);
         if (rule->quantized) {
             /* the same segments the engine walks, per state: a code byte per
              * element, an fp32 absmax per 256-element block, 4 B per element of
@@ -130,14 +131,14 @@ struct state_theory theory_trainer_states(const struct config *c, struct rank_pl
              * THEORY.md 2.5) */
             double bytes = optim_state_bytes(rule, ro.g.n_q, ro.g.n_blocks, ro.g.n_f32);
             s.lines[s.n++] = (struct state_line){
-                MEM_OPTIMIZER, bytes / per, z >= 1, bytes, 0,
+                MEM_OPTIMIZER, bytes / per, row->shards_optimizer, bytes, 0,
                 rule->states == 2 ? "2 B x Psi_8bit + 8 B per 256-block + 8 B x Psi_small (K = 4 + 2 + 8/256)"
                                   : "1 B x Psi_8bit + 4 B per 256-block + 4 B x Psi_small (K = 4 + 1 + 4/256)"};
         } else {
             /* Shazeer & Stern 2018: R and C of each matrix (the rows this
              * rank touches, all columns), v of each vector element */
             double bytes = 4.0 * (double)ro.f.stat_floats;
-            s.lines[s.n++] = (struct state_line){MEM_OPTIMIZER, bytes / per, z >= 1, bytes, 0,
+            s.lines[s.n++] = (struct state_line){MEM_OPTIMIZER, bytes / per, row->shards_optimizer, bytes, 0,
                                                  "4 B x (own rows + cols) per matrix + 4 B x Psi_vectors "
                                                  "(Adafactor; K = 4 + about 0)"};
         }
@@ -186,15 +187,15 @@ struct comm_theory theory_trainer_comm(const struct config *c, struct rank_place
     }
     /* adafactor: the columns' and cut rows' sums, fp32, all-reduced once a
      * step (parallel/zero/factored.c; its RMS sums go with the scalars) */
-    if (c->optimizer == OPTIM_ADAFACTOR && c->zero >= 1 && N > 1)
+    if (c->optimizer == OPTIM_ADAFACTOR && zero_stage_row(c->zero)->shards_optimizer && N > 1)
         t.all_reduce += 2 * f * (double)factored_slot_floats(&lay, N) * 4;
     /* and at the first of several stages the tied wte's R and C, assembled
      * for the last stage (include/factored.h) */
-    if (c->optimizer == OPTIM_ADAFACTOR && c->zero >= 1 && N > 1 && lay.rank.has_embed && ties(&lay))
+    if (c->optimizer == OPTIM_ADAFACTOR && zero_stage_row(c->zero)->shards_optimizer && N > 1 && lay.rank.has_embed && ties(&lay))
         t.all_reduce += 2 * f * (double)tie_floats(c, &lay, p) * 4;
     /* the tied wte across stages: at stages >= 1 its unit's reduced chunks
      * are all-gathered over dp before the sum (parallel/zero/tie.c) */
-    if (ties(&lay) && c->zero >= 1) {
+    if (ties(&lay) && zero_stage_row(c->zero)->shards_optimizer) {
         int u = lay.rank.has_embed ? layout_embed_unit(&lay) : layout_head_unit(&lay);
         t.all_gather += f * (double)shard_unit_padded(&sh, u) * w_g;
     }
@@ -341,14 +342,14 @@ double theory_trainer_comm_buffers(const struct config *c, struct rank_place p) 
     shard_layout_init(&sh, &lay, p.dp, 0);
     double w_p = (double)dtype_size(c->param_dtype), w_g = (double)dtype_size(c->grad_dtype);
     double bytes = 0;
-    if (c->zero >= 3) { /* one gathered unit of each kind; with overlap a second layer, the next one */
+    if (zero_stage_row(c->zero)->params == PARAMS_ALL_GATHER_IN_USE) { /* one gathered unit of each kind; with overlap a second layer, the next one */
         int kinds[] = {layout_embed_unit(&lay), layout_head_unit(&lay), layout_kind_unit(&lay, UNIT_LAYER)};
         for (int k = 0; k < 3; k++)
             if (kinds[k] >= 0) bytes += (double)shard_unit_padded(&sh, kinds[k]) * w_p;
         if (c->overlap && kinds[2] >= 0) bytes += (double)shard_unit_padded(&sh, kinds[2]) * w_p;
     }
     /* the reduce-scatter bucket and its ring's receive; with overlap two, one in flight while the next fills */
-    if (c->zero >= 2) bytes += (c->overlap ? 2.0 : 1.0) * (double)shard_bucket_elems(&sh) * w_g;
+    if (zero_stage_row(c->zero)->grads == GRADS_REDUCE_SCATTER_UNIT) bytes += (c->overlap ? 2.0 : 1.0) * (double)shard_bucket_elems(&sh) * w_g;
     return bytes; /* stage 0's buckets are ranges of the grads: no buffer */
 }
 
@@ -379,7 +380,7 @@ struct scratch_theory theory_trainer_scratch(const struct config *whole, struct 
             vectors += (double)vec_sizes[k] * 4;
         }
     if (c->param_dtype == DTYPE_BF16) s.persistent += theory_direct_gemms(c) ? vectors : kinds;
-    if (c->grad_dtype == DTYPE_BF16 || c->zero >= 2) s.persistent += kinds;
+    if (c->grad_dtype == DTYPE_BF16 || zero_stage_row(c->zero)->shards_grads) s.persistent += kinds;
     /* model/gpt.c, at the rank's local sizes: a layer's block widened
      * (bf16, kept in the stores; on the bf16 data path only its tensors
      * still read or written in fp32), the residual in and out and the final
@@ -433,7 +434,7 @@ struct scratch_theory theory_trainer_scratch(const struct config *whole, struct 
         rank_optim_free(&ro);
     }
     /* parallel/zero/comm.c: stage 0's all-reduce bucket table, one entry per unit at most */
-    if (c->zero == 0) s.persistent += (double)lay.n_units * sizeof(struct ddp_bucket);
+    if (zero_stage_row(c->zero)->grads == GRADS_ALL_REDUCE_BUCKETS) s.persistent += (double)lay.n_units * sizeof(struct ddp_bucket);
     s.staging = (double)shard_max_unit_padded(&sh) * 4;
     return s;
 }

@@ -10,6 +10,7 @@
 
 #include "layout.h"
 #include "shard.h"
+#include "zero_stages.h"
 
 /* What a walk of the step needs: the constant part and the sizes of the
  * pieces that come and go. */
@@ -18,13 +19,14 @@ struct pieces {
     double I, R, S, H, one;   /* ids, a residual entry, a layer's tensors, the head's, one-layer buffers */
     double G[UNIT_LAYER + 1]; /* a gathered unit per kind (stage 3) */
     double Bk;                /* a reduce-scatter bucket with its ring receive (stages 2, 3) */
-    int L, stage, k;
+    const struct zero_stage *row; /* include/zero_stages.h */
+    int L, k;
     bool overlap;
 };
 
 static struct pieces pieces_of(const struct config *c, const struct model_layout *lay, struct rank_place place) {
     int N = place.dp, rank = place.dp_rank;
-    struct pieces p = {.L = c->n_layer, .stage = c->zero, .k = c->grad_accum, .overlap = c->overlap};
+    struct pieces p = {.L = c->n_layer, .row = zero_stage_row(c->zero), .k = c->grad_accum, .overlap = c->overlap};
     struct state_theory st = theory_trainer_states(c, place);
     for (int i = 0; i < st.n; i++) p.states[st.lines[i].category] += st.lines[i].psi_bytes + st.lines[i].padding_bytes;
     p.scratch = theory_trainer_scratch(c, place).persistent;
@@ -49,12 +51,12 @@ static struct pieces pieces_of(const struct config *c, const struct model_layout
     struct shard_layout sh;
     shard_layout_init(&sh, lay, N, rank);
     double w_p = (double)dtype_size(c->param_dtype), w_g = (double)dtype_size(c->grad_dtype);
-    if (p.stage == 3) {
+    if (p.row->params == PARAMS_ALL_GATHER_IN_USE) {
         p.G[UNIT_EMBED] = (double)shard_unit_padded(&sh, layout_embed_unit(lay)) * w_p;
         p.G[UNIT_HEAD] = (double)shard_unit_padded(&sh, layout_head_unit(lay)) * w_p;
         p.G[UNIT_LAYER] = p.L > 0 ? (double)shard_unit_padded(&sh, layout_layer_unit(lay, 0)) * w_p : 0;
     }
-    if (p.stage >= 2) p.Bk = (double)shard_bucket_elems(&sh) * w_g;
+    if (p.row->grads == GRADS_REDUCE_SCATTER_UNIT) p.Bk = (double)shard_bucket_elems(&sh) * w_g;
     return p;
 }
 
@@ -62,7 +64,7 @@ static struct pieces pieces_of(const struct config *c, const struct model_layout
  * embedding's through the forward and during the head's backward, and with
  * overlap the next unit's, whose all-gather is in flight. */
 static double gathered_in_use(const struct pieces *p, enum phase_kind kind, int unit_kind, int i) {
-    if (p->stage != 3) return 0;
+    if (p->row->params != PARAMS_ALL_GATHER_IN_USE) return 0;
     const double *G = p->G;
     bool ov = p->overlap;
     double next_fwd = i + 1 < p->L ? G[UNIT_LAYER] : G[UNIT_HEAD]; /* after layer i (or the embedding: i = -1) */
@@ -98,7 +100,7 @@ struct walk {
 static void phase(struct walk *w, enum phase_kind kind, int unit, int unit_kind, int layer, int mb) {
     const struct pieces *p = w->p;
     int buckets = w->pending;
-    if (kind == PHASE_BACKWARD && p->stage >= 2) {
+    if (kind == PHASE_BACKWARD && p->row->grads == GRADS_REDUCE_SCATTER_UNIT) {
         buckets = p->overlap ? (w->pending < 2 ? w->pending + 1 : 2) : 1;
         w->pending = p->overlap ? buckets : 0;
     }
@@ -138,7 +140,7 @@ struct timeline_theory theory_trainer_timeline_peak(const struct config *c, stru
     }
     phase(&w, PHASE_REDUCE_GRADS, -1, -1, -1, 0);
     phase(&w, PHASE_UPDATE, -1, -1, -1, 0);
-    if (p.stage == 1 || p.stage == 2) phase(&w, PHASE_GATHER_PARAMS, -1, -1, -1, 0);
+    if (p.row->params == PARAMS_ALL_GATHER_UPDATED) phase(&w, PHASE_GATHER_PARAMS, -1, -1, -1, 0);
     for (int k = 0; k < MEM_NUM_CATEGORIES; k++)
         if (k != MEM_SCRATCH && k != MEM_ACTIVATIONS && k != MEM_COMM) t.states += t.peak.bytes[k];
     t.scratch = t.peak.bytes[MEM_SCRATCH];
