@@ -8,6 +8,23 @@
 
 #include "trainer.h"
 
+/* What a step measured (train_step): the step fills its loss, norm,
+ * tokens, times and model FLOPs; its observers (train/run/run_hooks.c)
+ * the issued FLOPs, GEMM time, MFU and joules. */
+struct step_metrics {
+    float loss, val_loss, lr; /* val_loss: NO_VAL_LOSS where the step did not validate */
+    double grad_norm, ms, tokens_per_s, flops, model_flops, mfu, gemm_ms, optimizer_ms;
+    double joules, planned_joules; /* the step's, every counted meter (NAN: not measured); E = t x P (NAN: no P) */
+    double tokens;
+    bool nonfinite; /* the loss or the gradient norm is NaN or Inf: no update was applied */
+};
+
+/* Attaches the step's observers (include/step_hooks.h) to tr->hooks:
+ * the device's kernel timing, the trace (with --trace), the memory
+ * timeline, the FLOP count and peak tracker, and energy. Before
+ * engine_init: the engine's options point at tr->hooks. */
+void trainer_attach_observers(struct trainer *tr);
+
 /* Builds everything (data, model, init/load/resume). Collective over the
  * grid: when any rank fails, every rank returns -1 (the failing rank with
  * its message, the others saying so), and the trainer is torn down. */

@@ -43,7 +43,7 @@
 #include "collectives.h"
 #include "engine.h"
 #include "pipe_stages.h"
-#include "trace.h"
+#include "step_hooks.h"
 
 /* The order of a step's micro-batches over the stages (parallel/pipeline/order.c). */
 enum schedule_kind { SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED, SCHEDULE_NUM };
@@ -52,15 +52,16 @@ const char *schedule_name(enum schedule_kind k);
 
 /* Where a schedule gets its micro-batches: next() fills (B,T) inputs and
  * targets with the next one (every stage draws every micro-batch, in the
- * same order, so the loaders stay in step). trace: the run's timeline
- * (include/trace.h; NULL: off): the schedule records each micro-batch's
- * forward and backward compute there (TRACE_FORWARD / TRACE_BACKWARD,
- * micro-batch 0-based within the step; trace_begin_chunk for a virtual
- * stage); receives and send waits show as the pp group's own spans. */
+ * same order, so the loaders stay in step). hooks: the step's observers
+ * (include/step_hooks.h; NULL: none): the schedule marks each
+ * micro-batch's forward and backward compute (MICRO_BATCH_BEGINS and
+ * _ENDS, micro-batch 0-based within the step, and the chunk of a virtual
+ * stage), which the trace draws; receives and send waits show as the pp
+ * group's own spans. */
 struct batch_source {
     void (*next)(void *ctx, int32_t *inputs, int32_t *targets);
     void *ctx;
-    struct trace *trace;
+    const struct step_hooks *hooks; /* the step's observers (include/step_hooks.h); NULL: none (validation) */
 };
 
 /* Activation slots stage `stage` of p needs for m micro-batches (gpipe,

@@ -28,7 +28,7 @@
 #include <stddef.h>
 
 #include "mem.h"
-#include "phase_hook.h"
+#include "step_hooks.h"
 
 struct engine;
 
@@ -55,9 +55,9 @@ struct mem_timeline {
     struct timeline_phase phase[TIMELINE_MAX_PHASES];
 };
 
-/* The hook to put in the engine's options (zero_options.hook) for the
- * engine at `e`; the timeline must outlive the engine and not move. */
-struct phase_hook timeline_hook(struct mem_timeline *t, const struct engine *e);
+/* The step's observer (include/step_hooks.h) that records the phases of
+ * the engine at `e`; the timeline must outlive the engine and not move. */
+struct step_observer timeline_observer(struct mem_timeline *t, const struct engine *e);
 /* Starts recording step `step` (1-based), forgetting the previous one. */
 void timeline_begin_step(struct mem_timeline *t, int step);
 void timeline_end_step(struct mem_timeline *t);

@@ -13,11 +13,12 @@
  * the file says how many.
  *
  * A unit's life (ZeRO's unit: the embedding, a layer, the head): the
- * engine sets the unit it works on (trace_set_unit) around its forward
- * and backward spans, ZeRO tags its collectives with the unit they move
- * (the all-gather of its params, the reduce-scatter of its gradient) and
- * records when stage 3 releases the unit's gathered params; every event
- * carries the unit set when it was added.
+ * step's observer (struct trace_watch, train/measure/measure_trace.c, on
+ * include/step_hooks.h) sets the unit the engine works on (trace_set_unit)
+ * around its forward and backward spans, tags the collectives that move
+ * a unit (the all-gather of its params, the reduce-scatter of its
+ * gradient) and records when ZeRO-3 releases the unit's gathered params;
+ * every event carries the unit set when it was added.
  *
  * Spans: `int ev = trace_begin(t, TRACE_FORWARD, k); ...; trace_end(t, ev);`.
  * The event takes its array slot at begin, so the array is in begin order
@@ -186,5 +187,18 @@ static inline const char *trace_kind_name(enum trace_kind k) {
         [TRACE_UNIT_FORWARD] = "forward", [TRACE_UNIT_BACKWARD] = "backward", [TRACE_RELEASE] = "release"};
     return (unsigned)k < TRACE_NUM_KINDS ? names[k] : "?";
 }
+
+/* The trace as an observer of the step (include/step_hooks.h): the spans
+ * it has open (step, optimizer, micro-batch, unit: they nest) and the unit
+ * tags it put back as the collectives that moved another unit end. */
+enum { TRACE_WATCH_DEPTH = 8 };
+struct model_layout;
+struct trace_watch {
+    struct trace *trace;
+    const struct model_layout *lay; /* names units: their kind and layer */
+    int span[TRACE_WATCH_DEPTH], spans;
+    struct trace_unit tag[TRACE_WATCH_DEPTH];
+    int tags;
+};
 
 #endif

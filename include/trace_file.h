@@ -22,8 +22,15 @@
 #include <stddef.h>
 
 #include "config.h"
+#include "step_hooks.h"
 #include "trace.h"
 #include "trainer.h"
+
+/* The observer that records the step's spans, unit tags and releases
+ * into t (include/step_hooks.h), w its state; lay: the engine's layout,
+ * which names the units (read when an event comes, so it may be filled
+ * after). */
+struct step_observer trace_observer(struct trace_watch *w, struct trace *t, const struct model_layout *lay);
 
 /* The most events per rank the automatic capacity gives (48 MiB); a larger
  * run keeps its first steps, or sets trace_events. */

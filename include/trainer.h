@@ -19,6 +19,7 @@
 #include "mem.h"
 #include "peak.h"
 #include "timeline.h"
+#include "step_hooks.h"
 #include "trace.h"
 #include "progress.h"
 #include "schedule.h"
@@ -65,6 +66,13 @@ struct trainer {
     struct mem_timeline timeline; /* bytes in use phase by phase, of the latest step (include/timeline.h) */
     struct progress progress;   /* the step line and its ETA (rank 0 prints) */
     struct trace trace;         /* --trace: this rank's timeline (include/trace.h); off when trace is "" */
+    /* The step's observers (include/step_hooks.h; train/run/run_hooks.c
+     * attaches them): the trace's state, and what the FLOP count, the peak
+     * tracker and the energy meter read as a step begins. */
+    struct step_hooks hooks;
+    struct trace_watch trace_watch;
+    struct flop_counter step_start_flops;
+    double step_start_joules;
     int stop_after;             /* > 0: trainer_run stops (and writes save_state) once step reaches it,
                                  * before steps; the LR schedule still follows steps. 0: off */
     char opt8_resume[160];      /* how a resume loaded 8-bit states (the line rank 0 prints); "" if none */

@@ -40,10 +40,9 @@
 #include "layout.h"
 #include "mem.h"
 #include "optim.h"
-#include "phase_hook.h"
 #include "segments.h"
 #include "shard.h"
-#include "trace.h"
+#include "step_hooks.h"
 #include "zero_stages.h"
 
 struct zero_options {
@@ -54,8 +53,7 @@ struct zero_options {
     struct optim_options optim;
     bool overlap;                  /* collectives behind compute (above); off: wait at once */
     size_t ddp_bucket_bytes;       /* stage 0: gradient bytes per all-reduce bucket (whole units) */
-    struct phase_hook hook;        /* called at the step's phase boundaries (engine and zero_step) */
-    struct trace *trace;           /* the run's (include/trace.h; NULL: off): units' spans, tags, releases */
+    const struct step_hooks *hooks; /* the step's observers (include/step_hooks.h; NULL: none) */
 };
 
 /* A posted collective on one unit: its all-gather (stage 3, into gathered
@@ -200,8 +198,6 @@ void zero_all_gather_ahead(struct zero *z, int u);
  * kind, two layers with overlap). The trace records the release. A no-op
  * below ZeRO-3. */
 void zero_release(struct zero *z, int u);
-/* Unit u as the trace names it (struct trace_unit; TRACE_NO_UNIT with the trace off). */
-struct trace_unit zero_trace_unit(const struct zero *z, int u);
 /* The next backward is the step's last micro-batch (stage 0: its units'
  * buckets all-reduce as they finish; otherwise they wait for the step). */
 void zero_backward_begins(struct zero *z, bool last_of_step);

@@ -277,22 +277,23 @@ static struct operand head_wte(const struct engine *e, struct operand w_embed, s
                                  : operand_at(w_head, e->lay.head_offset[HEAD_WTE]);
 }
 
-/* The phase boundary after unit u's forward or backward (include/phase_hook.h). */
+/* What the step's observers see of a unit (include/step_hooks.h): the
+ * boundary after its forward or backward (phase_done), and its span,
+ * inside which its collectives run (the wait for its params' all_gather,
+ * the post of its gradient's reduce_scatter). */
 static void phase_done(const struct engine *e, enum phase_kind k, int u) {
-    phase_hook_call(&e->o.zero.hook, k, u, e->micro_batch);
+    step_hook(e->o.zero.hooks,
+              (struct step_event){.at = PHASE_DONE, .phase = k, .unit = u, .micro_batch = e->micro_batch});
 }
 
-/* Unit u's forward or backward begins: its trace span, and the unit set
- * for what happens inside it (the wait for its params' all-gather, the
- * post of its gradient's reduce-scatter). Returns the span for unit_end. */
-static int unit_begin(const struct engine *e, enum trace_kind k, int u) {
-    trace_set_unit(e->o.zero.trace, zero_trace_unit(&e->z, u));
-    return trace_begin(e->o.zero.trace, k, e->micro_batch);
+static void unit_begin(const struct engine *e, enum phase_kind k, int u) {
+    step_hook(e->o.zero.hooks,
+              (struct step_event){.at = UNIT_BEGINS, .phase = k, .unit = u, .micro_batch = e->micro_batch});
 }
 
-static void unit_end(const struct engine *e, int span) {
-    trace_end(e->o.zero.trace, span);
-    trace_set_unit(e->o.zero.trace, TRACE_NO_UNIT);
+static void unit_end(const struct engine *e, enum phase_kind k, int u) {
+    step_hook(e->o.zero.hooks,
+              (struct step_event){.at = UNIT_ENDS, .phase = k, .unit = u, .micro_batch = e->micro_batch});
 }
 
 float engine_forward(struct engine *e, int slot, const struct mb_input *in, void *x_out, float dloss) {
@@ -308,32 +309,33 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
     bool targets_early = hu >= 0 && e->flops && e->flops->gpu_v2;
     if (targets_early) gpt_upload_targets(m, slot, in->targets);
     if (cu.eu >= 0) {
-        int span = unit_begin(e, TRACE_UNIT_FORWARD, cu.eu);
+        unit_begin(e, PHASE_FORWARD, cu.eu);
         we = all_gather(e, cu.eu); /* stays valid for the tied head */
         all_gather_ahead(e, l0 < l1 ? layout_layer_unit(lay, l0) : hu);
         gpt_embed_forward(m, slot, we, in->inputs);
         phase_done(e, PHASE_FORWARD, cu.eu);
         if (hu < 0) release(e, cu.eu); /* else kept: the tied head reads its wte */
-        unit_end(e, span);
+        unit_end(e, PHASE_FORWARD, cu.eu);
     } else {
         all_gather_ahead(e, l0 < l1 ? layout_layer_unit(lay, l0) : hu);
         if (in->x_in) buf_copy(e->space, gpt_stage_input(m, slot), in->x_in, act_bytes);
     }
     for (int l = l0; l < l1; l++) {
-        int u = layout_layer_unit(lay, l), span = unit_begin(e, TRACE_UNIT_FORWARD, u);
+        int u = layout_layer_unit(lay, l);
+        unit_begin(e, PHASE_FORWARD, u);
         struct operand w = all_gather(e, u);
         all_gather_ahead(e, l + 1 < l1 ? layout_layer_unit(lay, l + 1) : hu);
         zero_progress(&e->z);
         gpt_layer_forward(m, slot, l, w);
         phase_done(e, PHASE_FORWARD, u);
         release(e, u);
-        unit_end(e, span);
+        unit_end(e, PHASE_FORWARD, u);
     }
     if (hu < 0) {
         if (x_out) buf_copy(e->space, x_out, gpt_stage_output(m, slot), act_bytes);
         return 0.0f;
     }
-    int span = unit_begin(e, TRACE_UNIT_FORWARD, hu);
+    unit_begin(e, PHASE_FORWARD, hu);
     struct operand wh = all_gather(e, hu);
     double BT = (double)e->o.micro_batch * e->model_lay.shape.T; /* this rank's tokens (T/cp each) */
     float loss = gpt_head_forward(m, slot, wh, head_wte(e, we, wh), targets_early ? NULL : in->targets,
@@ -341,7 +343,7 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
     phase_done(e, PHASE_FORWARD, hu);
     release(e, hu);
     release(e, cu.eu);
-    unit_end(e, span);
+    unit_end(e, PHASE_FORWARD, hu);
     return loss;
 }
 
@@ -355,7 +357,7 @@ void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out
     int first_layer = l0 < l1 ? layout_layer_unit(lay, l1 - 1) : -1;
     float *dwe = eu >= 0 ? unit_grads_begin(e, eu) : NULL;
     if (hu >= 0) {
-        int span = unit_begin(e, TRACE_UNIT_BACKWARD, hu);
+        unit_begin(e, PHASE_BACKWARD, hu);
         /* ZeRO-3: the head's and the embedding's params gathered again */
         all_gather_ahead(e, hu);
         all_gather_ahead(e, eu);
@@ -368,13 +370,14 @@ void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out
         phase_done(e, PHASE_BACKWARD, hu);
         release(e, hu);
         release(e, eu);
-        unit_end(e, span);
+        unit_end(e, PHASE_BACKWARD, hu);
     } else {
         all_gather_ahead(e, first_layer);
         gpt_stage_grad_in(m, dx_in);
     }
     for (int l = l1 - 1; l >= l0; l--) {
-        int u = layout_layer_unit(lay, l), span = unit_begin(e, TRACE_UNIT_BACKWARD, u);
+        int u = layout_layer_unit(lay, l);
+        unit_begin(e, PHASE_BACKWARD, u);
         struct operand w = all_gather(e, u);
         all_gather_ahead(e, l > l0 ? layout_layer_unit(lay, l - 1) : -1);
         zero_progress(&e->z);
@@ -383,14 +386,14 @@ void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out
         reduce_scatter(e, u, dw);
         phase_done(e, PHASE_BACKWARD, u);
         release(e, u);
-        unit_end(e, span);
+        unit_end(e, PHASE_BACKWARD, u);
     }
     if (eu >= 0) { /* its backward reads the token ids only: no params */
-        int span = unit_begin(e, TRACE_UNIT_BACKWARD, eu);
+        unit_begin(e, PHASE_BACKWARD, eu);
         gpt_embed_backward(m, slot, dwe);
         reduce_scatter(e, eu, dwe);
         phase_done(e, PHASE_BACKWARD, eu);
-        unit_end(e, span);
+        unit_end(e, PHASE_BACKWARD, eu);
     } else {
         gpt_stage_grad_out(m, dx_out);
     }

@@ -66,6 +66,11 @@ static int draw_chunk(const struct pipeline *p) {
     return r->has_head && !r->has_embed ? p->v - 1 : 0;
 }
 
+/* The compute of micro-batch k's chunk c begins or ends (include/step_hooks.h). */
+static void micro_batch(const struct step_hooks *h, enum step_point at, enum phase_kind dir, int k, int c) {
+    step_hook(h, (struct step_event){.at = at, .phase = dir, .micro_batch = k, .chunk = c, .unit = -1});
+}
+
 static double forward(struct pipeline *p, int c, int k, float dloss, const struct batch_source *src,
                       int32_t *inputs, int32_t *targets) {
     struct engine *e = p->e;
@@ -83,10 +88,10 @@ static double forward(struct pipeline *p, int c, int k, float dloss, const struc
     if (m.in) receive(p, engine_stage_input(e, slot), m.in->peer, m.in->tag);
     struct mb_input in = {.inputs = inputs, .targets = targets};
     double t0 = monotonic_seconds();
-    int ev = trace_begin_chunk(src->trace, TRACE_FORWARD, k, c);
+    micro_batch(src->hooks, MICRO_BATCH_BEGINS, PHASE_FORWARD, k, c);
     e->micro_batch = k;
     double loss = engine_forward(e, slot, &in, NULL, dloss);
-    trace_end(src->trace, ev);
+    micro_batch(src->hooks, MICRO_BATCH_ENDS, PHASE_FORWARD, k, c);
     p->last.busy += monotonic_seconds() - t0;
     if (m.out) {
         wait_send(p, &p->act_sent[slot], &p->act_pending[slot]);
@@ -97,7 +102,7 @@ static double forward(struct pipeline *p, int c, int k, float dloss, const struc
     return loss;
 }
 
-static void backward(struct pipeline *p, int c, int k, struct trace *trace) {
+static void backward(struct pipeline *p, int c, int k, const struct step_hooks *hooks) {
     struct engine *e = p->e;
     int slot = slot_of(p, c, k);
     struct op_messages m;
@@ -109,10 +114,10 @@ static void backward(struct pipeline *p, int c, int k, struct trace *trace) {
         receive(p, dx_in, m.in->peer, m.in->tag);
     }
     double t0 = monotonic_seconds();
-    int ev = trace_begin_chunk(trace, TRACE_BACKWARD, k, c);
+    micro_batch(hooks, MICRO_BATCH_BEGINS, PHASE_BACKWARD, k, c);
     e->micro_batch = k;
     engine_backward(e, slot, dx_in, dx_out);
-    trace_end(trace, ev);
+    micro_batch(hooks, MICRO_BATCH_ENDS, PHASE_BACKWARD, k, c);
     p->last.busy += monotonic_seconds() - t0;
     if (dx_out) {
         p->grad_sent[slot] = p->pp->isend(p->pp, dx_out, act_numel(p), e->o.act_dtype, m.out->peer, m.out->tag);
@@ -134,7 +139,7 @@ double pipeline_step(struct pipeline *p, float dloss, const struct batch_source 
     for (int i = 0; i < 2 * p->m * p->v; i++) {
         const struct pipe_op *op = &p->ops[i];
         if (op->kind == PIPE_FORWARD) loss += forward(p, op->chunk, op->micro_batch, dloss, src, inputs, targets);
-        else backward(p, op->chunk, op->micro_batch, src->trace);
+        else backward(p, op->chunk, op->micro_batch, src->hooks);
     }
     drain(p);
     /* the step's pipeline ends when its last stage-0 backward does: a stage

@@ -15,17 +15,11 @@
 
 static enum unit_kind kind_of(const struct zero *z, int u) { return layout_unit(z->lay, u).kind; }
 
-struct trace_unit zero_trace_unit(const struct zero *z, int u) {
-    /* off: nothing to tag, and no layout walk on every unit of the step */
-    if (u < 0 || !trace_on(z->o.trace)) return TRACE_NO_UNIT;
-    struct unit_info ui = layout_unit(z->lay, u);
-    return (struct trace_unit){.kind = (int16_t)ui.kind, .layer = ui.kind == UNIT_LAYER ? ui.layer : -1};
-}
-
-/* The collective calls that follow move unit u: the trace tags them with
- * it (a prefetch or a late wait runs while the engine works on another).
- * Returns the tag to put back. */
-static struct trace_unit tag_unit(struct zero *z, int u) { return trace_set_unit(z->o.trace, zero_trace_unit(z, u)); }
+/* The collective calls between moves and moved carry unit u: the trace
+ * tags them with it (an all_gather posted ahead or a late wait runs while
+ * the engine works on another unit). */
+static void moves(const struct zero *z, int u) { step_hook(z->o.hooks, (struct step_event){.at = UNIT_MOVES, .unit = u}); }
+static void moved(const struct zero *z, int u) { step_hook(z->o.hooks, (struct step_event){.at = UNIT_MOVED, .unit = u}); }
 
 /* A wait that fails is a broken group: the MPI table has already reported
  * it (and, by default, ended every rank); say where it happened. */
@@ -168,17 +162,17 @@ static struct zero_pending post_all_gather(struct zero *z, int u, int i) {
     size_t chunk = shard_unit_chunk(&z->sh, u);
     buf_copy(z->space, buf + (size_t)z->sh.rank * chunk * zero_psize(z),
              (const char *)z->st.params + shard_offset(&z->sh, u) * zero_psize(z), chunk * zero_psize(z));
-    struct trace_unit was = tag_unit(z, u);
+    moves(z, u);
     struct zero_pending p = {.unit = u, .buf = i, .req = z->dp->iall_gather(z->dp, buf, chunk, z->o.param_dtype)};
-    trace_set_unit(z->o.trace, was);
+    moved(z, u);
     return p;
 }
 
 /* Waits for the all-gather or reduce-scatter p of its unit, tagged with it. */
 static void wait_pending(struct zero *z, const struct zero_pending *p, const char *what) {
-    struct trace_unit was = tag_unit(z, p->unit);
+    moves(z, p->unit);
     wait_or_report(z, p->req, what);
-    trace_set_unit(z->o.trace, was);
+    moved(z, p->unit);
 }
 
 void zero_all_gather_ahead(struct zero *z, int u) {
@@ -215,9 +209,8 @@ void zero_release(struct zero *z, int u) {
     enum unit_kind k = kind_of(z, u);
     for (int i = 0; i < 2; i++)
         if (z->holds[k][i] == u) set_holder(z, k, i, -1);
-    struct trace_unit was = tag_unit(z, u);
-    trace_instant(z->o.trace, TRACE_RELEASE, -1, (double)(shard_unit_padded(&z->sh, u) * zero_psize(z)));
-    trace_set_unit(z->o.trace, was);
+    step_hook(z->o.hooks, (struct step_event){.at = UNIT_RELEASED, .unit = u,
+                                              .bytes = (double)(shard_unit_padded(&z->sh, u) * zero_psize(z))});
 }
 
 /* ---- gradients */
@@ -261,11 +254,11 @@ void zero_reduce_scatter(struct zero *z, int u, const float *acc) {
     if (gd == DTYPE_BF16) conv_narrow(z->flops, z->bucket[b], acc, shard_unit_padded(&z->sh, u));
     else buf_copy(z->space, z->bucket[b], acc, shard_unit_padded(&z->sh, u) * sizeof *acc);
     char *ring_receive = (char *)z->bucket[b] + shard_max_unit_padded(&z->sh) * zero_gsize(z); /* shard_bucket_elems */
-    struct trace_unit was = tag_unit(z, u);
+    moves(z, u);
     z->scatter[b] = (struct zero_pending){
         .unit = u,
         .req = z->dp->ireduce_scatter_sum(z->dp, z->bucket[b], ring_receive, shard_unit_chunk(&z->sh, u), gd)};
-    trace_set_unit(z->o.trace, was);
+    moved(z, u);
     if (!z->o.overlap) finish_scatter(z, b);
     else z->next_bucket = 1 - b;
 }
@@ -287,10 +280,10 @@ void zero_reduce_step_grads(struct zero *z) {
     } else if (z->row->grads == GRADS_REDUCE_SCATTER_STEP) {
         /* in place per unit: the owned slice lands at the unit's start */
         for (int u = 0; u < z->lay->n_units; u++) {
-            struct trace_unit was = tag_unit(z, u);
+            moves(z, u);
             z->dp->reduce_scatter_sum(z->dp, (char *)z->st.grads + shard_padded_offset(&z->sh, u) * zero_gsize(z),
                                       shard_unit_chunk(&z->sh, u), z->o.grad_dtype);
-            trace_set_unit(z->o.trace, was);
+            moved(z, u);
         }
     }
 }

@@ -110,8 +110,13 @@ static double local_grad_sum_squares(struct zero *z) {
 
 /* ---- the optimizer step's phases, in order (train/run/run_loop.c: train_step) */
 
+/* The step's phase k is done (include/step_hooks.h: the memory timeline samples it). */
+static void phase_done(const struct zero *z, enum phase_kind k) {
+    step_hook(z->o.hooks, (struct step_event){.at = PHASE_DONE, .phase = k, .unit = -1, .micro_batch = -1});
+}
+
 void zero_reduce_grads(struct zero *z) {
-    phase_hook_call(&z->o.hook, PHASE_REDUCE_GRADS, -1, -1); /* before: what is in flight is still held */
+    phase_done(z, PHASE_REDUCE_GRADS); /* before: what is in flight is still held */
     zero_reduce_step_grads(z);
     zero_tie_grads(z);
 }
@@ -138,18 +143,18 @@ void zero_update(struct zero *z, int step, double grad_norm) {
             optstate_update(z, g, &h, w, zero_segment_grad(z, g), out, step);
         }
     }
-    phase_hook_call(&z->o.hook, PHASE_UPDATE, -1, -1);
+    phase_done(z, PHASE_UPDATE);
 }
 
 void zero_all_gather_updated(struct zero *z) {
     if (z->row->params != PARAMS_ALL_GATHER_UPDATED) return; /* DDP: every rank updated all; ZeRO-3: gathered in use */
     for (int u = 0; u < z->lay->n_units; u++) {
-        struct trace_unit was = trace_set_unit(z->o.trace, zero_trace_unit(z, u)); /* the trace names the unit */
+        step_hook(z->o.hooks, (struct step_event){.at = UNIT_MOVES, .unit = u}); /* the trace names the unit */
         z->dp->all_gather(z->dp, (char *)z->st.params + zero_full_index(z, u, 0) * zero_psize(z), shard_unit_chunk(&z->sh, u),
                           z->o.param_dtype);
-        trace_set_unit(z->o.trace, was);
+        step_hook(z->o.hooks, (struct step_event){.at = UNIT_MOVED, .unit = u});
     }
-    phase_hook_call(&z->o.hook, PHASE_GATHER_PARAMS, -1, -1);
+    phase_done(z, PHASE_GATHER_PARAMS);
 }
 
 /* ---- checkpoints and initial values, one unit at a time */

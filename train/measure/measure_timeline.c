@@ -164,9 +164,18 @@ static void at(void *ctx, enum phase_kind kind, int unit, int micro_batch) {
     if (kind == PHASE_BACKWARD && unit == last_backward_unit(&e->lay)) t->done++;
 }
 
-struct phase_hook timeline_hook(struct mem_timeline *t, const struct engine *e) {
+/* The step's points the timeline samples (include/step_hooks.h): it
+ * records from a step's start to its optimizer's end. */
+static void timeline_see(void *self, const struct step_event *ev) {
+    struct mem_timeline *t = self;
+    if (ev->at == STEP_BEGINS) timeline_begin_step(t, ev->step);
+    else if (ev->at == OPTIMIZER_ENDS) timeline_end_step(t);
+    else if (ev->at == PHASE_DONE) at(t, ev->phase, ev->unit, ev->micro_batch);
+}
+
+struct step_observer timeline_observer(struct mem_timeline *t, const struct engine *e) {
     t->engine = e;
-    return (struct phase_hook){.at = at, .ctx = t};
+    return (struct step_observer){.see = timeline_see, .self = t};
 }
 
 void timeline_begin_step(struct mem_timeline *t, int step) {

@@ -1,7 +1,8 @@
 /* The Chrome trace-event file of a run (include/trace_file.h). Rank 0
  * writes its own events, then receives each other rank's into the same
  * array (every rank's capacity is the same: it comes from the config) and
- * writes them: no rank ever holds more than one rank's events. */
+ * writes them: no rank ever holds more than one rank's events. At the end,
+ * the step's observer that records a rank's spans (trace_observer). */
 #include "trace_file.h"
 
 #include <inttypes.h>
@@ -12,6 +13,7 @@
 #include "collectives.h"
 #include "fileio.h"
 #include "grid.h"
+#include "layout.h"
 #include "pipe_stages.h"
 
 size_t trace_capacity(const struct config *c) {
@@ -202,4 +204,72 @@ int trace_file_write(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     MPI_Type_free(&event_type);
     t->n = 0; /* rank 0's array now holds another rank's events */
     return trainer_agree(tr, rc, err);
+}
+
+/* ---- the step's observer: its spans and unit tags */
+
+static void watch_open(struct trace_watch *w, int span) {
+    if (w->spans < TRACE_WATCH_DEPTH) w->span[w->spans] = span;
+    w->spans++;
+}
+
+static void watch_close(struct trace_watch *w) {
+    if (w->spans > 0 && --w->spans < TRACE_WATCH_DEPTH) trace_end(w->trace, w->span[w->spans]);
+}
+
+static struct trace_unit unit_tag(const struct trace_watch *w, int u) {
+    if (u < 0) return TRACE_NO_UNIT;
+    struct unit_info ui = layout_unit(w->lay, u);
+    return (struct trace_unit){.kind = (int16_t)ui.kind, .layer = ui.kind == UNIT_LAYER ? ui.layer : -1};
+}
+
+/* The events that follow carry unit u, until untag puts back the one before. */
+static void tag(struct trace_watch *w, int u) {
+    struct trace_unit was = trace_set_unit(w->trace, unit_tag(w, u));
+    if (w->tags < TRACE_WATCH_DEPTH) w->tag[w->tags] = was;
+    w->tags++;
+}
+
+static void untag(struct trace_watch *w) {
+    if (w->tags > 0 && --w->tags < TRACE_WATCH_DEPTH) trace_set_unit(w->trace, w->tag[w->tags]);
+}
+
+static void trace_see(void *self, const struct step_event *ev) {
+    struct trace_watch *w = self;
+    struct trace *t = w->trace;
+    bool fwd = ev->phase == PHASE_FORWARD;
+    switch (ev->at) {
+    case STEP_BEGINS:
+        trace_set_step(t, ev->step);
+        watch_open(w, trace_begin(t, TRACE_STEP, -1));
+        break;
+    case OPTIMIZER_BEGINS: watch_open(w, trace_begin(t, TRACE_OPTIMIZER, -1)); break;
+    case MICRO_BATCH_BEGINS:
+        watch_open(w, trace_begin_chunk(t, fwd ? TRACE_FORWARD : TRACE_BACKWARD, ev->micro_batch, ev->chunk));
+        break;
+    case UNIT_BEGINS: /* the unit set first: its span carries it */
+        tag(w, ev->unit);
+        watch_open(w, trace_begin(t, fwd ? TRACE_UNIT_FORWARD : TRACE_UNIT_BACKWARD, ev->micro_batch));
+        break;
+    case UNIT_ENDS:
+        watch_close(w);
+        untag(w);
+        break;
+    case STEP_ENDS:
+    case OPTIMIZER_ENDS:
+    case MICRO_BATCH_ENDS: watch_close(w); break;
+    case UNIT_MOVES: tag(w, ev->unit); break;
+    case UNIT_MOVED: untag(w); break;
+    case UNIT_RELEASED:
+        tag(w, ev->unit);
+        trace_instant(t, TRACE_RELEASE, -1, ev->bytes);
+        untag(w);
+        break;
+    case PHASE_DONE: break;
+    }
+}
+
+struct step_observer trace_observer(struct trace_watch *w, struct trace *t, const struct model_layout *lay) {
+    *w = (struct trace_watch){.trace = t, .lay = lay};
+    return (struct step_observer){.see = trace_see, .self = w};
 }

@@ -147,8 +147,8 @@ int trainer_open(struct trainer *tr, const struct config *cfg, struct grid *grid
     }
     struct engine_options eo = trainer_engine_options(cfg);
     eo.gemm_dtype = tr->gemm_dtype; /* --gemm_dtype auto resolved for this machine */
-    eo.zero.hook = timeline_hook(&tr->timeline, &tr->engine);
-    eo.zero.trace = &tr->trace; /* each unit's spans, collectives and releases */
+    trainer_attach_observers(tr);
+    eo.zero.hooks = &tr->hooks; /* each unit's spans, collectives and releases: include/step_hooks.h */
     eo.slots = schedule_slots(cfg->schedule, grid->pp, grid->pp_rank, cfg->grad_accum);
     int v = lay.rank.n_chunks;
     if (v > 1)
@@ -255,35 +255,6 @@ float trainer_validate(struct trainer *tr) {
     return (float)(sum / (tr->cfg->val_batches * dp->size));
 }
 
-struct step_metrics {
-    float loss, val_loss, lr; /* val_loss: NO_VAL_LOSS where the step did not validate */
-    double grad_norm, ms, tokens_per_s, flops, model_flops, mfu, gemm_ms, optimizer_ms;
-    double joules, planned_joules; /* the step's, every counted meter (NAN: not measured); E = t x P (NAN: no P) */
-    double tokens;
-    bool nonfinite; /* the loss or the gradient norm is NaN or Inf: no update was applied */
-};
-
-/* The step's rates raise a probed peak (peak.h): its GEMMs over their own
- * time, its issued GEMM FLOPs and its model FLOPs over the step's. Said
- * the first time, by the rank whose peak rose (each rank keeps its own). */
-static void observe_peak(struct trainer *tr, const struct flop_counter *before, double model_flops, double dt) {
-    const struct flop_counter *f = &tr->flops;
-    double issued = f->gemm - before->gemm + f->attention - before->attention;
-    double gemm_s = f->gemm_seconds - before->gemm_seconds;
-    const double rate[PEAK_RATES] = {[PEAK_RATE_GEMMS] = gemm_s > 0 ? issued / gemm_s : 0.0,
-                                     [PEAK_RATE_ISSUED] = issued / dt, [PEAK_RATE_MODEL] = model_flops / dt};
-    const double was = tr->peak.flops;
-    const bool first = tr->peak.raised_step < 0;
-    if (!peak_tracker_observe(&tr->peak, tr->step, rate)) return;
-    tr->peak_flops = tr->peak.flops;
-    if (!first) return;
-    if (tr->grid->world_rank == 0) progress_end_line(&tr->progress, stdout);
-    printf("rank %d: peak raised to %.1f GFLOP/s: step %d's %s ran faster than the start-up probe (%.1f GFLOP/s); "
-           "the peak is now the best rate observed\n",
-           tr->grid->world_rank, tr->peak.flops / 1e9, tr->step, peak_rate_name(tr->peak.raised_by), was / 1e9);
-    fflush(stdout);
-}
-
 /* A JSON number, or null for NaN and Inf (which JSON cannot hold). */
 static void json_number(char out[32], const char *fmt, double x) {
     if (isfinite(x)) snprintf(out, 32, fmt, x);
@@ -349,19 +320,16 @@ static void log_step(struct trainer *tr, const struct step_metrics *m, bool keep
 }
 
 /* One optimizer step, top-down: every phase one call, in order
- * (docs/ARCHITECTURE.md walks it). The clock, the trace's spans and the
- * memory timeline's step wrap it; the phase boundaries inside are where
- * the timeline samples (include/phase_hook.h). */
+ * (docs/ARCHITECTURE.md walks it). It names its points (STEP_BEGINS,
+ * OPTIMIZER_BEGINS, ...: include/step_hooks.h) and no instrument: the
+ * trace, the memory timeline, the FLOP count and peak, the kernels' timing
+ * and energy observe those points (train/run/run_hooks.c). */
 static struct step_metrics train_step(struct trainer *tr) {
     const struct config *c = tr->cfg;
     struct engine *e = &tr->engine;
-    struct flop_counter before = tr->flops;
-    if (tr->energy_world) energy_read(&tr->energy); /* the meter read around the step (a failure: trainer_step_energy) */
-    double joules0 = tr->energy.joules;
+    const struct step_hooks *hooks = &tr->hooks; /* the instruments: train/run/run_hooks.c */
+    step_hook(hooks, (struct step_event){.at = STEP_BEGINS, .step = tr->step + 1});
     double t0 = monotonic_seconds();
-    trace_set_step(&tr->trace, tr->step + 1);
-    int step_ev = trace_begin(&tr->trace, TRACE_STEP, -1);
-    timeline_begin_step(&tr->timeline, tr->step + 1);
     int dp = tr->grid->dp;
     /* the losses a step's mean is over: accum x dp micro-batches, each cut
      * over cp ranks that each return the mean of their B T/cp tokens */
@@ -374,7 +342,7 @@ static struct step_metrics train_step(struct trainer *tr) {
      * under ZeRO-3 each unit all-gathered before it is used, and its
      * gradient reduce-scattered as its backward ends); the step's loss is
      * the mean over accum x dp micro-batches */
-    struct batch_source src = {next_train, tr, &tr->trace};
+    struct batch_source src = {next_train, tr, hooks};
     double loss = pipeline_step(&tr->pipe, 1.0f / (float)means, &src, tr->inputs, tr->targets);
     tr->pipe_run.total += tr->pipe.last.total;
     tr->pipe_run.busy += tr->pipe.last.busy;
@@ -383,9 +351,8 @@ static struct step_metrics train_step(struct trainer *tr) {
      * sees the same finiteness (a NaN or Inf on one makes the sum
      * non-finite on all) and decides alike */
     agree_loss(tr, &loss);
-    device_kernels_sync(&tr->dev, &tr->flops); /* the backward's kernels end before the optimizer's clock starts */
+    step_hook(hooks, (struct step_event){.at = OPTIMIZER_BEGINS});
     double t_opt = monotonic_seconds();
-    int opt_ev = trace_begin(&tr->trace, TRACE_OPTIMIZER, -1);
     double grad_norm = NAN;
     bool updated = false;
     if (isfinite(loss)) { /* a non-finite loss: no update at all, on every rank */
@@ -402,27 +369,20 @@ static struct step_metrics train_step(struct trainer *tr) {
             updated = true;
         }
     }
-    device_kernels_sync(&tr->dev, &tr->flops); /* and the update's before it stops */
-    trace_end(&tr->trace, opt_ev);
-    timeline_end_step(&tr->timeline);
+    step_hook(hooks, (struct step_event){.at = OPTIMIZER_ENDS});
     double optimizer_s = monotonic_seconds() - t_opt;
     double dt = monotonic_seconds() - t0;
-    trace_end(&tr->trace, step_ev);
     tr->train_seconds += dt;
     tr->step++;
     double tokens = (double)c->micro_batch * c->seq_len * c->grad_accum * dp;
-    double model_flops = tr->model_flops_per_step;
-    observe_peak(tr, &before, model_flops, dt);
-    double joules = trainer_step_energy(tr, joules0); /* collective when measured */
-    return (struct step_metrics){
-        .joules = joules, .tokens = tokens,
-        .planned_joules = tr->watts > 0 ? theory_energy_joules(dt, tr->energy_devices, tr->watts) : NAN,
-        .model_flops = model_flops, .mfu = tr->peak_flops > 0 ? model_flops / dt / tr->peak_flops : 0.0,
-        .loss = (float)(loss / means), .val_loss = NO_VAL_LOSS, .lr = lr_at(&e->o.zero.optim.lr, tr->step - 1),
-        .grad_norm = grad_norm, .ms = dt * 1e3, .tokens_per_s = tokens / dt,
-        .flops = flops_total(&tr->flops) - flops_total(&before),
-        .gemm_ms = (tr->flops.gemm_seconds - before.gemm_seconds) * 1e3, .optimizer_ms = optimizer_s * 1e3,
-        .nonfinite = !updated};
+    struct step_metrics m = {
+        .tokens = tokens, .model_flops = tr->model_flops_per_step, .loss = (float)(loss / means),
+        .val_loss = NO_VAL_LOSS, .lr = lr_at(&e->o.zero.optim.lr, tr->step - 1), .grad_norm = grad_norm,
+        .ms = dt * 1e3, .tokens_per_s = tokens / dt, .optimizer_ms = optimizer_s * 1e3, .nonfinite = !updated,
+        .joules = NAN, .planned_joules = NAN};
+    /* the FLOPs, the MFU and the joules: the observers' (collective when energy is measured) */
+    step_hook(hooks, (struct step_event){.at = STEP_ENDS, .step = tr->step, .metrics = &m});
+    return m;
 }
 
 /* A step whose update was not applied: 0 to go on (skip_step, within the
