@@ -104,9 +104,8 @@ int loader_open(struct data_loader *dl, const char *pattern, int vocab_size, int
                  dp_rank, dp_size);
         return -1;
     }
-    if (vocab_size < 1 || vocab_size > UINT16_MAX + 1) {
-        snprintf(err, DATA_ERR_LEN, "loader for %.300s: vocab_size %d does not fit uint16 tokens", pattern,
-                 vocab_size);
+    if (vocab_size < 1) { /* each shard's tokens are checked against it: a GPT-2 shard's fit uint16 */
+        snprintf(err, DATA_ERR_LEN, "loader for %.300s: vocab_size %d: must be at least 1", pattern, vocab_size);
         return -1;
     }
     dl->B = B;
@@ -134,10 +133,11 @@ void loader_next(struct data_loader *dl, int32_t *inputs, int32_t *targets) {
     size_t first = dl->pos.cursor + (size_t)dl->dp_rank * (size_t)dl->B;
     for (int b = 0; b < dl->B; b++) {
         size_t sample = dl->order[first + (size_t)b];
-        const uint16_t *w = dl->shards[dl->sample_shard[sample]].tokens + dl->sample_start[sample];
+        const struct token_shard *s = &dl->shards[dl->sample_shard[sample]];
+        size_t w = dl->sample_start[sample];
         for (int t = 0; t < dl->T; t++) {
-            inputs[(size_t)b * dl->T + t] = w[t];
-            targets[(size_t)b * dl->T + t] = w[t + 1];
+            inputs[(size_t)b * dl->T + t] = (int32_t)shard_token(s, w + (size_t)t);
+            targets[(size_t)b * dl->T + t] = (int32_t)shard_token(s, w + (size_t)t + 1);
         }
     }
     dl->pos.cursor += gb;

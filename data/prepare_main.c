@@ -1,7 +1,8 @@
 /* build/prepare: turns a text file into train and validation token shards
  * with the byte-level tokenizer. The validation split is the last
  * --val-fraction of the file, moved back to the start of a line so that no
- * line is split between the two. */
+ * line is split between the two. --format picks llm.c's shard format:
+ * GPT-2's uint16 tokens (the default) or LLaMA 3's uint32 (include/data.h). */
 #include "data.h"
 #include "fileio.h"
 
@@ -13,12 +14,14 @@
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: prepare --input FILE --train OUT.bin --val OUT.bin [--val-fraction F]\n"
+            "usage: prepare --input FILE --train OUT.bin --val OUT.bin [--val-fraction F] [--format gpt2|llama3]\n"
             "\n"
             "Byte-tokenizes FILE (vocabulary %d) and writes two llm.c token shards:\n"
             "the last F of the file (default 0.05, cut at a line boundary) to --val,\n"
-            "the rest to --train.\n",
-            BYTE_VOCAB);
+            "the rest to --train. --format: gpt2 (magic %d version %d, uint16 tokens;\n"
+            "the default) or llama3 (magic %d version %d, uint32 tokens).\n",
+            BYTE_VOCAB, shard_format_info(SHARD_GPT2)->magic, shard_format_info(SHARD_GPT2)->version,
+            shard_format_info(SHARD_LLAMA3)->magic, shard_format_info(SHARD_LLAMA3)->version);
 }
 
 /* Reads the whole file; returns NULL (with a message printed) on failure. */
@@ -58,16 +61,20 @@ static size_t split_point(const unsigned char *text, size_t n, double fraction) 
 
 /* One split tokenized into a complete temp file beside path (af), not yet
  * in place. */
-static int write_split(struct atomic_file *af, const char *what, const char *path, const unsigned char *text,
-                       size_t n) {
+static int write_split(struct atomic_file *af, enum shard_format f, const char *what, const char *path,
+                       const unsigned char *text, size_t n) {
     uint16_t *tokens = malloc((n ? n : 1) * sizeof *tokens);
-    if (!tokens) {
+    uint32_t *wide = f == SHARD_LLAMA3 ? malloc((n ? n : 1) * sizeof *wide) : NULL;
+    if (!tokens || (f == SHARD_LLAMA3 && !wide)) {
         fprintf(stderr, "prepare: out of memory for %zu %s tokens\n", n, what);
+        free(tokens);
         return -1;
     }
     tokenize_bytes(text, n, tokens);
+    for (size_t i = 0; wide && i < n; i++) wide[i] = tokens[i];
     char err[DATA_ERR_LEN];
-    int rc = shard_write_temp(af, path, tokens, n, err);
+    int rc = shard_write_temp(af, path, f, wide ? (const void *)wide : tokens, n, err);
+    free(wide);
     free(tokens);
     if (rc != 0) fprintf(stderr, "prepare: %s (nothing was replaced)\n", err);
     return rc;
@@ -77,10 +84,11 @@ static int write_split(struct atomic_file *af, const char *what, const char *pat
  * when both are complete: a val shard that cannot be written (a missing
  * folder, a full disk) leaves an existing train shard as it was, never a
  * pair from two corpora. Only the renames themselves can part them. */
-static int write_splits(const char *train, const char *val, const unsigned char *text, size_t cut, size_t n) {
+static int write_splits(enum shard_format f, const char *train, const char *val, const unsigned char *text,
+                        size_t cut, size_t n) {
     struct atomic_file t, v;
-    if (write_split(&t, "train", train, text, cut) != 0) return -1;
-    if (write_split(&v, "val", val, text + cut, n - cut) != 0) {
+    if (write_split(&t, f, "train", train, text, cut) != 0) return -1;
+    if (write_split(&v, f, "val", val, text + cut, n - cut) != 0) {
         atomic_abort(&t);
         return -1;
     }
@@ -103,6 +111,7 @@ static int write_splits(const char *train, const char *val, const unsigned char 
 int main(int argc, char **argv) {
     const char *input = NULL, *train = NULL, *val = NULL;
     double fraction = 0.05;
+    enum shard_format format = SHARD_GPT2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -110,7 +119,7 @@ int main(int argc, char **argv) {
             return 0;
         }
         bool known = !strcmp(a, "--input") || !strcmp(a, "--train") || !strcmp(a, "--val") ||
-                     !strcmp(a, "--val-fraction");
+                     !strcmp(a, "--val-fraction") || !strcmp(a, "--format");
         if (!known || i + 1 >= argc) {
             fprintf(stderr, known ? "prepare: %s needs a value\n\n" : "prepare: unknown option %s\n\n", a);
             usage(stderr);
@@ -120,7 +129,14 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "--input")) input = v;
         else if (!strcmp(a, "--train")) train = v;
         else if (!strcmp(a, "--val")) val = v;
-        else {
+        else if (!strcmp(a, "--format")) {
+            if (!strcmp(v, "gpt2") || !strcmp(v, "llama3")) {
+                format = !strcmp(v, "gpt2") ? SHARD_GPT2 : SHARD_LLAMA3;
+            } else {
+                fprintf(stderr, "prepare: --format must be gpt2 or llama3, got '%s'\n", v);
+                return 2;
+            }
+        } else {
             char *end;
             fraction = strtod(v, &end);
             if (*v == '\0' || *end != '\0' || !(fraction > 0.0 && fraction < 1.0)) {
@@ -158,7 +174,7 @@ int main(int argc, char **argv) {
                 "the %s split would be empty\n",
                 input, n, fraction, cut == 0 ? "train" : "validation");
     } else {
-        rc = write_splits(train, val, text, cut, n) == 0 ? 0 : 1;
+        rc = write_splits(format, train, val, text, cut, n) == 0 ? 0 : 1;
     }
     free(text);
     return rc;

@@ -1,6 +1,10 @@
-/* Token data: llm.c's shard format, the byte-level tokenizer, and the batch
- * loader. A shard is a 1024-byte header (256 int32: magic 20240520, version
- * 1, token count) followed by uint16 tokens.
+/* Token data: llm.c's shard formats, the byte-level tokenizer, and the
+ * batch loader. A shard is a 1024-byte header (256 int32: magic, version,
+ * token count, the rest zero) followed by the tokens, in one of llm.c's
+ * two formats (enum shard_format): GPT-2's, magic 20240520 version 1,
+ * uint16 tokens (dev/data/data_common.py's write_datafile); LLaMA 3's,
+ * magic 20240801 version 7, uint32 tokens, which its 128,256-token
+ * vocabulary needs. A loader takes shards of either, even mixed.
  *
  * Sizes: token, sample and byte counts are size_t throughout (offsets of
  * one token are size_t, file sizes long long). The format caps one shard at
@@ -18,27 +22,41 @@
 
 enum {
     SHARD_HEADER_INTS = 256,
-    SHARD_MAGIC = 20240520,
-    SHARD_VERSION = 1,
     DATA_ERR_LEN = 512,
     BYTE_VOCAB = 256        /* the byte-level tokenizer: token = byte value */
 };
 
+/* llm.c's two shard formats: magic, version and token width of each. */
+enum shard_format { SHARD_GPT2, SHARD_LLAMA3, SHARD_NUM_FORMATS };
+struct shard_format_info {
+    int32_t magic, version;
+    int token_bytes; /* 2: uint16, 4: uint32 */
+    const char *name;
+};
+const struct shard_format_info *shard_format_info(enum shard_format f);
+
 struct token_shard {
-    uint16_t *tokens;
+    void *tokens;        /* n tokens of the format's width */
+    enum shard_format format;
     size_t n;
     uint64_t file_bytes; /* header and tokens */
     uint32_t crc;        /* CRC32C of the whole file, computed as it was read */
 };
 
-/* Reads and checks a shard: magic, version, declared count against the file
- * size, and every token < vocab_size; checksums it on the way (crc). */
+/* Token i of s. */
+static inline uint32_t shard_token(const struct token_shard *s, size_t i) {
+    return s->format == SHARD_LLAMA3 ? ((const uint32_t *)s->tokens)[i] : ((const uint16_t *)s->tokens)[i];
+}
+
+/* Reads and checks a shard of either format: magic and version, declared
+ * count against the file size, and every token < vocab_size; checksums it
+ * on the way (crc). */
 int shard_read(const char *path, int vocab_size, struct token_shard *out, char err[DATA_ERR_LEN]);
-/* Writes atomically (temp file, fsync, rename). */
+/* Writes a GPT-2 shard (uint16 tokens) atomically (temp file, fsync, rename). */
 int shard_write(const char *path, const uint16_t *tokens, size_t n, char err[DATA_ERR_LEN]);
-/* The same but the rename: af holds the complete temp file, for
- * atomic_place or atomic_abort (include/fileio.h). */
-int shard_write_temp(struct atomic_file *af, const char *path, const uint16_t *tokens, size_t n,
+/* The same but the rename, in format f (tokens of its width): af holds the
+ * complete temp file, for atomic_place or atomic_abort (include/fileio.h). */
+int shard_write_temp(struct atomic_file *af, const char *path, enum shard_format f, const void *tokens, size_t n,
                      char err[DATA_ERR_LEN]);
 void shard_free(struct token_shard *s);
 

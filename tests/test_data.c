@@ -20,6 +20,8 @@
 #include "data.h"
 
 enum { BIG_VOCAB = 65536, MAX_ITEMS = 1024 };
+/* llm.c's shard headers (include/data.h), written out here as the files say them */
+enum { GPT2_MAGIC = 20240520, LLAMA3_MAGIC = 20240801, LLAMA3_VERSION = 7, LLAMA3_VOCAB = 128256 };
 
 struct fixture {
     char dir[64];
@@ -116,20 +118,92 @@ static void test_shard_round_trip(void **state) {
     assert_int_equal(header[2], 1000);
 }
 
+/* LLaMA 3's format: magic 20240801, version 7, uint32 tokens (its
+ * 128,256-token vocabulary passes uint16), written and read back, and
+ * batched by a loader beside a GPT-2 shard. */
+static void test_llama3_shard_round_trip(void **state) {
+    struct fixture *fx = *state;
+    enum { N = 1000 };
+    uint32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = (uint32_t)(i * 127 + 65000) % LLAMA3_VOCAB;
+    char err[DATA_ERR_LEN] = "";
+    struct atomic_file af;
+    assert_int_equal(shard_write_temp(&af, path_in(fx, "a.bin"), SHARD_LLAMA3, tok, N, err), 0);
+    assert_int_equal(atomic_place(&af, err), 0);
+    FILE *f = fopen(path_in(fx, "a.bin"), "rb");
+    assert_non_null(f);
+    int32_t header[3];
+    assert_int_equal(fread(header, sizeof header, 1, f), 1);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    assert_int_equal(ftell(f), 1024 + 4 * N);
+    fclose(f);
+    assert_int_equal(header[0], LLAMA3_MAGIC);
+    assert_int_equal(header[1], LLAMA3_VERSION);
+    assert_int_equal(header[2], N);
+    struct token_shard s;
+    assert_int_equal(shard_read(path_in(fx, "a.bin"), LLAMA3_VOCAB, &s, err), 0);
+    assert_int_equal(s.format, SHARD_LLAMA3);
+    assert_int_equal(s.n, N);
+    assert_memory_equal(s.tokens, tok, sizeof tok);
+    for (int i = 0; i < N; i++) assert_int_equal(shard_token(&s, (size_t)i), tok[i]);
+    shard_free(&s);
+    /* a token past the vocabulary, named with its position */
+    expect_rejected(path_in(fx, "a.bin"), 65536, "is >= vocab_size 65536");
+    /* the loader reads it as it is, inputs and targets one apart */
+    struct data_loader dl;
+    assert_int_equal(loader_open(&dl, path_in(fx, "a.bin"), LLAMA3_VOCAB, 2, 4, 0, 1, false, 0, err), 0);
+    int32_t in[8], tg[8];
+    loader_next(&dl, in, tg);
+    for (int b = 0; b < 2; b++)
+        for (int t = 0; t < 4; t++) {
+            assert_int_equal(in[b * 4 + t], (int32_t)tok[b * 4 + t]);
+            assert_int_equal(tg[b * 4 + t], (int32_t)tok[b * 4 + t + 1]);
+        }
+    loader_close(&dl);
+}
+
+static void test_loader_mixes_formats(void **state) {
+    struct fixture *fx = *state;
+    uint16_t small[9];
+    uint32_t wide[9];
+    for (int i = 0; i < 9; i++) small[i] = (uint16_t)(i + 1), wide[i] = (uint32_t)(100 + i);
+    char err[DATA_ERR_LEN] = "";
+    struct atomic_file af;
+    assert_int_equal(shard_write(path_in(fx, "shard_0.bin"), small, 9, err), 0);
+    assert_int_equal(shard_write_temp(&af, path_in(fx, "shard_1.bin"), SHARD_LLAMA3, wide, 9, err), 0);
+    assert_int_equal(atomic_place(&af, err), 0);
+    struct data_loader dl;
+    assert_int_equal(loader_open(&dl, path_in(fx, "shard_*.bin"), BYTE_VOCAB, 1, 8, 0, 1, false, 0, err), 0);
+    assert_int_equal(dl.n_samples, 2);
+    int32_t in[8], tg[8];
+    loader_next(&dl, in, tg);
+    assert_int_equal(in[0], 1);
+    assert_int_equal(tg[7], 9);
+    loader_next(&dl, in, tg);
+    assert_int_equal(in[0], 100);
+    assert_int_equal(tg[7], 108);
+    loader_close(&dl);
+}
+
 static void test_shard_rejects_bad_files(void **state) {
     struct fixture *fx = *state;
     write_raw_shard(path_in(fx, "magic.bin"), 20240326, 1, 4, 4, 0);
     expect_rejected(fx->path, 256, "magic");
-    write_raw_shard(path_in(fx, "version.bin"), SHARD_MAGIC, 2, 4, 4, 0);
+    write_raw_shard(path_in(fx, "version.bin"), GPT2_MAGIC, 2, 4, 4, 0);
     expect_rejected(fx->path, 256, "version");
-    write_raw_shard(path_in(fx, "short.bin"), SHARD_MAGIC, 1, 4, 3, 0);
+    write_raw_shard(path_in(fx, "short.bin"), GPT2_MAGIC, 1, 4, 3, 0);
     expect_rejected(fx->path, 256, "truncated");
-    write_raw_shard(path_in(fx, "header_only_part.bin"), SHARD_MAGIC, 1, 4, 0, 0);
+    write_raw_shard(path_in(fx, "header_only_part.bin"), GPT2_MAGIC, 1, 4, 0, 0);
     expect_rejected(fx->path, 256, "truncated");
-    write_raw_shard(path_in(fx, "long.bin"), SHARD_MAGIC, 1, 4, 4, 1);
+    write_raw_shard(path_in(fx, "long.bin"), GPT2_MAGIC, 1, 4, 4, 1);
     expect_rejected(fx->path, 256, "trailing bytes");
-    write_raw_shard(path_in(fx, "empty.bin"), SHARD_MAGIC, 1, 0, 0, 0);
+    write_raw_shard(path_in(fx, "empty.bin"), GPT2_MAGIC, 1, 0, 0, 0);
     expect_rejected(fx->path, 256, "at least 1");
+    write_raw_shard(path_in(fx, "llama_v1.bin"), LLAMA3_MAGIC, 1, 4, 8, 0);
+    expect_rejected(fx->path, 256, "version 1 of a LLaMA 3 (uint32 tokens) shard (expected 7)");
+    /* 4 uint32 tokens need 16 bytes: 8 uint16 ones' are 16, 4 are 8 */
+    write_raw_shard(path_in(fx, "llama_short.bin"), LLAMA3_MAGIC, LLAMA3_VERSION, 4, 4, 0);
+    expect_rejected(fx->path, 256, "truncated");
     expect_rejected(path_in(fx, "missing.bin"), 256, "cannot open");
 
     FILE *f = fopen(path_in(fx, "tiny.bin"), "wb");  /* shorter than a header */
@@ -440,6 +514,8 @@ static void test_loader_content_digest(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         T(test_shard_round_trip),
+        T(test_llama3_shard_round_trip),
+        T(test_loader_mixes_formats),
         T(test_shard_rejects_bad_files),
         T(test_shard_rejects_fifo_and_directory),
         T(test_shard_rejects_token_beyond_vocab),

@@ -289,7 +289,8 @@ static void test_shard_counts(void **state) {
     assert_int_equal(shard_write(path, tokens, (size_t)INT32_MAX + 1, err), -1);
     assert_non_null(strstr(err, "2147483648 tokens"));
     assert_int_equal(access(path, F_OK), -1);
-    int32_t header[SHARD_HEADER_INTS] = {SHARD_MAGIC, SHARD_VERSION, INT32_MAX};
+    int32_t header[SHARD_HEADER_INTS] = {shard_format_info(SHARD_GPT2)->magic, shard_format_info(SHARD_GPT2)->version,
+                                         INT32_MAX};
     FILE *f = fopen(path, "wb");
     assert_non_null(f);
     assert_int_equal(fwrite(header, sizeof header, 1, f), 1);

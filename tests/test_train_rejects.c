@@ -63,7 +63,7 @@ static void test_rejects_corrupt_shard(void **state) {
     bool first = true;
     while ((n = fread(buf, 1, sizeof buf, in)) > 0) {
         if (first) {
-            int32_t bad = SHARD_MAGIC + 1;
+            int32_t bad = shard_format_info(SHARD_GPT2)->magic + 1;
             memcpy(buf, &bad, sizeof bad);
             first = false;
         }

@@ -70,9 +70,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             FUZZ_CHECK(sh.tokens == NULL && sh.n == 0);
             continue;
         }
-        FUZZ_CHECK(size == HEADER_BYTES + 2 * sh.n);
-        FUZZ_CHECK(memcmp(sh.tokens, data + HEADER_BYTES, 2 * sh.n) == 0);
-        for (size_t i = 0; i < sh.n; i++) FUZZ_CHECK(sh.tokens[i] < vocabs[v]);
+        size_t width = (size_t)shard_format_info(sh.format)->token_bytes;
+        FUZZ_CHECK(size == HEADER_BYTES + width * sh.n);
+        FUZZ_CHECK(memcmp(sh.tokens, data + HEADER_BYTES, width * sh.n) == 0);
+        for (size_t i = 0; i < sh.n; i++) FUZZ_CHECK(shard_token(&sh, i) < (uint32_t)vocabs[v]);
         for (size_t k = 0; k < sizeof GEOMETRIES / sizeof GEOMETRIES[0]; k++)
             check_loader(path, &sh, vocabs[v], &GEOMETRIES[k]);
         shard_free(&sh);

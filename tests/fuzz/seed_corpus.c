@@ -43,6 +43,12 @@ static void write_shards(const char *kjv, const char *dir) {
     check(shard_write(path, tokens, n, err), err);
     snprintf(path, sizeof path, "%s/shard/one-token.bin", dir);
     check(shard_write(path, tokens, 1, err), err);
+    uint32_t wide[KJV_TOKENS]; /* LLaMA 3's format: the same tokens as uint32 */
+    for (size_t i = 0; i < n; i++) wide[i] = tokens[i];
+    struct atomic_file af;
+    snprintf(path, sizeof path, "%s/shard/kjv-300-llama3.bin", dir);
+    check(shard_write_temp(&af, path, SHARD_LLAMA3, wide, n, err), err);
+    check(atomic_place(&af, err), err);
 }
 
 /* Small deterministic weights: multiples of 1/64 in [-1/8, 1/8]. */
