@@ -55,6 +55,7 @@
 #include "layers.h"
 #include "layout.h"
 #include "mem.h"
+#include "tensor_parallel.h"
 
 /* In the order of what it drops: nothing, the attention probabilities
  * (selective), all but each layer's input (full). The trainer's model and
@@ -140,6 +141,12 @@ struct gpt {
      * (include/context_parallel.h), and every size below is of those. */
     struct collectives *cp;
     float *ring;          /* cp > 1: the ring's buffers (gpt_ring_bytes) */
+    /* where the model meets tp and cp (model/parallel_points.h): the plain
+     * model's own points, or the rooms' */
+    const struct tp_points *tpp;
+    const struct cp_points *cpp;
+    struct vocab_slice vocab; /* this rank's rows of the vocabulary (the whole at tp 1) */
+    int position0;        /* its first position of the sequence (with sp; else 0) */
     int Ts;               /* positions per rank's sequence slice: T/tp with sp, else T */
     int NHl, Cl, Fl;      /* this rank's heads, attention width C/tp, FC width 4C/tp */
     int n_layers;         /* this rank's layers over all its chunks */

@@ -23,12 +23,12 @@
  * f; the attention and FC projections are row-parallel (their inputs are
  * this rank's features), followed by g, and their replicated biases are
  * added once, after g's sum. The tied embedding and head are vocabulary-
- * parallel. f and g, g and g-bar and the vocabulary-parallel cross-entropy
- * live in model/tensor_parallel/ (tp.h), this rank's heads, FC features,
- * vocabulary rows and sequence positions in its slice.c. f and g are
- * identities at tp = 1, and every path below then does the same fp32
- * operations in the same order as the plain model, so tp = 1 is bit for
- * bit what it was.
+ * parallel. The model meets f and g, g and g-bar, the vocabulary-parallel
+ * cross-entropy and context parallelism only through its two tables of
+ * points (model/parallel_points.h): at tp = 1 and cp = 1 its own plain
+ * points (the identities and one-rank kernels, below), so such a run
+ * enters neither model/tensor_parallel/ nor model/context_parallel/, and
+ * does the same fp32 operations in the same order as the rooms would.
  *
  * Sequence parallelism (m->sp; Korthikanti et al. 2022, section 4.2.2):
  * the residual stream, the LayerNorms (and their saved outputs and
@@ -50,8 +50,7 @@
 #include "conversions.h"
 #include "gpt_acts.h"
 #include "layers.h"
-#include "context_parallel/cp.h"
-#include "tensor_parallel/tp.h"
+#include "parallel_points.h"
 
 
 /* Which slots hold a kind of saved tensor: all, or only one chunk's. */
@@ -79,6 +78,55 @@ static void *per_slot(struct gpt *m, struct mem_tracker *mem, enum mem_space spa
 
 #define SLOT_MEMBER(f) offsetof(struct gpt_slot, f)
 
+/* ---- the plain model's points (model/parallel_points.h): one rank in
+ * the tp group and in the cp group. f and g are the identities, the
+ * cross-entropy runs over the whole vocabulary, wpe's positions are the
+ * local ones and every key is local (the attention kernels below). */
+
+static const float *plain_column_input(struct gpt *m, float *ln) {
+    (void)m;
+    return ln;
+}
+
+static void plain_no_sum(struct gpt *m, float *d) { (void)m, (void)d; }
+
+static void plain_row_output(struct gpt *m, float *full, float *out) { (void)m, (void)full, (void)out; }
+
+static const float *plain_row_output_grad(struct gpt *m) { return m->dresid; }
+
+static void plain_ln_grads_begin(struct gpt *m) { (void)m; }
+
+static float *plain_ln_grad(struct gpt *m, float *dw_tensor, int k) {
+    (void)m, (void)k;
+    return dw_tensor;
+}
+
+static void plain_ln_grads_done(struct gpt *m, float *const *dw_tensors, int n) { (void)m, (void)dw_tensors, (void)n; }
+
+static double plain_crossentropy(struct gpt *m, float *logits, float *losses, const int32_t *targets, int64_t N,
+                                 float dloss, float *scratch) {
+    (void)scratch; /* the fused form: the three passes' bits in one */
+    return crossentropy_forward_backward(logits, losses, targets, N, m->vocab.V, m->vocab.Vl, dloss, m->flops);
+}
+
+static const struct tp_points PLAIN_TP_POINTS = {plain_column_input, plain_no_sum, plain_row_output,
+                                                 plain_row_output_grad, plain_ln_grads_begin, plain_ln_grad,
+                                                 plain_ln_grads_done, plain_crossentropy};
+
+static void plain_positions_add(struct gpt *m, float *out, const float *wpe, int t0, int n) {
+    positions_add(out, wpe + (size_t)t0 * m->shape.C, m->B, n, m->shape.C, m->flops);
+}
+
+static void plain_embedding_backward(struct gpt *m, float *dwte, float *dwpe, struct operand dout,
+                                     const int32_t *inputs, int64_t v0, int64_t rows) {
+    int64_t B = m->B, T = m->shape.T, C = m->shape.C;
+    if (dout.b16) embedding_rows_backward_bf16(dwte, dwpe, dout.b16, inputs, v0, rows, B, T, C, m->flops);
+    else embedding_rows_backward(dwte, dwpe, dout.f32, inputs, v0, rows, B, T, C, m->flops);
+}
+
+static const struct cp_points PLAIN_CP_POINTS = {.positions_add = plain_positions_add,
+                                                 .embedding_backward = plain_embedding_backward};
+
 void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const int *chunk_slots,
                      enum dtype act_dtype, enum dtype gemm_dtype, enum recompute_mode recompute,
                      enum attention_kind attention, bool sequence_parallel, int cp, struct mem_tracker *mem,
@@ -88,7 +136,10 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
     *m = (struct gpt){.lay = lay, .shape = lay->shape, .B = B, .n_layers = rank_layers(&lay->rank),
                       .NHl = own.heads, .Cl = own.features, .Fl = own.fc, .sp = sp, .Ts = own.positions,
                       .act_dtype = act_dtype, .gemm_dtype = gemm_dtype, .recompute = recompute,
-                      .attention = attention, .cp_size = cp, .space = space, .flops = flops};
+                      .attention = attention, .cp_size = cp, .space = space, .flops = flops,
+                      .tpp = lay->rank.tp > 1 ? &TENSOR_PARALLEL_POINTS : &PLAIN_TP_POINTS,
+                      .cpp = &PLAIN_CP_POINTS, /* gpt_set_context_parallel: the ring's with cp > 1 */
+                      .vocab = own.vocab, .position0 = own.position0};
     int head_chunk = lay->rank.has_head ? lay->rank.n_chunks - 1 : -2, embed_chunk = lay->rank.has_embed ? 0 : -2;
     for (int c = 0; c < lay->rank.n_chunks; c++) {
         struct layer_range r = lay->rank.chunk[c];
@@ -124,7 +175,7 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
                  SLOT_MEMBER(lnf_stats));
         bool l16 = acts_logits_bf16(m);
         per_slot(m, mem, space, A, l16 ? "logits (bf16)" : "logits (fp32)", 0,
-                 bt(m) * (size_t)tp_vocab_slice(m->lay).Vl * (l16 ? sizeof(bf16) : sizeof(float)), head_chunk,
+                 bt(m) * (size_t)m->vocab.Vl * (l16 ? sizeof(bf16) : sizeof(float)), head_chunk,
                  SLOT_MEMBER(logits));
         per_slot(m, mem, space, A, "losses (fp32)", 0, bt(m) * 4, head_chunk, SLOT_MEMBER(losses));
     }
@@ -211,7 +262,7 @@ static const float *hw(const struct gpt *m, struct operand w_head, enum head_ten
  * column-parallel GEMM (with sp: gathered). */
 static struct operand gemm_in(struct gpt *m, struct layer_view *v, enum layer_act a, bool column) {
     if (acts_gemm_reads_store(m)) return (struct operand){.b16 = v->store[a]};
-    return (struct operand){.f32 = column ? conj_column_input(m, v->act[a]) : v->act[a]};
+    return (struct operand){.f32 = column ? m->tpp->column_input(m, v->act[a]) : v->act[a]};
 }
 
 /* out (N,OC) = x . w^T (+ bias) on the path the operands ask for: both
@@ -243,7 +294,7 @@ void gpt_embed_forward(struct gpt *m, int s, struct operand w_embed, const int32
     /* acts_direct: computed in dtemp_btc (free in the forward), narrowed
      * into the store: no fp32 copy of the stream is kept */
     float *out = acts_direct(m) ? m->dtemp_btc : acts_resid_view(m, s, 0, m->work_resid_out, false);
-    struct vocab_slice v = tp_vocab_slice(m->lay);
+    struct vocab_slice v = m->vocab;
     /* vocabulary-parallel: this rank's rows (zero for tokens it does not
      * hold), g sums them to every token's row (with sp g-bar to this
      * rank's slice), then wpe once, at the slice's positions */
@@ -254,9 +305,8 @@ void gpt_embed_forward(struct gpt *m, int s, struct operand w_embed, const int32
     else
         embedding_rows_forward(rows, m->slot[s].inputs, ew(m, w_embed, EMB_WTE), v.v0, v.Vl, (int64_t)bt(m),
                                m->shape.C, m->flops);
-    conj_row_output(m, rows, out);
-    size_t t0 = (size_t)tp_rank_slice(m->lay, m->sp).position0;
-    cp_positions_add(m, out, ew(m, w_embed, EMB_WPE), (int)t0, m->Ts); /* with cp: at global positions */
+    m->tpp->row_output(m, rows, out);
+    m->cpp->positions_add(m, out, ew(m, w_embed, EMB_WPE), m->position0, m->Ts); /* with cp: at global positions */
     m->flops->other += (double)btc_l(m);
     if (acts_direct(m)) conv_narrow(m->flops, acts_resid_store(m, s, 0), out, btc_l(m));
     else acts_round_saved(m, out, btc_l(m), acts_resid_store(m, s, 0));
@@ -288,7 +338,7 @@ static void row_parallel_forward(struct gpt *m, float *out, struct layer_view *v
     const float *gemm_bias = alone ? bias : NULL;
     gemm_forward(m, (struct act_out){.f32 = out}, gemm_in(m, v, a, false), w, gemm_bias, N, in_l, C);
     if (alone) return;
-    conj_row_output(m, out, out);
+    m->tpp->row_output(m, out, out);
     bias_add(out, bias, (int64_t)bt_l(m), C, m->flops);
 }
 
@@ -333,7 +383,7 @@ static struct act_out dresid_out(const struct gpt *m) {
  * it is, or through g (with sp gathered). */
 static struct operand dresid_in(struct gpt *m) {
     if (acts_direct(m)) return (struct operand){.b16 = m->dresid16};
-    return (struct operand){.f32 = conj_row_output_grad(m)};
+    return (struct operand){.f32 = m->tpp->row_output_grad(m)};
 }
 
 /* The backward of a LayerNorm whose input was x: dresid += dinp from the
@@ -385,16 +435,16 @@ static void layer_forward(struct gpt *m, struct operand x, struct layer_view *v,
     struct act_out qkv = acts_direct(m) ? (struct act_out){.b16 = v->store[ACT_QKV]} : (struct act_out){.f32 = a[ACT_QKV]};
     column_parallel_forward(m, qkv, v, ACT_LN1, wop(m, w, LAYER_QKV_W), wt(m, w, LAYER_QKV_B), 3 * Cl);
     if (!acts_direct(m)) acts_round(m, v, ACT_QKV, acts_numel(m, ACT_QKV));
-    if (acts_direct(m) && cp_ring_on(m)) { /* the ring on the stores: out rounded once; lse fp32 */
-        cp_ring_attention_forward_bf16(m, v->store[ACT_ATTY], a[ACT_ATT], v->store[ACT_QKV], m->att_scratch);
+    if (acts_direct(m) && m->cpp->attention_forward_bf16) { /* the ring on the stores: out rounded once; lse fp32 */
+        m->cpp->attention_forward_bf16(m, v->store[ACT_ATTY], a[ACT_ATT], v->store[ACT_QKV], m->att_scratch);
     } else if (acts_direct(m) && flash(m)) { /* out rounded as it is stored; the lse stays fp32 */
         attention_lse_forward_bf16(v->store[ACT_ATTY], a[ACT_ATT], v->store[ACT_QKV], m->att_scratch, m->B,
                                    m->shape.T, Cl, m->NHl, fc);
     } else if (acts_direct(m)) { /* out and the stored probabilities rounded as they are written */
         attention_forward_bf16((struct act_out){.b16 = v->store[ACT_ATTY]}, att_dst(v, false), v->store[ACT_QKV],
                                m->att_scratch, m->B, m->shape.T, Cl, m->NHl, fc);
-    } else if (cp_ring_on(m)) { /* context parallel: every rank's keys, by ring (flash only) */
-        cp_ring_attention_forward(m, a[ACT_ATTY], a[ACT_ATT], a[ACT_QKV]);
+    } else if (m->cpp->attention_forward) { /* context parallel: every rank's keys, by ring (flash only) */
+        m->cpp->attention_forward(m, a[ACT_ATTY], a[ACT_ATT], a[ACT_QKV]);
     } else if (flash(m)) { /* the lse stays fp32 */
         attention_lse_forward(a[ACT_ATTY], a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, Cl, m->NHl, fc);
     } else {
@@ -447,7 +497,7 @@ void gpt_layer_forward(struct gpt *m, int s, int l, struct operand w) {
  * `load`), through f. */
 static struct operand head_input(struct gpt *m, int s, struct operand wte, bool load) {
     if ((wte.b16 && acts_gemm_reads_store(m)) || acts_direct(m)) return (struct operand){.b16 = m->slot[s].lnf};
-    return (struct operand){.f32 = conj_column_input(m, acts_lnf_view(m, s, load))};
+    return (struct operand){.f32 = m->tpp->column_input(m, acts_lnf_view(m, s, load))};
 }
 
 float gpt_head_forward(struct gpt *m, int s, struct operand w_head, struct operand wte, const int32_t *targets,
@@ -468,7 +518,7 @@ float gpt_head_forward(struct gpt *m, int s, struct operand w_head, struct opera
     /* The LM head is tied to the token embedding: logits = lnf . wte^T,
      * column-parallel over the vocabulary (f: lnf is whole on every rank;
      * with sp g gathers it). */
-    struct vocab_slice v = tp_vocab_slice(m->lay);
+    struct vocab_slice v = m->vocab;
     struct operand in = head_input(m, s, wte, false);
     bool l16 = acts_logits_bf16(m); /* tp = 1: the slice is the whole padded vocabulary */
     gemm_forward(m, l16 ? (struct act_out){.b16 = sl->logits} : (struct act_out){.f32 = sl->logits}, in, wte, NULL,
@@ -478,8 +528,7 @@ float gpt_head_forward(struct gpt *m, int s, struct operand w_head, struct opera
     if (l16) {
         sum = crossentropy_forward_backward_bf16(sl->logits, sl->losses, sl->targets, N, v.V, v.Vl, dloss, m->flops);
     } else { /* dtemp_btc (free between layers) holds the rows' sums and target logits */
-        sum = vocab_parallel_crossentropy(m->tp, v, sl->logits, sl->losses, sl->targets, N, dloss, m->dtemp_btc,
-                                          m->flops);
+        sum = m->tpp->crossentropy(m, sl->logits, sl->losses, sl->targets, N, dloss, m->dtemp_btc);
     }
     return (float)(sum / (double)N);
 }
@@ -493,15 +542,15 @@ void gpt_head_backward(struct gpt *m, int s, struct operand w_head, struct opera
     struct operand dlogits = acts_logits_bf16(m) ? (struct operand){.b16 = sl->logits}
                                                  : (struct operand){.f32 = sl->logits};
     gemm_backward(m, (struct act_out){.f32 = m->dtemp_btc}, dwte, NULL, dlogits, head_input(m, s, wte, true), wte, N,
-                  C, tp_vocab_slice(lay).Vl);
-    conj_column_grad(m, m->dtemp_btc); /* dlnf sums over the vocabulary slices */
+                  C, m->vocab.Vl);
+    m->tpp->column_grad(m, m->dtemp_btc); /* dlnf sums over the vocabulary slices */
     struct act_out dres = dresid_out(m);
     if (dres.b16) buf_zero(m->space, dres.b16, btc_l(m) * sizeof(bf16));
     else buf_zero(m->space, dres.f32, btc_l(m) * sizeof(float));
-    conj_ln_grads_begin(m);
-    layernorm_grad(m, conj_ln_grad(m, dlnfw, 0), conj_ln_grad(m, dlnfb, 1), x, hw(m, w_head, HEAD_LNF_W),
+    m->tpp->ln_grads_begin(m);
+    layernorm_grad(m, m->tpp->ln_grad(m, dlnfw, 0), m->tpp->ln_grad(m, dlnfb, 1), x, hw(m, w_head, HEAD_LNF_W),
                    sl->lnf_stats, sl->lnf_stats + bt_l(m));
-    conj_ln_grads_done(m, (float *const[]){dlnfw, dlnfb}, 2);
+    m->tpp->ln_grads_done(m, (float *const[]){dlnfw, dlnfb}, 2);
 }
 
 void gpt_layer_backward(struct gpt *m, int s, int l, struct operand w, float *dw) {
@@ -525,7 +574,7 @@ void gpt_layer_backward(struct gpt *m, int s, int l, struct operand w, float *dw
     }
     float *ln[4] = {dwt(m, dw, LAYER_LN1_W), dwt(m, dw, LAYER_LN1_B), dwt(m, dw, LAYER_LN2_W),
                     dwt(m, dw, LAYER_LN2_B)};
-    conj_ln_grads_begin(m);
+    m->tpp->ln_grads_begin(m);
     /* On entry dresid holds dL/d(layer output); on exit dL/d(layer input).
      * g's backward is the identity: dresid reaches the row-parallel
      * projections whole; their bias gradients come out alike on every rank
@@ -542,18 +591,18 @@ void gpt_layer_backward(struct gpt *m, int s, int l, struct operand w, float *dw
     layer_matmul_backward(m, dtemp, dwt(m, dw, LAYER_FC_W), dwt(m, dw, LAYER_FC_B),
                           (struct operand){.f32 = dfc.f32, .b16 = dfc.b16}, &v, ACT_LN2, true, wop(m, w, LAYER_FC_W),
                           C, Fl);
-    conj_column_grad(m, m->dtemp_btc); /* f: the partial dln2 of each rank's features sum */
-    layernorm_grad(m, conj_ln_grad(m, ln[2], 2), conj_ln_grad(m, ln[3], 3), saved_in(m, &v, ACT_RES2),
+    m->tpp->column_grad(m, m->dtemp_btc); /* f: the partial dln2 of each rank's features sum */
+    layernorm_grad(m, m->tpp->ln_grad(m, ln[2], 2), m->tpp->ln_grad(m, ln[3], 3), saved_in(m, &v, ACT_RES2),
                    wt(m, w, LAYER_LN2_W), v.stat[STAT_LN2_MEAN], v.stat[STAT_LN2_RSTD]);
     layer_matmul_backward(m, dtemp, dwt(m, dw, LAYER_ATTPROJ_W), dwt(m, dw, LAYER_ATTPROJ_B), dresid_in(m), &v,
                           ACT_ATTY, false, wop(m, w, LAYER_ATTPROJ_W), Cl, C);
     /* flash: D = rowsum(dout * out) from the saved output (rounded alike
      * to act_dtype, as the rest of the layer's saved tensors) */
-    if (cp_ring_on(m) && g16)
-        cp_ring_attention_backward_bf16(m, m->dqkv16, m->att_scratch, m->dtemp_btc, v.store[ACT_QKV],
+    if (m->cpp->attention_backward_bf16 && g16)
+        m->cpp->attention_backward_bf16(m, m->dqkv16, m->att_scratch, m->dtemp_btc, v.store[ACT_QKV],
                                         v.store[ACT_ATTY], a[ACT_ATT]);
-    else if (cp_ring_on(m))
-        cp_ring_attention_backward(m, m->dqkv, m->att_scratch, m->dtemp_btc, a[ACT_QKV], a[ACT_ATTY], a[ACT_ATT]);
+    else if (m->cpp->attention_backward)
+        m->cpp->attention_backward(m, m->dqkv, m->att_scratch, m->dtemp_btc, a[ACT_QKV], a[ACT_ATTY], a[ACT_ATT]);
     else if (acts_direct(m) && flash(m))
         attention_lse_backward_bf16(m->dqkv16, m->att_scratch, m->dtemp_btc, v.store[ACT_QKV], v.store[ACT_ATTY],
                                     a[ACT_ATT], m->B, m->shape.T, Cl, m->NHl, fc);
@@ -569,20 +618,20 @@ void gpt_layer_backward(struct gpt *m, int s, int l, struct operand w, float *dw
     struct operand dqkv = g16 ? (struct operand){.b16 = m->dqkv16} : (struct operand){.f32 = m->dqkv};
     layer_matmul_backward(m, dtemp, dwt(m, dw, LAYER_QKV_W), dwt(m, dw, LAYER_QKV_B), dqkv, &v, ACT_LN1, true,
                           wop(m, w, LAYER_QKV_W), C, 3 * Cl);
-    conj_column_grad(m, m->dtemp_btc); /* f: dln1 */
-    layernorm_grad(m, conj_ln_grad(m, ln[0], 0), conj_ln_grad(m, ln[1], 1), x, wt(m, w, LAYER_LN1_W),
+    m->tpp->column_grad(m, m->dtemp_btc); /* f: dln1 */
+    layernorm_grad(m, m->tpp->ln_grad(m, ln[0], 0), m->tpp->ln_grad(m, ln[1], 1), x, wt(m, w, LAYER_LN1_W),
                    v.stat[STAT_LN1_MEAN], v.stat[STAT_LN1_RSTD]);
-    conj_ln_grads_done(m, ln, 4);
+    m->tpp->ln_grads_done(m, ln, 4);
 }
 
 void gpt_embed_backward(struct gpt *m, int s, float *dw_embed) {
     /* each rank accumulates its own vocabulary rows; wpe's gradient whole
      * (replicated; with sp from the gathered gradient, alike on every rank) */
-    struct vocab_slice v = tp_vocab_slice(m->lay);
+    struct vocab_slice v = m->vocab;
     float *dwte = dw_embed + m->lay->embed_offset[EMB_WTE], *dwpe = dw_embed + m->lay->embed_offset[EMB_WPE];
     /* with cp at global positions; bf16 (no sp): the stream's gradient whole */
     struct operand d = acts_direct(m) ? (struct operand){.b16 = m->dresid16}
-                                          : (struct operand){.f32 = conj_row_output_grad(m)};
-    cp_embedding_backward(m, dwte, dwpe, d, m->slot[s].inputs, v.v0, v.Vl);
+                                          : (struct operand){.f32 = m->tpp->row_output_grad(m)};
+    m->cpp->embedding_backward(m, dwte, dwpe, d, m->slot[s].inputs, v.v0, v.Vl);
     m->flops->other += 2.0 * (double)btc(m);
 }

@@ -59,6 +59,7 @@
 #include <stdint.h>
 
 #include "context_parallel.h"
+#include "../parallel_points.h"
 #include "gpt.h"
 
 /* Whether m runs ring attention (a cp group of 2 or more). */

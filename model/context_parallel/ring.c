@@ -47,7 +47,8 @@ static struct ring ring_of(const struct gpt *m) {
 
 void gpt_set_context_parallel(struct gpt *m, struct collectives *cp, struct mem_tracker *mem) {
     m->cp = cp;
-    if (!cp_ring_on(m)) return;
+    if (!cp_ring_on(m)) return; /* one rank: the plain model's points stay */
+    m->cpp = &CONTEXT_PARALLEL_POINTS;
     m->ring = mem_alloc(mem, m->space, MEM_SCRATCH, "ring attention K,V, dK,dV, block output",
                         gpt_ring_bytes(m->B, m->shape.T, m->Cl, m->NHl, dtype_size(ring_kv_dtype(m))));
 }
@@ -409,3 +410,9 @@ void cp_ring_attention_backward_bf16(struct gpt *m, bf16 *dqkv, float *scratch, 
     backward_begin_bf16(m, r.o, scratch, dout, out);
     ring_backward(m, NULL, dqkv, scratch, dout, NULL, qkv, lse);
 }
+
+/* The room's table (model/parallel_points.h): what model/gpt.c calls at cp > 1. */
+const struct cp_points CONTEXT_PARALLEL_POINTS = {
+    .positions_add = cp_positions_add, .embedding_backward = cp_embedding_backward,
+    .attention_forward = cp_ring_attention_forward, .attention_backward = cp_ring_attention_backward,
+    .attention_forward_bf16 = cp_ring_attention_forward_bf16, .attention_backward_bf16 = cp_ring_attention_backward_bf16};

@@ -164,3 +164,8 @@ void conj_ln_grads_done(struct gpt *m, float *const *dw_tensors, int n) {
     tp_all_reduce(m->tp, m->ln_grads, (size_t)n * C, DTYPE_FP32);
     for (int k = 0; k < n; k++) buf_add(m->space, dw_tensors[k], m->ln_grads + (size_t)k * C, DTYPE_FP32, C);
 }
+
+/* The room's table (model/parallel_points.h): what model/gpt.c calls at tp > 1. */
+const struct tp_points TENSOR_PARALLEL_POINTS = {conj_column_input, conj_column_grad, conj_row_output,
+                                                 conj_row_output_grad, conj_ln_grads_begin, conj_ln_grad,
+                                                 conj_ln_grads_done, tp_crossentropy};

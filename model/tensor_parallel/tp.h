@@ -82,6 +82,7 @@
 #include "dtype.h"
 #include "gpt.h"
 #include "tensor_parallel.h"
+#include "../parallel_points.h"
 
 /* Megatron's f and g on n values of type dt (x whole on every rank). */
 void tp_f_forward(struct collectives *tp, void *x, size_t n, enum dtype dt);
@@ -123,5 +124,8 @@ void conj_ln_grads_done(struct gpt *m, float *const *dw_tensors, int n);
 double vocab_parallel_crossentropy(struct collectives *tp, struct vocab_slice s, float *logits, float *losses,
                                    const int32_t *targets, int64_t N, float dloss, float *scratch,
                                    struct flop_counter *fc);
+/* The same over m's group and slice (the point of model/parallel_points.h). */
+double tp_crossentropy(struct gpt *m, float *logits, float *losses, const int32_t *targets, int64_t N, float dloss,
+                       float *scratch);
 
 #endif

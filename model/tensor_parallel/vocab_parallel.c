@@ -21,3 +21,9 @@ double vocab_parallel_crossentropy(struct collectives *tp, struct vocab_slice s,
     if (group) tp->all_reduce_sum(tp, scratch, 2 * (size_t)N, DTYPE_FP32); /* sums and target logits at once */
     return crossentropy_finish(logits, losses, maxv, sum, target, targets, N, s.Vl, s.v0, valid, dloss, fc);
 }
+
+/* The point model/gpt.c calls (model/parallel_points.h): this rank's slice, over its group. */
+double tp_crossentropy(struct gpt *m, float *logits, float *losses, const int32_t *targets, int64_t N, float dloss,
+                       float *scratch) {
+    return vocab_parallel_crossentropy(m->tp, m->vocab, logits, losses, targets, N, dloss, scratch, m->flops);
+}
