@@ -28,9 +28,10 @@ struct op_messages {
 };
 
 static void op_messages(const struct pipeline *p, int c, enum pipe_op_kind kind, struct op_messages *m) {
+    m->in = m->out = NULL;
+    if (p->pp->size == 1 && p->v == 1) return; /* one stage of one chunk: nothing crosses */
     struct pipe_op op = {.chunk = (short)c, .kind = (unsigned char)kind};
     int n = pipe_op_messages(p->pp->size, p->v, p->pp->rank, op, m->msg);
-    m->in = m->out = NULL;
     for (int i = 0; i < n; i++) {
         if (m->msg[i].send) m->out = &m->msg[i];
         else m->in = &m->msg[i];
