@@ -1,5 +1,5 @@
 /* make cuda-test's stamp: its format, the verdict on a run, and how a
- * process finds its own build and stamp (include/gpu_stamp.h). Everything
+ * process finds its own build and stamp (model/gpu_stamp.h). Everything
  * above the file functions is pure, for tests/test_gpu_stamp.c. */
 #include "gpu_stamp.h"
 
@@ -107,7 +107,7 @@ int gpu_stamp_parse(const char *text, struct gpu_stamp *s, char *why, size_t why
 int gpu_stamp_format(const struct gpu_stamp *s, char *out, size_t out_len) {
     size_t used = 0;
     int n = snprintf(out, out_len, "# shardlab: %s passed every CUDA test of this build on each GPU below "
-                     "(include/gpu_stamp.h)\nbuild %s\n", GPU_STAMP_COMMAND, s->build_id);
+                     "(model/gpu_stamp.h)\nbuild %s\n", GPU_STAMP_COMMAND, s->build_id);
     for (int i = 0; n >= 0 && (size_t)n < out_len - used; i++) {
         used += (size_t)n;
         if (i == s->gpus) return 0;

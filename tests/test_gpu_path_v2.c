@@ -15,8 +15,8 @@
 #include <string.h>
 
 #include "../model/gpt_acts.h"
-#include "accounting.h"
-#include "config.h"
+#include "../train/theory/accounting.h"
+#include "../train/config/config.h"
 #include "layout.h"
 
 /* A model as gpt_init_chunks would set the fields acts_direct reads. */

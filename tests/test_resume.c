@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "checkpoint.h"
+#include "../train/ckpt/checkpoint.h"
 #include "ckpt_whole.h"
 #include "crc32c.h"
 #include "file_fixture.h"

@@ -2,7 +2,7 @@
  * (train/ckpt/ckpt_grid.h). */
 #include "ckpt_grid.h"
 
-#include "accounting.h"
+#include "../theory/accounting.h"
 
 int ckpt_holder_layout(const struct config *c, const struct grid *g, int stage, int tp_rank,
                        struct model_layout *lay) {

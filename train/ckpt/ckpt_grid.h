@@ -22,7 +22,7 @@
 #include <stddef.h>
 
 #include "grid.h"
-#include "config.h"
+#include "../config/config.h"
 #include "layout.h"
 
 /* The layout of holder (stage, tp_rank) for the config's model over this

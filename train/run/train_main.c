@@ -10,19 +10,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt.h"
+#include "../ckpt/ckpt.h"
 #include "fileio.h"
 #include "device.h"
 #include "run_device_grid.h"
 #include "grid.h"
 #include "run_outputs.h"
-#include "peak.h"
-#include "report.h"
-#include "run_record.h"
+#include "../measure/peak.h"
+#include "../report/report.h"
+#include "../report/run_record.h"
 #include "run_stop_signal.h"
 #include "run_team.h"
-#include "theory.h"
-#include "trace_file.h"
+#include "../theory/theory.h"
+#include "../measure/trace_file.h"
 #include "run.h"
 
 /* Every rank fails together: the messages are gathered to rank 0, which

@@ -1,12 +1,12 @@
 /* The run (train/run/): a trainer opened from a configuration on a grid,
  * its steps, validation and sampling, and where its model lives. The
- * context itself is struct trainer (include/trainer.h). */
+ * context itself is struct trainer (train/measure/trainer.h). */
 #ifndef SHARDLAB_RUN_H
 #define SHARDLAB_RUN_H
 
 #include <stdio.h>
 
-#include "trainer.h"
+#include "../measure/trainer.h"
 
 /* Builds everything (data, model, init/load/resume). Collective over the
  * grid: when any rank fails, every rank returns -1 (the failing rank with

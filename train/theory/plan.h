@@ -8,7 +8,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "config.h"
+#include "../config/config.h"
 #include "theory.h"
 
 struct plan_opts {
