@@ -4,7 +4,7 @@
  * `make cuda-test` (tests/cuda/cuda_test.sh) runs every CUDA test; when
  * all of them ran on a GPU and passed, it writes GPU_STAMP_FILE beside the
  * CUDA build's train (build-cuda/gpu_verified.stamp) with
- * tests/cuda/stamp_write. The CUDA build's train runs on a GPU only when
+ * tests/cuda/stamp_write.c. The CUDA build's train runs on a GPU only when
  * that file names its own build and its GPU (model/device.c: device_open);
  * else it refuses in one line naming `make cuda-test`, or, with
  * --gpu_unverified 1, runs and says UNVERIFIED and why.

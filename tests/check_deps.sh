@@ -32,9 +32,13 @@
 #            model/, optim/, parallel/, train/) use, directly or through the
 #            headers that include it; tests/ and bench/ do not count. Such a
 #            header lives beside its code (docs/ARCHITECTURE.md, include/).
+#   path     a comment names a file or folder that does not exist
+#            (tests/check_comment_paths.py, which says what it reads).
 set -euo pipefail
 objdir=${1:-build/obj}
 [ -d "$objdir" ] || { echo "check_deps: no object folder $objdir (build first)" >&2; exit 2; }
+status=0
+"$(dirname "$0")/check_comment_paths.py" . || status=1
 levels="include:0 data:1 model:1 optim:1 parallel:2 train/config:3 train/measure:4 train/theory:5 train/ckpt:6 train/report:6 train/run:7"
 folders=$(for d in ${levels//:[0-9]/}; do if [ -d "$d" ]; then echo "${d%%/*}"; fi; done | sort -u)
 # Headers in include/ that the header rule lets pass although one folder
@@ -169,4 +173,5 @@ function dfs(v,   i, w, j, c) {
         } else if (!color[w]) dfs(w)
     }
     color[v] = 2; depth--
-}'
+}' || status=1
+exit "$status"

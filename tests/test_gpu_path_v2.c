@@ -73,7 +73,7 @@ static void test_start_up_errors(void **state) {
     char err[512] = "";
     struct config c = v2_config();
     assert_int_equal(config_check_gpu_path(&c, err, sizeof err), 0);
-    c.attention = ATTENTION_PLAIN; /* its device form: v2/attention_widened.cu */
+    c.attention = ATTENTION_PLAIN; /* its device form: model/cuda/v2/attention_widened.cu */
     c.recompute = RECOMPUTE_SELECTIVE;
     assert_int_equal(config_check_gpu_path(&c, err, sizeof err), 0);
     c = v2_config();

@@ -59,7 +59,7 @@ static int fail(int rank, int world, const char *msg) {
 
 /* The input keys whose files the ranks compare by contents
  * (agree_contents), so each rank may spell or reach them its own way
- * (data/x, ./data/x, mpirun -wdir): their value there, NULL for another
+ * (data/kjv_train.bin, ./data/kjv_train.bin, mpirun -wdir): their value there, NULL for another
  * key. Only whether each is given is compared with the configuration. */
 static const char *by_contents(const char *key, const struct config *c) {
     if (strcmp(key, "train_data") == 0) return c->train_data;
