@@ -12,6 +12,10 @@
 #include "cuda/flash_attention.h"
 #include "gpu_stamp.h"
 #include "kernel_timing.h"
+
+/* The stamp's record of a GPU holds what device_info says of it. */
+_Static_assert((int)GPU_STAMP_UUID_LEN == (int)DEVICE_UUID_LEN && (int)GPU_STAMP_NAME_LEN == (int)DEVICE_NAME_LEN,
+               "model/gpu_stamp.h's uuid and name fields are device_info's");
 #endif
 
 bool device_build_has_cuda(void) {

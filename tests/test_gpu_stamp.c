@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "../model/gpu_stamp.h"
+#include "device.h"
 
 #define PATH "build-cuda/gpu_verified.stamp"
 #define BUILD_ID "0123456789abcdef0123456789abcdef01234567"
