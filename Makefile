@@ -21,7 +21,7 @@ endif
 # -fassociative-math).
 CFLAGS  := -std=c17 -D_GNU_SOURCE $(OPT) -fno-math-errno -fno-trapping-math -fopenmp -Wall -Wextra -Werror -Wno-missing-field-initializers -Iinclude -MMD -MP
 # --build-id: the linker's hash of each binary, which make cuda-test's stamp
-# names (include/gpu_stamp.h); gcc's default on Debian, asked for here.
+# names (model/gpu_stamp.h); gcc's default on Debian, asked for here.
 LDFLAGS := $(OPT) -fopenmp -Wl,--build-id=sha1
 # OpenBLAS's OpenMP build, so sgemm and our own OpenMP loops share one
 # thread pool. Debian's default (pthread) build keeps its own threads, and the
@@ -262,7 +262,7 @@ cuda: nvcc-present $(CUDA_PROGRAMS) $(CUDA_TESTS) $(CUDA_STAMP_WRITE)
 # Every CUDA test (tests/cuda/cuda_test.sh): each kernel against the CPU's,
 # then the whole model against the CPU build (gpu_train.sh, gpu_grads.sh).
 # When every one ran on a GPU and passed, the stamp for this build and that
-# GPU ($(CUDA_BUILD)/gpu_verified.stamp, include/gpu_stamp.h), without
+# GPU ($(CUDA_BUILD)/gpu_verified.stamp, model/gpu_stamp.h), without
 # which the CUDA build's train refuses to run on a GPU. Without a GPU every
 # test reports itself skipped, no stamp is written, and it exits 0.
 cuda-test: cuda all data

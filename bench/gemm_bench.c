@@ -11,7 +11,7 @@
 
 #include "clock.h"
 #include "layers.h"
-#include "machine.h"
+#include "../train/measure/machine.h"
 #include "onednn_gemms.h"
 
 static double best_seconds(int reps, struct flop_counter *fc, float *out, const float *x, const bf16 *xb,

@@ -6,7 +6,7 @@
 #      kernel against its CPU reference) and tests/cuda/gpu_train.sh and
 #      gpu_grads.sh (the whole model against the CPU build, 2 ranks on one
 #      GPU, checkpoints, --gpu_path v2); when all pass, the stamp that lets
-#      build-cuda/train run on this GPU (include/gpu_stamp.h)
+#      build-cuda/train run on this GPU (model/gpu_stamp.h)
 #   3. --gpu_path v2 against v1 and against the CPU build over 50 steps of
 #      configs/demo.conf, with gpu_train.sh's bounds (fp32: 1e-4 on the loss
 #      at every step, 1e-5 on the first gradient norm; bf16: 2e-2 and 1e-2).

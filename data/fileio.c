@@ -286,7 +286,10 @@ static void path_identify(const char *path, struct path_id *id) {
     }
 }
 
-bool path_same_file(const char *a, const char *b) {
+/* Whether a and b name one file: the same device and inode when both
+ * exist; else the same real path of the parent folder and the same last
+ * name (so "x", "./x" and "dir/../x" are one file before it exists). */
+static bool path_same_file(const char *a, const char *b) {
     struct path_id ia, ib;
     path_identify(a, &ia);
     path_identify(b, &ib);

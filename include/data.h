@@ -2,7 +2,7 @@
  * batch loader. A shard is a 1024-byte header (256 int32: magic, version,
  * token count, the rest zero) followed by the tokens, in one of llm.c's
  * two formats (enum shard_format): GPT-2's, magic 20240520 version 1,
- * uint16 tokens (dev/data/data_common.py's write_datafile); LLaMA 3's,
+ * uint16 tokens (llm.c's data_common.py, write_datafile); LLaMA 3's,
  * magic 20240801 version 7, uint32 tokens, which its 128,256-token
  * vocabulary needs. A loader takes shards of either, even mixed.
  *

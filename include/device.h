@@ -32,7 +32,7 @@ enum {
     DEVICE_ERR_LEN = 256,
     DEVICE_BUS_ID_LEN = 32,
     DEVICE_UUID_LEN = 48,          /* "GPU-" and a uuid's 36 characters */
-    DEVICE_VERIFICATION_LEN = 320, /* a verdict on the stamp (include/gpu_stamp.h) */
+    DEVICE_VERIFICATION_LEN = 320, /* a verdict on the stamp (model/gpu_stamp.h) */
 };
 
 struct device_info {
@@ -44,7 +44,7 @@ struct device_info {
     char name[DEVICE_NAME_LEN]; /* "cpu", or the GPU's name */
     char uuid[DEVICE_UUID_LEN]; /* the GPU's uuid ("GPU-..."; "" on the CPU) */
     /* On a GPU: whether make cuda-test's stamp covers this build on this
-     * GPU (include/gpu_stamp.h). verification holds the banner's words:
+     * GPU (model/gpu_stamp.h). verification holds the banner's words:
      * "verified by make cuda-test on GPU-...: ..." or, when unverified
      * (--gpu_unverified 1), "UNVERIFIED (...)" with the reason. */
     bool unverified;
@@ -63,7 +63,7 @@ bool device_build_has_cuda(void);
 /* Resolves `want` (above), selects this rank's GPU when it is cuda, and
  * fills d. 0, or -1 with a message in err. Local: no collective. On a GPU
  * the run goes on only when make cuda-test's stamp beside this executable
- * covers this build and this GPU (include/gpu_stamp.h), or when
+ * covers this build and this GPU (model/gpu_stamp.h), or when
  * allow_unverified says to run anyway (d->unverified then); else err is
  * the one-line refusal naming make cuda-test. path v2 where the run is not
  * on a GPU (either build) is an error. */

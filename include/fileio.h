@@ -60,10 +60,6 @@ int path_check_input(const char *path, const char *what, char err[FILEIO_ERR_LEN
  * device node, a FIFO, a symlink's target is kept but a device it points
  * to is not written) with a regular file. */
 int path_check_output(const char *path, const char *what, char err[FILEIO_ERR_LEN]);
-/* Whether a and b name one file: the same device and inode when both
- * exist; else the same real path of the parent folder and the same last
- * name (so "x", "./x" and "dir/../x" are one file before it exists). */
-bool path_same_file(const char *a, const char *b);
 
 /* A program's files by key, for path_check_distinct. `kind` says what the
  * file holds (a model file, a resume state, a log...). */

@@ -59,7 +59,7 @@
 
 /* In the order of what it drops: nothing, the attention probabilities
  * (selective), all but each layer's input (full). The trainer's model and
- * the planner's formulas (include/theory.h) share it. */
+ * the planner's formulas (train/theory/theory.h) share it. */
 enum recompute_mode { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL };
 
 /* The attention kernels (include/layers.h; --attention):

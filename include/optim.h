@@ -162,10 +162,9 @@ struct qmap_index {
     enum qmap_isa isa;       /* the kernels used with this index */
 };
 
-/* The best kernels this CPU runs, whether it runs `isa`, and its name. */
+/* The best kernels this CPU runs, and whether it runs `isa`. */
 enum qmap_isa qmap_isa_best(void);
 bool qmap_isa_available(enum qmap_isa isa);
-const char *qmap_isa_name(enum qmap_isa isa);
 
 void qmap_index_build(struct qmap_index *ix, const float map[QMAP_SIZE]);
 

@@ -16,14 +16,13 @@ enum { PIPELINE_MAX_STAGES = 1024 }; /* the config's limit on pp */
  * or -1 when the split is impossible. */
 int pipeline_stage_layers(int L, int pp, int stage, const int *counts, int *l0, int *l1);
 
-/* What the rank at (pp_rank, tp_rank) holds. Returns -1 as above. */
-int pipeline_rank_desc(int L, int pp, int pp_rank, int tp, int tp_rank, const int *counts, struct rank_desc *out);
-/* The same with v virtual stages (the interleaved schedule, Narayanan et
- * al. 2021): the layers are split into pp x v model chunks (evenly, or
- * counts[j] layers in chunk j: pp x v counts), and rank s holds chunks
- * s, s + pp, ..., s + (v - 1) pp; chunk 0 (rank 0) holds the embedding,
- * chunk pp v - 1 (rank pp - 1) the head. v = 1 is pipeline_rank_desc.
- * Returns -1 when the split is impossible or v is outside 1..RANK_MAX_CHUNKS. */
+/* What the rank at (pp_rank, tp_rank) holds with v virtual stages (the
+ * interleaved schedule, Narayanan et al. 2021; v = 1 for the others): the
+ * layers are split into pp x v model chunks (evenly, or counts[j] layers in
+ * chunk j: pp x v counts), and rank s holds chunks s, s + pp, ...,
+ * s + (v - 1) pp; chunk 0 (rank 0) holds the embedding, chunk pp v - 1
+ * (rank pp - 1) the head. Returns -1 when the split is impossible or v is
+ * outside 1..RANK_MAX_CHUNKS. */
 int pipeline_rank_desc_v(int L, int pp, int v, int pp_rank, int tp, int tp_rank, const int *counts,
                          struct rank_desc *out);
 

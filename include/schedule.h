@@ -87,8 +87,6 @@ struct pipe_op schedule_op(enum schedule_kind k, int p, int stage, int m, int v,
 /* The 2 m v operations of a step, in order, into ops (room for 2 m v).
  * Returns their number, or -1 when !schedule_runs. */
 int schedule_order_v(enum schedule_kind k, int p, int stage, int m, int v, struct pipe_op *ops);
-/* v = 1. */
-int schedule_order(enum schedule_kind k, int p, int stage, int m, struct pipe_op *ops);
 /* Forwards before the first backward on stage `stage`. */
 int schedule_warmup(enum schedule_kind k, int p, int stage, int m, int v);
 /* The most micro-batches of the rank's chunk `chunk` in flight (forward

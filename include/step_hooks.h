@@ -12,7 +12,7 @@
 #ifndef SHARDLAB_STEP_HOOKS_H
 #define SHARDLAB_STEP_HOOKS_H
 
-/* The phase boundaries the memory timeline samples (include/timeline.h).
+/* The phase boundaries the memory timeline samples (train/measure/timeline.h).
  * The boundary comes once a phase's work is done and before anything it
  * used is released or reused (a unit's forward: after its compute; its
  * backward: after its gradient was handed to the model states), except

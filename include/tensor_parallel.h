@@ -1,5 +1,6 @@
 /* Tensor parallelism across folders: what one rank of a tensor-parallel
- * group holds, and whether tp ranks can split a model at all. The room is
+ * group holds (whether tp ranks can split a model at all is the layout's
+ * rule: tp_divides, include/layout.h). The room is
  * model/tensor_parallel/ (docs/TP.md): slice.c implements this header;
  * Megatron's f and g, sequence parallelism's g and g-bar and the
  * vocabulary-parallel cross-entropy, which only model/ calls, are in
@@ -41,11 +42,6 @@ struct tp_slice {
     int position0, positions; /* positions [position0, position0 + positions) of each sequence */
     struct vocab_slice vocab;
 };
-
-/* Whether tp ranks can split n_head heads of width d_model: each holds
- * n_head/tp heads and 4 d_model/tp FC features. When not, why (len bytes;
- * NULL: not wanted) says so, naming the config's keys. */
-bool tp_divides(int n_head, int d_model, int tp, char *why, size_t len);
 
 /* The slices of lay's tp rank (lay->rank.tp_rank of lay->rank.tp, over
  * lay->shape, whose Vp the layout padded for tp); positions as sequence

@@ -12,6 +12,10 @@
 #include "cuda/flash_attention.h"
 #include "gpu_stamp.h"
 #include "kernel_timing.h"
+
+/* The stamp's record of a GPU holds what device_info says of it. */
+_Static_assert((int)GPU_STAMP_UUID_LEN == (int)DEVICE_UUID_LEN && (int)GPU_STAMP_NAME_LEN == (int)DEVICE_NAME_LEN,
+               "model/gpu_stamp.h's uuid and name fields are device_info's");
 #endif
 
 bool device_build_has_cuda(void) {
@@ -40,7 +44,7 @@ static int check_path_on_cpu(enum device_kind want, enum gpu_path path, const st
 
 #ifdef SHARDLAB_CUDA
 /* The one check that a GPU run is verified: make cuda-test's stamp for
- * this build and this GPU (include/gpu_stamp.h). */
+ * this build and this GPU (model/gpu_stamp.h). */
 static int check_stamp(bool allow_unverified, struct device_info *d, char *err, size_t err_len) {
     char why[DEVICE_VERIFICATION_LEN];
     if (gpu_stamp_verify_self(d->uuid, d->name, why, sizeof why) == 0) {

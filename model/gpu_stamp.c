@@ -1,5 +1,5 @@
 /* make cuda-test's stamp: its format, the verdict on a run, and how a
- * process finds its own build and stamp (include/gpu_stamp.h). Everything
+ * process finds its own build and stamp (model/gpu_stamp.h). Everything
  * above the file functions is pure, for tests/test_gpu_stamp.c. */
 #include "gpu_stamp.h"
 
@@ -80,7 +80,7 @@ static int parse_line(const char *line, struct gpu_stamp *s, char *why, size_t w
 
 int gpu_stamp_parse(const char *text, struct gpu_stamp *s, char *why, size_t why_len) {
     *s = (struct gpu_stamp){0};
-    char line[GPU_STAMP_LINE_LEN], reason[DEVICE_ERR_LEN];
+    char line[GPU_STAMP_LINE_LEN], reason[GPU_STAMP_WHY_LEN];
     int number = 0;
     for (const char *p = text; *p;) {
         size_t n = strcspn(p, "\n");
@@ -107,7 +107,7 @@ int gpu_stamp_parse(const char *text, struct gpu_stamp *s, char *why, size_t why
 int gpu_stamp_format(const struct gpu_stamp *s, char *out, size_t out_len) {
     size_t used = 0;
     int n = snprintf(out, out_len, "# shardlab: %s passed every CUDA test of this build on each GPU below "
-                     "(include/gpu_stamp.h)\nbuild %s\n", GPU_STAMP_COMMAND, s->build_id);
+                     "(model/gpu_stamp.h)\nbuild %s\n", GPU_STAMP_COMMAND, s->build_id);
     for (int i = 0; n >= 0 && (size_t)n < out_len - used; i++) {
         used += (size_t)n;
         if (i == s->gpus) return 0;
@@ -150,7 +150,7 @@ int gpu_stamp_check(const char *path, const char *text, const struct gpu_identit
         return -1;
     }
     struct gpu_stamp s;
-    char why[DEVICE_ERR_LEN];
+    char why[GPU_STAMP_WHY_LEN];
     if (gpu_stamp_parse(text, &s, why, sizeof why) != 0) {
         snprintf(words, len, "the stamp %s is malformed: %s", path, why);
         return -1;
@@ -172,7 +172,7 @@ int gpu_stamp_check(const char *path, const char *text, const struct gpu_identit
                  g->utc);
         return 0;
     }
-    char others[DEVICE_ERR_LEN];
+    char others[GPU_STAMP_WHY_LEN];
     list_gpus(&s, others, sizeof others);
     snprintf(words, len, "the stamp %s is for %s, not this GPU %s", path, others, me->uuid);
     return -1;
@@ -183,15 +183,15 @@ void gpu_stamp_refusal(const char *why, char *out, size_t out_len) {
              "the stamp when every CUDA test passes (docs/GPU.md)", why, GPU_STAMP_COMMAND);
 }
 
-void gpu_stamp_uuid_text(const unsigned char bytes[16], char out[DEVICE_UUID_LEN]) {
+void gpu_stamp_uuid_text(const unsigned char bytes[16], char out[GPU_STAMP_UUID_LEN]) {
     /* nvidia-smi's form: 8-4-4-4-12 hex digits */
     static const int dash_after[] = {3, 5, 7, 9}; /* the bytes a group ends with */
     enum { DASHES = sizeof dash_after / sizeof dash_after[0] };
-    int used = snprintf(out, DEVICE_UUID_LEN, "GPU-");
+    int used = snprintf(out, GPU_STAMP_UUID_LEN, "GPU-");
     for (int i = 0, d = 0; i < UUID_BYTES; i++) {
-        used += snprintf(out + used, (size_t)(DEVICE_UUID_LEN - used), "%02x", bytes[i]);
+        used += snprintf(out + used, (size_t)(GPU_STAMP_UUID_LEN - used), "%02x", bytes[i]);
         if (d < DASHES && i == dash_after[d]) {
-            used += snprintf(out + used, (size_t)(DEVICE_UUID_LEN - used), "-");
+            used += snprintf(out + used, (size_t)(GPU_STAMP_UUID_LEN - used), "-");
             d++;
         }
     }

@@ -1,9 +1,8 @@
 /* A rank's units and tensors (include/layout.h). */
 #include "layout.h"
 
+#include <stdint.h>
 #include <stdio.h>
-
-#include "tensor_parallel.h"
 
 struct shape2d {
     const char *name;
@@ -13,6 +12,17 @@ struct shape2d {
 };
 
 int padded_vocab(int V) { return (V + VOCAB_PAD - 1) / VOCAB_PAD * VOCAB_PAD; }
+
+bool tp_divides(int n_head, int d_model, int tp, char *why, size_t len) {
+    int64_t fc = 4 * (int64_t)d_model; /* in 64 bits: a d_model from a file may be near INT_MAX */
+    if (n_head % tp == 0 && fc % tp == 0 && d_model % tp == 0) return true;
+    if (why)
+        snprintf(why, len,
+                 "tp = %d must divide n_head (%d), d_model (%d) and the FC width 4 x d_model (%lld): each rank holds "
+                 "n_head/tp heads and 4 d_model/tp FC features",
+                 tp, n_head, d_model, (long long)fc);
+    return false;
+}
 
 static int tp_padded_vocab(int V, int tp) { return (V + 128 * tp - 1) / (128 * tp) * (128 * tp); }
 

@@ -56,10 +56,11 @@ void blockwise8_dequantize(const float *map, const struct qmap_index *ix, float 
     qmap_dequantize(map, ix, ix ? ix->isa : QMAP_ISA_SCALAR, absmax, q, len, x);
 }
 
-/* For non-negative floats the bits order like the values; a NaN's
- * magnitude bits exceed +Inf's and count as 0. Signed: GCC vectorizes this
- * reduction, not the unsigned one. */
-float blockwise8_absmax(const float *x, size_t len) {
+/* What fmaxf(max, |x[i]|) from +0 gives, NaN skipped, on the bits (the
+ * loop vectorizes). For non-negative floats the bits order like the
+ * values; a NaN's magnitude bits exceed +Inf's and count as 0. Signed: GCC
+ * vectorizes this reduction, not the unsigned one. */
+static float blockwise8_absmax(const float *x, size_t len) {
     enum { ABS_MASK = 0x7fffffff, INF_BITS = 0x7f800000 };
     int32_t mx = 0;
     for (size_t i = 0; i < len; i++) {

@@ -20,9 +20,6 @@ void blockwise8_quantize(const float *map, const struct qmap_index *ix, float ab
                          bool sign_fix, uint8_t zero_code, uint8_t *q);
 void blockwise8_dequantize(const float *map, const struct qmap_index *ix, float absmax, const uint8_t *q, size_t len,
                            float *x);
-/* What fmaxf(max, |x[i]|) from +0 gives, NaN skipped, on the bits (the
- * loop vectorizes). */
-float blockwise8_absmax(const float *x, size_t len);
 
 /* A one-state rule's fp32 step of one block: s holds the dequantized
  * state and becomes the new one, w is updated, g the scaled gradient. */

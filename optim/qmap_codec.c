@@ -185,11 +185,6 @@ enum qmap_isa qmap_isa_best(void) {
     return QMAP_ISA_SCALAR;
 }
 
-const char *qmap_isa_name(enum qmap_isa isa) {
-    static const char *const names[QMAP_NUM_ISAS] = {"scalar", "avx2", "avx512"};
-    return isa >= 0 && isa < QMAP_NUM_ISAS ? names[isa] : "unknown";
-}
-
 /* The index's isa caps the request: it was picked for this CPU and map. */
 void qmap_quantize(const float map[QMAP_SIZE], const struct qmap_index *ix, enum qmap_isa isa, float absmax,
                    const float *x, size_t n, bool sign_fix, uint8_t *q) {

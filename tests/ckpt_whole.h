@@ -1,6 +1,6 @@
 /* Whole-buffer checkpoint calls, for tests only. The library moves model
  * files and resume states one unit at a time (no rank ever holds a full
- * copy: include/checkpoint.h's readers and writers); a test that has the
+ * copy: train/ckpt/checkpoint.h's readers and writers); a test that has the
  * whole model, or a few whole arrays, in one buffer loads and saves it with
  * these, built on those piecewise calls. */
 #ifndef SHARDLAB_TESTS_CKPT_WHOLE_H
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint.h"
+#include "../train/ckpt/checkpoint.h"
 
 /* The i-th of the model's tensors in llm.c's file order: wte, wpe, then for
  * each layer tensor kind its copy in layers 0..L-1, then lnfw, lnfb. */

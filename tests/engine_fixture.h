@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "engine.h"
-#include "run.h"
+#include "../train/run/run.h"
 
 /* n token ids below V from seed, by a fixed LCG (not the library's RNG,
  * so the test data never changes with it). */

@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "checkpoint.h"
+#include "../train/ckpt/checkpoint.h"
 #include "ckpt_whole.h"
 #include "file_fixture.h"
 

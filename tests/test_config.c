@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "config.h"
+#include "../train/config/config.h"
 #include "device.h"
 
 static void test_defaults(void **state) {

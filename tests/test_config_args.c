@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "config.h"
+#include "../train/config/config.h"
 #include "config_fixture.h"
 
 /* argv for config_parse_args from a NULL-terminated list (argv[0] added). */

@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "config.h"
+#include "../train/config/config.h"
 #include "config_fixture.h"
 
 static void test_unknown_key(void **state) {

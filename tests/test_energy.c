@@ -1,4 +1,4 @@
-/* The energy meters (include/energy.h) on a fake powercap tree: a temp
+/* The energy meters (train/measure/energy.h) on a fake powercap tree: a temp
  * directory laid out as Linux's /sys/class/powercap (intel-rapl:N zones,
  * name, energy_uj, max_energy_range_uj). Which zones count (packages and
  * their DRAM, not core, uncore, psys or the MMIO copy), joules from the
@@ -19,7 +19,7 @@
 
 #include <cmocka.h>
 
-#include "energy.h"
+#include "../train/measure/energy.h"
 
 /* |got - want| <= tol (this cmocka has no double assertion) */
 #define assert_near(got, want, tol) assert_true(fabs((got) - (want)) <= (tol))

@@ -46,7 +46,7 @@ static struct rig *rig_new(void) {
 /* An engine for pipeline stage `stage` of `pp` (pp = 1: the whole model). */
 static void stage_engine(struct rig *r, struct engine *e, int pp, int stage, int slots) {
     struct rank_desc d;
-    assert_int_equal(pipeline_rank_desc(L, pp, stage, 1, 0, NULL, &d), 0);
+    assert_int_equal(pipeline_rank_desc_v(L, pp, 1, stage, 1, 0, NULL, &d), 0);
     struct model_layout lay;
     assert_int_equal(layout_init(&lay, trainer_model_shape(&r->cfg), d), 0);
     struct engine_options o = trainer_engine_options(&r->cfg);

@@ -43,7 +43,7 @@
 
 #include "gradcheck.h"
 #include "layers.h"
-#include "machine.h"
+#include "../train/measure/machine.h"
 #include "onednn_gemms.h"
 
 static char FLAGS[CPU_FLAGS_LEN];

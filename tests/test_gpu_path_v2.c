@@ -15,8 +15,8 @@
 #include <string.h>
 
 #include "../model/gpt_acts.h"
-#include "accounting.h"
-#include "config.h"
+#include "../train/theory/accounting.h"
+#include "../train/config/config.h"
 #include "layout.h"
 
 /* A model as gpt_init_chunks would set the fields acts_direct reads. */
@@ -73,7 +73,7 @@ static void test_start_up_errors(void **state) {
     char err[512] = "";
     struct config c = v2_config();
     assert_int_equal(config_check_gpu_path(&c, err, sizeof err), 0);
-    c.attention = ATTENTION_PLAIN; /* its device form: v2/attention_widened.cu */
+    c.attention = ATTENTION_PLAIN; /* its device form: model/cuda/v2/attention_widened.cu */
     c.recompute = RECOMPUTE_SELECTIVE;
     assert_int_equal(config_check_gpu_path(&c, err, sizeof err), 0);
     c = v2_config();

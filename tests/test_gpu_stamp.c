@@ -1,4 +1,4 @@
-/* make cuda-test's stamp (include/gpu_stamp.h), on the CPU: the verdict a
+/* make cuda-test's stamp (model/gpu_stamp.h), on the CPU: the verdict a
  * GPU run gets from it (a good stamp gives the banner's words; a missing
  * file, another build, another GPU, a changed library and a malformed file
  * each refuse, naming why, and the refusal names make cuda-test), the
@@ -15,7 +15,8 @@
 
 #include <cmocka.h>
 
-#include "gpu_stamp.h"
+#include "../model/gpu_stamp.h"
+#include "device.h"
 
 #define PATH "build-cuda/gpu_verified.stamp"
 #define BUILD_ID "0123456789abcdef0123456789abcdef01234567"

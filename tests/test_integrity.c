@@ -19,7 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
+#include "../train/ckpt/checkpoint.h"
 #include "ckpt_whole.h"
 #include "crc32c.h"
 #include "file_fixture.h"

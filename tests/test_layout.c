@@ -21,7 +21,7 @@ static const struct model_shape SMALL = {.L = 5, .C = 16, .NH = 4, .T = 8, .V = 
 
 static struct model_layout layout_for(struct model_shape s, int pp, int pp_rank, int tp, int tp_rank) {
     struct rank_desc d;
-    assert_int_equal(pipeline_rank_desc(s.L, pp, pp_rank, tp, tp_rank, NULL, &d), 0);
+    assert_int_equal(pipeline_rank_desc_v(s.L, pp, 1, pp_rank, tp, tp_rank, NULL, &d), 0);
     struct model_layout lay;
     assert_int_equal(layout_init(&lay, s, d), 0);
     return lay;

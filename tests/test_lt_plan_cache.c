@@ -4,8 +4,10 @@
  * one changed alone is a new slot); colliding hashes probe to free slots
  * and still find their own; a full table gives -1 (the call then takes
  * v1's per-call way) and never overwrites a slot. The cuBLASLt side
- * (matmul_lt_cached.cu) is compiled, not run: tests/cuda/test_lt_cached_cuda.c
- * checks it against v1's calls bit for bit on a GPU. */
+ * (model/cuda/v2/matmul_lt_cached.cu) is compiled, not run: on a GPU,
+ * tests/cuda/test_v2_flow_cuda.c runs it under the mixed GEMMs
+ * (model/cuda/v2/matmul_mixed.cu: an aligned shape's second call finds
+ * its cached plan) against the CPU's. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

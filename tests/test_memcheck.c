@@ -14,10 +14,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "run.h"
-#include "accounting.h"
+#include "../train/run/run.h"
+#include "../train/theory/accounting.h"
 #include "../train/run/run_memcheck.h"
-#include "report.h"
+#include "../train/report/report.h"
 
 static char ROOT[64];
 

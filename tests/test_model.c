@@ -18,7 +18,7 @@
 #include "engine.h"
 #include "engine_fixture.h"
 #include "grid.h"
-#include "accounting.h"
+#include "../train/theory/accounting.h"
 
 enum { L = 2, C = 16, NH = 2, T = 8, V = 64, B = 2, SEED = 4242 };
 

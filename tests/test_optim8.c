@@ -20,6 +20,12 @@
 
 static const struct param_writeback NO_WRITEBACK = {.params = NULL};
 
+/* A kernel set's name, for the messages below. */
+static const char *qmap_isa_name(enum qmap_isa isa) {
+    static const char *const names[QMAP_NUM_ISAS] = {"scalar", "avx2", "avx512"};
+    return isa >= 0 && isa < QMAP_NUM_ISAS ? names[isa] : "unknown";
+}
+
 /* uniform in [lo, hi) from a fixed counter, so every run sees the same data */
 static float uni(uint64_t idx, float lo, float hi) { return lo + (hi - lo) * rng_uniform(7, 99, idx); }
 

@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "config.h"
+#include "../train/config/config.h"
 #include "grid.h"
 #include "optim.h"
 #include "qmap_brute.h"

@@ -20,7 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "run.h"
+#include "../train/run/run.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define UNDER_SANITIZER 1

@@ -19,9 +19,9 @@
 #include "clock.h"
 #include "counters.h"
 #include "layers.h"
-#include "machine.h"
+#include "../train/measure/machine.h"
 #include "onednn_gemms.h"
-#include "peak.h"
+#include "../train/measure/peak.h"
 
 static void test_peak_trials(void **state) {
     (void)state;

@@ -13,9 +13,9 @@
 
 #include <cmocka.h>
 
-#include "config.h"
-#include "plan.h"
-#include "theory.h"
+#include "../train/config/config.h"
+#include "../train/theory/plan.h"
+#include "../train/theory/theory.h"
 
 static void load(struct config *c, const char *path) {
     char err[CONFIG_ERR_LEN];

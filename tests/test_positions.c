@@ -20,10 +20,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ckpt.h"
-#include "checkpoint.h"
-#include "theory.h"
-#include "run.h"
+#include "../train/ckpt/ckpt.h"
+#include "../train/ckpt/checkpoint.h"
+#include "../train/theory/theory.h"
+#include "../train/run/run.h"
 
 enum { TEXT_BYTES = 64 * 1024, T_RUN = 16, T_FILE = 32, C_TINY = 32 };
 

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "progress.h"
+#include "../train/measure/progress.h"
 
 static void expect_eta(double seconds, const char *want) {
     char out[PROGRESS_ETA_LEN];

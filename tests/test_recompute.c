@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "accounting.h"
+#include "../train/theory/accounting.h"
 #include "engine.h"
 #include "engine_fixture.h"
 #include "grid.h"

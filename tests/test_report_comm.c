@@ -12,8 +12,8 @@
 
 #include <cmocka.h>
 
-#include "accounting.h"
-#include "report.h"
+#include "../train/theory/accounting.h"
+#include "../train/report/report.h"
 
 static struct config small_config(void) {
     struct config c;

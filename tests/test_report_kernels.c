@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "report.h"
+#include "../train/report/report.h"
 
 /* report_kernels' output into a string (caller frees). */
 static char *printed(const struct trainer *tr, int steps, char **json_text) {

@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "checkpoint.h"
+#include "../train/ckpt/checkpoint.h"
 #include "ckpt_whole.h"
 #include "crc32c.h"
 #include "file_fixture.h"
@@ -177,7 +177,7 @@ static void test_resume_rejects(void **state) {
 
 /* Section names in a file obey the writer's rules: a file with two
  * sections of one name, an empty name or a name without its NUL is refused
- * on open (found by tests/fuzz/fuzz_resume: resume_find took the first of
+ * on open (found by tests/fuzz/fuzz_resume.c: resume_find took the first of
  * two equal names and refused the file's second). */
 /* After editing a name in the section table of a raw state file: the
  * header checksum made right again (bytes 8..11 cover [12, end of the

@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "run_record.h"
+#include "../train/report/run_record.h"
 
 /* What `emit` wrote into a temporary file, NUL-terminated (static: one at a time). */
 static const char *written(void (*emit)(FILE *, const struct run_record *), const struct run_record *r) {

@@ -20,7 +20,7 @@ enum { MAX_M = 12, MAX_P = 6 };
  * backward. */
 static int check_order(enum schedule_kind k, int p, int s, int m) {
     struct pipe_op ops[2 * MAX_M];
-    assert_int_equal(schedule_order(k, p, s, m, ops), 2 * m);
+    assert_int_equal(schedule_order_v(k, p, s, m, 1, ops), 2 * m);
     int slots = schedule_slots(k, p, s, m), next_f = 0, next_b = 0, warmup = -1;
     bool live[MAX_M] = {false};
     for (int i = 0; i < 2 * m; i++) {
@@ -66,7 +66,7 @@ static void test_1f1b_warmup_and_slots(void **state) {
             }
     /* one stage: forward then backward of each micro-batch, in turn */
     struct pipe_op ops[6];
-    schedule_order(SCHEDULE_1F1B, 1, 0, 3, ops);
+    schedule_order_v(SCHEDULE_1F1B, 1, 0, 3, 1, ops);
     for (int i = 0; i < 6; i++) {
         assert_int_equal(ops[i].kind, i % 2 ? PIPE_BACKWARD : PIPE_FORWARD);
         assert_int_equal(ops[i].micro_batch, i / 2);

@@ -17,11 +17,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "accounting.h"
-#include "config.h"
+#include "../train/theory/accounting.h"
+#include "../train/config/config.h"
 #include "data.h"
 #include "layers.h"
-#include "theory.h"
+#include "../train/theory/theory.h"
 
 /* LLaMA-3 405B (configs/llama3-405b.conf) at micro-batch 8. */
 enum { L405 = 126, C405 = 16384, NH405 = 128, NKV405 = 8, F405 = 53248, V405 = 128256, T405 = 8192, B405 = 8 };

@@ -18,10 +18,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "accounting.h"
+#include "../train/theory/accounting.h"
 #include "rng.h"
-#include "trace_file.h"
-#include "run.h"
+#include "../train/measure/trace_file.h"
+#include "../train/run/run.h"
 
 static char DIR_[64], SHARD[128];
 static struct grid GRID; /* one process: a 1 x 1 x 1 grid */

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "run.h"
+#include "../train/run/run.h"
 #include "train_fixture.h"
 
 /* ---- learning ---------------------------------------------------------- */

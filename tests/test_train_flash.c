@@ -26,10 +26,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "accounting.h"
+#include "../train/theory/accounting.h"
 #include "json_log.h"
 #include "rng.h"
-#include "run.h"
+#include "../train/run/run.h"
 
 enum { STEPS = 20 };
 

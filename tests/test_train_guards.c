@@ -21,10 +21,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
-#include "ckpt.h"
+#include "../train/ckpt/checkpoint.h"
+#include "../train/ckpt/ckpt.h"
 #include "engine_fixture.h"
-#include "run.h"
+#include "../train/run/run.h"
 
 enum { TRAIN_BYTES = 200 * 1024 };
 

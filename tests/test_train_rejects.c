@@ -17,9 +17,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
+#include "../train/ckpt/checkpoint.h"
 #include "../train/run/run_outputs.h"
-#include "run.h"
+#include "../train/run/run.h"
 #include "train_fixture.h"
 
 /* ---- rejections --------------------------------------------------------- */

@@ -19,10 +19,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt.h"
+#include "../train/ckpt/ckpt.h"
 #include "../train/run/run_outputs.h"
 #include "../train/run/run_stop_signal.h"
-#include "run.h"
+#include "../train/run/run.h"
 #include "json_log.h"
 #include "train_fixture.h"
 

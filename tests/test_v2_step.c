@@ -59,7 +59,7 @@ static void check_norms(enum dtype grad_dtype, int zero_stage, int pp, int stage
     struct mem_tracker mem = {0};
     struct flop_counter flops = {0};
     struct rank_desc d;
-    assert_int_equal(pipeline_rank_desc(L, pp, stage, 1, 0, NULL, &d), 0);
+    assert_int_equal(pipeline_rank_desc_v(L, pp, 1, stage, 1, 0, NULL, &d), 0);
     struct model_layout lay;
     assert_int_equal(layout_init(&lay, trainer_model_shape(&cfg), d), 0);
     struct engine_options o = trainer_engine_options(&cfg);

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Checks a --trace file of build/train (Chrome trace-event JSON,
-include/trace_file.h) against what the run must have done.
+train/measure/trace_file.h) against what the run must have done.
 
     tests/trace_check.py FILE --ranks N [--steps S --grad-accum K [--virtual-stages V]]
         [--expect-order "F0 B0 F1 B1"] [--rank-order R="F0 F1 B0 B1"] ...

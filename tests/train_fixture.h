@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "run.h"
+#include "../train/run/run.h"
 
 /* train: the first 200 KB of the corpus; val: 64 KB from far later (the
  * corpus is 1.9 MB), text the model never trains on. */

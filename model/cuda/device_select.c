@@ -12,7 +12,7 @@
 #include <stdlib.h>
 
 #include "cuda_device.h"
-#include "gpu_stamp.h"
+#include "../gpu_stamp.h"
 
 int cuda_local_rank(char *err, size_t err_len) {
     const char *s = getenv("OMPI_COMM_WORLD_LOCAL_RANK");

@@ -2,22 +2,11 @@
  * and FC features (Shoeybi et al. 2019, section 3: the column-parallel
  * GEMMs split their outputs, the row-parallel ones their inputs), its
  * vocabulary rows (the vocabulary-parallel embedding and head), its
- * sequence positions (Korthikanti et al. 2022, section 4.2.2), and the
- * check that tp can cut a model so. */
+ * sequence positions (Korthikanti et al. 2022, section 4.2.2), from a
+ * layout that tp cuts (tp_divides, model/layout.c). */
 #include "tensor_parallel.h"
 
 #include <stdio.h>
-
-bool tp_divides(int n_head, int d_model, int tp, char *why, size_t len) {
-    int64_t fc = 4 * (int64_t)d_model; /* in 64 bits: a d_model from a file may be near INT_MAX */
-    if (n_head % tp == 0 && fc % tp == 0 && d_model % tp == 0) return true;
-    if (why)
-        snprintf(why, len,
-                 "tp = %d must divide n_head (%d), d_model (%d) and the FC width 4 x d_model (%lld): each rank holds "
-                 "n_head/tp heads and 4 d_model/tp FC features",
-                 tp, n_head, d_model, (long long)fc);
-    return false;
-}
 
 struct vocab_slice tp_vocab_slice(const struct model_layout *lay) {
     int64_t Vl = lay->shape.Vp / lay->rank.tp;

@@ -9,16 +9,15 @@
 double vocab_parallel_crossentropy(struct collectives *tp, struct vocab_slice s, float *logits, float *losses,
                                    const int32_t *targets, int64_t N, float dloss, float *scratch,
                                    struct flop_counter *fc) {
-    bool group = tp && tp->size > 1;
-    if (!group) /* one slice, the whole vocabulary: the fused form gives the three passes' bits in one */
+    if (!tp || tp->size <= 1) /* one slice, the whole vocabulary: the fused form gives the three passes' bits in one */
         return crossentropy_forward_backward(logits, losses, targets, N, s.V, s.Vl, dloss, fc);
     int64_t valid = vocab_slice_real_rows(s); /* this slice's real tokens */
     float *maxv = losses; /* the row maxima live where the losses will: finish reads each before writing it */
     float *sum = scratch, *target = scratch + N;
     crossentropy_row_max(logits, maxv, N, s.Vl, valid, fc);
-    if (group) tp->all_reduce_max(tp, maxv, (size_t)N, DTYPE_FP32);
+    tp->all_reduce_max(tp, maxv, (size_t)N, DTYPE_FP32);
     crossentropy_exp_sum(logits, maxv, sum, target, targets, N, s.Vl, s.v0, valid, dloss != 0.0f, fc);
-    if (group) tp->all_reduce_sum(tp, scratch, 2 * (size_t)N, DTYPE_FP32); /* sums and target logits at once */
+    tp->all_reduce_sum(tp, scratch, 2 * (size_t)N, DTYPE_FP32); /* sums and target logits at once */
     return crossentropy_finish(logits, losses, maxv, sum, target, targets, N, s.Vl, s.v0, valid, dloss, fc);
 }
 

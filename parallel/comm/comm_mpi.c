@@ -1,4 +1,4 @@
-/* Collectives over an MPI communicator (include/comm_mpi.h). Every call is
+/* Collectives over an MPI communicator (parallel/comm/comm_mpi.h). Every call is
  * in place and adds the ring-algorithm byte volume of include/collectives.h
  * to the counters, whatever algorithm MPI picks underneath. Point to point
  * lives in comm_mpi_p2p.c, the non-blocking reduce-scatter's ring in

@@ -53,10 +53,6 @@ int schedule_order_v(enum schedule_kind k, int p, int stage, int m, int v, struc
     return 2 * m * v;
 }
 
-int schedule_order(enum schedule_kind k, int p, int stage, int m, struct pipe_op *ops) {
-    return schedule_order_v(k, p, stage, m, 1, ops);
-}
-
 int schedule_chunk_slots(enum schedule_kind k, int p, int stage, int m, int v, int chunk) {
     if (!schedule_runs(k, p, m, v) || chunk < 0 || chunk >= v) return 0;
     int live = 0, most = 0; /* forwards of the chunk whose backward has not run */

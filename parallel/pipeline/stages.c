@@ -23,10 +23,6 @@ int pipeline_stage_layers(int L, int pp, int stage, const int *counts, int *l0, 
     return sum == L ? 0 : -1;
 }
 
-int pipeline_rank_desc(int L, int pp, int pp_rank, int tp, int tp_rank, const int *counts, struct rank_desc *out) {
-    return pipeline_rank_desc_v(L, pp, 1, pp_rank, tp, tp_rank, counts, out);
-}
-
 int pipeline_rank_desc_v(int L, int pp, int v, int pp_rank, int tp, int tp_rank, const int *counts,
                          struct rank_desc *out) {
     if (v < 1 || v > RANK_MAX_CHUNKS || pp < 1 || pp_rank < 0 || pp_rank >= pp) return -1;

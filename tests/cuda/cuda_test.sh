@@ -7,7 +7,7 @@
 # tests/cuda/gpu_grads.sh. The count of tests is the cmocka tests passed
 # plus the scripts' "ok" checks.
 #   all ran and passed: the stamp for CUDA_BUILD/train's build and this GPU
-#     (CUDA_BUILD/tests/cuda/stamp_write, include/gpu_stamp.h), and the
+#     (CUDA_BUILD/tests/cuda/stamp_write, model/gpu_stamp.h), and the
 #     line to append to tests/cuda/gpu_verified.txt (the project's
 #     history); exit 0
 #   some failed: no stamp (an earlier one is removed); exit 1

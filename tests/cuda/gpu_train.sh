@@ -37,7 +37,7 @@
 #     dtypes, plain and flash attention, against the CPU build with the
 #     bf16 bounds (2e-2, 1e-2).
 # Every GPU run passes --gpu_unverified 1: this script is part of what
-# make cuda-test runs before it writes the stamp (include/gpu_stamp.h).
+# make cuda-test runs before it writes the stamp (model/gpu_stamp.h).
 # Bounds (fp32 / bf16) are stated below and were calibrated on an H100
 # (docs/GPU.md gives the measured gaps). Without a GPU every part is
 # reported skipped and the script exits 0.

@@ -1,6 +1,6 @@
 /* stamp_write TRAIN TESTS: make cuda-test's last step (tests/cuda/
  * cuda_test.sh), run only when all TESTS tests passed on this GPU. Records
- * in the stamp beside TRAIN (include/gpu_stamp.h) that TRAIN's build passed
+ * in the stamp beside TRAIN (model/gpu_stamp.h) that TRAIN's build passed
  * them on the GPU this process opens (the one the tests ran on: the first
  * CUDA device, as for a rank without mpirun), and prints the stamp's line
  * for that GPU. Exit 0, or 1 with a message (no GPU, no build id, the
@@ -11,7 +11,7 @@
 #include <time.h>
 
 #include "device.h"
-#include "gpu_stamp.h"
+#include "../../model/gpu_stamp.h"
 
 static int fail(const char *what) {
     fprintf(stderr, "stamp_write: %s\n", what);

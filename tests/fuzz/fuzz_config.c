@@ -4,7 +4,7 @@
  *  - every refusal leaves a message;
  *  - an accepted file round-trips: config_print's text loads back into a
  *    configuration that prints the same text. */
-#include "config.h"
+#include "../../train/config/config.h"
 #include "fuzz_input.h"
 
 #include <stdint.h>

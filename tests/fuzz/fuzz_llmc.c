@@ -10,9 +10,9 @@
  *    llmc_tensor_offset; read in the other dtype, it is their conversion;
  *  - ranges outside a tensor are refused;
  *  - llmc_load puts every tensor where the layout says. */
-#include "checkpoint.h"
+#include "../../train/ckpt/checkpoint.h"
 #include "../ckpt_whole.h"
-#include "config.h"
+#include "../../train/config/config.h"
 #include "fuzz_input.h"
 
 #include <stdint.h>

@@ -12,9 +12,9 @@
  *  - the table's order is a permutation with the n_fit that fit first, the
  *    fastest its first (or -1 when none fits);
  *  - the JSON holds no nan or inf, and starts and ends as one object. */
-#include "config.h"
+#include "../../train/config/config.h"
 #include "fuzz_input.h"
-#include "plan.h"
+#include "../../train/theory/plan.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -10,7 +10,7 @@
  *  - a section read whole is the file's bytes, or is refused with a
  *    message (a non-finite value in an fp32 or bf16 section);
  *  - ranges outside a section are refused. */
-#include "checkpoint.h"
+#include "../../train/ckpt/checkpoint.h"
 #include "../ckpt_whole.h"
 #include "fuzz_input.h"
 

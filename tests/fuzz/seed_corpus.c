@@ -10,9 +10,9 @@
  *   config/all-keys.conf  config_print of the defaults: every key by name
  *   config/crlf.conf      comments, blank lines, tabs, CRLF line ends
  * Usage: seed_corpus KJV_TXT CORPUS_DIR (run by `make fuzz-corpus`). */
-#include "checkpoint.h"
+#include "../../train/ckpt/checkpoint.h"
 #include "../ckpt_whole.h"
-#include "config.h"
+#include "../../train/config/config.h"
 #include "data.h"
 
 #include <stdio.h>

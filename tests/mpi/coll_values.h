@@ -9,7 +9,7 @@
 #include <cmocka.h>
 #include <mpi.h>
 
-#include "comm_mpi.h"
+#include "../../parallel/comm/comm_mpi.h"
 
 static inline int setup(void **state) {
     struct collectives *c = malloc(sizeof *c);

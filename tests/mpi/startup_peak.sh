@@ -4,7 +4,7 @@
 # resumes from that state, each keep every rank's peak RSS (at start-up and
 # over the run) within its tracked steady-state bytes + one unit (the
 # staging of init, load and save) + the libraries' allowance
-# (RSS_LIBRARY_ALLOWANCE in include/report.h), and its tracked peak within
+# (RSS_LIBRARY_ALLOWANCE in train/report/report.h), and its tracked peak within
 # steady + one unit. The model is 16 narrow layers: one full copy of it
 # (6 bytes per parameter, what start-up used to hold) is larger than the
 # allowance, so a full copy on any rank fails the test. Last, the ZeRO-3
@@ -20,7 +20,7 @@ tmp=$(mktemp -d /tmp/shardlab_peak_XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 mpi=(mpirun --oversubscribe --allow-run-as-root -np 4)
 for v in ASAN_OPTIONS UBSAN_OPTIONS; do [ -n "${!v:-}" ] && mpi+=(-x "$v"); done
-allowance=$(( $(sed -n 's/.*RSS_LIBRARY_ALLOWANCE = \([0-9]*\) << 20.*/\1/p' include/report.h) << 20 ))
+allowance=$(( $(sed -n 's/.*RSS_LIBRARY_ALLOWANCE = \([0-9]*\) << 20.*/\1/p' train/report/report.h) << 20 ))
 "$build/prepare" --input data/kjv.txt --train "$tmp/train.bin" --val "$tmp/val.bin" >/dev/null || exit 1
 model=(--n_layer 16 --d_model 256 --n_head 4 --seq_len 64 --vocab_size 256 --micro_batch 2 --zero 3 --threads 1
        --train_data "$tmp/train.bin" --val_every 0 --sample_tokens 0)

@@ -20,7 +20,7 @@
 #include <cmocka.h>
 #include <mpi.h>
 
-#include "comm_mpi.h"
+#include "../../parallel/comm/comm_mpi.h"
 #include "coll_values.h"
 
 

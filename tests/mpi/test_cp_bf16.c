@@ -25,7 +25,7 @@
 
 #include <mpi.h>
 
-#include "accounting.h"
+#include "../../train/theory/accounting.h"
 #include "context_parallel.h"
 #include "grid.h"
 #include "mpi_fixture.h"

@@ -33,11 +33,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt.h"
+#include "../../train/ckpt/ckpt.h"
 #include "../file_fixture.h"
-#include "checkpoint.h"
+#include "../../train/ckpt/checkpoint.h"
 #include "mpi_fixture.h"
-#include "run.h"
+#include "../../train/run/run.h"
 
 enum { STEPS = 3, MICRO_BATCH = 2, GLOBAL_SEQS = 8, N_LAYER = 3 };
 

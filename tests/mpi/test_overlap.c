@@ -23,11 +23,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "accounting.h"
+#include "../../train/theory/accounting.h"
 #include "../engine_fixture.h"
 #include "mpi_fixture.h"
 #include "schedule.h"
-#include "run.h"
+#include "../../train/run/run.h"
 
 enum { STEPS = 10, ACCUM = 2 };
 

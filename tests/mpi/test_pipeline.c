@@ -26,11 +26,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "accounting.h"
+#include "../../train/theory/accounting.h"
 #include "../engine_fixture.h"
 #include "mpi_fixture.h"
 #include "schedule.h"
-#include "run.h"
+#include "../../train/run/run.h"
 
 enum { STEPS = 20, LAYERS = 4 };
 static const double TOL = 1e-5;

@@ -18,7 +18,7 @@
 #include <cmocka.h>
 #include <mpi.h>
 
-#include "comm_mpi.h"
+#include "../../parallel/comm/comm_mpi.h"
 #include "coll_values.h"
 #include "../stderr_capture.h"
 

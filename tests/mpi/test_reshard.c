@@ -26,7 +26,7 @@
 #include "../engine_fixture.h"
 #include "../json_log.h"
 #include "mpi_fixture.h"
-#include "run.h"
+#include "../../train/run/run.h"
 
 enum { STEPS = 10, HALF = 5, MICRO_BATCH = 2, ACCUM = 1 };
 

@@ -55,7 +55,7 @@
 #include "../engine_fixture.h"
 #include "../json_log.h"
 #include "mpi_fixture.h"
-#include "run.h"
+#include "../../train/run/run.h"
 
 enum { STEPS = 20, MICRO_BATCH = 2, ACCUM = 2 };
 /* 12 heads and d_model 48 split over 2, 3 and 4 ranks; V = 256 is padded

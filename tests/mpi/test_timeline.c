@@ -1,4 +1,4 @@
-/* The memory timeline (include/timeline.h) under mpirun -np N: after a
+/* The memory timeline (train/measure/timeline.h) under mpirun -np N: after a
  * short run, every phase of the recorded step holds, on every rank, the
  * bytes in use that theory_trainer_timeline_peak derives from the config,
  * and the peak's phase and value are the hand formulas:
@@ -28,10 +28,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "accounting.h"
+#include "../../train/theory/accounting.h"
 #include "mpi_fixture.h"
-#include "report.h"
-#include "run.h"
+#include "../../train/report/report.h"
+#include "../../train/run/run.h"
 
 enum { STEPS = 2, ACCUM = 2 };
 

@@ -35,9 +35,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "accounting.h"
+#include "../../train/theory/accounting.h"
 #include "mpi_fixture.h"
-#include "run.h"
+#include "../../train/run/run.h"
 
 enum { STEPS = 3 };
 

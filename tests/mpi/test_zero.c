@@ -28,11 +28,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "accounting.h"
+#include "../../train/theory/accounting.h"
 #include "../engine_fixture.h"
 #include "../json_log.h"
 #include "mpi_fixture.h"
-#include "run.h"
+#include "../../train/run/run.h"
 
 enum { STEPS = 20, MICRO_BATCH = 2, ACCUM = 2 };
 

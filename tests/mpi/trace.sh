@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# --trace FILE (include/trace_file.h) on real runs of build/train, checked
+# --trace FILE (train/measure/trace_file.h) on real runs of build/train, checked
 # by tests/trace_check.py:
 #  0. the checker's self-test: a hand-made good trace passes, each defect
 #     (wrong order, early optimizer, overlap, missing rank, ts going back,

@@ -2,7 +2,7 @@
  * (train/ckpt/ckpt_grid.h). */
 #include "ckpt_grid.h"
 
-#include "accounting.h"
+#include "../theory/accounting.h"
 
 int ckpt_holder_layout(const struct config *c, const struct grid *g, int stage, int tp_rank,
                        struct model_layout *lay) {
@@ -14,7 +14,8 @@ bool ckpt_is_holder(const struct grid *g, int stage, int tp_rank) {
     return g->pp_rank == stage && g->tp_rank == tp_rank;
 }
 
-bool ckpt_is_source(const struct grid *g, int stage, int tp_rank) {
+/* This rank holds (stage, tp_rank)'s units and is their source (dp rank 0). */
+static bool ckpt_is_source(const struct grid *g, int stage, int tp_rank) {
     return ckpt_is_holder(g, stage, tp_rank) && g->dp_comm.rank == 0; /* dp 0, cp 0 */
 }
 

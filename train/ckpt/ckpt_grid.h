@@ -22,7 +22,7 @@
 #include <stddef.h>
 
 #include "grid.h"
-#include "config.h"
+#include "../config/config.h"
 #include "layout.h"
 
 /* The layout of holder (stage, tp_rank) for the config's model over this
@@ -31,9 +31,8 @@
 int ckpt_holder_layout(const struct config *c, const struct grid *g, int stage, int tp_rank,
                        struct model_layout *lay);
 
-/* This rank holds (stage, tp_rank)'s units; is its source (dp rank 0). */
+/* This rank holds (stage, tp_rank)'s units. */
 bool ckpt_is_holder(const struct grid *g, int stage, int tp_rank);
-bool ckpt_is_source(const struct grid *g, int stage, int tp_rank);
 
 /* Elements of unit u that a checkpoint takes from its holder: the whole
  * unit, less the head's copy of wte (the last tensor of the head) where

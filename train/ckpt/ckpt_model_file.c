@@ -12,7 +12,7 @@
 #include "ckpt_grid.h"
 #include "ckpt_staging.h"
 #include "ckpt_ref_runs.h"
-#include "trainer.h"
+#include "../measure/trainer.h"
 
 /* The whole model as llm.c files hold it (Vp without tp's extra padding). */
 static struct model_shape file_shape(const struct model_layout *lay) {

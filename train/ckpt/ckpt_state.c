@@ -11,7 +11,7 @@
 #include "ckpt_ref_runs.h"
 #include "ckpt_state_raw.h"
 #include "factored.h"
-#include "trainer.h"
+#include "../measure/trainer.h"
 
 /* FNV-1a over what must not change across a resume. The batch enters as
  * the global batch (micro_batch x grad_accum x dp), so a state moves

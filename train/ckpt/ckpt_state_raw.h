@@ -5,7 +5,7 @@
 
 #include "checkpoint.h"
 #include "ckpt_staging.h"
-#include "trainer.h"
+#include "../measure/trainer.h"
 
 enum { RAW_SECTIONS = 5, RAW_KEYS = 6 };
 

@@ -6,7 +6,7 @@
 #include "grid.h"
 
 #include "pipe_messages.h"
-#include "tensor_parallel.h"
+#include "layout.h"
 
 /* The split into model chunks (stages, or pp x virtual_stages under the
  * interleaved schedule): pp_layers, or an even one. counts gets that many

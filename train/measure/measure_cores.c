@@ -1,4 +1,4 @@
-/* How many of the machine's cores others keep busy (include/machine.h:
+/* How many of the machine's cores others keep busy (train/measure/machine.h:
  * machine_cpu_times, machine_cores_used_by_others): the CPU time every
  * core spent busy (/proc/stat's first line) less this process's own (all
  * its threads: /proc/self/stat's utime and stime), over a window's wall

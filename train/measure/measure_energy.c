@@ -1,4 +1,4 @@
-/* RAPL energy through the Linux powercap tree (include/energy.h), and the
+/* RAPL energy through the Linux powercap tree (train/measure/energy.h), and the
  * reading every meter shares. Linux lists every RAPL zone flat under
  * /sys/class/powercap as intel-rapl:N (a package) and intel-rapl:N:M (its
  * subzones: core, uncore, dram), each with name, energy_uj and

@@ -1,4 +1,4 @@
-/* A GPU's energy from NVML (include/energy.h): libnvidia-ml.so.1, which
+/* A GPU's energy from NVML (train/measure/energy.h): libnvidia-ml.so.1, which
  * the NVIDIA driver installs, opened at run time, so neither build links
  * against it and a host without the driver only loses the meter. The few
  * NVML calls are declared here as NVML's header (nvml.h, CUDA toolkit)

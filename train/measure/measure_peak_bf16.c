@@ -1,4 +1,4 @@
-/* The bf16 GEMM peak (include/peak.h: peak_measure_bf16_gemm): MFU's
+/* The bf16 GEMM peak (train/measure/peak.h: peak_measure_bf16_gemm): MFU's
  * ceiling when the layer GEMMs run on oneDNN in bf16. The ceiling is the
  * GEMM library's own best rate, not a microbenchmark's: bf16 dot-product
  * instructions (AVX512-BF16) and tile units (AMX) are reached only through

@@ -1,4 +1,4 @@
-/* Progress lines and the ETA (include/progress.h). */
+/* Progress lines and the ETA (train/measure/progress.h). */
 #include "progress.h"
 
 #include <math.h>

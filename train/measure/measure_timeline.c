@@ -1,4 +1,4 @@
-/* Recording the memory timeline (include/timeline.h): at each phase
+/* Recording the memory timeline (train/measure/timeline.h): at each phase
  * boundary, the bytes in use, read off the engine: which gathered buffers
  * hold a unit being read or an all-gather in flight, which buckets a
  * reduce-scatter, how many layers' saved tensors the step still needs; each
@@ -103,7 +103,7 @@ static const void *gathered(const struct zero *z, int kind, int i) {
     return z->gathered[kind];
 }
 
-/* Communication buffers in use during a phase (see include/timeline.h). */
+/* Communication buffers in use during a phase (see train/measure/timeline.h). */
 static double comm_in_use(const struct engine *e, const struct timeline_phase *p) {
     const struct zero *z = &e->z;
     const void *set[8];

@@ -1,4 +1,4 @@
-/* The Chrome trace-event file of a run (include/trace_file.h). Rank 0
+/* The Chrome trace-event file of a run (train/measure/trace_file.h). Rank 0
  * writes its own events, then receives each other rank's into the same
  * array (every rank's capacity is the same: it comes from the config) and
  * writes them: no rank ever holds more than one rank's events. At the end,

@@ -1,4 +1,4 @@
-/* The best rate observed as a CPU run's peak (include/peak.h). */
+/* The best rate observed as a CPU run's peak (train/measure/peak.h). */
 #include "peak.h"
 
 void peak_tracker_start(struct peak_tracker *t, double probe, bool follows) {

@@ -3,11 +3,11 @@
  * split, include/context_parallel.h), the causal work that gives each
  * (beside a contiguous split's) and what the ring moves; and the measured
  * attention FLOPs of every rank, which that split makes equal. */
-#include "accounting.h"
+#include "../theory/accounting.h"
 #include "context_parallel.h"
 #include "grid.h"
 #include "report.h"
-#include "trainer.h"
+#include "../measure/trainer.h"
 
 /* Causal query-key pairs per head and sequence of cp rank r's positions
  * over every rank's keys: each query at global position g sees g + 1. */

@@ -1,11 +1,11 @@
-/* The run's energy beside the planner's estimate (include/report.h:
+/* The run's energy beside the planner's estimate (train/report/report.h:
  * report_energy; docs/ENERGY.md): the joules every counted meter read over
  * the steps, per step, per token and as model TFLOP per joule, and E = t x
  * P for the same steps' time (train/theory/theory_flops.c), or why either
  * is missing. */
 #include "report.h"
 
-#include "theory.h"
+#include "../theory/theory.h"
 
 /* A JSON string's characters: the reasons come from the system (paths,
  * dlerror), so quotes, backslashes and control bytes are escaped. */

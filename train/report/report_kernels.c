@@ -1,4 +1,4 @@
-/* Where a step's kernel time went (include/report.h: report_kernels), from
+/* Where a step's kernel time went (train/report/report.h: report_kernels), from
  * the profile the dispatch keeps in the run's flop counter
  * (include/counters.h), and what the dtype conversion passes move
  * (include/conversions.h). */

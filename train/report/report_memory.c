@@ -1,13 +1,13 @@
 /* The measured-vs-theory tables. Measured numbers come from each rank's
  * tagged allocator and counters; theory from train/theory/theory_rank.c. */
-#include "machine.h"
+#include "../measure/machine.h"
 #include "report.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 
-#include "accounting.h"
+#include "../theory/accounting.h"
 
 enum { MAX_RANK_COLUMNS = 4 };
 

@@ -1,12 +1,12 @@
-/* The pipeline table (include/report.h): each stage's share of the model,
+/* The pipeline table (train/report/report.h): each stage's share of the model,
  * its activation slots and boundary traffic beside the schedule's
  * formulas, and the bubble it measured beside the one the schedule
  * predicts. */
 #include <stdio.h>
 
-#include "accounting.h"
+#include "../theory/accounting.h"
 #include "report.h"
-#include "theory.h"
+#include "../theory/theory.h"
 
 void report_pipeline(FILE *out, FILE *json, const struct trainer *tr, const struct rank_stats *ranks, int n,
                      int steps) {

@@ -1,7 +1,7 @@
 /* --explain: the shard map. For every unit and rank, the element range the
  * rank owns and the tensors the cut passes through; then, for the chosen
  * stage, which buffers each rank holds in full and which in part. */
-#include "accounting.h"
+#include "../theory/accounting.h"
 #include "report.h"
 #include "schedule.h"
 #include "shard.h"

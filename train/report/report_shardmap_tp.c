@@ -4,7 +4,7 @@
  * rank's heads), the columns of a row-parallel one, the vocabulary rows of
  * wte with how many of them are padding, and the replicated tensors whole.
  * Every layer is cut like its stage's first, so one layer is shown. */
-#include "accounting.h"
+#include "../theory/accounting.h"
 #include "report.h"
 
 /* [lo, hi) of the split dimension, for tp rank r of a tensor whose local

@@ -1,10 +1,10 @@
-/* The memory timeline's section of the report (include/timeline.h): per
+/* The memory timeline's section of the report (train/measure/timeline.h): per
  * rank, the peak of bytes in use, its phase, and the theory's peak for the
  * layout beside it; the top phases of rank 0; JSON records of every phase
  * of every rank. */
 #include <stdlib.h>
 
-#include "accounting.h"
+#include "../theory/accounting.h"
 #include "report.h"
 
 enum { TOP_PHASES = 5 };

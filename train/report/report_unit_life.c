@@ -1,5 +1,5 @@
 /* --explain 2: a unit's life through one step on this rank, as a table
- * (include/report.h): each phase of the step in the engine's order
+ * (train/report/report.h): each phase of the step in the engine's order
  * (parallel/engine.c), the collectives and releases ZeRO makes there, and
  * the bytes live beside the theory of them (the memory timeline's walk,
  * train/theory/theory_timeline.c). At ZeRO-3 the comm column is the
@@ -10,7 +10,7 @@
 
 #include "report.h"
 
-#include "accounting.h"
+#include "../theory/accounting.h"
 
 /* Micro-batches shown in full; the rest repeat them. */
 enum { SHOWN_MICRO_BATCHES = 2, LIFE_TEXT_LEN = 256 };

@@ -1,11 +1,11 @@
-/* Where a run's model lives (include/run.h: trainer_place and the
+/* Where a run's model lives (train/run/run.h: trainer_place and the
  * functions after it): the CPU, or this rank's GPU with its memory hooks,
  * kernel context and memory readings. */
 #include "run.h"
 
 #include <stdio.h>
 
-#include "machine.h"
+#include "../measure/machine.h"
 #include "onednn_gemms.h"
 
 void trainer_place(struct trainer *tr, const struct device_info *dev) {

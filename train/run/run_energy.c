@@ -1,4 +1,4 @@
-/* The run's energy (include/run.h: trainer_open_energy and
+/* The run's energy (train/run/run.h: trainer_open_energy and
  * trainer_step_energy; docs/ENERGY.md). A meter counts a whole device: a
  * host's RAPL packages whatever ranks run there, a GPU's NVML counter
  * whatever processes share it (tests/cuda/one_gpu_rank.sh puts two ranks

@@ -15,9 +15,9 @@
 #include <math.h>
 
 #include "device.h"
-#include "progress.h"
-#include "theory.h"
-#include "trace_file.h"
+#include "../measure/progress.h"
+#include "../theory/theory.h"
+#include "../measure/trace_file.h"
 
 static void kernels_see(void *self, const struct step_event *ev) {
     struct trainer *tr = self;

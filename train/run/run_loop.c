@@ -1,5 +1,5 @@
 /* The training loop. */
-#include "ckpt.h"
+#include "../ckpt/ckpt.h"
 #include "run.h"
 
 #include <math.h>
@@ -12,11 +12,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "accounting.h"
-#include "checkpoint.h"
+#include "../theory/accounting.h"
+#include "../ckpt/checkpoint.h"
 #include "clock.h"
 #include "context_parallel.h"
-#include "machine.h"
+#include "../measure/machine.h"
 #include "run_memcheck.h"
 #include "optim.h"
 #include "run_outputs.h"
@@ -24,7 +24,7 @@
 #include "schedule.h"
 #include "run_stop_signal.h"
 #include "run_team.h"
-#include "trace_file.h"
+#include "../measure/trace_file.h"
 
 
 

@@ -8,8 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "accounting.h"
-#include "report.h"
+#include "../theory/accounting.h"
+#include "../report/report.h"
 
 enum { PATH_LEN = 1024, CGROUP_LINE = 1024 };
 

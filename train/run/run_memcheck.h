@@ -1,5 +1,5 @@
 /* The memory check before allocation: the bytes a rank will hold at its
- * start-up peak, from the theory (include/accounting.h, the numbers the
+ * start-up peak, from the theory (train/theory/accounting.h, the numbers the
  * memory table prints) plus the libraries' allowance, against the memory
  * this host can still give. A run that would not fit is refused with the
  * breakdown and, for each lever (ZeRO stage, recompute, micro-batch, 8-bit
@@ -11,8 +11,8 @@
 
 #include <stddef.h>
 
-#include "config.h"
-#include "trainer.h"
+#include "../config/config.h"
+#include "../measure/trainer.h"
 
 /* What the host can give a new allocation, bytes; each field < 0 when
  * unknown or unlimited. */

@@ -1,12 +1,12 @@
 /* Output paths checked before the first step. */
-#include "ckpt.h"
+#include "../ckpt/ckpt.h"
 #include "run_outputs.h"
 
 #include <string.h>
 #include <sys/statvfs.h>
 
-#include "checkpoint.h"
-#include "trace_file.h"
+#include "../ckpt/checkpoint.h"
+#include "../measure/trace_file.h"
 
 void trainer_stop_state_path(const struct config *c, char path[FILEIO_PATH_LEN]) {
     if (*c->save_state) {

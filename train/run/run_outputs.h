@@ -8,7 +8,7 @@
 #include <stdio.h>
 
 #include "fileio.h"
-#include "trainer.h"
+#include "../measure/trainer.h"
 
 /* Where a stopped run writes its resume state: --save_state; else
  * <save>.state when --save is given; else shardlab_state.bin in the working

@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#include "trainer.h"
+#include "../measure/trainer.h"
 
 /* Sets the team up after the start-up probe, which measured busy cores of
  * others (-1: not measured): whether it follows the load (false, with the

@@ -10,19 +10,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt.h"
+#include "../ckpt/ckpt.h"
 #include "fileio.h"
 #include "device.h"
 #include "run_device_grid.h"
 #include "grid.h"
 #include "run_outputs.h"
-#include "peak.h"
-#include "report.h"
-#include "run_record.h"
+#include "../measure/peak.h"
+#include "../report/report.h"
+#include "../report/run_record.h"
 #include "run_stop_signal.h"
 #include "run_team.h"
-#include "theory.h"
-#include "trace_file.h"
+#include "../theory/theory.h"
+#include "../measure/trace_file.h"
 #include "run.h"
 
 /* Every rank fails together: the messages are gathered to rank 0, which
@@ -59,7 +59,7 @@ static int fail(int rank, int world, const char *msg) {
 
 /* The input keys whose files the ranks compare by contents
  * (agree_contents), so each rank may spell or reach them its own way
- * (data/x, ./data/x, mpirun -wdir): their value there, NULL for another
+ * (data/kjv_train.bin, ./data/kjv_train.bin, mpirun -wdir): their value there, NULL for another
  * key. Only whether each is given is compared with the configuration. */
 static const char *by_contents(const char *key, const struct config *c) {
     if (strcmp(key, "train_data") == 0) return c->train_data;

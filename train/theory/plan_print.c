@@ -7,7 +7,8 @@
 #define BYTES_PER_TB 1e12 /* the seeds' unit */
 #define BYTES_PER_GB_S 1e9 /* link bandwidth, as vendors quote it */
 
-const char *plan_layout_name(const struct theory_layout *l, char *buf, size_t n) {
+/* "TP8 x CP16 x PP16 x DP8" (no CP part at cp 1) into buf; returns buf. */
+static const char *plan_layout_name(const struct theory_layout *l, char *buf, size_t n) {
     if (l->cp > 1) snprintf(buf, n, "TP%d x CP%d x PP%d x DP%d", l->tp, l->cp, l->pp, l->dp);
     else snprintf(buf, n, "TP%d x PP%d x DP%d", l->tp, l->pp, l->dp);
     return buf;

@@ -6,11 +6,11 @@
  * measured and theory match exactly. */
 #include "accounting.h"
 
-#include "machine.h"
+#include "../measure/machine.h"
 #include "schedule.h"
 #include "theory.h"
 #include "theory_rank_parts.h"
-#include "trainer.h"
+#include "../measure/trainer.h"
 
 /* Elements per token of the attention's saved tensor (model/gpt.c's
  * ACT_ATT): the probabilities NH/t T, or flash's lse NH/t (B NH/t T). */

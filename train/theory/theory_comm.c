@@ -1,5 +1,7 @@
 /* Communication volumes: bytes each rank sends (and receives) per step,
- * from ring collectives (NVIDIA nccl-tests doc/PERFORMANCE.md; THEORY.md 7). */
+ * from ring collectives (NVIDIA nccl-tests' PERFORMANCE.md,
+ * https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md;
+ * docs/THEORY.md 7). */
 #include "theory.h"
 
 /* nccl-tests PERFORMANCE.md: with M the full buffer in bytes and N ranks,

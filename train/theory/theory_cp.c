@@ -1,5 +1,5 @@
 /* The ring's traffic of context parallelism, from the config alone
- * (include/accounting.h: theory_trainer_cp_comm). */
+ * (train/theory/accounting.h: theory_trainer_cp_comm). */
 #include "accounting.h"
 
 struct cp_comm_theory theory_trainer_cp_comm(const struct config *c, struct rank_place p) {

@@ -1,4 +1,4 @@
-/* A rank's place in the grid (struct rank_place, include/accounting.h)
+/* A rank's place in the grid (struct rank_place, train/theory/accounting.h)
  * and what follows from it alone: its model layout (its stage's layers,
  * its tp slice), the positions a cp rank holds, and whether sequence
  * parallelism acts. The rank theory (theory_rank.c, theory_acts.c) and
@@ -9,7 +9,7 @@
 #include "layout.h"
 #include "schedule.h"
 #include "theory_rank_parts.h"
-#include "trainer.h"
+#include "../measure/trainer.h"
 
 struct rank_place rank_place_of(const struct config *c, int world, int world_rank) {
     int tp = c->tp, cp = c->cp, pp = c->pp, dp = world / (tp * cp * pp);

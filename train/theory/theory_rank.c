@@ -16,8 +16,8 @@
 #include "tensor_parallel.h"
 #include "theory.h"
 #include "theory_rank_parts.h"
-#include "trainer.h"
-#include "trace_file.h"
+#include "../measure/trainer.h"
+#include "../measure/trace_file.h"
 #include "zero.h"
 
 struct vocab_rows rank_vocab_rows(const struct model_layout *lay) {

@@ -1,7 +1,7 @@
 /* What train/theory/'s trainer theory shares between its files: a rank's
  * layout and positions at its grid place (theory_place.c), and the
  * model's path as the config decides it (theory_acts.c: the predicates
- * model/gpt_acts.c decides at run time). include/accounting.h holds the
+ * model/gpt_acts.c decides at run time). train/theory/accounting.h holds the
  * theory the trainer reports; these are its parts. */
 #ifndef SHARDLAB_THEORY_RANK_PARTS_H
 #define SHARDLAB_THEORY_RANK_PARTS_H
@@ -9,7 +9,7 @@
 #include <stdbool.h>
 
 #include "accounting.h"
-#include "config.h"
+#include "../config/config.h"
 #include "layout.h"
 
 /* ---- train/theory/theory_place.c */

@@ -1,4 +1,4 @@
-/* Theory of the memory timeline (include/timeline.h, docs/MEMORY.md): the
+/* Theory of the memory timeline (train/measure/timeline.h, docs/MEMORY.md): the
  * step's phases in the engine's order, each with the bytes in use by the
  * same definition the recorder measures, from the config alone; the peak
  * is the first phase with the largest total. It walks one stage holding

@@ -6,7 +6,7 @@
  * blocking, one message at a time. */
 #include <stdio.h>
 
-#include "comm_mpi.h"
+#include "../comm_mpi.h"
 #include "comm_nccl.h"
 #include "nccl_impl.h"
 

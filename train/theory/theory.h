@@ -15,7 +15,7 @@
 
 #include <stdbool.h>
 
-#include "config.h"
+#include "../config/config.h"
 
 /* The shape facts the formulas need, derived once from a config. */
 struct theory_model {

@@ -4,7 +4,7 @@
  * `make cuda-test` (tests/cuda/cuda_test.sh) runs every CUDA test; when
  * all of them ran on a GPU and passed, it writes GPU_STAMP_FILE beside the
  * CUDA build's train (build-cuda/gpu_verified.stamp) with
- * tests/cuda/stamp_write. The CUDA build's train runs on a GPU only when
+ * tests/cuda/stamp_write.c. The CUDA build's train runs on a GPU only when
  * that file names its own build and its GPU (model/device.c: device_open);
  * else it refuses in one line naming `make cuda-test`, or, with
  * --gpu_unverified 1, runs and says UNVERIFIED and why.
@@ -28,8 +28,6 @@
 
 #include <stddef.h>
 
-#include "device.h"
-
 #define GPU_STAMP_FILE "gpu_verified.stamp"
 #define GPU_STAMP_COMMAND "make cuda-test"
 
@@ -40,13 +38,16 @@ enum {
     GPU_STAMP_LINE_LEN = 512,     /* a line of the file: a gpu line's fields fit */
     GPU_STAMP_TEXT_LEN = 8192,    /* a whole stamp file: its longest form fits */
     GPU_STAMP_PATH_LEN = 4096,
+    GPU_STAMP_UUID_LEN = 48,      /* "GPU-" and a uuid's 36 characters (device_info.uuid's size) */
+    GPU_STAMP_NAME_LEN = 96,      /* a GPU's name (device_info.name's size) */
+    GPU_STAMP_WHY_LEN = 256,      /* a reason, within the verdicts */
 };
 
 struct gpu_stamp_gpu {
-    char uuid[DEVICE_UUID_LEN];
+    char uuid[GPU_STAMP_UUID_LEN];
     int tests;                      /* how many tests passed on it */
     char utc[GPU_STAMP_TIME_LEN];   /* when */
-    char name[DEVICE_NAME_LEN];     /* device_info.name when it passed */
+    char name[GPU_STAMP_NAME_LEN];  /* device_info.name when it passed */
 };
 
 struct gpu_stamp {
@@ -83,7 +84,7 @@ int gpu_stamp_check(const char *path, const char *text, const struct gpu_identit
 void gpu_stamp_refusal(const char *why, char *out, size_t out_len);
 
 /* The 16 bytes of a CUDA uuid as "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx". */
-void gpu_stamp_uuid_text(const unsigned char bytes[16], char out[DEVICE_UUID_LEN]);
+void gpu_stamp_uuid_text(const unsigned char bytes[16], char out[GPU_STAMP_UUID_LEN]);
 
 /* The GNU build id of the ELF file at path (64-bit ELF), as hex. 0, or -1
  * with the reason in why (no such file, not ELF, no build id). */

@@ -10,8 +10,8 @@
 #include "counters.h"
 #include "device.h"
 #include "dtype.h"
-#include "machine.h"
-#include "peak.h"
+#include "../measure/machine.h"
+#include "../measure/peak.h"
 
 struct run_record {
     int world_size, threads;

@@ -1,12 +1,12 @@
 /* The run (train/run/): a trainer opened from a configuration on a grid,
  * its steps, validation and sampling, and where its model lives. The
- * context itself is struct trainer (include/trainer.h). */
+ * context itself is struct trainer (train/measure/trainer.h). */
 #ifndef SHARDLAB_RUN_H
 #define SHARDLAB_RUN_H
 
 #include <stdio.h>
 
-#include "trainer.h"
+#include "../measure/trainer.h"
 
 /* What a step measured (train_step): the step fills its loss, norm,
  * tokens, times and model FLOPs; its observers (train/run/run_hooks.c)

@@ -1,14 +1,14 @@
 /* The run context: one struct holds everything a training run owns
  * (configuration, grid, model and its states, data, counters, timeline,
  * trace); nothing global. Types only: every room of train/ takes it, and
- * what each does with it is declared by the room (include/run.h: the loop;
- * include/ckpt.h: the run's files; include/report.h: the tables). */
+ * what each does with it is declared by the room (train/run/run.h: the loop;
+ * train/ckpt/ckpt.h: the run's files; train/report/report.h: the tables). */
 #ifndef SHARDLAB_TRAINER_H
 #define SHARDLAB_TRAINER_H
 
 #include <stdio.h>
 
-#include "config.h"
+#include "../config/config.h"
 #include "counters.h"
 #include "data.h"
 #include "device.h"
@@ -63,7 +63,7 @@ struct trainer {
     double model_flops_per_step; /* theory, per rank: fixed by the config, so computed once */
     int skipped_steps;          /* updates dropped for a non-finite loss or norm (on_nonfinite skip_step),
                                  * over the whole run: kept in resume states */
-    struct mem_timeline timeline; /* bytes in use phase by phase, of the latest step (include/timeline.h) */
+    struct mem_timeline timeline; /* bytes in use phase by phase, of the latest step (train/measure/timeline.h) */
     struct progress progress;   /* the step line and its ETA (rank 0 prints) */
     struct trace trace;         /* --trace: this rank's timeline (include/trace.h); off when trace is "" */
     /* The step's observers (include/step_hooks.h; train/run/run_hooks.c
@@ -81,7 +81,7 @@ struct trainer {
     int team;
     bool team_follows;
     struct core_watch cores;
-    /* Energy (train/run/run_energy.c, include/energy.h): this rank's meter,
+    /* Energy (train/run/run_energy.c, train/measure/energy.h): this rank's meter,
      * whether it is the one counted for its host's CPUs or its GPU, and
      * the run's joules summed over the counted meters of the world */
     struct energy_meter energy;

@@ -8,7 +8,7 @@
 #include "collectives.h"
 #include "grid.h"
 #include "mem.h"
-#include "trainer.h"
+#include "../measure/trainer.h"
 
 /* One group's comm counters on one rank (calls as doubles too). */
 struct rank_comm {
@@ -67,7 +67,7 @@ void report_energy_line(FILE *out, const struct trainer *tr);
  * null), for build/report. */
 void report_comm(FILE *out, FILE *json, const struct trainer *tr, const struct rank_stats *ranks, int n,
                  int steps);
-/* The memory timeline of the latest step (include/timeline.h), ranks[]
+/* The memory timeline of the latest step (train/measure/timeline.h), ranks[]
  * in rank order: each rank's peak in use, its phase and the theory's peak;
  * json: a "memory_phase" record for every phase of every rank. */
 void report_timeline(FILE *out, FILE *json, const struct trainer *tr, const struct mem_timeline *ranks, int n);

@@ -4,10 +4,10 @@
 #ifndef SHARDLAB_ACCOUNTING_H
 #define SHARDLAB_ACCOUNTING_H
 
-#include "config.h"
+#include "../config/config.h"
 #include "mem.h"
 #include "theory.h"
-#include "timeline.h"
+#include "../measure/timeline.h"
 
 /* Where a rank sits in the grid (include/grid.h): its model is its
  * pipeline stage's layers and its tensor-parallel slice, its states are
@@ -263,7 +263,7 @@ struct flop_theory {
 
 struct flop_theory theory_trainer_flops(const struct config *c, struct rank_place p);
 
-/* The peak of the memory timeline (include/timeline.h, docs/MEMORY.md) of
+/* The peak of the memory timeline (train/measure/timeline.h, docs/MEMORY.md) of
  * rank `rank` of N for one step: the engine's phases in order, each with
  * the bytes in use by the timeline's definition, derived from the config;
  * the peak is the first phase with the largest total, split into its

@@ -16,7 +16,7 @@
  * through a step; "in use" is what a step needs, phase by phase. A
  * phase's bytes are those in use at any moment of it. The measured side
  * reads the engine (pending requests, buffers' tracked sizes); the theory
- * (theory_trainer_timeline_peak, include/accounting.h) derives the same
+ * (theory_trainer_timeline_peak, train/theory/accounting.h) derives the same
  * from the config alone.
  *
  * One step is kept (the latest the trainer ran): a fixed array in the run

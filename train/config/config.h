@@ -102,7 +102,7 @@ struct config {
     enum schedule_kind schedule; /* pipeline schedule (include/schedule.h) */
     int virtual_stages;          /* model chunks per stage: interleaved only (include/pipe_stages.h) */
     char pp_layers[CONFIG_PATH_LEN]; /* layers per stage, "3,3,2"; "": an even split */
-    int explain;           /* 1: the shard map; 2: and a unit's life through a step (include/report.h) */
+    int explain;           /* 1: the shard map; 2: and a unit's life through a step (train/report/report.h) */
     bool overlap;          /* collectives behind compute (include/zero.h); 0: the blocking path */
     double ddp_bucket_mb;  /* ZeRO-0: MiB of gradients per all-reduce bucket (whole units) */
     /* machine */
@@ -114,7 +114,7 @@ struct config {
     bool threads_adapt; /* the team follows the free cores between steps (docs/THREADS.md) */
     double peak_flops;
     bool force;            /* go on when the memory check says the run will not fit */
-    bool gpu_unverified;   /* run on a GPU without make cuda-test's stamp (include/gpu_stamp.h) */
+    bool gpu_unverified;   /* run on a GPU without make cuda-test's stamp (model/gpu_stamp.h) */
     enum gpu_path gpu_path; /* --gpu_path: the GPU's kernels, v1 or v2 (include/device.h) */
     double watts;          /* the planner's P per device for E = t x P; 0: NVML's power limit on a GPU, none on a CPU */
     /* not a key: the --config files config_parse_args read (argv's strings), inputs like the data */

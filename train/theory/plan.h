@@ -8,7 +8,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "config.h"
+#include "../config/config.h"
 #include "theory.h"
 
 struct plan_opts {
@@ -29,8 +29,5 @@ void plan_usage(FILE *f);
 
 void plan_print_text(FILE *f, const struct theory_plan *pl, const struct plan_opts *o, const struct config *c);
 void plan_print_json(FILE *f, const struct theory_plan *pl, const struct plan_opts *o);
-
-/* "TP8 x CP16 x PP16 x DP8" (no CP part at cp 1) into buf; returns buf. */
-const char *plan_layout_name(const struct theory_layout *l, char *buf, size_t n);
 
 #endif

@@ -1,10 +1,10 @@
 /* The run's files (train/ckpt/): llm.c model files and resume states,
  * read and written one unit at a time on any grid. The formats themselves
- * are include/checkpoint.h's. */
+ * are train/ckpt/checkpoint.h's. */
 #ifndef SHARDLAB_CKPT_H
 #define SHARDLAB_CKPT_H
 
-#include "trainer.h"
+#include "../measure/trainer.h"
 
 /* Before trainer_open, with c->init_from set: the file's header against
  * the config. n_layer, d_model, n_head and vocab_size must equal the

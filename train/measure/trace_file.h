@@ -21,7 +21,7 @@
 
 #include <stddef.h>
 
-#include "config.h"
+#include "../config/config.h"
 #include "step_hooks.h"
 #include "trace.h"
 #include "trainer.h"
