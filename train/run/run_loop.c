@@ -218,6 +218,7 @@ void trainer_close(struct trainer *tr) {
  * stages; the mean is taken over all val_batches x dp of them. */
 static void next_batch(struct trainer *tr, struct data_loader *dl, int32_t *inputs, int32_t *targets) {
     loader_next(dl, inputs, targets);
+    if (tr->grid->cp == 1) return; /* every position is this rank's */
     /* context parallelism: this cp rank's positions of each sequence (B, T/cp) */
     struct cp_split s = {.T = tr->cfg->seq_len, .cp = tr->grid->cp, .rank = tr->grid->cp_rank};
     cp_keep_positions(s, inputs, tr->cfg->micro_batch);
