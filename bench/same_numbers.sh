@@ -7,7 +7,8 @@
 #     for bit (the JSON log prints them with enough digits to tell);
 #   - every rank's memory records (measured and theory, per category), its
 #     memory timeline phase by phase, and its comm records (bytes, calls,
-#     theory);
+#     theory); a phase's theory_total may be added where the base had none
+#     (null: a layout its walk did not cover), never changed;
 #   - the saved model file and resume state, byte for byte;
 #     (not the resident-set rows: the OS's pages move from run to run);
 #   - the kernel table's calls per step (printed as a note, not a failure:
@@ -88,6 +89,20 @@ for line in open(sys.argv[1]):
         print("kernel", r.get("rank"), r["kind"], r["calls_per_step"])
     elif t == "memory" and r["category"] in ("peak_rss", "startup_peak_rss", "untracked"):
         continue  # the process's resident pages: the allocator's and the OS's, not the code's
+    elif t == "memory_phase":
+        # theory_total apart: a theory added where the base had none (null) is
+        # not a changed number; one the base had must stay (checked below)
+        theory = r.pop("theory_total", None)
+        print(t, json.dumps(r, sort_keys=True))
+        if theory is not None:
+            print("theory", r["rank"], r["step"], r["index"], theory)
+    elif t == "memory_setup":
+        # the names of Psi and N added for the report's panel (psi_model,
+        # n_zero, psi_ranks): theory, added where the base had none
+        for key in ("psi_model", "n_zero", "psi_ranks"):
+            if key in r:
+                print("theory setup", key, json.dumps(r.pop(key)))
+        print(t, json.dumps(r, sort_keys=True))
     elif t in keep:
         fields = keep[t]
         rec = r if fields is None else {k: r.get(k) for k in fields}
@@ -109,15 +124,22 @@ for c in "${cases[@]}"; do
     fingerprint "$tmp/a/$name.json" >"$tmp/a/$name.fp"
     fingerprint "$tmp/b/$name.json" >"$tmp/b/$name.fp"
     bad=""
-    if ! diff <(grep -v '^kernel' "$tmp/a/$name.fp") <(grep -v '^kernel' "$tmp/b/$name.fp") >"$tmp/$name.diff"; then
+    if ! diff <(grep -v '^kernel\|^theory' "$tmp/a/$name.fp") <(grep -v '^kernel\|^theory' "$tmp/b/$name.fp") \
+            >"$tmp/$name.diff"; then
         bad="log"
     fi
+    # every phase theory of the base's kept; this tree may add theory where the base had none
+    if [ -n "$(comm -23 <(grep '^theory' "$tmp/a/$name.fp" | sort) <(grep '^theory' "$tmp/b/$name.fp" | sort))" ]; then
+        bad="$bad theory"
+    fi
+    # phases given a theory (the setup's added names of Psi and N are not phases)
+    added=$(( $(grep -c '^theory [0-9]' "$tmp/b/$name.fp") - $(grep -c '^theory [0-9]' "$tmp/a/$name.fp") ))
     for f in model state; do cmp -s "$tmp/a/$name.$f" "$tmp/b/$name.$f" || bad="$bad $f"; done
     if [ -n "$bad" ]; then
         echo "FAIL $name: differs in $bad"; head -8 "$tmp/$name.diff"
         fails=$((fails + 1))
     else
-        echo "same $name"
+        echo "same $name$([ "$added" -gt 0 ] && echo " (theory added to $added phases)")"
     fi
     diff <(grep '^kernel' "$tmp/a/$name.fp") <(grep '^kernel' "$tmp/b/$name.fp") >/dev/null ||
         echo "     note: kernel calls per step differ: $(diff <(grep '^kernel' "$tmp/a/$name.fp") \

@@ -322,6 +322,48 @@ static void test_device_table(void **state) {
     assert_null(theory_device_find("h300"));
 }
 
+/* The inter-node link (DGX H100/H200: one 400 Gb/s NDR InfiniBand NIC per
+ * GPU, 50e9 B/s one direction; DGX A100: 200 Gb/s HDR, 25e9; 8 GPUs on a
+ * node's NVLink; the TPU v5p's ICI one network). A group of devices
+ * spanning more than a node (tp innermost, then cp, dp, pp) moves its
+ * bytes at that link, one within a node at NVLink: on 64 H100s, TP 8 x
+ * PP 2 x DP 4 keeps TP on the node's NVLink while DP (span 32) and PP
+ * cross nodes, so DP's time is its bytes / 50e9, TP's / 450e9; on one
+ * node (8 devices) DP runs at 450e9. --device fills the link and the node
+ * size unless given; --json and the text say them. */
+static void test_inter_node_link(void **state) {
+    (void)state;
+    const struct theory_device *h100 = theory_device_find("h100");
+    assert_true(h100->inter_node_bandwidth == 50e9 && h100->devices_per_node == 8);
+    assert_true(theory_device_find("h200")->inter_node_bandwidth == 50e9);
+    assert_true(theory_device_find("a100")->inter_node_bandwidth == 25e9);
+    assert_true(theory_device_find("tpu-v5p")->devices_per_node == 0);
+    struct config c;
+    struct theory_model m;
+    load(&c, "configs/llama3-8b.conf");
+    theory_model_from_config(&m, &c);
+    struct theory_dtypes dt = theory_dtypes_from_config(&c);
+    double psi = theory_param_count(&m).total;
+    struct theory_cluster cl = {.devices = 64, .memory = h100->memory, .peak_flops = h100->peak_flops, .mfu = 0.4,
+                                .link_bandwidth = 450e9, .inter_node_bandwidth = 50e9, .devices_per_node = 8};
+    struct theory_layout lay = {.tp = 8, .cp = 1, .pp = 2, .dp = 4, .zero_stage = 1,
+                                .recompute = RECOMPUTE_SELECTIVE, .sequence_parallel = true};
+    struct theory_layout_eval e = theory_layout_evaluate(&m, &dt, psi, 1, 4e6, &lay, &cl);
+    assert_false(e.tp_inter);
+    assert_true(e.dp_inter && e.pp_inter);
+    struct theory_cluster one_net = cl;
+    one_net.inter_node_bandwidth = 0; /* one network: every group at 450e9 */
+    struct theory_layout_eval f = theory_layout_evaluate(&m, &dt, psi, 1, 4e6, &lay, &one_net);
+    assert_false(f.dp_inter || f.pp_inter);
+    assert_near(e.dp_comm_s, f.dp_comm_s * 450e9 / 50e9, 1e-9);
+    assert_near(e.tp_comm_s, f.tp_comm_s, 1e-15);
+    /* one node: nothing crosses */
+    struct theory_layout node = {.tp = 2, .cp = 1, .pp = 1, .dp = 4, .zero_stage = 1,
+                                 .recompute = RECOMPUTE_SELECTIVE, .sequence_parallel = true};
+    struct theory_layout_eval g = theory_layout_evaluate(&m, &dt, psi, 1, 4e6, &node, &cl);
+    assert_false(g.tp_inter || g.cp_inter || g.dp_inter || g.pp_inter);
+}
+
 enum { WORDS_LEN = 1024, MAX_WORDS = 32 };
 
 /* argv from a string of words (at most 32) cut in buf (the caller's: the
@@ -390,6 +432,13 @@ static void test_plan_flags(void **state) {
     assert_true(o.in.devices == 16384 && o.all && o.json);
     accepted("--device h100 --link-bandwidth 5e10 --device-memory 70", buf, &o, &c);
     assert_true(o.in.memory == 70.0 * THEORY_GIB && o.in.link_bandwidth == 5e10);
+    assert_true(o.in.inter_node_bandwidth == 50e9 && o.in.devices_per_node == 8); /* the device's */
+    accepted("--device h100 --inter-node-bandwidth 2.5e10 --devices-per-node 4", buf, &o, &c);
+    assert_true(o.in.inter_node_bandwidth == 2.5e10 && o.in.devices_per_node == 4);
+    accepted("--devices 64", buf, &o, &c); /* the seeds' TPU: one network */
+    assert_true(o.in.inter_node_bandwidth == 0 && o.in.devices_per_node == 0);
+    refused("--devices-per-node 2.5", "--devices-per-node");
+    refused("--inter-node-bandwidth -1", "--inter-node-bandwidth");
     accepted("--tokens 15e12 --batch-tokens 4e6 --layout 8,1,16 --devices 16384", buf, &o, &c);
     assert_true(o.in.tokens == 15e12 && o.in.n_requested == 1 && o.in.requested[0].pp == 16);
     /* --flag=value, as the config's keys take it; a --key=value pair keeps
@@ -514,6 +563,9 @@ static void test_plan_json(void **state) {
     assert_non_null(strstr(text, "\"table\":["));
     assert_non_null(strstr(text, "\"device\":\"h100\""));
     assert_non_null(strstr(text, "\"micro_batches\":3,"));
+    /* the inter-node link, and TP8 x PP16 x DP128's groups on it: DP and PP span nodes, TP does not */
+    assert_non_null(strstr(text, "\"inter_node_bandwidth\":5e+10,\"devices_per_node\":8,"));
+    assert_non_null(strstr(text, "\"inter_node\":{\"tp\":false,\"cp\":false,\"pp\":true,\"dp\":true}}]"));
     assert_null(strstr(text, "nan"));
     assert_null(strstr(text, "inf"));
     free(text);
@@ -534,6 +586,7 @@ int main(void) {
         cmocka_unit_test(test_layouts_and_smallest_fit),
         cmocka_unit_test(test_llama3_405b_context_parallel),
         cmocka_unit_test(test_device_table),
+        cmocka_unit_test(test_inter_node_link),
         cmocka_unit_test(test_plan_flags),
         cmocka_unit_test(test_llama3_405b_meta_layout_gib),
         cmocka_unit_test(test_plan_fastest_and_table),

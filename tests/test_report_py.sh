@@ -57,6 +57,8 @@ run() { # log, ranks, then the trainer's own arguments
 }
 check "2-rank ZeRO-3 run with --log_json" run "$tmp/zero3.json" 2 --zero 3
 check "1-rank run with --log_json" run "$tmp/one.json" 1
+check "2-rank tp 2 run with --log_json" run "$tmp/tp2.json" 2 --tp 2
+check "2-rank pp 2 run with --log_json" run "$tmp/pp2.json" 2 --pp 2 --grad_accum 2
 
 # The comm records of the ZeRO-3 run: 4 dp kinds x 2 ranks, and the numbers.
 comm_records() {
@@ -194,6 +196,23 @@ assert pts == [(1, 2, 0, 10000, 10000), (1, 2, 1, 10000, 10000)] + \
     [(3, 4, r, 4000, 4000) for r in range(4)], pts
 labels, common = report.run_labels(runs)
 assert labels == ["ZeRO-1, 2 ranks", "ZeRO-3, 4 ranks"] and common == "adamw", (labels, common)'
+# pp 2 over dp 2 (hand-made): stage 0's ranks hold Psi_r = 600 of a
+# 1,000-parameter model, stage 1's 400; ZeRO-1 with N = 2 is 10 Psi_r a
+# rank: 6,000 B and 4,000 B, each on its own Psi_r's line.
+check "model states: a pp run's ranks on their own Psi_r lines (6,000 B and 4,000 B at ZeRO-1 N 2)" report_py '
+import report
+run = report.Run("../../tests/report/states_zero1_pp2.json")
+pts = [(p["rank"], p["n"], p["psi"], p["measured"], p["formula"], (p["p"], p["g"], p["k"]))
+       for p in report.model_state_points([run])]
+assert pts == [(0, 2, 600, 6000, 6000, (2, 2, 12)), (1, 2, 600, 6000, 6000, (2, 2, 12)),
+               (2, 2, 400, 4000, 4000, (2, 2, 12)), (3, 2, 400, 4000, 4000, (2, 2, 12))], pts'
+check "model states: the real tp 2 and pp 2 runs each rank on its line, Psi_r from memory_setup" report_py "
+import report
+for name in ('tp2', 'pp2'):
+    run = report.Run('$tmp/%s.json' % name)
+    pts = report.model_state_points([run])
+    assert len(pts) == 2 and all(p['measured'] == p['formula'] for p in pts), (name, pts)
+    assert [p['psi'] for p in pts] == run.setup['psi_ranks'] and all(p['split'] for p in pts), (name, pts)"
 check "model states: the real ZeRO-3 run on 2 ranks is 16 Psi / 2 on both ranks" report_py "
 import report
 run = report.Run('$tmp/zero3.json')
@@ -208,6 +227,15 @@ assert sorted(by_rank) == [0, 1] and all(len(rows) > 4 for rows in by_rank.value
 for rows in by_rank.values():
     assert [p['theory_total'] for p in rows] == [p['total'] for p in rows], rows
     assert [report.phase_micro_batch(p['phase']) for p in rows][0] == 0  # 0-based, as the trace's"
+check "memory timeline: the real tp 2 and pp 2 runs' theory_total equals the total at every phase of every rank" report_py "
+import report
+for name in ('tp2', 'pp2'):
+    step, by_rank = report.timeline_steps(report.Run('$tmp/%s.json' % name))
+    assert sorted(by_rank) == [0, 1], (name, by_rank)
+    for rows in by_rank.values():
+        assert [p['theory_total'] for p in rows] == [p['total'] for p in rows], (name, rows)"
+check "report of the tp and pp runs renders, model states and the timeline's theory included" "$build/report" \
+    "$tmp/tp2.json" "$tmp/pp2.json" --out "$tmp/split"
 check "pipeline: one step (step 2, 2000-3250 us) from the trace's step spans" report_py '
 import report
 rows, spans = report.trace_spans("../../tests/report/step_trace.json")

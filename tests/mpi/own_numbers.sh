@@ -182,5 +182,57 @@ for rank in range(pp):
 sys.exit(0 if ok else 1)
 PY
 done
+# Every rank's memory timeline is its theory, phase by phase (issue 37:
+# the walk covered one whole-model stage): tp 2, pp 2 (1F1B and GPipe, 4
+# micro-batches, so 1F1B's stage 0 holds two in flight and GPipe's four)
+# and cp 2, at ZeRO-0 on 2 ranks and ZeRO-3 on 4 (dp 2 beside them, with
+# overlap: gathered units and buckets in flight). Every phase of the
+# recorded step on every rank: its measured total = its theory_total, and
+# the theory --explain 2 prints beside each row of rank 1 is that phase's.
+# Interleaved (pp 2 x 2 chunks): the walk follows the recorder's phases
+# one by one (same phases, same order, a theory on each) on every rank;
+# its bytes differ (the recorder counts an interleaved rank's slots by its
+# first chunk, train/measure/measure_timeline.c), which the table says.
+walk() {
+    local name=$1 ranks=$2 exact=$3
+    shift 3
+    if ! timeout 180 "${mpi[@]}" -np "$ranks" "$build/train" "${base[@]}" --explain 2 "$@" \
+            --log_json "$tmp/$name.json" >"$tmp/$name.out" 2>&1; then
+        echo "FAIL timeline $name: the run failed"; tail -3 "$tmp/$name.out"; fails=$((fails + 1)); return
+    fi
+    if python3 - "$tmp/$name.json" "$tmp/$name.out" "$ranks" "$name" "$exact" <<'PY'; then :; else fails=$((fails + 1)); fi
+import json, re, sys
+path, out, ranks, name, exact = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5] == "1"
+recs = [json.loads(l) for l in open(path) if '"memory_phase"' in l]
+last = max(r["step"] for r in recs)
+recs = [r for r in recs if r["step"] == last]
+per_rank = {k: [r for r in recs if r["rank"] == k] for k in range(ranks)}
+complete = all(len(p) > 4 for p in per_rank.values()) and all(r["theory_total"] is not None for r in recs)
+bad = [r for r in recs if r["total"] != r["theory_total"]]
+text = open(out).read()
+# --explain 2's table of rank 1: each row's total is the theory of the same phase
+table = text[text.index("a unit's life, one step on rank 1"):].split("\n  peak ")[0]
+rows = re.findall(r"^  (micro-batch \d+ (?:forward|backward) (?:embedding|head|layer \d+)|optimizer: [a-z -]+?)"
+                  r" +(\d+) +(\d+) +(\d+)  ", table, re.M)
+theory = {r["phase"]: r["theory_total"] for r in per_rank[1]}
+life = len(rows) >= 4 and all(theory.get(n) == int(total) for n, _, _, total in rows)
+ok = complete and life and (not bad if exact else True)
+say = f"{len(recs)} phases on {ranks} ranks, " + ("measured = theory at every phase" if exact else
+      f"a theory beside each ({len(bad)} differ: the recorder's interleaved count)")
+print(("ok  " if ok else "FAIL") + f" timeline {name}: {say}, --explain 2 rank 1's {len(rows)} rows the walk's"
+      + ("" if complete else ", phases or theory missing") + ("" if life else ", --explain 2 rows differ")
+      + "".join(f"\n    rank {r['rank']} {r['phase']}: measured {r['total']}, theory {r['theory_total']}"
+                for r in (bad[:5] if exact else [])))
+sys.exit(0 if ok else 1)
+PY
+}
+for z in 0 3; do
+    np=$((z == 0 ? 2 : 4))
+    walk tp2_z$z $np 1 --zero $z --tp 2
+    walk pp2_1f1b_z$z $np 1 --zero $z --pp 2 --schedule 1f1b --grad_accum 4
+    walk pp2_gpipe_z$z $np 1 --zero $z --pp 2 --schedule gpipe --grad_accum 4
+    walk cp2_z$z $np 1 --zero $z --cp 2 --attention flash
+    walk interleaved_z$z $np 0 --zero $z --pp 2 --schedule interleaved --virtual_stages 2 --grad_accum 2 --n_layer 4
+done
 [ $fails -eq 0 ] || { echo "own_numbers: $fails failed"; exit 1; }
 echo "own_numbers: all passed"

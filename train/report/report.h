@@ -82,8 +82,8 @@ void report_pipeline(FILE *out, FILE *json, const struct trainer *tr, const stru
  * cut passes through; which buffers each rank holds in full or in part. */
 void report_shard_map(FILE *out, const struct trainer *tr);
 /* --explain 2 (train/report/report_unit_life.c): each phase of one step on
- * this rank, ZeRO's collectives and releases there and the bytes live
- * beside their theory (pp = tp = 1; otherwise one line saying so). */
+ * every rank (its layout and schedule), ZeRO's collectives and releases
+ * there and the bytes live from the timeline's theory. */
 void report_unit_life(FILE *out, const struct trainer *tr);
 /* --explain at tp > 1 (train/report/report_shardmap_tp.c): each tp rank's slice of every
  * tensor: rows, columns, heads, vocabulary rows and their padding. */

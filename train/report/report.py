@@ -173,12 +173,29 @@ class Run:
         return ", ".join(self.label_parts())
 
     def dp_size(self):
-        """N of the ZeRO formulas: the ranks that share one copy of the model (world / (tp pp cp))."""
+        """N of the ZeRO formulas: the ranks that share one copy of a part of the model, as the
+        memory_setup record names it (n_zero: dp x cp), or world / (tp pp) in older logs."""
         s = self.setup or {}
+        if is_number(s.get("n_zero")):
+            return int(s["n_zero"])
         model_ranks = 1
-        for lever in ("tp", "pp", "cp"):
+        for lever in ("tp", "pp"):
             model_ranks *= s.get(lever, 1) if is_number(s.get(lever)) else 1
         return s["world_size"] // model_ranks
+
+    def split(self):
+        """Whether a rank holds a part of the model (tp or pp > 1): each rank's own Psi_r."""
+        s = self.setup or {}
+        return any(is_number(s.get(lever)) and s[lever] > 1 for lever in ("tp", "pp"))
+
+    def psi_of(self, rank):
+        """Psi of the ZeRO formulas for a rank: its Psi_r (memory_setup's psi_ranks) where the model is
+        split, else the model's; None where the log does not name it (an older log's other ranks)."""
+        s = self.setup or {}
+        ranks = s.get("psi_ranks")
+        if isinstance(ranks, list) and rank < len(ranks) and is_number(ranks[rank]):
+            return ranks[rank]
+        return s.get("psi") if rank == 0 or not self.split() else None
 
     def ranks(self):
         return sorted({r["rank"] for r in self.memory})
@@ -341,32 +358,37 @@ def zero_state_bytes(stage, n, psi, p, g, k):
     return sum(b * psi / (n if stage >= sharded_from[c] else 1) for c, b in whole.items())
 
 
-def bytes_per_param(run):
+def bytes_per_param(run, rank=None):
     """(p, g, K) of a run: each model-state category's bytes over all its
     copies' elements: a sharded category's bytes summed over the ranks (one
     whole copy), a replicated one's from one rank, over Psi. Padding of the
     shards shows as a fraction above the dtype's bytes; 8-bit optimizers
-    give a fractional K."""
+    give a fractional K. With rank given (a run whose ranks hold parts of
+    the model), that rank's bytes over its Psi_r, or Psi_r / N where the
+    stage shards the category."""
     psi, stage = run.setup["psi"], run.setup["zero"]
     ranks = run.ranks()
     out = {}
     for cat in MODEL_STATES:
-        per_rank = [sum(r["measured_bytes"] for r in run.memory if r["rank"] == rank and r["category"] == cat)
-                    for rank in ranks]
-        out[cat] = (sum(per_rank) if stage >= SHARDED_FROM[cat] else per_rank[0]) / psi
+        per_rank = {r: sum(m["measured_bytes"] for m in run.memory if m["rank"] == r and m["category"] == cat)
+                    for r in ranks}
+        if rank is not None:
+            n = run.dp_size() if stage >= SHARDED_FROM[cat] else 1
+            out[cat] = per_rank[rank] * n / run.psi_of(rank)
+        else:
+            out[cat] = (sum(per_rank.values()) if stage >= SHARDED_FROM[cat] else per_rank[ranks[0]]) / psi
     return out["params"], out["grads"], out["master"] + out["optimizer"]
 
 
 def model_state_runs(runs):
     """The runs the model-states panel draws: model states in their memory
-    records, a ZeRO stage and Psi, data parallel only (under tp, pp or cp a
-    rank holds a slice of the model, whose own Psi the formulas would need)."""
+    records, a ZeRO stage and Psi. Under tp or pp a rank holds a part of the
+    model: its points are drawn on its own Psi_r's line (memory_setup's
+    psi_ranks); cp splits the sequence, not the model (N = dp x cp)."""
     keep = []
     for run in runs:
         s = run.setup or {}
         if not (run.memory and is_number(s.get("zero")) and is_number(s.get("psi")) and s["psi"] > 0):
-            continue
-        if any(s.get(lever, 1) != 1 for lever in ("tp", "pp", "cp")):
             continue
         if all(any(r["category"] == c for r in run.memory) for c in MODEL_STATES):
             keep.append(run)
@@ -376,20 +398,25 @@ def model_state_runs(runs):
 def model_state_points(runs):
     """Per run and rank: {stage, n, rank, measured, theory, formula, p, g, k, psi}: the
     rank's model-state bytes measured, the trainer's theory, and the paper's
-    formula with the run's own bytes per parameter."""
+    formula with the run's own bytes per parameter; psi is the rank's Psi_r
+    where it holds a part of the model (split: True)."""
     points = []
     for run in model_state_runs(runs):
         s = run.setup
-        p, g, k = bytes_per_param(run)
         n = run.dp_size()
-        formula = zero_state_bytes(s["zero"], n, s["psi"], p, g, k)
+        whole = None if run.split() else bytes_per_param(run)
         for rank in run.ranks():
+            psi = run.psi_of(rank)
+            if psi is None or psi <= 0:
+                continue  # an older log names rank 0's part only
+            p, g, k = whole or bytes_per_param(run, rank)
             measured = sum(r["measured_bytes"] for r in run.memory
                            if r["rank"] == rank and r["category"] in MODEL_STATES)
             theory = sum(r.get("theory_bytes") or 0 for r in run.memory
                          if r["rank"] == rank and r["category"] in MODEL_STATES)
             points.append({"run": run, "stage": s["zero"], "n": n, "rank": rank, "measured": measured,
-                           "theory": theory, "formula": formula, "p": p, "g": g, "k": k, "psi": s["psi"]})
+                           "theory": theory, "formula": zero_state_bytes(s["zero"], n, psi, p, g, k),
+                           "p": p, "g": g, "k": k, "psi": psi, "split": run.split()})
     return points
 
 
@@ -411,7 +438,7 @@ def plot_model_states(plt, runs, out_dir, written):
     measured points (every rank) on the paper's line."""
     points = model_state_points(runs)
     if not points:
-        return "not in these runs (no data-parallel run with model-state memory records)"
+        return "not in these runs (no run with model-state memory records)"
     fig, ax = plt.subplots(figsize=(10, 5))
     largest_n = max(pt["n"] for pt in points)
     ns = list(range(1, max(largest_n, 2) + 1))
@@ -421,29 +448,35 @@ def plot_model_states(plt, runs, out_dir, written):
         lines.setdefault((pt["stage"], round(pt["p"], 3), round(pt["g"], 3), round(pt["k"], 3), pt["psi"]), pt)
     for i, ((stage, p, g, k, psi), pt) in enumerate(sorted(lines.items(), key=lambda kv: kv[0])):
         color = "C%d" % stage
+        # a rank's part of the model (tp slice, pp stage): the formula's Psi is its Psi_r
+        levers = ", ".join(w for w in pt["run"].label_parts() if w.split()[0] in ("tp", "pp", "cp"))
+        part = ",\n  Psi_r = {:,}: rank {}'s part at {}".format(int(psi), pt["rank"], levers) if pt["split"] else ""
         ax.plot(curve, [zero_state_bytes(stage, n, psi, p, g, k) / 1024.0 for n in curve],
                 LINE_STYLES[i % len(LINE_STYLES)], color=color,
-                label="ZeRO-%d: %s = %s\n  (%s: p %.3g, g %.3g, K %.3g B)" % (
+                label="ZeRO-%d: %s = %s\n  (%s: p %.3g, g %.3g, K %.3g B%s)" % (
                     stage, STAGE_FORMULAS[stage], formula_text(stage, p, g, k),
-                    pt["run"].setup.get("optimizer") or "?", p, g, k))
+                    pt["run"].setup.get("optimizer") or "?", p, g, k, part))
     shown = set()
     for pt in points:
         ax.plot(pt["n"], pt["measured"] / 1024.0, MARKERS[pt["stage"] % len(MARKERS)], color="C%d" % pt["stage"],
                 markersize=8, markerfacecolor="none", label=None if "m" in shown else "measured, every rank")
         shown.add("m")
-    for (stage, n), pt in sorted({(pt["stage"], pt["n"]): pt for pt in points}.items()):
+    for (stage, n, _), pt in sorted({(pt["stage"], pt["n"], pt["psi"]): pt for pt in points}.items()):
         ax.annotate("%.1f KiB" % (pt["measured"] / 1024.0), (n, pt["measured"] / 1024.0), textcoords="offset points",
                     xytext=(8, 0), va="center", fontsize=7, color="C%d" % stage)
-    psis = sorted({pt["psi"] for pt in points})
+    psis = sorted({pt["psi"] for pt in points if not pt["split"]})
+    models = sorted({pt["run"].setup.get("psi_model") for pt in points if pt["split"]} - {None})
     ax.set_xticks(ns)
     ax.set_xlim(0.8, ns[-1] + 0.5)  # room for the numbers right of the points
-    ax.set_xlabel("N, data-parallel ranks")
+    ax.set_xlabel("N, the ranks ZeRO shards over (dp, x cp with context parallelism)")
     ax.set_ylabel("KiB of model states per rank")
     ax.set_ylim(bottom=0)
-    ax.set_title("model states alone per rank, Psi = %s parameters; points: measured, every rank\n"
+    named = ["Psi = %s parameters" % ", ".join("{:,}".format(int(v)) for v in psis)] if psis else []
+    if models:  # tp or pp: each rank's part, Psi_r, of a model of Psi
+        named.append("under tp or pp a rank's Psi_r of Psi = %s" % ", ".join("{:,}".format(int(v)) for v in models))
+    ax.set_title("model states alone per rank, %s;\npoints: measured, every rank; "
                  "lines: the ZeRO paper's, with each run's bytes per parameter\n"
-                 "(p params, g grads, K master + optimizer)" % ", ".join("{:,}".format(int(v)) for v in psis),
-                 fontsize=9)
+                 "(p params, g grads, K master + optimizer)" % "; ".join(named), fontsize=9)
     ax.grid(alpha=0.3)
     legend_outside(ax)
     save(plt, fig, out_dir, "model_states", written)
@@ -490,9 +523,11 @@ def plot_memory_timeline(plt, runs, out_dir, written):
                 ax.plot(*zip(*totals), LINE_STYLES[j % len(LINE_STYLES)], color="black", linewidth=1,
                         label="rank %d total" % rank)
         theory = [(p["index"], p["theory_total"] / MIB) for p in rows if is_number(p.get("theory_total"))]
-        if theory:
-            ax.plot(*zip(*theory), "o", color="red", markersize=4, markerfacecolor="none",
-                    label="rank %d theory" % ranks[0])
+        for j, rank in enumerate(ranks):  # each rank's own walk (its layout and schedule)
+            own = [(p["index"], p["theory_total"] / MIB) for p in by_rank[rank] if is_number(p.get("theory_total"))]
+            if own:
+                ax.plot(*zip(*own), MARKERS[j % len(MARKERS)], color="red", markersize=4, markerfacecolor="none",
+                        label="rank %d theory" % rank)
         # The step's edges, and where each micro-batch starts (0-based, as the trace's)
         ax.axvline(-0.5, color="black", linewidth=1.5)
         ax.axvline(len(rows) - 0.5, color="black", linewidth=1.5)
@@ -513,7 +548,7 @@ def plot_memory_timeline(plt, runs, out_dir, written):
         ax.set_ylim(0, top * 1.15)
         ax.set_ylabel("MiB")
         ax.set_title("%s: step %d (its edges: solid lines; micro-batches: dotted)%s" % (
-            label, step, "" if theory else "; no theory per phase in this log (pp or tp > 1)"), fontsize=9)
+            label, step, "" if theory else "; no theory per phase in this log (an older log's pp or tp run)"), fontsize=9)
         ax.grid(axis="y", alpha=0.3)
         if ax is axes[0, 0]:  # the same colours in every run: one legend
             ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)

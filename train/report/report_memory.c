@@ -238,13 +238,22 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
         }
     }
     header(out, n, "category");
-    /* What the memory rows belong to, so build/report can label a run. */
-    if (json)
+    /* What the memory rows belong to, so build/report can label a run and
+     * draw each rank's model states on its line: psi is rank 0's Psi_r (as
+     * the heading names it), psi_model the model's Psi, psi_ranks each
+     * rank's Psi_r (its tp slice of its pp stage), n_zero ZeRO's N (dp x cp). */
+    if (json) {
         fprintf(json, "{\"type\":\"memory_setup\",\"zero\":%d,\"world_size\":%d,\"tp\":%d,\"pp\":%d,\"cp\":%d,"
-                      "\"psi\":%.0f,\"recompute\":\"%s\",\"attention\":\"%s\",\"optimizer\":\"%s\"}\n",
+                      "\"psi\":%.0f,\"recompute\":\"%s\",\"attention\":\"%s\",\"optimizer\":\"%s\",\"psi_model\":%zu,"
+                      "\"n_zero\":%d,\"psi_ranks\":[",
                 c->zero, n, c->tp, c->pp, c->cp, st.psi,
                 c->recompute == RECOMPUTE_NONE ? "none" : c->recompute == RECOMPUTE_FULL ? "full" : "selective",
-                c->attention == ATTENTION_FLASH ? "flash" : "plain", optim_rule(c->optimizer)->name);
+                c->attention == ATTENTION_FLASH ? "flash" : "plain", optim_rule(c->optimizer)->name,
+                tr->engine.lay.ref_total, st.N);
+        for (int r = 0; r < n; r++)
+            fprintf(json, "%s%.0f", r ? "," : "", theory_trainer_states(c, rank_place_of(c, n, r)).psi);
+        fprintf(json, "]}\n");
+    }
     char rule[320];
     double states_theory = 0;
     bool exact = true;

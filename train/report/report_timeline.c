@@ -9,8 +9,9 @@
 
 enum { TOP_PHASES = 5 };
 
-/* theory: the same phase of the theory's walk, or NULL where the walk is not
- * this rank's (pp or tp > 1): "theory_total" is then null. */
+/* theory: the same phase of the theory's walk (its rank's layout and
+ * schedule), or NULL where the walk's phase is not this one: "theory_total"
+ * is then null. */
 static void json_phase(FILE *json, int rank, int step, const struct timeline_phase *p,
                        const struct timeline_phase *theory) {
     char name[96];
@@ -60,19 +61,17 @@ void report_timeline(FILE *out, FILE *json, const struct trainer *tr, const stru
         struct timeline_theory th = theory_trainer_timeline_peak(c, rank_place_of(c, n, r), NULL);
         char name[96], tname[96];
         timeline_phase_name(&t->peak, name, sizeof name);
-        if (!th.exact) { /* the walk covers one whole-model stage only */
-            fprintf(out, "  memory timeline of step %d on rank %d: peak %.0f bytes at phase '%s' (no theory walk for "
-                         "pp = %d, tp = %d: the pipeline table has this rank's activation theory)\n",
-                    t->step, r, timeline_total(&t->peak), name, c->pp, c->tp);
-            continue;
-        }
         timeline_phase_name(&th.peak, tname, sizeof tname);
         double peak = timeline_total(&t->peak), theory = timeline_total(&th.peak);
-        bool exact = peak == theory && t->peak.index == th.peak.index;
+        /* the recorder counts an interleaved rank's slots by its first chunk
+         * (measure_timeline.c): the walk, which counts each chunk's, differs */
+        bool exact = th.exact && peak == theory && t->peak.index == th.peak.index;
         fprintf(out, "  memory timeline of step %d on rank %d: peak %.0f bytes at phase '%s' (theory: %.0f = %s %.0f + "
                      "scratch %.0f + gathered units %.0f + buckets %.0f + live activations %.0f at '%s'): %s\n",
                 t->step, r, peak, name, theory, c->zero >= 3 ? "own shards" : "model states", th.states, th.scratch,
-                th.gathered, th.buckets, th.activations, tname, exact ? "exact" : "DIFFERS");
+                th.gathered, th.buckets, th.activations, tname,
+                exact ? "exact" : th.exact ? "DIFFERS" : "DIFFERS: the recorder counts an interleaved rank's slots by its "
+                                                         "first chunk");
         if (t->dropped)
             fprintf(out, "    (%d of %d phases not kept: TIMELINE_MAX_PHASES = %d; the peak is of all)\n", t->dropped,
                     t->n + t->dropped, TIMELINE_MAX_PHASES);
@@ -83,9 +82,10 @@ void report_timeline(FILE *out, FILE *json, const struct trainer *tr, const stru
     for (int r = 0; r < n; r++) {
         struct timeline_theory th = theory_trainer_timeline_peak(c, rank_place_of(c, n, r), theory);
         for (int i = 0; i < ranks[r].n; i++) {
-            /* the walk's phase i is the recorder's phase i where the walk is this rank's (tests/mpi/test_timeline.c) */
+            /* the walk's phase i is the recorder's phase i: the rank's own layout and schedule
+             * (tests/mpi/test_timeline.c, tests/mpi/own_numbers.sh) */
             const struct timeline_phase *m = &ranks[r].phase[i];
-            bool same = th.exact && i < th.phases && theory[i].kind == m->kind &&
+            bool same = i < th.phases && theory[i].kind == m->kind && theory[i].unit == m->unit &&
                         theory[i].micro_batch == m->micro_batch;
             json_phase(json, r, ranks[r].step, m, same ? &theory[i] : NULL);
         }

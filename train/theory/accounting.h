@@ -264,12 +264,17 @@ struct flop_theory {
 struct flop_theory theory_trainer_flops(const struct config *c, struct rank_place p);
 
 /* The peak of the memory timeline (train/measure/timeline.h, docs/MEMORY.md) of
- * rank `rank` of N for one step: the engine's phases in order, each with
- * the bytes in use by the timeline's definition, derived from the config;
- * the peak is the first phase with the largest total, split into its
- * terms (e.g. ZeRO-3: own shards + scratch + gathered units + buckets +
- * live activations). Exact for pp = tp = 1 (the 1F1B schedule on one stage, one
- * slot): ZeRO 0-3, overlap on or off, every recompute mode and dtype. */
+ * the rank at place p for one step: the engine's phases in order, each with
+ * the bytes in use by the timeline's definition, derived from the config:
+ * the rank's layout (tp slice, pp stage and chunks, cp positions), its
+ * schedule's order (include/schedule.h), the activations of each
+ * micro-batch in flight, ZeRO's gathered units and buckets; the peak is the
+ * first phase with the largest total, split into its terms (e.g. ZeRO-3:
+ * own shards + scratch + gathered units + buckets + live activations).
+ * Exact for every rank of dp, tp, pp (gpipe, 1f1b) and cp runs: ZeRO 0-3,
+ * overlap on or off, every recompute mode and dtype. Under the interleaved
+ * schedule the walk counts each chunk's slots, the recorder its first
+ * chunk's (train/measure/measure_timeline.c): not exact. */
 struct timeline_theory {
     struct timeline_phase peak;  /* its phase and bytes by category */
     double states;               /* params + master + grads + optimizer (own shards where sharded) */
@@ -277,7 +282,7 @@ struct timeline_theory {
     double gathered, buckets;    /* the two parts of peak.bytes[MEM_COMM] */
     double activations;
     int phases;                  /* in the step */
-    bool exact;                  /* the walk is this rank's: pp = tp = 1 (else the numbers are not its own) */
+    bool exact;                  /* the recorder measures what the walk counts: all but interleaved */
 };
 
 /* phases: NULL, or room for TIMELINE_MAX_PHASES: every phase of the step

@@ -50,7 +50,13 @@ void plan_usage(FILE *f) {
             "  --mfu X              fraction of peak achieved, in (0, 1] (default 0.4)\n"
             "  --tokens D           training tokens, a whole number (default 15e12)\n"
             "  --batch-tokens T     tokens per optimizer step, a whole number (default 4e6)\n"
-            "  --link-bandwidth B   bytes/s per device link, one direction (default 4.5e10)\n"
+            "  --link-bandwidth B   bytes/s per device link within a node (NVLink, ICI), one direction\n"
+            "                       (default 4.5e10)\n"
+            "  --inter-node-bandwidth B  bytes/s per device between nodes, one direction: groups spanning more\n"
+            "                       than --devices-per-node devices use it (default 0: one network; --device\n"
+            "                       h100/h200: 5e10, each GPU's 400 Gb/s NDR InfiniBand NIC, DGX H100 guide)\n"
+            "  --devices-per-node N devices on one node's fast link, a whole number (default 0: every device;\n"
+            "                       --device h100/h200/a100: 8, an HGX board)\n"
             "  --watts W            power per device for the energy estimate (default 0: not given)\n"
             "  --zero-stage S       ZeRO stage 0..3 for the layout table and smallest fit (default 1)\n"
             "  --recompute-mode M   none|selective|full for the same (default selective)\n"
@@ -129,7 +135,7 @@ static int parse_device(FILE *err, const char *v, struct plan_opts *o) {
 
 /* Which planner values were given, so that --device fills only the rest. */
 struct given {
-    bool memory, link;
+    bool memory, link, inter, per_node;
 };
 
 /* One planner flag and its value v. Returns 0, -1 on a bad value, or 1
@@ -153,6 +159,14 @@ static int parse_flag(FILE *err, const char *a, const char *v, struct plan_opts 
         g->link = true;
         return parse_number(err, a, v, 1, MAX_BANDWIDTH, &in->link_bandwidth);
     }
+    if (!strcmp(a, "--inter-node-bandwidth")) {
+        g->inter = true;
+        return parse_number(err, a, v, 0, MAX_BANDWIDTH, &in->inter_node_bandwidth);
+    }
+    if (!strcmp(a, "--devices-per-node")) {
+        g->per_node = true;
+        return parse_whole(err, a, v, 0, MAX_DEVICES, &in->devices_per_node);
+    }
     if (!strcmp(a, "--watts")) return parse_number(err, a, v, 0, MAX_WATTS, &in->watts);
     if (!strcmp(a, "--recompute-mode")) return parse_recompute(err, a, v, &in->recompute);
     if (!strcmp(a, "--layout")) return parse_layout(err, v, in);
@@ -171,7 +185,7 @@ static int parse_flag(FILE *err, const char *a, const char *v, struct plan_opts 
 
 static bool takes_value(const char *a) {
     static const char *flags[] = {"--devices", "--device", "--device-memory", "--mfu", "--tokens", "--batch-tokens",
-                                  "--link-bandwidth", "--watts", "--zero-stage", "--ckpt-per-layer",
+                                  "--link-bandwidth", "--inter-node-bandwidth", "--devices-per-node", "--watts", "--zero-stage", "--ckpt-per-layer",
                                   "--recompute-mode", "--layout"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if (!strcmp(a, flags[i])) return true;
@@ -263,6 +277,8 @@ static int apply_device(FILE *err, struct plan_opts *o, const struct given *g, c
         in->peak_flops = o->device->peak_flops;
         if (!g->memory) in->memory = o->device->memory;
         if (!g->link) in->link_bandwidth = o->device->link_bandwidth;
+        if (!g->inter) in->inter_node_bandwidth = o->device->inter_node_bandwidth;
+        if (!g->per_node) in->devices_per_node = o->device->devices_per_node;
     }
     if (c->peak_flops > 0 && c->peak_flops < MIN_PEAK_FLOPS) {
         fprintf(err, "plan: bad value %g for --peak-flops (peak_flops): the planner needs at least %g FLOP/s\n",
@@ -279,7 +295,7 @@ int plan_parse_args(int argc, char **argv, struct plan_opts *o, struct config *c
                                    .link_bandwidth = SEED_LINK_BANDWIDTH, .watts = 0, .zero_stage = 1,
                                    .recompute = RECOMPUTE_SELECTIVE, .ckpt_per_layer = SEED_CKPT_PER_LAYER}};
     config_defaults(c);
-    struct given g = {false, false};
+    struct given g = {false, false, false, false};
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     if (!rest) return -1;
     int rest_argc = 0;

@@ -26,11 +26,13 @@ static void json_layout(FILE *f, const struct theory_layout *l, const struct the
             "\"step_tokens\":%.0f,\"state_bytes\":%.10g,\"activation_bytes\":%.10g,\"memory_bytes\":%.10g,"
             "\"batch_ok\":%s,\"fits\":%s,\"compute_s\":%.10g,\"bubble_s\":%.10g,\"dp_comm_s\":%.10g,"
             "\"tp_comm_s\":%.10g,\"pp_comm_s\":%.10g,\"cp_comm_s\":%.10g,\"comm_s\":%.10g,\"step_s\":%.10g,"
-            "\"days\":%.10g,\"bound\":\"%s\"}",
+            "\"days\":%.10g,\"bound\":\"%s\",\"inter_node\":{\"tp\":%s,\"cp\":%s,\"pp\":%s,\"dp\":%s}}",
             l->tp, l->cp > 1 ? l->cp : 1, l->pp, l->dp, l->zero_stage, theory_recompute_name(l->recompute),
             e->micro_batches, e->step_tokens, e->state.total, e->activations, e->memory, e->batch_ok ? "true" : "false",
             e->fits ? "true" : "false", e->compute_s, e->bubble_s, e->dp_comm_s, e->tp_comm_s, e->pp_comm_s,
-            e->cp_comm_s, e->comm_s, e->step_s, e->days, e->comm_bound ? "communication" : "compute");
+            e->cp_comm_s, e->comm_s, e->step_s, e->days, e->comm_bound ? "communication" : "compute",
+            e->tp_inter ? "true" : "false", e->cp_inter ? "true" : "false", e->pp_inter ? "true" : "false",
+            e->dp_inter ? "true" : "false");
 }
 
 static void json_layouts(FILE *f, const char *key, const struct theory_layout *l, const struct theory_layout_eval *e,
@@ -52,9 +54,11 @@ static void json_cluster(FILE *f, const struct plan_opts *o) {
     fprintf(f, "\"cluster\":{\"device\":");
     json_string(f, o->device ? o->device->name : "");
     fprintf(f, ",\"devices\":%.0f,\"memory\":%.10g,\"peak_flops\":%.10g,\"mfu\":%.10g,\"tokens\":%.0f,"
-            "\"batch_tokens\":%.0f,\"link_bandwidth\":%.10g,\"watts\":%.10g,\"zero_stage\":%d,\"recompute\":\"%s\"},",
+            "\"batch_tokens\":%.0f,\"link_bandwidth\":%.10g,\"inter_node_bandwidth\":%.10g,\"devices_per_node\":%.0f,"
+            "\"watts\":%.10g,\"zero_stage\":%d,\"recompute\":\"%s\"},",
             in->devices, in->memory, in->peak_flops, in->mfu, in->tokens, in->batch_tokens, in->link_bandwidth,
-            in->watts, in->zero_stage, theory_recompute_name(in->recompute));
+            in->inter_node_bandwidth, in->devices_per_node, in->watts, in->zero_stage,
+            theory_recompute_name(in->recompute));
 }
 
 static void json_model(FILE *f, const struct theory_plan *pl) {

@@ -19,16 +19,25 @@ static const char *fit_word(const struct theory_layout_eval *e) {
 }
 
 static void layout_header(FILE *f) {
-    fprintf(f, "  %-26s %5s %9s %9s %9s %5s %9s %9s %9s %9s %9s %8s %s\n", "layout", "m", "state GiB", "act GiB",
-            "total GiB", "fits", "compute s", "comm s", "(cp s)", "bubble s", "step s", "days", "bound");
+    fprintf(f, "  %-26s %5s %9s %9s %9s %5s %9s %9s %9s %9s %9s %8s %-13s %s\n", "layout", "m", "state GiB",
+            "act GiB", "total GiB", "fits", "compute s", "comm s", "(cp s)", "bubble s", "step s", "days", "bound",
+            "across nodes");
+}
+
+/* "dp+pp": the groups on the inter-node link; "-": none. */
+static const char *across_nodes(const struct theory_layout_eval *e, char *buf, size_t n) {
+    snprintf(buf, n, "%s%s%s%s", e->tp_inter ? "+tp" : "", e->cp_inter ? "+cp" : "", e->dp_inter ? "+dp" : "",
+             e->pp_inter ? "+pp" : "");
+    return buf[0] ? buf + 1 : "-";
 }
 
 static void layout_row(FILE *f, const struct theory_layout *l, const struct theory_layout_eval *e) {
-    char name[64];
-    fprintf(f, "  %-26s %5.0f %9.4g %9.4g %9.4g %5s %9.4g %9.4g %9.4g %9.4g %9.4g %8.4g %s\n",
+    char name[64], across[16];
+    fprintf(f, "  %-26s %5.0f %9.4g %9.4g %9.4g %5s %9.4g %9.4g %9.4g %9.4g %9.4g %8.4g %-13s %s\n",
             plan_layout_name(l, name, sizeof name), e->micro_batches, e->state.total / THEORY_GIB,
             e->activations / THEORY_GIB, e->memory / THEORY_GIB, fit_word(e), e->compute_s, e->comm_s, e->cp_comm_s,
-            e->bubble_s, e->step_s, e->days, e->comm_bound ? "communication" : "compute");
+            e->bubble_s, e->step_s, e->days, e->comm_bound ? "communication" : "compute",
+            across_nodes(e, across, sizeof across));
 }
 
 static void print_header(FILE *f, const struct theory_plan *pl, const struct plan_opts *o, const struct config *c) {
@@ -37,9 +46,14 @@ static void print_header(FILE *f, const struct theory_plan *pl, const struct pla
     fprintf(f, "plan: %s  (arch %s, L %d, h %d, a %d, n_kv %d, F %d, V %d, s %d, micro_batch %d)\n",
             o->config_path ? o->config_path : "(defaults)", c->arch == ARCH_LLAMA ? "llama" : "gpt2", m->L, m->h,
             m->a, m->n_kv, m->F, m->V, m->s, c->micro_batch);
-    fprintf(f, "cluster: %.0f devices%s%s x %.4g GiB, %.4g FLOP/s peak at MFU %.2f, link %.4g GB/s one direction\n\n",
+    fprintf(f, "cluster: %.0f devices%s%s x %.4g GiB, %.4g FLOP/s peak at MFU %.2f, link %.4g GB/s one direction\n",
             in->devices, o->device ? " " : "", o->device ? o->device->name : "", in->memory / THEORY_GIB,
             in->peak_flops, in->mfu, in->link_bandwidth / BYTES_PER_GB_S);
+    if (in->devices_per_node > 0 && in->inter_node_bandwidth > 0)
+        fprintf(f, "nodes: %.0f devices each on that link; between nodes %.4g GB/s one direction per device, for the "
+                   "groups in the 'across nodes' column (devices numbered tp, cp, dp, pp from the innermost)\n",
+                in->devices_per_node, in->inter_node_bandwidth / BYTES_PER_GB_S);
+    fputc('\n', f);
 }
 
 static void print_params(FILE *f, const struct theory_plan *pl) {

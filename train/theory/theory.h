@@ -153,8 +153,13 @@ double theory_pipeline_bubble(int p, double m, int v);
  * the same fraction of the step. */
 double theory_pipeline_bubble_seconds(double compute, int p, double m, int v);
 
+/* link_bandwidth: a device's link within its node (NVLink), one direction;
+ * inter_node_bandwidth: its share of the node's network (InfiniBand) for
+ * groups that span more than devices_per_node devices (0 either: one
+ * network, link_bandwidth everywhere; theory_layout_evaluate). */
 struct theory_cluster {
     double devices, memory, peak_flops, mfu, link_bandwidth, watts;
+    double inter_node_bandwidth, devices_per_node;
 };
 /* A layout of devices = tp x cp x pp x dp (cp 0 reads as 1): context
  * parallelism divides each sequence's positions, hence the activations and
@@ -180,6 +185,8 @@ struct theory_layout_eval {
     double step_s;                /* max(compute, comm) + bubble */
     double days;                  /* training days: tokens / step_tokens steps of step_s (theory_plan) */
     bool comm_bound;              /* comm_s > compute_s */
+    /* the groups whose devices span more than a node, on the inter-node link */
+    bool tp_inter, cp_inter, pp_inter, dp_inter;
 };
 struct theory_layout_eval theory_layout_evaluate(const struct theory_model *m, const struct theory_dtypes *dt,
                                                  double psi, double micro_batch, double batch_tokens,
@@ -215,6 +222,8 @@ struct theory_device {
     double memory;         /* bytes (the data sheet's "80GB" of HBM is 80 GiB) */
     double link_bandwidth; /* bytes/s one direction on the device's fastest link (NVLink, ICI) */
     const char *gpu;       /* a part of the CUDA device name (cudaGetDeviceProperties) that identifies it; NULL: none */
+    double inter_node_bandwidth; /* bytes/s one direction per device between nodes (its NIC); 0: one network */
+    int devices_per_node;  /* devices that share the fast link (an HGX board); 0: every device */
 };
 /* NULL when the name is unknown. */
 const struct theory_device *theory_device_find(const char *name);
@@ -228,6 +237,7 @@ const char *theory_device_names(void);
 enum { THEORY_PLAN_MAX_REQUESTED = 8 }; /* build/plan --layout, at most this many */
 struct theory_plan_input {
     double devices, memory, peak_flops, mfu, tokens, batch_tokens, link_bandwidth, watts;
+    double inter_node_bandwidth, devices_per_node; /* struct theory_cluster's; 0: one network */
     int zero_stage;                  /* for the layout table and smallest fit */
     enum recompute_mode recompute; /* idem */
     int ckpt_per_layer;              /* the seed-style estimate's checkpoints */

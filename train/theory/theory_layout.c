@@ -13,8 +13,13 @@
  *    FLOPs include recomputation (theory_hardware_flops_per_token);
  *  - bubble  = compute x (p-1)/m (Narayanan et al. 2021 §2.2, 1F1B):
  *    theory_pipeline_bubble_seconds, the trainer's bubble formula;
- *  - comm    = (DP + TP + PP + CP bytes per device) / link bandwidth, all on one
- *    link of the given bandwidth, assumed to overlap perfectly with compute;
+ *  - comm    = each group's bytes per device / its link's bandwidth, summed
+ *    (the links are not assumed to run at once), assumed to overlap
+ *    perfectly with compute. Devices are numbered tp innermost, then cp,
+ *    dp, pp (the trainer's grid and Megatron-LM's order), so a group spans
+ *    tp: t, cp: t cp, dp: t cp d, pp: every device; a group spanning more
+ *    than a node's devices runs at the inter-node bandwidth (its slowest
+ *    link bounds the ring), else at the node's link (NVLink);
  *  - step    = max(compute, comm) + bubble; the larger term "bounds" it;
  *    comm beyond compute is the exposed part, so this is compute + exposed
  *    comm + bubble.
@@ -59,13 +64,23 @@ struct theory_layout_eval theory_layout_evaluate(const struct theory_model *m, c
     e.compute_s = rate > 0 ? flops / rate : 0.0;
     e.bubble_s = theory_pipeline_bubble_seconds(e.compute_s, p, mm, 1);
 
-    const double bw = cl->link_bandwidth > 0 ? cl->link_bandwidth : INFINITY;
+    const double intra = cl->link_bandwidth > 0 ? cl->link_bandwidth : INFINITY;
+    const double inter = cl->inter_node_bandwidth > 0 ? cl->inter_node_bandwidth : intra;
+    const bool nodes = cl->devices_per_node > 0 && cl->inter_node_bandwidth > 0;
+    e.tp_inter = nodes && t > cl->devices_per_node;
+    e.cp_inter = nodes && (double)t * cp > cl->devices_per_node;
+    e.dp_inter = nodes && (double)t * cp * d > cl->devices_per_node;
+    e.pp_inter = nodes && p > 1 && devices > cl->devices_per_node;
     const double layers = ceil((double)m->L / p);
-    e.dp_comm_s = theory_dp_step_bytes(e.psi_device, dt->w_p, dt->w_g, lay->zero_stage, d * cp, mm) / bw;
-    e.tp_comm_s =
-        layers * mm * theory_tp_layer_bytes(&local, b, t, dt->w_act, lay->recompute, lay->sequence_parallel) / bw;
-    e.pp_comm_s = p > 1 ? theory_pp_boundary_bytes(&local, b, mm, t, lay->sequence_parallel, dt->w_act) / bw : 0.0;
-    e.cp_comm_s = layers * mm * theory_cp_layer_bytes(m, b, t, cp, dt->w_act, lay->recompute) / bw;
+    e.dp_comm_s = theory_dp_step_bytes(e.psi_device, dt->w_p, dt->w_g, lay->zero_stage, d * cp, mm) /
+                  (e.dp_inter ? inter : intra);
+    e.tp_comm_s = layers * mm * theory_tp_layer_bytes(&local, b, t, dt->w_act, lay->recompute, lay->sequence_parallel) /
+                  (e.tp_inter ? inter : intra);
+    e.pp_comm_s = p > 1 ? theory_pp_boundary_bytes(&local, b, mm, t, lay->sequence_parallel, dt->w_act) /
+                              (e.pp_inter ? inter : intra)
+                        : 0.0;
+    e.cp_comm_s = layers * mm * theory_cp_layer_bytes(m, b, t, cp, dt->w_act, lay->recompute) /
+                  (e.cp_inter ? inter : intra);
     e.comm_s = e.dp_comm_s + e.tp_comm_s + e.pp_comm_s + e.cp_comm_s;
     e.comm_bound = e.comm_s > e.compute_s;
     e.step_s = fmax(e.compute_s, e.comm_s) + e.bubble_s;

@@ -72,7 +72,9 @@ static void evaluate_layouts(struct theory_plan *pl, const struct config *c, con
     const double psi = pl->params.total, b = c->micro_batch;
     const long long devices = (long long)in->devices;
     const struct theory_cluster cl = {.devices = in->devices, .memory = in->memory, .peak_flops = in->peak_flops,
-                                      .mfu = in->mfu, .link_bandwidth = in->link_bandwidth, .watts = in->watts};
+                                      .mfu = in->mfu, .link_bandwidth = in->link_bandwidth, .watts = in->watts,
+                                      .inter_node_bandwidth = in->inter_node_bandwidth,
+                                      .devices_per_node = in->devices_per_node};
     candidate_layouts(pl, (int)devices, in);
     for (int i = 0; i < pl->n_layouts; i++) {
         pl->evals[i] = theory_layout_evaluate(m, &pl->dtypes, psi, b, in->batch_tokens, &pl->layouts[i], &cl);
