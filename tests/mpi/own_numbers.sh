@@ -232,7 +232,7 @@ for z in 0 3; do
     walk pp2_1f1b_z$z $np 1 --zero $z --pp 2 --schedule 1f1b --grad_accum 4
     walk pp2_gpipe_z$z $np 1 --zero $z --pp 2 --schedule gpipe --grad_accum 4
     walk cp2_z$z $np 1 --zero $z --cp 2 --attention flash
-    walk interleaved_z$z $np 0 --zero $z --pp 2 --schedule interleaved --virtual_stages 2 --grad_accum 2 --n_layer 4
+    walk interleaved_z$z $np 1 --zero $z --pp 2 --schedule interleaved --virtual_stages 2 --grad_accum 2 --n_layer 4
 done
 [ $fails -eq 0 ] || { echo "own_numbers: $fails failed"; exit 1; }
 echo "own_numbers: all passed"

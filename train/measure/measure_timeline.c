@@ -90,6 +90,78 @@ static double activations_in_use(const struct engine *e, const struct timeline_p
     }
 }
 
+/* The chunk of the rank that runs unit u (layout_unit's layer, or the
+ * embedding's chunk 0, the head's last). */
+static int chunk_of(const struct model_layout *lay, const struct timeline_phase *p) {
+    const struct rank_desc *r = &lay->rank;
+    if (p->unit_kind == UNIT_EMBED) return 0;
+    if (p->unit_kind == UNIT_HEAD) return r->n_chunks - 1;
+    for (int c = 0; c < r->n_chunks; c++)
+        if (r->chunk[c].l0 <= p->layer && p->layer < r->chunk[c].l1) return c;
+    return 0;
+}
+
+/* Several chunks (interleaved): a slot of chunk c holds c's layers, the
+ * token ids only in chunk 0, the head's tensors only in the last chunk
+ * (model/gpt.c's per_slot); per-layer and per-slot sizes from the tracked
+ * totals over the slots that hold them. The phase's own slot is filled up
+ * to the phase, every other pass in flight holds its chunk's full slot. */
+static double chunk_activations(const struct mem_timeline *t, const struct timeline_phase *p) {
+    const struct engine *e = t->engine;
+    const struct gpt *m = &e->model;
+    const struct gpt_slot *s0 = &m->slot[0];
+    int v = e->lay.rank.n_chunks, layers = 0, entries = 0;
+    for (int s = 0; s < m->n_slots; s++) layers += m->slot[s].n_layers, entries += m->slot[s].n_layers + 1;
+    double R = entries ? (double)tracked(e->mem, s0->resid, NULL) / entries : 0.0;
+    double S = layers ? (double)(tracked(e->mem, s0->layer_acts, NULL) + tracked(e->mem, s0->layer_stats, NULL) +
+                                 tracked(e->mem, s0->layer_lse, NULL)) / layers
+                      : 0.0;
+    double I = (double)tracked(e->mem, s0->inputs, NULL) / m->chunk_slots[0];
+    double H = (double)(tracked(e->mem, s0->lnf, NULL) + tracked(e->mem, s0->lnf_stats, NULL) +
+                        tracked(e->mem, s0->logits, NULL) + tracked(e->mem, s0->losses, NULL) +
+                        tracked(e->mem, s0->targets, NULL)) / m->chunk_slots[v - 1];
+    double one = one_layer(e, m->work_acts) + one_layer(e, m->full_stats) + one_layer(e, m->att_recompute);
+    int c = chunk_of(&e->lay, p);
+    double others = 0;
+    for (int k = 0; k < t->n_live; k++) {
+        int ck = t->live_chunk[k], n = e->lay.rank.chunk[ck].l1 - e->lay.rank.chunk[ck].l0;
+        if (t->live_mb[k] != p->micro_batch || ck != c)
+            others += (ck == 0 ? I : 0) + (n + 1) * R + n * S + (ck == v - 1 ? H : 0);
+    }
+    int n = e->lay.rank.chunk[c].l1 - e->lay.rank.chunk[c].l0, i = p->layer - e->lay.rank.chunk[c].l0;
+    double Ic = c == 0 ? I : 0, Hc = c == v - 1 ? H : 0;
+    bool fwd = p->kind == PHASE_FORWARD;
+    switch (p->unit_kind) {
+    case UNIT_EMBED: return others + (fwd ? I + R : I);
+    case UNIT_HEAD: return others + Ic + (n + 1) * R + n * S + Hc;
+    default: return others + Ic + (i + (fwd ? 2 : 1)) * R + (i + 1) * S + one;
+    }
+}
+
+/* A chunk's pass ends at its last backward unit: the embedding (chunk 0
+ * of the first stage), else its first layer, else the head. */
+static bool ends_pass(const struct model_layout *lay, const struct timeline_phase *p, int c) {
+    const struct layer_range *r = &lay->rank.chunk[c];
+    if (c == 0 && lay->rank.has_embed) return p->unit_kind == UNIT_EMBED;
+    if (r->l0 < r->l1) return p->unit_kind == UNIT_LAYER && p->layer == r->l0;
+    return p->unit_kind == UNIT_HEAD;
+}
+
+static void chunk_pass(struct mem_timeline *t, const struct timeline_phase *p, bool after) {
+    const struct model_layout *lay = &t->engine->lay;
+    int c = chunk_of(lay, p);
+    if (!after && p->kind == PHASE_FORWARD && (p->micro_batch != t->forward_mb || c != t->forward_chunk)) {
+        t->forward_mb = p->micro_batch, t->forward_chunk = c;
+        if (t->n_live < TIMELINE_MAX_LIVE) t->live_mb[t->n_live] = p->micro_batch, t->live_chunk[t->n_live++] = c;
+    }
+    if (after && p->kind == PHASE_BACKWARD && ends_pass(lay, p, c))
+        for (int k = 0; k < t->n_live; k++)
+            if (t->live_mb[k] == p->micro_batch && t->live_chunk[k] == c) {
+                t->live_mb[k] = t->live_mb[--t->n_live], t->live_chunk[k] = t->live_chunk[t->n_live];
+                break;
+            }
+}
+
 /* Adds buf to the set (once). */
 static void add(const void **set, int *n, const void *buf) {
     if (!buf) return;
@@ -140,10 +212,33 @@ static int last_backward_unit(const struct model_layout *lay) {
     return first >= 0 ? layout_layer_unit(lay, first) : layout_head_unit(lay);
 }
 
+/* at() for a rank of several chunks (interleaved). */
+static void chunks_at(struct mem_timeline *t, enum phase_kind kind, int unit, int micro_batch) {
+    const struct engine *e = t->engine;
+    int unit_kind = -1, layer = -1;
+    if (unit >= 0) {
+        struct unit_info ui = layout_unit(&e->lay, unit);
+        unit_kind = (int)ui.kind;
+        layer = ui.layer;
+    }
+    struct timeline_phase p = timeline_phase_at(kind, unit, unit_kind, layer, micro_batch);
+    p.index = t->n + t->dropped;
+    for (int c = 0; c < MEM_NUM_CATEGORIES; c++) p.bytes[c] = (double)e->mem->live[c];
+    if (unit >= 0) chunk_pass(t, &p, false);
+    p.bytes[MEM_ACTIVATIONS] = unit >= 0 ? chunk_activations(t, &p) : 0.0;
+    p.bytes[MEM_COMM] = comm_in_use(e, &p);
+    record(t, &p);
+    if (unit >= 0) chunk_pass(t, &p, true);
+}
+
 static void at(void *ctx, enum phase_kind kind, int unit, int micro_batch) {
     struct mem_timeline *t = ctx;
     if (!t->active) return;
     const struct engine *e = t->engine;
+    if (e->lay.rank.n_chunks > 1) {
+        chunks_at(t, kind, unit, micro_batch);
+        return;
+    }
     /* a micro-batch's forward begins at its first unit's phase */
     if (kind == PHASE_FORWARD && micro_batch != t->forward_mb) t->started++, t->forward_mb = micro_batch;
     int unit_kind = -1, layer = -1;
@@ -183,6 +278,7 @@ void timeline_begin_step(struct mem_timeline *t, int step) {
     t->step = step;
     t->forward_mb = -1;
     t->started = t->done = 0;
+    t->n_live = 0, t->forward_chunk = -1;
     t->n = t->dropped = 0;
     t->peak = (struct timeline_phase){.kind = -1, .index = -1};
 }

@@ -32,7 +32,7 @@
 
 struct engine;
 
-enum { TIMELINE_MAX_PHASES = 512 };
+enum { TIMELINE_MAX_PHASES = 512, TIMELINE_MAX_LIVE = 64 /* GPT_MAX_SLOTS */ };
 
 /* One phase of the step: what ran and the bytes in use during it. */
 struct timeline_phase {
@@ -50,6 +50,8 @@ struct mem_timeline {
     int step;          /* the recorded step, 1-based */
     int forward_mb;    /* the micro-batch of the last forward phase (-1 at the step's start) */
     int started, done; /* micro-batches whose forward began, whose backward ended, this step */
+    /* several chunks (interleaved): the (micro-batch, chunk) passes in flight, and the last forward's chunk */
+    int live_mb[TIMELINE_MAX_LIVE], live_chunk[TIMELINE_MAX_LIVE], n_live, forward_chunk;
     int n, dropped;    /* phases kept, phases past TIMELINE_MAX_PHASES */
     struct timeline_phase peak;  /* the first phase with the largest total */
     struct timeline_phase phase[TIMELINE_MAX_PHASES];

@@ -271,10 +271,8 @@ struct flop_theory theory_trainer_flops(const struct config *c, struct rank_plac
  * micro-batch in flight, ZeRO's gathered units and buckets; the peak is the
  * first phase with the largest total, split into its terms (e.g. ZeRO-3:
  * own shards + scratch + gathered units + buckets + live activations).
- * Exact for every rank of dp, tp, pp (gpipe, 1f1b) and cp runs: ZeRO 0-3,
- * overlap on or off, every recompute mode and dtype. Under the interleaved
- * schedule the walk counts each chunk's slots, the recorder its first
- * chunk's (train/measure/measure_timeline.c): not exact. */
+ * Exact for every rank of dp, tp, pp (gpipe, 1f1b, interleaved) and cp
+ * runs: ZeRO 0-3, overlap on or off, every recompute mode and dtype. */
 struct timeline_theory {
     struct timeline_phase peak;  /* its phase and bytes by category */
     double states;               /* params + master + grads + optimizer (own shards where sharded) */

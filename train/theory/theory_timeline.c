@@ -262,7 +262,7 @@ struct timeline_theory theory_trainer_timeline_peak(const struct config *c, stru
     int v = lay.rank.n_chunks, m = c->grad_accum;
     /* exact where the recorder's definition is this walk's: it counts an
      * interleaved rank's slots by its first chunk (measure_timeline.c) */
-    struct timeline_theory t = {.peak = {.kind = -1, .index = -1}, .exact = own && v == 1};
+    struct timeline_theory t = {.peak = {.kind = -1, .index = -1}, .exact = own};
     struct walk w = {.p = &p, .out = &t, .phases = phases, .gather_unit = {NO_UNIT, NO_UNIT, NO_UNIT},
                      .scatter_unit = {NO_UNIT, NO_UNIT}};
     /* a layout or schedule the trainer refuses: the whole model's order stands in */
