@@ -212,8 +212,9 @@ static int last_backward_unit(const struct model_layout *lay) {
     return first >= 0 ? layout_layer_unit(lay, first) : layout_head_unit(lay);
 }
 
-/* at() for a rank of several chunks (interleaved). */
-static void chunks_at(struct mem_timeline *t, enum phase_kind kind, int unit, int micro_batch) {
+/* A phase at this point of the step, its states and scratch as they are
+ * live now (whole); the caller fills activations and comm. */
+static struct timeline_phase phase_now(const struct mem_timeline *t, enum phase_kind kind, int unit, int micro_batch) {
     const struct engine *e = t->engine;
     int unit_kind = -1, layer = -1;
     if (unit >= 0) {
@@ -224,6 +225,13 @@ static void chunks_at(struct mem_timeline *t, enum phase_kind kind, int unit, in
     struct timeline_phase p = timeline_phase_at(kind, unit, unit_kind, layer, micro_batch);
     p.index = t->n + t->dropped;
     for (int c = 0; c < MEM_NUM_CATEGORIES; c++) p.bytes[c] = (double)e->mem->live[c];
+    return p;
+}
+
+/* at() for a rank of several chunks (interleaved). */
+static void chunks_at(struct mem_timeline *t, enum phase_kind kind, int unit, int micro_batch) {
+    const struct engine *e = t->engine;
+    struct timeline_phase p = phase_now(t, kind, unit, micro_batch);
     if (unit >= 0) chunk_pass(t, &p, false);
     p.bytes[MEM_ACTIVATIONS] = unit >= 0 ? chunk_activations(t, &p) : 0.0;
     p.bytes[MEM_COMM] = comm_in_use(e, &p);
@@ -241,15 +249,7 @@ static void at(void *ctx, enum phase_kind kind, int unit, int micro_batch) {
     }
     /* a micro-batch's forward begins at its first unit's phase */
     if (kind == PHASE_FORWARD && micro_batch != t->forward_mb) t->started++, t->forward_mb = micro_batch;
-    int unit_kind = -1, layer = -1;
-    if (unit >= 0) {
-        struct unit_info ui = layout_unit(&e->lay, unit);
-        unit_kind = (int)ui.kind;
-        layer = ui.layer;
-    }
-    struct timeline_phase p = timeline_phase_at(kind, unit, unit_kind, layer, micro_batch);
-    p.index = t->n + t->dropped;
-    for (int c = 0; c < MEM_NUM_CATEGORIES; c++) p.bytes[c] = (double)e->mem->live[c]; /* states, scratch: whole */
+    struct timeline_phase p = phase_now(t, kind, unit, micro_batch);
     int others = t->started - t->done - (unit >= 0 ? 1 : 0);
     p.bytes[MEM_ACTIVATIONS] = activations_in_use(e, &p, others > 0 ? others : 0);
     p.bytes[MEM_COMM] = comm_in_use(e, &p);
