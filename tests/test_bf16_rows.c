@@ -21,6 +21,7 @@
 
 #include <cmocka.h>
 
+#include "../model/cpu/layers_cpu.h"
 #include "layers.h"
 #include "../model/cuda/v2/crossentropy_bf16.h"
 #include "../model/cuda/v2/gelu_bf16.h"

@@ -5,7 +5,7 @@
 #include <math.h>
 
 #include "fastmath.h"
-#include "layers.h"
+#include "layers_cpu.h"
 #include "../cuda/v2/crossentropy_bf16.h"
 
 /* The rows' losses summed in row order, after the parallel loop: a

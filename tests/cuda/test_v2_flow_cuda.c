@@ -46,6 +46,7 @@
 
 #include <cmocka.h>
 
+#include "../../model/cpu/layers_cpu.h"
 #include "layers.h"
 #include "dtype.h"
 #include "cuda_fixture.h"
