@@ -1,5 +1,8 @@
-/* Forward/backward pairs for every GPT-2 layer, in plain fp32 C (GEMMs via
- * OpenBLAS sgemm). Shapes follow llm.c: B batch, T time, C channels, OC
+/* Forward/backward pairs for every GPT-2 layer, each declared once: a call
+ * runs on the backend its memory space and the run's kernels choose (the
+ * CPU's, or the GPU's in the CUDA build: model/layers_dispatch.c,
+ * model/layer_ops.h), which a backend implements in its own way under the
+ * contract stated here. Shapes follow llm.c: B batch, T time, C channels, OC
  * output channels, NH heads, Vp padded vocab. Activations are row-major
  * (B, T, ...). Weight and bias gradients are ACCUMULATED (+=); input
  * gradients are OVERWRITTEN unless a function says otherwise.
@@ -83,8 +86,8 @@ struct act_out {
 
 /* The bf16 data path's LayerNorm and residual add (act_dtype bf16 with
  * the GEMMs reading the saved stores, model/gpt.c; on the host, and on a
- * GPU under --gpu_path v2: model/cuda/v2/rows_v2.cu, whose bounds against
- * these are docs/GPU.md's "v2 so far"). They load the saved bf16 tensors as they are and
+ * GPU whose backend reads bf16 (fc->device.reads_bf16: model/cuda/, whose
+ * bounds against these are docs/GPU.md's). They load the saved bf16 tensors as they are and
  * compute in fp32 registers, the fp32 forms' operations in the same order,
  * so each equals "widen the bf16 inputs, run the fp32 kernel, narrow the
  * output" bit for bit, without the fp32 copies. Rounding points (the
@@ -108,8 +111,8 @@ void residual_forward_bf16(bf16 *out, const bf16 *a, const float *b, int64_t n, 
 /* The residual add and the next LayerNorm's forward in one call: x (N C) =
  * residual_forward_bf16(a, b), then out, mean, rstd = layernorm_forward_bf16
  * of the stored x. On the host exactly those two calls (their bits, their
- * timing); on a GPU one kernel (model/cuda/v2/residual_layernorm.cu: one
- * pass over the row, the same values as the two device forms apart). */
+ * timing); on a GPU one kernel (model/cuda/: one pass over the row, the
+ * same values as the two device forms apart). */
 void residual_layernorm_forward_bf16(bf16 *x, bf16 *out, float *mean, float *rstd, const bf16 *a, const float *b,
                                      const float *weight, const float *bias, int64_t N, int64_t C,
                                      struct flop_counter *fc);
@@ -185,9 +188,9 @@ static inline struct operand operand_at(struct operand w, size_t off) {
     return o;
 }
 
-/* The layer GEMMs on operands of either dtype (on a GPU: --gpu_path v2's,
- * model/cuda/v2/matmul_mixed.cu on cuBLASLt; v1 keeps its verified path,
- * the _bf16 forms above on widened weights): the
+/* The layer GEMMs on operands of either dtype (on a GPU whose backend
+ * reads bf16, fc->device.reads_bf16: cuBLASLt; else the model keeps the
+ * _bf16 forms above on widened weights): the
  * values of matmul_forward_bf16 / matmul_backward_bf16 with the same
  * rounded operands, through the run's oneDNN context (fc->onednn), or
  * without one the CPU's reference (temporaries, sgemm). dout is an
@@ -204,14 +207,14 @@ void matmul_forward_mixed(struct act_out out, struct operand inp, struct operand
 void matmul_backward_mixed(struct act_out dinp, float *dweight, float *dbias, struct operand dout, struct operand inp,
                            struct operand weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
 /* embedding_rows_forward from a bf16 table (exact: each row widened as it
- * is copied). Host memory, and device memory under --gpu_path v2
- * (fc->gpu_v2; a v1 counter's device call is an error). */
+ * is copied). Host memory, and device memory where the backend reads bf16
+ * (fc->device.reads_bf16; elsewhere a device call is an error). */
 void embedding_rows_forward_bf16(float *out, const int32_t *inp, const bf16 *wte, int64_t v0, int64_t rows,
                                  int64_t BT, int64_t C, struct flop_counter *fc);
 /* embedding_rows_backward from the bf16 data path's bf16 stream gradient
  * (exact: each element widened as it is added; dwte, dwpe fp32):
  * embedding_rows_backward's bits on the widened dout. Host memory, and
- * device memory under --gpu_path v2, as the forward. */
+ * device memory where the backend reads bf16, as the forward. */
 void embedding_rows_backward_bf16(float *dwte, float *dwpe, const bf16 *dout, const int32_t *inp, int64_t v0,
                                   int64_t rows, int64_t B, int64_t T, int64_t C, struct flop_counter *fc);
 
@@ -297,8 +300,8 @@ void attention_lse_forward(float *out, float *lse, const float *qkv, int64_t B, 
 void attention_lse_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
                             const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
 /* The same on the bf16 data path (model/gpt.c's attention on acts_direct
- * with --attention flash), host memory (device memory: the _bf16_cuda
- * forms below, --gpu_path v2's kernels): qkv and, in the backward,
+ * with --attention flash), host memory (device memory: the CUDA
+ * backend's FlashAttention-2 kernels): qkv and, in the backward,
  * the output are the saved bf16 stores, read as they are; the lse stays
  * fp32. Per (b, h) a thread widens the head's q, k, v (and out) into its
  * own fp32 tiles and runs the fp32 kernel's rows on them, in the same
@@ -323,9 +326,9 @@ void attention_lse_backward_bf16(bf16 *dqkv, float *scratch, const float *dout, 
 size_t attention_lse_bf16_scratch(int64_t B, int64_t T, int64_t C, int64_t NH);
 /* Floats of attention_lse_backward_bf16's scratch in `space`: the CPU
  * form's attention_lse_bf16_scratch on the host; on device memory
- * (--gpu_path v2's FlashAttention-2 kernels) flash2's layout: D, dout in
- * bf16, the per-key-block dQ partials (model/cuda/v2/flash2_schedule.h;
- * about 5 B T C floats at T = 1024). */
+ * (the CUDA backend's FlashAttention-2 kernels) their layout: D, dout in
+ * bf16, the per-key-block dQ partials (model/cuda/device_scratch.h; about
+ * 5 B T C floats at T = 1024). */
 size_t attention_lse_bf16_scratch_in(enum mem_space space, int64_t B, int64_t T, int64_t C, int64_t NH);
 /* B NH T: one definition for the CPU and the GPU (flash_attention.h's
  * flash_attention_backward_scratch is the same count). */
@@ -346,7 +349,7 @@ void gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n, 
 void gelu_forward_bf16(bf16 *out, bf16 *pre_store, const float *pre, int64_t n, struct flop_counter *fc);
 void gelu_backward_bf16(float *dinp, const bf16 *inp, const float *dout, int64_t n, struct flop_counter *fc);
 /* gelu_backward_bf16 on the bf16 data path's bf16 gradients (model/gpt.c:
- * the FC feature gradient; on a GPU v2's gelu_backward_v2, the same bits):
+ * the FC feature gradient; on a GPU the CUDA backend's, the same bits):
  * inp and dout widened exactly, gelu'(inp) dout in fp32 rounded once as it
  * is stored (may alias dout): gelu_backward's bits on the widened copies,
  * narrowed. FLOPs as gelu_backward's. */
@@ -361,12 +364,13 @@ void residual_forward(float *out, const float *a, const float *b, int64_t n, str
 double crossentropy_forward_backward(float *logits, float *losses, const int32_t *targets, int64_t N,
                                      int64_t V, int64_t Vp, float dloss, struct flop_counter *fc);
 
-/* crossentropy_forward_backward on bf16 logits (--gpu_path v2's head at
- * tp = 1, model/gpt_acts.c: acts_logits_bf16), dlogits written over them
- * in place as bf16 (padding 0): the fp32 form's math on the widened
- * logits, each dlogit rounded once (model/cuda/v2/crossentropy_bf16.h: the
- * order and bounds). Device memory under a v2 counter only; on the host
- * the device's order replayed (tests: the CPU's head keeps fp32 logits). */
+/* crossentropy_forward_backward on bf16 logits (the head at tp = 1 on a
+ * GPU whose backend reads bf16, model/gpt_acts.c: acts_logits_bf16),
+ * dlogits written over them in place as bf16 (padding 0): the fp32 form's
+ * math on the widened logits, each dlogit rounded once (model/cuda/: the
+ * order and bounds). Device memory where the backend reads bf16 only; on
+ * the host the device's order replayed (tests: the CPU's head keeps fp32
+ * logits). */
 double crossentropy_forward_backward_bf16(bf16 *logits, float *losses, const int32_t *targets, int64_t N, int64_t V,
                                           int64_t Vp, float dloss, struct flop_counter *fc);
 

@@ -6,13 +6,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cuda_device.h"
 #include "layers_cuda.h"
+
+/* What each set of kernels asks of the core (counters.h): v1 widens its
+ * weights into fp32 copies, takes the targets in the head's forward, sums
+ * the norm a segment at a time and waits after each update; v2 does none
+ * of that. */
+struct backend_traits cuda_backend_traits(enum gpu_path path) {
+    const struct backend_traits v2 = {
+        .reads_bf16 = true, .targets_with_batch = true, .one_pass_norm = true, .queued_updates = true};
+    return path == GPU_PATH_V2 ? v2 : (struct backend_traits){0};
+}
 
 /* The bf16 data path's embedding and bf16-logits forms on a v1 run: a
  * caller bug (v1 widens its weights and keeps fp32 logits, so its model
  * never calls them), stopped by name. */
 static void v2_only(const struct flop_counter *fc, const char *op) {
-    if (fc->gpu_v2) return;
+    if (fc->device.reads_bf16) return;
     fprintf(stderr, "error: %s: on device memory under --gpu_path v2 only (v1 widens its weights and keeps "
                     "fp32 logits)\n", op);
     exit(EXIT_FAILURE);
