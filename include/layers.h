@@ -368,9 +368,8 @@ double crossentropy_forward_backward(float *logits, float *losses, const int32_t
  * GPU whose backend reads bf16, model/gpt_acts.c: acts_logits_bf16),
  * dlogits written over them in place as bf16 (padding 0): the fp32 form's
  * math on the widened logits, each dlogit rounded once (model/cuda/: the
- * order and bounds). Device memory where the backend reads bf16 only; on
- * the host the device's order replayed (tests: the CPU's head keeps fp32
- * logits). */
+ * order and bounds). Device memory where the backend reads bf16 only: on
+ * the host (whose head keeps fp32 logits) a call stops the run. */
 double crossentropy_forward_backward_bf16(bf16 *logits, float *losses, const int32_t *targets, int64_t N, int64_t V,
                                           int64_t Vp, float dloss, struct flop_counter *fc);
 

@@ -33,10 +33,8 @@
 #include "bf16_fixture.h"
 #include "../../model/cuda/cuda_device.h"
 #include "../../model/cuda/kernel_context.h"
-#include "../../model/cuda/v2/crossentropy_bf16.h"
 #include "../../model/cuda/v2/gelu_bf16.h"
-#include "../../model/cuda/v2/layernorm_backward.h"
-#include "../../model/cuda/v2/residual_layernorm.h"
+#include "../device_replays.h"
 
 static void expect_same(const char *what, const void *want, const void *got, size_t bytes) {
     if (memcmp(want, got, bytes) != 0) {
