@@ -51,7 +51,7 @@ double buf_sum_squares(enum mem_space space, const void *src, enum dtype dt, siz
 /* A fixed list of segments' sums of squares, made once and run every step
  * (the gradient norm under --gpu_path v2: parallel/zero/zero.c). data[s]:
  * n[s] values of dt. On device memory one pass over a chunk table uploaded
- * at open, and one copy to the host per run (model/cuda/v2/sumsq_segments.h;
+ * at open, and one copy to the host per run (the CUDA backend's;
  * compiled, not run on a GPU); on host memory buf_sum_squares per segment.
  * Open: NULL when out of host memory or the table cannot be built. Run:
  * each segment's sum (nseg doubles on the host, valid until the next run). */

@@ -56,6 +56,28 @@ struct kernel_time {
     double bytes; /* the conversion passes: bytes read plus bytes written */
 };
 
+/* What the core asks of the backend that runs the run's device calls,
+ * rather than which kernels it has. The GPU backend answers for the
+ * kernels the run chose (include/device.h: device_backend_traits); all
+ * false is the default way: every CPU run's, and a counter's made on the
+ * spot. */
+struct backend_traits {
+    /* Its GEMMs read bf16 weights and saved bf16 activations as they are,
+     * and its embedding lookup the bf16 table: the engine hands the model
+     * its bf16 params (parallel/engine.c) and the model runs its bf16 data
+     * path (model/gpt_acts.c: acts_direct). The CPU's kernels always do. */
+    bool reads_bf16;
+    /* The targets go to the device with the batch, before a micro-batch's
+     * kernels are queued, not in the head's forward (parallel/engine.c). */
+    bool targets_with_batch;
+    /* The gradient norm sums its segments in one pass over a table made
+     * once (include/bufops.h: buf_sumsq_open; parallel/zero/zero.c). */
+    bool one_pass_norm;
+    /* An update rule returns with its kernels queued, without a wait per
+     * call (optim/cuda/optim_device.c). */
+    bool queued_updates;
+};
+
 /* The CUDA build's per-run kernel context (model/cuda/kernel_context.h):
  * its cuBLAS handle and GEMM math. Opaque here. */
 struct kernel_context;
@@ -99,17 +121,11 @@ struct flop_counter {
      * or a counter made on the spot): one sgemm per call, OpenBLAS's own
      * threading. */
     bool gemm_blocks;
-    /* Not a count either: the run is on a GPU under --gpu_path v2
-     * (include/device.h: device_info.path), so the device forms that have a
-     * v2 way take it: the update rules return queued, without a wait per
-     * call (optim/cuda/optim_device.c), the gradient norm sums its segments
-     * in one pass (parallel/zero/zero.c), the engine reads the bf16 params
-     * as they are and uploads the targets with the batch (parallel/engine.c),
-     * and the model runs its bf16 data path (model/gpt_acts.c: acts_direct).
-     * The one carrier of the path past device_open. The trainer sets it from its
-     * device_info (train/run/run_device.c); false on the CPU and on a
-     * counter made on the spot (v1's way, the default). */
-    bool gpu_v2;
+    /* Not a count either: what the run's device backend asks of the core
+     * (struct backend_traits, above). The trainer sets it when it opens the
+     * GPU's kernels (train/run/run_device.c); all false on the CPU and on a
+     * counter made on the spot. */
+    struct backend_traits device;
     struct kernel_time profile[KERNEL_NUM_KINDS]; /* the dispatch's time per kernel kind */
 };
 

@@ -22,8 +22,8 @@
 enum device_kind { DEVICE_AUTO, DEVICE_CPU, DEVICE_CUDA };
 
 /* The GPU's kernels (--gpu_path; docs/GPU.md): v1, the default, the fp32
- * data path; v2 the bf16 data path (issue 24), its own sources in the
- * cuda/v2/ folders. The order of the choices in config_keys.c. */
+ * data path; v2 the bf16 data path (issue 24), both behind the CUDA
+ * backend's table (model/cuda/). The order of the choices in config_keys.c. */
 enum gpu_path { GPU_PATH_V1, GPU_PATH_V2 };
 static inline const char *gpu_path_name(enum gpu_path p) { return p == GPU_PATH_V2 ? "v2" : "v1"; }
 
@@ -87,6 +87,9 @@ int device_memory_used(const struct device_info *d, size_t *used, size_t *total,
  * the CPU, which needs none (bf16_gemms there is an error: OpenBLAS has no
  * bf16 GEMM in Debian's build; the config refuses it first). */
 struct kernel_context *device_kernels_open(const struct device_info *d, bool bf16_gemms, char *err, size_t err_len);
+/* What the GPU backend asks of the core for the kernels d's run chose
+ * (d->path; counters.h: struct backend_traits); all false on the CPU. */
+struct backend_traits device_backend_traits(const struct device_info *d);
 void device_kernels_close(const struct device_info *d, struct kernel_context *k);
 /* On a GPU: waits for the kernels queued so far and adds their times to
  * fc's kernel profile and GEMM seconds (include/kernel_timing.h: GPU calls

@@ -208,7 +208,7 @@ size_t gpt_layer_act_numel(const struct model_shape *s, int B, int tp, bool sp, 
  * attention, gpt_set_context_parallel; on the bf16 data path it reads
  * and writes the bf16 stores as the single-rank attention does). flops:
  * the run's counter, which also says whether a GPU run is on --gpu_path v2
- * (flops->gpu_v2: the bf16 data path on device memory too). */
+ * (flops->device.reads_bf16: the bf16 data path on device memory too). */
 void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const int *chunk_slots,
                      enum dtype act_dtype, enum dtype gemm_dtype, enum recompute_mode recompute,
                      enum attention_kind attention, bool sequence_parallel, int cp, struct mem_tracker *mem,
@@ -219,7 +219,7 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
  * the layer GEMMs read their saved inputs (ln1, the attention output, ln2,
  * the GELU output) from the bf16 store (matmul_*_bf16, matmul_*_mixed)
  * instead of fp32 views, and on the host (on a GPU under --gpu_path v2:
- * flops->gpu_v2) the LayerNorms and residual adds
+ * flops->device.reads_bf16) the LayerNorms and residual adds
  * read and write the stores too (layernorm_*_bf16, residual_forward_bf16):
  * the residual stream, ln1, res2, ln2 and the GELU output then have no fp32
  * copy at all; the attention (the ring of cp > 1 included) reads and

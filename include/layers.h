@@ -1,5 +1,8 @@
-/* Forward/backward pairs for every GPT-2 layer, in plain fp32 C (GEMMs via
- * OpenBLAS sgemm). Shapes follow llm.c: B batch, T time, C channels, OC
+/* Forward/backward pairs for every GPT-2 layer, each declared once: a call
+ * runs on the backend its memory space and the run's kernels choose (the
+ * CPU's, or the GPU's in the CUDA build: model/layers_dispatch.c,
+ * model/layer_ops.h), which a backend implements in its own way under the
+ * contract stated here. Shapes follow llm.c: B batch, T time, C channels, OC
  * output channels, NH heads, Vp padded vocab. Activations are row-major
  * (B, T, ...). Weight and bias gradients are ACCUMULATED (+=); input
  * gradients are OVERWRITTEN unless a function says otherwise.
@@ -83,8 +86,8 @@ struct act_out {
 
 /* The bf16 data path's LayerNorm and residual add (act_dtype bf16 with
  * the GEMMs reading the saved stores, model/gpt.c; on the host, and on a
- * GPU under --gpu_path v2: model/cuda/v2/rows_v2.cu, whose bounds against
- * these are docs/GPU.md's "v2 so far"). They load the saved bf16 tensors as they are and
+ * GPU whose backend reads bf16 (fc->device.reads_bf16: model/cuda/, whose
+ * bounds against these are docs/GPU.md's). They load the saved bf16 tensors as they are and
  * compute in fp32 registers, the fp32 forms' operations in the same order,
  * so each equals "widen the bf16 inputs, run the fp32 kernel, narrow the
  * output" bit for bit, without the fp32 copies. Rounding points (the
@@ -108,8 +111,8 @@ void residual_forward_bf16(bf16 *out, const bf16 *a, const float *b, int64_t n, 
 /* The residual add and the next LayerNorm's forward in one call: x (N C) =
  * residual_forward_bf16(a, b), then out, mean, rstd = layernorm_forward_bf16
  * of the stored x. On the host exactly those two calls (their bits, their
- * timing); on a GPU one kernel (model/cuda/v2/residual_layernorm.cu: one
- * pass over the row, the same values as the two device forms apart). */
+ * timing); on a GPU one kernel (model/cuda/: one pass over the row, the
+ * same values as the two device forms apart). */
 void residual_layernorm_forward_bf16(bf16 *x, bf16 *out, float *mean, float *rstd, const bf16 *a, const float *b,
                                      const float *weight, const float *bias, int64_t N, int64_t C,
                                      struct flop_counter *fc);
@@ -185,9 +188,9 @@ static inline struct operand operand_at(struct operand w, size_t off) {
     return o;
 }
 
-/* The layer GEMMs on operands of either dtype (on a GPU: --gpu_path v2's,
- * model/cuda/v2/matmul_mixed.cu on cuBLASLt; v1 keeps its verified path,
- * the _bf16 forms above on widened weights): the
+/* The layer GEMMs on operands of either dtype (on a GPU whose backend
+ * reads bf16, fc->device.reads_bf16: cuBLASLt; else the model keeps the
+ * _bf16 forms above on widened weights): the
  * values of matmul_forward_bf16 / matmul_backward_bf16 with the same
  * rounded operands, through the run's oneDNN context (fc->onednn), or
  * without one the CPU's reference (temporaries, sgemm). dout is an
@@ -204,14 +207,14 @@ void matmul_forward_mixed(struct act_out out, struct operand inp, struct operand
 void matmul_backward_mixed(struct act_out dinp, float *dweight, float *dbias, struct operand dout, struct operand inp,
                            struct operand weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
 /* embedding_rows_forward from a bf16 table (exact: each row widened as it
- * is copied). Host memory, and device memory under --gpu_path v2
- * (fc->gpu_v2; a v1 counter's device call is an error). */
+ * is copied). Host memory, and device memory where the backend reads bf16
+ * (fc->device.reads_bf16; elsewhere a device call is an error). */
 void embedding_rows_forward_bf16(float *out, const int32_t *inp, const bf16 *wte, int64_t v0, int64_t rows,
                                  int64_t BT, int64_t C, struct flop_counter *fc);
 /* embedding_rows_backward from the bf16 data path's bf16 stream gradient
  * (exact: each element widened as it is added; dwte, dwpe fp32):
  * embedding_rows_backward's bits on the widened dout. Host memory, and
- * device memory under --gpu_path v2, as the forward. */
+ * device memory where the backend reads bf16, as the forward. */
 void embedding_rows_backward_bf16(float *dwte, float *dwpe, const bf16 *dout, const int32_t *inp, int64_t v0,
                                   int64_t rows, int64_t B, int64_t T, int64_t C, struct flop_counter *fc);
 
@@ -297,8 +300,8 @@ void attention_lse_forward(float *out, float *lse, const float *qkv, int64_t B, 
 void attention_lse_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
                             const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
 /* The same on the bf16 data path (model/gpt.c's attention on acts_direct
- * with --attention flash), host memory (device memory: the _bf16_cuda
- * forms below, --gpu_path v2's kernels): qkv and, in the backward,
+ * with --attention flash), host memory (device memory: the CUDA
+ * backend's FlashAttention-2 kernels): qkv and, in the backward,
  * the output are the saved bf16 stores, read as they are; the lse stays
  * fp32. Per (b, h) a thread widens the head's q, k, v (and out) into its
  * own fp32 tiles and runs the fp32 kernel's rows on them, in the same
@@ -323,9 +326,9 @@ void attention_lse_backward_bf16(bf16 *dqkv, float *scratch, const float *dout, 
 size_t attention_lse_bf16_scratch(int64_t B, int64_t T, int64_t C, int64_t NH);
 /* Floats of attention_lse_backward_bf16's scratch in `space`: the CPU
  * form's attention_lse_bf16_scratch on the host; on device memory
- * (--gpu_path v2's FlashAttention-2 kernels) flash2's layout: D, dout in
- * bf16, the per-key-block dQ partials (model/cuda/v2/flash2_schedule.h;
- * about 5 B T C floats at T = 1024). */
+ * (the CUDA backend's FlashAttention-2 kernels) their layout: D, dout in
+ * bf16, the per-key-block dQ partials (model/cuda/device_scratch.h; about
+ * 5 B T C floats at T = 1024). */
 size_t attention_lse_bf16_scratch_in(enum mem_space space, int64_t B, int64_t T, int64_t C, int64_t NH);
 /* B NH T: one definition for the CPU and the GPU (flash_attention.h's
  * flash_attention_backward_scratch is the same count). */
@@ -346,7 +349,7 @@ void gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n, 
 void gelu_forward_bf16(bf16 *out, bf16 *pre_store, const float *pre, int64_t n, struct flop_counter *fc);
 void gelu_backward_bf16(float *dinp, const bf16 *inp, const float *dout, int64_t n, struct flop_counter *fc);
 /* gelu_backward_bf16 on the bf16 data path's bf16 gradients (model/gpt.c:
- * the FC feature gradient; on a GPU v2's gelu_backward_v2, the same bits):
+ * the FC feature gradient; on a GPU the CUDA backend's, the same bits):
  * inp and dout widened exactly, gelu'(inp) dout in fp32 rounded once as it
  * is stored (may alias dout): gelu_backward's bits on the widened copies,
  * narrowed. FLOPs as gelu_backward's. */
@@ -361,12 +364,12 @@ void residual_forward(float *out, const float *a, const float *b, int64_t n, str
 double crossentropy_forward_backward(float *logits, float *losses, const int32_t *targets, int64_t N,
                                      int64_t V, int64_t Vp, float dloss, struct flop_counter *fc);
 
-/* crossentropy_forward_backward on bf16 logits (--gpu_path v2's head at
- * tp = 1, model/gpt_acts.c: acts_logits_bf16), dlogits written over them
- * in place as bf16 (padding 0): the fp32 form's math on the widened
- * logits, each dlogit rounded once (model/cuda/v2/crossentropy_bf16.h: the
- * order and bounds). Device memory under a v2 counter only; on the host
- * the device's order replayed (tests: the CPU's head keeps fp32 logits). */
+/* crossentropy_forward_backward on bf16 logits (the head at tp = 1 on a
+ * GPU whose backend reads bf16, model/gpt_acts.c: acts_logits_bf16),
+ * dlogits written over them in place as bf16 (padding 0): the fp32 form's
+ * math on the widened logits, each dlogit rounded once (model/cuda/: the
+ * order and bounds). Device memory where the backend reads bf16 only: on
+ * the host (whose head keeps fp32 logits) a call stops the run. */
 double crossentropy_forward_backward_bf16(bf16 *logits, float *losses, const int32_t *targets, int64_t N, int64_t V,
                                           int64_t Vp, float dloss, struct flop_counter *fc);
 
@@ -390,208 +393,6 @@ void crossentropy_exp_sum(float *logits, const float *maxv, float *sum, float *t
 double crossentropy_finish(float *logits, float *losses, const float *maxv, const float *sum, const float *target,
                            const int32_t *targets, int64_t N, int64_t Vl, int64_t v0, int64_t valid, float dloss,
                            struct flop_counter *fc);
-
-/* ---- The backends. Every name above is model/layers_dispatch.c's: it
- * runs X_cpu or X_cuda by the space of the call, fc->space (counters.h;
- * encoder_forward/backward, which take no counter, by their argument),
- * and times the call into fc's kernel profile in the CUDA build. Same
- * semantics, shapes, accumulation and FLOPs as above.
- *   X_cpu   model/cpu/: host memory, every build.
- *   X_cuda  model/cuda/ (the CUDA build only): every buffer in device
- *           memory, the int32 tokens and targets included; the
- *           flop_counter is host memory, counted as the CPU counts
- *           (gemm_seconds: the GEMM's time). attention_lse_*_cuda is
- *           flash attention (model/cuda/flash_attention.h), which exits
- *           non-zero with its message on a head size other than 32, 64,
- *           128 (the trainer refuses such a run at start-up:
- *           device_check_flash_attention). A call returns with its kernels
- *           queued; a CUDA failure prints the function and CUDA's reason
- *           and exits non-zero (model/cuda/cuda_check.h). The embeddings'
- *           and the vocabulary-parallel passes' device forms count nothing
- *           and take no counter.
- * attention_backward_scratch and attention_lse_backward_scratch are one
- * definition for both (sizes: nothing to dispatch). */
-void encoder_forward_cpu(float *out, const int32_t *inp, const float *wte, const float *wpe, int64_t B, int64_t T,
-                         int64_t C);
-void encoder_backward_cpu(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t B, int64_t T,
-                          int64_t C);
-void embedding_rows_forward_cpu(float *out, const int32_t *inp, const float *wte, int64_t v0, int64_t rows, int64_t BT,
-                                int64_t C, struct flop_counter *fc);
-void positions_add_cpu(float *out, const float *wpe, int64_t B, int64_t T, int64_t C, struct flop_counter *fc);
-void embedding_rows_backward_cpu(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t v0,
-                                 int64_t rows, int64_t B, int64_t T, int64_t C, struct flop_counter *fc);
-void layernorm_forward_cpu(float *out, float *mean, float *rstd, const float *inp, const float *weight,
-                           const float *bias, int64_t N, int64_t C, struct flop_counter *fc);
-void layernorm_backward_cpu(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                            const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
-                            struct flop_counter *fc);
-void layernorm_forward_bf16_cpu(bf16 *out, float *mean, float *rstd, const bf16 *inp, const float *weight,
-                                const float *bias, int64_t N, int64_t C, struct flop_counter *fc);
-void layernorm_backward_bf16_cpu(struct act_out dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
-                                 const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
-                                 struct flop_counter *fc);
-void gemm_counted_cpu(struct flop_counter *fc, enum gemm_kind kind, bool trans_a, bool trans_b, int64_t m, int64_t n,
-                      int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
-                      float *c, int64_t ldc);
-void matmul_forward_cpu(float *out, const float *inp, const float *weight, const float *bias, int64_t N, int64_t C,
-                        int64_t OC, struct flop_counter *fc);
-void matmul_backward_cpu(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                         const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
-void matmul_forward_sliced_cpu(float *out, const float *inp, const float *weight, const float *bias, int64_t N,
-                               int64_t C, int64_t OC, int64_t max_rows, struct flop_counter *fc);
-void matmul_backward_sliced_cpu(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                                const float *weight, int64_t N, int64_t C, int64_t OC, int64_t max_rows,
-                                struct flop_counter *fc);
-void matmul_forward_bf16_cpu(float *out, const bf16 *inp, const float *weight, const float *bias, int64_t N,
-                             int64_t C, int64_t OC, struct flop_counter *fc);
-void matmul_backward_bf16_cpu(float *dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
-                              const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
-void matmul_forward_mixed_cpu(struct act_out out, struct operand inp, struct operand weight, const float *bias, int64_t N,
-                              int64_t C, int64_t OC, struct flop_counter *fc);
-void matmul_backward_mixed_cpu(struct act_out dinp, float *dweight, float *dbias, struct operand dout, struct operand inp,
-                               struct operand weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
-void embedding_rows_forward_bf16_cpu(float *out, const int32_t *inp, const bf16 *wte, int64_t v0, int64_t rows,
-                                     int64_t BT, int64_t C, struct flop_counter *fc);
-void embedding_rows_backward_bf16_cpu(float *dwte, float *dwpe, const bf16 *dout, const int32_t *inp, int64_t v0,
-                                      int64_t rows, int64_t B, int64_t T, int64_t C, struct flop_counter *fc);
-void bias_add_cpu(float *out, const float *bias, int64_t N, int64_t OC, struct flop_counter *fc);
-void gelu_forward_cpu(float *out, const float *inp, int64_t n, struct flop_counter *fc);
-void gelu_backward_cpu(float *dinp, const float *inp, const float *dout, int64_t n, struct flop_counter *fc);
-void gelu_forward_bf16_cpu(bf16 *out, bf16 *pre_store, const float *pre, int64_t n, struct flop_counter *fc);
-void gelu_backward_bf16_cpu(float *dinp, const bf16 *inp, const float *dout, int64_t n, struct flop_counter *fc);
-void gelu_backward_bf16_grads_cpu(bf16 *dinp, const bf16 *inp, const bf16 *dout, int64_t n, struct flop_counter *fc);
-void residual_forward_cpu(float *out, const float *a, const float *b, int64_t n, struct flop_counter *fc);
-void residual_forward_bf16_cpu(bf16 *out, const bf16 *a, const float *b, int64_t n, struct flop_counter *fc);
-double crossentropy_forward_backward_cpu(float *logits, float *losses, const int32_t *targets, int64_t N,
-                                         int64_t V, int64_t Vp, float dloss, struct flop_counter *fc);
-double crossentropy_forward_backward_bf16_cpu(bf16 *logits, float *losses, const int32_t *targets, int64_t N,
-                                              int64_t V, int64_t Vp, float dloss, struct flop_counter *fc);
-void crossentropy_row_max_cpu(const float *logits, float *maxv, int64_t N, int64_t Vl, int64_t valid,
-                              struct flop_counter *fc);
-void crossentropy_exp_sum_cpu(float *logits, const float *maxv, float *sum, float *target, const int32_t *targets,
-                              int64_t N, int64_t Vl, int64_t v0, int64_t valid, bool in_place, struct flop_counter *fc);
-double crossentropy_finish_cpu(float *logits, float *losses, const float *maxv, const float *sum, const float *target,
-                               const int32_t *targets, int64_t N, int64_t Vl, int64_t v0, int64_t valid, float dloss,
-                               struct flop_counter *fc);
-void attention_forward_cpu(float *out, float *att, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
-                           struct flop_counter *fc);
-void attention_backward_cpu(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
-                            int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
-void attention_forward_bf16_cpu(struct act_out out, struct act_out att, const bf16 *qkv, float *scratch, int64_t B,
-                                int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
-void attention_backward_bf16_cpu(bf16 *dqkv, const float *dout, const bf16 *qkv, struct operand att, float *scratch,
-                                 int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
-void attention_lse_forward_bf16_cpu(bf16 *out, float *lse, const bf16 *qkv, float *scratch, int64_t B, int64_t T,
-                                    int64_t C, int64_t NH, struct flop_counter *fc);
-void attention_lse_backward_bf16_cpu(bf16 *dqkv, float *scratch, const float *dout, const bf16 *qkv, const bf16 *out,
-                                     const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH,
-                                     struct flop_counter *fc);
-void attention_lse_forward_cpu(float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
-                               struct flop_counter *fc);
-void attention_lse_backward_cpu(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
-                                const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH,
-                                struct flop_counter *fc);
-
-void encoder_forward_cuda(float *out, const int32_t *inp, const float *wte, const float *wpe, int64_t B, int64_t T,
-                          int64_t C);
-void encoder_backward_cuda(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t B, int64_t T,
-                           int64_t C);
-void embedding_rows_forward_cuda(float *out, const int32_t *inp, const float *wte, int64_t v0, int64_t rows, int64_t BT,
-                                 int64_t C);
-void positions_add_cuda(float *out, const float *wpe, int64_t B, int64_t T, int64_t C);
-void embedding_rows_backward_cuda(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t v0,
-                                  int64_t rows, int64_t B, int64_t T, int64_t C);
-/* The bf16 data path's forms (--gpu_path v2 only: model/cuda/v2/embedding_bf16.cu;
- * compiled, not run on a GPU): the CPU's bits (embedding_buckets.h). */
-void embedding_rows_forward_bf16_cuda(float *out, const int32_t *inp, const bf16 *wte, int64_t v0, int64_t rows,
-                                      int64_t BT, int64_t C);
-void embedding_rows_backward_bf16_cuda(float *dwte, float *dwpe, const bf16 *dout, const int32_t *inp, int64_t v0,
-                                       int64_t rows, int64_t B, int64_t T, int64_t C);
-void layernorm_forward_cuda(float *out, float *mean, float *rstd, const float *inp, const float *weight,
-                            const float *bias, int64_t N, int64_t C, struct flop_counter *fc);
-void layernorm_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                             const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
-                             struct flop_counter *fc);
-void gemm_counted_cuda(struct flop_counter *fc, enum gemm_kind kind, bool trans_a, bool trans_b, int64_t m, int64_t n,
-                       int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
-                       float *c, int64_t ldc);
-void matmul_forward_cuda(float *out, const float *inp, const float *weight, const float *bias, int64_t N, int64_t C,
-                         int64_t OC, struct flop_counter *fc);
-void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                          const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
-void matmul_forward_sliced_cuda(float *out, const float *inp, const float *weight, const float *bias, int64_t N,
-                                int64_t C, int64_t OC, int64_t max_rows, struct flop_counter *fc);
-void matmul_backward_sliced_cuda(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                                 const float *weight, int64_t N, int64_t C, int64_t OC, int64_t max_rows,
-                                 struct flop_counter *fc);
-void matmul_forward_bf16_cuda(float *out, const bf16 *inp, const float *weight, const float *bias, int64_t N,
-                              int64_t C, int64_t OC, struct flop_counter *fc);
-void matmul_backward_bf16_cuda(float *dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
-                               const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
-void bias_add_cuda(float *out, const float *bias, int64_t N, int64_t OC, struct flop_counter *fc);
-void gelu_forward_cuda(float *out, const float *inp, int64_t n, struct flop_counter *fc);
-void gelu_backward_cuda(float *dinp, const float *inp, const float *dout, int64_t n, struct flop_counter *fc);
-void gelu_forward_bf16_cuda(bf16 *out, bf16 *pre_store, const float *pre, int64_t n, struct flop_counter *fc);
-void gelu_backward_bf16_cuda(float *dinp, const bf16 *inp, const float *dout, int64_t n, struct flop_counter *fc);
-void residual_forward_cuda(float *out, const float *a, const float *b, int64_t n, struct flop_counter *fc);
-/* The bf16 data path's forms on the device (model/cuda/v2/: rows_v2.cu,
- * matmul_mixed.cu; the model calls them there under --gpu_path v2 only,
- * model/gpt_acts.c: acts_direct). Their numerics against the CPU's:
- * docs/GPU.md, "v2 so far". */
-void layernorm_forward_bf16_cuda(bf16 *out, float *mean, float *rstd, const bf16 *inp, const float *weight,
-                                 const float *bias, int64_t N, int64_t C, struct flop_counter *fc);
-void layernorm_backward_bf16_cuda(struct act_out dinp, float *dweight, float *dbias, const float *dout,
-                                  const bf16 *inp, const float *weight, const float *mean, const float *rstd,
-                                  int64_t N, int64_t C, struct flop_counter *fc);
-void residual_forward_bf16_cuda(bf16 *out, const bf16 *a, const float *b, int64_t n, struct flop_counter *fc);
-void residual_layernorm_forward_bf16_cuda(bf16 *x, bf16 *out, float *mean, float *rstd, const bf16 *a, const float *b,
-                                          const float *weight, const float *bias, int64_t N, int64_t C,
-                                          struct flop_counter *fc);
-void gelu_backward_bf16_grads_cuda(bf16 *dinp, const bf16 *inp, const bf16 *dout, int64_t n,
-                                   struct flop_counter *fc);
-void matmul_forward_mixed_cuda(struct act_out out, struct operand inp, struct operand weight, const float *bias,
-                               int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
-void matmul_backward_mixed_cuda(struct act_out dinp, float *dweight, float *dbias, struct operand dout,
-                                struct operand inp, struct operand weight, int64_t N, int64_t C, int64_t OC,
-                                struct flop_counter *fc);
-/* The plain attention's (model/cuda/v2/attention_widened.cu): the bf16
- * inputs widened into pool temporaries, v1's fp32 kernels, the outputs
- * narrowed; scratch as the CPU's (at least attention_backward_scratch). */
-void attention_forward_bf16_cuda(struct act_out out, struct act_out att, const bf16 *qkv, float *scratch, int64_t B,
-                                 int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
-void attention_backward_bf16_cuda(bf16 *dqkv, const float *dout, const bf16 *qkv, struct operand att, float *scratch,
-                                  int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
-double crossentropy_forward_backward_cuda(float *logits, float *losses, const int32_t *targets, int64_t N,
-                                          int64_t V, int64_t Vp, float dloss, struct flop_counter *fc);
-/* model/cuda/v2/crossentropy_bf16.cu (compiled, not run on a GPU). */
-double crossentropy_forward_backward_bf16_cuda(bf16 *logits, float *losses, const int32_t *targets, int64_t N,
-                                               int64_t V, int64_t Vp, float dloss, struct flop_counter *fc);
-void crossentropy_row_max_cuda(const float *logits, float *maxv, int64_t N, int64_t Vl, int64_t valid);
-void crossentropy_exp_sum_cuda(float *logits, const float *maxv, float *sum, float *target, const int32_t *targets,
-                               int64_t N, int64_t Vl, int64_t v0, int64_t valid, bool in_place);
-double crossentropy_finish_cuda(float *logits, float *losses, const float *maxv, const float *sum, const float *target,
-                                const int32_t *targets, int64_t N, int64_t Vl, int64_t v0, int64_t valid, float dloss,
-                                struct flop_counter *fc);
-void attention_forward_cuda(float *out, float *att, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
-                            struct flop_counter *fc);
-void attention_backward_cuda(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
-                             int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
-void attention_lse_forward_cuda(float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
-                                struct flop_counter *fc);
-void attention_lse_backward_cuda(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
-                                 const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH,
-                                 struct flop_counter *fc);
-/* The bf16 data path's flash attention on device memory (--gpu_path v2;
- * model/cuda/v2/flash2.h: FlashAttention-2's kernels, compiled, not run on
- * a GPU): the _bf16 forms' contracts, head sizes 32, 64, 128 (anything else
- * exits non-zero with its message). The forward takes no scratch; the
- * backward's scratch is attention_lse_bf16_scratch_in(MEM_DEVICE, B, T, C,
- * NH) floats of device memory, not the CPU form's size. */
-void attention_lse_forward_bf16_cuda(bf16 *out, float *lse, const bf16 *qkv, int64_t B, int64_t T, int64_t C,
-                                     int64_t NH, struct flop_counter *fc);
-void attention_lse_backward_bf16_cuda(bf16 *dqkv, float *scratch, const float *dout, const bf16 *qkv,
-                                      const bf16 *out, const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH,
-                                      struct flop_counter *fc);
 
 #ifdef __cplusplus
 }

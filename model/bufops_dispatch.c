@@ -66,7 +66,7 @@ double buf_sum_squares(enum mem_space space, const void *src, enum dtype dt, siz
 }
 
 /* buf_sumsq_open's list: on the host its segments, summed one by one; on
- * the device the kernels' plan (model/cuda/v2/sumsq_segments.cu). */
+ * the device the CUDA backend's plan (buf_sumsq_open_cuda). */
 struct sumsq_list {
     enum mem_space space;
     int nseg;

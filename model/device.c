@@ -121,6 +121,15 @@ struct kernel_context *device_kernels_open(const struct device_info *d, bool bf1
     return NULL;
 }
 
+struct backend_traits device_backend_traits(const struct device_info *d) {
+#ifdef SHARDLAB_CUDA
+    if (d->kind == DEVICE_CUDA) return cuda_backend_traits(d->path);
+#else
+    (void)d;
+#endif
+    return (struct backend_traits){0};
+}
+
 void device_kernels_close(const struct device_info *d, struct kernel_context *k) {
 #ifdef SHARDLAB_CUDA
     if (d->kind == DEVICE_CUDA) cuda_kernels_close(k);

@@ -97,7 +97,7 @@ static bool gemm_input(enum layer_act a) {
  *   accumulation into it, the FC feature gradient where its GEMM writes it
  *   and GELU's backward stores it, dqkv where the attention stores it. */
 bool acts_direct(const struct gpt *m) {
-    return acts_gemm_reads_store(m) && (m->space == MEM_HOST || (m->flops && m->flops->gpu_v2));
+    return acts_gemm_reads_store(m) && (m->space == MEM_HOST || (m->flops && m->flops->device.reads_bf16));
 }
 
 /* The head's logits in bf16 (--gpu_path v2 on device memory at tp = 1):

@@ -24,14 +24,14 @@ static const char *const unit_names[] = {[UNIT_EMBED] = "embedding", [UNIT_HEAD]
 
 /* Whether the model reads the bf16 params as they are (struct operand,
  * layers.h): bf16 params and bf16 GEMMs on the host, or on a GPU under
- * --gpu_path v2 (its GEMMs, model/cuda/v2/matmul_mixed.cu, read bf16
+ * --gpu_path v2 (flops->device.reads_bf16: its GEMMs read bf16
  * weights as they are; its embedding lookup is embedding_rows_forward_bf16
  * on the device). Then only a unit's vectors (LayerNorms, biases, wpe) are
  * widened, packed (the layout's *_vec_offset); v1 on a GPU keeps its
  * verified path, every tensor widened. */
 static bool params_direct(const struct engine *e) {
     return e->o.zero.param_dtype == DTYPE_BF16 && e->o.gemm_dtype == DTYPE_BF16 &&
-           (e->space == MEM_HOST || (e->flops && e->flops->gpu_v2));
+           (e->space == MEM_HOST || (e->flops && e->flops->device.reads_bf16));
 }
 
 /* A unit of kind k's tensor offsets, count, and packed vectors' offsets. */
@@ -306,7 +306,7 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
     /* --gpu_path v2: the targets go to the device with the batch, before
      * this micro-batch's kernels are queued (v1: in the head's forward, a
      * host copy that waits for the whole forward mid-step) */
-    bool targets_early = hu >= 0 && e->flops && e->flops->gpu_v2;
+    bool targets_early = hu >= 0 && e->flops && e->flops->device.targets_with_batch;
     if (targets_early) gpt_upload_targets(m, slot, in->targets);
     if (cu.eu >= 0) {
         unit_begin(e, PHASE_FORWARD, cu.eu);

@@ -1,8 +1,8 @@
 /* The logic of --gpu_path v2's bf16 kernels (model/cuda/v2: the residual
  * add fused with LayerNorm's forward, LayerNorm's backward, GELU bf16 in
  * and out, cross-entropy on bf16 logits), run on the host in the device's
- * order (the headers' *_replay and per-element functions, the kernels' own
- * code), against the CPU bf16 kernels they are held to (include/layers.h's
+ * order (tests/device_replays.h and the headers' per-element functions,
+ * the kernels' own code), against the CPU bf16 kernels they are held to (include/layers.h's
  * rounding points): bit for bit where the order is the same (the stored
  * residual, GELU, LayerNorm's output given the CPU's statistics (the
  * add and the LayerNorm alone: the fused kernel's bits), the
@@ -21,11 +21,10 @@
 
 #include <cmocka.h>
 
+#include "../model/cpu/layers_cpu.h"
 #include "layers.h"
-#include "../model/cuda/v2/crossentropy_bf16.h"
 #include "../model/cuda/v2/gelu_bf16.h"
-#include "../model/cuda/v2/layernorm_backward.h"
-#include "../model/cuda/v2/residual_layernorm.h"
+#include "device_replays.h"
 
 static const double U = 5.9604644775390625e-08; /* 2^-24: fp32's unit roundoff */
 static const double BF16_ULP = 0.0078125;     /* 2^-7: a bf16 ulp relative to the value, at most */
@@ -249,22 +248,6 @@ static void test_crossentropy(void **state) {
                 worst_loss = fmax(worst_loss, fabs((double)loss - loss_c[i]));
                 for (int64_t v = V; v < Vp && with_grad; v++) assert_int_equal(l[i * Vp + v], 0);
             }
-            /* layers.h's name on host memory: the replay, its bits, and
-             * the losses' sum in row order */
-            bf16 *ld = xmalloc(n * 2);
-            float *loss_d = xmalloc(N * 4);
-            memcpy(ld, l0, n * 2);
-            double total = crossentropy_forward_backward_bf16(ld, loss_d, targets, N, V, Vp, dloss, &fc), want = 0.0;
-            assert_memory_equal(ld, l, n * 2);
-            for (int i = 0; i < N; i++) {
-                float replay[1];
-                memcpy(ld, l0 + i * Vp, (size_t)Vp * 2);
-                replay[0] = ce_row_replay(ld, targets[i], V, Vp, dloss);
-                assert_memory_equal(&loss_d[i], replay, sizeof replay);
-                want += replay[0];
-            }
-            assert_true(total == want);
-            free(ld), free(loss_d);
             if (with_grad) {
                 assert_true(rel_diff_bf16(l, lc, n) <= BF16_ULP);
                 int64_t flips = 0;

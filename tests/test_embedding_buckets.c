@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "../model/cpu/layers_cpu.h"
 #include "layers.h"
 #include "../model/cuda/v2/embedding_buckets.h"
 

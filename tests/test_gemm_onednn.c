@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../model/cpu/layers_cpu.h"
 #include "gradcheck.h"
 #include "layers.h"
 #include "../train/measure/machine.h"

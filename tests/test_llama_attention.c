@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "../model/cpu/layers_cpu.h"
 #include "gradcheck.h"
 #include "llama_layers.h"
 #include "llama_check.h"

@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "../model/cpu/layers_cpu.h"
 #include "gradcheck.h"
 #include "llama_layers.h"
 #include "llama_fixture.h"

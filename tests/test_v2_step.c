@@ -1,4 +1,5 @@
-/* --gpu_path v2's step-level host logic (fc->gpu_v2), on host memory,
+/* --gpu_path v2's step-level host logic (fc->device: what v2's backend
+ * asks of the core, model/cuda/layer_ops_cuda.c), on host memory,
  * against v1's way:
  * - the gradient norm (parallel/zero/zero.c: the counted segments as one
  *   buf_sumsq_open list, made once) against a buf_sum_squares call per
@@ -29,6 +30,11 @@
 #include "pipe_stages.h"
 
 enum { L = 3, C = 16, NH = 2, T = 8, V = 64, B = 2 };
+
+/* What v2's backend asks of the core (model/cuda/layer_ops_cuda.c:
+ * cuda_backend_traits, which the CPU build does not link). */
+static const struct backend_traits v2_traits = {
+    .reads_bf16 = true, .targets_with_batch = true, .one_pass_norm = true, .queued_updates = true};
 
 static void tokens(int32_t *out, size_t n, uint64_t seed) { fixture_tokens(out, n, seed, V); }
 
@@ -82,7 +88,7 @@ static void check_norms(enum dtype grad_dtype, int zero_stage, int pp, int stage
 
     double v1 = engine_grad_norm(&e);
     assert_null(e.z.norm_list); /* v1 makes no list */
-    flops.gpu_v2 = true;
+    flops.device = v2_traits;
     double v2 = engine_grad_norm(&e);
     struct sumsq_list *made = e.z.norm_list;
     assert_non_null(made);
@@ -109,7 +115,7 @@ static void run_two(bool v2, float loss[2], float *grads, size_t *n) {
     struct grid grid;
     grid_init_single(&grid);
     struct mem_tracker mem = {0};
-    struct flop_counter flops = {.gpu_v2 = v2};
+    struct flop_counter flops = {.device = v2 ? v2_traits : (struct backend_traits){0}};
     struct model_layout lay;
     layout_init_whole(&lay, trainer_model_shape(&cfg));
     struct engine_options o = trainer_engine_options(&cfg);

@@ -25,7 +25,7 @@
 
 #include "act_io.h"
 #include "causal_softmax.h"
-#include "layers.h"
+#include "layers_cpu.h"
 
 /* Threads that share the heads; attention_backward_scratch's count. */
 static int head_threads(int64_t B, int64_t NH) {

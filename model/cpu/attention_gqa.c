@@ -20,6 +20,7 @@
 
 #include "act_io.h"
 #include "causal_softmax.h"
+#include "layers_cpu.h"
 #include "llama_layers.h"
 
 /* The shape of one call, and where head h's q, k and v start in a row. */

@@ -23,7 +23,7 @@
 
 #include "act_io.h"
 #include "attention_rows.h"
-#include "layers.h"
+#include "layers_cpu.h"
 
 /* fc->other per score, per row and tile, per row (layers.h); the row
  * terms add hs (forward) and 4 hs (backward). */

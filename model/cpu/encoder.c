@@ -1,6 +1,6 @@
 /* Token + learned position embedding. */
 #include "act_io.h"
-#include "layers.h"
+#include "layers_cpu.h"
 
 void encoder_forward_cpu(float *out, const int32_t *inp, const float *wte, const float *wpe, int64_t B, int64_t T,
                          int64_t C) {

@@ -5,7 +5,7 @@
 #include "act_io.h"
 #include "dtype.h"
 #include "fastmath.h"
-#include "layers.h"
+#include "layers_cpu.h"
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_CUBIC 0.044715f

@@ -8,7 +8,7 @@
 #include <math.h>
 
 #include "act_io.h"
-#include "layers.h"
+#include "layers_cpu.h"
 
 #define LAYERNORM_FORWARD(name, OUT_T, IN_T)                                                                     \
     void name(OUT_T *out, float *mean, float *rstd, const IN_T *inp, const float *weight, const float *bias,     \

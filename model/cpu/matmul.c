@@ -29,7 +29,7 @@
 
 #include "clock.h"
 #include "gemm_split.h"
-#include "layers.h"
+#include "layers_cpu.h"
 
 static bool fits_int(int64_t v, int64_t lo) { return v >= lo && v <= MATMUL_MAX_DIM; }
 

@@ -36,7 +36,7 @@
 #include "clock.h"
 #include "conversions.h"
 #include "gemm_split.h"
-#include "layers.h"
+#include "layers_cpu.h"
 #include "onednn_gemms.h"
 
 /* A GEMM's kind beyond its sizes: C += rather than =, C's dtype, a bias. */

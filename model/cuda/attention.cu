@@ -38,7 +38,7 @@
 #include "cuda_check.h"
 #include "kernel_context.h"
 #include "kernel_timing.h"
-#include "layers.h"
+#include "layers_cuda.h"
 
 namespace {
 

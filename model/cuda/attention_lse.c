@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "flash_attention.h"
-#include "layers.h"
+#include "layers_cuda.h"
 
 /* flash_attention.h's kernels return non-zero for a shape they do not
  * take, after their message; layers.h's functions return nothing. */

@@ -23,6 +23,8 @@ int cuda_local_rank(char *err, size_t err_len);
 
 void cuda_mem_install(struct mem_tracker *t);
 /* model/cuda/kernel_context.cu: device_kernels_open/close on the current GPU. */
+/* model/cuda/layer_ops_cuda.c: what the kernels of `path` ask of the core. */
+struct backend_traits cuda_backend_traits(enum gpu_path path);
 struct kernel_context *cuda_kernels_open(bool bf16_gemms, char *err, size_t err_len);
 void cuda_kernels_close(struct kernel_context *k);
 /* model/cuda/device_peak.cu: cuBLAS GEMM FLOP/s measured on the current

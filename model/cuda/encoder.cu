@@ -12,7 +12,7 @@
 // row scanning all B T token ids cost 288 ms a step at GPT-2 124M's B 32
 // (Vp 50,304 blocks x 32,768 ids; the kernel table of the H100 run).
 #include "cuda_check.h"
-#include "layers.h"
+#include "layers_cuda.h"
 #include "token_sort.cuh"
 
 namespace {
@@ -109,20 +109,23 @@ void encoder_backward_cuda(float *dwte, float *dwpe, const float *dout, const in
 }
 
 void embedding_rows_forward_cuda(float *out, const int32_t *inp, const float *wte, int64_t v0, int64_t rows,
-                                 int64_t BT, int64_t C) {
+                                 int64_t BT, int64_t C, struct flop_counter *fc) {
+    (void)fc;  // no FLOPs (layers.h)
     if (BT * C == 0) return;
     rows_fwd<<<cuda_blocks(BT * C, kBlock), kBlock>>>(out, inp, wte, v0, rows, BT, C);
     cuda_done("embedding_rows_forward");
 }
 
-void positions_add_cuda(float *out, const float *wpe, int64_t B, int64_t T, int64_t C) {
+void positions_add_cuda(float *out, const float *wpe, int64_t B, int64_t T, int64_t C, struct flop_counter *fc) {
+    (void)fc;
     if (B * T * C == 0) return;
     positions_fwd<<<cuda_blocks(B * T * C, kBlock), kBlock>>>(out, wpe, B * T, T, C);
     cuda_done("positions_add");
 }
 
 void embedding_rows_backward_cuda(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t v0,
-                                  int64_t rows, int64_t B, int64_t T, int64_t C) {
+                                  int64_t rows, int64_t B, int64_t T, int64_t C, struct flop_counter *fc) {
+    (void)fc;
     if (B * T * C == 0) return;
     if (B * T > INT32_MAX || rows >= INT32_MAX) {  // CUB's item count and the keys are int
         fprintf(stderr, "error: embedding_rows_backward: B T %lld tokens or a slice of %lld rows past the sort's int "

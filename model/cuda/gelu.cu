@@ -7,7 +7,7 @@
 
 #include "cuda_check.h"
 #include "fastmath_device.h"
-#include "layers.h"
+#include "layers_cuda.h"
 
 namespace {
 

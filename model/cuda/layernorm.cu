@@ -9,7 +9,7 @@
 #include "block_reduce.h"
 #include "column_sum.h"
 #include "cuda_check.h"
-#include "layers.h"
+#include "layers_cuda.h"
 
 namespace {
 

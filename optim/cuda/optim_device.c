@@ -32,13 +32,13 @@ static void finish(int launch_err, const char *what) {
 }
 
 /* An update rule's end. v1 (the default): finish's wait per call, about
- * 196 a step at GPT-2 124M. --gpu_path v2 (fc->gpu_v2): the launch's error
+ * 196 a step at GPT-2 124M. --gpu_path v2 (fc->device.queued_updates): the launch's error
  * only; the kernels stay queued on the default stream, in order before
  * every later kernel, copy and collective, and an error while they run
  * shows at the step's one wait after the update (train/run/run_loop.c:
  * device_kernels_sync, which checks it). */
 static void finish_rule(int launch_err, const char *what, const struct flop_counter *fc) {
-    if (fc->gpu_v2) check(launch_err, what);
+    if (fc->device.queued_updates) check(launch_err, what);
     else finish(launch_err, what);
 }
 

@@ -87,11 +87,11 @@ static struct sumsq_list *open_norm_list(const struct zero *z) {
 /* Sum of squares of the reduced gradients this rank updates (norm_counts).
  * v1: a buf_sum_squares per segment (on a GPU a call and a device-to-host
  * copy each). v2 (a GPU under --gpu_path v2): one pass over the list's
- * device table and one copy (model/cuda/v2/sumsq_segments.h); the segments'
+ * device table and one copy (buf_sumsq_run; one_pass_norm); the segments'
  * sums added here in the same order. */
 static double local_grad_sum_squares(struct zero *z) {
     double s = 0.0;
-    if (z->flops && z->flops->gpu_v2) {
+    if (z->flops && z->flops->device.one_pass_norm) {
         if (!z->norm_list) z->norm_list = open_norm_list(z);
         if (!z->norm_list) {
             fprintf(stderr, "error: the gradient norm's segment list (--gpu_path v2) could not be made: out of memory\n");

@@ -41,6 +41,8 @@
 
 #include <cmocka.h>
 
+#include "../../model/cuda/layers_cuda.h"
+#include "../../model/cpu/layers_cpu.h"
 #include "layers.h"
 #include "dtype.h"
 #include "rng.h"

@@ -25,16 +25,16 @@
 
 #include <cmocka.h>
 
+#include "../../model/cpu/layers_cpu.h"
 #include "layers.h"
 #include "dtype.h"
 #include "cuda_fixture.h"
 #include "layers_fixture.h"
 #include "bf16_fixture.h"
+#include "../../model/cuda/cuda_device.h"
 #include "../../model/cuda/kernel_context.h"
-#include "../../model/cuda/v2/crossentropy_bf16.h"
 #include "../../model/cuda/v2/gelu_bf16.h"
-#include "../../model/cuda/v2/layernorm_backward.h"
-#include "../../model/cuda/v2/residual_layernorm.h"
+#include "../device_replays.h"
 
 static void expect_same(const char *what, const void *want, const void *got, size_t bytes) {
     if (memcmp(want, got, bytes) != 0) {
@@ -236,7 +236,8 @@ static void test_crossentropy_dispatch_v2(void **state) {
     SKIP_WITHOUT_DEVICE();
     static const int64_t VS[] = {300, 50257}, VPS[] = {304, 50304}, NS[] = {257, 64};
     struct kernel_context kc = {0};
-    struct flop_counter v2 = {.space = MEM_DEVICE, .gpu_v2 = true, .kernels = &kc}, v1 = {.space = MEM_DEVICE};
+    struct flop_counter v2 = {.space = MEM_DEVICE, .device = cuda_backend_traits(GPU_PATH_V2), .kernels = &kc},
+                        v1 = {.space = MEM_DEVICE};
     for (int s = 0; s < 2; s++)
         for (int with_grad = 0; with_grad < 2; with_grad++) {
             int64_t N = NS[s], V = VS[s], Vp = VPS[s], n = N * Vp;

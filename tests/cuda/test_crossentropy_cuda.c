@@ -29,6 +29,8 @@
 
 #include <cmocka.h>
 
+#include "../../model/cuda/layers_cuda.h"
+#include "../../model/cpu/layers_cpu.h"
 #include "layers.h"
 #include "cuda_fixture.h"
 #include "layers_fixture.h"
@@ -68,8 +70,8 @@ static void expect_three_passes(const float *logits, const int32_t *d_targets, i
                                 float dloss, const float *d_logits, const float *d_losses) {
     float *d_l3 = dev_from(logits, F(N * Vp)), *d_maxv = dev_poisoned(F(N)), *d_scratch = dev_poisoned(F(2 * N));
     struct flop_counter fc = {0};
-    crossentropy_row_max_cuda(d_l3, d_maxv, N, Vp, V);
-    crossentropy_exp_sum_cuda(d_l3, d_maxv, d_scratch, d_scratch + N, d_targets, N, Vp, 0, V, dloss != 0.0f);
+    crossentropy_row_max_cuda(d_l3, d_maxv, N, Vp, V, NULL);
+    crossentropy_exp_sum_cuda(d_l3, d_maxv, d_scratch, d_scratch + N, d_targets, N, Vp, 0, V, dloss != 0.0f, NULL);
     crossentropy_finish_cuda(d_l3, d_maxv, d_maxv, d_scratch, d_scratch + N, d_targets, N, Vp, 0, V, dloss, &fc);
     float *fused = malloc(F(N * Vp)), *three = back(d_l3, F(N * Vp), "crossentropy (three passes) dlogits");
     assert_int_equal(cudaMemcpy(fused, d_logits, F(N * Vp), cudaMemcpyDeviceToHost), cudaSuccess);
@@ -140,14 +142,14 @@ static void test_crossentropy_vocab_parallel(void **state) {
         float *maxv = malloc(F(N)), *sum = malloc(F(N)), *target = malloc(F(N)), *losses = malloc(F(N));
         float *d_logits = dev_from(logits, F(N * Vl)), *d_maxv = dev_poisoned(F(N));
         int32_t *d_targets = dev_from(targets, I(N));
-        crossentropy_row_max_cuda(d_logits, d_maxv, N, Vl, valid);
+        crossentropy_row_max_cuda(d_logits, d_maxv, N, Vl, valid, NULL);
         crossentropy_row_max_cpu(logits, maxv, N, Vl, valid, NULL);
         float *got = back(d_maxv, F(N), "crossentropy_row_max");
         expect_bits("crossentropy_row_max", maxv, got, N);
         free(got);
         d_maxv = dev_from(maxv, F(N));
         float *d_sum = dev_poisoned(F(N)), *d_target = dev_poisoned(F(N));
-        crossentropy_exp_sum_cuda(d_logits, d_maxv, d_sum, d_target, d_targets, N, Vl, v0, valid, true);
+        crossentropy_exp_sum_cuda(d_logits, d_maxv, d_sum, d_target, d_targets, N, Vl, v0, valid, true, NULL);
         crossentropy_exp_sum_cpu(logits, maxv, sum, target, targets, N, Vl, v0, valid, true, NULL);
         got = back(d_target, F(N), "crossentropy_exp_sum target");
         expect_bits("crossentropy_exp_sum target", target, got, N);

@@ -20,6 +20,9 @@
 
 #include <cmocka.h>
 
+#include "../../model/cuda/cuda_device.h"
+#include "../../model/cuda/layers_cuda.h"
+#include "../../model/cpu/layers_cpu.h"
 #include "layers.h"
 #include "dtype.h"
 #include "cuda_fixture.h"
@@ -43,14 +46,14 @@ static void test_embedding_bf16(void **state) {
         int32_t *inp = rand_tokens(BT, 40 + s, (int32_t)V); /* few tokens: many repeats */
         bf16 *d_wte = dev_from(wte, (size_t)(V * C) * sizeof *wte), *d_dout = dev_from(dout, (size_t)(BT * C) * sizeof *dout);
         int32_t *d_inp = dev_from(inp, I(BT));
-        struct flop_counter v2 = {.space = MEM_DEVICE, .gpu_v2 = true};
+        struct flop_counter v2 = {.space = MEM_DEVICE, .device = cuda_backend_traits(GPU_PATH_V2)};
         const int64_t slices[][2] = {{0, V}, {V / 3, V - V / 3 - V / 4}}; /* v0, rows */
         for (int k = 0; k < 2; k++) {
             int64_t v0 = slices[k][0], rows = slices[k][1];
             for (int via_dispatch = 0; via_dispatch < 2; via_dispatch++) {
                 float *d_out = dev_poisoned(F(BT * C));
                 if (via_dispatch) embedding_rows_forward_bf16(d_out, d_inp, d_wte + v0 * C, v0, rows, BT, C, &v2);
-                else embedding_rows_forward_bf16_cuda(d_out, d_inp, d_wte + v0 * C, v0, rows, BT, C);
+                else embedding_rows_forward_bf16_cuda(d_out, d_inp, d_wte + v0 * C, v0, rows, BT, C, NULL);
                 embedding_rows_forward_bf16_cpu(want, inp, wte + v0 * C, v0, rows, BT, C, NULL);
                 float *got = back(d_out, F(BT * C), "embedding_rows_forward_bf16");
                 expect_bits("embedding_rows_forward_bf16", want, got, BT * C);
@@ -62,7 +65,7 @@ static void test_embedding_bf16(void **state) {
                 memcpy(w_dwpe, dwpe, F(T * C));
                 if (via_dispatch)
                     embedding_rows_backward_bf16(d_dwte, d_dwpe, d_dout, d_inp, v0, rows, B, T, C, &v2);
-                else embedding_rows_backward_bf16_cuda(d_dwte, d_dwpe, d_dout, d_inp, v0, rows, B, T, C);
+                else embedding_rows_backward_bf16_cuda(d_dwte, d_dwpe, d_dout, d_inp, v0, rows, B, T, C, NULL);
                 embedding_rows_backward_bf16_cpu(w_dwte, w_dwpe, dout, inp, v0, rows, B, T, C, NULL);
                 assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
                 got = back(d_dwte, F(rows * C), "embedding_rows_backward_bf16 dwte");

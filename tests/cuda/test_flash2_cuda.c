@@ -37,6 +37,7 @@
 
 #include <cmocka.h>
 
+#include "../../model/cpu/layers_cpu.h"
 #include "counters.h"
 #include "dtype.h"
 #include "layers.h"

@@ -51,6 +51,7 @@
 
 #include <cmocka.h>
 
+#include "../../model/cpu/layers_cpu.h"
 #include "device.h"
 #include "layers.h"
 #include "dtype.h"

@@ -30,6 +30,8 @@
 
 #include <cmocka.h>
 
+#include "../../model/cuda/layers_cuda.h"
+#include "../../model/cpu/layers_cpu.h"
 #include "layers.h"
 #include "../../model/cuda/kernel_context.h"
 #include "dtype.h"

@@ -31,6 +31,8 @@
 
 #include <cmocka.h>
 
+#include "../../model/cuda/layers_cuda.h"
+#include "../../model/cpu/layers_cpu.h"
 #include "layers.h"
 #include "dtype.h"
 #include "cuda_fixture.h"
@@ -58,8 +60,8 @@ static void test_encoder(void **state) {
         /* embedding_rows_forward on the slice [v0, v0 + rows), then positions_add */
         int64_t v0 = V / 3, rows = V - V / 3 - V / 4;
         d_out = dev_poisoned(F(BT * C));
-        embedding_rows_forward_cuda(d_out, d_inp, d_wte + v0 * C, v0, rows, BT, C);
-        positions_add_cuda(d_out, d_wpe, B, T, C);
+        embedding_rows_forward_cuda(d_out, d_inp, d_wte + v0 * C, v0, rows, BT, C, NULL);
+        positions_add_cuda(d_out, d_wpe, B, T, C, NULL);
         embedding_rows_forward_cpu(want, inp, wte + v0 * C, v0, rows, BT, C, NULL);
         positions_add_cpu(want, wpe, B, T, C, NULL);
         got = back(d_out, F(BT * C), "embedding_rows_forward + positions_add");
@@ -83,7 +85,7 @@ static void test_encoder(void **state) {
         d_dwpe = dev_from(dwpe, F(T * C));
         memcpy(w_dwte, dwte, F(rows * C));
         memcpy(w_dwpe, dwpe, F(T * C));
-        embedding_rows_backward_cuda(d_dwte, d_dwpe, d_dout, d_inp, v0, rows, B, T, C);
+        embedding_rows_backward_cuda(d_dwte, d_dwpe, d_dout, d_inp, v0, rows, B, T, C, NULL);
         embedding_rows_backward_cpu(w_dwte, w_dwpe, dout, inp, v0, rows, B, T, C, NULL);
         got = back(d_dwte, F(rows * C), "embedding_rows_backward dwte");
         expect_bits("embedding_rows_backward dwte", w_dwte, got, rows * C);

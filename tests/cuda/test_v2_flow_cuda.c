@@ -46,6 +46,7 @@
 
 #include <cmocka.h>
 
+#include "../../model/cpu/layers_cpu.h"
 #include "layers.h"
 #include "dtype.h"
 #include "cuda_fixture.h"
@@ -55,6 +56,7 @@
 #include "../../model/cuda/v2/gelu_bf16.h"
 #include "../../model/cuda/v2/lt_plan_cache.h"
 #include "../../model/cuda/v2/residual_layernorm.h"
+#include "../device_replays.h"
 
 static void expect_same_bf16(const char *what, const bf16 *want, const bf16 *got, size_t n) {
     for (size_t i = 0; i < n; i++)

@@ -89,7 +89,7 @@ int trainer_open_kernels(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     bool bf16 = tr->gemm_dtype == DTYPE_BF16;
     char e[DEVICE_ERR_LEN];
     tr->flops.kernels = device_kernels_open(&tr->dev, bf16, e, sizeof e);
-    tr->flops.gpu_v2 = tr->dev.path == GPU_PATH_V2; /* the kernels' way: include/counters.h */
+    tr->flops.device = device_backend_traits(&tr->dev); /* what its kernels ask: include/counters.h */
     if (tr->flops.kernels) return 0;
     snprintf(err, TRAINER_ERR_LEN, "%s", e);
     return -1;

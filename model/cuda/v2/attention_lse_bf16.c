@@ -9,7 +9,7 @@
 
 #include "flash2.h"
 #include "flash2_schedule.h"
-#include "layers.h"
+#include "../layers_cuda.h"
 
 /* fc->other, as the CPU forms count it (layers.h), over the issued scores:
  * forward per score 5, per row hs + 3; backward per score 5, per row 4 hs. */
@@ -21,8 +21,9 @@ static void flash2_or_exit(const char *op, int rc) {
     exit(EXIT_FAILURE);
 }
 
-void attention_lse_forward_bf16_cuda(bf16 *out, float *lse, const bf16 *qkv, int64_t B, int64_t T, int64_t C,
-                                     int64_t NH, struct flop_counter *fc) {
+void attention_lse_forward_bf16_cuda(bf16 *out, float *lse, const bf16 *qkv, float *scratch, int64_t B, int64_t T,
+                                     int64_t C, int64_t NH, struct flop_counter *fc) {
+    (void)scratch; /* the forward takes none on the device */
     flash2_or_exit("attention_lse_forward_bf16", flash2_forward(out, lse, qkv, B, T, C, NH));
     const int64_t hs = C / NH;
     const double scores = (double)B * NH * flash2_fwd_warp_tiles(T) * FLASH2_WARP_ROWS * FLASH2_FWD_KEYS;

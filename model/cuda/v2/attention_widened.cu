@@ -13,7 +13,7 @@
 // The conversions are bufops.h's device forms (model/cuda/bufops_kernels.cu).
 #include "../cuda_check.h"
 #include "bufops.h"
-#include "layers.h"
+#include "../layers_cuda.h"
 
 namespace {
 

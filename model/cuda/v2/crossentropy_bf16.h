@@ -19,8 +19,8 @@
  * the CPU's, about 1e-4 relative worst case at V 50,257, far less in
  * practice), which moves the loss by at most that (absolute) and a dlogit
  * by that relative, so one bf16 ulp (at most 2^-7 relative) where it crosses
- * a boundary. The device's logf is within 1 ulp of glibc's. ce_row_replay
- * is the device's order on the host: the GPU test asks for its bits (the
+ * a boundary. The device's logf is within 1 ulp of glibc's.
+ * tests/device_replays.h's ce_row_replay is the device's order on the host: the GPU test asks for its bits (the
  * loss within logf's ulp of log V). */
 #ifndef SHARDLAB_V2_CROSSENTROPY_BF16_H
 #define SHARDLAB_V2_CROSSENTROPY_BF16_H
@@ -53,18 +53,6 @@ V2_HD void ce_lane_write(bf16 *l, int64_t V, int64_t Vp, float maxv, float k, in
         l[v] = v2_round(d);
     }
     for (int64_t v = V + t; v < Vp; v += V2_CE_THREADS) l[v] = 0; /* bf16 +0 */
-}
-
-/* One row as the device's block computes it, on the host; its loss. */
-static inline float ce_row_replay(bf16 *l, int64_t target, int64_t V, int64_t Vp, float dloss) {
-    float p[V2_CE_THREADS];
-    for (int t = 0; t < V2_CE_THREADS; t++) p[t] = ce_lane_max(l, V, t);
-    float maxv = v2_block_max_tree(p, V2_CE_THREADS), tl = v2_widen(l[target]);
-    for (int t = 0; t < V2_CE_THREADS; t++) p[t] = ce_lane_sum(l, V, maxv, t);
-    float sum = v2_block_sum_tree(p, V2_CE_THREADS);
-    if (dloss != 0.0f)
-        for (int t = 0; t < V2_CE_THREADS; t++) ce_lane_write(l, V, Vp, maxv, dloss / sum, target, dloss, t);
-    return logf(sum) + maxv - tl;
 }
 
 #ifdef __cplusplus

@@ -11,7 +11,7 @@
 #include "../cuda_check.h"
 #include "../token_sort.cuh"
 #include "embedding_buckets.h"
-#include "layers.h"
+#include "../layers_cuda.h"
 
 namespace {
 
@@ -58,14 +58,16 @@ void bucketed_dwte(float *dwte, const bf16 *dout, const int32_t *inp, int64_t v0
 extern "C" {
 
 void embedding_rows_forward_bf16_cuda(float *out, const int32_t *inp, const bf16 *wte, int64_t v0, int64_t rows,
-                                      int64_t BT, int64_t C) {
+                                      int64_t BT, int64_t C, struct flop_counter *fc) {
+    (void)fc;  // no FLOPs (layers.h)
     if (BT * C == 0) return;
     emb_fwd_bf16<<<cuda_blocks(BT * C, kBlock), kBlock>>>(out, inp, wte, v0, rows, BT, C);
     cuda_done("embedding_rows_forward_bf16");
 }
 
 void embedding_rows_backward_bf16_cuda(float *dwte, float *dwpe, const bf16 *dout, const int32_t *inp, int64_t v0,
-                                       int64_t rows, int64_t B, int64_t T, int64_t C) {
+                                       int64_t rows, int64_t B, int64_t T, int64_t C, struct flop_counter *fc) {
+    (void)fc;
     if (B * T * C == 0) return;
     // CUB's item count and the keys are int; the grid's y a channel group
     if (B * T > INT32_MAX || rows >= INT32_MAX || (C + EMB_GROUP - 1) / EMB_GROUP > 65535) {

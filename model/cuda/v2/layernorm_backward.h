@@ -19,8 +19,8 @@
  * and bit for bit where the sums agree; dweight and dbias are the CPU's
  * column sums cut into R-row pieces: bit for bit when N <= R (one piece),
  * else within (R + N/R) u of the terms' absolute sum (the CPU's own
- * sequential sum carries N u). lnb_*_replay run the device's order on the
- * host (the GPU test asks for its bits). */
+ * sequential sum carries N u). tests/device_replays.h's lnb_replay runs the
+ * device's order on the host (the GPU test asks for its bits). */
 #ifndef SHARDLAB_V2_LAYERNORM_BACKWARD_H
 #define SHARDLAB_V2_LAYERNORM_BACKWARD_H
 
@@ -85,31 +85,6 @@ V2_HD void lnb_channel_finish(float *dweight, float *dbias, const float *part, i
     }
     dweight[c] += a;
     dbias[c] += b;
-}
-
-/* The whole backward as the device computes it, on the host (part:
- * layernorm_backward_v2_scratch(N, C) floats). */
-static inline void lnb_replay(float *dxf, bf16 *dxh, float *dweight, float *dbias, float *part, const float *dyf,
-                              const bf16 *dyh, const bf16 *inp, const float *w, const float *mean, const float *rstd,
-                              int64_t N, int64_t C) {
-    for (int64_t i = 0; i < N; i++) {
-        float pa[V2_WARP], pb[V2_WARP];
-        const float *dyfi = dyf ? dyf + i * C : NULL;
-        const bf16 *dyhi = dyf ? NULL : dyh + i * C;
-        for (int l = 0; l < V2_WARP; l++)
-            lnb_lane_sums(&pa[l], &pb[l], inp + i * C, dyfi, dyhi, w, mean[i], rstd[i], C, l);
-        float dm = v2_warp_sum_tree(pa) / (float)C, dx = v2_warp_sum_tree(pb) / (float)C;
-        for (int l = 0; l < V2_WARP; l++)
-            lnb_lane_dinp(dxf ? dxf + i * C : NULL, dxf ? NULL : dxh + i * C, inp + i * C, dyfi, dyhi, w, mean[i],
-                          rstd[i], dm, dx, C, l);
-    }
-    int64_t nblk = lnb_blocks(N);
-    for (int64_t k = 0; k < nblk; k++)
-        for (int64_t c = 0; c < C; c++)
-            lnb_channel_partial(&part[k * C + c], &part[(nblk + k) * C + c], inp, dyf, dyh, mean, rstd,
-                                k * V2_LNB_ROWS, k * V2_LNB_ROWS + V2_LNB_ROWS < N ? k * V2_LNB_ROWS + V2_LNB_ROWS : N,
-                                C, c);
-    for (int64_t c = 0; c < C; c++) lnb_channel_finish(dweight, dbias, part, nblk, C, c);
 }
 
 #ifdef __cplusplus

@@ -32,7 +32,7 @@
 #include "act_out_device.h"
 #include "bufops.h"
 #include "kernel_timing.h"
-#include "layers.h"
+#include "../layers_cuda.h"
 #include "matmul_lt_cached.h"
 
 namespace {

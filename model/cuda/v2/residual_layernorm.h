@@ -16,8 +16,8 @@
  * and rstd alike within (C + C/32 + 5) u relative to the variance's terms,
  * so out may differ from the CPU's by one bf16 ulp (at most 2^-7 relative)
  * where the two fp32 values straddle a rounding boundary
- * (tests/test_bf16_rows.c measures it on random rows). resln_row_replay
- * is the device's order on the host: the GPU test asks for its bits.
+ * (tests/test_bf16_rows.c measures it on random rows).
+ * tests/device_replays.h's resln_row_replay is the device's order on the host: the GPU test asks for its bits.
  *
  * The same rows without the add, for a LayerNorm whose input is already
  * stored (the first layer's ln1, and the final lnf; layernorm_forward_v2:
@@ -68,32 +68,6 @@ V2_HD float ln_rstd(float var_sum, int64_t C) { return 1.0f / sqrtf(var_sum / (f
 V2_HD void ln_lane_out(bf16 *out, const bf16 *x, float m, float s, const float *w, const float *bias, int64_t C,
                        int lane) {
     for (int64_t c = lane; c < C; c += V2_WARP) out[c] = v2_round((v2_widen(x[c]) - m) * s * w[c] + bias[c]);
-}
-
-/* One row as the device's warp computes it, on the host. */
-static inline void resln_row_replay(bf16 *x, bf16 *out, float *mean, float *rstd, const bf16 *a, const float *bf,
-                                    const bf16 *bh, const float *w, const float *bias, int64_t C) {
-    float p[V2_WARP];
-    for (int l = 0; l < V2_WARP; l++) p[l] = resln_lane_add(x, a, bf, bh, C, l);
-    float m = v2_warp_sum_tree(p) / (float)C;
-    for (int l = 0; l < V2_WARP; l++) p[l] = ln_lane_var(x, m, C, l);
-    float s = ln_rstd(v2_warp_sum_tree(p), C);
-    for (int l = 0; l < V2_WARP; l++) ln_lane_out(out, x, m, s, w, bias, C, l);
-    *mean = m;
-    *rstd = s;
-}
-
-/* A row of the LayerNorm alone as the device's warp computes it. */
-static inline void ln_row_replay(bf16 *out, float *mean, float *rstd, const bf16 *x, const float *w,
-                                 const float *bias, int64_t C) {
-    float p[V2_WARP];
-    for (int l = 0; l < V2_WARP; l++) p[l] = ln_lane_sum(x, C, l);
-    float m = v2_warp_sum_tree(p) / (float)C;
-    for (int l = 0; l < V2_WARP; l++) p[l] = ln_lane_var(x, m, C, l);
-    float s = ln_rstd(v2_warp_sum_tree(p), C);
-    for (int l = 0; l < V2_WARP; l++) ln_lane_out(out, x, m, s, w, bias, C, l);
-    *mean = m;
-    *rstd = s;
 }
 
 #ifdef __cplusplus

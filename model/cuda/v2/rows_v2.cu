@@ -10,7 +10,7 @@
 #include "act_out_device.h"
 #include "gelu_bf16.h"
 #include "layernorm_backward.h"
-#include "layers.h"
+#include "../layers_cuda.h"
 #include "residual_layernorm.h"
 
 extern "C" {
