@@ -60,10 +60,10 @@ int main(int argc, char **argv) {
     float *qkv = alloc_filled(n_qkv, 1), *out = alloc_filled(n_out, 2), *att = alloc_filled(n_att, 3);
     float *dout = alloc_filled(n_out, 4), *dqkv = alloc_filled(n_qkv, 5);
     float *scratch = alloc_filled(attention_backward_scratch(B, T, NH), 6);
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     double fwd = 0, bwd = 0, cpu = 0;
     for (int r = 0; r <= reps; r++) {
-        if (r == 1) fc = (struct flop_counter){0}; /* repetition 0 warms up */
+        if (r == 1) fc = (struct exec_ctx){0}; /* repetition 0 warms up */
         double c0 = seconds(CLOCK_PROCESS_CPUTIME_ID), t0 = seconds(CLOCK_MONOTONIC);
         attention_forward(out, att, qkv, B, T, C, NH, &fc);
         double t1 = seconds(CLOCK_MONOTONIC);

@@ -14,7 +14,7 @@
 #include "../train/measure/machine.h"
 #include "onednn_gemms.h"
 
-static double best_seconds(int reps, struct flop_counter *fc, float *out, const float *x, const bf16 *xb,
+static double best_seconds(int reps, struct exec_ctx *fc, float *out, const float *x, const bf16 *xb,
                            const float *w, int64_t M, int64_t K, int64_t N) {
     double best = 1e30;
     for (int r = 0; r <= reps; r++) { /* r == 0: warm-up (and the primitive's creation) */
@@ -54,7 +54,7 @@ int main(int argc, char **argv) {
         if (!x || !w || !out || !xb) return 1;
         for (int64_t i = 0; i < M * K; i++) xb[i] = f32_to_bf16(x[i] = (float)((i * 7919) % 2001 - 1000) / 1000.0f);
         for (int64_t i = 0; i < N * K; i++) w[i] = (float)((i * 104729) % 2001 - 1000) / 1000.0f;
-        struct flop_counter fp = {0}, bf = {.onednn = g};
+        struct exec_ctx fp = {0}, bf = {.onednn = g};
         double flops = 2.0 * (double)M * (double)N * (double)K;
         double ts = best_seconds(reps, &fp, out, x, NULL, w, M, K, N);
         double tb = best_seconds(reps, &bf, out, NULL, xb, w, M, K, N);

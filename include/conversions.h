@@ -15,17 +15,17 @@
 #include "dtype.h"
 
 /* dst (fp32) = src (bf16): 2n bytes read, 4n written. */
-void conv_widen(struct flop_counter *fc, float *dst, const bf16 *src, size_t n);
+void conv_widen(struct exec_ctx *fc, float *dst, const bf16 *src, size_t n);
 /* dst (bf16) = src (fp32) rounded to nearest even: 4n read, 2n written. */
-void conv_narrow(struct flop_counter *fc, bf16 *dst, const float *src, size_t n);
+void conv_narrow(struct exec_ctx *fc, bf16 *dst, const float *src, size_t n);
 /* conv_narrow inside a kernel that is timed as a whole (a bf16 GEMM
  * rounding its fp32 operands: model/cpu/matmul_onednn.c): the bytes are
  * counted under KERNEL_NARROW, the time stays the kernel's. */
-void conv_narrow_within(struct flop_counter *fc, bf16 *dst, const float *src, size_t n);
+void conv_narrow_within(struct exec_ctx *fc, bf16 *dst, const float *src, size_t n);
 /* x rounded to bf16 in place (4n read, 4n written), and with dst also
  * stored there (2n more written). */
-void conv_round(struct flop_counter *fc, float *x, bf16 *dst, size_t n);
+void conv_round(struct exec_ctx *fc, float *x, bf16 *dst, size_t n);
 /* dst (bf16) += src (fp32), one rounding per element: 6n read, 2n written. */
-void conv_accumulate(struct flop_counter *fc, bf16 *dst, const float *src, size_t n);
+void conv_accumulate(struct exec_ctx *fc, bf16 *dst, const float *src, size_t n);
 
 #endif

@@ -1,6 +1,9 @@
-/* Work counters a step adds to: FLOPs actually issued, split by kind, and
- * the wall time spent inside GEMMs (for the "share of step time in sgemm"
- * figure). One instance lives in the run context; kernels get a pointer. */
+/* The execution context every kernel call, update rule and dtype pass
+ * receives (struct exec_ctx): where and how it runs (the memory space, the
+ * GEMM flavour, the library handles, what the device backend asks of the
+ * core) and what it adds to (FLOPs actually issued, split by kind, the
+ * wall time inside GEMMs, each kernel kind's time). One instance lives in
+ * the run context; kernels get a pointer. */
 #ifndef SHARDLAB_COUNTERS_H
 #define SHARDLAB_COUNTERS_H
 
@@ -84,47 +87,43 @@ struct kernel_context;
 /* The CPU's: oneDNN's bf16 GEMMs (include/onednn_gemms.h). Opaque here. */
 struct onednn_gemms;
 
-struct flop_counter {
+struct exec_ctx {
+    /* ---- what the calls add to */
     double gemm;         /* 2mnk per GEMM of activations by weights (the layers' matmuls, the LM head) */
     double attention;    /* 2mnk per GEMM of the attention (QK^T, PV and their gradients), as issued:
                           * full T x T squares, the causally masked half included */
     double other;        /* elementwise work: norms, GELU, softmax, biases, optimizer */
     double gemm_seconds; /* time inside sgemm, both kinds (a thread in a parallel region adds its share) */
-    /* Not a count. Every kernel already receives the run's counter, and
-     * layers.h passes no other context, so the GPU's kernels find the run's
-     * library handles and GEMM math through it (include/device.h:
-     * device_kernels_open). NULL on the CPU, and wherever a counter is made
-     * on the spot: a GPU kernel then uses fp32 GEMMs and a cuBLAS handle of
-     * its own per call. */
+    /* ---- where and how they run. A context made on the spot ({0}) is the
+     * host's, with fp32 sgemm, one call per GEMM and its own handles. */
+    /* The GPU's library handles and GEMM math (include/device.h:
+     * device_kernels_open). NULL on the CPU, and on a context made on the
+     * spot: a GPU kernel then uses fp32 GEMMs and a cuBLAS handle of its
+     * own per call. */
     struct kernel_context *kernels;
-    /* Not a count either: the CPU's kernel context when the run's layer
-     * GEMMs are bf16 on the CPU (--gemm_dtype bf16; include/onednn_gemms.h):
-     * the host's matmul_forward/backward then run on oneDNN with bf16
-     * operands. NULL: fp32 sgemm through OpenBLAS (and wherever a counter
-     * is made on the spot). Opened and closed by the trainer. */
+    /* oneDNN's when the run's layer GEMMs are bf16 on the CPU (--gemm_dtype
+     * bf16; include/onednn_gemms.h): the host's matmul_forward/backward
+     * then run on oneDNN with bf16 operands. NULL: fp32 sgemm through
+     * OpenBLAS. Opened and closed by the trainer. */
     struct onednn_gemms *onednn;
-    /* Not a count either: the run's layer GEMMs are bf16 on the CPU through
-     * the project's reference (--gemm_kernel reference; model/cpu/matmul.c,
+    /* The run's layer GEMMs are bf16 on the CPU through the project's
+     * reference (--gemm_kernel reference; model/cpu/matmul.c,
      * matmul_*_mixed_cpu): every operand rounded to bf16, then sgemm in
      * fp32, so the host's fp32-operand GEMMs round as oneDNN's would. */
     bool bf16_reference;
-    /* Not a count either: where the buffers of the kernels and update rules
-     * that receive this counter live, so where they run (mem_space.h; the
-     * dispatch files pick the backend by it). The trainer sets its
-     * counter's from the run's space; one made on the spot ({0}) is the
-     * host's. */
+    /* Where the buffers of the calls live, so where they run (mem_space.h;
+     * the dispatch picks the backend by it). The trainer sets the run's
+     * from the run's space. */
     enum mem_space space;
-    /* Not a count either: whether the host's fp32 GEMMs run in the fixed
-     * blocks the team takes (model/cpu/matmul.c), so their bits stay the
-     * same on whatever team the run shrinks to (docs/THREADS.md). The
-     * trainer sets it for runs of more than one thread; false (one thread,
-     * or a counter made on the spot): one sgemm per call, OpenBLAS's own
+    /* Whether the host's fp32 GEMMs run in the fixed blocks the team takes
+     * (model/cpu/matmul.c), so their bits stay the same on whatever team
+     * the run shrinks to (docs/THREADS.md). The trainer sets it for runs of
+     * more than one thread; false: one sgemm per call, OpenBLAS's own
      * threading. */
     bool gemm_blocks;
-    /* Not a count either: what the run's device backend asks of the core
-     * (struct backend_traits, above). The trainer sets it when it opens the
-     * GPU's kernels (train/run/run_device.c); all false on the CPU and on a
-     * counter made on the spot. */
+    /* What the run's device backend asks of the core (struct
+     * backend_traits, above). The trainer sets it when it opens the GPU's
+     * kernels (train/run/run_device.c); all false on the CPU. */
     struct backend_traits device;
     struct kernel_time profile[KERNEL_NUM_KINDS]; /* the dispatch's time per kernel kind */
 };
@@ -133,7 +132,7 @@ struct flop_counter {
 static inline double kernel_clock(void) { return monotonic_seconds(); }
 
 /* One call of kind k, started at t0 (kernel_clock), into fc's profile. */
-static inline void kernel_profile_add(struct flop_counter *fc, enum kernel_kind k, double t0) {
+static inline void kernel_profile_add(struct exec_ctx *fc, enum kernel_kind k, double t0) {
     fc->profile[k].seconds += kernel_clock() - t0;
     fc->profile[k].calls += 1.0;
 }
@@ -141,6 +140,6 @@ static inline void kernel_profile_add(struct flop_counter *fc, enum kernel_kind 
 /* Which total a GEMM's FLOPs go to (gemm_counted, layers.h). */
 enum gemm_kind { GEMM_LAYER, GEMM_ATTENTION };
 
-static inline double flops_total(const struct flop_counter *f) { return f->gemm + f->attention + f->other; }
+static inline double flops_total(const struct exec_ctx *f) { return f->gemm + f->attention + f->other; }
 
 #endif

@@ -82,7 +82,7 @@ void device_install_memory(const struct device_info *d, struct mem_tracker *t);
 int device_memory_used(const struct device_info *d, size_t *used, size_t *total, char *err, size_t err_len);
 
 /* The run's kernel context on a GPU (one cuBLAS handle for the run, and
- * whether layer GEMMs take bf16 operands), for the run's flop_counter's
+ * whether layer GEMMs take bf16 operands), for the run's exec_ctx's
  * `kernels` (include/counters.h). NULL with a message on failure, and on
  * the CPU, which needs none (bf16_gemms there is an error: OpenBLAS has no
  * bf16 GEMM in Debian's build; the config refuses it first). */
@@ -95,7 +95,7 @@ void device_kernels_close(const struct device_info *d, struct kernel_context *k)
  * fc's kernel profile and GEMM seconds (include/kernel_timing.h: GPU calls
  * do not wait one by one). The trainer calls it where a phase's time is
  * read. On the CPU: nothing (its kernels return finished). */
-void device_kernels_sync(const struct device_info *d, struct flop_counter *fc);
+void device_kernels_sync(const struct device_info *d, struct exec_ctx *fc);
 
 /* A GPU's peak FLOP/s: cuBLAS GEMMs measured now, bf16 operands with fp32
  * accumulation and fp32 without TF32 (the math this build's layer GEMMs

@@ -59,7 +59,7 @@ struct engine {
     struct collectives *dp;        /* &grid->dp_comm */
     struct mem_tracker *mem;
     enum mem_space space;
-    struct flop_counter *flops;
+    struct exec_ctx *flops;
     struct zero z;
     struct gpt model;
     /* fp32 unit views per unit kind (NULL when the stored dtype serves):
@@ -87,7 +87,7 @@ struct mb_input {
  * or -1 with a message naming the buffer (and its bytes) that could not be
  * allocated; then engine_free is still the way out. */
 int engine_init(struct engine *e, const struct engine_options *o, const struct model_layout *lay,
-                struct grid *grid, struct mem_tracker *mem, enum mem_space space, struct flop_counter *flops,
+                struct grid *grid, struct mem_tracker *mem, enum mem_space space, struct exec_ctx *flops,
                 char *err, size_t err_len);
 void engine_free(struct engine *e);
 

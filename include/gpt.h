@@ -156,7 +156,7 @@ struct gpt {
     int cp_size;           /* the context-parallel group's size (gpt_init_chunks' cp) */
     enum dtype gemm_dtype; /* the layer GEMMs' operands (gpt_init_chunks) */
     enum mem_space space; /* where its buffers live: its buffer operations run there (bufops.h) */
-    struct flop_counter *flops;
+    struct exec_ctx *flops;
     int n_slots;
     struct gpt_slot slot[GPT_MAX_SLOTS];
     int chunk_slot0[RANK_MAX_CHUNKS], chunk_slots[RANK_MAX_CHUNKS]; /* chunk c: slots [slot0, slot0 + slots) */
@@ -212,7 +212,7 @@ size_t gpt_layer_act_numel(const struct model_shape *s, int B, int tp, bool sp, 
 void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const int *chunk_slots,
                      enum dtype act_dtype, enum dtype gemm_dtype, enum recompute_mode recompute,
                      enum attention_kind attention, bool sequence_parallel, int cp, struct mem_tracker *mem,
-                     enum mem_space space, struct flop_counter *flops);
+                     enum mem_space space, struct exec_ctx *flops);
 /* gemm_dtype above: the run's GEMM operands (config key gemm_dtype as the
  * run resolved it). With bf16 GEMMs and bf16 activations (no full
  * recompute, no sequence parallelism) the model runs its bf16 data path:

@@ -8,7 +8,7 @@
  * a span records a CUDA event before and after the call's kernels, and
  * kernel_timing_sync (the trainer calls it through device_kernels_sync at
  * the step's phase ends) waits for the device and adds each span's
- * event-to-event time into the run's flop_counter: profile[kind] (the
+ * event-to-event time into the run's exec_ctx: profile[kind] (the
  * kernel table) or gemm_seconds (a GEMM inside a call: spans nest). A span
  * of the host path is the host clock, as before. Without a run's kernel
  * context (a test's counter made on the spot) a device span synchronizes
@@ -35,23 +35,23 @@ enum { KERNEL_SPAN_CLOCK = -1, KERNEL_SPAN_SYNC = -2 };
 
 #ifdef SHARDLAB_CUDA
 /* Starts a span of one call: on_device, the call's kernels go to the GPU. */
-struct kernel_span kernel_span_begin(struct flop_counter *fc, bool on_device);
+struct kernel_span kernel_span_begin(struct exec_ctx *fc, bool on_device);
 /* Ends it as a call of kind k (fc->profile[k]), or with gemm true as GEMM
  * time (fc->gemm_seconds). */
-void kernel_span_end(struct flop_counter *fc, struct kernel_span s, enum kernel_kind k);
-void kernel_span_end_gemm(struct flop_counter *fc, struct kernel_span s);
+void kernel_span_end(struct exec_ctx *fc, struct kernel_span s, enum kernel_kind k);
+void kernel_span_end_gemm(struct exec_ctx *fc, struct kernel_span s);
 /* Waits for the device and folds every ended span into fc. Every span
  * must have ended. A no-op without a run's kernel context. */
-void kernel_timing_sync(struct flop_counter *fc);
+void kernel_timing_sync(struct exec_ctx *fc);
 #else
 /* The CPU build: every call returns finished, so a span is the clock
  * (two reads of a monotonic clock per call: tens of nanoseconds against
  * kernels of microseconds or more). */
-static inline struct kernel_span kernel_span_begin(struct flop_counter *fc, bool on_device) {
+static inline struct kernel_span kernel_span_begin(struct exec_ctx *fc, bool on_device) {
     (void)fc, (void)on_device;
     return (struct kernel_span){kernel_clock(), KERNEL_SPAN_CLOCK};
 }
-static inline void kernel_span_end(struct flop_counter *fc, struct kernel_span s, enum kernel_kind k) {
+static inline void kernel_span_end(struct exec_ctx *fc, struct kernel_span s, enum kernel_kind k) {
     kernel_profile_add(fc, k, s.t0);
 }
 #endif

@@ -52,25 +52,25 @@ void encoder_backward(enum mem_space space, float *dwte, float *dwpe, const floa
  * positions_add adds wpe once. With v0 = 0 and every row, the two equal
  * encoder_forward bit for bit (one fp32 add either way). */
 void embedding_rows_forward(float *out, const int32_t *inp, const float *wte, int64_t v0, int64_t rows, int64_t BT,
-                            int64_t C, struct flop_counter *fc);
+                            int64_t C, struct exec_ctx *fc);
 /* The embedding's calls and the vocabulary-parallel cross-entropy's first
  * two passes add no FLOPs themselves (the caller, or crossentropy_finish,
  * counts them); they take the run's counter all the same, so that the CUDA
  * build's dispatch can time them (include/counters.h: profile). */
 /* out[b,t,:] += wpe[t,:] */
-void positions_add(float *out, const float *wpe, int64_t B, int64_t T, int64_t C, struct flop_counter *fc);
+void positions_add(float *out, const float *wpe, int64_t B, int64_t T, int64_t C, struct exec_ctx *fc);
 /* dwte[inp - v0,:] += dout[b,t,:] for tokens in [v0, v0 + rows) only;
  * dwpe[t,:] += dout[b,t,:] (every rank: wpe is replicated). */
 void embedding_rows_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t v0,
-                             int64_t rows, int64_t B, int64_t T, int64_t C, struct flop_counter *fc);
+                             int64_t rows, int64_t B, int64_t T, int64_t C, struct exec_ctx *fc);
 
 /* LayerNorm over C with eps 1e-5; saves mean and rstd (N = B*T rows). */
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
-                       const float *bias, int64_t N, int64_t C, struct flop_counter *fc);
+                       const float *bias, int64_t N, int64_t C, struct exec_ctx *fc);
 /* dinp is ACCUMULATED (+=): the residual stream's gradient passes through. */
 void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                         const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
-                        struct flop_counter *fc);
+                        struct exec_ctx *fc);
 
 /* Where a kernel of the bf16 data path writes a tensor: bf16 (b16:
  * rounded once, to nearest even) or fp32 (f32, b16 NULL: as computed, or
@@ -103,11 +103,11 @@ struct act_out {
  *     one fp32 add, one rounding to nearest even.
  * FLOPs as the fp32 forms'. */
 void layernorm_forward_bf16(bf16 *out, float *mean, float *rstd, const bf16 *inp, const float *weight,
-                            const float *bias, int64_t N, int64_t C, struct flop_counter *fc);
+                            const float *bias, int64_t N, int64_t C, struct exec_ctx *fc);
 void layernorm_backward_bf16(struct act_out dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
                              const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
-                             struct flop_counter *fc);
-void residual_forward_bf16(bf16 *out, const bf16 *a, const float *b, int64_t n, struct flop_counter *fc);
+                             struct exec_ctx *fc);
+void residual_forward_bf16(bf16 *out, const bf16 *a, const float *b, int64_t n, struct exec_ctx *fc);
 /* The residual add and the next LayerNorm's forward in one call: x (N C) =
  * residual_forward_bf16(a, b), then out, mean, rstd = layernorm_forward_bf16
  * of the stored x. On the host exactly those two calls (their bits, their
@@ -115,7 +115,7 @@ void residual_forward_bf16(bf16 *out, const bf16 *a, const float *b, int64_t n, 
  * same values as the two device forms apart). */
 void residual_layernorm_forward_bf16(bf16 *x, bf16 *out, float *mean, float *rstd, const bf16 *a, const float *b,
                                      const float *weight, const float *bias, int64_t N, int64_t C,
-                                     struct flop_counter *fc);
+                                     struct exec_ctx *fc);
 
 /* The one place GEMMs run: C (m,n) = alpha op(A) op(B) + beta C in
  * row-major storage with leading dimensions lda, ldb, ldc (so strided
@@ -125,16 +125,16 @@ void residual_layernorm_forward_bf16(bf16 *x, bf16 *out, float *mean, float *rst
  * region (atomic adds). Sizes must fit MATMUL_MAX_DIM and each leading
  * dimension must hold a row; otherwise it prints the shape to stderr and
  * exits with status 1. */
-void gemm_counted(struct flop_counter *fc, enum gemm_kind kind, bool trans_a, bool trans_b, int64_t m, int64_t n,
+void gemm_counted(struct exec_ctx *fc, enum gemm_kind kind, bool trans_a, bool trans_b, int64_t m, int64_t n,
                   int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                   float *c, int64_t ldc);
 
 /* out (N,OC) = inp (N,C) . weight(OC,C)^T + bias; bias may be NULL. */
 void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int64_t N, int64_t C,
-                    int64_t OC, struct flop_counter *fc);
+                    int64_t OC, struct exec_ctx *fc);
 /* dinp = dout . weight (overwritten); dweight += dout^T . inp; dbias += colsum(dout). */
 void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                     const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
+                     const float *weight, int64_t N, int64_t C, int64_t OC, struct exec_ctx *fc);
 /* The same with the N rows cut into slices of at most max_rows, one sgemm
  * per slice; matmul_forward/backward are these with MATMUL_MAX_DIM, so N
  * itself may exceed the int range of sgemm. Slicing changes nothing in the
@@ -144,10 +144,10 @@ void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dou
  * kernel prints the shape to stderr and exits with status 1 (no GEMM can be
  * split along them here). Exposed so a test can force small slices. */
 void matmul_forward_sliced(float *out, const float *inp, const float *weight, const float *bias, int64_t N,
-                           int64_t C, int64_t OC, int64_t max_rows, struct flop_counter *fc);
+                           int64_t C, int64_t OC, int64_t max_rows, struct exec_ctx *fc);
 void matmul_backward_sliced(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                             const float *weight, int64_t N, int64_t C, int64_t OC, int64_t max_rows,
-                            struct flop_counter *fc);
+                            struct exec_ctx *fc);
 
 /* The same two with the input rows inp (N,C) given as bf16, as the model
  * keeps a saved activation (act_dtype bf16), and the weight and dout
@@ -164,9 +164,9 @@ void matmul_backward_sliced(float *dinp, float *dweight, float *dbias, const flo
  * the weight and dout into temporaries (host memory outside the tracker)
  * and runs sgemm. */
 void matmul_forward_bf16(float *out, const bf16 *inp, const float *weight, const float *bias, int64_t N, int64_t C,
-                         int64_t OC, struct flop_counter *fc);
+                         int64_t OC, struct exec_ctx *fc);
 void matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
-                          const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
+                          const float *weight, int64_t N, int64_t C, int64_t OC, struct exec_ctx *fc);
 
 /* A read-only operand of the host's bf16 GEMMs and the embedding lookup,
  * in one of two dtypes: bf16 (b16: read as it is) or fp32 (f32, b16 NULL:
@@ -203,36 +203,36 @@ static inline struct operand operand_at(struct operand w, size_t off) {
  * rounded once, to nearest even, as it is stored: the fp32 output's
  * values narrowed. */
 void matmul_forward_mixed(struct act_out out, struct operand inp, struct operand weight, const float *bias, int64_t N,
-                          int64_t C, int64_t OC, struct flop_counter *fc);
+                          int64_t C, int64_t OC, struct exec_ctx *fc);
 void matmul_backward_mixed(struct act_out dinp, float *dweight, float *dbias, struct operand dout, struct operand inp,
-                           struct operand weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
+                           struct operand weight, int64_t N, int64_t C, int64_t OC, struct exec_ctx *fc);
 /* embedding_rows_forward from a bf16 table (exact: each row widened as it
  * is copied). Host memory, and device memory where the backend reads bf16
  * (fc->device.reads_bf16; elsewhere a device call is an error). */
 void embedding_rows_forward_bf16(float *out, const int32_t *inp, const bf16 *wte, int64_t v0, int64_t rows,
-                                 int64_t BT, int64_t C, struct flop_counter *fc);
+                                 int64_t BT, int64_t C, struct exec_ctx *fc);
 /* embedding_rows_backward from the bf16 data path's bf16 stream gradient
  * (exact: each element widened as it is added; dwte, dwpe fp32):
  * embedding_rows_backward's bits on the widened dout. Host memory, and
  * device memory where the backend reads bf16, as the forward. */
 void embedding_rows_backward_bf16(float *dwte, float *dwpe, const bf16 *dout, const int32_t *inp, int64_t v0,
-                                  int64_t rows, int64_t B, int64_t T, int64_t C, struct flop_counter *fc);
+                                  int64_t rows, int64_t B, int64_t T, int64_t C, struct exec_ctx *fc);
 
 /* out (N,OC) += bias: a row-parallel layer adds its (replicated) bias once,
  * after the partial outputs were summed. matmul_forward with a bias is the
  * GEMM, then exactly this loop, so the two orders give the same bits. */
-void bias_add(float *out, const float *bias, int64_t N, int64_t OC, struct flop_counter *fc);
+void bias_add(float *out, const float *bias, int64_t N, int64_t OC, struct exec_ctx *fc);
 
 /* Causal multi-head attention. qkv (B,T,3C) holds q, k, v; out (B,T,C);
  * att (B,NH,T,T) gets the softmax probabilities (upper triangle zero).
  * Per head, QK^T and PV are GEMMs over the full T x T square: the FLOPs
  * counted (fc->attention) are these issued ones, twice the causal half. */
 void attention_forward(float *out, float *att, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
-                       struct flop_counter *fc);
+                       struct exec_ctx *fc);
 /* dqkv overwritten. scratch: attention_backward_scratch(B, T, NH) floats,
  * sized for the OpenMP thread count at the time of the call. */
 void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
-                        int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
+                        int64_t B, int64_t T, int64_t C, int64_t NH, struct exec_ctx *fc);
 /* Floats of attention_backward's scratch: one T x T score gradient per
  * thread, for min(omp_get_max_threads(), B NH) threads (never more than
  * the B NH T^2 probabilities, so the count cannot overflow). */
@@ -262,9 +262,9 @@ size_t attention_backward_scratch(int64_t B, int64_t T, int64_t NH);
  * dS, T x T each, and q, k, v and the output, T x hs each), garbage on
  * return. FLOPs as the fp32 forms'. */
 void attention_forward_bf16(struct act_out out, struct act_out att, const bf16 *qkv, float *scratch, int64_t B,
-                            int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
+                            int64_t T, int64_t C, int64_t NH, struct exec_ctx *fc);
 void attention_backward_bf16(bf16 *dqkv, const float *dout, const bf16 *qkv, struct operand att, float *scratch,
-                             int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
+                             int64_t B, int64_t T, int64_t C, int64_t NH, struct exec_ctx *fc);
 size_t attention_bf16_scratch(int64_t B, int64_t T, int64_t C, int64_t NH);
 
 /* The same causal attention keeping only each row's log-sum-exp of the
@@ -293,12 +293,12 @@ size_t attention_bf16_scratch(int64_t B, int64_t T, int64_t C, int64_t NH);
  * (train/theory/theory_flops.c), whatever the attention. */
 enum { ATTENTION_LSE_TILE = 64 };
 void attention_lse_forward(float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
-                           struct flop_counter *fc);
+                           struct exec_ctx *fc);
 /* dqkv (every element) overwritten from dout (B,T,C) and the forward's
  * qkv, out and lse. scratch: attention_lse_backward_scratch(B, T, NH)
  * floats (D = rowsum(dout * out) per head and row); garbage on return. */
 void attention_lse_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
-                            const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc);
+                            const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH, struct exec_ctx *fc);
 /* The same on the bf16 data path (model/gpt.c's attention on acts_direct
  * with --attention flash), host memory (device memory: the CUDA
  * backend's FlashAttention-2 kernels): qkv and, in the backward,
@@ -319,10 +319,10 @@ void attention_lse_backward(float *dqkv, float *scratch, const float *dout, cons
  * thread q, k, v, out, dk and dv, T x hs each), garbage on return. FLOPs
  * as the fp32 forms'. */
 void attention_lse_forward_bf16(bf16 *out, float *lse, const bf16 *qkv, float *scratch, int64_t B, int64_t T,
-                                int64_t C, int64_t NH, struct flop_counter *fc);
+                                int64_t C, int64_t NH, struct exec_ctx *fc);
 void attention_lse_backward_bf16(bf16 *dqkv, float *scratch, const float *dout, const bf16 *qkv, const bf16 *out,
                                  const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH,
-                                 struct flop_counter *fc);
+                                 struct exec_ctx *fc);
 size_t attention_lse_bf16_scratch(int64_t B, int64_t T, int64_t C, int64_t NH);
 /* Floats of attention_lse_backward_bf16's scratch in `space`: the CPU
  * form's attention_lse_bf16_scratch on the host; on device memory
@@ -335,9 +335,9 @@ size_t attention_lse_bf16_scratch_in(enum mem_space space, int64_t B, int64_t T,
 size_t attention_lse_backward_scratch(int64_t B, int64_t T, int64_t NH);
 
 /* GELU, GPT-2's tanh approximation. */
-void gelu_forward(float *out, const float *inp, int64_t n, struct flop_counter *fc);
+void gelu_forward(float *out, const float *inp, int64_t n, struct exec_ctx *fc);
 /* dinp = gelu'(inp) * dout (overwritten; may alias dout). */
-void gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n, struct flop_counter *fc);
+void gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n, struct exec_ctx *fc);
 /* The two on the saved bf16 copies (act_dtype bf16, the GEMMs reading the
  * store), in one pass each without the fp32 tensors between:
  *   forward:  pre_store = pre rounded to bf16 (nearest even), out = gelu of
@@ -346,23 +346,23 @@ void gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n, 
  *   backward: dinp = gelu'(inp) * dout with inp the saved bf16 pre-activation:
  *             gelu_backward's bits on its widened copy (may alias dout).
  * FLOPs as gelu_forward/backward's. */
-void gelu_forward_bf16(bf16 *out, bf16 *pre_store, const float *pre, int64_t n, struct flop_counter *fc);
-void gelu_backward_bf16(float *dinp, const bf16 *inp, const float *dout, int64_t n, struct flop_counter *fc);
+void gelu_forward_bf16(bf16 *out, bf16 *pre_store, const float *pre, int64_t n, struct exec_ctx *fc);
+void gelu_backward_bf16(float *dinp, const bf16 *inp, const float *dout, int64_t n, struct exec_ctx *fc);
 /* gelu_backward_bf16 on the bf16 data path's bf16 gradients (model/gpt.c:
  * the FC feature gradient; on a GPU the CUDA backend's, the same bits):
  * inp and dout widened exactly, gelu'(inp) dout in fp32 rounded once as it
  * is stored (may alias dout): gelu_backward's bits on the widened copies,
  * narrowed. FLOPs as gelu_backward's. */
-void gelu_backward_bf16_grads(bf16 *dinp, const bf16 *inp, const bf16 *dout, int64_t n, struct flop_counter *fc);
+void gelu_backward_bf16_grads(bf16 *dinp, const bf16 *inp, const bf16 *dout, int64_t n, struct exec_ctx *fc);
 
 /* out = a + b */
-void residual_forward(float *out, const float *a, const float *b, int64_t n, struct flop_counter *fc);
+void residual_forward(float *out, const float *a, const float *b, int64_t n, struct exec_ctx *fc);
 
 /* Softmax cross-entropy over the first V of Vp logits per row (N rows).
  * Writes per-row losses and returns their sum. When dloss != 0, overwrites
  * logits with dlogits = (softmax - onehot) * dloss (padding columns 0). */
 double crossentropy_forward_backward(float *logits, float *losses, const int32_t *targets, int64_t N,
-                                     int64_t V, int64_t Vp, float dloss, struct flop_counter *fc);
+                                     int64_t V, int64_t Vp, float dloss, struct exec_ctx *fc);
 
 /* crossentropy_forward_backward on bf16 logits (the head at tp = 1 on a
  * GPU whose backend reads bf16, model/gpt_acts.c: acts_logits_bf16),
@@ -371,7 +371,7 @@ double crossentropy_forward_backward(float *logits, float *losses, const int32_t
  * order and bounds). Device memory where the backend reads bf16 only: on
  * the host (whose head keeps fp32 logits) a call stops the run. */
 double crossentropy_forward_backward_bf16(bf16 *logits, float *losses, const int32_t *targets, int64_t N, int64_t V,
-                                          int64_t Vp, float dloss, struct flop_counter *fc);
+                                          int64_t Vp, float dloss, struct exec_ctx *fc);
 
 /* Vocabulary-parallel cross-entropy in three local passes around two
  * collectives (model/tensor_parallel/vocab_parallel.c runs them): each of N rows holds Vl
@@ -387,12 +387,12 @@ double crossentropy_forward_backward_bf16(bf16 *logits, float *losses, const int
  *             global by now); with dloss != 0 the exponentials become
  *             dlogits = (softmax - onehot) dloss. Returns the losses' sum. */
 void crossentropy_row_max(const float *logits, float *maxv, int64_t N, int64_t Vl, int64_t valid,
-                          struct flop_counter *fc);
+                          struct exec_ctx *fc);
 void crossentropy_exp_sum(float *logits, const float *maxv, float *sum, float *target, const int32_t *targets,
-                          int64_t N, int64_t Vl, int64_t v0, int64_t valid, bool in_place, struct flop_counter *fc);
+                          int64_t N, int64_t Vl, int64_t v0, int64_t valid, bool in_place, struct exec_ctx *fc);
 double crossentropy_finish(float *logits, float *losses, const float *maxv, const float *sum, const float *target,
                            const int32_t *targets, int64_t N, int64_t Vl, int64_t v0, int64_t valid, float dloss,
-                           struct flop_counter *fc);
+                           struct exec_ctx *fc);
 
 #ifdef __cplusplus
 }

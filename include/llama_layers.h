@@ -33,18 +33,18 @@ enum { RMSNORM_FLOPS_FWD_PER_ELEM = 4, RMSNORM_FLOPS_BWD_PER_ELEM = 13, ROPE_FLO
 /* RMSNorm (N rows of C): out = x rstd w, rstd = 1 / sqrt(mean(x^2) + eps)
  * saved per row (fp32). No bias: the reference has none. */
 void rmsnorm_forward_cpu(float *out, float *rstd, const float *inp, const float *weight, float eps, int64_t N,
-                         int64_t C, struct flop_counter *fc);
+                         int64_t C, struct exec_ctx *fc);
 /* dinp ACCUMULATED (+=), like layernorm_backward's; dweight accumulated. */
 void rmsnorm_backward_cpu(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
-                          const float *rstd, int64_t N, int64_t C, struct flop_counter *fc);
+                          const float *rstd, int64_t N, int64_t C, struct exec_ctx *fc);
 /* Rounding points: inp widened exactly; mean(x^2), rstd (kept fp32) and
  * x rstd w in fp32; out rounded once to bf16. Backward: inp widened; dout,
  * dweight fp32; dinp accumulated in its dtype (act_out: fp32, or bf16
  * widened, the row's term added in fp32, rounded once as stored). */
 void rmsnorm_forward_bf16_cpu(bf16 *out, float *rstd, const bf16 *inp, const float *weight, float eps, int64_t N,
-                              int64_t C, struct flop_counter *fc);
+                              int64_t C, struct exec_ctx *fc);
 void rmsnorm_backward_bf16_cpu(struct act_out dinp, float *dweight, const float *dout, const bf16 *inp,
-                               const float *weight, const float *rstd, int64_t N, int64_t C, struct flop_counter *fc);
+                               const float *weight, const float *rstd, int64_t N, int64_t C, struct exec_ctx *fc);
 
 /* RoPE's frequencies and the optional LLaMA 3.1 scaling (the reference's
  * apply_scaling: factor 8, low_freq_factor 1, high_freq_factor 4,
@@ -68,32 +68,32 @@ void rope_freqs(float *freqs, int64_t hs, const struct rope_config *cfg);
  * what is outside the heads is not touched. Backward: the rotation by the
  * opposite angle (overwrites dinp; may be dout). */
 void rope_forward_cpu(float *out, const float *inp, int64_t ld, const float *freqs, const int32_t *pos, int64_t N,
-                      int64_t heads, int64_t hs, struct flop_counter *fc);
+                      int64_t heads, int64_t hs, struct exec_ctx *fc);
 void rope_backward_cpu(float *dinp, const float *dout, int64_t ld, const float *freqs, const int32_t *pos, int64_t N,
-                       int64_t heads, int64_t hs, struct flop_counter *fc);
+                       int64_t heads, int64_t hs, struct exec_ctx *fc);
 /* Rounding points: each pair widened exactly, rotated in fp32, each
  * output rounded once to bf16 (forward and backward alike). */
 void rope_forward_bf16_cpu(bf16 *out, const bf16 *inp, int64_t ld, const float *freqs, const int32_t *pos, int64_t N,
-                           int64_t heads, int64_t hs, struct flop_counter *fc);
+                           int64_t heads, int64_t hs, struct exec_ctx *fc);
 void rope_backward_bf16_cpu(bf16 *dinp, const bf16 *dout, int64_t ld, const float *freqs, const int32_t *pos,
-                            int64_t N, int64_t heads, int64_t hs, struct flop_counter *fc);
+                            int64_t N, int64_t heads, int64_t hs, struct exec_ctx *fc);
 
 /* SwiGLU's elementwise part: out = silu(gate) * up over n elements, with
  * up = c_fc's and gate = c_fc2's outputs (the GEMMs are matmul_*'s).
  * Backward: dup = dout silu(gate), dgate = dout up silu'(gate), both
  * overwritten (may alias up and gate). */
-void swiglu_forward_cpu(float *out, const float *up, const float *gate, int64_t n, struct flop_counter *fc);
+void swiglu_forward_cpu(float *out, const float *up, const float *gate, int64_t n, struct exec_ctx *fc);
 void swiglu_backward_cpu(float *dup, float *dgate, const float *dout, const float *up, const float *gate, int64_t n,
-                         struct flop_counter *fc);
+                         struct exec_ctx *fc);
 /* Rounding points: up and gate widened exactly; silu and the products in
  * fp32; out rounded once. Backward: up, gate (and dout in the _grads form)
  * widened; dup and dgate computed in fp32, stored as fp32 (bf16_cpu) or
  * rounded once each (bf16_grads_cpu). */
-void swiglu_forward_bf16_cpu(bf16 *out, const bf16 *up, const bf16 *gate, int64_t n, struct flop_counter *fc);
+void swiglu_forward_bf16_cpu(bf16 *out, const bf16 *up, const bf16 *gate, int64_t n, struct exec_ctx *fc);
 void swiglu_backward_bf16_cpu(float *dup, float *dgate, const float *dout, const bf16 *up, const bf16 *gate,
-                              int64_t n, struct flop_counter *fc);
+                              int64_t n, struct exec_ctx *fc);
 void swiglu_backward_bf16_grads_cpu(bf16 *dup, bf16 *dgate, const bf16 *dout, const bf16 *up, const bf16 *gate,
-                                    int64_t n, struct flop_counter *fc);
+                                    int64_t n, struct exec_ctx *fc);
 
 /* Causal grouped-query attention, plain (att: B NH T T probabilities,
  * saved): qkv rows of (NH + 2 KV) hs (q heads, k heads, v heads, c_attn's
@@ -103,9 +103,9 @@ void swiglu_backward_bf16_grads_cpu(bf16 *dup, bf16 *dgate, const bf16 *dout, co
  * the query heads sharing them; scratch attention_gqa_backward_scratch
  * floats. */
 void attention_gqa_forward_cpu(float *out, float *att, const float *qkv, int64_t B, int64_t T, int64_t NH,
-                               int64_t KV, int64_t hs, struct flop_counter *fc);
+                               int64_t KV, int64_t hs, struct exec_ctx *fc);
 void attention_gqa_backward_cpu(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
-                                int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t hs, struct flop_counter *fc);
+                                int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t hs, struct exec_ctx *fc);
 size_t attention_gqa_backward_scratch(int64_t B, int64_t T, int64_t KV);
 /* Rounding points: q, k, v widened exactly; S, P in fp32 and P stored
  * fp32 in att (not rounded); out rounded once to bf16. Backward: q, k, v
@@ -113,10 +113,10 @@ size_t attention_gqa_backward_scratch(int64_t B, int64_t T, int64_t KV);
  * summed in fp32 over its NH / KV query heads, then rounded once.
  * Scratch: the _scratch functions' floats. */
 void attention_gqa_forward_bf16_cpu(bf16 *out, float *att, const bf16 *qkv, float *scratch, int64_t B, int64_t T,
-                                    int64_t NH, int64_t KV, int64_t hs, struct flop_counter *fc);
+                                    int64_t NH, int64_t KV, int64_t hs, struct exec_ctx *fc);
 void attention_gqa_backward_bf16_cpu(bf16 *dqkv, const float *dout, const bf16 *qkv, const float *att, float *scratch,
                                      int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t hs,
-                                     struct flop_counter *fc);
+                                     struct exec_ctx *fc);
 size_t attention_gqa_forward_bf16_scratch(int64_t B, int64_t T, int64_t NH, int64_t hs);
 size_t attention_gqa_backward_bf16_scratch(int64_t B, int64_t T, int64_t KV, int64_t hs);
 

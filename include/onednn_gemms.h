@@ -61,8 +61,8 @@ int onednn_gemms_cached(const struct onednn_gemms *g);
  * no slices. FLOPs and time as gemm_counted's (fc->gemm,
  * fc->gemm_seconds), N*OC to fc->other per bias. */
 void matmul_forward_onednn(struct act_out out, struct operand inp, struct operand weight, const float *bias,
-                           int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
+                           int64_t N, int64_t C, int64_t OC, struct exec_ctx *fc);
 void matmul_backward_onednn(struct act_out dinp, float *dweight, float *dbias, struct operand dout, struct operand inp,
-                            struct operand weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc);
+                            struct operand weight, int64_t N, int64_t C, int64_t OC, struct exec_ctx *fc);
 
 #endif

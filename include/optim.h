@@ -98,7 +98,7 @@ struct param_writeback {
  * w -= lr*wd*w first, then the bias-corrected Adam step. grad is in
  * grad_dtype; m, v and w are fp32. */
 void adamw_update(const struct adamw_hparams *h, size_t n, float *w, float *m, float *v, const void *grad,
-                  enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+                  enum dtype grad_dtype, const struct param_writeback *out, struct exec_ctx *fc);
 
 /* A step's constants of AdamW and 8-bit AdamW: step_size = lr / (1 -
  * beta1^t) and isb = 1 / sqrt(1 - beta2^t) (Kingma & Ba's bias
@@ -228,7 +228,7 @@ size_t adamw8bit_blocks(size_t n);
 void adamw8bit_update(const struct adamw_hparams *h, size_t n, float *w, uint8_t *q1, uint8_t *q2, float *absmax1,
                       float *absmax2, const float *map_signed, const float *map_unsigned,
                       const struct qmap_index *ix_signed, const struct qmap_index *ix_unsigned, const void *grad,
-                      enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+                      enum dtype grad_dtype, const struct param_writeback *out, struct exec_ctx *fc);
 
 /* The 8-bit states of a range to and from fp32, block by block as
  * adamw8bit_update lays them out (checkpoints: parallel/zero/optstate.c).
@@ -257,7 +257,7 @@ struct sgd_hparams {
 };
 
 void sgd_update(const struct sgd_hparams *h, size_t n, float *w, float *buf, const void *grad, enum dtype grad_dtype,
-                const struct param_writeback *out, struct flop_counter *fc);
+                const struct param_writeback *out, struct exec_ctx *fc);
 
 /* ---- 8-bit SGD: sgd_update's algorithm with the momentum buffer stored
  * as block-wise 8-bit codes of the signed map (absmax per 256-element
@@ -267,7 +267,7 @@ void sgd_update(const struct sgd_hparams *h, size_t n, float *w, float *buf, con
  * and leaves its weight alone (adamw8bit's convention). */
 void sgd8bit_update(const struct sgd_hparams *h, size_t n, float *w, uint8_t *q, float *absmax, const float *map_signed,
                     const struct qmap_index *ix_signed, const void *grad, enum dtype grad_dtype,
-                    const struct param_writeback *out, struct flop_counter *fc);
+                    const struct param_writeback *out, struct exec_ctx *fc);
 
 /* ---- Lion (Chen et al. 2023, "Symbolic Discovery of Optimization
  * Algorithms", arXiv:2302.06675, Program 1), one momentum m:
@@ -286,12 +286,12 @@ struct lion_hparams {
 float lion_decay(const struct lion_hparams *h);
 
 void lion_update(const struct lion_hparams *h, size_t n, float *w, float *m, const void *grad, enum dtype grad_dtype,
-                 const struct param_writeback *out, struct flop_counter *fc);
+                 const struct param_writeback *out, struct exec_ctx *fc);
 /* Lion with m in 8 bits, as sgd8bit_update keeps its buffer (the same
  * codec, blocks and NaN convention). */
 void lion8bit_update(const struct lion_hparams *h, size_t n, float *w, uint8_t *q, float *absmax,
                      const float *map_signed, const struct qmap_index *ix_signed, const void *grad,
-                     enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+                     enum dtype grad_dtype, const struct param_writeback *out, struct exec_ctx *fc);
 
 /* ---- Adafactor (Shazeer & Stern 2018, "Adafactor: Adaptive Learning Rates
  * with Sublinear Memory Cost", arXiv:1804.04235, Algorithms 4 and 5 with
@@ -365,7 +365,7 @@ void adafactor_update_squares(enum mem_space space, size_t n, const void *grad, 
  * NULL when beta1 is 0. */
 void adafactor_apply(const struct adafactor_hparams *h, size_t n, float *w, float *m, const void *grad,
                      enum dtype grad_dtype, const struct adafactor_moment *s, float clip_scale,
-                     const struct param_writeback *out, struct flop_counter *fc);
+                     const struct param_writeback *out, struct exec_ctx *fc);
 
 /* ---- The backends. The update rules above and the
  * codec are optim/optim_dispatch.c's: each runs X_cpu or X_cuda by
@@ -378,7 +378,7 @@ void adafactor_apply(const struct adafactor_hparams *h, size_t n, float *w, floa
  *           sgd.cu, lion.cu, adamw8bit.cu, onestate8bit.cu and adafactor.cu
  *           (the CUDA build only; adafactor.cu compiled, not yet run on a GPU): w, the states,
  *           grad and the bf16 params in device memory. The
- *           hyperparameters, the flop_counter, the 8-bit maps and search
+ *           hyperparameters, the exec_ctx, the 8-bit maps and search
  *           indexes are host memory (the maps travel to the kernels by
  *           value; the CUDA quantizer needs no index). The codec's fp32
  *           side (out of dequantize, x of quantize) may be in either space
@@ -389,21 +389,21 @@ void adafactor_apply(const struct adafactor_hparams *h, size_t n, float *w, floa
  * results are in place (it synchronizes); a CUDA failure prints the
  * function and CUDA's reason and exits non-zero. */
 void adamw_update_cpu(const struct adamw_hparams *h, size_t n, float *w, float *m, float *v, const void *grad,
-                      enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+                      enum dtype grad_dtype, const struct param_writeback *out, struct exec_ctx *fc);
 void sgd_update_cpu(const struct sgd_hparams *h, size_t n, float *w, float *buf, const void *grad,
-                    enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+                    enum dtype grad_dtype, const struct param_writeback *out, struct exec_ctx *fc);
 void sgd8bit_update_cpu(const struct sgd_hparams *h, size_t n, float *w, uint8_t *q, float *absmax,
                         const float *map_signed, const struct qmap_index *ix_signed, const void *grad,
-                        enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+                        enum dtype grad_dtype, const struct param_writeback *out, struct exec_ctx *fc);
 void lion_update_cpu(const struct lion_hparams *h, size_t n, float *w, float *m, const void *grad,
-                     enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+                     enum dtype grad_dtype, const struct param_writeback *out, struct exec_ctx *fc);
 void lion8bit_update_cpu(const struct lion_hparams *h, size_t n, float *w, uint8_t *q, float *absmax,
                          const float *map_signed, const struct qmap_index *ix_signed, const void *grad,
-                         enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+                         enum dtype grad_dtype, const struct param_writeback *out, struct exec_ctx *fc);
 void adamw8bit_update_cpu(const struct adamw_hparams *h, size_t n, float *w, uint8_t *q1, uint8_t *q2,
                           float *absmax1, float *absmax2, const float *map_signed, const float *map_unsigned,
                           const struct qmap_index *ix_signed, const struct qmap_index *ix_unsigned, const void *grad,
-                          enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+                          enum dtype grad_dtype, const struct param_writeback *out, struct exec_ctx *fc);
 void adafactor_square_sums_cpu(size_t n, const void *grad, enum dtype grad_dtype, float grad_scale, float eps1,
                                size_t c0, int ncols, float *rows, float *cols);
 void adafactor_ema_cpu(size_t n, float *stat, const float *sums, float beta2t);
@@ -415,28 +415,28 @@ void adafactor_update_squares_cpu(size_t n, const void *grad, enum dtype grad_dt
                                   const struct adafactor_moment *s, double *sum);
 void adafactor_apply_cpu(const struct adafactor_hparams *h, size_t n, float *w, float *m, const void *grad,
                          enum dtype grad_dtype, const struct adafactor_moment *s, float clip_scale,
-                         const struct param_writeback *out, struct flop_counter *fc);
+                         const struct param_writeback *out, struct exec_ctx *fc);
 void adamw8bit_dequantize_cpu(const float map[QMAP_SIZE], const uint8_t *q, const float *absmax, size_t n,
                               float *out);
 void adamw8bit_quantize_cpu(const float map[QMAP_SIZE], const struct qmap_index *ix, const float *x, size_t n,
                             uint8_t *q, float *absmax);
 
 void adamw_update_cuda(const struct adamw_hparams *h, size_t n, float *w, float *m, float *v, const void *grad,
-                       enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+                       enum dtype grad_dtype, const struct param_writeback *out, struct exec_ctx *fc);
 void sgd_update_cuda(const struct sgd_hparams *h, size_t n, float *w, float *buf, const void *grad,
-                     enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+                     enum dtype grad_dtype, const struct param_writeback *out, struct exec_ctx *fc);
 void sgd8bit_update_cuda(const struct sgd_hparams *h, size_t n, float *w, uint8_t *q, float *absmax,
                          const float *map_signed, const void *grad, enum dtype grad_dtype,
-                         const struct param_writeback *out, struct flop_counter *fc);
+                         const struct param_writeback *out, struct exec_ctx *fc);
 void lion_update_cuda(const struct lion_hparams *h, size_t n, float *w, float *m, const void *grad,
-                      enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc);
+                      enum dtype grad_dtype, const struct param_writeback *out, struct exec_ctx *fc);
 void lion8bit_update_cuda(const struct lion_hparams *h, size_t n, float *w, uint8_t *q, float *absmax,
                           const float *map_signed, const void *grad, enum dtype grad_dtype,
-                          const struct param_writeback *out, struct flop_counter *fc);
+                          const struct param_writeback *out, struct exec_ctx *fc);
 void adamw8bit_update_cuda(const struct adamw_hparams *h, size_t n, float *w, uint8_t *q1, uint8_t *q2,
                            float *absmax1, float *absmax2, const float *map_signed, const float *map_unsigned,
                            const void *grad, enum dtype grad_dtype, const struct param_writeback *out,
-                           struct flop_counter *fc);
+                           struct exec_ctx *fc);
 /* Adafactor's (optim/cuda/adafactor.cu): every pointer in device memory
  * but h, s itself (its pointers: device), out and fc. */
 void adafactor_square_sums_cuda(size_t n, const void *grad, enum dtype grad_dtype, float grad_scale, float eps1,
@@ -450,7 +450,7 @@ void adafactor_update_squares_cuda(size_t n, const void *grad, enum dtype grad_d
                                    const struct adafactor_moment *s, double *sum);
 void adafactor_apply_cuda(const struct adafactor_hparams *h, size_t n, float *w, float *m, const void *grad,
                           enum dtype grad_dtype, const struct adafactor_moment *s, float clip_scale,
-                          const struct param_writeback *out, struct flop_counter *fc);
+                          const struct param_writeback *out, struct exec_ctx *fc);
 /* q and absmax in device memory; out / x where out_on_device / x_on_device
  * say (host memory goes through a temporary device buffer). */
 void adamw8bit_dequantize_cuda(const float map[QMAP_SIZE], const uint8_t *q, const float *absmax, size_t n,

@@ -115,7 +115,7 @@ struct zero {
     struct collectives *dp;
     struct mem_tracker *mem;
     enum mem_space space;
-    struct flop_counter *flops;
+    struct exec_ctx *flops;
     struct model_states st;
     struct opt_segments segs;       /* what this rank updates */
     float qmap_signed[QMAP_SIZE], qmap_unsigned[QMAP_SIZE]; /* the 8-bit rules' code books (states 1, 2) */
@@ -167,7 +167,7 @@ enum zero_state { STATE_PARAMS, STATE_MASTER, STATE_OPT1, STATE_OPT2, STATE_FACT
  * tracker (mem_failed); -1 when the segment table itself could not be
  * allocated (nothing else was). Either way the caller frees with zero_free. */
 int zero_init(struct zero *z, const struct zero_options *o, const struct model_layout *lay, struct collectives *dp,
-              struct mem_tracker *mem, enum mem_space space, struct flop_counter *flops);
+              struct mem_tracker *mem, enum mem_space space, struct exec_ctx *flops);
 void zero_free(struct zero *z);
 
 /* ---- the step, unit by unit (called by the engine) */

@@ -139,7 +139,7 @@ void device_kernels_close(const struct device_info *d, struct kernel_context *k)
 #endif
 }
 
-void device_kernels_sync(const struct device_info *d, struct flop_counter *fc) {
+void device_kernels_sync(const struct device_info *d, struct exec_ctx *fc) {
 #ifdef SHARDLAB_CUDA
     if (d->kind == DEVICE_CUDA) kernel_timing_sync(fc);
 #else

@@ -130,7 +130,7 @@ static const struct cp_points PLAIN_CP_POINTS = {.positions_add = plain_position
 void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const int *chunk_slots,
                      enum dtype act_dtype, enum dtype gemm_dtype, enum recompute_mode recompute,
                      enum attention_kind attention, bool sequence_parallel, int cp, struct mem_tracker *mem,
-                     enum mem_space space, struct flop_counter *flops) {
+                     enum mem_space space, struct exec_ctx *flops) {
     bool sp = sequence_parallel && lay->rank.tp > 1; /* one rank holds the whole sequence: nothing changes */
     struct tp_slice own = tp_rank_slice(lay, sp);
     *m = (struct gpt){.lay = lay, .shape = lay->shape, .B = B, .n_layers = rank_layers(&lay->rank),
@@ -425,7 +425,7 @@ static void layer_forward(struct gpt *m, struct operand x, struct layer_view *v,
                           bf16 *out_store) {
     int64_t Cl = m->Cl, Fl = m->Fl;
     size_t nl = btc_l(m);
-    struct flop_counter *fc = m->flops;
+    struct exec_ctx *fc = m->flops;
     float **a = v->act, *tmp = m->dtemp_btc; /* dtemp_btc is free outside the backward's own use */
 
     layernorm_saved(m, v, ACT_LN1, v->stat[STAT_LN1_MEAN], v->stat[STAT_LN1_RSTD], x, wt(m, w, LAYER_LN1_W),
@@ -556,7 +556,7 @@ void gpt_head_backward(struct gpt *m, int s, struct operand w_head, struct opera
 void gpt_layer_backward(struct gpt *m, int s, int l, struct operand w, float *dw) {
     int64_t C = m->shape.C, Cl = m->Cl, Fl = m->Fl;
     int i = l - m->slot[s].l0;
-    struct flop_counter *fc = m->flops;
+    struct exec_ctx *fc = m->flops;
     struct operand x = acts_stream_in(m, s, i, m->work_resid_in);
     struct layer_view v = acts_layer_view(m, s, i, true);
     float **a = v.act;

@@ -78,7 +78,7 @@ extern const struct layer_ops layer_ops_cuda;
 /* The backend that runs `op` on memory of `space` for the run of fc (NULL:
  * a call without a counter, the plain CPU kernels on the host). A device
  * call in the CPU build stops the run, naming op. */
-const struct layer_ops *layer_backend(enum mem_space space, const struct flop_counter *fc, const char *op);
+const struct layer_ops *layer_backend(enum mem_space space, const struct exec_ctx *fc, const char *op);
 
 #ifdef __cplusplus
 }

@@ -19,7 +19,7 @@
  * --device cpu in the CUDA build runs the CPU build's kernels and gives
  * its results. On device memory the CUDA build's table; the CPU build
  * stops the run there, naming the op (include/backend.h). */
-const struct layer_ops *layer_backend(enum mem_space space, const struct flop_counter *fc, const char *op) {
+const struct layer_ops *layer_backend(enum mem_space space, const struct exec_ctx *fc, const char *op) {
     if (space == MEM_DEVICE) {
 #ifdef SHARDLAB_CUDA
         (void)op;
@@ -37,11 +37,11 @@ static struct operand f32_operand(const float *x) { return (struct operand){.f32
 static struct operand bf16_operand(const bf16 *x) { return (struct operand){.b16 = x}; }
 static struct act_out f32_out(float *x) { return (struct act_out){.f32 = x}; }
 
-static const struct layer_ops *ops(const struct flop_counter *fc, const char *op) {
+static const struct layer_ops *ops(const struct exec_ctx *fc, const char *op) {
     return layer_backend(fc->space, fc, op);
 }
 
-static struct kernel_span span_begin(struct flop_counter *fc) {
+static struct kernel_span span_begin(struct exec_ctx *fc) {
     return kernel_span_begin(fc, fc->space == MEM_DEVICE);
 }
 
@@ -64,57 +64,57 @@ void encoder_backward(enum mem_space space, float *dwte, float *dwpe, const floa
 }
 
 void embedding_rows_forward(float *out, const int32_t *inp, const float *wte, int64_t v0, int64_t rows, int64_t BT,
-                            int64_t C, struct flop_counter *fc) {
+                            int64_t C, struct exec_ctx *fc) {
     RUN_TIMED(KERNEL_EMBEDDING, embedding_rows_forward, out, inp, wte, v0, rows, BT, C, fc);
 }
 
-void positions_add(float *out, const float *wpe, int64_t B, int64_t T, int64_t C, struct flop_counter *fc) {
+void positions_add(float *out, const float *wpe, int64_t B, int64_t T, int64_t C, struct exec_ctx *fc) {
     RUN_TIMED(KERNEL_EMBEDDING, positions_add, out, wpe, B, T, C, fc);
 }
 
 void embedding_rows_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t v0,
-                             int64_t rows, int64_t B, int64_t T, int64_t C, struct flop_counter *fc) {
+                             int64_t rows, int64_t B, int64_t T, int64_t C, struct exec_ctx *fc) {
     RUN_TIMED(KERNEL_EMBEDDING, embedding_rows_backward, dwte, dwpe, dout, inp, v0, rows, B, T, C, fc);
 }
 
 void embedding_rows_forward_bf16(float *out, const int32_t *inp, const bf16 *wte, int64_t v0, int64_t rows,
-                                 int64_t BT, int64_t C, struct flop_counter *fc) {
+                                 int64_t BT, int64_t C, struct exec_ctx *fc) {
     RUN_TIMED(KERNEL_EMBEDDING, embedding_rows_forward_bf16, out, inp, wte, v0, rows, BT, C, fc);
 }
 
 void embedding_rows_backward_bf16(float *dwte, float *dwpe, const bf16 *dout, const int32_t *inp, int64_t v0,
-                                  int64_t rows, int64_t B, int64_t T, int64_t C, struct flop_counter *fc) {
+                                  int64_t rows, int64_t B, int64_t T, int64_t C, struct exec_ctx *fc) {
     RUN_TIMED(KERNEL_EMBEDDING, embedding_rows_backward_bf16, dwte, dwpe, dout, inp, v0, rows, B, T, C, fc);
 }
 
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
-                       const float *bias, int64_t N, int64_t C, struct flop_counter *fc) {
+                       const float *bias, int64_t N, int64_t C, struct exec_ctx *fc) {
     RUN_TIMED(KERNEL_LAYERNORM_FWD, layernorm_forward, out, mean, rstd, inp, weight, bias, N, C, fc);
 }
 
 void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                         const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
-                        struct flop_counter *fc) {
+                        struct exec_ctx *fc) {
     RUN_TIMED(KERNEL_LAYERNORM_BWD, layernorm_backward, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, fc);
 }
 
 void layernorm_forward_bf16(bf16 *out, float *mean, float *rstd, const bf16 *inp, const float *weight,
-                            const float *bias, int64_t N, int64_t C, struct flop_counter *fc) {
+                            const float *bias, int64_t N, int64_t C, struct exec_ctx *fc) {
     RUN_TIMED(KERNEL_LAYERNORM_FWD, layernorm_forward_bf16, out, mean, rstd, inp, weight, bias, N, C, fc);
 }
 
 void layernorm_backward_bf16(struct act_out dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
                              const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
-                             struct flop_counter *fc) {
+                             struct exec_ctx *fc) {
     RUN_TIMED(KERNEL_LAYERNORM_BWD, layernorm_backward_bf16, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N,
               C, fc);
 }
 
-void residual_forward(float *out, const float *a, const float *b, int64_t n, struct flop_counter *fc) {
+void residual_forward(float *out, const float *a, const float *b, int64_t n, struct exec_ctx *fc) {
     RUN_TIMED(KERNEL_RESIDUAL, residual_forward, out, a, b, n, fc);
 }
 
-void residual_forward_bf16(bf16 *out, const bf16 *a, const float *b, int64_t n, struct flop_counter *fc) {
+void residual_forward_bf16(bf16 *out, const bf16 *a, const float *b, int64_t n, struct exec_ctx *fc) {
     RUN_TIMED(KERNEL_RESIDUAL, residual_forward_bf16, out, a, b, n, fc);
 }
 
@@ -122,7 +122,7 @@ void residual_forward_bf16(bf16 *out, const bf16 *a, const float *b, int64_t n, 
  * timed as itself; a fused kernel is timed as the LayerNorm. */
 void residual_layernorm_forward_bf16(bf16 *x, bf16 *out, float *mean, float *rstd, const bf16 *a, const float *b,
                                      const float *weight, const float *bias, int64_t N, int64_t C,
-                                     struct flop_counter *fc) {
+                                     struct exec_ctx *fc) {
     const struct layer_ops *backend = ops(fc, __func__);
     if (!backend->residual_layernorm_forward_bf16) {
         residual_forward_bf16(x, a, b, N * C, fc);
@@ -134,7 +134,7 @@ void residual_layernorm_forward_bf16(bf16 *x, bf16 *out, float *mean, float *rst
     kernel_span_end(fc, t, KERNEL_LAYERNORM_FWD);
 }
 
-void gemm_counted(struct flop_counter *fc, enum gemm_kind kind, bool trans_a, bool trans_b, int64_t m, int64_t n,
+void gemm_counted(struct exec_ctx *fc, enum gemm_kind kind, bool trans_a, bool trans_b, int64_t m, int64_t n,
                   int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                   float *c, int64_t ldc) {
     const struct layer_ops *backend = ops(fc, __func__);
@@ -148,7 +148,7 @@ void gemm_counted(struct flop_counter *fc, enum gemm_kind kind, bool trans_a, bo
 }
 
 void matmul_forward_sliced(float *out, const float *inp, const float *weight, const float *bias, int64_t N,
-                           int64_t C, int64_t OC, int64_t max_rows, struct flop_counter *fc) {
+                           int64_t C, int64_t OC, int64_t max_rows, struct exec_ctx *fc) {
     const struct layer_ops *backend = ops(fc, __func__);
     struct kernel_span t = span_begin(fc);
     if (backend->matmul_forward_sliced) backend->matmul_forward_sliced(out, inp, weight, bias, N, C, OC, max_rows, fc);
@@ -158,7 +158,7 @@ void matmul_forward_sliced(float *out, const float *inp, const float *weight, co
 
 void matmul_backward_sliced(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                             const float *weight, int64_t N, int64_t C, int64_t OC, int64_t max_rows,
-                            struct flop_counter *fc) {
+                            struct exec_ctx *fc) {
     const struct layer_ops *backend = ops(fc, __func__);
     struct kernel_span t = span_begin(fc);
     if (backend->matmul_backward_sliced)
@@ -169,17 +169,17 @@ void matmul_backward_sliced(float *dinp, float *dweight, float *dbias, const flo
 }
 
 void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int64_t N, int64_t C,
-                    int64_t OC, struct flop_counter *fc) {
+                    int64_t OC, struct exec_ctx *fc) {
     matmul_forward_sliced(out, inp, weight, bias, N, C, OC, MATMUL_MAX_DIM, fc);
 }
 
 void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                     const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
+                     const float *weight, int64_t N, int64_t C, int64_t OC, struct exec_ctx *fc) {
     matmul_backward_sliced(dinp, dweight, dbias, dout, inp, weight, N, C, OC, MATMUL_MAX_DIM, fc);
 }
 
 void matmul_forward_bf16(float *out, const bf16 *inp, const float *weight, const float *bias, int64_t N, int64_t C,
-                         int64_t OC, struct flop_counter *fc) {
+                         int64_t OC, struct exec_ctx *fc) {
     const struct layer_ops *backend = ops(fc, __func__);
     struct kernel_span t = span_begin(fc);
     if (backend->matmul_forward_bf16) backend->matmul_forward_bf16(out, inp, weight, bias, N, C, OC, fc);
@@ -188,7 +188,7 @@ void matmul_forward_bf16(float *out, const bf16 *inp, const float *weight, const
 }
 
 void matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
-                          const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
+                          const float *weight, int64_t N, int64_t C, int64_t OC, struct exec_ctx *fc) {
     const struct layer_ops *backend = ops(fc, __func__);
     struct kernel_span t = span_begin(fc);
     if (backend->matmul_backward_bf16)
@@ -199,41 +199,41 @@ void matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const float
 }
 
 void matmul_forward_mixed(struct act_out out, struct operand inp, struct operand weight, const float *bias, int64_t N,
-                          int64_t C, int64_t OC, struct flop_counter *fc) {
+                          int64_t C, int64_t OC, struct exec_ctx *fc) {
     RUN_TIMED(KERNEL_MATMUL_FWD, matmul_forward_mixed, out, inp, weight, bias, N, C, OC, fc);
 }
 
 void matmul_backward_mixed(struct act_out dinp, float *dweight, float *dbias, struct operand dout, struct operand inp,
-                           struct operand weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
+                           struct operand weight, int64_t N, int64_t C, int64_t OC, struct exec_ctx *fc) {
     RUN_TIMED(KERNEL_MATMUL_BWD, matmul_backward_mixed, dinp, dweight, dbias, dout, inp, weight, N, C, OC, fc);
 }
 
-void bias_add(float *out, const float *bias, int64_t N, int64_t OC, struct flop_counter *fc) {
+void bias_add(float *out, const float *bias, int64_t N, int64_t OC, struct exec_ctx *fc) {
     RUN_TIMED(KERNEL_RESIDUAL, bias_add, out, bias, N, OC, fc);
 }
 
-void gelu_forward(float *out, const float *inp, int64_t n, struct flop_counter *fc) {
+void gelu_forward(float *out, const float *inp, int64_t n, struct exec_ctx *fc) {
     RUN_TIMED(KERNEL_GELU, gelu_forward, out, inp, n, fc);
 }
 
-void gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n, struct flop_counter *fc) {
+void gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n, struct exec_ctx *fc) {
     RUN_TIMED(KERNEL_GELU, gelu_backward, dinp, inp, dout, n, fc);
 }
 
-void gelu_forward_bf16(bf16 *out, bf16 *pre_store, const float *pre, int64_t n, struct flop_counter *fc) {
+void gelu_forward_bf16(bf16 *out, bf16 *pre_store, const float *pre, int64_t n, struct exec_ctx *fc) {
     RUN_TIMED(KERNEL_GELU, gelu_forward_bf16, out, pre_store, pre, n, fc);
 }
 
-void gelu_backward_bf16(float *dinp, const bf16 *inp, const float *dout, int64_t n, struct flop_counter *fc) {
+void gelu_backward_bf16(float *dinp, const bf16 *inp, const float *dout, int64_t n, struct exec_ctx *fc) {
     RUN_TIMED(KERNEL_GELU, gelu_backward_bf16, dinp, inp, dout, n, fc);
 }
 
-void gelu_backward_bf16_grads(bf16 *dinp, const bf16 *inp, const bf16 *dout, int64_t n, struct flop_counter *fc) {
+void gelu_backward_bf16_grads(bf16 *dinp, const bf16 *inp, const bf16 *dout, int64_t n, struct exec_ctx *fc) {
     RUN_TIMED(KERNEL_GELU, gelu_backward_bf16_grads, dinp, inp, dout, n, fc);
 }
 
 double crossentropy_forward_backward(float *logits, float *losses, const int32_t *targets, int64_t N, int64_t V,
-                                     int64_t Vp, float dloss, struct flop_counter *fc) {
+                                     int64_t Vp, float dloss, struct exec_ctx *fc) {
     struct kernel_span t = span_begin(fc);
     double loss = ops(fc, __func__)->crossentropy_forward_backward(logits, losses, targets, N, V, Vp, dloss, fc);
     kernel_span_end(fc, t, KERNEL_CROSSENTROPY);
@@ -241,7 +241,7 @@ double crossentropy_forward_backward(float *logits, float *losses, const int32_t
 }
 
 double crossentropy_forward_backward_bf16(bf16 *logits, float *losses, const int32_t *targets, int64_t N, int64_t V,
-                                          int64_t Vp, float dloss, struct flop_counter *fc) {
+                                          int64_t Vp, float dloss, struct exec_ctx *fc) {
     struct kernel_span t = span_begin(fc);
     double loss = ops(fc, __func__)->crossentropy_forward_backward_bf16(logits, losses, targets, N, V, Vp, dloss, fc);
     kernel_span_end(fc, t, KERNEL_CROSSENTROPY);
@@ -249,19 +249,19 @@ double crossentropy_forward_backward_bf16(bf16 *logits, float *losses, const int
 }
 
 void crossentropy_row_max(const float *logits, float *maxv, int64_t N, int64_t Vl, int64_t valid,
-                          struct flop_counter *fc) {
+                          struct exec_ctx *fc) {
     RUN_TIMED(KERNEL_CROSSENTROPY, crossentropy_row_max, logits, maxv, N, Vl, valid, fc);
 }
 
 void crossentropy_exp_sum(float *logits, const float *maxv, float *sum, float *target, const int32_t *targets,
-                          int64_t N, int64_t Vl, int64_t v0, int64_t valid, bool in_place, struct flop_counter *fc) {
+                          int64_t N, int64_t Vl, int64_t v0, int64_t valid, bool in_place, struct exec_ctx *fc) {
     RUN_TIMED(KERNEL_CROSSENTROPY, crossentropy_exp_sum, logits, maxv, sum, target, targets, N, Vl, v0, valid,
               in_place, fc);
 }
 
 double crossentropy_finish(float *logits, float *losses, const float *maxv, const float *sum, const float *target,
                            const int32_t *targets, int64_t N, int64_t Vl, int64_t v0, int64_t valid, float dloss,
-                           struct flop_counter *fc) {
+                           struct exec_ctx *fc) {
     struct kernel_span t = span_begin(fc);
     double loss = ops(fc, __func__)->crossentropy_finish(logits, losses, maxv, sum, target, targets, N, Vl, v0, valid,
                                                          dloss, fc);
@@ -270,43 +270,43 @@ double crossentropy_finish(float *logits, float *losses, const float *maxv, cons
 }
 
 void attention_forward(float *out, float *att, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
-                       struct flop_counter *fc) {
+                       struct exec_ctx *fc) {
     RUN_TIMED(KERNEL_ATTENTION_FWD, attention_forward, out, att, qkv, B, T, C, NH, fc);
 }
 
 void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
-                        int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc) {
+                        int64_t B, int64_t T, int64_t C, int64_t NH, struct exec_ctx *fc) {
     RUN_TIMED(KERNEL_ATTENTION_BWD, attention_backward, dqkv, dout, qkv, att, scratch, B, T, C, NH, fc);
 }
 
 void attention_forward_bf16(struct act_out out, struct act_out att, const bf16 *qkv, float *scratch, int64_t B,
-                            int64_t T, int64_t C, int64_t NH, struct flop_counter *fc) {
+                            int64_t T, int64_t C, int64_t NH, struct exec_ctx *fc) {
     RUN_TIMED(KERNEL_ATTENTION_FWD, attention_forward_bf16, out, att, qkv, scratch, B, T, C, NH, fc);
 }
 
 void attention_backward_bf16(bf16 *dqkv, const float *dout, const bf16 *qkv, struct operand att, float *scratch,
-                             int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc) {
+                             int64_t B, int64_t T, int64_t C, int64_t NH, struct exec_ctx *fc) {
     RUN_TIMED(KERNEL_ATTENTION_BWD, attention_backward_bf16, dqkv, dout, qkv, att, scratch, B, T, C, NH, fc);
 }
 
 void attention_lse_forward(float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
-                           struct flop_counter *fc) {
+                           struct exec_ctx *fc) {
     RUN_TIMED(KERNEL_ATTENTION_FWD, attention_lse_forward, out, lse, qkv, B, T, C, NH, fc);
 }
 
 void attention_lse_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
-                            const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc) {
+                            const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH, struct exec_ctx *fc) {
     RUN_TIMED(KERNEL_ATTENTION_BWD, attention_lse_backward, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, fc);
 }
 
 void attention_lse_forward_bf16(bf16 *out, float *lse, const bf16 *qkv, float *scratch, int64_t B, int64_t T,
-                                int64_t C, int64_t NH, struct flop_counter *fc) {
+                                int64_t C, int64_t NH, struct exec_ctx *fc) {
     RUN_TIMED(KERNEL_ATTENTION_FWD, attention_lse_forward_bf16, out, lse, qkv, scratch, B, T, C, NH, fc);
 }
 
 void attention_lse_backward_bf16(bf16 *dqkv, float *scratch, const float *dout, const bf16 *qkv, const bf16 *out,
                                  const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH,
-                                 struct flop_counter *fc) {
+                                 struct exec_ctx *fc) {
     RUN_TIMED(KERNEL_ATTENTION_BWD, attention_lse_backward_bf16, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, fc);
 }
 

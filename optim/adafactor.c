@@ -118,7 +118,7 @@ void adafactor_update_squares_cpu(size_t n, const void *grad, enum dtype grad_dt
 
 void adafactor_apply_cpu(const struct adafactor_hparams *h, size_t n, float *w, float *m, const void *grad,
                          enum dtype grad_dtype, const struct adafactor_moment *s, float clip_scale,
-                         const struct param_writeback *out, struct flop_counter *fc) {
+                         const struct param_writeback *out, struct exec_ctx *fc) {
     const float decay = adafactor_decay_factor(h), b1 = h->beta1, lr = h->lr;
     float u[RUN];
     for (size_t k = 0, len, r, j0; k < n; k += len) {

@@ -32,7 +32,7 @@ struct adamw_step_consts adamw_step_consts(const struct adamw_hparams *h) {
 }
 
 void adamw_update_cpu(const struct adamw_hparams *h, size_t n, float *w, float *m, float *v, const void *grad,
-                      enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
+                      enum dtype grad_dtype, const struct param_writeback *out, struct exec_ctx *fc) {
     const float b1 = h->beta1, b2 = h->beta2, eps = h->eps, gs = h->grad_scale;
     const struct adamw_step_consts c = adamw_step_consts(h);
     const float step_size = c.step_size, isb = c.isb, decay = c.decay;

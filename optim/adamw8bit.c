@@ -67,7 +67,7 @@ static void update_block(const struct adam_consts *k, size_t len, float *w, uint
 void adamw8bit_update_cpu(const struct adamw_hparams *h, size_t n, float *w, uint8_t *q1, uint8_t *q2, float *absmax1,
                           float *absmax2, const float *map_signed, const float *map_unsigned,
                           const struct qmap_index *ix_signed, const struct qmap_index *ix_unsigned, const void *grad,
-                          enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
+                          enum dtype grad_dtype, const struct param_writeback *out, struct exec_ctx *fc) {
     const struct adamw_step_consts c = adamw_step_consts(h);
     const struct adam_consts k = {
         .b1 = h->beta1,

@@ -15,7 +15,7 @@ float lion_decay(const struct lion_hparams *h) { return 1.0f - h->lr * h->weight
     }
 
 void lion_update_cpu(const struct lion_hparams *h, size_t n, float *w, float *m, const void *grad,
-                     enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
+                     enum dtype grad_dtype, const struct param_writeback *out, struct exec_ctx *fc) {
     const float lr = h->lr, b1 = h->beta1, b2 = h->beta2, gs = h->grad_scale, decay = lion_decay(h);
     OPTIM_SPECIALISED_LOOPS(LION_LOOP, grad, grad_dtype, out);
     fc->other += (double)LION_FLOPS_PER_PARAM * (double)n;

@@ -27,7 +27,7 @@ static void lion8_block(const void *consts, size_t len, float *w, float *m, cons
 
 void lion8bit_update_cpu(const struct lion_hparams *h, size_t n, float *w, uint8_t *q, float *absmax,
                          const float *map_signed, const struct qmap_index *ix_signed, const void *grad,
-                         enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
+                         enum dtype grad_dtype, const struct param_writeback *out, struct exec_ctx *fc) {
     const struct lion8_consts k = {.lr = h->lr, .b1 = h->beta1, .b2 = h->beta2, .decay = lion_decay(h)};
     blockwise8_update_one_state(n, w, q, absmax, map_signed, ix_signed, grad, grad_dtype, h->grad_scale, out,
                                 lion8_block, &k);

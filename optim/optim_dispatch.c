@@ -10,12 +10,12 @@
 #include "backend.h"
 #include "optim.h"
 
-static bool on_device(size_t n, const struct flop_counter *fc) { return n && fc->space == MEM_DEVICE; }
+static bool on_device(size_t n, const struct exec_ctx *fc) { return n && fc->space == MEM_DEVICE; }
 
-static void profile_update(struct flop_counter *fc, double t0) { kernel_profile_add(fc, KERNEL_OPTIMIZER, t0); }
+static void profile_update(struct exec_ctx *fc, double t0) { kernel_profile_add(fc, KERNEL_OPTIMIZER, t0); }
 
 void adamw_update(const struct adamw_hparams *h, size_t n, float *w, float *m, float *v, const void *grad,
-                  enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
+                  enum dtype grad_dtype, const struct param_writeback *out, struct exec_ctx *fc) {
     double t0 = kernel_clock();
     if (on_device(n, fc)) ON_DEVICE(adamw_update_cuda(h, n, w, m, v, grad, grad_dtype, out, fc));
     else adamw_update_cpu(h, n, w, m, v, grad, grad_dtype, out, fc);
@@ -23,7 +23,7 @@ void adamw_update(const struct adamw_hparams *h, size_t n, float *w, float *m, f
 }
 
 void sgd_update(const struct sgd_hparams *h, size_t n, float *w, float *buf, const void *grad, enum dtype grad_dtype,
-                const struct param_writeback *out, struct flop_counter *fc) {
+                const struct param_writeback *out, struct exec_ctx *fc) {
     double t0 = kernel_clock();
     if (on_device(n, fc)) ON_DEVICE(sgd_update_cuda(h, n, w, buf, grad, grad_dtype, out, fc));
     else sgd_update_cpu(h, n, w, buf, grad, grad_dtype, out, fc);
@@ -32,7 +32,7 @@ void sgd_update(const struct sgd_hparams *h, size_t n, float *w, float *buf, con
 
 void sgd8bit_update(const struct sgd_hparams *h, size_t n, float *w, uint8_t *q, float *absmax, const float *map_signed,
                     const struct qmap_index *ix_signed, const void *grad, enum dtype grad_dtype,
-                    const struct param_writeback *out, struct flop_counter *fc) {
+                    const struct param_writeback *out, struct exec_ctx *fc) {
     double t0 = kernel_clock();
     if (on_device(n, fc)) ON_DEVICE(sgd8bit_update_cuda(h, n, w, q, absmax, map_signed, grad, grad_dtype, out, fc));
     else sgd8bit_update_cpu(h, n, w, q, absmax, map_signed, ix_signed, grad, grad_dtype, out, fc);
@@ -40,7 +40,7 @@ void sgd8bit_update(const struct sgd_hparams *h, size_t n, float *w, uint8_t *q,
 }
 
 void lion_update(const struct lion_hparams *h, size_t n, float *w, float *m, const void *grad, enum dtype grad_dtype,
-                 const struct param_writeback *out, struct flop_counter *fc) {
+                 const struct param_writeback *out, struct exec_ctx *fc) {
     double t0 = kernel_clock();
     if (on_device(n, fc)) ON_DEVICE(lion_update_cuda(h, n, w, m, grad, grad_dtype, out, fc));
     else lion_update_cpu(h, n, w, m, grad, grad_dtype, out, fc);
@@ -49,7 +49,7 @@ void lion_update(const struct lion_hparams *h, size_t n, float *w, float *m, con
 
 void lion8bit_update(const struct lion_hparams *h, size_t n, float *w, uint8_t *q, float *absmax,
                      const float *map_signed, const struct qmap_index *ix_signed, const void *grad,
-                     enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
+                     enum dtype grad_dtype, const struct param_writeback *out, struct exec_ctx *fc) {
     double t0 = kernel_clock();
     if (on_device(n, fc)) ON_DEVICE(lion8bit_update_cuda(h, n, w, q, absmax, map_signed, grad, grad_dtype, out, fc));
     else lion8bit_update_cpu(h, n, w, q, absmax, map_signed, ix_signed, grad, grad_dtype, out, fc);
@@ -59,7 +59,7 @@ void lion8bit_update(const struct lion_hparams *h, size_t n, float *w, uint8_t *
 void adamw8bit_update(const struct adamw_hparams *h, size_t n, float *w, uint8_t *q1, uint8_t *q2, float *absmax1,
                       float *absmax2, const float *map_signed, const float *map_unsigned,
                       const struct qmap_index *ix_signed, const struct qmap_index *ix_unsigned, const void *grad,
-                      enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
+                      enum dtype grad_dtype, const struct param_writeback *out, struct exec_ctx *fc) {
     double t0 = kernel_clock();
     if (on_device(n, fc))
         ON_DEVICE(adamw8bit_update_cuda(h, n, w, q1, q2, absmax1, absmax2, map_signed, map_unsigned, grad, grad_dtype,
@@ -111,7 +111,7 @@ void adafactor_update_squares(enum mem_space space, size_t n, const void *grad, 
 
 void adafactor_apply(const struct adafactor_hparams *h, size_t n, float *w, float *m, const void *grad,
                      enum dtype grad_dtype, const struct adafactor_moment *s, float clip_scale,
-                     const struct param_writeback *out, struct flop_counter *fc) {
+                     const struct param_writeback *out, struct exec_ctx *fc) {
     double t0 = kernel_clock();
     if (on_device(n, fc)) ON_DEVICE(adafactor_apply_cuda(h, n, w, m, grad, grad_dtype, s, clip_scale, out, fc));
     else adafactor_apply_cpu(h, n, w, m, grad, grad_dtype, s, clip_scale, out, fc);

@@ -17,7 +17,7 @@
     }
 
 void sgd_update_cpu(const struct sgd_hparams *h, size_t n, float *w, float *buf, const void *grad,
-                    enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
+                    enum dtype grad_dtype, const struct param_writeback *out, struct exec_ctx *fc) {
     const float lr = h->lr, mom = h->momentum, wd = h->weight_decay, gs = h->grad_scale;
     const bool first = h->first_step, nesterov = h->nesterov;
     OPTIM_SPECIALISED_LOOPS(SGD_LOOP, grad, grad_dtype, out);

@@ -25,7 +25,7 @@ static void sgd8_block(const void *consts, size_t len, float *w, float *buf, con
 
 void sgd8bit_update_cpu(const struct sgd_hparams *h, size_t n, float *w, uint8_t *q, float *absmax,
                         const float *map_signed, const struct qmap_index *ix_signed, const void *grad,
-                        enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
+                        enum dtype grad_dtype, const struct param_writeback *out, struct exec_ctx *fc) {
     blockwise8_update_one_state(n, w, q, absmax, map_signed, ix_signed, grad, grad_dtype, h->grad_scale, out,
                                 sgd8_block, h);
     fc->other += (double)SGD8BIT_FLOPS_PER_PARAM * (double)n;

@@ -48,7 +48,7 @@ static struct unit_tensors unit_tensors(const struct model_layout *lay, enum uni
 }
 
 int engine_init(struct engine *e, const struct engine_options *o, const struct model_layout *lay,
-                struct grid *grid, struct mem_tracker *mem, enum mem_space space, struct flop_counter *flops,
+                struct grid *grid, struct mem_tracker *mem, enum mem_space space, struct exec_ctx *flops,
                 char *err, size_t err_len) {
     struct collectives *dp = &grid->dp_comm;
     *e = (struct engine){.o = *o, .lay = *lay, .grid = grid, .dp = dp, .mem = mem, .space = space, .flops = flops};

@@ -25,7 +25,7 @@ static inline void fixture_tokens(int32_t *out, size_t n, uint64_t seed, int32_t
 }
 
 static inline void fixture_engine_init(struct engine *e, const struct config *c, struct grid *grid,
-                                       struct mem_tracker *mem, struct flop_counter *flops) {
+                                       struct mem_tracker *mem, struct exec_ctx *flops) {
     struct model_layout lay;
     layout_init_whole(&lay, trainer_model_shape(c));
     struct engine_options o = trainer_engine_options(c);

@@ -92,7 +92,7 @@ static void test_against_plain(void **state) {
         fill_uniform(dout, (size_t)(BT * C), -1.0f, 1.0f, 300 + si);
         float *out = alloc_f((size_t)(BT * C)), *att = alloc_f((size_t)(B * NH * T * T));
         float *dqkv = alloc_f((size_t)(BT * C3)), *scr = alloc_f(attention_backward_scratch(B, T, NH));
-        struct flop_counter fc = {0};
+        struct exec_ctx fc = {0};
         attention_forward(out, att, qkv, B, T, C, NH, &fc);
         attention_backward(dqkv, dout, qkv, att, scr, B, T, C, NH, &fc);
 
@@ -143,14 +143,14 @@ struct lse_ctx {
 
 static double lse_loss(void *p) {
     struct lse_ctx *a = p;
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     attention_lse_forward(a->out, a->lse, a->qkv, B, T, C, NH, &fc);
     return dot_loss(a->out, a->g, (size_t)B * T * C);
 }
 
 static void test_grad_finite_differences(void **state) {
     (void)state;
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     float *qkv = alloc_f(B * T * C3), *out = alloc_f(B * T * C), *lse = alloc_f(B * NH * T);
     float *g = alloc_f(B * T * C), *dqkv = alloc_f(B * T * C3), *scratch = alloc_f(attention_lse_backward_scratch(B, T, NH));
     fill_uniform(qkv, B * T * C3, -1.5f, 1.5f, 100);
@@ -178,7 +178,7 @@ static void check_flops(int64_t b, int64_t t, int64_t c, int64_t nh, double tile
     float *qkv = alloc_f((size_t)(b * t * 3 * c)), *out = alloc_f((size_t)(b * t * c)), *lse = alloc_f((size_t)(b * nh * t));
     float *dqkv = alloc_f((size_t)(b * t * 3 * c)), *scratch = alloc_f(attention_lse_backward_scratch(b, t, nh));
     fill_uniform(qkv, (size_t)(b * t * 3 * c), -1, 1, 7);
-    struct flop_counter fwd = {0}, bwd = {0};
+    struct exec_ctx fwd = {0}, bwd = {0};
     attention_lse_forward(out, lse, qkv, b, t, c, nh, &fwd);
     attention_lse_backward(dqkv, scratch, out, qkv, out, lse, b, t, c, nh, &bwd);
     assert_true(fwd.attention == heads * 4 * hs * S);
@@ -196,7 +196,7 @@ static void test_flops(void **state) {
     check_flops(1, 130, 64, 2, 64 + 128 + 6); /* rows 0-63: 1 tile, 64-127: 2, 128-129: 3 */
     /* against the plain attention: 7 B C T (T+1) causal products instead of
      * 12 B C T^2 issued on full squares (PaLM's model count: 6 B C T^2) */
-    struct flop_counter plain = {0}, lse = {0};
+    struct exec_ctx plain = {0}, lse = {0};
     float *qkv = alloc_f(B * T * C3), *out = alloc_f(B * T * C), *att = alloc_f(B * NH * T * T);
     float *l = alloc_f(B * NH * T), *dqkv = alloc_f(B * T * C3);
     float *s1 = alloc_f(attention_backward_scratch(B, T, NH)), *s2 = alloc_f(attention_lse_backward_scratch(B, T, NH));
@@ -222,7 +222,7 @@ static void test_thread_count_invariant(void **state) {
         omp_set_num_threads(threads[k]);
         float *out = alloc_f((size_t)(BT * c)), *lse = alloc_f((size_t)(b * nh * t)), *dqkv = alloc_f((size_t)(BT * 3 * c));
         float *scratch = alloc_f(attention_lse_backward_scratch(b, t, nh));
-        struct flop_counter fc = {0};
+        struct exec_ctx fc = {0};
         attention_lse_forward(out, lse, qkv, b, t, c, nh, &fc);
         attention_lse_backward(dqkv, scratch, dout, qkv, out, lse, b, t, c, nh, &fc);
         float *got[3] = {out, lse, dqkv};

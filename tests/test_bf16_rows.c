@@ -84,7 +84,7 @@ static void test_residual_layernorm(void **state) {
             for (int64_t i = 0; i < N; i++)
                 resln_row_replay(x + i * C, out + i * C, &mean[i], &rstd[i], a + i * C, b_bf16 ? NULL : bf + i * C,
                                  b_bf16 ? bh + i * C : NULL, w, bias, C);
-            struct flop_counter fc = {0};
+            struct exec_ctx fc = {0};
             residual_forward_bf16_cpu(xc, a, bf, n, &fc); /* bf holds bh's widened values when b_bf16 */
             layernorm_forward_bf16_cpu(outc, meanc, rstdc, xc, w, bias, N, C, &fc);
             assert_memory_equal(x, xc, n * 2); /* the stored residual: bit for bit */
@@ -145,7 +145,7 @@ static void test_layernorm_backward(void **state) {
                 w[c] = 1.0f + sym(0.5f), bias[c] = sym(0.1f);
                 dw[c] = dw_c[c] = sym(1.0f), db[c] = db_c[c] = sym(1.0f);
             }
-            struct flop_counter fc = {0};
+            struct exec_ctx fc = {0};
             layernorm_forward_bf16_cpu(ln, mean, rstd, x, w, bias, N, C, &fc);
             lnb_replay(mode ? NULL : dx, mode ? dxh : NULL, dw, db, part, mode ? NULL : dy, mode ? dyh : NULL, x, w,
                        mean, rstd, N, C);
@@ -208,7 +208,7 @@ static void test_gelu_every_bf16(void **state) {
     }
     widen(pre_f, pre, N);
     widen(dout_f, dout, N);
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     gelu_forward_bf16_cpu(out_c, store, pre_f, N, &fc);
     gelu_backward_bf16_cpu(dinp_f, pre, dout_f, N, &fc);
     for (int i = 0; i < N; i++) dinp_c[i] = f32_to_bf16(dinp_f[i]);
@@ -236,7 +236,7 @@ static void test_crossentropy(void **state) {
             for (int i = 0; i < N; i++) targets[i] = (int32_t)(uniform() * (double)V);
             memcpy(l0, l, n * 2);
             widen(lf, l, n);
-            struct flop_counter fc = {0};
+            struct exec_ctx fc = {0};
             crossentropy_forward_backward_cpu(lf, loss_c, targets, N, V, Vp, dloss, &fc);
             for (int64_t i = 0; i < n; i++) lc[i] = f32_to_bf16(lf[i]);
             double worst_loss = 0.0;

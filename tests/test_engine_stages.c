@@ -29,7 +29,7 @@ enum { L = 4, C = 16, NH = 2, T = 8, V = 64, B = 2 };
 struct rig {
     struct config cfg;
     struct mem_tracker mem;
-    struct flop_counter flops;
+    struct exec_ctx flops;
     struct grid grid;
 };
 

@@ -191,7 +191,7 @@ static double replay_vs_cpu(int64_t B, int64_t T, int64_t NH, int64_t hs, float 
     float *scratch = malloc(attention_lse_bf16_scratch(B, T, C, NH) * sizeof *scratch);
     for (int64_t i = 0; i < BT * 3 * C; i++) qkv[i] = f32_to_bf16((rng_uniform(seed, stream, (uint64_t)i) * 2 - 1) * amp);
     for (int64_t i = 0; i < BT * C; i++) dout[i] = rng_uniform(seed, stream + 1, (uint64_t)i) * 2 - 1;
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     attention_lse_forward_bf16_cpu(out, lse, qkv, scratch, B, T, C, NH, &fc);
     attention_lse_backward_bf16_cpu(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, &fc);
     /* per head: the replay's values, the CPU's widened, side by side */

@@ -27,7 +27,7 @@ enum { M = 7, N = 5, K = 9, LD = 13, SENTINEL_ROWS = 9 }; /* LD > M, N, K: every
 static double op_at(const float *x, bool trans, int i, int j) { return trans ? x[j * LD + i] : x[i * LD + j]; }
 
 static void check_product(bool ta, bool tb) {
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     float a[SENTINEL_ROWS * LD * 2], b[SENTINEL_ROWS * LD * 2], c[SENTINEL_ROWS * LD], c0[SENTINEL_ROWS * LD];
     fill_uniform(a, sizeof a / sizeof *a, -1, 1, 1);
     fill_uniform(b, sizeof b / sizeof *b, -1, 1, 2);
@@ -65,7 +65,7 @@ enum { BK = 70, BLD = 400, BIG = 333, SMALL = 130 };
 
 static void blocked_product(bool ta, bool tb, int m, int n, int threads, const float *a, const float *b,
                             const float *c0, float *c) {
-    struct flop_counter fc = {.gemm_blocks = true};
+    struct exec_ctx fc = {.gemm_blocks = true};
     memcpy(c, c0, sizeof(float) * BIG * BLD);
     int saved = omp_get_max_threads();
     omp_set_num_threads(threads);
@@ -118,7 +118,7 @@ static void test_gemm_blocks_by_rows(void **s) {
  * over all threads must add exactly 64 x 2mnk, into attention only. */
 static void test_gemm_counts_from_threads(void **state) {
     (void)state;
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     enum { CALLS = 64, S = 24 };
     float *a = alloc_f(S * S), *b = alloc_f(S * S), *c = alloc_f((size_t)CALLS * S * S);
     fill_uniform(a, S * S, -1, 1, 4);
@@ -140,7 +140,7 @@ static int child_status(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ld
     pid_t pid = fork();
     if (pid == 0) {
         freopen("/dev/null", "w", stderr);
-        struct flop_counter fc = {0};
+        struct exec_ctx fc = {0};
         float a[64] = {0}, b[64] = {0}, c[64] = {0};
         gemm_counted(&fc, GEMM_LAYER, false, false, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
         _exit(0);
@@ -179,7 +179,7 @@ static void test_matmul_bf16_operands(void **state) {
     }
     for (int i = 0; i < OC * C; i++) w[i] = rng_uniform(5, 1, (uint64_t)i) - 0.5f, wr[i] = round_to_bf16(w[i]);
     for (int i = 0; i < N * OC; i++) dout[i] = rng_uniform(5, 2, (uint64_t)i) - 0.5f, dr[i] = round_to_bf16(dout[i]);
-    struct flop_counter fa = {0}, fb = {0};
+    struct exec_ctx fa = {0}, fb = {0};
     matmul_forward_bf16(out, xh, w, NULL, N, C, OC, &fa);
     matmul_forward(want, xr, wr, NULL, N, C, OC, &fb);
     matmul_forward(unrounded, x, w, NULL, N, C, OC, &fb);

@@ -107,7 +107,7 @@ static void test_against_fp32(void **state) {
         memcpy(dwr, dw, nw * sizeof *dw);
         memcpy(dw0, dw, nw * sizeof *dw);
         float *db = calloc((size_t)OC, sizeof *db), *dbr = calloc((size_t)OC, sizeof *dbr);
-        struct flop_counter fc = {.onednn = g}, ref = {0};
+        struct exec_ctx fc = {.onednn = g}, ref = {0};
         matmul_forward(y, x, w, bias, N, C, OC, &fc);
         matmul_forward_cpu(yr, x, w, bias, N, C, OC, &ref);
         assert_true(diff_norm(y, yr, ny) <= bf16_bound(C) * norm(x, nx) * norm(w, nw));
@@ -143,7 +143,7 @@ static void test_against_bf16_reference(void **state) {
         float *dx = calloc(nx, sizeof *dx), *dxr = calloc(nx, sizeof *dxr);
         float *dw = calloc(nw, sizeof *dw), *dwr = calloc(nw, sizeof *dwr);
         float *db = calloc((size_t)OC, sizeof *db), *dbr = calloc((size_t)OC, sizeof *dbr);
-        struct flop_counter fc = {.onednn = g}, ref = {0};
+        struct exec_ctx fc = {.onednn = g}, ref = {0};
         matmul_forward_bf16(y, xb, w, bias, N, C, OC, &fc);
         matmul_forward_bf16_cpu(yr, xb, w, bias, N, C, OC, &ref);
         assert_true(diff_norm(y, yr, ny) <= 2.0 * C * ldexp(1, -24) * norm(xr, nx) * norm(wr, nw) + 1e-30);
@@ -178,7 +178,7 @@ static void test_mixed_operands(void **state) {
     for (size_t i = 0; i < nx; i++) xb[i] = f32_to_bf16(x[i]);
     for (size_t i = 0; i < nw; i++) wb[i] = f32_to_bf16(w[i]);
     for (int with_context = 0; with_context <= (g != NULL); with_context++) {
-        struct flop_counter fc = {.onednn = with_context ? g : NULL}, ref = fc;
+        struct exec_ctx fc = {.onednn = with_context ? g : NULL}, ref = fc;
         float *y = calloc(ny, sizeof *y), *yr = calloc(ny, sizeof *yr), *dx = calloc(nx, sizeof *dx);
         float *dxr = calloc(nx, sizeof *dxr), *dw = calloc(nw, sizeof *dw), *dwr = calloc(nw, sizeof *dwr);
         float *db = calloc((size_t)OC, sizeof *db), *dbr = calloc((size_t)OC, sizeof *dbr);
@@ -218,7 +218,7 @@ static void test_mixed_operands(void **state) {
     float *table = malloc((size_t)(V * C) * sizeof *table), *out = malloc((size_t)(BT * C) * sizeof *out);
     float *outr = malloc((size_t)(BT * C) * sizeof *outr);
     for (int64_t i = 0; i < V * C; i++) table[i] = bf16_to_f32(wb[i]);
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     embedding_rows_forward_bf16(out, tokens, wb, v0, V, BT, C, &fc);
     embedding_rows_forward(outr, tokens, table, v0, V, BT, C, &fc);
     assert_memory_equal(out, outr, (size_t)(BT * C) * sizeof *out);
@@ -234,7 +234,7 @@ static void test_primitives_cached(void **state) {
     const int64_t N = 16, C = 24, OC = 40;
     float *x = randoms(N * C, 21), *w = randoms(OC * C, 22), *dy = randoms(N * OC, 23);
     float *y = malloc(N * OC * sizeof *y), *dx = malloc(N * C * sizeof *dx), *dw = calloc(OC * C, sizeof *dw);
-    struct flop_counter fc = {.onednn = g};
+    struct exec_ctx fc = {.onednn = g};
     int probe = onednn_gemms_cached(g);
     matmul_forward(y, x, w, NULL, N, C, OC, &fc);
     matmul_backward(dx, dw, NULL, dy, x, w, N, C, OC, &fc);
@@ -259,7 +259,7 @@ static struct team_outs run_team(struct onednn_gemms *g, int team, int64_t N, in
     struct team_outs o = {malloc(N * OC * sizeof(float)), malloc(N * C * sizeof(float)), randoms(OC * C, 35),
                           calloc(OC, sizeof(float)), malloc(N * OC * sizeof(bf16))};
     assert_true(o.y && o.dx && o.db && o.y16);
-    struct flop_counter fc = {.onednn = g, .gemm_blocks = true};
+    struct exec_ctx fc = {.onednn = g, .gemm_blocks = true};
     const int was = omp_get_max_threads();
     omp_set_num_threads(team);
     matmul_forward(o.y, x, w, NULL, N, C, OC, &fc);

@@ -22,7 +22,7 @@
 /* A model as gpt_init_chunks would set the fields acts_direct reads. */
 /* v2's backend reads bf16 as it is (model/cuda/layer_ops_cuda.c:
  * cuda_backend_traits); v1's does not. */
-static struct flop_counter v1_kernels = {0}, v2_kernels = {.device = {.reads_bf16 = true}};
+static struct exec_ctx v1_kernels = {0}, v2_kernels = {.device = {.reads_bf16 = true}};
 static struct gpt model_on(enum mem_space space, enum gpu_path path) {
     return (struct gpt){.act_dtype = DTYPE_BF16, .gemm_dtype = DTYPE_BF16, .recompute = RECOMPUTE_NONE,
                         .attention = ATTENTION_FLASH, .space = space,

@@ -96,14 +96,14 @@ static void test_encoder(void **state) {
 struct ln_ctx { float *out, *mean, *rstd, *inp, *w, *b, *g; };
 static double ln_loss(void *p) {
     struct ln_ctx *l = p;
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     layernorm_forward(l->out, l->mean, l->rstd, l->inp, l->w, l->b, N, C, &fc);
     return dot_loss(l->out, l->g, (size_t)N * C);
 }
 
 static void test_layernorm_grad(void **state) {
     (void)state;
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     float *inp = alloc_f(N * C), *w = alloc_f(C), *b = alloc_f(C), *out = alloc_f(N * C), *g = alloc_f(N * C);
     float *mean = alloc_f(N), *rstd = alloc_f(N);
     float *dinp = alloc_f(N * C), *dinp0 = alloc_f(N * C), *dw = alloc_f(C), *db = alloc_f(C);
@@ -136,7 +136,7 @@ static void test_layernorm_grad(void **state) {
 
 static void test_layernorm_normalises(void **state) {
     (void)state;
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     float *inp = alloc_f(N * C), *w = alloc_f(C), *b = alloc_f(C), *out = alloc_f(N * C);
     float *mean = alloc_f(N), *rstd = alloc_f(N);
     fill_uniform(inp, N * C, -3, 3, 30);
@@ -168,13 +168,13 @@ static void test_layernorm_normalises(void **state) {
 struct mm_ctx { float *out, *inp, *w, *bias, *g; };
 static double mm_loss(void *p) {
     struct mm_ctx *m = p;
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     matmul_forward(m->out, m->inp, m->w, m->bias, N, C, OC, &fc);
     return dot_loss(m->out, m->g, (size_t)N * OC);
 }
 
 static void check_matmul(int with_bias) {
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     float *inp = alloc_f(N * C), *w = alloc_f(OC * C), *bias = with_bias ? alloc_f(OC) : NULL;
     float *out = alloc_f(N * OC), *g = alloc_f(N * OC);
     float *dinp = alloc_f(N * C), *dw = alloc_f(OC * C), *db = with_bias ? alloc_f(OC) : NULL;
@@ -219,7 +219,7 @@ static double gelu_ref(double x) {
 
 static void test_gelu_forward_formula(void **state) {
     (void)state;
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     float x[] = {-6.0f, -3.0f, -1.0f, -0.5f, -1e-3f, 0.0f, 1e-3f, 0.5f, 1.0f, 2.0f, 3.0f, 6.0f};
     enum { NX = sizeof x / sizeof x[0] };
     float y[NX];
@@ -234,14 +234,14 @@ static void test_gelu_forward_formula(void **state) {
 struct gelu_ctx { float *out, *inp, *g; };
 static double gelu_loss(void *p) {
     struct gelu_ctx *c = p;
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     gelu_forward(c->out, c->inp, N * C, &fc);
     return dot_loss(c->out, c->g, (size_t)N * C);
 }
 
 static void test_gelu_grad(void **state) {
     (void)state;
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     float *inp = alloc_f(N * C), *out = alloc_f(N * C), *g = alloc_f(N * C), *dinp = alloc_f(N * C);
     float *inplace = alloc_f(N * C);
     fill_uniform(inp, N * C, -4, 4, 50);
@@ -264,7 +264,7 @@ static void test_gelu_bf16_forms(void **state) {
     enum { NB = 1001 };
     static float pre[NB], rounded[NB], g[NB], y[NB], d[NB], want[NB];
     static bf16 out[NB], store[NB], out_w[NB], store_w[NB];
-    struct flop_counter fa = {0}, fb = {0};
+    struct exec_ctx fa = {0}, fb = {0};
     fill_uniform(pre, NB, -6, 6, 60);
     fill_uniform(d, NB, -1, 1, 61);
     gelu_forward_bf16(out, store, pre, NB, &fa);
@@ -290,14 +290,14 @@ static void test_gelu_bf16_forms(void **state) {
 struct res_ctx { float *out, *a, *b, *g; };
 static double res_loss(void *p) {
     struct res_ctx *r = p;
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     residual_forward(r->out, r->a, r->b, N * C, &fc);
     return dot_loss(r->out, r->g, (size_t)N * C);
 }
 
 static void test_residual(void **state) {
     (void)state;
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     float *a = alloc_f(N * C), *b = alloc_f(N * C), *out = alloc_f(N * C), *g = alloc_f(N * C);
     fill_uniform(a, N * C, -1, 1, 60);
     fill_uniform(b, N * C, -1, 1, 61);
@@ -316,7 +316,7 @@ static void test_residual(void **state) {
 struct ce_ctx { float *logits, *scratch, *losses; const int32_t *targets; };
 static double ce_loss(void *p) {
     struct ce_ctx *c = p;
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     memcpy(c->scratch, c->logits, sizeof(float) * N * VP);
     return crossentropy_forward_backward(c->scratch, c->losses, c->targets, N, V, VP, 0.0f, &fc) / N;
 }
@@ -332,7 +332,7 @@ static void make_ce_inputs(float *logits, int32_t *targets, float row3_offset) {
 
 static void test_crossentropy_loss(void **state) {
     (void)state;
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     float *logits = alloc_f(N * VP), *work = alloc_f(N * VP), *losses = alloc_f(N);
     int32_t targets[N];
     make_ce_inputs(logits, targets, 1000.0f);
@@ -361,7 +361,7 @@ static void test_crossentropy_loss(void **state) {
 
 static void test_crossentropy_grad(void **state) {
     (void)state;
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     float *logits = alloc_f(N * VP), *dlogits = alloc_f(N * VP), *scratch = alloc_f(N * VP), *losses = alloc_f(N);
     int32_t targets[N];
     /* no 1000 offset here: at |logit| ~ 1000 the fp32 loss itself is only

@@ -27,7 +27,7 @@ static void make_qkv(float *qkv) { fill_uniform(qkv, (size_t)B * T * C3, -1.5f, 
 
 static void test_attention_forward_reference(void **state) {
     (void)state;
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     float *qkv = alloc_f(B * T * C3), *out = alloc_f(B * T * C), *att = alloc_f(B * NH * T * T);
     make_qkv(qkv);
     fill_const(att, B * NH * T * T, NAN); /* the forward must write every entry */
@@ -65,7 +65,7 @@ static void test_attention_forward_reference(void **state) {
  * batch 1, and must change the outputs at t0 and later. */
 static void test_attention_causal(void **state) {
     (void)state;
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     const int t0 = 3;
     float *qkv = alloc_f(B * T * C3), *qkv2 = alloc_f(B * T * C3);
     float *out = alloc_f(B * T * C), *out2 = alloc_f(B * T * C);
@@ -92,14 +92,14 @@ static void test_attention_causal(void **state) {
 struct att_ctx { float *out, *att, *qkv, *g; };
 static double att_loss(void *p) {
     struct att_ctx *a = p;
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     attention_forward(a->out, a->att, a->qkv, B, T, C, NH, &fc);
     return dot_loss(a->out, a->g, (size_t)B * T * C);
 }
 
 static void test_attention_grad(void **state) {
     (void)state;
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     float *qkv = alloc_f(B * T * C3), *out = alloc_f(B * T * C), *att = alloc_f(B * NH * T * T);
     float *g = alloc_f(B * T * C), *dqkv = alloc_f(B * T * C3);
     float *scratch = alloc_f(attention_backward_scratch(B, T, NH));
@@ -128,7 +128,7 @@ static void test_attention_grad(void **state) {
  * T (T + 1) / 2 entries per head. */
 static void test_attention_flops_issued(void **state) {
     (void)state;
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     float *qkv = alloc_f(B * T * C3), *out = alloc_f(B * T * C), *att = alloc_f(B * NH * T * T);
     float *dqkv = alloc_f(B * T * C3), *scratch = alloc_f(attention_backward_scratch(B, T, NH));
     make_qkv(qkv);
@@ -173,7 +173,7 @@ static void ref_probs(double *p, const float *qkv, int b, int h) {
  * orders, while a wrong stride, transpose or scale errs by O(0.1..1). */
 static void test_attention_larger_shape_reference(void **state) {
     (void)state;
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     const size_t n_qkv = (size_t)LB * LT * LC3, n_out = (size_t)LB * LT * LC;
     float *qkv = alloc_f(n_qkv), *out = alloc_f(n_out), *att = alloc_f((size_t)LB * LNH * LT * LT);
     float *g = alloc_f(n_out), *dqkv = alloc_f(n_qkv), *scratch = alloc_f(attention_backward_scratch(LB, LT, LNH));
@@ -238,7 +238,7 @@ static void test_attention_larger_shape_reference(void **state) {
  * the probabilities being reproducible). */
 static void test_attention_thread_count_invariant(void **state) {
     (void)state;
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     const size_t n_qkv = (size_t)LB * LT * LC3, n_out = (size_t)LB * LT * LC, n_att = (size_t)LB * LNH * LT * LT;
     float *qkv = alloc_f(n_qkv), *g = alloc_f(n_out), *out[2], *att[2], *dqkv[2];
     fill_uniform(qkv, n_qkv, -1.5f, 1.5f, 104);

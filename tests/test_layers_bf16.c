@@ -121,7 +121,7 @@ static void test_layernorm_forward_bf16(void **state) {
     make_case(&k);
     static bf16 out[NE], want16[NE];
     static float mean[R], rstd[R], mean32[R], rstd32[R], out32[NE];
-    struct flop_counter fa = {0}, fb = {0};
+    struct exec_ctx fa = {0}, fb = {0};
     layernorm_forward_bf16(out, mean, rstd, k.x16, k.w, k.b, R, CH, &fa);
 
     /* fp64 reference on the same (widened) inputs */
@@ -161,7 +161,7 @@ static void test_layernorm_backward_bf16(void **state) {
     make_case(&k);
     static bf16 out[NE];
     static float mean[R], rstd[R], dinp[NE], dw[CH], db[CH], dinp32[NE], dw32[CH], db32[CH];
-    struct flop_counter fa = {0}, fb = {0};
+    struct exec_ctx fa = {0}, fb = {0};
     layernorm_forward_bf16(out, mean, rstd, k.x16, k.w, k.b, R, CH, &fa);
     const float pre = 0.25f; /* all three accumulate */
     fill_const(dinp, NE, pre), fill_const(dw, CH, pre), fill_const(db, CH, pre);
@@ -212,7 +212,7 @@ static void test_residual_forward_bf16(void **state) {
         a16[i] = f32_to_bf16(a[i]);
         a[i] = bf16_to_f32(a16[i]);
     }
-    struct flop_counter fa = {0}, fb = {0};
+    struct exec_ctx fa = {0}, fb = {0};
     residual_forward_bf16(out, a16, b, NE, &fa);
     int rounded = 0;
     for (int i = 0; i < NE; i++) {
@@ -249,7 +249,7 @@ static void test_gelu_backward_bf16_grads(void **state) {
         pre16[i] = f32_to_bf16(pre[i]), pre[i] = bf16_to_f32(pre16[i]);
         d16[i] = f32_to_bf16(d[i]), d[i] = bf16_to_f32(d16[i]);
     }
-    struct flop_counter fa = {0}, fb = {0};
+    struct exec_ctx fa = {0}, fb = {0};
     memcpy(y16, d16, sizeof y16); /* dinp aliases dout */
     gelu_backward_bf16_grads(y16, pre16, y16, NB, &fa);
     gelu_backward(want, pre, d, NB, &fb);
@@ -285,7 +285,7 @@ static void test_embedding_rows_backward_bf16(void **state) {
     for (int i = 0; i < NT; i++) d16[i] = f32_to_bf16(d[i]), d[i] = bf16_to_f32(d16[i]);
     fill_uniform(dte, ROWS * EC, -1, 1, 73), fill_uniform(dpe, ET * EC, -1, 1, 74);
     memcpy(dte32, dte, sizeof dte), memcpy(dpe32, dpe, sizeof dpe);
-    struct flop_counter fa = {0}, fb = {0};
+    struct exec_ctx fa = {0}, fb = {0};
     embedding_rows_backward_bf16(dte, dpe, d16, tok, V0, ROWS, EB, ET, EC, &fa);
     embedding_rows_backward(dte32, dpe32, d, tok, V0, ROWS, EB, ET, EC, &fb);
     assert_memory_equal(dte, dte32, sizeof dte);
@@ -377,7 +377,7 @@ static void test_attention_bf16(void **state) {
     float *scratch32 = malloc(attention_backward_scratch(AB, AT, ANH) * sizeof *scratch32);
     assert_non_null(scratch);
     assert_non_null(scratch32);
-    struct flop_counter fa = {0}, fb = {0}, ff = {0};
+    struct exec_ctx fa = {0}, fb = {0}, ff = {0};
     attention_forward_bf16((struct act_out){.b16 = out16}, (struct act_out){.b16 = att16}, qkv16, scratch, AB, AT, AC,
                            ANH, &fa);
     attention_forward(out32, att32, qkv, AB, AT, AC, ANH, &fb);
@@ -432,7 +432,7 @@ static void test_attention_bf16(void **state) {
     assert_true(rounded > AY / 2);
     /* backward from the stored probabilities, and from an fp32 copy of
      * them: dqkv the fp32 kernel's narrowed */
-    struct flop_counter ga = {0}, gb = {0};
+    struct exec_ctx ga = {0}, gb = {0};
     buf_widen(MEM_HOST, p32, att16, AP);
     attention_backward_bf16(dq, dout, qkv16, (struct operand){.b16 = att16}, scratch, AB, AT, AC, ANH, &ga);
     attention_backward(dq32, dout, qkv, p32, scratch32, AB, AT, AC, ANH, &gb);
@@ -471,7 +471,7 @@ static void check_attention_lse_bf16(int64_t T) {
         qkv16[i] = f32_to_bf16(qkv[i]);
         qkv[i] = bf16_to_f32(qkv16[i]);
     }
-    struct flop_counter fa = {0}, fb = {0};
+    struct exec_ctx fa = {0}, fb = {0};
     attention_lse_forward_bf16(out16, lse, qkv16, scratch, AB, T, AC, ANH, &fa);
     attention_lse_forward(out32, lse32, qkv, AB, T, AC, ANH, &fb);
     buf_narrow(MEM_HOST, want16, out32, ny);

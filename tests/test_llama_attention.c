@@ -47,7 +47,7 @@ static void test_gqa_equals_plain_when_kv_is_nh(void **state) {
           *scr_b = alloc_f(attention_gqa_backward_scratch(B, T, NH));
     fill_uniform(qkv, n_qkv(NH), -1.0f, 1.0f, 1);
     fill_uniform(dout, B * T * C, -1.0f, 1.0f, 2);
-    struct flop_counter fa = {0}, fb = {0};
+    struct exec_ctx fa = {0}, fb = {0};
     attention_forward_cpu(out_a, att_a, qkv, B, T, C, NH, &fa);
     attention_gqa_forward_cpu(out_b, att_b, qkv, B, T, NH, NH, HS, &fb);
     attention_backward_cpu(dq_a, dout, qkv, att_a, scr_a, B, T, C, NH, &fa);
@@ -73,7 +73,7 @@ static void test_gqa_sums_shared_kv_grads(void **state) {
     fill_uniform(qkv, n_qkv(KV), -1.0f, 1.0f, 3);
     fill_uniform(dout, B * T * C, -1.0f, 1.0f, 4);
     expand_kv(full, qkv);
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     attention_gqa_forward_cpu(out_g, att_g, qkv, B, T, NH, KV, HS, &fc);
     attention_forward_cpu(out_p, att_p, full, B, T, C, NH, &fc);
     for (size_t i = 0; i < (size_t)B * T * C; i++) assert_near(out_g[i], out_p[i], SAME_TOL);
@@ -124,7 +124,7 @@ static void test_gqa_forward_matches_double(void **state) {
     float *qkv = alloc_f(n_qkv(KV)), *out = alloc_f(B * T * C), *att = alloc_f(B * NH * T * T);
     double ref[B * T * C];
     fill_uniform(qkv, n_qkv(KV), -2.0f, 2.0f, 5);
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     attention_gqa_forward_cpu(out, att, qkv, B, T, NH, KV, HS, &fc);
     gqa_ref(ref, qkv);
     for (int i = 0; i < B * T * C; i++) assert_near(out[i], ref[i], FWD_RTOL * (fabs(ref[i]) + 1.0));
@@ -135,7 +135,7 @@ struct gqa_ctx { float *qkv, *out, *att, *g; };
 
 static double gqa_loss(void *p) {
     struct gqa_ctx *c = p;
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     attention_gqa_forward_cpu(c->out, c->att, c->qkv, B, T, NH, KV, HS, &fc);
     return dot_loss(c->out, c->g, B * T * C);
 }
@@ -148,7 +148,7 @@ static void test_gqa_grad(void **state) {
     fill_uniform(g, B * T * C, -1.0f, 1.0f, 7);
     fill_const(dqkv, n_qkv(KV), NAN); /* overwritten: a sentinel left anywhere fails */
     struct gqa_ctx c = {qkv, out, att, g};
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     attention_gqa_forward_cpu(out, att, qkv, B, T, NH, KV, HS, &fc);
     attention_gqa_backward_cpu(dqkv, g, qkv, att, scr, B, T, NH, KV, HS, &fc);
     assert_int_equal(gc_compare("gqa.dqkv", gqa_loss, &c, qkv, dqkv, n_qkv(KV), GC_H, 1), 0);
@@ -166,7 +166,7 @@ static void test_gqa_bf16_within_bound(void **state) {
     fill_uniform(qkv, nq, -1.0f, 1.0f, 8);
     fill_uniform(dout, no, -1.0f, 1.0f, 9);
     narrow_inputs(qkv16, qkv, nq);
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     attention_gqa_forward_cpu(out, att, qkv, B, T, NH, KV, HS, &fc);
     attention_gqa_forward_bf16_cpu(out16, att16, qkv16, fscr, B, T, NH, KV, HS, &fc);
     int not_bits;

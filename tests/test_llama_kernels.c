@@ -30,7 +30,7 @@ struct rms_ctx { float *inp, *w, *g, *out, *rstd; };
 
 static double rms_loss(void *p) {
     struct rms_ctx *r = p;
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     rmsnorm_forward_cpu(r->out, r->rstd, r->inp, r->w, RMS_EPS, N, C, &fc);
     return dot_loss(r->out, r->g, N * C);
 }
@@ -40,7 +40,7 @@ static void test_rmsnorm_forward_matches_double(void **state) {
     float inp[N * C], w[C], out[N * C], rstd[N];
     fill_uniform(inp, N * C, -2.0f, 2.0f, 1);
     fill_uniform(w, C, 0.5f, 1.5f, 2);
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     rmsnorm_forward_cpu(out, rstd, inp, w, RMS_EPS, N, C, &fc);
     for (int i = 0; i < N; i++) {
         double ms = 0;
@@ -64,7 +64,7 @@ static void test_rmsnorm_grad(void **state) {
     fill_const(dinp, N * C, PREFILL);
     fill_const(dw, C, PREFILL);
     struct rms_ctx r = {inp, w, g, out, rstd};
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     rmsnorm_forward_cpu(out, rstd, inp, w, RMS_EPS, N, C, &fc);
     rmsnorm_backward_cpu(dinp, dw, g, inp, w, rstd, N, C, &fc);
     for (int i = 0; i < N * C; i++) dinp[i] -= PREFILL;
@@ -81,7 +81,7 @@ static void test_rmsnorm_bf16_within_bound(void **state) {
     fill_uniform(w, C, 0.5f, 1.5f, 7);
     fill_uniform(g, N * C, -1.0f, 1.0f, 8);
     narrow_inputs(inp16, inp, N * C);
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     rmsnorm_forward_cpu(out, rstd, inp, w, RMS_EPS, N, C, &fc);
     rmsnorm_forward_bf16_cpu(out16, rstd16, inp16, w, RMS_EPS, N, C, &fc);
     int not_bits;
@@ -139,7 +139,7 @@ static void test_rope_matches_complex_form(void **state) {
     fill_uniform(qkv, N * ROW, -1.0f, 1.0f, 9);
     memcpy(orig, qkv, sizeof qkv);
     rope_freqs(f, HS, &ROPE_PLAIN);
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     rope_forward_cpu(qkv, qkv, ROW, f, POS, N, NH + KV, HS, &fc);
     for (int r = 0; r < N; r++) {
         for (int h = 0; h < NH + KV; h++) {
@@ -163,7 +163,7 @@ static void test_rope_hand_positions(void **state) {
     (void)state;
     float f[HS / 2], x[HS] = {1, 0, 0, 1, 0, 0, 0, 0}, y[HS];
     rope_freqs(f, HS, &ROPE_PLAIN);
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     const int32_t p0 = 0, p1 = 1, p3 = 3;
     rope_forward_cpu(y, x, HS, f, &p0, 1, 1, HS, &fc);
     assert_memory_equal(y, x, sizeof x);
@@ -205,7 +205,7 @@ static void test_rope_scaled_matches_pytorch(void **state) {
     for (int i = 0; i < HS / 2; i++) assert_near(f[i], ROPE_REF_FREQS[i], FWD_RTOL * ROPE_REF_FREQS[i]);
     for (int r = 0; r < ROPE_REF_POSITIONS; r++)
         for (int d = 0; d < HS; d++) x[r * HS + d] = (float)(d + 1);
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     rope_forward_cpu(y, x, HS, f, ROPE_REF_POS, ROPE_REF_POSITIONS, 1, HS, &fc);
     for (int r = 0; r < ROPE_REF_POSITIONS; r++)
         for (int d = 0; d < HS; d++) assert_near(y[r * HS + d], ROPE_REF_OUT[r][d], ROPE_REF_ATOL);
@@ -215,7 +215,7 @@ struct rope_ctx { float *inp, *out, *g, *freqs; };
 
 static double rope_loss(void *p) {
     struct rope_ctx *r = p;
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     rope_forward_cpu(r->out, r->inp, ROW, r->freqs, POS, N, NH + KV, HS, &fc);
     return dot_loss(r->out, r->g, N * ROW);
 }
@@ -229,7 +229,7 @@ static void test_rope_grad(void **state) {
         for (int d = (NH + KV) * HS; d < ROW; d++) g[r * ROW + d] = 0.0f;
     rope_freqs(f, HS, &ROPE_31);
     memcpy(din, g, sizeof g);
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     rope_backward_cpu(din, din, ROW, f, POS, N, NH + KV, HS, &fc); /* in place, as the model will */
     struct rope_ctx r = {inp, out, g, f};
     assert_int_equal(gc_compare("rope.dinp", rope_loss, &r, inp, din, N * ROW, GC_H, 1), 0);
@@ -242,7 +242,7 @@ static void test_rope_bf16_within_bound(void **state) {
     fill_uniform(x, N * ROW, -2.0f, 2.0f, 12);
     narrow_inputs(x16, x, N * ROW);
     rope_freqs(f, HS, &ROPE_31);
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     memcpy(y, x, sizeof x);
     memcpy(y16, x16, sizeof x16);
     rope_forward_cpu(y, x, ROW, f, POS, N, NH + KV, HS, &fc);
@@ -268,7 +268,7 @@ struct swiglu_ctx { float *up, *gate, *out, *g; };
 
 static double swiglu_loss(void *p) {
     struct swiglu_ctx *s = p;
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     swiglu_forward_cpu(s->out, s->up, s->gate, SN, &fc);
     return dot_loss(s->out, s->g, SN);
 }
@@ -278,7 +278,7 @@ static void test_swiglu_forward_matches_double(void **state) {
     float up[SN], gate[SN], out[SN];
     fill_uniform(up, SN, -3.0f, 3.0f, 13);
     fill_uniform(gate, SN, -6.0f, 6.0f, 14);
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     swiglu_forward_cpu(out, up, gate, SN, &fc);
     for (int i = 0; i < SN; i++) {
         double ref = silu_ref(gate[i]) * up[i];
@@ -292,7 +292,7 @@ static void test_swiglu_grad(void **state) {
     fill_uniform(up, SN, -2.0f, 2.0f, 15);
     fill_uniform(gate, SN, -3.0f, 3.0f, 16);
     fill_uniform(g, SN, -1.0f, 1.0f, 17);
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     swiglu_backward_cpu(dup, dgate, g, up, gate, SN, &fc);
     struct swiglu_ctx s = {up, gate, out, g};
     assert_int_equal(gc_compare("swiglu.dup", swiglu_loss, &s, up, dup, SN, GC_H, 1), 0);
@@ -309,7 +309,7 @@ static void test_swiglu_bf16_within_bound(void **state) {
     narrow_inputs(up16, up, SN);
     narrow_inputs(gate16, gate, SN);
     narrow_inputs(g16, g, SN);
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     int not_bits;
     swiglu_forward_cpu(out, up, gate, SN, &fc);
     swiglu_forward_bf16_cpu(out16, up16, gate16, SN, &fc);

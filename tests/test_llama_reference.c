@@ -112,7 +112,7 @@ static void acts_free(const struct model *m, struct acts *a) {
 }
 
 static void layer_forward(const struct model *m, struct layer_acts *y, const float *freqs, const int32_t *pos,
-                          int64_t l, float *x_out, struct flop_counter *fc) {
+                          int64_t l, float *x_out, struct exec_ctx *fc) {
     const int64_t N = m->N, C = m->C;
     rmsnorm_forward_cpu(y->h1, y->rstd1, y->x_in, lw(m, m->layer, T_LN1, l), m->eps, N, C, fc);
     matmul_forward_cpu(y->qkv, y->h1, lw(m, m->layer, T_ATTN, l), NULL, N, C, m->W, fc);
@@ -129,7 +129,7 @@ static void layer_forward(const struct model *m, struct layer_acts *y, const flo
 }
 
 static void model_forward(const struct model *m, struct acts *a, const int32_t *tokens, const float *freqs,
-                          struct flop_counter *fc) {
+                          struct exec_ctx *fc) {
     const int64_t C = m->C;
     for (int64_t i = 0; i < m->N; i++) memcpy(a->layer[0].x_in + i * C, m->wte + tokens[i] * C, (size_t)C * 4);
     for (int64_t l = 0; l < m->L; l++)
@@ -159,7 +159,7 @@ struct scratch {
 };
 
 static void layer_backward(const struct model *m, const struct layer_acts *y, float *const *g, const float *freqs,
-                           const int32_t *pos, int64_t l, float *dx, struct scratch *w, struct flop_counter *fc) {
+                           const int32_t *pos, int64_t l, float *dx, struct scratch *w, struct exec_ctx *fc) {
     const int64_t N = m->N, C = m->C, F = m->F;
     matmul_backward_cpu(w->dF1, lw(m, g, T_MPROJ, l), NULL, dx, y->s, lw(m, m->layer, T_MPROJ, l), N, F, C, fc);
     swiglu_backward_cpu(w->dF1, w->dF2, w->dF1, y->up, y->gate, N * F, fc);
@@ -175,7 +175,7 @@ static void layer_backward(const struct model *m, const struct layer_acts *y, fl
 }
 
 static void model_backward(const struct model *m, const struct acts *a, const int32_t *tokens, const float *freqs,
-                           float *dlogits, float *grads, struct flop_counter *fc) {
+                           float *dlogits, float *grads, struct exec_ctx *fc) {
     const size_t N = (size_t)m->N, C = (size_t)m->C, F = (size_t)m->F;
     float *gwte, *glayer[NUM_TENSORS_PER_LAYER], *glnf, *ghead;
     point_into(m, grads, &gwte, glayer, &glnf, &ghead);
@@ -230,7 +230,7 @@ static void test_matches_pytorch(void **state) {
     float *freqs = alloc_f((size_t)m.hs / 2), *dlogits = alloc_f((size_t)(m.N * m.V)), *grads = alloc_f((size_t)P);
     rope_freqs(freqs, m.hs, &m.rope);
     struct acts a = acts_alloc(&m);
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     model_forward(&m, &a, tokens, freqs, &fc);
     for (int64_t i = 0; i < m.N * m.V; i++)
         assert_near(a.logits[i], float_at(&fx, logits_off, (size_t)i), LOGIT_ATOL);

@@ -26,7 +26,7 @@ enum { L = 2, C = 16, NH = 2, T = 8, V = 64, B = 2, SEED = 4242 };
 struct harness {
     struct config cfg;
     struct mem_tracker mem;
-    struct flop_counter flops;
+    struct exec_ctx flops;
     struct grid grid;
     struct engine e;
 };

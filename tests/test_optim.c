@@ -55,7 +55,7 @@ static void check_hand_step(int64_t t, float grad_scale) {
     memcpy(w, W3, sizeof w);
     memcpy(m, M3, sizeof m);
     memcpy(v, V3, sizeof v);
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     adamw_update(&h, N3, w, m, v, G3, DTYPE_FP32, &NO_WRITEBACK, &fc);
     double m2[N3], v2[N3], w2[N3];
     adamw_reference(&h, N3, G3, M3, V3, W3, m2, v2, w2);
@@ -87,7 +87,7 @@ static void test_adamw_hand_step_t1(void **state) {
     memcpy(w, W3, sizeof w);
     memcpy(m, M3, sizeof m);
     memcpy(v, V3, sizeof v);
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     adamw_update(&h, N3, w, m, v, G3, DTYPE_FP32, &NO_WRITEBACK, &fc);
     assert_rel(m[0], 0.14, 1e-6, "m literal", 0);
     assert_rel(v[0], 0.01024, 1e-6, "v literal", 0);
@@ -115,7 +115,7 @@ static void test_adamw_grad_scale(void **state) {
     memcpy(mb, M3, sizeof mb);
     memcpy(vb, V3, sizeof vb);
     for (int i = 0; i < N3; i++) gb[i] = G3[i] * 0.25f;
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     adamw_update(&h, N3, wa, ma, va, G3, DTYPE_FP32, &NO_WRITEBACK, &fc);
     h.grad_scale = 1.0f;
     adamw_update(&h, N3, wb, mb, vb, gb, DTYPE_FP32, &NO_WRITEBACK, &fc);
@@ -154,7 +154,7 @@ static void test_adamw_bf16_grads_match_fp32(void **state) {
     fill_state(wb, mb, vb, NB);
     struct adamw_hparams h = {.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                               .weight_decay = 0.1f, .grad_scale = 0.8f, .t = 5};
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     adamw_update(&h, NB, wa, ma, va, g32, DTYPE_FP32, &NO_WRITEBACK, &fc);
     adamw_update(&h, NB, wb, mb, vb, g16, DTYPE_BF16, &NO_WRITEBACK, &fc);
     assert_memory_equal(wa, wb, sizeof wa);
@@ -178,7 +178,7 @@ static void test_adamw_bf16_writeback_nearest(void **state) {
     struct adamw_hparams h = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                               .weight_decay = 0.05f, .grad_scale = 1.0f, .t = 7};
     struct param_writeback out = {.params = params, .rounding = ROUND_NEAREST, .seed = 42};
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     adamw_update(&h, NB, wa, ma, va, g, DTYPE_FP32, &out, &fc);
     adamw_update(&h, NB, wb, mb, vb, g, DTYPE_FP32, &NO_WRITEBACK, &fc);
     /* the fp32 master copy is the same as without writeback */
@@ -215,7 +215,7 @@ static void stochastic_run(uint64_t seed, size_t lo, size_t n, const float *g, f
                               .weight_decay = 0.05f, .grad_scale = 1.0f, .t = 3};
     struct param_writeback out = {.params = params + lo, .rounding = ROUND_STOCHASTIC, .seed = seed,
                                   .noise_index = 1000 + lo};
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     adamw_update(&h, n, w + lo, m + lo, v + lo, g + lo, DTYPE_FP32, &out, &fc);
 }
 
@@ -268,7 +268,7 @@ static void test_adamw_stochastic_mean(void **state) {
         struct adamw_hparams h = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                                   .weight_decay = 0.0f, .grad_scale = 1.0f, .t = 1};
         struct param_writeback out = {.params = p, .rounding = ROUND_STOCHASTIC, .seed = 99 + k, .noise_index = 0};
-        struct flop_counter fc = {0};
+        struct exec_ctx fc = {0};
         adamw_update(&h, N, w, m, v, g, DTYPE_FP32, &out, &fc);
         bf16 lo, hi;
         bf16_neighbours(x, &lo, &hi);
@@ -306,7 +306,7 @@ static void test_adamw_zero_grad_no_decay(void **state) {
     memcpy(w0, w, sizeof w);
     struct adamw_hparams h = {.lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
                               .weight_decay = 0.0f, .grad_scale = 1.0f, .t = 1};
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     for (int t = 1; t <= 3; t++) {
         h.t = t;
         adamw_update(&h, NB, w, m, v, g, DTYPE_FP32, &NO_WRITEBACK, &fc);

@@ -164,7 +164,7 @@ static void test_quantization_error(void **state) {
     g[5] = -4.0f;                      /* block 0: the absmax element is negative */
     g[ADAMW8BIT_BLOCK + 9] = 40.0f;    /* block 1: positive */
     struct adamw_hparams h = {.lr = 0.0f, .beta1 = 0.0f, .beta2 = 0.0f, .eps = 1.0f, .grad_scale = 1.0f, .t = 1};
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     adamw8bit_update(&h, N, w, q1, q2, a1, a2, s, u, NULL, NULL, g, DTYPE_FP32, &NO_WRITEBACK, &fc);
     for (int b = 0; b < NB; b++) {
         int lo = b * ADAMW8BIT_BLOCK, hi = lo + ADAMW8BIT_BLOCK < N ? lo + ADAMW8BIT_BLOCK : N;
@@ -251,7 +251,7 @@ static void run_vs_reference(enum dtype grad_dtype) {
         if (t == 2) g[17] = NAN, g[600] = -INFINITY, g16[17] = f32_to_bf16(NAN), g16[600] = f32_to_bf16(-INFINITY);
         struct adamw_hparams h = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
                                   .weight_decay = 0.1f, .grad_scale = 0.5f, .t = t};
-        struct flop_counter fc = {0};
+        struct exec_ctx fc = {0};
         adamw8bit_update(&h, N, w, q1, q2, a1, a2, s, u, NULL, NULL, grad_dtype == DTYPE_FP32 ? (void *)g : (void *)g16,
                          grad_dtype, &out, &fc);
         reference_step(&h, N, rw, rq1, rq2, ra1, ra2, s, u, g);
@@ -293,7 +293,7 @@ static void test_nonfinite_grad(void **state) {
     g[260] = INFINITY;
     struct adamw_hparams h = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
                               .weight_decay = 0.1f, .grad_scale = 1.0f, .t = 1};
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     adamw8bit_update(&h, N, w, q1, q2, a1, a2, s, u, NULL, NULL, g, DTYPE_FP32, &NO_WRITEBACK, &fc);
     assert_true(w[3] == 1.0f && w[260] == 1.0f);
     assert_true(w[4] < 1.0f && w[259] < 1.0f);
@@ -314,7 +314,7 @@ static void test_zero_state(void **state) {
     g[259] = 1.0f; /* block 1 gets a state, block 0 stays zero */
     struct adamw_hparams h = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
                               .weight_decay = 0.0f, .grad_scale = 1.0f, .t = 1};
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     adamw8bit_update(&h, N, w, q1, q2, a1, a2, s, u, NULL, NULL, g, DTYPE_FP32, &NO_WRITEBACK, &fc);
     assert_true(a1[0] == 0.0f && a2[0] == 0.0f);
     for (int i = 0; i < 256; i++) {
@@ -340,7 +340,7 @@ static void test_vs_fp32_adamw(void **state) {
     static float w8[N], w32[N], m[N], v[N], g[N], a1[N / ADAMW8BIT_BLOCK], a2[N / ADAMW8BIT_BLOCK];
     static uint8_t q1[N], q2[N];
     for (int i = 0; i < N; i++) w8[i] = w32[i] = uni(8000000 + i, -1.0f, 1.0f);
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     const float lr = 1e-3f;
     double max_diff[3] = {0}, mean_diff = 0;
     for (int t = 1; t <= 2; t++) {
@@ -381,7 +381,7 @@ static void test_sgd_hand_steps(void **state) {
         for (int t = 0; t < T; t++) {
             struct sgd_hparams h = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f, .grad_scale = 0.5f,
                                     .nesterov = nesterov, .first_step = t == 0};
-            struct flop_counter fc = {0};
+            struct exec_ctx fc = {0};
             sgd_update(&h, N, w, buf, gs[t], DTYPE_FP32, &NO_WRITEBACK, &fc);
             assert_true(fc.other > 0);
             for (int i = 0; i < N; i++) {
@@ -398,7 +398,7 @@ static void test_sgd_hand_steps(void **state) {
     float w[1] = {1.0f}, buf[1] = {123.0f};
     struct sgd_hparams h = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f, .grad_scale = 0.5f,
                             .first_step = true};
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     sgd_update(&h, 1, w, buf, gs[0], DTYPE_FP32, &NO_WRITEBACK, &fc);
     assert_rel(buf[0], 0.26, 1e-6, "buf", 0);
     assert_rel(w[0], 0.974, 1e-6, "w", 0);
@@ -418,7 +418,7 @@ static void test_sgd_bf16(void **state) {
     struct sgd_hparams h = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 0.0f, .grad_scale = 1.0f,
                             .nesterov = true, .first_step = true};
     const struct param_writeback out = {.params = p, .rounding = ROUND_NEAREST};
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     sgd_update(&h, N, w, buf, g16, DTYPE_BF16, &out, &fc);
     sgd_update(&h, N, w2, buf2, g, DTYPE_FP32, &NO_WRITEBACK, &fc);
     for (int i = 0; i < N; i++) {

@@ -42,7 +42,7 @@ static void test_lion_vs_double(void **state) {
                                    .grad_scale = 0.5f};
     for (int t = 1; t <= STEPS; t++) {
         for (int i = 0; i < N; i++) g[i] = grad_at(t, i);
-        struct flop_counter fc = {0};
+        struct exec_ctx fc = {0};
         lion_update(&h, N, w, m, g, DTYPE_FP32, &(struct param_writeback){.params = NULL}, &fc);
         assert_true(fc.other == 11.0 * N);
         /* the float hyperparameters' values, in double */
@@ -58,7 +58,7 @@ static void test_lion_vs_double(void **state) {
     /* every update is exactly lr in size (the sign), on top of the decay */
     float w1[1] = {0.25f}, m1[1] = {0.0f}, g1[1] = {3.0f};
     lion_update(&h, 1, w1, m1, g1, DTYPE_FP32, &(struct param_writeback){.params = NULL},
-                &(struct flop_counter){0});
+                &(struct exec_ctx){0});
     assert_true(w1[0] == 0.25f * (1.0f - 1e-3f * 0.1f) - 1e-3f);
 }
 
@@ -120,7 +120,7 @@ static void run_rule8(enum rule8 r, enum dtype gd, bool indexed) {
         }
         if (t == 2) g[17] = NAN, g[600] = -INFINITY, g16[17] = f32_to_bf16(NAN), g16[600] = f32_to_bf16(-INFINITY);
         const void *gp = gd == DTYPE_FP32 ? (const void *)g : (const void *)g16;
-        struct flop_counter fc = {0};
+        struct exec_ctx fc = {0};
         const struct sgd_hparams sh = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f, .grad_scale = 0.5f,
                                        .nesterov = t > 2, .first_step = t == 1};
         const struct lion_hparams lh = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.99f, .weight_decay = 0.1f,
@@ -172,7 +172,7 @@ static void test_near_32bit_twin(void **state) {
         int flips = 0;
         for (int t = 1; t <= STEPS; t++) {
             for (int i = 0; i < N; i++) g[i] = grad_at(t, i);
-            struct flop_counter fc = {0};
+            struct exec_ctx fc = {0};
             const struct param_writeback none = {.params = NULL};
             if (r == 0) {
                 const struct sgd_hparams h = {.lr = 0.1f, .momentum = 0.9f, .grad_scale = 1.0f, .first_step = t == 1};
@@ -313,7 +313,7 @@ static void adafactor_kernels(int t, float *w, float *stat, float *m, const floa
     const float clip = (float)(1.0 / fmax(1.0, sqrt(sq / (double)n) / h.clip));
     for (int p = 0; p < pieces; p++) {
         size_t a = cut[p], b = p == pieces - 1 ? n : cut[p + 1];
-        struct flop_counter fc = {0};
+        struct exec_ctx fc = {0};
         adafactor_apply(&h, b - a, w + a, m ? m + a : NULL, g + a, DTYPE_FP32, &s[p], clip,
                         &(struct param_writeback){.params = NULL}, &fc);
         assert_true(fc.other > 0);

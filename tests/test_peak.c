@@ -92,11 +92,11 @@ static void test_sgemm_never_exceeds_peak(void **state) {
     }
     struct peak_result before, after;
     assert_int_equal(peak_measure(&before, 1, 5, 0.25), 0);
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     matmul_forward(out, a, w, NULL, GEMM_DIM, GEMM_DIM, GEMM_DIM, &fc); /* warm-up: BLAS buffers, clocks */
     double sgemm = 0.0;
     for (int t = 0; t < GEMM_TRIALS; t++) {
-        fc = (struct flop_counter){0};
+        fc = (struct exec_ctx){0};
         matmul_forward(out, a, w, NULL, GEMM_DIM, GEMM_DIM, GEMM_DIM, &fc);
         assert_true(fc.gemm == 2.0 * GEMM_DIM * GEMM_DIM * GEMM_DIM);
         assert_true(fc.gemm_seconds > 0);

@@ -22,7 +22,7 @@
 struct run {
     struct config cfg;
     struct mem_tracker mem;
-    struct flop_counter flops;
+    struct exec_ctx flops;
     struct grid grid;
     struct engine e;
 };

@@ -215,7 +215,7 @@ static void test_matmul_slices_bitwise(void **state) {
             for (int k = 0; k < GC; k++) s += inp[i * GC + k] * w[o * GC + k];
             ref[i * GOC + o] = s;
         }
-    struct flop_counter fc1 = {0};
+    struct exec_ctx fc1 = {0};
     matmul_forward(out1, inp, w, bias, GN, GC, GOC, &fc1);
     assert_memory_equal(out1, ref, sizeof ref);
     fill_small_ints(dw1, GOC * GC, 5); /* dweight and dbias accumulate */
@@ -223,7 +223,7 @@ static void test_matmul_slices_bitwise(void **state) {
     matmul_backward(dinp1, dw1, db1, dout, inp, w, GN, GC, GOC, &fc1);
     const int64_t slices[] = {1, 5, 36, 37, 1000};
     for (size_t s = 0; s < sizeof slices / sizeof slices[0]; s++) {
-        struct flop_counter fc2 = {0};
+        struct exec_ctx fc2 = {0};
         memset(out2, 0, sizeof out2);
         matmul_forward_sliced(out2, inp, w, bias, GN, GC, GOC, slices[s], &fc2);
         assert_memory_equal(out1, out2, sizeof out1);
@@ -259,7 +259,7 @@ static void test_matmul_too_wide_exits(void **state) {
     if (pid == 0) {
         dup2(fds[1], 2);
         float x = 0;
-        struct flop_counter fc = {0};
+        struct exec_ctx fc = {0};
         matmul_forward(&x, &x, &x, NULL, 1, (int64_t)INT32_MAX + 1, 1, &fc); /* exits before any access */
         _exit(0);
     }

@@ -292,7 +292,7 @@ static void test_optimizer_step_skips_nonfinite(void **state) {
     struct config c;
     tiny_config(&c);
     struct mem_tracker mem = {0};
-    struct flop_counter flops = {0};
+    struct exec_ctx flops = {0};
     struct engine *e = calloc(1, sizeof *e);
     assert_non_null(e);
     fixture_engine_init(e, &c, &GRID, &mem, &flops);

@@ -63,7 +63,7 @@ static void check_norms(enum dtype grad_dtype, int zero_stage, int pp, int stage
     struct grid grid;
     grid_init_single(&grid);
     struct mem_tracker mem = {0};
-    struct flop_counter flops = {0};
+    struct exec_ctx flops = {0};
     struct rank_desc d;
     assert_int_equal(pipeline_rank_desc_v(L, pp, 1, stage, 1, 0, NULL, &d), 0);
     struct model_layout lay;
@@ -115,7 +115,7 @@ static void run_two(bool v2, float loss[2], float *grads, size_t *n) {
     struct grid grid;
     grid_init_single(&grid);
     struct mem_tracker mem = {0};
-    struct flop_counter flops = {.device = v2 ? v2_traits : (struct backend_traits){0}};
+    struct exec_ctx flops = {.device = v2 ? v2_traits : (struct backend_traits){0}};
     struct model_layout lay;
     layout_init_whole(&lay, trainer_model_shape(&cfg));
     struct engine_options o = trainer_engine_options(&cfg);

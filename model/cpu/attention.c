@@ -38,7 +38,7 @@ size_t attention_backward_scratch(int64_t B, int64_t T, int64_t NH) {
 }
 
 void attention_forward_cpu(float *out, float *att, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
-                           struct flop_counter *fc) {
+                           struct exec_ctx *fc) {
     const int64_t hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for num_threads(head_threads(B, NH))
@@ -55,7 +55,7 @@ void attention_forward_cpu(float *out, float *att, const float *qkv, int64_t B, 
 }
 
 void attention_backward_cpu(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
-                            int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc) {
+                            int64_t B, int64_t T, int64_t C, int64_t NH, struct exec_ctx *fc) {
     const int64_t hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for num_threads(head_threads(B, NH))
@@ -119,7 +119,7 @@ static void load_head(struct head_tiles *w, const bf16 *q, int64_t T, int64_t C,
 }
 
 void attention_forward_bf16_cpu(struct act_out out, struct act_out att, const bf16 *qkv, float *scratch, int64_t B,
-                                int64_t T, int64_t C, int64_t NH, struct flop_counter *fc) {
+                                int64_t T, int64_t C, int64_t NH, struct exec_ctx *fc) {
     const int64_t hs = C / NH;
     const float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for num_threads(head_threads(B, NH))
@@ -141,7 +141,7 @@ void attention_forward_bf16_cpu(struct act_out out, struct act_out att, const bf
  * k's after dq), each rounded once into dqkv: no tile more than the
  * forward's. */
 void attention_backward_bf16_cpu(bf16 *dqkv, const float *dout, const bf16 *qkv, struct operand att, float *scratch,
-                                 int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc) {
+                                 int64_t B, int64_t T, int64_t C, int64_t NH, struct exec_ctx *fc) {
     const int64_t hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
     const struct act_out dst = {.b16 = dqkv};

@@ -47,12 +47,12 @@ size_t attention_gqa_backward_scratch(int64_t B, int64_t T, int64_t KV) {
     return (size_t)unit_threads(B * KV) * (size_t)T * (size_t)T;
 }
 
-static void count_softmax(struct flop_counter *fc, const struct gqa_shape *s, int flops_per_entry) {
+static void count_softmax(struct exec_ctx *fc, const struct gqa_shape *s, int flops_per_entry) {
     fc->other += flops_per_entry * (double)s->B * s->NH * s->T * (s->T + 1) / 2; /* the causal entries */
 }
 
 void attention_gqa_forward_cpu(float *out, float *att, const float *qkv, int64_t B, int64_t T, int64_t NH,
-                               int64_t KV, int64_t hs, struct flop_counter *fc) {
+                               int64_t KV, int64_t hs, struct exec_ctx *fc) {
     const struct gqa_shape s = gqa_shape_of(B, T, NH, KV, hs);
     const int64_t C = NH * hs;
     const float scale = 1.0f / sqrtf((float)hs);
@@ -80,7 +80,7 @@ struct head_grads {
     int64_t lddq, lddk, lddv;
 };
 
-static void head_backward(struct flop_counter *fc, const struct head_grads *g, float *d, int64_t T, int64_t hs,
+static void head_backward(struct exec_ctx *fc, const struct head_grads *g, float *d, int64_t T, int64_t hs,
                           bool first) {
     const float scale = 1.0f / sqrtf((float)hs), beta = first ? 0.0f : 1.0f;
     gemm_counted_cpu(fc, GEMM_ATTENTION, false, true, T, T, hs, 1.0f, g->dy, g->lddy, g->v, g->ldv, 0.0f, d, T);
@@ -91,7 +91,7 @@ static void head_backward(struct flop_counter *fc, const struct head_grads *g, f
 }
 
 void attention_gqa_backward_cpu(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
-                                int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t hs, struct flop_counter *fc) {
+                                int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t hs, struct exec_ctx *fc) {
     const struct gqa_shape s = gqa_shape_of(B, T, NH, KV, hs);
     const int64_t C = NH * hs, W = s.width;
 #pragma omp parallel for num_threads(unit_threads(B * KV))
@@ -136,7 +136,7 @@ static void narrow_rows(bf16 *dst, int64_t ld, const float *tile, int64_t n, int
 }
 
 void attention_gqa_forward_bf16_cpu(bf16 *out, float *att, const bf16 *qkv, float *scratch, int64_t B, int64_t T,
-                                    int64_t NH, int64_t KV, int64_t hs, struct flop_counter *fc) {
+                                    int64_t NH, int64_t KV, int64_t hs, struct exec_ctx *fc) {
     const struct gqa_shape s = gqa_shape_of(B, T, NH, KV, hs);
     const int64_t C = NH * hs, th = T * hs;
     const float scale = 1.0f / sqrtf((float)hs);
@@ -160,7 +160,7 @@ void attention_gqa_forward_bf16_cpu(bf16 *out, float *att, const bf16 *qkv, floa
 /* One KV head group of the bf16 backward: widen k_j, v_j, then per query
  * head widen q_h, run head_backward on the tiles, round dq_h once; dk_j and
  * dv_j are summed in fp32 tiles over the group and rounded once at the end. */
-static void group_backward_bf16(struct flop_counter *fc, const struct gqa_shape *s, float *tiles, bf16 *drow,
+static void group_backward_bf16(struct exec_ctx *fc, const struct gqa_shape *s, float *tiles, bf16 *drow,
                                 const bf16 *row, const float *dout_b, const float *att_b, int64_t j) {
     const int64_t T = s->T, hs = s->hs, th = T * hs, C = s->NH * hs;
     float *d = tiles, *q = d + T * T, *k = q + th, *v = k + th, *dq = v + th, *dk = dq + th, *dv = dk + th;
@@ -181,7 +181,7 @@ static void group_backward_bf16(struct flop_counter *fc, const struct gqa_shape 
 
 void attention_gqa_backward_bf16_cpu(bf16 *dqkv, const float *dout, const bf16 *qkv, const float *att, float *scratch,
                                      int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t hs,
-                                     struct flop_counter *fc) {
+                                     struct exec_ctx *fc) {
     const struct gqa_shape s = gqa_shape_of(B, T, NH, KV, hs);
     const size_t per_thread = GQA_BWD_TILES_TT * (size_t)T * (size_t)T + GQA_BWD_TILES_THS * (size_t)T * (size_t)hs;
 #pragma omp parallel for num_threads(unit_threads(B * KV))

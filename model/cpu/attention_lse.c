@@ -94,21 +94,21 @@ void attention_lse_backward_row(float *dq, float *dk, float *dv, const float *q,
 static int64_t key_tiles(int64_t t) { return t / ATTENTION_LSE_TILE + 1; }
 
 /* The FLOPs of a forward and of a backward (layers.h lists them). */
-static void count_forward(struct flop_counter *fc, int64_t B, int64_t T, int64_t NH, int64_t hs) {
+static void count_forward(struct exec_ctx *fc, int64_t B, int64_t T, int64_t NH, int64_t hs) {
     double heads = (double)B * NH, scores = (double)T * (T + 1) / 2, tiles = 0;
     for (int64_t t = 0; t < T; t++) tiles += (double)key_tiles(t);
     fc->attention += heads * scores * 2 * 2 * hs; /* QK^T and PV */
     fc->other += heads * (scores * FWD_PER_SCORE + tiles * (hs + FWD_PER_TILE) + (double)T * (hs + FWD_PER_ROW));
 }
 
-static void count_backward(struct flop_counter *fc, int64_t B, int64_t T, int64_t NH, int64_t hs) {
+static void count_backward(struct exec_ctx *fc, int64_t B, int64_t T, int64_t NH, int64_t hs) {
     double heads = (double)B * NH, scores = (double)T * (T + 1) / 2;
     fc->attention += heads * scores * 5 * 2 * hs; /* QK^T, dP, dV, dQ, dK */
     fc->other += heads * (scores * BWD_PER_SCORE + (double)T * BWD_PER_ROW_HS * hs);
 }
 
 void attention_lse_forward_cpu(float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
-                               struct flop_counter *fc) {
+                               struct exec_ctx *fc) {
     const int64_t hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for num_threads(attention_lse_threads(B, NH))
@@ -123,7 +123,7 @@ void attention_lse_forward_cpu(float *out, float *lse, const float *qkv, int64_t
 }
 
 void attention_lse_backward_cpu(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
-                                const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc) {
+                                const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH, struct exec_ctx *fc) {
     const int64_t hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for num_threads(attention_lse_threads(B, NH))
@@ -174,7 +174,7 @@ static void narrow_row(bf16 *dst, const float *src, int64_t hs) {
 }
 
 void attention_lse_forward_bf16_cpu(bf16 *out, float *lse, const bf16 *qkv, float *scratch, int64_t B, int64_t T,
-                                    int64_t C, int64_t NH, struct flop_counter *fc) {
+                                    int64_t C, int64_t NH, struct exec_ctx *fc) {
     const int64_t hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for num_threads(attention_lse_threads(B, NH))
@@ -192,7 +192,7 @@ void attention_lse_forward_bf16_cpu(bf16 *out, float *lse, const bf16 *qkv, floa
 
 void attention_lse_backward_bf16_cpu(bf16 *dqkv, float *scratch, const float *dout, const bf16 *qkv, const bf16 *out,
                                      const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH,
-                                     struct flop_counter *fc) {
+                                     struct exec_ctx *fc) {
     const int64_t hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for num_threads(attention_lse_threads(B, NH))

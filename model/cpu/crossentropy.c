@@ -23,7 +23,7 @@ static double rows_total(const float *losses, int64_t N) {
  * bug, stopped by name (the device's order is replayed in the tests:
  * tests/device_replays.h). */
 double crossentropy_forward_backward_bf16_cpu(bf16 *logits, float *losses, const int32_t *targets, int64_t N,
-                                              int64_t V, int64_t Vp, float dloss, struct flop_counter *fc) {
+                                              int64_t V, int64_t Vp, float dloss, struct exec_ctx *fc) {
     (void)logits, (void)losses, (void)targets, (void)N, (void)V, (void)Vp, (void)dloss, (void)fc;
     fprintf(stderr, "error: crossentropy_forward_backward_bf16: bf16 logits on the host, whose head keeps fp32 "
                     "logits\n");
@@ -31,7 +31,7 @@ double crossentropy_forward_backward_bf16_cpu(bf16 *logits, float *losses, const
 }
 
 double crossentropy_forward_backward_cpu(float *logits, float *losses, const int32_t *targets, int64_t N,
-                                         int64_t V, int64_t Vp, float dloss, struct flop_counter *fc) {
+                                         int64_t V, int64_t Vp, float dloss, struct exec_ctx *fc) {
 #pragma omp parallel for
     for (int64_t i = 0; i < N; i++) {
         float *l = logits + i * Vp;
@@ -61,7 +61,7 @@ double crossentropy_forward_backward_cpu(float *logits, float *losses, const int
  * above, in the same order, cut where the collectives go */
 
 void crossentropy_row_max_cpu(const float *logits, float *maxv, int64_t N, int64_t Vl, int64_t valid,
-                              struct flop_counter *fc) {
+                              struct exec_ctx *fc) {
     (void)fc; /* crossentropy_finish counts the whole softmax's FLOPs */
 #pragma omp parallel for
     for (int64_t i = 0; i < N; i++) {
@@ -73,7 +73,7 @@ void crossentropy_row_max_cpu(const float *logits, float *maxv, int64_t N, int64
 }
 
 void crossentropy_exp_sum_cpu(float *logits, const float *maxv, float *sum, float *target, const int32_t *targets,
-                              int64_t N, int64_t Vl, int64_t v0, int64_t valid, bool in_place, struct flop_counter *fc) {
+                              int64_t N, int64_t Vl, int64_t v0, int64_t valid, bool in_place, struct exec_ctx *fc) {
     (void)fc; /* crossentropy_finish counts the whole softmax's FLOPs */
 #pragma omp parallel for
     for (int64_t i = 0; i < N; i++) {
@@ -94,7 +94,7 @@ void crossentropy_exp_sum_cpu(float *logits, const float *maxv, float *sum, floa
 
 double crossentropy_finish_cpu(float *logits, float *losses, const float *maxv, const float *sum, const float *target,
                                const int32_t *targets, int64_t N, int64_t Vl, int64_t v0, int64_t valid, float dloss,
-                               struct flop_counter *fc) {
+                               struct exec_ctx *fc) {
 #pragma omp parallel for
     for (int64_t i = 0; i < N; i++) {
         float *l = logits + i * Vl;

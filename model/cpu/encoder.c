@@ -29,7 +29,7 @@ void encoder_backward_cpu(float *dwte, float *dwpe, const float *dout, const int
 }
 
 void embedding_rows_forward_cpu(float *out, const int32_t *inp, const float *wte, int64_t v0, int64_t rows, int64_t BT,
-                                int64_t C, struct flop_counter *fc) {
+                                int64_t C, struct exec_ctx *fc) {
     (void)fc; /* a lookup: no FLOPs */
 #pragma omp parallel for
     for (int64_t bt = 0; bt < BT; bt++) {
@@ -45,7 +45,7 @@ void embedding_rows_forward_cpu(float *out, const int32_t *inp, const float *wte
 }
 
 void embedding_rows_forward_bf16_cpu(float *out, const int32_t *inp, const bf16 *wte, int64_t v0, int64_t rows,
-                                     int64_t BT, int64_t C, struct flop_counter *fc) {
+                                     int64_t BT, int64_t C, struct exec_ctx *fc) {
     (void)fc; /* a lookup: no FLOPs */
 #pragma omp parallel for
     for (int64_t bt = 0; bt < BT; bt++) {
@@ -56,7 +56,7 @@ void embedding_rows_forward_bf16_cpu(float *out, const int32_t *inp, const bf16 
     }
 }
 
-void positions_add_cpu(float *out, const float *wpe, int64_t B, int64_t T, int64_t C, struct flop_counter *fc) {
+void positions_add_cpu(float *out, const float *wpe, int64_t B, int64_t T, int64_t C, struct exec_ctx *fc) {
     (void)fc; /* the caller counts the adds (model/gpt.c) */
 #pragma omp parallel for
     for (int64_t bt = 0; bt < B * T; bt++) {
@@ -70,7 +70,7 @@ void positions_add_cpu(float *out, const float *wpe, int64_t B, int64_t T, int64
  * (act_io.h: a bf16 gradient widened exactly). */
 #define EMBEDDING_ROWS_BACKWARD(name, D_T)                                                                       \
     void name(float *dwte, float *dwpe, const D_T *dout, const int32_t *inp, int64_t v0, int64_t rows, int64_t B, \
-              int64_t T, int64_t C, struct flop_counter *fc) {                                                   \
+              int64_t T, int64_t C, struct exec_ctx *fc) {                                                   \
         (void)fc; /* the caller counts the adds (model/gpt.c) */                                                 \
         for (int64_t bt = 0; bt < B * T; bt++) {                                                                 \
             const D_T *d = dout + bt * C;                                                                        \

@@ -12,7 +12,7 @@
 
 #define LAYERNORM_FORWARD(name, OUT_T, IN_T)                                                                     \
     void name(OUT_T *out, float *mean, float *rstd, const IN_T *inp, const float *weight, const float *bias,     \
-              int64_t N, int64_t C, struct flop_counter *fc) {                                                   \
+              int64_t N, int64_t C, struct exec_ctx *fc) {                                                   \
         const float eps = 1e-5f;                                                                                 \
         _Pragma("omp parallel for") for (int64_t i = 0; i < N; i++) {                                            \
             const IN_T *x = inp + i * C;                                                                         \
@@ -39,7 +39,7 @@ LAYERNORM_FORWARD(layernorm_forward_bf16_cpu, bf16, bf16)
  * write the same element. */
 #define LAYERNORM_BACKWARD(name, DIN_T, IN_T)                                                                    \
     void name(DIN_T *dinp, float *dweight, float *dbias, const float *dout, const IN_T *inp, const float *weight, \
-              const float *mean, const float *rstd, int64_t N, int64_t C, struct flop_counter *fc) {             \
+              const float *mean, const float *rstd, int64_t N, int64_t C, struct exec_ctx *fc) {             \
         _Pragma("omp parallel for") for (int64_t i = 0; i < N; i++) {                                            \
             const IN_T *x = inp + i * C;                                                                         \
             const float *dy = dout + i * C;                                                                      \
@@ -79,7 +79,7 @@ static LAYERNORM_BACKWARD(layernorm_backward_bf16_bf16, bf16, bf16)
 
 void layernorm_backward_bf16_cpu(struct act_out dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
                                  const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
-                                 struct flop_counter *fc) {
+                                 struct exec_ctx *fc) {
     if (dinp.b16) layernorm_backward_bf16_bf16(dinp.b16, dweight, dbias, dout, inp, weight, mean, rstd, N, C, fc);
     else layernorm_backward_bf16_f32(dinp.f32, dweight, dbias, dout, inp, weight, mean, rstd, N, C, fc);
 }

@@ -89,7 +89,7 @@ static void gemm_blocks(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_
     }
 }
 
-void gemm_counted_cpu(struct flop_counter *fc, enum gemm_kind kind, bool trans_a, bool trans_b, int64_t m, int64_t n,
+void gemm_counted_cpu(struct exec_ctx *fc, enum gemm_kind kind, bool trans_a, bool trans_b, int64_t m, int64_t n,
                       int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                       float *c, int64_t ldc) {
     check_shape(trans_a, trans_b, m, n, k, lda, ldb, ldc);
@@ -126,7 +126,7 @@ static int64_t slice_rows(const char *kernel, int64_t N, int64_t C, int64_t OC, 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 void matmul_forward_sliced_cpu(float *out, const float *inp, const float *weight, const float *bias, int64_t N,
-                               int64_t C, int64_t OC, int64_t max_rows, struct flop_counter *fc) {
+                               int64_t C, int64_t OC, int64_t max_rows, struct exec_ctx *fc) {
     const int64_t rows = slice_rows("matmul_forward", N, C, OC, max_rows);
     for (int64_t r = 0; r < N; r += rows)
         gemm_counted_cpu(fc, GEMM_LAYER, false, true, min64(rows, N - r), OC, C, 1.0f, inp + r * C, C, weight, C, 0.0f,
@@ -139,7 +139,7 @@ void matmul_forward_sliced_cpu(float *out, const float *inp, const float *weight
 }
 
 /* dbias += the column sums of dout (N,OC), each column in row order. */
-static void bias_backward(float *dbias, const float *dout, int64_t N, int64_t OC, struct flop_counter *fc) {
+static void bias_backward(float *dbias, const float *dout, int64_t N, int64_t OC, struct exec_ctx *fc) {
     if (!dbias) return;
 #pragma omp parallel for
     for (int64_t o = 0; o < OC; o++) {
@@ -152,7 +152,7 @@ static void bias_backward(float *dbias, const float *dout, int64_t N, int64_t OC
 
 void matmul_backward_sliced_cpu(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                                 const float *weight, int64_t N, int64_t C, int64_t OC, int64_t max_rows,
-                                struct flop_counter *fc) {
+                                struct exec_ctx *fc) {
     const int64_t rows = slice_rows("matmul_backward", N, C, OC, max_rows);
     /* dinp rows are independent: slicing them changes nothing */
     for (int64_t r = 0; r < N; r += rows)
@@ -166,16 +166,16 @@ void matmul_backward_sliced_cpu(float *dinp, float *dweight, float *dbias, const
 }
 
 void matmul_forward_cpu(float *out, const float *inp, const float *weight, const float *bias, int64_t N, int64_t C,
-                        int64_t OC, struct flop_counter *fc) {
+                        int64_t OC, struct exec_ctx *fc) {
     matmul_forward_sliced_cpu(out, inp, weight, bias, N, C, OC, MATMUL_MAX_DIM, fc);
 }
 
 void matmul_backward_cpu(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                         const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
+                         const float *weight, int64_t N, int64_t C, int64_t OC, struct exec_ctx *fc) {
     matmul_backward_sliced_cpu(dinp, dweight, dbias, dout, inp, weight, N, C, OC, MATMUL_MAX_DIM, fc);
 }
 
-void bias_add_cpu(float *out, const float *bias, int64_t N, int64_t OC, struct flop_counter *fc) {
+void bias_add_cpu(float *out, const float *bias, int64_t N, int64_t OC, struct exec_ctx *fc) {
 #pragma omp parallel for
     for (int64_t i = 0; i < N; i++)
         for (int64_t o = 0; o < OC; o++) out[i * OC + o] += bias[o];
@@ -207,7 +207,7 @@ static float *widened_copy(const char *kernel, const bf16 *x, size_t n) {
 }
 
 void matmul_forward_bf16_cpu(float *out, const bf16 *inp, const float *weight, const float *bias, int64_t N, int64_t C,
-                             int64_t OC, struct flop_counter *fc) {
+                             int64_t OC, struct exec_ctx *fc) {
     const char *k = "matmul_forward_bf16";
     float *x = widened_copy(k, inp, (size_t)(N * C)), *w = rounded_copy(k, weight, (size_t)(OC * C));
     matmul_forward_cpu(out, x, w, bias, N, C, OC, fc);
@@ -216,7 +216,7 @@ void matmul_forward_bf16_cpu(float *out, const bf16 *inp, const float *weight, c
 }
 
 void matmul_backward_bf16_cpu(float *dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
-                              const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
+                              const float *weight, int64_t N, int64_t C, int64_t OC, struct exec_ctx *fc) {
     const char *k = "matmul_backward_bf16";
     float *x = widened_copy(k, inp, (size_t)(N * C)), *w = rounded_copy(k, weight, (size_t)(OC * C));
     float *d = rounded_copy(k, dout, (size_t)(N * OC));
@@ -245,7 +245,7 @@ static void store_result(struct act_out out, float *r, size_t n) {
 }
 
 void matmul_forward_mixed_cpu(struct act_out out, struct operand inp, struct operand weight, const float *bias,
-                              int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
+                              int64_t N, int64_t C, int64_t OC, struct exec_ctx *fc) {
     const char *k = "matmul_forward_mixed";
     float *x = operand_copy(k, inp, (size_t)(N * C)), *w = operand_copy(k, weight, (size_t)(OC * C));
     float *y = result_of(k, out, (size_t)(N * OC));
@@ -257,7 +257,7 @@ void matmul_forward_mixed_cpu(struct act_out out, struct operand inp, struct ope
 
 void matmul_backward_mixed_cpu(struct act_out dinp, float *dweight, float *dbias, struct operand dout,
                                struct operand inp, struct operand weight, int64_t N, int64_t C, int64_t OC,
-                               struct flop_counter *fc) {
+                               struct exec_ctx *fc) {
     const char *k = "matmul_backward_mixed";
     float *x = operand_copy(k, inp, (size_t)(N * C)), *w = operand_copy(k, weight, (size_t)(OC * C));
     float *d = operand_copy(k, dout, (size_t)(N * OC)), *dx = result_of(k, dinp, (size_t)(N * C));

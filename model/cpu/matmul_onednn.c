@@ -333,7 +333,7 @@ static void run_block(const struct onednn_gemms *g, const struct gemm_prim *p, c
  * one-thread primitive, and the team takes them one at a time: the same
  * kernel sums each value in the same order on any team, and a thread that
  * loses its core holds up only its block. */
-static void gemm(struct flop_counter *fc, struct gemm_args x) {
+static void gemm(struct exec_ctx *fc, struct gemm_args x) {
     if (x.m == 0 || x.n == 0) return;
     if (x.k == 0 && !x.kind.bias) { /* an empty sum */
         if (!x.kind.accumulate)
@@ -357,7 +357,7 @@ static void gemm(struct flop_counter *fc, struct gemm_args x) {
 }
 
 /* src (n fp32 values) rounded into s, grown to hold them. */
-static const bf16 *rounded(struct flop_counter *fc, struct scratch *s, const float *src, size_t n) {
+static const bf16 *rounded(struct exec_ctx *fc, struct scratch *s, const float *src, size_t n) {
     if (s->n < n) {
         bf16 *p = realloc(s->p, n * sizeof *p);
         if (!p) {
@@ -425,12 +425,12 @@ void onednn_gemms_close(struct onednn_gemms *g) {
 }
 
 /* An operand as bf16: as it is, or rounded into s. */
-static const bf16 *as_bf16(struct flop_counter *fc, struct scratch *s, struct operand x, size_t n) {
+static const bf16 *as_bf16(struct exec_ctx *fc, struct scratch *s, struct operand x, size_t n) {
     return x.b16 ? x.b16 : rounded(fc, s, x.f32, n);
 }
 
 void matmul_forward_onednn(struct act_out out, struct operand inp, struct operand weight, const float *bias,
-                           int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
+                           int64_t N, int64_t C, int64_t OC, struct exec_ctx *fc) {
     struct onednn_gemms *g = fc->onednn;
     const bf16 *x = as_bf16(fc, &g->x, inp, (size_t)(N * C)), *w = as_bf16(fc, &g->w, weight, (size_t)(OC * C));
     if (out.b16) { /* out = bf16(inp . W^T + bias): the bias inside, before the one rounding */
@@ -445,7 +445,7 @@ void matmul_forward_onednn(struct act_out out, struct operand inp, struct operan
 }
 
 /* dbias += the column sums of the bf16 dout (N,OC), each in row order. */
-static void bias_backward(float *dbias, const bf16 *dout, int64_t N, int64_t OC, struct flop_counter *fc) {
+static void bias_backward(float *dbias, const bf16 *dout, int64_t N, int64_t OC, struct exec_ctx *fc) {
 #pragma omp parallel for
     for (int64_t o = 0; o < OC; o++) {
         float s = 0.0f;
@@ -456,7 +456,7 @@ static void bias_backward(float *dbias, const bf16 *dout, int64_t N, int64_t OC,
 }
 
 void matmul_backward_onednn(struct act_out dinp, float *dweight, float *dbias, struct operand dout, struct operand inp,
-                            struct operand weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
+                            struct operand weight, int64_t N, int64_t C, int64_t OC, struct exec_ctx *fc) {
     struct onednn_gemms *g = fc->onednn;
     const bf16 *x = as_bf16(fc, &g->x, inp, (size_t)(N * C)), *w = as_bf16(fc, &g->w, weight, (size_t)(OC * C));
     const bf16 *d = as_bf16(fc, &g->d, dout, (size_t)(N * OC));

@@ -14,7 +14,7 @@
 
 #define RMSNORM_FORWARD(name, OUT_T, IN_T)                                                                       \
     void name(OUT_T *out, float *rstd, const IN_T *inp, const float *weight, float eps, int64_t N, int64_t C,    \
-              struct flop_counter *fc) {                                                                         \
+              struct exec_ctx *fc) {                                                                         \
         _Pragma("omp parallel for") for (int64_t i = 0; i < N; i++) {                                            \
             const IN_T *x = inp + i * C;                                                                         \
             float ms = 0.0f;                                                                                     \
@@ -38,7 +38,7 @@ RMSNORM_FORWARD(rmsnorm_forward_bf16_cpu, bf16, bf16)
  * threads write the same element. */
 #define RMSNORM_BACKWARD(name, DIN_T, IN_T)                                                                      \
     void name(DIN_T *dinp, float *dweight, const float *dout, const IN_T *inp, const float *weight,              \
-              const float *rstd, int64_t N, int64_t C, struct flop_counter *fc) {                                \
+              const float *rstd, int64_t N, int64_t C, struct exec_ctx *fc) {                                \
         _Pragma("omp parallel for") for (int64_t i = 0; i < N; i++) {                                            \
             const IN_T *x = inp + i * C;                                                                         \
             const float *dy = dout + i * C;                                                                      \
@@ -64,7 +64,7 @@ static RMSNORM_BACKWARD(rmsnorm_backward_bf16_f32, float, bf16)
 static RMSNORM_BACKWARD(rmsnorm_backward_bf16_bf16, bf16, bf16)
 
 void rmsnorm_backward_bf16_cpu(struct act_out dinp, float *dweight, const float *dout, const bf16 *inp,
-                               const float *weight, const float *rstd, int64_t N, int64_t C, struct flop_counter *fc) {
+                               const float *weight, const float *rstd, int64_t N, int64_t C, struct exec_ctx *fc) {
     if (dinp.b16) rmsnorm_backward_bf16_bf16(dinp.b16, dweight, dout, inp, weight, rstd, N, C, fc);
     else rmsnorm_backward_bf16_f32(dinp.f32, dweight, dout, inp, weight, rstd, N, C, fc);
 }

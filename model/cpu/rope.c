@@ -68,25 +68,25 @@ ROPE_ROTATE(rope_rotate_bf16, bf16, bf16)
 static double rope_flops(int64_t N, int64_t heads, int64_t hs) { return (double)ROPE_FLOPS_PER_ELEM * N * heads * hs; }
 
 void rope_forward_cpu(float *out, const float *inp, int64_t ld, const float *freqs, const int32_t *pos, int64_t N,
-                      int64_t heads, int64_t hs, struct flop_counter *fc) {
+                      int64_t heads, int64_t hs, struct exec_ctx *fc) {
     rope_rotate_f32(out, inp, ld, freqs, pos, N, heads, hs, 1.0f);
     fc->other += rope_flops(N, heads, hs);
 }
 
 void rope_backward_cpu(float *dinp, const float *dout, int64_t ld, const float *freqs, const int32_t *pos, int64_t N,
-                       int64_t heads, int64_t hs, struct flop_counter *fc) {
+                       int64_t heads, int64_t hs, struct exec_ctx *fc) {
     rope_rotate_f32(dinp, dout, ld, freqs, pos, N, heads, hs, -1.0f);
     fc->other += rope_flops(N, heads, hs);
 }
 
 void rope_forward_bf16_cpu(bf16 *out, const bf16 *inp, int64_t ld, const float *freqs, const int32_t *pos, int64_t N,
-                           int64_t heads, int64_t hs, struct flop_counter *fc) {
+                           int64_t heads, int64_t hs, struct exec_ctx *fc) {
     rope_rotate_bf16(out, inp, ld, freqs, pos, N, heads, hs, 1.0f);
     fc->other += rope_flops(N, heads, hs);
 }
 
 void rope_backward_bf16_cpu(bf16 *dinp, const bf16 *dout, int64_t ld, const float *freqs, const int32_t *pos,
-                            int64_t N, int64_t heads, int64_t hs, struct flop_counter *fc) {
+                            int64_t N, int64_t heads, int64_t hs, struct exec_ctx *fc) {
     rope_rotate_bf16(dinp, dout, ld, freqs, pos, N, heads, hs, -1.0f);
     fc->other += rope_flops(N, heads, hs);
 }

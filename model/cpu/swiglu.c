@@ -13,7 +13,7 @@
 static inline float sigmoid_of(float g) { return 1.0f / (1.0f + expf(-g)); }
 
 #define SWIGLU_FORWARD(name, OUT_T, IN_T)                                                                        \
-    void name(OUT_T *out, const IN_T *up, const IN_T *gate, int64_t n, struct flop_counter *fc) {                \
+    void name(OUT_T *out, const IN_T *up, const IN_T *gate, int64_t n, struct exec_ctx *fc) {                \
         _Pragma("omp parallel for") for (int64_t i = 0; i < n; i++) {                                            \
             float g = ACT_LD(gate, i);                                                                           \
             ACT_ST(out, i, g * sigmoid_of(g) * ACT_LD(up, i));                                                   \
@@ -29,7 +29,7 @@ SWIGLU_FORWARD(swiglu_forward_bf16_cpu, bf16, bf16)
  * may alias up and gate (each element is read before it is written). */
 #define SWIGLU_BACKWARD(name, IN_T, D_T)                                                                         \
     void name(D_T *dup, D_T *dgate, const D_T *dout, const IN_T *up, const IN_T *gate, int64_t n,                \
-              struct flop_counter *fc) {                                                                         \
+              struct exec_ctx *fc) {                                                                         \
         _Pragma("omp parallel for") for (int64_t i = 0; i < n; i++) {                                            \
             float g = ACT_LD(gate, i), u = ACT_LD(up, i), dy = ACT_LD(dout, i), sg = sigmoid_of(g);              \
             ACT_ST(dup, i, dy * (g * sg));                                                                       \

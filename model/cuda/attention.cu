@@ -69,7 +69,7 @@ void check_shape(const char *kernel, int64_t B, int64_t T, int64_t C, int64_t NH
 // events: include/kernel_timing.h) into fc->gemm_seconds.
 struct batched_gemm {
     cublasHandle_t h;
-    struct flop_counter *fc;
+    struct exec_ctx *fc;
 
     void operator()(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                     int64_t sa, const float *b, int64_t ldb, int64_t sb, float *c, int64_t ldc, int64_t sc,
@@ -164,7 +164,7 @@ unsigned row_blocks(int64_t rows) {
 extern "C" {
 
 void attention_forward_cuda(float *out, float *att, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
-                            struct flop_counter *fc) {
+                            struct exec_ctx *fc) {
     check_shape("attention_forward", B, T, C, NH);
     const int64_t hs = C / NH, C3 = 3 * C, TT = T * T;
     const float scale = 1.0f / sqrtf((float)hs);
@@ -186,7 +186,7 @@ void attention_forward_cuda(float *out, float *att, const float *qkv, int64_t B,
 }
 
 void attention_backward_cuda(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
-                             int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc) {
+                             int64_t B, int64_t T, int64_t C, int64_t NH, struct exec_ctx *fc) {
     check_shape("attention_backward", B, T, C, NH);
     const int64_t hs = C / NH, C3 = 3 * C, TT = T * T;
     const float scale = 1.0f / sqrtf((float)hs);

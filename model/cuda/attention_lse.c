@@ -18,7 +18,7 @@ static void flash_or_exit(const char *op, int rc) {
 }
 
 void attention_lse_forward_cuda(float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
-                                struct flop_counter *fc) {
+                                struct exec_ctx *fc) {
     flash_or_exit("attention_lse_forward", flash_attention_forward(out, lse, qkv, B, T, C, NH));
     struct flash_attention_flops f = flash_attention_flops(B, T, C, NH);
     fc->attention += f.forward_mma;
@@ -27,7 +27,7 @@ void attention_lse_forward_cuda(float *out, float *lse, const float *qkv, int64_
 
 void attention_lse_backward_cuda(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
                                  const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH,
-                                 struct flop_counter *fc) {
+                                 struct exec_ctx *fc) {
     flash_or_exit("attention_lse_backward", flash_attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH));
     struct flash_attention_flops f = flash_attention_flops(B, T, C, NH);
     fc->attention += f.backward_mma;

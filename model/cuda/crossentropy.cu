@@ -193,7 +193,7 @@ double sum_losses(const float *losses, int64_t N, const char *what) {
 extern "C" {
 
 double crossentropy_forward_backward_cuda(float *logits, float *losses, const int32_t *targets, int64_t N, int64_t V,
-                                          int64_t Vp, float dloss, struct flop_counter *fc) {
+                                          int64_t Vp, float dloss, struct exec_ctx *fc) {
     if (N > 0) {
         size_t smem = smem_row_bytes(V);
         if (smem > 0) ce_fused_smem<<<row_blocks(N), LAYER_BLOCK, smem>>>(logits, losses, targets, N, V, Vp, dloss);
@@ -207,14 +207,14 @@ double crossentropy_forward_backward_cuda(float *logits, float *losses, const in
 // --gpu_path v2's head at tp = 1 (layers.h): v2/crossentropy_bf16.cu's
 // kernel on the bf16 logits, counted and summed as the fp32 form.
 double crossentropy_forward_backward_bf16_cuda(bf16 *logits, float *losses, const int32_t *targets, int64_t N,
-                                               int64_t V, int64_t Vp, float dloss, struct flop_counter *fc) {
+                                               int64_t V, int64_t Vp, float dloss, struct exec_ctx *fc) {
     crossentropy_v2(fc->kernels, logits, losses, targets, N, V, Vp, dloss);
     fc->other += (double)CE_FLOPS_PER_LOGIT * N * V;
     return sum_losses(losses, N, "crossentropy_forward_backward_bf16");
 }
 
 void crossentropy_row_max_cuda(const float *logits, float *maxv, int64_t N, int64_t Vl, int64_t valid,
-                               struct flop_counter *fc) {
+                               struct exec_ctx *fc) {
     (void)fc;  // crossentropy_finish counts the three passes
     if (N <= 0) return;
     ce_row_max<<<row_blocks(N), LAYER_BLOCK>>>(logits, maxv, N, Vl, valid);
@@ -223,7 +223,7 @@ void crossentropy_row_max_cuda(const float *logits, float *maxv, int64_t N, int6
 
 void crossentropy_exp_sum_cuda(float *logits, const float *maxv, float *sum, float *target, const int32_t *targets,
                                int64_t N, int64_t Vl, int64_t v0, int64_t valid, bool in_place,
-                               struct flop_counter *fc) {
+                               struct exec_ctx *fc) {
     (void)fc;
     if (N <= 0) return;
     ce_exp_sum<<<row_blocks(N), LAYER_BLOCK>>>(logits, maxv, sum, target, targets, N, Vl, v0, valid, in_place);
@@ -232,7 +232,7 @@ void crossentropy_exp_sum_cuda(float *logits, const float *maxv, float *sum, flo
 
 double crossentropy_finish_cuda(float *logits, float *losses, const float *maxv, const float *sum, const float *target,
                                 const int32_t *targets, int64_t N, int64_t Vl, int64_t v0, int64_t valid, float dloss,
-                                struct flop_counter *fc) {
+                                struct exec_ctx *fc) {
     if (N > 0) {
         ce_finish<<<row_blocks(N), LAYER_BLOCK>>>(logits, losses, maxv, sum, target, targets, N, Vl, v0, valid, dloss);
         cuda_done("crossentropy_finish");

@@ -109,14 +109,14 @@ void encoder_backward_cuda(float *dwte, float *dwpe, const float *dout, const in
 }
 
 void embedding_rows_forward_cuda(float *out, const int32_t *inp, const float *wte, int64_t v0, int64_t rows,
-                                 int64_t BT, int64_t C, struct flop_counter *fc) {
+                                 int64_t BT, int64_t C, struct exec_ctx *fc) {
     (void)fc;  // no FLOPs (layers.h)
     if (BT * C == 0) return;
     rows_fwd<<<cuda_blocks(BT * C, kBlock), kBlock>>>(out, inp, wte, v0, rows, BT, C);
     cuda_done("embedding_rows_forward");
 }
 
-void positions_add_cuda(float *out, const float *wpe, int64_t B, int64_t T, int64_t C, struct flop_counter *fc) {
+void positions_add_cuda(float *out, const float *wpe, int64_t B, int64_t T, int64_t C, struct exec_ctx *fc) {
     (void)fc;
     if (B * T * C == 0) return;
     positions_fwd<<<cuda_blocks(B * T * C, kBlock), kBlock>>>(out, wpe, B * T, T, C);
@@ -124,7 +124,7 @@ void positions_add_cuda(float *out, const float *wpe, int64_t B, int64_t T, int6
 }
 
 void embedding_rows_backward_cuda(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t v0,
-                                  int64_t rows, int64_t B, int64_t T, int64_t C, struct flop_counter *fc) {
+                                  int64_t rows, int64_t B, int64_t T, int64_t C, struct exec_ctx *fc) {
     (void)fc;
     if (B * T * C == 0) return;
     if (B * T > INT32_MAX || rows >= INT32_MAX) {  // CUB's item count and the keys are int

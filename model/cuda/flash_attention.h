@@ -67,7 +67,7 @@ size_t flash_attention_backward_scratch(int64_t B, int64_t T, int64_t NH);
 int flash_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
                              const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH);
 
-/* What the two calls compute, for struct flop_counter (include/counters.h).
+/* What the two calls compute, for struct exec_ctx (include/counters.h).
  * The kernels count nothing themselves: the caller adds
  *   fc->attention += forward_mma (+ backward_mma),
  *   fc->other     += forward_other (+ backward_other).

@@ -95,7 +95,7 @@ __global__ void residual_fwd(float *out, const float *a, const float *b, int64_t
 
 extern "C" {
 
-void gelu_forward_cuda(float *out, const float *inp, int64_t n, struct flop_counter *fc) {
+void gelu_forward_cuda(float *out, const float *inp, int64_t n, struct exec_ctx *fc) {
     if (n > 0) {
         gelu_fwd<<<cuda_blocks(n, kBlock), kBlock>>>(out, inp, n);
         cuda_done("gelu_forward");
@@ -103,7 +103,7 @@ void gelu_forward_cuda(float *out, const float *inp, int64_t n, struct flop_coun
     fc->other += (double)GELU_FLOPS_FWD * n;
 }
 
-void gelu_backward_cuda(float *dinp, const float *inp, const float *dout, int64_t n, struct flop_counter *fc) {
+void gelu_backward_cuda(float *dinp, const float *inp, const float *dout, int64_t n, struct exec_ctx *fc) {
     if (n > 0) {
         gelu_bwd<<<cuda_blocks(n, kBlock), kBlock>>>(dinp, inp, dout, n);
         cuda_done("gelu_backward");
@@ -112,7 +112,7 @@ void gelu_backward_cuda(float *dinp, const float *inp, const float *dout, int64_
 }
 
 void gelu_forward_bf16_cuda(uint16_t *out, uint16_t *pre_store, const float *pre, int64_t n,
-                            struct flop_counter *fc) {
+                            struct exec_ctx *fc) {
     __nv_bfloat16 *o = (__nv_bfloat16 *)out, *ps = (__nv_bfloat16 *)pre_store;
     int64_t v = vector_part(n, pre, pre, o, ps);
     if (v > 0) gelu_fwd_bf16x4<<<cuda_blocks(v / 4, kBlock), kBlock>>>((__nv_bfloat162 *)o, (__nv_bfloat162 *)ps,
@@ -122,7 +122,7 @@ void gelu_forward_bf16_cuda(uint16_t *out, uint16_t *pre_store, const float *pre
     fc->other += (double)GELU_FLOPS_FWD * n;
 }
 
-void gelu_backward_bf16_cuda(float *dinp, const uint16_t *inp, const float *dout, int64_t n, struct flop_counter *fc) {
+void gelu_backward_bf16_cuda(float *dinp, const uint16_t *inp, const float *dout, int64_t n, struct exec_ctx *fc) {
     const __nv_bfloat16 *x = (const __nv_bfloat16 *)inp;
     int64_t v = vector_part(n, dinp, dout, x, x);
     if (v > 0) gelu_bwd_bf16x4<<<cuda_blocks(v / 4, kBlock), kBlock>>>((float4 *)dinp, (const __nv_bfloat162 *)x,
@@ -132,7 +132,7 @@ void gelu_backward_bf16_cuda(float *dinp, const uint16_t *inp, const float *dout
     fc->other += (double)GELU_FLOPS_BWD * n;
 }
 
-void residual_forward_cuda(float *out, const float *a, const float *b, int64_t n, struct flop_counter *fc) {
+void residual_forward_cuda(float *out, const float *a, const float *b, int64_t n, struct exec_ctx *fc) {
     if (n > 0) {
         residual_fwd<<<cuda_blocks(n, kBlock), kBlock>>>(out, a, b, n);
         cuda_done("residual_forward");

@@ -1,5 +1,5 @@
 /* A run's context for the CUDA kernels (include/device.h:
- * device_kernels_open), reached through the run's struct flop_counter
+ * device_kernels_open), reached through the run's struct exec_ctx
  * (include/counters.h): one cuBLAS handle for every GEMM of the run, the
  * GEMMs' math (config key gemm_dtype), and the CUDA events that time the
  * kernel calls (include/kernel_timing.h). C and C++ (the .cu files). */

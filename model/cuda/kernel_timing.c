@@ -20,11 +20,11 @@ static void check(cudaError_t e, const char *what) {
     exit(EXIT_FAILURE);
 }
 
-static struct kernel_timing *timing_of(const struct flop_counter *fc) {
+static struct kernel_timing *timing_of(const struct exec_ctx *fc) {
     return fc && fc->kernels ? fc->kernels->timing : NULL;
 }
 
-struct kernel_span kernel_span_begin(struct flop_counter *fc, bool on_device) {
+struct kernel_span kernel_span_begin(struct exec_ctx *fc, bool on_device) {
     struct kernel_timing *t = on_device ? timing_of(fc) : NULL;
     if (!t) return (struct kernel_span){kernel_clock(), on_device ? KERNEL_SPAN_SYNC : KERNEL_SPAN_CLOCK};
     if (t->used == KERNEL_SPANS) {
@@ -40,7 +40,7 @@ struct kernel_span kernel_span_begin(struct flop_counter *fc, bool on_device) {
     return (struct kernel_span){0.0, e};
 }
 
-static void end(struct flop_counter *fc, struct kernel_span s, int kind) {
+static void end(struct exec_ctx *fc, struct kernel_span s, int kind) {
     if (s.event < 0) {
         if (s.event == KERNEL_SPAN_SYNC) check(cudaDeviceSynchronize(), "kernel timing");
         double dt = kernel_clock() - s.t0;
@@ -54,11 +54,11 @@ static void end(struct flop_counter *fc, struct kernel_span s, int kind) {
     t->open--;
 }
 
-void kernel_span_end(struct flop_counter *fc, struct kernel_span s, enum kernel_kind k) { end(fc, s, (int)k); }
+void kernel_span_end(struct exec_ctx *fc, struct kernel_span s, enum kernel_kind k) { end(fc, s, (int)k); }
 
-void kernel_span_end_gemm(struct flop_counter *fc, struct kernel_span s) { end(fc, s, SPAN_GEMM); }
+void kernel_span_end_gemm(struct exec_ctx *fc, struct kernel_span s) { end(fc, s, SPAN_GEMM); }
 
-void kernel_timing_sync(struct flop_counter *fc) {
+void kernel_timing_sync(struct exec_ctx *fc) {
     struct kernel_timing *t = timing_of(fc);
     if (!t) return;
     if (t->open != 0) {

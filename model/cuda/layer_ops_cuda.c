@@ -22,7 +22,7 @@ struct backend_traits cuda_backend_traits(enum gpu_path path) {
 /* The bf16 data path's embedding and bf16-logits forms on a v1 run: a
  * caller bug (v1 widens its weights and keeps fp32 logits, so its model
  * never calls them), stopped by name. */
-static void v2_only(const struct flop_counter *fc, const char *op) {
+static void v2_only(const struct exec_ctx *fc, const char *op) {
     if (fc->device.reads_bf16) return;
     fprintf(stderr, "error: %s: on device memory under --gpu_path v2 only (v1 widens its weights and keeps "
                     "fp32 logits)\n", op);
@@ -30,20 +30,20 @@ static void v2_only(const struct flop_counter *fc, const char *op) {
 }
 
 static void embedding_rows_forward_bf16_v2(float *out, const int32_t *inp, const bf16 *wte, int64_t v0, int64_t rows,
-                                           int64_t BT, int64_t C, struct flop_counter *fc) {
+                                           int64_t BT, int64_t C, struct exec_ctx *fc) {
     v2_only(fc, "embedding_rows_forward_bf16");
     embedding_rows_forward_bf16_cuda(out, inp, wte, v0, rows, BT, C, fc);
 }
 
 static void embedding_rows_backward_bf16_v2(float *dwte, float *dwpe, const bf16 *dout, const int32_t *inp,
                                             int64_t v0, int64_t rows, int64_t B, int64_t T, int64_t C,
-                                            struct flop_counter *fc) {
+                                            struct exec_ctx *fc) {
     v2_only(fc, "embedding_rows_backward_bf16");
     embedding_rows_backward_bf16_cuda(dwte, dwpe, dout, inp, v0, rows, B, T, C, fc);
 }
 
 static double crossentropy_forward_backward_bf16_v2(bf16 *logits, float *losses, const int32_t *targets, int64_t N,
-                                                    int64_t V, int64_t Vp, float dloss, struct flop_counter *fc) {
+                                                    int64_t V, int64_t Vp, float dloss, struct exec_ctx *fc) {
     v2_only(fc, "crossentropy_forward_backward_bf16");
     return crossentropy_forward_backward_bf16_cuda(logits, losses, targets, N, V, Vp, dloss, fc);
 }

@@ -83,7 +83,7 @@ unsigned row_blocks(int64_t N) { return (unsigned)(N < 65535 ? N : 65535); }
 extern "C" {
 
 void layernorm_forward_cuda(float *out, float *mean, float *rstd, const float *inp, const float *weight,
-                            const float *bias, int64_t N, int64_t C, struct flop_counter *fc) {
+                            const float *bias, int64_t N, int64_t C, struct exec_ctx *fc) {
     if (N > 0 && C > 0) {
         ln_fwd<<<row_blocks(N), LAYER_BLOCK>>>(out, mean, rstd, inp, weight, bias, N, C);
         cuda_done("layernorm_forward");
@@ -93,7 +93,7 @@ void layernorm_forward_cuda(float *out, float *mean, float *rstd, const float *i
 
 void layernorm_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                              const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
-                             struct flop_counter *fc) {
+                             struct exec_ctx *fc) {
     if (N > 0 && C > 0) {
         ln_bwd_inp<<<row_blocks(N), LAYER_BLOCK>>>(dinp, dout, inp, weight, mean, rstd, N, C);
         column_sum(dweight, N, C, ln_dweight_term{dout, inp, mean, rstd, C}, "layernorm_backward (dweight)");

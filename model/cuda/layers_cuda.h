@@ -1,6 +1,6 @@
 /* The CUDA build's forms of include/layers.h's ops (model/cuda/ and its
  * v2/ folder): every buffer in device memory, the int32 tokens and targets
- * included; the flop_counter is host memory, counted as the CPU counts
+ * included; the exec_ctx is host memory, counted as the CPU counts
  * (gemm_seconds: the GEMM's time). Each has its op's type
  * (model/layer_ops.h: LAYER_OP_TYPE), so its contract is the op's, and C
  * linkage for the .cu files that define them; model/cuda/layer_ops_cuda.c

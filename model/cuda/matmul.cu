@@ -126,7 +126,7 @@ void bf16_free(bf16_operand x, const char *what) {
 // Row-major C (m, n) = alpha op(A) op(B) + beta C from bf16 operands with
 // fp32 accumulation (the tensor cores' bf16 path), counted and timed as
 // gemm_counted_cuda counts a GEMM (the rounding is not in the time).
-void gemm_bf16_counted(struct flop_counter *fc, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+void gemm_bf16_counted(struct exec_ctx *fc, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                        float alpha, bf16_operand a, bf16_operand b, float beta, float *c, int64_t ldc) {
     check_shape(trans_a, trans_b, m, n, k, a.ld, b.ld, ldc);
     struct kernel_span t = kernel_span_begin(fc, true);
@@ -144,11 +144,11 @@ void gemm_bf16_counted(struct flop_counter *fc, bool trans_a, bool trans_b, int6
 }
 
 // Whether the run's layer GEMMs take bf16 operands (kernel_context.h).
-bool bf16_layers(const struct flop_counter *fc) { return fc->kernels && fc->kernels->bf16_gemms; }
+bool bf16_layers(const struct exec_ctx *fc) { return fc->kernels && fc->kernels->bf16_gemms; }
 
 // gemm_bf16_counted with a bias epilogue (matmul_lt.h, alpha 1): false,
 // and nothing done or counted, where cuBLASLt cannot fuse it.
-bool gemm_bf16_lt_counted(struct flop_counter *fc, enum lt_epilogue e, bool trans_a, bool trans_b, int64_t m,
+bool gemm_bf16_lt_counted(struct exec_ctx *fc, enum lt_epilogue e, bool trans_a, bool trans_b, int64_t m,
                           int64_t n, int64_t k, bf16_operand a, bf16_operand b, float beta, float *c, int64_t ldc,
                           float *bias) {
     check_shape(trans_a, trans_b, m, n, k, a.ld, b.ld, ldc);
@@ -170,7 +170,7 @@ void add_bias(float *out, const float *bias, int64_t N, int64_t OC, const char *
 // once for every slice of `rows` rows; the bias (if any) added in each
 // slice's GEMM epilogue, or by its own pass where cuBLASLt cannot.
 void forward_bf16(float *out, bf16_operand x, const float *weight, const float *bias, int64_t N, int64_t C,
-                  int64_t OC, int64_t rows, struct flop_counter *fc) {
+                  int64_t OC, int64_t rows, struct exec_ctx *fc) {
     bf16_operand w = bf16_of(weight, OC, C, C);
     for (int64_t r = 0; r < N; r += rows) {
         int64_t n_r = min64(rows, N - r);
@@ -203,7 +203,7 @@ __global__ void add_into(float *out, const float *part, int64_t n) {
 // that rounded dout too, slice by slice: in the dweight GEMM's epilogue
 // (into `part`, then added), or by column_sum where cuBLASLt cannot.
 void backward_bf16(float *dinp, float *dweight, float *dbias, const float *dout, bf16_operand x, const float *weight,
-                   int64_t N, int64_t C, int64_t OC, int64_t rows, struct flop_counter *fc) {
+                   int64_t N, int64_t C, int64_t OC, int64_t rows, struct exec_ctx *fc) {
     const char *what = "matmul_backward (bf16 operands)";
     bf16_operand d = bf16_of(dout, N, OC, OC), w = bf16_of(weight, OC, C, C);
     for (int64_t r = 0; r < N; r += rows)
@@ -232,19 +232,19 @@ void backward_bf16(float *dinp, float *dweight, float *dbias, const float *dout,
 }
 
 // The bf16 forms need the run's cuBLAS handle (a kernel context).
-void need_context(const struct flop_counter *fc, const char *kernel) {
+void need_context(const struct exec_ctx *fc, const char *kernel) {
     if (fc->kernels) return;
     fprintf(stderr, "error: %s: bf16 operands need the run's kernel context (kernel_context.h)\n", kernel);
     exit(EXIT_FAILURE);
 }
 
-void forward_bias(float *out, const float *bias, int64_t N, int64_t OC, struct flop_counter *fc) {
+void forward_bias(float *out, const float *bias, int64_t N, int64_t OC, struct exec_ctx *fc) {
     if (!bias) return;
     add_bias(out, bias, N, OC, "matmul_forward (bias)");
     fc->other += (double)N * OC;
 }
 
-void backward_bias(float *dbias, const float *dout, int64_t N, int64_t OC, struct flop_counter *fc) {
+void backward_bias(float *dbias, const float *dout, int64_t N, int64_t OC, struct exec_ctx *fc) {
     if (!dbias) return;
     if (N * OC > 0) {
         column_sum(dbias, N, OC, dbias_term{dout, OC}, "matmul_backward (bias)");
@@ -257,7 +257,7 @@ void backward_bias(float *dbias, const float *dout, int64_t N, int64_t OC, struc
 
 extern "C" {
 
-void gemm_counted_cuda(struct flop_counter *fc, enum gemm_kind kind, bool trans_a, bool trans_b, int64_t m, int64_t n,
+void gemm_counted_cuda(struct exec_ctx *fc, enum gemm_kind kind, bool trans_a, bool trans_b, int64_t m, int64_t n,
                        int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                        float *c, int64_t ldc) {
     check_shape(trans_a, trans_b, m, n, k, lda, ldb, ldc);
@@ -286,7 +286,7 @@ void gemm_counted_cuda(struct flop_counter *fc, enum gemm_kind kind, bool trans_
 }
 
 void matmul_forward_sliced_cuda(float *out, const float *inp, const float *weight, const float *bias, int64_t N,
-                                int64_t C, int64_t OC, int64_t max_rows, struct flop_counter *fc) {
+                                int64_t C, int64_t OC, int64_t max_rows, struct exec_ctx *fc) {
     const int64_t rows = slice_rows("matmul_forward", N, C, OC, max_rows);
     if (bf16_layers(fc)) {  // the input rounded once for all its slices
         bf16_operand x = bf16_of(inp, N, C, C);
@@ -302,7 +302,7 @@ void matmul_forward_sliced_cuda(float *out, const float *inp, const float *weigh
 
 void matmul_backward_sliced_cuda(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                                  const float *weight, int64_t N, int64_t C, int64_t OC, int64_t max_rows,
-                                 struct flop_counter *fc) {
+                                 struct exec_ctx *fc) {
     const int64_t rows = slice_rows("matmul_backward", N, C, OC, max_rows);
     if (bf16_layers(fc)) {
         bf16_operand x = bf16_of(inp, N, C, C);
@@ -320,14 +320,14 @@ void matmul_backward_sliced_cuda(float *dinp, float *dweight, float *dbias, cons
 }
 
 void matmul_forward_bf16_cuda(float *out, const uint16_t *inp, const float *weight, const float *bias, int64_t N,
-                              int64_t C, int64_t OC, struct flop_counter *fc) {
+                              int64_t C, int64_t OC, struct exec_ctx *fc) {
     need_context(fc, "matmul_forward_bf16");
     const int64_t rows = slice_rows("matmul_forward_bf16", N, C, OC, kMaxDim);
     forward_bf16(out, bf16_operand{(const __nv_bfloat16 *)inp, C}, weight, bias, N, C, OC, rows, fc);
 }
 
 void matmul_backward_bf16_cuda(float *dinp, float *dweight, float *dbias, const float *dout, const uint16_t *inp,
-                               const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
+                               const float *weight, int64_t N, int64_t C, int64_t OC, struct exec_ctx *fc) {
     need_context(fc, "matmul_backward_bf16");
     const int64_t rows = slice_rows("matmul_backward_bf16", N, C, OC, kMaxDim);
     backward_bf16(dinp, dweight, dbias, dout, bf16_operand{(const __nv_bfloat16 *)inp, C}, weight, N, C, OC, rows,
@@ -335,16 +335,16 @@ void matmul_backward_bf16_cuda(float *dinp, float *dweight, float *dbias, const 
 }
 
 void matmul_forward_cuda(float *out, const float *inp, const float *weight, const float *bias, int64_t N, int64_t C,
-                         int64_t OC, struct flop_counter *fc) {
+                         int64_t OC, struct exec_ctx *fc) {
     matmul_forward_sliced_cuda(out, inp, weight, bias, N, C, OC, kMaxDim, fc);
 }
 
 void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                          const float *weight, int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
+                          const float *weight, int64_t N, int64_t C, int64_t OC, struct exec_ctx *fc) {
     matmul_backward_sliced_cuda(dinp, dweight, dbias, dout, inp, weight, N, C, OC, kMaxDim, fc);
 }
 
-void bias_add_cuda(float *out, const float *bias, int64_t N, int64_t OC, struct flop_counter *fc) {
+void bias_add_cuda(float *out, const float *bias, int64_t N, int64_t OC, struct exec_ctx *fc) {
     add_bias(out, bias, N, OC, "bias_add");
     fc->other += (double)N * OC;
 }

@@ -123,7 +123,7 @@ void conj_ln_grads_done(struct gpt *m, float *const *dw_tensors, int n);
  * tp may be NULL (one rank). */
 double vocab_parallel_crossentropy(struct collectives *tp, struct vocab_slice s, float *logits, float *losses,
                                    const int32_t *targets, int64_t N, float dloss, float *scratch,
-                                   struct flop_counter *fc);
+                                   struct exec_ctx *fc);
 /* The same over m's group and slice (the point of model/parallel_points.h). */
 double tp_crossentropy(struct gpt *m, float *logits, float *losses, const int32_t *targets, int64_t N, float dloss,
                        float *scratch);

@@ -8,7 +8,7 @@
 
 double vocab_parallel_crossentropy(struct collectives *tp, struct vocab_slice s, float *logits, float *losses,
                                    const int32_t *targets, int64_t N, float dloss, float *scratch,
-                                   struct flop_counter *fc) {
+                                   struct exec_ctx *fc) {
     if (!tp || tp->size <= 1) /* one slice, the whole vocabulary: the fused form gives the three passes' bits in one */
         return crossentropy_forward_backward(logits, losses, targets, N, s.V, s.Vl, dloss, fc);
     int64_t valid = vocab_slice_real_rows(s); /* this slice's real tokens */

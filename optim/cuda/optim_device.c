@@ -37,7 +37,7 @@ static void finish(int launch_err, const char *what) {
  * every later kernel, copy and collective, and an error while they run
  * shows at the step's one wait after the update (train/run/run_loop.c:
  * device_kernels_sync, which checks it). */
-static void finish_rule(int launch_err, const char *what, const struct flop_counter *fc) {
+static void finish_rule(int launch_err, const char *what, const struct exec_ctx *fc) {
     if (fc->device.queued_updates) check(launch_err, what);
     else finish(launch_err, what);
 }
@@ -82,7 +82,7 @@ static struct cuda_k_lion_consts lion_consts(const struct lion_hparams *h) {
 }
 
 void adamw_update_cuda(const struct adamw_hparams *h, size_t n, float *w, float *m, float *v, const void *grad,
-                       enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
+                       enum dtype grad_dtype, const struct param_writeback *out, struct exec_ctx *fc) {
     const struct cuda_k_adam_consts k = adam_consts(h);
     const struct cuda_k_writeback wb = writeback(out);
     if (n) finish_rule(cuda_k_adamw(&k, n, w, m, v, grad, is_bf16(grad_dtype), &wb), "adamw_update", fc);
@@ -90,7 +90,7 @@ void adamw_update_cuda(const struct adamw_hparams *h, size_t n, float *w, float 
 }
 
 void sgd_update_cuda(const struct sgd_hparams *h, size_t n, float *w, float *buf, const void *grad,
-                     enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
+                     enum dtype grad_dtype, const struct param_writeback *out, struct exec_ctx *fc) {
     const struct cuda_k_sgd_consts k = sgd_consts(h);
     const struct cuda_k_writeback wb = writeback(out);
     if (n) finish_rule(cuda_k_sgd(&k, n, w, buf, grad, is_bf16(grad_dtype), &wb), "sgd_update", fc);
@@ -100,7 +100,7 @@ void sgd_update_cuda(const struct sgd_hparams *h, size_t n, float *w, float *buf
 void adamw8bit_update_cuda(const struct adamw_hparams *h, size_t n, float *w, uint8_t *q1, uint8_t *q2,
                            float *absmax1, float *absmax2, const float *map_signed, const float *map_unsigned,
                            const void *grad, enum dtype grad_dtype, const struct param_writeback *out,
-                           struct flop_counter *fc) {
+                           struct exec_ctx *fc) {
     const struct cuda_k_adam_consts k = adam_consts(h);
     const struct cuda_k_writeback wb = writeback(out);
     const struct cuda_k_map ms = map_of(map_signed), mu = map_of(map_unsigned);
@@ -113,7 +113,7 @@ void adamw8bit_update_cuda(const struct adamw_hparams *h, size_t n, float *w, ui
 }
 
 void lion_update_cuda(const struct lion_hparams *h, size_t n, float *w, float *m, const void *grad,
-                      enum dtype grad_dtype, const struct param_writeback *out, struct flop_counter *fc) {
+                      enum dtype grad_dtype, const struct param_writeback *out, struct exec_ctx *fc) {
     const struct cuda_k_lion_consts k = lion_consts(h);
     const struct cuda_k_writeback wb = writeback(out);
     if (n) finish_rule(cuda_k_lion(&k, n, w, m, grad, is_bf16(grad_dtype), &wb), "lion_update", fc);
@@ -122,7 +122,7 @@ void lion_update_cuda(const struct lion_hparams *h, size_t n, float *w, float *m
 
 void sgd8bit_update_cuda(const struct sgd_hparams *h, size_t n, float *w, uint8_t *q, float *absmax,
                          const float *map_signed, const void *grad, enum dtype grad_dtype,
-                         const struct param_writeback *out, struct flop_counter *fc) {
+                         const struct param_writeback *out, struct exec_ctx *fc) {
     const struct cuda_k_sgd_consts k = sgd_consts(h);
     const struct cuda_k_writeback wb = writeback(out);
     const struct cuda_k_map ms = map_of(map_signed);
@@ -134,7 +134,7 @@ void sgd8bit_update_cuda(const struct sgd_hparams *h, size_t n, float *w, uint8_
 
 void lion8bit_update_cuda(const struct lion_hparams *h, size_t n, float *w, uint8_t *q, float *absmax,
                           const float *map_signed, const void *grad, enum dtype grad_dtype,
-                          const struct param_writeback *out, struct flop_counter *fc) {
+                          const struct param_writeback *out, struct exec_ctx *fc) {
     const struct cuda_k_lion_consts k = lion_consts(h);
     const struct cuda_k_writeback wb = writeback(out);
     const struct cuda_k_map ms = map_of(map_signed);
@@ -184,7 +184,7 @@ void adafactor_update_squares_cuda(size_t n, const void *grad, enum dtype grad_d
 
 void adafactor_apply_cuda(const struct adafactor_hparams *h, size_t n, float *w, float *m, const void *grad,
                           enum dtype grad_dtype, const struct adafactor_moment *s, float clip_scale,
-                          const struct param_writeback *out, struct flop_counter *fc) {
+                          const struct param_writeback *out, struct exec_ctx *fc) {
     const struct cuda_k_adafactor_moment k = adafactor_moment_of(s);
     const struct cuda_k_adafactor_consts c = {.lr = h->lr, .b1 = h->beta1, .decay = adafactor_decay_factor(h),
                                               .grad_scale = h->grad_scale, .clip_scale = clip_scale};

@@ -11,7 +11,7 @@
 #include "bufops.h"
 
 int zero_init(struct zero *z, const struct zero_options *o, const struct model_layout *lay, struct collectives *dp,
-              struct mem_tracker *mem, enum mem_space space, struct flop_counter *flops) {
+              struct mem_tracker *mem, enum mem_space space, struct exec_ctx *flops) {
     *z = (struct zero){.o = *o, .row = zero_stage_row(o->stage), .lay = lay, .dp = dp, .mem = mem, .space = space,
                        .flops = flops};
     shard_layout_init(&z->sh, lay, dp->size, dp->rank);

@@ -63,7 +63,7 @@ static inline void expect_column_sum(const char *what, const float *want, const 
     else expect_close(what, want, got, n, 1e-5);
 }
 
-static inline void expect_flops(const char *what, const struct flop_counter *want, const struct flop_counter *got) {
+static inline void expect_flops(const char *what, const struct exec_ctx *want, const struct exec_ctx *got) {
     if (want->gemm != got->gemm || want->attention != got->attention || want->other != got->other)
         fail_msg("%s: FLOPs gemm/attention/other: cpu %.17g/%.17g/%.17g, gpu %.17g/%.17g/%.17g", what, want->gemm,
                  want->attention, want->other, got->gemm, got->attention, got->other);

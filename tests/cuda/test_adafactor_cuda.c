@@ -100,7 +100,7 @@ struct side {
     bf16 *params;
     double *sq;
     enum mem_space space;
-    struct flop_counter fc;
+    struct exec_ctx fc;
 };
 
 static void *dev_copy(const void *h, size_t bytes) { return dev_from(h, bytes); }

@@ -104,7 +104,7 @@ static void expect_att(const int64_t *shape, const float *want, const float *got
             }
 }
 
-static void expect_flops(const char *what, const struct flop_counter *want, const struct flop_counter *got) {
+static void expect_flops(const char *what, const struct exec_ctx *want, const struct exec_ctx *got) {
     if (want->gemm != got->gemm || want->attention != got->attention || want->other != got->other)
         fail_msg("%s: FLOPs gemm/attention/other: cpu %.17g/%.17g/%.17g, gpu %.17g/%.17g/%.17g", what, want->gemm,
                  want->attention, want->other, got->gemm, got->attention, got->other);
@@ -118,7 +118,7 @@ static void test_attention_forward(void **state) {
         const int64_t n_qkv = B * T * 3 * C, n_out = B * T * C, n_att = B * NH * T * T;
         float *qkv = rand_f32(n_qkv, 1 + s), *out = host_nan(n_out), *att = host_nan(n_att);
         float *d_qkv = dev_from(qkv, F(n_qkv)), *d_out = dev_poisoned(F(n_out)), *d_att = dev_poisoned(F(n_att));
-        struct flop_counter fc = {0}, gc = {0};
+        struct exec_ctx fc = {0}, gc = {0};
         attention_forward_cpu(out, att, qkv, B, T, C, NH, &fc);
         attention_forward_cuda(d_out, d_att, d_qkv, B, T, C, NH, &gc);
         float *got = back(d_att, F(n_att), "attention_forward att");
@@ -144,7 +144,7 @@ static void test_attention_backward(void **state) {
         const int64_t n_qkv = B * T * 3 * C, n_out = B * T * C, n_att = B * NH * T * T;
         float *qkv = rand_f32(n_qkv, 10 + s), *dout = rand_f32(n_out, 20 + s);
         float *out = host_nan(n_out), *att = host_nan(n_att);
-        struct flop_counter fwd = {0};
+        struct exec_ctx fwd = {0};
         attention_forward_cpu(out, att, qkv, B, T, C, NH, &fwd); /* the probabilities both backwards get */
         float *d_qkv = dev_from(qkv, F(n_qkv)), *d_dout = dev_from(dout, F(n_out)), *d_att = dev_from(att, F(n_att));
         for (size_t k = 0; k < sizeof threads / sizeof threads[0]; k++) {
@@ -152,7 +152,7 @@ static void test_attention_backward(void **state) {
             const size_t n_scratch = attention_backward_scratch(B, T, NH);
             float *dqkv = host_nan(n_qkv), *scratch = host_nan(n_scratch);
             float *d_dqkv = dev_poisoned(F(n_qkv)), *d_scratch = dev_poisoned(F(n_scratch));
-            struct flop_counter fc = {0}, gc = {0};
+            struct exec_ctx fc = {0}, gc = {0};
             attention_backward_cpu(dqkv, dout, qkv, att, scratch, B, T, C, NH, &fc);
             attention_backward_cuda(d_dqkv, d_dout, d_qkv, d_att, d_scratch, B, T, C, NH, &gc);
             char what[96];
@@ -183,7 +183,7 @@ static void test_dispatch_device(void **state) {
     float *qkv = rand_f32(n_qkv, 30), *dout = rand_f32(n_out, 31);
     float *d_qkv = dev_from(qkv, F(n_qkv)), *d_dout = dev_from(dout, F(n_out));
     float *r[2][3]; /* [direct, dispatched][out, att, dqkv] on the host */
-    struct flop_counter fc[2] = {{.space = MEM_DEVICE}, {.space = MEM_DEVICE}};
+    struct exec_ctx fc[2] = {{.space = MEM_DEVICE}, {.space = MEM_DEVICE}};
     for (int via = 0; via < 2; via++) {
         float *d_out = dev_poisoned(F(n_out)), *d_att = dev_poisoned(F(n_att)), *d_dqkv = dev_poisoned(F(n_qkv));
         float *d_scratch = dev_poisoned(F(n_scratch));
@@ -218,7 +218,7 @@ static void test_dispatch_host(void **state) {
     const size_t n_scratch = attention_backward_scratch(B, T, NH);
     float *qkv = rand_f32(n_qkv, 40), *dout = rand_f32(n_out, 41);
     float *o[2], *a[2], *d[2], *scratch = host_nan(n_scratch);
-    struct flop_counter fc[2] = {{0}, {0}};
+    struct exec_ctx fc[2] = {{0}, {0}};
     for (int via = 0; via < 2; via++) {
         o[via] = host_nan(n_out), a[via] = host_nan(n_att), d[via] = host_nan(n_qkv);
         if (via == 0) {

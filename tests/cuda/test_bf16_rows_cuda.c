@@ -77,7 +77,7 @@ static void test_residual_layernorm_v2(void **state) {
             expect_same("residual_layernorm_forward_v2 mean", rmean, mean, F(N));
             expect_same("residual_layernorm_forward_v2 rstd", rrstd, rstd, F(N));
             /* the CPU kernels */
-            struct flop_counter fc = {0};
+            struct exec_ctx fc = {0};
             residual_forward_bf16_cpu(cx, a, bf, n, &fc);
             layernorm_forward_bf16_cpu(cout, cmean, crstd, cx, w, bias, N, C, &fc);
             expect_same("residual_layernorm_forward_v2 x against residual_forward_bf16", cx, x, H(n));
@@ -104,7 +104,7 @@ static void test_layernorm_backward_v2(void **state) {
                   *db = rand_f32(C, 19, 1.0f), *mean = malloc(F(N)), *rstd = malloc(F(N));
             bf16 *ln = malloc(H(n));
             for (int64_t c = 0; c < C; c++) w[c] += 1.0f;
-            struct flop_counter fc = {0};
+            struct exec_ctx fc = {0};
             layernorm_forward_bf16_cpu(ln, mean, rstd, x, w, bias, N, C, &fc);
             bf16 *d_x = dev_from(x, H(n)), *d_dyh = dev_from(dyh, H(n)), *d_dxh = dev_from(dxh, H(n));
             float *d_dy = dev_from(dy, F(n)), *d_dx = dev_from(dx, F(n)), *d_w = dev_from(w, F(C)),
@@ -168,7 +168,7 @@ static void test_gelu_v2(void **state) {
         bf16 *dinp_alias = (bf16 *)back(d_dout, H(n), "gelu dinp in place");
         float *pre_f = widened(pre, n), *dout_f = widened(dout, n), *cdinp = malloc(F(n));
         bf16 *cout = malloc(H(n)), *store = malloc(H(n)), *cdinp_h = malloc(H(n));
-        struct flop_counter fc = {0};
+        struct exec_ctx fc = {0};
         gelu_forward_bf16_cpu(cout, store, pre_f, n, &fc);
         gelu_backward_bf16_cpu(cdinp, pre, dout_f, n, &fc);
         for (int64_t i = 0; i < n; i++) {
@@ -213,7 +213,7 @@ static void test_crossentropy_v2(void **state) {
                     fail_msg("crossentropy_v2 loss of row %lld: gpu %.9g, replay %.9g (logf's ulp)", (long long)i,
                              (double)gloss[i], (double)rloss[i]);
             float *lf = widened(l, n);
-            struct flop_counter fc = {0};
+            struct exec_ctx fc = {0};
             crossentropy_forward_backward_cpu(lf, closs, targets, N, V, Vp, dloss, &fc);
             for (int64_t i = 0; i < n; i++) cl[i] = f32_to_bf16(lf[i]);
             expect_close_bf16("crossentropy_v2 dlogits against the CPU", cl, gl, n, ONE_ROUNDING);
@@ -236,7 +236,7 @@ static void test_crossentropy_dispatch_v2(void **state) {
     SKIP_WITHOUT_DEVICE();
     static const int64_t VS[] = {300, 50257}, VPS[] = {304, 50304}, NS[] = {257, 64};
     struct kernel_context kc = {0};
-    struct flop_counter v2 = {.space = MEM_DEVICE, .device = cuda_backend_traits(GPU_PATH_V2), .kernels = &kc},
+    struct exec_ctx v2 = {.space = MEM_DEVICE, .device = cuda_backend_traits(GPU_PATH_V2), .kernels = &kc},
                         v1 = {.space = MEM_DEVICE};
     for (int s = 0; s < 2; s++)
         for (int with_grad = 0; with_grad < 2; with_grad++) {

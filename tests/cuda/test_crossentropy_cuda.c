@@ -69,7 +69,7 @@ static void expect_rel(const char *what, const float *want, const float *got, in
 static void expect_three_passes(const float *logits, const int32_t *d_targets, int64_t N, int64_t V, int64_t Vp,
                                 float dloss, const float *d_logits, const float *d_losses) {
     float *d_l3 = dev_from(logits, F(N * Vp)), *d_maxv = dev_poisoned(F(N)), *d_scratch = dev_poisoned(F(2 * N));
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     crossentropy_row_max_cuda(d_l3, d_maxv, N, Vp, V, NULL);
     crossentropy_exp_sum_cuda(d_l3, d_maxv, d_scratch, d_scratch + N, d_targets, N, Vp, 0, V, dloss != 0.0f, NULL);
     crossentropy_finish_cuda(d_l3, d_maxv, d_maxv, d_scratch, d_scratch + N, d_targets, N, Vp, 0, V, dloss, &fc);
@@ -98,7 +98,7 @@ static void test_crossentropy(void **state) {
             int32_t *targets = rand_tokens(N, 90 + s, (int32_t)V);
             float *d_logits = dev_from(logits, F(N * Vp)), *d_losses = dev_poisoned(F(N));
             int32_t *d_targets = dev_from(targets, I(N));
-            struct flop_counter fc = {0}, gc = {0};
+            struct exec_ctx fc = {0}, gc = {0};
             double gtotal = crossentropy_forward_backward_cuda(d_logits, d_losses, d_targets, N, V, Vp, dloss, &gc);
             expect_three_passes(logits, d_targets, N, V, Vp, dloss, d_logits, d_losses);
             double ctotal = crossentropy_forward_backward_cpu(logits, losses, targets, N, V, Vp, dloss, &fc);
@@ -165,7 +165,7 @@ static void test_crossentropy_vocab_parallel(void **state) {
         d_sum = dev_from(sum, F(N));
         d_target = dev_from(target, F(N));
         float *d_losses = dev_poisoned(F(N));
-        struct flop_counter fc = {0}, gc = {0};
+        struct exec_ctx fc = {0}, gc = {0};
         double g = crossentropy_finish_cuda(d_logits, d_losses, d_maxv, d_sum, d_target, d_targets, N, Vl, v0, valid,
                                             dloss, &gc);
         double c = crossentropy_finish_cpu(logits, losses, maxv, sum, target, targets, N, Vl, v0, valid, dloss, &fc);

@@ -46,7 +46,7 @@ static void test_embedding_bf16(void **state) {
         int32_t *inp = rand_tokens(BT, 40 + s, (int32_t)V); /* few tokens: many repeats */
         bf16 *d_wte = dev_from(wte, (size_t)(V * C) * sizeof *wte), *d_dout = dev_from(dout, (size_t)(BT * C) * sizeof *dout);
         int32_t *d_inp = dev_from(inp, I(BT));
-        struct flop_counter v2 = {.space = MEM_DEVICE, .device = cuda_backend_traits(GPU_PATH_V2)};
+        struct exec_ctx v2 = {.space = MEM_DEVICE, .device = cuda_backend_traits(GPU_PATH_V2)};
         const int64_t slices[][2] = {{0, V}, {V / 3, V - V / 3 - V / 4}}; /* v0, rows */
         for (int k = 0; k < 2; k++) {
             int64_t v0 = slices[k][0], rows = slices[k][1];

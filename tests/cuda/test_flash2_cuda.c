@@ -111,7 +111,7 @@ static struct gpu_run run_gpu(const bf16 *qkv, const float *dout, int64_t B, int
     float *d_dout = dev_from(dout, F(BT * C)), *d_lse = dev_poisoned(F(B * NH * T)), *d_scratch = dev_poisoned(F(scratch_n));
     struct gpu_run r = {0};
     if (dispatch) {
-        struct flop_counter fc = {.space = MEM_DEVICE};
+        struct exec_ctx fc = {.space = MEM_DEVICE};
         attention_lse_forward_bf16(d_out, d_lse, d_qkv, NULL, B, T, C, NH, &fc);
         r.fwd_flops = fc.attention;
         attention_lse_backward_bf16(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, &fc);
@@ -148,7 +148,7 @@ static void test_against_cpu_bf16(void **state) {
         bf16 *out = malloc(H(BT * C)), *dqkv = malloc(H(BT * 3 * C));
         float *lse = malloc(F(B * NH * T)), *scratch = malloc(F(attention_lse_bf16_scratch(B, T, C, NH)));
         assert_true(out && dqkv && lse && scratch);
-        struct flop_counter fc = {0};
+        struct exec_ctx fc = {0};
         attention_lse_forward_bf16_cpu(out, lse, qkv, scratch, B, T, C, NH, &fc);
         attention_lse_backward_bf16_cpu(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, &fc);
         struct gpu_run g = run_gpu(qkv, dout, B, T, C, NH, true), again = run_gpu(qkv, dout, B, T, C, NH, false);

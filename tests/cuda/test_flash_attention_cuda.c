@@ -179,7 +179,7 @@ static void test_against_cpu(void **state) {
         float *out = malloc(F(BT * C)), *att = malloc(F(B * NH * T * T)), *dqkv = malloc(F(BT * 3 * C));
         float *scratch = malloc(F(attention_backward_scratch(B, T, NH)));
         assert_true(out && att && dqkv && scratch);
-        struct flop_counter fc = {0};
+        struct exec_ctx fc = {0};
         attention_forward(out, att, qkv, B, T, C, NH, &fc);
         attention_backward(dqkv, dout, qkv, att, scratch, B, T, C, NH, &fc);
         double *lse = lse_reference(qkv, B, T, C, NH);
@@ -253,7 +253,7 @@ static void test_flops(void **state) {
     float *out = malloc(F(B * T * C)), *att = malloc(F(B * NH * T * T)), *dqkv = malloc(F(B * T * 3 * C));
     float *scratch = malloc(F(attention_backward_scratch(B, T, NH)));
     assert_true(out && att && dqkv && scratch);
-    struct flop_counter fwd = {0}, bwd = {0};
+    struct exec_ctx fwd = {0}, bwd = {0};
     attention_forward(out, att, qkv, B, T, C, NH, &fwd);
     attention_backward(dqkv, dout, qkv, att, scratch, B, T, C, NH, &bwd);
     assert_true(f.forward_model == fwd.attention && f.backward_model == bwd.attention);
@@ -337,7 +337,7 @@ static void test_lse_dispatch_device(void **state) {
         float *d_qkv = dev_from(qkv, F(BT * 3 * C)), *d_dout = dev_from(dout, F(BT * C));
         float *d_out = dev_poisoned(F(BT * C)), *d_lse = dev_poisoned(F(nl)), *d_dqkv = dev_poisoned(F(BT * 3 * C));
         float *d_scratch = dev_poisoned(F(attention_lse_backward_scratch(B, T, NH)));
-        struct flop_counter fc = {.space = MEM_DEVICE};
+        struct exec_ctx fc = {.space = MEM_DEVICE};
         attention_lse_forward(d_out, d_lse, d_qkv, B, T, C, NH, &fc);
         attention_lse_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, &fc);
         float *out = peek(d_out, F(BT * C), "out"), *lse = peek(d_lse, F(nl), "lse");
@@ -353,7 +353,7 @@ static void test_lse_dispatch_device(void **state) {
         float *c_out = malloc(F(BT * C)), *c_lse = malloc(F(nl)), *c_dqkv = malloc(F(BT * 3 * C));
         float *c_scratch = malloc(F(attention_lse_backward_scratch(B, T, NH)));
         assert_true(c_out && c_lse && c_dqkv && c_scratch);
-        struct flop_counter cfc = {0};
+        struct exec_ctx cfc = {0};
         attention_lse_forward_cpu(c_out, c_lse, qkv, B, T, C, NH, &cfc);
         attention_lse_backward_cpu(c_dqkv, c_scratch, dout, qkv, c_out, c_lse, B, T, C, NH, &cfc);
         /* T = 1: dq and dk are exactly 0 on the CPU, bf16 noise of dS on the
@@ -389,7 +389,7 @@ static void test_lse_dispatch_host(void **state) {
     const int64_t B = 2, T = 70, NH = 3, C = 96, BT = B * T, nl = B * NH * T;
     float *qkv = rand_f32(BT * 3 * C, 100, 1.0f), *dout = rand_f32(BT * C, 101, 1.0f);
     float *o[2], *l[2], *d[2], *scr[2];
-    struct flop_counter fc[2] = {{0}, {0}};
+    struct exec_ctx fc[2] = {{0}, {0}};
     for (int k = 0; k < 2; k++) {
         o[k] = malloc(F(BT * C)), l[k] = malloc(F(nl)), d[k] = malloc(F(BT * 3 * C));
         scr[k] = malloc(F(attention_lse_backward_scratch(B, T, NH)));

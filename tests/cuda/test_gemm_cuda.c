@@ -52,7 +52,7 @@ static void test_gemm_counted(void **state) {
             int64_t na = (ta ? k : m) * lda, nb = (tb ? n : k) * ldb, nc = m * ldc;
             float *a = rand_f32(na, 60, 1.0f), *b = rand_f32(nb, 61, 1.0f), *c = rand_f32(nc, 62, 1.0f);
             float *d_a = dev_from(a, F(na)), *d_b = dev_from(b, F(nb)), *d_c = dev_from(c, F(nc));
-            struct flop_counter fc = {0}, gc = {0};
+            struct exec_ctx fc = {0}, gc = {0};
             gemm_counted_cuda(&gc, GEMM_ATTENTION, ta, tb, m, n, k, 0.5f, d_a, lda, d_b, ldb, 0.75f, d_c, ldc);
             gemm_counted_cpu(&fc, GEMM_ATTENTION, ta, tb, m, n, k, 0.5f, a, lda, b, ldb, 0.75f, c, ldc);
             float *got = back(d_c, F(nc), "gemm_counted");
@@ -100,7 +100,7 @@ static void test_gemm_bf16(void **state) {
             float *ar = rounded_bf16(a, na), *br = rounded_bf16(b, nb), *c32 = malloc(F(nc));
             memcpy(c32, c, F(nc));
             float *d_a = dev_from(a, F(na)), *d_b = dev_from(b, F(nb)), *d_c = dev_from(c, F(nc));
-            struct flop_counter fc = {0}, f32 = {0}, gc = {.kernels = ctx};
+            struct exec_ctx fc = {0}, f32 = {0}, gc = {.kernels = ctx};
             gemm_counted_cuda(&gc, GEMM_LAYER, ta, tb, m, n, k, 0.5f, d_a, lda, d_b, ldb, 0.75f, d_c, ldc);
             gemm_counted_cpu(&fc, GEMM_LAYER, ta, tb, m, n, k, 0.5f, ar, lda, br, ldb, 0.75f, c, ldc);
             gemm_counted_cpu(&f32, GEMM_LAYER, ta, tb, m, n, k, 0.5f, a, lda, b, ldb, 0.75f, c32, ldc);
@@ -153,7 +153,7 @@ static void test_matmul(void **state) {
                 float *dout_m = bf ? rounded_bf16(dout, N * OC) : dout;
                 float *d_inp = dev_from(inp, F(N * C)), *d_w = dev_from(w, F(OC * C));
                 float *d_bias = with_bias ? dev_from(bias, F(OC)) : NULL, *d_out = dev_poisoned(F(N * OC));
-                struct flop_counter fc = {0}, gc = {.kernels = bf ? ctx : NULL};
+                struct exec_ctx fc = {0}, gc = {.kernels = bf ? ctx : NULL};
                 const char *fwd = bf ? "matmul_forward (bf16)" : "matmul_forward";
                 long long epilogues = ctx->bias_epilogues;
                 matmul_forward_sliced_cuda(d_out, d_inp, d_w, d_bias, N, C, OC, R, &gc);
@@ -192,7 +192,7 @@ static void test_matmul(void **state) {
                     float *db2 = malloc(F(OC)), *dw2 = malloc(F(OC * C));
                     memcpy(db2, db, F(OC));
                     memcpy(dw2, dw, F(OC * C));
-                    struct flop_counter f2 = {0}, g2 = {.kernels = ctx};
+                    struct exec_ctx f2 = {0}, g2 = {.kernels = ctx};
                     matmul_forward_bf16_cuda(d_o2, d_xh, d_w, d_bias, N, C, OC, &g2);
                     got = back(d_o2, F(N * OC), "matmul_forward_bf16");
                     expect_close("matmul_forward_bf16", out, got, N * OC, 1e-5);

@@ -109,7 +109,7 @@ static void test_layernorm(void **state) {
         float *dout = rand_f32(N * C, 22, 1.0f), *dinp = rand_f32(N * C, 23, 1.0f);
         float *dw = rand_f32(C, 24, 1.0f), *db = rand_f32(C, 25, 1.0f);
         float *out = malloc(F(N * C)), *mean = malloc(F(N)), *rstd = malloc(F(N));
-        struct flop_counter fc = {0}, gc = {0};
+        struct exec_ctx fc = {0}, gc = {0};
         float *d_inp = dev_from(inp, F(N * C)), *d_w = dev_from(w, F(C)), *d_b = dev_from(b, F(C));
         float *d_out = dev_poisoned(F(N * C)), *d_mean = dev_poisoned(F(N)), *d_rstd = dev_poisoned(F(N));
         layernorm_forward_cuda(d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C, &gc);
@@ -153,7 +153,7 @@ static void test_elementwise(void **state) {
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
         int64_t n = sizes[s];
         float *x = rand_f32(n, 30 + s, 6.0f), *y = rand_f32(n, 40 + s, 1.0f), *want = malloc(F(n));
-        struct flop_counter fc = {0}, gc = {0};
+        struct exec_ctx fc = {0}, gc = {0};
         float *d_x = dev_from(x, F(n)), *d_y = dev_from(y, F(n)), *d_o = dev_poisoned(F(n));
         gelu_forward_cuda(d_o, d_x, n, &gc);
         gelu_forward_cpu(want, x, n, &fc);
@@ -207,7 +207,7 @@ static void test_gelu_bf16(void **state) {
             int64_t n = sizes[s], tot = n + off;
             float *x = rand_f32(tot, 130 + s, 6.0f), *y = rand_f32(tot, 140 + s, 1.0f), *want = malloc(F(tot));
             bf16 *out = malloc(tot * sizeof *out), *pre = malloc(tot * sizeof *pre);
-            struct flop_counter fc = {0}, gc = {0};
+            struct exec_ctx fc = {0}, gc = {0};
             float *d_x = dev_from(x, F(tot));
             bf16 *d_out = dev_poisoned(tot * sizeof *d_out), *d_pre = dev_poisoned(tot * sizeof *d_pre);
             gelu_forward_bf16_cuda(d_out + off, d_pre + off, d_x + off, n, &gc);
@@ -240,7 +240,7 @@ static void test_dispatch_device(void **state) {
     int64_t n = 4099;
     float *x = rand_f32(n, 120, 6.0f), *want = malloc(F(n));
     float *d_x = dev_from(x, F(n)), *d_o = dev_poisoned(F(n));
-    struct flop_counter fc = {0}, gc = {.space = MEM_DEVICE};
+    struct exec_ctx fc = {0}, gc = {.space = MEM_DEVICE};
     gelu_forward(d_o, d_x, n, &gc);
     gelu_forward_cpu(want, x, n, &fc);
     float *got = back(d_o, F(n), "gelu_forward (dispatched)");
@@ -258,7 +258,7 @@ static void test_dispatch_host(void **state) {
     float *lw = rand_f32(C, 133, 1.0f), *lb = rand_f32(C, 134, 1.0f);
     float *o1 = malloc(F(N * OC)), *o2 = malloc(F(N * OC)), *n1 = malloc(F(N * C)), *n2 = malloc(F(N * C));
     float *m1 = malloc(F(N)), *m2 = malloc(F(N)), *r1 = malloc(F(N)), *r2 = malloc(F(N));
-    struct flop_counter f1 = {0}, f2 = {0};
+    struct exec_ctx f1 = {0}, f2 = {0};
     layernorm_forward(n1, m1, r1, inp, lw, lb, N, C, &f1);
     layernorm_forward_cpu(n2, m2, r2, inp, lw, lb, N, C, &f2);
     expect_bits("layernorm_forward (host)", n2, n1, N * C);

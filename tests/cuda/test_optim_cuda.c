@@ -103,7 +103,7 @@ static void expect_dev(const char *what, const void *want, const void *dev, size
     free(h);
 }
 
-static void expect_flops(const char *what, const struct flop_counter *want, const struct flop_counter *got) {
+static void expect_flops(const char *what, const struct exec_ctx *want, const struct exec_ctx *got) {
     if (want->gemm != got->gemm || want->attention != got->attention || want->other != got->other)
         fail_msg("%s: FLOPs gemm/attention/other: cpu %.17g/%.17g/%.17g, gpu %.17g/%.17g/%.17g", what, want->gemm,
                  want->attention, want->other, got->gemm, got->attention, got->other);
@@ -161,7 +161,7 @@ static void test_adamw(void **state) {
             bf16 *p = malloc(n * sizeof *p);
             float *dw = dev_from(w, n * 4), *dm = dev_from(m, n * 4), *dv = dev_from(v, n * 4);
             bf16 *dp = dev_poisoned(n * sizeof *p);
-            struct flop_counter fc = {0}, gc = {.space = MEM_DEVICE};
+            struct exec_ctx fc = {0}, gc = {.space = MEM_DEVICE};
             for (size_t j = 0; j < NSTEPS; j++) {
                 const int64_t t = steps[j];
                 void *g = rand_grad(n, stream_of(1, s, c, 3 + 2 * j), k.gd), *dg = dev_from(g, n * dtype_size(k.gd));
@@ -197,7 +197,7 @@ static void test_sgd(void **state) {
             memset(buf, 0xff, n * 4);
             float *dw = dev_from(w, n * 4), *dbuf = dev_poisoned(n * 4);
             bf16 *dp = dev_poisoned(n * sizeof *p);
-            struct flop_counter fc = {0}, gc = {.space = MEM_DEVICE};
+            struct exec_ctx fc = {0}, gc = {.space = MEM_DEVICE};
             for (size_t j = 0; j < NSTEPS; j++) {
                 const int64_t t = steps[j];
                 void *g = rand_grad(n, stream_of(2, s, c, 3 + 2 * j), k.gd), *dg = dev_from(g, n * dtype_size(k.gd));
@@ -259,7 +259,7 @@ static void test_adamw8bit(void **state) {
             uint8_t *dq1 = dev_from(q1, n), *dq2 = dev_from(q2, n);
             float *dw = dev_from(w, n * 4), *da1 = dev_from(a1, nb * 4), *da2 = dev_from(a2, nb * 4);
             bf16 *dp = dev_poisoned(n * sizeof *p);
-            struct flop_counter fc = {0}, gc = {.space = MEM_DEVICE};
+            struct exec_ctx fc = {0}, gc = {.space = MEM_DEVICE};
             for (size_t j = 0; j < NSTEPS; j++) {
                 const int64_t t = steps[j];
                 void *g = rand_grad(n, stream_of(3, s, c, 3 + 2 * j), k.gd);
@@ -304,7 +304,7 @@ static void test_lion(void **state) {
             bf16 *p = malloc(n * sizeof *p);
             float *dw = dev_from(w, n * 4), *dm = dev_from(m, n * 4);
             bf16 *dp = dev_poisoned(n * sizeof *p);
-            struct flop_counter fc = {0}, gc = {.space = MEM_DEVICE};
+            struct exec_ctx fc = {0}, gc = {.space = MEM_DEVICE};
             for (size_t j = 0; j < NSTEPS; j++) {
                 const int64_t t = steps[j];
                 void *g = rand_grad(n, stream_of(6, s, c, 3 + 2 * j), k.gd);
@@ -354,7 +354,7 @@ static void test_onestate8bit(void **state) {
                 uint8_t *dq = dev_from(q, n);
                 float *dw = dev_from(w, n * 4), *da = dev_from(a, nb * 4);
                 bf16 *dp = dev_poisoned(n * sizeof *p);
-                struct flop_counter fc = {0}, gc = {.space = MEM_DEVICE};
+                struct exec_ctx fc = {0}, gc = {.space = MEM_DEVICE};
                 for (size_t j = 0; j < NSTEPS; j++) {
                     const int64_t t = steps[j];
                     void *g = rand_grad(n, stream_of(7 + rule, s, c, 3 + 2 * j), k.gd);
@@ -450,7 +450,7 @@ static void test_dispatch_host(void **state) {
     bf16 *p1 = malloc(n * 2), *p2 = malloc(n * 2);
     memcpy(w2, w1, n * 4);
     memcpy(w0, w1, n * 4);
-    struct flop_counter f1 = {0}, f2 = {0};
+    struct exec_ctx f1 = {0}, f2 = {0};
     const struct adamw_hparams h = adam_hparams(true, 1);
     struct param_writeback o1 = writeback_of(WB_STOCHASTIC, p1, 1), o2 = writeback_of(WB_STOCHASTIC, p2, 1);
     adamw_update(&h, n, w1, m1, v1, g, DTYPE_FP32, &o1, &f1);

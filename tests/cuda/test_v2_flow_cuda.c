@@ -64,8 +64,8 @@ static void expect_same_bf16(const char *what, const bf16 *want, const bf16 *got
 }
 
 /* A counter on device memory, as the trainer's (no kernel context unless given). */
-static struct flop_counter on_device(struct kernel_context *kc) {
-    return (struct flop_counter){.space = MEM_DEVICE, .kernels = kc};
+static struct exec_ctx on_device(struct kernel_context *kc) {
+    return (struct exec_ctx){.space = MEM_DEVICE, .kernels = kc};
 }
 
 enum { NSHAPES = 5 };
@@ -85,7 +85,7 @@ static void test_layernorm_forward_and_residual(void **state) {
         float *d_b = dev_from(b, F(n)), *d_w = dev_from(w, F(C)), *d_bias = dev_from(bias, F(C)),
               *d_mean = dev_poisoned(F(N)), *d_rstd = dev_poisoned(F(N)), *d_fmean = dev_poisoned(F(N)),
               *d_frstd = dev_poisoned(F(N)), *d_m2 = dev_poisoned(F(N)), *d_r2 = dev_poisoned(F(N));
-        struct flop_counter g = on_device(NULL), c = {0}, gf = on_device(NULL), g2 = on_device(NULL);
+        struct exec_ctx g = on_device(NULL), c = {0}, gf = on_device(NULL), g2 = on_device(NULL);
         layernorm_forward_bf16(d_out, d_mean, d_rstd, d_x, d_w, d_bias, N, C, &g);
         residual_forward_bf16(d_res, d_x, d_b, n, &g);
         /* the fused call against the two apart, on the device */
@@ -133,7 +133,7 @@ static void test_layernorm_backward(void **state) {
                   *bias = rand_f32(C, 16, 0.1f), *dw = rand_f32(C, 17, 1.0f), *db = rand_f32(C, 18, 1.0f),
                   *mean = malloc(F(N)), *rstd = malloc(F(N));
             for (int64_t c = 0; c < C; c++) w[c] += 1.0f;
-            struct flop_counter c = {0}, g = on_device(NULL), fwd = {0};
+            struct exec_ctx c = {0}, g = on_device(NULL), fwd = {0};
             layernorm_forward_bf16_cpu(ln, mean, rstd, x, w, bias, N, C, &fwd);
             bf16 *d_x = dev_from(x, H(n)), *d_dxh = dev_from(dxh, H(n));
             float *d_dy = dev_from(dy, F(n)), *d_dx = dev_from(dx, F(n)), *d_w = dev_from(w, F(C)),
@@ -164,7 +164,7 @@ static void test_gelu_backward_grads(void **state) {
         int64_t n = SIZES[s];
         bf16 *pre = rand_bf16(n, 21 + s, 4.0f, 0.0f), *dout = rand_bf16(n, 31 + s, 2.0f, 0.0f), *cd = malloc(H(n));
         bf16 *d_pre = dev_from(pre, H(n)), *d_d = dev_from(dout, H(n));
-        struct flop_counter c = {0}, g = on_device(NULL);
+        struct exec_ctx c = {0}, g = on_device(NULL);
         gelu_backward_bf16_grads(d_d, d_pre, d_d, n, &g); /* in place, as the model calls it */
         bf16 *gd = (bf16 *)back(d_d, H(n), "gelu dinp");
         gelu_backward_bf16_grads_cpu(cd, pre, dout, n, &c);
@@ -198,7 +198,7 @@ static void run_mixed(struct kernel_context *kc, struct mm_case k) {
     struct act_out gout = k.out_bf16 ? (struct act_out){.b16 = d_out} : (struct act_out){.f32 = d_out};
     struct act_out gdinp = k.out_bf16 ? (struct act_out){.b16 = d_dinp} : (struct act_out){.f32 = d_dinp};
     struct operand dout_g = k.dout_bf16 ? (struct operand){.b16 = d_douth} : (struct operand){.f32 = d_doutf};
-    struct flop_counter g = on_device(kc), c = {0};
+    struct exec_ctx g = on_device(kc), c = {0};
     long long fused = kc->bias_epilogues;
     matmul_forward_mixed(gout, (struct operand){.b16 = d_x}, (struct operand){.f32 = d_w}, d_bias, N, C, OC, &g);
     matmul_backward_mixed(gdinp, d_dw, k.bias ? d_db : NULL, dout_g, (struct operand){.b16 = d_x},
@@ -271,7 +271,7 @@ static void test_attention_plain(void **state) {
             struct act_out c_att = where == 0 ? (struct act_out){.b16 = catt}
                                    : where == 1 ? (struct act_out){.f32 = catt32, .bf16_values = true}
                                                 : (struct act_out){0};
-            struct flop_counter g = on_device(NULL), c = {0};
+            struct exec_ctx g = on_device(NULL), c = {0};
             attention_forward_bf16((struct act_out){.b16 = d_out}, g_att, d_qkv, d_scr, B, T, C, NH, &g);
             attention_forward_bf16_cpu((struct act_out){.b16 = cout}, c_att, qkv, scr, B, T, C, NH, &c);
             bf16 *gout = (bf16 *)back(d_out, H(n_out), "attention out");

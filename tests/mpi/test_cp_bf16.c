@@ -46,7 +46,7 @@ static int world_size(void) {
 struct harness {
     struct config cfg;
     struct mem_tracker mem;
-    struct flop_counter flops;
+    struct exec_ctx flops;
     struct engine e;
 };
 

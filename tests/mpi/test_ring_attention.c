@@ -87,10 +87,10 @@ static void test_ring_equals_plain_attention(void **state) {
     fill(qkv, n3, 1);
     fill(dout, n1, 2);
     /* one process: the plain attention, and the flash one for the lse */
-    struct flop_counter one = {0};
+    struct exec_ctx one = {0};
     attention_forward(out, att, qkv, B, T, C, NH, &one);
     attention_backward(dqkv, dout, qkv, att, scratch, B, T, C, NH, &one);
-    struct flop_counter flash = {0};
+    struct exec_ctx flash = {0};
     attention_lse_forward(flash_out, lse, qkv, B, T, C, NH, &flash);
     double flash_fwd = flash.attention;
     float *flash_dqkv = malloc(n3 * 4), *flash_D = malloc(attention_lse_backward_scratch(B, T, NH) * 4);
@@ -99,7 +99,7 @@ static void test_ring_equals_plain_attention(void **state) {
 
     /* this rank: its positions through the ring */
     static struct mem_tracker mem;
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     struct gpt m = {.B = B, .shape = {.T = Tl, .C = C, .NH = NH}, .Cl = C, .NHl = NH, .space = MEM_HOST, .flops = &fc};
     gpt_set_context_parallel(&m, cp, &mem);
     float *q_l = malloc(l3 * 4), *dout_l = malloc(l1 * 4), *out_l = malloc(l1 * 4), *lse_l = malloc((size_t)B * NH * Tl * 4);
@@ -162,7 +162,7 @@ static void test_ring_bf16_equals_fp32_ring_rounded(void **state) {
 
     /* the fp32 ring on the widened store */
     static struct mem_tracker mem;
-    struct flop_counter fc32 = {0}, fc16 = {0};
+    struct exec_ctx fc32 = {0}, fc16 = {0};
     struct gpt m32 = {.B = B, .shape = {.T = Tl, .C = C, .NH = NH}, .Cl = C, .NHl = NH, .space = MEM_HOST,
                       .flops = &fc32, .act_dtype = DTYPE_FP32, .gemm_dtype = DTYPE_FP32};
     gpt_set_context_parallel(&m32, cp, &mem);

@@ -103,7 +103,7 @@ struct run {
     struct comm_counters tp_comm, pp_comm; /* the steps' traffic (the trainer counts steps only) */
     float *params;            /* this rank's, fp32 (widened), layout order; valid on dp rank 0 */
     struct model_layout lay;
-    struct flop_counter flops;
+    struct exec_ctx flops;
 };
 
 static void train(const struct config *c, struct grid *grid, struct run *out) {

@@ -59,7 +59,7 @@ static void check(float dloss) {
     targets_of(t);
     fill(full, Vp, 7);
     for (int64_t i = 0; i < N; i++) memcpy(mine + i * Vl, full + i * Vp + v0, (size_t)Vl * sizeof *mine);
-    struct flop_counter fc = {0};
+    struct exec_ctx fc = {0};
     double want = crossentropy_forward_backward(full, full_loss, t, N, V, Vp, dloss, &fc);
     struct comm_counters before = tp->counters;
     struct vocab_slice s = {.V = V, .Vl = Vl, .v0 = v0};
@@ -113,7 +113,7 @@ static void test_no_group_is_the_full_kernel(void **state) {
     targets_of(t);
     fill(a, Vp, 11);
     memcpy(b, a, (size_t)(N * Vp) * sizeof *a);
-    struct flop_counter fa = {0}, fb = {0};
+    struct exec_ctx fa = {0}, fb = {0};
     double sa = crossentropy_forward_backward(a, la, t, N, V, Vp, 0.5f, &fa);
     double sb = vocab_parallel_crossentropy(NULL, (struct vocab_slice){V, Vp, 0}, b, lb, t, N, 0.5f, scratch, &fb);
     assert_true(sa == sb);

@@ -36,7 +36,7 @@ static double bf16_trial(void *ctx, int threads) {
         int64_t N = PROBE_SHAPES[s][0], C = PROBE_SHAPES[s][1], OC = PROBE_SHAPES[s][2];
         /* as the run issues them: on more than one thread in the fixed
          * blocks the team takes (model/cpu/matmul_onednn.c), else whole */
-        struct flop_counter fc = {.onednn = p->g, .gemm_blocks = threads > 1};
+        struct exec_ctx fc = {.onednn = p->g, .gemm_blocks = threads > 1};
         double t0 = monotonic_seconds();
         matmul_forward_mixed((struct act_out){.f32 = p->out}, (struct operand){.b16 = p->x}, (struct operand){.b16 = p->w}, NULL, N, C, OC,
                              &fc);

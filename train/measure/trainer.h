@@ -37,7 +37,7 @@ struct trainer {
     struct device_info dev;     /* where the model runs (include/device.h): the CPU, or this rank's GPU */
     enum mem_space space;       /* where the engine's buffers live: MEM_DEVICE on a GPU */
     struct mem_tracker mem;
-    struct flop_counter flops;
+    struct exec_ctx flops;
     enum dtype gemm_dtype;      /* the layer GEMMs' operands: --gemm_dtype, auto resolved (trainer_open_kernels) */
     struct engine engine;
     bool engine_open;           /* engine_init ran (its buffers to free) */
@@ -71,7 +71,7 @@ struct trainer {
      * tracker and the energy meter read as a step begins. */
     struct step_hooks hooks;
     struct trace_watch trace_watch;
-    struct flop_counter step_start_flops;
+    struct exec_ctx step_start_flops;
     double step_start_joules;
     int stop_after;             /* > 0: trainer_run stops (and writes save_state) once step reaches it,
                                  * before steps; the LR schedule still follows steps. 0: off */

@@ -24,7 +24,7 @@ struct rank_stats {
     double one_unit;        /* bytes of the one-unit staging a save or load uses */
     struct rank_comm comm[GROUP_NUM];  /* per group of the grid: dp, tp, pp, tie */
     double pipe_total, pipe_busy, pipe_waiting; /* seconds in the schedule over the run (include/schedule.h) */
-    double attention_flops; /* the run's attention FLOPs (flop_counter.attention): cp's balance, report_cp_flops */
+    double attention_flops; /* the run's attention FLOPs (exec_ctx.attention): cp's balance, report_cp_flops */
     /* a GPU run: tracked device bytes (peak) beside the driver's used bytes
      * (cudaMemGetInfo, highest seen at start-up and after each step) and
      * the device's total; all 0 on the CPU */

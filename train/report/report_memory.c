@@ -350,7 +350,7 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
 
 void report_flops(FILE *out, const struct trainer *tr, int steps) {
     if (steps <= 0) return;
-    const struct flop_counter *f = &tr->flops;
+    const struct exec_ctx *f = &tr->flops;
     struct flop_theory th = theory_trainer_flops(tr->cfg, rank_place_of(tr->cfg, tr->grid->world_size, 0));
     double secs = tr->train_seconds / steps;
     fprintf(out, "\nFLOPs per optimizer step on rank 0, averaged over %d steps (%.0f tokens per rank per step)\n",

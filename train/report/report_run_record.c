@@ -11,7 +11,7 @@ void run_record_describe_machine(struct run_record *r) {
     machine_blas_info(&r->blas);
 }
 
-void run_record_describe_gemms(struct run_record *r, const struct flop_counter *fc, enum dtype gemm_dtype) {
+void run_record_describe_gemms(struct run_record *r, const struct exec_ctx *fc, enum dtype gemm_dtype) {
     r->gemm_dtype = gemm_dtype;
     if (r->on_gpu) {
         snprintf(r->gemm_library, sizeof r->gemm_library, "cuBLAS");

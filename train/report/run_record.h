@@ -50,7 +50,7 @@ void run_record_describe_machine(struct run_record *r);
  * CPU, oneDNN's version and kernel when the counter carries its context
  * (fc->onednn), else the BLAS's (call run_record_describe_machine first);
  * on a GPU, cuBLAS. */
-void run_record_describe_gemms(struct run_record *r, const struct flop_counter *fc, enum dtype gemm_dtype);
+void run_record_describe_gemms(struct run_record *r, const struct exec_ctx *fc, enum dtype gemm_dtype);
 /* Fills the threading fields from the environment (OMP_WAIT_POLICY,
  * GOMP_SPINCOUNT); the cores are the caller's to measure. */
 void run_record_describe_threading(struct run_record *r);

@@ -27,8 +27,8 @@ static void kernels_see(void *self, const struct step_event *ev) {
 /* The step's rates raise a probed peak (peak.h): its GEMMs over their own
  * time, its issued GEMM FLOPs and its model FLOPs over the step's. Said
  * the first time, by the rank whose peak rose (each rank keeps its own). */
-static void observe_peak(struct trainer *tr, const struct flop_counter *before, double model_flops, double dt) {
-    const struct flop_counter *f = &tr->flops;
+static void observe_peak(struct trainer *tr, const struct exec_ctx *before, double model_flops, double dt) {
+    const struct exec_ctx *f = &tr->flops;
     double issued = f->gemm - before->gemm + f->attention - before->attention;
     double gemm_s = f->gemm_seconds - before->gemm_seconds;
     const double rate[PEAK_RATES] = {[PEAK_RATE_GEMMS] = gemm_s > 0 ? issued / gemm_s : 0.0,
@@ -50,7 +50,7 @@ static void flops_see(void *self, const struct step_event *ev) {
     if (ev->at == STEP_BEGINS) tr->step_start_flops = tr->flops;
     if (ev->at != STEP_ENDS) return;
     struct step_metrics *m = ev->metrics;
-    const struct flop_counter *before = &tr->step_start_flops;
+    const struct exec_ctx *before = &tr->step_start_flops;
     double dt = m->ms / 1e3;
     m->flops = flops_total(&tr->flops) - flops_total(before);
     m->gemm_ms = (tr->flops.gemm_seconds - before->gemm_seconds) * 1e3;

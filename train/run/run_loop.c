@@ -241,7 +241,7 @@ static void agree_loss(struct trainer *tr, double *loss) {
 float trainer_validate(struct trainer *tr) {
     struct collectives *dp = &tr->grid->dp_comm;
     double t0 = monotonic_seconds();
-    struct flop_counter flops = tr->flops; /* validation is not part of a step's count */
+    struct exec_ctx flops = tr->flops; /* validation is not part of a step's count */
     struct coll_uncounted kept[GROUP_NUM]; /* nor of its traffic: tp's f and g, pp's sends, all groups */
     for (int g = 0; g < GROUP_NUM; g++) kept[g] = coll_uncounted_begin(grid_group(tr->grid, (enum grid_group)g));
     int ev = trace_begin(&tr->trace, TRACE_VALIDATION, -1);

@@ -23,7 +23,7 @@ static int sample_token(const float *logits, int V, float temperature, float coi
 
 void trainer_sample(struct trainer *tr, FILE *out) {
     const struct config *c = tr->cfg;
-    struct flop_counter training = tr->flops; /* sampling is not part of the training counts */
+    struct exec_ctx training = tr->flops; /* sampling is not part of the training counts */
     struct coll_uncounted comm = coll_uncounted_begin(&tr->grid->dp_comm);
     int T = c->seq_len, n_ctx = 0;
     size_t bt = (size_t)c->micro_batch * T;

@@ -411,7 +411,7 @@ int main(int argc, char **argv) {
         if (cfg.sample_tokens > 0) {
             if (rank == 0)
                 printf("\nsample (%d tokens, temperature %.2f):\n", cfg.sample_tokens, cfg.sample_temperature);
-            struct flop_counter steps_only = tr.flops; /* sampling is not part of a step's count */
+            struct exec_ctx steps_only = tr.flops; /* sampling is not part of a step's count */
             trainer_sample(&tr, rank == 0 ? stdout : NULL); /* every rank runs the forward (ZeRO-3 gathers) */
             device_kernels_sync(&tr.dev, &tr.flops); /* its spans end before the counter goes back */
             tr.flops = steps_only;

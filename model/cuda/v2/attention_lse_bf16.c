@@ -22,7 +22,7 @@ static void flash2_or_exit(const char *op, int rc) {
 }
 
 void attention_lse_forward_bf16_cuda(bf16 *out, float *lse, const bf16 *qkv, float *scratch, int64_t B, int64_t T,
-                                     int64_t C, int64_t NH, struct flop_counter *fc) {
+                                     int64_t C, int64_t NH, struct exec_ctx *fc) {
     (void)scratch; /* the forward takes none on the device */
     flash2_or_exit("attention_lse_forward_bf16", flash2_forward(out, lse, qkv, B, T, C, NH));
     const int64_t hs = C / NH;
@@ -33,7 +33,7 @@ void attention_lse_forward_bf16_cuda(bf16 *out, float *lse, const bf16 *qkv, flo
 
 void attention_lse_backward_bf16_cuda(bf16 *dqkv, float *scratch, const float *dout, const bf16 *qkv,
                                       const bf16 *out, const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH,
-                                      struct flop_counter *fc) {
+                                      struct exec_ctx *fc) {
     flash2_or_exit("attention_lse_backward_bf16",
                    flash2_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH));
     const int64_t hs = C / NH;

@@ -50,7 +50,7 @@ void store(struct act_out o, float *f, int64_t n, const char *what) {
 extern "C" {
 
 void attention_forward_bf16_cuda(struct act_out out, struct act_out att, const bf16 *qkv, float *scratch, int64_t B,
-                                 int64_t T, int64_t C, int64_t NH, struct flop_counter *fc) {
+                                 int64_t T, int64_t C, int64_t NH, struct exec_ctx *fc) {
     (void)scratch; /* the CPU's per-thread tiles; v1's kernel takes none in the forward */
     const char *what = "attention_forward_bf16";
     const int64_t n_out = B * T * C, n_att = B * NH * T * T;
@@ -62,7 +62,7 @@ void attention_forward_bf16_cuda(struct act_out out, struct act_out att, const b
 }
 
 void attention_backward_bf16_cuda(bf16 *dqkv, const float *dout, const bf16 *qkv, struct operand att, float *scratch,
-                                  int64_t B, int64_t T, int64_t C, int64_t NH, struct flop_counter *fc) {
+                                  int64_t B, int64_t T, int64_t C, int64_t NH, struct exec_ctx *fc) {
     const char *what = "attention_backward_bf16";
     const int64_t n_qkv = 3 * B * T * C, n_att = B * NH * T * T;
     float *q = widened(qkv, n_qkv, what), *d = pool_floats(n_qkv, what);

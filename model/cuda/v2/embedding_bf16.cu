@@ -58,7 +58,7 @@ void bucketed_dwte(float *dwte, const bf16 *dout, const int32_t *inp, int64_t v0
 extern "C" {
 
 void embedding_rows_forward_bf16_cuda(float *out, const int32_t *inp, const bf16 *wte, int64_t v0, int64_t rows,
-                                      int64_t BT, int64_t C, struct flop_counter *fc) {
+                                      int64_t BT, int64_t C, struct exec_ctx *fc) {
     (void)fc;  // no FLOPs (layers.h)
     if (BT * C == 0) return;
     emb_fwd_bf16<<<cuda_blocks(BT * C, kBlock), kBlock>>>(out, inp, wte, v0, rows, BT, C);
@@ -66,7 +66,7 @@ void embedding_rows_forward_bf16_cuda(float *out, const int32_t *inp, const bf16
 }
 
 void embedding_rows_backward_bf16_cuda(float *dwte, float *dwpe, const bf16 *dout, const int32_t *inp, int64_t v0,
-                                       int64_t rows, int64_t B, int64_t T, int64_t C, struct flop_counter *fc) {
+                                       int64_t rows, int64_t B, int64_t T, int64_t C, struct exec_ctx *fc) {
     (void)fc;
     if (B * T * C == 0) return;
     // CUB's item count and the keys are int; the grid's y a channel group

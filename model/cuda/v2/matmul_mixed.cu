@@ -79,7 +79,7 @@ void *pool_alloc(size_t bytes, const char *what) {
     return p;
 }
 
-void check_dims(const char *kernel, int64_t N, int64_t C, int64_t OC, const struct flop_counter *fc) {
+void check_dims(const char *kernel, int64_t N, int64_t C, int64_t OC, const struct exec_ctx *fc) {
     if (!fc->kernels) {
         fprintf(stderr, "error: %s: bf16 operands need the run's kernel context (kernel_context.h)\n", kernel);
         exit(EXIT_FAILURE);
@@ -102,7 +102,7 @@ struct lt_cache *plans_of(struct kernel_context *kc) {
 
 // One GEMM through the cached cuBLASLt plans, counted and timed; false,
 // nothing done or counted, where it cannot run.
-bool lt_counted(struct flop_counter *fc, const struct lt_call &c, const char *what) {
+bool lt_counted(struct exec_ctx *fc, const struct lt_call &c, const char *what) {
     struct kernel_span t = kernel_span_begin(fc, true);
     bool ran = lt_matmul_cached(plans_of(fc->kernels), fc->kernels, &c);
     if (ran) cuda_done(what);
@@ -113,7 +113,7 @@ bool lt_counted(struct flop_counter *fc, const struct lt_call &c, const char *wh
 
 // The fall-back: row-major D (m, n) fp32 = op(A) op(B) + beta D on
 // cublasGemmEx (bf16 operands, fp32 accumulation), counted and timed.
-void gemm_ex_counted(struct flop_counter *fc, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+void gemm_ex_counted(struct exec_ctx *fc, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                      const __nv_bfloat16 *a, int64_t lda, const __nv_bfloat16 *b, int64_t ldb, float beta, float *d,
                      int64_t ldd) {
     struct kernel_span t = kernel_span_begin(fc, true);
@@ -133,7 +133,7 @@ void gemm_ex_counted(struct flop_counter *fc, bool trans_a, bool trans_b, int64_
 // D (m, n) = A op(B) (+ bias) into an act_out, overwritten: cuBLASLt with
 // the bias in its epilogue and a bf16 or fp32 D, else the fall-back into
 // fp32 (a pool copy for a bf16 D), the bias pass, and the narrowing.
-void gemm_into(struct flop_counter *fc, struct act_out out, bool trans_b, int64_t m, int64_t n, int64_t k,
+void gemm_into(struct exec_ctx *fc, struct act_out out, bool trans_b, int64_t m, int64_t n, int64_t k,
                const __nv_bfloat16 *a, int64_t lda, const __nv_bfloat16 *b, int64_t ldb, const float *bias,
                const char *what) {
     if (m <= 0) return;
@@ -156,7 +156,7 @@ void gemm_into(struct flop_counter *fc, struct act_out out, bool trans_b, int64_
 extern "C" {
 
 void matmul_forward_mixed_cuda(struct act_out out, struct operand inp, struct operand weight, const float *bias,
-                               int64_t N, int64_t C, int64_t OC, struct flop_counter *fc) {
+                               int64_t N, int64_t C, int64_t OC, struct exec_ctx *fc) {
     const char *what = "matmul_forward_mixed";
     check_dims(what, N, C, OC, fc);
     v2_plain_out(out, what);
@@ -169,7 +169,7 @@ void matmul_forward_mixed_cuda(struct act_out out, struct operand inp, struct op
 
 void matmul_backward_mixed_cuda(struct act_out dinp, float *dweight, float *dbias, struct operand dout,
                                 struct operand inp, struct operand weight, int64_t N, int64_t C, int64_t OC,
-                                struct flop_counter *fc) {
+                                struct exec_ctx *fc) {
     const char *what = "matmul_backward_mixed";
     check_dims(what, N, C, OC, fc);
     v2_plain_out(dinp, what);

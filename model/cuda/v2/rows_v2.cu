@@ -16,7 +16,7 @@
 extern "C" {
 
 void layernorm_forward_bf16_cuda(bf16 *out, float *mean, float *rstd, const bf16 *inp, const float *weight,
-                                 const float *bias, int64_t N, int64_t C, struct flop_counter *fc) {
+                                 const float *bias, int64_t N, int64_t C, struct exec_ctx *fc) {
     layernorm_forward_v2(out, mean, rstd, inp, weight, bias, N, C);
     fc->other += (double)LN_FLOPS_FWD_PER_ELEM * N * C;
 }
@@ -25,7 +25,7 @@ void layernorm_forward_bf16_cuda(bf16 *out, float *mean, float *rstd, const bf16
 // buffers do (model/cuda/kernel_context.cu keeps the pool at its peak).
 void layernorm_backward_bf16_cuda(struct act_out dinp, float *dweight, float *dbias, const float *dout,
                                   const bf16 *inp, const float *weight, const float *mean, const float *rstd,
-                                  int64_t N, int64_t C, struct flop_counter *fc) {
+                                  int64_t N, int64_t C, struct exec_ctx *fc) {
     v2_plain_out(dinp, "layernorm_backward_bf16");
     if (N > 0 && C > 0) {
         float *scratch = nullptr;
@@ -38,20 +38,20 @@ void layernorm_backward_bf16_cuda(struct act_out dinp, float *dweight, float *db
     fc->other += (double)LN_FLOPS_BWD_PER_ELEM * N * C;
 }
 
-void residual_forward_bf16_cuda(bf16 *out, const bf16 *a, const float *b, int64_t n, struct flop_counter *fc) {
+void residual_forward_bf16_cuda(bf16 *out, const bf16 *a, const float *b, int64_t n, struct exec_ctx *fc) {
     residual_forward_v2(out, a, b, n);
     fc->other += (double)n;
 }
 
 void residual_layernorm_forward_bf16_cuda(bf16 *x, bf16 *out, float *mean, float *rstd, const bf16 *a, const float *b,
                                           const float *weight, const float *bias, int64_t N, int64_t C,
-                                          struct flop_counter *fc) {
+                                          struct exec_ctx *fc) {
     residual_layernorm_forward_v2(x, out, mean, rstd, a, b, nullptr, weight, bias, N, C);
     fc->other += (double)N * C + (double)LN_FLOPS_FWD_PER_ELEM * N * C; /* the add's and the LayerNorm's */
 }
 
 void gelu_backward_bf16_grads_cuda(bf16 *dinp, const bf16 *inp, const bf16 *dout, int64_t n,
-                                   struct flop_counter *fc) {
+                                   struct exec_ctx *fc) {
     gelu_backward_v2(dinp, inp, dout, n);
     fc->other += (double)GELU_FLOPS_BWD * n;
 }
