@@ -26,7 +26,7 @@
  * parallel. The model meets f and g, g and g-bar, the vocabulary-parallel
  * cross-entropy and context parallelism only through its two tables of
  * points (model/parallel_points.h): at tp = 1 and cp = 1 its own plain
- * points (the identities and one-rank kernels, below), so such a run
+ * points (the identities and one-rank kernels, model/parallel_points.c), so such a run
  * enters neither model/tensor_parallel/ nor model/context_parallel/, and
  * does the same fp32 operations in the same order as the rooms would.
  *
@@ -77,55 +77,6 @@ static void *per_slot(struct gpt *m, struct mem_tracker *mem, enum mem_space spa
 }
 
 #define SLOT_MEMBER(f) offsetof(struct gpt_slot, f)
-
-/* ---- the plain model's points (model/parallel_points.h): one rank in
- * the tp group and in the cp group. f and g are the identities, the
- * cross-entropy runs over the whole vocabulary, wpe's positions are the
- * local ones and every key is local (the attention kernels below). */
-
-static const float *plain_column_input(struct gpt *m, float *ln) {
-    (void)m;
-    return ln;
-}
-
-static void plain_no_sum(struct gpt *m, float *d) { (void)m, (void)d; }
-
-static void plain_row_output(struct gpt *m, float *full, float *out) { (void)m, (void)full, (void)out; }
-
-static const float *plain_row_output_grad(struct gpt *m) { return m->dresid; }
-
-static void plain_ln_grads_begin(struct gpt *m) { (void)m; }
-
-static float *plain_ln_grad(struct gpt *m, float *dw_tensor, int k) {
-    (void)m, (void)k;
-    return dw_tensor;
-}
-
-static void plain_ln_grads_done(struct gpt *m, float *const *dw_tensors, int n) { (void)m, (void)dw_tensors, (void)n; }
-
-static double plain_crossentropy(struct gpt *m, float *logits, float *losses, const int32_t *targets, int64_t N,
-                                 float dloss, float *scratch) {
-    (void)scratch; /* the fused form: the three passes' bits in one */
-    return crossentropy_forward_backward(logits, losses, targets, N, m->vocab.V, m->vocab.Vl, dloss, m->flops);
-}
-
-static const struct tp_points PLAIN_TP_POINTS = {plain_column_input, plain_no_sum, plain_row_output,
-                                                 plain_row_output_grad, plain_ln_grads_begin, plain_ln_grad,
-                                                 plain_ln_grads_done, plain_crossentropy};
-
-static void plain_positions_add(struct gpt *m, float *out, const float *wpe, int t0, int n) {
-    positions_add(out, wpe + (size_t)t0 * m->shape.C, m->B, n, m->shape.C, m->flops);
-}
-
-static void plain_embedding_backward(struct gpt *m, float *dwte, float *dwpe, struct operand dout,
-                                     const int32_t *inputs, int64_t v0, int64_t rows) {
-    int64_t B = m->B, T = m->shape.T, C = m->shape.C;
-    if (dout.b16) embedding_rows_backward_bf16(dwte, dwpe, dout.b16, inputs, v0, rows, B, T, C, m->flops);
-    else embedding_rows_backward(dwte, dwpe, dout.f32, inputs, v0, rows, B, T, C, m->flops);
-}
-
-static const struct cp_points PLAIN_CP_POINTS = {.positions_add = plain_positions_add,
-                                                 .embedding_backward = plain_embedding_backward};
 
 void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const int *chunk_slots,
                      enum dtype act_dtype, enum dtype gemm_dtype, enum recompute_mode recompute,
