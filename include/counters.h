@@ -37,6 +37,9 @@ enum kernel_kind {
     KERNEL_NARROW,         /* fp32 -> bf16 copies (a GEMM's rounded operands included) */
     KERNEL_ROUND,          /* fp32 rounded to bf16 in place, with or without a bf16 copy */
     KERNEL_ACCUMULATE,     /* an fp32 sum added into bf16 (gradients rounded once) */
+    KERNEL_RMSNORM,        /* llama's norms, forward and backward */
+    KERNEL_ROPE,           /* llama's rotary embeddings, forward and backward */
+    KERNEL_SWIGLU,         /* llama's MLP gate, forward and backward */
     KERNEL_NUM_KINDS
 };
 
@@ -50,6 +53,8 @@ static inline const char *kernel_kind_name(enum kernel_kind k) {
         [KERNEL_CROSSENTROPY] = "cross-entropy",    [KERNEL_OPTIMIZER] = "optimizer update",
         [KERNEL_WIDEN] = "widen bf16->fp32",        [KERNEL_NARROW] = "narrow fp32->bf16",
         [KERNEL_ROUND] = "round to bf16",           [KERNEL_ACCUMULATE] = "accumulate into bf16",
+        [KERNEL_RMSNORM] = "rmsnorm",               [KERNEL_ROPE] = "rope",
+        [KERNEL_SWIGLU] = "swiglu",
     };
     return (unsigned)k < KERNEL_NUM_KINDS ? names[k] : "?";
 }

@@ -180,11 +180,33 @@ struct gpt {
     float *att_scratch;   /* attention_backward_scratch() floats: T x T per thread;
                            * flash: attention_lse_backward_scratch(), B NH T; the bf16
                            * data path: attention_bf16_scratch(), attention_lse_bf16_scratch() */
+    /* llama only (model/llama.c; else NULL) */
+    float *dtemp2_btc;    /* (B,T,C): the gate's share of d ln2, added to dtemp_btc */
+    float *rope_freqs;    /* hs/2 RoPE frequencies */
+    int32_t *rope_pos;    /* (B,T) each token's position */
+    /* the architecture's blocks (gpt_init_chunks, from the layout's shape) */
+    const struct model_blocks *blocks;
     /* sequence parallelism only (else NULL) */
     float *gathered;      /* (B,T,C): a gathered LayerNorm output, or the gathered gradient of the stream */
     float *ln_grads;      /* 4C: one micro-batch's LayerNorm weight and bias gradients of this slice,
                            * all-reduced over the group before they join the accumulator */
 };
+
+/* An architecture's per-unit functions, which the engine calls (the
+ * gpt_* forms below are GPT-2's; model/llama.c has LLaMA 3's). wte: the
+ * head's GEMM weight (GPT-2's tied wte; LLaMA's own lm_head), dwte its
+ * gradient accumulator. */
+struct model_blocks {
+    void (*embed_forward)(struct gpt *m, int slot, struct operand w_embed, const int32_t *inputs);
+    void (*layer_forward)(struct gpt *m, int slot, int l, struct operand w);
+    float (*head_forward)(struct gpt *m, int slot, struct operand w_head, struct operand wte, const int32_t *targets,
+                          float dloss);
+    void (*head_backward)(struct gpt *m, int slot, struct operand w_head, struct operand wte, float *dw_head,
+                          float *dwte);
+    void (*layer_backward)(struct gpt *m, int slot, int l, struct operand w, float *dw);
+    void (*embed_backward)(struct gpt *m, int slot, float *dw_embed);
+};
+extern const struct model_blocks GPT2_BLOCKS, LLAMA_BLOCKS;
 
 /* GPT-2 initial values of elements [lo, hi) of unit `unit` into dst
  * (model/init.c): drawn by reference index, so they do not depend on the

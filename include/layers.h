@@ -60,7 +60,8 @@ void embedding_rows_forward(float *out, const int32_t *inp, const float *wte, in
 /* out[b,t,:] += wpe[t,:] */
 void positions_add(float *out, const float *wpe, int64_t B, int64_t T, int64_t C, struct exec_ctx *fc);
 /* dwte[inp - v0,:] += dout[b,t,:] for tokens in [v0, v0 + rows) only;
- * dwpe[t,:] += dout[b,t,:] (every rank: wpe is replicated). */
+ * dwpe[t,:] += dout[b,t,:] (every rank: wpe is replicated; NULL: no
+ * position table, llama's; host memory only). */
 void embedding_rows_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int64_t v0,
                              int64_t rows, int64_t B, int64_t T, int64_t C, struct exec_ctx *fc);
 

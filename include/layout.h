@@ -30,6 +30,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* gpt2: LayerNorm, GELU MLP, biases, learned positions, tied embeddings.
+ * llama: RMSNorm, SwiGLU MLP, GQA, RoPE (no position table), no biases,
+ * untied embeddings (llm.c's train_llama3.py, Meta's reference). */
+enum model_arch { ARCH_GPT2, ARCH_LLAMA };
+
 struct model_shape {
     int L;   /* layers */
     int C;   /* channels (hidden size) */
@@ -38,7 +43,14 @@ struct model_shape {
     int maxT; /* position-embedding rows (llm.c's max_seq_len), >= T; a shape
                * handed to layout_init with 0 here gets T */
     int V;   /* vocabulary */
-    int Vp;  /* vocabulary padded to a multiple of VOCAB_PAD (llm.c) */
+    int Vp;  /* vocabulary padded to a multiple of VOCAB_PAD (llm.c's GPT-2; LLaMA's is V) */
+    enum model_arch arch;
+    int KV;  /* key/value heads (GQA, llama); 0: NH */
+    int F;   /* the MLP's width; 0: 4 C */
+    /* llama only: RMSNorm's eps and RoPE's (include/llama_layers.h) */
+    float norm_eps;
+    float rope_theta;
+    bool rope_scaled; /* LLaMA 3.1's frequency scaling */
 };
 
 /* llm.c pads the vocabulary to a multiple of this many rows (padded_vocab;
@@ -46,9 +58,10 @@ struct model_shape {
 enum { VOCAB_PAD = 128 };
 
 /* The MLP's width F: the FC layer's output features and the projection's
- * input. The trainer's models are GPT-2's, F = 4 C (the config's ffn_dim
- * is the planner's: config_mlp_width). */
-static inline int mlp_width(const struct model_shape *s) { return 4 * s->C; }
+ * input (SwiGLU: of each of its two input GEMMs). */
+static inline int mlp_width(const struct model_shape *s) { return s->F > 0 ? s->F : 4 * s->C; }
+/* Key/value heads: KV, or NH without GQA. */
+static inline int kv_heads(const struct model_shape *s) { return s->KV > 0 ? s->KV : s->NH; }
 
 /* Most model chunks one rank holds (the config's limit on virtual_stages). */
 enum { RANK_MAX_CHUNKS = 16 };
@@ -83,15 +96,21 @@ void rank_holds_text(const struct rank_desc *r, char *buf, size_t len);
 
 enum unit_kind { UNIT_EMBED, UNIT_HEAD, UNIT_LAYER };
 
+/* Every architecture's tensors; an architecture has those whose shape
+ * is not empty (a layout's *_kinds lists them, in this order). gpt2 has
+ * all but wte's untied head (HEAD_LM) and the gate (LAYER_FC2_W); llama
+ * has wte, lnfw, the head lm_head, and per layer ln1w, qkvw, attprojw,
+ * ln2w, fcw (up), fc2w (gate), fcprojw (down): write_tensors' order.
+ * HEAD_WTE, gpt2's tied copy, exists only when the embedding is on another
+ * rank. */
 enum embed_tensor { EMB_WTE, EMB_WPE, EMB_NUM_TENSORS };
-/* HEAD_WTE exists only when the embedding is on another rank. */
-enum head_tensor { HEAD_LNF_W, HEAD_LNF_B, HEAD_WTE, HEAD_NUM_TENSORS };
+enum head_tensor { HEAD_LNF_W, HEAD_LNF_B, HEAD_LM, HEAD_WTE, HEAD_NUM_TENSORS };
 enum layer_tensor {
     LAYER_LN1_W, LAYER_LN1_B,
     LAYER_QKV_W, LAYER_QKV_B,
     LAYER_ATTPROJ_W, LAYER_ATTPROJ_B,
     LAYER_LN2_W, LAYER_LN2_B,
-    LAYER_FC_W, LAYER_FC_B,
+    LAYER_FC_W, LAYER_FC_B, LAYER_FC2_W,
     LAYER_FCPROJ_W, LAYER_FCPROJ_B,
     LAYER_NUM_TENSORS
 };
@@ -134,7 +153,12 @@ struct tensor_info {
 struct model_layout {
     struct model_shape shape;
     struct rank_desc rank;
-    bool head_wte_copy;   /* the head holds its own wte (embedding on another rank) */
+    bool head_wte_copy;   /* the head holds its own copy of the tied wte (embedding on another rank) */
+    /* the tensors this architecture has (and this rank, for the head's
+     * copy), in enum order */
+    int embed_kinds[EMB_NUM_TENSORS], n_embed_kinds;
+    int head_kinds[HEAD_NUM_TENSORS], n_head_kinds;
+    int layer_kinds[LAYER_NUM_TENSORS], n_layer_kinds;
     /* element offsets of each tensor within its unit, and unit sizes */
     size_t embed_offset[EMB_NUM_TENSORS], embed_size;
     size_t head_offset[HEAD_NUM_TENSORS], head_size;
@@ -152,6 +176,11 @@ struct model_layout {
 };
 
 int padded_vocab(int V);
+/* The vocabulary rows of the whole model's reference numbering: llm.c's
+ * padded_vocab for gpt2, V for llama. */
+int reference_vocab(const struct model_shape *s);
+/* Whether the LM head is wte (tied: gpt2) or its own lm_head (llama). */
+static inline bool shape_tied(const struct model_shape *s) { return s->arch == ARCH_GPT2; }
 /* The position table's rows: maxT, or T where maxT is 0. */
 static inline int shape_pos_rows(const struct model_shape *s) { return s->maxT > 0 ? s->maxT : s->T; }
 /* Fails (-1) when the description does not fit the shape: a layer range

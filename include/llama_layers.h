@@ -1,19 +1,16 @@
-/* LLaMA 3's kernels on the CPU (issue 38): RMSNorm, rotary embeddings,
- * SwiGLU and grouped-query attention, beside include/layers.h's GPT-2
- * kernels, whose conventions (shapes, accumulation, FLOP counts, the bf16
- * forms' rounding points) they follow. Apart until the trainer's wiring
- * gives them dispatched names. */
+/* LLaMA 3's ops (issue 38): RMSNorm, rotary embeddings, SwiGLU and
+ * grouped-query attention, beside include/layers.h's GPT-2 ops, whose
+ * conventions (shapes, accumulation, FLOP counts, the bf16 forms' rounding
+ * points) they follow. Dispatched like them (model/layer_ops.h); only the
+ * host has forms yet (model/cpu/rmsnorm.c, rope.c, swiglu.c,
+ * attention_gqa.c): a call on device memory stops the run, naming the op. */
 #ifndef SHARDLAB_LLAMA_LAYERS_H
 #define SHARDLAB_LLAMA_LAYERS_H
 
 #include "layers.h"
 
-/* LLaMA 3's kernels (llm.c's train_llama3.py, Meta's reference: issue
- * 38), on host memory only: model/cpu/rmsnorm.c, rope.c, swiglu.c and
- * attention_gqa.c. They have no dispatched name and no device form yet, so
- * the only names are the X_cpu ones and no call can reach device memory;
- * the trainer's wiring adds the dispatch (and a device call that stops by
- * name) with the CUDA forms. Shapes and accumulation as above; FLOPs to
+/* LLaMA 3's kernels (llm.c's train_llama3.py, Meta's reference).
+ * Shapes and accumulation as above; FLOPs to
  * fc->other (fc->attention for the GQA's GEMMs). The bf16 forms load the
  * bf16 stores as they are, compute in fp32 the fp32 forms' operations in
  * the same order, and round once as they store, so each equals "widen,
@@ -32,18 +29,18 @@ enum { RMSNORM_FLOPS_FWD_PER_ELEM = 4, RMSNORM_FLOPS_BWD_PER_ELEM = 13, ROPE_FLO
 
 /* RMSNorm (N rows of C): out = x rstd w, rstd = 1 / sqrt(mean(x^2) + eps)
  * saved per row (fp32). No bias: the reference has none. */
-void rmsnorm_forward_cpu(float *out, float *rstd, const float *inp, const float *weight, float eps, int64_t N,
+void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, float eps, int64_t N,
                          int64_t C, struct exec_ctx *fc);
 /* dinp ACCUMULATED (+=), like layernorm_backward's; dweight accumulated. */
-void rmsnorm_backward_cpu(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
+void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
                           const float *rstd, int64_t N, int64_t C, struct exec_ctx *fc);
 /* Rounding points: inp widened exactly; mean(x^2), rstd (kept fp32) and
  * x rstd w in fp32; out rounded once to bf16. Backward: inp widened; dout,
  * dweight fp32; dinp accumulated in its dtype (act_out: fp32, or bf16
  * widened, the row's term added in fp32, rounded once as stored). */
-void rmsnorm_forward_bf16_cpu(bf16 *out, float *rstd, const bf16 *inp, const float *weight, float eps, int64_t N,
+void rmsnorm_forward_bf16(bf16 *out, float *rstd, const bf16 *inp, const float *weight, float eps, int64_t N,
                               int64_t C, struct exec_ctx *fc);
-void rmsnorm_backward_bf16_cpu(struct act_out dinp, float *dweight, const float *dout, const bf16 *inp,
+void rmsnorm_backward_bf16(struct act_out dinp, float *dweight, const float *dout, const bf16 *inp,
                                const float *weight, const float *rstd, int64_t N, int64_t C, struct exec_ctx *fc);
 
 /* RoPE's frequencies and the optional LLaMA 3.1 scaling (the reference's
@@ -57,6 +54,13 @@ struct rope_config {
     double high_freq_factor; /* wavelengths below original_context / this are kept */
     double original_context; /* the pre-training context the scaling extends */
 };
+/* A model's RoPE: theta, and with `scaled` LLaMA 3.1's constants (the
+ * reference's apply_scaling: factor 8, low 1, high 4, context 8192). */
+static inline struct rope_config rope_config_llama3(float theta, bool scaled) {
+    if (!scaled) return (struct rope_config){.theta = theta};
+    return (struct rope_config){.theta = theta, .scaled = true, .factor = 8.0, .low_freq_factor = 1.0,
+                                .high_freq_factor = 4.0, .original_context = 8192.0};
+}
 /* freqs[i] = theta^(-2i/hs), i < hs/2, then scaled if cfg->scaled. */
 void rope_freqs(float *freqs, int64_t hs, const struct rope_config *cfg);
 /* out = inp with each of the first `heads` heads (hs values each) of each
@@ -67,32 +71,32 @@ void rope_freqs(float *freqs, int64_t hs, const struct rope_config *cfg);
  * a context-parallel rank passes its rows'). out may be inp (in place);
  * what is outside the heads is not touched. Backward: the rotation by the
  * opposite angle (overwrites dinp; may be dout). */
-void rope_forward_cpu(float *out, const float *inp, int64_t ld, const float *freqs, const int32_t *pos, int64_t N,
+void rope_forward(float *out, const float *inp, int64_t ld, const float *freqs, const int32_t *pos, int64_t N,
                       int64_t heads, int64_t hs, struct exec_ctx *fc);
-void rope_backward_cpu(float *dinp, const float *dout, int64_t ld, const float *freqs, const int32_t *pos, int64_t N,
+void rope_backward(float *dinp, const float *dout, int64_t ld, const float *freqs, const int32_t *pos, int64_t N,
                        int64_t heads, int64_t hs, struct exec_ctx *fc);
 /* Rounding points: each pair widened exactly, rotated in fp32, each
  * output rounded once to bf16 (forward and backward alike). */
-void rope_forward_bf16_cpu(bf16 *out, const bf16 *inp, int64_t ld, const float *freqs, const int32_t *pos, int64_t N,
+void rope_forward_bf16(bf16 *out, const bf16 *inp, int64_t ld, const float *freqs, const int32_t *pos, int64_t N,
                            int64_t heads, int64_t hs, struct exec_ctx *fc);
-void rope_backward_bf16_cpu(bf16 *dinp, const bf16 *dout, int64_t ld, const float *freqs, const int32_t *pos,
+void rope_backward_bf16(bf16 *dinp, const bf16 *dout, int64_t ld, const float *freqs, const int32_t *pos,
                             int64_t N, int64_t heads, int64_t hs, struct exec_ctx *fc);
 
 /* SwiGLU's elementwise part: out = silu(gate) * up over n elements, with
  * up = c_fc's and gate = c_fc2's outputs (the GEMMs are matmul_*'s).
  * Backward: dup = dout silu(gate), dgate = dout up silu'(gate), both
  * overwritten (may alias up and gate). */
-void swiglu_forward_cpu(float *out, const float *up, const float *gate, int64_t n, struct exec_ctx *fc);
-void swiglu_backward_cpu(float *dup, float *dgate, const float *dout, const float *up, const float *gate, int64_t n,
+void swiglu_forward(float *out, const float *up, const float *gate, int64_t n, struct exec_ctx *fc);
+void swiglu_backward(float *dup, float *dgate, const float *dout, const float *up, const float *gate, int64_t n,
                          struct exec_ctx *fc);
 /* Rounding points: up and gate widened exactly; silu and the products in
  * fp32; out rounded once. Backward: up, gate (and dout in the _grads form)
  * widened; dup and dgate computed in fp32, stored as fp32 (bf16_cpu) or
  * rounded once each (bf16_grads_cpu). */
-void swiglu_forward_bf16_cpu(bf16 *out, const bf16 *up, const bf16 *gate, int64_t n, struct exec_ctx *fc);
-void swiglu_backward_bf16_cpu(float *dup, float *dgate, const float *dout, const bf16 *up, const bf16 *gate,
+void swiglu_forward_bf16(bf16 *out, const bf16 *up, const bf16 *gate, int64_t n, struct exec_ctx *fc);
+void swiglu_backward_bf16(float *dup, float *dgate, const float *dout, const bf16 *up, const bf16 *gate,
                               int64_t n, struct exec_ctx *fc);
-void swiglu_backward_bf16_grads_cpu(bf16 *dup, bf16 *dgate, const bf16 *dout, const bf16 *up, const bf16 *gate,
+void swiglu_backward_bf16_grads(bf16 *dup, bf16 *dgate, const bf16 *dout, const bf16 *up, const bf16 *gate,
                                     int64_t n, struct exec_ctx *fc);
 
 /* Causal grouped-query attention, plain (att: B NH T T probabilities,
@@ -102,9 +106,9 @@ void swiglu_backward_bf16_grads_cpu(bf16 *dup, bf16 *dgate, const bf16 *dout, co
  * and arithmetic. Backward: dqkv overwritten, dk and dv each the sum over
  * the query heads sharing them; scratch attention_gqa_backward_scratch
  * floats. */
-void attention_gqa_forward_cpu(float *out, float *att, const float *qkv, int64_t B, int64_t T, int64_t NH,
+void attention_gqa_forward(float *out, float *att, const float *qkv, int64_t B, int64_t T, int64_t NH,
                                int64_t KV, int64_t hs, struct exec_ctx *fc);
-void attention_gqa_backward_cpu(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
+void attention_gqa_backward(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
                                 int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t hs, struct exec_ctx *fc);
 size_t attention_gqa_backward_scratch(int64_t B, int64_t T, int64_t KV);
 /* Rounding points: q, k, v widened exactly; S, P in fp32 and P stored
@@ -112,9 +116,9 @@ size_t attention_gqa_backward_scratch(int64_t B, int64_t T, int64_t KV);
  * widened, P and dout read fp32; each dq rounded once; each dk and dv
  * summed in fp32 over its NH / KV query heads, then rounded once.
  * Scratch: the _scratch functions' floats. */
-void attention_gqa_forward_bf16_cpu(bf16 *out, float *att, const bf16 *qkv, float *scratch, int64_t B, int64_t T,
+void attention_gqa_forward_bf16(bf16 *out, float *att, const bf16 *qkv, float *scratch, int64_t B, int64_t T,
                                     int64_t NH, int64_t KV, int64_t hs, struct exec_ctx *fc);
-void attention_gqa_backward_bf16_cpu(bf16 *dqkv, const float *dout, const bf16 *qkv, const float *att, float *scratch,
+void attention_gqa_backward_bf16(bf16 *dqkv, const float *dout, const bf16 *qkv, const float *att, float *scratch,
                                      int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t hs,
                                      struct exec_ctx *fc);
 size_t attention_gqa_forward_bf16_scratch(int64_t B, int64_t T, int64_t NH, int64_t hs);

@@ -53,29 +53,6 @@
 #include "parallel_points.h"
 
 
-/* Which slots hold a kind of saved tensor: all, or only one chunk's. */
-enum { EVERY_CHUNK = -1 };
-
-/* One tracked buffer holds a kind of saved tensor for every slot that has
- * it: per_layer bytes per layer of the slot's chunk plus `fixed`; each slot
- * points at its part (a slot without it at where the next part starts, so
- * slot 0 always points at the buffer's start, which gpt_free frees). */
-static void *per_slot(struct gpt *m, struct mem_tracker *mem, enum mem_space space, enum mem_category c,
-                      const char *name, size_t per_layer, size_t fixed, int only_chunk, size_t slot_member) {
-    size_t total = 0;
-    for (int s = 0; s < m->n_slots; s++)
-        if (only_chunk == EVERY_CHUNK || m->slot[s].chunk == only_chunk)
-            total += per_layer * (size_t)m->slot[s].n_layers + fixed;
-    char *p = mem_alloc(mem, space, c, name, total), *at = p;
-    for (int s = 0; s < m->n_slots; s++) {
-        void **member = (void **)((char *)&m->slot[s] + slot_member);
-        *member = at;
-        if (p && (only_chunk == EVERY_CHUNK || m->slot[s].chunk == only_chunk))
-            at += per_layer * (size_t)m->slot[s].n_layers + fixed;
-    }
-    return p;
-}
-
 #define SLOT_MEMBER(f) offsetof(struct gpt_slot, f)
 
 void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const int *chunk_slots,
@@ -91,6 +68,7 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
                       .tpp = lay->rank.tp > 1 ? &TENSOR_PARALLEL_POINTS : &PLAIN_TP_POINTS,
                       .cpp = &PLAIN_CP_POINTS, /* gpt_set_context_parallel: the ring's with cp > 1 */
                       .vocab = own.vocab, .position0 = own.position0};
+    m->blocks = &GPT2_BLOCKS;
     int head_chunk = lay->rank.has_head ? lay->rank.n_chunks - 1 : -2, embed_chunk = lay->rank.has_embed ? 0 : -2;
     for (int c = 0; c < lay->rank.n_chunks; c++) {
         struct layer_range r = lay->rank.chunk[c];
@@ -99,20 +77,25 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
         for (int k = 0; k < chunk_slots[c]; k++)
             m->slot[m->n_slots++] = (struct gpt_slot){.chunk = c, .l0 = r.l0, .n_layers = r.l1 - r.l0};
     }
+    if (lay->shape.arch == ARCH_LLAMA) {
+        m->blocks = &LLAMA_BLOCKS;
+        llama_init_chunks(m, mem);
+        return;
+    }
     size_t e = dtype_size(act_dtype), n = btc_l(m);
     bool full = recompute == RECOMPUTE_FULL;
     enum mem_category A = MEM_ACTIVATIONS;
     /* the stream: each layer's input, then the chunk's output */
-    per_slot(m, mem, space, A, "residual stream", n * e, n * e, EVERY_CHUNK, SLOT_MEMBER(resid));
+    gpt_per_slot(m, mem, A, "residual stream", n * e, n * e, GPT_EVERY_CHUNK, SLOT_MEMBER(resid));
     if (full) {
         m->work_acts = mem_alloc(mem, space, A, "recompute buffer (one layer, fp32)", acts_block_total(m) * 4);
         m->full_stats = mem_alloc(mem, space, A, "layernorm stats (one layer, fp32)", STAT_NUM * bt_l(m) * 4);
     } else {
-        per_slot(m, mem, space, A, "layer tensors", acts_block_total(m) * e, 0, EVERY_CHUNK, SLOT_MEMBER(layer_acts));
-        per_slot(m, mem, space, A, "layernorm stats (fp32)", STAT_NUM * bt_l(m) * 4, 0, EVERY_CHUNK,
+        gpt_per_slot(m, mem, A, "layer tensors", acts_block_total(m) * e, 0, GPT_EVERY_CHUNK, SLOT_MEMBER(layer_acts));
+        gpt_per_slot(m, mem, A, "layernorm stats (fp32)", STAT_NUM * bt_l(m) * 4, 0, GPT_EVERY_CHUNK,
                  SLOT_MEMBER(layer_stats));
         if (flash(m))
-            per_slot(m, mem, space, A, "attention lse (fp32)", acts_numel(m, ACT_ATT) * 4, 0, EVERY_CHUNK,
+            gpt_per_slot(m, mem, A, "attention lse (fp32)", acts_numel(m, ACT_ATT) * 4, 0, GPT_EVERY_CHUNK,
                      SLOT_MEMBER(layer_lse));
         if (acts_bf16(m))
             m->work_acts = mem_alloc(mem, space, MEM_SCRATCH, "one layer's tensors (fp32)", acts_work_total(m) * 4);
@@ -121,19 +104,19 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
         m->att_recompute = mem_alloc(mem, space, A, "attention probabilities (one layer, fp32)",
                                      acts_numel(m, ACT_ATT) * 4);
     if (lay->rank.has_head) {
-        per_slot(m, mem, space, A, "final layernorm out", 0, n * e, head_chunk, SLOT_MEMBER(lnf));
-        per_slot(m, mem, space, A, "final layernorm stats (fp32)", 0, 2 * bt_l(m) * 4, head_chunk,
+        gpt_per_slot(m, mem, A, "final layernorm out", 0, n * e, head_chunk, SLOT_MEMBER(lnf));
+        gpt_per_slot(m, mem, A, "final layernorm stats (fp32)", 0, 2 * bt_l(m) * 4, head_chunk,
                  SLOT_MEMBER(lnf_stats));
         bool l16 = acts_logits_bf16(m);
-        per_slot(m, mem, space, A, l16 ? "logits (bf16)" : "logits (fp32)", 0,
+        gpt_per_slot(m, mem, A, l16 ? "logits (bf16)" : "logits (fp32)", 0,
                  bt(m) * (size_t)m->vocab.Vl * (l16 ? sizeof(bf16) : sizeof(float)), head_chunk,
                  SLOT_MEMBER(logits));
-        per_slot(m, mem, space, A, "losses (fp32)", 0, bt(m) * 4, head_chunk, SLOT_MEMBER(losses));
+        gpt_per_slot(m, mem, A, "losses (fp32)", 0, bt(m) * 4, head_chunk, SLOT_MEMBER(losses));
     }
     if (lay->rank.has_embed)
-        per_slot(m, mem, space, A, "token ids", 0, bt(m) * sizeof(int32_t), embed_chunk, SLOT_MEMBER(inputs));
+        gpt_per_slot(m, mem, A, "token ids", 0, bt(m) * sizeof(int32_t), embed_chunk, SLOT_MEMBER(inputs));
     if (lay->rank.has_head)
-        per_slot(m, mem, space, A, "target ids", 0, bt(m) * sizeof(int32_t), head_chunk, SLOT_MEMBER(targets));
+        gpt_per_slot(m, mem, A, "target ids", 0, bt(m) * sizeof(int32_t), head_chunk, SLOT_MEMBER(targets));
     if (acts_bf16(m) && !acts_direct(m)) { /* acts_direct reads and writes the stream's stores */
         m->work_resid_in = mem_alloc(mem, space, MEM_SCRATCH, "residual in (fp32)", n * 4);
         m->work_resid_out = mem_alloc(mem, space, MEM_SCRATCH, "residual out (fp32)", n * 4);
@@ -181,7 +164,7 @@ void gpt_free(struct gpt *m, struct mem_tracker *mem) {
                     m->att_recompute, m->work_acts,  m->work_resid_in, m->work_resid_out, m->work_lnf,
                     m->dresid,      m->dfc,         m->dqkv,          m->dtemp_btc,     m->att_scratch,
                     m->gathered,    m->ln_grads,     m->ring,          m->dresid16,      m->dfc16,
-                    m->dqkv16};
+                    m->dqkv16,      m->dtemp2_btc,   m->rope_freqs,    m->rope_pos};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(mem, bufs[i]);
     *m = (struct gpt){0};
 }
@@ -234,10 +217,6 @@ static void gemm_backward(struct gpt *m, struct act_out dinp, float *dweight, fl
     if (w.b16 || dinp.b16 || dout.b16) matmul_backward_mixed(dinp, dweight, dbias, dout, x, w, N, C, OC, m->flops);
     else if (x.b16) matmul_backward_bf16(dinp.f32, dweight, dbias, dout.f32, x.b16, w.f32, N, C, OC, m->flops);
     else matmul_backward(dinp.f32, dweight, dbias, dout.f32, x.f32, w.f32, N, C, OC, m->flops);
-}
-
-void gpt_upload_targets(struct gpt *m, int s, const int32_t *targets) {
-    buf_copy(m->space, m->slot[s].targets, targets, bt(m) * sizeof *targets);
 }
 
 void gpt_embed_forward(struct gpt *m, int s, struct operand w_embed, const int32_t *inputs) {
@@ -586,3 +565,6 @@ void gpt_embed_backward(struct gpt *m, int s, float *dw_embed) {
     m->cpp->embedding_backward(m, dwte, dwpe, d, m->slot[s].inputs, v.v0, v.Vl);
     m->flops->other += 2.0 * (double)btc(m);
 }
+
+const struct model_blocks GPT2_BLOCKS = {gpt_embed_forward, gpt_layer_forward, gpt_head_forward,
+                                         gpt_head_backward, gpt_layer_backward, gpt_embed_backward};

@@ -3,7 +3,8 @@
  * act_dtype, the one-layer fp32 working copies, the bf16 stores the bf16
  * data path's kernels read and write as they are), the predicates that
  * choose the path (gemm_reads_store, acts_direct), and the residual
- * stream's entries as the layers read them. */
+ * stream's entries as the layers read them; the slots' buffers (gpt_per_slot)
+ * and their targets (gpt_upload_targets), for GPT-2's blocks and LLaMA's. */
 #include "gpt_acts.h"
 
 #include <stdio.h>
@@ -221,4 +222,26 @@ void gpt_logits_row(const struct gpt *m, int s, int b, int t, float *row, int64_
     buf_copy(m->space, h, (const bf16 *)m->slot[s].logits + at, (size_t)n * sizeof *h);
     for (int64_t i = 0; i < n; i++) row[i] = bf16_to_f32(h[i]);
     free(h);
+}
+
+void *gpt_per_slot(struct gpt *m, struct mem_tracker *mem, enum mem_category c, const char *name, size_t per_layer,
+                   size_t fixed, int only_chunk, size_t slot_member) {
+    size_t total = 0;
+    for (int s = 0; s < m->n_slots; s++)
+        if (only_chunk == GPT_EVERY_CHUNK || m->slot[s].chunk == only_chunk)
+            total += per_layer * (size_t)m->slot[s].n_layers + fixed;
+    /* slot 0 always points at the buffer's start, which gpt_free frees;
+     * a slot without this kind at where the next part starts */
+    char *p = mem_alloc(mem, m->space, c, name, total), *at = p;
+    for (int s = 0; s < m->n_slots; s++) {
+        void **member = (void **)((char *)&m->slot[s] + slot_member);
+        *member = at;
+        if (p && (only_chunk == GPT_EVERY_CHUNK || m->slot[s].chunk == only_chunk))
+            at += per_layer * (size_t)m->slot[s].n_layers + fixed;
+    }
+    return p;
+}
+
+void gpt_upload_targets(struct gpt *m, int s, const int32_t *targets) {
+    buf_copy(m->space, m->slot[s].targets, targets, bt(m) * sizeof *targets);
 }

@@ -15,6 +15,7 @@ static inline size_t bt(const struct gpt *m) { return (size_t)m->B * m->shape.T;
 /* This rank's part of the stream: (B,T,C), or (B,T/tp,C) with sp. */
 static inline size_t btc_l(const struct gpt *m) { return (size_t)m->B * m->Ts * m->shape.C; }
 static inline size_t bt_l(const struct gpt *m) { return (size_t)m->B * m->Ts; }
+static inline size_t head_size(const struct gpt *m) { return (size_t)(m->shape.C / m->shape.NH); }
 static inline bool flash(const struct gpt *m) { return m->attention == ATTENTION_FLASH; }
 static inline bool acts_bf16(const struct gpt *m) { return m->act_dtype == DTYPE_BF16; }
 
@@ -51,5 +52,18 @@ struct operand acts_stream_in(struct gpt *m, int s, int i, float *work);
  * the path reads fp32 copies, when `load`); the final LayerNorm's output. */
 struct layer_view acts_layer_view(struct gpt *m, int s, int i, bool load);
 float *acts_lnf_view(struct gpt *m, int s, bool load);
+
+/* Which slots hold a kind of saved tensor: all, or only one chunk's. */
+enum { GPT_EVERY_CHUNK = -1 };
+/* One tracked buffer holding a kind of saved tensor for every slot that
+ * has it (only_chunk's, or GPT_EVERY_CHUNK): per_layer bytes per layer of
+ * the slot's chunk plus `fixed`; each slot's member at slot_member (an
+ * offsetof in struct gpt_slot) points at its part. */
+void *gpt_per_slot(struct gpt *m, struct mem_tracker *mem, enum mem_category c, const char *name, size_t per_layer,
+                   size_t fixed, int only_chunk, size_t slot_member);
+
+/* LLaMA's activations and scratch (model/llama.c), for gpt_init_chunks:
+ * m's sizes and slots are set. */
+void llama_init_chunks(struct gpt *m, struct mem_tracker *mem);
 
 #endif

@@ -1,7 +1,9 @@
 /* GPT-2 initialisation as nanoGPT does it: every matrix and embedding
  * N(0, std), the two residual projections (attprojw, fcprojw) N(0,
  * std/sqrt(2L)) so the residual stream's variance does not grow with depth,
- * biases 0, LayerNorm gains 1. The vocabulary padding rows stay 0. Values
+ * biases 0, LayerNorm gains 1. LLaMA's as llm.c's train_llama3.py does it:
+ * the same rules for its tensors (the gate fc2w and the untied lm_head
+ * N(0, std), RMSNorm gains 1). The vocabulary padding rows stay 0. Values
  * come from the counter RNG indexed by the element's reference index (its
  * place in the whole model, include/layout.h), so init does not depend on
  * thread count, on the layout, or on which rank draws them; a rank draws
@@ -22,7 +24,8 @@ static float normal(uint64_t seed, size_t index) {
 static float layer_init_std(enum layer_tensor t, float std, float proj_std) {
     switch (t) {
     case LAYER_QKV_W:
-    case LAYER_FC_W: return std;
+    case LAYER_FC_W:
+    case LAYER_FC2_W: return std;
     case LAYER_ATTPROJ_W:
     case LAYER_FCPROJ_W: return proj_std;
     default: return 0.0f;
@@ -38,7 +41,7 @@ struct init_rule {
 static struct init_rule rule_of(const struct tensor_info *t, float std, float proj_std) {
     switch (t->kind) {
     case UNIT_EMBED: return (struct init_rule){std, 0.0f};
-    case UNIT_HEAD: return t->id == HEAD_WTE ? (struct init_rule){std, 0.0f}
+    case UNIT_HEAD: return t->id == HEAD_WTE || t->id == HEAD_LM ? (struct init_rule){std, 0.0f}
                          : (struct init_rule){0.0f, t->id == HEAD_LNF_W ? 1.0f : 0.0f};
     case UNIT_LAYER: break;
     }

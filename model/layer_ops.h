@@ -15,6 +15,7 @@
 #define SHARDLAB_MODEL_LAYER_OPS_H
 
 #include "layers.h"
+#include "llama_layers.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -36,7 +37,16 @@ extern "C" {
     X(attention_lse_backward, s) X(attention_lse_forward_bf16, s) X(attention_lse_backward_bf16, s) \
     X(gelu_forward, s) X(gelu_backward, s) X(gelu_forward_bf16, s) X(gelu_backward_bf16, s) \
     X(gelu_backward_bf16_grads, s) X(crossentropy_forward_backward, s) X(crossentropy_forward_backward_bf16, s) \
-    X(crossentropy_row_max, s) X(crossentropy_exp_sum, s) X(crossentropy_finish, s)
+    X(crossentropy_row_max, s) X(crossentropy_exp_sum, s) X(crossentropy_finish, s) LLAMA_OPS(X, s)
+
+/* LLaMA's (include/llama_layers.h): only the host's table has them yet; a
+ * backend's NULL form stops the call, naming the op (layers_dispatch.c). */
+#define LLAMA_OPS(X, s) \
+    X(rmsnorm_forward, s) X(rmsnorm_backward, s) X(rmsnorm_forward_bf16, s) X(rmsnorm_backward_bf16, s) \
+    X(rope_forward, s) X(rope_backward, s) X(rope_forward_bf16, s) X(rope_backward_bf16, s) X(swiglu_forward, s) \
+    X(swiglu_backward, s) X(swiglu_forward_bf16, s) X(swiglu_backward_bf16, s) X(swiglu_backward_bf16_grads, s) \
+    X(attention_gqa_forward, s) X(attention_gqa_backward, s) X(attention_gqa_forward_bf16, s) \
+    X(attention_gqa_backward_bf16, s)
 
 /* The embedding's forms without a counter: the space that chose the
  * backend is all the op's first argument carried. */

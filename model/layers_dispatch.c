@@ -314,3 +314,105 @@ size_t attention_lse_bf16_scratch_in(enum mem_space space, int64_t B, int64_t T,
     if (space == MEM_DEVICE) return device_attention_lse_bf16_scratch(B, T, C, NH);
     return attention_lse_bf16_scratch(B, T, C, NH);
 }
+
+/* LLaMA's ops (include/llama_layers.h): a backend without a form (every
+ * device, yet) stops the call, naming the op. */
+static const struct layer_ops *llama_ops(const struct exec_ctx *fc, const char *op, bool has_form) {
+    if (!has_form) {
+        fprintf(stderr, "error: %s: no form on %s memory yet (LLaMA's kernels run on the host only)\n", op,
+                fc->space == MEM_DEVICE ? "device" : "host");
+        exit(EXIT_FAILURE);
+    }
+    return layer_backend(fc->space, fc, op);
+}
+
+#define RUN_LLAMA(kind, op, ...)                                                    \
+    do {                                                                            \
+        const struct layer_ops *b_ = llama_ops(fc, #op, ops(fc, #op)->op != NULL); \
+        struct kernel_span t_ = span_begin(fc);                                     \
+        b_->op(__VA_ARGS__);                                                        \
+        kernel_span_end(fc, t_, kind);                                              \
+    } while (0)
+
+void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, float eps, int64_t N, int64_t C,
+                     struct exec_ctx *fc) {
+    RUN_LLAMA(KERNEL_RMSNORM, rmsnorm_forward, out, rstd, inp, weight, eps, N, C, fc);
+}
+
+void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
+                      const float *rstd, int64_t N, int64_t C, struct exec_ctx *fc) {
+    RUN_LLAMA(KERNEL_RMSNORM, rmsnorm_backward, dinp, dweight, dout, inp, weight, rstd, N, C, fc);
+}
+
+void rmsnorm_forward_bf16(bf16 *out, float *rstd, const bf16 *inp, const float *weight, float eps, int64_t N,
+                          int64_t C, struct exec_ctx *fc) {
+    RUN_LLAMA(KERNEL_RMSNORM, rmsnorm_forward_bf16, out, rstd, inp, weight, eps, N, C, fc);
+}
+
+void rmsnorm_backward_bf16(struct act_out dinp, float *dweight, const float *dout, const bf16 *inp,
+                           const float *weight, const float *rstd, int64_t N, int64_t C, struct exec_ctx *fc) {
+    RUN_LLAMA(KERNEL_RMSNORM, rmsnorm_backward_bf16, dinp, dweight, dout, inp, weight, rstd, N, C, fc);
+}
+
+void rope_forward(float *out, const float *inp, int64_t ld, const float *freqs, const int32_t *pos, int64_t N,
+                  int64_t heads, int64_t hs, struct exec_ctx *fc) {
+    RUN_LLAMA(KERNEL_ROPE, rope_forward, out, inp, ld, freqs, pos, N, heads, hs, fc);
+}
+
+void rope_backward(float *dinp, const float *dout, int64_t ld, const float *freqs, const int32_t *pos, int64_t N,
+                   int64_t heads, int64_t hs, struct exec_ctx *fc) {
+    RUN_LLAMA(KERNEL_ROPE, rope_backward, dinp, dout, ld, freqs, pos, N, heads, hs, fc);
+}
+
+void rope_forward_bf16(bf16 *out, const bf16 *inp, int64_t ld, const float *freqs, const int32_t *pos, int64_t N,
+                       int64_t heads, int64_t hs, struct exec_ctx *fc) {
+    RUN_LLAMA(KERNEL_ROPE, rope_forward_bf16, out, inp, ld, freqs, pos, N, heads, hs, fc);
+}
+
+void rope_backward_bf16(bf16 *dinp, const bf16 *dout, int64_t ld, const float *freqs, const int32_t *pos,
+                        int64_t N, int64_t heads, int64_t hs, struct exec_ctx *fc) {
+    RUN_LLAMA(KERNEL_ROPE, rope_backward_bf16, dinp, dout, ld, freqs, pos, N, heads, hs, fc);
+}
+
+void swiglu_forward(float *out, const float *up, const float *gate, int64_t n, struct exec_ctx *fc) {
+    RUN_LLAMA(KERNEL_SWIGLU, swiglu_forward, out, up, gate, n, fc);
+}
+
+void swiglu_backward(float *dup, float *dgate, const float *dout, const float *up, const float *gate, int64_t n,
+                     struct exec_ctx *fc) {
+    RUN_LLAMA(KERNEL_SWIGLU, swiglu_backward, dup, dgate, dout, up, gate, n, fc);
+}
+
+void swiglu_forward_bf16(bf16 *out, const bf16 *up, const bf16 *gate, int64_t n, struct exec_ctx *fc) {
+    RUN_LLAMA(KERNEL_SWIGLU, swiglu_forward_bf16, out, up, gate, n, fc);
+}
+
+void swiglu_backward_bf16(float *dup, float *dgate, const float *dout, const bf16 *up, const bf16 *gate, int64_t n,
+                          struct exec_ctx *fc) {
+    RUN_LLAMA(KERNEL_SWIGLU, swiglu_backward_bf16, dup, dgate, dout, up, gate, n, fc);
+}
+
+void swiglu_backward_bf16_grads(bf16 *dup, bf16 *dgate, const bf16 *dout, const bf16 *up, const bf16 *gate,
+                                int64_t n, struct exec_ctx *fc) {
+    RUN_LLAMA(KERNEL_SWIGLU, swiglu_backward_bf16_grads, dup, dgate, dout, up, gate, n, fc);
+}
+
+void attention_gqa_forward(float *out, float *att, const float *qkv, int64_t B, int64_t T, int64_t NH, int64_t KV,
+                           int64_t hs, struct exec_ctx *fc) {
+    RUN_LLAMA(KERNEL_ATTENTION_FWD, attention_gqa_forward, out, att, qkv, B, T, NH, KV, hs, fc);
+}
+
+void attention_gqa_backward(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
+                            int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t hs, struct exec_ctx *fc) {
+    RUN_LLAMA(KERNEL_ATTENTION_BWD, attention_gqa_backward, dqkv, dout, qkv, att, scratch, B, T, NH, KV, hs, fc);
+}
+
+void attention_gqa_forward_bf16(bf16 *out, float *att, const bf16 *qkv, float *scratch, int64_t B, int64_t T,
+                                int64_t NH, int64_t KV, int64_t hs, struct exec_ctx *fc) {
+    RUN_LLAMA(KERNEL_ATTENTION_FWD, attention_gqa_forward_bf16, out, att, qkv, scratch, B, T, NH, KV, hs, fc);
+}
+
+void attention_gqa_backward_bf16(bf16 *dqkv, const float *dout, const bf16 *qkv, const float *att, float *scratch,
+                                 int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t hs, struct exec_ctx *fc) {
+    RUN_LLAMA(KERNEL_ATTENTION_BWD, attention_gqa_backward_bf16, dqkv, dout, qkv, att, scratch, B, T, NH, KV, hs, fc);
+}

@@ -26,6 +26,14 @@ bool tp_divides(int n_head, int d_model, int tp, char *why, size_t len) {
 
 static int tp_padded_vocab(int V, int tp) { return (V + 128 * tp - 1) / (128 * tp) * (128 * tp); }
 
+int reference_vocab(const struct model_shape *s) { return s->arch == ARCH_LLAMA ? s->V : padded_vocab(s->V); }
+
+/* This rank's vocabulary rows in all: llama's V (tp must divide it), gpt2's
+ * padded to VOCAB_PAD x tp. */
+static int rank_vocab(const struct model_shape *s, int tp) {
+    return s->arch == ARCH_LLAMA ? s->V : tp_padded_vocab(s->V, tp);
+}
+
 const char *tp_split_name(enum tp_split s) {
     static const char *const names[] = {"replicated", "column", "row", "vocab"};
     return names[s];
@@ -82,39 +90,47 @@ static bool chunks_valid(const struct rank_desc *r, int L) {
 
 /* Full shapes. Weights are (out, in), so y = x W^T as in llm.c. */
 static struct shape2d embed_shape(const struct model_shape *s, enum embed_tensor t) {
+    bool llama = s->arch == ARCH_LLAMA;
     switch (t) {
     case EMB_WTE: return (struct shape2d){"wte", s->Vp, s->C, SPLIT_VOCAB, 1};
-    case EMB_WPE: return (struct shape2d){"wpe", shape_pos_rows(s), s->C, SPLIT_REPLICATED, 1};
+    case EMB_WPE: return (struct shape2d){"wpe", llama ? 0 : shape_pos_rows(s), s->C, SPLIT_REPLICATED, 1};
     case EMB_NUM_TENSORS: break;
     }
     return (struct shape2d){"?", 0, 0, SPLIT_REPLICATED, 1};
 }
 
 static struct shape2d head_shape(const struct model_shape *s, enum head_tensor t) {
+    bool llama = s->arch == ARCH_LLAMA;
     switch (t) {
     case HEAD_LNF_W: return (struct shape2d){"lnfw", 1, s->C, SPLIT_REPLICATED, 1};
-    case HEAD_LNF_B: return (struct shape2d){"lnfb", 1, s->C, SPLIT_REPLICATED, 1};
-    case HEAD_WTE: return embed_shape(s, EMB_WTE);
+    case HEAD_LNF_B: return (struct shape2d){"lnfb", llama ? 0 : 1, s->C, SPLIT_REPLICATED, 1};
+    case HEAD_LM: return (struct shape2d){"lm_head", llama ? s->Vp : 0, s->C, SPLIT_VOCAB, 1};
+    case HEAD_WTE: return (struct shape2d){"wte", llama ? 0 : s->Vp, s->C, SPLIT_VOCAB, 1};
     case HEAD_NUM_TENSORS: break;
     }
     return (struct shape2d){"?", 0, 0, SPLIT_REPLICATED, 1};
 }
 
 static struct shape2d layer_shape(const struct model_shape *s, enum layer_tensor t) {
-    int C = s->C, F = mlp_width(s);
+    int C = s->C, F = mlp_width(s), hs = s->C / s->NH, QKV = (s->NH + 2 * kv_heads(s)) * hs;
+    /* gpt2's biases and LayerNorm shifts; llama's gate */
+    int gpt2 = s->arch == ARCH_LLAMA ? 0 : 1, llama = 1 - gpt2;
     switch (t) {
     case LAYER_LN1_W: return (struct shape2d){"ln1w", 1, C, SPLIT_REPLICATED, 1};
-    case LAYER_LN1_B: return (struct shape2d){"ln1b", 1, C, SPLIT_REPLICATED, 1};
-    case LAYER_QKV_W: return (struct shape2d){"qkvw", 3 * C, C, SPLIT_COLUMN, 3};
-    case LAYER_QKV_B: return (struct shape2d){"qkvb", 1, 3 * C, SPLIT_COLUMN, 3};
+    case LAYER_LN1_B: return (struct shape2d){"ln1b", gpt2, C, SPLIT_REPLICATED, 1};
+    /* q, k, v: three equal sections under tp (gpt2); llama's are q at NH,
+     * k and v at KV heads' width (tp 1 only: config_grid.c) */
+    case LAYER_QKV_W: return (struct shape2d){"qkvw", QKV, C, SPLIT_COLUMN, gpt2 ? 3 : 1};
+    case LAYER_QKV_B: return (struct shape2d){"qkvb", gpt2, 3 * C, SPLIT_COLUMN, 3};
     case LAYER_ATTPROJ_W: return (struct shape2d){"attprojw", C, C, SPLIT_ROW, 1};
-    case LAYER_ATTPROJ_B: return (struct shape2d){"attprojb", 1, C, SPLIT_REPLICATED, 1};
+    case LAYER_ATTPROJ_B: return (struct shape2d){"attprojb", gpt2, C, SPLIT_REPLICATED, 1};
     case LAYER_LN2_W: return (struct shape2d){"ln2w", 1, C, SPLIT_REPLICATED, 1};
-    case LAYER_LN2_B: return (struct shape2d){"ln2b", 1, C, SPLIT_REPLICATED, 1};
+    case LAYER_LN2_B: return (struct shape2d){"ln2b", gpt2, C, SPLIT_REPLICATED, 1};
     case LAYER_FC_W: return (struct shape2d){"fcw", F, C, SPLIT_COLUMN, 1};
-    case LAYER_FC_B: return (struct shape2d){"fcb", 1, F, SPLIT_COLUMN, 1};
+    case LAYER_FC_B: return (struct shape2d){"fcb", gpt2, F, SPLIT_COLUMN, 1};
+    case LAYER_FC2_W: return (struct shape2d){"fc2w", llama * F, C, SPLIT_COLUMN, 1};
     case LAYER_FCPROJ_W: return (struct shape2d){"fcprojw", C, F, SPLIT_ROW, 1};
-    case LAYER_FCPROJ_B: return (struct shape2d){"fcprojb", 1, C, SPLIT_REPLICATED, 1};
+    case LAYER_FCPROJ_B: return (struct shape2d){"fcprojb", gpt2, C, SPLIT_REPLICATED, 1};
     case LAYER_NUM_TENSORS: break;
     }
     return (struct shape2d){"?", 0, 0, SPLIT_REPLICATED, 1};
@@ -135,8 +151,26 @@ static struct shape2d local_shape(struct shape2d d, int tp) {
 
 static size_t numel(struct shape2d d) { return (size_t)d.rows * (size_t)d.cols; }
 
-/* One whole layer's parameters (12 C^2 + 13 C at F = 4 C): its tensors at
- * full width, the stride of the reference numbering's layers. */
+/* Reference sizes: the whole model at tp = 1 in flat order (embedding,
+ * head without the tied copy, layers), wte at reference_vocab rows. */
+static struct model_shape ref_shape(const struct model_shape *s) {
+    struct model_shape r = *s;
+    r.Vp = reference_vocab(s);
+    return r;
+}
+
+static size_t ref_embed_size(const struct model_shape *s) {
+    struct model_shape r = ref_shape(s);
+    return numel(embed_shape(&r, EMB_WTE)) + numel(embed_shape(&r, EMB_WPE));
+}
+
+static size_t ref_head_size(const struct model_shape *s) {
+    struct model_shape r = ref_shape(s);
+    return numel(head_shape(&r, HEAD_LNF_W)) + numel(head_shape(&r, HEAD_LNF_B)) + numel(head_shape(&r, HEAD_LM));
+}
+
+/* One whole layer's parameters (12 C^2 + 13 C for gpt2 at F = 4 C): its
+ * tensors at full width, the stride of the reference numbering's layers. */
 static size_t ref_layer_size(const struct model_shape *s) {
     size_t n = 0;
     for (int k = 0; k < LAYER_NUM_TENSORS; k++) n += numel(layer_shape(s, (enum layer_tensor)k));
@@ -146,9 +180,9 @@ static size_t ref_layer_size(const struct model_shape *s) {
 bool layout_gemm_tensor(enum unit_kind k, int t) {
     switch (k) {
     case UNIT_EMBED: return t == EMB_WTE;
-    case UNIT_HEAD: return t == HEAD_WTE;
+    case UNIT_HEAD: return t == HEAD_WTE || t == HEAD_LM;
     default:
-        return t == LAYER_QKV_W || t == LAYER_ATTPROJ_W || t == LAYER_FC_W || t == LAYER_FCPROJ_W;
+        return t == LAYER_QKV_W || t == LAYER_ATTPROJ_W || t == LAYER_FC_W || t == LAYER_FC2_W || t == LAYER_FCPROJ_W;
     }
 }
 
@@ -165,31 +199,47 @@ static size_t pack_vectors(enum unit_kind k, const size_t *off, int n, size_t si
     return at;
 }
 
+/* The kinds of a unit whose full shape is not empty, in enum order. */
+static int list_kinds(int *kinds, int n, struct shape2d (*shape_of)(const struct model_shape *, int),
+                      const struct model_shape *s) {
+    int k = 0;
+    for (int t = 0; t < n; t++)
+        if (numel(shape_of(s, t)) > 0) kinds[k++] = t;
+    return k;
+}
+
+static struct shape2d embed_shape_i(const struct model_shape *s, int t) { return embed_shape(s, (enum embed_tensor)t); }
+static struct shape2d head_shape_i(const struct model_shape *s, int t) { return head_shape(s, (enum head_tensor)t); }
+static struct shape2d layer_shape_i(const struct model_shape *s, int t) { return layer_shape(s, (enum layer_tensor)t); }
+
+/* Offsets of a unit's tensors (all kinds; an absent one takes no room) and its size. */
+static size_t unit_offsets(size_t *off, int n, struct shape2d (*shape_of)(const struct model_shape *, int),
+                           const struct model_shape *s, int tp) {
+    size_t at = 0;
+    for (int t = 0; t < n; t++) {
+        off[t] = at;
+        at += numel(local_shape(shape_of(s, t), tp));
+    }
+    return at;
+}
+
 int layout_init(struct model_layout *lay, struct model_shape shape, struct rank_desc r) {
     if (r.tp < 1 || r.tp_rank < 0 || r.tp_rank >= r.tp || !chunks_valid(&r, shape.L)) return -1;
     if (!tp_divides(shape.NH, shape.C, r.tp, NULL, 0)) return -1;
     if (shape.maxT != 0 && shape.maxT < shape.T) return -1;
+    if (shape.arch == ARCH_LLAMA && (shape.NH % kv_heads(&shape) != 0 || shape.V % r.tp != 0)) return -1;
     shape.maxT = shape_pos_rows(&shape);
-    shape.Vp = tp_padded_vocab(shape.V, r.tp);
-    *lay = (struct model_layout){.shape = shape, .rank = r, .head_wte_copy = r.has_head && !r.has_embed};
-    size_t off = 0;
-    for (int t = 0; t < EMB_NUM_TENSORS; t++) {
-        lay->embed_offset[t] = off;
-        off += numel(local_shape(embed_shape(&shape, (enum embed_tensor)t), r.tp));
-    }
-    lay->embed_size = off;
-    off = 0;
-    for (int t = 0; t < HEAD_NUM_TENSORS; t++) {
-        lay->head_offset[t] = off;
-        if (t != HEAD_WTE || lay->head_wte_copy) off += numel(local_shape(head_shape(&shape, (enum head_tensor)t), r.tp));
-    }
-    lay->head_size = off;
-    off = 0;
-    for (int t = 0; t < LAYER_NUM_TENSORS; t++) {
-        lay->layer_offset[t] = off;
-        off += numel(local_shape(layer_shape(&shape, (enum layer_tensor)t), r.tp));
-    }
-    lay->layer_size = off;
+    shape.Vp = rank_vocab(&shape, r.tp);
+    *lay = (struct model_layout){.shape = shape, .rank = r,
+                                 .head_wte_copy = shape_tied(&shape) && r.has_head && !r.has_embed};
+    lay->n_embed_kinds = list_kinds(lay->embed_kinds, EMB_NUM_TENSORS, embed_shape_i, &shape);
+    lay->n_head_kinds = list_kinds(lay->head_kinds, HEAD_NUM_TENSORS, head_shape_i, &shape);
+    if (!lay->head_wte_copy && lay->head_kinds[lay->n_head_kinds - 1] == HEAD_WTE) lay->n_head_kinds--;
+    lay->n_layer_kinds = list_kinds(lay->layer_kinds, LAYER_NUM_TENSORS, layer_shape_i, &shape);
+    lay->embed_size = unit_offsets(lay->embed_offset, EMB_NUM_TENSORS, embed_shape_i, &shape, r.tp);
+    lay->head_size = unit_offsets(lay->head_offset, HEAD_NUM_TENSORS, head_shape_i, &shape, r.tp);
+    if (!lay->head_wte_copy) lay->head_size = lay->head_offset[HEAD_WTE]; /* the last kind: not held */
+    lay->layer_size = unit_offsets(lay->layer_offset, LAYER_NUM_TENSORS, layer_shape_i, &shape, r.tp);
     lay->embed_vec_size = pack_vectors(UNIT_EMBED, lay->embed_offset, EMB_NUM_TENSORS, lay->embed_size,
                                        lay->embed_vec_offset);
     lay->head_vec_size = pack_vectors(UNIT_HEAD, lay->head_offset, HEAD_NUM_TENSORS, lay->head_size,
@@ -199,11 +249,7 @@ int layout_init(struct model_layout *lay, struct model_shape shape, struct rank_
     lay->n_units = (r.has_embed ? 1 : 0) + (r.has_head ? 1 : 0) + rank_layers(&r);
     lay->total = (r.has_embed ? lay->embed_size : 0) + (r.has_head ? lay->head_size : 0) +
                  (size_t)rank_layers(&r) * lay->layer_size;
-    struct model_shape ref = shape;
-    ref.Vp = padded_vocab(shape.V);
-    size_t C = (size_t)shape.C;
-    lay->ref_total = numel(embed_shape(&ref, EMB_WTE)) + numel(embed_shape(&ref, EMB_WPE)) + 2 * C +
-                     (size_t)shape.L * ref_layer_size(&shape);
+    lay->ref_total = ref_embed_size(&shape) + ref_head_size(&shape) + (size_t)shape.L * ref_layer_size(&shape);
     return 0;
 }
 
@@ -241,18 +287,11 @@ struct unit_info layout_unit(const struct model_layout *lay, int unit) {
 size_t layout_unit_offset(const struct model_layout *lay, int unit) { return layout_unit(lay, unit).offset; }
 size_t layout_unit_size(const struct model_layout *lay, int unit) { return layout_unit(lay, unit).size; }
 
-static int head_tensors(const struct model_layout *lay) {
-    return lay->rank.has_head ? (lay->head_wte_copy ? HEAD_NUM_TENSORS : HEAD_WTE) : 0;
-}
+static int head_tensors(const struct model_layout *lay) { return lay->rank.has_head ? lay->n_head_kinds : 0; }
 
 int layout_num_tensors(const struct model_layout *lay) {
-    return (lay->rank.has_embed ? EMB_NUM_TENSORS : 0) + head_tensors(lay) +
-           rank_layers(&lay->rank) * LAYER_NUM_TENSORS;
-}
-
-/* Reference offsets: the whole model at tp = 1 in flat order. */
-static size_t ref_embed_size(const struct model_shape *s) {
-    return ((size_t)padded_vocab(s->V) + (size_t)shape_pos_rows(s)) * (size_t)s->C;
+    return (lay->rank.has_embed ? lay->n_embed_kinds : 0) + head_tensors(lay) +
+           rank_layers(&lay->rank) * lay->n_layer_kinds;
 }
 
 static struct tensor_info make(const struct model_layout *lay, struct shape2d full, int unit, enum unit_kind kind,
@@ -263,37 +302,39 @@ static struct tensor_info make(const struct model_layout *lay, struct shape2d fu
 }
 
 struct tensor_info layout_embed_tensor(const struct model_layout *lay, enum embed_tensor t) {
-    size_t ref = t == EMB_WTE ? 0 : (size_t)padded_vocab(lay->shape.V) * (size_t)lay->shape.C;
+    size_t ref = t == EMB_WTE ? 0 : (size_t)reference_vocab(&lay->shape) * (size_t)lay->shape.C;
     return make(lay, embed_shape(&lay->shape, t), layout_embed_unit(lay), UNIT_EMBED, t, -1,
                 lay->embed_offset[t], ref);
 }
 
 struct tensor_info layout_head_tensor(const struct model_layout *lay, enum head_tensor t) {
     int u = layout_head_unit(lay);
-    size_t C = (size_t)lay->shape.C;
-    size_t ref = t == HEAD_WTE ? 0 : ref_embed_size(&lay->shape) + (t == HEAD_LNF_B ? C : 0);
+    size_t C = (size_t)lay->shape.C, ref = ref_embed_size(&lay->shape); /* lnfw, lnfb, lm_head from here */
+    if (t == HEAD_WTE) ref = 0; /* the tied copy: wte's own numbers */
+    else if (t == HEAD_LNF_B) ref += C;
+    else if (t == HEAD_LM) ref += C;            /* llama: after lnfw (it has no lnfb) */
     return make(lay, head_shape(&lay->shape, t), u, UNIT_HEAD, t, -1,
                 layout_unit_offset(lay, u) + lay->head_offset[t], ref);
 }
 
 struct tensor_info layout_layer_tensor(const struct model_layout *lay, int layer, enum layer_tensor t) {
     int u = layout_layer_unit(lay, layer);
-    size_t C = (size_t)lay->shape.C, layer_ref = ref_layer_size(&lay->shape), in_layer = 0;
+    size_t layer_ref = ref_layer_size(&lay->shape), in_layer = 0;
     for (int k = 0; k < (int)t; k++) in_layer += numel(layer_shape(&lay->shape, (enum layer_tensor)k));
-    size_t ref = ref_embed_size(&lay->shape) + 2 * C + (size_t)layer * layer_ref + in_layer;
+    size_t ref = ref_embed_size(&lay->shape) + ref_head_size(&lay->shape) + (size_t)layer * layer_ref + in_layer;
     return make(lay, layer_shape(&lay->shape, t), u, UNIT_LAYER, t, layer,
                 layout_unit_offset(lay, u) + lay->layer_offset[t], ref);
 }
 
 struct tensor_info layout_tensor(const struct model_layout *lay, int index) {
     if (lay->rank.has_embed) {
-        if (index < EMB_NUM_TENSORS) return layout_embed_tensor(lay, (enum embed_tensor)index);
-        index -= EMB_NUM_TENSORS;
+        if (index < lay->n_embed_kinds) return layout_embed_tensor(lay, (enum embed_tensor)lay->embed_kinds[index]);
+        index -= lay->n_embed_kinds;
     }
-    if (index < head_tensors(lay)) return layout_head_tensor(lay, (enum head_tensor)index);
+    if (index < head_tensors(lay)) return layout_head_tensor(lay, (enum head_tensor)lay->head_kinds[index]);
     index -= head_tensors(lay);
-    return layout_layer_tensor(lay, rank_layer_at(&lay->rank, index / LAYER_NUM_TENSORS),
-                               (enum layer_tensor)(index % LAYER_NUM_TENSORS));
+    return layout_layer_tensor(lay, rank_layer_at(&lay->rank, index / lay->n_layer_kinds),
+                               (enum layer_tensor)lay->layer_kinds[index % lay->n_layer_kinds]);
 }
 
 /* Split coordinate x of this rank -> the full tensor's coordinate. */
@@ -311,7 +352,7 @@ size_t layout_ref_index(const struct model_layout *lay, const struct tensor_info
         if (splits_rows(&d)) r = full_coord(d.rows, d.sections, lay->rank.tp, lay->rank.tp_rank, r);
         else c = full_coord(d.cols, d.sections, lay->rank.tp, lay->rank.tp_rank, c);
     }
-    size_t C = (size_t)lay->shape.C, ref_vp = (size_t)padded_vocab(lay->shape.V);
+    size_t C = (size_t)lay->shape.C, ref_vp = (size_t)reference_vocab(&lay->shape);
     bool wte = t->split == SPLIT_VOCAB;
     if (wte && r >= ref_vp) return lay->ref_total + (r - ref_vp) * C + c; /* tp's extra padding rows */
     return t->ref_offset + r * (size_t)t->full_cols + c;

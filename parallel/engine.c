@@ -271,10 +271,18 @@ void engine_zero_grads(struct engine *e) {
     e->backwards = 0;
 }
 
-/* wte as the tied head reads it: the embedding's, or the head's own copy. */
+/* The head's GEMM weight: an untied head's own lm_head (llama); the tied
+ * wte, the embedding's, or the head's own copy on another stage. */
 static struct operand head_wte(const struct engine *e, struct operand w_embed, struct operand w_head) {
+    if (!shape_tied(&e->lay.shape)) return operand_at(w_head, e->lay.head_offset[HEAD_LM]);
     return e->lay.rank.has_embed ? operand_at(w_embed, e->lay.embed_offset[EMB_WTE])
                                  : operand_at(w_head, e->lay.head_offset[HEAD_WTE]);
+}
+
+/* Its gradient accumulator, in the embedding's or the head's. */
+static float *head_wte_grads(const struct engine *e, float *dw_embed, float *dw_head) {
+    if (!shape_tied(&e->lay.shape)) return dw_head + e->lay.head_offset[HEAD_LM];
+    return dw_embed ? dw_embed + e->lay.embed_offset[EMB_WTE] : dw_head + e->lay.head_offset[HEAD_WTE];
 }
 
 /* What the step's observers see of a unit (include/step_hooks.h): the
@@ -312,7 +320,7 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
         unit_begin(e, PHASE_FORWARD, cu.eu);
         we = all_gather(e, cu.eu); /* stays valid for the tied head */
         all_gather_ahead(e, l0 < l1 ? layout_layer_unit(lay, l0) : hu);
-        gpt_embed_forward(m, slot, we, in->inputs);
+        m->blocks->embed_forward(m, slot, we, in->inputs);
         phase_done(e, PHASE_FORWARD, cu.eu);
         if (hu < 0) release(e, cu.eu); /* else kept: the tied head reads its wte */
         unit_end(e, PHASE_FORWARD, cu.eu);
@@ -326,7 +334,7 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
         struct operand w = all_gather(e, u);
         all_gather_ahead(e, l + 1 < l1 ? layout_layer_unit(lay, l + 1) : hu);
         zero_progress(&e->z);
-        gpt_layer_forward(m, slot, l, w);
+        m->blocks->layer_forward(m, slot, l, w);
         phase_done(e, PHASE_FORWARD, u);
         release(e, u);
         unit_end(e, PHASE_FORWARD, u);
@@ -338,7 +346,7 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
     unit_begin(e, PHASE_FORWARD, hu);
     struct operand wh = all_gather(e, hu);
     double BT = (double)e->o.micro_batch * e->model_lay.shape.T; /* this rank's tokens (T/cp each) */
-    float loss = gpt_head_forward(m, slot, wh, head_wte(e, we, wh), targets_early ? NULL : in->targets,
+    float loss = m->blocks->head_forward(m, slot, wh, head_wte(e, we, wh), targets_early ? NULL : in->targets,
                                   (float)(dloss / BT));
     phase_done(e, PHASE_FORWARD, hu);
     release(e, hu);
@@ -364,8 +372,7 @@ void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out
         struct operand wh = all_gather(e, hu), we = eu >= 0 ? all_gather(e, eu) : (struct operand){0};
         all_gather_ahead(e, first_layer);
         float *dwh = unit_grads_begin(e, hu);
-        float *dwte = eu >= 0 ? dwe + lay->embed_offset[EMB_WTE] : dwh + lay->head_offset[HEAD_WTE];
-        gpt_head_backward(m, slot, wh, head_wte(e, we, wh), dwh, dwte);
+        m->blocks->head_backward(m, slot, wh, head_wte(e, we, wh), dwh, head_wte_grads(e, eu >= 0 ? dwe : NULL, dwh));
         reduce_scatter(e, hu, dwh);
         phase_done(e, PHASE_BACKWARD, hu);
         release(e, hu);
@@ -382,7 +389,7 @@ void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out
         all_gather_ahead(e, l > l0 ? layout_layer_unit(lay, l - 1) : -1);
         zero_progress(&e->z);
         float *dw = unit_grads_begin(e, u);
-        gpt_layer_backward(m, slot, l, w, dw);
+        m->blocks->layer_backward(m, slot, l, w, dw);
         reduce_scatter(e, u, dw);
         phase_done(e, PHASE_BACKWARD, u);
         release(e, u);
@@ -390,7 +397,7 @@ void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out
     }
     if (eu >= 0) { /* its backward reads the token ids only: no params */
         unit_begin(e, PHASE_BACKWARD, eu);
-        gpt_embed_backward(m, slot, dwe);
+        m->blocks->embed_backward(m, slot, dwe);
         reduce_scatter(e, eu, dwe);
         phase_done(e, PHASE_BACKWARD, eu);
         unit_end(e, PHASE_BACKWARD, eu);

@@ -2,7 +2,9 @@
  * keeps the reference numbering; pipeline stages and tensor-parallel
  * slices cover every parameter exactly once; the tied head keeps a copy of
  * wte only when the embedding is elsewhere; init values do not depend on
- * the layout; and counts of the LLaMA-3-405B shape are exact in 64 bits. */
+ * the layout; counts of the LLaMA-3-405B shape are exact in 64 bits; and a
+ * LLaMA's tensors are llm.c's write_tensors', as many as the planner
+ * counts. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +18,7 @@
 #include "gpt.h"
 #include "layout.h"
 #include "pipe_stages.h"
+#include "../train/theory/theory.h"
 
 static const struct model_shape SMALL = {.L = 5, .C = 16, .NH = 4, .T = 8, .V = 100};
 
@@ -44,7 +47,7 @@ static void test_whole_model_is_the_reference(void **state) {
     assert_int_equal(layout_unit(&lay, 5).layer, 3);
     assert_int_equal(layout_head_tensor(&lay, HEAD_LNF_W).offset, (Vp + T) * C);
     assert_int_equal(layout_layer_tensor(&lay, 2, LAYER_QKV_W).offset, (Vp + T) * C + 2 * C + 2 * layer + 2 * C);
-    assert_int_equal(layout_num_tensors(&lay), 2 + 2 + 5 * LAYER_NUM_TENSORS);
+    assert_int_equal(layout_num_tensors(&lay), 2 + 2 + 5 * 12); /* GPT-2's 12 tensors per layer */
     for (int k = 0; k < layout_num_tensors(&lay); k++) {
         struct tensor_info t = layout_tensor(&lay, k);
         for (size_t i = 0; i < t.numel; i += 7) assert_int_equal(layout_ref_index(&lay, &t, i), t.offset + i);
@@ -219,6 +222,38 @@ static void test_405b_counts_are_64_bit(void **state) {
     assert_int_equal(last.total, last.head_size + 15 * tp_layer);
 }
 
+/* arch = llama: wte; lnfw, lm_head (untied); per layer ln1w, qkvw at GQA
+ * width, attprojw, ln2w, fcw (up), fc2w (gate), fcprojw: no biases, no
+ * position table, no vocabulary padding; the planner's count. */
+static void test_llama_tensors(void **state) {
+    (void)state;
+    enum { L = 3, C = 32, NH = 4, KV = 2, F = 96, V = 100, HS = C / NH };
+    struct model_shape s = {.L = L, .C = C, .NH = NH, .T = 8, .V = V, .arch = ARCH_LLAMA, .KV = KV, .F = F};
+    struct model_layout lay;
+    assert_int_equal(layout_init(&lay, s, rank_desc_whole(&s)), 0);
+    const char *names[] = {"wte", "lnfw", "lm_head", "ln1w", "qkvw", "attprojw", "ln2w", "fcw", "fc2w", "fcprojw"};
+    const size_t sizes[] = {V * C, C, V * C, C, (NH + 2 * KV) * HS * C, C * C, C, F * C, F * C, C * F};
+    assert_int_equal(layout_num_tensors(&lay), 3 + L * 7);
+    size_t at = 0;
+    for (int k = 0; k < layout_num_tensors(&lay); k++) {
+        struct tensor_info t = layout_tensor(&lay, k);
+        int i = k < 3 ? k : 3 + (k - 3) % 7;
+        assert_string_equal(t.name, names[i]);
+        assert_int_equal(t.numel, sizes[i]);
+        assert_int_equal(t.offset, at); /* flat and whole: the reference numbering */
+        assert_int_equal(layout_ref_index(&lay, &t, t.numel - 1), at + t.numel - 1);
+        at += t.numel;
+    }
+    assert_int_equal(lay.total, at);
+    assert_int_equal(lay.ref_total, at);
+    struct theory_model m = {.L = L, .h = C, .a = NH, .n_kv = KV, .d_h = HS, .F = F, .s = 8, .V = V, .Vp = V,
+                             .swiglu = true, .rmsnorm = true};
+    assert_int_equal((size_t)theory_param_count(&m).total, at);
+    /* GQA: KV must divide NH */
+    s.KV = 3;
+    assert_int_equal(layout_init(&lay, s, rank_desc_whole(&s)), -1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_whole_model_is_the_reference),
@@ -227,6 +262,7 @@ int main(void) {
         cmocka_unit_test(test_bad_descriptions_fail),
         cmocka_unit_test(test_init_does_not_depend_on_the_layout),
         cmocka_unit_test(test_405b_counts_are_64_bit),
+        cmocka_unit_test(test_llama_tensors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -49,9 +49,9 @@ static void test_gqa_equals_plain_when_kv_is_nh(void **state) {
     fill_uniform(dout, B * T * C, -1.0f, 1.0f, 2);
     struct exec_ctx fa = {0}, fb = {0};
     attention_forward_cpu(out_a, att_a, qkv, B, T, C, NH, &fa);
-    attention_gqa_forward_cpu(out_b, att_b, qkv, B, T, NH, NH, HS, &fb);
+    attention_gqa_forward(out_b, att_b, qkv, B, T, NH, NH, HS, &fb);
     attention_backward_cpu(dq_a, dout, qkv, att_a, scr_a, B, T, C, NH, &fa);
-    attention_gqa_backward_cpu(dq_b, dout, qkv, att_b, scr_b, B, T, NH, NH, HS, &fb);
+    attention_gqa_backward(dq_b, dout, qkv, att_b, scr_b, B, T, NH, NH, HS, &fb);
     /* the same GEMMs and softmax in the same order: the same bits */
     assert_memory_equal(out_b, out_a, (size_t)B * T * C * sizeof *out_a);
     assert_memory_equal(att_b, att_a, (size_t)B * NH * T * T * sizeof *att_a);
@@ -74,10 +74,10 @@ static void test_gqa_sums_shared_kv_grads(void **state) {
     fill_uniform(dout, B * T * C, -1.0f, 1.0f, 4);
     expand_kv(full, qkv);
     struct exec_ctx fc = {0};
-    attention_gqa_forward_cpu(out_g, att_g, qkv, B, T, NH, KV, HS, &fc);
+    attention_gqa_forward(out_g, att_g, qkv, B, T, NH, KV, HS, &fc);
     attention_forward_cpu(out_p, att_p, full, B, T, C, NH, &fc);
     for (size_t i = 0; i < (size_t)B * T * C; i++) assert_near(out_g[i], out_p[i], SAME_TOL);
-    attention_gqa_backward_cpu(dg, dout, qkv, att_g, scr_g, B, T, NH, KV, HS, &fc);
+    attention_gqa_backward(dg, dout, qkv, att_g, scr_g, B, T, NH, KV, HS, &fc);
     attention_backward_cpu(dp, dout, full, att_p, scr_p, B, T, C, NH, &fc);
     for (int r = 0; r < B * T; r++)
         for (int d = 0; d < HS; d++) {
@@ -125,7 +125,7 @@ static void test_gqa_forward_matches_double(void **state) {
     double ref[B * T * C];
     fill_uniform(qkv, n_qkv(KV), -2.0f, 2.0f, 5);
     struct exec_ctx fc = {0};
-    attention_gqa_forward_cpu(out, att, qkv, B, T, NH, KV, HS, &fc);
+    attention_gqa_forward(out, att, qkv, B, T, NH, KV, HS, &fc);
     gqa_ref(ref, qkv);
     for (int i = 0; i < B * T * C; i++) assert_near(out[i], ref[i], FWD_RTOL * (fabs(ref[i]) + 1.0));
     free(qkv), free(out), free(att);
@@ -136,7 +136,7 @@ struct gqa_ctx { float *qkv, *out, *att, *g; };
 static double gqa_loss(void *p) {
     struct gqa_ctx *c = p;
     struct exec_ctx fc = {0};
-    attention_gqa_forward_cpu(c->out, c->att, c->qkv, B, T, NH, KV, HS, &fc);
+    attention_gqa_forward(c->out, c->att, c->qkv, B, T, NH, KV, HS, &fc);
     return dot_loss(c->out, c->g, B * T * C);
 }
 
@@ -149,8 +149,8 @@ static void test_gqa_grad(void **state) {
     fill_const(dqkv, n_qkv(KV), NAN); /* overwritten: a sentinel left anywhere fails */
     struct gqa_ctx c = {qkv, out, att, g};
     struct exec_ctx fc = {0};
-    attention_gqa_forward_cpu(out, att, qkv, B, T, NH, KV, HS, &fc);
-    attention_gqa_backward_cpu(dqkv, g, qkv, att, scr, B, T, NH, KV, HS, &fc);
+    attention_gqa_forward(out, att, qkv, B, T, NH, KV, HS, &fc);
+    attention_gqa_backward(dqkv, g, qkv, att, scr, B, T, NH, KV, HS, &fc);
     assert_int_equal(gc_compare("gqa.dqkv", gqa_loss, &c, qkv, dqkv, n_qkv(KV), GC_H, 1), 0);
     free(qkv), free(out), free(att), free(g), free(dqkv), free(scr);
 }
@@ -167,13 +167,13 @@ static void test_gqa_bf16_within_bound(void **state) {
     fill_uniform(dout, no, -1.0f, 1.0f, 9);
     narrow_inputs(qkv16, qkv, nq);
     struct exec_ctx fc = {0};
-    attention_gqa_forward_cpu(out, att, qkv, B, T, NH, KV, HS, &fc);
-    attention_gqa_forward_bf16_cpu(out16, att16, qkv16, fscr, B, T, NH, KV, HS, &fc);
+    attention_gqa_forward(out, att, qkv, B, T, NH, KV, HS, &fc);
+    attention_gqa_forward_bf16(out16, att16, qkv16, fscr, B, T, NH, KV, HS, &fc);
     int not_bits;
     assert_int_equal(bf16_outside_bound(out16, out, no, &not_bits), 0);
     for (size_t i = 0; i < na; i++) assert_near(att16[i], att[i], SAME_TOL);
-    attention_gqa_backward_cpu(dqkv, dout, qkv, att, scr, B, T, NH, KV, HS, &fc);
-    attention_gqa_backward_bf16_cpu(dqkv16, dout, qkv16, att16, bscr, B, T, NH, KV, HS, &fc);
+    attention_gqa_backward(dqkv, dout, qkv, att, scr, B, T, NH, KV, HS, &fc);
+    attention_gqa_backward_bf16(dqkv16, dout, qkv16, att16, bscr, B, T, NH, KV, HS, &fc);
     assert_int_equal(bf16_outside_bound(dqkv16, dqkv, nq, &not_bits), 0);
     free(qkv), free(dout), free(out), free(att), free(att16), free(dqkv), free(scr), free(fscr), free(bscr);
     free(qkv16), free(out16), free(dqkv16);

@@ -31,7 +31,7 @@ struct rms_ctx { float *inp, *w, *g, *out, *rstd; };
 static double rms_loss(void *p) {
     struct rms_ctx *r = p;
     struct exec_ctx fc = {0};
-    rmsnorm_forward_cpu(r->out, r->rstd, r->inp, r->w, RMS_EPS, N, C, &fc);
+    rmsnorm_forward(r->out, r->rstd, r->inp, r->w, RMS_EPS, N, C, &fc);
     return dot_loss(r->out, r->g, N * C);
 }
 
@@ -41,7 +41,7 @@ static void test_rmsnorm_forward_matches_double(void **state) {
     fill_uniform(inp, N * C, -2.0f, 2.0f, 1);
     fill_uniform(w, C, 0.5f, 1.5f, 2);
     struct exec_ctx fc = {0};
-    rmsnorm_forward_cpu(out, rstd, inp, w, RMS_EPS, N, C, &fc);
+    rmsnorm_forward(out, rstd, inp, w, RMS_EPS, N, C, &fc);
     for (int i = 0; i < N; i++) {
         double ms = 0;
         for (int c = 0; c < C; c++) ms += (double)inp[i * C + c] * inp[i * C + c];
@@ -65,8 +65,8 @@ static void test_rmsnorm_grad(void **state) {
     fill_const(dw, C, PREFILL);
     struct rms_ctx r = {inp, w, g, out, rstd};
     struct exec_ctx fc = {0};
-    rmsnorm_forward_cpu(out, rstd, inp, w, RMS_EPS, N, C, &fc);
-    rmsnorm_backward_cpu(dinp, dw, g, inp, w, rstd, N, C, &fc);
+    rmsnorm_forward(out, rstd, inp, w, RMS_EPS, N, C, &fc);
+    rmsnorm_backward(dinp, dw, g, inp, w, rstd, N, C, &fc);
     for (int i = 0; i < N * C; i++) dinp[i] -= PREFILL;
     for (int c = 0; c < C; c++) dw[c] -= PREFILL;
     assert_int_equal(gc_compare("rmsnorm.dinp", rms_loss, &r, inp, dinp, N * C, GC_H, 1), 0);
@@ -82,19 +82,19 @@ static void test_rmsnorm_bf16_within_bound(void **state) {
     fill_uniform(g, N * C, -1.0f, 1.0f, 8);
     narrow_inputs(inp16, inp, N * C);
     struct exec_ctx fc = {0};
-    rmsnorm_forward_cpu(out, rstd, inp, w, RMS_EPS, N, C, &fc);
-    rmsnorm_forward_bf16_cpu(out16, rstd16, inp16, w, RMS_EPS, N, C, &fc);
+    rmsnorm_forward(out, rstd, inp, w, RMS_EPS, N, C, &fc);
+    rmsnorm_forward_bf16(out16, rstd16, inp16, w, RMS_EPS, N, C, &fc);
     int not_bits;
     assert_int_equal(bf16_outside_bound(out16, out, N * C, &not_bits), 0);
     assert_int_equal(not_bits, 0);
     assert_memory_equal(rstd, rstd16, sizeof rstd);
-    rmsnorm_backward_cpu(dinp, dw, g, inp, w, rstd, N, C, &fc);
-    rmsnorm_backward_bf16_cpu((struct act_out){.b16 = dinp16}, dw16, g, inp16, w, rstd16, N, C, &fc);
+    rmsnorm_backward(dinp, dw, g, inp, w, rstd, N, C, &fc);
+    rmsnorm_backward_bf16((struct act_out){.b16 = dinp16}, dw16, g, inp16, w, rstd16, N, C, &fc);
     assert_int_equal(bf16_outside_bound(dinp16, dinp, N * C, &not_bits), 0);
     assert_int_equal(not_bits, 0);
     assert_memory_equal(dw, dw16, sizeof dw);
     float dinp32[N * C] = {0}; /* an fp32 dinp: the fp32 form's bits */
-    rmsnorm_backward_bf16_cpu((struct act_out){.f32 = dinp32}, dw16, g, inp16, w, rstd16, N, C, &fc);
+    rmsnorm_backward_bf16((struct act_out){.f32 = dinp32}, dw16, g, inp16, w, rstd16, N, C, &fc);
     assert_memory_equal(dinp32, dinp, sizeof dinp);
 }
 
@@ -140,7 +140,7 @@ static void test_rope_matches_complex_form(void **state) {
     memcpy(orig, qkv, sizeof qkv);
     rope_freqs(f, HS, &ROPE_PLAIN);
     struct exec_ctx fc = {0};
-    rope_forward_cpu(qkv, qkv, ROW, f, POS, N, NH + KV, HS, &fc);
+    rope_forward(qkv, qkv, ROW, f, POS, N, NH + KV, HS, &fc);
     for (int r = 0; r < N; r++) {
         for (int h = 0; h < NH + KV; h++) {
             double ref[HS];
@@ -165,12 +165,12 @@ static void test_rope_hand_positions(void **state) {
     rope_freqs(f, HS, &ROPE_PLAIN);
     struct exec_ctx fc = {0};
     const int32_t p0 = 0, p1 = 1, p3 = 3;
-    rope_forward_cpu(y, x, HS, f, &p0, 1, 1, HS, &fc);
+    rope_forward(y, x, HS, f, &p0, 1, 1, HS, &fc);
     assert_memory_equal(y, x, sizeof x);
-    rope_forward_cpu(y, x, HS, f, &p1, 1, 1, HS, &fc);
+    rope_forward(y, x, HS, f, &p1, 1, 1, HS, &fc);
     assert_near(y[0], cos(1.0), FWD_RTOL);
     assert_near(y[1], sin(1.0), FWD_RTOL);
-    rope_forward_cpu(y, x, HS, f, &p3, 1, 1, HS, &fc);
+    rope_forward(y, x, HS, f, &p3, 1, 1, HS, &fc);
     assert_near(y[2], -sin(0.3), FWD_RTOL);
     assert_near(y[3], cos(0.3), FWD_RTOL);
 }
@@ -206,7 +206,7 @@ static void test_rope_scaled_matches_pytorch(void **state) {
     for (int r = 0; r < ROPE_REF_POSITIONS; r++)
         for (int d = 0; d < HS; d++) x[r * HS + d] = (float)(d + 1);
     struct exec_ctx fc = {0};
-    rope_forward_cpu(y, x, HS, f, ROPE_REF_POS, ROPE_REF_POSITIONS, 1, HS, &fc);
+    rope_forward(y, x, HS, f, ROPE_REF_POS, ROPE_REF_POSITIONS, 1, HS, &fc);
     for (int r = 0; r < ROPE_REF_POSITIONS; r++)
         for (int d = 0; d < HS; d++) assert_near(y[r * HS + d], ROPE_REF_OUT[r][d], ROPE_REF_ATOL);
 }
@@ -216,7 +216,7 @@ struct rope_ctx { float *inp, *out, *g, *freqs; };
 static double rope_loss(void *p) {
     struct rope_ctx *r = p;
     struct exec_ctx fc = {0};
-    rope_forward_cpu(r->out, r->inp, ROW, r->freqs, POS, N, NH + KV, HS, &fc);
+    rope_forward(r->out, r->inp, ROW, r->freqs, POS, N, NH + KV, HS, &fc);
     return dot_loss(r->out, r->g, N * ROW);
 }
 
@@ -230,7 +230,7 @@ static void test_rope_grad(void **state) {
     rope_freqs(f, HS, &ROPE_31);
     memcpy(din, g, sizeof g);
     struct exec_ctx fc = {0};
-    rope_backward_cpu(din, din, ROW, f, POS, N, NH + KV, HS, &fc); /* in place, as the model will */
+    rope_backward(din, din, ROW, f, POS, N, NH + KV, HS, &fc); /* in place, as the model will */
     struct rope_ctx r = {inp, out, g, f};
     assert_int_equal(gc_compare("rope.dinp", rope_loss, &r, inp, din, N * ROW, GC_H, 1), 0);
 }
@@ -245,15 +245,15 @@ static void test_rope_bf16_within_bound(void **state) {
     struct exec_ctx fc = {0};
     memcpy(y, x, sizeof x);
     memcpy(y16, x16, sizeof x16);
-    rope_forward_cpu(y, x, ROW, f, POS, N, NH + KV, HS, &fc);
-    rope_forward_bf16_cpu(y16, x16, ROW, f, POS, N, NH + KV, HS, &fc);
+    rope_forward(y, x, ROW, f, POS, N, NH + KV, HS, &fc);
+    rope_forward_bf16(y16, x16, ROW, f, POS, N, NH + KV, HS, &fc);
     int not_bits;
     assert_int_equal(bf16_outside_bound(y16, y, N * ROW, &not_bits), 0);
     assert_int_equal(not_bits, 0);
     memcpy(dx, x, sizeof x);
     memcpy(dx16, x16, sizeof x16);
-    rope_backward_cpu(dx, x, ROW, f, POS, N, NH + KV, HS, &fc);
-    rope_backward_bf16_cpu(dx16, x16, ROW, f, POS, N, NH + KV, HS, &fc);
+    rope_backward(dx, x, ROW, f, POS, N, NH + KV, HS, &fc);
+    rope_backward_bf16(dx16, x16, ROW, f, POS, N, NH + KV, HS, &fc);
     assert_int_equal(bf16_outside_bound(dx16, dx, N * ROW, &not_bits), 0);
     assert_int_equal(not_bits, 0);
 }
@@ -269,7 +269,7 @@ struct swiglu_ctx { float *up, *gate, *out, *g; };
 static double swiglu_loss(void *p) {
     struct swiglu_ctx *s = p;
     struct exec_ctx fc = {0};
-    swiglu_forward_cpu(s->out, s->up, s->gate, SN, &fc);
+    swiglu_forward(s->out, s->up, s->gate, SN, &fc);
     return dot_loss(s->out, s->g, SN);
 }
 
@@ -279,7 +279,7 @@ static void test_swiglu_forward_matches_double(void **state) {
     fill_uniform(up, SN, -3.0f, 3.0f, 13);
     fill_uniform(gate, SN, -6.0f, 6.0f, 14);
     struct exec_ctx fc = {0};
-    swiglu_forward_cpu(out, up, gate, SN, &fc);
+    swiglu_forward(out, up, gate, SN, &fc);
     for (int i = 0; i < SN; i++) {
         double ref = silu_ref(gate[i]) * up[i];
         assert_near(out[i], ref, FWD_RTOL * (fabs(ref) + 1.0));
@@ -293,7 +293,7 @@ static void test_swiglu_grad(void **state) {
     fill_uniform(gate, SN, -3.0f, 3.0f, 16);
     fill_uniform(g, SN, -1.0f, 1.0f, 17);
     struct exec_ctx fc = {0};
-    swiglu_backward_cpu(dup, dgate, g, up, gate, SN, &fc);
+    swiglu_backward(dup, dgate, g, up, gate, SN, &fc);
     struct swiglu_ctx s = {up, gate, out, g};
     assert_int_equal(gc_compare("swiglu.dup", swiglu_loss, &s, up, dup, SN, GC_H, 1), 0);
     assert_int_equal(gc_compare("swiglu.dgate", swiglu_loss, &s, gate, dgate, SN, GC_H, 1), 0);
@@ -311,15 +311,15 @@ static void test_swiglu_bf16_within_bound(void **state) {
     narrow_inputs(g16, g, SN);
     struct exec_ctx fc = {0};
     int not_bits;
-    swiglu_forward_cpu(out, up, gate, SN, &fc);
-    swiglu_forward_bf16_cpu(out16, up16, gate16, SN, &fc);
+    swiglu_forward(out, up, gate, SN, &fc);
+    swiglu_forward_bf16(out16, up16, gate16, SN, &fc);
     assert_int_equal(bf16_outside_bound(out16, out, SN, &not_bits), 0);
     assert_int_equal(not_bits, 0);
-    swiglu_backward_cpu(dup, dgate, g, up, gate, SN, &fc);
-    swiglu_backward_bf16_cpu(dup32, dgate32, g, up16, gate16, SN, &fc);
+    swiglu_backward(dup, dgate, g, up, gate, SN, &fc);
+    swiglu_backward_bf16(dup32, dgate32, g, up16, gate16, SN, &fc);
     assert_memory_equal(dup, dup32, sizeof dup); /* fp32 grads: the fp32 form's bits on the widened inputs */
     assert_memory_equal(dgate, dgate32, sizeof dgate);
-    swiglu_backward_bf16_grads_cpu(dup16, dgate16, g16, up16, gate16, SN, &fc);
+    swiglu_backward_bf16_grads(dup16, dgate16, g16, up16, gate16, SN, &fc);
     assert_int_equal(bf16_outside_bound(dup16, dup, SN, &not_bits), 0);
     assert_int_equal(not_bits, 0);
     assert_int_equal(bf16_outside_bound(dgate16, dgate, SN, &not_bits), 0);

@@ -114,16 +114,16 @@ static void acts_free(const struct model *m, struct acts *a) {
 static void layer_forward(const struct model *m, struct layer_acts *y, const float *freqs, const int32_t *pos,
                           int64_t l, float *x_out, struct exec_ctx *fc) {
     const int64_t N = m->N, C = m->C;
-    rmsnorm_forward_cpu(y->h1, y->rstd1, y->x_in, lw(m, m->layer, T_LN1, l), m->eps, N, C, fc);
+    rmsnorm_forward(y->h1, y->rstd1, y->x_in, lw(m, m->layer, T_LN1, l), m->eps, N, C, fc);
     matmul_forward_cpu(y->qkv, y->h1, lw(m, m->layer, T_ATTN, l), NULL, N, C, m->W, fc);
-    rope_forward_cpu(y->qkv, y->qkv, m->W, freqs, pos, N, m->NH + m->KV, m->hs, fc);
-    attention_gqa_forward_cpu(y->ao, y->att, y->qkv, m->B, m->T, m->NH, m->KV, m->hs, fc);
+    rope_forward(y->qkv, y->qkv, m->W, freqs, pos, N, m->NH + m->KV, m->hs, fc);
+    attention_gqa_forward(y->ao, y->att, y->qkv, m->B, m->T, m->NH, m->KV, m->hs, fc);
     matmul_forward_cpu(y->x_mid, y->ao, lw(m, m->layer, T_APROJ, l), NULL, N, C, C, fc);
     for (int64_t i = 0; i < N * C; i++) y->x_mid[i] += y->x_in[i];
-    rmsnorm_forward_cpu(y->h2, y->rstd2, y->x_mid, lw(m, m->layer, T_LN2, l), m->eps, N, C, fc);
+    rmsnorm_forward(y->h2, y->rstd2, y->x_mid, lw(m, m->layer, T_LN2, l), m->eps, N, C, fc);
     matmul_forward_cpu(y->up, y->h2, lw(m, m->layer, T_FC, l), NULL, N, C, m->F, fc);
     matmul_forward_cpu(y->gate, y->h2, lw(m, m->layer, T_FC2, l), NULL, N, C, m->F, fc);
-    swiglu_forward_cpu(y->s, y->up, y->gate, N * m->F, fc);
+    swiglu_forward(y->s, y->up, y->gate, N * m->F, fc);
     matmul_forward_cpu(x_out, y->s, lw(m, m->layer, T_MPROJ, l), NULL, N, m->F, C, fc);
     for (int64_t i = 0; i < N * C; i++) x_out[i] += y->x_mid[i];
 }
@@ -134,7 +134,7 @@ static void model_forward(const struct model *m, struct acts *a, const int32_t *
     for (int64_t i = 0; i < m->N; i++) memcpy(a->layer[0].x_in + i * C, m->wte + tokens[i] * C, (size_t)C * 4);
     for (int64_t l = 0; l < m->L; l++)
         layer_forward(m, &a->layer[l], freqs, a->pos, l, l + 1 < m->L ? a->layer[l + 1].x_in : a->x_out, fc);
-    rmsnorm_forward_cpu(a->hf, a->rstdf, a->x_out, m->lnf, m->eps, m->N, C, fc);
+    rmsnorm_forward(a->hf, a->rstdf, a->x_out, m->lnf, m->eps, m->N, C, fc);
     matmul_forward_cpu(a->logits, a->hf, m->head, NULL, m->N, C, m->V, fc);
 }
 
@@ -162,16 +162,16 @@ static void layer_backward(const struct model *m, const struct layer_acts *y, fl
                            const int32_t *pos, int64_t l, float *dx, struct scratch *w, struct exec_ctx *fc) {
     const int64_t N = m->N, C = m->C, F = m->F;
     matmul_backward_cpu(w->dF1, lw(m, g, T_MPROJ, l), NULL, dx, y->s, lw(m, m->layer, T_MPROJ, l), N, F, C, fc);
-    swiglu_backward_cpu(w->dF1, w->dF2, w->dF1, y->up, y->gate, N * F, fc);
+    swiglu_backward(w->dF1, w->dF2, w->dF1, y->up, y->gate, N * F, fc);
     matmul_backward_cpu(w->dC1, lw(m, g, T_FC, l), NULL, w->dF1, y->h2, lw(m, m->layer, T_FC, l), N, C, F, fc);
     matmul_backward_cpu(w->dC2, lw(m, g, T_FC2, l), NULL, w->dF2, y->h2, lw(m, m->layer, T_FC2, l), N, C, F, fc);
     for (int64_t i = 0; i < N * C; i++) w->dC1[i] += w->dC2[i];
-    rmsnorm_backward_cpu(dx, lw(m, g, T_LN2, l), w->dC1, y->x_mid, lw(m, m->layer, T_LN2, l), y->rstd2, N, C, fc);
+    rmsnorm_backward(dx, lw(m, g, T_LN2, l), w->dC1, y->x_mid, lw(m, m->layer, T_LN2, l), y->rstd2, N, C, fc);
     matmul_backward_cpu(w->dC1, lw(m, g, T_APROJ, l), NULL, dx, y->ao, lw(m, m->layer, T_APROJ, l), N, C, C, fc);
-    attention_gqa_backward_cpu(w->dqkv, w->dC1, y->qkv, y->att, w->attn_scratch, m->B, m->T, m->NH, m->KV, m->hs, fc);
-    rope_backward_cpu(w->dqkv, w->dqkv, m->W, freqs, pos, N, m->NH + m->KV, m->hs, fc);
+    attention_gqa_backward(w->dqkv, w->dC1, y->qkv, y->att, w->attn_scratch, m->B, m->T, m->NH, m->KV, m->hs, fc);
+    rope_backward(w->dqkv, w->dqkv, m->W, freqs, pos, N, m->NH + m->KV, m->hs, fc);
     matmul_backward_cpu(w->dC1, lw(m, g, T_ATTN, l), NULL, w->dqkv, y->h1, lw(m, m->layer, T_ATTN, l), N, C, m->W, fc);
-    rmsnorm_backward_cpu(dx, lw(m, g, T_LN1, l), w->dC1, y->x_in, lw(m, m->layer, T_LN1, l), y->rstd1, N, C, fc);
+    rmsnorm_backward(dx, lw(m, g, T_LN1, l), w->dC1, y->x_in, lw(m, m->layer, T_LN1, l), y->rstd1, N, C, fc);
 }
 
 static void model_backward(const struct model *m, const struct acts *a, const int32_t *tokens, const float *freqs,
@@ -183,7 +183,7 @@ static void model_backward(const struct model *m, const struct acts *a, const in
                         alloc_f(attention_gqa_backward_scratch(m->B, m->T, m->KV))};
     float *dhf = alloc_f(N * C), *dx = alloc_f(N * C);
     matmul_backward_cpu(dhf, ghead, NULL, dlogits, a->hf, m->head, m->N, m->C, m->V, fc);
-    rmsnorm_backward_cpu(dx, glnf, dhf, a->x_out, m->lnf, a->rstdf, m->N, m->C, fc);
+    rmsnorm_backward(dx, glnf, dhf, a->x_out, m->lnf, a->rstdf, m->N, m->C, fc);
     for (int64_t l = m->L - 1; l >= 0; l--) layer_backward(m, &a->layer[l], glayer, freqs, a->pos, l, dx, &w, fc);
     for (size_t i = 0; i < N; i++)
         for (size_t c = 0; c < C; c++) gwte[tokens[i] * C + c] += dx[i * C + c];

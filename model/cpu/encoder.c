@@ -74,12 +74,12 @@ void positions_add_cpu(float *out, const float *wpe, int64_t B, int64_t T, int64
         (void)fc; /* the caller counts the adds (model/gpt.c) */                                                 \
         for (int64_t bt = 0; bt < B * T; bt++) {                                                                 \
             const D_T *d = dout + bt * C;                                                                        \
-            float *dpos = dwpe + (bt % T) * C;                                                                   \
+            float *dpos = dwpe ? dwpe + (bt % T) * C : NULL; /* NULL: no position table (llama) */             \
             int64_t r = (int64_t)inp[bt] - v0;                                                                   \
             float *dtok = r >= 0 && r < rows ? dwte + r * C : NULL;                                              \
             for (int64_t c = 0; c < C; c++) {                                                                    \
                 if (dtok) dtok[c] += ACT_LD(d, c);                                                               \
-                dpos[c] += ACT_LD(d, c);                                                                         \
+                if (dpos) dpos[c] += ACT_LD(d, c);                                                               \
             }                                                                                                    \
         }                                                                                                        \
     }

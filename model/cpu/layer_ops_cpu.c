@@ -31,7 +31,16 @@
     .crossentropy_forward_backward = crossentropy_forward_backward_cpu,                                             \
     .crossentropy_forward_backward_bf16 = crossentropy_forward_backward_bf16_cpu,                                   \
     .crossentropy_row_max = crossentropy_row_max_cpu, .crossentropy_exp_sum = crossentropy_exp_sum_cpu,             \
-    .crossentropy_finish = crossentropy_finish_cpu
+    .crossentropy_finish = crossentropy_finish_cpu, .rmsnorm_forward = rmsnorm_forward_cpu,                         \
+    .rmsnorm_backward = rmsnorm_backward_cpu, .rmsnorm_forward_bf16 = rmsnorm_forward_bf16_cpu,                     \
+    .rmsnorm_backward_bf16 = rmsnorm_backward_bf16_cpu, .rope_forward = rope_forward_cpu,                           \
+    .rope_backward = rope_backward_cpu, .rope_forward_bf16 = rope_forward_bf16_cpu,                                 \
+    .rope_backward_bf16 = rope_backward_bf16_cpu, .swiglu_forward = swiglu_forward_cpu,                             \
+    .swiglu_backward = swiglu_backward_cpu, .swiglu_forward_bf16 = swiglu_forward_bf16_cpu,                         \
+    .swiglu_backward_bf16 = swiglu_backward_bf16_cpu, .swiglu_backward_bf16_grads = swiglu_backward_bf16_grads_cpu, \
+    .attention_gqa_forward = attention_gqa_forward_cpu, .attention_gqa_backward = attention_gqa_backward_cpu,       \
+    .attention_gqa_forward_bf16 = attention_gqa_forward_bf16_cpu,                                                   \
+    .attention_gqa_backward_bf16 = attention_gqa_backward_bf16_cpu
 
 /* The layer GEMMs, the one part where the three tables differ. */
 #define CPU_GEMMS(fwd_sliced, bwd_sliced, fwd_bf16, bwd_bf16, fwd_mixed, bwd_mixed)                               \

@@ -10,6 +10,7 @@
 #include <math.h>
 
 #include "act_io.h"
+#include "layers_cpu.h"
 #include "llama_layers.h"
 
 #define RMSNORM_FORWARD(name, OUT_T, IN_T)                                                                       \

@@ -11,6 +11,7 @@
 #include <math.h>
 
 #include "act_io.h"
+#include "layers_cpu.h"
 #include "llama_layers.h"
 
 #define TWO_PI 6.283185307179586

@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "act_io.h"
+#include "layers_cpu.h"
 #include "llama_layers.h"
 
 static inline float sigmoid_of(float g) { return 1.0f / (1.0f + expf(-g)); }

@@ -15,11 +15,6 @@
 #include "optim.h"
 #include "schedule.h"
 
-/* gpt2: LayerNorm, GELU MLP, biases, learned positions, tied embeddings.
- * llama: RMSNorm, SwiGLU MLP, GQA, RoPE (no position table), no biases,
- * untied embeddings. */
-enum model_arch { ARCH_GPT2, ARCH_LLAMA };
-
 /* What a step with a NaN or Inf loss or gradient norm does: stop the run
  * (the update not applied, nothing saved), or drop that update and go on
  * (up to max_skipped_steps of them). */
@@ -53,9 +48,12 @@ struct config {
     /* model (GPT-2 architecture) */
     int n_layer, d_model, n_head, seq_len, vocab_size;
     int max_seq_len; /* position-table rows; 0: seq_len (an --init_from file's, see trainer_adopt_model_file) */
-    enum model_arch arch;
+    enum model_arch arch; /* include/layout.h */
     int n_kv_head; /* 0: n_head (no GQA) */
     int ffn_dim;   /* 0: 4 * d_model */
+    float norm_eps;   /* llama: RMSNorm's eps */
+    float rope_theta; /* llama: RoPE's base */
+    bool rope_scaled; /* llama: LLaMA 3.1's RoPE frequency scaling */
     float init_std;
     /* batch */
     int micro_batch, grad_accum;

@@ -88,13 +88,40 @@ static int check_context_parallel(const struct config *cfg, const struct grid *g
     return 0;
 }
 
-int config_check_grid(const struct config *cfg, const struct grid *g, char err[CONFIG_ERR_LEN]) {
-    if (cfg->arch != ARCH_GPT2 || cfg->n_kv_head != 0 || cfg->ffn_dim != 0) {
-        snprintf(err, CONFIG_ERR_LEN,
-                 "the trainer implements GPT-2 blocks (arch = gpt2, n_kv_head = 0, ffn_dim = 0); "
-                 "LLaMA-style configs are for build/plan");
+/* What each architecture's blocks run. GPT-2's: n_kv_head = n_head and
+ * F = 4 d_model. LLaMA's (model/llama.c): one rank per layer and its
+ * fp32 path only, so far; each other choice is refused by name. */
+static int check_arch(const struct config *cfg, const struct grid *g, char err[CONFIG_ERR_LEN]) {
+    if (cfg->arch == ARCH_GPT2) {
+        if (cfg->n_kv_head == 0 && cfg->ffn_dim == 0) return 0;
+        snprintf(err, CONFIG_ERR_LEN, "arch = gpt2 has n_kv_head = n_head and ffn_dim = 4 d_model (leave both 0); "
+                 "GQA and another MLP width are arch = llama's");
         return -1;
     }
+    const char *what = NULL;
+    char buf[96];
+    if (g->tp > 1 || g->pp > 1 || g->cp > 1) {
+        snprintf(buf, sizeof buf, "tp = %d, pp = %d, cp = %d (it runs at tp = pp = cp = 1; dp and ZeRO are open)",
+                 g->tp, g->pp, g->cp);
+        what = buf;
+    } else if (cfg->act_dtype != DTYPE_FP32) {
+        what = "act_dtype bf16 (use --act_dtype fp32)";
+    } else if (cfg->gemm_dtype == GEMM_DTYPE_BF16) {
+        what = "gemm_dtype bf16 (use --gemm_dtype fp32 or auto)";
+    } else if (cfg->attention != ATTENTION_PLAIN) {
+        what = "attention flash (use --attention plain)";
+    } else if (cfg->recompute != RECOMPUTE_NONE) {
+        what = "recompute (use --recompute none)";
+    } else if (cfg->device == DEVICE_CUDA) {
+        what = "device cuda (LLaMA's kernels run on the host only; use --device cpu)";
+    }
+    if (!what) return 0;
+    snprintf(err, CONFIG_ERR_LEN, "arch = llama: the trainer does not run %s yet", what);
+    return -1;
+}
+
+int config_check_grid(const struct config *cfg, const struct grid *g, char err[CONFIG_ERR_LEN]) {
+    if (check_arch(cfg, g, err) != 0) return -1;
     /* tensor parallelism splits heads, the FC features and the vocabulary */
     if (!tp_divides(cfg->n_head, cfg->d_model, g->tp, err, CONFIG_ERR_LEN)) return -1;
     if (cfg->sequence_parallel && cfg->seq_len % g->tp != 0) {

@@ -10,12 +10,14 @@
 
 struct model_shape trainer_model_shape(const struct config *c) {
     return (struct model_shape){.L = c->n_layer, .C = c->d_model, .NH = c->n_head, .T = c->seq_len,
-                                .maxT = c->max_seq_len, .V = c->vocab_size};
+                                .maxT = c->max_seq_len, .V = c->vocab_size, .arch = c->arch, .KV = c->n_kv_head,
+                                .F = c->ffn_dim, .norm_eps = c->norm_eps, .rope_theta = c->rope_theta,
+                                .rope_scaled = c->rope_scaled};
 }
 
 enum dtype config_gemm_dtype(const struct config *c, bool on_gpu, const char *cpu_flags) {
     if (c->gemm_dtype != GEMM_DTYPE_AUTO) return (enum dtype)c->gemm_dtype;
-    if (c->param_dtype != DTYPE_BF16) return DTYPE_FP32;
+    if (c->param_dtype != DTYPE_BF16 || c->arch == ARCH_LLAMA) return DTYPE_FP32; /* llama: fp32 GEMMs only yet */
     if (on_gpu || c->gemm_kernel != GEMM_KERNEL_AUTO) return DTYPE_BF16; /* a named bf16 kernel asks for them */
     return onednn_bf16_missing(cpu_flags) ? DTYPE_FP32 : DTYPE_BF16;
 }

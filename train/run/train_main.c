@@ -171,7 +171,12 @@ static void print_banner(const struct config *c, const struct trainer *tr, const
     /* the whole model's count; under tp or pp rank 0 holds a share of it */
     char share[64] = "";
     if (lay->total != lay->ref_total) snprintf(share, sizeof share, " (rank 0 holds %zu)", lay->total);
-    printf("shardlab train: GPT-2 L=%d C=%d NH=%d T=%d%s V=%d (padded %d), %zu parameters%s\n", c->n_layer,
+    char blocks[96] = "GPT-2"; /* LLaMA's: its key/value heads, MLP width and RoPE */
+    if (c->arch == ARCH_LLAMA)
+        snprintf(blocks, sizeof blocks, "LLaMA KV=%d F=%d rope_theta=%g%s eps=%g", kv_heads(&lay->shape),
+                 mlp_width(&lay->shape), (double)c->rope_theta, c->rope_scaled ? " (3.1 scaling)" : "",
+                 (double)c->norm_eps);
+    printf("shardlab train: %s L=%d C=%d NH=%d T=%d%s V=%d (padded %d), %zu parameters%s\n", blocks, c->n_layer,
            c->d_model, c->n_head, c->seq_len, positions, c->vocab_size, lay->shape.Vp, lay->ref_total, share);
     printf("precision: params %s%s, grads %s, activations %s, rounding %s\n", dtype_name(c->param_dtype),
            c->param_dtype == DTYPE_BF16 ? " (+ fp32 master)" : "", dtype_name(c->grad_dtype),
