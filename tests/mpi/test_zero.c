@@ -12,7 +12,8 @@
  * loss. We allow 1e-4 on losses and 2e-4 + 2e-3 |w| on each parameter: a
  * wrong shard, a missing reduction or a doubled gradient moves them by
  * percent, not by these amounts. bf16 mode (one case) rounds gradients per
- * hop and per micro-batch, so it gets 1e-2 on losses. */
+ * hop and per micro-batch, so it gets 1e-2 on losses. arch = llama runs
+ * stages 0-3 with 1e-5 on the losses. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -43,9 +44,11 @@ static char DIR_[96], SHARD[160];
 struct variant {
     enum optimizer_kind optimizer;
     enum recompute_mode recompute;
+    bool llama; /* arch = llama: GQA (2 KV heads of 4), SwiGLU at F = 64, RoPE, untied */
 };
 
-static const struct variant PLAIN = {OPTIM_ADAMW, RECOMPUTE_NONE};
+static const struct variant PLAIN = {OPTIM_ADAMW, RECOMPUTE_NONE, false};
+static const struct variant LLAMA = {OPTIM_ADAMW, RECOMPUTE_NONE, true};
 
 static void config_for(struct config *c, int stage, enum dtype dt, const char *log, struct variant v) {
     config_defaults(c);
@@ -68,6 +71,7 @@ static void config_for(struct config *c, int stage, enum dtype dt, const char *l
     c->threads = 1;
     c->zero = stage;
     c->param_dtype = c->grad_dtype = c->act_dtype = dt;
+    if (v.llama) c->arch = ARCH_LLAMA, c->n_kv_head = 2, c->ffn_dim = 64, c->gemm_dtype = GEMM_DTYPE_FP32;
     snprintf(c->train_data, sizeof c->train_data, "%s", SHARD);
     c->val_data[0] = '\0';
     snprintf(c->log_json, sizeof c->log_json, "%s", log);
@@ -154,8 +158,8 @@ static void check_case(int stage, enum dtype dt, struct variant v, double loss_t
         }
         ok = ok && worst_loss <= loss_tol && ref.loss[STEPS - 1] < ref.loss[0] - 0.3;
         static const char *const rec[] = {"none", "selective", "full"};
-        printf("  N=%d ZeRO-%d %s %s recompute %s: loss %.4f -> %.4f, max |loss diff| %.2e, max |param diff| %.2e\n",
-               N, stage, dtype_name(dt), optim_rule(v.optimizer)->name, rec[v.recompute], ref.loss[0], ref.loss[STEPS - 1],
+        printf("  N=%d ZeRO-%d %s%s %s recompute %s: loss %.4f -> %.4f, max |loss diff| %.2e, max |param diff| %.2e\n",
+               N, stage, v.llama ? "llama " : "", dtype_name(dt), optim_rule(v.optimizer)->name, rec[v.recompute], ref.loss[0], ref.loss[STEPS - 1],
                worst_loss, worst_w);
     }
     free(ref.params);
@@ -166,6 +170,13 @@ static void check_case(int stage, enum dtype dt, struct variant v, double loss_t
 /* fp32: exact up to summation order (see the top of the file) */
 static void check_stage(int stage) { check_case(stage, DTYPE_FP32, PLAIN, 1e-4, 2e-4, 2e-3); }
 static void test_zero0(void **s) { (void)s; check_stage(0); }
+/* LLaMA's blocks under each stage: the same tolerance on the losses as the
+ * issue asks (1e-5 at every step); the parameters as GPT-2's */
+static void check_llama(int stage) { check_case(stage, DTYPE_FP32, LLAMA, 1e-5, 2e-4, 2e-3); }
+static void test_zero0_llama(void **s) { (void)s; check_llama(0); }
+static void test_zero1_llama(void **s) { (void)s; check_llama(1); }
+static void test_zero2_llama(void **s) { (void)s; check_llama(2); }
+static void test_zero3_llama(void **s) { (void)s; check_llama(3); }
 static void test_zero1(void **s) { (void)s; check_stage(1); }
 static void test_zero2(void **s) { (void)s; check_stage(2); }
 static void test_zero3(void **s) { (void)s; check_stage(3); }
@@ -253,6 +264,10 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_zero2),
         cmocka_unit_test(test_zero3),
         cmocka_unit_test(test_zero3_bf16),
+        cmocka_unit_test(test_zero0_llama),
+        cmocka_unit_test(test_zero1_llama),
+        cmocka_unit_test(test_zero2_llama),
+        cmocka_unit_test(test_zero3_llama),
         cmocka_unit_test(test_zero3_sgd),
         cmocka_unit_test(test_zero1_recompute_full),
         cmocka_unit_test(test_zero3_recompute_selective),

@@ -308,6 +308,9 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
     const char *act_rule = sp ? act_rules_sp[c->recompute]
                          : c->tp > 1 ? act_rules_tp[c->recompute] : act_rules[c->recompute];
     if (flash && c->recompute != RECOMPUTE_FULL) act_rule = act_rules_flash[sp ? 2 : c->tp > 1 ? 1 : 0];
+    /* llama (model/llama.c: fp32, none): the stream and ln1, atty, res2, ln2
+     * (5C), qkv at GQA width, the probabilities, up, gate, SwiGLU (3F), two rstd */
+    if (c->arch == ARCH_LLAMA) act_rule = "L ((5 C + (NH + 2 KV) hs + 3 F + NH T) e + 8) B T + head";
     snprintf(rule, sizeof rule, "%srecompute %s%s: %s%s; Korthikanti%s: %.0f", flash ? "attention flash, " : "",
              c->recompute == RECOMPUTE_NONE ? "none" : c->recompute == RECOMPUTE_FULL ? "full" : "selective",
              flash && c->recompute == RECOMPUTE_SELECTIVE ? " (= none)" : "", act_rule,
@@ -373,8 +376,9 @@ void report_flops(FILE *out, const struct trainer *tr, int steps) {
                 th.recompute);
     fprintf(out, "  %-11s %14.4e %14s  norms, GELU, softmax, biases, AdamW (no paper formula)\n", "other",
             f->other / steps, "-");
-    fprintf(out, "  %-11s %14s %14.4e  PaLM App. B, causal: tokens x (6 N + 6 L C T)%s, N = %.0f (Psi - wpe%s)\n",
-            "model", "", th.model, per_t, th.n_gemm_params, tr->cfg->tp > 1 ? ", the stage at tp = 1" : "");
+    fprintf(out, "  %-11s %14s %14.4e  PaLM App. B, causal: tokens x (6 N + 6 L C T)%s, N = %.0f (Psi - %s%s)\n",
+            "model", "", th.model, per_t, th.n_gemm_params, tr->cfg->arch == ARCH_LLAMA ? "wte: its rows are looked up" : "wpe",
+            tr->cfg->tp > 1 ? ", the stage at tp = 1" : "");
     fprintf(out, "  %-11s %14s %14.4e  6 L C T x tokens%s: %s\n", "  attention", "", th.attention_model, per_t,
             flash ? "PaLM's causal half of the T x T products" : "the causal half of the squares issued");
     double issued = (f->gemm + f->attention) / steps;

@@ -258,7 +258,7 @@ struct flop_theory {
     double recompute;         /* the recomputed part of gemm + attention (hardware, not model FLOPs) */
     double model;             /* tokens (6 N + 6 L C T) / t: PaLM App. B, causal half of 12 L H Q T */
     double attention_model;   /* its attention term, tokens 6 L C T / t: half the 12 L B C T^2 accum issued */
-    double n_gemm_params;     /* N: the stage's parameters used in GEMMs (Psi - wpe) at tp = 1 */
+    double n_gemm_params;     /* N: the stage's parameters used in GEMMs at tp = 1 (gpt2: Psi - wpe; llama: Psi - wte) */
 };
 
 struct flop_theory theory_trainer_flops(const struct config *c, struct rank_place p);

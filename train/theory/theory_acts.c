@@ -28,6 +28,16 @@ static double layer_block_per_token(const struct config *c, int tp, bool sp, boo
     return 3 * (sp ? Cl : C) + 12 * Cl + (att ? att_per_token(c, tp) : 0);
 }
 
+/* LLaMA's (model/llama.c; fp32, plain attention, no recompute, tp = 1):
+ * elements per token of a layer's block: ln1, atty, res2, ln2 (4C); qkv
+ * at GQA width (NH + 2 KV) hs; the probabilities NH T; up, gate and their
+ * SwiGLU (3F). */
+static double llama_block_per_token(const struct config *c) {
+    struct theory_model m;
+    theory_model_from_config(&m, c);
+    return 4.0 * m.h + (double)(m.a + 2 * m.n_kv) * m.d_h + (double)m.a * c->seq_len + 3.0 * m.F;
+}
+
 /* Whether the run's GEMMs are bf16 on the CPU: --gemm_dtype as the run
  * resolves it (config_gemm_dtype, this machine's flags) on --device cpu or
  * auto (the trainer stores the device it opened). */
@@ -92,8 +102,16 @@ struct activation_theory theory_trainer_activations(const struct config *whole, 
      * selective is none (include/gpt.h) */
     double lse = theory_flash(c) ? att_per_token(c, tp) * 4 * BT : 0;
     enum recompute_mode mode = theory_flash(c) && c->recompute == RECOMPUTE_SELECTIVE ? RECOMPUTE_NONE : c->recompute;
+    if (c->arch == ARCH_LLAMA) { /* the stream C, the block, two fp32 rstd (config_grid.c: fp32, none) */
+        stats = 2 * 4 * BT;
+        mode = RECOMPUTE_NONE;
+    }
     switch (mode) {
     case RECOMPUTE_NONE:
+        if (c->arch == ARCH_LLAMA) {
+            a.per_layer = C * e * BT + llama_block_per_token(c) * e * BT + stats;
+            break;
+        }
         a.per_layer = C * e * BTs + layer_block_per_token(c, tp, sp, !theory_flash(c)) * e * BT + stats + lse;
         break;
     case RECOMPUTE_SELECTIVE: /* no probabilities; one layer's (its NH/t heads) recomputed in fp32 */
@@ -112,7 +130,8 @@ struct activation_theory theory_trainer_activations(const struct config *whole, 
      * inputs */
     double out = C * e * BTs, ids = 4 * BT;
     double le = logits_bf16(c, sp, tp) ? sizeof(bf16) : sizeof(float);
-    double head = (C * e + 2 * 4) * BTs + (le * (lay.shape.Vp / tp) + 4 + 4) * BT;
+    double lnf_stats = c->arch == ARCH_LLAMA ? 1 : 2; /* rstd; LayerNorm's mean too */
+    double head = (C * e + lnf_stats * 4) * BTs + (le * (lay.shape.Vp / tp) + 4 + 4) * BT;
     a.head = out + (lay.rank.has_head ? head : 0) + (lay.rank.has_embed ? ids : 0);
     a.recompute_buffers = shared;
     a.per_slot = n * a.per_layer + a.head;

@@ -8,6 +8,7 @@
 
 #include "grid.h"
 #include "layers.h"
+#include "llama_layers.h"
 #include "layout.h"
 #include "schedule.h"
 #include "segments.h"
@@ -327,9 +328,10 @@ struct flop_theory theory_trainer_flops(const struct config *c, struct rank_plac
     struct rank_place whole = p;
     whole.tp = 1, whole.tp_rank = 0;
     struct model_layout st = theory_layout_of(c, whole);
-    double lookup = st.rank.has_embed ? (double)(st.shape.Vp + st.shape.maxT) * C : 0;
+    double lookup = st.rank.has_embed ? (double)st.embed_size : 0; /* wte (and wpe) rows looked up */
     double head_padding = st.rank.has_head ? (double)(st.shape.Vp - st.shape.V) * C : 0;
-    double head_wte = st.rank.has_head && !st.head_wte_copy ? (double)st.shape.Vp * C : 0;
+    /* the tied head's GEMM reads wte, which the stage's count holds once (llama's lm_head is its own) */
+    double head_wte = shape_tied(&st.shape) && st.rank.has_head && !st.head_wte_copy ? (double)st.shape.Vp * C : 0;
     f.n_gemm_params = (double)st.total - lookup + head_wte - head_padding;
     f.model = f.tokens * (6 * f.n_gemm_params + 6 * L * C * T) / t;
     f.attention_model = f.tokens * (6 * L * C * T) / t; /* the causal half of 12 L C T per token */
@@ -353,18 +355,74 @@ double theory_trainer_comm_buffers(const struct config *c, struct rank_place p) 
     return bytes; /* stage 0's buckets are ranges of the grads: no buffer */
 }
 
+/* model/gpt.c's scratch (GPT-2's blocks), at the rank's local sizes. */
+static double gpt2_model_scratch(const struct config *c, const struct model_layout *lay, bool sp) {
+    double B = c->micro_batch, T = c->seq_len, C = c->d_model, BT = B * T, n = BT * C;
+    int tp = lay->rank.tp;
+    /* the rank's heads; a (B,T,C/t) tensor; the rank's part of the stream:
+     * (B,T,C), or (B,T/t,C) with sp */
+    double NHl = c->n_head / tp, nl = n / tp, ns = sp ? nl : n;
+    bool bf16_acts = c->act_dtype == DTYPE_BF16;
+    double bytes = 0;
+    /* model/gpt.c, at the rank's local sizes: a layer's block widened
+     * (bf16, kept in the stores; on the bf16 data path only its tensors
+     * still read or written in fp32), the residual in and out and the final
+     * LayerNorm output widened (bf16 but not the data path; the stream's
+     * part), backward's d
+     * residual (the stream's part) and C temp (whole), d fc (4C/t) and
+     * d qkv (3C/t), and the attention backward's T x T score gradient per
+     * thread sharing the rank's heads (model/cpu/attention.c: at most
+     * B NH/t threads; flash: D, B NH/t T); with sp the gathered (B,T,C)
+     * and one micro-batch's LayerNorm gradients (4C), fp32 (d residual,
+     * d fc and d qkv bf16 on the bf16 data path with its attention). The
+     * widened block holds the probabilities where the store does (not
+     * selective's, never flash's fp32 lse) */
+    if (bf16_acts && c->recompute != RECOMPUTE_FULL)
+        bytes += theory_work_block_per_token(c, tp, sp, c->recompute == RECOMPUTE_NONE && !theory_flash(c)) * BT * 4;
+    if (bf16_acts && !theory_acts_direct(c, sp)) /* residual in, out; final LN out (the data path: none) */
+        bytes += (lay->rank.has_head ? 3 : 2) * ns * 4;
+    double head_threads = c->threads < B * NHl ? c->threads : B * NHl;
+    /* the bf16 attention's tiles per thread (attention_bf16_scratch: P
+     * and dS, T x T, q, k, v and the output, T x hs; flash's
+     * attention_lse_bf16_scratch: q, k, v, the output, dk and dv) */
+    double hs = C / c->n_head, tiles = !theory_acts_direct(c, sp) ? 0 : theory_flash(c) ? 6 * T * hs : 2 * T * T + 4 * T * hs;
+    double att = theory_flash(c) ? B * NHl * T + head_threads * tiles : head_threads * (tiles ? tiles : T * T);
+    /* a GPU's flash on the bf16 data path (--gpu_path v2's FlashAttention-2
+     * backward): D, dout in bf16 and the per-key-block dQ partials */
+    if (theory_flash(c) && theory_acts_direct(c, sp) && c->device == DEVICE_CUDA)
+        att = (double)attention_lse_bf16_scratch_in(MEM_DEVICE, (int64_t)B, (int64_t)T, (int64_t)(C / tp),
+                                                    (int64_t)NHl);
+    /* d residual, d fc and d qkv: bf16 on the bf16 data path with its
+     * attention (model/gpt_acts.c's acts_direct), else fp32; d temp fp32 */
+    bytes += (ns + 7 * nl) * (theory_acts_direct(c, sp) ? 2 : 4) + n * 4 + att * 4;
+    if (sp) bytes += (n + 4 * C) * 4;
+    return bytes;
+}
+
+/* model/llama.c's (fp32, plain attention, tp = 1: config_grid.c): d
+ * residual and two (B,T,C) temporaries (the gate's share of d ln2 apart),
+ * d up and d gate (2F), d qkv at GQA width, the attention's dS (T x T per
+ * thread of a KV group, attention_gqa_backward_scratch), RoPE's hs/2
+ * frequencies and (B,T) positions. */
+static double llama_model_scratch(const struct config *c) {
+    struct theory_model m;
+    theory_model_from_config(&m, c);
+    double B = c->micro_batch, T = c->seq_len, BT = B * T;
+    double qkv = (double)(m.a + 2 * m.n_kv) * m.d_h;
+    double floats = 3 * BT * m.h + 2 * BT * m.F + BT * qkv + m.d_h / 2 +
+                    (double)attention_gqa_backward_scratch((int64_t)B, (int64_t)T, m.n_kv);
+    return floats * 4 + BT * sizeof(int32_t);
+}
+
 struct scratch_theory theory_trainer_scratch(const struct config *whole, struct rank_place p) {
     struct model_layout lay = theory_layout_of(whole, p);
     struct shard_layout sh;
     shard_layout_init(&sh, &lay, p.dp, p.dp_rank);
     struct config local = theory_at_rank_positions(whole, p); /* cp: the rank's T/cp positions */
     const struct config *c = &local;
-    double B = c->micro_batch, T = c->seq_len, C = c->d_model, BT = B * T, n = BT * C;
+    double B = c->micro_batch;
     int tp = lay.rank.tp;
-    double NHl = c->n_head / tp, nl = n / tp; /* the rank's heads; a (B,T,C/t) tensor */
     bool sp = theory_sp_on(c, p);
-    double ns = sp ? nl : n; /* the rank's part of the stream: (B,T,C), or (B,T/t,C) with sp */
-    bool bf16_acts = c->act_dtype == DTYPE_BF16;
     struct scratch_theory s = {0};
     s.persistent = (double)opt_segments_capacity(&lay) * sizeof(struct opt_segment);
     /* parallel/engine.c: one fp32 view and one fp32 accumulator per unit
@@ -381,38 +439,8 @@ struct scratch_theory theory_trainer_scratch(const struct config *whole, struct 
         }
     if (c->param_dtype == DTYPE_BF16) s.persistent += theory_direct_gemms(c) ? vectors : kinds;
     if (c->grad_dtype == DTYPE_BF16 || zero_stage_row(c->zero)->shards_grads) s.persistent += kinds;
-    /* model/gpt.c, at the rank's local sizes: a layer's block widened
-     * (bf16, kept in the stores; on the bf16 data path only its tensors
-     * still read or written in fp32), the residual in and out and the final
-     * LayerNorm output widened (bf16 but not the data path; the stream's
-     * part), backward's d
-     * residual (the stream's part) and C temp (whole), d fc (4C/t) and
-     * d qkv (3C/t), and the attention backward's T x T score gradient per
-     * thread sharing the rank's heads (model/cpu/attention.c: at most
-     * B NH/t threads; flash: D, B NH/t T); with sp the gathered (B,T,C)
-     * and one micro-batch's LayerNorm gradients (4C), fp32 (d residual,
-     * d fc and d qkv bf16 on the bf16 data path with its attention). The
-     * widened block holds the probabilities where the store does (not
-     * selective's, never flash's fp32 lse) */
-    if (bf16_acts && c->recompute != RECOMPUTE_FULL)
-        s.persistent += theory_work_block_per_token(c, tp, sp, c->recompute == RECOMPUTE_NONE && !theory_flash(c)) * BT * 4;
-    if (bf16_acts && !theory_acts_direct(c, sp)) /* residual in, out; final LN out (the data path: none) */
-        s.persistent += (lay.rank.has_head ? 3 : 2) * ns * 4;
-    double head_threads = c->threads < B * NHl ? c->threads : B * NHl;
-    /* the bf16 attention's tiles per thread (attention_bf16_scratch: P
-     * and dS, T x T, q, k, v and the output, T x hs; flash's
-     * attention_lse_bf16_scratch: q, k, v, the output, dk and dv) */
-    double hs = C / c->n_head, tiles = !theory_acts_direct(c, sp) ? 0 : theory_flash(c) ? 6 * T * hs : 2 * T * T + 4 * T * hs;
-    double att = theory_flash(c) ? B * NHl * T + head_threads * tiles : head_threads * (tiles ? tiles : T * T);
-    /* a GPU's flash on the bf16 data path (--gpu_path v2's FlashAttention-2
-     * backward): D, dout in bf16 and the per-key-block dQ partials */
-    if (theory_flash(c) && theory_acts_direct(c, sp) && c->device == DEVICE_CUDA)
-        att = (double)attention_lse_bf16_scratch_in(MEM_DEVICE, (int64_t)B, (int64_t)T, (int64_t)(C / tp),
-                                                    (int64_t)NHl);
-    /* d residual, d fc and d qkv: bf16 on the bf16 data path with its
-     * attention (model/gpt_acts.c's acts_direct), else fp32; d temp fp32 */
-    s.persistent += (ns + 7 * nl) * (theory_acts_direct(c, sp) ? 2 : 4) + n * 4 + att * 4;
-    if (sp) s.persistent += (n + 4 * C) * 4;
+    /* the model's own (its blocks') */
+    s.persistent += c->arch == ARCH_LLAMA ? llama_model_scratch(c) : gpt2_model_scratch(c, &lay, sp);
     /* train/run/run_loop.c: the batch's inputs and targets, whole sequences
      * (a cp rank keeps its positions in place) */
     s.persistent += 2 * B * whole->seq_len * sizeof(int32_t);
