@@ -48,7 +48,7 @@ MPI_TEST_SRC := $(wildcard tests/mpi/test_*.c)
 MPI_TESTS    := $(MPI_TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 .SECONDARY:
-.PHONY: all cuda cuda-test test check-deps unit-test mpi-test san-test demo report multihost-demo bench deps data clean
+.PHONY: demo-llama all cuda cuda-test test check-deps unit-test mpi-test san-test demo report multihost-demo bench deps data clean
 all: $(PROGRAMS) $(BUILD)/report
 
 $(BUILD)/obj/%.o: %.c Makefile
@@ -146,6 +146,16 @@ demo: deps all data
 	    --log_json $(DEMO_DIR)/run.json $(DEMO_ARGS)
 	$(BUILD)/report $(DEMO_DIR)/run.json --out $(DEMO_DIR)/report
 	@echo "the demo's report: open $(abspath $(DEMO_DIR)/report/index.html)"
+
+# demo-llama: the same on LLaMA 3's blocks (configs/llama-tiny.conf), its
+# log and report in $(DEMO_DIR)-llama.
+demo-llama: deps all data
+	@echo "shardlab demo-llama: LLaMA 3 blocks, $(DEMO_RANKS) ranks under mpirun, ZeRO-3"
+	@mkdir -p $(DEMO_DIR)-llama
+	mpirun --oversubscribe --allow-run-as-root -np $(DEMO_RANKS) $(BUILD)/train --config configs/llama-tiny.conf --zero 3 \
+	    --threads 1 --explain 1 --log_json $(DEMO_DIR)-llama/run.json $(DEMO_ARGS)
+	$(BUILD)/report $(DEMO_DIR)-llama/run.json --out $(DEMO_DIR)-llama/report
+	@echo "the demo's report: open $(abspath $(DEMO_DIR)-llama/report/index.html)"
 
 # make report RUN="a.json [b.json ...]" [OUT=dir] [TRACE=trace.json]: the
 # pictures of one or several runs (one per ZeRO stage, say) and an
