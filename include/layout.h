@@ -175,6 +175,13 @@ struct model_layout {
     size_t ref_total;     /* the whole model's (the reference numbering) */
 };
 
+/* Whether this rank holds one of a tied wte's two copies (the first or
+ * the last of several stages, gpt2), whose gradients are summed across
+ * the two stages (parallel/zero/tie.c); an untied head (llama) has none. */
+static inline bool layout_ties(const struct model_layout *lay) {
+    return lay->shape.arch == ARCH_GPT2 && lay->rank.has_embed != lay->rank.has_head;
+}
+
 int padded_vocab(int V);
 /* The vocabulary rows of the whole model's reference numbering: llm.c's
  * padded_vocab for gpt2, V for llama. */

@@ -12,7 +12,7 @@
  * SwiGLU's up, fc2 its gate, fcproj its down projection. No biases.
  *
  * What runs: fp32 activations, plain attention (the probabilities saved),
- * no recompute, one rank per layer (tp = pp = cp = 1), the GEMMs on fp32
+ * no recompute, whole layers (tp = cp = 1; pp splits the layers), the GEMMs on fp32
  * operands (bf16 params widened by the engine): train/config/config_grid.c
  * refuses the rest, naming it. The model is free of parallel code; data
  * parallelism and ZeRO-1/2/3 are the engine's, as for GPT-2. */

@@ -123,7 +123,7 @@ int engine_init(struct engine *e, const struct engine_options *o, const struct m
     e->z.norm_groups[NORM_OVER_TP] = &grid->tp_comm;
     /* pipeline stages: the tied wte's two copies and the norm over stages */
     e->z.norm_groups[NORM_OVER_PP] = &grid->pp_comm;
-    if (e->lay.rank.has_embed != e->lay.rank.has_head) { /* first or last of several stages */
+    if (layout_ties(&e->lay)) { /* first or last of several stages */
         bool embed = e->lay.rank.has_embed;
         struct tensor_info t = embed ? layout_embed_tensor(&e->lay, EMB_WTE) : layout_head_tensor(&e->lay, HEAD_WTE);
         size_t at = t.offset - layout_unit_offset(&e->lay, t.unit);

@@ -85,7 +85,7 @@ void factored_plan_build(struct factored_plan *p, struct factored_tensor *table,
     }
     p->slot_floats = factored_slot_floats(lay, p->ranks);
     p->tp_floats = (p->tp_floats + (size_t)p->tp - 1) / (size_t)p->tp * (size_t)p->tp;
-    if (lay->rank.has_embed != lay->rank.has_head && p->ranks > 1) { /* the tie (include/factored.h) */
+    if (layout_ties(lay) && p->ranks > 1) { /* the tie (include/factored.h) */
         const struct tensor_info w = lay->rank.has_embed ? layout_embed_tensor(lay, EMB_WTE)
                                                          : layout_head_tensor(lay, HEAD_WTE);
         for (int t = 0; t < p->tensors; t++)

@@ -7,6 +7,7 @@
 #   tp 2 x pp 2 with --sequence_parallel 1 on 4 ranks (the boundary carries
 #   each tp rank's T/tp positions),
 #   pp 2 (each schedule) and pp 3 with synchronous sends (NCCL's: below),
+#   arch = llama at pp 2 (1F1B, interleaved) and dp 2 x pp 2 (GPipe, ZeRO-3),
 # and every one of those runs reports each rank's memory, activations and
 # pipeline traffic equal to its own theory (no "NO" in the tables); and
 # resume states on and across grids (below).
@@ -50,6 +51,15 @@ run "tp 2 x pp 2, 1f1b" 4 3 --tp 2 --pp 2 --grad_accum 3
 run "tp 2 x pp 2, gpipe" 4 3 --tp 2 --pp 2 --grad_accum 3 --schedule gpipe
 run "dp 2 x tp 2 x pp 2, ZeRO-1, 1f1b" 8 6 --tp 2 --pp 2 --grad_accum 3 --zero 1
 run "tp 2 x pp 2 + sequence parallel, 1f1b" 4 3 --tp 2 --pp 2 --grad_accum 3 --sequence_parallel 1
+# LLaMA's blocks (arch = llama: GQA, SwiGLU, RoPE, an untied head: no
+# tie between the first and the last stage) on each schedule, and with
+# ZeRO-3 over dp 2 beside pp 2.
+gpt2_args=("${args[@]}")
+args+=(--arch llama --n_kv_head 2 --ffn_dim 96)
+run "llama pp 2, 1f1b" 2 3 --pp 2 --grad_accum 3
+run "llama pp 2, interleaved (2 chunks)" 2 4 --pp 2 --grad_accum 4 --schedule interleaved --virtual_stages 2
+run "llama dp 2 x pp 2, gpipe, ZeRO-3" 4 6 --pp 2 --grad_accum 3 --schedule gpipe --zero 3
+args=("${gpt2_args[@]}")
 # Synchronous sends (SHARDLAB_MPI_SYNC_SENDS=1: MPI_Issend / MPI_Ssend),
 # which complete only once matched and read the buffer then, as NCCL's do
 # (parallel/comm/cuda/comm_nccl.h): a schedule that reused a buffer with

@@ -89,8 +89,8 @@ static int check_context_parallel(const struct config *cfg, const struct grid *g
 }
 
 /* What each architecture's blocks run. GPT-2's: n_kv_head = n_head and
- * F = 4 d_model. LLaMA's (model/llama.c): one rank per layer and its
- * fp32 path only, so far; each other choice is refused by name. */
+ * F = 4 d_model. LLaMA's (model/llama.c): whole layers (no tp or cp) and
+ * its fp32 path only, so far; each other choice is refused by name. */
 static int check_arch(const struct config *cfg, const struct grid *g, char err[CONFIG_ERR_LEN]) {
     if (cfg->arch == ARCH_GPT2) {
         if (cfg->n_kv_head == 0 && cfg->ffn_dim == 0) return 0;
@@ -100,9 +100,9 @@ static int check_arch(const struct config *cfg, const struct grid *g, char err[C
     }
     const char *what = NULL;
     char buf[96];
-    if (g->tp > 1 || g->pp > 1 || g->cp > 1) {
-        snprintf(buf, sizeof buf, "tp = %d, pp = %d, cp = %d (it runs at tp = pp = cp = 1; dp and ZeRO are open)",
-                 g->tp, g->pp, g->cp);
+    if (g->tp > 1 || g->cp > 1) {
+        snprintf(buf, sizeof buf, "tp = %d, cp = %d (it runs at tp = cp = 1; dp, pp and ZeRO are open)", g->tp,
+                 g->cp);
         what = buf;
     } else if (cfg->act_dtype != DTYPE_FP32) {
         what = "act_dtype bf16 (use --act_dtype fp32)";

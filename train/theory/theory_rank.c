@@ -35,7 +35,7 @@ static double rank_psi(const struct model_layout *lay) {
 }
 
 /* The tied wte's gradient summed across stages (parallel/zero/tie.c). */
-static bool ties(const struct model_layout *lay) { return lay->rank.has_embed != lay->rank.has_head; }
+static bool ties(const struct model_layout *lay) { return layout_ties(lay); }
 
 /* The optimizer's view of a rank as the engine builds it (parallel/zero/):
  * its segments and, for adafactor, the plan of its statistics. */
