@@ -122,10 +122,10 @@ enum layer_tensor {
 enum tp_split { SPLIT_REPLICATED, SPLIT_COLUMN, SPLIT_ROW, SPLIT_VOCAB };
 
 const char *tp_split_name(enum tp_split s);
-/* Whether tp ranks can split n_head heads of width d_model: each holds
- * n_head/tp heads and 4 d_model/tp FC features. When not, why (len bytes;
- * NULL: not wanted) says so, naming the config's keys. */
-bool tp_divides(int n_head, int d_model, int tp, char *why, size_t len);
+/* Whether tp ranks can split the model: gpt2's n_head heads and 4 C FC
+ * features; llama's query and key/value heads, F and the vocabulary. When
+ * not, why (len bytes; NULL: not wanted) says so, naming the config's keys. */
+bool tp_divides(const struct model_shape *s, int tp, char *why, size_t len);
 
 struct unit_info {
     enum unit_kind kind;

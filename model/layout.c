@@ -13,14 +13,24 @@ struct shape2d {
 
 int padded_vocab(int V) { return (V + VOCAB_PAD - 1) / VOCAB_PAD * VOCAB_PAD; }
 
-bool tp_divides(int n_head, int d_model, int tp, char *why, size_t len) {
-    int64_t fc = 4 * (int64_t)d_model; /* in 64 bits: a d_model from a file may be near INT_MAX */
-    if (n_head % tp == 0 && fc % tp == 0 && d_model % tp == 0) return true;
+bool tp_divides(const struct model_shape *s, int tp, char *why, size_t len) {
+    int64_t fc = mlp_width(s); /* in 64 bits below: a d_model from a file may be near INT_MAX */
+    if (s->arch == ARCH_LLAMA) {
+        if (s->NH % tp == 0 && kv_heads(s) % tp == 0 && fc % tp == 0 && s->V % tp == 0) return true;
+        if (why)
+            snprintf(why, len,
+                     "tp = %d must divide n_head (%d), n_kv_head (%d), ffn_dim (%lld) and vocab_size (%d): each rank "
+                     "holds n_head/tp query heads, n_kv_head/tp key/value heads, ffn_dim/tp of SwiGLU's features "
+                     "and vocab_size/tp rows of wte and lm_head", tp, s->NH, kv_heads(s), (long long)fc, s->V);
+        return false;
+    }
+    fc = 4 * (int64_t)s->C;
+    if (s->NH % tp == 0 && fc % tp == 0 && s->C % tp == 0) return true;
     if (why)
         snprintf(why, len,
                  "tp = %d must divide n_head (%d), d_model (%d) and the FC width 4 x d_model (%lld): each rank holds "
                  "n_head/tp heads and 4 d_model/tp FC features",
-                 tp, n_head, d_model, (long long)fc);
+                 tp, s->NH, s->C, (long long)fc);
     return false;
 }
 
@@ -225,9 +235,9 @@ static size_t unit_offsets(size_t *off, int n, struct shape2d (*shape_of)(const 
 
 int layout_init(struct model_layout *lay, struct model_shape shape, struct rank_desc r) {
     if (r.tp < 1 || r.tp_rank < 0 || r.tp_rank >= r.tp || !chunks_valid(&r, shape.L)) return -1;
-    if (!tp_divides(shape.NH, shape.C, r.tp, NULL, 0)) return -1;
+    if (!tp_divides(&shape, r.tp, NULL, 0)) return -1;
     if (shape.maxT != 0 && shape.maxT < shape.T) return -1;
-    if (shape.arch == ARCH_LLAMA && (shape.NH % kv_heads(&shape) != 0 || shape.V % r.tp != 0)) return -1;
+    if (shape.NH % kv_heads(&shape) != 0) return -1;
     shape.maxT = shape_pos_rows(&shape);
     shape.Vp = rank_vocab(&shape, r.tp);
     *lay = (struct model_layout){.shape = shape, .rank = r,
@@ -343,13 +353,26 @@ static size_t full_coord(int full_dim, int sections, int tp, int tp_rank, size_t
     return x / per_rank * section + (size_t)tp_rank * per_rank + x % per_rank;
 }
 
+/* llama's qkvw: q (NH heads), k and v (KV heads each), each split by
+ * heads over tp: local row r -> the whole tensor's row. */
+static size_t gqa_full_row(const struct model_layout *lay, size_t r) {
+    const size_t hs = (size_t)(lay->shape.C / lay->shape.NH), tp = (size_t)lay->rank.tp, i = (size_t)lay->rank.tp_rank;
+    const size_t q = (size_t)lay->shape.NH * hs, kv = (size_t)kv_heads(&lay->shape) * hs;
+    if (r < q / tp) return i * (q / tp) + r;
+    r -= q / tp;
+    if (r < kv / tp) return q + i * (kv / tp) + r;
+    r -= kv / tp;
+    return q + kv + i * (kv / tp) + r;
+}
+
 size_t layout_ref_index(const struct model_layout *lay, const struct tensor_info *t, size_t i) {
     size_t r = i / (size_t)t->cols, c = i % (size_t)t->cols;
     if (t->split != SPLIT_REPLICATED && lay->rank.tp > 1) {
         struct shape2d d = t->kind == UNIT_EMBED ? embed_shape(&lay->shape, (enum embed_tensor)t->id)
                          : t->kind == UNIT_HEAD  ? head_shape(&lay->shape, (enum head_tensor)t->id)
                                                  : layer_shape(&lay->shape, (enum layer_tensor)t->id);
-        if (splits_rows(&d)) r = full_coord(d.rows, d.sections, lay->rank.tp, lay->rank.tp_rank, r);
+        if (t->kind == UNIT_LAYER && t->id == LAYER_QKV_W && lay->shape.arch == ARCH_LLAMA) r = gqa_full_row(lay, r);
+        else if (splits_rows(&d)) r = full_coord(d.rows, d.sections, lay->rank.tp, lay->rank.tp_rank, r);
         else c = full_coord(d.cols, d.sections, lay->rank.tp, lay->rank.tp_rank, c);
     }
     size_t C = (size_t)lay->shape.C, ref_vp = (size_t)reference_vocab(&lay->shape);

@@ -7,7 +7,8 @@
 # a non-zero exit. Both tp runs' tables (memory, FLOPs, the [tp] rows)
 # equal each rank's own theory. --attention flash at tp 2 (recompute none,
 # selective, full): the 1-rank plain run's loss within 1e-5, and its tables
-# equal to each rank's own theory.
+# equal to each rank's own theory. arch = llama at tp 2 the same, and a tp
+# that does not divide its key/value heads refused.
 # Usage: tests/mpi/tp_train.sh BUILD_DIR
 set -u
 build=${1:-build}
@@ -119,5 +120,41 @@ elif ! grep -q "tp = 2 must divide seq_len (31)" "$tmp/badsp.out"; then
     echo "!! sequence_parallel refusal does not name the numbers:"; cat "$tmp/badsp.out"; fails=$((fails + 1))
 else
     echo "sequence_parallel, tp 2, seq_len 31: refused ($(grep -m1 -o 'tp = 2 must divide seq_len[^,]*' "$tmp/badsp.out"))"
+fi
+# arch = llama at tp 2: 4 query heads and 2 key/value heads split 2 and 1
+# a rank, SwiGLU's 96 features 48 a rank, wte's and lm_head's 256 rows 128
+# a rank. The 1-rank llama run's loss within 1e-5 at every step, and every
+# table = each rank's own theory; tp 4 over 2 key/value heads is refused,
+# naming n_kv_head.
+llama=(--arch llama --n_kv_head 2 --ffn_dim 96)
+if ! timeout 300 "$build/train" "${args[@]}" "${llama[@]}" --log_json "$tmp/llama1.json" >"$tmp/llama1.out" 2>&1 ||
+   ! timeout 300 "${mpi[@]}" -np 2 "$build/train" "${args[@]}" "${llama[@]}" --tp 2 --log_json "$tmp/llama2.json" \
+        >"$tmp/llama2.out" 2>&1; then
+    echo "!! llama at tp 2 failed"; tail -5 "$tmp/llama1.out" "$tmp/llama2.out"; fails=$((fails + 1))
+else
+    python3 - "$tmp/llama1.json" "$tmp/llama2.json" <<'PY' || fails=$((fails + 1))
+import json, sys
+def losses(p):
+    return [json.loads(l)["loss"] for l in open(p) if '"type":"step"' in l]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+worst = max(abs(x - y) for x, y in zip(a, b)) if a and len(a) == len(b) else float("inf")
+print(f"llama tp 2 vs 1 rank, {len(b)} steps: loss {a[0]:.6f} -> {a[-1]:.6f}, max |loss diff| {worst:.2e}")
+sys.exit(0 if len(a) == 20 and worst <= 1e-5 and a[-1] < a[0] - 0.5 else 1)
+PY
+    if grep -q "\bNO\b" "$tmp/llama2.out" || ! grep -q "^  all-reduce .*B T C x 4.*every rank = own: yes" "$tmp/llama2.out" ||
+       ! grep -q "^  activations .*every rank = its own theory: yes" "$tmp/llama2.out" ||
+       ! grep -q "^  scratch .*every rank = its own theory: yes" "$tmp/llama2.out"; then
+        echo "!! llama tp 2 tables differ from their theory:"; grep -E "NO|all-reduce|activations  |scratch  " "$tmp/llama2.out"
+        fails=$((fails + 1))
+    else
+        echo "llama tp 2 tables: every rank = its own theory (memory, tp all-reduces)"
+    fi
+fi
+if timeout 60 "${mpi[@]}" -np 4 "$build/train" "${args[@]}" "${llama[@]}" --tp 4 --steps 1 >"$tmp/badkv.out" 2>&1; then
+    echo "!! llama tp 4 with n_kv_head 2 was not refused"; fails=$((fails + 1))
+elif ! grep -q "tp = 4 must divide n_head (4), n_kv_head (2)" "$tmp/badkv.out"; then
+    echo "!! llama tp 4 refusal does not name n_kv_head:"; cat "$tmp/badkv.out"; fails=$((fails + 1))
+else
+    echo "llama tp 4 with n_kv_head 2: refused, naming n_kv_head"
 fi
 [ "$fails" -eq 0 ] && echo "tp training: passed" || { echo "tp training: $fails failed"; exit 1; }

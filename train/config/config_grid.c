@@ -89,7 +89,7 @@ static int check_context_parallel(const struct config *cfg, const struct grid *g
 }
 
 /* What each architecture's blocks run. GPT-2's: n_kv_head = n_head and
- * F = 4 d_model. LLaMA's (model/llama.c): whole layers (no tp or cp) and
+ * F = 4 d_model. LLaMA's (model/llama.c): no cp or sequence parallelism and
  * its fp32 path only, so far; each other choice is refused by name. */
 static int check_arch(const struct config *cfg, const struct grid *g, char err[CONFIG_ERR_LEN]) {
     if (cfg->arch == ARCH_GPT2) {
@@ -100,10 +100,11 @@ static int check_arch(const struct config *cfg, const struct grid *g, char err[C
     }
     const char *what = NULL;
     char buf[96];
-    if (g->tp > 1 || g->cp > 1) {
-        snprintf(buf, sizeof buf, "tp = %d, cp = %d (it runs at tp = cp = 1; dp, pp and ZeRO are open)", g->tp,
-                 g->cp);
+    if (g->cp > 1) {
+        snprintf(buf, sizeof buf, "cp = %d (dp, tp, pp and ZeRO are open)", g->cp);
         what = buf;
+    } else if (cfg->sequence_parallel && g->tp > 1) {
+        what = "sequence_parallel (tp splits heads, SwiGLU's features and the vocabulary; the stream stays whole)";
     } else if (cfg->act_dtype != DTYPE_FP32) {
         what = "act_dtype bf16 (use --act_dtype fp32)";
     } else if (cfg->gemm_dtype == GEMM_DTYPE_BF16) {
@@ -123,7 +124,8 @@ static int check_arch(const struct config *cfg, const struct grid *g, char err[C
 int config_check_grid(const struct config *cfg, const struct grid *g, char err[CONFIG_ERR_LEN]) {
     if (check_arch(cfg, g, err) != 0) return -1;
     /* tensor parallelism splits heads, the FC features and the vocabulary */
-    if (!tp_divides(cfg->n_head, cfg->d_model, g->tp, err, CONFIG_ERR_LEN)) return -1;
+    struct model_shape shape = trainer_model_shape(cfg);
+    if (!tp_divides(&shape, g->tp, err, CONFIG_ERR_LEN)) return -1;
     if (cfg->sequence_parallel && cfg->seq_len % g->tp != 0) {
         snprintf(err, CONFIG_ERR_LEN,
                  "sequence_parallel: tp = %d must divide seq_len (%d), each tp rank holding seq_len/tp positions of "

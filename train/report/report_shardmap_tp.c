@@ -25,6 +25,13 @@ static void tensor_line(FILE *out, const struct model_layout *lay, const struct 
                  t->id == LAYER_FCPROJ_B) ? "added once, after g's sum" : "same on every tp rank");
         break;
     case SPLIT_COLUMN: { /* output features: the rows of a weight, the elements of its bias */
+        if (t->id == LAYER_QKV_W && lay->shape.arch == ARCH_LLAMA) { /* GQA: q at NH heads, k and v at KV */
+            int hs = lay->shape.C / lay->shape.NH, q = lay->shape.NH * hs, kv = kv_heads(&lay->shape) * hs;
+            int tp = lay->rank.tp;
+            snprintf(where, sizeof where, "rows [%d, %d) of q (%d), [%d, %d) of each of k, v (%d each)", r * q / tp,
+                     (r + 1) * q / tp, q, r * kv / tp, (r + 1) * kv / tp, kv);
+            break;
+        }
         int sections = t->id == LAYER_QKV_W || t->id == LAYER_QKV_B ? 3 : 1;
         int n = (vector ? t->cols : t->rows) / sections, full = (vector ? t->full_cols : t->full_rows) / sections;
         range(where, sizeof where, vector ? "elements" : "rows", r, n, full, sections);
@@ -55,7 +62,10 @@ void report_tp_map(FILE *out, const struct trainer *tr) {
         fprintf(out, "  tp rank %d (world ranks", t);
         for (int s = 0; s < g->pp; s++)
             for (int d = 0; d < g->dp; d++) fprintf(out, " %d", (s * g->dp + d) * g->tp + t);
-        fprintf(out, "): heads %d..%d, FC features [%d, %d)\n", t * NHl, (t + 1) * NHl - 1, t * Fl, (t + 1) * Fl);
+        fprintf(out, "): heads %d..%d, FC features [%d, %d)", t * NHl, (t + 1) * NHl - 1, t * Fl, (t + 1) * Fl);
+        int KVl = c->n_kv_head / g->tp; /* llama's key/value heads (GQA) */
+        if (c->arch == ARCH_LLAMA) fprintf(out, ", key/value heads %d..%d", t * KVl, (t + 1) * KVl - 1);
+        fprintf(out, "\n");
         /* stage 0 (embedding and the layers), then the last stage's head */
         int stages[] = {0, g->pp - 1};
         for (int k = 0; k < (g->pp > 1 ? 2 : 1); k++) {

@@ -28,14 +28,14 @@ static double layer_block_per_token(const struct config *c, int tp, bool sp, boo
     return 3 * (sp ? Cl : C) + 12 * Cl + (att ? att_per_token(c, tp) : 0);
 }
 
-/* LLaMA's (model/llama.c; fp32, plain attention, no recompute, tp = 1):
- * elements per token of a layer's block: ln1, atty, res2, ln2 (4C); qkv
- * at GQA width (NH + 2 KV) hs; the probabilities NH T; up, gate and their
- * SwiGLU (3F). */
-static double llama_block_per_token(const struct config *c) {
+/* LLaMA's (model/llama.c; fp32, plain attention, no recompute, no sp):
+ * elements per token of a layer's block on a rank of tp: ln1, res2, ln2
+ * whole (3C); atty C/t; qkv at GQA width (NH + 2 KV) hs / t; the
+ * probabilities NH/t T; up, gate and their SwiGLU (3F/t). */
+static double llama_block_per_token(const struct config *c, int tp) {
     struct theory_model m;
     theory_model_from_config(&m, c);
-    return 4.0 * m.h + (double)(m.a + 2 * m.n_kv) * m.d_h + (double)m.a * c->seq_len + 3.0 * m.F;
+    return 3.0 * m.h + ((double)m.h + (double)(m.a + 2 * m.n_kv) * m.d_h + (double)m.a * c->seq_len + 3.0 * m.F) / tp;
 }
 
 /* Whether the run's GEMMs are bf16 on the CPU: --gemm_dtype as the run
@@ -109,7 +109,7 @@ struct activation_theory theory_trainer_activations(const struct config *whole, 
     switch (mode) {
     case RECOMPUTE_NONE:
         if (c->arch == ARCH_LLAMA) {
-            a.per_layer = C * e * BT + llama_block_per_token(c) * e * BT + stats;
+            a.per_layer = C * e * BT + llama_block_per_token(c, tp) * e * BT + stats;
             break;
         }
         a.per_layer = C * e * BTs + layer_block_per_token(c, tp, sp, !theory_flash(c)) * e * BT + stats + lse;

@@ -399,18 +399,18 @@ static double gpt2_model_scratch(const struct config *c, const struct model_layo
     return bytes;
 }
 
-/* model/llama.c's (fp32, plain attention, tp = 1: config_grid.c): d
- * residual and two (B,T,C) temporaries (the gate's share of d ln2 apart),
- * d up and d gate (2F), d qkv at GQA width, the attention's dS (T x T per
- * thread of a KV group, attention_gqa_backward_scratch), RoPE's hs/2
- * frequencies and (B,T) positions. */
-static double llama_model_scratch(const struct config *c) {
+/* model/llama.c's (fp32, plain attention, no sp: config_grid.c), on a rank
+ * of tp: d residual and two (B,T,C) temporaries (the gate's share of d ln2
+ * apart), whole; d up and d gate (2F/t) and d qkv at GQA width / t; the
+ * attention's dS (T x T per thread of a KV group, attention_gqa_backward_
+ * scratch at KV/t heads); RoPE's hs/2 frequencies and (B,T) positions. */
+static double llama_model_scratch(const struct config *c, int tp) {
     struct theory_model m;
     theory_model_from_config(&m, c);
     double B = c->micro_batch, T = c->seq_len, BT = B * T;
-    double qkv = (double)(m.a + 2 * m.n_kv) * m.d_h;
-    double floats = 3 * BT * m.h + 2 * BT * m.F + BT * qkv + m.d_h / 2 +
-                    (double)attention_gqa_backward_scratch((int64_t)B, (int64_t)T, m.n_kv);
+    double qkv = (double)(m.a + 2 * m.n_kv) * m.d_h / tp;
+    double floats = 3 * BT * m.h + 2 * BT * m.F / tp + BT * qkv + m.d_h / 2 +
+                    (double)attention_gqa_backward_scratch((int64_t)B, (int64_t)T, m.n_kv / tp);
     return floats * 4 + BT * sizeof(int32_t);
 }
 
@@ -440,7 +440,7 @@ struct scratch_theory theory_trainer_scratch(const struct config *whole, struct 
     if (c->param_dtype == DTYPE_BF16) s.persistent += theory_direct_gemms(c) ? vectors : kinds;
     if (c->grad_dtype == DTYPE_BF16 || zero_stage_row(c->zero)->shards_grads) s.persistent += kinds;
     /* the model's own (its blocks') */
-    s.persistent += c->arch == ARCH_LLAMA ? llama_model_scratch(c) : gpt2_model_scratch(c, &lay, sp);
+    s.persistent += c->arch == ARCH_LLAMA ? llama_model_scratch(c, tp) : gpt2_model_scratch(c, &lay, sp);
     /* train/run/run_loop.c: the batch's inputs and targets, whole sequences
      * (a cp rank keeps its positions in place) */
     s.persistent += 2 * B * whole->seq_len * sizeof(int32_t);
