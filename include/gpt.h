@@ -260,13 +260,14 @@ void gpt_free(struct gpt *m, struct mem_tracker *mem);
  * failure is the tracker's, mem_failed). */
 void gpt_set_context_parallel(struct gpt *m, struct collectives *cp, struct mem_tracker *mem);
 /* Bytes of those buffers for micro-batch B, T_local = T/cp positions, this
- * tp rank's attention width Cl and heads NHl: two K,V blocks (one computed,
- * one arriving), three dK,dV blocks (one filled, one in flight, one
- * arriving), each B T_local 2 Cl, and a block's partial output (the bf16
+ * tp rank's attention width Cl, key/value width KVw (Cl without GQA) and
+ * heads NHl: two K,V blocks (one computed, one arriving), three dK,dV
+ * blocks (one filled, one in flight, one arriving), each B T_local 2 KVw,
+ * and a block's partial output (the bf16
  * path: the running output, then dQ) and lse; the K,V blocks in kv_bytes
  * per element (the stores' dtype: 2 on the bf16 data path, else 4), the
  * rest fp32. */
-size_t gpt_ring_bytes(int B, int T_local, int Cl, int NHl, size_t kv_bytes);
+size_t gpt_ring_bytes(int B, int T_local, int Cl, int KVw, int NHl, size_t kv_bytes);
 /* The slot of micro-batch k of chunk c: slot0 + k mod slots. */
 int gpt_chunk_slot(const struct gpt *m, int chunk, int k);
 

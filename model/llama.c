@@ -17,8 +17,12 @@
  * lm_head vocabulary-parallel; the model meets f and g only through its
  * table of points (model/parallel_points.h), the plain one at tp = 1.
  *
- * What runs: fp32 activations, plain attention (the probabilities saved),
- * no recompute, no context or sequence parallelism, the GEMMs on fp32
+ * Context parallelism as GPT-2's: ring attention (--attention flash, its
+ * lse saved) with K and V at the key/value heads' width, RoPE at each
+ * local row's global position (the cp room's rope_positions).
+ *
+ * What runs: fp32 activations, plain attention (the probabilities saved)
+ * or, with cp > 1, the ring; no recompute, no sequence parallelism, the GEMMs on fp32
  * operands (bf16 params widened by the engine): train/config/config_grid.c
  * refuses the rest, naming it. The model is free of parallel code; data
  * and pipeline parallelism and ZeRO-1/2/3 are the engine's, as for GPT-2. */
@@ -51,7 +55,7 @@ static size_t act_numel(const struct gpt *m, enum llama_act a) {
     size_t BT = bt(m), C = (size_t)m->shape.C, F = (size_t)m->Fl;
     switch (a) {
     case LA_QKV: return BT * qkv_width(m);
-    case LA_ATT: return BT * (size_t)m->NHl * (size_t)m->shape.T;
+    case LA_ATT: return BT * (size_t)m->NHl * (flash(m) ? 1 : (size_t)m->shape.T); /* flash: the lse */
     case LA_ATTY: return BT * (size_t)m->Cl;
     case LA_UP:
     case LA_GATE:
@@ -110,15 +114,18 @@ void llama_init_chunks(struct gpt *m, struct mem_tracker *mem) {
     m->dtemp2_btc = mem_alloc(mem, space, S, "d layer temp, gate's (fp32)", n * 4);
     m->dfc = mem_alloc(mem, space, S, "d up, d gate (fp32)", 2 * act_numel(m, LA_UP) * 4);
     m->dqkv = mem_alloc(mem, space, S, "d qkv (fp32)", act_numel(m, LA_QKV) * 4);
-    m->att_scratch = mem_alloc(mem, space, S, "attention dS (fp32, T x T per KV head group)",
-                               attention_gqa_backward_scratch(m->B, m->shape.T, kv_local(m)) * 4);
+    if (flash(m)) /* the ring's backward (cp > 1): D, B NH T */
+        m->att_scratch = mem_alloc(mem, space, S, "attention D (fp32, B NH T)", BT * (size_t)m->NHl * 4);
+    else
+        m->att_scratch = mem_alloc(mem, space, S, "attention dS (fp32, T x T per KV head group)",
+                                   attention_gqa_backward_scratch(m->B, m->shape.T, kv_local(m)) * 4);
     size_t hs = head_size(m);
     m->rope_freqs = mem_alloc(mem, space, S, "rope frequencies (fp32)", hs / 2 * 4);
     m->rope_pos = mem_alloc(mem, space, S, "rope positions (int32)", BT * sizeof(int32_t));
     if (mem_failed(mem)) return;
     struct rope_config rc = rope_config_llama3(m->shape.rope_theta, m->shape.rope_scaled);
     rope_freqs(m->rope_freqs, (int64_t)hs, &rc);
-    for (size_t i = 0; i < BT; i++) m->rope_pos[i] = (int32_t)(i % (size_t)m->shape.T);
+    m->cpp->rope_positions(m, m->rope_pos); /* with cp, gpt_set_context_parallel sets the ring's */
 }
 
 static const float *wt(const struct gpt *m, struct operand w, enum layer_tensor t) {
@@ -155,7 +162,10 @@ static void layer_forward(struct gpt *m, const float *x, struct llama_view *v, s
     matmul_forward(a[LA_QKV], m->tpp->column_input(m, a[LA_LN1]), wt(m, w, LAYER_QKV_W), NULL, N, C, QKV, fc);
     /* q's and k's heads are adjacent in each row: one call rotates both */
     rope_forward(a[LA_QKV], a[LA_QKV], QKV, m->rope_freqs, m->rope_pos, N, NH + KV, hs, fc);
-    attention_gqa_forward(a[LA_ATTY], a[LA_ATT], a[LA_QKV], m->B, m->shape.T, NH, KV, hs, fc);
+    if (m->cpp->attention_forward) /* context parallel: every rank's keys by ring, K and V at KV width */
+        m->cpp->attention_forward(m, a[LA_ATTY], a[LA_ATT], a[LA_QKV]);
+    else
+        attention_gqa_forward(a[LA_ATTY], a[LA_ATT], a[LA_QKV], m->B, m->shape.T, NH, KV, hs, fc);
     row_parallel(m, tmp, a[LA_ATTY], wt(m, w, LAYER_ATTPROJ_W), m->Cl);
     residual_forward(a[LA_RES2], x, tmp, N * C, fc);
     rmsnorm_forward(a[LA_LN2], v->rstd2, a[LA_RES2], wt(m, w, LAYER_LN2_W), m->shape.norm_eps, N, C, fc);
@@ -225,8 +235,11 @@ static void llama_layer_backward(struct gpt *m, int s, int l, struct operand w, 
     /* the attention: dresid now holds dL/d res2; datty in dtemp's first (N, C/tp) */
     matmul_backward(m->dtemp_btc, dwt(m, dw, LAYER_ATTPROJ_W), NULL, m->tpp->row_output_grad(m), a[LA_ATTY],
                     wt(m, w, LAYER_ATTPROJ_W), N, m->Cl, C, fc);
-    attention_gqa_backward(m->dqkv, m->dtemp_btc, a[LA_QKV], a[LA_ATT], m->att_scratch, m->B, m->shape.T, NH, KV, hs,
-                           fc);
+    if (m->cpp->attention_backward)
+        m->cpp->attention_backward(m, m->dqkv, m->att_scratch, m->dtemp_btc, a[LA_QKV], a[LA_ATTY], a[LA_ATT]);
+    else
+        attention_gqa_backward(m->dqkv, m->dtemp_btc, a[LA_QKV], a[LA_ATT], m->att_scratch, m->B, m->shape.T, NH, KV,
+                               hs, fc);
     rope_backward(m->dqkv, m->dqkv, QKV, m->rope_freqs, m->rope_pos, N, NH + KV, hs, fc);
     matmul_backward(m->dtemp_btc, dwt(m, dw, LAYER_QKV_W), NULL, m->dqkv, m->tpp->column_input(m, a[LA_LN1]),
                     wt(m, w, LAYER_QKV_W), N, C, QKV, fc);

@@ -48,5 +48,10 @@ static void plain_embedding_backward(struct gpt *m, float *dwte, float *dwpe, st
     else embedding_rows_backward(dwte, dwpe, dout.f32, inputs, v0, rows, B, T, C, m->flops);
 }
 
+static void plain_rope_positions(struct gpt *m, int32_t *pos) {
+    for (int64_t i = 0; i < (int64_t)m->B * m->shape.T; i++) pos[i] = (int32_t)(i % m->shape.T);
+}
+
 const struct cp_points PLAIN_CP_POINTS = {.positions_add = plain_positions_add,
-                                                 .embedding_backward = plain_embedding_backward};
+                                          .rope_positions = plain_rope_positions,
+                                          .embedding_backward = plain_embedding_backward};

@@ -23,7 +23,7 @@
  *                    done);
  *   crossentropy     the loss over this rank's vocabulary slice.
  * Context parallelism's (docs/CP.md): wpe's rows and gradient at each
- * local position's global one, and ring attention (NULL: the model's own
+ * local position's global one, RoPE's positions likewise, and ring attention (NULL: the model's own
  * attention kernels, every key local). */
 #ifndef SHARDLAB_MODEL_PARALLEL_POINTS_H
 #define SHARDLAB_MODEL_PARALLEL_POINTS_H
@@ -49,6 +49,8 @@ struct tp_points {
 
 struct cp_points {
     void (*positions_add)(struct gpt *m, float *out, const float *wpe, int t0, int n);
+    /* pos (B, T local) <- each local row's global position (llama's RoPE) */
+    void (*rope_positions)(struct gpt *m, int32_t *pos);
     void (*embedding_backward)(struct gpt *m, float *dwte, float *dwpe, struct operand dout, const int32_t *inputs,
                                int64_t v0, int64_t rows);
     /* ring attention over the cp group (flash only); NULL: local attention */

@@ -70,6 +70,8 @@ struct cp_split cp_model_split(const struct gpt *m);
 /* out (B, n, C) holds local positions [t0, t0 + n) of each sequence:
  * out[b,t,:] += wpe[global position of t,:]. */
 void cp_positions_add(struct gpt *m, float *out, const float *wpe, int t0, int n);
+/* pos (B, T/cp) <- each local row's global position (RoPE's angle). */
+void cp_rope_positions(struct gpt *m, int32_t *pos);
 /* The embedding's backward over every local position (dout (B, T/cp, C),
  * fp32 or, on the bf16 data path, bf16; inputs (B, T/cp)): dwte's rows [v0, v0 + rows) and dwpe at the global
  * positions (embedding_rows_backward, run by run). */

@@ -24,6 +24,12 @@ void cp_positions_add(struct gpt *m, float *out, const float *wpe, int t0, int n
                           1, runs[i].n, C, m->flops);
 }
 
+void cp_rope_positions(struct gpt *m, int32_t *pos) {
+    struct cp_split s = cp_model_split(m);
+    for (int64_t i = 0; i < (int64_t)m->B * m->shape.T; i++)
+        pos[i] = (int32_t)cp_global_position(s, (int)(i % m->shape.T));
+}
+
 /* The embedding's backward of b sequences of n positions whose gradient
  * rows start at row `at` of dout (either dtype). */
 static void rows_backward(struct gpt *m, float *dwte, float *dwpe, struct operand dout, size_t at,

@@ -1,6 +1,11 @@
 /* Ring attention over the cp group (model/context_parallel/cp.h), on host
  * memory, fp32, one OpenMP thread per (sequence, head) as the flash
- * attention it extends (model/cpu/attention_lse.c). */
+ * attention it extends (model/cpu/attention_lse.c). With grouped-query
+ * attention (llama: KV key/value heads, each read by NH/KV query heads)
+ * K and V travel at KV heads' width, and the backward runs one thread per
+ * (sequence, key/value head), its group's query heads in turn, so their
+ * dK, dV sums have one writer; with KV = NH (GPT-2) that is the plain
+ * ring, step for step. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -21,10 +26,10 @@ enum { OTHER_PER_SCORE = 5, OTHER_PER_MERGE = 6, OTHER_PER_MERGE_HS = 3, BWD_PER
 
 /* The ring's buffers, carved from m->ring (gpt_set_context_parallel). */
 struct ring {
-    void *kv[2];    /* (B, T/cp, 2 Cl): a block's keys then values per position, in the stores' dtype
+    void *kv[2];    /* (B, T/cp, 2 KVw): a block's keys then values per position, in the stores' dtype
                        (ring_kv_dtype); one computed, one arriving */
-    float *dkv[2];  /* (B, T/cp, 2 Cl): a block's dK, dV accumulator; one filled, one in flight */
-    float *dkv_in;  /* (B, T/cp, 2 Cl): the accumulator arriving from rank - 1 */
+    float *dkv[2];  /* (B, T/cp, 2 KVw): a block's dK, dV accumulator; one filled, one in flight */
+    float *dkv_in;  /* (B, T/cp, 2 KVw): the accumulator arriving from rank - 1 */
     float *o;       /* (B, T/cp, Cl): fp32 path: a block's partial output, before the merge; bf16 path:
                        the running output (forward), dQ (backward), whole before rounded once */
     float *lse_blk; /* (B, NHl, T/cp) */
@@ -35,7 +40,14 @@ struct ring {
  * (each rank adds to them: rounding there would round cp times). */
 static enum dtype ring_kv_dtype(const struct gpt *m) { return acts_direct(m) ? DTYPE_BF16 : DTYPE_FP32; }
 
-static size_t kv_numel(const struct gpt *m) { return (size_t)m->B * m->shape.T * 2 * m->Cl; }
+/* This rank's key/value heads, their width KVw (= Cl without GQA), and a
+ * qkv row's: NHl query heads, then KVl key and KVl value heads. */
+static int64_t head_dim(const struct gpt *m) { return m->Cl / m->NHl; }
+static int64_t kv_heads_local(const struct gpt *m) { return (int64_t)kv_heads(&m->shape) * m->NHl / m->shape.NH; }
+static int64_t kv_width(const struct gpt *m) { return kv_heads_local(m) * head_dim(m); }
+static int64_t qkv_width(const struct gpt *m) { return m->Cl + 2 * kv_width(m); }
+
+static size_t kv_numel(const struct gpt *m) { return (size_t)m->B * m->shape.T * 2 * (size_t)kv_width(m); }
 
 static struct ring ring_of(const struct gpt *m) {
     size_t n = kv_numel(m), kv_bytes = n * dtype_size(ring_kv_dtype(m));
@@ -50,20 +62,21 @@ void gpt_set_context_parallel(struct gpt *m, struct collectives *cp, struct mem_
     if (!cp_ring_on(m)) return; /* one rank: the plain model's points stay */
     m->cpp = &CONTEXT_PARALLEL_POINTS;
     m->ring = mem_alloc(mem, m->space, MEM_SCRATCH, "ring attention K,V, dK,dV, block output",
-                        gpt_ring_bytes(m->B, m->shape.T, m->Cl, m->NHl, dtype_size(ring_kv_dtype(m))));
+                        gpt_ring_bytes(m->B, m->shape.T, m->Cl, (int)kv_width(m), m->NHl, dtype_size(ring_kv_dtype(m))));
+    if (m->rope_pos) m->cpp->rope_positions(m, m->rope_pos); /* llama: its rows' global positions */
 }
 
-size_t gpt_ring_bytes(int B, int T_local, int Cl, int NHl, size_t kv_bytes) {
-    size_t kv = (size_t)B * T_local * 2 * Cl;
+size_t gpt_ring_bytes(int B, int T_local, int Cl, int KVw, int NHl, size_t kv_bytes) {
+    size_t kv = (size_t)B * T_local * 2 * KVw;
     return 2 * kv * kv_bytes + (3 * kv + (size_t)B * T_local * Cl + (size_t)B * NHl * T_local) * sizeof(float);
 }
 
-/* kv (B, T/cp, 2 Cl) <- the keys and values of qkv (B, T/cp, 3 Cl), each
- * of element size e (the stores' dtype: a copy, no conversion). */
+/* kv (B, T/cp, 2 KVw) <- the keys and values of qkv (B, T/cp, Cl + 2 KVw),
+ * each of element size e (the stores' dtype: a copy, no conversion). */
 static void pack_kv(const struct gpt *m, void *kv, const void *qkv, size_t e) {
-    size_t rows = (size_t)m->B * m->shape.T, Cl = (size_t)m->Cl;
+    size_t rows = (size_t)m->B * m->shape.T, Cl = (size_t)m->Cl, W = (size_t)kv_width(m), ld = (size_t)qkv_width(m);
     for (size_t i = 0; i < rows; i++)
-        memcpy((char *)kv + i * 2 * Cl * e, (const char *)qkv + (i * 3 * Cl + Cl) * e, 2 * Cl * e);
+        memcpy((char *)kv + i * 2 * W * e, (const char *)qkv + (i * ld + Cl) * e, 2 * W * e);
 }
 
 static int prev_rank(const struct collectives *c) { return (c->rank + c->size - 1) % c->size; }
@@ -92,13 +105,14 @@ static void wait_exchange(struct collectives *c, struct exchange x, const char *
 /* One block's work: this rank's queries against the keys of cp rank src. */
 struct block {
     int64_t B, T, NH, Cl, hs;
+    int64_t KV, W, ld; /* key/value heads, their width, a qkv row's width */
     float scale;
     struct cp_split me, them;
 };
 
 static struct block block_of(const struct gpt *m, int src) {
-    struct block k = {.B = m->B, .T = m->shape.T, .NH = m->NHl, .Cl = m->Cl, .hs = m->Cl / m->NHl,
-                      .me = cp_model_split(m)};
+    struct block k = {.B = m->B, .T = m->shape.T, .NH = m->NHl, .Cl = m->Cl, .hs = head_dim(m),
+                      .KV = kv_heads_local(m), .W = kv_width(m), .ld = qkv_width(m), .me = cp_model_split(m)};
     k.scale = 1.0f / sqrtf((float)k.hs);
     k.them = k.me;
     k.them.rank = src;
@@ -122,24 +136,25 @@ struct head_ops {
     int64_t q_ld, kv_ld;
 };
 
-/* Sequence b, head h (bh = b NH + h) of the block as the fp32 path reads
- * it: q in qkv (3 Cl apart), k and v in kv (2 Cl apart). */
+/* Sequence b, query head h (bh = b NH + h) of the block as the fp32 path
+ * reads it: q in qkv (ld apart), k and v of its key/value head h / (NH/KV)
+ * in kv (2 W apart). */
 static struct head_ops head_rows(const struct block *k, int64_t bh, const float *qkv, const float *kv) {
     int64_t b = bh / k->NH, h = bh % k->NH;
-    const float *key = kv + b * k->T * 2 * k->Cl + h * k->hs;
-    return (struct head_ops){.b = b, .h = h, .q = qkv + b * k->T * 3 * k->Cl + h * k->hs, .k = key, .v = key + k->Cl,
-                             .q_ld = 3 * k->Cl, .kv_ld = 2 * k->Cl};
+    const float *key = kv + b * k->T * 2 * k->W + h / (k->NH / k->KV) * k->hs;
+    return (struct head_ops){.b = b, .h = h, .q = qkv + b * k->T * k->ld + h * k->hs, .k = key, .v = key + k->W,
+                             .q_ld = k->ld, .kv_ld = 2 * k->W};
 }
 
 /* The same head widened (exact) from the bf16 qkv and kv into this
  * thread's tiles q, k, v (T x hs each, packed: ld hs). */
 static struct head_ops head_tiles(const struct block *k, int64_t bh, const bf16 *qkv, const bf16 *kv, float *q) {
-    int64_t b = bh / k->NH, h = bh % k->NH, T = k->T, hs = k->hs, Cl = k->Cl;
+    int64_t b = bh / k->NH, h = bh % k->NH, T = k->T, hs = k->hs, W = k->W;
     float *kt = q + T * hs, *vt = kt + T * hs;
-    const bf16 *key = kv + b * T * 2 * Cl + h * hs;
-    act_widen_rows(q, qkv + b * T * 3 * Cl + h * hs, 3 * Cl, T, hs);
-    act_widen_rows(kt, key, 2 * Cl, T, hs);
-    act_widen_rows(vt, key + Cl, 2 * Cl, T, hs);
+    const bf16 *key = kv + b * T * 2 * W + h / (k->NH / k->KV) * hs;
+    act_widen_rows(q, qkv + b * T * k->ld + h * hs, k->ld, T, hs);
+    act_widen_rows(kt, key, 2 * W, T, hs);
+    act_widen_rows(vt, key + W, 2 * W, T, hs);
     return (struct head_ops){.b = b, .h = h, .q = q, .k = kt, .v = vt, .q_ld = hs, .kv_ld = hs};
 }
 
@@ -267,19 +282,21 @@ static void count_backward(struct gpt *m, const struct block *k) {
 }
 
 /* This rank's queries against the block of cp rank src: dQ rows (unscaled)
- * accumulate in dqkv, the block's dK, dV (unscaled) into dkv. */
+ * accumulate in dqkv, the block's dK, dV (unscaled) into dkv; one thread
+ * per (sequence, key/value head), its query heads in turn. */
 static void block_backward(struct gpt *m, float *dqkv, float *dkv, const float *dout, const float *qkv,
                            const float *kv, const float *lse, const float *D, int src) {
     const struct block k = block_of(m, src);
-    const int64_t T = k.T, Cl = k.Cl, hs = k.hs;
+    const int64_t T = k.T, Cl = k.Cl, hs = k.hs, group = k.NH / k.KV;
 #pragma omp parallel for
-    for (int64_t bh = 0; bh < k.B * k.NH; bh++) {
-        const struct head_ops x = head_rows(&k, bh, qkv, kv);
-        /* this head's gradients: dQ in dqkv's layout, dK and dV in the block's */
-        float *dk = dkv + (x.k - kv);
-        head_backward(&k, x, dqkv + (x.q - qkv), 3 * Cl, dk, dk + Cl, dout + (x.b * T) * Cl + x.h * hs, lse + bh * T,
-                      D + bh * T);
-    }
+    for (int64_t bg = 0; bg < k.B * k.KV; bg++)
+        for (int64_t bh = bg * group; bh < (bg + 1) * group; bh++) { /* b NH + h, h in the group */
+            const struct head_ops x = head_rows(&k, bh, qkv, kv);
+            /* this head's gradients: dQ in dqkv's layout, dK and dV in the block's */
+            float *dk = dkv + (x.k - kv);
+            head_backward(&k, x, dqkv + (x.q - qkv), k.ld, dk, dk + k.W, dout + (x.b * T) * Cl + x.h * hs,
+                          lse + bh * T, D + bh * T);
+        }
     count_backward(m, &k);
 }
 
@@ -290,18 +307,22 @@ static void block_backward(struct gpt *m, float *dqkv, float *dkv, const float *
 static void block_backward_bf16(struct gpt *m, float *dq, float *dkv, const float *dout, const bf16 *qkv,
                                 const bf16 *kv, const float *lse, float *scratch, int src) {
     const struct block k = block_of(m, src);
-    const int64_t T = k.T, Cl = k.Cl, hs = k.hs;
-#pragma omp parallel for num_threads(attention_lse_threads(k.B, k.NH))
-    for (int64_t bh = 0; bh < k.B * k.NH; bh++) {
+    const int64_t T = k.T, Cl = k.Cl, hs = k.hs, W = k.W, group = k.NH / k.KV;
+#pragma omp parallel for num_threads(attention_lse_threads(k.B, k.KV))
+    for (int64_t bg = 0; bg < k.B * k.KV; bg++) {
         float *q = attention_lse_tiles(scratch, k.B, T, k.NH, hs), *dk = q + 4 * T * hs, *dv = dk + T * hs;
-        const struct head_ops x = head_tiles(&k, bh, qkv, kv, q);
-        size_t at = (size_t)x.b * T * Cl + x.h * hs;
         memset(dk, 0, (size_t)(2 * T * hs) * sizeof *dk);
-        head_backward(&k, x, dq + at, Cl, dk, dv, dout + at, lse + bh * T, scratch + bh * T);
-        float *g = dkv + (size_t)x.b * T * 2 * Cl + x.h * hs;
+        int64_t b = 0;
+        for (int64_t bh = bg * group; bh < (bg + 1) * group; bh++) { /* the group's query heads, in turn */
+            const struct head_ops x = head_tiles(&k, bh, qkv, kv, q);
+            size_t at = (size_t)x.b * T * Cl + x.h * hs;
+            head_backward(&k, x, dq + at, Cl, dk, dv, dout + at, lse + bh * T, scratch + bh * T);
+            b = x.b;
+        }
+        float *g = dkv + (size_t)b * T * 2 * W + bg % k.KV * hs;
         for (int64_t j = 0; j < T; j++) {
-            memcpy(g + j * 2 * Cl, dk + j * hs, (size_t)hs * sizeof *g);
-            memcpy(g + j * 2 * Cl + Cl, dv + j * hs, (size_t)hs * sizeof *g);
+            memcpy(g + j * 2 * W, dk + j * hs, (size_t)hs * sizeof *g);
+            memcpy(g + j * 2 * W + W, dv + j * hs, (size_t)hs * sizeof *g);
         }
     }
     count_backward(m, &k);
@@ -311,14 +332,14 @@ static void block_backward_bf16(struct gpt *m, float *dq, float *dkv, const floa
  * path dQ's rows of dqkv, from the fp32 out; bf16 path r->o, from the out
  * store, each head's rows widened into its thread's out tile first. */
 static void backward_begin(struct gpt *m, float *dqkv, float *D, const float *dout, const float *out) {
-    const int64_t B = m->B, T = m->shape.T, NH = m->NHl, Cl = m->Cl, hs = Cl / NH;
+    const int64_t B = m->B, T = m->shape.T, NH = m->NHl, Cl = m->Cl, hs = Cl / NH, ld = qkv_width(m);
 #pragma omp parallel for
     for (int64_t bh = 0; bh < B * NH; bh++) {
         const int64_t b = bh / NH, h = bh % NH;
         for (int64_t t = 0; t < T; t++) {
             size_t at = (size_t)(b * T + t) * Cl + h * hs;
             D[bh * T + t] = attention_dot(dout + at, out + at, hs);
-            memset(dqkv + (b * T + t) * 3 * Cl + h * hs, 0, (size_t)hs * sizeof *dqkv);
+            memset(dqkv + (b * T + t) * ld + h * hs, 0, (size_t)hs * sizeof *dqkv);
         }
     }
 }
@@ -374,25 +395,25 @@ static void ring_backward(struct gpt *m, float *dqkv, bf16 *dqkv16, float *D, co
     for (int i = c->size - 2 < 0 ? 0 : c->size - 2; i < c->size; i++) wait_ok(c, sent[i % 2], "a dK,dV block sent");
     /* this rank's dK, dV home: into dqkv, and the 1/sqrt(hs) of dQ and dK
      * (bf16: each rounded once as it is stored) */
-    const int64_t B = m->B, T = m->shape.T, NH = m->NHl, Cl = m->Cl, hs = Cl / NH;
+    const int64_t B = m->B, T = m->shape.T, NH = m->NHl, Cl = m->Cl, hs = Cl / NH, W = kv_width(m), ld = qkv_width(m);
     const float scale = 1.0f / sqrtf((float)hs);
     for (int64_t i = 0; i < B * T; i++) {
-        const float *g = r.dkv_in + i * 2 * Cl;
+        const float *g = r.dkv_in + i * 2 * W;
         if (dqkv16) {
-            bf16 *d = dqkv16 + i * 3 * Cl;
+            bf16 *d = dqkv16 + i * ld;
             const float *q = r.o + i * Cl;
-            for (int64_t e = 0; e < Cl; e++) {
-                d[e] = f32_to_bf16(q[e] * scale);
+            for (int64_t e = 0; e < Cl; e++) d[e] = f32_to_bf16(q[e] * scale);
+            for (int64_t e = 0; e < W; e++) {
                 d[Cl + e] = f32_to_bf16(g[e] * scale);
-                d[2 * Cl + e] = f32_to_bf16(g[Cl + e]);
+                d[Cl + W + e] = f32_to_bf16(g[W + e]);
             }
             continue;
         }
-        float *dq = dqkv + i * 3 * Cl;
-        for (int64_t d = 0; d < Cl; d++) {
-            dq[d] *= scale;
+        float *dq = dqkv + i * ld;
+        for (int64_t d = 0; d < Cl; d++) dq[d] *= scale;
+        for (int64_t d = 0; d < W; d++) {
             dq[Cl + d] = g[d] * scale;
-            dq[2 * Cl + d] = g[Cl + d];
+            dq[Cl + W + d] = g[W + d];
         }
     }
     m->flops->other += (double)B * NH * T * BWD_PER_ROW_HS * hs;
@@ -413,6 +434,6 @@ void cp_ring_attention_backward_bf16(struct gpt *m, bf16 *dqkv, float *scratch, 
 
 /* The room's table (model/parallel_points.h): what model/gpt.c calls at cp > 1. */
 const struct cp_points CONTEXT_PARALLEL_POINTS = {
-    .positions_add = cp_positions_add, .embedding_backward = cp_embedding_backward,
+    .positions_add = cp_positions_add, .embedding_backward = cp_embedding_backward, .rope_positions = cp_rope_positions,
     .attention_forward = cp_ring_attention_forward, .attention_backward = cp_ring_attention_backward,
     .attention_forward_bf16 = cp_ring_attention_forward_bf16, .attention_backward_bf16 = cp_ring_attention_backward_bf16};

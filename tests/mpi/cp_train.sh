@@ -8,7 +8,8 @@
 # cp 2 x pp 2, and dp 2 x cp 2 x tp 2 on 8 ranks; bf16 activations at cp 2
 # train; the model file a cp 2 run saves before any step is byte-equal to
 # the 1-rank one's; resume states move between cp layouts (cp 2 -> 1 rank,
-# cp 2 -> cp 4, 1 rank -> cp 2). Every cp run's memory, FLOPs and [cp] ring rows equal
+# cp 2 -> cp 4, 1 rank -> cp 2); arch = llama at cp 2 and cp 2 x tp 2 the
+# same. Every cp run's memory, FLOPs and [cp] ring rows equal
 # each rank's own theory. Bad input gets one clear error and a non-zero exit on
 # every rank: seq_len not a multiple of 2 cp, cp not dividing the world,
 # --attention plain (naming flash).
@@ -74,6 +75,28 @@ for name in cp2 cp4 cp2_dp2_zero3 cp2_tp2 cp2_tp2_sp cp2_pp2 dp2_cp2_tp2; do
         echo "$name tables: every rank = its own theory ($(grep -o "^  send .*KV = B T/cp 2C/t x 4 = [0-9]*" "$out" | sed 's/  */ /g'))"
     fi
 done
+# arch = llama (GQA: 2 key/value heads of 4): the ring carries K and V at
+# the key/value heads' width and RoPE turns each row at its global
+# position: cp 2 and cp 2 x tp 2 give the 1-rank run's losses and
+# parameters (1 rank: plain attention; the ring is llama's flash form),
+# every table = each rank's own theory
+llama=(--arch llama --n_kv_head 2 --ffn_dim 96)
+if run llama_one 1 "${llama[@]}" --attention plain; then
+    for name in llama_cp2 llama_cp2_tp2; do
+        extra=(--cp 2); n=2
+        [ "$name" = llama_cp2_tp2 ] && extra=(--cp 2 --tp 2) && n=4
+        run "$name" "$n" "${llama[@]}" "${extra[@]}" && same llama_one "$name"
+        out="$tmp/$name.out"
+        if grep -qE "\bNO\b|DIFFERS" "$out" || ! grep -q "^  send .*KV = B T/cp 2 KV hs/t.*every rank = own: yes" "$out" ||
+           ! grep -q "^  activations .*every rank = its own theory: yes" "$out" ||
+           ! grep -q "^  scratch .*every rank = its own theory: yes" "$out"; then
+            echo "!! $name: tables differ from their theory:"; grep -E "NO|DIFFERS|send|activations  |scratch  " "$out"
+            fails=$((fails + 1))
+        else
+            echo "$name tables: every rank = its own theory ($(grep -o "^  send .*KV = B T/cp 2 KV hs/t[^=]*= [0-9]*" "$out" | sed 's/  */ /g'))"
+        fi
+    done
+fi
 # bf16 activations (and bf16 params): trains, every loss finite
 if run cp2_bf16 2 --cp 2 --act_dtype bf16 --param_dtype bf16 --grad_dtype bf16; then
     python3 - "$tmp/cp2_bf16.json" <<'PY' || { echo "!! cp 2 bf16 did not train"; fails=$((fails + 1)); }

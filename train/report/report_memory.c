@@ -310,7 +310,9 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
     if (flash && c->recompute != RECOMPUTE_FULL) act_rule = act_rules_flash[sp ? 2 : c->tp > 1 ? 1 : 0];
     /* llama (model/llama.c: fp32, none): the stream and ln1, atty, res2, ln2
      * (5C), qkv at GQA width, the probabilities, up, gate, SwiGLU (3F), two rstd */
-    if (c->arch == ARCH_LLAMA) act_rule = "L ((5 C + (NH + 2 KV) hs + 3 F + NH T) e + 8) B T + head";
+    if (c->arch == ARCH_LLAMA)
+        act_rule = flash ? "L ((5 C + (NH + 2 KV) hs + 3 F + NH) e + 8) B T + head (the ring's lse: NH a token)"
+                         : "L ((5 C + (NH + 2 KV) hs + 3 F + NH T) e + 8) B T + head";
     snprintf(rule, sizeof rule, "%srecompute %s%s: %s%s; Korthikanti%s: %.0f", flash ? "attention flash, " : "",
              c->recompute == RECOMPUTE_NONE ? "none" : c->recompute == RECOMPUTE_FULL ? "full" : "selective",
              flash && c->recompute == RECOMPUTE_SELECTIVE ? " (= none)" : "", act_rule,
@@ -478,8 +480,10 @@ static void comm_group_rows(FILE *out, FILE *json, const struct trainer *tr, con
         else if (k == COLL_SEND && g == GROUP_CP) {
             struct cp_comm_theory cr = theory_trainer_cp_comm(tr->cfg, p0);
             snprintf(rule, sizeof rule, "%.1f calls per step; per layer per micro-batch %.0f forward + %.0f backward: "
-                     "(cp-1, %scp-1) KV + cp dKV (fp32), KV = B T/cp 2C/t x %.0f = %.0f", calls, cr.layer_forward,
-                     cr.layer_backward, tr->cfg->recompute == RECOMPUTE_FULL ? "cp-1 + " : "", cr.kv_elem, cr.kv);
+                     "(cp-1, %scp-1) KV + cp dKV (fp32), KV = B T/cp %s x %.0f = %.0f", calls, cr.layer_forward,
+                     cr.layer_backward, tr->cfg->recompute == RECOMPUTE_FULL ? "cp-1 + " : "",
+                     tr->cfg->arch == ARCH_LLAMA ? "2 KV hs/t" : "2C/t", cr.kv_elem,
+                     cr.kv);
         } else if (k == COLL_SEND) snprintf(rule, sizeof rule, "%.1f calls per step; payload n x dtype size", calls);
         else if (k == COLL_RECV) snprintf(rule, sizeof rule, "%.1f calls per step; payload received, not sent", calls);
         else if (g == GROUP_DP && k == COLL_ALL_REDUCE && tr->cfg->zero == 0)

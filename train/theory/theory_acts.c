@@ -31,11 +31,12 @@ static double layer_block_per_token(const struct config *c, int tp, bool sp, boo
 /* LLaMA's (model/llama.c; fp32, plain attention, no recompute, no sp):
  * elements per token of a layer's block on a rank of tp: ln1, res2, ln2
  * whole (3C); atty C/t; qkv at GQA width (NH + 2 KV) hs / t; the
- * probabilities NH/t T; up, gate and their SwiGLU (3F/t). */
+ * probabilities NH/t T (the ring's flash: the lse, NH/t); up, gate and
+ * their SwiGLU (3F/t). */
 static double llama_block_per_token(const struct config *c, int tp) {
     struct theory_model m;
     theory_model_from_config(&m, c);
-    return 3.0 * m.h + ((double)m.h + (double)(m.a + 2 * m.n_kv) * m.d_h + (double)m.a * c->seq_len + 3.0 * m.F) / tp;
+    return 3.0 * m.h + ((double)m.h + (double)(m.a + 2 * m.n_kv) * m.d_h + att_per_token(c, 1) + 3.0 * m.F) / tp;
 }
 
 /* Whether the run's GEMMs are bf16 on the CPU: --gemm_dtype as the run

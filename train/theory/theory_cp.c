@@ -8,13 +8,15 @@ struct cp_comm_theory theory_trainer_cp_comm(const struct config *c, struct rank
     if (cp <= 1) return t;
     struct model_layout lay;
     rank_place_layout(c, p, &lay);
-    double B = c->micro_batch, Tl = (double)(c->seq_len / cp), Cl = (double)(c->d_model / lay.rank.tp);
+    /* K and V at the key/value heads' width (GQA: KV of NH heads) */
+    double B = c->micro_batch, Tl = (double)(c->seq_len / cp),
+           W = (double)(kv_heads(&lay.shape) / lay.rank.tp * (c->d_model / c->n_head));
     double n = rank_layers(&lay.rank), m = c->grad_accum;
     /* K and V travel in the stores' dtype, their gradients in fp32
      * (model/context_parallel/ring.c) */
     t.kv_elem = theory_trainer_acts_direct(c, p) ? sizeof(bf16) : sizeof(float);
-    t.kv = B * Tl * 2 * Cl * t.kv_elem;
-    t.dkv = B * Tl * 2 * Cl * sizeof(float);
+    t.kv = B * Tl * 2 * W * t.kv_elem;
+    t.dkv = B * Tl * 2 * W * sizeof(float);
     t.layer_forward = (cp - 1) * t.kv;
     bool full = c->recompute == RECOMPUTE_FULL; /* the backward re-runs the layer's forward, ring and all */
     t.layer_backward = (full ? t.layer_forward : 0) + (cp - 1) * t.kv + cp * t.dkv;

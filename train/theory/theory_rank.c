@@ -403,14 +403,15 @@ static double gpt2_model_scratch(const struct config *c, const struct model_layo
  * of tp: d residual and two (B,T,C) temporaries (the gate's share of d ln2
  * apart), whole; d up and d gate (2F/t) and d qkv at GQA width / t; the
  * attention's dS (T x T per thread of a KV group, attention_gqa_backward_
- * scratch at KV/t heads); RoPE's hs/2 frequencies and (B,T) positions. */
+ * scratch at KV/t heads; the ring's flash: D, B NH/t T); RoPE's hs/2 frequencies and (B,T) positions. */
 static double llama_model_scratch(const struct config *c, int tp) {
     struct theory_model m;
     theory_model_from_config(&m, c);
     double B = c->micro_batch, T = c->seq_len, BT = B * T;
     double qkv = (double)(m.a + 2 * m.n_kv) * m.d_h / tp;
-    double floats = 3 * BT * m.h + 2 * BT * m.F / tp + BT * qkv + m.d_h / 2 +
-                    (double)attention_gqa_backward_scratch((int64_t)B, (int64_t)T, m.n_kv / tp);
+    double att = theory_flash(c) ? BT * m.a / tp /* the ring's D */
+                                 : (double)attention_gqa_backward_scratch((int64_t)B, (int64_t)T, m.n_kv / tp);
+    double floats = 3 * BT * m.h + 2 * BT * m.F / tp + BT * qkv + m.d_h / 2 + att;
     return floats * 4 + BT * sizeof(int32_t);
 }
 
@@ -447,7 +448,8 @@ struct scratch_theory theory_trainer_scratch(const struct config *whole, struct 
     /* model/context_parallel/ring.c: the ring's K,V blocks (in the stores'
      * dtype), dK,dV blocks and a block's output (fp32) */
     if (rank_place_cp(p) > 1)
-        s.persistent += (double)gpt_ring_bytes((int)B, c->seq_len, c->d_model / tp, c->n_head / tp,
+        s.persistent += (double)gpt_ring_bytes((int)B, c->seq_len, c->d_model / tp,
+                                               kv_heads(&lay.shape) / tp * (c->d_model / c->n_head), c->n_head / tp,
                                                theory_acts_direct(c, sp) ? sizeof(bf16) : sizeof(float));
     /* parallel/pipeline/schedule.c: the step's order, 2 m v operations */
     s.persistent += 2.0 * c->grad_accum * config_chunks(c) * sizeof(struct pipe_op);
