@@ -115,7 +115,8 @@ struct gpt_slot {
     void *resid;          /* (n+1) x (B,T,C): the residual stream entering each of the n layers, then the last output */
     void *layer_acts;     /* n x the kept ACT_* tensors (none and selective) */
     float *layer_stats;   /* n x STAT_NUM x (B,T), fp32 (none and selective) */
-    float *layer_lse;     /* flash attention: n x (B,NH,T) lse, fp32 (none and selective) */
+    float *layer_lse;     /* flash attention: n x (B,NH,T) lse, fp32 (none and selective); llama: n x its
+                           * attention's fp32 tensor (the probabilities, or the ring's lse) */
     void *lnf;            /* last stage: (B,T,C) */
     float *lnf_stats;     /* last stage: 2 x (B,T): mean, rstd */
     void *logits;         /* last stage: (B,T,Vp) fp32, or bf16 where model/gpt_acts.c's acts_logits_bf16 says
@@ -183,6 +184,8 @@ struct gpt {
     /* llama only (model/llama.c; else NULL) */
     float *dtemp2_btc;    /* (B,T,C): the gate's share of d ln2, added to dtemp_btc */
     float *rope_freqs;    /* hs/2 RoPE frequencies */
+    float *gemm_in, *gemm_out; /* bf16 stores with fp32 GEMMs: an operand widened, an output (or a bf16
+                                * dout) in fp32 before it is stored */
     int32_t *rope_pos;    /* (B,T) each token's position */
     /* the architecture's blocks (gpt_init_chunks, from the layout's shape) */
     const struct model_blocks *blocks;
@@ -207,6 +210,14 @@ struct model_blocks {
     void (*embed_backward)(struct gpt *m, int slot, float *dw_embed);
 };
 extern const struct model_blocks GPT2_BLOCKS, LLAMA_BLOCKS;
+
+/* Floats of LLaMA's attention scratch for micro-batch B, T positions, this
+ * rank's NH query and KV key/value heads of hs, a team of `threads`
+ * (model/llama.c: the OpenMP team's at allocation): the plain backward's
+ * dS, or with bf16 stores the bf16 forms' tiles. The theory prices it by
+ * the same function, at the run's threads. */
+size_t llama_attention_scratch(int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t hs, bool bf16_stores,
+                               int threads);
 
 /* GPT-2 initial values of elements [lo, hi) of unit `unit` into dst
  * (model/init.c): drawn by reference index, so they do not depend on the

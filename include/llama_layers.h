@@ -111,6 +111,10 @@ void attention_gqa_forward(float *out, float *att, const float *qkv, int64_t B, 
 void attention_gqa_backward(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
                                 int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t hs, struct exec_ctx *fc);
 size_t attention_gqa_backward_scratch(int64_t B, int64_t T, int64_t KV);
+/* The scratch floats for a team of `threads` (the forms above: the
+ * calling thread's OpenMP team, omp_get_max_threads()), for a theory that
+ * prices a run's threads without running them. */
+size_t attention_gqa_backward_scratch_for(int64_t B, int64_t T, int64_t KV, int threads);
 /* Rounding points: q, k, v widened exactly; S, P in fp32 and P stored
  * fp32 in att (not rounded); out rounded once to bf16. Backward: q, k, v
  * widened, P and dout read fp32; each dq rounded once; each dk and dv
@@ -123,5 +127,7 @@ void attention_gqa_backward_bf16(bf16 *dqkv, const float *dout, const bf16 *qkv,
                                      struct exec_ctx *fc);
 size_t attention_gqa_forward_bf16_scratch(int64_t B, int64_t T, int64_t NH, int64_t hs);
 size_t attention_gqa_backward_bf16_scratch(int64_t B, int64_t T, int64_t KV, int64_t hs);
+size_t attention_gqa_forward_bf16_scratch_for(int64_t B, int64_t T, int64_t NH, int64_t hs, int threads);
+size_t attention_gqa_backward_bf16_scratch_for(int64_t B, int64_t T, int64_t KV, int64_t hs, int threads);
 
 #endif

@@ -164,7 +164,8 @@ void gpt_free(struct gpt *m, struct mem_tracker *mem) {
                     m->att_recompute, m->work_acts,  m->work_resid_in, m->work_resid_out, m->work_lnf,
                     m->dresid,      m->dfc,         m->dqkv,          m->dtemp_btc,     m->att_scratch,
                     m->gathered,    m->ln_grads,     m->ring,          m->dresid16,      m->dfc16,
-                    m->dqkv16,      m->dtemp2_btc,   m->rope_freqs,    m->rope_pos};
+                    m->dqkv16,      m->dtemp2_btc,   m->rope_freqs,    m->rope_pos,      m->gemm_in,
+                    m->gemm_out};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(mem, bufs[i]);
     *m = (struct gpt){0};
 }
@@ -245,13 +246,15 @@ void gpt_embed_forward(struct gpt *m, int s, struct operand w_embed, const int32
 size_t gpt_stage_numel(const struct gpt *m) { return btc_l(m); }
 void *gpt_stage_input(struct gpt *m, int s) { return acts_resid_at(m, s, 0); }
 void *gpt_stage_output(struct gpt *m, int s) { return acts_resid_at(m, s, m->slot[s].n_layers); }
+/* The stream's gradient as the blocks keep it: bf16 (GPT-2's data path,
+ * dresid16) or fp32 (dresid; LLaMA's always), in the boundary's act_dtype. */
 void gpt_stage_grad_in(struct gpt *m, const void *src) {
-    if (acts_direct(m)) buf_copy(m->space, m->dresid16, src, btc_l(m) * sizeof(bf16));
+    if (m->dresid16) buf_copy(m->space, m->dresid16, src, btc_l(m) * sizeof(bf16));
     else buf_to_fp32(m->space, m->dresid, src, m->act_dtype, btc_l(m));
 }
 
 void gpt_stage_grad_out(struct gpt *m, void *dst) {
-    if (acts_direct(m)) buf_copy(m->space, dst, m->dresid16, btc_l(m) * sizeof(bf16));
+    if (m->dresid16) buf_copy(m->space, dst, m->dresid16, btc_l(m) * sizeof(bf16));
     else buf_from_fp32(m->space, dst, m->act_dtype, m->dresid, btc_l(m));
 }
 

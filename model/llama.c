@@ -21,27 +21,46 @@
  * lse saved) with K and V at the key/value heads' width, RoPE at each
  * local row's global position (the cp room's rope_positions).
  *
- * What runs: fp32 activations, plain attention (the probabilities saved)
- * or, with cp > 1, the ring; no recompute, no sequence parallelism, the GEMMs on fp32
- * operands (bf16 params widened by the engine): train/config/config_grid.c
+ * Two paths, as the run's act_dtype says. fp32: every saved tensor and
+ * every kernel fp32; the GEMMs on the engine's operands (fp32, or with
+ * bf16 GEMMs its bf16 params as they are: matmul_*_mixed). bf16 (the data
+ * path): the stream and every saved tensor but
+ * the attention's live in bf16 stores, and each kernel reads and writes
+ * them as they are (rmsnorm_*_bf16, rope_*_bf16, attention_gqa_*_bf16,
+ * swiglu_*_bf16, residual_forward_bf16, the GEMMs' mixed forms), computing
+ * in fp32 and rounding once where it stores (include/llama_layers.h states
+ * each rounding point); the activation gradients between kernels stay
+ * fp32 (dqkv, which the attention stores, bf16). Its GEMMs are the run's:
+ * bf16 (the mixed forms read the stores as they are) or, on a CPU without
+ * bf16 matrix instructions, fp32 on the stores' values widened, their
+ * outputs rounded once into the stores. Either way the attention
+ * keeps its probabilities (or the ring's lse) in fp32, beside the block.
+ *
+ * What runs besides: plain attention (the ring's flash at cp > 1, fp32),
+ * no recompute, no sequence parallelism: train/config/config_grid.c
  * refuses the rest, naming it. The model is free of parallel code; data
  * and pipeline parallelism and ZeRO-1/2/3 are the engine's, as for GPT-2. */
 #include "gpt.h"
 
+#include <omp.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "bufops.h"
+#include "conversions.h"
 #include "gpt_acts.h"
 #include "layers.h"
 #include "llama_layers.h"
 #include "parallel_points.h"
 
 /* What one layer saves for its backward, in this order in the slot's
- * per-layer block (fp32); the two RMSNorms' rstd beside it (slot.layer_stats). */
-enum llama_act { LA_LN1, LA_QKV, LA_ATT, LA_ATTY, LA_RES2, LA_LN2, LA_UP, LA_GATE, LA_SWI, LA_NUM };
+ * per-layer block (act_dtype); the attention's fp32 tensor (slot.layer_lse)
+ * and the two RMSNorms' rstd (slot.layer_stats) beside it. */
+enum llama_act { LA_LN1, LA_QKV, LA_ATTY, LA_RES2, LA_LN2, LA_UP, LA_GATE, LA_SWI, LA_NUM };
 enum { LLAMA_STATS = 2 }; /* rstd of rmsnorm1 and rmsnorm2, per token */
+
+static bool direct(const struct gpt *m) { return m->act_dtype == DTYPE_BF16; }
 
 /* This rank's key/value heads, and its qkv row: NHl query heads, then
  * KVl key and KVl value heads. */
@@ -49,13 +68,11 @@ static int64_t kv_local(const struct gpt *m) { return kv_heads(&m->shape) / m->l
 static size_t qkv_width(const struct gpt *m) { return (size_t)(m->NHl + 2 * kv_local(m)) * head_size(m); }
 
 /* This rank's size of saved tensor a: ln1, res2 and ln2 whole; the split
- * layers' outputs local (atty C/tp, qkv, the probabilities of NH/tp heads,
- * up, gate and SwiGLU F/tp). */
+ * layers' outputs local (atty C/tp, qkv, up, gate and SwiGLU F/tp). */
 static size_t act_numel(const struct gpt *m, enum llama_act a) {
     size_t BT = bt(m), C = (size_t)m->shape.C, F = (size_t)m->Fl;
     switch (a) {
     case LA_QKV: return BT * qkv_width(m);
-    case LA_ATT: return BT * (size_t)m->NHl * (flash(m) ? 1 : (size_t)m->shape.T); /* flash: the lse */
     case LA_ATTY: return BT * (size_t)m->Cl;
     case LA_UP:
     case LA_GATE:
@@ -64,42 +81,68 @@ static size_t act_numel(const struct gpt *m, enum llama_act a) {
     }
 }
 
+/* The attention's fp32 tensor: the probabilities of NH/tp heads, or the
+ * ring's lse (flash, cp > 1). */
+static size_t att_numel(const struct gpt *m) { return bt(m) * (size_t)m->NHl * (flash(m) ? 1 : (size_t)m->shape.T); }
+
 static size_t act_offset(const struct gpt *m, enum llama_act a) {
     size_t off = 0;
     for (int i = 0; i < (int)a; i++) off += act_numel(m, (enum llama_act)i);
     return off;
 }
 
-/* Local layer i's saved tensors in slot s. */
+/* Local layer i's saved tensors in slot s: each in its store's dtype
+ * (f32 on the fp32 path, b16 on the data path; the other NULL). */
 struct llama_view {
-    float *act[LA_NUM];
-    float *rstd1, *rstd2;
+    float *f[LA_NUM];
+    bf16 *h[LA_NUM];
+    float *att, *rstd1, *rstd2;
 };
 
 static struct llama_view view(struct gpt *m, int s, int i) {
-    struct llama_view v;
-    float *block = (float *)m->slot[s].layer_acts + (size_t)i * act_offset(m, LA_NUM);
-    for (int a = 0; a < LA_NUM; a++) v.act[a] = block + act_offset(m, (enum llama_act)a);
+    struct llama_view v = {0};
+    size_t e = dtype_size(m->act_dtype);
+    char *block = (char *)m->slot[s].layer_acts + (size_t)i * act_offset(m, LA_NUM) * e;
+    for (int a = 0; a < LA_NUM; a++) {
+        void *p = block + act_offset(m, (enum llama_act)a) * e;
+        if (direct(m)) v.h[a] = p;
+        else v.f[a] = p;
+    }
+    v.att = m->slot[s].layer_lse + (size_t)i * att_numel(m);
     v.rstd1 = m->slot[s].layer_stats + (size_t)i * LLAMA_STATS * bt(m);
     v.rstd2 = v.rstd1 + bt(m);
     return v;
 }
 
-static float *resid(struct gpt *m, int s, int i) { return (float *)m->slot[s].resid + (size_t)i * btc(m); }
+/* Saved tensor a as a kernel reads it and as it writes it. */
+static struct operand in(const struct llama_view *v, enum llama_act a) { return (struct operand){v->f[a], v->h[a]}; }
+static struct act_out out(const struct llama_view *v, enum llama_act a) { return (struct act_out){v->f[a], v->h[a], false}; }
+
+/* Stream entry i of slot s (entry n_layers: the chunk's output). */
+static struct act_out stream(struct gpt *m, int s, int i) {
+    void *p = (char *)m->slot[s].resid + (size_t)i * btc(m) * dtype_size(m->act_dtype);
+    return direct(m) ? (struct act_out){NULL, p, false} : (struct act_out){p, NULL, false};
+}
+static struct operand stream_in(struct gpt *m, int s, int i) {
+    struct act_out o = stream(m, s, i);
+    return (struct operand){o.f32, o.b16};
+}
 
 void llama_init_chunks(struct gpt *m, struct mem_tracker *mem) {
     enum mem_space space = m->space;
-    size_t n = btc(m), BT = bt(m);
+    size_t n = btc(m), BT = bt(m), e = dtype_size(m->act_dtype);
     enum mem_category A = MEM_ACTIVATIONS, S = MEM_SCRATCH;
     int head_chunk = m->lay->rank.has_head ? m->lay->rank.n_chunks - 1 : -2;
     int embed_chunk = m->lay->rank.has_embed ? 0 : -2;
-    gpt_per_slot(m, mem, A, "residual stream", n * 4, n * 4, GPT_EVERY_CHUNK, offsetof(struct gpt_slot, resid));
-    gpt_per_slot(m, mem, A, "layer tensors", act_offset(m, LA_NUM) * 4, 0, GPT_EVERY_CHUNK,
+    gpt_per_slot(m, mem, A, "residual stream", n * e, n * e, GPT_EVERY_CHUNK, offsetof(struct gpt_slot, resid));
+    gpt_per_slot(m, mem, A, "layer tensors", act_offset(m, LA_NUM) * e, 0, GPT_EVERY_CHUNK,
                  offsetof(struct gpt_slot, layer_acts));
+    gpt_per_slot(m, mem, A, flash(m) ? "attention lse (fp32)" : "attention probabilities (fp32)", att_numel(m) * 4, 0,
+                 GPT_EVERY_CHUNK, offsetof(struct gpt_slot, layer_lse));
     gpt_per_slot(m, mem, A, "rmsnorm rstd (fp32)", LLAMA_STATS * BT * 4, 0, GPT_EVERY_CHUNK,
                  offsetof(struct gpt_slot, layer_stats));
     if (m->lay->rank.has_head) {
-        gpt_per_slot(m, mem, A, "final rmsnorm out", 0, n * 4, head_chunk, offsetof(struct gpt_slot, lnf));
+        gpt_per_slot(m, mem, A, "final rmsnorm out", 0, n * e, head_chunk, offsetof(struct gpt_slot, lnf));
         gpt_per_slot(m, mem, A, "final rmsnorm rstd (fp32)", 0, BT * 4, head_chunk,
                      offsetof(struct gpt_slot, lnf_stats));
         gpt_per_slot(m, mem, A, "logits (fp32)", 0, BT * (size_t)m->vocab.Vl * 4, head_chunk,
@@ -113,13 +156,25 @@ void llama_init_chunks(struct gpt *m, struct mem_tracker *mem) {
     m->dtemp_btc = mem_alloc(mem, space, S, "d layer temp (fp32)", n * 4);
     m->dtemp2_btc = mem_alloc(mem, space, S, "d layer temp, gate's (fp32)", n * 4);
     m->dfc = mem_alloc(mem, space, S, "d up, d gate (fp32)", 2 * act_numel(m, LA_UP) * 4);
-    m->dqkv = mem_alloc(mem, space, S, "d qkv (fp32)", act_numel(m, LA_QKV) * 4);
+    if (direct(m)) m->dqkv16 = mem_alloc(mem, space, S, "d qkv (bf16)", act_numel(m, LA_QKV) * sizeof(bf16));
+    else m->dqkv = mem_alloc(mem, space, S, "d qkv (fp32)", act_numel(m, LA_QKV) * 4);
+    if (direct(m) && m->gemm_dtype != DTYPE_BF16) { /* fp32 GEMMs on the stores: gemm_forward */
+        size_t in_n = act_numel(m, LA_UP) > n ? act_numel(m, LA_UP) : n;
+        size_t out_n = act_numel(m, LA_UP) > act_numel(m, LA_QKV) ? act_numel(m, LA_UP) : act_numel(m, LA_QKV);
+        m->gemm_in = mem_alloc(mem, space, S, "a GEMM's input widened (fp32)", in_n * 4);
+        m->gemm_out = mem_alloc(mem, space, S, "a GEMM's output or dout in fp32", out_n * 4);
+    }
+    size_t hs = head_size(m);
     if (flash(m)) /* the ring's backward (cp > 1): D, B NH T */
         m->att_scratch = mem_alloc(mem, space, S, "attention D (fp32, B NH T)", BT * (size_t)m->NHl * 4);
+    else if (direct(m))
+        m->att_scratch = mem_alloc(mem, space, S, "attention tiles (fp32, per thread)",
+                                   llama_attention_scratch(m->B, m->shape.T, m->NHl, kv_local(m), (int64_t)hs, true,
+                                                           omp_get_max_threads()) * 4);
     else
         m->att_scratch = mem_alloc(mem, space, S, "attention dS (fp32, T x T per KV head group)",
-                                   attention_gqa_backward_scratch(m->B, m->shape.T, kv_local(m)) * 4);
-    size_t hs = head_size(m);
+                                   llama_attention_scratch(m->B, m->shape.T, m->NHl, kv_local(m), (int64_t)hs, false,
+                                                           omp_get_max_threads()) * 4);
     m->rope_freqs = mem_alloc(mem, space, S, "rope frequencies (fp32)", hs / 2 * 4);
     m->rope_pos = mem_alloc(mem, space, S, "rope positions (int32)", BT * sizeof(int32_t));
     if (mem_failed(mem)) return;
@@ -128,70 +183,178 @@ void llama_init_chunks(struct gpt *m, struct mem_tracker *mem) {
     m->cpp->rope_positions(m, m->rope_pos); /* with cp, gpt_set_context_parallel sets the ring's */
 }
 
-static const float *wt(const struct gpt *m, struct operand w, enum layer_tensor t) {
-    return w.f32 + m->lay->layer_offset[t];
+size_t llama_attention_scratch(int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t hs, bool bf16_stores,
+                               int threads) {
+    if (!bf16_stores) return attention_gqa_backward_scratch_for(B, T, KV, threads);
+    size_t fwd = attention_gqa_forward_bf16_scratch_for(B, T, NH, hs, threads),
+           bwd = attention_gqa_backward_bf16_scratch_for(B, T, KV, hs, threads);
+    return fwd > bwd ? fwd : bwd;
 }
 
+/* A unit's tensor t: fp32 (a vector always: packed at the layout's
+ * *_vec_offset when the engine hands over the bf16 params as they are),
+ * or as a GEMM's operand (those bf16 params, else fp32). */
+static const float *wt(const struct gpt *m, struct operand w, enum layer_tensor t) {
+    return w.f32 + (w.b16 ? m->lay->layer_vec_offset[t] : m->lay->layer_offset[t]);
+}
+static struct operand wop(const struct gpt *m, struct operand w, enum layer_tensor t) {
+    return operand_at(w, m->lay->layer_offset[t]);
+}
 static float *dwt(const struct gpt *m, float *dw, enum layer_tensor t) { return dw + m->lay->layer_offset[t]; }
+static const float *lnf_weight(const struct gpt *m, struct operand w_head) {
+    return w_head.f32 + (w_head.b16 ? m->lay->head_vec_offset[HEAD_LNF_W] : m->lay->head_offset[HEAD_LNF_W]);
+}
+
+/* The GEMMs on the operands they get. bf16 GEMMs: the mixed forms, which
+ * read any bf16 operand (the data path's stores, the engine's bf16 params)
+ * as it is. fp32 GEMMs (a CPU without bf16 matrix instructions): a store's
+ * values widened into gemm_in (gemm_out for a bf16 dout), an output for a
+ * store computed into gemm_out and rounded once as it is stored. */
+static bool bf16_gemms(const struct gpt *m, struct operand w) { return w.b16 || m->gemm_dtype == DTYPE_BF16; }
+
+static const float *widened(struct gpt *m, struct operand x, float *tmp, size_t n) {
+    if (!x.b16) return x.f32;
+    conv_widen(m->flops, tmp, x.b16, n);
+    return tmp;
+}
+
+static void gemm_forward(struct gpt *m, struct act_out o, struct operand x, struct operand w, int64_t C, int64_t OC) {
+    int64_t N = (int64_t)bt(m);
+    if (bf16_gemms(m, w)) {
+        matmul_forward_mixed(o, x, w, NULL, N, C, OC, m->flops);
+        return;
+    }
+    float *of = o.b16 ? m->gemm_out : o.f32;
+    matmul_forward(of, widened(m, x, m->gemm_in, (size_t)(N * C)), w.f32, NULL, N, C, OC, m->flops);
+    if (o.b16) conv_narrow(m->flops, o.b16, of, (size_t)(N * OC));
+}
+
+static void gemm_backward(struct gpt *m, float *dinp, float *dweight, struct operand dout, struct operand x,
+                          struct operand w, int64_t C, int64_t OC) {
+    int64_t N = (int64_t)bt(m);
+    if (bf16_gemms(m, w)) {
+        matmul_backward_mixed((struct act_out){dinp, NULL, false}, dweight, NULL, dout, x, w, N, C, OC, m->flops);
+        return;
+    }
+    matmul_backward(dinp, dweight, NULL, widened(m, dout, m->gemm_out, (size_t)(N * OC)),
+                    widened(m, x, m->gemm_in, (size_t)(N * C)), w.f32, N, C, OC, m->flops);
+}
+
+/* A column-parallel GEMM's input (f): an fp32 view through the point; a
+ * bf16 store as it is (sequence parallelism, which would gather it, is
+ * refused for llama). */
+static struct operand column_in(struct gpt *m, struct operand x) {
+    if (x.b16) return x;
+    return (struct operand){m->tpp->column_input(m, (float *)x.f32), NULL};
+}
+
+static struct operand f32_op(const float *x) { return (struct operand){x, NULL}; }
+
+/* RMSNorm of x into o; its backward accumulates into dresid. */
+static void rmsnorm(struct gpt *m, struct act_out o, float *rstd, struct operand x, const float *w) {
+    int64_t N = (int64_t)bt(m), C = m->shape.C;
+    if (o.b16) rmsnorm_forward_bf16(o.b16, rstd, x.b16, w, m->shape.norm_eps, N, C, m->flops);
+    else rmsnorm_forward(o.f32, rstd, x.f32, w, m->shape.norm_eps, N, C, m->flops);
+}
+
+static void rmsnorm_grad(struct gpt *m, float *dw, const float *dout, struct operand x, const float *w,
+                         const float *rstd) {
+    int64_t N = (int64_t)bt(m), C = m->shape.C;
+    if (x.b16) rmsnorm_backward_bf16((struct act_out){m->dresid, NULL, false}, dw, dout, x.b16, w, rstd, N, C, m->flops);
+    else rmsnorm_backward(m->dresid, dw, dout, x.f32, w, rstd, N, C, m->flops);
+}
+
+/* o = a + b (b the fp32 output of a row-parallel GEMM). */
+static void residual(struct gpt *m, struct act_out o, struct operand a, const float *b) {
+    int64_t n = (int64_t)btc(m);
+    if (o.b16) residual_forward_bf16(o.b16, a.b16, b, n, m->flops);
+    else residual_forward(o.f32, a.f32, b, n, m->flops);
+}
 
 /* vocabulary-parallel: this rank's rows (zero for tokens it does not
- * hold), g sums them to every token's row */
+ * hold), g sums them to every token's row; the data path narrows the sum
+ * into the stream's store */
 static void llama_embed_forward(struct gpt *m, int s, struct operand w_embed, const int32_t *inputs) {
     buf_copy(m->space, m->slot[s].inputs, inputs, bt(m) * sizeof *inputs);
-    float *out = resid(m, s, 0);
-    embedding_rows_forward(out, m->slot[s].inputs, w_embed.f32 + m->lay->embed_offset[EMB_WTE], m->vocab.v0,
-                           m->vocab.Vl, (int64_t)bt(m), m->shape.C, m->flops);
-    m->tpp->row_output(m, out, out);
-}
-
-/* Row-parallel GEMM: out (N,C) = inp (N,in_l) . w^T over this rank's
- * input features, summed over the group (g). */
-static void row_parallel(struct gpt *m, float *out, const float *inp, const float *w, int64_t in_l) {
-    matmul_forward(out, inp, w, NULL, (int64_t)bt(m), in_l, m->shape.C, m->flops);
-    m->tpp->row_output(m, out, out);
-}
-
-/* The layer's forward from x into v; out: the layer's output. */
-static void layer_forward(struct gpt *m, const float *x, struct llama_view *v, struct operand w, float *out) {
-    int64_t N = (int64_t)bt(m), C = m->shape.C, F = m->Fl, QKV = (int64_t)qkv_width(m), hs = (int64_t)head_size(m);
-    int64_t NH = m->NHl, KV = kv_local(m);
-    struct exec_ctx *fc = m->flops;
-    float **a = v->act, *tmp = m->dtemp_btc; /* free outside the backward's own use */
-    rmsnorm_forward(a[LA_LN1], v->rstd1, x, wt(m, w, LAYER_LN1_W), m->shape.norm_eps, N, C, fc);
-    /* column-parallel (f): this rank's heads' q, k, v from every token's ln1 */
-    matmul_forward(a[LA_QKV], m->tpp->column_input(m, a[LA_LN1]), wt(m, w, LAYER_QKV_W), NULL, N, C, QKV, fc);
-    /* q's and k's heads are adjacent in each row: one call rotates both */
-    rope_forward(a[LA_QKV], a[LA_QKV], QKV, m->rope_freqs, m->rope_pos, N, NH + KV, hs, fc);
-    if (m->cpp->attention_forward) /* context parallel: every rank's keys by ring, K and V at KV width */
-        m->cpp->attention_forward(m, a[LA_ATTY], a[LA_ATT], a[LA_QKV]);
+    struct act_out x0 = stream(m, s, 0);
+    float *rows = x0.f32 ? x0.f32 : m->dtemp_btc; /* dtemp_btc: free in the forward */
+    int64_t N = (int64_t)bt(m), C = m->shape.C;
+    size_t at = m->lay->embed_offset[EMB_WTE];
+    if (w_embed.b16)
+        embedding_rows_forward_bf16(rows, m->slot[s].inputs, w_embed.b16 + at, m->vocab.v0, m->vocab.Vl, N, C, m->flops);
     else
-        attention_gqa_forward(a[LA_ATTY], a[LA_ATT], a[LA_QKV], m->B, m->shape.T, NH, KV, hs, fc);
-    row_parallel(m, tmp, a[LA_ATTY], wt(m, w, LAYER_ATTPROJ_W), m->Cl);
-    residual_forward(a[LA_RES2], x, tmp, N * C, fc);
-    rmsnorm_forward(a[LA_LN2], v->rstd2, a[LA_RES2], wt(m, w, LAYER_LN2_W), m->shape.norm_eps, N, C, fc);
-    const float *ln2 = m->tpp->column_input(m, a[LA_LN2]);
-    matmul_forward(a[LA_UP], ln2, wt(m, w, LAYER_FC_W), NULL, N, C, F, fc);
-    matmul_forward(a[LA_GATE], ln2, wt(m, w, LAYER_FC2_W), NULL, N, C, F, fc);
-    swiglu_forward(a[LA_SWI], a[LA_UP], a[LA_GATE], N * F, fc);
-    row_parallel(m, tmp, a[LA_SWI], wt(m, w, LAYER_FCPROJ_W), F);
-    residual_forward(out, a[LA_RES2], tmp, N * C, fc);
+        embedding_rows_forward(rows, m->slot[s].inputs, w_embed.f32 + at, m->vocab.v0, m->vocab.Vl, N, C, m->flops);
+    m->tpp->row_output(m, rows, rows);
+    if (x0.b16) conv_narrow(m->flops, x0.b16, rows, btc(m));
+}
+
+/* Row-parallel GEMM: tmp (N,C) = x (N,in_l) . w^T over this rank's input
+ * features, summed over the group (g). */
+static void row_parallel(struct gpt *m, float *tmp, struct operand x, struct operand w, int64_t in_l) {
+    gemm_forward(m, (struct act_out){tmp, NULL, false}, x, w, in_l, m->shape.C);
+    m->tpp->row_output(m, tmp, tmp);
+}
+
+static void attention_forward_of(struct gpt *m, struct llama_view *v) {
+    int64_t NH = m->NHl, KV = kv_local(m), hs = (int64_t)head_size(m);
+    if (m->cpp->attention_forward) /* context parallel: every rank's keys by ring, K and V at KV width */
+        m->cpp->attention_forward(m, v->f[LA_ATTY], v->att, v->f[LA_QKV]);
+    else if (direct(m))
+        attention_gqa_forward_bf16(v->h[LA_ATTY], v->att, v->h[LA_QKV], m->att_scratch, m->B, m->shape.T, NH, KV, hs,
+                                   m->flops);
+    else
+        attention_gqa_forward(v->f[LA_ATTY], v->att, v->f[LA_QKV], m->B, m->shape.T, NH, KV, hs, m->flops);
+}
+
+/* The layer's forward from stream entry x into v and the next entry y. */
+static void layer_forward(struct gpt *m, struct operand x, struct llama_view *v, struct operand w, struct act_out y) {
+    int64_t N = (int64_t)bt(m), C = m->shape.C, F = m->Fl, QKV = (int64_t)qkv_width(m), hs = (int64_t)head_size(m);
+    int64_t heads = m->NHl + kv_local(m); /* q's and k's, adjacent in each row: one RoPE call rotates both */
+    struct exec_ctx *fc = m->flops;
+    float *tmp = m->dtemp_btc; /* free outside the backward's own use */
+    rmsnorm(m, out(v, LA_LN1), v->rstd1, x, wt(m, w, LAYER_LN1_W));
+    /* column-parallel (f): this rank's heads' q, k, v from every token's ln1 */
+    gemm_forward(m, out(v, LA_QKV), column_in(m, in(v, LA_LN1)), wop(m, w, LAYER_QKV_W), C, QKV);
+    if (direct(m)) rope_forward_bf16(v->h[LA_QKV], v->h[LA_QKV], QKV, m->rope_freqs, m->rope_pos, N, heads, hs, fc);
+    else rope_forward(v->f[LA_QKV], v->f[LA_QKV], QKV, m->rope_freqs, m->rope_pos, N, heads, hs, fc);
+    attention_forward_of(m, v);
+    row_parallel(m, tmp, in(v, LA_ATTY), wop(m, w, LAYER_ATTPROJ_W), m->Cl);
+    residual(m, out(v, LA_RES2), x, tmp);
+    rmsnorm(m, out(v, LA_LN2), v->rstd2, in(v, LA_RES2), wt(m, w, LAYER_LN2_W));
+    struct operand ln2 = column_in(m, in(v, LA_LN2));
+    gemm_forward(m, out(v, LA_UP), ln2, wop(m, w, LAYER_FC_W), C, F);
+    gemm_forward(m, out(v, LA_GATE), ln2, wop(m, w, LAYER_FC2_W), C, F);
+    if (direct(m)) swiglu_forward_bf16(v->h[LA_SWI], v->h[LA_UP], v->h[LA_GATE], N * F, fc);
+    else swiglu_forward(v->f[LA_SWI], v->f[LA_UP], v->f[LA_GATE], N * F, fc);
+    row_parallel(m, tmp, in(v, LA_SWI), wop(m, w, LAYER_FCPROJ_W), F);
+    residual(m, y, in(v, LA_RES2), tmp);
 }
 
 static void llama_layer_forward(struct gpt *m, int s, int l, struct operand w) {
     int i = l - m->slot[s].l0;
     struct llama_view v = view(m, s, i);
-    layer_forward(m, resid(m, s, i), &v, w, resid(m, s, i + 1));
+    layer_forward(m, stream_in(m, s, i), &v, w, stream(m, s, i + 1));
+}
+
+/* The final RMSNorm's output as stored, and as the head's GEMM reads it. */
+static struct act_out lnf_out(struct gpt *m, int s) {
+    void *p = m->slot[s].lnf;
+    return direct(m) ? (struct act_out){NULL, p, false} : (struct act_out){p, NULL, false};
+}
+static struct operand lnf_in(struct gpt *m, int s) {
+    struct act_out o = lnf_out(m, s);
+    return column_in(m, (struct operand){o.f32, o.b16});
 }
 
 /* The untied LM head: logits = lnf . lm_head^T over this rank's vocabulary
- * rows (column-parallel: f), the vocabulary-parallel cross-entropy. */
+ * rows (column-parallel: f), fp32, and the vocabulary-parallel
+ * cross-entropy. */
 static float llama_head_forward(struct gpt *m, int s, struct operand w_head, struct operand lm_head,
                                 const int32_t *targets, float dloss) {
     int64_t N = (int64_t)bt(m), C = m->shape.C;
     struct gpt_slot *sl = &m->slot[s];
-    rmsnorm_forward(sl->lnf, sl->lnf_stats, resid(m, s, sl->n_layers), w_head.f32 + m->lay->head_offset[HEAD_LNF_W],
-                    m->shape.norm_eps, N, C, m->flops);
-    matmul_forward(sl->logits, m->tpp->column_input(m, sl->lnf), lm_head.f32, NULL, N, C, m->vocab.Vl, m->flops);
+    rmsnorm(m, lnf_out(m, s), sl->lnf_stats, stream_in(m, s, sl->n_layers), lnf_weight(m, w_head));
+    gemm_forward(m, (struct act_out){sl->logits, NULL, false}, lnf_in(m, s), lm_head, C, m->vocab.Vl);
     if (targets) gpt_upload_targets(m, s, targets);
     double sum = m->tpp->crossentropy(m, sl->logits, sl->losses, sl->targets, N, dloss, m->dtemp_btc);
     return (float)(sum / (double)N);
@@ -199,14 +362,32 @@ static float llama_head_forward(struct gpt *m, int s, struct operand w_head, str
 
 static void llama_head_backward(struct gpt *m, int s, struct operand w_head, struct operand lm_head, float *dw_head,
                                 float *dlm_head) {
-    int64_t N = (int64_t)bt(m), C = m->shape.C;
     struct gpt_slot *sl = &m->slot[s];
-    matmul_backward(m->dtemp_btc, dlm_head, NULL, sl->logits, m->tpp->column_input(m, sl->lnf), lm_head.f32, N, C,
-                    m->vocab.Vl, m->flops);
+    gemm_backward(m, m->dtemp_btc, dlm_head, f32_op(sl->logits), lnf_in(m, s), lm_head, m->shape.C, m->vocab.Vl);
     m->tpp->column_grad(m, m->dtemp_btc); /* dlnf sums over the vocabulary slices */
     buf_zero(m->space, m->dresid, btc(m) * sizeof(float));
-    rmsnorm_backward(m->dresid, dw_head + m->lay->head_offset[HEAD_LNF_W], m->dtemp_btc, resid(m, s, sl->n_layers),
-                     w_head.f32 + m->lay->head_offset[HEAD_LNF_W], sl->lnf_stats, N, C, m->flops);
+    rmsnorm_grad(m, dw_head + m->lay->head_offset[HEAD_LNF_W], m->dtemp_btc, stream_in(m, s, sl->n_layers),
+                 lnf_weight(m, w_head), sl->lnf_stats);
+}
+
+/* datty (dtemp_btc's first N x C/tp) -> dqkv, through the attention's and
+ * RoPE's backward: fp32, or bf16 as the data path's attention stores it. */
+static struct operand attention_backward_of(struct gpt *m, struct llama_view *v) {
+    int64_t N = (int64_t)bt(m), NH = m->NHl, KV = kv_local(m), QKV = (int64_t)qkv_width(m), hs = (int64_t)head_size(m);
+    struct exec_ctx *fc = m->flops;
+    if (direct(m)) {
+        attention_gqa_backward_bf16(m->dqkv16, m->dtemp_btc, v->h[LA_QKV], v->att, m->att_scratch, m->B, m->shape.T,
+                                    NH, KV, hs, fc);
+        rope_backward_bf16(m->dqkv16, m->dqkv16, QKV, m->rope_freqs, m->rope_pos, N, NH + KV, hs, fc);
+        return (struct operand){NULL, m->dqkv16};
+    }
+    if (m->cpp->attention_backward)
+        m->cpp->attention_backward(m, m->dqkv, m->att_scratch, m->dtemp_btc, v->f[LA_QKV], v->f[LA_ATTY], v->att);
+    else
+        attention_gqa_backward(m->dqkv, m->dtemp_btc, v->f[LA_QKV], v->att, m->att_scratch, m->B, m->shape.T, NH, KV,
+                               hs, fc);
+    rope_backward(m->dqkv, m->dqkv, QKV, m->rope_freqs, m->rope_pos, N, NH + KV, hs, fc);
+    return f32_op(m->dqkv);
 }
 
 /* On entry dresid holds dL/d(layer output); on exit dL/d(layer input).
@@ -214,37 +395,31 @@ static void llama_head_backward(struct gpt *m, int s, struct operand w_head, str
  * column-parallel GEMMs' input gradients before each RMSNorm's backward
  * (the RMSNorm weights' gradients then come out alike on every rank). */
 static void llama_layer_backward(struct gpt *m, int s, int l, struct operand w, float *dw) {
-    int64_t N = (int64_t)bt(m), C = m->shape.C, F = m->Fl, QKV = (int64_t)qkv_width(m), hs = (int64_t)head_size(m);
-    int64_t NH = m->NHl, KV = kv_local(m);
+    int64_t N = (int64_t)bt(m), C = m->shape.C, F = m->Fl;
     int i = l - m->slot[s].l0;
     struct exec_ctx *fc = m->flops;
     struct llama_view v = view(m, s, i);
-    float **a = v.act, *x = resid(m, s, i), *dup = m->dfc, *dgate = m->dfc + N * F;
+    float *dup = m->dfc, *dgate = m->dfc + N * F;
     /* the MLP: d swi into d up's room, then SwiGLU's backward in place */
-    matmul_backward(dup, dwt(m, dw, LAYER_FCPROJ_W), NULL, m->tpp->row_output_grad(m), a[LA_SWI],
-                    wt(m, w, LAYER_FCPROJ_W), N, F, C, fc);
-    swiglu_backward(dup, dgate, dup, a[LA_UP], a[LA_GATE], N * F, fc);
+    gemm_backward(m, dup, dwt(m, dw, LAYER_FCPROJ_W), f32_op(m->tpp->row_output_grad(m)), in(&v, LA_SWI),
+                  wop(m, w, LAYER_FCPROJ_W), F, C);
+    if (direct(m)) swiglu_backward_bf16(dup, dgate, dup, v.h[LA_UP], v.h[LA_GATE], N * F, fc);
+    else swiglu_backward(dup, dgate, dup, v.f[LA_UP], v.f[LA_GATE], N * F, fc);
     /* d ln2 = d up . fc + d gate . fc2, summed over the group once (f) */
-    const float *ln2 = m->tpp->column_input(m, a[LA_LN2]);
-    matmul_backward(m->dtemp_btc, dwt(m, dw, LAYER_FC_W), NULL, dup, ln2, wt(m, w, LAYER_FC_W), N, C, F, fc);
-    matmul_backward(m->dtemp2_btc, dwt(m, dw, LAYER_FC2_W), NULL, dgate, ln2, wt(m, w, LAYER_FC2_W), N, C, F, fc);
+    struct operand ln2 = column_in(m, in(&v, LA_LN2));
+    gemm_backward(m, m->dtemp_btc, dwt(m, dw, LAYER_FC_W), f32_op(dup), ln2, wop(m, w, LAYER_FC_W), C, F);
+    gemm_backward(m, m->dtemp2_btc, dwt(m, dw, LAYER_FC2_W), f32_op(dgate), ln2, wop(m, w, LAYER_FC2_W), C, F);
     residual_forward(m->dtemp_btc, m->dtemp_btc, m->dtemp2_btc, N * C, fc);
     m->tpp->column_grad(m, m->dtemp_btc);
-    rmsnorm_backward(m->dresid, dwt(m, dw, LAYER_LN2_W), m->dtemp_btc, a[LA_RES2], wt(m, w, LAYER_LN2_W), v.rstd2, N,
-                     C, fc);
+    rmsnorm_grad(m, dwt(m, dw, LAYER_LN2_W), m->dtemp_btc, in(&v, LA_RES2), wt(m, w, LAYER_LN2_W), v.rstd2);
     /* the attention: dresid now holds dL/d res2; datty in dtemp's first (N, C/tp) */
-    matmul_backward(m->dtemp_btc, dwt(m, dw, LAYER_ATTPROJ_W), NULL, m->tpp->row_output_grad(m), a[LA_ATTY],
-                    wt(m, w, LAYER_ATTPROJ_W), N, m->Cl, C, fc);
-    if (m->cpp->attention_backward)
-        m->cpp->attention_backward(m, m->dqkv, m->att_scratch, m->dtemp_btc, a[LA_QKV], a[LA_ATTY], a[LA_ATT]);
-    else
-        attention_gqa_backward(m->dqkv, m->dtemp_btc, a[LA_QKV], a[LA_ATT], m->att_scratch, m->B, m->shape.T, NH, KV,
-                               hs, fc);
-    rope_backward(m->dqkv, m->dqkv, QKV, m->rope_freqs, m->rope_pos, N, NH + KV, hs, fc);
-    matmul_backward(m->dtemp_btc, dwt(m, dw, LAYER_QKV_W), NULL, m->dqkv, m->tpp->column_input(m, a[LA_LN1]),
-                    wt(m, w, LAYER_QKV_W), N, C, QKV, fc);
+    gemm_backward(m, m->dtemp_btc, dwt(m, dw, LAYER_ATTPROJ_W), f32_op(m->tpp->row_output_grad(m)), in(&v, LA_ATTY),
+                  wop(m, w, LAYER_ATTPROJ_W), m->Cl, C);
+    struct operand dqkv = attention_backward_of(m, &v);
+    gemm_backward(m, m->dtemp_btc, dwt(m, dw, LAYER_QKV_W), dqkv, column_in(m, in(&v, LA_LN1)),
+                  wop(m, w, LAYER_QKV_W), C, (int64_t)qkv_width(m));
     m->tpp->column_grad(m, m->dtemp_btc);
-    rmsnorm_backward(m->dresid, dwt(m, dw, LAYER_LN1_W), m->dtemp_btc, x, wt(m, w, LAYER_LN1_W), v.rstd1, N, C, fc);
+    rmsnorm_grad(m, dwt(m, dw, LAYER_LN1_W), m->dtemp_btc, stream_in(m, s, i), wt(m, w, LAYER_LN1_W), v.rstd1);
 }
 
 /* each rank accumulates its own vocabulary rows (no position table) */

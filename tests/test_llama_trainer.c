@@ -6,7 +6,10 @@
  * fp32 on both sides, what differs is the order of sums); then 10 AdamW
  * steps on the stream's sequential batches give the reference's losses.
  * The fp32 path: params, grads and activations fp32, fp32 GEMMs, ZeRO-0,
- * one process. */
+ * one process. And the bf16 data path (bf16 params, activations and
+ * GEMMs: the project's reference bf16 GEMM, so the test runs alike on any
+ * CPU) on the same weights and batch: its loss and gradients within bf16's
+ * reach of the reference's (BF16_*, below). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,6 +28,13 @@
 #define LOSS_ATOL 1e-5
 #define GRAD_RTOL 1e-5   /* of the tensor's largest gradient */
 #define STEP_LOSS_ATOL 1e-5 /* ten updates on: the order of sums compounds (seen: 1e-6) */
+/* The data path rounds the weights, every saved tensor and every GEMM
+ * operand to bf16 (2^-9 relative each; a few hundred products a sum): the
+ * loss within 1e-2, each tensor's gradient within 5e-2 of its largest
+ * element (seen: 2e-3 and 1e-2); a wrong rounding point or operand is off
+ * by its whole size. */
+#define BF16_LOSS_ATOL 1e-2
+#define BF16_GRAD_RTOL 5e-2
 
 struct reference {
     struct fixture fx;
@@ -110,10 +120,11 @@ struct run {
     struct engine e;
 };
 
-static struct run *run_new(const struct reference *r) {
+static struct run *run_with(const struct reference *r, const struct config *c) {
     struct run *h = calloc(1, sizeof *h);
     assert_non_null(h);
-    h->cfg = r->cfg;
+    h->cfg = *c;
+    h->fc.bf16_reference = c->gemm_dtype == GEMM_DTYPE_BF16; /* --gemm_kernel reference */
     grid_init_single(&h->grid);
     fixture_engine_init(&h->e, &h->cfg, &h->grid, &h->mem, &h->fc);
     assert_int_equal(h->e.lay.total, (size_t)r->P); /* the planner's count, the fixture's */
@@ -125,10 +136,37 @@ static struct run *run_new(const struct reference *r) {
     return h;
 }
 
+static struct run *run_new(const struct reference *r) { return run_with(r, &r->cfg); }
+
 static void run_free(struct run *h) {
     engine_free(&h->e);
     mem_free_all(&h->mem);
     free(h);
+}
+
+/* Each tensor's gradient (fp32 or bf16) against the reference's: max |diff|
+ * within rtol of the tensor's largest; the worst ratio printed. Non-zero
+ * when one is not. */
+static int grads_within(struct engine *e, const float *want, double rtol) {
+    const bool b16 = e->z.o.grad_dtype == DTYPE_BF16;
+    double worst = 0.0;
+    int bad = 0;
+    for (int k = 0; k < layout_num_tensors(&e->lay); k++) {
+        struct tensor_info t = layout_tensor(&e->lay, k);
+        double mx = 0.0, diff = 0.0;
+        for (size_t i = t.offset; i < t.offset + t.numel; i++) {
+            double g = b16 ? bf16_to_f32(((const bf16 *)e->z.st.grads)[i]) : ((const float *)e->z.st.grads)[i];
+            mx = fmax(mx, fabs((double)want[i]));
+            diff = fmax(diff, fabs(g - want[i]));
+        }
+        worst = fmax(worst, mx > 0.0 ? diff / mx : INFINITY);
+        if (!(mx > 0.0 && diff <= rtol * mx)) {
+            fprintf(stderr, "  %s (layer %d): max |grad| %.3g, max |diff| %.3g\n", t.name, t.layer, mx, diff);
+            bad++;
+        }
+    }
+    printf("  every parameter's gradient within %.0e of its tensor's largest (worst %.2g)\n", rtol, worst);
+    return bad;
 }
 
 static void test_logits_loss_and_gradients(void **state) {
@@ -150,18 +188,7 @@ static void test_logits_loss_and_gradients(void **state) {
     float *want = malloc((size_t)r.P * sizeof *want);
     assert_non_null(want);
     to_layout(&e->lay, r.grads, want);
-    const float *got = e->z.st.grads;
-    for (int k = 0; k < layout_num_tensors(&e->lay); k++) {
-        struct tensor_info t = layout_tensor(&e->lay, k);
-        double mx = 0.0, diff = 0.0;
-        for (size_t i = t.offset; i < t.offset + t.numel; i++) {
-            mx = fmax(mx, fabs((double)want[i]));
-            diff = fmax(diff, fabs((double)got[i] - want[i]));
-        }
-        if (!(mx > 0.0 && diff <= GRAD_RTOL * mx))
-            fail_msg("%s (layer %d): max |grad| %.3g, max |diff| %.3g", t.name, t.layer, mx, diff);
-    }
-    printf("  every parameter's gradient within %.0e of its tensor's largest\n", GRAD_RTOL);
+    assert_int_equal(grads_within(e, want, GRAD_RTOL), 0);
     free(want);
     run_free(h);
     free(r.fx.bytes);
@@ -190,10 +217,34 @@ static void test_ten_adamw_steps(void **state) {
     free(r.fx.bytes);
 }
 
+/* The bf16 data path on the reference's weights (rounded to bf16 as the
+ * params hold them) and batch. */
+static void test_bf16_data_path(void **state) {
+    (void)state;
+    struct reference r = reference_of();
+    struct config c = r.cfg;
+    c.param_dtype = c.grad_dtype = c.act_dtype = DTYPE_BF16;
+    c.gemm_dtype = GEMM_DTYPE_BF16, c.gemm_kernel = GEMM_KERNEL_REFERENCE;
+    struct run *h = run_with(&r, &c);
+    struct engine *e = &h->e;
+    engine_zero_grads(e);
+    float loss = fixture_forward_backward(e, r.x, r.y, 1.0f);
+    printf("  bf16 data path: loss %.6f, reference %.6f\n", (double)loss, (double)r.loss);
+    assert_true(fabs((double)loss - r.loss) <= BF16_LOSS_ATOL);
+    float *want = malloc((size_t)r.P * sizeof *want);
+    assert_non_null(want);
+    to_layout(&e->lay, r.grads, want);
+    assert_int_equal(grads_within(e, want, BF16_GRAD_RTOL), 0);
+    free(want);
+    run_free(h);
+    free(r.fx.bytes);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logits_loss_and_gradients),
         cmocka_unit_test(test_ten_adamw_steps),
+        cmocka_unit_test(test_bf16_data_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

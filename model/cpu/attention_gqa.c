@@ -38,13 +38,15 @@ static int64_t k_col(const struct gqa_shape *s, int64_t j) { return (s->NH + j) 
 static int64_t v_col(const struct gqa_shape *s, int64_t j) { return (s->NH + s->KV + j) * s->hs; }
 
 /* Threads over n independent units (heads or head groups). */
-static int unit_threads(int64_t n) {
-    int64_t max = omp_get_max_threads();
-    return (int)(n < max ? n : max);
+static int64_t team(int64_t n, int threads) { return n < threads ? n : threads; }
+static int unit_threads(int64_t n) { return (int)team(n, omp_get_max_threads()); }
+
+size_t attention_gqa_backward_scratch_for(int64_t B, int64_t T, int64_t KV, int threads) {
+    return (size_t)team(B * KV, threads) * (size_t)T * (size_t)T;
 }
 
 size_t attention_gqa_backward_scratch(int64_t B, int64_t T, int64_t KV) {
-    return (size_t)unit_threads(B * KV) * (size_t)T * (size_t)T;
+    return attention_gqa_backward_scratch_for(B, T, KV, omp_get_max_threads());
 }
 
 static void count_softmax(struct exec_ctx *fc, const struct gqa_shape *s, int flops_per_entry) {
@@ -119,13 +121,21 @@ void attention_gqa_backward_cpu(float *dqkv, const float *dout, const float *qkv
  * then q, k, v, dq, dk, dv (the group's fp32 sums). */
 enum { GQA_FWD_TILES_THS = 4, GQA_BWD_TILES_TT = 1, GQA_BWD_TILES_THS = 6 };
 
+size_t attention_gqa_forward_bf16_scratch_for(int64_t B, int64_t T, int64_t NH, int64_t hs, int threads) {
+    return (size_t)team(B * NH, threads) * GQA_FWD_TILES_THS * (size_t)T * (size_t)hs;
+}
+
 size_t attention_gqa_forward_bf16_scratch(int64_t B, int64_t T, int64_t NH, int64_t hs) {
-    return (size_t)unit_threads(B * NH) * GQA_FWD_TILES_THS * (size_t)T * (size_t)hs;
+    return attention_gqa_forward_bf16_scratch_for(B, T, NH, hs, omp_get_max_threads());
+}
+
+size_t attention_gqa_backward_bf16_scratch_for(int64_t B, int64_t T, int64_t KV, int64_t hs, int threads) {
+    size_t per_thread = GQA_BWD_TILES_TT * (size_t)T * (size_t)T + GQA_BWD_TILES_THS * (size_t)T * (size_t)hs;
+    return (size_t)team(B * KV, threads) * per_thread;
 }
 
 size_t attention_gqa_backward_bf16_scratch(int64_t B, int64_t T, int64_t KV, int64_t hs) {
-    size_t per_thread = GQA_BWD_TILES_TT * (size_t)T * (size_t)T + GQA_BWD_TILES_THS * (size_t)T * (size_t)hs;
-    return (size_t)unit_threads(B * KV) * per_thread;
+    return attention_gqa_backward_bf16_scratch_for(B, T, KV, hs, omp_get_max_threads());
 }
 
 /* bf16 rows at dst, ld apart = tile (n rows of w, packed), each rounded

@@ -17,7 +17,7 @@ struct model_shape trainer_model_shape(const struct config *c) {
 
 enum dtype config_gemm_dtype(const struct config *c, bool on_gpu, const char *cpu_flags) {
     if (c->gemm_dtype != GEMM_DTYPE_AUTO) return (enum dtype)c->gemm_dtype;
-    if (c->param_dtype != DTYPE_BF16 || c->arch == ARCH_LLAMA) return DTYPE_FP32; /* llama: fp32 GEMMs only yet */
+    if (c->param_dtype != DTYPE_BF16) return DTYPE_FP32;
     if (on_gpu || c->gemm_kernel != GEMM_KERNEL_AUTO) return DTYPE_BF16; /* a named bf16 kernel asks for them */
     return onednn_bf16_missing(cpu_flags) ? DTYPE_FP32 : DTYPE_BF16;
 }

@@ -3,6 +3,7 @@
  * this code allocates and issues, so measured and theory can match exactly. */
 #include "accounting.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -403,16 +404,21 @@ static double gpt2_model_scratch(const struct config *c, const struct model_layo
  * of tp: d residual and two (B,T,C) temporaries (the gate's share of d ln2
  * apart), whole; d up and d gate (2F/t) and d qkv at GQA width / t; the
  * attention's dS (T x T per thread of a KV group, attention_gqa_backward_
- * scratch at KV/t heads; the ring's flash: D, B NH/t T); RoPE's hs/2 frequencies and (B,T) positions. */
+ * scratch at KV/t heads; the ring's flash: D, B NH/t T); with bf16 stores
+ * and fp32 GEMMs a GEMM's widened input and its fp32 output; RoPE's hs/2 frequencies and (B,T) positions. */
 static double llama_model_scratch(const struct config *c, int tp) {
     struct theory_model m;
     theory_model_from_config(&m, c);
     double B = c->micro_batch, T = c->seq_len, BT = B * T;
     double qkv = (double)(m.a + 2 * m.n_kv) * m.d_h / tp;
+    bool bf16_stores = c->act_dtype == DTYPE_BF16; /* the data path: dqkv bf16, the attention's tiles */
     double att = theory_flash(c) ? BT * m.a / tp /* the ring's D */
-                                 : (double)attention_gqa_backward_scratch((int64_t)B, (int64_t)T, m.n_kv / tp);
-    double floats = 3 * BT * m.h + 2 * BT * m.F / tp + BT * qkv + m.d_h / 2 + att;
-    return floats * 4 + BT * sizeof(int32_t);
+                                 : (double)llama_attention_scratch((int64_t)B, (int64_t)T, m.a / tp, m.n_kv / tp,
+                                                                   m.d_h, bf16_stores, c->threads);
+    double floats = 3 * BT * m.h + 2 * BT * m.F / tp + m.d_h / 2 + att;
+    if (bf16_stores && !theory_direct_gemms(c)) /* fp32 GEMMs on the stores: gemm_in, gemm_out */
+        floats += BT * fmax(m.h, m.F / tp) + BT * fmax(qkv, m.F / tp);
+    return floats * 4 + BT * qkv * (bf16_stores ? sizeof(bf16) : sizeof(float)) + BT * sizeof(int32_t);
 }
 
 struct scratch_theory theory_trainer_scratch(const struct config *whole, struct rank_place p) {
