@@ -213,6 +213,30 @@ static void test_refused_headers(void **state) {
     refused(-1, 0, -(1024 + 4 * 8272 - 100), "truncated"); /* not even a header */
 }
 
+/* GPT-2's header too: heads must divide n_embd (a fuzzed n_head near
+ * INT_MAX overflowed the layout's q, k, v rows). */
+static void test_gpt2_heads_must_divide_embd(void **state) {
+    (void)state;
+    struct model_shape s = {.L = 1, .C = 8, .NH = 2, .T = 4, .V = 50, .Vp = 128};
+    struct model_layout lay;
+    layout_init_whole(&lay, s);
+    float *w = calloc(lay.total, sizeof *w);
+    assert_non_null(w);
+    char path[256], err[CKPT_ERR_LEN];
+    path_in(path, sizeof path, "gpt2.bin");
+    if (llmc_save(path, &lay, w, DTYPE_FP32, DTYPE_FP32, err) != 0) fail_msg("%s", err);
+    free(w);
+    size_t n;
+    unsigned char *b = slurp(path, &n);
+    int32_t nh = 1751347809;
+    memcpy(b + 4 * 5, &nh, 4);
+    spit(path, b, n);
+    free(b);
+    int version;
+    assert_int_equal(llmc_read_header(path, &s, &version, err), -1);
+    assert_non_null(strstr(err, "n_head 1751347809 does not divide n_embd 8"));
+}
+
 /* What the writer cannot store is not written. */
 static void test_writer_refuses_fractional_theta(void **state) {
     (void)state;
@@ -316,6 +340,7 @@ int main(void) {
         cmocka_unit_test(test_round_trip_fp32),
         cmocka_unit_test(test_round_trip_bf16),
         cmocka_unit_test(test_refused_headers),
+        cmocka_unit_test(test_gpt2_heads_must_divide_embd),
         cmocka_unit_test(test_writer_refuses_fractional_theta),
         cmocka_unit_test(test_init_from_fp32_file),
         cmocka_unit_test(test_init_from_bf16_file),

@@ -1,4 +1,5 @@
-/* libFuzzer harness: llm.c model files (llmc_read_header, llmc_open,
+/* libFuzzer harness: llm.c model files of both architectures, GPT-2's and
+ * LLaMA 3's (llmc_read_header, llmc_open,
  * llmc_read of every tensor in both dtypes, llmc_load). The trainer opens a
  * file against the shape of a validated configuration, so a header shape
  * is opened only when the config keys accept it (config_set + 
@@ -21,16 +22,21 @@
 
 enum { HEADER_BYTES = 1024 };
 
-/* Whether a configuration with this shape passes the config checks. */
+/* Whether a configuration with this shape passes the config checks (a
+ * LLaMA file's: its arch, KV, F and RoPE keys too). */
 static bool config_accepts(const struct model_shape *s) {
     struct config c;
     config_defaults(&c);
     const struct {
         const char *key;
         int value;
-    } keys[] = {{"n_layer", s->L}, {"d_model", s->C}, {"n_head", s->NH}, {"seq_len", s->T}, {"vocab_size", s->V}};
+    } keys[] = {{"n_layer", s->L},    {"d_model", s->C},       {"n_head", s->NH},
+                {"seq_len", s->T},    {"vocab_size", s->V},    {"n_kv_head", s->KV},
+                {"ffn_dim", s->F},    {"rope_theta", (int)s->rope_theta}, {"rope_scaled", s->rope_scaled}};
     char err[CONFIG_ERR_LEN], value[16];
+    if (s->arch == ARCH_LLAMA && config_set(&c, "arch", "llama", err) != 0) return false;
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        if (s->arch != ARCH_LLAMA && i >= 5) break; /* GPT-2's header has the first five */
         snprintf(value, sizeof value, "%d", keys[i].value);
         if (config_set(&c, keys[i].key, value, err) != 0) return false;
     }

@@ -191,6 +191,13 @@ static int parse_header(const int32_t h[LLMC_HEADER_INTS], const char *path, int
                  (int)h[H_C], LLMC_MAX_EMBD);
         return -1;
     }
+    /* heads of whole width, as llm.c asserts; a fuzzed n_head near INT_MAX
+     * would overflow the layout's q, k, v row count (NH + 2 NH) heads */
+    if (h[H_C] % h[H_NH] != 0) {
+        snprintf(err, CKPT_ERR_LEN, "%.300s: n_head %d does not divide n_embd %d in the header", path, (int)h[H_NH],
+                 (int)h[H_C]);
+        return -1;
+    }
     /* Our layout always pads the vocabulary the way llm.c does; a file padded
      * otherwise could not be laid out, so say so here rather than later.
      * Padded in 64 bits: a vocab_size within 127 of INT32_MAX pads past it
