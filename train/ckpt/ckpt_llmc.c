@@ -80,8 +80,6 @@ static size_t data_numel(const struct model_layout *lay) {
     return last.offset + last.numel;
 }
 
-static int num_tensors(const struct model_layout *lay) { return MODEL_NUM_TENSORS + lay->shape.L * LAYER_NUM_TENSORS; }
-
 int llmc_num_tensors(const struct model_shape *s) { return MODEL_NUM_TENSORS + s->L * LAYER_NUM_TENSORS; }
 
 size_t llmc_tensor_numel(const struct model_shape *s, struct tensor_id id) {
@@ -96,7 +94,7 @@ size_t llmc_tensor_offset(const struct model_shape *s, struct tensor_id id) {
     return valid_id(&lay, id) ? file_tensor(&lay, id).offset : SIZE_MAX;
 }
 
-/* The i-th of num_tensors() tensors in llm.c's file order: wte, wpe, then
+/* The i-th of llmc_num_tensors() tensors in llm.c's file order: wte, wpe, then
  * for each layer tensor kind its copy in layers 0..L-1, then lnfw, lnfb,
  * lm_head. */
 static struct tensor_id file_order(int L, int i) {
@@ -480,7 +478,7 @@ int llmc_commit(struct llmc_writer *w, char err[CKPT_ERR_LEN]) {
     }
     struct range gap;
     if (range_set_first_gap(&w->written, 0, data_numel(&w->lay), &gap)) {
-        for (int i = 0; i < num_tensors(&w->lay); i++) {
+        for (int i = 0; i < llmc_num_tensors(&w->lay.shape); i++) {
             struct tensor_id id = file_order(w->lay.shape.L, i);
             struct tensor_info t = file_tensor(&w->lay, id);
             if (gap.lo >= t.offset + t.numel) continue;
