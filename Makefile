@@ -194,7 +194,7 @@ FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ_CFLAGS  := -std=c17 -D_GNU_SOURCE -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN) -fsanitize=fuzzer-no-link \
                 -Wall -Wextra -Werror -Wno-missing-field-initializers -Iinclude -MMD -MP
 FUZZ_LIB_SRC := data/crc32c.c data/fileio.c data/loader.c data/rangeset.c data/shard.c data/tokenizer.c model/layout.c \
-                model/tensor_parallel/slice.c train/ckpt/ckpt_llmc.c train/config/config_keys.c train/config/config_limits.c \
+                model/tensor_parallel/slice.c train/ckpt/ckpt_llmc.c train/ckpt/ckpt_llmc_llama.c train/config/config_keys.c train/config/config_limits.c \
                 train/ckpt/ckpt_state_format.c optim/optim_rules.c parallel/pipeline/order.c \
                 $(addprefix train/theory/,plan_args.c plan_json.c plan_print.c theory_comm.c theory_devices.c \
                     theory_flops.c theory_layout.c theory_memory.c theory_params.c theory_plan.c)

@@ -12,15 +12,6 @@
 
 #include "../train/ckpt/checkpoint.h"
 
-/* The i-th of the model's tensors in llm.c's file order: wte, wpe, then for
- * each layer tensor kind its copy in layers 0..L-1, then lnfw, lnfb. */
-static inline struct tensor_id whole_file_order(int L, int i) {
-    if (i < 2) return model_tensor_id(i == 0 ? MODEL_WTE : MODEL_WPE);
-    i -= 2;
-    if (i < L * LAYER_NUM_TENSORS) return layer_tensor_id(i % L, (enum layer_tensor)(i / L));
-    i -= L * LAYER_NUM_TENSORS;
-    return model_tensor_id(i == 0 ? MODEL_LNF_W : MODEL_LNF_B);
-}
 
 /* The tensor as it lies in a flat parameter buffer of layout lay. */
 static inline struct tensor_info whole_buffer_tensor(const struct model_layout *lay, struct tensor_id id) {
@@ -29,7 +20,8 @@ static inline struct tensor_info whole_buffer_tensor(const struct model_layout *
     case MODEL_WTE: return layout_embed_tensor(lay, EMB_WTE);
     case MODEL_WPE: return layout_embed_tensor(lay, EMB_WPE);
     case MODEL_LNF_W: return layout_head_tensor(lay, HEAD_LNF_W);
-    default: return layout_head_tensor(lay, HEAD_LNF_B);
+    case MODEL_LNF_B: return layout_head_tensor(lay, HEAD_LNF_B);
+    default: return layout_head_tensor(lay, HEAD_LM);
     }
 }
 
@@ -54,10 +46,11 @@ static inline int llmc_load(const char *path, const struct model_layout *lay, vo
     if (whole_check_dtype(param_dt, "llmc_load params", err)) return -1;
     struct llmc_reader r;
     if (llmc_open(&r, path, &lay->shape, err)) return -1;
-    int rc = 0, n = MODEL_NUM_TENSORS + lay->shape.L * LAYER_NUM_TENSORS;
+    int rc = 0, n = llmc_num_tensors(&lay->shape);
     for (int i = 0; rc == 0 && i < n; i++) { /* file order: sequential reads */
-        struct tensor_id id = whole_file_order(lay->shape.L, i);
+        struct tensor_id id = llmc_file_order(&lay->shape, i);
         struct tensor_info t = whole_buffer_tensor(lay, id);
+        if (t.numel == 0) continue; /* not of this architecture */
         rc = llmc_read(&r, id, 0, t.numel, (char *)params + t.offset * dtype_size(param_dt), param_dt, err);
     }
     llmc_close(&r);
@@ -70,10 +63,11 @@ static inline int llmc_save(const char *path, const struct model_layout *lay, co
     if (whole_check_dtype(param_dt, "llmc_save params", err)) return -1;
     struct llmc_writer w;
     if (llmc_create(&w, path, &lay->shape, file_dt, err)) return -1;
-    int n = MODEL_NUM_TENSORS + lay->shape.L * LAYER_NUM_TENSORS;
+    int n = llmc_num_tensors(&lay->shape);
     for (int i = 0; i < n; i++) {
-        struct tensor_id id = whole_file_order(lay->shape.L, i);
+        struct tensor_id id = llmc_file_order(&lay->shape, i);
         struct tensor_info t = whole_buffer_tensor(lay, id);
+        if (t.numel == 0) continue; /* not of this architecture */
         /* A failed write has abandoned the file already. */
         if (llmc_write(&w, id, 0, t.numel, (const char *)params + t.offset * dtype_size(param_dt), param_dt, err))
             return -1;

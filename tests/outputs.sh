@@ -225,7 +225,7 @@ attack "a flipped bit in the state's run_keys section (it was accepted)" "state_
 attack "an empty resume state" "state_empty.bin is truncated: 0 bytes" "${one[@]}" --steps 3 --resume "$tmp/state_empty.bin"
 attack "a model file as --resume" "model.bin: not a resume state (magic" "${one[@]}" --steps 3 --resume "$tmp/model.bin"
 attack "a resume state as --init_from" "state.bin: not an llm.c model file" "${one[@]}" --init_from "$tmp/state.bin"
-attack "a token shard as --init_from" "not an llm.c model file (magic 20240520, expected 20240326)" \
+attack "a token shard as --init_from" "not an llm.c model file (magic 20240520, expected 20240326 for GPT-2 or 20240803 for LLaMA 3)" \
     "${one[@]}" --init_from data/kjv_val.bin
 attack "a model header claiming 2^30 positions" "huge_positions.bin is truncated: 70400 bytes, expected" \
     "${one[@]}" --init_from "$tmp/huge_positions.bin"

@@ -105,10 +105,7 @@ static void cut_positions(const char *src, const char *dst, int rows) {
         int kinds = layer < 0 ? MODEL_NUM_TENSORS : LAYER_NUM_TENSORS;
         for (int k = 0; k < kinds; k++) {
             struct tensor_id id = {layer, k};
-            size_t n = layer >= 0 ? layout_layer_tensor(&lay, layer, (enum layer_tensor)k).numel
-                       : k == MODEL_WTE ? layout_embed_tensor(&lay, EMB_WTE).numel
-                       : k == MODEL_WPE ? layout_embed_tensor(&lay, EMB_WPE).numel
-                                        : (size_t)s.C; /* lnfw, lnfb */
+            size_t n = llmc_tensor_numel(&cut, id);
             if (llmc_read(&r, id, 0, n, buf, DTYPE_FP32, err) != 0 ||
                 llmc_write(&w, id, 0, n, buf, DTYPE_FP32, err) != 0)
                 fail_msg("%s", err);

@@ -1,4 +1,5 @@
-/* libFuzzer harness: llm.c model files (llmc_read_header, llmc_open,
+/* libFuzzer harness: llm.c model files of both architectures, GPT-2's and
+ * LLaMA 3's (llmc_read_header, llmc_open,
  * llmc_read of every tensor in both dtypes, llmc_load). The trainer opens a
  * file against the shape of a validated configuration, so a header shape
  * is opened only when the config keys accept it (config_set + 
@@ -21,16 +22,21 @@
 
 enum { HEADER_BYTES = 1024 };
 
-/* Whether a configuration with this shape passes the config checks. */
+/* Whether a configuration with this shape passes the config checks (a
+ * LLaMA file's: its arch, KV, F and RoPE keys too). */
 static bool config_accepts(const struct model_shape *s) {
     struct config c;
     config_defaults(&c);
     const struct {
         const char *key;
         int value;
-    } keys[] = {{"n_layer", s->L}, {"d_model", s->C}, {"n_head", s->NH}, {"seq_len", s->T}, {"vocab_size", s->V}};
+    } keys[] = {{"n_layer", s->L},    {"d_model", s->C},       {"n_head", s->NH},
+                {"seq_len", s->T},    {"vocab_size", s->V},    {"n_kv_head", s->KV},
+                {"ffn_dim", s->F},    {"rope_theta", (int)s->rope_theta}, {"rope_scaled", s->rope_scaled}};
     char err[CONFIG_ERR_LEN], value[16];
+    if (s->arch == ARCH_LLAMA && config_set(&c, "arch", "llama", err) != 0) return false;
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        if (s->arch != ARCH_LLAMA && i >= 5) break; /* GPT-2's header has the first five */
         snprintf(value, sizeof value, "%d", keys[i].value);
         if (config_set(&c, keys[i].key, value, err) != 0) return false;
     }
@@ -43,7 +49,8 @@ static size_t numel_of(const struct model_layout *lay, struct tensor_id id) {
     case MODEL_WTE: return layout_embed_tensor(lay, EMB_WTE).numel;
     case MODEL_WPE: return layout_embed_tensor(lay, EMB_WPE).numel;
     case MODEL_LNF_W: return layout_head_tensor(lay, HEAD_LNF_W).numel;
-    default: return layout_head_tensor(lay, HEAD_LNF_B).numel;
+    case MODEL_LNF_B: return layout_head_tensor(lay, HEAD_LNF_B).numel;
+    default: return layout_head_tensor(lay, HEAD_LM).numel;
     }
 }
 
@@ -54,7 +61,8 @@ static size_t buffer_offset(const struct model_layout *lay, struct tensor_id id)
     case MODEL_WTE: return layout_embed_tensor(lay, EMB_WTE).offset;
     case MODEL_WPE: return layout_embed_tensor(lay, EMB_WPE).offset;
     case MODEL_LNF_W: return layout_head_tensor(lay, HEAD_LNF_W).offset;
-    default: return layout_head_tensor(lay, HEAD_LNF_B).offset;
+    case MODEL_LNF_B: return layout_head_tensor(lay, HEAD_LNF_B).offset;
+    default: return layout_head_tensor(lay, HEAD_LM).offset;
     }
 }
 
@@ -139,7 +147,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     FUZZ_CHECK(version == LLMC_VERSION_FP32 || version == LLMC_VERSION_BF16);
-    FUZZ_CHECK(shape.Vp == padded_vocab(shape.V));
+    FUZZ_CHECK(shape.Vp == reference_vocab(&shape));
     if (config_accepts(&shape)) check_open_file(path, data, &shape);
     /* against another shape: refused, naming the field */
     struct model_shape other = shape;

@@ -5,6 +5,10 @@
  *   llmc/l1-c8-fp32.bin   L=1 C=8 NH=2 T=4 V=50 (Vp 128), version 3
  *   llmc/l2-c4-bf16.bin   L=2 C=4 NH=1 T=2 V=2, version 5 (two layers, so
  *                         the stacked-over-layers order matters)
+ *   llmc/llama-l2-c8-fp32.bin  LLaMA 3: L=2 C=8 NH=2 KV=1 F=12 block 4 V=10,
+ *                         version 3 (GQA, F recovered from the size)
+ *   llmc/llama-l1-c4-bf16.bin  LLaMA 3: L=1 C=4 NH=2 KV=2 F=8 block 2 V=3,
+ *                         scaled RoPE, version 5
  *   resume/three.state    three sections: fp32, bf16, and an empty one
  *   resume/empty.state    no sections
  *   config/all-keys.conf  config_print of the defaults: every key by name
@@ -53,7 +57,7 @@ static void write_shards(const char *kjv, const char *dir) {
 
 /* Small deterministic weights: multiples of 1/64 in [-1/8, 1/8]. */
 static void write_model(const char *path, struct model_shape s, enum dtype file_dt) {
-    s.Vp = padded_vocab(s.V);
+    s.Vp = reference_vocab(&s);
     struct model_layout lay;
     layout_init_whole(&lay, s);
     float *w = malloc(lay.total * sizeof *w);
@@ -109,6 +113,12 @@ int main(int argc, char **argv) {
     write_model(path, (struct model_shape){.L = 1, .C = 8, .NH = 2, .T = 4, .V = 50}, DTYPE_FP32);
     snprintf(path, sizeof path, "%s/llmc/l2-c4-bf16.bin", dir);
     write_model(path, (struct model_shape){.L = 2, .C = 4, .NH = 1, .T = 2, .V = 2}, DTYPE_BF16);
+    snprintf(path, sizeof path, "%s/llmc/llama-l2-c8-fp32.bin", dir);
+    write_model(path, (struct model_shape){.L = 2, .C = 8, .NH = 2, .T = 4, .V = 10, .arch = ARCH_LLAMA, .KV = 1,
+                                           .F = 12, .rope_theta = 500000.0f}, DTYPE_FP32);
+    snprintf(path, sizeof path, "%s/llmc/llama-l1-c4-bf16.bin", dir);
+    write_model(path, (struct model_shape){.L = 1, .C = 4, .NH = 2, .T = 2, .V = 3, .arch = ARCH_LLAMA, .KV = 2,
+                                           .F = 8, .rope_theta = 10000.0f, .rope_scaled = true}, DTYPE_BF16);
     write_states(dir);
     write_configs(dir);
     return 0;

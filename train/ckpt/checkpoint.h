@@ -1,8 +1,13 @@
 /* Checkpoints. Two formats:
- *  - llm.c model files (weights only): 256 int32 header {20240326, version,
- *    maxT, V, L, NH, C, Vp, ...}, then the tensors in llm.c's order (wte, wpe,
- *    then each per-layer tensor stacked over layers, then lnfw, lnfb).
- *    Version 3 stores fp32, version 5 bf16.
+ *  - llm.c model files (weights only), of either architecture. GPT-2's
+ *    (train_gpt2.py): 256 int32 header {20240326, version, maxT, V, L, NH, C,
+ *    Vp, ...}, then the tensors in llm.c's order (wte, wpe, then each
+ *    per-layer tensor stacked over layers, then lnfw, lnfb). LLaMA 3's
+ *    (train_llama3.py's write_model; the header's slots are in
+ *    ckpt_llmc_llama.c): magic 20240803, then wte, each per-layer tensor
+ *    stacked over layers (ln1w, qkvw, attprojw, ln2w, fcw, fc2w, fcprojw),
+ *    lnfw, lm_head, the vocabulary unpadded. Version 3 stores fp32, version
+ *    5 bf16, in both.
  *  - resume states (ours): everything needed for a bit-exact continuation,
  *    as named sections, so a later optimizer adds sections, not a format.
  * Both are read and written in pieces at any offset, in any order, so no
@@ -25,6 +30,7 @@
 
 enum {
     LLMC_MODEL_MAGIC = 20240326,
+    LLMC_LLAMA_MAGIC = 20240803, /* LLaMA 3 (train_llama3.py) */
     LLMC_VERSION_FP32 = 3,
     LLMC_VERSION_BF16 = 5,
     CKPT_ERR_LEN = 512,
@@ -32,8 +38,10 @@ enum {
     DATA_PATTERN_LEN = 512
 };
 
-/* The model's tensors outside the layers, in llm.c's file order. */
-enum model_tensor { MODEL_WTE, MODEL_WPE, MODEL_LNF_W, MODEL_LNF_B, MODEL_NUM_TENSORS };
+/* The model's tensors outside the layers, in llm.c's file order (an
+ * architecture's file has those of its layout: gpt2 no lm_head, llama no
+ * wpe and lnfb; the others are empty, at offset where they would be). */
+enum model_tensor { MODEL_WTE, MODEL_WPE, MODEL_LNF_W, MODEL_LNF_B, MODEL_LM, MODEL_NUM_TENSORS };
 
 /* One named tensor of the model: layer -1 with kind an enum model_tensor,
  * or layer 0..L-1 with kind an enum layer_tensor. Build them with the
@@ -52,19 +60,32 @@ static inline struct tensor_id layer_tensor_id(int layer, enum layer_tensor t) {
 static inline struct tensor_id tensor_id_of(const struct tensor_info *t) {
     if (t->kind == UNIT_LAYER) return layer_tensor_id(t->layer, (enum layer_tensor)t->id);
     if (t->kind == UNIT_EMBED) return model_tensor_id(t->id == EMB_WTE ? MODEL_WTE : MODEL_WPE);
-    return model_tensor_id(t->id == HEAD_LNF_W ? MODEL_LNF_W : t->id == HEAD_LNF_B ? MODEL_LNF_B : MODEL_WTE);
+    return model_tensor_id(t->id == HEAD_LNF_W   ? MODEL_LNF_W
+                           : t->id == HEAD_LNF_B ? MODEL_LNF_B
+                           : t->id == HEAD_LM    ? MODEL_LM
+                                                 : MODEL_WTE);
 }
+
+/* The file's tensors, empty ones included: MODEL_NUM_TENSORS + L x
+ * LAYER_NUM_TENSORS of them; the i-th in file order (wte, wpe, each layer
+ * kind over layers 0..L-1, lnfw, lnfb, lm_head), and its elements in a
+ * file of shape s (0: absent from this architecture). */
+int llmc_num_tensors(const struct model_shape *s);
+struct tensor_id llmc_file_order(const struct model_shape *s, int i);
+size_t llmc_tensor_numel(const struct model_shape *s, struct tensor_id id);
 
 /* Element offset of the tensor's element 0 in the data section (after the
  * 1024-byte header) of an llm.c file of shape s; SIZE_MAX when id names no
  * tensor of s. */
 size_t llmc_tensor_offset(const struct model_shape *s, struct tensor_id id);
 
-/* The bytes of an llm.c file of shape s (s->Vp = padded_vocab(s->V)) in file_dt. */
+/* The bytes of an llm.c file of shape s (s->Vp = reference_vocab(s)) in file_dt. */
 uint64_t llmc_file_bytes(const struct model_shape *s, enum dtype file_dt);
 
 /* Reads only the header: the model shape (Vp included; T = maxT = the
- * file's max_seq_len) and the version. */
+ * file's max_seq_len, LLaMA's block_size; for LLaMA also arch, KV, F (from
+ * the file's size), rope_theta, rope_scaled, and norm_eps 0: not in the
+ * file) and the version. */
 int llmc_read_header(const char *path, struct model_shape *shape, int *version, char err[CKPT_ERR_LEN]);
 /* An open, checked llm.c model file. */
 struct llmc_reader {
@@ -76,7 +97,8 @@ struct llmc_reader {
 };
 
 /* Opens path and checks magic, version, that the shape equals *expect
- * (every field, Vp included, and max_seq_len against the position rows,
+ * (every field, Vp included, arch, KV, F and for LLaMA rope_theta and
+ * rope_scaled, but not norm_eps, which no file holds; max_seq_len against the position rows,
  * shape_pos_rows; T itself is the run's and not in the file; the message
  * names the first that differs) and
  * that the file is exactly header + tensors long. On failure nothing is
@@ -99,8 +121,9 @@ struct llmc_writer {
     void *buf;                /* one chunk, for dtype conversion */
 };
 
-/* Starts the temp file (include/fileio.h) and writes the header; file_dt picks version 3
- * (fp32) or 5 (bf16). s->Vp must be padded_vocab(s->V). */
+/* Starts the temp file (include/fileio.h) and writes the header of s's
+ * architecture; file_dt picks version 3 (fp32) or 5 (bf16). s->Vp must be
+ * reference_vocab(s). */
 int llmc_create(struct llmc_writer *w, const char *path, const struct model_shape *s, enum dtype file_dt,
                 char err[CKPT_ERR_LEN]);
 /* Writes elements [first, first + n) of tensor id from src (src_dt),

@@ -5,8 +5,11 @@
  * 0, then all of layer 1). A tensor is therefore found by its file offset
  * (llmc_tensor_offset), and any range of it is read or written there,
  * converting dtypes a chunk at a time. Like llm.c, the host is assumed
- * little-endian. */
+ * little-endian. Both architectures' files follow the one order (wte, wpe,
+ * layer kinds, lnfw, lnfb, lm_head), each holding its layout's tensors; an
+ * absent one is empty. LLaMA's header is ckpt_llmc_llama.c's. */
 #include "checkpoint.h"
+#include "ckpt_llmc_llama.h"
 #include "fileio.h"
 
 #include <errno.h>
@@ -15,7 +18,7 @@
 #include <string.h>
 #include <sys/types.h>
 
-enum { LLMC_HEADER_INTS = 256, LLMC_HEADER_BYTES = LLMC_HEADER_INTS * 4, CHUNK_ELEMS = 1 << 16 };
+enum { CHUNK_ELEMS = 1 << 16 };
 
 /* Header slots. */
 enum { H_MAGIC, H_VERSION, H_MAXT, H_V, H_L, H_NH, H_C, H_VP };
@@ -34,7 +37,8 @@ static struct tensor_info model_tensor(const struct model_layout *lay, enum mode
     case MODEL_WTE: return layout_embed_tensor(lay, EMB_WTE);
     case MODEL_WPE: return layout_embed_tensor(lay, EMB_WPE);
     case MODEL_LNF_W: return layout_head_tensor(lay, HEAD_LNF_W);
-    default: return layout_head_tensor(lay, HEAD_LNF_B);
+    case MODEL_LNF_B: return layout_head_tensor(lay, HEAD_LNF_B);
+    default: return layout_head_tensor(lay, HEAD_LM);
     }
 }
 
@@ -58,23 +62,31 @@ static struct tensor_info file_tensor(const struct model_layout *lay, struct ten
         return t;
     }
     size_t head = stacked + L * layer_kinds_before(lay, LAYER_NUM_TENSORS); /* lnfw */
+    size_t lnfw = model_tensor(lay, MODEL_LNF_W).numel, lnfb = model_tensor(lay, MODEL_LNF_B).numel;
     t = model_tensor(lay, (enum model_tensor)id.kind);
     switch ((enum model_tensor)id.kind) {
     case MODEL_WTE: t.offset = 0; break;
     case MODEL_WPE: t.offset = wte; break;
     case MODEL_LNF_W: t.offset = head; break;
-    default: t.offset = head + model_tensor(lay, MODEL_LNF_W).numel; break; /* lnfb */
+    case MODEL_LNF_B: t.offset = head + lnfw; break;
+    default: t.offset = head + lnfw + lnfb; break; /* lm_head */
     }
     return t;
 }
 
-/* Elements in the data section: lnfb is last. */
+/* Elements in the data section: lm_head is last (empty in GPT-2's). */
 static size_t data_numel(const struct model_layout *lay) {
-    struct tensor_info last = file_tensor(lay, model_tensor_id(MODEL_LNF_B));
+    struct tensor_info last = file_tensor(lay, model_tensor_id(MODEL_LM));
     return last.offset + last.numel;
 }
 
-static int num_tensors(const struct model_layout *lay) { return MODEL_NUM_TENSORS + lay->shape.L * LAYER_NUM_TENSORS; }
+int llmc_num_tensors(const struct model_shape *s) { return MODEL_NUM_TENSORS + s->L * LAYER_NUM_TENSORS; }
+
+size_t llmc_tensor_numel(const struct model_shape *s, struct tensor_id id) {
+    struct model_layout lay;
+    layout_init_whole(&lay, *s);
+    return valid_id(&lay, id) ? file_tensor(&lay, id).numel : 0;
+}
 
 size_t llmc_tensor_offset(const struct model_shape *s, struct tensor_id id) {
     struct model_layout lay;
@@ -82,16 +94,18 @@ size_t llmc_tensor_offset(const struct model_shape *s, struct tensor_id id) {
     return valid_id(&lay, id) ? file_tensor(&lay, id).offset : SIZE_MAX;
 }
 
-/* The i-th of num_tensors() tensors in llm.c's file order: wte, wpe, then
- * for each layer tensor kind its copy in layers 0..L-1, then lnfw, lnfb. */
-static struct tensor_id file_order(const struct model_layout *lay, int i) {
-    int L = lay->shape.L;
+/* The i-th of llmc_num_tensors() tensors in llm.c's file order: wte, wpe, then
+ * for each layer tensor kind its copy in layers 0..L-1, then lnfw, lnfb,
+ * lm_head. */
+static struct tensor_id file_order(int L, int i) {
     if (i < 2) return model_tensor_id(i == 0 ? MODEL_WTE : MODEL_WPE);
     i -= 2;
     if (i < L * LAYER_NUM_TENSORS) return layer_tensor_id(i % L, (enum layer_tensor)(i / L));
     i -= L * LAYER_NUM_TENSORS;
-    return model_tensor_id(i == 0 ? MODEL_LNF_W : MODEL_LNF_B);
+    return model_tensor_id(i == 0 ? MODEL_LNF_W : i == 1 ? MODEL_LNF_B : MODEL_LM);
 }
+
+struct tensor_id llmc_file_order(const struct model_shape *s, int i) { return file_order(s->L, i); }
 
 static int check_dtype(enum dtype dt, const char *what, char err[CKPT_ERR_LEN]) {
     if (dt == DTYPE_FP32 || dt == DTYPE_BF16) return 0;
@@ -125,13 +139,6 @@ static int check_range(const struct model_layout *lay, struct tensor_id id, size
     return 0;
 }
 
-enum { LLMC_MAX_VOCAB = 1 << 24 };
-/* The widest n_embd a header may give: the layout sizes tensors of 4 C
- * features in int, so a fuzzed C near INT_MAX would overflow there before
- * the file's size could be compared. Far above the config's d_model bound
- * (65536). */
-enum { LLMC_MAX_EMBD = 1 << 24 };
-
 /* n values (dtype dt) of tensor id from element `first` must be finite. */
 static int check_finite(const struct tensor_info *t, struct tensor_id id, size_t first, size_t n, const void *x,
                         enum dtype dt, const char *path, const char *what, char err[CKPT_ERR_LEN]) {
@@ -144,12 +151,14 @@ static int check_finite(const struct tensor_info *t, struct tensor_id id, size_t
     return -1;
 }
 
-/* Validates magic, version and the shape fields, and fills shape/version. */
-static int parse_header(const int32_t h[LLMC_HEADER_INTS], const char *path, struct model_shape *shape,
-                        int *version, char err[CKPT_ERR_LEN]) {
+/* Validates magic, version and the shape fields, and fills shape/version.
+ * file_bytes (the file's size) is LLaMA's only: it gives F. */
+static int parse_header(const int32_t h[LLMC_HEADER_INTS], const char *path, int64_t file_bytes,
+                        struct model_shape *shape, int *version, char err[CKPT_ERR_LEN]) {
+    if (h[H_MAGIC] == LLMC_LLAMA_MAGIC) return llama_parse_header(h, path, file_bytes, shape, version, err);
     if (h[H_MAGIC] != LLMC_MODEL_MAGIC) {
-        snprintf(err, CKPT_ERR_LEN, "%.300s: not an llm.c model file (magic %d, expected %d)", path,
-                 (int)h[H_MAGIC], LLMC_MODEL_MAGIC);
+        snprintf(err, CKPT_ERR_LEN, "%.300s: not an llm.c model file (magic %d, expected %d for GPT-2 or %d for "
+                 "LLaMA 3)", path, (int)h[H_MAGIC], LLMC_MODEL_MAGIC, LLMC_LLAMA_MAGIC);
         return -1;
     }
     if (h[H_VERSION] != LLMC_VERSION_FP32 && h[H_VERSION] != LLMC_VERSION_BF16) {
@@ -180,6 +189,13 @@ static int parse_header(const int32_t h[LLMC_HEADER_INTS], const char *path, str
                  (int)h[H_C], LLMC_MAX_EMBD);
         return -1;
     }
+    /* heads of whole width, as llm.c asserts; a fuzzed n_head near INT_MAX
+     * would overflow the layout's q, k, v row count (NH + 2 NH) heads */
+    if (h[H_C] % h[H_NH] != 0) {
+        snprintf(err, CKPT_ERR_LEN, "%.300s: n_head %d does not divide n_embd %d in the header", path, (int)h[H_NH],
+                 (int)h[H_C]);
+        return -1;
+    }
     /* Our layout always pads the vocabulary the way llm.c does; a file padded
      * otherwise could not be laid out, so say so here rather than later.
      * Padded in 64 bits: a vocab_size within 127 of INT32_MAX pads past it
@@ -197,17 +213,34 @@ static int parse_header(const int32_t h[LLMC_HEADER_INTS], const char *path, str
     return 0;
 }
 
+static const char *arch_text(enum model_arch a) { return a == ARCH_LLAMA ? "LLaMA 3" : "GPT-2"; }
+
 static int check_shape(const struct model_shape *file, const struct model_shape *cfg, const char *path,
                        char err[CKPT_ERR_LEN]) {
-    const char *names[] = {"max_seq_len", "vocab_size", "n_layer", "n_head", "n_embd", "padded_vocab_size"};
+    if (file->arch != cfg->arch) {
+        snprintf(err, CKPT_ERR_LEN, "%.300s is a %s model file, and the run's model is %s (--arch)", path,
+                 arch_text(file->arch), arch_text(cfg->arch));
+        return -1;
+    }
+    bool llama = file->arch == ARCH_LLAMA;
+    /* max_seq_len is LLaMA's block_size; padded_vocab_size is its vocab_size */
+    const char *names[] = {"max_seq_len", "vocab_size", "n_layer", "n_head", "n_embd", "padded_vocab_size",
+                           "n_kv_head", "MLP width (ffn_dim)", "rope_scaled"};
     /* the sequence length is the run's: only the position table's rows are the file's */
-    int f[] = {shape_pos_rows(file), file->V, file->L, file->NH, file->C, file->Vp};
-    int c[] = {shape_pos_rows(cfg), cfg->V, cfg->L, cfg->NH, cfg->C, cfg->Vp};
+    int f[] = {shape_pos_rows(file), file->V, file->L, file->NH, file->C, file->Vp, kv_heads(file),
+               mlp_width(file), llama && file->rope_scaled};
+    int c[] = {shape_pos_rows(cfg), cfg->V, cfg->L, cfg->NH, cfg->C, cfg->Vp, kv_heads(cfg), mlp_width(cfg),
+               llama && cfg->rope_scaled};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         if (f[i] != c[i]) {
             snprintf(err, CKPT_ERR_LEN, "%.300s: %s is %d in the file, %d in the config", path, names[i], f[i], c[i]);
             return -1;
         }
+    }
+    if (llama && file->rope_theta != cfg->rope_theta) {
+        snprintf(err, CKPT_ERR_LEN, "%.300s: rope_theta is %g in the file, %g in the config", path,
+                 (double)file->rope_theta, (double)cfg->rope_theta);
+        return -1;
     }
     return 0;
 }
@@ -229,15 +262,19 @@ static void convert(void *dst, enum dtype dst_dt, const void *src, enum dtype sr
 /* The values' dtype of a file of this header version. */
 static enum dtype file_dtype(int version) { return version == LLMC_VERSION_BF16 ? DTYPE_BF16 : DTYPE_FP32; }
 
+/* The file's size in bytes; -1 with a message. */
+static off_t file_size(FILE *f, const char *path, char err[CKPT_ERR_LEN]) {
+    off_t size = -1;
+    if (fseeko(f, 0, SEEK_END) == 0) size = ftello(f);
+    if (size < 0) snprintf(err, CKPT_ERR_LEN, "cannot seek in %.300s: %s", path, strerror(errno));
+    return size;
+}
+
 /* The file must hold exactly the header and the tensors: a short file is
  * truncated, a long one is not the model the header describes. */
 static int check_size(FILE *f, const char *path, off_t expect, char err[CKPT_ERR_LEN]) {
-    off_t size = -1;
-    if (fseeko(f, 0, SEEK_END) == 0) size = ftello(f);
-    if (size < 0) {
-        snprintf(err, CKPT_ERR_LEN, "cannot seek in %.300s: %s", path, strerror(errno));
-        return -1;
-    }
+    off_t size = file_size(f, path, err);
+    if (size < 0) return -1;
     if (size != expect) {
         snprintf(err, CKPT_ERR_LEN, "%.300s is %s: %lld bytes, expected %lld for this shape", path,
                  size < expect ? "truncated" : "too long (trailing data)", (long long)size, (long long)expect);
@@ -267,7 +304,9 @@ int llmc_read_header(const char *path, struct model_shape *shape, int *version, 
         return -1;
     }
     int32_t h[LLMC_HEADER_INTS];
-    int rc = read_exact(f, h, sizeof h, path, err) ? -1 : parse_header(h, path, shape, version, err);
+    off_t size = file_size(f, path, err);
+    int rc = size < 0 || read_exact_at(f, 0, h, sizeof h, path, err) ? -1
+                                                                     : parse_header(h, path, size, shape, version, err);
     if (rc == 0)
         rc = check_size(f, path, (off_t)llmc_file_bytes(shape, file_dtype(*version)), err);
     fclose(f);
@@ -291,7 +330,8 @@ int llmc_open(struct llmc_reader *r, const char *path, const struct model_shape 
     int32_t h[LLMC_HEADER_INTS];
     struct model_shape shape;
     int version;
-    if (read_exact(r->f, h, sizeof h, path, err) || parse_header(h, path, &shape, &version, err) ||
+    off_t size = file_size(r->f, path, err);
+    if (size < 0 || read_exact_at(r->f, 0, h, sizeof h, path, err) || parse_header(h, path, size, &shape, &version, err) ||
         check_shape(&shape, expect, path, err))
         goto fail;
     r->file_dt = file_dtype(version);
@@ -364,17 +404,25 @@ int llmc_create(struct llmc_writer *w, const char *path, const struct model_shap
     range_set_init(&w->written);
     if (check_dtype(file_dt, "llmc_create file", err)) return -1;
     int32_t h[LLMC_HEADER_INTS] = {0};
-    h[H_MAGIC] = LLMC_MODEL_MAGIC;
-    h[H_VERSION] = file_dt == DTYPE_BF16 ? LLMC_VERSION_BF16 : LLMC_VERSION_FP32;
-    h[H_MAXT] = shape_pos_rows(s), h[H_V] = s->V, h[H_L] = s->L, h[H_NH] = s->NH, h[H_C] = s->C, h[H_VP] = s->Vp;
-    /* What a reader would refuse is not written. */
+    bool llama = s->arch == ARCH_LLAMA;
+    if (llama) {
+        if (llama_fill_header(h, s, file_dt, path, err) || llama_check_header(h, path, err)) return -1;
+    } else {
+        h[H_MAGIC] = LLMC_MODEL_MAGIC;
+        h[H_VERSION] = file_dt == DTYPE_BF16 ? LLMC_VERSION_BF16 : LLMC_VERSION_FP32;
+        h[H_MAXT] = shape_pos_rows(s), h[H_V] = s->V, h[H_L] = s->L, h[H_NH] = s->NH, h[H_C] = s->C, h[H_VP] = s->Vp;
+    }
+    /* What a reader would refuse is not written: GPT-2's header is checked
+     * before the shape is laid out, LLaMA's slots too, and then its F
+     * against the size the layout gives, as a reader recovers it. */
     struct model_shape checked;
     int version;
-    if (parse_header(h, path, &checked, &version, err)) return -1;
+    if (!llama && parse_header(h, path, 0, &checked, &version, err)) return -1;
     if (layout_init(&w->lay, *s, rank_desc_whole(s)) != 0) {
         snprintf(err, CKPT_ERR_LEN, "%.300s: max_seq_len %d is shorter than seq_len %d", path, s->maxT, s->T);
         return -1;
     }
+    if (llama && parse_header(h, path, data_byte(data_numel(&w->lay), file_dt), &checked, &version, err)) return -1;
     w->file_dt = file_dt;
     if (!(w->buf = malloc(CHUNK_ELEMS * sizeof(float)))) {
         snprintf(err, CKPT_ERR_LEN, "out of memory saving %.300s", path);
@@ -430,8 +478,8 @@ int llmc_commit(struct llmc_writer *w, char err[CKPT_ERR_LEN]) {
     }
     struct range gap;
     if (range_set_first_gap(&w->written, 0, data_numel(&w->lay), &gap)) {
-        for (int i = 0; i < num_tensors(&w->lay); i++) {
-            struct tensor_id id = file_order(&w->lay, i);
+        for (int i = 0; i < llmc_num_tensors(&w->lay.shape); i++) {
+            struct tensor_id id = file_order(w->lay.shape.L, i);
             struct tensor_info t = file_tensor(&w->lay, id);
             if (gap.lo >= t.offset + t.numel) continue;
             size_t end = gap.hi < t.offset + t.numel ? (size_t)gap.hi : t.offset + t.numel;

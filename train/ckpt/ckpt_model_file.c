@@ -14,10 +14,11 @@
 #include "ckpt_ref_runs.h"
 #include "../measure/trainer.h"
 
-/* The whole model as llm.c files hold it (Vp without tp's extra padding). */
+/* The whole model as llm.c files hold it (Vp without tp's extra padding;
+ * LLaMA's unpadded). */
 static struct model_shape file_shape(const struct model_layout *lay) {
     struct model_shape s = lay->shape;
-    s.Vp = padded_vocab(s.V);
+    s.Vp = reference_vocab(&s);
     return s;
 }
 
@@ -76,6 +77,41 @@ static bool unit_writes(const struct model_layout *lay, int u) {
     return false;
 }
 
+/* A LLaMA file's keys beyond GPT-2's. The architecture is the file's
+ * (the config cannot say it left arch unset: gpt2 is the default), but a
+ * config that asks for llama refuses a GPT-2 file. n_kv_head and ffn_dim
+ * are taken when 0 (their "unset") and must match otherwise, as
+ * max_seq_len; rope_theta and rope_scaled are exact in the file and must
+ * match the config, as the shape keys; norm_eps is not in the file
+ * (ckpt_llmc_llama.c): the config's is used. */
+static int adopt_llama(struct config *c, const struct model_shape *file, char err[TRAINER_ERR_LEN]) {
+    if (file->arch != ARCH_LLAMA) {
+        if (c->arch == ARCH_GPT2) return 0;
+        snprintf(err, TRAINER_ERR_LEN, "--init_from %.400s: a GPT-2 model file, and the config says --arch llama",
+                 c->init_from);
+        return -1;
+    }
+    c->arch = ARCH_LLAMA;
+    const struct { const char *key; int *config, file; } taken[] = {
+        {"n_kv_head", &c->n_kv_head, file->KV}, {"ffn_dim", &c->ffn_dim, file->F}};
+    for (size_t i = 0; i < sizeof taken / sizeof taken[0]; i++) {
+        if (*taken[i].config != 0 && *taken[i].config != taken[i].file) {
+            snprintf(err, TRAINER_ERR_LEN, "--init_from %.400s: %s: config %d, file %d (leave it 0 to take the file's)",
+                     c->init_from, taken[i].key, *taken[i].config, taken[i].file);
+            return -1;
+        }
+        *taken[i].config = taken[i].file;
+    }
+    if (c->rope_theta != file->rope_theta || c->rope_scaled != file->rope_scaled) {
+        snprintf(err, TRAINER_ERR_LEN, "--init_from %.400s: rope_theta %g, rope_scaled %d in the config; the file's "
+                 "are %g, %d (give --rope_theta %g --rope_scaled %d)", c->init_from, (double)c->rope_theta,
+                 (int)c->rope_scaled, (double)file->rope_theta, (int)file->rope_scaled, (double)file->rope_theta,
+                 (int)file->rope_scaled);
+        return -1;
+    }
+    return 0;
+}
+
 int trainer_adopt_model_file(struct config *c, char err[TRAINER_ERR_LEN]) {
     struct model_shape file;
     int version;
@@ -84,6 +120,7 @@ int trainer_adopt_model_file(struct config *c, char err[TRAINER_ERR_LEN]) {
         snprintf(err, TRAINER_ERR_LEN, "--init_from: %s", e2);
         return -1;
     }
+    if (adopt_llama(c, &file, err) != 0) return -1;
     const struct { const char *key; int config, file; } same[] = {
         {"n_layer", c->n_layer, file.L}, {"d_model", c->d_model, file.C},
         {"n_head", c->n_head, file.NH},  {"vocab_size", c->vocab_size, file.V},
@@ -102,8 +139,8 @@ int trainer_adopt_model_file(struct config *c, char err[TRAINER_ERR_LEN]) {
     }
     if (c->seq_len > file.maxT) {
         snprintf(err, TRAINER_ERR_LEN,
-                 "--init_from %.400s: seq_len %d is longer than the file's position table (max_seq_len %d)",
-                 c->init_from, c->seq_len, file.maxT);
+                 "--init_from %.400s: seq_len %d is longer than the file's %s %d)", c->init_from, c->seq_len,
+                 file.arch == ARCH_LLAMA ? "block_size (max_seq_len" : "position table (max_seq_len", file.maxT);
         return -1;
     }
     c->max_seq_len = file.maxT;

@@ -56,7 +56,12 @@ static void say(const struct trainer *tr, const char *fmt, ...) {
 
 static int init_weights(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
     if (*tr->cfg->init_from) {
-        say(tr, "loading %s ...", tr->cfg->init_from);
+        /* a LLaMA file's norm_eps slot is int32 (1e-5 is 0): the config's eps is used */
+        if (tr->cfg->arch == ARCH_LLAMA)
+            say(tr, "loading %s (LLaMA 3; norm_eps %g is the config's: the file does not keep it) ...",
+                tr->cfg->init_from, (double)tr->cfg->norm_eps);
+        else
+            say(tr, "loading %s ...", tr->cfg->init_from);
         return trainer_load_model(tr, tr->cfg->init_from, err);
     }
     say(tr, "initialising weights (seed %lld) ...", tr->cfg->seed);

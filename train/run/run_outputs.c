@@ -147,7 +147,7 @@ int trainer_check_outputs(struct trainer *tr, char err[TRAINER_ERR_LEN]) {
         trainer_stop_state_path(c, stop);
         rc = check_distinct(c, stop, err);
         struct model_shape file = tr->engine.lay.shape;
-        file.Vp = padded_vocab(file.V);
+        file.Vp = reference_vocab(&file);
         uint64_t state = trainer_state_bytes(tr);
         if (rc == 0 && *c->save) rc = outputs_check_path(c->save, "--save", llmc_file_bytes(&file, c->param_dtype), stderr, err);
         if (rc == 0 && *c->save_state) rc = outputs_check_path(c->save_state, "--save_state", state, stderr, err);

@@ -167,7 +167,9 @@ static void print_banner(const struct config *c, const struct trainer *tr, const
     const struct model_layout *lay = &tr->engine.lay;
     const struct grid *g = tr->grid;
     char positions[48] = ""; /* a position table longer than the run's sequences (an llm.c file's) */
-    if (lay->shape.maxT != c->seq_len) snprintf(positions, sizeof positions, " (position table %d)", lay->shape.maxT);
+    if (lay->shape.maxT != c->seq_len) /* LLaMA has no table: its file's block_size */
+        snprintf(positions, sizeof positions, " (%s %d)", c->arch == ARCH_LLAMA ? "block_size" : "position table",
+                 lay->shape.maxT);
     /* the whole model's count; under tp or pp rank 0 holds a share of it */
     char share[64] = "";
     if (lay->total != lay->ref_total) snprintf(share, sizeof share, " (rank 0 holds %zu)", lay->total);
