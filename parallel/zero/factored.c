@@ -38,7 +38,7 @@ size_t factored_slot_floats(const struct model_layout *lay, int ranks) {
 static double whole_numel(const struct model_layout *lay, const struct tensor_info *ti) {
     switch (ti->split) {
     case SPLIT_REPLICATED: return (double)ti->numel;
-    case SPLIT_VOCAB: return (double)padded_vocab(lay->shape.V) * ti->cols; /* tp pads further: zero rows */
+    case SPLIT_VOCAB: return (double)reference_vocab(&lay->shape) * ti->cols; /* tp pads further: zero rows */
     default: return (double)ti->numel * lay->rank.tp;
     }
 }
@@ -393,7 +393,7 @@ bool factored_raw_usable(const struct model_layout *lay) {
     const struct model_shape *s = &lay->shape;
     const size_t tp = (size_t)lay->rank.tp, slice = (size_t)s->Vp / tp;
     return (size_t)s->C >= 2 * tp && shape_pos_rows(s) >= 2 && slice >= 2 &&
-           (tp - 1) * slice + 2 <= (size_t)padded_vocab(s->V);
+           (tp - 1) * slice + 2 <= (size_t)reference_vocab(s);
 }
 
 void factored_segment_raw(const struct zero *z, const struct opt_segment *g, float *out) {

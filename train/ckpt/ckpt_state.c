@@ -197,7 +197,7 @@ int trainer_save_state(struct trainer *tr, const char *path, char err[TRAINER_ER
                                .skipped_steps = (uint64_t)tr->skipped_steps,
                                .shape = tr->engine.lay.shape,
                                .fingerprint = fingerprint(tr->cfg, tr->grid->dp)};
-    meta.shape.Vp = padded_vocab(meta.shape.V); /* the reference's, not tp's padding */
+    meta.shape.Vp = reference_vocab(&meta.shape); /* the reference's, not tp's padding */
     bool writer = tr->grid->world_rank == 0;
     struct resume_writer w = {0};
     char e2[CKPT_ERR_LEN] = "";

@@ -97,13 +97,15 @@ void raw_free(struct trainer *tr, struct raw_plan *p) {
 
 /* Elements of tp's extra vocabulary padding rows (0 at tp 1). */
 static size_t pad_elems(const struct model_layout *lay) {
-    return (size_t)(lay->shape.Vp - padded_vocab(lay->shape.V)) * (size_t)lay->shape.C;
+    return (size_t)(lay->shape.Vp - reference_vocab(&lay->shape)) * (size_t)lay->shape.C;
 }
 
 static size_t codes_numel(const struct trainer *tr) {
     const struct model_layout *lay = &tr->engine.lay;
     size_t n = lay->ref_total + pad_elems(lay);
-    if (tr->grid->pp > 1) n += (size_t)padded_vocab(lay->shape.V) * (size_t)lay->shape.C + pad_elems(lay);
+    /* the head's copy of a tied wte (gpt2 on several stages) */
+    if (tr->grid->pp > 1 && shape_tied(&lay->shape))
+        n += (size_t)reference_vocab(&lay->shape) * (size_t)lay->shape.C + pad_elems(lay);
     return n;
 }
 
@@ -123,7 +125,7 @@ void raw_decls(const struct trainer *tr, const struct raw_plan *p, struct state_
  * copy of wte after those, laid out the same way. */
 static size_t code_index(const struct model_layout *lay, const struct tensor_info *t, size_t ref) {
     if (!(t->kind == UNIT_HEAD && t->id == HEAD_WTE)) return ref;
-    size_t copy = lay->ref_total + pad_elems(lay), wte = (size_t)padded_vocab(lay->shape.V) * (size_t)lay->shape.C;
+    size_t copy = lay->ref_total + pad_elems(lay), wte = (size_t)reference_vocab(&lay->shape) * (size_t)lay->shape.C;
     return ref < lay->ref_total ? copy + ref : copy + wte + (ref - lay->ref_total);
 }
 
