@@ -36,9 +36,15 @@
  * outputs rounded once into the stores. Either way the attention
  * keeps its probabilities (or the ring's lse) in fp32, beside the block.
  *
+ * Sequence parallelism (Korthikanti et al. 2022) as GPT-2's, on the fp32
+ * path: the stream, the RMSNorms and their outputs on this rank's T/tp
+ * positions, g gathering a norm's output before a column-parallel GEMM
+ * (again in the backward), g-bar reduce-scattering a row-parallel GEMM's
+ * partial sums; the norms' weight gradients of a slice all-reduced per
+ * micro-batch (the points' ln_grad).
+ *
  * What runs besides: plain attention (the ring's flash at cp > 1, fp32),
- * no recompute, no sequence parallelism: train/config/config_grid.c
- * refuses the rest, naming it. The model is free of parallel code; data
+ * no recompute: train/config/config_grid.c refuses the rest, naming it. The model is free of parallel code; data
  * and pipeline parallelism and ZeRO-1/2/3 are the engine's, as for GPT-2. */
 #include "gpt.h"
 
@@ -67,17 +73,18 @@ static bool direct(const struct gpt *m) { return m->act_dtype == DTYPE_BF16; }
 static int64_t kv_local(const struct gpt *m) { return kv_heads(&m->shape) / m->lay->rank.tp; }
 static size_t qkv_width(const struct gpt *m) { return (size_t)(m->NHl + 2 * kv_local(m)) * head_size(m); }
 
-/* This rank's size of saved tensor a: ln1, res2 and ln2 whole; the split
+/* This rank's size of saved tensor a: ln1, res2 and ln2 whole, or with
+ * sequence parallelism this rank's T/tp positions of them; the split
  * layers' outputs local (atty C/tp, qkv, up, gate and SwiGLU F/tp). */
 static size_t act_numel(const struct gpt *m, enum llama_act a) {
-    size_t BT = bt(m), C = (size_t)m->shape.C, F = (size_t)m->Fl;
+    size_t BT = bt(m), F = (size_t)m->Fl;
     switch (a) {
     case LA_QKV: return BT * qkv_width(m);
     case LA_ATTY: return BT * (size_t)m->Cl;
     case LA_UP:
     case LA_GATE:
     case LA_SWI: return BT * F;
-    default: return BT * C; /* ln1, res2, ln2 */
+    default: return btc_l(m); /* ln1, res2, ln2 */
     }
 }
 
@@ -109,8 +116,8 @@ static struct llama_view view(struct gpt *m, int s, int i) {
         else v.f[a] = p;
     }
     v.att = m->slot[s].layer_lse + (size_t)i * att_numel(m);
-    v.rstd1 = m->slot[s].layer_stats + (size_t)i * LLAMA_STATS * bt(m);
-    v.rstd2 = v.rstd1 + bt(m);
+    v.rstd1 = m->slot[s].layer_stats + (size_t)i * LLAMA_STATS * bt_l(m);
+    v.rstd2 = v.rstd1 + bt_l(m);
     return v;
 }
 
@@ -120,7 +127,7 @@ static struct act_out out(const struct llama_view *v, enum llama_act a) { return
 
 /* Stream entry i of slot s (entry n_layers: the chunk's output). */
 static struct act_out stream(struct gpt *m, int s, int i) {
-    void *p = (char *)m->slot[s].resid + (size_t)i * btc(m) * dtype_size(m->act_dtype);
+    void *p = (char *)m->slot[s].resid + (size_t)i * btc_l(m) * dtype_size(m->act_dtype);
     return direct(m) ? (struct act_out){NULL, p, false} : (struct act_out){p, NULL, false};
 }
 static struct operand stream_in(struct gpt *m, int s, int i) {
@@ -130,20 +137,20 @@ static struct operand stream_in(struct gpt *m, int s, int i) {
 
 void llama_init_chunks(struct gpt *m, struct mem_tracker *mem) {
     enum mem_space space = m->space;
-    size_t n = btc(m), BT = bt(m), e = dtype_size(m->act_dtype);
+    size_t n = btc(m), BT = bt(m), e = dtype_size(m->act_dtype), nl = btc_l(m), BTl = bt_l(m); /* l: the stream's part */
     enum mem_category A = MEM_ACTIVATIONS, S = MEM_SCRATCH;
     int head_chunk = m->lay->rank.has_head ? m->lay->rank.n_chunks - 1 : -2;
     int embed_chunk = m->lay->rank.has_embed ? 0 : -2;
-    gpt_per_slot(m, mem, A, "residual stream", n * e, n * e, GPT_EVERY_CHUNK, offsetof(struct gpt_slot, resid));
+    gpt_per_slot(m, mem, A, "residual stream", nl * e, nl * e, GPT_EVERY_CHUNK, offsetof(struct gpt_slot, resid));
     gpt_per_slot(m, mem, A, "layer tensors", act_offset(m, LA_NUM) * e, 0, GPT_EVERY_CHUNK,
                  offsetof(struct gpt_slot, layer_acts));
     gpt_per_slot(m, mem, A, flash(m) ? "attention lse (fp32)" : "attention probabilities (fp32)", att_numel(m) * 4, 0,
                  GPT_EVERY_CHUNK, offsetof(struct gpt_slot, layer_lse));
-    gpt_per_slot(m, mem, A, "rmsnorm rstd (fp32)", LLAMA_STATS * BT * 4, 0, GPT_EVERY_CHUNK,
+    gpt_per_slot(m, mem, A, "rmsnorm rstd (fp32)", LLAMA_STATS * BTl * 4, 0, GPT_EVERY_CHUNK,
                  offsetof(struct gpt_slot, layer_stats));
     if (m->lay->rank.has_head) {
-        gpt_per_slot(m, mem, A, "final rmsnorm out", 0, n * e, head_chunk, offsetof(struct gpt_slot, lnf));
-        gpt_per_slot(m, mem, A, "final rmsnorm rstd (fp32)", 0, BT * 4, head_chunk,
+        gpt_per_slot(m, mem, A, "final rmsnorm out", 0, nl * e, head_chunk, offsetof(struct gpt_slot, lnf));
+        gpt_per_slot(m, mem, A, "final rmsnorm rstd (fp32)", 0, BTl * 4, head_chunk,
                      offsetof(struct gpt_slot, lnf_stats));
         gpt_per_slot(m, mem, A, "logits (fp32)", 0, BT * (size_t)m->vocab.Vl * 4, head_chunk,
                      offsetof(struct gpt_slot, logits));
@@ -152,7 +159,12 @@ void llama_init_chunks(struct gpt *m, struct mem_tracker *mem) {
     }
     if (m->lay->rank.has_embed)
         gpt_per_slot(m, mem, A, "token ids", 0, BT * sizeof(int32_t), embed_chunk, offsetof(struct gpt_slot, inputs));
-    m->dresid = mem_alloc(mem, space, S, "d residual (fp32)", n * 4);
+    m->dresid = mem_alloc(mem, space, S, "d residual (fp32)", nl * 4);
+    if (m->sp) { /* sequence parallelism: g's gathered (B,T,C), a micro-batch's norm weight gradients */
+        m->gathered = mem_alloc(mem, space, S, "sequence-parallel gathered (fp32)", n * 4);
+        /* the points' buffer (conjugates.c) holds a layer's four norm vectors, GPT-2's; llama fills two */
+        m->ln_grads = mem_alloc(mem, space, S, "sequence-parallel rmsnorm grads (fp32)", 4 * (size_t)m->shape.C * 4);
+    }
     m->dtemp_btc = mem_alloc(mem, space, S, "d layer temp (fp32)", n * 4);
     m->dtemp2_btc = mem_alloc(mem, space, S, "d layer temp, gate's (fp32)", n * 4);
     m->dfc = mem_alloc(mem, space, S, "d up, d gate (fp32)", 2 * act_numel(m, LA_UP) * 4);
@@ -252,21 +264,21 @@ static struct operand f32_op(const float *x) { return (struct operand){x, NULL};
 
 /* RMSNorm of x into o; its backward accumulates into dresid. */
 static void rmsnorm(struct gpt *m, struct act_out o, float *rstd, struct operand x, const float *w) {
-    int64_t N = (int64_t)bt(m), C = m->shape.C;
+    int64_t N = (int64_t)bt_l(m), C = m->shape.C;
     if (o.b16) rmsnorm_forward_bf16(o.b16, rstd, x.b16, w, m->shape.norm_eps, N, C, m->flops);
     else rmsnorm_forward(o.f32, rstd, x.f32, w, m->shape.norm_eps, N, C, m->flops);
 }
 
 static void rmsnorm_grad(struct gpt *m, float *dw, const float *dout, struct operand x, const float *w,
                          const float *rstd) {
-    int64_t N = (int64_t)bt(m), C = m->shape.C;
+    int64_t N = (int64_t)bt_l(m), C = m->shape.C;
     if (x.b16) rmsnorm_backward_bf16((struct act_out){m->dresid, NULL, false}, dw, dout, x.b16, w, rstd, N, C, m->flops);
     else rmsnorm_backward(m->dresid, dw, dout, x.f32, w, rstd, N, C, m->flops);
 }
 
 /* o = a + b (b the fp32 output of a row-parallel GEMM). */
 static void residual(struct gpt *m, struct act_out o, struct operand a, const float *b) {
-    int64_t n = (int64_t)btc(m);
+    int64_t n = (int64_t)btc_l(m);
     if (o.b16) residual_forward_bf16(o.b16, a.b16, b, n, m->flops);
     else residual_forward(o.f32, a.f32, b, n, m->flops);
 }
@@ -277,15 +289,18 @@ static void residual(struct gpt *m, struct act_out o, struct operand a, const fl
 static void llama_embed_forward(struct gpt *m, int s, struct operand w_embed, const int32_t *inputs) {
     buf_copy(m->space, m->slot[s].inputs, inputs, bt(m) * sizeof *inputs);
     struct act_out x0 = stream(m, s, 0);
-    float *rows = x0.f32 ? x0.f32 : m->dtemp_btc; /* dtemp_btc: free in the forward */
+    /* the looked-up rows, every token's: into the stream (fp32, whole), else
+     * g's gathered buffer (sp: g-bar keeps this rank's slice) or dtemp_btc
+     * (bf16: narrowed after), both free in the forward */
+    float *rows = m->sp ? m->gathered : x0.f32 ? x0.f32 : m->dtemp_btc;
     int64_t N = (int64_t)bt(m), C = m->shape.C;
     size_t at = m->lay->embed_offset[EMB_WTE];
     if (w_embed.b16)
         embedding_rows_forward_bf16(rows, m->slot[s].inputs, w_embed.b16 + at, m->vocab.v0, m->vocab.Vl, N, C, m->flops);
     else
         embedding_rows_forward(rows, m->slot[s].inputs, w_embed.f32 + at, m->vocab.v0, m->vocab.Vl, N, C, m->flops);
-    m->tpp->row_output(m, rows, rows);
-    if (x0.b16) conv_narrow(m->flops, x0.b16, rows, btc(m));
+    m->tpp->row_output(m, rows, x0.f32 ? x0.f32 : rows);
+    if (x0.b16) conv_narrow(m->flops, x0.b16, rows, btc_l(m));
 }
 
 /* Row-parallel GEMM: tmp (N,C) = x (N,in_l) . w^T over this rank's input
@@ -365,9 +380,12 @@ static void llama_head_backward(struct gpt *m, int s, struct operand w_head, str
     struct gpt_slot *sl = &m->slot[s];
     gemm_backward(m, m->dtemp_btc, dlm_head, f32_op(sl->logits), lnf_in(m, s), lm_head, m->shape.C, m->vocab.Vl);
     m->tpp->column_grad(m, m->dtemp_btc); /* dlnf sums over the vocabulary slices */
-    buf_zero(m->space, m->dresid, btc(m) * sizeof(float));
-    rmsnorm_grad(m, dw_head + m->lay->head_offset[HEAD_LNF_W], m->dtemp_btc, stream_in(m, s, sl->n_layers),
-                 lnf_weight(m, w_head), sl->lnf_stats);
+    buf_zero(m->space, m->dresid, btc_l(m) * sizeof(float));
+    float *dlnf = dw_head + m->lay->head_offset[HEAD_LNF_W];
+    m->tpp->ln_grads_begin(m);
+    rmsnorm_grad(m, m->tpp->ln_grad(m, dlnf, 0), m->dtemp_btc, stream_in(m, s, sl->n_layers), lnf_weight(m, w_head),
+                 sl->lnf_stats);
+    m->tpp->ln_grads_done(m, (float *const[]){dlnf}, 1);
 }
 
 /* datty (dtemp_btc's first N x C/tp) -> dqkv, through the attention's and
@@ -400,6 +418,10 @@ static void llama_layer_backward(struct gpt *m, int s, int l, struct operand w, 
     struct exec_ctx *fc = m->flops;
     struct llama_view v = view(m, s, i);
     float *dup = m->dfc, *dgate = m->dfc + N * F;
+    /* the norms' weight gradients: with sp this slice's partial sums,
+     * all-reduced over the group at the end (ln_grads_done) */
+    float *dln[LLAMA_STATS] = {dwt(m, dw, LAYER_LN1_W), dwt(m, dw, LAYER_LN2_W)};
+    m->tpp->ln_grads_begin(m);
     /* the MLP: d swi into d up's room, then SwiGLU's backward in place */
     gemm_backward(m, dup, dwt(m, dw, LAYER_FCPROJ_W), f32_op(m->tpp->row_output_grad(m)), in(&v, LA_SWI),
                   wop(m, w, LAYER_FCPROJ_W), F, C);
@@ -411,7 +433,7 @@ static void llama_layer_backward(struct gpt *m, int s, int l, struct operand w, 
     gemm_backward(m, m->dtemp2_btc, dwt(m, dw, LAYER_FC2_W), f32_op(dgate), ln2, wop(m, w, LAYER_FC2_W), C, F);
     residual_forward(m->dtemp_btc, m->dtemp_btc, m->dtemp2_btc, N * C, fc);
     m->tpp->column_grad(m, m->dtemp_btc);
-    rmsnorm_grad(m, dwt(m, dw, LAYER_LN2_W), m->dtemp_btc, in(&v, LA_RES2), wt(m, w, LAYER_LN2_W), v.rstd2);
+    rmsnorm_grad(m, m->tpp->ln_grad(m, dln[1], 1), m->dtemp_btc, in(&v, LA_RES2), wt(m, w, LAYER_LN2_W), v.rstd2);
     /* the attention: dresid now holds dL/d res2; datty in dtemp's first (N, C/tp) */
     gemm_backward(m, m->dtemp_btc, dwt(m, dw, LAYER_ATTPROJ_W), f32_op(m->tpp->row_output_grad(m)), in(&v, LA_ATTY),
                   wop(m, w, LAYER_ATTPROJ_W), m->Cl, C);
@@ -419,7 +441,8 @@ static void llama_layer_backward(struct gpt *m, int s, int l, struct operand w, 
     gemm_backward(m, m->dtemp_btc, dwt(m, dw, LAYER_QKV_W), dqkv, column_in(m, in(&v, LA_LN1)),
                   wop(m, w, LAYER_QKV_W), C, (int64_t)qkv_width(m));
     m->tpp->column_grad(m, m->dtemp_btc);
-    rmsnorm_grad(m, dwt(m, dw, LAYER_LN1_W), m->dtemp_btc, stream_in(m, s, i), wt(m, w, LAYER_LN1_W), v.rstd1);
+    rmsnorm_grad(m, m->tpp->ln_grad(m, dln[0], 0), m->dtemp_btc, stream_in(m, s, i), wt(m, w, LAYER_LN1_W), v.rstd1);
+    m->tpp->ln_grads_done(m, dln, LLAMA_STATS);
 }
 
 /* each rank accumulates its own vocabulary rows (no position table) */

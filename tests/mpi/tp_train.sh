@@ -123,33 +123,36 @@ else
 fi
 # arch = llama at tp 2: 4 query heads and 2 key/value heads split 2 and 1
 # a rank, SwiGLU's 96 features 48 a rank, wte's and lm_head's 256 rows 128
-# a rank. The 1-rank llama run's loss within 1e-5 at every step, and every
-# table = each rank's own theory; tp 4 over 2 key/value heads is refused,
-# naming n_kv_head.
+# a rank; and with sequence parallelism (the stream and the RMSNorms on
+# T/2 positions). The 1-rank llama run's loss within 1e-5 at every step,
+# and every table = each rank's own theory; tp 4 over 2 key/value heads
+# is refused, naming n_kv_head.
 llama=(--arch llama --n_kv_head 2 --ffn_dim 96)
-if ! timeout 300 "$build/train" "${args[@]}" "${llama[@]}" --log_json "$tmp/llama1.json" >"$tmp/llama1.out" 2>&1 ||
-   ! timeout 300 "${mpi[@]}" -np 2 "$build/train" "${args[@]}" "${llama[@]}" --tp 2 --log_json "$tmp/llama2.json" \
-        >"$tmp/llama2.out" 2>&1; then
-    echo "!! llama at tp 2 failed"; tail -5 "$tmp/llama1.out" "$tmp/llama2.out"; fails=$((fails + 1))
-else
-    python3 - "$tmp/llama1.json" "$tmp/llama2.json" <<'PY' || fails=$((fails + 1))
+timeout 300 "$build/train" "${args[@]}" "${llama[@]}" --log_json "$tmp/llama1.json" >"$tmp/llama1.out" 2>&1 ||
+    { echo "!! llama 1-rank run failed"; tail -5 "$tmp/llama1.out"; fails=$((fails + 1)); }
+for run in llama2 llamasp; do
+    extra=(--tp 2); [ "$run" = llamasp ] && extra=(--tp 2 --sequence_parallel 1)
+    if ! timeout 300 "${mpi[@]}" -np 2 "$build/train" "${args[@]}" "${llama[@]}" "${extra[@]}" \
+            --log_json "$tmp/$run.json" >"$tmp/$run.out" 2>&1; then
+        echo "!! llama ${extra[*]} failed"; tail -5 "$tmp/$run.out"; fails=$((fails + 1)); continue
+    fi
+    python3 - "$tmp/llama1.json" "$tmp/$run.json" "${extra[*]}" <<'PY' || fails=$((fails + 1))
 import json, sys
 def losses(p):
     return [json.loads(l)["loss"] for l in open(p) if '"type":"step"' in l]
 a, b = losses(sys.argv[1]), losses(sys.argv[2])
 worst = max(abs(x - y) for x, y in zip(a, b)) if a and len(a) == len(b) else float("inf")
-print(f"llama tp 2 vs 1 rank, {len(b)} steps: loss {a[0]:.6f} -> {a[-1]:.6f}, max |loss diff| {worst:.2e}")
+print(f"llama {sys.argv[3]} vs 1 rank, {len(b)} steps: loss {a[0]:.6f} -> {a[-1]:.6f}, max |loss diff| {worst:.2e}")
 sys.exit(0 if len(a) == 20 and worst <= 1e-5 and a[-1] < a[0] - 0.5 else 1)
 PY
-    if grep -q "\bNO\b" "$tmp/llama2.out" || ! grep -q "^  all-reduce .*B T C x 4.*every rank = own: yes" "$tmp/llama2.out" ||
-       ! grep -q "^  activations .*every rank = its own theory: yes" "$tmp/llama2.out" ||
-       ! grep -q "^  scratch .*every rank = its own theory: yes" "$tmp/llama2.out"; then
-        echo "!! llama tp 2 tables differ from their theory:"; grep -E "NO|all-reduce|activations  |scratch  " "$tmp/llama2.out"
+    if grep -q "\bNO\b" "$tmp/$run.out" || ! grep -q "^  activations .*every rank = its own theory: yes" "$tmp/$run.out" ||
+       ! grep -q "^  scratch .*every rank = its own theory: yes" "$tmp/$run.out"; then
+        echo "!! llama ${extra[*]} tables differ from their theory:"; grep -E "NO|all-reduce|activations  |scratch  " "$tmp/$run.out"
         fails=$((fails + 1))
     else
-        echo "llama tp 2 tables: every rank = its own theory (memory, tp all-reduces)"
+        echo "llama ${extra[*]} tables: every rank = its own theory (memory, tp collectives)"
     fi
-fi
+done
 if timeout 60 "${mpi[@]}" -np 4 "$build/train" "${args[@]}" "${llama[@]}" --tp 4 --steps 1 >"$tmp/badkv.out" 2>&1; then
     echo "!! llama tp 4 with n_kv_head 2 was not refused"; fails=$((fails + 1))
 elif ! grep -q "tp = 4 must divide n_head (4), n_kv_head (2)" "$tmp/badkv.out"; then

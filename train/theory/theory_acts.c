@@ -28,15 +28,16 @@ static double layer_block_per_token(const struct config *c, int tp, bool sp, boo
     return 3 * (sp ? Cl : C) + 12 * Cl + (att ? att_per_token(c, tp) : 0);
 }
 
-/* LLaMA's (model/llama.c; no recompute, no sp): elements per token of a
- * layer's block (act_dtype) on a rank of tp: ln1, res2, ln2 whole (3C);
- * atty C/t; qkv at GQA width (NH + 2 KV) hs / t; up, gate and their SwiGLU
- * (3F/t). Beside it, fp32, the attention's tensor: the probabilities NH/t
- * T (the ring's flash: the lse, NH/t), att_per_token(c, t). */
-static double llama_block_per_token(const struct config *c, int tp) {
+/* LLaMA's (model/llama.c; no recompute): elements per token of a layer's
+ * split tensors (act_dtype) on a rank of tp: atty C/t; qkv at GQA width
+ * (NH + 2 KV) hs / t; up, gate and their SwiGLU (3F/t). ln1, res2 and ln2
+ * (3C) are on the stream's tokens (whole, or T/t of them with sp); beside
+ * the block, fp32, the attention's tensor: the probabilities NH/t T (the
+ * ring's flash: the lse, NH/t), att_per_token(c, t). */
+static double llama_split_per_token(const struct config *c, int tp) {
     struct theory_model m;
     theory_model_from_config(&m, c);
-    return 3.0 * m.h + ((double)m.h + (double)(m.a + 2 * m.n_kv) * m.d_h + 3.0 * m.F) / tp;
+    return ((double)m.h + (double)(m.a + 2 * m.n_kv) * m.d_h + 3.0 * m.F) / tp;
 }
 
 /* Whether the run's GEMMs are bf16 on the CPU: --gemm_dtype as the run
@@ -103,14 +104,14 @@ struct activation_theory theory_trainer_activations(const struct config *whole, 
      * selective is none (include/gpt.h) */
     double lse = theory_flash(c) ? att_per_token(c, tp) * 4 * BT : 0;
     enum recompute_mode mode = theory_flash(c) && c->recompute == RECOMPUTE_SELECTIVE ? RECOMPUTE_NONE : c->recompute;
-    if (c->arch == ARCH_LLAMA) { /* the stream C, the block, two fp32 rstd (config_grid.c: fp32, none) */
-        stats = 2 * 4 * BT;
+    if (c->arch == ARCH_LLAMA) { /* the stream C, the block, two fp32 rstd (config_grid.c: none) */
+        stats = 2 * 4 * BTs;
         mode = RECOMPUTE_NONE;
     }
     switch (mode) {
     case RECOMPUTE_NONE:
         if (c->arch == ARCH_LLAMA) {
-            a.per_layer = C * e * BT + llama_block_per_token(c, tp) * e * BT + att_per_token(c, tp) * 4 * BT + stats;
+            a.per_layer = 4 * C * e * BTs + llama_split_per_token(c, tp) * e * BT + att_per_token(c, tp) * 4 * BT + stats;
             break;
         }
         a.per_layer = C * e * BTs + layer_block_per_token(c, tp, sp, !theory_flash(c)) * e * BT + stats + lse;

@@ -250,7 +250,7 @@ struct tp_comm_theory theory_trainer_tp_comm(const struct config *whole, struct 
     t.calls_reduce_scatter = m * rs * B;
     t.calls_all_gather = m * ag * B;
     /* the LayerNorms' gradients: 4C per layer (theory_tp_norm_grad_bytes), 2C the final one's, fp32 */
-    double lnf = 2.0 * c->d_model * 4;
+    double lnf = (tm.rmsnorm ? 1.0 : 2.0) * c->d_model * 4; /* RMSNorm: its weight only */
     t.norm_grads = m * (n * t.layer.norm_all_reduces * theory_allreduce_bytes(theory_tp_norm_grad_bytes(&tm), p.tp) +
                         H * theory_allreduce_bytes(lnf, p.tp));
     t.all_reduce = t.norm_grads + t.ce_sum + t.optimizer;
@@ -400,13 +400,14 @@ static double gpt2_model_scratch(const struct config *c, const struct model_layo
     return bytes;
 }
 
-/* model/llama.c's (fp32, plain attention, no sp: config_grid.c), on a rank
- * of tp: d residual and two (B,T,C) temporaries (the gate's share of d ln2
- * apart), whole; d up and d gate (2F/t) and d qkv at GQA width / t; the
+/* model/llama.c's, on a rank of tp: d residual (the stream's part: with sp
+ * T/t positions) and two (B,T,C) temporaries (the gate's share of d ln2
+ * apart), whole; with sp g's gathered (B,T,C) and the points' norm grads
+ * (4C); d up and d gate (2F/t) and d qkv at GQA width / t; the
  * attention's dS (T x T per thread of a KV group, attention_gqa_backward_
  * scratch at KV/t heads; the ring's flash: D, B NH/t T); with bf16 stores
  * and fp32 GEMMs a GEMM's widened input and its fp32 output; RoPE's hs/2 frequencies and (B,T) positions. */
-static double llama_model_scratch(const struct config *c, int tp) {
+static double llama_model_scratch(const struct config *c, struct rank_place p, int tp) {
     struct theory_model m;
     theory_model_from_config(&m, c);
     double B = c->micro_batch, T = c->seq_len, BT = B * T;
@@ -415,9 +416,11 @@ static double llama_model_scratch(const struct config *c, int tp) {
     double att = theory_flash(c) ? BT * m.a / tp /* the ring's D */
                                  : (double)llama_attention_scratch((int64_t)B, (int64_t)T, m.a / tp, m.n_kv / tp,
                                                                    m.d_h, bf16_stores, c->threads);
-    double floats = 3 * BT * m.h + 2 * BT * m.F / tp + m.d_h / 2 + att;
+    bool sp = theory_sp_on(c, p);
+    double floats = (sp ? BT * m.h / tp : BT * m.h) + 2 * BT * m.h + 2 * BT * m.F / tp + m.d_h / 2 + att;
     if (bf16_stores && !theory_direct_gemms(c)) /* fp32 GEMMs on the stores: gemm_in, gemm_out */
         floats += BT * fmax(m.h, m.F / tp) + BT * fmax(qkv, m.F / tp);
+    if (sp) floats += BT * m.h + 4.0 * m.h; /* g's gathered (B,T,C), the points' norm grads (4C) */
     return floats * 4 + BT * qkv * (bf16_stores ? sizeof(bf16) : sizeof(float)) + BT * sizeof(int32_t);
 }
 
@@ -447,7 +450,7 @@ struct scratch_theory theory_trainer_scratch(const struct config *whole, struct 
     if (c->param_dtype == DTYPE_BF16) s.persistent += theory_direct_gemms(c) ? vectors : kinds;
     if (c->grad_dtype == DTYPE_BF16 || zero_stage_row(c->zero)->shards_grads) s.persistent += kinds;
     /* the model's own (its blocks') */
-    s.persistent += c->arch == ARCH_LLAMA ? llama_model_scratch(c, tp) : gpt2_model_scratch(c, &lay, sp);
+    s.persistent += c->arch == ARCH_LLAMA ? llama_model_scratch(c, p, tp) : gpt2_model_scratch(c, &lay, sp);
     /* train/run/run_loop.c: the batch's inputs and targets, whole sequences
      * (a cp rank keeps its positions in place) */
     s.persistent += 2 * B * whole->seq_len * sizeof(int32_t);
