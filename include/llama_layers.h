@@ -57,9 +57,14 @@ struct rope_config {
 /* A model's RoPE: theta, and with `scaled` LLaMA 3.1's constants (the
  * reference's apply_scaling: factor 8, low 1, high 4, context 8192). */
 static inline struct rope_config rope_config_llama3(float theta, bool scaled) {
-    if (!scaled) return (struct rope_config){.theta = theta};
-    return (struct rope_config){.theta = theta, .scaled = true, .factor = 8.0, .low_freq_factor = 1.0,
-                                .high_freq_factor = 4.0, .original_context = 8192.0};
+    struct rope_config c; /* no designators: the CUDA build's C++ includes this too */
+    c.theta = theta;
+    c.scaled = scaled;
+    c.factor = scaled ? 8.0 : 0.0;
+    c.low_freq_factor = scaled ? 1.0 : 0.0;
+    c.high_freq_factor = scaled ? 4.0 : 0.0;
+    c.original_context = scaled ? 8192.0 : 0.0;
+    return c;
 }
 /* freqs[i] = theta^(-2i/hs), i < hs/2, then scaled if cfg->scaled. */
 void rope_freqs(float *freqs, int64_t hs, const struct rope_config *cfg);
