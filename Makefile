@@ -242,8 +242,9 @@ fuzz-corpus: build-fuzz/seed_corpus
 # files, linked against cudart, cuBLAS, cuBLASLt, NCCL and MPI. Every file
 # is compiled once, under its own names: the dispatch files
 # (model/layers_dispatch.c, model/bufops_dispatch.c, optim/optim_dispatch.c)
-# see -DSHARDLAB_CUDA here and call the X_cuda functions of the */cuda/
-# folders beside the CPU's X_cpu (include/backend.h).
+# see -DSHARDLAB_CUDA here and choose the device tables of the */cuda/
+# folders (layer_ops_cuda, buf_ops_cuda, optim_ops_cuda) beside the
+# host's (include/backend.h).
 # Nothing here is part of `make all` or `make test`.
 CUDA_HOME  ?= /usr/local/cuda
 NVCC       ?= $(CUDA_HOME)/bin/nvcc

@@ -368,10 +368,11 @@ void adafactor_apply(const struct adafactor_hparams *h, size_t n, float *w, floa
                      const struct param_writeback *out, struct exec_ctx *fc);
 
 /* ---- The backends. The update rules above and the
- * codec are optim/optim_dispatch.c's: each runs X_cpu or X_cuda by
- * the space of the call (the update rules: fc->space, counters.h; the
- * codec: its argument), and the CUDA build times the updates into fc's
- * kernel profile (KERNEL_OPTIMIZER).
+ * codec are optim/optim_dispatch.c's: each runs the form of the table
+ * (optim/optim_ops.h: optim_ops_cpu of the X_cpu, optim_ops_cuda of the
+ * X_cuda) that the space of the call chooses (the update rules: fc->space,
+ * counters.h; the others: their argument), and the updates are timed into
+ * fc's kernel profile (KERNEL_OPTIMIZER).
  *   X_cpu   optim/{adamw,sgd,lion,adamw8bit,sgd8bit,lion8bit,adamw8bit_state,adafactor}.c:
  *           host memory.
  *   X_cuda  optim/cuda/optim_device.c with the kernels of adamw.cu,

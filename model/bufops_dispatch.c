@@ -1,72 +1,69 @@
-/* include/bufops.h's names, in every build: each call runs on the backend
- * of the space it names (include/backend.h): buf_X_cpu on host memory,
- * buf_X_cuda on device memory, so --device cpu in the CUDA build keeps the
- * CPU build's results; the CPU build stops a device call by name. A call
- * of zero elements or bytes touches nothing, on either backend. */
+/* include/bufops.h's names, in every build: each call runs on the table
+ * that buf_backend, below, chooses by the space it names (model/
+ * bufops_ops.h): buf_ops_cpu on host memory, buf_ops_cuda on device memory,
+ * so --device cpu in the CUDA build keeps the CPU build's results; the CPU
+ * build stops a device call by name. A call of zero elements or bytes
+ * touches nothing, on either backend: it runs the host's form, whatever
+ * the space, as it always has (its pointers may be anywhere). */
 #include <stdbool.h>
 
 #include "backend.h"
-#include "bufops.h"
+#include "bufops_ops.h"
 
-void buf_zero(enum mem_space space, void *dst, size_t bytes) {
-    if (bytes && space == MEM_DEVICE) ON_DEVICE(buf_zero_cuda(dst, bytes));
-    else buf_zero_cpu(dst, bytes);
+/* The one place a buffer operation's backend is chosen. */
+const struct buf_ops *buf_backend(enum mem_space space, const char *op) {
+    if (space == MEM_DEVICE) return BACKEND_DEVICE(buf_ops_cuda, op);
+    return &buf_ops_cpu;
 }
 
+/* The backend of a call of `count` elements or bytes (above: none run on
+ * the host's form). */
+static const struct buf_ops *ops(enum mem_space space, size_t count, const char *op) {
+    return buf_backend(count ? space : MEM_HOST, op);
+}
+
+void buf_zero(enum mem_space space, void *dst, size_t bytes) { ops(space, bytes, __func__)->buf_zero(dst, bytes); }
+
 void buf_copy(enum mem_space space, void *dst, const void *src, size_t bytes) {
-    if (bytes && space == MEM_DEVICE) ON_DEVICE(buf_copy_cuda(dst, src, bytes));
-    else buf_copy_cpu(dst, src, bytes);
+    ops(space, bytes, __func__)->buf_copy(dst, src, bytes);
 }
 
 void buf_widen(enum mem_space space, float *dst, const bf16 *src, size_t n) {
-    if (n && space == MEM_DEVICE) ON_DEVICE(buf_widen_cuda(dst, src, n));
-    else buf_widen_cpu(dst, src, n);
+    ops(space, n, __func__)->buf_widen(dst, src, n);
 }
 
 void buf_narrow(enum mem_space space, bf16 *dst, const float *src, size_t n) {
-    if (n && space == MEM_DEVICE) ON_DEVICE(buf_narrow_cuda(dst, src, n));
-    else buf_narrow_cpu(dst, src, n);
+    ops(space, n, __func__)->buf_narrow(dst, src, n);
 }
 
-void buf_round_bf16(enum mem_space space, float *x, size_t n) {
-    if (n && space == MEM_DEVICE) ON_DEVICE(buf_round_bf16_cuda(x, n));
-    else buf_round_bf16_cpu(x, n);
-}
+void buf_round_bf16(enum mem_space space, float *x, size_t n) { ops(space, n, __func__)->buf_round_bf16(x, n); }
 
 void buf_round_narrow(enum mem_space space, bf16 *dst, float *x, size_t n) {
-    if (n && space == MEM_DEVICE) ON_DEVICE(buf_round_narrow_cuda(dst, x, n));
-    else buf_round_narrow_cpu(dst, x, n);
+    ops(space, n, __func__)->buf_round_narrow(dst, x, n);
 }
 
 void buf_from_fp32(enum mem_space space, void *dst, enum dtype dt, const float *src, size_t n) {
-    if (n && space == MEM_DEVICE) ON_DEVICE(buf_from_fp32_cuda(dst, dt, src, n));
-    else buf_from_fp32_cpu(dst, dt, src, n);
+    ops(space, n, __func__)->buf_from_fp32(dst, dt, src, n);
 }
 
 void buf_to_fp32(enum mem_space space, float *dst, const void *src, enum dtype dt, size_t n) {
-    if (n && space == MEM_DEVICE) ON_DEVICE(buf_to_fp32_cuda(dst, src, dt, n));
-    else buf_to_fp32_cpu(dst, src, dt, n);
+    ops(space, n, __func__)->buf_to_fp32(dst, src, dt, n);
 }
 
 void buf_accumulate(enum mem_space space, void *dst, enum dtype dt, const float *src, size_t n) {
-    if (n && space == MEM_DEVICE) ON_DEVICE(buf_accumulate_cuda(dst, dt, src, n));
-    else buf_accumulate_cpu(dst, dt, src, n);
+    ops(space, n, __func__)->buf_accumulate(dst, dt, src, n);
 }
 
 void buf_add(enum mem_space space, void *dst, const void *src, enum dtype dt, size_t n) {
-    if (n && space == MEM_DEVICE) ON_DEVICE(buf_add_cuda(dst, src, dt, n));
-    else buf_add_cpu(dst, src, dt, n);
+    ops(space, n, __func__)->buf_add(dst, src, dt, n);
 }
 
 double buf_sum_squares(enum mem_space space, const void *src, enum dtype dt, size_t n) {
-    double s;
-    if (n && space == MEM_DEVICE) ON_DEVICE(s = buf_sum_squares_cuda(src, dt, n));
-    else s = buf_sum_squares_cpu(src, dt, n);
-    return s;
+    return ops(space, n, __func__)->buf_sum_squares(src, dt, n);
 }
 
-/* buf_sumsq_open's list: on the host its segments, summed one by one; on
- * the device the CUDA backend's plan (buf_sumsq_open_cuda). */
+/* buf_sumsq_open's list: its segments, and on the device the CUDA
+ * backend's plan (its buf_sumsq_open). */
 struct sumsq_list {
     enum mem_space space;
     int nseg;
@@ -79,7 +76,7 @@ struct sumsq_list {
 
 void buf_sumsq_close(struct sumsq_list *l) {
     if (!l) return;
-    if (l->device) ON_DEVICE(buf_sumsq_close_cuda(l->device));
+    if (l->device) buf_backend(l->space, __func__)->buf_sumsq_close(l->device);
     free(l->data);
     free(l->n);
     free(l->out);
@@ -98,7 +95,7 @@ struct sumsq_list *buf_sumsq_open(enum mem_space space, const void *const *data,
     /* the device's table, uploaded once (its few device buffers are
      * cudaMalloc'd: the memory table's "device untracked" row) */
     if (ok && space == MEM_DEVICE) {
-        ON_DEVICE(l->device = buf_sumsq_open_cuda(data, dt, n, nseg));
+        l->device = buf_backend(space, __func__)->buf_sumsq_open(data, dt, n, nseg);
         ok = l->device != NULL;
     }
     if (ok) return l;
@@ -109,11 +106,8 @@ struct sumsq_list *buf_sumsq_open(enum mem_space space, const void *const *data,
 int buf_sumsq_count(const struct sumsq_list *l) { return l->nseg; }
 
 const double *buf_sumsq_run(struct sumsq_list *l) {
-    if (l->space == MEM_DEVICE) {
-        const double *d = NULL;
-        ON_DEVICE(d = buf_sumsq_run_cuda(l->device));
-        return d;
-    }
-    for (int s = 0; s < l->nseg; s++) l->out[s] = buf_sum_squares_cpu(l->data[s], l->dt, l->n[s]);
+    const struct buf_ops *b = buf_backend(l->space, __func__);
+    if (b->buf_sumsq_run) return b->buf_sumsq_run(l->device);
+    for (int s = 0; s < l->nseg; s++) l->out[s] = b->buf_sum_squares(l->data[s], l->dt, l->n[s]);
     return l->out;
 }

@@ -20,14 +20,7 @@
  * its results. On device memory the CUDA build's table; the CPU build
  * stops the run there, naming the op (include/backend.h). */
 const struct layer_ops *layer_backend(enum mem_space space, const struct exec_ctx *fc, const char *op) {
-    if (space == MEM_DEVICE) {
-#ifdef SHARDLAB_CUDA
-        (void)op;
-        return &layer_ops_cuda;
-#else
-        backend_no_device(op);
-#endif
-    }
+    if (space == MEM_DEVICE) return BACKEND_DEVICE(layer_ops_cuda, op);
     if (fc && fc->onednn) return &layer_ops_cpu_onednn;
     if (fc && fc->bf16_reference) return &layer_ops_cpu_reference;
     return &layer_ops_cpu;

@@ -1,5 +1,5 @@
 /* The CPU build's buffer operations (include/bufops.h): OpenMP loops. */
-#include "bufops.h"
+#include "../bufops_ops.h"
 
 #include <omp.h>
 
@@ -100,3 +100,11 @@ double buf_sum_squares_cpu(const void *src, enum dtype dt, size_t n) {
     for (int p = 0; p < parts; p++) s += part[p];
     return s;
 }
+
+/* The host's table (model/bufops_ops.h); no sumsq plan: buf_sumsq_run sums
+ * a host list's segments one by one with buf_sum_squares_cpu. */
+const struct buf_ops buf_ops_cpu = {
+#define BUF_CPU_FORM(op) .op = op##_cpu,
+    BUF_OPS(BUF_CPU_FORM)
+#undef BUF_CPU_FORM
+};

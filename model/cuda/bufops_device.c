@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "bufops.h"
+#include "../bufops_ops.h"
 #include "bufops_kernels.h"
 
 /* A failed launch or copy: the operation and CUDA's reason, then exit
@@ -63,3 +63,11 @@ double buf_sum_squares_cuda(const void *src, enum dtype dt, size_t n) {
     else check(cuda_k_sum_squares_bf16(src, n, &s), "buf_sum_squares");
     return s;
 }
+
+/* The device's table (model/bufops_ops.h), with the sum-of-squares plan of
+ * v2/sumsq_segments.cu. */
+const struct buf_ops buf_ops_cuda = {
+#define BUF_CUDA_FORM(op) .op = op##_cuda,
+    BUF_OPS(BUF_CUDA_FORM) BUF_SUMSQ_OPS(BUF_CUDA_FORM)
+#undef BUF_CUDA_FORM
+};
