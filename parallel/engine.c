@@ -310,6 +310,7 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
     size_t act_bytes = gpt_stage_numel(m) * dtype_size(e->o.act_dtype);
     struct chunk_units cu = chunk_units(e, slot);
     int hu = cu.hu, l0 = cu.l0, l1 = cu.l1;
+    bool tied = shape_tied(&lay->shape); /* llama's head reads its own lm_head: no wte kept for it */
     struct operand we = {0};
     /* --gpu_path v2: the targets go to the device with the batch, before
      * this micro-batch's kernels are queued (v1: in the head's forward, a
@@ -318,11 +319,11 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
     if (targets_early) gpt_upload_targets(m, slot, in->targets);
     if (cu.eu >= 0) {
         unit_begin(e, PHASE_FORWARD, cu.eu);
-        we = all_gather(e, cu.eu); /* stays valid for the tied head */
+        we = all_gather(e, cu.eu); /* stays valid for a tied head on this rank */
         all_gather_ahead(e, l0 < l1 ? layout_layer_unit(lay, l0) : hu);
         m->blocks->embed_forward(m, slot, we, in->inputs);
         phase_done(e, PHASE_FORWARD, cu.eu);
-        if (hu < 0) release(e, cu.eu); /* else kept: the tied head reads its wte */
+        if (hu < 0 || !tied) release(e, cu.eu); /* else kept: the tied head reads its wte */
         unit_end(e, PHASE_FORWARD, cu.eu);
     } else {
         all_gather_ahead(e, l0 < l1 ? layout_layer_unit(lay, l0) : hu);
@@ -350,7 +351,7 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
                                   (float)(dloss / BT));
     phase_done(e, PHASE_FORWARD, hu);
     release(e, hu);
-    release(e, cu.eu);
+    if (tied) release(e, cu.eu);
     unit_end(e, PHASE_FORWARD, hu);
     return loss;
 }
@@ -366,17 +367,19 @@ void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out
     float *dwe = eu >= 0 ? unit_grads_begin(e, eu) : NULL;
     if (hu >= 0) {
         unit_begin(e, PHASE_BACKWARD, hu);
-        /* ZeRO-3: the head's and the embedding's params gathered again */
+        /* ZeRO-3: the head's params gathered again, and a tied head's wte,
+         * the embedding's (an untied head reads only its own unit) */
+        int teu = shape_tied(&lay->shape) ? eu : -1;
         all_gather_ahead(e, hu);
-        all_gather_ahead(e, eu);
-        struct operand wh = all_gather(e, hu), we = eu >= 0 ? all_gather(e, eu) : (struct operand){0};
+        all_gather_ahead(e, teu);
+        struct operand wh = all_gather(e, hu), we = teu >= 0 ? all_gather(e, teu) : (struct operand){0};
         all_gather_ahead(e, first_layer);
         float *dwh = unit_grads_begin(e, hu);
         m->blocks->head_backward(m, slot, wh, head_wte(e, we, wh), dwh, head_wte_grads(e, eu >= 0 ? dwe : NULL, dwh));
         reduce_scatter(e, hu, dwh);
         phase_done(e, PHASE_BACKWARD, hu);
         release(e, hu);
-        release(e, eu);
+        release(e, teu);
         unit_end(e, PHASE_BACKWARD, hu);
     } else {
         all_gather_ahead(e, first_layer);

@@ -234,5 +234,11 @@ for z in 0 3; do
     walk cp2_z$z $np 1 --zero $z --cp 2 --attention flash
     walk interleaved_z$z $np 1 --zero $z --pp 2 --schedule interleaved --virtual_stages 2 --grad_accum 2 --n_layer 4
 done
+# arch = llama at ZeRO-3: its untied head reads no wte, so its ranks hold
+# the embedding's params in the embedding's forward only (the theory's
+# walk, the measured phases and the [dp] gathers alike); with tp 2 on 4
+llama=(--arch llama --n_kv_head 2 --ffn_dim 96)
+walk llama_z3 2 1 --zero 3 "${llama[@]}" --grad_accum 2
+walk llama_tp2_z3 4 1 --zero 3 --tp 2 "${llama[@]}" --act_dtype fp32
 [ $fails -eq 0 ] || { echo "own_numbers: $fails failed"; exit 1; }
 echo "own_numbers: all passed"

@@ -179,9 +179,10 @@ struct comm_theory theory_trainer_comm(const struct config *c, struct rank_place
     default:
         t.reduce_scatter = k * f * M * w_g;
         t.all_gather = k * 2 * f * M * w_p;
-        /* a first stage without the head gathers its embedding for the
-         * forward only: its backward (a scatter-add) reads no weights */
-        if (lay.rank.has_embed && !lay.rank.has_head)
+        /* a first stage without the head, or any with an untied head,
+         * gathers its embedding for the forward only: its backward (a
+         * scatter-add) reads no weights */
+        if (lay.rank.has_embed && (!lay.rank.has_head || !shape_tied(&lay.shape)))
             t.all_gather -= k * f * (double)shard_unit_padded(&sh, layout_embed_unit(&lay)) * w_p;
         t.zero_formula = k * f * psi * (w_g + 2 * w_p);
         t.rule = "ZeRO-3: gather fwd + bwd, reduce-scatter, per micro-batch: k (N-1)/N Psi (w_g + 2 w_p)";

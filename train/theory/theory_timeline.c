@@ -143,7 +143,7 @@ static double activations_in_use(const struct walk *w, enum phase_kind kind, int
 /* Communication buffers in use at a phase (train/measure/timeline.h), each
  * counted once: the unit's gathered params while it reads them, the
  * embedding's through the forward and the head's backward (the tied
- * head's wte), every all_gather and reduce-scatter in flight, and the
+ * head's wte; an untied head's rank only in its own forward), every all_gather and reduce-scatter in flight, and the
  * bucket a backward's gradient went through. */
 static void comm_in_use(const struct walk *w, enum phase_kind kind, int unit_kind, double *gathered,
                         double *buckets) {
@@ -153,7 +153,12 @@ static void comm_in_use(const struct walk *w, enum phase_kind kind, int unit_kin
     if (stage3(w)) {
         if (unit_phase && !(kind == PHASE_BACKWARD && unit_kind == UNIT_EMBED))
             in_use[unit_kind][unit_kind == UNIT_LAYER ? w->layer_in_use : 0] = true;
-        if (kind == PHASE_FORWARD || (kind == PHASE_BACKWARD && unit_kind == UNIT_HEAD)) in_use[UNIT_EMBED][0] = true;
+        /* the embedding's params: through the forward and the head's
+         * backward when the head is tied to them; else its own forward only */
+        bool tied = shape_tied(&p->lay->shape);
+        if ((kind == PHASE_FORWARD && (tied || unit_kind == UNIT_EMBED)) ||
+            (kind == PHASE_BACKWARD && unit_kind == UNIT_HEAD && tied))
+            in_use[UNIT_EMBED][0] = true;
         for (int k = 0; k <= UNIT_LAYER; k++)
             if (w->gather_unit[k] >= 0) in_use[k][w->gather_buf[k]] = true;
     }
@@ -224,10 +229,11 @@ static void backward(struct walk *w, struct chunk_units cu) {
     const struct model_layout *lay = w->p->lay;
     int last = cu.l0 < cu.l1 ? layout_layer_unit(lay, cu.l1 - 1) : NO_UNIT;
     if (cu.hu >= 0) {
+        int teu = shape_tied(&lay->shape) ? cu.eu : NO_UNIT; /* the tied head's wte, the embedding's */
         ahead(w, cu.hu);
-        ahead(w, cu.eu);
+        ahead(w, teu);
         gather(w, cu.hu);
-        if (cu.eu >= 0) gather(w, cu.eu);
+        if (teu >= 0) gather(w, teu);
         ahead(w, last);
         reduce_scatter(w, cu.hu);
         phase(w, PHASE_BACKWARD, cu.hu, -1);
