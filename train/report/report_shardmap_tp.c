@@ -55,14 +55,16 @@ void report_tp_map(FILE *out, const struct trainer *tr) {
     const struct grid *g = tr->grid;
     if (g->tp < 2) return;
     int F = config_mlp_width(c), NHl = c->n_head / g->tp, Fl = F / g->tp;
-    fprintf(out, "\ntensor-parallel map: tp = %d (Megatron: column-parallel QKV and FC after f, row-parallel "
-                 "projections then g); %d of %d heads and %d of %d FC features per rank; rows x cols are the "
-                 "rank's shape\n", g->tp, NHl, c->n_head, Fl, F);
+    bool llama = c->arch == ARCH_LLAMA; /* SwiGLU: fc (up) and fc2 (gate) split alike */
+    const char *fc = llama ? "FC and FC2" : "FC", *features = llama ? "SwiGLU features" : "FC features";
+    fprintf(out, "\ntensor-parallel map: tp = %d (Megatron: column-parallel QKV and %s after f, row-parallel "
+                 "projections then g); %d of %d heads and %d of %d %s per rank; rows x cols are the rank's shape\n",
+            g->tp, fc, NHl, c->n_head, Fl, F, features);
     for (int t = 0; t < g->tp; t++) {
         fprintf(out, "  tp rank %d (world ranks", t);
         for (int s = 0; s < g->pp; s++)
             for (int d = 0; d < g->dp; d++) fprintf(out, " %d", (s * g->dp + d) * g->tp + t);
-        fprintf(out, "): heads %d..%d, FC features [%d, %d)", t * NHl, (t + 1) * NHl - 1, t * Fl, (t + 1) * Fl);
+        fprintf(out, "): heads %d..%d, %s [%d, %d)", t * NHl, (t + 1) * NHl - 1, features, t * Fl, (t + 1) * Fl);
         int KVl = c->n_kv_head / g->tp; /* llama's key/value heads (GQA) */
         if (c->arch == ARCH_LLAMA) fprintf(out, ", key/value heads %d..%d", t * KVl, (t + 1) * KVl - 1);
         fprintf(out, "\n");
