@@ -75,7 +75,13 @@ PY
 
 # tables NAME: the run printed its tables (the model states measured ==
 # theory row among them), and no row of them says NO
-tables() { grep -q "model states; measured == theory to the byte: yes" "$tmp/$1.out" && ! grep -q "\bNO\b" "$tmp/$1.out"; }
+# (else it prints the rows that say NO)
+tables() {
+    grep -q "model states; measured == theory to the byte: yes" "$tmp/$1.out" && ! grep -q "\bNO\b" "$tmp/$1.out" &&
+        return 0
+    grep "\bNO\b" "$tmp/$1.out" | head -5 | sed 's/^/    /'
+    return 1
+}
 
 covered=()
 for path in fp32 bf16; do

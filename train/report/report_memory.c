@@ -104,7 +104,8 @@ static void own_theories(double *own, const struct config *c, int n,
 /* On GPUs the CUDA runtime, cuBLAS and NCCL keep host memory of their own
  * (about 0.8 GB measured on an H100 host: docs/GPU.md). */
 static double rss_allowance(const struct rank_stats *ranks) {
-    return ranks[0].device_total > 0 ? (double)RSS_CUDA_ALLOWANCE : (double)RSS_LIBRARY_ALLOWANCE;
+    return (ranks[0].device_total > 0 ? (double)RSS_CUDA_ALLOWANCE : (double)RSS_LIBRARY_ALLOWANCE) +
+           RSS_SANITIZER_ALLOWANCE;
 }
 
 /* Peak RSS against the tracked peak of host buffers: at start-up (after init or load) and
@@ -129,9 +130,9 @@ static void rss_rows(FILE *out, FILE *json, const struct rank_stats *ranks, int 
     row(out, "peak RSS", col, n, -1, "getrusage: tagged + allocator, MPI, BLAS, OpenMP, code");
     for (int r = 0; r < n; r++) col[r] = ranks[r].rss - ranks[r].tracked_peak;
     char rule[160];
-    snprintf(rule, sizeof rule, "peak RSS - tracked peak; within the %.0f MiB library allowance%s at start-up and "
-                                "over the run: %s", mib(allowance), allowance > RSS_LIBRARY_ALLOWANCE ?
-                                " (CUDA's)" : "", within ? "yes" : "NO");
+    snprintf(rule, sizeof rule, "peak RSS - tracked peak; within the %.0f MiB library allowance%s%s at start-up "
+                                "and over the run: %s", mib(allowance), ranks[0].device_total > 0 ? " (CUDA's)" : "",
+                                RSS_SANITIZER_ALLOWANCE > 0 ? " (with ASan's shadow)" : "", within ? "yes" : "NO");
     row(out, "untracked", col, n, -1, rule);
     if (!json) return;
     for (int r = 0; r < n; r++) {
