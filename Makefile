@@ -107,6 +107,7 @@ mpi-test: deps $(MPI_TESTS) $(BUILD)/report
 	tests/mpi/cp_train.sh $(BUILD)
 	tests/mpi/gemm_paths.sh $(BUILD)
 	tests/mpi/own_numbers.sh $(BUILD)
+	tests/mpi/plan_ranks.sh $(BUILD)
 	tests/stale_temps.sh $(BUILD)
 	tests/threads_bits.sh $(BUILD)
 	tests/multihost/test_multihost.sh $(BUILD)

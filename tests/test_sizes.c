@@ -136,6 +136,27 @@ static void test_405b_trainer_flops(void **state) {
     assert_exact(f.model, tokens * (6 * n_gemm + 6 * L * C * T));
 }
 
+/* FLOPs per step, LLaMA blocks (llama-tiny's shape): each layer's GEMMs
+ * read C (NH + 2 KV) hs (qkv at GQA width) + C^2 (the projection) + 3 C F
+ * (SwiGLU's up, gate, down), so GEMMs 6 tokens (L that + V C) (the
+ * untied head, no padding); model FLOPs with N = Psi - wte (the embedding
+ * is a lookup; lm_head is a GEMM): L (that + 2 C) + C + V C. */
+static void test_llama_trainer_flops(void **state) {
+    (void)state;
+    struct config c;
+    llama405b(&c);
+    c.n_layer = 4, c.d_model = 192, c.n_head = 6, c.n_kv_head = 2, c.ffn_dim = 512, c.vocab_size = 256;
+    c.seq_len = 128, c.micro_batch = 8, c.grad_accum = 2;
+    const uint64_t L = 4, C = 192, NH = 6, KV = 2, hs = C / NH, F = 512, V = 256, T = 128, B = 8, k = 2;
+    const uint64_t tokens = B * T * k, layer = C * (NH + 2 * KV) * hs + C * C + 3 * C * F;
+    const uint64_t n_gemm = L * (layer + 2 * C) + C + V * C;
+    struct flop_theory f = theory_trainer_flops(&c, rank_place_dp(1, 0));
+    assert_exact(f.gemm, 6 * tokens * (L * layer + V * C));
+    assert_exact(f.attention, 12 * L * B * C * T * T * k);
+    assert_exact(f.n_gemm_params, n_gemm);
+    assert_exact(f.model, tokens * (6 * n_gemm + 6 * L * C * T));
+}
+
 /* The 405B dimensions with GPT-2 blocks and a uint16 vocabulary train as
  * far as the limits go; LLaMA-3's own vocabulary is stopped by the token
  * shards (uint16), not by the size limits, which it passes. */
@@ -315,6 +336,7 @@ int main(void) {
         cmocka_unit_test(test_405b_korthikanti_layer),
         cmocka_unit_test(test_405b_trainer_activations),
         cmocka_unit_test(test_405b_trainer_flops),
+        cmocka_unit_test(test_llama_trainer_flops),
         cmocka_unit_test(test_validate_accepts_405b),
         cmocka_unit_test(test_validate_rejects_attention_overflow),
         cmocka_unit_test(test_validate_layer_boundary),

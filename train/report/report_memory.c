@@ -365,8 +365,9 @@ void report_flops(FILE *out, const struct trainer *tr, int steps) {
     bool flash = tr->cfg->attention == ATTENTION_FLASH;
     bool full = tr->cfg->recompute == RECOMPUTE_FULL, any = tr->cfg->recompute != RECOMPUTE_NONE && (full || !flash);
     const char *per_t = tr->cfg->tp > 1 ? " / t" : "";
-    fprintf(out, "  %-11s %14.4e %14.4e  6 x tokens x (12 L C^2 + Vp C)%s%s: every weight sgemm\n", "layer GEMMs",
-            f->gemm / steps, th.gemm, per_t, full ? " + 16 L C^2 tokens recomputed" : "");
+    fprintf(out, "  %-11s %14.4e %14.4e  6 x tokens x (%s + Vp C)%s%s: every weight sgemm\n", "layer GEMMs",
+            f->gemm / steps, th.gemm, tr->cfg->arch == ARCH_LLAMA ? "L (C (NH + 2 KV) hs + C^2 + 3 C F)" : "12 L C^2",
+            per_t, full ? " + 16 L C^2 tokens recomputed" : "");
     if (flash) /* model/cpu/attention_lse.c's count; a GPU's tiles issue more (flash_attention.h) */
         fprintf(out, "  %-11s %14.4e %14.4e  %s L B C T (T+1) x accum%s: flash, causal products (QK^T, PV; QK^T again, "
                      "dP, dV, dQ, dK), as the CPU issues them; a GPU issues whole 64 x 64 tiles\n",
@@ -412,10 +413,12 @@ static bool comm_used(const struct rank_stats *ranks, int n, int g, int k) {
 }
 
 /* The rows a table shows, as JSON lines: one per rank, each rank's own
- * calls (the table's rule names the busiest rank's). */
-static void comm_json_rows(FILE *json, const struct rank_stats *ranks, int n, int steps, int g, int k,
-                           double theory) {
+ * calls and its own theory (the table's rule names the busiest rank's
+ * calls, its theory column rank 0's). */
+static void comm_json_rows(FILE *json, const struct config *c, const struct rank_stats *ranks, int n, int steps,
+                           int g, int k) {
     for (int r = 0; r < n; r++) {
+        double theory = theory_trainer_group_comm(c, rank_place_of(c, n, r), (enum grid_group)g, (enum coll_kind)k);
         fprintf(json,
                 "{\"type\":\"comm\",\"rank\":%d,\"group\":\"%s\",\"kind\":\"%s\",\"bytes_per_step\":%.17g,"
                 "\"calls_per_step\":%.17g,",
@@ -424,28 +427,6 @@ static void comm_json_rows(FILE *json, const struct rank_stats *ranks, int n, in
         if (theory >= 0) fprintf(json, "\"theory_bytes_per_step\":%.17g}\n", theory);
         else fprintf(json, "\"theory_bytes_per_step\":null}\n");
     }
-}
-
-/* Rank place p's own theory of kind k in group g per step; -1: none. */
-static double comm_theory_of(const struct config *c, struct rank_place p, int g, int k) {
-    if (g == GROUP_DP) {
-        struct comm_theory d = theory_trainer_comm(c, p);
-        return k == COLL_ALL_REDUCE ? d.all_reduce : k == COLL_REDUCE_SCATTER ? d.reduce_scatter
-             : k == COLL_ALL_GATHER ? d.all_gather : -1;
-    }
-    if (g == GROUP_TP) {
-        struct tp_comm_theory t = theory_trainer_tp_comm(c, p);
-        return k == COLL_ALL_REDUCE ? t.all_reduce : k == COLL_ALL_REDUCE_MAX ? t.all_reduce_max
-             : k == COLL_REDUCE_SCATTER ? t.reduce_scatter : k == COLL_ALL_GATHER ? t.all_gather : -1;
-    }
-    if (g == GROUP_CP) {
-        struct cp_comm_theory r = theory_trainer_cp_comm(c, p);
-        return k == COLL_SEND ? r.send : k == COLL_RECV ? r.recv : -1;
-    }
-    struct pipe_comm_theory q = theory_trainer_pp_comm(c, p);
-    if (g == GROUP_PP) return k == COLL_SEND ? q.send : k == COLL_RECV ? q.recv : -1;
-    if (g == GROUP_TIE && k == COLL_ALL_REDUCE) return p.pp_rank == 0 || p.pp_rank == p.pp - 1 ? q.tie_all_reduce : 0;
-    return -1;
 }
 
 /* One group's rows: dp always shows the kinds ZeRO's theory covers (and
@@ -463,7 +444,7 @@ static void comm_group_rows(FILE *out, FILE *json, const struct trainer *tr, con
     struct comm_theory th = theory_trainer_comm(tr->cfg, p0);
     struct tp_comm_theory tt = theory_trainer_tp_comm(tr->cfg, p0);
     double theory[COLL_NUM_KINDS]; /* "-": no theory */
-    for (int k = 0; k < COLL_NUM_KINDS; k++) theory[k] = comm_theory_of(tr->cfg, p0, g, k);
+    for (int k = 0; k < COLL_NUM_KINDS; k++) theory[k] = theory_trainer_group_comm(tr->cfg, p0, (enum grid_group)g, (enum coll_kind)k);
     for (int k = 0; k < COLL_NUM_KINDS; k++) {
         bool always = g == GROUP_DP && (theory[k] >= 0 || k == COLL_SCALAR);
         if (!always && !comm_used(ranks, n, g, k)) continue;
@@ -513,12 +494,13 @@ static void comm_group_rows(FILE *out, FILE *json, const struct trainer *tr, con
         else snprintf(rule, sizeof rule, "%.1f calls per step", calls);
         if (theory[k] >= 0 && (g != GROUP_DP || tr->cfg->pp > 1 || tr->cfg->tp > 1)) {
             bool all = true; /* the stages and tp slices differ: each rank against its own */
-            for (int r = 0; r < n; r++) all = all && col[r] == comm_theory_of(tr->cfg, rank_place_of(tr->cfg, n, r), g, k);
+            for (int r = 0; r < n; r++) all = all && col[r] == theory_trainer_group_comm(tr->cfg, rank_place_of(tr->cfg, n, r),
+                                                                     (enum grid_group)g, (enum coll_kind)k);
             size_t used = strlen(rule);
             snprintf(rule + used, sizeof rule - used, "; every rank = own: %s", all ? "yes" : "NO");
         }
         row(out, coll_kind_name((enum coll_kind)k), col, n, theory[k], rule);
-        if (json) comm_json_rows(json, ranks, n, steps, g, k, theory[k]);
+        if (json) comm_json_rows(json, tr->cfg, ranks, n, steps, g, k);
     }
     if (g == GROUP_DP) {
         for (int r = 0; r < n; r++)

@@ -5,6 +5,8 @@
 #define SHARDLAB_ACCOUNTING_H
 
 #include "../config/config.h"
+#include "collectives.h"
+#include "grid.h"
 #include "mem.h"
 #include "theory.h"
 #include "../measure/timeline.h"
@@ -180,6 +182,14 @@ bool theory_trainer_acts_direct(const struct config *c, struct rank_place p);
 bool theory_trainer_logits_bf16(const struct config *c, struct rank_place p);
 struct cp_comm_theory theory_trainer_cp_comm(const struct config *c, struct rank_place p);
 
+/* The bytes per step this rank's theory gives for collective kind k in
+ * grid group g, from the theories above (dp: theory_trainer_comm; tp:
+ * theory_trainer_tp_comm; pp and tie: theory_trainer_pp_comm, the tie's on
+ * the first and last stage only; cp: theory_trainer_cp_comm); -1 where no
+ * theory covers that kind (the scalars). The one source of the report's
+ * theory column (train/report/report_memory.c) and build/plan --ranks. */
+double theory_trainer_group_comm(const struct config *c, struct rank_place p, enum grid_group g, enum coll_kind k);
+
 /* Bytes of the stage's communication buffers: ZeRO-3's gathered
  * embedding, head and layer (param dtype), ZeRO-2/3's reduce-scatter bucket
  * (largest padded unit, grad dtype); with c->overlap a second gathered
@@ -252,7 +262,8 @@ struct memory_need theory_trainer_memory(const struct config *c, struct rank_pla
  * row-parallel biases) count once. */
 struct flop_theory {
     double tokens;            /* B T accum per step */
-    double gemm;              /* layer GEMMs: 6 tokens (12 L C^2 + Vp C) / t (+ 16 L C^2 tokens / t full recompute) */
+    double gemm;              /* layer GEMMs: 6 tokens (L W + Vp C) / t, W = theory_layer_gemm_weights (GPT-2:
+                               * 12 C^2) (+ 16 L C^2 tokens / t full recompute, GPT-2's) */
     double attention;         /* attention GEMMs issued, full T x T squares: 12 L B C T^2 accum / t
                                * (+ 4 L B C T^2 accum / t recomputed) */
     double recompute;         /* the recomputed part of gemm + attention (hardware, not model FLOPs) */

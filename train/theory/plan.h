@@ -15,6 +15,7 @@ struct plan_opts {
     struct theory_plan_input in;
     bool json;                          /* --json: one JSON object instead of tables */
     bool all;                           /* --all: every layout of the search, not the useful rows */
+    bool ranks;                         /* --ranks: every rank's own theory instead (plan_ranks.c) */
     const char *config_path;            /* --config, for the header; NULL: none */
     const struct theory_device *device; /* --device: memory, peak and link unless given */
 };
@@ -29,5 +30,10 @@ void plan_usage(FILE *f);
 
 void plan_print_text(FILE *f, const struct theory_plan *pl, const struct plan_opts *o, const struct config *c);
 void plan_print_json(FILE *f, const struct theory_plan *pl, const struct plan_opts *o);
+/* --ranks: each rank's own theory on a grid of o->in.devices ranks, as a
+ * table or (o->json) JSON lines. Returns 0, or -1 after a message to `err`
+ * (a world the config's tp x cp x pp does not divide, a run the trainer
+ * would refuse). */
+int plan_print_ranks(FILE *f, FILE *err, const struct plan_opts *o, const struct config *c);
 
 #endif

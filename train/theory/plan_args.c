@@ -65,6 +65,9 @@ void plan_usage(FILE *f) {
             "  --ckpt-per-layer K   checkpoints per layer in the seed-style estimate, 1..1000 (default 4)\n"
             "  --all                every layout of the search, not only the fastest that fit\n"
             "  --json               one JSON object instead of tables (every layout, --layout's too)\n"
+            "  --ranks              instead: every rank's own memory and traffic on --devices N ranks (the config's\n"
+            "                       tp, cp, pp; dp the rest), from the trainer's own theory; with --json as the\n"
+            "                       trainer's --log_json records (memory, comm), to compare with a run's\n"
             "  --help               this text and the config keys\n\n");
 }
 
@@ -135,7 +138,7 @@ static int parse_device(FILE *err, const char *v, struct plan_opts *o) {
 
 /* Which planner values were given, so that --device fills only the rest. */
 struct given {
-    bool memory, link, inter, per_node;
+    bool memory, link, inter, per_node, devices;
 };
 
 /* One planner flag and its value v. Returns 0, -1 on a bad value, or 1
@@ -144,7 +147,10 @@ static int parse_flag(FILE *err, const char *a, const char *v, struct plan_opts 
     struct theory_plan_input *in = &o->in;
     double x = 0;
     int rc;
-    if (!strcmp(a, "--devices")) return parse_whole(err, a, v, 1, MAX_DEVICES, &in->devices);
+    if (!strcmp(a, "--devices")) {
+        g->devices = true;
+        return parse_whole(err, a, v, 1, MAX_DEVICES, &in->devices);
+    }
     if (!strcmp(a, "--device")) return parse_device(err, v, o);
     if (!strcmp(a, "--device-memory")) {
         g->memory = true;
@@ -213,8 +219,8 @@ static int parse_planner_flags(int argc, char **argv, struct plan_opts *o, struc
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
-        if (!strcmp(a, "--json") || !strcmp(a, "--all")) {
-            *(a[2] == 'j' ? &o->json : &o->all) = true;
+        if (!strcmp(a, "--json") || !strcmp(a, "--all") || !strcmp(a, "--ranks")) {
+            *(a[2] == 'j' ? &o->json : a[2] == 'a' ? &o->all : &o->ranks) = true;
             continue;
         }
         char key[FLAG_LEN];
@@ -295,7 +301,7 @@ int plan_parse_args(int argc, char **argv, struct plan_opts *o, struct config *c
                                    .link_bandwidth = SEED_LINK_BANDWIDTH, .watts = 0, .zero_stage = 1,
                                    .recompute = RECOMPUTE_SELECTIVE, .ckpt_per_layer = SEED_CKPT_PER_LAYER}};
     config_defaults(c);
-    struct given g = {false, false, false, false};
+    struct given g = {false, false, false, false, false};
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     if (!rest) return -1;
     int rest_argc = 0;
@@ -308,5 +314,9 @@ int plan_parse_args(int argc, char **argv, struct plan_opts *o, struct config *c
     }
     free(rest);
     if (rc == 0 && (check_model(err, c) || check_layouts(err, &o->in, c) || apply_device(err, o, &g, c))) rc = -1;
+    if (rc == 0 && o->ranks && !g.devices) {
+        fprintf(err, "plan: --ranks needs --devices N, the world size of the run it describes\n");
+        rc = -1;
+    }
     return rc;
 }

@@ -1,6 +1,7 @@
 /* build/plan: capacity questions answered from the theory module alone,
  * without training: the flags (plan_args.c), theory_plan(), then the text
- * tables (plan_print.c) or one JSON object (plan_json.c). */
+ * tables (plan_print.c) or one JSON object (plan_json.c); or with --ranks
+ * every rank's own theory (plan_ranks.c). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -19,6 +20,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "plan: see --help\n");
         return 2;
     }
+    if (o.ranks) return plan_print_ranks(stdout, stderr, &o, &c) == 0 ? 0 : 2;
     struct theory_plan *pl = malloc(sizeof *pl);
     if (!pl) return 1;
     theory_plan(pl, &c, &o.in);

@@ -52,6 +52,9 @@ struct theory_params {
     double padding;   /* extra rows from padding V to Vp; not in total */
 };
 struct theory_params theory_param_count(const struct theory_model *m);
+/* The weights one layer's GEMMs read, biases and norms aside: attention
+ * 2 h (a + n_kv) d_h, MLP 2 h F (SwiGLU 3 h F); GPT-2's 12 h^2. */
+double theory_layer_gemm_weights(const struct theory_model *m);
 
 /* ---- FLOPs (theory_flops.c) ---- */
 struct theory_flops {

@@ -52,6 +52,17 @@ struct theory_dtypes theory_dtypes_from_config(const struct config *c) {
  * no biases; matches Megatron's theoretical_memory_usage.py terms) and
  * Narayanan et al. 2021 eq. 2 (GPT: 12 l h^2 (1 + 13/(12h) + (V+s)/(12lh))
  * plus the final LayerNorm's 2h, which eq. 2 leaves out). */
+/* W_q and W_o are h x a d_h; W_k and W_v are h x n_kv d_h. */
+static double attention_weights(const struct theory_model *m) {
+    const double h = m->h, q = (double)m->a * m->d_h, kv = (double)m->n_kv * m->d_h;
+    return 2.0 * h * q + 2.0 * h * kv;
+}
+
+/* GELU MLP: up h x F and down F x h. SwiGLU: gate, up and down. */
+static double ffn_weights(const struct theory_model *m) { return (m->swiglu ? 3.0 : 2.0) * m->h * m->F; }
+
+double theory_layer_gemm_weights(const struct theory_model *m) { return attention_weights(m) + ffn_weights(m); }
+
 struct theory_params theory_param_count(const struct theory_model *m) {
     const double L = m->L, h = m->h, F = m->F;
     const double q = (double)m->a * m->d_h;     /* query width a d_h (= h for GPT) */
@@ -60,12 +71,10 @@ struct theory_params theory_param_count(const struct theory_model *m) {
     const double head_copies = m->tied_embeddings ? 1.0 : 2.0;
     struct theory_params p;
 
-    /* W_q and W_o are h x a d_h; W_k and W_v are h x n_kv d_h. GPT adds
-     * the qkv bias (q + 2kv) and the output-projection bias (h). */
-    p.attention = L * (2.0 * h * q + 2.0 * h * kv + (m->biases ? q + 2.0 * kv + h : 0.0));
-    /* GELU MLP: up h x F and down F x h (+ biases F and h). SwiGLU: gate,
-     * up and down, no biases. */
-    p.ffn = L * (m->swiglu ? 3.0 * h * F : 2.0 * h * F + (m->biases ? F + h : 0.0));
+    /* GPT adds the qkv bias (q + 2kv) and the output-projection bias (h),
+     * and the MLP's biases F and h; LLaMA has none. */
+    p.attention = L * (attention_weights(m) + (m->biases ? q + 2.0 * kv + h : 0.0));
+    p.ffn = L * (ffn_weights(m) + (m->biases ? F + h : 0.0));
     p.norms = L * 2.0 * norm + norm;
     p.embedding = head_copies * (double)m->V * h;
     p.position = m->position_embedding ? (double)(m->max_s > 0 ? m->max_s : m->s) * h : 0.0;

@@ -297,8 +297,11 @@ struct flop_theory theory_trainer_flops(const struct config *c, struct rank_plac
     double cp = rank_place_cp(p); /* a cp rank's tokens: T/cp of each sequence, with the same causal work (the split) */
     f.tokens = B * T * k / cp;
     /* every layer GEMM is the rank's 1/t: QKV and FC its output features,
-     * the projections its input features */
-    f.gemm = 6 * f.tokens * (12 * L * C * C / t + Vl * C);
+     * the projections its input features; a layer's GEMMs read
+     * theory_layer_gemm_weights (GPT-2: 12 C^2) */
+    struct theory_model shape;
+    theory_model_from_config(&shape, c);
+    f.gemm = 6 * f.tokens * (L * theory_layer_gemm_weights(&shape) / t + Vl * C);
     /* attention GEMMs as issued, full T x T squares: per head QK^T and PV,
      * 2 T^2 hs each, so 4 B T^2 C per layer forward (the rank's NH/t heads:
      * C/t); backward dP, dV, dQ, dK, twice that */
@@ -338,6 +341,27 @@ struct flop_theory theory_trainer_flops(const struct config *c, struct rank_plac
     f.model = f.tokens * (6 * f.n_gemm_params + 6 * L * C * T) / t;
     f.attention_model = f.tokens * (6 * L * C * T) / t; /* the causal half of 12 L C T per token */
     return f;
+}
+
+double theory_trainer_group_comm(const struct config *c, struct rank_place p, enum grid_group g, enum coll_kind k) {
+    if (g == GROUP_DP) {
+        struct comm_theory d = theory_trainer_comm(c, p);
+        return k == COLL_ALL_REDUCE ? d.all_reduce : k == COLL_REDUCE_SCATTER ? d.reduce_scatter
+             : k == COLL_ALL_GATHER ? d.all_gather : -1;
+    }
+    if (g == GROUP_TP) {
+        struct tp_comm_theory t = theory_trainer_tp_comm(c, p);
+        return k == COLL_ALL_REDUCE ? t.all_reduce : k == COLL_ALL_REDUCE_MAX ? t.all_reduce_max
+             : k == COLL_REDUCE_SCATTER ? t.reduce_scatter : k == COLL_ALL_GATHER ? t.all_gather : -1;
+    }
+    if (g == GROUP_CP) {
+        struct cp_comm_theory r = theory_trainer_cp_comm(c, p);
+        return k == COLL_SEND ? r.send : k == COLL_RECV ? r.recv : -1;
+    }
+    struct pipe_comm_theory q = theory_trainer_pp_comm(c, p);
+    if (g == GROUP_PP) return k == COLL_SEND ? q.send : k == COLL_RECV ? q.recv : -1;
+    if (g == GROUP_TIE && k == COLL_ALL_REDUCE) return p.pp_rank == 0 || p.pp_rank == p.pp - 1 ? q.tie_all_reduce : 0;
+    return -1;
 }
 
 double theory_trainer_comm_buffers(const struct config *c, struct rank_place p) {
