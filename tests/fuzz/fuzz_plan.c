@@ -30,7 +30,7 @@ static int split_words(char *text, char *argv[MAX_WORDS + 1]) {
     argv[argc++] = "plan";
     char *save = NULL;
     bool skip_next = false;
-    for (char *w = strtok_r(text, " \t\r\n", &save); w && argc <= MAX_WORDS; w = strtok_r(NULL, " \t\r\n", &save)) {
+    for (char *w = strtok_r(text, " \t\r\n", &save); w && argc < MAX_WORDS; w = strtok_r(NULL, " \t\r\n", &save)) {
         bool config = strncmp(w, "--config", strlen("--config")) == 0;
         if (skip_next || config) {
             skip_next = config && strcmp(w, "--config") == 0;
