@@ -226,6 +226,23 @@ struct tensor_info layout_layer_tensor(const struct model_layout *lay, int layer
  * ref_total: they are padding, zero and never trained. */
 size_t layout_ref_index(const struct model_layout *lay, const struct tensor_info *t, size_t i);
 
+/* The whole model's parameters by part (tp 1, every tensor once, the tied
+ * head's copy not again), from the tensors' shapes above: the one count
+ * the trainer's buffers, build/plan and the theory use
+ * (train/theory/theory_params.c). The embedding and the untied head count
+ * V rows; their rows V..Vp are `padding`, apart. Doubles: the planner's
+ * shapes reach 1e12 parameters. */
+struct layout_param_parts {
+    double embedding;  /* wte, and llama's lm_head */
+    double position;   /* wpe (gpt2) */
+    double attention;  /* qkv and the projection, weights and biases, all layers */
+    double ffn;        /* fc (up), fc2 (gate), fcproj (down), all layers */
+    double norms;      /* every layer's norms and the final one */
+    double padding;    /* vocabulary rows V..Vp of wte (and lm_head) */
+    double layer_gemm; /* one layer's GEMM weights (layout_gemm_tensor): what its GEMMs read per token */
+};
+struct layout_param_parts layout_param_parts(const struct model_shape *s);
+
 /* 2-D weights (matrices) get weight decay by default; vectors do not. */
 static inline bool tensor_is_matrix(const struct tensor_info *t) { return t->full_rows > 1 && t->full_cols > 1; }
 

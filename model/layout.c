@@ -196,6 +196,39 @@ bool layout_gemm_tensor(enum unit_kind k, int t) {
     }
 }
 
+/* Elements of a full shape in a double (the planner's shapes). */
+static double elements(struct shape2d d) { return (double)d.rows * (double)d.cols; }
+
+/* Of a shape with Vp rows (or none: gpt2's lm_head), the part in V rows
+ * and the padding rows' part. */
+static void vocab_rows(const struct model_shape *s, struct shape2d d, double *real, double *padding) {
+    if (d.rows == 0) return;
+    *real += (double)s->V * d.cols;
+    *padding += elements(d) - (double)s->V * d.cols;
+}
+
+struct layout_param_parts layout_param_parts(const struct model_shape *s) {
+    struct layout_param_parts p = {0};
+    vocab_rows(s, embed_shape(s, EMB_WTE), &p.embedding, &p.padding);
+    p.position = elements(embed_shape(s, EMB_WPE));
+    p.norms = elements(head_shape(s, HEAD_LNF_W)) + elements(head_shape(s, HEAD_LNF_B));
+    vocab_rows(s, head_shape(s, HEAD_LM), &p.embedding, &p.padding); /* HEAD_WTE: the tied copy, counted once */
+    double attention = 0, ffn = 0, norms = 0;
+    for (int t = 0; t < LAYER_NUM_TENSORS; t++) {
+        double n = elements(layer_shape(s, (enum layer_tensor)t));
+        switch ((enum layer_tensor)t) {
+        case LAYER_LN1_W: case LAYER_LN1_B: case LAYER_LN2_W: case LAYER_LN2_B: norms += n; break;
+        case LAYER_QKV_W: case LAYER_QKV_B: case LAYER_ATTPROJ_W: case LAYER_ATTPROJ_B: attention += n; break;
+        default: ffn += n; break;
+        }
+        if (layout_gemm_tensor(UNIT_LAYER, t)) p.layer_gemm += n;
+    }
+    p.attention = s->L * attention;
+    p.ffn = s->L * ffn;
+    p.norms += s->L * norms;
+    return p;
+}
+
 /* A unit's vectors packed: offsets vec[t] of its n tensors (sizes from the
  * offsets off[] and the unit's size) that are not a GEMM's; their sum. */
 static size_t pack_vectors(enum unit_kind k, const size_t *off, int n, size_t size, size_t *vec) {

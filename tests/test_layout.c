@@ -247,7 +247,7 @@ static void test_llama_tensors(void **state) {
     assert_int_equal(lay.total, at);
     assert_int_equal(lay.ref_total, at);
     struct theory_model m = {.L = L, .h = C, .a = NH, .n_kv = KV, .d_h = HS, .F = F, .s = 8, .V = V, .Vp = V,
-                             .swiglu = true, .rmsnorm = true};
+                             .arch = ARCH_LLAMA, .swiglu = true, .rmsnorm = true};
     assert_int_equal((size_t)theory_param_count(&m).total, at);
     /* GQA: KV must divide NH */
     s.KV = 3;

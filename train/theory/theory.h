@@ -21,6 +21,7 @@
 struct theory_model {
     int L, h, a, n_kv, d_h, F, s, V, Vp;
     int max_s;               /* position-table rows (max_seq_len; s when the config leaves it 0) */
+    enum model_arch arch;    /* the blocks (include/layout.h); the flags below follow from it */
     bool swiglu;             /* 3 FFN matrices (gate, up, down) instead of 2 */
     bool rmsnorm;            /* norm has a gain only (LayerNorm: gain + bias) */
     bool biases;             /* GEMM biases (GPT-2) */
@@ -52,8 +53,9 @@ struct theory_params {
     double padding;   /* extra rows from padding V to Vp; not in total */
 };
 struct theory_params theory_param_count(const struct theory_model *m);
-/* The weights one layer's GEMMs read, biases and norms aside: attention
- * 2 h (a + n_kv) d_h, MLP 2 h F (SwiGLU 3 h F); GPT-2's 12 h^2. */
+/* The weights one layer's GEMMs read, biases and norms aside (the
+ * layout's, layout_param_parts): attention 2 h (a + n_kv) d_h, MLP 2 h F
+ * (SwiGLU 3 h F); GPT-2's 12 h^2. */
 double theory_layer_gemm_weights(const struct theory_model *m);
 
 /* ---- FLOPs (theory_flops.c) ---- */

@@ -27,6 +27,7 @@ void theory_model_from_config(struct theory_model *m, const struct config *c) {
     /* Only the gpt2 path pads the embedding rows (llm.c); the padding is
      * reported apart from the parameter count. */
     m->Vp = llama ? c->vocab_size : padded_vocab(c->vocab_size);
+    m->arch = c->arch;
     m->swiglu = llama;
     m->rmsnorm = llama;
     m->biases = !llama;
@@ -48,37 +49,35 @@ struct theory_dtypes theory_dtypes_from_config(const struct config *c) {
     return d;
 }
 
-/* Whole-model count, THEORY.md 4.5 (LLaMA: SwiGLU, GQA, RMSNorm, untied,
- * no biases; matches Megatron's theoretical_memory_usage.py terms) and
- * Narayanan et al. 2021 eq. 2 (GPT: 12 l h^2 (1 + 13/(12h) + (V+s)/(12lh))
- * plus the final LayerNorm's 2h, which eq. 2 leaves out). */
-/* W_q and W_o are h x a d_h; W_k and W_v are h x n_kv d_h. */
-static double attention_weights(const struct theory_model *m) {
-    const double h = m->h, q = (double)m->a * m->d_h, kv = (double)m->n_kv * m->d_h;
-    return 2.0 * h * q + 2.0 * h * kv;
+/* The model's shape as the layout reads it (include/layout.h). */
+static struct model_shape layout_shape(const struct theory_model *m) {
+    return (struct model_shape){.L = m->L, .C = m->h, .NH = m->a, .T = m->s, .maxT = m->max_s, .V = m->V,
+                                .Vp = m->Vp, .arch = m->arch, .KV = m->n_kv, .F = m->F};
 }
 
-/* GELU MLP: up h x F and down F x h. SwiGLU: gate, up and down. */
-static double ffn_weights(const struct theory_model *m) { return (m->swiglu ? 3.0 : 2.0) * m->h * m->F; }
-
-double theory_layer_gemm_weights(const struct theory_model *m) { return attention_weights(m) + ffn_weights(m); }
-
+/* Whole-model count: the layout's tensors (layout_param_parts), the one
+ * count the trainer allocates by. They are the papers' terms: THEORY.md
+ * 4.5 for LLaMA (per layer W_q, W_o h x a d_h, W_k, W_v h x n_kv d_h,
+ * gate, up, down 3 h F, two RMSNorm gains; untied embedding and head;
+ * matches Megatron's theoretical_memory_usage.py) and Narayanan et al.
+ * 2021 eq. 2 for GPT (12 l h^2 (1 + 13/(12h) + (V+s)/(12lh)) plus the
+ * final LayerNorm's 2h, which eq. 2 leaves out); tests/test_sizes.c and
+ * tests/test_plan.c check them against those formulas. */
 struct theory_params theory_param_count(const struct theory_model *m) {
-    const double L = m->L, h = m->h, F = m->F;
-    const double q = (double)m->a * m->d_h;     /* query width a d_h (= h for GPT) */
-    const double kv = (double)m->n_kv * m->d_h; /* key/value width n_kv d_h */
-    const double norm = m->rmsnorm ? h : 2.0 * h;
-    const double head_copies = m->tied_embeddings ? 1.0 : 2.0;
+    struct model_shape shape = layout_shape(m);
+    struct layout_param_parts parts = layout_param_parts(&shape);
     struct theory_params p;
-
-    /* GPT adds the qkv bias (q + 2kv) and the output-projection bias (h),
-     * and the MLP's biases F and h; LLaMA has none. */
-    p.attention = L * (attention_weights(m) + (m->biases ? q + 2.0 * kv + h : 0.0));
-    p.ffn = L * (ffn_weights(m) + (m->biases ? F + h : 0.0));
-    p.norms = L * 2.0 * norm + norm;
-    p.embedding = head_copies * (double)m->V * h;
-    p.position = m->position_embedding ? (double)(m->max_s > 0 ? m->max_s : m->s) * h : 0.0;
+    p.attention = parts.attention;
+    p.ffn = parts.ffn;
+    p.norms = parts.norms;
+    p.embedding = parts.embedding;
+    p.position = parts.position;
     p.total = p.embedding + p.position + p.attention + p.ffn + p.norms;
-    p.padding = head_copies * (double)(m->Vp - m->V) * h;
+    p.padding = parts.padding;
     return p;
+}
+
+double theory_layer_gemm_weights(const struct theory_model *m) {
+    struct model_shape shape = layout_shape(m);
+    return layout_param_parts(&shape).layer_gemm;
 }
