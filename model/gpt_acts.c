@@ -101,6 +101,10 @@ bool acts_direct(const struct gpt *m) {
     return acts_gemm_reads_store(m) && (m->space == MEM_HOST || (m->flops && m->flops->device.reads_bf16));
 }
 
+bool acts_stores_direct(const struct gpt *m) {
+    return m->shape.arch == ARCH_LLAMA ? m->act_dtype == DTYPE_BF16 : acts_direct(m);
+}
+
 /* The head's logits in bf16 (--gpu_path v2 on device memory at tp = 1):
  * the head's GEMM writes them bf16 (matmul_forward_mixed's bf16 output),
  * crossentropy_forward_backward_bf16 turns them into bf16 dlogits in place

@@ -33,6 +33,12 @@ size_t acts_work_total(const struct gpt *m);
  * activation gradients too (acts_direct). gpt_acts.c says why each. */
 bool acts_gemm_reads_store(const struct gpt *m);
 bool acts_direct(const struct gpt *m);
+/* Whether the kernels read and write the bf16 stores as they are, the
+ * attention's (the ring's) included: GPT-2's acts_direct; LLaMA's whenever
+ * its activations are bf16 (model/llama.c: its kernels always do, on fp32
+ * GEMMs too). The ring (model/context_parallel/ring.c) keeps and sends K
+ * and V in the stores' dtype by it. */
+bool acts_stores_direct(const struct gpt *m);
 /* The head's logits (and dlogits) bf16: acts_direct on device memory at tp = 1. */
 bool acts_logits_bf16(const struct gpt *m);
 

@@ -177,7 +177,10 @@ void llama_init_chunks(struct gpt *m, struct mem_tracker *mem) {
         m->gemm_out = mem_alloc(mem, space, S, "a GEMM's output or dout in fp32", out_n * 4);
     }
     size_t hs = head_size(m);
-    if (flash(m)) /* the ring's backward (cp > 1): D, B NH T */
+    if (flash(m) && direct(m)) /* the ring's on the stores (cp > 1): D, B NH T, and each thread's tiles */
+        m->att_scratch = mem_alloc(mem, space, S, "attention D, tiles (fp32)",
+                                   attention_lse_bf16_scratch_in(space, m->B, m->shape.T, m->Cl, m->NHl) * 4);
+    else if (flash(m)) /* the ring's backward (cp > 1): D, B NH T */
         m->att_scratch = mem_alloc(mem, space, S, "attention D (fp32, B NH T)", BT * (size_t)m->NHl * 4);
     else if (direct(m))
         m->att_scratch = mem_alloc(mem, space, S, "attention tiles (fp32, per thread)",
@@ -312,7 +315,9 @@ static void row_parallel(struct gpt *m, float *tmp, struct operand x, struct ope
 
 static void attention_forward_of(struct gpt *m, struct llama_view *v) {
     int64_t NH = m->NHl, KV = kv_local(m), hs = (int64_t)head_size(m);
-    if (m->cpp->attention_forward) /* context parallel: every rank's keys by ring, K and V at KV width */
+    if (m->cpp->attention_forward && direct(m)) /* context parallel: every rank's keys by ring, K and V at KV width */
+        m->cpp->attention_forward_bf16(m, v->h[LA_ATTY], v->att, v->h[LA_QKV], m->att_scratch);
+    else if (m->cpp->attention_forward)
         m->cpp->attention_forward(m, v->f[LA_ATTY], v->att, v->f[LA_QKV]);
     else if (direct(m))
         attention_gqa_forward_bf16(v->h[LA_ATTY], v->att, v->h[LA_QKV], m->att_scratch, m->B, m->shape.T, NH, KV, hs,
@@ -394,8 +399,12 @@ static struct operand attention_backward_of(struct gpt *m, struct llama_view *v)
     int64_t N = (int64_t)bt(m), NH = m->NHl, KV = kv_local(m), QKV = (int64_t)qkv_width(m), hs = (int64_t)head_size(m);
     struct exec_ctx *fc = m->flops;
     if (direct(m)) {
-        attention_gqa_backward_bf16(m->dqkv16, m->dtemp_btc, v->h[LA_QKV], v->att, m->att_scratch, m->B, m->shape.T,
-                                    NH, KV, hs, fc);
+        if (m->cpp->attention_backward_bf16) /* the ring's: dQ, dK, dV rounded once into dqkv16 */
+            m->cpp->attention_backward_bf16(m, m->dqkv16, m->att_scratch, m->dtemp_btc, v->h[LA_QKV], v->h[LA_ATTY],
+                                            v->att);
+        else
+            attention_gqa_backward_bf16(m->dqkv16, m->dtemp_btc, v->h[LA_QKV], v->att, m->att_scratch, m->B,
+                                        m->shape.T, NH, KV, hs, fc);
         rope_backward_bf16(m->dqkv16, m->dqkv16, QKV, m->rope_freqs, m->rope_pos, N, NH + KV, hs, fc);
         return (struct operand){NULL, m->dqkv16};
     }

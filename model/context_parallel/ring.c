@@ -36,9 +36,9 @@ struct ring {
 };
 
 /* The dtype K and V are stored and sent in: the saved qkv's on the bf16
- * data path (acts_direct), else fp32. The dK, dV accumulators stay fp32
+ * data path (acts_stores_direct), else fp32. The dK, dV accumulators stay fp32
  * (each rank adds to them: rounding there would round cp times). */
-static enum dtype ring_kv_dtype(const struct gpt *m) { return acts_direct(m) ? DTYPE_BF16 : DTYPE_FP32; }
+static enum dtype ring_kv_dtype(const struct gpt *m) { return acts_stores_direct(m) ? DTYPE_BF16 : DTYPE_FP32; }
 
 /* This rank's key/value heads, their width KVw (= Cl without GQA), and a
  * qkv row's: NHl query heads, then KVl key and KVl value heads. */

@@ -9,8 +9,8 @@
 # train; the model file a cp 2 run saves before any step is byte-equal to
 # the 1-rank one's; resume states move between cp layouts (cp 2 -> 1 rank,
 # cp 2 -> cp 4, 1 rank -> cp 2); arch = llama at cp 2 and cp 2 x tp 2 the
-# same. Every cp run's memory, FLOPs and [cp] ring rows equal
-# each rank's own theory. Bad input gets one clear error and a non-zero exit on
+# same, in fp32 and (within bf16's tolerance) bf16. Every cp run's memory,
+# FLOPs and [cp] ring rows equal each rank's own theory. Bad input gets one clear error and a non-zero exit on
 # every rank: seq_len not a multiple of 2 cp, cp not dividing the world,
 # --attention plain (naming flash).
 # Usage: tests/mpi/cp_train.sh BUILD_DIR
@@ -31,8 +31,9 @@ run() { # name ranks args...: the run's log in $tmp/name.json, its model in $tmp
     timeout 300 "${cmd[@]}" "${args[@]}" "$@" --log_json "$tmp/$name.json" --save "$tmp/$name.bin" >"$tmp/$name.out" 2>&1 ||
         { echo "!! $name run failed"; cat "$tmp/$name.out"; fails=$((fails + 1)); return 1; }
 }
-same() { # reference run: losses at each step and the saved parameters within 1e-5
-python3 - "$tmp/$1" "$tmp/$2" "$2" <<'PY' || fails=$((fails + 1))
+same() { # reference run [tol]: losses at each step within tol (default 1e-5) and, at the default, the
+         # saved (fp32) parameters within 1e-5
+python3 - "$tmp/$1" "$tmp/$2" "$2" "${3:-}" <<'PY' || fails=$((fails + 1))
 import json, struct, sys
 def losses(p):
     return [json.loads(l)["loss"] for l in open(p + ".json") if '"type":"step"' in l]
@@ -40,12 +41,13 @@ def params(p):
     b = open(p + ".bin", "rb").read()[1024:]  # llm.c: a 256 x int32 header, then fp32 parameters
     return struct.unpack("<%df" % (len(b) // 4), b)
 a, b = losses(sys.argv[1]), losses(sys.argv[2])
+tol, strict = float(sys.argv[4] or 1e-5), not sys.argv[4]
 worst = max(abs(x - y) for x, y in zip(a, b)) if a and len(a) == len(b) else float("inf")
 pa, pb = params(sys.argv[1]), params(sys.argv[2])
 pworst = max(abs(x - y) for x, y in zip(pa, pb)) if len(pa) == len(pb) else float("inf")
-print(f"{sys.argv[3]} vs 1 rank, {len(b)} steps: loss {a[0]:.6f} -> {a[-1]:.6f}, max |loss diff| {worst:.2e}, "
-      f"max |param diff| {pworst:.2e} over {len(pb)} parameters")
-sys.exit(0 if len(a) == 20 and worst <= 1e-5 and pworst <= 1e-5 and a[-1] < a[0] - 0.5 else 1)
+print(f"{sys.argv[3]} vs 1 rank, {len(b)} steps: loss {a[0]:.6f} -> {a[-1]:.6f}, max |loss diff| {worst:.2e}, " +
+      (f"max |param diff| {pworst:.2e} over {len(pb)} parameters" if strict else f"within {tol:g}"))
+sys.exit(0 if len(a) == 20 and worst <= tol and (pworst <= 1e-5 or not strict) and a[-1] < a[0] - 0.5 else 1)
 PY
 }
 run one 1 && run one_accum2 1 --grad_accum 2 || exit 1
@@ -79,15 +81,24 @@ done
 # the key/value heads' width and RoPE turns each row at its global
 # position: cp 2 and cp 2 x tp 2 give the 1-rank run's losses and
 # parameters (1 rank: plain attention; the ring is llama's flash form),
-# every table = each rank's own theory
+# every table = each rank's own theory. In fp32 within 1e-5; with bf16
+# activations (its default data path; fp32 GEMMs on the stores where the
+# CPU has no bf16 ones) the ring keeps and sends K and V in bf16 (its
+# tables' "x 2") and rounds the output and dQ, dK, dV once each: losses
+# within 2e-3, as gemm_paths' bf16 layouts (measured on Zen 4: 1.7e-4
+# over 20 steps)
 llama=(--arch llama --n_kv_head 2 --ffn_dim 96)
-if run llama_one 1 "${llama[@]}" --attention plain; then
-    for name in llama_cp2 llama_cp2_tp2; do
-        extra=(--cp 2); n=2
-        [ "$name" = llama_cp2_tp2 ] && extra=(--cp 2 --tp 2) && n=4
-        run "$name" "$n" "${llama[@]}" "${extra[@]}" && same llama_one "$name"
+for prec in fp32 bf16; do
+    p=llama dt=() kv_bytes=4 tol=
+    [ "$prec" = bf16 ] && p=llama16 dt=(--act_dtype bf16 --param_dtype bf16 --grad_dtype bf16) kv_bytes=2 tol=2e-3
+    run "${p}_one" 1 "${llama[@]}" "${dt[@]}" --attention plain || continue
+    for layout in cp2 cp2_tp2; do
+        name=${p}_$layout extra=(--cp 2) n=2
+        [ "$layout" = cp2_tp2 ] && extra=(--cp 2 --tp 2) && n=4
+        run "$name" "$n" "${llama[@]}" "${dt[@]}" "${extra[@]}" && same "${p}_one" "$name" "$tol"
         out="$tmp/$name.out"
-        if grep -qE "\bNO\b|DIFFERS" "$out" || ! grep -q "^  send .*KV = B T/cp 2 KV hs/t.*every rank = own: yes" "$out" ||
+        if grep -qE "\bNO\b|DIFFERS" "$out" ||
+           ! grep -q "^  send .*KV = B T/cp 2 KV hs/t x $kv_bytes.*every rank = own: yes" "$out" ||
            ! grep -q "^  activations .*every rank = its own theory: yes" "$out" ||
            ! grep -q "^  scratch .*every rank = its own theory: yes" "$out"; then
             echo "!! $name: tables differ from their theory:"; grep -E "NO|DIFFERS|send|activations  |scratch  " "$out"
@@ -96,7 +107,7 @@ if run llama_one 1 "${llama[@]}" --attention plain; then
             echo "$name tables: every rank = its own theory ($(grep -o "^  send .*KV = B T/cp 2 KV hs/t[^=]*= [0-9]*" "$out" | sed 's/  */ /g'))"
         fi
     done
-fi
+done
 # bf16 activations (and bf16 params): trains, every loss finite
 if run cp2_bf16 2 --cp 2 --act_dtype bf16 --param_dtype bf16 --grad_dtype bf16; then
     python3 - "$tmp/cp2_bf16.json" <<'PY' || { echo "!! cp 2 bf16 did not train"; fails=$((fails + 1)); }

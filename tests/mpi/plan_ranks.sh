@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The planner's LLaMA formulas, measured (issue 38, item 5): a toy LLaMA
 # (GQA: 6 query heads on 2 key/value heads; SwiGLU; an untied head) on
-# dp x cp x tp x pp = 1 x 2 x 2 x 2, 8 ranks oversubscribed, at ZeRO-1 and
-# ZeRO-3 (over the dp x cp = 2 ranks that hold the same weights). For
+# dp x cp x tp x pp = 1 x 2 x 2 x 2, 8 ranks oversubscribed, at ZeRO-1
+# with fp32 activations and ZeRO-3 with bf16 ones (the default; the ring's
+# K and V then travel in bf16), ZeRO over the dp x cp = 2 ranks that hold
+# the same weights. For
 # each, `build/plan --ranks --json` with the run's own flags gives every
 # rank's model states, activations, communication buffers, scratch and
 # bytes per step by group and collective, and the run's --log_json
@@ -10,8 +12,8 @@
 # every group the planner says carries traffic (dp, tp, pp, cp) measured
 # by the run; and the ranks' values not all alike (the stages differ: the
 # check sees each rank's own). Then a world that tp x cp x pp does not
-# divide, and a run the trainer refuses (bf16 activations at cp 2 on
-# LLaMA), are refused by --ranks with the trainer's reason.
+# divide, and a run the trainer refuses (recompute on LLaMA), are refused
+# by --ranks with the trainer's reason.
 # Usage: tests/mpi/plan_ranks.sh BUILD_DIR
 set -u
 build=${1:-build}
@@ -20,21 +22,23 @@ trap 'rm -rf "$tmp"' EXIT
 mpi=(mpirun --oversubscribe --allow-run-as-root)
 for v in ASAN_OPTIONS UBSAN_OPTIONS; do [ -n "${!v:-}" ] && mpi+=(-x "$v"); done
 "$build/prepare" --input data/kjv.txt --train "$tmp/train.bin" --val "$tmp/val.bin" >/dev/null || exit 1
-# llama-tiny at 1 x 2 x 2 x 2: the ring (cp) runs llama's fp32 path with flash attention
-model=(--config configs/llama-tiny.conf --micro_batch 2 --grad_accum 2 --tp 2 --cp 2 --pp 2 --act_dtype fp32
-       --attention flash --sample_tokens 0 --val_every 0 --warmup_steps 0)
+# llama-tiny at 1 x 2 x 2 x 2: cp's ring is flash attention
+model=(--config configs/llama-tiny.conf --micro_batch 2 --grad_accum 2 --tp 2 --cp 2 --pp 2 --attention flash
+       --sample_tokens 0 --val_every 0 --warmup_steps 0 --threads 1)
 fails=0
 check() { # name, condition result
     if [ "$2" -eq 0 ]; then echo "ok   $1"; else echo "FAIL $1"; fails=$((fails + 1)); fi
 }
 
 for zero in 1 3; do
-    name="llama 1x2x2x2 ZeRO-$zero"
-    if ! timeout 300 "${mpi[@]}" -np 8 "$build/train" "${model[@]}" --zero "$zero" --steps 2 --threads 1 \
+    acts=fp32; [ "$zero" = 3 ] && acts=bf16
+    name="llama 1x2x2x2 ZeRO-$zero, $acts activations"
+    if ! timeout 300 "${mpi[@]}" -np 8 "$build/train" "${model[@]}" --zero "$zero" --act_dtype "$acts" --steps 2 \
             --train_data "$tmp/train.bin" --log_json "$tmp/z$zero.json" >"$tmp/z$zero.out" 2>&1; then
         echo "FAIL $name: the run failed"; tail -5 "$tmp/z$zero.out"; fails=$((fails + 1)); continue
     fi
-    if ! "$build/plan" "${model[@]}" --zero "$zero" --devices 8 --ranks --json >"$tmp/plan$zero.json" 2>&1; then
+    if ! "$build/plan" "${model[@]}" --zero "$zero" --act_dtype "$acts" --devices 8 --ranks --json >"$tmp/plan$zero.json" \
+            2>&1; then
         echo "FAIL $name: build/plan --ranks failed"; cat "$tmp/plan$zero.json"; fails=$((fails + 1)); continue
     fi
     python3 - "$tmp/z$zero.json" "$tmp/plan$zero.json" <<'PY'
@@ -67,8 +71,8 @@ done
 "$build/plan" "${model[@]}" --devices 12 --ranks >"$tmp/odd.out" 2>&1
 [ $? -ne 0 ] && grep -q "multiple of tp x cp x pp = 2 x 2 x 2; got 12" "$tmp/odd.out"
 check "plan --ranks refuses 12 ranks for tp x cp x pp = 8" $?
-"$build/plan" "${model[@]}" --act_dtype bf16 --devices 8 --ranks >"$tmp/bf16.out" 2>&1
-[ $? -ne 0 ] && grep -q "the trainer would refuse this run: arch = llama: .*bf16 activations at cp > 1" "$tmp/bf16.out"
+"$build/plan" "${model[@]}" --recompute full --devices 8 --ranks >"$tmp/recompute.out" 2>&1
+[ $? -ne 0 ] && grep -q "the trainer would refuse this run: arch = llama: .*recompute" "$tmp/recompute.out"
 check "plan --ranks refuses what the trainer refuses, with its reason" $?
 [ "$fails" -eq 0 ] || { echo "plan_ranks: $fails failed"; exit 1; }
 echo "plan_ranks: all passed"

@@ -92,8 +92,9 @@ static void text_ranks(FILE *f, const struct config *c, const char *config_path,
             config_path ? config_path : "(defaults)", n, g->dp, g->cp, g->tp, g->pp, c->zero, g->dp * g->cp);
     fprintf(f, "each rank's own theory, from the functions the trainer prints beside what it measures "
                "(train/theory/accounting.h); a run's tables and --log_json must equal these to the byte\n");
-    fprintf(f, "(its activations and scratch follow this machine's GEMM path, as a run's do on the machine it runs "
-               "on; bf16 GEMMs here: %s)\n\n", theory_direct_gemms(c) ? "yes" : "no");
+    fprintf(f, "(its activations and scratch follow this machine's GEMM path and --threads, as a run's do on the "
+               "machine it runs on; bf16 GEMMs here: %s; threads %d)\n\n", theory_direct_gemms(c) ? "yes" : "no",
+            c->threads);
     fprintf(f, "memory per rank, bytes (activations at their peak, the rest as allocated)\n  %5s %3s %3s %3s %3s",
             "rank", "dp", "cp", "tp", "pp");
     for (int i = 0; i < rows[0].states.n; i++) fprintf(f, " %12s", mem_category_name(rows[0].states.lines[i].category));

@@ -62,6 +62,10 @@ bool theory_acts_direct(const struct config *c, bool sp) {
     return c->act_dtype == DTYPE_BF16 && c->recompute != RECOMPUTE_FULL && !sp && theory_direct_gemms(c);
 }
 
+bool theory_stores_direct(const struct config *c, bool sp) {
+    return c->arch == ARCH_LLAMA ? c->act_dtype == DTYPE_BF16 : theory_acts_direct(c, sp);
+}
+
 bool theory_trainer_acts_direct(const struct config *c, struct rank_place p) { return theory_acts_direct(c, theory_sp_on(c, p)); }
 
 /* The head's logits in bf16 (model/gpt_acts.c: acts_logits_bf16): the

@@ -1,6 +1,7 @@
 /* The ring's traffic of context parallelism, from the config alone
  * (train/theory/accounting.h: theory_trainer_cp_comm). */
 #include "accounting.h"
+#include "theory_rank_parts.h"
 
 struct cp_comm_theory theory_trainer_cp_comm(const struct config *c, struct rank_place p) {
     struct cp_comm_theory t = {0};
@@ -14,7 +15,7 @@ struct cp_comm_theory theory_trainer_cp_comm(const struct config *c, struct rank
     double n = rank_layers(&lay.rank), m = c->grad_accum;
     /* K and V travel in the stores' dtype, their gradients in fp32
      * (model/context_parallel/ring.c) */
-    t.kv_elem = theory_trainer_acts_direct(c, p) ? sizeof(bf16) : sizeof(float);
+    t.kv_elem = theory_stores_direct(c, theory_sp_on(c, p)) ? sizeof(bf16) : sizeof(float);
     t.kv = B * Tl * 2 * W * t.kv_elem;
     t.dkv = B * Tl * 2 * W * sizeof(float);
     t.layer_forward = (cp - 1) * t.kv;

@@ -438,7 +438,10 @@ static double llama_model_scratch(const struct config *c, struct rank_place p, i
     double B = c->micro_batch, T = c->seq_len, BT = B * T;
     double qkv = (double)(m.a + 2 * m.n_kv) * m.d_h / tp;
     bool bf16_stores = c->act_dtype == DTYPE_BF16; /* the data path: dqkv bf16, the attention's tiles */
-    double att = theory_flash(c) ? BT * m.a / tp /* the ring's D */
+    /* the ring's D, B NH/t T, and on the stores each thread's six T x hs
+     * tiles (attention_lse_bf16_scratch, threads min(threads, B NH/t)) */
+    double ring_threads = fmin(c->threads, B * m.a / tp);
+    double att = theory_flash(c) ? BT * m.a / tp + (bf16_stores ? ring_threads * 6 * T * m.d_h : 0)
                                  : (double)llama_attention_scratch((int64_t)B, (int64_t)T, m.a / tp, m.n_kv / tp,
                                                                    m.d_h, bf16_stores, c->threads);
     bool sp = theory_sp_on(c, p);
@@ -480,11 +483,12 @@ struct scratch_theory theory_trainer_scratch(const struct config *whole, struct 
      * (a cp rank keeps its positions in place) */
     s.persistent += 2 * B * whole->seq_len * sizeof(int32_t);
     /* model/context_parallel/ring.c: the ring's K,V blocks (in the stores'
-     * dtype), dK,dV blocks and a block's output (fp32) */
+     * dtype when the kernels read them as they are: acts_stores_direct),
+     * dK,dV blocks and a block's output (fp32) */
     if (rank_place_cp(p) > 1)
         s.persistent += (double)gpt_ring_bytes((int)B, c->seq_len, c->d_model / tp,
                                                kv_heads(&lay.shape) / tp * (c->d_model / c->n_head), c->n_head / tp,
-                                               theory_acts_direct(c, sp) ? sizeof(bf16) : sizeof(float));
+                                               theory_stores_direct(c, sp) ? sizeof(bf16) : sizeof(float));
     /* parallel/pipeline/schedule.c: the step's order, 2 m v operations */
     s.persistent += 2.0 * c->grad_accum * config_chunks(c) * sizeof(struct pipe_op);
     s.persistent += (double)trace_capacity(c) * sizeof(struct trace_event); /* --trace: the recorder's events */

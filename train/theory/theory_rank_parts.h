@@ -34,6 +34,11 @@ bool theory_direct_gemms(const struct config *c);
  * CPU, or on a GPU under --gpu_path v2, without full recompute or
  * sequence parallelism. */
 bool theory_acts_direct(const struct config *c, bool sp);
+/* Whether the kernels read the bf16 stores as they are, the attention's
+ * (the ring's) included (model/gpt_acts.c's acts_stores_direct): GPT-2's
+ * theory_acts_direct; LLaMA's whenever its activations are bf16. The ring
+ * keeps and sends K and V in bf16 then. */
+bool theory_stores_direct(const struct config *c, bool sp);
 /* Elements per token of model/gpt.c's one-layer fp32 working buffer with
  * bf16 activations (not full recompute's: that is an activation): the
  * whole block, or on the bf16 data path only what a kernel still reads or
