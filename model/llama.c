@@ -43,9 +43,11 @@
  * partial sums; the norms' weight gradients of a slice all-reduced per
  * micro-batch (the points' ln_grad).
  *
- * What runs besides: plain attention (the ring's flash at cp > 1, fp32),
- * no recompute: train/config/config_grid.c refuses the rest, naming it. The model is free of parallel code; data
- * and pipeline parallelism and ZeRO-1/2/3 are the engine's, as for GPT-2. */
+ * Recomputation (view's comment): full and selective, as GPT-2's. Plain
+ * attention runs at cp = 1, the ring's flash at cp > 1; train/config/
+ * config_grid.c refuses the rest, naming it. The model is free of parallel
+ * code; data and pipeline parallelism and ZeRO-1/2/3 are the engine's, as
+ * for GPT-2. */
 #include "gpt.h"
 
 #include <omp.h>
@@ -106,17 +108,28 @@ struct llama_view {
     float *att, *rstd1, *rstd2;
 };
 
+/* Recomputation (Korthikanti et al. 2022 §5): full keeps only each
+ * layer's input (the stream) and re-runs the layer's forward, to its
+ * SwiGLU, into one layer's buffers before its backward; selective keeps
+ * every tensor but the attention's probabilities (plain attention: flash
+ * keeps only its lse, nothing to drop) and re-runs the attention's forward
+ * into one layer's fp32 buffer. The kernels are deterministic: the values
+ * recomputed equal the forward's bit for bit. */
+static bool full(const struct gpt *m) { return m->recompute == RECOMPUTE_FULL; }
+static bool probs_dropped(const struct gpt *m) { return m->recompute == RECOMPUTE_SELECTIVE && !flash(m); }
+
 static struct llama_view view(struct gpt *m, int s, int i) {
     struct llama_view v = {0};
     size_t e = dtype_size(m->act_dtype);
-    char *block = (char *)m->slot[s].layer_acts + (size_t)i * act_offset(m, LA_NUM) * e;
+    /* full recompute: the one layer's buffers, whatever the slot and layer */
+    char *block = full(m) ? (char *)m->work_acts : (char *)m->slot[s].layer_acts + (size_t)i * act_offset(m, LA_NUM) * e;
     for (int a = 0; a < LA_NUM; a++) {
         void *p = block + act_offset(m, (enum llama_act)a) * e;
         if (direct(m)) v.h[a] = p;
         else v.f[a] = p;
     }
-    v.att = m->slot[s].layer_lse + (size_t)i * att_numel(m);
-    v.rstd1 = m->slot[s].layer_stats + (size_t)i * LLAMA_STATS * bt_l(m);
+    v.att = full(m) || probs_dropped(m) ? m->att_recompute : m->slot[s].layer_lse + (size_t)i * att_numel(m);
+    v.rstd1 = full(m) ? m->full_stats : m->slot[s].layer_stats + (size_t)i * LLAMA_STATS * bt_l(m);
     v.rstd2 = v.rstd1 + bt_l(m);
     return v;
 }
@@ -142,12 +155,23 @@ void llama_init_chunks(struct gpt *m, struct mem_tracker *mem) {
     int head_chunk = m->lay->rank.has_head ? m->lay->rank.n_chunks - 1 : -2;
     int embed_chunk = m->lay->rank.has_embed ? 0 : -2;
     gpt_per_slot(m, mem, A, "residual stream", nl * e, nl * e, GPT_EVERY_CHUNK, offsetof(struct gpt_slot, resid));
-    gpt_per_slot(m, mem, A, "layer tensors", act_offset(m, LA_NUM) * e, 0, GPT_EVERY_CHUNK,
-                 offsetof(struct gpt_slot, layer_acts));
-    gpt_per_slot(m, mem, A, flash(m) ? "attention lse (fp32)" : "attention probabilities (fp32)", att_numel(m) * 4, 0,
-                 GPT_EVERY_CHUNK, offsetof(struct gpt_slot, layer_lse));
-    gpt_per_slot(m, mem, A, "rmsnorm rstd (fp32)", LLAMA_STATS * BTl * 4, 0, GPT_EVERY_CHUNK,
-                 offsetof(struct gpt_slot, layer_stats));
+    const char *att_name = flash(m) ? "attention lse (fp32)" : "attention probabilities (fp32)";
+    if (full(m)) { /* one layer's, recomputed before its backward */
+        m->work_acts = mem_alloc(mem, space, A, "recompute buffer (one layer)", act_offset(m, LA_NUM) * e);
+        m->att_recompute = mem_alloc(mem, space, A, flash(m) ? "attention lse (one layer, fp32)"
+                                                             : "attention probabilities (one layer, fp32)",
+                                     att_numel(m) * 4);
+        m->full_stats = mem_alloc(mem, space, A, "rmsnorm rstd (one layer, fp32)", LLAMA_STATS * BTl * 4);
+    } else {
+        gpt_per_slot(m, mem, A, "layer tensors", act_offset(m, LA_NUM) * e, 0, GPT_EVERY_CHUNK,
+                     offsetof(struct gpt_slot, layer_acts));
+        if (probs_dropped(m))
+            m->att_recompute = mem_alloc(mem, space, A, "attention probabilities (one layer, fp32)", att_numel(m) * 4);
+        else
+            gpt_per_slot(m, mem, A, att_name, att_numel(m) * 4, 0, GPT_EVERY_CHUNK, offsetof(struct gpt_slot, layer_lse));
+        gpt_per_slot(m, mem, A, "rmsnorm rstd (fp32)", LLAMA_STATS * BTl * 4, 0, GPT_EVERY_CHUNK,
+                     offsetof(struct gpt_slot, layer_stats));
+    }
     if (m->lay->rank.has_head) {
         gpt_per_slot(m, mem, A, "final rmsnorm out", 0, nl * e, head_chunk, offsetof(struct gpt_slot, lnf));
         gpt_per_slot(m, mem, A, "final rmsnorm rstd (fp32)", 0, BTl * 4, head_chunk,
@@ -326,7 +350,9 @@ static void attention_forward_of(struct gpt *m, struct llama_view *v) {
         attention_gqa_forward(v->f[LA_ATTY], v->att, v->f[LA_QKV], m->B, m->shape.T, NH, KV, hs, m->flops);
 }
 
-/* The layer's forward from stream entry x into v and the next entry y. */
+/* The layer's forward from stream entry x into v and the next entry y;
+ * without y (full recompute's re-run) it stops at SwiGLU: the down
+ * projection's output is the next layer's input, which the stream kept. */
 static void layer_forward(struct gpt *m, struct operand x, struct llama_view *v, struct operand w, struct act_out y) {
     int64_t N = (int64_t)bt(m), C = m->shape.C, F = m->Fl, QKV = (int64_t)qkv_width(m), hs = (int64_t)head_size(m);
     int64_t heads = m->NHl + kv_local(m); /* q's and k's, adjacent in each row: one RoPE call rotates both */
@@ -346,6 +372,7 @@ static void layer_forward(struct gpt *m, struct operand x, struct llama_view *v,
     gemm_forward(m, out(v, LA_GATE), ln2, wop(m, w, LAYER_FC2_W), C, F);
     if (direct(m)) swiglu_forward_bf16(v->h[LA_SWI], v->h[LA_UP], v->h[LA_GATE], N * F, fc);
     else swiglu_forward(v->f[LA_SWI], v->f[LA_UP], v->f[LA_GATE], N * F, fc);
+    if (!y.f32 && !y.b16) return;
     row_parallel(m, tmp, in(v, LA_SWI), wop(m, w, LAYER_FCPROJ_W), F);
     residual(m, y, in(v, LA_RES2), tmp);
 }
@@ -426,6 +453,8 @@ static void llama_layer_backward(struct gpt *m, int s, int l, struct operand w, 
     int i = l - m->slot[s].l0;
     struct exec_ctx *fc = m->flops;
     struct llama_view v = view(m, s, i);
+    if (full(m)) layer_forward(m, stream_in(m, s, i), &v, w, (struct act_out){0});
+    if (probs_dropped(m)) attention_forward_of(m, &v); /* atty again, the same values; the probabilities */
     float *dup = m->dfc, *dgate = m->dfc + N * F;
     /* the norms' weight gradients: with sp this slice's partial sums,
      * all-reduced over the group at the end (ln_grads_done) */

@@ -79,7 +79,8 @@ for name in cp2 cp4 cp2_dp2_zero3 cp2_tp2 cp2_tp2_sp cp2_pp2 dp2_cp2_tp2; do
 done
 # arch = llama (GQA: 2 key/value heads of 4): the ring carries K and V at
 # the key/value heads' width and RoPE turns each row at its global
-# position: cp 2 and cp 2 x tp 2 give the 1-rank run's losses and
+# position: cp 2, cp 2 x tp 2 and cp 2 with full recompute (the ring's
+# forward again in the backward) give the 1-rank run's losses and
 # parameters (1 rank: plain attention; the ring is llama's flash form),
 # every table = each rank's own theory. In fp32 within 1e-5; with bf16
 # activations (its default data path; fp32 GEMMs on the stores where the
@@ -92,9 +93,10 @@ for prec in fp32 bf16; do
     p=llama dt=() kv_bytes=4 tol=
     [ "$prec" = bf16 ] && p=llama16 dt=(--act_dtype bf16 --param_dtype bf16 --grad_dtype bf16) kv_bytes=2 tol=2e-3
     run "${p}_one" 1 "${llama[@]}" "${dt[@]}" --attention plain || continue
-    for layout in cp2 cp2_tp2; do
+    for layout in cp2 cp2_tp2 cp2_full; do
         name=${p}_$layout extra=(--cp 2) n=2
         [ "$layout" = cp2_tp2 ] && extra=(--cp 2 --tp 2) && n=4
+        [ "$layout" = cp2_full ] && extra=(--cp 2 --recompute full)
         run "$name" "$n" "${llama[@]}" "${dt[@]}" "${extra[@]}" && same "${p}_one" "$name" "$tol"
         out="$tmp/$name.out"
         if grep -qE "\bNO\b|DIFFERS" "$out" ||

@@ -125,13 +125,22 @@ fi
 # a rank, SwiGLU's 96 features 48 a rank, wte's and lm_head's 256 rows 128
 # a rank; and with sequence parallelism (the stream and the RMSNorms on
 # T/2 positions). The 1-rank llama run's loss within 1e-5 at every step,
-# and every table = each rank's own theory; tp 4 over 2 key/value heads
-# is refused, naming n_kv_head.
+# and every table = each rank's own theory. Recomputation on both, full at
+# tp 2 and selective with sp: the same losses bit for bit as without (the
+# re-run is the forward's kernels and collectives, so the recomputed
+# values are the forward's), its tables (the extra all-reduce or
+# all-gathers among them) each rank's own theory. tp 4 over 2 key/value
+# heads is refused, naming n_kv_head.
 llama=(--arch llama --n_kv_head 2 --ffn_dim 96)
 timeout 300 "$build/train" "${args[@]}" "${llama[@]}" --log_json "$tmp/llama1.json" >"$tmp/llama1.out" 2>&1 ||
     { echo "!! llama 1-rank run failed"; tail -5 "$tmp/llama1.out"; fails=$((fails + 1)); }
-for run in llama2 llamasp; do
-    extra=(--tp 2); [ "$run" = llamasp ] && extra=(--tp 2 --sequence_parallel 1)
+for run in llama2 llamasp llama2_full llamasp_selective; do
+    extra=(--tp 2)
+    case $run in
+    llamasp) extra+=(--sequence_parallel 1) ;;
+    llama2_full) extra+=(--recompute full) ;;
+    llamasp_selective) extra+=(--sequence_parallel 1 --recompute selective) ;;
+    esac
     if ! timeout 300 "${mpi[@]}" -np 2 "$build/train" "${args[@]}" "${llama[@]}" "${extra[@]}" \
             --log_json "$tmp/$run.json" >"$tmp/$run.out" 2>&1; then
         echo "!! llama ${extra[*]} failed"; tail -5 "$tmp/$run.out"; fails=$((fails + 1)); continue
@@ -152,6 +161,16 @@ PY
     else
         echo "llama ${extra[*]} tables: every rank = its own theory (memory, tp collectives)"
     fi
+done
+for pair in llama2:llama2_full llamasp:llamasp_selective; do
+    python3 - "$tmp/${pair%:*}.json" "$tmp/${pair#*:}.json" "${pair#*:}" <<'PY' || fails=$((fails + 1))
+import json, sys
+def losses(p):
+    return [json.loads(l)["loss"] for l in open(p) if '"type":"step"' in l]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+print(f"{sys.argv[3]}: {len(b)} steps, the same losses as without recompute bit for bit: {a == b and len(a) == 20}")
+sys.exit(0 if a == b and len(a) == 20 else 1)
+PY
 done
 if timeout 60 "${mpi[@]}" -np 4 "$build/train" "${args[@]}" "${llama[@]}" --tp 4 --steps 1 >"$tmp/badkv.out" 2>&1; then
     echo "!! llama tp 4 with n_kv_head 2 was not refused"; fails=$((fails + 1))

@@ -90,8 +90,8 @@ static int check_context_parallel(const struct config *cfg, const struct grid *g
 
 /* What each architecture's blocks run. GPT-2's: n_kv_head = n_head and
  * F = 4 d_model. LLaMA's (model/llama.c): sequence parallelism on its fp32
- * path, flash attention only as cp's ring (fp32 or on the bf16 stores);
- * each other choice is refused by name. */
+ * path, flash attention only as cp's ring (fp32 or on the bf16 stores),
+ * recompute full or selective; each other choice is refused by name. */
 static int check_arch(const struct config *cfg, const struct grid *g, char err[CONFIG_ERR_LEN]) {
     if (cfg->arch == ARCH_GPT2) {
         if (cfg->n_kv_head == 0 && cfg->ffn_dim == 0) return 0;
@@ -105,8 +105,6 @@ static int check_arch(const struct config *cfg, const struct grid *g, char err[C
                "fp32)";
     } else if (cfg->attention != ATTENTION_PLAIN && g->cp == 1) {
         what = "attention flash at cp = 1 (its flash form is the ring's, cp > 1; use --attention plain)";
-    } else if (cfg->recompute != RECOMPUTE_NONE) {
-        what = "recompute (use --recompute none)";
     } else if (cfg->device == DEVICE_CUDA) {
         what = "device cuda (LLaMA's kernels run on the host only; use --device cpu)";
     }

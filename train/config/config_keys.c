@@ -39,7 +39,7 @@ static const struct key KEYS[] = {
     {"seq_len", KEY_INT, F(seq_len), "64", "sequence length (T)", NUM(1, 1 << 18)},
     {"max_seq_len", KEY_INT, F(max_seq_len), "0", "position-embedding rows (llm.c's max_seq_len), >= seq_len; 0: seq_len, or the --init_from file's", NUM(0, 1 << 18)},
     {"vocab_size", KEY_INT, F(vocab_size), "256", "vocabulary (V); padded to a multiple of 128 internally", NUM(2, 1 << 20)},
-    {"arch", KEY_CHOICE, F(arch), "gpt2", "architecture: gpt2 (LayerNorm, GELU, biases, tied) or llama (RMSNorm, SwiGLU, GQA, RoPE, untied; no recompute; sequence parallelism with fp32 activations; flash attention only as cp's ring)", .choices = {"gpt2", "llama"}},
+    {"arch", KEY_CHOICE, F(arch), "gpt2", "architecture: gpt2 (LayerNorm, GELU, biases, tied) or llama (RMSNorm, SwiGLU, GQA, RoPE, untied; sequence parallelism with fp32 activations; flash attention only as cp's ring)", .choices = {"gpt2", "llama"}},
     {"n_kv_head", KEY_INT, F(n_kv_head), "0", "key/value heads for GQA (llama); 0: n_head; must divide n_head", NUM(0, 1024)},
     {"ffn_dim", KEY_INT, F(ffn_dim), "0", "MLP inner size F (llama: each of SwiGLU's up and gate); 0: 4 * d_model", NUM(0, 1 << 20)},
     {"norm_eps", KEY_FLOAT, F(norm_eps), "1e-5", "llama: RMSNorm's eps", NUM_ABOVE(0, 1)},

@@ -309,11 +309,18 @@ void report_memory(FILE *out, FILE *json, const struct trainer *tr, const struct
     const char *act_rule = sp ? act_rules_sp[c->recompute]
                          : c->tp > 1 ? act_rules_tp[c->recompute] : act_rules[c->recompute];
     if (flash && c->recompute != RECOMPUTE_FULL) act_rule = act_rules_flash[sp ? 2 : c->tp > 1 ? 1 : 0];
-    /* llama (model/llama.c: fp32, none): the stream and ln1, atty, res2, ln2
-     * (5C), qkv at GQA width, the probabilities, up, gate, SwiGLU (3F), two rstd */
-    if (c->arch == ARCH_LLAMA)
-        act_rule = flash ? "L ((5 C + (NH + 2 KV) hs + 3 F + NH) e + 8) B T + head (the ring's lse: NH a token)"
-                         : "L ((5 C + (NH + 2 KV) hs + 3 F + NH T) e + 8) B T + head";
+    /* llama (model/llama.c): the stream and ln1, atty, res2, ln2 (5C), qkv
+     * at GQA width, up, gate, SwiGLU (3F) in e; the probabilities (the
+     * ring's lse) and two rstd in fp32 */
+    static const char *const llama_rules[][2] = {
+        [RECOMPUTE_NONE] = {"L ((5 C + (NH + 2 KV) hs + 3 F) e + 4 NH T + 8) B T + head",
+                            "L ((5 C + (NH + 2 KV) hs + 3 F) e + 4 NH + 8) B T + head (the ring's lse: NH a token)"},
+        [RECOMPUTE_SELECTIVE] = {"L ((5 C + (NH + 2 KV) hs + 3 F) e + 8) B T + 4 NH T B T (one layer) + head",
+                                 "L ((5 C + (NH + 2 KV) hs + 3 F) e + 4 NH + 8) B T + head (the ring's lse: NH a "
+                                 "token)"},
+        [RECOMPUTE_FULL] = {"L C e B T + one layer's ((4 C + (NH + 2 KV) hs + 3 F) e + 4 NH T + 8) B T + head",
+                            "L C e B T + one layer's ((4 C + (NH + 2 KV) hs + 3 F) e + 4 NH + 8) B T + head"}};
+    if (c->arch == ARCH_LLAMA) act_rule = llama_rules[c->recompute][flash];
     snprintf(rule, sizeof rule, "%srecompute %s%s: %s%s; Korthikanti%s: %.0f", flash ? "attention flash, " : "",
              c->recompute == RECOMPUTE_NONE ? "none" : c->recompute == RECOMPUTE_FULL ? "full" : "selective",
              flash && c->recompute == RECOMPUTE_SELECTIVE ? " (= none)" : "", act_rule,
@@ -367,7 +374,9 @@ void report_flops(FILE *out, const struct trainer *tr, int steps) {
     const char *per_t = tr->cfg->tp > 1 ? " / t" : "";
     fprintf(out, "  %-11s %14.4e %14.4e  6 x tokens x (%s + Vp C)%s%s: every weight sgemm\n", "layer GEMMs",
             f->gemm / steps, th.gemm, tr->cfg->arch == ARCH_LLAMA ? "L (C (NH + 2 KV) hs + C^2 + 3 C F)" : "12 L C^2",
-            per_t, full ? " + 16 L C^2 tokens recomputed" : "");
+            per_t, !full                         ? ""
+                   : tr->cfg->arch == ARCH_LLAMA ? " + 2 L (C (NH + 2 KV) hs + C^2 + 2 C F) tokens recomputed"
+                                                 : " + 16 L C^2 tokens recomputed");
     if (flash) /* model/cpu/attention_lse.c's count; a GPU's tiles issue more (flash_attention.h) */
         fprintf(out, "  %-11s %14.4e %14.4e  %s L B C T (T+1) x accum%s: flash, causal products (QK^T, PV; QK^T again, "
                      "dP, dV, dQ, dK), as the CPU issues them; a GPU issues whole 64 x 64 tiles\n",

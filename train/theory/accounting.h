@@ -263,7 +263,7 @@ struct memory_need theory_trainer_memory(const struct config *c, struct rank_pla
 struct flop_theory {
     double tokens;            /* B T accum per step */
     double gemm;              /* layer GEMMs: 6 tokens (L W + Vp C) / t, W = theory_layer_gemm_weights (GPT-2:
-                               * 12 C^2) (+ 16 L C^2 tokens / t full recompute, GPT-2's) */
+                               * 12 C^2) (+ 2 L (W - C F) tokens / t full recompute: GPT-2's 16 L C^2) */
     double attention;         /* attention GEMMs issued, full T x T squares: 12 L B C T^2 accum / t
                                * (+ 4 L B C T^2 accum / t recomputed) */
     double recompute;         /* the recomputed part of gemm + attention (hardware, not model FLOPs) */

@@ -40,6 +40,23 @@ static double llama_split_per_token(const struct config *c, int tp) {
     return ((double)m.h + (double)(m.a + 2 * m.n_kv) * m.d_h + 3.0 * m.F) / tp;
 }
 
+/* LLaMA's per-layer bytes (model/llama.c) and the one-layer recompute
+ * buffers: ln1, res2, ln2 on the stream's tokens (3 C e), the split
+ * tensors (llama_split_per_token, e), the attention's fp32 tensor (the
+ * probabilities NH/t T or the ring's lse NH/t a token) and two fp32 rstd,
+ * beside each layer's input on the stream (C e). Selective (plain
+ * attention) keeps all but the probabilities, recomputed into one layer's
+ * fp32 buffer; full keeps the input only, one layer's block (in the
+ * stores' dtype), attention tensor and rstd recomputed. */
+static void llama_layer(const struct config *c, int tp, enum recompute_mode mode, double e, double BT, double BTs,
+                        double stats, double *per_layer, double *shared) {
+    double C = c->d_model, input = C * e * BTs, att = att_per_token(c, tp) * 4 * BT;
+    double block = 3 * C * e * BTs + llama_split_per_token(c, tp) * e * BT;
+    *per_layer = input + block + att + stats, *shared = 0;
+    if (mode == RECOMPUTE_SELECTIVE) *per_layer -= att, *shared = att;
+    if (mode == RECOMPUTE_FULL) *per_layer = input, *shared = block + att + stats;
+}
+
 /* Whether the run's GEMMs are bf16 on the CPU: --gemm_dtype as the run
  * resolves it (config_gemm_dtype, this machine's flags) on --device cpu or
  * auto (the trainer stores the device it opened). */
@@ -84,6 +101,27 @@ double theory_work_block_per_token(const struct config *c, int tp, bool sp, bool
     return 4 * (double)c->d_model / tp;
 }
 
+/* GPT-2's per-layer bytes (model/gpt.c) and the one-layer recompute
+ * buffers, by mode (flash's selective is none: nothing to drop). */
+static void gpt2_layer(const struct config *c, int tp, bool sp, enum recompute_mode mode, double e, double BT,
+                       double BTs, double stats, double lse, double *per_layer, double *shared) {
+    double C = c->d_model, T = c->seq_len;
+    *shared = 0;
+    switch (mode) {
+    case RECOMPUTE_NONE:
+        *per_layer = C * e * BTs + layer_block_per_token(c, tp, sp, !theory_flash(c)) * e * BT + stats + lse;
+        break;
+    case RECOMPUTE_SELECTIVE: /* no probabilities; one layer's (its NH/t heads) recomputed in fp32 */
+        *per_layer = C * e * BTs + layer_block_per_token(c, tp, sp, false) * e * BT + stats;
+        *shared = (double)(c->n_head / tp) * T * 4 * BT;
+        break;
+    case RECOMPUTE_FULL: /* the layer input only; one layer's block (flash: the lse in it) + stats in fp32 */
+        *per_layer = C * e * BTs;
+        *shared = layer_block_per_token(c, tp, sp, true) * 4 * BT + stats;
+        break;
+    }
+}
+
 struct activation_theory theory_trainer_activations(const struct config *whole, struct rank_place p) {
     struct model_layout lay = theory_layout_of(whole, p);
     struct config local = theory_at_rank_positions(whole, p); /* cp: the rank's T/cp positions */
@@ -108,27 +146,10 @@ struct activation_theory theory_trainer_activations(const struct config *whole, 
      * selective is none (include/gpt.h) */
     double lse = theory_flash(c) ? att_per_token(c, tp) * 4 * BT : 0;
     enum recompute_mode mode = theory_flash(c) && c->recompute == RECOMPUTE_SELECTIVE ? RECOMPUTE_NONE : c->recompute;
-    if (c->arch == ARCH_LLAMA) { /* the stream C, the block, two fp32 rstd (config_grid.c: none) */
-        stats = 2 * 4 * BTs;
-        mode = RECOMPUTE_NONE;
-    }
-    switch (mode) {
-    case RECOMPUTE_NONE:
-        if (c->arch == ARCH_LLAMA) {
-            a.per_layer = 4 * C * e * BTs + llama_split_per_token(c, tp) * e * BT + att_per_token(c, tp) * 4 * BT + stats;
-            break;
-        }
-        a.per_layer = C * e * BTs + layer_block_per_token(c, tp, sp, !theory_flash(c)) * e * BT + stats + lse;
-        break;
-    case RECOMPUTE_SELECTIVE: /* no probabilities; one layer's (its NH/t heads) recomputed in fp32 */
-        a.per_layer = C * e * BTs + layer_block_per_token(c, tp, sp, false) * e * BT + stats;
-        shared = (double)(c->n_head / tp) * T * 4 * BT;
-        break;
-    case RECOMPUTE_FULL: /* the layer input only; one layer's block (flash: the lse in it) + stats in fp32 */
-        a.per_layer = C * e * BTs;
-        shared = layer_block_per_token(c, tp, sp, true) * 4 * BT + stats;
-        break;
-    }
+    if (c->arch == ARCH_LLAMA) /* two fp32 rstd a token; its own tensors (model/llama.c) */
+        llama_layer(c, tp, mode, e, BT, BTs, 2 * 4 * BTs, &a.per_layer, &shared);
+    else
+        gpt2_layer(c, tp, sp, mode, e, BT, BTs, stats, lse, &a.per_layer, &shared);
     /* the stage's last residual (its output); the last stage: final LN
      * output (e; whole, or the slice with sp), its two fp32 stats, the
      * logits over the rank's Vp/t vocabulary columns for every token (fp32,

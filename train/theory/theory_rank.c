@@ -316,11 +316,12 @@ struct flop_theory theory_trainer_flops(const struct config *c, struct rank_plac
         attention_forward = 2 * L * B * C * T * (T + 1) * k / t / cp;
         f.attention = attention_forward * 7 / 2;
     }
-    /* recomputation: full re-runs a layer's forward up to the GELU (QKV,
-     * projection, FC: 16 C^2 per token; the last GEMM's output is not
-     * needed); both modes re-run the attention's forward GEMMs (flash:
-     * only full; its backward's QK^T is counted above) */
-    const double full_gemm = 16 * L * C * C * f.tokens / t;
+    /* recomputation: full re-runs a layer's forward up to the activation
+     * (GELU; LLaMA's SwiGLU): every GEMM but the down projection's (C F),
+     * whose output is not needed (GPT-2: 12 C^2 - 4 C^2, 16 C^2 FLOPs per
+     * token); both modes re-run the attention's forward GEMMs (flash: only
+     * full; its backward's QK^T is counted above) */
+    const double full_gemm = 2 * L * (theory_layer_gemm_weights(&shape) - C * shape.F) * f.tokens / t;
     bool att_again = c->recompute == RECOMPUTE_FULL || (c->recompute == RECOMPUTE_SELECTIVE && !theory_flash(c));
     f.recompute = 0;
     if (c->recompute == RECOMPUTE_FULL) f.recompute += full_gemm;
