@@ -51,6 +51,7 @@
 #include "gpt_acts.h"
 #include "layers.h"
 #include "parallel_points.h"
+#include "unit_tensors.h"
 
 
 #define SLOT_MEMBER(f) offsetof(struct gpt_slot, f)
@@ -168,28 +169,6 @@ void gpt_free(struct gpt *m, struct mem_tracker *mem) {
                     m->gemm_out};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(mem, bufs[i]);
     *m = (struct gpt){0};
-}
-
-/* Tensor t of a unit's weights: fp32 (the unit's vectors always, packed
- * at the layout's *_vec_offset when the engine hands over the bf16 params
- * as they are, w.b16; else the whole unit widened), or as a GEMM operand:
- * those bf16 params as they are, else the fp32 values. */
-static const float *wt(const struct gpt *m, struct operand w, enum layer_tensor t) {
-    return w.f32 + (w.b16 ? m->lay->layer_vec_offset[t] : m->lay->layer_offset[t]);
-}
-
-static struct operand wop(const struct gpt *m, struct operand w, enum layer_tensor t) {
-    return operand_at(w, m->lay->layer_offset[t]);
-}
-
-static float *dwt(const struct gpt *m, float *dw, enum layer_tensor t) { return dw + m->lay->layer_offset[t]; }
-
-static const float *ew(const struct gpt *m, struct operand w_embed, enum embed_tensor t) {
-    return w_embed.f32 + (w_embed.b16 ? m->lay->embed_vec_offset[t] : m->lay->embed_offset[t]);
-}
-
-static const float *hw(const struct gpt *m, struct operand w_head, enum head_tensor t) {
-    return w_head.f32 + (w_head.b16 ? m->lay->head_vec_offset[t] : m->lay->head_offset[t]);
 }
 
 /* A layer GEMM's input operand: saved tensor a's bf16 store where the GEMMs

@@ -61,6 +61,7 @@
 #include "layers.h"
 #include "llama_layers.h"
 #include "parallel_points.h"
+#include "unit_tensors.h"
 
 /* What one layer saves for its backward, in this order in the slot's
  * per-layer block (act_dtype); the attention's fp32 tensor (slot.layer_lse)
@@ -230,20 +231,6 @@ size_t llama_attention_scratch(int64_t B, int64_t T, int64_t NH, int64_t KV, int
     return fwd > bwd ? fwd : bwd;
 }
 
-/* A unit's tensor t: fp32 (a vector always: packed at the layout's
- * *_vec_offset when the engine hands over the bf16 params as they are),
- * or as a GEMM's operand (those bf16 params, else fp32). */
-static const float *wt(const struct gpt *m, struct operand w, enum layer_tensor t) {
-    return w.f32 + (w.b16 ? m->lay->layer_vec_offset[t] : m->lay->layer_offset[t]);
-}
-static struct operand wop(const struct gpt *m, struct operand w, enum layer_tensor t) {
-    return operand_at(w, m->lay->layer_offset[t]);
-}
-static float *dwt(const struct gpt *m, float *dw, enum layer_tensor t) { return dw + m->lay->layer_offset[t]; }
-static const float *lnf_weight(const struct gpt *m, struct operand w_head) {
-    return w_head.f32 + (w_head.b16 ? m->lay->head_vec_offset[HEAD_LNF_W] : m->lay->head_offset[HEAD_LNF_W]);
-}
-
 /* The GEMMs on the operands they get. bf16 GEMMs: the mixed forms, which
  * read any bf16 operand (the data path's stores, the engine's bf16 params)
  * as it is. fp32 GEMMs (a CPU without bf16 matrix instructions): a store's
@@ -400,7 +387,7 @@ static float llama_head_forward(struct gpt *m, int s, struct operand w_head, str
                                 const int32_t *targets, float dloss) {
     int64_t N = (int64_t)bt(m), C = m->shape.C;
     struct gpt_slot *sl = &m->slot[s];
-    rmsnorm(m, lnf_out(m, s), sl->lnf_stats, stream_in(m, s, sl->n_layers), lnf_weight(m, w_head));
+    rmsnorm(m, lnf_out(m, s), sl->lnf_stats, stream_in(m, s, sl->n_layers), hw(m, w_head, HEAD_LNF_W));
     gemm_forward(m, (struct act_out){sl->logits, NULL, false}, lnf_in(m, s), lm_head, C, m->vocab.Vl);
     if (targets) gpt_upload_targets(m, s, targets);
     double sum = m->tpp->crossentropy(m, sl->logits, sl->losses, sl->targets, N, dloss, m->dtemp_btc);
@@ -415,7 +402,7 @@ static void llama_head_backward(struct gpt *m, int s, struct operand w_head, str
     buf_zero(m->space, m->dresid, btc_l(m) * sizeof(float));
     float *dlnf = dw_head + m->lay->head_offset[HEAD_LNF_W];
     m->tpp->ln_grads_begin(m);
-    rmsnorm_grad(m, m->tpp->ln_grad(m, dlnf, 0), m->dtemp_btc, stream_in(m, s, sl->n_layers), lnf_weight(m, w_head),
+    rmsnorm_grad(m, m->tpp->ln_grad(m, dlnf, 0), m->dtemp_btc, stream_in(m, s, sl->n_layers), hw(m, w_head, HEAD_LNF_W),
                  sl->lnf_stats);
     m->tpp->ln_grads_done(m, (float *const[]){dlnf}, 1);
 }
