@@ -12,8 +12,8 @@
 # every group the planner says carries traffic (dp, tp, pp, cp) measured
 # by the run; and the ranks' values not all alike (the stages differ: the
 # check sees each rank's own). Then a world that tp x cp x pp does not
-# divide, and a run the trainer refuses (recompute on LLaMA), are refused
-# by --ranks with the trainer's reason.
+# divide, and a run the trainer refuses (LLaMA's sequence parallelism
+# with bf16 activations), are refused by --ranks with the trainer's reason.
 # Usage: tests/mpi/plan_ranks.sh BUILD_DIR
 set -u
 build=${1:-build}
@@ -71,8 +71,8 @@ done
 "$build/plan" "${model[@]}" --devices 12 --ranks >"$tmp/odd.out" 2>&1
 [ $? -ne 0 ] && grep -q "multiple of tp x cp x pp = 2 x 2 x 2; got 12" "$tmp/odd.out"
 check "plan --ranks refuses 12 ranks for tp x cp x pp = 8" $?
-"$build/plan" "${model[@]}" --recompute full --devices 8 --ranks >"$tmp/recompute.out" 2>&1
-[ $? -ne 0 ] && grep -q "the trainer would refuse this run: arch = llama: .*recompute" "$tmp/recompute.out"
+"$build/plan" "${model[@]}" --sequence_parallel 1 --act_dtype bf16 --devices 8 --ranks >"$tmp/sp.out" 2>&1
+[ $? -ne 0 ] && grep -q "the trainer would refuse this run: arch = llama: .*sequence_parallel with bf16" "$tmp/sp.out"
 check "plan --ranks refuses what the trainer refuses, with its reason" $?
 [ "$fails" -eq 0 ] || { echo "plan_ranks: $fails failed"; exit 1; }
 echo "plan_ranks: all passed"
