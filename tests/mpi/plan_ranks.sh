@@ -13,7 +13,8 @@
 # by the run; and the ranks' values not all alike (the stages differ: the
 # check sees each rank's own). Then a world that tp x cp x pp does not
 # divide, and a run the trainer refuses (LLaMA's sequence parallelism
-# with bf16 activations), are refused by --ranks with the trainer's reason.
+# with bf16 activations), are refused by --ranks with the trainer's reason,
+# as is --ranks without --devices (the world it describes).
 # Usage: tests/mpi/plan_ranks.sh BUILD_DIR
 set -u
 build=${1:-build}
@@ -68,6 +69,9 @@ PY
     check "$name: every rank's measured memory and traffic = build/plan --ranks" $?
 done
 
+"$build/plan" "${model[@]}" --ranks >"$tmp/nodevices.out" 2>&1
+[ $? -ne 0 ] && grep -q "plan: --ranks needs --devices N" "$tmp/nodevices.out"
+check "plan --ranks without --devices is refused" $?
 "$build/plan" "${model[@]}" --devices 12 --ranks >"$tmp/odd.out" 2>&1
 [ $? -ne 0 ] && grep -q "multiple of tp x cp x pp = 2 x 2 x 2; got 12" "$tmp/odd.out"
 check "plan --ranks refuses 12 ranks for tp x cp x pp = 8" $?

@@ -64,11 +64,13 @@ static void json_ranks(FILE *f, const struct config *c, const struct grid *g, co
             fprintf(f, "{\"type\":\"memory\",\"rank\":%d,\"category\":\"%s\",\"theory_bytes\":%.0f}\n", r,
                     mem_category_name(w->states.lines[i].category),
                     w->states.lines[i].psi_bytes + w->states.lines[i].padding_bytes);
-        const double other[] = {w->activations, w->comm_buffers, w->scratch};
-        const enum mem_category cat[] = {MEM_ACTIVATIONS, MEM_COMM, MEM_SCRATCH};
-        for (int i = 0; i < 3; i++)
+        const struct {
+            enum mem_category category;
+            double bytes;
+        } other[] = {{MEM_ACTIVATIONS, w->activations}, {MEM_COMM, w->comm_buffers}, {MEM_SCRATCH, w->scratch}};
+        for (size_t i = 0; i < sizeof other / sizeof *other; i++)
             fprintf(f, "{\"type\":\"memory\",\"rank\":%d,\"category\":\"%s\",\"theory_bytes\":%.0f}\n", r,
-                    mem_category_name(cat[i]), other[i]);
+                    mem_category_name(other[i].category), other[i].bytes);
         for (int gr = 0; gr < GROUP_NUM; gr++)
             for (int k = 0; k < COLL_NUM_KINDS; k++)
                 if (w->comm[gr][k] >= 0)
