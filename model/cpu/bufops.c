@@ -77,24 +77,55 @@ void buf_add_cpu(void *dst, const void *src, enum dtype dt, size_t n) {
  * a part goes to whichever thread is free. */
 enum { SUM_PARTS = 64 };
 
+/* Within a part, SUM_LANES running sums, element i in lane i % SUM_LANES,
+ * added together in lane order at the end: with one running sum every add
+ * waits on the last, and the gradient norm's pass over a 124M model's bf16
+ * gradients was about 3% of a 2-core LLaMA step (perf); independent lanes
+ * (omp simd: the compiler kept the bf16 form's lanes scalar without it) run
+ * as vector adds. Eight doubles: one 512-bit register's worth. The order is
+ * fixed by the part's range alone, so the result is still the same on any
+ * number of threads; it differs from the one running sum's in the last
+ * bits of a double. */
+enum { SUM_LANES = 8 };
+
+static double sum_squares_f32(const float *g, size_t lo, size_t hi) {
+    double lane[SUM_LANES] = {0};
+    size_t i = lo;
+    for (; i + SUM_LANES <= hi; i += SUM_LANES)
+#pragma omp simd
+        for (int k = 0; k < SUM_LANES; k++) lane[k] += (double)g[i + k] * g[i + k];
+    for (int k = 0; i < hi; i++, k++) lane[k] += (double)g[i] * g[i];
+    double s = 0.0;
+    for (int k = 0; k < SUM_LANES; k++) s += lane[k];
+    return s;
+}
+
+static double sum_squares_bf16(const bf16 *g, size_t lo, size_t hi) {
+    double lane[SUM_LANES] = {0};
+    size_t i = lo;
+    for (; i + SUM_LANES <= hi; i += SUM_LANES) {
+#pragma omp simd
+        for (int k = 0; k < SUM_LANES; k++) {
+            double x = bf16_to_f32(g[i + k]);
+            lane[k] += x * x;
+        }
+    }
+    for (int k = 0; i < hi; i++, k++) {
+        double x = bf16_to_f32(g[i]);
+        lane[k] += x * x;
+    }
+    double s = 0.0;
+    for (int k = 0; k < SUM_LANES; k++) s += lane[k];
+    return s;
+}
+
 double buf_sum_squares_cpu(const void *src, enum dtype dt, size_t n) {
     double part[SUM_PARTS] = {0};
     const int parts = SUM_PARTS;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int p = 0; p < parts; p++) {
         size_t lo = n / (size_t)parts * (size_t)p, hi = p == parts - 1 ? n : lo + n / (size_t)parts;
-        double s = 0.0;
-        if (dt == DTYPE_FP32) {
-            const float *g = src;
-            for (size_t i = lo; i < hi; i++) s += (double)g[i] * g[i];
-        } else {
-            const bf16 *g = src;
-            for (size_t i = lo; i < hi; i++) {
-                double x = bf16_to_f32(g[i]);
-                s += x * x;
-            }
-        }
-        part[p] = s;
+        part[p] = dt == DTYPE_FP32 ? sum_squares_f32(src, lo, hi) : sum_squares_bf16(src, lo, hi);
     }
     double s = 0.0;
     for (int p = 0; p < parts; p++) s += part[p];
