@@ -20,9 +20,10 @@
  * lanes are one 512-bit register and let the compiler vectorise. With the
  * weight gradient's blocks below, the RMSNorm rows of a LLaMA 124M step
  * (B 4, T 256, 2 cores) fell from about 35 to 9 ms. The sums differ from
- * the one chain's in the last bits (fp32 rounding, within the tests'). The order is fixed by C alone (any thread count,
- * every instance alike: the bf16 forms still equal widen, fp32, narrow).
- * TERM is an expression in the channel index c. */
+ * the one chain's in the last bits (fp32 rounding, within the tests'). The
+ * order is fixed by C alone (any thread count, every instance alike: the
+ * bf16 forms still equal widen, fp32, narrow). TERM is an expression in
+ * the channel index c. */
 enum { RMSNORM_LANES = 16 };
 
 #define RMSNORM_ROW_SUM(out, C, TERM)                                                                            \
