@@ -325,6 +325,8 @@ void attention_lse_backward_bf16(bf16 *dqkv, float *scratch, const float *dout, 
                                  const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH,
                                  struct exec_ctx *fc);
 size_t attention_lse_bf16_scratch(int64_t B, int64_t T, int64_t C, int64_t NH);
+/* The same for a team of `threads` (the theory's: a run's --threads). */
+size_t attention_lse_bf16_scratch_for(int64_t B, int64_t T, int64_t C, int64_t NH, int threads);
 /* Floats of attention_lse_backward_bf16's scratch in `space`: the CPU
  * form's attention_lse_bf16_scratch on the host; on device memory
  * (the CUDA backend's FlashAttention-2 kernels) their layout: D, dout in

@@ -326,9 +326,11 @@ static void row_parallel(struct gpt *m, float *tmp, struct operand x, struct ope
 
 static void attention_forward_of(struct gpt *m, struct llama_view *v) {
     int64_t NH = m->NHl, KV = kv_local(m), hs = (int64_t)head_size(m);
-    if (m->cpp->attention_forward && direct(m)) /* context parallel: every rank's keys by ring, K and V at KV width */
+    /* context parallel: every rank's keys by ring, K and V at KV width (the
+     * plain points have no ring) */
+    if (direct(m) && m->cpp->attention_forward_bf16)
         m->cpp->attention_forward_bf16(m, v->h[LA_ATTY], v->att, v->h[LA_QKV], m->att_scratch);
-    else if (m->cpp->attention_forward)
+    else if (!direct(m) && m->cpp->attention_forward)
         m->cpp->attention_forward(m, v->f[LA_ATTY], v->att, v->f[LA_QKV]);
     else if (direct(m))
         attention_gqa_forward_bf16(v->h[LA_ATTY], v->att, v->h[LA_QKV], m->att_scratch, m->B, m->shape.T, NH, KV, hs,

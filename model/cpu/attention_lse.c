@@ -158,9 +158,14 @@ void attention_lse_backward_cpu(float *dqkv, float *scratch, const float *dout, 
  * the fp32 kernels' bit for bit. */
 enum { LSE_TILES = 6 };
 
-size_t attention_lse_bf16_scratch(int64_t B, int64_t T, int64_t C, int64_t NH) {
+size_t attention_lse_bf16_scratch_for(int64_t B, int64_t T, int64_t C, int64_t NH, int threads) {
     size_t per_thread = LSE_TILES * (size_t)T * (size_t)(C / NH);
-    return attention_lse_backward_scratch(B, T, NH) + (size_t)attention_lse_threads(B, NH) * per_thread;
+    int64_t team = B * NH < threads ? B * NH : threads;
+    return attention_lse_backward_scratch(B, T, NH) + (size_t)team * per_thread;
+}
+
+size_t attention_lse_bf16_scratch(int64_t B, int64_t T, int64_t C, int64_t NH) {
+    return attention_lse_bf16_scratch_for(B, T, C, NH, omp_get_max_threads());
 }
 
 float *attention_lse_tiles(float *scratch, int64_t B, int64_t T, int64_t NH, int64_t hs) {

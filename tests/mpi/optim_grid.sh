@@ -16,12 +16,7 @@
 # (the comm table's included: Adafactor's tp and dp sums).
 # Usage: tests/mpi/optim_grid.sh BUILD_DIR
 set -u
-build=${1:-build}
-tmp=$(mktemp -d /tmp/shardlab_optim_grid_XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-mpi=(mpirun --oversubscribe --allow-run-as-root)
-for v in ASAN_OPTIONS UBSAN_OPTIONS; do [ -n "${!v:-}" ] && mpi+=(-x "$v"); done
-"$build/prepare" --input data/kjv.txt --train "$tmp/train.bin" --val "$tmp/val.bin" >/dev/null || exit 1
+. "$(dirname "$0")/env.sh" # build, tmp, mpi, $tmp/train.bin and val.bin
 # min_8bit_size 1024: the test model's matrices quantize (its vectors stay fp32);
 # adafactor_eps 1e-12: see tests/mpi/test_zero.c's check_adafactor
 args=(--config configs/tiny.conf --threads 1 --steps 10 --n_layer 4 --param_dtype fp32 --grad_dtype fp32

@@ -31,12 +31,7 @@
 # release and, in backward, its reduce_scatter.
 # Usage: tests/mpi/own_numbers.sh BUILD_DIR
 set -u
-build=${1:-build}
-tmp=$(mktemp -d /tmp/shardlab_own_numbers_XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-mpi=(mpirun --oversubscribe --allow-run-as-root)
-for v in ASAN_OPTIONS UBSAN_OPTIONS; do [ -n "${!v:-}" ] && mpi+=(-x "$v"); done
-"$build/prepare" --input data/kjv.txt --train "$tmp/train.bin" --val "$tmp/val.bin" >/dev/null || exit 1
+. "$(dirname "$0")/env.sh" # build, tmp, mpi, $tmp/train.bin and val.bin
 base=(--config configs/tiny.conf --threads 1 --steps 2 --val_every 0 --train_data "$tmp/train.bin")
 fails=0
 # case NAME RANKS ARGS...

@@ -17,12 +17,7 @@
 # as is --ranks without --devices (the world it describes).
 # Usage: tests/mpi/plan_ranks.sh BUILD_DIR
 set -u
-build=${1:-build}
-tmp=$(mktemp -d /tmp/shardlab_plan_ranks_XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-mpi=(mpirun --oversubscribe --allow-run-as-root)
-for v in ASAN_OPTIONS UBSAN_OPTIONS; do [ -n "${!v:-}" ] && mpi+=(-x "$v"); done
-"$build/prepare" --input data/kjv.txt --train "$tmp/train.bin" --val "$tmp/val.bin" >/dev/null || exit 1
+. "$(dirname "$0")/env.sh" # build, tmp, mpi, $tmp/train.bin and val.bin
 # llama-tiny at 1 x 2 x 2 x 2: cp's ring is flash attention
 model=(--config configs/llama-tiny.conf --micro_batch 2 --grad_accum 2 --tp 2 --cp 2 --pp 2 --attention flash
        --sample_tokens 0 --val_every 0 --warmup_steps 0 --threads 1)

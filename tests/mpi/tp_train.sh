@@ -11,12 +11,7 @@
 # that does not divide its key/value heads refused.
 # Usage: tests/mpi/tp_train.sh BUILD_DIR
 set -u
-build=${1:-build}
-tmp=$(mktemp -d /tmp/shardlab_tp_train_XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-mpi=(mpirun --oversubscribe --allow-run-as-root)
-for v in ASAN_OPTIONS UBSAN_OPTIONS; do [ -n "${!v:-}" ] && mpi+=(-x "$v"); done
-"$build/prepare" --input data/kjv.txt --train "$tmp/train.bin" --val "$tmp/val.bin" >/dev/null || exit 1
+. "$(dirname "$0")/env.sh" # build, tmp, mpi, $tmp/train.bin and val.bin
 args=(--config configs/tiny.conf --threads 1 --steps 20 --param_dtype fp32 --grad_dtype fp32 --act_dtype fp32
       --train_data "$tmp/train.bin" --val_data "$tmp/val.bin")
 fails=0

@@ -184,11 +184,7 @@ static double comm_in_use(const struct engine *e, const struct timeline_phase *p
     if (z->row->params == PARAMS_ALL_GATHER_IN_USE) {
         if (unit_phase && !(p->kind == PHASE_BACKWARD && p->unit_kind == UNIT_EMBED)) /* the unit's params, read */
             add(set, &n, gathered(z, p->unit_kind, p->unit_kind == UNIT_LAYER ? z->layer_in_use : 0));
-        /* wte, for a tied head: through the forward and the head's backward
-         * (an untied head's rank holds it in the embedding's forward only) */
-        bool tied = shape_tied(&e->lay.shape);
-        if ((p->kind == PHASE_FORWARD && (tied || p->unit_kind == UNIT_EMBED)) ||
-            (p->kind == PHASE_BACKWARD && p->unit_kind == UNIT_HEAD && tied))
+        if (timeline_embed_in_use(shape_tied(&e->lay.shape), (enum phase_kind)p->kind, p->unit_kind))
             add(set, &n, z->gathered[UNIT_EMBED]);
         for (int k = 0; k <= UNIT_LAYER; k++)
             if (z->gather[k].unit >= 0) add(set, &n, gathered(z, k, z->gather[k].buf)); /* in flight */

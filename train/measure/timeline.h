@@ -27,6 +27,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "layout.h"
 #include "mem.h"
 #include "step_hooks.h"
 
@@ -67,6 +68,17 @@ void timeline_end_step(struct mem_timeline *t);
 double timeline_total(const struct timeline_phase *p);
 /* "micro-batch 1 backward layer 3", "optimizer: reduce grads" */
 void timeline_phase_name(const struct timeline_phase *p, char *buf, size_t len);
+/* Whether ZeRO-3 holds the embedding's gathered params at a phase of kind
+ * `kind` on a unit of `unit_kind` (include/layout.h): a tied head reads
+ * wte, so through the forward and the head's backward; an untied head's
+ * rank (llama) only in the embedding's own forward. The one rule the
+ * measured timeline (measure_timeline.c) and its theory
+ * (train/theory/theory_timeline.c) both apply. */
+static inline bool timeline_embed_in_use(bool tied, enum phase_kind kind, int unit_kind) {
+    return (kind == PHASE_FORWARD && (tied || unit_kind == UNIT_EMBED)) ||
+           (kind == PHASE_BACKWARD && unit_kind == UNIT_HEAD && tied);
+}
+
 /* A phase with its names filled in from the unit (bytes zero). */
 struct timeline_phase timeline_phase_at(enum phase_kind kind, int unit, int unit_kind, int layer, int micro_batch);
 

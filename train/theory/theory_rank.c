@@ -431,7 +431,7 @@ static double gpt2_model_scratch(const struct config *c, const struct model_layo
  * apart), whole; with sp g's gathered (B,T,C) and the points' norm grads
  * (4C); d up and d gate (2F/t) and d qkv at GQA width / t; the
  * attention's dS (T x T per thread of a KV group, attention_gqa_backward_
- * scratch at KV/t heads; the ring's flash: D, B NH/t T); with bf16 stores
+ * scratch at KV/t heads; the ring's flash: D, B NH/t T, and its tiles on the bf16 stores); with bf16 stores
  * and fp32 GEMMs a GEMM's widened input and its fp32 output; RoPE's hs/2 frequencies and (B,T) positions. */
 static double llama_model_scratch(const struct config *c, struct rank_place p, int tp) {
     struct theory_model m;
@@ -439,12 +439,12 @@ static double llama_model_scratch(const struct config *c, struct rank_place p, i
     double B = c->micro_batch, T = c->seq_len, BT = B * T;
     double qkv = (double)(m.a + 2 * m.n_kv) * m.d_h / tp;
     bool bf16_stores = c->act_dtype == DTYPE_BF16; /* the data path: dqkv bf16, the attention's tiles */
-    /* the ring's D, B NH/t T, and on the stores each thread's six T x hs
-     * tiles (attention_lse_bf16_scratch, threads min(threads, B NH/t)) */
-    double ring_threads = fmin(c->threads, B * m.a / tp);
-    double att = theory_flash(c) ? BT * m.a / tp + (bf16_stores ? ring_threads * 6 * T * m.d_h : 0)
-                                 : (double)llama_attention_scratch((int64_t)B, (int64_t)T, m.a / tp, m.n_kv / tp,
-                                                                   m.d_h, bf16_stores, c->threads);
+    /* the ring's D, B NH/t T, and on the stores each thread's tiles */
+    double att = !theory_flash(c) ? (double)llama_attention_scratch((int64_t)B, (int64_t)T, m.a / tp, m.n_kv / tp,
+                                                                    m.d_h, bf16_stores, c->threads)
+               : bf16_stores ? (double)attention_lse_bf16_scratch_for((int64_t)B, (int64_t)T, m.h / tp, m.a / tp,
+                                                                      c->threads)
+                             : (double)attention_lse_backward_scratch((int64_t)B, (int64_t)T, m.a / tp);
     bool sp = theory_sp_on(c, p);
     double floats = (sp ? BT * m.h / tp : BT * m.h) + 2 * BT * m.h + 2 * BT * m.F / tp + m.d_h / 2 + att;
     if (bf16_stores && !theory_direct_gemms(c)) /* fp32 GEMMs on the stores: gemm_in, gemm_out */

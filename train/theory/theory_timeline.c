@@ -142,9 +142,9 @@ static double activations_in_use(const struct walk *w, enum phase_kind kind, int
 
 /* Communication buffers in use at a phase (train/measure/timeline.h), each
  * counted once: the unit's gathered params while it reads them, the
- * embedding's through the forward and the head's backward (the tied
- * head's wte; an untied head's rank only in its own forward), every all_gather and reduce-scatter in flight, and the
- * bucket a backward's gradient went through. */
+ * embedding's while it or a tied head reads it (timeline_embed_in_use),
+ * every all_gather and reduce-scatter in flight, and the bucket a
+ * backward's gradient went through. */
 static void comm_in_use(const struct walk *w, enum phase_kind kind, int unit_kind, double *gathered,
                         double *buckets) {
     const struct pieces *p = w->p;
@@ -153,12 +153,7 @@ static void comm_in_use(const struct walk *w, enum phase_kind kind, int unit_kin
     if (stage3(w)) {
         if (unit_phase && !(kind == PHASE_BACKWARD && unit_kind == UNIT_EMBED))
             in_use[unit_kind][unit_kind == UNIT_LAYER ? w->layer_in_use : 0] = true;
-        /* the embedding's params: through the forward and the head's
-         * backward when the head is tied to them; else its own forward only */
-        bool tied = shape_tied(&p->lay->shape);
-        if ((kind == PHASE_FORWARD && (tied || unit_kind == UNIT_EMBED)) ||
-            (kind == PHASE_BACKWARD && unit_kind == UNIT_HEAD && tied))
-            in_use[UNIT_EMBED][0] = true;
+        if (timeline_embed_in_use(shape_tied(&p->lay->shape), kind, unit_kind)) in_use[UNIT_EMBED][0] = true;
         for (int k = 0; k <= UNIT_LAYER; k++)
             if (w->gather_unit[k] >= 0) in_use[k][w->gather_buf[k]] = true;
     }
