@@ -249,6 +249,31 @@ files = sorted(step)
 if list_only:
     print("\n".join(files))
     sys.exit(0)
+# Each file's role (the first pattern that matches its path). The issue's
+# count is of the step's own code, "kernels' dispatch included": the
+# dispatch files (model/layers_dispatch.c, model/bufops_dispatch.c,
+# optim/optim_dispatch.c, include/collectives.h) count, and so does every
+# file no pattern names. A file with any other code that runs in the step
+# is counted whole (model/device.c, include/counters.h, include/grid.h).
+ROLES = [
+    ("kernel", r"^model/(cpu|cuda)/",
+     "the CPU's and the GPU's kernels, behind the op tables (model/layer_ops.h, model/bufops_ops.h)"),
+    ("kernel", r"^optim/(cuda/|(adamw|adamw8bit|adamw8bit_state|sgd|sgd8bit|lion|lion8bit|adafactor|blockwise8|"
+               r"qmap|qmap_codec|optim_ops_cpu)\.c$|[a-z0-9]+_rule\.h$|elementwise_loops\.h$|blockwise8\.h$)",
+     "the update rules' kernels, behind the optimizer's table (optim/optim_ops.h)"),
+    ("transport", r"^parallel/comm/(comm_|mpi_impl\.h$|nccl)",
+     "the collectives' transports, behind the collectives table (include/collectives.h)"),
+    ("observer", r"^train/measure/(?!trainer\.h$)|^train/run/run_(hooks|energy)\.c$|^include/(trace|kernel_timing)\.h$",
+     "the instruments, attached to the step's named points (include/step_hooks.h, train/run/run_hooks.c)"),
+    ("loop", r"^train/run/run_(team|stop_signal|device)\.c$|^train/measure/trainer\.h$|^parallel/comm/grid_agree\.c$",
+     "the loop between steps (train/run/run_loop.c: trainer_run, around train_step)"),
+]
+import re
+def role(f):
+    for name, pat, _ in ROLES:
+        if re.search(pat, f):
+            return name
+    return "step"
 folders = defaultdict(list)
 for f in files:
     folders[os.path.dirname(f) or "."].append(f)
@@ -265,7 +290,20 @@ for d in sorted(folders):
         per = " ".join(str(len(step[f].get(r, ()))) for r in ranks)
         on = [r for r in ranks if step[f].get(r)]
         only = f"  (rank {','.join(on)} only)" if len(on) < len(ranks) else ""
-        print(f"    {os.path.basename(f):<38} {per:>20}  {runs[f]:>24}{only}")
+        tag = "" if role(f) == "step" else f"  [{role(f)}]"
+        print(f"    {os.path.basename(f):<38} {per:>20}  {runs[f]:>24}{only}{tag}")
+own = [f for f in files if role(f) == "step"]
+own_folders = sorted({os.path.dirname(f) for f in own})
+src = [f for f in own if not f.endswith(".h")]
+src_folders = sorted({os.path.dirname(f) for f in src})
+print(f"  the step's own code (kernels' dispatch included): {len(src)} source files in {len(src_folders)} folders, "
+      f"and {len(own) - len(src)} headers' inline code: {len(own)} files in {len(own_folders)} folders")
+for d in own_folders:
+    print(f"    {d}/: " + " ".join(os.path.basename(f) for f in own if os.path.dirname(f) == d))
+for name in dict.fromkeys(r[0] for r in ROLES):
+    mine = [f for f in files if role(f) == name]
+    why = "; ".join(w for n, _, w in ROLES if n == name)
+    print(f"  [{name}] {len(mine)} files: {why}")
 rest = sorted(f for f in grew if f not in step)
 if rest:
     print("  not counted: files whose counts grew in some run but not by K per level in every run: " +

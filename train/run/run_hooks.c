@@ -3,7 +3,8 @@
  * none of these. In the order attached, which is the order they see a
  * point:
  *   kernel timing  a GPU's queued kernels waited for before the optimizer's
- *                  clock starts and before it stops (include/device.h);
+ *                  clock starts and before it stops (include/device.h; a
+ *                  run on the host has none to wait for);
  *   trace          the step's spans, unit tags and releases (--trace;
  *                  train/measure/measure_trace.c);
  *   timeline       the bytes in use phase by phase (measure_timeline.c);
@@ -72,7 +73,8 @@ static void energy_see(void *self, const struct step_event *ev) {
 
 void trainer_attach_observers(struct trainer *tr) {
     struct step_observer in_order[] = {
-        {kernels_see, tr},
+        /* only where kernels queue: on the host each has returned when its call has */
+        tr->space == MEM_DEVICE ? (struct step_observer){kernels_see, tr} : (struct step_observer){0},
         *tr->cfg->trace ? trace_observer(&tr->trace_watch, &tr->trace, &tr->engine.lay) : (struct step_observer){0},
         timeline_observer(&tr->timeline, &tr->engine),
         {flops_see, tr},
