@@ -53,12 +53,12 @@ static const struct layer_ops *ops_on(const struct exec_ctx *fc, const char *op,
 }
 
 /* One call of op on its operands' backend (ops_on), timed as RUN_TIMED. */
-#define RUN_ON(x, kind, op, ...)                                                    \
-    do {                                                                            \
+#define RUN_ON(x, kind, op, ...)                                                        \
+    do {                                                                                \
         const struct layer_ops *b_ = ops_on(fc, #op, x, (int)(sizeof x / sizeof x[0])); \
-        struct kernel_span t_ = span_begin(fc);                                     \
-        b_->op(__VA_ARGS__);                                                        \
-        kernel_span_end(fc, t_, kind);                                              \
+        struct kernel_span t_ = span_begin(fc);                                         \
+        b_->op(__VA_ARGS__);                                                            \
+        kernel_span_end(fc, t_, kind);                                                  \
     } while (0)
 
 static struct kernel_span span_begin(struct exec_ctx *fc) {
@@ -344,7 +344,7 @@ size_t attention_lse_bf16_scratch_in(enum mem_space space, int64_t B, int64_t T,
 static const struct layer_ops *llama_ops(const struct exec_ctx *fc, const char *op, bool has_form) {
     if (!has_form) {
         fprintf(stderr, "error: %s: no form on %s memory yet (LLaMA's kernels run on the host only)\n", op,
-                fc->space == MEM_DEVICE ? "device" : "host");
+                space_name(fc->space));
         exit(EXIT_FAILURE);
     }
     return layer_backend(fc->space, fc, op);
