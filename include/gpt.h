@@ -4,9 +4,10 @@
  * engine provides (gathered from shards): fp32 views (widened from bf16,
  * or the fp32 params themselves), or on the CPU with bf16 params and bf16
  * GEMMs the bf16 params as they are beside an fp32 view of the unit's
- * vectors only, packed (include/layout.h: *_vec_offset) (struct operand, layers.h: the GEMM weights and the embedding
- * table are read as bf16, nothing widened only to be rounded back). That
- * keeps this file free of parallel code.
+ * vectors only, packed (include/layout.h: *_vec_offset) (struct
+ * unit_weights, below: the GEMM weights and the embedding table are read
+ * as bf16, nothing widened only to be rounded back). That keeps this file
+ * free of parallel code.
  *
  * Saved activations live in micro-batch slots: a slot holds everything one
  * micro-batch's forward leaves for its backward, so a pipeline schedule can
@@ -195,18 +196,31 @@ struct gpt {
                            * all-reduced over the group before they join the accumulator */
 };
 
+/* A unit's weights as the engine hands them over (parallel/engine.c:
+ * all_gather): two tensors, since bf16 params read as they are leave the
+ * unit's vectors (LayerNorms, biases, wpe) to an fp32 copy of their own.
+ *   params: the whole unit, bf16 (read as it is) or fp32 (the fp32 params,
+ *           or the bf16 ones widened); its GEMM weights are operands.
+ *   vec:    the fp32 vectors: packed at the layout's *_vec_offset beside
+ *           bf16 params, else params' own values at *_offset
+ *           (model/unit_tensors.h picks the offsets). */
+struct unit_weights {
+    struct operand params;
+    const float *vec;
+};
+
 /* An architecture's per-unit functions, which the engine calls (the
  * gpt_* forms below are GPT-2's; model/llama.c has LLaMA 3's). wte: the
  * head's GEMM weight (GPT-2's tied wte; LLaMA's own lm_head), dwte its
  * gradient accumulator. */
 struct model_blocks {
-    void (*embed_forward)(struct gpt *m, int slot, struct operand w_embed, const int32_t *inputs);
-    void (*layer_forward)(struct gpt *m, int slot, int l, struct operand w);
-    float (*head_forward)(struct gpt *m, int slot, struct operand w_head, struct operand wte, const int32_t *targets,
-                          float dloss);
-    void (*head_backward)(struct gpt *m, int slot, struct operand w_head, struct operand wte, float *dw_head,
+    void (*embed_forward)(struct gpt *m, int slot, struct unit_weights w_embed, const int32_t *inputs);
+    void (*layer_forward)(struct gpt *m, int slot, int l, struct unit_weights w);
+    float (*head_forward)(struct gpt *m, int slot, struct unit_weights w_head, struct operand wte,
+                          const int32_t *targets, float dloss);
+    void (*head_backward)(struct gpt *m, int slot, struct unit_weights w_head, struct operand wte, float *dw_head,
                           float *dwte);
-    void (*layer_backward)(struct gpt *m, int slot, int l, struct operand w, float *dw);
+    void (*layer_backward)(struct gpt *m, int slot, int l, struct unit_weights w, float *dw);
     void (*embed_backward)(struct gpt *m, int slot, float *dw_embed);
 };
 extern const struct model_blocks GPT2_BLOCKS, LLAMA_BLOCKS;
@@ -283,13 +297,13 @@ size_t gpt_ring_bytes(int B, int T_local, int Cl, int KVw, int NHl, size_t kv_by
 int gpt_chunk_slot(const struct gpt *m, int chunk, int k);
 
 /* inputs: (B,T) token ids, copied into the slot. */
-void gpt_embed_forward(struct gpt *m, int slot, struct operand w_embed, const int32_t *inputs);
+void gpt_embed_forward(struct gpt *m, int slot, struct unit_weights w_embed, const int32_t *inputs);
 /* The slot's incoming / outgoing activation: gpt_stage_numel values in
  * act_dtype, (B,T,C), or this rank's (B,T/tp,C) with sequence parallelism. */
 size_t gpt_stage_numel(const struct gpt *m);
 void *gpt_stage_input(struct gpt *m, int slot);
 void *gpt_stage_output(struct gpt *m, int slot);
-void gpt_layer_forward(struct gpt *m, int slot, int l, struct operand w);
+void gpt_layer_forward(struct gpt *m, int slot, int l, struct unit_weights w);
 /* targets: (B,T) token ids copied into the slot, with the batch: the
  * engine's way under --gpu_path v2 (before the micro-batch's kernels, so no
  * host copy waits on the forward mid-step). */
@@ -298,10 +312,10 @@ void gpt_upload_targets(struct gpt *m, int slot, const int32_t *targets);
  * cross-entropy. Returns the mean loss over B*T tokens. With dloss != 0
  * the logits become dlogits (scaled by dloss). targets NULL: the slot's,
  * uploaded with the batch (gpt_upload_targets); else copied in here (v1). */
-float gpt_head_forward(struct gpt *m, int slot, struct operand w_head, struct operand wte, const int32_t *targets,
-                       float dloss);
+float gpt_head_forward(struct gpt *m, int slot, struct unit_weights w_head, struct operand wte,
+                       const int32_t *targets, float dloss);
 /* dwte: where wte's gradient accumulates (the embedding's or the copy's). */
-void gpt_head_backward(struct gpt *m, int slot, struct operand w_head, struct operand wte, float *dw_head,
+void gpt_head_backward(struct gpt *m, int slot, struct unit_weights w_head, struct operand wte, float *dw_head,
                        float *dwte);
 /* The gradient of the residual stream, gpt_stage_numel values in act_dtype
  * (as the pipeline passes it): gpt_stage_grad_in sets it from the incoming
@@ -310,7 +324,7 @@ void gpt_head_backward(struct gpt *m, int slot, struct operand w_head, struct op
  * keeps it bf16, else a conversion from fp32). */
 void gpt_stage_grad_in(struct gpt *m, const void *src);
 void gpt_stage_grad_out(struct gpt *m, void *dst);
-void gpt_layer_backward(struct gpt *m, int slot, int l, struct operand w, float *dw);
+void gpt_layer_backward(struct gpt *m, int slot, int l, struct unit_weights w, float *dw);
 void gpt_embed_backward(struct gpt *m, int slot, float *dw_embed);
 
 /* After gpt_head_forward with dloss = 0: the first n logits (of Vp, V

@@ -19,6 +19,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "counters.h"
 #include "dtype.h"
@@ -169,24 +171,54 @@ void matmul_forward_bf16(float *out, const bf16 *inp, const float *weight, const
 void matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
                           const float *weight, int64_t N, int64_t C, int64_t OC, struct exec_ctx *fc);
 
-/* A read-only operand of the host's bf16 GEMMs and the embedding lookup,
- * in one of two dtypes: bf16 (b16: read as it is) or fp32 (f32, b16 NULL:
- * a bf16 GEMM rounds it per call, to nearest even). On the CPU with bf16
- * params and --gemm_dtype bf16 the engine hands the model its bf16 params
- * (parallel/engine.c), and the model its saved bf16 activations, so
- * nothing is widened to fp32 only to be rounded back. */
+/* A read-only tensor operand: its values, their dtype (DTYPE_FP32 or
+ * DTYPE_BF16) and the memory space they live in. A bf16 operand is read
+ * as it is; an fp32 one by a bf16 GEMM is rounded per call (nearest even).
+ * On the CPU with bf16 params and --gemm_dtype bf16 the engine hands the
+ * model its bf16 params (parallel/engine.c), and the model its saved bf16
+ * activations, so nothing is widened to fp32 only to be rounded back.
+ * Made by operand_f32/operand_bf16, read by operand_as_f32/operand_as_bf16,
+ * which check the dtype: a wrong one is a programming error and stops the
+ * run, naming the op. No designated initializers in these helpers: the
+ * CUDA build's C++ (model/cuda/) includes this header too. */
 struct operand {
-    const float *f32;
-    const bf16 *b16;
+    const void *data;
+    enum dtype dtype;
+    enum mem_space space;
 };
 
-/* The operand `off` elements in: its bf16 values when it has them, else its
- * fp32 ones (a tensor within a unit's weights). */
-static inline struct operand operand_at(struct operand w, size_t off) {
-    struct operand o = {NULL, NULL}; /* no designators: the CUDA build's C++ includes this too */
-    if (w.b16) o.b16 = w.b16 + off;
-    else o.f32 = w.f32 + off;
+static inline struct operand operand_f32(const float *x, enum mem_space space) {
+    struct operand o = {x, DTYPE_FP32, space};
     return o;
+}
+
+static inline struct operand operand_bf16(const bf16 *x, enum mem_space space) {
+    struct operand o = {x, DTYPE_BF16, space};
+    return o;
+}
+
+static inline bool operand_is_bf16(struct operand x) { return x.dtype == DTYPE_BF16; }
+
+/* Stops the run: op read operand x as `want`, which it is not. */
+static inline void operand_wrong_dtype(struct operand x, enum dtype want, const char *op) {
+    fprintf(stderr, "error: %s: a %s operand read as %s (a bug)\n", op, dtype_name(x.dtype), dtype_name(want));
+    abort();
+}
+
+static inline const float *operand_as_f32(struct operand x, const char *op) {
+    if (x.dtype != DTYPE_FP32) operand_wrong_dtype(x, DTYPE_FP32, op);
+    return (const float *)x.data;
+}
+
+static inline const bf16 *operand_as_bf16(struct operand x, const char *op) {
+    if (x.dtype != DTYPE_BF16) operand_wrong_dtype(x, DTYPE_BF16, op);
+    return (const bf16 *)x.data;
+}
+
+/* The operand `off` elements in (a tensor within a unit's params). */
+static inline struct operand operand_at(struct operand x, size_t off) {
+    if (x.data) x.data = (const char *)x.data + off * dtype_size(x.dtype);
+    return x;
 }
 
 /* The layer GEMMs on operands of either dtype (on a GPU whose backend

@@ -175,31 +175,39 @@ void gpt_free(struct gpt *m, struct mem_tracker *mem) {
  * read it (gemm_reads_store), else its fp32 view, through f for a
  * column-parallel GEMM (with sp: gathered). */
 static struct operand gemm_in(struct gpt *m, struct layer_view *v, enum layer_act a, bool column) {
-    if (acts_gemm_reads_store(m)) return (struct operand){.b16 = v->store[a]};
-    return (struct operand){.f32 = column ? m->tpp->column_input(m, v->act[a]) : v->act[a]};
+    if (acts_gemm_reads_store(m)) return acts_op_bf16(m, v->store[a]);
+    return acts_op_f32(m, column ? m->tpp->column_input(m, v->act[a]) : v->act[a]);
 }
 
 /* out (N,OC) = x . w^T (+ bias) on the path the operands ask for: both
- * operands as they are (w.b16: the engine's bf16 params, on the host or on
- * v2's GPU; or a bf16 output, the bf16 data path's), the saved bf16 input with fp32
- * weights, or fp32 throughout. */
+ * operands as they are (a bf16 w: the engine's bf16 params, on the host or
+ * on v2's GPU; or a bf16 output, the bf16 data path's), the saved bf16
+ * input with fp32 weights, or fp32 throughout. */
 static void gemm_forward(struct gpt *m, struct act_out out, struct operand x, struct operand w, const float *bias,
                          int64_t N, int64_t C, int64_t OC) {
-    if (w.b16 || out.b16) matmul_forward_mixed(out, x, w, bias, N, C, OC, m->flops);
-    else if (x.b16) matmul_forward_bf16(out.f32, x.b16, w.f32, bias, N, C, OC, m->flops);
-    else matmul_forward(out.f32, x.f32, w.f32, bias, N, C, OC, m->flops);
+    const char *op = __func__;
+    if (operand_is_bf16(w) || out.b16) matmul_forward_mixed(out, x, w, bias, N, C, OC, m->flops);
+    else if (operand_is_bf16(x))
+        matmul_forward_bf16(out.f32, operand_as_bf16(x, op), operand_as_f32(w, op), bias, N, C, OC, m->flops);
+    else matmul_forward(out.f32, operand_as_f32(x, op), operand_as_f32(w, op), bias, N, C, OC, m->flops);
 }
 
 /* The same for the backward; dout and dinp bf16 on the bf16 data path's
  * gradients (acts_direct). */
 static void gemm_backward(struct gpt *m, struct act_out dinp, float *dweight, float *dbias, struct operand dout,
                           struct operand x, struct operand w, int64_t N, int64_t C, int64_t OC) {
-    if (w.b16 || dinp.b16 || dout.b16) matmul_backward_mixed(dinp, dweight, dbias, dout, x, w, N, C, OC, m->flops);
-    else if (x.b16) matmul_backward_bf16(dinp.f32, dweight, dbias, dout.f32, x.b16, w.f32, N, C, OC, m->flops);
-    else matmul_backward(dinp.f32, dweight, dbias, dout.f32, x.f32, w.f32, N, C, OC, m->flops);
+    const char *op = __func__;
+    if (operand_is_bf16(w) || dinp.b16 || operand_is_bf16(dout))
+        matmul_backward_mixed(dinp, dweight, dbias, dout, x, w, N, C, OC, m->flops);
+    else if (operand_is_bf16(x))
+        matmul_backward_bf16(dinp.f32, dweight, dbias, operand_as_f32(dout, op), operand_as_bf16(x, op),
+                             operand_as_f32(w, op), N, C, OC, m->flops);
+    else
+        matmul_backward(dinp.f32, dweight, dbias, operand_as_f32(dout, op), operand_as_f32(x, op),
+                        operand_as_f32(w, op), N, C, OC, m->flops);
 }
 
-void gpt_embed_forward(struct gpt *m, int s, struct operand w_embed, const int32_t *inputs) {
+void gpt_embed_forward(struct gpt *m, int s, struct unit_weights w_embed, const int32_t *inputs) {
     buf_copy(m->space, m->slot[s].inputs, inputs, bt(m) * sizeof *inputs);
     /* acts_direct: computed in dtemp_btc (free in the forward), narrowed
      * into the store: no fp32 copy of the stream is kept */
@@ -209,8 +217,9 @@ void gpt_embed_forward(struct gpt *m, int s, struct operand w_embed, const int32
      * hold), g sums them to every token's row (with sp g-bar to this
      * rank's slice), then wpe once, at the slice's positions */
     float *rows = m->sp ? m->gathered : out;
-    if (w_embed.b16)
-        embedding_rows_forward_bf16(rows, m->slot[s].inputs, w_embed.b16 + m->lay->embed_offset[EMB_WTE], v.v0, v.Vl,
+    struct operand wte = operand_at(w_embed.params, m->lay->embed_offset[EMB_WTE]);
+    if (operand_is_bf16(wte))
+        embedding_rows_forward_bf16(rows, m->slot[s].inputs, operand_as_bf16(wte, __func__), v.v0, v.Vl,
                                     (int64_t)bt(m), m->shape.C, m->flops);
     else
         embedding_rows_forward(rows, m->slot[s].inputs, ew(m, w_embed, EMB_WTE), v.v0, v.Vl, (int64_t)bt(m),
@@ -277,11 +286,11 @@ static void layer_matmul_backward(struct gpt *m, struct act_out dinp, float *dwe
 static void layernorm_saved(struct gpt *m, struct layer_view *v, enum layer_act a, float *mean, float *rstd,
                             struct operand x, const float *w, const float *b) {
     int64_t Nl = (int64_t)bt_l(m), C = m->shape.C;
-    if (x.b16) {
-        layernorm_forward_bf16(v->store[a], mean, rstd, x.b16, w, b, Nl, C, m->flops);
+    if (operand_is_bf16(x)) {
+        layernorm_forward_bf16(v->store[a], mean, rstd, operand_as_bf16(x, __func__), w, b, Nl, C, m->flops);
         return;
     }
-    layernorm_forward(v->act[a], mean, rstd, x.f32, w, b, Nl, C, m->flops);
+    layernorm_forward(v->act[a], mean, rstd, operand_as_f32(x, __func__), w, b, Nl, C, m->flops);
     acts_round(m, v, a, btc_l(m));
 }
 
@@ -294,8 +303,8 @@ static struct act_out dresid_out(const struct gpt *m) {
 /* The stream's gradient as the row-parallel GEMMs read it: dresid16 as
  * it is, or through g (with sp gathered). */
 static struct operand dresid_in(struct gpt *m) {
-    if (acts_direct(m)) return (struct operand){.b16 = m->dresid16};
-    return (struct operand){.f32 = m->tpp->row_output_grad(m)};
+    if (acts_direct(m)) return acts_op_bf16(m, m->dresid16);
+    return acts_op_f32(m, m->tpp->row_output_grad(m));
 }
 
 /* The backward of a LayerNorm whose input was x: dresid += dinp from the
@@ -303,8 +312,11 @@ static struct operand dresid_in(struct gpt *m) {
 static void layernorm_grad(struct gpt *m, float *dw, float *db, struct operand x, const float *w, const float *mean,
                            const float *rstd) {
     int64_t Nl = (int64_t)bt_l(m), C = m->shape.C;
-    if (x.b16) layernorm_backward_bf16(dresid_out(m), dw, db, m->dtemp_btc, x.b16, w, mean, rstd, Nl, C, m->flops);
-    else layernorm_backward(m->dresid, dw, db, m->dtemp_btc, x.f32, w, mean, rstd, Nl, C, m->flops);
+    if (operand_is_bf16(x))
+        layernorm_backward_bf16(dresid_out(m), dw, db, m->dtemp_btc, operand_as_bf16(x, __func__), w, mean, rstd,
+                                Nl, C, m->flops);
+    else layernorm_backward(m->dresid, dw, db, m->dtemp_btc, operand_as_f32(x, __func__), w, mean, rstd, Nl, C,
+                            m->flops);
 }
 
 /* Where the bf16 attention writes the probabilities, and reads them
@@ -317,23 +329,23 @@ static struct act_out att_dst(const struct layer_view *v, bool recompute) {
     return (struct act_out){.f32 = v->act[ACT_ATT], .bf16_values = true};
 }
 
-static struct operand att_src(const struct layer_view *v) {
-    if (v->store[ACT_ATT]) return (struct operand){.b16 = v->store[ACT_ATT]};
-    return (struct operand){.f32 = v->act[ACT_ATT]};
+static struct operand att_src(const struct gpt *m, const struct layer_view *v) {
+    if (v->store[ACT_ATT]) return acts_op_bf16(m, v->store[ACT_ATT]);
+    return acts_op_f32(m, v->act[ACT_ATT]);
 }
 
 /* Saved tensor a as the LayerNorms read it: the store (acts_direct), else
  * the fp32 view. */
 static struct operand saved_in(const struct gpt *m, const struct layer_view *v, enum layer_act a) {
-    if (acts_direct(m)) return (struct operand){.b16 = v->store[a]};
-    return (struct operand){.f32 = v->act[a]};
+    if (acts_direct(m)) return acts_op_bf16(m, v->store[a]);
+    return acts_op_f32(m, v->act[a]);
 }
 
 /* The layer's forward from x into the view's tensors; with out, also the
  * layer output (the recompute of full checkpointing needs no output: the
  * backward starts from the saved stream). N tokens in the GEMMs and the
  * attention, Nl (this rank's) in the LayerNorms and residual adds. */
-static void layer_forward(struct gpt *m, struct operand x, struct layer_view *v, struct operand w, float *out,
+static void layer_forward(struct gpt *m, struct operand x, struct layer_view *v, struct unit_weights w, float *out,
                           bf16 *out_store) {
     int64_t Cl = m->Cl, Fl = m->Fl;
     size_t nl = btc_l(m);
@@ -365,12 +377,13 @@ static void layer_forward(struct gpt *m, struct operand x, struct layer_view *v,
     }
     if (!acts_direct(m)) acts_round(m, v, ACT_ATTY, acts_numel(m, ACT_ATTY));
     row_parallel_forward(m, tmp, v, ACT_ATTY, wop(m, w, LAYER_ATTPROJ_W), wt(m, w, LAYER_ATTPROJ_B), Cl);
-    if (x.b16) { /* res2 and ln2 in one call: the two kernels' bits (one pass on a GPU) */
+    if (operand_is_bf16(x)) { /* res2 and ln2 in one call: the two kernels' bits (one pass on a GPU) */
         residual_layernorm_forward_bf16(v->store[ACT_RES2], v->store[ACT_LN2], v->stat[STAT_LN2_MEAN],
-                                        v->stat[STAT_LN2_RSTD], x.b16, tmp, wt(m, w, LAYER_LN2_W),
-                                        wt(m, w, LAYER_LN2_B), (int64_t)bt_l(m), m->shape.C, fc);
+                                        v->stat[STAT_LN2_RSTD], operand_as_bf16(x, __func__), tmp,
+                                        wt(m, w, LAYER_LN2_W), wt(m, w, LAYER_LN2_B), (int64_t)bt_l(m), m->shape.C,
+                                        fc);
     } else {
-        residual_forward(a[ACT_RES2], x.f32, tmp, (int64_t)nl, fc);
+        residual_forward(a[ACT_RES2], operand_as_f32(x, __func__), tmp, (int64_t)nl, fc);
         acts_round(m, v, ACT_RES2, nl);
         layernorm_saved(m, v, ACT_LN2, v->stat[STAT_LN2_MEAN], v->stat[STAT_LN2_RSTD], saved_in(m, v, ACT_RES2),
                         wt(m, w, LAYER_LN2_W), wt(m, w, LAYER_LN2_B));
@@ -386,7 +399,7 @@ static void layer_forward(struct gpt *m, struct operand x, struct layer_view *v,
     }
     if (!out && !out_store) return;
     row_parallel_forward(m, tmp, v, ACT_FCH_GELU, wop(m, w, LAYER_FCPROJ_W), wt(m, w, LAYER_FCPROJ_B), Fl);
-    if (x.b16) {
+    if (operand_is_bf16(x)) {
         residual_forward_bf16(out_store, v->store[ACT_RES2], tmp, (int64_t)nl, fc);
         return;
     }
@@ -394,7 +407,7 @@ static void layer_forward(struct gpt *m, struct operand x, struct layer_view *v,
     acts_round_saved(m, out, nl, out_store);
 }
 
-void gpt_layer_forward(struct gpt *m, int s, int l, struct operand w) {
+void gpt_layer_forward(struct gpt *m, int s, int l, struct unit_weights w) {
     int i = l - m->slot[s].l0;
     struct operand x = acts_stream_in(m, s, i, m->work_resid_in);
     struct layer_view v = acts_layer_view(m, s, i, false);
@@ -408,23 +421,23 @@ void gpt_layer_forward(struct gpt *m, int s, int l, struct operand w) {
  * which keeps no fp32 lnf), else its fp32 view (widened for the backward:
  * `load`), through f. */
 static struct operand head_input(struct gpt *m, int s, struct operand wte, bool load) {
-    if ((wte.b16 && acts_gemm_reads_store(m)) || acts_direct(m)) return (struct operand){.b16 = m->slot[s].lnf};
-    return (struct operand){.f32 = m->tpp->column_input(m, acts_lnf_view(m, s, load))};
+    if ((operand_is_bf16(wte) && acts_gemm_reads_store(m)) || acts_direct(m)) return acts_op_bf16(m, m->slot[s].lnf);
+    return acts_op_f32(m, m->tpp->column_input(m, acts_lnf_view(m, s, load)));
 }
 
-float gpt_head_forward(struct gpt *m, int s, struct operand w_head, struct operand wte, const int32_t *targets,
+float gpt_head_forward(struct gpt *m, int s, struct unit_weights w_head, struct operand wte, const int32_t *targets,
                        float dloss) {
     int64_t N = (int64_t)bt(m), C = m->shape.C;
     struct gpt_slot *sl = &m->slot[s];
     struct operand x = acts_stream_in(m, s, m->slot[s].n_layers, m->work_resid_in);
     const float *lnf_w = hw(m, w_head, HEAD_LNF_W), *lnf_b = hw(m, w_head, HEAD_LNF_B);
-    if (x.b16) {
-        layernorm_forward_bf16(sl->lnf, sl->lnf_stats, sl->lnf_stats + bt_l(m), x.b16, lnf_w, lnf_b,
-                               (int64_t)bt_l(m), C, m->flops);
+    if (operand_is_bf16(x)) {
+        layernorm_forward_bf16(sl->lnf, sl->lnf_stats, sl->lnf_stats + bt_l(m), operand_as_bf16(x, __func__), lnf_w,
+                               lnf_b, (int64_t)bt_l(m), C, m->flops);
     } else {
         float *lnf = acts_lnf_view(m, s, false);
-        layernorm_forward(lnf, sl->lnf_stats, sl->lnf_stats + bt_l(m), x.f32, lnf_w, lnf_b, (int64_t)bt_l(m), C,
-                          m->flops);
+        layernorm_forward(lnf, sl->lnf_stats, sl->lnf_stats + bt_l(m), operand_as_f32(x, __func__), lnf_w, lnf_b,
+                          (int64_t)bt_l(m), C, m->flops);
         acts_round_saved(m, lnf, btc_l(m), acts_bf16(m) ? (bf16 *)sl->lnf : NULL);
     }
     /* The LM head is tied to the token embedding: logits = lnf . wte^T,
@@ -445,14 +458,14 @@ float gpt_head_forward(struct gpt *m, int s, struct operand w_head, struct opera
     return (float)(sum / (double)N);
 }
 
-void gpt_head_backward(struct gpt *m, int s, struct operand w_head, struct operand wte, float *dw_head, float *dwte) {
+void gpt_head_backward(struct gpt *m, int s, struct unit_weights w_head, struct operand wte, float *dw_head,
+                       float *dwte) {
     int64_t N = (int64_t)bt(m), C = m->shape.C;
     struct gpt_slot *sl = &m->slot[s];
     struct operand x = acts_stream_in(m, s, m->slot[s].n_layers, m->work_resid_in);
     const struct model_layout *lay = m->lay;
     float *dlnfw = dw_head + lay->head_offset[HEAD_LNF_W], *dlnfb = dw_head + lay->head_offset[HEAD_LNF_B];
-    struct operand dlogits = acts_logits_bf16(m) ? (struct operand){.b16 = sl->logits}
-                                                 : (struct operand){.f32 = sl->logits};
+    struct operand dlogits = acts_logits_bf16(m) ? acts_op_bf16(m, sl->logits) : acts_op_f32(m, sl->logits);
     gemm_backward(m, (struct act_out){.f32 = m->dtemp_btc}, dwte, NULL, dlogits, head_input(m, s, wte, true), wte, N,
                   C, m->vocab.Vl);
     m->tpp->column_grad(m, m->dtemp_btc); /* dlnf sums over the vocabulary slices */
@@ -465,7 +478,7 @@ void gpt_head_backward(struct gpt *m, int s, struct operand w_head, struct opera
     m->tpp->ln_grads_done(m, (float *const[]){dlnfw, dlnfb}, 2);
 }
 
-void gpt_layer_backward(struct gpt *m, int s, int l, struct operand w, float *dw) {
+void gpt_layer_backward(struct gpt *m, int s, int l, struct unit_weights w, float *dw) {
     int64_t C = m->shape.C, Cl = m->Cl, Fl = m->Fl;
     int i = l - m->slot[s].l0;
     struct exec_ctx *fc = m->flops;
@@ -501,8 +514,8 @@ void gpt_layer_backward(struct gpt *m, int s, int l, struct operand w, float *dw
     else if (acts_gemm_reads_store(m)) gelu_backward_bf16(m->dfc, v.store[ACT_FCH], m->dfc, nf, fc);
     else gelu_backward(m->dfc, a[ACT_FCH], m->dfc, nf, fc);
     layer_matmul_backward(m, dtemp, dwt(m, dw, LAYER_FC_W), dwt(m, dw, LAYER_FC_B),
-                          (struct operand){.f32 = dfc.f32, .b16 = dfc.b16}, &v, ACT_LN2, true, wop(m, w, LAYER_FC_W),
-                          C, Fl);
+                          g16 ? acts_op_bf16(m, m->dfc16) : acts_op_f32(m, m->dfc), &v, ACT_LN2, true,
+                          wop(m, w, LAYER_FC_W), C, Fl);
     m->tpp->column_grad(m, m->dtemp_btc); /* f: the partial dln2 of each rank's features sum */
     layernorm_grad(m, m->tpp->ln_grad(m, ln[2], 2), m->tpp->ln_grad(m, ln[3], 3), saved_in(m, &v, ACT_RES2),
                    wt(m, w, LAYER_LN2_W), v.stat[STAT_LN2_MEAN], v.stat[STAT_LN2_RSTD]);
@@ -519,7 +532,7 @@ void gpt_layer_backward(struct gpt *m, int s, int l, struct operand w, float *dw
         attention_lse_backward_bf16(m->dqkv16, m->att_scratch, m->dtemp_btc, v.store[ACT_QKV], v.store[ACT_ATTY],
                                     a[ACT_ATT], m->B, m->shape.T, Cl, m->NHl, fc);
     else if (acts_direct(m))
-        attention_backward_bf16(m->dqkv16, m->dtemp_btc, v.store[ACT_QKV], att_src(&v), m->att_scratch, m->B,
+        attention_backward_bf16(m->dqkv16, m->dtemp_btc, v.store[ACT_QKV], att_src(m, &v), m->att_scratch, m->B,
                                 m->shape.T, Cl, m->NHl, fc);
     else if (flash(m))
         attention_lse_backward(m->dqkv, m->att_scratch, m->dtemp_btc, a[ACT_QKV], a[ACT_ATTY], a[ACT_ATT], m->B,
@@ -527,7 +540,7 @@ void gpt_layer_backward(struct gpt *m, int s, int l, struct operand w, float *dw
     else
         attention_backward(m->dqkv, m->dtemp_btc, a[ACT_QKV], a[ACT_ATT], m->att_scratch, m->B, m->shape.T, Cl, m->NHl,
                            fc);
-    struct operand dqkv = g16 ? (struct operand){.b16 = m->dqkv16} : (struct operand){.f32 = m->dqkv};
+    struct operand dqkv = g16 ? acts_op_bf16(m, m->dqkv16) : acts_op_f32(m, m->dqkv);
     layer_matmul_backward(m, dtemp, dwt(m, dw, LAYER_QKV_W), dwt(m, dw, LAYER_QKV_B), dqkv, &v, ACT_LN1, true,
                           wop(m, w, LAYER_QKV_W), C, 3 * Cl);
     m->tpp->column_grad(m, m->dtemp_btc); /* f: dln1 */
@@ -542,8 +555,7 @@ void gpt_embed_backward(struct gpt *m, int s, float *dw_embed) {
     struct vocab_slice v = m->vocab;
     float *dwte = dw_embed + m->lay->embed_offset[EMB_WTE], *dwpe = dw_embed + m->lay->embed_offset[EMB_WPE];
     /* with cp at global positions; bf16 (no sp): the stream's gradient whole */
-    struct operand d = acts_direct(m) ? (struct operand){.b16 = m->dresid16}
-                                          : (struct operand){.f32 = m->tpp->row_output_grad(m)};
+    struct operand d = acts_direct(m) ? acts_op_bf16(m, m->dresid16) : acts_op_f32(m, m->tpp->row_output_grad(m));
     m->cpp->embedding_backward(m, dwte, dwpe, d, m->slot[s].inputs, v.v0, v.Vl);
     m->flops->other += 2.0 * (double)btc(m);
 }

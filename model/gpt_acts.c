@@ -168,8 +168,8 @@ bf16 *acts_resid_store(struct gpt *m, int s, int i) { return acts_bf16(m) ? acts
 /* Residual-stream entry i as the layer reads it: its bf16 store as it is
  * (acts_direct), else its fp32 view (widened into `work` when bf16). */
 struct operand acts_stream_in(struct gpt *m, int s, int i, float *work) {
-    if (acts_direct(m)) return (struct operand){.b16 = acts_resid_at(m, s, i)};
-    return (struct operand){.f32 = acts_resid_view(m, s, i, work, true)};
+    if (acts_direct(m)) return acts_op_bf16(m, acts_resid_at(m, s, i));
+    return acts_op_f32(m, acts_resid_view(m, s, i, work, true));
 }
 
 /* fp32 pointers to local layer i's saved tensors in slot s. Full

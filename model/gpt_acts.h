@@ -54,6 +54,9 @@ void *acts_resid_at(struct gpt *m, int s, int i);
 float *acts_resid_view(struct gpt *m, int s, int i, float *work, bool load);
 bf16 *acts_resid_store(struct gpt *m, int s, int i);
 struct operand acts_stream_in(struct gpt *m, int s, int i, float *work);
+/* A tensor of the model's, in its memory space, as an operand. */
+static inline struct operand acts_op_f32(const struct gpt *m, const float *x) { return operand_f32(x, m->space); }
+static inline struct operand acts_op_bf16(const struct gpt *m, const bf16 *x) { return operand_bf16(x, m->space); }
 /* Local layer i's saved tensors in slot s (widened from the stores where
  * the path reads fp32 copies, when `load`); the final LayerNorm's output. */
 struct layer_view acts_layer_view(struct gpt *m, int s, int i, bool load);

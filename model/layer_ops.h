@@ -7,8 +7,8 @@
  *                                the bf16 reference, oneDNN)
  *   model/cuda/layer_ops_cuda.c  device memory, the CUDA build only
  * layer_backend (model/layers_dispatch.c) is the one place a call's
- * backend is chosen: by its memory space and the run's kernel choice, both
- * on its counter. The dispatch then times the call (kernel_timing.h) and
+ * backend is chosen: by its memory space (its operands' where it takes
+ * struct operand, else its counter's) and the run's kernel choice. The dispatch then times the call (kernel_timing.h) and
  * runs the table's form. How a backend computes (widening bf16 into fp32
  * scratch or reading it as it is) is its own business. */
 #ifndef SHARDLAB_MODEL_LAYER_OPS_H

@@ -18,7 +18,9 @@
  * (fc->bf16_reference: --gemm_kernel reference), else OpenBLAS in fp32; so
  * --device cpu in the CUDA build runs the CPU build's kernels and gives
  * its results. On device memory the CUDA build's table; the CPU build
- * stops the run there, naming the op (include/backend.h). */
+ * stops the run there, naming the op (include/backend.h). An op on
+ * operands (struct operand, include/layers.h) passes their space: see
+ * ops_on, below. */
 const struct layer_ops *layer_backend(enum mem_space space, const struct exec_ctx *fc, const char *op) {
     if (space == MEM_DEVICE) return BACKEND_DEVICE(layer_ops_cuda, op);
     if (fc && fc->onednn) return &layer_ops_cpu_onednn;
@@ -26,13 +28,38 @@ const struct layer_ops *layer_backend(enum mem_space space, const struct exec_ct
     return &layer_ops_cpu;
 }
 
-static struct operand f32_operand(const float *x) { return (struct operand){.f32 = x}; }
-static struct operand bf16_operand(const bf16 *x) { return (struct operand){.b16 = x}; }
+static struct operand f32_operand(const float *x, const struct exec_ctx *fc) { return operand_f32(x, fc->space); }
+static struct operand bf16_operand(const bf16 *x, const struct exec_ctx *fc) { return operand_bf16(x, fc->space); }
 static struct act_out f32_out(float *x) { return (struct act_out){.f32 = x}; }
 
 static const struct layer_ops *ops(const struct exec_ctx *fc, const char *op) {
     return layer_backend(fc->space, fc, op);
 }
+
+static const char *space_name(enum mem_space s) { return s == MEM_DEVICE ? "device" : "host"; }
+
+/* An op on operands (x, n of them) runs where they live: their space
+ * chooses the backend. The counter times the call in its own space, so an
+ * operand elsewhere is a programming error: it stops the run, naming the
+ * op. */
+static const struct layer_ops *ops_on(const struct exec_ctx *fc, const char *op, const struct operand *x, int n) {
+    for (int i = 0; i < n; i++) {
+        if (x[i].space == fc->space) continue;
+        fprintf(stderr, "error: %s: an operand on %s memory, the call's counter on %s (a bug)\n", op,
+                space_name(x[i].space), space_name(fc->space));
+        abort();
+    }
+    return layer_backend(x[0].space, fc, op);
+}
+
+/* One call of op on its operands' backend (ops_on), timed as RUN_TIMED. */
+#define RUN_ON(x, kind, op, ...)                                                        \
+    do {                                                                                \
+        const struct layer_ops *b_ = ops_on(fc, #op, x, (int)(sizeof x / sizeof x[0])); \
+        struct kernel_span t_ = span_begin(fc);                                         \
+        b_->op(__VA_ARGS__);                                                            \
+        kernel_span_end(fc, t_, kind);                                                  \
+    } while (0)
 
 static struct kernel_span span_begin(struct exec_ctx *fc) {
     return kernel_span_begin(fc, fc->space == MEM_DEVICE);
@@ -145,7 +172,7 @@ void matmul_forward_sliced(float *out, const float *inp, const float *weight, co
     const struct layer_ops *backend = ops(fc, __func__);
     struct kernel_span t = span_begin(fc);
     if (backend->matmul_forward_sliced) backend->matmul_forward_sliced(out, inp, weight, bias, N, C, OC, max_rows, fc);
-    else backend->matmul_forward_mixed(f32_out(out), f32_operand(inp), f32_operand(weight), bias, N, C, OC, fc);
+    else backend->matmul_forward_mixed(f32_out(out), f32_operand(inp, fc), f32_operand(weight, fc), bias, N, C, OC, fc);
     kernel_span_end(fc, t, KERNEL_MATMUL_FWD);
 }
 
@@ -156,8 +183,8 @@ void matmul_backward_sliced(float *dinp, float *dweight, float *dbias, const flo
     struct kernel_span t = span_begin(fc);
     if (backend->matmul_backward_sliced)
         backend->matmul_backward_sliced(dinp, dweight, dbias, dout, inp, weight, N, C, OC, max_rows, fc);
-    else backend->matmul_backward_mixed(f32_out(dinp), dweight, dbias, f32_operand(dout), f32_operand(inp),
-                                        f32_operand(weight), N, C, OC, fc);
+    else backend->matmul_backward_mixed(f32_out(dinp), dweight, dbias, f32_operand(dout, fc), f32_operand(inp, fc),
+                                        f32_operand(weight, fc), N, C, OC, fc);
     kernel_span_end(fc, t, KERNEL_MATMUL_BWD);
 }
 
@@ -176,7 +203,8 @@ void matmul_forward_bf16(float *out, const bf16 *inp, const float *weight, const
     const struct layer_ops *backend = ops(fc, __func__);
     struct kernel_span t = span_begin(fc);
     if (backend->matmul_forward_bf16) backend->matmul_forward_bf16(out, inp, weight, bias, N, C, OC, fc);
-    else backend->matmul_forward_mixed(f32_out(out), bf16_operand(inp), f32_operand(weight), bias, N, C, OC, fc);
+    else backend->matmul_forward_mixed(f32_out(out), bf16_operand(inp, fc), f32_operand(weight, fc), bias, N, C, OC,
+                                       fc);
     kernel_span_end(fc, t, KERNEL_MATMUL_FWD);
 }
 
@@ -186,19 +214,21 @@ void matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const float
     struct kernel_span t = span_begin(fc);
     if (backend->matmul_backward_bf16)
         backend->matmul_backward_bf16(dinp, dweight, dbias, dout, inp, weight, N, C, OC, fc);
-    else backend->matmul_backward_mixed(f32_out(dinp), dweight, dbias, f32_operand(dout), bf16_operand(inp),
-                                        f32_operand(weight), N, C, OC, fc);
+    else backend->matmul_backward_mixed(f32_out(dinp), dweight, dbias, f32_operand(dout, fc), bf16_operand(inp, fc),
+                                        f32_operand(weight, fc), N, C, OC, fc);
     kernel_span_end(fc, t, KERNEL_MATMUL_BWD);
 }
 
 void matmul_forward_mixed(struct act_out out, struct operand inp, struct operand weight, const float *bias, int64_t N,
                           int64_t C, int64_t OC, struct exec_ctx *fc) {
-    RUN_TIMED(KERNEL_MATMUL_FWD, matmul_forward_mixed, out, inp, weight, bias, N, C, OC, fc);
+    const struct operand x[] = {inp, weight};
+    RUN_ON(x, KERNEL_MATMUL_FWD, matmul_forward_mixed, out, inp, weight, bias, N, C, OC, fc);
 }
 
 void matmul_backward_mixed(struct act_out dinp, float *dweight, float *dbias, struct operand dout, struct operand inp,
                            struct operand weight, int64_t N, int64_t C, int64_t OC, struct exec_ctx *fc) {
-    RUN_TIMED(KERNEL_MATMUL_BWD, matmul_backward_mixed, dinp, dweight, dbias, dout, inp, weight, N, C, OC, fc);
+    const struct operand x[] = {dout, inp, weight};
+    RUN_ON(x, KERNEL_MATMUL_BWD, matmul_backward_mixed, dinp, dweight, dbias, dout, inp, weight, N, C, OC, fc);
 }
 
 void bias_add(float *out, const float *bias, int64_t N, int64_t OC, struct exec_ctx *fc) {
@@ -279,7 +309,8 @@ void attention_forward_bf16(struct act_out out, struct act_out att, const bf16 *
 
 void attention_backward_bf16(bf16 *dqkv, const float *dout, const bf16 *qkv, struct operand att, float *scratch,
                              int64_t B, int64_t T, int64_t C, int64_t NH, struct exec_ctx *fc) {
-    RUN_TIMED(KERNEL_ATTENTION_BWD, attention_backward_bf16, dqkv, dout, qkv, att, scratch, B, T, C, NH, fc);
+    const struct operand x[] = {att};
+    RUN_ON(x, KERNEL_ATTENTION_BWD, attention_backward_bf16, dqkv, dout, qkv, att, scratch, B, T, C, NH, fc);
 }
 
 void attention_lse_forward(float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
@@ -313,7 +344,7 @@ size_t attention_lse_bf16_scratch_in(enum mem_space space, int64_t B, int64_t T,
 static const struct layer_ops *llama_ops(const struct exec_ctx *fc, const char *op, bool has_form) {
     if (!has_form) {
         fprintf(stderr, "error: %s: no form on %s memory yet (LLaMA's kernels run on the host only)\n", op,
-                fc->space == MEM_DEVICE ? "device" : "host");
+                space_name(fc->space));
         exit(EXIT_FAILURE);
     }
     return layer_backend(fc->space, fc, op);

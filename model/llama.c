@@ -136,7 +136,9 @@ static struct llama_view view(struct gpt *m, int s, int i) {
 }
 
 /* Saved tensor a as a kernel reads it and as it writes it. */
-static struct operand in(const struct llama_view *v, enum llama_act a) { return (struct operand){v->f[a], v->h[a]}; }
+static struct operand in(const struct gpt *m, const struct llama_view *v, enum llama_act a) {
+    return direct(m) ? acts_op_bf16(m, v->h[a]) : acts_op_f32(m, v->f[a]);
+}
 static struct act_out out(const struct llama_view *v, enum llama_act a) { return (struct act_out){v->f[a], v->h[a], false}; }
 
 /* Stream entry i of slot s (entry n_layers: the chunk's output). */
@@ -146,7 +148,7 @@ static struct act_out stream(struct gpt *m, int s, int i) {
 }
 static struct operand stream_in(struct gpt *m, int s, int i) {
     struct act_out o = stream(m, s, i);
-    return (struct operand){o.f32, o.b16};
+    return direct(m) ? acts_op_bf16(m, o.b16) : acts_op_f32(m, o.f32);
 }
 
 void llama_init_chunks(struct gpt *m, struct mem_tracker *mem) {
@@ -236,11 +238,13 @@ size_t llama_attention_scratch(int64_t B, int64_t T, int64_t NH, int64_t KV, int
  * as it is. fp32 GEMMs (a CPU without bf16 matrix instructions): a store's
  * values widened into gemm_in (gemm_out for a bf16 dout), an output for a
  * store computed into gemm_out and rounded once as it is stored. */
-static bool bf16_gemms(const struct gpt *m, struct operand w) { return w.b16 || m->gemm_dtype == DTYPE_BF16; }
+static bool bf16_gemms(const struct gpt *m, struct operand w) {
+    return operand_is_bf16(w) || m->gemm_dtype == DTYPE_BF16;
+}
 
 static const float *widened(struct gpt *m, struct operand x, float *tmp, size_t n) {
-    if (!x.b16) return x.f32;
-    conv_widen(m->flops, tmp, x.b16, n);
+    if (!operand_is_bf16(x)) return operand_as_f32(x, __func__);
+    conv_widen(m->flops, tmp, operand_as_bf16(x, __func__), n);
     return tmp;
 }
 
@@ -251,7 +255,8 @@ static void gemm_forward(struct gpt *m, struct act_out o, struct operand x, stru
         return;
     }
     float *of = o.b16 ? m->gemm_out : o.f32;
-    matmul_forward(of, widened(m, x, m->gemm_in, (size_t)(N * C)), w.f32, NULL, N, C, OC, m->flops);
+    matmul_forward(of, widened(m, x, m->gemm_in, (size_t)(N * C)), operand_as_f32(w, __func__), NULL, N, C, OC,
+                   m->flops);
     if (o.b16) conv_narrow(m->flops, o.b16, of, (size_t)(N * OC));
 }
 
@@ -263,44 +268,46 @@ static void gemm_backward(struct gpt *m, float *dinp, float *dweight, struct ope
         return;
     }
     matmul_backward(dinp, dweight, NULL, widened(m, dout, m->gemm_out, (size_t)(N * OC)),
-                    widened(m, x, m->gemm_in, (size_t)(N * C)), w.f32, N, C, OC, m->flops);
+                    widened(m, x, m->gemm_in, (size_t)(N * C)), operand_as_f32(w, __func__), N, C, OC, m->flops);
 }
 
 /* A column-parallel GEMM's input (f): an fp32 view through the point; a
  * bf16 store as it is (sequence parallelism, which would gather it, is
  * refused for llama). */
 static struct operand column_in(struct gpt *m, struct operand x) {
-    if (x.b16) return x;
-    return (struct operand){m->tpp->column_input(m, (float *)x.f32), NULL};
+    if (operand_is_bf16(x)) return x;
+    return acts_op_f32(m, m->tpp->column_input(m, (float *)operand_as_f32(x, __func__)));
 }
-
-static struct operand f32_op(const float *x) { return (struct operand){x, NULL}; }
 
 /* RMSNorm of x into o; its backward accumulates into dresid. */
 static void rmsnorm(struct gpt *m, struct act_out o, float *rstd, struct operand x, const float *w) {
     int64_t N = (int64_t)bt_l(m), C = m->shape.C;
-    if (o.b16) rmsnorm_forward_bf16(o.b16, rstd, x.b16, w, m->shape.norm_eps, N, C, m->flops);
-    else rmsnorm_forward(o.f32, rstd, x.f32, w, m->shape.norm_eps, N, C, m->flops);
+    const char *op = __func__;
+    if (o.b16) rmsnorm_forward_bf16(o.b16, rstd, operand_as_bf16(x, op), w, m->shape.norm_eps, N, C, m->flops);
+    else rmsnorm_forward(o.f32, rstd, operand_as_f32(x, op), w, m->shape.norm_eps, N, C, m->flops);
 }
 
 static void rmsnorm_grad(struct gpt *m, float *dw, const float *dout, struct operand x, const float *w,
                          const float *rstd) {
     int64_t N = (int64_t)bt_l(m), C = m->shape.C;
-    if (x.b16) rmsnorm_backward_bf16((struct act_out){m->dresid, NULL, false}, dw, dout, x.b16, w, rstd, N, C, m->flops);
-    else rmsnorm_backward(m->dresid, dw, dout, x.f32, w, rstd, N, C, m->flops);
+    const char *op = __func__;
+    if (operand_is_bf16(x))
+        rmsnorm_backward_bf16((struct act_out){m->dresid, NULL, false}, dw, dout, operand_as_bf16(x, op), w, rstd, N,
+                              C, m->flops);
+    else rmsnorm_backward(m->dresid, dw, dout, operand_as_f32(x, op), w, rstd, N, C, m->flops);
 }
 
 /* o = a + b (b the fp32 output of a row-parallel GEMM). */
 static void residual(struct gpt *m, struct act_out o, struct operand a, const float *b) {
     int64_t n = (int64_t)btc_l(m);
-    if (o.b16) residual_forward_bf16(o.b16, a.b16, b, n, m->flops);
-    else residual_forward(o.f32, a.f32, b, n, m->flops);
+    if (o.b16) residual_forward_bf16(o.b16, operand_as_bf16(a, __func__), b, n, m->flops);
+    else residual_forward(o.f32, operand_as_f32(a, __func__), b, n, m->flops);
 }
 
 /* vocabulary-parallel: this rank's rows (zero for tokens it does not
  * hold), g sums them to every token's row; the data path narrows the sum
  * into the stream's store */
-static void llama_embed_forward(struct gpt *m, int s, struct operand w_embed, const int32_t *inputs) {
+static void llama_embed_forward(struct gpt *m, int s, struct unit_weights w_embed, const int32_t *inputs) {
     buf_copy(m->space, m->slot[s].inputs, inputs, bt(m) * sizeof *inputs);
     struct act_out x0 = stream(m, s, 0);
     /* the looked-up rows, every token's: into the stream (fp32, whole), else
@@ -308,11 +315,13 @@ static void llama_embed_forward(struct gpt *m, int s, struct operand w_embed, co
      * (bf16: narrowed after), both free in the forward */
     float *rows = m->sp ? m->gathered : x0.f32 ? x0.f32 : m->dtemp_btc;
     int64_t N = (int64_t)bt(m), C = m->shape.C;
-    size_t at = m->lay->embed_offset[EMB_WTE];
-    if (w_embed.b16)
-        embedding_rows_forward_bf16(rows, m->slot[s].inputs, w_embed.b16 + at, m->vocab.v0, m->vocab.Vl, N, C, m->flops);
+    struct operand wte = operand_at(w_embed.params, m->lay->embed_offset[EMB_WTE]);
+    if (operand_is_bf16(wte))
+        embedding_rows_forward_bf16(rows, m->slot[s].inputs, operand_as_bf16(wte, __func__), m->vocab.v0, m->vocab.Vl,
+                                    N, C, m->flops);
     else
-        embedding_rows_forward(rows, m->slot[s].inputs, w_embed.f32 + at, m->vocab.v0, m->vocab.Vl, N, C, m->flops);
+        embedding_rows_forward(rows, m->slot[s].inputs, operand_as_f32(wte, __func__), m->vocab.v0, m->vocab.Vl, N, C,
+                               m->flops);
     m->tpp->row_output(m, rows, x0.f32 ? x0.f32 : rows);
     if (x0.b16) conv_narrow(m->flops, x0.b16, rows, btc_l(m));
 }
@@ -342,31 +351,32 @@ static void attention_forward_of(struct gpt *m, struct llama_view *v) {
 /* The layer's forward from stream entry x into v and the next entry y;
  * without y (full recompute's re-run) it stops at SwiGLU: the down
  * projection's output is the next layer's input, which the stream kept. */
-static void layer_forward(struct gpt *m, struct operand x, struct llama_view *v, struct operand w, struct act_out y) {
+static void layer_forward(struct gpt *m, struct operand x, struct llama_view *v, struct unit_weights w,
+                          struct act_out y) {
     int64_t N = (int64_t)bt(m), C = m->shape.C, F = m->Fl, QKV = (int64_t)qkv_width(m), hs = (int64_t)head_size(m);
     int64_t heads = m->NHl + kv_local(m); /* q's and k's, adjacent in each row: one RoPE call rotates both */
     struct exec_ctx *fc = m->flops;
     float *tmp = m->dtemp_btc; /* free outside the backward's own use */
     rmsnorm(m, out(v, LA_LN1), v->rstd1, x, wt(m, w, LAYER_LN1_W));
     /* column-parallel (f): this rank's heads' q, k, v from every token's ln1 */
-    gemm_forward(m, out(v, LA_QKV), column_in(m, in(v, LA_LN1)), wop(m, w, LAYER_QKV_W), C, QKV);
+    gemm_forward(m, out(v, LA_QKV), column_in(m, in(m, v, LA_LN1)), wop(m, w, LAYER_QKV_W), C, QKV);
     if (direct(m)) rope_forward_bf16(v->h[LA_QKV], v->h[LA_QKV], QKV, m->rope_freqs, m->rope_pos, N, heads, hs, fc);
     else rope_forward(v->f[LA_QKV], v->f[LA_QKV], QKV, m->rope_freqs, m->rope_pos, N, heads, hs, fc);
     attention_forward_of(m, v);
-    row_parallel(m, tmp, in(v, LA_ATTY), wop(m, w, LAYER_ATTPROJ_W), m->Cl);
+    row_parallel(m, tmp, in(m, v, LA_ATTY), wop(m, w, LAYER_ATTPROJ_W), m->Cl);
     residual(m, out(v, LA_RES2), x, tmp);
-    rmsnorm(m, out(v, LA_LN2), v->rstd2, in(v, LA_RES2), wt(m, w, LAYER_LN2_W));
-    struct operand ln2 = column_in(m, in(v, LA_LN2));
+    rmsnorm(m, out(v, LA_LN2), v->rstd2, in(m, v, LA_RES2), wt(m, w, LAYER_LN2_W));
+    struct operand ln2 = column_in(m, in(m, v, LA_LN2));
     gemm_forward(m, out(v, LA_UP), ln2, wop(m, w, LAYER_FC_W), C, F);
     gemm_forward(m, out(v, LA_GATE), ln2, wop(m, w, LAYER_FC2_W), C, F);
     if (direct(m)) swiglu_forward_bf16(v->h[LA_SWI], v->h[LA_UP], v->h[LA_GATE], N * F, fc);
     else swiglu_forward(v->f[LA_SWI], v->f[LA_UP], v->f[LA_GATE], N * F, fc);
     if (!y.f32 && !y.b16) return;
-    row_parallel(m, tmp, in(v, LA_SWI), wop(m, w, LAYER_FCPROJ_W), F);
-    residual(m, y, in(v, LA_RES2), tmp);
+    row_parallel(m, tmp, in(m, v, LA_SWI), wop(m, w, LAYER_FCPROJ_W), F);
+    residual(m, y, in(m, v, LA_RES2), tmp);
 }
 
-static void llama_layer_forward(struct gpt *m, int s, int l, struct operand w) {
+static void llama_layer_forward(struct gpt *m, int s, int l, struct unit_weights w) {
     int i = l - m->slot[s].l0;
     struct llama_view v = view(m, s, i);
     layer_forward(m, stream_in(m, s, i), &v, w, stream(m, s, i + 1));
@@ -379,13 +389,13 @@ static struct act_out lnf_out(struct gpt *m, int s) {
 }
 static struct operand lnf_in(struct gpt *m, int s) {
     struct act_out o = lnf_out(m, s);
-    return column_in(m, (struct operand){o.f32, o.b16});
+    return column_in(m, direct(m) ? acts_op_bf16(m, o.b16) : acts_op_f32(m, o.f32));
 }
 
 /* The untied LM head: logits = lnf . lm_head^T over this rank's vocabulary
  * rows (column-parallel: f), fp32, and the vocabulary-parallel
  * cross-entropy. */
-static float llama_head_forward(struct gpt *m, int s, struct operand w_head, struct operand lm_head,
+static float llama_head_forward(struct gpt *m, int s, struct unit_weights w_head, struct operand lm_head,
                                 const int32_t *targets, float dloss) {
     int64_t N = (int64_t)bt(m), C = m->shape.C;
     struct gpt_slot *sl = &m->slot[s];
@@ -396,10 +406,11 @@ static float llama_head_forward(struct gpt *m, int s, struct operand w_head, str
     return (float)(sum / (double)N);
 }
 
-static void llama_head_backward(struct gpt *m, int s, struct operand w_head, struct operand lm_head, float *dw_head,
-                                float *dlm_head) {
+static void llama_head_backward(struct gpt *m, int s, struct unit_weights w_head, struct operand lm_head,
+                                float *dw_head, float *dlm_head) {
     struct gpt_slot *sl = &m->slot[s];
-    gemm_backward(m, m->dtemp_btc, dlm_head, f32_op(sl->logits), lnf_in(m, s), lm_head, m->shape.C, m->vocab.Vl);
+    gemm_backward(m, m->dtemp_btc, dlm_head, acts_op_f32(m, sl->logits), lnf_in(m, s), lm_head, m->shape.C,
+                  m->vocab.Vl);
     m->tpp->column_grad(m, m->dtemp_btc); /* dlnf sums over the vocabulary slices */
     buf_zero(m->space, m->dresid, btc_l(m) * sizeof(float));
     float *dlnf = dw_head + m->lay->head_offset[HEAD_LNF_W];
@@ -422,7 +433,7 @@ static struct operand attention_backward_of(struct gpt *m, struct llama_view *v)
             attention_gqa_backward_bf16(m->dqkv16, m->dtemp_btc, v->h[LA_QKV], v->att, m->att_scratch, m->B,
                                         m->shape.T, NH, KV, hs, fc);
         rope_backward_bf16(m->dqkv16, m->dqkv16, QKV, m->rope_freqs, m->rope_pos, N, NH + KV, hs, fc);
-        return (struct operand){NULL, m->dqkv16};
+        return acts_op_bf16(m, m->dqkv16);
     }
     if (m->cpp->attention_backward)
         m->cpp->attention_backward(m, m->dqkv, m->att_scratch, m->dtemp_btc, v->f[LA_QKV], v->f[LA_ATTY], v->att);
@@ -430,14 +441,14 @@ static struct operand attention_backward_of(struct gpt *m, struct llama_view *v)
         attention_gqa_backward(m->dqkv, m->dtemp_btc, v->f[LA_QKV], v->att, m->att_scratch, m->B, m->shape.T, NH, KV,
                                hs, fc);
     rope_backward(m->dqkv, m->dqkv, QKV, m->rope_freqs, m->rope_pos, N, NH + KV, hs, fc);
-    return f32_op(m->dqkv);
+    return acts_op_f32(m, m->dqkv);
 }
 
 /* On entry dresid holds dL/d(layer output); on exit dL/d(layer input).
  * g's backward hands the row-parallel GEMMs dresid whole; f's sums the
  * column-parallel GEMMs' input gradients before each RMSNorm's backward
  * (the RMSNorm weights' gradients then come out alike on every rank). */
-static void llama_layer_backward(struct gpt *m, int s, int l, struct operand w, float *dw) {
+static void llama_layer_backward(struct gpt *m, int s, int l, struct unit_weights w, float *dw) {
     int64_t N = (int64_t)bt(m), C = m->shape.C, F = m->Fl;
     int i = l - m->slot[s].l0;
     struct exec_ctx *fc = m->flops;
@@ -450,22 +461,22 @@ static void llama_layer_backward(struct gpt *m, int s, int l, struct operand w, 
     float *dln[LLAMA_STATS] = {dwt(m, dw, LAYER_LN1_W), dwt(m, dw, LAYER_LN2_W)};
     m->tpp->ln_grads_begin(m);
     /* the MLP: d swi into d up's room, then SwiGLU's backward in place */
-    gemm_backward(m, dup, dwt(m, dw, LAYER_FCPROJ_W), f32_op(m->tpp->row_output_grad(m)), in(&v, LA_SWI),
+    gemm_backward(m, dup, dwt(m, dw, LAYER_FCPROJ_W), acts_op_f32(m, m->tpp->row_output_grad(m)), in(m, &v, LA_SWI),
                   wop(m, w, LAYER_FCPROJ_W), F, C);
     if (direct(m)) swiglu_backward_bf16(dup, dgate, dup, v.h[LA_UP], v.h[LA_GATE], N * F, fc);
     else swiglu_backward(dup, dgate, dup, v.f[LA_UP], v.f[LA_GATE], N * F, fc);
     /* d ln2 = d up . fc + d gate . fc2, summed over the group once (f) */
-    struct operand ln2 = column_in(m, in(&v, LA_LN2));
-    gemm_backward(m, m->dtemp_btc, dwt(m, dw, LAYER_FC_W), f32_op(dup), ln2, wop(m, w, LAYER_FC_W), C, F);
-    gemm_backward(m, m->dtemp2_btc, dwt(m, dw, LAYER_FC2_W), f32_op(dgate), ln2, wop(m, w, LAYER_FC2_W), C, F);
+    struct operand ln2 = column_in(m, in(m, &v, LA_LN2));
+    gemm_backward(m, m->dtemp_btc, dwt(m, dw, LAYER_FC_W), acts_op_f32(m, dup), ln2, wop(m, w, LAYER_FC_W), C, F);
+    gemm_backward(m, m->dtemp2_btc, dwt(m, dw, LAYER_FC2_W), acts_op_f32(m, dgate), ln2, wop(m, w, LAYER_FC2_W), C, F);
     residual_forward(m->dtemp_btc, m->dtemp_btc, m->dtemp2_btc, N * C, fc);
     m->tpp->column_grad(m, m->dtemp_btc);
-    rmsnorm_grad(m, m->tpp->ln_grad(m, dln[1], 1), m->dtemp_btc, in(&v, LA_RES2), wt(m, w, LAYER_LN2_W), v.rstd2);
+    rmsnorm_grad(m, m->tpp->ln_grad(m, dln[1], 1), m->dtemp_btc, in(m, &v, LA_RES2), wt(m, w, LAYER_LN2_W), v.rstd2);
     /* the attention: dresid now holds dL/d res2; datty in dtemp's first (N, C/tp) */
-    gemm_backward(m, m->dtemp_btc, dwt(m, dw, LAYER_ATTPROJ_W), f32_op(m->tpp->row_output_grad(m)), in(&v, LA_ATTY),
-                  wop(m, w, LAYER_ATTPROJ_W), m->Cl, C);
+    gemm_backward(m, m->dtemp_btc, dwt(m, dw, LAYER_ATTPROJ_W), acts_op_f32(m, m->tpp->row_output_grad(m)),
+                  in(m, &v, LA_ATTY), wop(m, w, LAYER_ATTPROJ_W), m->Cl, C);
     struct operand dqkv = attention_backward_of(m, &v);
-    gemm_backward(m, m->dtemp_btc, dwt(m, dw, LAYER_QKV_W), dqkv, column_in(m, in(&v, LA_LN1)),
+    gemm_backward(m, m->dtemp_btc, dwt(m, dw, LAYER_QKV_W), dqkv, column_in(m, in(m, &v, LA_LN1)),
                   wop(m, w, LAYER_QKV_W), C, (int64_t)qkv_width(m));
     m->tpp->column_grad(m, m->dtemp_btc);
     rmsnorm_grad(m, m->tpp->ln_grad(m, dln[0], 0), m->dtemp_btc, stream_in(m, s, i), wt(m, w, LAYER_LN1_W), v.rstd1);

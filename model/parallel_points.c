@@ -44,8 +44,10 @@ static void plain_positions_add(struct gpt *m, float *out, const float *wpe, int
 static void plain_embedding_backward(struct gpt *m, float *dwte, float *dwpe, struct operand dout,
                                      const int32_t *inputs, int64_t v0, int64_t rows) {
     int64_t B = m->B, T = m->shape.T, C = m->shape.C;
-    if (dout.b16) embedding_rows_backward_bf16(dwte, dwpe, dout.b16, inputs, v0, rows, B, T, C, m->flops);
-    else embedding_rows_backward(dwte, dwpe, dout.f32, inputs, v0, rows, B, T, C, m->flops);
+    const char *op = __func__;
+    if (operand_is_bf16(dout))
+        embedding_rows_backward_bf16(dwte, dwpe, operand_as_bf16(dout, op), inputs, v0, rows, B, T, C, m->flops);
+    else embedding_rows_backward(dwte, dwpe, operand_as_f32(dout, op), inputs, v0, rows, B, T, C, m->flops);
 }
 
 static void plain_rope_positions(struct gpt *m, int32_t *pos) {

@@ -22,8 +22,8 @@
 
 static const char *const unit_names[] = {[UNIT_EMBED] = "embedding", [UNIT_HEAD] = "head", [UNIT_LAYER] = "layer"};
 
-/* Whether the model reads the bf16 params as they are (struct operand,
- * layers.h): bf16 params and bf16 GEMMs on the host, or on a GPU under
+/* Whether the model reads the bf16 params as they are (struct
+ * unit_weights, include/gpt.h): bf16 params and bf16 GEMMs on the host, or on a GPU under
  * --gpu_path v2 (flops->device.reads_bf16: its GEMMs read bf16
  * weights as they are; its embedding lookup is embedding_rows_forward_bf16
  * on the device). Then only a unit's vectors (LayerNorms, biases, wpe) are
@@ -208,16 +208,17 @@ static void widen_unit(struct engine *e, int u, enum unit_kind k, const bf16 *p)
 }
 
 /* all_gather: unit u's weights, whole, as the model reads them (struct
- * operand, layers.h), from the params the stage's row keeps resident or
+ * unit_weights, include/gpt.h), from the params the stage's row keeps resident or
  * gathers (ZeRO-3: the collective, include/zero.h). fp32 views, widened
  * from bf16 params or the fp32 params themselves, and with params_direct
  * the bf16 params beside them. Resident, the embedding and the head are
  * widened once per update: they serve every micro-batch. */
-static struct operand all_gather(struct engine *e, int u) {
+static struct unit_weights all_gather(struct engine *e, int u) {
     enum unit_kind k = layout_unit(&e->lay, u).kind;
     const void *p = zero_all_gather(&e->z, u);
-    if (e->o.zero.param_dtype == DTYPE_FP32) return (struct operand){.f32 = p};
-    struct operand w = {.f32 = e->w32[k], .b16 = params_direct(e) ? p : NULL};
+    if (e->o.zero.param_dtype == DTYPE_FP32) return (struct unit_weights){operand_f32(p, e->space), p};
+    struct operand params = params_direct(e) ? operand_bf16(p, e->space) : operand_f32(e->w32[k], e->space);
+    struct unit_weights w = {params, e->w32[k]};
     if (e->w32_fresh[k]) return w;
     widen_unit(e, u, k, p);
     if (k != UNIT_LAYER && !e->z.row->shards_params) e->w32_fresh[k] = true;
@@ -273,10 +274,10 @@ void engine_zero_grads(struct engine *e) {
 
 /* The head's GEMM weight: an untied head's own lm_head (llama); the tied
  * wte, the embedding's, or the head's own copy on another stage. */
-static struct operand head_wte(const struct engine *e, struct operand w_embed, struct operand w_head) {
-    if (!shape_tied(&e->lay.shape)) return operand_at(w_head, e->lay.head_offset[HEAD_LM]);
-    return e->lay.rank.has_embed ? operand_at(w_embed, e->lay.embed_offset[EMB_WTE])
-                                 : operand_at(w_head, e->lay.head_offset[HEAD_WTE]);
+static struct operand head_wte(const struct engine *e, struct unit_weights w_embed, struct unit_weights w_head) {
+    if (!shape_tied(&e->lay.shape)) return operand_at(w_head.params, e->lay.head_offset[HEAD_LM]);
+    return e->lay.rank.has_embed ? operand_at(w_embed.params, e->lay.embed_offset[EMB_WTE])
+                                 : operand_at(w_head.params, e->lay.head_offset[HEAD_WTE]);
 }
 
 /* Its gradient accumulator, in the embedding's or the head's. */
@@ -311,7 +312,7 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
     struct chunk_units cu = chunk_units(e, slot);
     int hu = cu.hu, l0 = cu.l0, l1 = cu.l1;
     bool tied = shape_tied(&lay->shape); /* llama's head reads its own lm_head: no wte kept for it */
-    struct operand we = {0};
+    struct unit_weights we = {0};
     /* --gpu_path v2: the targets go to the device with the batch, before
      * this micro-batch's kernels are queued (v1: in the head's forward, a
      * host copy that waits for the whole forward mid-step) */
@@ -332,7 +333,7 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
     for (int l = l0; l < l1; l++) {
         int u = layout_layer_unit(lay, l);
         unit_begin(e, PHASE_FORWARD, u);
-        struct operand w = all_gather(e, u);
+        struct unit_weights w = all_gather(e, u);
         all_gather_ahead(e, l + 1 < l1 ? layout_layer_unit(lay, l + 1) : hu);
         zero_progress(&e->z);
         m->blocks->layer_forward(m, slot, l, w);
@@ -345,7 +346,7 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
         return 0.0f;
     }
     unit_begin(e, PHASE_FORWARD, hu);
-    struct operand wh = all_gather(e, hu);
+    struct unit_weights wh = all_gather(e, hu);
     double BT = (double)e->o.micro_batch * e->model_lay.shape.T; /* this rank's tokens (T/cp each) */
     float loss = m->blocks->head_forward(m, slot, wh, head_wte(e, we, wh), targets_early ? NULL : in->targets,
                                   (float)(dloss / BT));
@@ -372,7 +373,7 @@ void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out
         int teu = shape_tied(&lay->shape) ? eu : -1;
         all_gather_ahead(e, hu);
         all_gather_ahead(e, teu);
-        struct operand wh = all_gather(e, hu), we = teu >= 0 ? all_gather(e, teu) : (struct operand){0};
+        struct unit_weights wh = all_gather(e, hu), we = teu >= 0 ? all_gather(e, teu) : (struct unit_weights){0};
         all_gather_ahead(e, first_layer);
         float *dwh = unit_grads_begin(e, hu);
         m->blocks->head_backward(m, slot, wh, head_wte(e, we, wh), dwh, head_wte_grads(e, eu >= 0 ? dwe : NULL, dwh));
@@ -388,7 +389,7 @@ void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out
     for (int l = l1 - 1; l >= l0; l--) {
         int u = layout_layer_unit(lay, l);
         unit_begin(e, PHASE_BACKWARD, u);
-        struct operand w = all_gather(e, u);
+        struct unit_weights w = all_gather(e, u);
         all_gather_ahead(e, l > l0 ? layout_layer_unit(lay, l - 1) : -1);
         zero_progress(&e->z);
         float *dw = unit_grads_begin(e, u);

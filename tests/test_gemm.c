@@ -4,8 +4,10 @@
  * FLOPs counted into the named kind and nowhere else; exact totals when
  * called from many OpenMP threads at once; the team's blocks right and
  * the same bits on any number of threads; a shape sgemm cannot take is a
- * clear error and exit status 1. */
+ * clear error and exit status 1; a struct operand read as the other dtype,
+ * or on another memory space than its call's counter, stops the run. */
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -160,6 +162,37 @@ static void test_gemm_rejects_bad_shapes(void **state) {
     assert_int_equal(child_status(2, 2, MATMUL_MAX_DIM + 1, 2, 2, 2), 1); /* beyond int */
 }
 
+/* Case `which` of misused operands in a child: 0 the control (each read
+ * as its dtype, an op on host operands with a host counter), 1 fp32 read
+ * as bf16, 2 bf16 read as fp32, 3 a device operand with a host counter.
+ * Returns the exit status, SIGABRT as -SIGABRT, else -1. */
+static int operand_child(int which) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        freopen("/dev/null", "w", stderr);
+        struct exec_ctx fc = {0};
+        float x[4] = {0}, y[4] = {0};
+        bf16 h[4] = {0};
+        struct operand f = operand_f32(x, MEM_HOST), b = operand_bf16(h, MEM_HOST);
+        if (which == 0 && (operand_as_f32(f, "test") != x || operand_as_bf16(b, "test") != h)) _exit(2);
+        if (which == 1) operand_as_bf16(f, "test");
+        if (which == 2) operand_as_f32(b, "test");
+        if (which == 3) f.space = MEM_DEVICE;
+        matmul_forward_mixed((struct act_out){.f32 = y}, b, f, NULL, 2, 2, 2, &fc);
+        _exit(0);
+    }
+    int st;
+    if (waitpid(pid, &st, 0) != pid) return -1;
+    if (WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT) return -SIGABRT;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_operand_misuse_stops(void **state) {
+    (void)state;
+    assert_int_equal(operand_child(0), 0);
+    for (int which = 1; which <= 3; which++) assert_int_equal(operand_child(which), -SIGABRT);
+}
+
 /* matmul_forward/backward_bf16 (the CPU's reference of the GPU's bf16
  * GEMMs reading a saved bf16 activation): bit for bit matmul_forward/
  * backward of the operands rounded to bf16, dbias included (it sums the
@@ -208,6 +241,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_counts_from_threads),
         cmocka_unit_test(test_gemm_rejects_bad_shapes),
         cmocka_unit_test(test_matmul_bf16_operands),
+        cmocka_unit_test(test_operand_misuse_stops),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -434,17 +434,17 @@ static void test_attention_bf16(void **state) {
      * them: dqkv the fp32 kernel's narrowed */
     struct exec_ctx ga = {0}, gb = {0};
     buf_widen(MEM_HOST, p32, att16, AP);
-    attention_backward_bf16(dq, dout, qkv16, (struct operand){.b16 = att16}, scratch, AB, AT, AC, ANH, &ga);
+    attention_backward_bf16(dq, dout, qkv16, operand_bf16(att16, MEM_HOST), scratch, AB, AT, AC, ANH, &ga);
     attention_backward(dq32, dout, qkv, p32, scratch32, AB, AT, AC, ANH, &gb);
     buf_narrow(MEM_HOST, dqw, dq32, AQKV);
     assert_memory_equal(dq, dqw, sizeof dq);
     assert_true(ga.attention == gb.attention && ga.other == gb.other && ga.attention > 0);
     memset(dq, 0, sizeof dq);
-    attention_backward_bf16(dq, dout, qkv16, (struct operand){.f32 = p32}, scratch, AB, AT, AC, ANH, &ga);
+    attention_backward_bf16(dq, dout, qkv16, operand_f32(p32, MEM_HOST), scratch, AB, AT, AC, ANH, &ga);
     assert_memory_equal(dq, dqw, sizeof dq);
     /* from the unrounded fp32 probabilities (the store's rounding alone):
      * every element within the fp32 kernel's error plus 2^-8 |dqkv| */
-    attention_backward_bf16(dq, dout, qkv16, (struct operand){.f32 = attf}, scratch, AB, AT, AC, ANH, &ga);
+    attention_backward_bf16(dq, dout, qkv16, operand_f32(attf, MEM_HOST), scratch, AB, AT, AC, ANH, &ga);
     check_attention_fd("attention_backward_bf16 dqkv", qkv, dout, dq, AT, ldexp(1, -8));
     free(scratch);
     free(scratch32);

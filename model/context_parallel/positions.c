@@ -35,8 +35,10 @@ void cp_rope_positions(struct gpt *m, int32_t *pos) {
 static void rows_backward(struct gpt *m, float *dwte, float *dwpe, struct operand dout, size_t at,
                           const int32_t *inputs, int64_t v0, int64_t rows, int64_t b, int64_t n) {
     int64_t C = m->shape.C;
-    if (dout.b16) embedding_rows_backward_bf16(dwte, dwpe, dout.b16 + at * C, inputs, v0, rows, b, n, C, m->flops);
-    else embedding_rows_backward(dwte, dwpe, dout.f32 + at * C, inputs, v0, rows, b, n, C, m->flops);
+    struct operand d = operand_at(dout, at * (size_t)C);
+    if (operand_is_bf16(d))
+        embedding_rows_backward_bf16(dwte, dwpe, operand_as_bf16(d, __func__), inputs, v0, rows, b, n, C, m->flops);
+    else embedding_rows_backward(dwte, dwpe, operand_as_f32(d, __func__), inputs, v0, rows, b, n, C, m->flops);
 }
 
 void cp_embedding_backward(struct gpt *m, float *dwte, float *dwpe, struct operand dout, const int32_t *inputs,

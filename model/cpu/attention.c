@@ -145,14 +145,17 @@ void attention_backward_bf16_cpu(bf16 *dqkv, const float *dout, const bf16 *qkv,
     const int64_t hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
     const struct act_out dst = {.b16 = dqkv};
+    /* the stored probabilities: bf16 (widened per head) or fp32 */
+    const bf16 *att16 = operand_is_bf16(att) ? operand_as_bf16(att, __func__) : NULL;
+    const float *att32 = att16 ? NULL : operand_as_f32(att, __func__);
 #pragma omp parallel for num_threads(head_threads(B, NH))
     for (int64_t bh = 0; bh < B * NH; bh++) {
         const int64_t b = bh / NH, h = bh % NH;
         struct head_tiles w = tiles_of(scratch, T, hs);
         load_head(&w, qkv + b * T * C3 + h * hs, T, C, hs);
         const float *p = w.p, *dy = dout + b * T * C + h * hs;
-        if (att.b16) act_widen_rows(w.p, att.b16 + bh * T * T, T, T, T);
-        else p = att.f32 + bh * T * T;
+        if (att16) act_widen_rows(w.p, att16 + bh * T * T, T, T, T);
+        else p = att32 + bh * T * T;
         const int64_t dq = b * T * C3 + h * hs, dk = dq + C, dv = dq + 2 * C; /* element offsets in dqkv */
         gemm_counted_cpu(fc, GEMM_ATTENTION, false, true, T, T, hs, 1.0f, dy, C, w.v, hs, 0.0f, w.d, T);
         gemm_counted_cpu(fc, GEMM_ATTENTION, true, false, T, hs, T, 1.0f, p, T, dy, C, 0.0f, w.v, hs);

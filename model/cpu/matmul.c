@@ -226,10 +226,11 @@ void matmul_backward_bf16_cpu(float *dinp, float *dweight, float *dbias, const f
     free(d);
 }
 
-/* An operand as fp32 values rounded to bf16: a widened copy of b16, or a
- * rounded copy of f32 (free it). */
+/* An operand as fp32 values rounded to bf16: a widened copy of a bf16
+ * one, or a rounded copy of an fp32 one (free it). */
 static float *operand_copy(const char *kernel, struct operand x, size_t n) {
-    return x.b16 ? widened_copy(kernel, x.b16, n) : rounded_copy(kernel, x.f32, n);
+    if (operand_is_bf16(x)) return widened_copy(kernel, operand_as_bf16(x, kernel), n);
+    return rounded_copy(kernel, operand_as_f32(x, kernel), n);
 }
 
 /* The fp32 result of n values (the GEMM's own temporary when the output is

@@ -426,7 +426,8 @@ void onednn_gemms_close(struct onednn_gemms *g) {
 
 /* An operand as bf16: as it is, or rounded into s. */
 static const bf16 *as_bf16(struct exec_ctx *fc, struct scratch *s, struct operand x, size_t n) {
-    return x.b16 ? x.b16 : rounded(fc, s, x.f32, n);
+    if (operand_is_bf16(x)) return operand_as_bf16(x, __func__);
+    return rounded(fc, s, operand_as_f32(x, __func__), n);
 }
 
 void matmul_forward_onednn(struct act_out out, struct operand inp, struct operand weight, const float *bias,

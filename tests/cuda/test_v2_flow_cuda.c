@@ -189,7 +189,7 @@ static void run_mixed(struct kernel_context *kc, struct mm_case k) {
     bf16 *x = rand_bf16(N * C, 41, 1.0f, 0.0f), *douth = rand_bf16(N * OC, 42, 1.0f, 0.0f);
     float *w = rand_f32(OC * C, 43, 0.5f), *bias = k.bias ? rand_f32(OC, 44, 0.5f) : NULL,
           *doutf = rand_f32(N * OC, 45, 1.0f), *dw = rand_f32(OC * C, 46, 1.0f), *db = rand_f32(OC, 47, 1.0f);
-    struct operand dout_c = k.dout_bf16 ? (struct operand){.b16 = douth} : (struct operand){.f32 = doutf};
+    struct operand dout_c = k.dout_bf16 ? operand_bf16(douth, MEM_HOST) : operand_f32(doutf, MEM_HOST);
     bf16 *d_x = dev_from(x, H(N * C)), *d_douth = dev_from(douth, H(N * OC));
     float *d_w = dev_from(w, F(OC * C)), *d_bias = bias ? dev_from(bias, F(OC)) : NULL,
           *d_doutf = dev_from(doutf, F(N * OC)), *d_dw = dev_from(dw, F(OC * C)), *d_db = dev_from(db, F(OC));
@@ -197,20 +197,20 @@ static void run_mixed(struct kernel_context *kc, struct mm_case k) {
     void *d_out = dev_poisoned(out_bytes), *d_dinp = dev_poisoned(dinp_bytes);
     struct act_out gout = k.out_bf16 ? (struct act_out){.b16 = d_out} : (struct act_out){.f32 = d_out};
     struct act_out gdinp = k.out_bf16 ? (struct act_out){.b16 = d_dinp} : (struct act_out){.f32 = d_dinp};
-    struct operand dout_g = k.dout_bf16 ? (struct operand){.b16 = d_douth} : (struct operand){.f32 = d_doutf};
+    struct operand dout_g = k.dout_bf16 ? operand_bf16(d_douth, MEM_DEVICE) : operand_f32(d_doutf, MEM_DEVICE);
     struct exec_ctx g = on_device(kc), c = {0};
     long long fused = kc->bias_epilogues;
-    matmul_forward_mixed(gout, (struct operand){.b16 = d_x}, (struct operand){.f32 = d_w}, d_bias, N, C, OC, &g);
-    matmul_backward_mixed(gdinp, d_dw, k.bias ? d_db : NULL, dout_g, (struct operand){.b16 = d_x},
-                          (struct operand){.f32 = d_w}, N, C, OC, &g);
+    matmul_forward_mixed(gout, operand_bf16(d_x, MEM_DEVICE), operand_f32(d_w, MEM_DEVICE), d_bias, N, C, OC, &g);
+    matmul_backward_mixed(gdinp, d_dw, k.bias ? d_db : NULL, dout_g, operand_bf16(d_x, MEM_DEVICE),
+                          operand_f32(d_w, MEM_DEVICE), N, C, OC, &g);
     void *out = back(d_out, out_bytes, "out"), *dinp = back(d_dinp, dinp_bytes, "dinp");
     float *gdw = back(d_dw, F(OC * C), "dweight"), *gdb = back(d_db, F(OC), "dbias");
     /* the CPU's reference: fp32 outputs, narrowed where the device's are bf16 */
     float *cout = malloc(F(N * OC)), *cdinp = malloc(F(N * C));
-    matmul_forward_mixed_cpu((struct act_out){.f32 = cout}, (struct operand){.b16 = x}, (struct operand){.f32 = w}, bias,
+    matmul_forward_mixed_cpu((struct act_out){.f32 = cout}, operand_bf16(x, MEM_HOST), operand_f32(w, MEM_HOST), bias,
                              N, C, OC, &c);
     matmul_backward_mixed_cpu((struct act_out){.f32 = cdinp}, dw, k.bias ? db : NULL, dout_c,
-                              (struct operand){.b16 = x}, (struct operand){.f32 = w}, N, C, OC, &c);
+                              operand_bf16(x, MEM_HOST), operand_f32(w, MEM_HOST), N, C, OC, &c);
     if (k.out_bf16) {
         float *go = widened(out, N * OC), *gi = widened(dinp, N * C);
         expect_close(what, cout, go, N * OC, ONE_ROUNDING + 1e-5);
@@ -277,8 +277,8 @@ static void test_attention_plain(void **state) {
             bf16 *gout = (bf16 *)back(d_out, H(n_out), "attention out");
             expect_close_bf16("attention_forward_bf16 (device) out", cout, gout, n_out, ONE_ROUNDING + 1e-5);
             if (where < 2) { /* the backward reads the stored probabilities */
-                struct operand g_p = where == 0 ? (struct operand){.b16 = d_att} : (struct operand){.f32 = d_att};
-                struct operand c_p = where == 0 ? (struct operand){.b16 = catt} : (struct operand){.f32 = catt32};
+                struct operand g_p = where == 0 ? operand_bf16(d_att, MEM_DEVICE) : operand_f32(d_att, MEM_DEVICE);
+                struct operand c_p = where == 0 ? operand_bf16(catt, MEM_HOST) : operand_f32(catt32, MEM_HOST);
                 attention_backward_bf16(d_dq, d_dout, d_qkv, g_p, d_scr, B, T, C, NH, &g);
                 attention_backward_bf16_cpu(cdq, dout, qkv, c_p, scr, B, T, C, NH, &c);
                 bf16 *gdq = (bf16 *)back(d_dq, H(n_qkv), "attention dqkv");

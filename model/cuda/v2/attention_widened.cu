@@ -66,9 +66,9 @@ void attention_backward_bf16_cuda(bf16 *dqkv, const float *dout, const bf16 *qkv
     const char *what = "attention_backward_bf16";
     const int64_t n_qkv = 3 * B * T * C, n_att = B * NH * T * T;
     float *q = widened(qkv, n_qkv, what), *d = pool_floats(n_qkv, what);
-    float *p = att.b16 ? widened(att.b16, n_att, what) : nullptr;
+    float *p = operand_is_bf16(att) ? widened(operand_as_bf16(att, what), n_att, what) : nullptr;
     /* scratch: attention_bf16_scratch floats, at least v1's attention_backward_scratch */
-    attention_backward_cuda(d, dout, q, p ? p : att.f32, scratch, B, T, C, NH, fc);
+    attention_backward_cuda(d, dout, q, p ? p : operand_as_f32(att, what), scratch, B, T, C, NH, fc);
     store((struct act_out){nullptr, dqkv, false}, d, n_qkv, what);
     if (p) pool_free(p, what);
     pool_free(q, what);

@@ -55,17 +55,19 @@ struct dbias_bf16_term {
     __device__ float operator()(int64_t i, int64_t o) const { return __bfloat162float(dout[i * OC + o]); }
 };
 
-// A GEMM operand in bf16: the caller's (b16) or a rounded pool copy (owned).
+// A GEMM operand in bf16: the caller's (a bf16 operand) or a rounded pool
+// copy of an fp32 one (owned).
 struct bf16_in {
     const __nv_bfloat16 *p;
     __nv_bfloat16 *owned;
 };
 
 bf16_in bf16_in_of(struct operand x, int64_t n, const char *what) {
-    if (x.b16 || n <= 0) return bf16_in{(const __nv_bfloat16 *)x.b16, nullptr};
+    if (operand_is_bf16(x)) return bf16_in{(const __nv_bfloat16 *)operand_as_bf16(x, what), nullptr};
+    if (n <= 0) return bf16_in{nullptr, nullptr};
     __nv_bfloat16 *p = nullptr;
     cuda_check(cudaMallocAsync((void **)&p, (size_t)n * sizeof *p, 0), what);
-    buf_narrow_cuda((bf16 *)p, x.f32, (size_t)n); /* rounded to nearest even (bufops.h) */
+    buf_narrow_cuda((bf16 *)p, operand_as_f32(x, what), (size_t)n); /* rounded to nearest even (bufops.h) */
     return bf16_in{p, p};
 }
 
