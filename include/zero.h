@@ -15,7 +15,7 @@
  * (the update rules' optimizer states among them) and the optimizer
  * step's phases; parallel/zero/comm.c their collectives during the step,
  * blocking or overlapped with compute, and the tied embedding's sum;
- * parallel/zero/shard.c where each element lives; parallel/zero/states_io.c
+ * parallel/zero/places.c where each element lives; parallel/zero/states_io.c
  * moving states in and out a unit at a time.
  *
  * Overlap (zero_options.overlap): stage 3 posts the next unit's all-gather

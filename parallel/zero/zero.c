@@ -5,7 +5,7 @@
  * optimizer step's phases after the schedule's forwards and backwards: the
  * step's reductions, the gradient norm, the sharded update segment by
  * segment, the all_gather of the updated params. Where an element lives is
- * shard.c's; the collectives during forward and backward are comm.c's;
+ * places.c's; the collectives during forward and backward are comm.c's;
  * moving states in and out a unit at a time (checkpoints, initial values)
  * is states_io.c's. */
 #include "zero_parts.h"

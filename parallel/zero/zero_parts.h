@@ -1,6 +1,6 @@
 /* The parts of struct zero (include/zero.h) that only parallel/zero/ calls:
  * the step's reductions and the tied embedding's gradient sum (comm.c),
- * where a state's elements live (shard.c) and Adafactor's step and resume
+ * where a state's elements live (places.c) and Adafactor's step and resume
  * states (factored.c). zero.c and states_io.c put them together behind
  * include/zero.h. */
 #ifndef SHARDLAB_ZERO_PARTS_H
@@ -24,7 +24,7 @@ bool zero_tie_active(const struct zero *z);
  * summed over the tie group. Collective over dp and the tie group. */
 void zero_tie_grads(struct zero *z);
 
-/* ---- where elements live (parallel/zero/shard.c) */
+/* ---- where elements live (parallel/zero/places.c) */
 /* Which states the stage shards: params (3), grads (2, 3), master and
  * optimizer states (1-3). */
 bool zero_params_sharded(const struct zero *z);
