@@ -231,7 +231,7 @@ void zero_all_gather_updated(struct zero *z);
 /* ---- the tied embedding across stages (parallel/zero/comm.c) */
 void zero_tie_init(struct zero *z, struct collectives *tie, int unit, size_t lo, size_t hi, bool in_norm);
 
-/* ---- moving states in and out, one unit at a time */
+/* ---- moving states in and out, one unit at a time (parallel/zero/states_io.c) */
 bool zero_has_state(const struct zero *z, enum zero_state which);
 /* dtype of a state as checkpoints hold it: param_dtype for params, fp32
  * for the rest (8-bit optimizer states dequantized). */
