@@ -1,15 +1,16 @@
-/* Adafactor's statistics on a rank (parallel/zero/factored.c): which
- * tensors it updates, where their statistics live, and the sums it shares
- * with the other ranks of its data-parallel group. A rank holds, of each
- * n x m matrix it updates a part of, R for the rows it touches and all m
- * of C; of each vector, one value per element it updates. The columns'
- * sums and the sums of the rows a shard boundary cuts are added over the
- * dp group in one all-reduce per step (fp32, counted as model traffic), the
- * squares of each tensor's update (the clipping RMS) in a second one of
- * doubles (counted with the scalars). Both buffers are indexed by the
- * layout's tensors, the same on every rank: a tensor's slots are the
- * matrix's m columns, then two per dp rank (its first and last row's part),
- * so each rank adds its own and reads the others'. ZeRO-0 (every rank
+/* Adafactor's statistics on a rank (the plan: parallel/zero/factored_plan.c;
+ * the step: parallel/zero/factored.c): which tensors it updates, where
+ * their statistics live, and the sums it shares with the other ranks of
+ * its data-parallel group. A rank holds, of each n x m matrix it updates a
+ * part of, R for the rows it touches and all m of C; of each vector, one
+ * value per element it updates. The columns' sums and the sums of the rows
+ * a shard boundary cuts are added over the dp group in one all-reduce per
+ * step (fp32, counted as model traffic), the squares of each tensor's
+ * update (the clipping RMS) in a second one of doubles (counted with the
+ * scalars). Both buffers are indexed by the layout's tensors, the same on
+ * every rank: a tensor's slots are the matrix's m columns, then two per dp
+ * rank (its first and last row's part), so each rank adds its own and
+ * reads the others'. ZeRO-0 (every rank
  * updates everything) shares nothing over dp.
  *
  * Under tensor parallelism (tp > 1) a rank holds a slice of each split
@@ -32,7 +33,7 @@
  * element 0) in one fp32 all-reduce over dp, and the tie group adds it to
  * the last stage's zeros (exact) in another; the wte's update squares go
  * the same way over the tie group with the scalars. The gradients are
- * equal already (tie.c), so the copies' updates are equal bit for bit.
+ * equal already (parallel/zero/comm.c), so the copies' updates are equal bit for bit.
  *
  * The step runs in the states' space: on a GPU the statistics, the sums
  * and these buffers are device memory and the collectives take them there
@@ -86,6 +87,14 @@ struct factored_plan {
 /* The shared sums' floats: every matrix of the layout, its columns and
  * two slots per rank sharing them, padded to a multiple of the ranks. */
 size_t factored_slot_floats(const struct model_layout *lay, int ranks);
+
+/* Floats tensor e adds over tp (its tp_at's share of tp_floats): a
+ * row-parallel slice its rows' sums and its part of sum(C), a
+ * column-parallel or vocabulary one its columns'. */
+static inline size_t factored_tp_sums(const struct factored_tensor *e, int tp) {
+    if (tp == 1 || !e->factored || e->split == SPLIT_REPLICATED) return 0;
+    return e->split == SPLIT_ROW ? e->nrows + 1 : (size_t)e->ncols;
+}
 
 /* Tensors at most: one per segment. */
 static inline size_t factored_capacity(const struct opt_segments *s) { return (size_t)s->n; }

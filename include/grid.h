@@ -31,6 +31,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "collectives.h"
 
@@ -116,15 +117,35 @@ void grid_free(struct grid *g);
  * All five groups have size 1; this rank is a tie member. */
 void grid_init_single(struct grid *g);
 
-/* Every rank's rc agreed over the grid (parallel/comm/grid_agree.c):
- * nonzero anywhere fails every rank, so no rank waits forever in a
- * collective the failed one never reaches. A rank that did not fail gets
- * -1 and a message saying another did; a failed rank keeps its rc and its
- * own message. Collective; its bytes are not counted as a step's traffic. */
-int grid_agree(struct grid *g, int rc, char *err, size_t err_len);
+/* Agreement across the grid, two sums of grid_sum_uncounted (above), so
+ * on any backend and on grid_init_single's grid alike; its bytes are not
+ * counted as a step's traffic. */
+
+/* Every rank's rc agreed over the grid: nonzero anywhere fails every rank,
+ * so no rank waits forever in a collective the failed one never reaches.
+ * A rank that did not fail gets -1 and a message saying another did; a
+ * failed rank keeps its rc and its own message. Collective. */
+static inline int grid_agree(struct grid *g, int rc, char *err, size_t err_len) {
+    double failed = rc != 0;
+    grid_sum_uncounted(g, &failed, 1);
+    if (failed > 0 && rc == 0) {
+        snprintf(err, err_len, "another rank failed (its message says why)");
+        return -1;
+    }
+    return rc;
+}
+
 /* The largest of every rank's value, clamped to [0, GRID_AGREE_MAX_VALUES)
- * (signal numbers), agreed over the grid. Collective. */
+ * (signal numbers), agreed over the grid. Collective. A sum of one-hot
+ * rows: the highest value some rank holds is the last nonzero count. */
 enum { GRID_AGREE_MAX_VALUES = 64 };
-int grid_agree_max(struct grid *g, int mine);
+static inline int grid_agree_max(struct grid *g, int mine) {
+    double hot[GRID_AGREE_MAX_VALUES] = {0};
+    hot[mine < 0 ? 0 : mine >= GRID_AGREE_MAX_VALUES ? GRID_AGREE_MAX_VALUES - 1 : mine] = 1.0;
+    grid_sum_uncounted(g, hot, GRID_AGREE_MAX_VALUES);
+    int v = GRID_AGREE_MAX_VALUES - 1;
+    while (v > 0 && hot[v] == 0.0) v--;
+    return v;
+}
 
 #endif

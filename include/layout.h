@@ -177,7 +177,7 @@ struct model_layout {
 
 /* Whether this rank holds one of a tied wte's two copies (the first or
  * the last of several stages, gpt2), whose gradients are summed across
- * the two stages (parallel/zero/tie.c); an untied head (llama) has none. */
+ * the two stages (parallel/zero/comm.c); an untied head (llama) has none. */
 static inline bool layout_ties(const struct model_layout *lay) {
     return lay->shape.arch == ARCH_GPT2 && lay->rank.has_embed != lay->rank.has_head;
 }

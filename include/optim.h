@@ -231,7 +231,7 @@ void adamw8bit_update(const struct adamw_hparams *h, size_t n, float *w, uint8_t
                       enum dtype grad_dtype, const struct param_writeback *out, struct exec_ctx *fc);
 
 /* The 8-bit states of a range to and from fp32, block by block as
- * adamw8bit_update lays them out (checkpoints: parallel/zero/optstate.c).
+ * adamw8bit_update lays them out (checkpoints: parallel/zero/states_io.c).
  * Dequantize: out[i] = map[q[i]] * absmax[i / 256].
  * Quantize: absmax[b] = the largest |x| of block b (NaN skipped, +0 when
  * none), q[i] = qmap_nearest(map, x[i] / absmax[b]), or of 0 when absmax[b]

@@ -11,10 +11,12 @@
  * "Full" means every unit of this rank's layout (include/layout.h), padded
  * to a multiple of the group size; "shard" this rank's slice of each unit
  * (include/shard.h). What a rank updates is its list of segments
- * (include/segments.h). parallel/zero/zero.c holds the stages;
- * parallel/zero/comm.c their collectives during the step, blocking or
- * overlapped with compute; parallel/zero/optstate.c the optimizer states
- * of the update rules.
+ * (include/segments.h). parallel/zero/zero.c holds the stages' states
+ * (the update rules' optimizer states among them) and the optimizer
+ * step's phases; parallel/zero/comm.c their collectives during the step,
+ * blocking or overlapped with compute, and the tied embedding's sum;
+ * parallel/zero/places.c where each element lives; parallel/zero/states_io.c
+ * moving states in and out a unit at a time.
  *
  * Overlap (zero_options.overlap): stage 3 posts the next unit's all-gather
  * (zero_all_gather_ahead) while the current one computes, into a second
@@ -72,7 +74,7 @@ struct ddp_bucket {
     struct coll_request req;
 };
 
-/* The tied embedding across pipeline stages (parallel/zero/tie.c): this
+/* The tied embedding across pipeline stages (parallel/zero/comm.c): this
  * rank's copy of wte is elements [lo, hi) of unit `unit`, its gradient
  * summed over `group` (first and last stage) at every step. in_norm: the
  * copy counts in the global gradient norm (the embedding's does, the
@@ -226,10 +228,10 @@ double zero_grad_norm(struct zero *z);
 void zero_update(struct zero *z, int step, double grad_norm);
 void zero_all_gather_updated(struct zero *z);
 
-/* ---- the tied embedding across stages (parallel/zero/tie.c) */
+/* ---- the tied embedding across stages (parallel/zero/comm.c) */
 void zero_tie_init(struct zero *z, struct collectives *tie, int unit, size_t lo, size_t hi, bool in_norm);
 
-/* ---- moving states in and out, one unit at a time */
+/* ---- moving states in and out, one unit at a time (parallel/zero/states_io.c) */
 bool zero_has_state(const struct zero *z, enum zero_state which);
 /* dtype of a state as checkpoints hold it: param_dtype for params, fp32
  * for the rest (8-bit optimizer states dequantized). */

@@ -1,6 +1,7 @@
 /* Adafactor over a rank's segments (include/factored.h; the per-piece
- * kernels are include/optim.h's adafactor_*): the plan of which tensors
- * this rank updates, and the step in five phases, each over every tensor:
+ * kernels are include/optim.h's adafactor_*; the plan of which tensors
+ * this rank updates is factored_plan.c's): the step in five phases, each
+ * over every tensor:
  * the squares' sums, their share over the dp group, the moving averages,
  * the update's squares (the clipping RMS, shared too), the update.
  *
@@ -17,84 +18,6 @@
 
 #include "bufops.h"
 #include "zero_parts.h"
-
-/* A matrix's slots: its m columns, then two per rank (first and last row). */
-static size_t matrix_slots(const struct tensor_info *ti, int ranks) {
-    return tensor_is_matrix(ti) ? (size_t)ti->cols + 2 * (size_t)ranks : 0;
-}
-
-/* Padded to a multiple of the ranks, as the ring splits it (and so its
- * volume 2 (N-1)/N x bytes is a whole number of bytes, as the gradients'). */
-size_t factored_slot_floats(const struct model_layout *lay, int ranks) {
-    size_t n = 0, r = (size_t)ranks;
-    for (int t = 0; t < layout_num_tensors(lay); t++) {
-        const struct tensor_info ti = layout_tensor(lay, t);
-        n += matrix_slots(&ti, ranks);
-    }
-    return (n + r - 1) / r * r;
-}
-
-/* The whole tensor's elements, of which ti is this rank's slice. */
-static double whole_numel(const struct model_layout *lay, const struct tensor_info *ti) {
-    switch (ti->split) {
-    case SPLIT_REPLICATED: return (double)ti->numel;
-    case SPLIT_VOCAB: return (double)reference_vocab(&lay->shape) * ti->cols; /* tp pads further: zero rows */
-    default: return (double)ti->numel * lay->rank.tp;
-    }
-}
-
-/* Floats tensor e adds over tp: a row-parallel slice its rows' sums and
- * its part of sum(C), a column-parallel or vocabulary one its columns'. */
-static size_t tp_sums(const struct factored_tensor *e, int tp) {
-    if (tp == 1 || !e->factored || e->split == SPLIT_REPLICATED) return 0;
-    return e->split == SPLIT_ROW ? e->nrows + 1 : (size_t)e->ncols;
-}
-
-void factored_plan_build(struct factored_plan *p, struct factored_tensor *table, const struct model_layout *lay,
-                         const struct shard_layout *sh, const struct opt_segments *segs, bool sharded) {
-    *p = (struct factored_plan){.t = table, .ranks = sharded ? sh->N : 1, .rank = sharded ? sh->rank : 0,
-                                .tensors = layout_num_tensors(lay), .tp = lay->rank.tp, .tp_rank = lay->rank.tp_rank};
-    int k = 0; /* segments come in tensor order */
-    for (int t = 0; t < p->tensors; t++) {
-        const struct tensor_info ti = layout_tensor(lay, t);
-        const bool matrix = tensor_is_matrix(&ti);
-        const size_t slot_at = p->slot_floats;
-        p->slot_floats += matrix_slots(&ti, p->ranks);
-        if (k >= segs->n || segs->seg[k].tensor != t) continue;
-        struct factored_tensor *e = &table[p->n++];
-        const size_t t0 = ti.offset - layout_unit_offset(lay, ti.unit);
-        *e = (struct factored_tensor){.tensor = t, .first_seg = k, .factored = matrix, .ncols = ti.cols, .t0 = t0,
-                                      .a = segs->seg[k].lo - t0, .stat_at = p->stat_floats, .split = ti.split,
-                                      .whole = whole_numel(lay, &ti)};
-        while (k < segs->n && segs->seg[k].tensor == t) k++;
-        e->n_segs = k - e->first_seg;
-        e->b = segs->seg[k - 1].hi - t0;
-        if (matrix) {
-            const size_t m = (size_t)ti.cols;
-            e->r0 = e->a / m;
-            e->nrows = (e->b - 1) / m - e->r0 + 1;
-            e->rowsum_at = p->rowsum_floats;
-            e->slot_at = slot_at;
-            p->rowsum_floats += e->nrows;
-            p->stat_floats += e->nrows + m;
-        } else {
-            p->stat_floats += e->b - e->a;
-        }
-        e->tp_at = p->tp_floats;
-        p->tp_floats += tp_sums(e, p->tp);
-    }
-    p->slot_floats = factored_slot_floats(lay, p->ranks);
-    p->tp_floats = (p->tp_floats + (size_t)p->tp - 1) / (size_t)p->tp * (size_t)p->tp;
-    if (layout_ties(lay) && p->ranks > 1) { /* the tie (include/factored.h) */
-        const struct tensor_info w = lay->rank.has_embed ? layout_embed_tensor(lay, EMB_WTE)
-                                                         : layout_head_tensor(lay, HEAD_WTE);
-        for (int t = 0; t < p->tensors; t++)
-            if (layout_tensor(lay, t).offset == w.offset) p->tie_tensor = t;
-        p->tie_rows = w.rows, p->tie_cols = w.cols, p->tie_first = lay->rank.has_embed;
-        const size_t n = (size_t)w.rows + (size_t)w.cols, r = (size_t)p->ranks;
-        p->tie_floats = (n + r - 1) / r * r;
-    }
-}
 
 /* Rank s's elements of tensor e, tensor-local [*a, *b) (empty: a == b). */
 static void rank_part(const struct zero *z, const struct factored_tensor *e, int s, size_t *a, size_t *b) {
@@ -150,7 +73,7 @@ static void own_column_total(const struct zero *z, const struct factored_tensor 
  * after the averages within one). NULL for a vector. */
 static const float *column_total(const struct zero *z, const struct factored_tensor *e) {
     if (!e->factored) return NULL;
-    if (tp_sums(e, z->fac.tp) && e->split == SPLIT_ROW) return z->fac_tpsums + e->tp_at + e->nrows;
+    if (factored_tp_sums(e, z->fac.tp) && e->split == SPLIT_ROW) return z->fac_tpsums + e->tp_at + e->nrows;
     float *at = z->fac_rowsums + e->rowsum_at;
     own_column_total(z, e, at);
     return at;
@@ -168,7 +91,7 @@ static void tp_share(struct zero *z, float *rows, float *slots, float beta2t) {
     buf_zero(sp, buf, p->tp_floats * sizeof *buf);
     for (int i = 0; i < p->n; i++) {
         const struct factored_tensor *e = &p->t[i];
-        if (!tp_sums(e, p->tp)) continue;
+        if (!factored_tp_sums(e, p->tp)) continue;
         if (e->split == SPLIT_ROW) {
             adafactor_ema(sp, (size_t)e->ncols, z->st.s1 + e->stat_at + e->nrows, slots + e->slot_at, beta2t);
             buf_copy(sp, buf + e->tp_at, rows + e->rowsum_at, e->nrows * sizeof *buf);
@@ -181,7 +104,7 @@ static void tp_share(struct zero *z, float *rows, float *slots, float beta2t) {
     tp->all_reduce_sum(tp, buf, p->tp_floats, DTYPE_FP32);
     for (int i = 0; i < p->n; i++) {
         const struct factored_tensor *e = &p->t[i];
-        if (!tp_sums(e, p->tp)) continue;
+        if (!factored_tp_sums(e, p->tp)) continue;
         if (e->split == SPLIT_ROW) buf_copy(sp, rows + e->rowsum_at, buf + e->tp_at, e->nrows * sizeof *buf);
         else buf_copy(sp, slots + e->slot_at, buf + e->tp_at, (size_t)e->ncols * sizeof *buf);
     }
@@ -269,7 +192,7 @@ void factored_update(struct zero *z, const struct adamw_hparams *h, int64_t step
         const struct factored_tensor *e = &p->t[i];
         if (!e->factored) continue;
         adafactor_ema(sp, e->nrows, z->st.s1 + e->stat_at, rows + e->rowsum_at, beta2t);
-        if (!(tp_sums(e, p->tp) && e->split == SPLIT_ROW)) /* (tp_share moved those) */
+        if (!(factored_tp_sums(e, p->tp) && e->split == SPLIT_ROW)) /* (tp_share moved those) */
             adafactor_ema(sp, (size_t)e->ncols, z->st.s1 + e->stat_at + e->nrows, slots + e->slot_at, beta2t);
     }
     if (p->tie_floats) tie_share(z);
@@ -386,15 +309,9 @@ void factored_load_unit(struct zero *z, int u, const float *src) {
     }
 }
 
-/* ---- the statistics as they are (include/factored.h, zero_parts.h): a
- * resume at the same tp takes R, C and v bit for bit. */
-
-bool factored_raw_usable(const struct model_layout *lay) {
-    const struct model_shape *s = &lay->shape;
-    const size_t tp = (size_t)lay->rank.tp, slice = (size_t)s->Vp / tp;
-    return (size_t)s->C >= 2 * tp && shape_pos_rows(s) >= 2 && slice >= 2 &&
-           (tp - 1) * slice + 2 <= (size_t)reference_vocab(s);
-}
+/* ---- the statistics as they are (zero_parts.h; whether a model can hold
+ * them: factored_plan.c): a resume at the same tp takes R, C and v bit for
+ * bit. */
 
 void factored_segment_raw(const struct zero *z, const struct opt_segment *g, float *out) {
     const struct factored_tensor *e = tensor_of(z, g);
@@ -444,7 +361,7 @@ void factored_loaded(struct zero *z, bool as_saved) {
     buf_zero(sp, buf, p->tp_floats * sizeof *buf);
     for (int i = 0; i < p->n; i++) {
         const struct factored_tensor *e = &p->t[i];
-        if (!tp_sums(e, p->tp)) continue;
+        if (!factored_tp_sums(e, p->tp)) continue;
         const float *stat = z->st.s1 + e->stat_at;
         if (e->split == SPLIT_ROW) {
             if (!as_saved) buf_copy(sp, buf + e->tp_at, stat, e->nrows * sizeof *buf);
@@ -459,7 +376,7 @@ void factored_loaded(struct zero *z, bool as_saved) {
     coll_uncounted_end(quiet);
     for (int i = 0; i < p->n && !as_saved; i++) {
         const struct factored_tensor *e = &p->t[i];
-        if (!tp_sums(e, p->tp)) continue;
+        if (!factored_tp_sums(e, p->tp)) continue;
         float *stat = z->st.s1 + e->stat_at;
         if (e->split == SPLIT_ROW) buf_copy(sp, stat, buf + e->tp_at, e->nrows * sizeof *stat);
         else buf_copy(sp, stat + e->nrows, buf + e->tp_at, (size_t)e->ncols * sizeof *stat);

@@ -1,6 +1,14 @@
 /* Where a rank's model states keep an element (include/zero.h's struct
- * zero; zero_parts.h): full or sharded by stage, and a segment's gradient
- * and weights. zero.c and factored.c read them. */
+ * zero; zero_parts.h): full or sharded by stage, and a segment's gradient,
+ * weights and fp32 optimizer states. zero.c, comm.c, states_io.c and
+ * factored.c read them. A file of its own, apart from shard.c (the one
+ * rule these build on, from the layout alone) and from zero.c:
+ *   - shard.c implements include/shard.h, which include/zero.h includes;
+ *     code of it that read struct zero would tie the public header's
+ *     code back to zero.h (and, through segments.h, factored.h's);
+ *   - zero.c calls factored.c, which reads these, so in zero.c they
+ *     would make the two files use each other (tests/check_deps.sh's
+ *     cycle rule). */
 #include "zero_parts.h"
 
 bool zero_params_sharded(const struct zero *z) { return z->row->shards_params; }
@@ -42,5 +50,11 @@ float *zero_segment_weights(struct zero *z, const struct opt_segment *g, bf16 **
     size_t pi = zero_param_index(z, g->unit, g->lo);
     *params_out = z->st.master ? (bf16 *)z->st.params + pi : NULL;
     return z->st.master ? z->st.master + g->state_at : (float *)z->st.params + pi;
+}
+
+/* Where fp32 optimizer state element lo of segment g lives in s1/s2: by
+ * segment under an 8-bit rule (its small tensors), else like the master. */
+size_t zero_opt_f32_index(const struct zero *z, const struct opt_segment *g) {
+    return optim_rule(z->o.optim.kind)->quantized ? g->f32_offset : g->state_at;
 }
 

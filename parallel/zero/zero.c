@@ -1,14 +1,103 @@
-/* Model states under ZeRO stages 0-3 (include/zero.h): where each lives,
- * the sharded optimizer step, and moving states to and from checkpoints
- * one unit at a time. The step's collectives are in comm.c. */
+/* Model states under ZeRO stages 0-3 (include/zero.h): their allocation,
+ * full or this rank's shard by the stage's row, with every update rule's
+ * optimizer states (one or two per element, fp32 or block-wise 8-bit
+ * codes with an fp32 maximum per block; Adafactor's statistics), and the
+ * optimizer step's phases after the schedule's forwards and backwards: the
+ * step's reductions, the gradient norm, the sharded update segment by
+ * segment, the all_gather of the updated params. Where an element lives is
+ * places.c's; the collectives during forward and backward are comm.c's;
+ * moving states in and out a unit at a time (checkpoints, initial values)
+ * is states_io.c's. */
 #include "zero_parts.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "bufops.h"
+
+/* ---- the states: allocation (optimizer states by the rule) and zeroing */
+
+static const struct optim_rule *rule(const struct zero *z) { return optim_rule(z->o.optim.kind); }
+
+/* Adafactor: its plan (include/factored.h), statistics, the first moment
+ * when asked, and the step's sums (scratch in the states' space, where
+ * the step runs). */
+static void factored_alloc(struct zero *z) {
+    struct mem_tracker *mem = z->mem;
+    const bool sh = zero_optim_sharded(z);
+    struct factored_tensor *table = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "adafactor tensor table",
+                                              factored_capacity(&z->segs) * sizeof *table);
+    if (!table) return;
+    factored_plan_build(&z->fac, table, z->lay, &z->sh, &z->segs, sh);
+    const struct factored_plan *p = &z->fac;
+    z->st.s1 = mem_alloc(mem, z->space, MEM_OPTIMIZER, sh ? "adafactor R, C of own rows, v (fp32, shard)"
+                                                          : "adafactor R, C, v (fp32)", p->stat_floats * 4);
+    if (z->o.optim.adafactor_beta1 > 0.0f)
+        z->st.s2 = mem_alloc(mem, z->space, MEM_OPTIMIZER, sh ? "adafactor m (fp32, shard)" : "adafactor m (fp32)",
+                             (sh ? z->sh.total_shard : z->sh.total_padded) * 4);
+    const enum mem_space sp = z->space; /* the step runs there (factored.c) */
+    z->fac_sums = mem_alloc(mem, sp, MEM_SCRATCH, "adafactor column and cut-row sums (fp32)", p->slot_floats * 4);
+    z->fac_rowsums = mem_alloc(mem, sp, MEM_SCRATCH, "adafactor row sums (fp32)", p->rowsum_floats * 4);
+    if (p->tp_floats)
+        z->fac_tpsums = mem_alloc(mem, sp, MEM_SCRATCH, "adafactor slices' sums over tp (fp32)", p->tp_floats * 4);
+    if (p->tie_floats)
+        z->fac_tiesums = mem_alloc(mem, sp, MEM_SCRATCH, "adafactor tied wte's R and C (fp32)", p->tie_floats * 4);
+    const size_t squares = (size_t)p->tensors * sizeof *z->fac_squares;
+    z->fac_squares = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "adafactor update squares (fp64 per tensor)", squares);
+    z->fac_squares_at = sp == MEM_HOST ? z->fac_squares
+                                       : mem_alloc(mem, sp, MEM_SCRATCH, "adafactor update squares (device)", squares);
+}
+
+/* Allocation failures are left in the tracker (the caller checks). */
+static void optstate_alloc(struct zero *z) {
+    struct mem_tracker *mem = z->mem;
+    enum mem_space sp = z->space;
+    const struct optim_rule *r = rule(z);
+    if (z->o.optim.kind == OPTIM_ADAFACTOR) {
+        factored_alloc(z);
+        return;
+    }
+    float **f32[2] = {&z->st.s1, &z->st.s2};
+    char name[MEM_NAME_LEN];
+    if (!r->quantized) {
+        size_t n = zero_optim_sharded(z) ? z->sh.total_shard : z->sh.total_padded;
+        for (int k = 0; k < r->states; k++) {
+            snprintf(name, sizeof name, "%s (fp32%s)", r->state_name[k], zero_optim_sharded(z) ? ", shard" : "");
+            *f32[k] = mem_alloc(mem, sp, MEM_OPTIMIZER, name, n * 4);
+        }
+        return;
+    }
+    const struct opt_segments *g = &z->segs;
+    uint8_t **codes[2] = {&z->st.q1, &z->st.q2};
+    float **absmax[2] = {&z->st.absmax1, &z->st.absmax2};
+    struct qmap_index **index[2] = {&z->qindex_signed, &z->qindex_unsigned};
+    float *map[2] = {z->qmap_signed, z->qmap_unsigned};
+    for (int k = 0; k < r->states; k++) {
+        qmap_dynamic(map[k], k == 0);
+        /* host memory whatever sp is: the host builds the index and only the
+         * CPU's quantizer reads it (the CUDA one searches the map itself) */
+        snprintf(name, sizeof name, "8-bit code search index (%s)", r->state_name[k]);
+        *index[k] = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, name, sizeof **index[k]);
+        if (*index[k]) qmap_index_build(*index[k], map[k]);
+        snprintf(name, sizeof name, "%s (8-bit codes)", r->state_name[k]);
+        *codes[k] = mem_alloc(mem, sp, MEM_OPTIMIZER, name, g->n_q);
+        snprintf(name, sizeof name, "%s absmax (fp32 per 256)", r->state_name[k]);
+        *absmax[k] = mem_alloc(mem, sp, MEM_OPTIMIZER, name, g->n_blocks * 4);
+        if (g->n_f32) {
+            snprintf(name, sizeof name, "%s (fp32, small tensors)", r->state_name[k]);
+            *f32[k] = mem_alloc(mem, sp, MEM_OPTIMIZER, name, g->n_f32 * 4);
+        }
+    }
+}
+
+static void optstate_free(struct zero *z) {
+    void *bufs[] = {z->st.s1,        z->st.s2,          z->st.q1,        z->st.q2,       z->st.absmax1,
+                    z->st.absmax2,   z->qindex_signed,  z->qindex_unsigned, z->fac.t,    z->fac_sums,
+                    z->fac_rowsums,  z->fac_tpsums,     z->fac_tiesums, z->fac_squares,
+                    z->fac_squares_at != z->fac_squares ? z->fac_squares_at : NULL};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(z->mem, bufs[i]);
+}
 
 int zero_init(struct zero *z, const struct zero_options *o, const struct model_layout *lay, struct collectives *dp,
               struct mem_tracker *mem, enum mem_space space, struct exec_ctx *flops) {
@@ -49,6 +138,8 @@ void *zero_unit_grads(struct zero *z, int u) {
 void zero_zero_grads(struct zero *z) {
     buf_zero(z->space, z->st.grads, (zero_grads_sharded(z) ? z->sh.total_shard : z->sh.total_padded) * zero_gsize(z));
 }
+
+/* ---- the gradient norm: this rank's squares, then the groups' sum */
 
 /* Whether segment g counts in this rank's sum of squares: its segments
  * partition exactly the elements it owns (every unit at stage 0). Under
@@ -129,6 +220,48 @@ double zero_grad_norm(struct zero *z) {
     return sqrt(sq);
 }
 
+/* One segment's update by the rule: w (fp32 master or params) and grad
+ * point at the segment's first element; params_out at its bf16 params (or
+ * NULL). */
+static void optstate_update(struct zero *z, const struct opt_segment *g, const struct adamw_hparams *h, float *w,
+                            const void *grad, bf16 *params_out, int64_t step) {
+    const struct optim_options *o = &z->o.optim;
+    enum dtype gd = z->o.grad_dtype;
+    size_t n = g->hi - g->lo;
+    struct param_writeback out = {.params = params_out, .rounding = z->o.rounding, .seed = z->o.seed,
+                                  .noise_index = (uint64_t)step * z->lay->ref_total + g->global};
+    struct adamw_hparams hh = *h;
+    hh.weight_decay = g->decay ? o->weight_decay : 0.0f;
+    const struct sgd_hparams sh = {.lr = h->lr, .momentum = o->momentum, .weight_decay = hh.weight_decay,
+                                   .grad_scale = h->grad_scale, .nesterov = o->nesterov, .first_step = step == 0};
+    const struct lion_hparams lh = {.lr = h->lr, .beta1 = h->beta1, .beta2 = h->beta2,
+                                    .weight_decay = hh.weight_decay, .grad_scale = h->grad_scale};
+    const size_t k = zero_opt_f32_index(z, g);
+    /* (no offsets on the NULL of a state the rule does not have) */
+    const bool q = g->quantized, two = rule(z)->states == 2;
+    uint8_t *q1 = q ? z->st.q1 + g->q_offset : NULL, *q2 = q && two ? z->st.q2 + g->q_offset : NULL;
+    float *a1 = q ? z->st.absmax1 + g->block_offset : NULL, *a2 = q && two ? z->st.absmax2 + g->block_offset : NULL;
+    /* a quantized rule's small tensors run its 32-bit twin on the fp32 states */
+    enum optimizer_kind kind = q || !rule(z)->quantized ? o->kind : rule(z)->twin;
+    switch (kind) {
+    case OPTIM_ADAMW: adamw_update(&hh, n, w, z->st.s1 + k, z->st.s2 + k, grad, gd, &out, z->flops); break;
+    case OPTIM_ADAMW8BIT:
+        adamw8bit_update(&hh, n, w, q1, q2, a1, a2, z->qmap_signed, z->qmap_unsigned, z->qindex_signed,
+                         z->qindex_unsigned, grad, gd, &out, z->flops);
+        break;
+    case OPTIM_SGD: sgd_update(&sh, n, w, z->st.s1 + k, grad, gd, &out, z->flops); break;
+    case OPTIM_SGD8BIT:
+        sgd8bit_update(&sh, n, w, q1, a1, z->qmap_signed, z->qindex_signed, grad, gd, &out, z->flops);
+        break;
+    case OPTIM_LION: lion_update(&lh, n, w, z->st.s1 + k, grad, gd, &out, z->flops); break;
+    case OPTIM_LION8BIT:
+        lion8bit_update(&lh, n, w, q1, a1, z->qmap_signed, z->qindex_signed, grad, gd, &out, z->flops);
+        break;
+    case OPTIM_ADAFACTOR: /* zero_update runs it whole (factored.c) */
+    case OPTIM_NUM_KINDS: break;
+    }
+}
+
 void zero_update(struct zero *z, int step, double grad_norm) {
     const struct optim_options *op = &z->o.optim;
     struct adamw_hparams h = {.lr = lr_at(&op->lr, step), .beta1 = op->beta1, .beta2 = op->beta2, .eps = op->eps,
@@ -155,218 +288,4 @@ void zero_all_gather_updated(struct zero *z) {
         step_hook(z->o.hooks, (struct step_event){.at = UNIT_MOVED, .unit = u});
     }
     phase_done(z, PHASE_GATHER_PARAMS);
-}
-
-/* ---- checkpoints and initial values, one unit at a time */
-
-bool zero_has_state(const struct zero *z, enum zero_state which) {
-    if (which == STATE_MASTER) return z->st.master != NULL;
-    return which == STATE_PARAMS || optstate_has(z, which);
-}
-
-enum dtype zero_state_dtype(const struct zero *z, enum zero_state which) {
-    return which == STATE_PARAMS ? z->o.param_dtype : DTYPE_FP32;
-}
-
-void zero_unit_stored(const struct zero *z, int u, size_t *lo, size_t *hi) {
-    *lo = 0;
-    *hi = layout_unit_size(z->lay, u);
-    if (zero_params_sharded(z)) shard_owned(&z->sh, u, z->sh.rank, lo, hi);
-}
-
-/* The part of unit u this rank keeps of state `which`. */
-static void kept(const struct zero *z, enum zero_state which, int u, size_t *lo, size_t *hi) {
-    *lo = 0;
-    *hi = layout_unit_size(z->lay, u);
-    bool sharded = which == STATE_PARAMS ? zero_params_sharded(z) : zero_optim_sharded(z);
-    if (sharded) shard_owned(&z->sh, u, z->sh.rank, lo, hi);
-}
-
-void zero_set_unit(struct zero *z, int u, size_t lo, size_t hi, const float *w) {
-    size_t a, b;
-    kept(z, STATE_PARAMS, u, &a, &b);
-    buf_from_fp32(z->space, (char *)z->st.params + zero_param_index(z, u, a) * zero_psize(z), z->o.param_dtype, w + (a - lo), b - a);
-    if (z->st.master) {
-        kept(z, STATE_MASTER, u, &a, &b);
-        buf_copy(z->space, z->st.master + zero_state_index(z, u, a), w + (a - lo), (b - a) * sizeof *w);
-    }
-    (void)hi;
-}
-
-/* Optimizer state `which` of unit u, this rank's kept part [lo, hi), as
- * fp32 into dst (indexed from lo), segment by segment. */
-static void opt_unit_to_fp32(const struct zero *z, enum zero_state which, int u, size_t lo, float *dst) {
-    for (int k = 0; k < z->segs.n; k++) {
-        const struct opt_segment *g = &z->segs.seg[k];
-        if (g->unit == u) optstate_segment_to_fp32(z, which, g, dst + (g->lo - lo));
-    }
-}
-
-void zero_gather_unit(struct zero *z, enum zero_state which, int u, void *work) {
-    size_t lo, hi, chunk = shard_unit_chunk(&z->sh, u);
-    kept(z, which, u, &lo, &hi);
-    enum dtype dt = zero_state_dtype(z, which);
-    size_t elem = dtype_size(dt);
-    bool sharded = which == STATE_PARAMS ? zero_params_sharded(z) : zero_optim_sharded(z);
-    /* this rank's kept part, in dtype, at its place in the padded unit */
-    char *w = work;
-    buf_zero(z->space, w, shard_unit_padded(&z->sh, u) * elem);
-    char *mine = w + lo * elem;
-    if (which == STATE_PARAMS) buf_copy(z->space, mine, (const char *)z->st.params + zero_param_index(z, u, lo) * elem, (hi - lo) * elem);
-    else if (which == STATE_MASTER) buf_copy(z->space, mine, z->st.master + zero_state_index(z, u, lo), (hi - lo) * elem);
-    else opt_unit_to_fp32(z, which, u, lo, (float *)mine);
-    if (sharded) {
-        coll_all_gather_uncounted(z->dp, w, chunk, dt); /* checkpoint traffic is not a step's */
-    }
-}
-
-void zero_scatter_unit(struct zero *z, enum zero_state which, int u, const void *src) {
-    size_t lo, hi;
-    kept(z, which, u, &lo, &hi);
-    size_t elem = dtype_size(zero_state_dtype(z, which));
-    const char *s = (const char *)src + lo * elem;
-    if (which == STATE_PARAMS) {
-        buf_copy(z->space, (char *)z->st.params + zero_param_index(z, u, lo) * elem, s, (hi - lo) * elem);
-        return;
-    }
-    if (which == STATE_MASTER) {
-        buf_copy(z->space, z->st.master + zero_state_index(z, u, lo), s, (hi - lo) * elem);
-        return;
-    }
-    if (which == STATE_OPT1 && z->o.optim.kind == OPTIM_ADAFACTOR) { /* whole rows and columns at once */
-        factored_load_unit(z, u, src);
-        return;
-    }
-    if (which == STATE_FACTORED) {
-        factored_load_raw_unit(z, u, src);
-        return;
-    }
-    for (int k = 0; k < z->segs.n; k++) {
-        const struct opt_segment *g = &z->segs.seg[k];
-        if (g->unit == u) optstate_segment_from_fp32(z, which, g, (const float *)src + g->lo);
-    }
-}
-
-/* ---- 8-bit states as they are, one unit at a time */
-
-void zero_states_loaded(struct zero *z, bool as_saved) {
-    if (z->o.optim.kind == OPTIM_ADAFACTOR) factored_loaded(z, as_saved);
-}
-
-int zero_raw_ranks(const struct zero *z) { return zero_optim_sharded(z) ? z->dp->size : 1; }
-
-static size_t seg_blocks(const struct opt_segment *g) { return (g->hi - g->lo + OPT8_BLOCK - 1) / OPT8_BLOCK; }
-
-/* Adds the absmax count of each unit of segments s into count[u * R + r]. */
-static void count_blocks(const struct opt_segments *s, int R, int r, size_t *count) {
-    for (int k = 0; k < s->n; k++)
-        if (s->seg[k].quantized) count[(size_t)s->seg[k].unit * (size_t)R + (size_t)r] += seg_blocks(&s->seg[k]);
-}
-
-int zero_raw_block_table(struct zero *z, size_t *first) {
-    const int R = zero_raw_ranks(z), U = z->lay->n_units;
-    size_t cells = (size_t)U * (size_t)R;
-    for (size_t i = 0; i <= cells; i++) first[i] = 0;
-    if (R == 1) {
-        count_blocks(&z->segs, 1, 0, first);
-    } else {
-        /* every rank's segments, as that rank builds them */
-        struct opt_segment *table = mem_alloc(z->mem, MEM_HOST, MEM_SCRATCH, "8-bit block table (one rank's segments)",
-                                              opt_segments_capacity(z->lay) * sizeof *table);
-        if (!table) return -1;
-        for (int r = 0; r < R; r++) {
-            struct shard_layout sh;
-            struct opt_segments segs;
-            shard_layout_init(&sh, z->lay, R, r);
-            opt_segments_build(&segs, table, z->lay, &sh, z->row, &z->o.optim);
-            count_blocks(&segs, R, r, first);
-        }
-        mem_free(z->mem, table);
-    }
-    /* counts to starts */
-    size_t at = 0;
-    for (size_t i = 0; i <= cells; i++) {
-        size_t c = i < cells ? first[i] : 0;
-        first[i] = at;
-        at += c;
-    }
-    return 0;
-}
-
-static uint8_t *codes_of(const struct zero *z, enum zero_state which) { return which == STATE_OPT1 ? z->st.q1 : z->st.q2; }
-static float *absmax_of(const struct zero *z, enum zero_state which) {
-    return which == STATE_OPT1 ? z->st.absmax1 : z->st.absmax2;
-}
-
-/* The gathered rank slots of work compacted in place by memmove, which
- * needs the bytes on the host: done in host, a host mirror of work's
- * first `mirror` bytes when work is device memory (copied there and back:
- * `back` bytes of the result), or work itself. */
-static void *compact_begin(const struct zero *z, void *work, void *host, size_t mirror) {
-    if (host != work) buf_copy(z->space, host, work, mirror);
-    return host;
-}
-static void compact_end(const struct zero *z, void *work, const void *host, size_t back) {
-    if (host != work) buf_copy(z->space, work, host, back);
-}
-
-void zero_gather_unit_codes(struct zero *z, enum zero_state which, int u, void *work, void *host) {
-    const bool sharded = zero_optim_sharded(z);
-    const size_t chunk = shard_unit_chunk(&z->sh, u), R = (size_t)zero_raw_ranks(z);
-    /* each rank's slice of bytes in a slot of whole fp32 words, so the
-     * all-gather (which moves fp32) carries it unchanged */
-    const size_t slot = sharded ? (chunk + 3) / 4 * 4 : shard_unit_padded(&z->sh, u);
-    const size_t origin = sharded ? (size_t)z->sh.rank * chunk : 0; /* unit element of the slot's byte 0 */
-    unsigned char *w = work, *mine = w + (sharded ? (size_t)z->sh.rank * slot : 0);
-    buf_zero(z->space, w, R * slot);
-    for (int k = 0; k < z->segs.n; k++) {
-        const struct opt_segment *g = &z->segs.seg[k];
-        if (g->unit == u && g->quantized) buf_copy(z->space, mine + (g->lo - origin), codes_of(z, which) + g->q_offset, g->hi - g->lo);
-    }
-    if (!sharded) return;
-    coll_all_gather_uncounted(z->dp, w, slot / 4, DTYPE_FP32); /* checkpoint traffic */
-    /* slots to slices */
-    unsigned char *h = compact_begin(z, work, host, R * slot);
-    for (size_t r = 1; r < R; r++) memmove(h + r * chunk, h + r * slot, chunk);
-    compact_end(z, work, h, R * chunk);
-}
-
-void zero_gather_unit_absmax(struct zero *z, enum zero_state which, int u, const size_t *first, void *work,
-                             void *host) {
-    const bool sharded = zero_optim_sharded(z);
-    const size_t chunk = shard_unit_chunk(&z->sh, u), R = (size_t)zero_raw_ranks(z), row = (size_t)u * R;
-    float *w = work, *mine = w + (sharded ? (size_t)z->sh.rank * chunk : 0);
-    /* a rank's blocks of the unit are fewer than its elements of it: a slice holds them */
-    size_t n = 0;
-    for (int k = 0; k < z->segs.n; k++) {
-        const struct opt_segment *g = &z->segs.seg[k];
-        if (g->unit != u || !g->quantized) continue;
-        buf_copy(z->space, mine + n, absmax_of(z, which) + g->block_offset, seg_blocks(g) * sizeof *w);
-        n += seg_blocks(g);
-    }
-    if (!sharded) return;
-    coll_all_gather_uncounted(z->dp, w, chunk, DTYPE_FP32); /* checkpoint traffic */
-    float *h = compact_begin(z, work, host, R * chunk * sizeof *w);
-    for (size_t r = 1; r < R; r++)
-        memmove(h + (first[row + r] - first[row]), h + r * chunk, (first[row + r + 1] - first[row + r]) * sizeof *h);
-    compact_end(z, work, h, (first[row + R] - first[row]) * sizeof *h);
-}
-
-void zero_scatter_unit_codes(struct zero *z, enum zero_state which, int u, const void *src) {
-    const unsigned char *s = src;
-    for (int k = 0; k < z->segs.n; k++) {
-        const struct opt_segment *g = &z->segs.seg[k];
-        if (g->unit == u && g->quantized) buf_copy(z->space, codes_of(z, which) + g->q_offset, s + g->lo, g->hi - g->lo);
-    }
-}
-
-void zero_scatter_unit_absmax(struct zero *z, enum zero_state which, int u, const size_t *first, const void *src) {
-    const size_t R = (size_t)zero_raw_ranks(z), row = (size_t)u * R, r = R == 1 ? 0 : (size_t)z->sh.rank;
-    const float *s = (const float *)src + (first[row + r] - first[row]);
-    for (int k = 0; k < z->segs.n; k++) {
-        const struct opt_segment *g = &z->segs.seg[k];
-        if (g->unit != u || !g->quantized) continue;
-        buf_copy(z->space, absmax_of(z, which) + g->block_offset, s, seg_blocks(g) * sizeof *s);
-        s += seg_blocks(g);
-    }
 }

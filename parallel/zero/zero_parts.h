@@ -1,7 +1,8 @@
 /* The parts of struct zero (include/zero.h) that only parallel/zero/ calls:
- * the step's reductions (comm.c), the tied embedding's gradient sum
- * (tie.c) and the optimizer states (optstate.c). zero.c puts them
- * together behind include/zero.h. */
+ * the step's reductions and the tied embedding's gradient sum (comm.c),
+ * where a state's elements live (places.c) and Adafactor's step and resume
+ * states (factored.c). zero.c and states_io.c put them together behind
+ * include/zero.h. */
 #ifndef SHARDLAB_ZERO_PARTS_H
 #define SHARDLAB_ZERO_PARTS_H
 
@@ -16,26 +17,12 @@ void zero_comm_init(struct zero *z);
 void zero_comm_free(struct zero *z);
 void zero_reduce_step_grads(struct zero *z);
 
-/* ---- the tied embedding across stages (parallel/zero/tie.c; zero_tie_init is in include/zero.h) */
+/* ---- the tied embedding across stages (parallel/zero/comm.c; zero_tie_init is in include/zero.h) */
 /* A tie group of two ranks is set. */
 bool zero_tie_active(const struct zero *z);
 /* In zero_reduce_grads, after the dp reduction: the tied copy's reduced gradient
  * summed over the tie group. Collective over dp and the tie group. */
 void zero_tie_grads(struct zero *z);
-
-/* ---- optimizer states (parallel/zero/optstate.c) */
-void optstate_alloc(struct zero *z);
-void optstate_free(struct zero *z);
-bool optstate_has(const struct zero *z, enum zero_state which);
-/* One segment's update: w (fp32 master or params) and grad point at the
- * segment's first element; params_out at its bf16 params (or NULL). */
-void optstate_update(struct zero *z, const struct opt_segment *g, const struct adamw_hparams *h, float *w,
-                     const void *grad, bf16 *params_out, int64_t step);
-/* Segment g's optimizer state `which` as fp32 values into dst (g->hi -
- * g->lo elements): a copy, or the dequantized codes; and back. */
-void optstate_segment_to_fp32(const struct zero *z, enum zero_state which, const struct opt_segment *g, float *dst);
-void optstate_segment_from_fp32(struct zero *z, enum zero_state which, const struct opt_segment *g,
-                                const float *src);
 
 /* ---- where elements live (parallel/zero/places.c) */
 /* Which states the stage shards: params (3), grads (2, 3), master and
@@ -58,6 +45,8 @@ size_t zero_grad_index(const struct zero *z, int u, size_t i);
  * fp32 params) with where the update writes bf16 params (NULL: none). */
 const void *zero_segment_grad(const struct zero *z, const struct opt_segment *g);
 float *zero_segment_weights(struct zero *z, const struct opt_segment *g, bf16 **params_out);
+/* Where segment g's first fp32 optimizer state element sits in s1 and s2. */
+size_t zero_opt_f32_index(const struct zero *z, const struct opt_segment *g);
 
 /* ---- adafactor (parallel/zero/factored.c): the whole step over the
  * rank's segments, collective over dp when the states are sharded. */

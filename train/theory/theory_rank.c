@@ -35,7 +35,7 @@ static double rank_psi(const struct model_layout *lay) {
     return (double)lay->total - (double)copies * rank_vocab_rows(lay).padding * lay->shape.C;
 }
 
-/* The tied wte's gradient summed across stages (parallel/zero/tie.c). */
+/* The tied wte's gradient summed across stages (parallel/zero/comm.c). */
 static bool ties(const struct model_layout *lay) { return layout_ties(lay); }
 
 /* The optimizer's view of a rank as the engine builds it (parallel/zero/):
@@ -197,7 +197,7 @@ struct comm_theory theory_trainer_comm(const struct config *c, struct rank_place
     if (c->optimizer == OPTIM_ADAFACTOR && zero_stage_row(c->zero)->shards_optimizer && N > 1 && lay.rank.has_embed && ties(&lay))
         t.all_reduce += 2 * f * (double)tie_floats(c, &lay, p) * 4;
     /* the tied wte across stages: at stages >= 1 its unit's reduced chunks
-     * are all-gathered over dp before the sum (parallel/zero/tie.c) */
+     * are all-gathered over dp before the sum (parallel/zero/comm.c) */
     if (ties(&lay) && zero_stage_row(c->zero)->shards_optimizer) {
         int u = lay.rank.has_embed ? layout_embed_unit(&lay) : layout_head_unit(&lay);
         t.all_gather += f * (double)shard_unit_padded(&sh, u) * w_g;
@@ -494,7 +494,7 @@ struct scratch_theory theory_trainer_scratch(const struct config *whole, struct 
     s.persistent += 2.0 * c->grad_accum * config_chunks(c) * sizeof(struct pipe_op);
     s.persistent += (double)trace_capacity(c) * sizeof(struct trace_event); /* --trace: the recorder's events */
     if (optim_rule(c->optimizer)->quantized) s.persistent += optim_rule(c->optimizer)->states * (double)sizeof(struct qmap_index);
-    if (c->optimizer == OPTIM_ADAFACTOR) { /* parallel/zero/optstate.c: its plan and the step's sums */
+    if (c->optimizer == OPTIM_ADAFACTOR) { /* parallel/zero/zero.c: its plan and the step's sums */
         struct rank_optim ro;
         rank_optim_build(&ro, c, &lay, &sh);
         s.persistent += (double)factored_capacity(&ro.g) * sizeof(struct factored_tensor) +
