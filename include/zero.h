@@ -112,6 +112,7 @@ enum norm_group { NORM_OVER_PP, NORM_OVER_TP, NORM_GROUP_NUM };
 struct zero {
     struct zero_options o;
     const struct zero_stage *row;  /* the stage's row of include/zero_stages.h: what it shards, how it moves */
+    const struct optim_rule *rule; /* the update rule's row of include/optim.h's table: its states */
     const struct model_layout *lay;
     struct shard_layout sh;
     struct collectives *dp;

@@ -55,6 +55,6 @@ float *zero_segment_weights(struct zero *z, const struct opt_segment *g, bf16 **
 /* Where fp32 optimizer state element lo of segment g lives in s1/s2: by
  * segment under an 8-bit rule (its small tensors), else like the master. */
 size_t zero_opt_f32_index(const struct zero *z, const struct opt_segment *g) {
-    return optim_rule(z->o.optim.kind)->quantized ? g->f32_offset : g->state_at;
+    return z->rule->quantized ? g->f32_offset : g->state_at;
 }
 

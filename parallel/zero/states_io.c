@@ -17,7 +17,7 @@ static bool optstate_has(const struct zero *z, enum zero_state which) {
     /* adafactor: its second moment per element (V, factored_segment_moment),
      * and its first moment when it keeps one */
     const bool adafactor = z->o.optim.kind == OPTIM_ADAFACTOR;
-    const int states = optim_rule(z->o.optim.kind)->states;
+    const int states = z->rule->states;
     if (which == STATE_OPT1) return states >= 1 || adafactor;
     if (which == STATE_OPT2) return states == 2 || (adafactor && z->o.optim.adafactor_beta1 > 0.0f);
     if (which == STATE_FACTORED) return adafactor;

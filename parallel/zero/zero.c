@@ -18,8 +18,6 @@
 
 /* ---- the states: allocation (optimizer states by the rule) and zeroing */
 
-static const struct optim_rule *rule(const struct zero *z) { return optim_rule(z->o.optim.kind); }
-
 /* Adafactor: its plan (include/factored.h), statistics, the first moment
  * when asked, and the step's sums (scratch in the states' space, where
  * the step runs). */
@@ -53,7 +51,7 @@ static void factored_alloc(struct zero *z) {
 static void optstate_alloc(struct zero *z) {
     struct mem_tracker *mem = z->mem;
     enum mem_space sp = z->space;
-    const struct optim_rule *r = rule(z);
+    const struct optim_rule *r = z->rule;
     if (z->o.optim.kind == OPTIM_ADAFACTOR) {
         factored_alloc(z);
         return;
@@ -101,7 +99,8 @@ static void optstate_free(struct zero *z) {
 
 int zero_init(struct zero *z, const struct zero_options *o, const struct model_layout *lay, struct collectives *dp,
               struct mem_tracker *mem, enum mem_space space, struct exec_ctx *flops) {
-    *z = (struct zero){.o = *o, .row = zero_stage_row(o->stage), .lay = lay, .dp = dp, .mem = mem, .space = space,
+    *z = (struct zero){.o = *o, .row = zero_stage_row(o->stage),
+                       .rule = optim_rule(o->optim.kind), .lay = lay, .dp = dp, .mem = mem, .space = space,
                        .flops = flops};
     shard_layout_init(&z->sh, lay, dp->size, dp->rank);
     struct opt_segment *table = mem_alloc(mem, MEM_HOST, MEM_SCRATCH, "optimizer segment table",
@@ -238,11 +237,11 @@ static void optstate_update(struct zero *z, const struct opt_segment *g, const s
                                     .weight_decay = hh.weight_decay, .grad_scale = h->grad_scale};
     const size_t k = zero_opt_f32_index(z, g);
     /* (no offsets on the NULL of a state the rule does not have) */
-    const bool q = g->quantized, two = rule(z)->states == 2;
+    const bool q = g->quantized, two = z->rule->states == 2;
     uint8_t *q1 = q ? z->st.q1 + g->q_offset : NULL, *q2 = q && two ? z->st.q2 + g->q_offset : NULL;
     float *a1 = q ? z->st.absmax1 + g->block_offset : NULL, *a2 = q && two ? z->st.absmax2 + g->block_offset : NULL;
     /* a quantized rule's small tensors run its 32-bit twin on the fp32 states */
-    enum optimizer_kind kind = q || !rule(z)->quantized ? o->kind : rule(z)->twin;
+    enum optimizer_kind kind = q || !z->rule->quantized ? o->kind : z->rule->twin;
     switch (kind) {
     case OPTIM_ADAMW: adamw_update(&hh, n, w, z->st.s1 + k, z->st.s2 + k, grad, gd, &out, z->flops); break;
     case OPTIM_ADAMW8BIT:
