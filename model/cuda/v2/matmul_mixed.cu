@@ -31,7 +31,7 @@
 #include "../kernel_context.h"
 #include "act_out_device.h"
 #include "bufops.h"
-#include "kernel_timing.h"
+#include "../../kernel_timing.h"
 #include "../layers_cuda.h"
 #include "matmul_lt_cached.h"
 
