@@ -111,11 +111,6 @@ static inline void grid_sum_uncounted(struct grid *g, double *values, int n) {
 int grid_init(struct grid *g, int tp, int cp, int pp, char err[GRID_ERR_LEN]);
 void grid_free(struct grid *g);
 
-/* A 1 x 1 x 1 x 1 grid whose collectives are identities (no MPI needed):
- * for tests and tools that run the engine in one process without MPI_Init.
- * All five groups have size 1; this rank is a tie member. */
-void grid_init_single(struct grid *g);
-
 /* Every rank's rc agreed over the grid (parallel/comm/grid_agree.c):
  * nonzero anywhere fails every rank, so no rank waits forever in a
  * collective the failed one never reaches. A rank that did not fail gets

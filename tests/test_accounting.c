@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "../train/theory/accounting.h"
+#include "grid_single.h"
 #include "rng.h"
 #include "../train/run/run.h"
 

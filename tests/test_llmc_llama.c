@@ -19,6 +19,7 @@
 #include "../train/run/run.h"
 #include "ckpt_whole.h"
 #include "file_fixture.h"
+#include "grid_single.h"
 #include "llama_fixture.h"
 
 /* The fixture's model: V 64, L 2, NH 4, KV 2, C 16, F 48 (mult 1, multiple_of 16). */

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "../train/run/run.h"
+#include "grid_single.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define UNDER_SANITIZER 1

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "../train/theory/accounting.h"
+#include "grid_single.h"
 #include "rng.h"
 #include "../train/measure/trace_file.h"
 #include "../train/run/run.h"

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "../train/theory/accounting.h"
+#include "grid_single.h"
 #include "json_log.h"
 #include "rng.h"
 #include "../train/run/run.h"
