@@ -22,6 +22,7 @@
 
 #include "../train/run/run.h"
 #include "grid_single.h"
+#include "shard_write.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define UNDER_SANITIZER 1

@@ -31,6 +31,7 @@
 #include "json_log.h"
 #include "rng.h"
 #include "../train/run/run.h"
+#include "shard_write.h"
 
 enum { STEPS = 20 };
 

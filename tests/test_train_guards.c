@@ -26,6 +26,7 @@
 #include "engine_fixture.h"
 #include "../train/run/run.h"
 #include "grid_single.h"
+#include "shard_write.h"
 
 enum { TRAIN_BYTES = 200 * 1024 };
 

@@ -20,6 +20,7 @@
 
 #include "../train/run/run.h"
 #include "grid_single.h"
+#include "shard_write.h"
 
 /* train: the first 200 KB of the corpus; val: 64 KB from far later (the
  * corpus is 1.9 MB), text the model never trains on. */
