@@ -8,11 +8,12 @@
  * on its flop counter (counters.h: fc->onednn); the dispatch
  * (model/layers_dispatch.c) then sends the host's matmul_forward/backward
  * (and their _bf16 and _sliced forms) to its GEMMs, the host table's
- * matmul_forward_onednn / matmul_backward_onednn (model/cpu/layers_cpu.h). The context owns oneDNN's
- * engine, one primitive per GEMM block shape (made for one thread at its
- * first use, kept until close), a stream, memory objects and a scratchpad
- * per thread of the team, and the bf16 scratch the fp32 operands are
- * rounded into (nearest even, once per operand per call). With
+ * matmul_forward_onednn / matmul_backward_onednn (model/cpu/layers_cpu.h).
+ * The context owns oneDNN's engine, one primitive per GEMM block shape
+ * (made for one thread at its first use, kept until close), a stream,
+ * memory objects and a scratchpad per thread of the team, and the bf16
+ * scratch the fp32 operands are rounded into (nearest even, once per
+ * operand per call). With
  * fc->gemm_blocks (a run of more than one thread) the run's OpenMP team
  * takes a GEMM's fixed blocks (gemm_split.h) one at a time, so the bits
  * are the same on any team size and the team may follow the free cores

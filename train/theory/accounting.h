@@ -158,8 +158,8 @@ struct tp_comm_theory theory_trainer_tp_comm(const struct config *c, struct rank
 /* Context parallelism's ring (model/context_parallel/cp.h; train/theory/
  * theory_cp.c): bytes this rank sends over its cp group, and receives (as
  * many), validation excluded. A block is one rank's keys and values in
- * the stores' dtype, KV = B (T/cp) 2 (C/t) x e bytes (e 2 on the bf16 data
- * stores, theory_stores_direct, else 4), or their gradients, always
+ * the stores' dtype, KV = B (T/cp) 2 (C/t) x e bytes (e 2 where the ring
+ * keeps bf16 stores, theory_stores_direct, else 4), or their gradients, always
  * fp32, dKV = B (T/cp) 2 (C/t) x 4; per layer per micro-batch the forward
  * sends (cp - 1) KV, the backward (cp - 1) KV of keys and values and cp
  * dKV of their gradients, and full recompute another forward's; a step is

@@ -145,8 +145,8 @@ struct activation_theory theory_trainer_activations(const struct config *whole, 
     /* the stage's last residual (its output); the last stage: final LN
      * output (e; whole, or the slice with sp), its two fp32 stats, the
      * logits over the rank's Vp/t vocabulary columns for every token (fp32,
-     * or bf16: theory_logits_bf16), fp32 losses, int32 targets; the first: int32
-     * inputs */
+     * or bf16: theory_logits_bf16), fp32 losses, int32 targets; the first:
+     * int32 inputs */
     double out = C * e * BTs, ids = 4 * BT;
     double le = theory_logits_bf16(c, sp, tp) ? sizeof(bf16) : sizeof(float);
     double lnf_stats = c->arch == ARCH_LLAMA ? 1 : 2; /* rstd; LayerNorm's mean too */
