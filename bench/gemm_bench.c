@@ -11,6 +11,7 @@
 
 #include "clock.h"
 #include "layers.h"
+#include "../model/cpu/layers_cpu.h"
 #include "../train/measure/machine.h"
 #include "onednn_gemms.h"
 

@@ -10,7 +10,7 @@
 # medians over the steps after the first 3, and the share of the step in
 # the GEMMs and the optimizer (the trainer's own timers), and for the first
 # run the trainer's kernel table (time per kernel kind: CUDA events around
-# each call's kernels, include/kernel_timing.h). With nsys on the PATH it
+# each call's kernels, model/kernel_timing.h). With nsys on the PATH it
 # also writes nsys's per-kernel summary of a few 124M steps.
 # Usage: bench/run_gpu.sh [CUDA_BUILD] [STEPS]   (default build-cuda 15)
 set -euo pipefail

@@ -153,11 +153,6 @@ int shard_write_temp(struct atomic_file *af, const char *path, enum shard_format
     return 0;
 }
 
-int shard_write(const char *path, const uint16_t *tokens, size_t n, char err[DATA_ERR_LEN]) {
-    struct atomic_file af;
-    return shard_write_temp(&af, path, SHARD_GPT2, tokens, n, err) == 0 ? atomic_place(&af, err) : -1;
-}
-
 void shard_free(struct token_shard *s) {
     free(s->tokens);
     s->tokens = NULL;

@@ -4,9 +4,9 @@
  * its buffers live in first (mem_space.h: the caller's, e.g. struct
  * engine's or struct zero's space) and runs on that space's backend table
  * (model/bufops_ops.h, model/bufops_dispatch.c): buf_X_cpu
- * (model/cpu/bufops.c) on host
- * memory, buf_X_cuda (model/cuda/bufops_device.c, the CUDA build only) on
- * device memory; the CPU build stops a device call by name. buf_copy on
+ * (model/cpu/bufops.c) on host memory, buf_X_cuda
+ * (model/cuda/bufops_device.c, the CUDA build only) on device memory; the
+ * CPU build stops a device call by name. buf_copy on
  * MEM_DEVICE takes any pair of host and device buffers (a transfer);
  * every other operation has all its buffers in the one space. Counts are
  * elements unless a name says bytes; zero of them touch nothing. */
@@ -62,40 +62,6 @@ struct sumsq_list *buf_sumsq_open(enum mem_space space, const void *const *data,
 const double *buf_sumsq_run(struct sumsq_list *l);
 int buf_sumsq_count(const struct sumsq_list *l); /* its segments */
 void buf_sumsq_close(struct sumsq_list *l);
-
-/* The backends: the same operations on one space's memory. A CUDA failure
- * inside buf_X_cuda (a bad pointer, a lost device) leaves the device
- * unusable: it prints the operation and CUDA's message and exits non-zero,
- * as a failed kernel would. The CUDA results are the CPU's (bf16 bit for
- * bit; the sum of squares in double, in another order). */
-void buf_zero_cpu(void *dst, size_t bytes);
-void buf_copy_cpu(void *dst, const void *src, size_t bytes);
-void buf_widen_cpu(float *dst, const bf16 *src, size_t n);
-void buf_narrow_cpu(bf16 *dst, const float *src, size_t n);
-void buf_round_bf16_cpu(float *x, size_t n);
-void buf_round_narrow_cpu(bf16 *dst, float *x, size_t n);
-void buf_from_fp32_cpu(void *dst, enum dtype dt, const float *src, size_t n);
-void buf_to_fp32_cpu(float *dst, const void *src, enum dtype dt, size_t n);
-void buf_accumulate_cpu(void *dst, enum dtype dt, const float *src, size_t n);
-void buf_add_cpu(void *dst, const void *src, enum dtype dt, size_t n);
-double buf_sum_squares_cpu(const void *src, enum dtype dt, size_t n);
-
-void buf_zero_cuda(void *dst, size_t bytes);
-/* Any pair of host and device pointers (cudaMemcpyDefault). */
-void buf_copy_cuda(void *dst, const void *src, size_t bytes);
-void buf_widen_cuda(float *dst, const bf16 *src, size_t n);
-void buf_narrow_cuda(bf16 *dst, const float *src, size_t n);
-void buf_round_bf16_cuda(float *x, size_t n);
-void buf_round_narrow_cuda(bf16 *dst, float *x, size_t n);
-void buf_from_fp32_cuda(void *dst, enum dtype dt, const float *src, size_t n);
-void buf_to_fp32_cuda(float *dst, const void *src, enum dtype dt, size_t n);
-void buf_accumulate_cuda(void *dst, enum dtype dt, const float *src, size_t n);
-void buf_add_cuda(void *dst, const void *src, enum dtype dt, size_t n);
-double buf_sum_squares_cuda(const void *src, enum dtype dt, size_t n);
-/* buf_sumsq_open/run/close's device form (opaque: a struct sumsq_plan) */
-void *buf_sumsq_open_cuda(const void *const *data, enum dtype dt, const size_t *n, int nseg);
-const double *buf_sumsq_run_cuda(void *plan);
-void buf_sumsq_close_cuda(void *plan);
 
 #ifdef __cplusplus
 }

@@ -16,7 +16,7 @@
  * kernel table). The dispatch (model/layers_dispatch.c,
  * optim/optim_dispatch.c) times every layers.h and update-rule call on
  * either memory space: a layers.h call on the device by CUDA events around
- * its kernels (include/kernel_timing.h: it does not synchronize), an update
+ * its kernels (model/kernel_timing.h: it does not synchronize), an update
  * rule and a host call by the clock (they return finished). The dtype
  * conversion passes (include/conversions.h) add their time and the bytes
  * they read and write: the cost of keeping values in two dtypes. */

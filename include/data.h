@@ -9,7 +9,7 @@
  * Sizes: token, sample and byte counts are size_t throughout (offsets of
  * one token are size_t, file sizes long long). The format caps one shard at
  * INT32_MAX tokens, since its header holds the count as int32 (llm.c reads
- * it so); shard_write refuses more, and a larger corpus is several shards,
+ * it so); shard_write_temp refuses more, and a larger corpus is several shards,
  * which the loader indexes with size_t counts over all of them. */
 #ifndef SHARDLAB_DATA_H
 #define SHARDLAB_DATA_H
@@ -52,10 +52,9 @@ static inline uint32_t shard_token(const struct token_shard *s, size_t i) {
  * count against the file size, and every token < vocab_size; checksums it
  * on the way (crc). */
 int shard_read(const char *path, int vocab_size, struct token_shard *out, char err[DATA_ERR_LEN]);
-/* Writes a GPT-2 shard (uint16 tokens) atomically (temp file, fsync, rename). */
-int shard_write(const char *path, const uint16_t *tokens, size_t n, char err[DATA_ERR_LEN]);
-/* The same but the rename, in format f (tokens of its width): af holds the
- * complete temp file, for atomic_place or atomic_abort (include/fileio.h). */
+/* Writes a shard in format f (tokens of its width) into a temp file,
+ * fsync'd: af holds the complete temp file, for atomic_place (the rename:
+ * an atomic write) or atomic_abort (include/fileio.h). */
 int shard_write_temp(struct atomic_file *af, const char *path, enum shard_format f, const void *tokens, size_t n,
                      char err[DATA_ERR_LEN]);
 void shard_free(struct token_shard *s);

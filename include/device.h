@@ -92,7 +92,7 @@ struct kernel_context *device_kernels_open(const struct device_info *d, bool bf1
 struct backend_traits device_backend_traits(const struct device_info *d);
 void device_kernels_close(const struct device_info *d, struct kernel_context *k);
 /* On a GPU: waits for the kernels queued so far and adds their times to
- * fc's kernel profile and GEMM seconds (include/kernel_timing.h: GPU calls
+ * fc's kernel profile and GEMM seconds (model/kernel_timing.h: GPU calls
  * do not wait one by one). The trainer calls it where a phase's time is
  * read. On the CPU: nothing (its kernels return finished). */
 void device_kernels_sync(const struct device_info *d, struct exec_ctx *fc);

@@ -81,7 +81,7 @@ struct mb_input {
 };
 
 /* Builds this rank's model and states over the layout `lay` (copied);
- * grid: the process grid (grid_init_single for one process), whose dp
+ * grid: the process grid (a test's one process: tests/grid_single.h), whose dp
  * group shards the model states and whose tp, pp and tie groups the layout
  * must match. Returns 0,
  * or -1 with a message naming the buffer (and its bytes) that could not be

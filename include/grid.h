@@ -112,13 +112,8 @@ static inline void grid_sum_uncounted(struct grid *g, double *values, int n) {
 int grid_init(struct grid *g, int tp, int cp, int pp, char err[GRID_ERR_LEN]);
 void grid_free(struct grid *g);
 
-/* A 1 x 1 x 1 x 1 grid whose collectives are identities (no MPI needed):
- * for tests and tools that run the engine in one process without MPI_Init.
- * All five groups have size 1; this rank is a tie member. */
-void grid_init_single(struct grid *g);
-
 /* Agreement across the grid, two sums of grid_sum_uncounted (above), so
- * on any backend and on grid_init_single's grid alike; its bytes are not
+ * on any backend and tests/grid_single.h's grid alike; its bytes are not
  * counted as a step's traffic. */
 
 /* Every rank's rc agreed over the grid: nonzero anywhere fails every rank,

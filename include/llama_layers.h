@@ -109,29 +109,26 @@ void swiglu_backward_bf16_grads(bf16 *dup, bf16 *dgate, const bf16 *dout, const 
  * order), KV dividing NH, query head h reading KV head h / (NH / KV); out
  * (B, T, NH hs). With KV = NH it is attention_forward/backward's layout
  * and arithmetic. Backward: dqkv overwritten, dk and dv each the sum over
- * the query heads sharing them; scratch attention_gqa_backward_scratch
+ * the query heads sharing them; scratch attention_gqa_backward_scratch_for
  * floats. */
 void attention_gqa_forward(float *out, float *att, const float *qkv, int64_t B, int64_t T, int64_t NH,
                                int64_t KV, int64_t hs, struct exec_ctx *fc);
 void attention_gqa_backward(float *dqkv, const float *dout, const float *qkv, const float *att, float *scratch,
                                 int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t hs, struct exec_ctx *fc);
-size_t attention_gqa_backward_scratch(int64_t B, int64_t T, int64_t KV);
-/* The scratch floats for a team of `threads` (the forms above: the
- * calling thread's OpenMP team, omp_get_max_threads()), for a theory that
- * prices a run's threads without running them. */
+/* The scratch floats for a team of `threads`: the forms above use the
+ * calling thread's OpenMP team (omp_get_max_threads()); a theory prices a
+ * run's threads without running them. */
 size_t attention_gqa_backward_scratch_for(int64_t B, int64_t T, int64_t KV, int threads);
 /* Rounding points: q, k, v widened exactly; S, P in fp32 and P stored
  * fp32 in att (not rounded); out rounded once to bf16. Backward: q, k, v
  * widened, P and dout read fp32; each dq rounded once; each dk and dv
  * summed in fp32 over its NH / KV query heads, then rounded once.
- * Scratch: the _scratch functions' floats. */
+ * Scratch: the _scratch_for functions' floats. */
 void attention_gqa_forward_bf16(bf16 *out, float *att, const bf16 *qkv, float *scratch, int64_t B, int64_t T,
                                     int64_t NH, int64_t KV, int64_t hs, struct exec_ctx *fc);
 void attention_gqa_backward_bf16(bf16 *dqkv, const float *dout, const bf16 *qkv, const float *att, float *scratch,
                                      int64_t B, int64_t T, int64_t NH, int64_t KV, int64_t hs,
                                      struct exec_ctx *fc);
-size_t attention_gqa_forward_bf16_scratch(int64_t B, int64_t T, int64_t NH, int64_t hs);
-size_t attention_gqa_backward_bf16_scratch(int64_t B, int64_t T, int64_t KV, int64_t hs);
 size_t attention_gqa_forward_bf16_scratch_for(int64_t B, int64_t T, int64_t NH, int64_t hs, int threads);
 size_t attention_gqa_backward_bf16_scratch_for(int64_t B, int64_t T, int64_t KV, int64_t hs, int threads);
 

@@ -7,11 +7,13 @@
  * A run opens one context (the trainer: trainer_open_kernels) and hangs it
  * on its flop counter (counters.h: fc->onednn); the dispatch
  * (model/layers_dispatch.c) then sends the host's matmul_forward/backward
- * (and their _bf16 and _sliced forms) here. The context owns oneDNN's
- * engine, one primitive per GEMM block shape (made for one thread at its
- * first use, kept until close), a stream, memory objects and a scratchpad
- * per thread of the team, and the bf16 scratch the fp32 operands are
- * rounded into (nearest even, once per operand per call). With
+ * (and their _bf16 and _sliced forms) to its GEMMs, the host table's
+ * matmul_forward_onednn / matmul_backward_onednn (model/cpu/layers_cpu.h).
+ * The context owns oneDNN's engine, one primitive per GEMM block shape
+ * (made for one thread at its first use, kept until close), a stream,
+ * memory objects and a scratchpad per thread of the team, and the bf16
+ * scratch the fp32 operands are rounded into (nearest even, once per
+ * operand per call). With
  * fc->gemm_blocks (a run of more than one thread) the run's OpenMP team
  * takes a GEMM's fixed blocks (gemm_split.h) one at a time, so the bits
  * are the same on any team size and the team may follow the free cores
@@ -25,7 +27,6 @@
 
 #include "counters.h"
 #include "dtype.h"
-#include "layers.h"
 
 struct onednn_gemms;
 
@@ -49,20 +50,5 @@ const char *onednn_gemms_kernel(const struct onednn_gemms *g);
 /* Primitives made so far (one per block shape and kind of GEMM: the tests
  * check the cache holds them). */
 int onednn_gemms_cached(const struct onednn_gemms *g);
-
-/* The layer GEMMs of layers.h with fc->onednn's context: out = inp . W^T
- * (+ bias); dinp = dout . W, dweight += dout^T . inp, dbias += the column
- * sums of the rounded dout. An operand given as fp32 is rounded here (into
- * the context's scratch), one given as bf16 is used as it is (the model's
- * saved activation or activation gradient, the engine's bf16 params). An
- * output (out, dinp) is fp32, or bf16 (act_out.b16): the primitive's
- * destination is then bf16, with the bias (if any) added in the primitive
- * in fp32 before its one rounding. oneDNN's sizes are 64-bit:
- * no slices. FLOPs and time as gemm_counted's (fc->gemm,
- * fc->gemm_seconds), N*OC to fc->other per bias. */
-void matmul_forward_onednn(struct act_out out, struct operand inp, struct operand weight, const float *bias,
-                           int64_t N, int64_t C, int64_t OC, struct exec_ctx *fc);
-void matmul_backward_onednn(struct act_out dinp, float *dweight, float *dbias, struct operand dout, struct operand inp,
-                            struct operand weight, int64_t N, int64_t C, int64_t OC, struct exec_ctx *fc);
 
 #endif

@@ -51,7 +51,7 @@ struct zero_stage {
     enum param_gathering params;
 };
 
-/* Row s of the table (0 <= s < ZERO_NUM_STAGES: config.c checks --zero). */
+/* Row s of the table (0 <= s < ZERO_NUM_STAGES: train/config/config_keys.c checks --zero). */
 static inline const struct zero_stage *zero_stage_row(int s) {
     static const struct zero_stage rows[ZERO_NUM_STAGES] = {
         {"DDP", false, false, false, GRADS_ALL_REDUCE_BUCKETS, PARAMS_RESIDENT},

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 
 #include "backend.h"
+#include "bufops.h"
 #include "bufops_ops.h"
 
 /* The one place a buffer operation's backend is chosen. */

@@ -113,8 +113,8 @@ bool acts_stores_direct(const struct gpt *m) {
  * pass over it. Not on the host (the CPU's head keeps fp32 logits: its
  * numerics), nor on v1, nor at tp > 1, whose vocabulary-parallel
  * cross-entropy (crossentropy_row_max, exp_sum, finish) runs in fp32 on
- * fp32 logits. train/theory/theory_rank.c prices the logits by the same
- * rule (theory_trainer_logits_bf16). */
+ * fp32 logits. train/theory/theory_acts.c prices the logits by the same
+ * rule (theory_logits_bf16). */
 bool acts_logits_bf16(const struct gpt *m) {
     return acts_direct(m) && m->space == MEM_DEVICE && m->lay->rank.tp == 1;
 }

@@ -1,6 +1,6 @@
 /* include/layers.h's ops, in every build: each call runs on the backend
  * that layer_backend, below, chooses for it (model/layer_ops.h), timed
- * into the counter's kernel profile (include/kernel_timing.h: CUDA events
+ * into the counter's kernel profile (model/kernel_timing.h: CUDA events
  * on the device, which does not synchronize per call; the clock on the
  * host). Every op but encoder_forward/backward (no counter; the model
  * calls the embedding_rows_* forms) is timed; gemm_counted on device

@@ -41,11 +41,6 @@ status=0
 "$(dirname "$0")/check_comment_paths.py" . || status=1
 levels="include:0 data:1 model:1 optim:1 parallel:2 train/config:3 train/measure:4 train/theory:5 train/ckpt:6 train/report:6 train/run:7"
 folders=$(for d in ${levels//:[0-9]/}; do if [ -d "$d" ]; then echo "${d%%/*}"; fi; done | sort -u)
-# Headers in include/ that the header rule lets pass although one folder
-# uses them: each is being reworked elsewhere (issue 36's op table), and
-# its entry goes when its header has moved beside its code or found a
-# second folder.
-one_folder_ok="include/kernel_timing.h include/llama_layers.h"
 decomment() {   # drops comments, keeps the rest (.cu read as C++; -w: both branches of an #ifdef are read, so a macro defined in each is no news)
     case $1 in *.cu) gcc -w -x c++ -fpreprocessed -dD -E -P "$1" ;; *) gcc -w -fpreprocessed -dD -E -P "$1" ;; esac
 }
@@ -89,7 +84,7 @@ done
             } | sort -u | sed "s|^|N $f |" ;;
         esac
     done
-} | awk -v levels="$levels" -v one_folder_ok="$one_folder_ok" '
+} | awk -v levels="$levels" '
 function mod(f,   r) {   # a room with a level of its own (train/run), else the top folder
     r = f; if (sub(/\/[^\/]*$/, "", r) && match(r, /^[^\/]+\/[^\/]+/) && (substr(r, 1, RLENGTH) in lvl)) return substr(r, 1, RLENGTH)
     sub(/\/.*/, "", f); return f }
@@ -135,11 +130,10 @@ END {
         top = f; sub(/\/.*/, "", top)
         delete walked; mark(top, inch[i])
     }
-    n = split(one_folder_ok, a, " "); for (i = 1; i <= n; i++) allowed[a[i]] = 1
     for (i = 1; i <= nn; i++) {
         h = declh[i]; if (h !~ /^include\// || (h in hdone)) continue
         hdone[h] = 1
-        if (nusers[h] >= 2 || (h in allowed)) continue
+        if (nusers[h] >= 2) continue
         print "header: " h " is used by " (nusers[h] ? "one library folder, " users[h] "/" : "no library folder") \
               "; it belongs beside its code"; fails++
     }

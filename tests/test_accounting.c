@@ -18,8 +18,10 @@
 #include <unistd.h>
 
 #include "../train/theory/accounting.h"
+#include "grid_single.h"
 #include "rng.h"
 #include "../train/run/run.h"
+#include "shard_write.h"
 
 static char DIR_[64], SHARD[128];
 static struct grid GRID; /* one process: a 1 x 1 x 1 grid */

@@ -1,4 +1,4 @@
-/* The single-process grid (parallel/comm/comm_single.c): a 1 x 1 x 1 grid
+/* The single-process grid (tests/grid_single.h): a 1 x 1 x 1 x 1 grid
  * whose collectives are identities, counted as calls with zero bytes, whose
  * point-to-point calls fail with a message naming the call (a group of one
  * has no peer), and usable without MPI_Init (this binary never calls it). */
@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "grid.h"
+#include "grid_single.h"
 #include "stderr_capture.h"
 
 static void test_grid_is_one_by_one(void **state) {

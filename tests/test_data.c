@@ -18,6 +18,7 @@
 
 #include "crc32c.h"
 #include "data.h"
+#include "shard_write.h"
 
 enum { BIG_VOCAB = 65536, MAX_ITEMS = 1024 };
 /* llm.c's shard headers (include/data.h), written out here as the files say them */

@@ -22,6 +22,7 @@
 #include "engine.h"
 #include "engine_fixture.h"
 #include "grid.h"
+#include "grid_single.h"
 #include "pipe_stages.h"
 
 enum { L = 4, C = 16, NH = 2, T = 8, V = 64, B = 2 };

@@ -2,7 +2,7 @@
  * predicate that chooses the bf16 data path (model/gpt_acts.c:
  * acts_direct) is on for v2 on device memory, off for v1 there (v1's
  * verified path: fp32 working copies) and unchanged on the host; the
- * theory of what a run allocates follows it (theory_trainer_acts_direct);
+ * theory of what a run allocates follows it (theory_acts_direct);
  * and the trainer refuses at start-up, naming it, every combination v2
  * cannot run on a GPU (config_check_gpu_path), never falling back to v1.
  * Host logic only: no device memory is touched. */
@@ -16,8 +16,17 @@
 
 #include "../model/gpt_acts.h"
 #include "../train/theory/accounting.h"
+#include "../train/theory/theory_rank_parts.h"
 #include "../train/config/config.h"
 #include "layout.h"
+
+/* The theory's predicates at grid place p, as the rank theory asks them. */
+static bool trainer_acts_direct(const struct config *c, struct rank_place p) {
+    return theory_acts_direct(c, theory_sp_on(c, p));
+}
+static bool trainer_logits_bf16(const struct config *c, struct rank_place p) {
+    return theory_logits_bf16(c, theory_sp_on(c, p), theory_layout_of(c, p).rank.tp);
+}
 
 /* A model as gpt_init_chunks would set the fields acts_direct reads. */
 /* v2's backend reads bf16 as it is (model/cuda/layer_ops_cuda.c:
@@ -119,10 +128,10 @@ static void test_theory_follows(void **state) {
     struct config c = v2_config();
     c.gemm_dtype = GEMM_DTYPE_BF16;
     struct rank_place p = {.dp = 1, .tp = 1, .pp = 1, .cp = 1};
-    assert_true(theory_trainer_acts_direct(&c, p));
+    assert_true(trainer_acts_direct(&c, p));
     double v2 = theory_trainer_scratch(&c, p).persistent;
     c.gpu_path = GPU_PATH_V1;
-    assert_false(theory_trainer_acts_direct(&c, p));
+    assert_false(trainer_acts_direct(&c, p));
     double v1 = theory_trainer_scratch(&c, p).persistent;
     assert_true(v1 - v2 >= 12.0 * c.d_model * c.d_model * 4);
 }
@@ -155,23 +164,23 @@ static void test_logits_bf16(void **state) {
     struct config c = v2_config();
     c.gemm_dtype = GEMM_DTYPE_BF16;
     struct rank_place p = {.dp = 1, .tp = 1, .pp = 1, .cp = 1};
-    assert_true(theory_trainer_logits_bf16(&c, p));
+    assert_true(trainer_logits_bf16(&c, p));
     double v2 = theory_trainer_activations(&c, p).head;
     c.gpu_path = GPU_PATH_V1;
-    assert_false(theory_trainer_logits_bf16(&c, p));
+    assert_false(trainer_logits_bf16(&c, p));
     double v1 = theory_trainer_activations(&c, p).head;
     double BT = (double)c.micro_batch * c.seq_len, Vp = padded_vocab(c.vocab_size);
     assert_true(Vp >= c.vocab_size);
     assert_true(v1 - v2 == 2.0 * Vp * BT); /* 4 bytes a logit, then 2 */
     c.device = DEVICE_CPU; /* the CPU's bf16 path: fp32 logits */
-    assert_false(theory_trainer_logits_bf16(&c, p));
+    assert_false(trainer_logits_bf16(&c, p));
     /* tp = 2 under v2: fp32 logits, priced alike on both paths */
     c = v2_config();
     c.gemm_dtype = GEMM_DTYPE_BF16;
     c.tp = 2;
     p.tp = 2;
-    assert_true(theory_trainer_acts_direct(&c, p));
-    assert_false(theory_trainer_logits_bf16(&c, p));
+    assert_true(trainer_acts_direct(&c, p));
+    assert_false(trainer_logits_bf16(&c, p));
     v2 = theory_trainer_activations(&c, p).head;
     c.gpu_path = GPU_PATH_V1;
     assert_true(theory_trainer_activations(&c, p).head == v2);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <omp.h>
 
 #include "../model/cpu/layers_cpu.h"
 #include "gradcheck.h"
@@ -44,7 +45,7 @@ static void test_gqa_equals_plain_when_kv_is_nh(void **state) {
           *out_b = alloc_f(B * T * C), *att_a = alloc_f(B * NH * T * T), *att_b = alloc_f(B * NH * T * T),
           *dq_a = alloc_f(n_qkv(NH)), *dq_b = alloc_f(n_qkv(NH)),
           *scr_a = alloc_f(attention_backward_scratch(B, T, NH)),
-          *scr_b = alloc_f(attention_gqa_backward_scratch(B, T, NH));
+          *scr_b = alloc_f(attention_gqa_backward_scratch_for(B, T, NH, omp_get_max_threads()));
     fill_uniform(qkv, n_qkv(NH), -1.0f, 1.0f, 1);
     fill_uniform(dout, B * T * C, -1.0f, 1.0f, 2);
     struct exec_ctx fa = {0}, fb = {0};
@@ -68,7 +69,7 @@ static void test_gqa_sums_shared_kv_grads(void **state) {
     float *qkv = alloc_f(n_qkv(KV)), *full = alloc_f(n_qkv(NH)), *dout = alloc_f(B * T * C),
           *out_g = alloc_f(B * T * C), *out_p = alloc_f(B * T * C), *att_g = alloc_f(B * NH * T * T),
           *att_p = alloc_f(B * NH * T * T), *dg = alloc_f(n_qkv(KV)), *dp = alloc_f(n_qkv(NH)),
-          *scr_g = alloc_f(attention_gqa_backward_scratch(B, T, KV)),
+          *scr_g = alloc_f(attention_gqa_backward_scratch_for(B, T, KV, omp_get_max_threads())),
           *scr_p = alloc_f(attention_backward_scratch(B, T, NH));
     fill_uniform(qkv, n_qkv(KV), -1.0f, 1.0f, 3);
     fill_uniform(dout, B * T * C, -1.0f, 1.0f, 4);
@@ -143,7 +144,8 @@ static double gqa_loss(void *p) {
 static void test_gqa_grad(void **state) {
     (void)state;
     float *qkv = alloc_f(n_qkv(KV)), *out = alloc_f(B * T * C), *att = alloc_f(B * NH * T * T),
-          *g = alloc_f(B * T * C), *dqkv = alloc_f(n_qkv(KV)), *scr = alloc_f(attention_gqa_backward_scratch(B, T, KV));
+          *g = alloc_f(B * T * C), *dqkv = alloc_f(n_qkv(KV)),
+          *scr = alloc_f(attention_gqa_backward_scratch_for(B, T, KV, omp_get_max_threads()));
     fill_uniform(qkv, n_qkv(KV), -1.0f, 1.0f, 6);
     fill_uniform(g, B * T * C, -1.0f, 1.0f, 7);
     fill_const(dqkv, n_qkv(KV), NAN); /* overwritten: a sentinel left anywhere fails */
@@ -159,9 +161,9 @@ static void test_gqa_bf16_within_bound(void **state) {
     (void)state;
     const size_t nq = n_qkv(KV), no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
     float *qkv = alloc_f(nq), *dout = alloc_f(no), *out = alloc_f(no), *att = alloc_f(na), *att16 = alloc_f(na),
-          *dqkv = alloc_f(nq), *scr = alloc_f(attention_gqa_backward_scratch(B, T, KV)),
-          *fscr = alloc_f(attention_gqa_forward_bf16_scratch(B, T, NH, HS)),
-          *bscr = alloc_f(attention_gqa_backward_bf16_scratch(B, T, KV, HS));
+          *dqkv = alloc_f(nq), *scr = alloc_f(attention_gqa_backward_scratch_for(B, T, KV, omp_get_max_threads())),
+          *fscr = alloc_f(attention_gqa_forward_bf16_scratch_for(B, T, NH, HS, omp_get_max_threads())),
+          *bscr = alloc_f(attention_gqa_backward_bf16_scratch_for(B, T, KV, HS, omp_get_max_threads()));
     bf16 *qkv16 = alloc_bf16(nq), *out16 = alloc_bf16(no), *dqkv16 = alloc_bf16(nq);
     fill_uniform(qkv, nq, -1.0f, 1.0f, 8);
     fill_uniform(dout, no, -1.0f, 1.0f, 9);

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <omp.h>
 
 #include "../model/cpu/layers_cpu.h"
 #include "gradcheck.h"
@@ -180,7 +181,7 @@ static void model_backward(const struct model *m, const struct acts *a, const in
     float *gwte, *glayer[NUM_TENSORS_PER_LAYER], *glnf, *ghead;
     point_into(m, grads, &gwte, glayer, &glnf, &ghead);
     struct scratch w = {alloc_f(N * F), alloc_f(N * F), alloc_f(N * C), alloc_f(N * C), alloc_f(N * (size_t)m->W),
-                        alloc_f(attention_gqa_backward_scratch(m->B, m->T, m->KV))};
+                        alloc_f(attention_gqa_backward_scratch_for(m->B, m->T, m->KV, omp_get_max_threads()))};
     float *dhf = alloc_f(N * C), *dx = alloc_f(N * C);
     matmul_backward_cpu(dhf, ghead, NULL, dlogits, a->hf, m->head, m->N, m->C, m->V, fc);
     rmsnorm_backward(dx, glnf, dhf, a->x_out, m->lnf, a->rstdf, m->N, m->C, fc);

@@ -20,6 +20,7 @@
 
 #include "../train/config/config.h"
 #include "engine_fixture.h"
+#include "grid_single.h"
 #include "llama_fixture.h"
 
 /* llm.c's test_gpt2 checks logits and the loss within 1e-2 and gradients

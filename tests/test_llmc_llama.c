@@ -19,7 +19,9 @@
 #include "../train/run/run.h"
 #include "ckpt_whole.h"
 #include "file_fixture.h"
+#include "grid_single.h"
 #include "llama_fixture.h"
+#include "shard_write.h"
 
 /* The fixture's model: V 64, L 2, NH 4, KV 2, C 16, F 48 (mult 1, multiple_of 16). */
 enum { FX_V = 64, FX_L = 2, FX_NH = 4, FX_KV = 2, FX_C = 16, FX_F = 48, FX_BLOCK = 32, TOKENS = 16384 };

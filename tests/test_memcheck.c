@@ -18,6 +18,7 @@
 #include "../train/theory/accounting.h"
 #include "../train/run/run_memcheck.h"
 #include "../train/report/report.h"
+#include "grid_single.h"
 
 static char ROOT[64];
 

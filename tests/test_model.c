@@ -19,6 +19,7 @@
 #include "engine_fixture.h"
 #include "grid.h"
 #include "../train/theory/accounting.h"
+#include "grid_single.h"
 
 enum { L = 2, C = 16, NH = 2, T = 8, V = 64, B = 2, SEED = 4242 };
 

@@ -21,6 +21,8 @@
 #include <unistd.h>
 
 #include "../train/run/run.h"
+#include "grid_single.h"
+#include "shard_write.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define UNDER_SANITIZER 1

@@ -11,9 +11,10 @@
 
 #include "pipe_messages.h"
 
-/* Every schedule the trainer offers (layout_check.c: gpipe and 1f1b with
- * one chunk, interleaved with 2.. chunks and m a multiple of pp) keeps
- * both ends of every link in one order, in a step and in evaluation. */
+/* Every schedule the trainer offers (train/config/config_grid.c: gpipe
+ * and 1f1b with one chunk, interleaved with 2.. chunks and m a multiple of
+ * pp) keeps both ends of every link in one order, in a step and in
+ * evaluation. */
 static void test_offered_schedules_pass(void **state) {
     (void)state;
     char err[512] = "";

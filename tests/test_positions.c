@@ -24,6 +24,8 @@
 #include "../train/ckpt/checkpoint.h"
 #include "../train/theory/theory.h"
 #include "../train/run/run.h"
+#include "grid_single.h"
+#include "shard_write.h"
 
 enum { TEXT_BYTES = 64 * 1024, T_RUN = 16, T_FILE = 32, C_TINY = 32 };
 

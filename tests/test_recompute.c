@@ -19,6 +19,7 @@
 #include "engine.h"
 #include "engine_fixture.h"
 #include "grid.h"
+#include "grid_single.h"
 
 struct run {
     struct config cfg;

@@ -14,6 +14,7 @@
 
 #include "../train/theory/accounting.h"
 #include "../train/report/report.h"
+#include "grid_single.h"
 
 static struct config small_config(void) {
     struct config c;

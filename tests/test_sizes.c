@@ -20,6 +20,7 @@
 #include "../train/theory/accounting.h"
 #include "../train/config/config.h"
 #include "data.h"
+#include "shard_write.h"
 #include "layers.h"
 #include "../train/theory/theory.h"
 

@@ -27,9 +27,11 @@
 #include <unistd.h>
 
 #include "../train/theory/accounting.h"
+#include "grid_single.h"
 #include "json_log.h"
 #include "rng.h"
 #include "../train/run/run.h"
+#include "shard_write.h"
 
 enum { STEPS = 20 };
 

@@ -25,6 +25,8 @@
 #include "../train/ckpt/ckpt.h"
 #include "engine_fixture.h"
 #include "../train/run/run.h"
+#include "grid_single.h"
+#include "shard_write.h"
 
 enum { TRAIN_BYTES = 200 * 1024 };
 

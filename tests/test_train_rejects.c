@@ -21,6 +21,7 @@
 #include "../train/run/run_outputs.h"
 #include "../train/run/run.h"
 #include "train_fixture.h"
+#include "shard_write.h"
 
 /* ---- rejections --------------------------------------------------------- */
 

@@ -19,6 +19,8 @@
 #include <unistd.h>
 
 #include "../train/run/run.h"
+#include "grid_single.h"
+#include "shard_write.h"
 
 /* train: the first 200 KB of the corpus; val: 64 KB from far later (the
  * corpus is 1.9 MB), text the model never trains on. */

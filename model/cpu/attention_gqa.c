@@ -45,10 +45,6 @@ size_t attention_gqa_backward_scratch_for(int64_t B, int64_t T, int64_t KV, int 
     return (size_t)team(B * KV, threads) * (size_t)T * (size_t)T;
 }
 
-size_t attention_gqa_backward_scratch(int64_t B, int64_t T, int64_t KV) {
-    return attention_gqa_backward_scratch_for(B, T, KV, omp_get_max_threads());
-}
-
 static void count_softmax(struct exec_ctx *fc, const struct gqa_shape *s, int flops_per_entry) {
     fc->other += flops_per_entry * (double)s->B * s->NH * s->T * (s->T + 1) / 2; /* the causal entries */
 }
@@ -125,17 +121,9 @@ size_t attention_gqa_forward_bf16_scratch_for(int64_t B, int64_t T, int64_t NH, 
     return (size_t)team(B * NH, threads) * GQA_FWD_TILES_THS * (size_t)T * (size_t)hs;
 }
 
-size_t attention_gqa_forward_bf16_scratch(int64_t B, int64_t T, int64_t NH, int64_t hs) {
-    return attention_gqa_forward_bf16_scratch_for(B, T, NH, hs, omp_get_max_threads());
-}
-
 size_t attention_gqa_backward_bf16_scratch_for(int64_t B, int64_t T, int64_t KV, int64_t hs, int threads) {
     size_t per_thread = GQA_BWD_TILES_TT * (size_t)T * (size_t)T + GQA_BWD_TILES_THS * (size_t)T * (size_t)hs;
     return (size_t)team(B * KV, threads) * per_thread;
-}
-
-size_t attention_gqa_backward_bf16_scratch(int64_t B, int64_t T, int64_t KV, int64_t hs) {
-    return attention_gqa_backward_bf16_scratch_for(B, T, KV, hs, omp_get_max_threads());
 }
 
 /* bf16 rows at dst, ld apart = tile (n rows of w, packed), each rounded

@@ -8,7 +8,6 @@
  *                            (include/onednn_gemms.h; fc->onednn)
  * gemm_counted (the attention's products) is sgemm in all three. */
 #include "layers_cpu.h"
-#include "onednn_gemms.h"
 
 /* Every op but the layer GEMMs: the same kernel in the three tables. */
 #define CPU_KERNELS                                                                                                  \

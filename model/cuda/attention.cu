@@ -29,7 +29,7 @@
 // rounding only (tests/cuda/test_attention_cuda.c: bounds). One cuBLAS
 // handle per attention call without a run's context (no global state).
 // Each call returns with its kernels queued on the default stream
-// (include/kernel_timing.h), not finished.
+// (model/kernel_timing.h), not finished.
 #include <cublas_v2.h>
 #include <math.h>
 #include <time.h>
@@ -37,7 +37,7 @@
 #include "cublas_check.h"
 #include "cuda_check.h"
 #include "kernel_context.h"
-#include "kernel_timing.h"
+#include "../kernel_timing.h"
 #include "layers_cuda.h"
 
 namespace {
@@ -66,7 +66,7 @@ void check_shape(const char *kernel, int64_t B, int64_t T, int64_t C, int64_t NH
 // Column-major cuBLAS computes C^T = op(B)^T op(A)^T: operands swapped, the
 // same leading dimensions (matmul.cu). beta 0: C is not read (it may hold
 // anything). 2 m n k per product into fc->attention, its time (CUDA
-// events: include/kernel_timing.h) into fc->gemm_seconds.
+// events: model/kernel_timing.h) into fc->gemm_seconds.
 struct batched_gemm {
     cublasHandle_t h;
     struct exec_ctx *fc;

@@ -2,7 +2,7 @@
 // device unusable, so the kernel's name and CUDA's reason go to stderr and
 // the process exits non-zero (include/layers.h). cuda_done does not wait for
 // the device: an X_cuda layer returns with its kernels queued on the default
-// stream, in order with every later call and copy (include/kernel_timing.h
+// stream, in order with every later call and copy (model/kernel_timing.h
 // says how they are timed, and where a failure while running shows).
 #ifndef SHARDLAB_CUDA_CHECK_H
 #define SHARDLAB_CUDA_CHECK_H

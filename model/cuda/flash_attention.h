@@ -20,7 +20,7 @@
  * non-zero return, nothing launched. A failed CUDA call prints the function
  * and CUDA's reason and exits (model/cuda/cuda_check.h, as every X_cuda
  * kernel does). Each call returns with its kernels queued on the default
- * stream (include/kernel_timing.h), not finished.
+ * stream (model/kernel_timing.h), not finished.
  *
  * Deterministic: no atomics; every sum has a fixed order, so a run repeats
  * bit for bit on the same GPU model and build. dq has its own kernel

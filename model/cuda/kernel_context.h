@@ -2,7 +2,7 @@
  * device_kernels_open), reached through the run's struct exec_ctx
  * (include/counters.h): one cuBLAS handle for every GEMM of the run, the
  * GEMMs' math (config key gemm_dtype), and the CUDA events that time the
- * kernel calls (include/kernel_timing.h). C and C++ (the .cu files). */
+ * kernel calls (model/kernel_timing.h). C and C++ (the .cu files). */
 #ifndef SHARDLAB_KERNEL_CONTEXT_H
 #define SHARDLAB_KERNEL_CONTEXT_H
 
@@ -32,7 +32,7 @@ struct kernel_context {
     long long bias_epilogues; /* GEMMs that ran with a bias epilogue (the tests check they do) */
     bool bf16_gemms;   /* layer GEMMs round their operands to bf16 (nearest even) and accumulate in fp32 on the
                         * tensor cores; false: fp32 operands and fp32 math (no TF32), the CPU's arithmetic */
-    struct kernel_timing *timing; /* the spans of include/kernel_timing.h */
+    struct kernel_timing *timing; /* the spans of model/kernel_timing.h */
     void *lt_plans;    /* --gpu_path v2's cuBLASLt plans per shape (struct lt_cache, model/cuda/v2/lt_plan_cache.h),
                         * made by its first GEMM (v2/matmul_mixed.cu), freed with the context; NULL on v1 */
     long long ce_v2_grid; /* --gpu_path v2's cross-entropy grid (v2/crossentropy_bf16.cu: the SMs times the

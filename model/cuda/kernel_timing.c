@@ -1,9 +1,9 @@
-/* CUDA-event spans of kernel calls (include/kernel_timing.h). The run's
+/* CUDA-event spans of kernel calls (model/kernel_timing.h). The run's
  * kernel context holds a fixed set of event pairs; each span takes the
  * next pair, and kernel_timing_sync reads them all back and frees them. A
  * span begun with every pair taken first syncs (when no span is open) or,
  * inside an open span, times itself with a synchronize and the clock. */
-#include "kernel_timing.h"
+#include "../kernel_timing.h"
 
 #include <cuda_runtime.h>
 #include <stdio.h>

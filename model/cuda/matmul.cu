@@ -2,7 +2,7 @@
 // fp32 operands and fp32 compute (CUBLAS_DEFAULT_MATH: no TF32), since
 // the engine hands the layers fp32 views. FLOPs are counted as the CPU
 // counts them: 2mnk per GEMM into fc->gemm or fc->attention, its time
-// (CUDA events: include/kernel_timing.h) into fc->gemm_seconds, N*OC into
+// (CUDA events: model/kernel_timing.h) into fc->gemm_seconds, N*OC into
 // fc->other for a bias.
 //
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so each
@@ -27,7 +27,7 @@
 #include "cublas_check.h"
 #include "cuda_check.h"
 #include "kernel_context.h"
-#include "kernel_timing.h"
+#include "../kernel_timing.h"
 #include "layers_cuda.h"
 #include "matmul_lt.h"
 

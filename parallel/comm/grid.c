@@ -25,7 +25,7 @@ int grid_init(struct grid *g, int tp, int cp, int pp, char err[GRID_ERR_LEN]) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
-        snprintf(err, GRID_ERR_LEN, "grid_init needs MPI_Init first (one process without MPI: grid_init_single)");
+        snprintf(err, GRID_ERR_LEN, "grid_init needs MPI_Init first (a test without MPI: tests/grid_single.h)");
         return -1;
     }
     int rank, world;
@@ -86,7 +86,7 @@ int grid_init(struct grid *g, int tp, int cp, int pp, char err[GRID_ERR_LEN]) {
     return 0;
 }
 
-/* Collective. Safe on a grid from grid_init_single (no MPI state to free). */
+/* Collective. Safe on a grid from tests/grid_single.h (no MPI state to free). */
 void grid_free(struct grid *g) {
     for (int k = 0; k < GROUP_NUM; k++) collectives_free_mpi(grid_group(g, (enum grid_group)k));
 }

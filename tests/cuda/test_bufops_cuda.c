@@ -35,6 +35,7 @@
 #include <cmocka.h>
 
 #include "bufops.h"
+#include "../../model/bufops_ops.h"
 #include "../../model/cuda/bufops_kernels.h"
 #include "../../model/cuda/cuda_device.h"
 #include "mem.h"

@@ -18,6 +18,7 @@
 #include "../ckpt_whole.h"
 #include "../../train/config/config.h"
 #include "data.h"
+#include "../shard_write.h"
 
 #include <stdio.h>
 #include <stdlib.h>

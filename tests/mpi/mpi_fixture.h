@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "data.h"
+#include "../shard_write.h"
 
 /* true on every rank iff ok on every rank: asserts stay collective, so a
  * failure on one rank cannot leave the others waiting in a collective */

@@ -28,6 +28,7 @@
 #include "../../train/theory/accounting.h"
 #include "context_parallel.h"
 #include "grid.h"
+#include "../grid_single.h"
 #include "mpi_fixture.h"
 #include "../engine_fixture.h"
 #include "../../model/context_parallel/cp.h"

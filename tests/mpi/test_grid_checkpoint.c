@@ -36,6 +36,7 @@
 #include "../../train/ckpt/ckpt.h"
 #include "../file_fixture.h"
 #include "../../train/ckpt/checkpoint.h"
+#include "../grid_single.h"
 #include "mpi_fixture.h"
 #include "../../train/run/run.h"
 

@@ -28,6 +28,7 @@
 
 #include "../../train/theory/accounting.h"
 #include "../engine_fixture.h"
+#include "../grid_single.h"
 #include "mpi_fixture.h"
 #include "schedule.h"
 #include "../../train/run/run.h"

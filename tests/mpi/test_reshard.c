@@ -25,6 +25,7 @@
 
 #include "../engine_fixture.h"
 #include "../json_log.h"
+#include "../grid_single.h"
 #include "mpi_fixture.h"
 #include "../../train/run/run.h"
 

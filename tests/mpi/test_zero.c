@@ -33,6 +33,7 @@
 #include "../../train/theory/accounting.h"
 #include "../engine_fixture.h"
 #include "../json_log.h"
+#include "../grid_single.h"
 #include "mpi_fixture.h"
 #include "../../train/run/run.h"
 

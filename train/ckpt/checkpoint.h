@@ -169,7 +169,7 @@ struct state_decl {
     size_t numel;
 };
 
-struct resume_file_section; /* where one section lies in the file (resume.c) */
+struct resume_file_section; /* where one section lies in the file (ckpt_state_format.c) */
 
 /* A resume state being written into its temp file. */
 struct resume_writer {

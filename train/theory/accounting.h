@@ -158,8 +158,8 @@ struct tp_comm_theory theory_trainer_tp_comm(const struct config *c, struct rank
 /* Context parallelism's ring (model/context_parallel/cp.h; train/theory/
  * theory_cp.c): bytes this rank sends over its cp group, and receives (as
  * many), validation excluded. A block is one rank's keys and values in
- * the stores' dtype, KV = B (T/cp) 2 (C/t) x e bytes (e 2 on the bf16 data
- * path, theory_trainer_acts_direct, else 4), or their gradients, always
+ * the stores' dtype, KV = B (T/cp) 2 (C/t) x e bytes (e 2 where the ring
+ * keeps bf16 stores, theory_stores_direct, else 4), or their gradients, always
  * fp32, dKV = B (T/cp) 2 (C/t) x 4; per layer per micro-batch the forward
  * sends (cp - 1) KV, the backward (cp - 1) KV of keys and values and cp
  * dKV of their gradients, and full recompute another forward's; a step is
@@ -172,14 +172,6 @@ struct cp_comm_theory {
     double calls;                         /* isends per step */
 };
 
-/* Whether this rank's kernels, its attention and ring included, read and
- * write the bf16 stores (model/gpt_acts.c's acts_direct): the bf16 data
- * path. */
-bool theory_trainer_acts_direct(const struct config *c, struct rank_place p);
-/* Whether this rank's head writes its logits (and dlogits) in bf16
- * (model/gpt_acts.c's acts_logits_bf16): the bf16 data path on a GPU at
- * tp = 1, else fp32 logits. */
-bool theory_trainer_logits_bf16(const struct config *c, struct rank_place p);
 struct cp_comm_theory theory_trainer_cp_comm(const struct config *c, struct rank_place p);
 
 /* The bytes per step this rank's theory gives for collective kind k in
@@ -212,7 +204,7 @@ struct activation_theory {
     double layers;           /* slots x n x per_layer + the one-layer recompute buffers (n: the stage's layers) */
     double recompute_buffers; /* the one-layer fp32 buffers recompute uses (local sizes) */
     double head;             /* per slot: the stage's last residual; last stage: final LN out (e) + LN stats +
-                              * logits (Vp/t columns; fp32, bf16 where theory_trainer_logits_bf16) + losses +
+                              * logits (Vp/t columns; fp32, bf16 where theory_logits_bf16) + losses +
                               * target ids; first stage: input ids */
     int slots;               /* micro-batches the schedule holds (include/schedule.h) */
     double per_slot;         /* n x per_layer + head */

@@ -83,17 +83,9 @@ bool theory_stores_direct(const struct config *c, bool sp) {
     return c->arch == ARCH_LLAMA ? c->act_dtype == DTYPE_BF16 : theory_acts_direct(c, sp);
 }
 
-bool theory_trainer_acts_direct(const struct config *c, struct rank_place p) { return theory_acts_direct(c, theory_sp_on(c, p)); }
-
-/* The head's logits in bf16 (model/gpt_acts.c: acts_logits_bf16): the
- * bf16 data path on device memory (a GPU's is --gpu_path v2's) at tp = 1;
- * the vocabulary-parallel cross-entropy at tp > 1 keeps fp32 logits. */
-static bool logits_bf16(const struct config *c, bool sp, int tp) {
+/* The vocabulary-parallel cross-entropy at tp > 1 keeps fp32 logits. */
+bool theory_logits_bf16(const struct config *c, bool sp, int tp) {
     return theory_acts_direct(c, sp) && c->device == DEVICE_CUDA && tp == 1;
-}
-
-bool theory_trainer_logits_bf16(const struct config *c, struct rank_place p) {
-    return logits_bf16(c, theory_sp_on(c, p), theory_layout_of(c, p).rank.tp);
 }
 
 double theory_work_block_per_token(const struct config *c, int tp, bool sp, bool att) {
@@ -153,10 +145,10 @@ struct activation_theory theory_trainer_activations(const struct config *whole, 
     /* the stage's last residual (its output); the last stage: final LN
      * output (e; whole, or the slice with sp), its two fp32 stats, the
      * logits over the rank's Vp/t vocabulary columns for every token (fp32,
-     * or bf16: logits_bf16), fp32 losses, int32 targets; the first: int32
-     * inputs */
+     * or bf16: theory_logits_bf16), fp32 losses, int32 targets; the first:
+     * int32 inputs */
     double out = C * e * BTs, ids = 4 * BT;
-    double le = logits_bf16(c, sp, tp) ? sizeof(bf16) : sizeof(float);
+    double le = theory_logits_bf16(c, sp, tp) ? sizeof(bf16) : sizeof(float);
     double lnf_stats = c->arch == ARCH_LLAMA ? 1 : 2; /* rstd; LayerNorm's mean too */
     double head = (C * e + lnf_stats * 4) * BTs + (le * (lay.shape.Vp / tp) + 4 + 4) * BT;
     a.head = out + (lay.rank.has_head ? head : 0) + (lay.rank.has_embed ? ids : 0);

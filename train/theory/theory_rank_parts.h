@@ -39,6 +39,10 @@ bool theory_acts_direct(const struct config *c, bool sp);
  * theory_acts_direct; LLaMA's whenever its activations are bf16. The ring
  * keeps and sends K and V in bf16 then. */
 bool theory_stores_direct(const struct config *c, bool sp);
+/* Whether the head writes its logits (and dlogits) in bf16 (model/
+ * gpt_acts.c's acts_logits_bf16): the bf16 data path on device memory (a
+ * GPU's is --gpu_path v2's) at tp = 1, else fp32 logits. */
+bool theory_logits_bf16(const struct config *c, bool sp, int tp);
 /* Elements per token of model/gpt.c's one-layer fp32 working buffer with
  * bf16 activations (not full recompute's: that is an activation): the
  * whole block, or on the bf16 data path only what a kernel still reads or

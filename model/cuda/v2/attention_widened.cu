@@ -12,7 +12,7 @@
 // than v1. Compiled, not run on a GPU.
 // The conversions are bufops.h's device forms (model/cuda/bufops_kernels.cu).
 #include "../cuda_check.h"
-#include "bufops.h"
+#include "../../bufops_ops.h"
 #include "../layers_cuda.h"
 
 namespace {

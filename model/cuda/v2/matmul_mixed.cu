@@ -30,8 +30,8 @@
 #include "../cuda_check.h"
 #include "../kernel_context.h"
 #include "act_out_device.h"
-#include "bufops.h"
-#include "kernel_timing.h"
+#include "../../bufops_ops.h"
+#include "../../kernel_timing.h"
 #include "../layers_cuda.h"
 #include "matmul_lt_cached.h"
 

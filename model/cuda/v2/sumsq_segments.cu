@@ -6,7 +6,7 @@
 
 #include "../block_reduce.h"
 #include "../cuda_check.h"
-#include "bufops.h"
+#include "../../bufops_ops.h"
 #include "sumsq_segments.h"
 
 // One block per chunk: the chunk's squares in fp32 per thread (strided),
