@@ -242,7 +242,7 @@ fuzz-corpus: build-fuzz/seed_corpus
 # folders' .c (mpicc, -DSHARDLAB_CUDA, the CUDA headers) and .cu (nvcc)
 # files, linked against cudart, cuBLAS, cuBLASLt, NCCL and MPI. Every file
 # is compiled once, under its own names: the dispatch files
-# (model/layers_dispatch.c, model/bufops_dispatch.c, optim/optim_dispatch.c)
+# (model/dispatch.c, optim/optim_dispatch.c)
 # see -DSHARDLAB_CUDA here and choose the device tables of the */cuda/
 # folders (layer_ops_cuda, buf_ops_cuda, optim_ops_cuda) beside the
 # host's (include/backend.h).

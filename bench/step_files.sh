@@ -251,7 +251,7 @@ if list_only:
     sys.exit(0)
 # Each file's role (the first pattern that matches its path). The issue's
 # count is of the step's own code, "kernels' dispatch included": the
-# dispatch files (model/layers_dispatch.c, model/bufops_dispatch.c,
+# dispatch files (model/dispatch.c,
 # optim/optim_dispatch.c, include/collectives.h) count, and so does every
 # file no pattern names. A file with any other code that runs in the step
 # is counted whole (model/device.c, include/counters.h, include/grid.h).

@@ -1,4 +1,4 @@
-/* For the dispatch files (model/layers_dispatch.c, model/bufops_dispatch.c,
+/* For the dispatch files (model/dispatch.c,
  * optim/optim_dispatch.c), which every build compiles: each family of ops
  * sits behind a table of its backends' forms (model/layer_ops.h,
  * model/bufops_ops.h, optim/optim_ops.h), and one function per family

@@ -3,7 +3,7 @@
  * (and the update rules of include/optim.h). Each takes the memory space
  * its buffers live in first (mem_space.h: the caller's, e.g. struct
  * engine's or struct zero's space) and runs on that space's backend table
- * (model/bufops_ops.h, model/bufops_dispatch.c): buf_X_cpu
+ * (model/bufops_ops.h, model/dispatch.c): buf_X_cpu
  * (model/cpu/bufops.c) on host memory, buf_X_cuda
  * (model/cuda/bufops_device.c, the CUDA build only) on device memory; the
  * CPU build stops a device call by name. buf_copy on

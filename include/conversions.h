@@ -18,10 +18,11 @@
 void conv_widen(struct exec_ctx *fc, float *dst, const bf16 *src, size_t n);
 /* dst (bf16) = src (fp32) rounded to nearest even: 4n read, 2n written. */
 void conv_narrow(struct exec_ctx *fc, bf16 *dst, const float *src, size_t n);
-/* conv_narrow inside a kernel that is timed as a whole (a bf16 GEMM
- * rounding its fp32 operands: model/cpu/matmul_onednn.c): the bytes are
- * counted under KERNEL_NARROW, the time stays the kernel's. */
-void conv_narrow_within(struct exec_ctx *fc, bf16 *dst, const float *src, size_t n);
+/* The bytes of a narrow pass of n values. A host kernel timed as a whole
+ * that narrows inside (a bf16 GEMM rounding its fp32 operands:
+ * model/cpu/matmul_onednn.c) runs the host's form itself and adds these
+ * under KERNEL_NARROW; the time stays the kernel's. */
+static inline size_t conv_narrow_bytes(size_t n) { return n * (sizeof(float) + sizeof(bf16)); }
 /* x rounded to bf16 in place (4n read, 4n written), and with dst also
  * stored there (2n more written). */
 void conv_round(struct exec_ctx *fc, float *x, bf16 *dst, size_t n);

@@ -13,7 +13,7 @@
 #include "mem_space.h"
 
 /* Where a step's kernel time goes, kernel kind by kind (the report's
- * kernel table). The dispatch (model/layers_dispatch.c,
+ * kernel table). The dispatch (model/dispatch.c,
  * optim/optim_dispatch.c) times every layers.h and update-rule call on
  * either memory space: a layers.h call on the device by CUDA events around
  * its kernels (model/kernel_timing.h: it does not synchronize), an update

@@ -1,6 +1,6 @@
 /* Forward/backward pairs for every GPT-2 layer, each declared once: a call
  * runs on the backend its memory space and the run's kernels choose (the
- * CPU's, or the GPU's in the CUDA build: model/layers_dispatch.c,
+ * CPU's, or the GPU's in the CUDA build: model/dispatch.c,
  * model/layer_ops.h), which a backend implements in its own way under the
  * contract stated here. Shapes follow llm.c: B batch, T time, C channels, OC
  * output channels, NH heads, Vp padded vocab. Activations are row-major

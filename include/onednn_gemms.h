@@ -6,7 +6,7 @@
  *
  * A run opens one context (the trainer: trainer_open_kernels) and hangs it
  * on its flop counter (counters.h: fc->onednn); the dispatch
- * (model/layers_dispatch.c) then sends the host's matmul_forward/backward
+ * (model/dispatch.c) then sends the host's matmul_forward/backward
  * (and their _bf16 and _sliced forms) to its GEMMs, the host table's
  * matmul_forward_onednn / matmul_backward_onednn (model/cpu/layers_cpu.h).
  * The context owns oneDNN's engine, one primitive per GEMM block shape

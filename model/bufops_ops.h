@@ -5,7 +5,7 @@
  *   buf_ops_cpu   host memory, every build (model/cpu/bufops.c)
  *   buf_ops_cuda  device memory, the CUDA build only
  *                 (model/cuda/bufops_device.c)
- * buf_backend (model/bufops_dispatch.c) is the one place a call's backend
+ * buf_backend (model/dispatch.c) is the one place a call's backend
  * is chosen, by the memory space the call names. A form's type is its
  * host form's, buf_X_cpu below: the public name's (include/bufops.h) less
  * its space (which chose the backend). The device forms are declared again
@@ -14,7 +14,7 @@
  * The backends' forms are declared here, not in include/bufops.h: only
  * model/ calls them. This header takes its types from dtype.h and
  * mem_space.h, not from bufops.h, so the public header and the backends'
- * stay one way round (bufops_dispatch.c includes both). C and C++ (the
+ * stay one way round (dispatch.c includes both). C and C++ (the
  * .cu kernels include it for their forms). */
 #ifndef SHARDLAB_MODEL_BUFOPS_OPS_H
 #define SHARDLAB_MODEL_BUFOPS_OPS_H

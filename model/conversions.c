@@ -20,12 +20,7 @@ void conv_widen(struct exec_ctx *fc, float *dst, const bf16 *src, size_t n) {
 void conv_narrow(struct exec_ctx *fc, bf16 *dst, const float *src, size_t n) {
     double t0 = kernel_clock();
     buf_narrow(fc->space, dst, src, n);
-    counted(fc, KERNEL_NARROW, t0, n * (F32 + BF16));
-}
-
-void conv_narrow_within(struct exec_ctx *fc, bf16 *dst, const float *src, size_t n) {
-    buf_narrow(fc->space, dst, src, n);
-    fc->profile[KERNEL_NARROW].bytes += (double)(n * (F32 + BF16));
+    counted(fc, KERNEL_NARROW, t0, conv_narrow_bytes(n));
 }
 
 void conv_round(struct exec_ctx *fc, float *x, bf16 *dst, size_t n) {

@@ -1,5 +1,5 @@
 /* Timing the kernel calls of the CUDA build with CUDA events
- * (model/cuda/kernel_timing.c; model/layers_dispatch.c and the GEMMs of
+ * (model/cuda/kernel_timing.c; model/dispatch.c and the GEMMs of
  * model/cuda/).
  *
  * A device call does not synchronize: it queues its kernels on the default

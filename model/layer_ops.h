@@ -6,7 +6,7 @@
  *                                kernels, in three GEMM flavours (OpenBLAS,
  *                                the bf16 reference, oneDNN)
  *   model/cuda/layer_ops_cuda.c  device memory, the CUDA build only
- * layer_backend (model/layers_dispatch.c) is the one place a call's
+ * layer_backend (model/dispatch.c) is the one place a call's
  * backend is chosen: by its memory space (its operands' where it takes
  * struct operand, else its counter's) and the run's kernel choice. The dispatch then times the call (kernel_timing.h) and
  * runs the table's form. How a backend computes (widening bf16 into fp32
@@ -40,7 +40,7 @@ extern "C" {
     X(crossentropy_row_max, s) X(crossentropy_exp_sum, s) X(crossentropy_finish, s) LLAMA_OPS(X, s)
 
 /* LLaMA's (include/llama_layers.h): only the host's table has them yet; a
- * backend's NULL form stops the call, naming the op (layers_dispatch.c). */
+ * backend's NULL form stops the call, naming the op (dispatch.c). */
 #define LLAMA_OPS(X, s) \
     X(rmsnorm_forward, s) X(rmsnorm_backward, s) X(rmsnorm_forward_bf16, s) X(rmsnorm_backward_bf16, s) \
     X(rope_forward, s) X(rope_backward, s) X(rope_forward_bf16, s) X(rope_backward_bf16, s) X(swiglu_forward, s) \
@@ -63,7 +63,7 @@ typedef void encoder_backward_form(float *dwte, float *dwpe, const float *dout, 
     LAYER_OPS(LAYER_OP_FORM, suffix)
 
 /* A backend: its form of each op. Some may be NULL, and the dispatch
- * (model/layers_dispatch.c) then runs what they are in other ops' terms:
+ * (model/dispatch.c) then runs what they are in other ops' terms:
  *   residual_layernorm_forward_bf16  no fused kernel: the two ops apart;
  *   matmul_{forward,backward}_{sliced,bf16}  GEMMs that round every
  *       operand to bf16 anyway: the mixed forms on the same operands

@@ -10,7 +10,7 @@ and README.md. A token is a path when it
     docs/, ...): it must exist from the root (a * matches as in a glob);
   - or, in a comment, has a slash and ends in .c .h .cu .cuh .md .sh or
     .py: it must exist from the commented file's folder or one above it,
-    up to the root ("cuda/v2/flash2.h" in model/layers_dispatch.c).
+    up to the root ("cuda/v2/flash2.h" in model/dispatch.c).
 A path that git ignores passes: a build output (build/train,
 data/kjv_train.bin). URLs are not paths. Each path that names nothing is
 one line, "path: FILE:LINE names PATH, which does not exist"; any exits 1."""

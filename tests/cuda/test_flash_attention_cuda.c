@@ -28,7 +28,7 @@
  * (informational, not asserted).
  *
  * layers.h's attention_lse_* (--attention flash; model/cuda/
- * layers_dispatch.c): on device memory they are flash_attention_* bit for
+ * dispatch.c): on device memory they are flash_attention_* bit for
  * bit, adding flash_attention_flops' issued numbers to the counter (FLOP
  * for FLOP), and they meet the CPU's fp32 attention_lse (model/cpu/
  * attention_lse.c as cpu_attention_lse_*) within the bounds above; on host

@@ -1,6 +1,6 @@
 // The plain attention's bf16 forms on the device (include/layers.h:
 // attention_forward_bf16, attention_backward_bf16), which
-// model/layers_dispatch.c calls on device memory under --gpu_path v2 with
+// model/dispatch.c calls on device memory under --gpu_path v2 with
 // --attention plain. A first step, stated plainly in docs/GPU.md: the bf16
 // inputs are widened into pool temporaries and v1's fp32 kernels
 // (model/cuda/attention.cu) run on them; the outputs are narrowed into

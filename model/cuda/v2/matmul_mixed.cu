@@ -1,6 +1,6 @@
 // The bf16 data path's layer GEMMs on the device (include/layers.h:
 // matmul_forward_mixed, matmul_backward_mixed), which
-// model/layers_dispatch.c calls on device memory; only --gpu_path v2 makes
+// model/dispatch.c calls on device memory; only --gpu_path v2 makes
 // the model call them there (model/gpt_acts.c: acts_direct). Compiled, not
 // run on a GPU.
 //

@@ -2,7 +2,7 @@
 // (include/layers.h: layernorm_forward_bf16, layernorm_backward_bf16,
 // residual_forward_bf16, residual_layernorm_forward_bf16,
 // gelu_backward_bf16_grads) on v2's kernels, which
-// model/layers_dispatch.c calls on device memory. Only --gpu_path v2 makes
+// model/dispatch.c calls on device memory. Only --gpu_path v2 makes
 // the model call them there (model/gpt_acts.c: acts_direct). Counted as
 // the CPU counts them; the timing is the dispatch's. Compiled, not run on
 // a GPU.
