@@ -75,17 +75,63 @@ void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *
                         const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
                         struct exec_ctx *fc);
 
-/* Where a kernel of the bf16 data path writes a tensor: bf16 (b16:
- * rounded once, to nearest even) or fp32 (f32, b16 NULL: as computed, or
- * with bf16_values rounded to bf16's values as it is stored, the fp32
- * copy a bf16 store's widening would give). An accumulated output (+=) is
- * loaded in its dtype, added to in fp32 and stored back the same way
- * (bf16: one rounding per accumulation). */
+/* Stops the run: op read a `what` (operand, output) of dtype `have` as
+ * `want` (a bug). */
+static inline void tensor_wrong_dtype(const char *what, enum dtype have, enum dtype want, const char *op) {
+    fprintf(stderr, "error: %s: a %s %s read as %s (a bug)\n", op, dtype_name(have), what, dtype_name(want));
+    abort();
+}
+
+/* Where a kernel of the bf16 data path writes a tensor, as struct operand
+ * (below) gives an input: its values, their dtype and the memory space
+ * they live in. bf16 (rounded once, to nearest even) or fp32 (as
+ * computed, or with bf16_values rounded to bf16's values as it is stored,
+ * the fp32 copy a bf16 store's widening would give); no data: not stored.
+ * An accumulated output (+=) is loaded in its dtype, added to in fp32 and
+ * stored back the same way (bf16: one rounding per accumulation). Made by
+ * act_out_f32/act_out_bf16/act_out_bf16_values/act_out_none, read by
+ * act_out_as_f32/act_out_as_bf16, which check the dtype as operand_as_*
+ * do. No designated initializers here either (model/cuda/ includes it). */
 struct act_out {
-    float *f32;
-    bf16 *b16;
+    void *data;
+    enum dtype dtype;
+    enum mem_space space;
     bool bf16_values;
 };
+
+static inline struct act_out act_out_f32(float *x, enum mem_space space) {
+    struct act_out o = {x, DTYPE_FP32, space, false};
+    return o;
+}
+
+static inline struct act_out act_out_bf16(bf16 *x, enum mem_space space) {
+    struct act_out o = {x, DTYPE_BF16, space, false};
+    return o;
+}
+
+/* fp32, each value rounded to bf16's as it is stored. */
+static inline struct act_out act_out_bf16_values(float *x, enum mem_space space) {
+    struct act_out o = {x, DTYPE_FP32, space, true};
+    return o;
+}
+
+/* Nowhere: the kernel stores nothing (its space is then never checked). */
+static inline struct act_out act_out_none(void) {
+    struct act_out o = {NULL, DTYPE_FP32, MEM_HOST, false};
+    return o;
+}
+
+static inline bool act_out_is_bf16(struct act_out o) { return o.dtype == DTYPE_BF16; }
+
+static inline float *act_out_as_f32(struct act_out o, const char *op) {
+    if (o.dtype != DTYPE_FP32) tensor_wrong_dtype("output", o.dtype, DTYPE_FP32, op);
+    return (float *)o.data;
+}
+
+static inline bf16 *act_out_as_bf16(struct act_out o, const char *op) {
+    if (o.dtype != DTYPE_BF16) tensor_wrong_dtype("output", o.dtype, DTYPE_BF16, op);
+    return (bf16 *)o.data;
+}
 
 /* The bf16 data path's LayerNorm and residual add (act_dtype bf16 with
  * the GEMMs reading the saved stores, model/gpt.c; on the host, and on a
@@ -199,20 +245,20 @@ static inline struct operand operand_bf16(const bf16 *x, enum mem_space space) {
 
 static inline bool operand_is_bf16(struct operand x) { return x.dtype == DTYPE_BF16; }
 
-/* Stops the run: op read operand x as `want`, which it is not. */
-static inline void operand_wrong_dtype(struct operand x, enum dtype want, const char *op) {
-    fprintf(stderr, "error: %s: a %s operand read as %s (a bug)\n", op, dtype_name(x.dtype), dtype_name(want));
-    abort();
-}
-
 static inline const float *operand_as_f32(struct operand x, const char *op) {
-    if (x.dtype != DTYPE_FP32) operand_wrong_dtype(x, DTYPE_FP32, op);
+    if (x.dtype != DTYPE_FP32) tensor_wrong_dtype("operand", x.dtype, DTYPE_FP32, op);
     return (const float *)x.data;
 }
 
 static inline const bf16 *operand_as_bf16(struct operand x, const char *op) {
-    if (x.dtype != DTYPE_BF16) operand_wrong_dtype(x, DTYPE_BF16, op);
+    if (x.dtype != DTYPE_BF16) tensor_wrong_dtype("operand", x.dtype, DTYPE_BF16, op);
     return (const bf16 *)x.data;
+}
+
+/* Output o as the next kernel reads it: the same values, dtype and space. */
+static inline struct operand act_out_operand(struct act_out o) {
+    struct operand x = {o.data, o.dtype, o.space};
+    return x;
 }
 
 /* The operand `off` elements in (a tensor within a unit's params). */

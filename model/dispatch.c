@@ -41,8 +41,8 @@
  * --device cpu in the CUDA build runs the CPU build's kernels and gives
  * its results. On device memory the CUDA build's table; the CPU build
  * stops the run there, naming the op (include/backend.h). An op on
- * operands (struct operand, include/layers.h) passes their space: see
- * ops_on, below. */
+ * operands or outputs (struct operand, struct act_out: include/layers.h)
+ * passes their space: see ops_on, below. */
 const struct layer_ops *layer_backend(enum mem_space space, const struct exec_ctx *fc, const char *op) {
     if (space == MEM_DEVICE) return BACKEND_DEVICE(layer_ops_cuda, op);
     if (fc && fc->onednn) return &layer_ops_cpu_onednn;
@@ -52,7 +52,7 @@ const struct layer_ops *layer_backend(enum mem_space space, const struct exec_ct
 
 static struct operand f32_operand(const float *x, const struct exec_ctx *fc) { return operand_f32(x, fc->space); }
 static struct operand bf16_operand(const bf16 *x, const struct exec_ctx *fc) { return operand_bf16(x, fc->space); }
-static struct act_out f32_out(float *x) { return (struct act_out){.f32 = x}; }
+static struct act_out f32_out(float *x, const struct exec_ctx *fc) { return act_out_f32(x, fc->space); }
 
 static const struct layer_ops *ops(const struct exec_ctx *fc, const char *op) {
     return layer_backend(fc->space, fc, op);
@@ -60,27 +60,33 @@ static const struct layer_ops *ops(const struct exec_ctx *fc, const char *op) {
 
 static const char *space_name(enum mem_space s) { return s == MEM_DEVICE ? "device" : "host"; }
 
-/* An op on operands (x, n of them) runs where they live: their space
- * chooses the backend. The counter times the call in its own space, so an
- * operand elsewhere is a programming error: it stops the run, naming the
- * op. */
-static const struct layer_ops *ops_on(const struct exec_ctx *fc, const char *op, const struct operand *x, int n) {
-    for (int i = 0; i < n; i++) {
-        if (x[i].space == fc->space) continue;
-        fprintf(stderr, "error: %s: an operand on %s memory, the call's counter on %s (a bug)\n", op,
-                space_name(x[i].space), space_name(fc->space));
-        abort();
-    }
-    return layer_backend(x[0].space, fc, op);
+static void check_space(const struct exec_ctx *fc, const char *op, const char *what, enum mem_space space) {
+    if (space == fc->space) return;
+    fprintf(stderr, "error: %s: %s on %s memory, the call's counter on %s (a bug)\n", op, what, space_name(space),
+            space_name(fc->space));
+    abort();
 }
 
-/* One call of op on its operands' backend (ops_on), timed as RUN_TIMED. */
-#define RUN_ON(x, kind, op, ...)                                                        \
-    do {                                                                                \
-        const struct layer_ops *b_ = ops_on(fc, #op, x, (int)(sizeof x / sizeof x[0])); \
-        struct kernel_span t_ = span_begin(fc);                                         \
-        b_->op(__VA_ARGS__);                                                            \
-        kernel_span_end(fc, t_, kind);                                                  \
+/* An op on operands (x, nx of them) and outputs (y, ny; struct act_out,
+ * one with no data stores nothing and is not checked) runs where they
+ * live: their space chooses the backend. The counter times the call in
+ * its own space, so a tensor elsewhere is a programming error: it stops
+ * the run, naming the op. */
+static const struct layer_ops *ops_on(const struct exec_ctx *fc, const char *op, const struct operand *x, int nx,
+                                      const struct act_out *y, int ny) {
+    for (int i = 0; i < nx; i++) check_space(fc, op, "an operand", x[i].space);
+    for (int i = 0; i < ny; i++)
+        if (y[i].data) check_space(fc, op, "an output", y[i].space);
+    return layer_backend(fc->space, fc, op); /* theirs: checked above */
+}
+
+/* One call of op on its tensors' backend (ops_on), timed as RUN_TIMED. */
+#define RUN_ON(x, nx, y, ny, kind, op, ...)                         \
+    do {                                                            \
+        const struct layer_ops *b_ = ops_on(fc, #op, x, nx, y, ny); \
+        struct kernel_span t_ = span_begin(fc);                     \
+        b_->op(__VA_ARGS__);                                        \
+        kernel_span_end(fc, t_, kind);                              \
     } while (0)
 
 static struct kernel_span span_begin(struct exec_ctx *fc) {
@@ -148,8 +154,8 @@ void layernorm_forward_bf16(bf16 *out, float *mean, float *rstd, const bf16 *inp
 void layernorm_backward_bf16(struct act_out dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
                              const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
                              struct exec_ctx *fc) {
-    RUN_TIMED(KERNEL_LAYERNORM_BWD, layernorm_backward_bf16, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N,
-              C, fc);
+    RUN_ON(NULL, 0, &dinp, 1, KERNEL_LAYERNORM_BWD, layernorm_backward_bf16, dinp, dweight, dbias, dout, inp, weight,
+           mean, rstd, N, C, fc);
 }
 
 void residual_forward(float *out, const float *a, const float *b, int64_t n, struct exec_ctx *fc) {
@@ -194,7 +200,8 @@ void matmul_forward_sliced(float *out, const float *inp, const float *weight, co
     const struct layer_ops *backend = ops(fc, __func__);
     struct kernel_span t = span_begin(fc);
     if (backend->matmul_forward_sliced) backend->matmul_forward_sliced(out, inp, weight, bias, N, C, OC, max_rows, fc);
-    else backend->matmul_forward_mixed(f32_out(out), f32_operand(inp, fc), f32_operand(weight, fc), bias, N, C, OC, fc);
+    else backend->matmul_forward_mixed(f32_out(out, fc), f32_operand(inp, fc), f32_operand(weight, fc), bias, N, C, OC,
+                                       fc);
     kernel_span_end(fc, t, KERNEL_MATMUL_FWD);
 }
 
@@ -205,7 +212,7 @@ void matmul_backward_sliced(float *dinp, float *dweight, float *dbias, const flo
     struct kernel_span t = span_begin(fc);
     if (backend->matmul_backward_sliced)
         backend->matmul_backward_sliced(dinp, dweight, dbias, dout, inp, weight, N, C, OC, max_rows, fc);
-    else backend->matmul_backward_mixed(f32_out(dinp), dweight, dbias, f32_operand(dout, fc), f32_operand(inp, fc),
+    else backend->matmul_backward_mixed(f32_out(dinp, fc), dweight, dbias, f32_operand(dout, fc), f32_operand(inp, fc),
                                         f32_operand(weight, fc), N, C, OC, fc);
     kernel_span_end(fc, t, KERNEL_MATMUL_BWD);
 }
@@ -225,7 +232,7 @@ void matmul_forward_bf16(float *out, const bf16 *inp, const float *weight, const
     const struct layer_ops *backend = ops(fc, __func__);
     struct kernel_span t = span_begin(fc);
     if (backend->matmul_forward_bf16) backend->matmul_forward_bf16(out, inp, weight, bias, N, C, OC, fc);
-    else backend->matmul_forward_mixed(f32_out(out), bf16_operand(inp, fc), f32_operand(weight, fc), bias, N, C, OC,
+    else backend->matmul_forward_mixed(f32_out(out, fc), bf16_operand(inp, fc), f32_operand(weight, fc), bias, N, C, OC,
                                        fc);
     kernel_span_end(fc, t, KERNEL_MATMUL_FWD);
 }
@@ -236,7 +243,7 @@ void matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const float
     struct kernel_span t = span_begin(fc);
     if (backend->matmul_backward_bf16)
         backend->matmul_backward_bf16(dinp, dweight, dbias, dout, inp, weight, N, C, OC, fc);
-    else backend->matmul_backward_mixed(f32_out(dinp), dweight, dbias, f32_operand(dout, fc), bf16_operand(inp, fc),
+    else backend->matmul_backward_mixed(f32_out(dinp, fc), dweight, dbias, f32_operand(dout, fc), bf16_operand(inp, fc),
                                         f32_operand(weight, fc), N, C, OC, fc);
     kernel_span_end(fc, t, KERNEL_MATMUL_BWD);
 }
@@ -244,13 +251,14 @@ void matmul_backward_bf16(float *dinp, float *dweight, float *dbias, const float
 void matmul_forward_mixed(struct act_out out, struct operand inp, struct operand weight, const float *bias, int64_t N,
                           int64_t C, int64_t OC, struct exec_ctx *fc) {
     const struct operand x[] = {inp, weight};
-    RUN_ON(x, KERNEL_MATMUL_FWD, matmul_forward_mixed, out, inp, weight, bias, N, C, OC, fc);
+    RUN_ON(x, 2, &out, 1, KERNEL_MATMUL_FWD, matmul_forward_mixed, out, inp, weight, bias, N, C, OC, fc);
 }
 
 void matmul_backward_mixed(struct act_out dinp, float *dweight, float *dbias, struct operand dout, struct operand inp,
                            struct operand weight, int64_t N, int64_t C, int64_t OC, struct exec_ctx *fc) {
     const struct operand x[] = {dout, inp, weight};
-    RUN_ON(x, KERNEL_MATMUL_BWD, matmul_backward_mixed, dinp, dweight, dbias, dout, inp, weight, N, C, OC, fc);
+    RUN_ON(x, 3, &dinp, 1, KERNEL_MATMUL_BWD, matmul_backward_mixed, dinp, dweight, dbias, dout, inp, weight, N, C,
+           OC, fc);
 }
 
 void bias_add(float *out, const float *bias, int64_t N, int64_t OC, struct exec_ctx *fc) {
@@ -326,13 +334,15 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv, const 
 
 void attention_forward_bf16(struct act_out out, struct act_out att, const bf16 *qkv, float *scratch, int64_t B,
                             int64_t T, int64_t C, int64_t NH, struct exec_ctx *fc) {
-    RUN_TIMED(KERNEL_ATTENTION_FWD, attention_forward_bf16, out, att, qkv, scratch, B, T, C, NH, fc);
+    const struct act_out y[] = {out, att};
+    RUN_ON(NULL, 0, y, 2, KERNEL_ATTENTION_FWD, attention_forward_bf16, out, att, qkv, scratch, B, T, C, NH, fc);
 }
 
 void attention_backward_bf16(bf16 *dqkv, const float *dout, const bf16 *qkv, struct operand att, float *scratch,
                              int64_t B, int64_t T, int64_t C, int64_t NH, struct exec_ctx *fc) {
     const struct operand x[] = {att};
-    RUN_ON(x, KERNEL_ATTENTION_BWD, attention_backward_bf16, dqkv, dout, qkv, att, scratch, B, T, C, NH, fc);
+    RUN_ON(x, 1, NULL, 0, KERNEL_ATTENTION_BWD, attention_backward_bf16, dqkv, dout, qkv, att, scratch, B, T, C, NH,
+           fc);
 }
 
 void attention_lse_forward(float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
@@ -397,6 +407,7 @@ void rmsnorm_forward_bf16(bf16 *out, float *rstd, const bf16 *inp, const float *
 
 void rmsnorm_backward_bf16(struct act_out dinp, float *dweight, const float *dout, const bf16 *inp,
                            const float *weight, const float *rstd, int64_t N, int64_t C, struct exec_ctx *fc) {
+    ops_on(fc, __func__, NULL, 0, &dinp, 1); /* checks dinp's space; RUN_LLAMA chooses the backend */
     RUN_LLAMA(KERNEL_RMSNORM, rmsnorm_backward_bf16, dinp, dweight, dout, inp, weight, rstd, N, C, fc);
 }
 

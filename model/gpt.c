@@ -186,10 +186,12 @@ static struct operand gemm_in(struct gpt *m, struct layer_view *v, enum layer_ac
 static void gemm_forward(struct gpt *m, struct act_out out, struct operand x, struct operand w, const float *bias,
                          int64_t N, int64_t C, int64_t OC) {
     const char *op = __func__;
-    if (operand_is_bf16(w) || out.b16) matmul_forward_mixed(out, x, w, bias, N, C, OC, m->flops);
+    if (operand_is_bf16(w) || act_out_is_bf16(out)) matmul_forward_mixed(out, x, w, bias, N, C, OC, m->flops);
     else if (operand_is_bf16(x))
-        matmul_forward_bf16(out.f32, operand_as_bf16(x, op), operand_as_f32(w, op), bias, N, C, OC, m->flops);
-    else matmul_forward(out.f32, operand_as_f32(x, op), operand_as_f32(w, op), bias, N, C, OC, m->flops);
+        matmul_forward_bf16(act_out_as_f32(out, op), operand_as_bf16(x, op), operand_as_f32(w, op), bias, N, C, OC,
+                            m->flops);
+    else matmul_forward(act_out_as_f32(out, op), operand_as_f32(x, op), operand_as_f32(w, op), bias, N, C, OC,
+                        m->flops);
 }
 
 /* The same for the backward; dout and dinp bf16 on the bf16 data path's
@@ -197,13 +199,13 @@ static void gemm_forward(struct gpt *m, struct act_out out, struct operand x, st
 static void gemm_backward(struct gpt *m, struct act_out dinp, float *dweight, float *dbias, struct operand dout,
                           struct operand x, struct operand w, int64_t N, int64_t C, int64_t OC) {
     const char *op = __func__;
-    if (operand_is_bf16(w) || dinp.b16 || operand_is_bf16(dout))
+    if (operand_is_bf16(w) || act_out_is_bf16(dinp) || operand_is_bf16(dout))
         matmul_backward_mixed(dinp, dweight, dbias, dout, x, w, N, C, OC, m->flops);
     else if (operand_is_bf16(x))
-        matmul_backward_bf16(dinp.f32, dweight, dbias, operand_as_f32(dout, op), operand_as_bf16(x, op),
+        matmul_backward_bf16(act_out_as_f32(dinp, op), dweight, dbias, operand_as_f32(dout, op), operand_as_bf16(x, op),
                              operand_as_f32(w, op), N, C, OC, m->flops);
     else
-        matmul_backward(dinp.f32, dweight, dbias, operand_as_f32(dout, op), operand_as_f32(x, op),
+        matmul_backward(act_out_as_f32(dinp, op), dweight, dbias, operand_as_f32(dout, op), operand_as_f32(x, op),
                         operand_as_f32(w, op), N, C, OC, m->flops);
 }
 
@@ -257,7 +259,7 @@ static void row_parallel_forward(struct gpt *m, float *out, struct layer_view *v
      * (on a GPU in its epilogue: no pass of its own) */
     bool alone = m->lay->rank.tp == 1 && !m->sp;
     const float *gemm_bias = alone ? bias : NULL;
-    gemm_forward(m, (struct act_out){.f32 = out}, gemm_in(m, v, a, false), w, gemm_bias, N, in_l, C);
+    gemm_forward(m, acts_out_f32(m, out), gemm_in(m, v, a, false), w, gemm_bias, N, in_l, C);
     if (alone) return;
     m->tpp->row_output(m, out, out);
     bias_add(out, bias, (int64_t)bt_l(m), C, m->flops);
@@ -296,8 +298,8 @@ static void layernorm_saved(struct gpt *m, struct layer_view *v, enum layer_act 
 
 /* The stream's gradient as a kernel writes it: dresid16 (acts_direct) or dresid. */
 static struct act_out dresid_out(const struct gpt *m) {
-    if (acts_direct(m)) return (struct act_out){.b16 = m->dresid16};
-    return (struct act_out){.f32 = m->dresid};
+    if (acts_direct(m)) return acts_out_bf16(m, m->dresid16);
+    return acts_out_f32(m, m->dresid);
 }
 
 /* The stream's gradient as the row-parallel GEMMs read it: dresid16 as
@@ -323,10 +325,10 @@ static void layernorm_grad(struct gpt *m, float *dw, float *db, struct operand x
  * back: their store, or (selective recompute: not stored) nowhere in the
  * forward and the one-layer fp32 copy in the backward's recompute,
  * rounded to bf16's values as the kernel stores them. */
-static struct act_out att_dst(const struct layer_view *v, bool recompute) {
-    if (v->store[ACT_ATT]) return (struct act_out){.b16 = v->store[ACT_ATT]};
-    if (!recompute) return (struct act_out){0};
-    return (struct act_out){.f32 = v->act[ACT_ATT], .bf16_values = true};
+static struct act_out att_dst(const struct gpt *m, const struct layer_view *v, bool recompute) {
+    if (v->store[ACT_ATT]) return acts_out_bf16(m, v->store[ACT_ATT]);
+    if (!recompute) return act_out_none();
+    return act_out_bf16_values(v->act[ACT_ATT], m->space);
 }
 
 static struct operand att_src(const struct gpt *m, const struct layer_view *v) {
@@ -356,7 +358,7 @@ static void layer_forward(struct gpt *m, struct operand x, struct layer_view *v,
                     wt(m, w, LAYER_LN1_B));
     /* column-parallel: this rank's heads' q, k, v, from every token's ln1;
      * acts_direct: rounded once as the GEMM stores them */
-    struct act_out qkv = acts_direct(m) ? (struct act_out){.b16 = v->store[ACT_QKV]} : (struct act_out){.f32 = a[ACT_QKV]};
+    struct act_out qkv = acts_direct(m) ? acts_out_bf16(m, v->store[ACT_QKV]) : acts_out_f32(m, a[ACT_QKV]);
     column_parallel_forward(m, qkv, v, ACT_LN1, wop(m, w, LAYER_QKV_W), wt(m, w, LAYER_QKV_B), 3 * Cl);
     if (!acts_direct(m)) acts_round(m, v, ACT_QKV, acts_numel(m, ACT_QKV));
     if (acts_direct(m) && m->cpp->attention_forward_bf16) { /* the ring on the stores: out rounded once; lse fp32 */
@@ -365,7 +367,7 @@ static void layer_forward(struct gpt *m, struct operand x, struct layer_view *v,
         attention_lse_forward_bf16(v->store[ACT_ATTY], a[ACT_ATT], v->store[ACT_QKV], m->att_scratch, m->B,
                                    m->shape.T, Cl, m->NHl, fc);
     } else if (acts_direct(m)) { /* out and the stored probabilities rounded as they are written */
-        attention_forward_bf16((struct act_out){.b16 = v->store[ACT_ATTY]}, att_dst(v, false), v->store[ACT_QKV],
+        attention_forward_bf16(acts_out_bf16(m, v->store[ACT_ATTY]), att_dst(m, v, false), v->store[ACT_QKV],
                                m->att_scratch, m->B, m->shape.T, Cl, m->NHl, fc);
     } else if (m->cpp->attention_forward) { /* context parallel: every rank's keys, by ring (flash only) */
         m->cpp->attention_forward(m, a[ACT_ATTY], a[ACT_ATT], a[ACT_QKV]);
@@ -388,7 +390,8 @@ static void layer_forward(struct gpt *m, struct operand x, struct layer_view *v,
         layernorm_saved(m, v, ACT_LN2, v->stat[STAT_LN2_MEAN], v->stat[STAT_LN2_RSTD], saved_in(m, v, ACT_RES2),
                         wt(m, w, LAYER_LN2_W), wt(m, w, LAYER_LN2_B));
     }
-    column_parallel_forward(m, (struct act_out){.f32 = a[ACT_FCH]}, v, ACT_LN2, wop(m, w, LAYER_FC_W), wt(m, w, LAYER_FC_B), Fl);
+    column_parallel_forward(m, acts_out_f32(m, a[ACT_FCH]), v, ACT_LN2, wop(m, w, LAYER_FC_W), wt(m, w, LAYER_FC_B),
+                            Fl);
     if (acts_gemm_reads_store(m)) { /* both kept as bf16 only, in one pass: no fp32 GELU output */
         gelu_forward_bf16(v->store[ACT_FCH_GELU], v->store[ACT_FCH], a[ACT_FCH], (int64_t)acts_numel(m, ACT_FCH),
                           fc);
@@ -446,8 +449,7 @@ float gpt_head_forward(struct gpt *m, int s, struct unit_weights w_head, struct 
     struct vocab_slice v = m->vocab;
     struct operand in = head_input(m, s, wte, false);
     bool l16 = acts_logits_bf16(m); /* tp = 1: the slice is the whole padded vocabulary */
-    gemm_forward(m, l16 ? (struct act_out){.b16 = sl->logits} : (struct act_out){.f32 = sl->logits}, in, wte, NULL,
-                 N, C, v.Vl);
+    gemm_forward(m, l16 ? acts_out_bf16(m, sl->logits) : acts_out_f32(m, sl->logits), in, wte, NULL, N, C, v.Vl);
     if (targets) gpt_upload_targets(m, s, targets);
     double sum;
     if (l16) {
@@ -466,12 +468,11 @@ void gpt_head_backward(struct gpt *m, int s, struct unit_weights w_head, struct 
     const struct model_layout *lay = m->lay;
     float *dlnfw = dw_head + lay->head_offset[HEAD_LNF_W], *dlnfb = dw_head + lay->head_offset[HEAD_LNF_B];
     struct operand dlogits = acts_logits_bf16(m) ? acts_op_bf16(m, sl->logits) : acts_op_f32(m, sl->logits);
-    gemm_backward(m, (struct act_out){.f32 = m->dtemp_btc}, dwte, NULL, dlogits, head_input(m, s, wte, true), wte, N,
+    gemm_backward(m, acts_out_f32(m, m->dtemp_btc), dwte, NULL, dlogits, head_input(m, s, wte, true), wte, N,
                   C, m->vocab.Vl);
     m->tpp->column_grad(m, m->dtemp_btc); /* dlnf sums over the vocabulary slices */
     struct act_out dres = dresid_out(m);
-    if (dres.b16) buf_zero(m->space, dres.b16, btc_l(m) * sizeof(bf16));
-    else buf_zero(m->space, dres.f32, btc_l(m) * sizeof(float));
+    buf_zero(m->space, dres.data, btc_l(m) * dtype_size(dres.dtype));
     m->tpp->ln_grads_begin(m);
     layernorm_grad(m, m->tpp->ln_grad(m, dlnfw, 0), m->tpp->ln_grad(m, dlnfb, 1), x, hw(m, w_head, HEAD_LNF_W),
                    sl->lnf_stats, sl->lnf_stats + bt_l(m));
@@ -490,7 +491,7 @@ void gpt_layer_backward(struct gpt *m, int s, int l, struct unit_weights w, floa
     if (m->recompute == RECOMPUTE_FULL) layer_forward(m, x, &v, w, NULL, NULL);
     if (m->recompute == RECOMPUTE_SELECTIVE && !flash(m)) { /* flash: nothing was dropped */
         if (acts_direct(m)) {
-            attention_forward_bf16((struct act_out){.f32 = m->dtemp_btc}, att_dst(&v, true), v.store[ACT_QKV],
+            attention_forward_bf16(acts_out_f32(m, m->dtemp_btc), att_dst(m, &v, true), v.store[ACT_QKV],
                                    m->att_scratch, m->B, m->shape.T, Cl, m->NHl, fc);
         } else {
             attention_forward(m->dtemp_btc, a[ACT_ATT], a[ACT_QKV], m->B, m->shape.T, Cl, m->NHl, fc);
@@ -505,8 +506,8 @@ void gpt_layer_backward(struct gpt *m, int s, int l, struct unit_weights w, floa
      * projections whole; their bias gradients come out alike on every rank
      * (with sp: g-bar gathers it whole first). */
     bool g16 = acts_direct(m);
-    struct act_out dfc = g16 ? (struct act_out){.b16 = m->dfc16} : (struct act_out){.f32 = m->dfc};
-    struct act_out dtemp = {.f32 = m->dtemp_btc};
+    struct act_out dfc = g16 ? acts_out_bf16(m, m->dfc16) : acts_out_f32(m, m->dfc);
+    struct act_out dtemp = acts_out_f32(m, m->dtemp_btc);
     layer_matmul_backward(m, dfc, dwt(m, dw, LAYER_FCPROJ_W), dwt(m, dw, LAYER_FCPROJ_B), dresid_in(m), &v,
                           ACT_FCH_GELU, false, wop(m, w, LAYER_FCPROJ_W), Fl, C);
     int64_t nf = (int64_t)acts_numel(m, ACT_FCH);

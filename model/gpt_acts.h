@@ -57,6 +57,9 @@ struct operand acts_stream_in(struct gpt *m, int s, int i, float *work);
 /* A tensor of the model's, in its memory space, as an operand. */
 static inline struct operand acts_op_f32(const struct gpt *m, const float *x) { return operand_f32(x, m->space); }
 static inline struct operand acts_op_bf16(const struct gpt *m, const bf16 *x) { return operand_bf16(x, m->space); }
+/* The same as a kernel's output. */
+static inline struct act_out acts_out_f32(const struct gpt *m, float *x) { return act_out_f32(x, m->space); }
+static inline struct act_out acts_out_bf16(const struct gpt *m, bf16 *x) { return act_out_bf16(x, m->space); }
 /* Local layer i's saved tensors in slot s (widened from the stores where
  * the path reads fp32 copies, when `load`); the final LayerNorm's output. */
 struct layer_view acts_layer_view(struct gpt *m, int s, int i, bool load);

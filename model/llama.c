@@ -139,17 +139,16 @@ static struct llama_view view(struct gpt *m, int s, int i) {
 static struct operand in(const struct gpt *m, const struct llama_view *v, enum llama_act a) {
     return direct(m) ? acts_op_bf16(m, v->h[a]) : acts_op_f32(m, v->f[a]);
 }
-static struct act_out out(const struct llama_view *v, enum llama_act a) { return (struct act_out){v->f[a], v->h[a], false}; }
+static struct act_out out(const struct gpt *m, const struct llama_view *v, enum llama_act a) {
+    return direct(m) ? acts_out_bf16(m, v->h[a]) : acts_out_f32(m, v->f[a]);
+}
 
 /* Stream entry i of slot s (entry n_layers: the chunk's output). */
 static struct act_out stream(struct gpt *m, int s, int i) {
     void *p = (char *)m->slot[s].resid + (size_t)i * btc_l(m) * dtype_size(m->act_dtype);
-    return direct(m) ? (struct act_out){NULL, p, false} : (struct act_out){p, NULL, false};
+    return direct(m) ? acts_out_bf16(m, p) : acts_out_f32(m, p);
 }
-static struct operand stream_in(struct gpt *m, int s, int i) {
-    struct act_out o = stream(m, s, i);
-    return direct(m) ? acts_op_bf16(m, o.b16) : acts_op_f32(m, o.f32);
-}
+static struct operand stream_in(struct gpt *m, int s, int i) { return act_out_operand(stream(m, s, i)); }
 
 void llama_init_chunks(struct gpt *m, struct mem_tracker *mem) {
     enum mem_space space = m->space;
@@ -254,17 +253,17 @@ static void gemm_forward(struct gpt *m, struct act_out o, struct operand x, stru
         matmul_forward_mixed(o, x, w, NULL, N, C, OC, m->flops);
         return;
     }
-    float *of = o.b16 ? m->gemm_out : o.f32;
+    float *of = act_out_is_bf16(o) ? m->gemm_out : act_out_as_f32(o, __func__);
     matmul_forward(of, widened(m, x, m->gemm_in, (size_t)(N * C)), operand_as_f32(w, __func__), NULL, N, C, OC,
                    m->flops);
-    if (o.b16) conv_narrow(m->flops, o.b16, of, (size_t)(N * OC));
+    if (act_out_is_bf16(o)) conv_narrow(m->flops, act_out_as_bf16(o, __func__), of, (size_t)(N * OC));
 }
 
 static void gemm_backward(struct gpt *m, float *dinp, float *dweight, struct operand dout, struct operand x,
                           struct operand w, int64_t C, int64_t OC) {
     int64_t N = (int64_t)bt(m);
     if (bf16_gemms(m, w)) {
-        matmul_backward_mixed((struct act_out){dinp, NULL, false}, dweight, NULL, dout, x, w, N, C, OC, m->flops);
+        matmul_backward_mixed(acts_out_f32(m, dinp), dweight, NULL, dout, x, w, N, C, OC, m->flops);
         return;
     }
     matmul_backward(dinp, dweight, NULL, widened(m, dout, m->gemm_out, (size_t)(N * OC)),
@@ -283,8 +282,10 @@ static struct operand column_in(struct gpt *m, struct operand x) {
 static void rmsnorm(struct gpt *m, struct act_out o, float *rstd, struct operand x, const float *w) {
     int64_t N = (int64_t)bt_l(m), C = m->shape.C;
     const char *op = __func__;
-    if (o.b16) rmsnorm_forward_bf16(o.b16, rstd, operand_as_bf16(x, op), w, m->shape.norm_eps, N, C, m->flops);
-    else rmsnorm_forward(o.f32, rstd, operand_as_f32(x, op), w, m->shape.norm_eps, N, C, m->flops);
+    if (act_out_is_bf16(o))
+        rmsnorm_forward_bf16(act_out_as_bf16(o, op), rstd, operand_as_bf16(x, op), w, m->shape.norm_eps, N, C,
+                             m->flops);
+    else rmsnorm_forward(act_out_as_f32(o, op), rstd, operand_as_f32(x, op), w, m->shape.norm_eps, N, C, m->flops);
 }
 
 static void rmsnorm_grad(struct gpt *m, float *dw, const float *dout, struct operand x, const float *w,
@@ -292,7 +293,7 @@ static void rmsnorm_grad(struct gpt *m, float *dw, const float *dout, struct ope
     int64_t N = (int64_t)bt_l(m), C = m->shape.C;
     const char *op = __func__;
     if (operand_is_bf16(x))
-        rmsnorm_backward_bf16((struct act_out){m->dresid, NULL, false}, dw, dout, operand_as_bf16(x, op), w, rstd, N,
+        rmsnorm_backward_bf16(acts_out_f32(m, m->dresid), dw, dout, operand_as_bf16(x, op), w, rstd, N,
                               C, m->flops);
     else rmsnorm_backward(m->dresid, dw, dout, operand_as_f32(x, op), w, rstd, N, C, m->flops);
 }
@@ -300,8 +301,9 @@ static void rmsnorm_grad(struct gpt *m, float *dw, const float *dout, struct ope
 /* o = a + b (b the fp32 output of a row-parallel GEMM). */
 static void residual(struct gpt *m, struct act_out o, struct operand a, const float *b) {
     int64_t n = (int64_t)btc_l(m);
-    if (o.b16) residual_forward_bf16(o.b16, operand_as_bf16(a, __func__), b, n, m->flops);
-    else residual_forward(o.f32, operand_as_f32(a, __func__), b, n, m->flops);
+    const char *op = __func__;
+    if (act_out_is_bf16(o)) residual_forward_bf16(act_out_as_bf16(o, op), operand_as_bf16(a, op), b, n, m->flops);
+    else residual_forward(act_out_as_f32(o, op), operand_as_f32(a, op), b, n, m->flops);
 }
 
 /* vocabulary-parallel: this rank's rows (zero for tokens it does not
@@ -310,10 +312,11 @@ static void residual(struct gpt *m, struct act_out o, struct operand a, const fl
 static void llama_embed_forward(struct gpt *m, int s, struct unit_weights w_embed, const int32_t *inputs) {
     buf_copy(m->space, m->slot[s].inputs, inputs, bt(m) * sizeof *inputs);
     struct act_out x0 = stream(m, s, 0);
+    float *x32 = act_out_is_bf16(x0) ? NULL : act_out_as_f32(x0, __func__);
     /* the looked-up rows, every token's: into the stream (fp32, whole), else
      * g's gathered buffer (sp: g-bar keeps this rank's slice) or dtemp_btc
      * (bf16: narrowed after), both free in the forward */
-    float *rows = m->sp ? m->gathered : x0.f32 ? x0.f32 : m->dtemp_btc;
+    float *rows = m->sp ? m->gathered : x32 ? x32 : m->dtemp_btc;
     int64_t N = (int64_t)bt(m), C = m->shape.C;
     struct operand wte = operand_at(w_embed.params, m->lay->embed_offset[EMB_WTE]);
     if (operand_is_bf16(wte))
@@ -322,14 +325,14 @@ static void llama_embed_forward(struct gpt *m, int s, struct unit_weights w_embe
     else
         embedding_rows_forward(rows, m->slot[s].inputs, operand_as_f32(wte, __func__), m->vocab.v0, m->vocab.Vl, N, C,
                                m->flops);
-    m->tpp->row_output(m, rows, x0.f32 ? x0.f32 : rows);
-    if (x0.b16) conv_narrow(m->flops, x0.b16, rows, btc_l(m));
+    m->tpp->row_output(m, rows, x32 ? x32 : rows);
+    if (!x32) conv_narrow(m->flops, act_out_as_bf16(x0, __func__), rows, btc_l(m));
 }
 
 /* Row-parallel GEMM: tmp (N,C) = x (N,in_l) . w^T over this rank's input
  * features, summed over the group (g). */
 static void row_parallel(struct gpt *m, float *tmp, struct operand x, struct operand w, int64_t in_l) {
-    gemm_forward(m, (struct act_out){tmp, NULL, false}, x, w, in_l, m->shape.C);
+    gemm_forward(m, acts_out_f32(m, tmp), x, w, in_l, m->shape.C);
     m->tpp->row_output(m, tmp, tmp);
 }
 
@@ -357,21 +360,21 @@ static void layer_forward(struct gpt *m, struct operand x, struct llama_view *v,
     int64_t heads = m->NHl + kv_local(m); /* q's and k's, adjacent in each row: one RoPE call rotates both */
     struct exec_ctx *fc = m->flops;
     float *tmp = m->dtemp_btc; /* free outside the backward's own use */
-    rmsnorm(m, out(v, LA_LN1), v->rstd1, x, wt(m, w, LAYER_LN1_W));
+    rmsnorm(m, out(m, v, LA_LN1), v->rstd1, x, wt(m, w, LAYER_LN1_W));
     /* column-parallel (f): this rank's heads' q, k, v from every token's ln1 */
-    gemm_forward(m, out(v, LA_QKV), column_in(m, in(m, v, LA_LN1)), wop(m, w, LAYER_QKV_W), C, QKV);
+    gemm_forward(m, out(m, v, LA_QKV), column_in(m, in(m, v, LA_LN1)), wop(m, w, LAYER_QKV_W), C, QKV);
     if (direct(m)) rope_forward_bf16(v->h[LA_QKV], v->h[LA_QKV], QKV, m->rope_freqs, m->rope_pos, N, heads, hs, fc);
     else rope_forward(v->f[LA_QKV], v->f[LA_QKV], QKV, m->rope_freqs, m->rope_pos, N, heads, hs, fc);
     attention_forward_of(m, v);
     row_parallel(m, tmp, in(m, v, LA_ATTY), wop(m, w, LAYER_ATTPROJ_W), m->Cl);
-    residual(m, out(v, LA_RES2), x, tmp);
-    rmsnorm(m, out(v, LA_LN2), v->rstd2, in(m, v, LA_RES2), wt(m, w, LAYER_LN2_W));
+    residual(m, out(m, v, LA_RES2), x, tmp);
+    rmsnorm(m, out(m, v, LA_LN2), v->rstd2, in(m, v, LA_RES2), wt(m, w, LAYER_LN2_W));
     struct operand ln2 = column_in(m, in(m, v, LA_LN2));
-    gemm_forward(m, out(v, LA_UP), ln2, wop(m, w, LAYER_FC_W), C, F);
-    gemm_forward(m, out(v, LA_GATE), ln2, wop(m, w, LAYER_FC2_W), C, F);
+    gemm_forward(m, out(m, v, LA_UP), ln2, wop(m, w, LAYER_FC_W), C, F);
+    gemm_forward(m, out(m, v, LA_GATE), ln2, wop(m, w, LAYER_FC2_W), C, F);
     if (direct(m)) swiglu_forward_bf16(v->h[LA_SWI], v->h[LA_UP], v->h[LA_GATE], N * F, fc);
     else swiglu_forward(v->f[LA_SWI], v->f[LA_UP], v->f[LA_GATE], N * F, fc);
-    if (!y.f32 && !y.b16) return;
+    if (!y.data) return;
     row_parallel(m, tmp, in(m, v, LA_SWI), wop(m, w, LAYER_FCPROJ_W), F);
     residual(m, y, in(m, v, LA_RES2), tmp);
 }
@@ -385,12 +388,9 @@ static void llama_layer_forward(struct gpt *m, int s, int l, struct unit_weights
 /* The final RMSNorm's output as stored, and as the head's GEMM reads it. */
 static struct act_out lnf_out(struct gpt *m, int s) {
     void *p = m->slot[s].lnf;
-    return direct(m) ? (struct act_out){NULL, p, false} : (struct act_out){p, NULL, false};
+    return direct(m) ? acts_out_bf16(m, p) : acts_out_f32(m, p);
 }
-static struct operand lnf_in(struct gpt *m, int s) {
-    struct act_out o = lnf_out(m, s);
-    return column_in(m, direct(m) ? acts_op_bf16(m, o.b16) : acts_op_f32(m, o.f32));
-}
+static struct operand lnf_in(struct gpt *m, int s) { return column_in(m, act_out_operand(lnf_out(m, s))); }
 
 /* The untied LM head: logits = lnf . lm_head^T over this rank's vocabulary
  * rows (column-parallel: f), fp32, and the vocabulary-parallel
@@ -400,7 +400,7 @@ static float llama_head_forward(struct gpt *m, int s, struct unit_weights w_head
     int64_t N = (int64_t)bt(m), C = m->shape.C;
     struct gpt_slot *sl = &m->slot[s];
     rmsnorm(m, lnf_out(m, s), sl->lnf_stats, stream_in(m, s, sl->n_layers), hw(m, w_head, HEAD_LNF_W));
-    gemm_forward(m, (struct act_out){sl->logits, NULL, false}, lnf_in(m, s), lm_head, C, m->vocab.Vl);
+    gemm_forward(m, acts_out_f32(m, sl->logits), lnf_in(m, s), lm_head, C, m->vocab.Vl);
     if (targets) gpt_upload_targets(m, s, targets);
     double sum = m->tpp->crossentropy(m, sl->logits, sl->losses, sl->targets, N, dloss, m->dtemp_btc);
     return (float)(sum / (double)N);
@@ -453,7 +453,7 @@ static void llama_layer_backward(struct gpt *m, int s, int l, struct unit_weight
     int i = l - m->slot[s].l0;
     struct exec_ctx *fc = m->flops;
     struct llama_view v = view(m, s, i);
-    if (full(m)) layer_forward(m, stream_in(m, s, i), &v, w, (struct act_out){0});
+    if (full(m)) layer_forward(m, stream_in(m, s, i), &v, w, act_out_none());
     if (probs_dropped(m)) attention_forward_of(m, &v); /* atty again, the same values; the probabilities */
     float *dup = m->dfc, *dgate = m->dfc + N * F;
     /* the norms' weight gradients: with sp this slice's partial sums,

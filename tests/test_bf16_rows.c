@@ -151,7 +151,7 @@ static void test_layernorm_backward(void **state) {
                        mean, rstd, N, C);
             /* the CPU kernel writes dinp in the same dtype as the replay: fp32,
              * or bf16 widened, added to and rounded once */
-            struct act_out dinp_c = mode ? (struct act_out){.b16 = dxh_c} : (struct act_out){.f32 = dx_c};
+            struct act_out dinp_c = mode ? act_out_bf16(dxh_c, MEM_HOST) : act_out_f32(dx_c, MEM_HOST);
             layernorm_backward_bf16_cpu(dinp_c, dw_c, db_c, dy, x, w, mean, rstd, N, C, &fc);
             /* dinp: each row's two means in the warp's order: with K = C + C/32 + 5,
              * each within K u of its terms' absolute mean, and the final

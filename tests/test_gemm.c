@@ -4,8 +4,9 @@
  * FLOPs counted into the named kind and nowhere else; exact totals when
  * called from many OpenMP threads at once; the team's blocks right and
  * the same bits on any number of threads; a shape sgemm cannot take is a
- * clear error and exit status 1; a struct operand read as the other dtype,
- * or on another memory space than its call's counter, stops the run. */
+ * clear error and exit status 1; a struct operand or struct act_out read
+ * as the other dtype, or on another memory space than its call's counter,
+ * stops the run. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -162,10 +163,11 @@ static void test_gemm_rejects_bad_shapes(void **state) {
     assert_int_equal(child_status(2, 2, MATMUL_MAX_DIM + 1, 2, 2, 2), 1); /* beyond int */
 }
 
-/* Case `which` of misused operands in a child: 0 the control (each read
- * as its dtype, an op on host operands with a host counter), 1 fp32 read
- * as bf16, 2 bf16 read as fp32, 3 a device operand with a host counter.
- * Returns the exit status, SIGABRT as -SIGABRT, else -1. */
+/* Case `which` of misused operands and outputs in a child: 0 the control
+ * (each read as its dtype, an op on host tensors with a host counter),
+ * 1 fp32 read as bf16, 2 bf16 read as fp32, 3 a device operand with a host
+ * counter; the same of an output: 4, 5, 6. Returns the exit status,
+ * SIGABRT as -SIGABRT, else -1. */
 static int operand_child(int which) {
     pid_t pid = fork();
     if (pid == 0) {
@@ -173,12 +175,18 @@ static int operand_child(int which) {
         struct exec_ctx fc = {0};
         float x[4] = {0}, y[4] = {0};
         bf16 h[4] = {0};
+        bf16 yh[4] = {0};
         struct operand f = operand_f32(x, MEM_HOST), b = operand_bf16(h, MEM_HOST);
+        struct act_out o = act_out_f32(y, MEM_HOST), oh = act_out_bf16(yh, MEM_HOST);
         if (which == 0 && (operand_as_f32(f, "test") != x || operand_as_bf16(b, "test") != h)) _exit(2);
+        if (which == 0 && (act_out_as_f32(o, "test") != y || act_out_as_bf16(oh, "test") != yh)) _exit(2);
         if (which == 1) operand_as_bf16(f, "test");
         if (which == 2) operand_as_f32(b, "test");
         if (which == 3) f.space = MEM_DEVICE;
-        matmul_forward_mixed((struct act_out){.f32 = y}, b, f, NULL, 2, 2, 2, &fc);
+        if (which == 4) act_out_as_bf16(o, "test");
+        if (which == 5) act_out_as_f32(oh, "test");
+        if (which == 6) o.space = MEM_DEVICE;
+        matmul_forward_mixed(o, b, f, NULL, 2, 2, 2, &fc);
         _exit(0);
     }
     int st;
@@ -190,7 +198,7 @@ static int operand_child(int which) {
 static void test_operand_misuse_stops(void **state) {
     (void)state;
     assert_int_equal(operand_child(0), 0);
-    for (int which = 1; which <= 3; which++) assert_int_equal(operand_child(which), -SIGABRT);
+    for (int which = 1; which <= 6; which++) assert_int_equal(operand_child(which), -SIGABRT);
 }
 
 /* matmul_forward/backward_bf16 (the CPU's reference of the GPU's bf16

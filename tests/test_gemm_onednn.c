@@ -183,10 +183,10 @@ static void test_mixed_operands(void **state) {
         float *dxr = calloc(nx, sizeof *dxr), *dw = calloc(nw, sizeof *dw), *dwr = calloc(nw, sizeof *dwr);
         float *db = calloc((size_t)OC, sizeof *db), *dbr = calloc((size_t)OC, sizeof *dbr);
         struct operand in = operand_bf16(xb, MEM_HOST), weight = operand_bf16(wb, MEM_HOST);
-        matmul_forward_mixed((struct act_out){.f32 = y}, in, weight, bias, N, C, OC, &fc);
+        matmul_forward_mixed(act_out_f32(y, MEM_HOST), in, weight, bias, N, C, OC, &fc);
         matmul_forward_bf16(yr, xb, w, bias, N, C, OC, &ref);
         assert_memory_equal(y, yr, ny * sizeof *y);
-        matmul_backward_mixed((struct act_out){.f32 = dx}, dw, db, operand_f32(dy, MEM_HOST), in, weight, N, C, OC,
+        matmul_backward_mixed(act_out_f32(dx, MEM_HOST), dw, db, operand_f32(dy, MEM_HOST), in, weight, N, C, OC,
                               &fc);
         matmul_backward_bf16(dxr, dwr, dbr, dy, xb, w, N, C, OC, &ref);
         assert_memory_equal(dx, dxr, nx * sizeof *dx);
@@ -194,7 +194,7 @@ static void test_mixed_operands(void **state) {
         assert_memory_equal(db, dbr, (size_t)OC * sizeof *db);
         assert_true(fc.gemm == ref.gemm);
         /* an fp32 input is rounded as the saved bf16 copy would be */
-        matmul_forward_mixed((struct act_out){.f32 = y}, operand_f32(x, MEM_HOST), weight, bias, N, C, OC, &fc);
+        matmul_forward_mixed(act_out_f32(y, MEM_HOST), operand_f32(x, MEM_HOST), weight, bias, N, C, OC, &fc);
         assert_memory_equal(y, yr, ny * sizeof *y);
         /* bf16 outputs (the bf16 data path's qkv and FC feature gradient):
          * the fp32 outputs rounded once, the bias inside; a bf16 dout (the
@@ -202,10 +202,10 @@ static void test_mixed_operands(void **state) {
         bf16 *y16 = calloc(ny, sizeof *y16), *dx16 = calloc(nx, sizeof *dx16), *dy16 = calloc(ny, sizeof *dy16);
         assert_true(y16 && dx16 && dy16);
         for (size_t i = 0; i < ny; i++) dy16[i] = f32_to_bf16(dy[i]);
-        matmul_forward_mixed((struct act_out){.b16 = y16}, in, weight, bias, N, C, OC, &fc);
+        matmul_forward_mixed(act_out_bf16(y16, MEM_HOST), in, weight, bias, N, C, OC, &fc);
         for (size_t i = 0; i < ny; i++) assert_true(bf16_ulps(y16[i], f32_to_bf16(yr[i])) <= (with_context ? 1 : 0));
         memset(dw, 0, nw * sizeof *dw), memset(db, 0, (size_t)OC * sizeof *db);
-        matmul_backward_mixed((struct act_out){.b16 = dx16}, dw, db, operand_bf16(dy16, MEM_HOST), in, weight, N, C,
+        matmul_backward_mixed(act_out_bf16(dx16, MEM_HOST), dw, db, operand_bf16(dy16, MEM_HOST), in, weight, N, C,
                               OC, &fc);
         for (size_t i = 0; i < nx; i++) assert_true(bf16_ulps(dx16[i], f32_to_bf16(dxr[i])) <= (with_context ? 1 : 0));
         assert_memory_equal(dw, dwr, nw * sizeof *dw);
@@ -263,7 +263,7 @@ static struct team_outs run_team(struct onednn_gemms *g, int team, int64_t N, in
     const int was = omp_get_max_threads();
     omp_set_num_threads(team);
     matmul_forward(o.y, x, w, NULL, N, C, OC, &fc);
-    matmul_forward_mixed((struct act_out){.b16 = o.y16}, operand_f32(x, MEM_HOST), operand_f32(w, MEM_HOST), bias,
+    matmul_forward_mixed(act_out_bf16(o.y16, MEM_HOST), operand_f32(x, MEM_HOST), operand_f32(w, MEM_HOST), bias,
                          N, C, OC, &fc);
     matmul_backward(o.dx, o.dw, o.db, dy, x, w, N, C, OC, &fc);
     omp_set_num_threads(was);

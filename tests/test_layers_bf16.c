@@ -166,7 +166,7 @@ static void test_layernorm_backward_bf16(void **state) {
     const float pre = 0.25f; /* all three accumulate */
     fill_const(dinp, NE, pre), fill_const(dw, CH, pre), fill_const(db, CH, pre);
     fill_const(dinp32, NE, pre), fill_const(dw32, CH, pre), fill_const(db32, CH, pre);
-    layernorm_backward_bf16((struct act_out){.f32 = dinp}, dw, db, k.g, k.x16, k.w, mean, rstd, R, CH, &fa);
+    layernorm_backward_bf16(act_out_f32(dinp, MEM_HOST), dw, db, k.g, k.x16, k.w, mean, rstd, R, CH, &fa);
 
     static struct ref64 r;
     for (int i = 0; i < NE; i++) r.x[i] = k.x[i];
@@ -190,7 +190,7 @@ static void test_layernorm_backward_bf16(void **state) {
     static float dinp_w[NE];
     for (int i = 0; i < NE; i++) dinp16[i] = f32_to_bf16(pre);
     fill_const(dw, CH, pre), fill_const(db, CH, pre);
-    layernorm_backward_bf16((struct act_out){.b16 = dinp16}, dw, db, k.g, k.x16, k.w, mean, rstd, R, CH, &fa);
+    layernorm_backward_bf16(act_out_bf16(dinp16, MEM_HOST), dw, db, k.g, k.x16, k.w, mean, rstd, R, CH, &fa);
     buf_narrow(MEM_HOST, want16, dinp32, NE);
     assert_memory_equal(dinp16, want16, sizeof dinp16);
     assert_memory_equal(dw, dw32, sizeof dw);
@@ -378,14 +378,14 @@ static void test_attention_bf16(void **state) {
     assert_non_null(scratch);
     assert_non_null(scratch32);
     struct exec_ctx fa = {0}, fb = {0}, ff = {0};
-    attention_forward_bf16((struct act_out){.b16 = out16}, (struct act_out){.b16 = att16}, qkv16, scratch, AB, AT, AC,
+    attention_forward_bf16(act_out_bf16(out16, MEM_HOST), act_out_bf16(att16, MEM_HOST), qkv16, scratch, AB, AT, AC,
                            ANH, &fa);
     attention_forward(out32, att32, qkv, AB, AT, AC, ANH, &fb);
     buf_narrow(MEM_HOST, want16, out32, AY);
     buf_narrow(MEM_HOST, wantp16, att32, AP);
     assert_memory_equal(out16, want16, sizeof out16);
     assert_memory_equal(att16, wantp16, sizeof att16);
-    attention_forward_bf16((struct act_out){.f32 = outf}, (struct act_out){.f32 = attf}, qkv16, scratch, AB, AT, AC,
+    attention_forward_bf16(act_out_f32(outf, MEM_HOST), act_out_f32(attf, MEM_HOST), qkv16, scratch, AB, AT, AC,
                            ANH, &ff);
     assert_memory_equal(outf, out32, sizeof outf);
     assert_memory_equal(attf, att32, sizeof attf);
@@ -393,9 +393,9 @@ static void test_attention_bf16(void **state) {
      * output alike), and stored as fp32 rounded to bf16's values (the
      * widened bf16 store's bits, no pass of their own) */
     static float attr[AP], outn[AY];
-    attention_forward_bf16((struct act_out){.f32 = outn}, (struct act_out){0}, qkv16, scratch, AB, AT, AC, ANH, &ff);
+    attention_forward_bf16(act_out_f32(outn, MEM_HOST), act_out_none(), qkv16, scratch, AB, AT, AC, ANH, &ff);
     assert_memory_equal(outn, out32, sizeof outn);
-    attention_forward_bf16((struct act_out){.f32 = outn}, (struct act_out){.f32 = attr, .bf16_values = true}, qkv16,
+    attention_forward_bf16(act_out_f32(outn, MEM_HOST), act_out_bf16_values(attr, MEM_HOST), qkv16,
                            scratch, AB, AT, AC, ANH, &ff);
     buf_widen(MEM_HOST, p32, wantp16, AP);
     assert_memory_equal(attr, p32, sizeof attr);

@@ -89,12 +89,12 @@ static void test_rmsnorm_bf16_within_bound(void **state) {
     assert_int_equal(not_bits, 0);
     assert_memory_equal(rstd, rstd16, sizeof rstd);
     rmsnorm_backward(dinp, dw, g, inp, w, rstd, N, C, &fc);
-    rmsnorm_backward_bf16((struct act_out){.b16 = dinp16}, dw16, g, inp16, w, rstd16, N, C, &fc);
+    rmsnorm_backward_bf16(act_out_bf16(dinp16, MEM_HOST), dw16, g, inp16, w, rstd16, N, C, &fc);
     assert_int_equal(bf16_outside_bound(dinp16, dinp, N * C, &not_bits), 0);
     assert_int_equal(not_bits, 0);
     assert_memory_equal(dw, dw16, sizeof dw);
     float dinp32[N * C] = {0}; /* an fp32 dinp: the fp32 form's bits */
-    rmsnorm_backward_bf16((struct act_out){.f32 = dinp32}, dw16, g, inp16, w, rstd16, N, C, &fc);
+    rmsnorm_backward_bf16(act_out_f32(dinp32, MEM_HOST), dw16, g, inp16, w, rstd16, N, C, &fc);
     assert_memory_equal(dinp32, dinp, sizeof dinp);
 }
 

@@ -92,12 +92,15 @@ size_t attention_bf16_scratch(int64_t B, int64_t T, int64_t C, int64_t NH) {
  * rounded to bf16 once (nearest even), or copied into an fp32 dst (with
  * bf16_values rounded to bf16's values as they are); no dst: not stored. */
 static void store_rows(struct act_out dst, int64_t off, int64_t ld, const float *tile, int64_t n, int64_t w) {
-    if (!dst.b16 && !dst.f32) return;
+    if (!dst.data) return;
+    const char *op = "attention_bf16";
+    bf16 *y16 = act_out_is_bf16(dst) ? act_out_as_bf16(dst, op) : NULL;
+    float *y32 = y16 ? NULL : act_out_as_f32(dst, op);
     for (int64_t t = 0; t < n; t++)
         for (int64_t d = 0; d < w; d++) {
             float x = tile[t * w + d];
-            if (dst.b16) dst.b16[off + t * ld + d] = f32_to_bf16(x);
-            else dst.f32[off + t * ld + d] = dst.bf16_values ? round_to_bf16(x) : x;
+            if (y16) y16[off + t * ld + d] = f32_to_bf16(x);
+            else y32[off + t * ld + d] = dst.bf16_values ? round_to_bf16(x) : x;
         }
 }
 
@@ -144,7 +147,7 @@ void attention_backward_bf16_cpu(bf16 *dqkv, const float *dout, const bf16 *qkv,
                                  int64_t B, int64_t T, int64_t C, int64_t NH, struct exec_ctx *fc) {
     const int64_t hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
-    const struct act_out dst = {.b16 = dqkv};
+    const struct act_out dst = act_out_bf16(dqkv, MEM_HOST);
     /* the stored probabilities: bf16 (widened per head) or fp32 */
     const bf16 *att16 = operand_is_bf16(att) ? operand_as_bf16(att, __func__) : NULL;
     const float *att32 = att16 ? NULL : operand_as_f32(att, __func__);

@@ -80,6 +80,10 @@ static LAYERNORM_BACKWARD(layernorm_backward_bf16_bf16, bf16, bf16)
 void layernorm_backward_bf16_cpu(struct act_out dinp, float *dweight, float *dbias, const float *dout, const bf16 *inp,
                                  const float *weight, const float *mean, const float *rstd, int64_t N, int64_t C,
                                  struct exec_ctx *fc) {
-    if (dinp.b16) layernorm_backward_bf16_bf16(dinp.b16, dweight, dbias, dout, inp, weight, mean, rstd, N, C, fc);
-    else layernorm_backward_bf16_f32(dinp.f32, dweight, dbias, dout, inp, weight, mean, rstd, N, C, fc);
+    const char *op = "layernorm_backward_bf16";
+    if (act_out_is_bf16(dinp))
+        layernorm_backward_bf16_bf16(act_out_as_bf16(dinp, op), dweight, dbias, dout, inp, weight, mean, rstd, N, C,
+                                     fc);
+    else layernorm_backward_bf16_f32(act_out_as_f32(dinp, op), dweight, dbias, dout, inp, weight, mean, rstd, N, C,
+                                     fc);
 }

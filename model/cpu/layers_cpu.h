@@ -20,7 +20,7 @@ LAYER_OP_TYPE(matmul_backward) matmul_backward_cpu;
  * An operand given as fp32 is rounded here (into the context's scratch),
  * one given as bf16 is used as it is (the model's saved activation or
  * activation gradient, the engine's bf16 params). An output (out, dinp)
- * is fp32, or bf16 (act_out.b16): the primitive's destination is then
+ * is fp32, or bf16 (its act_out dtype): the primitive's destination is then
  * bf16, with the bias (if any) added in the primitive in fp32 before its
  * one rounding. oneDNN's sizes are 64-bit: no slices. FLOPs and time as
  * gemm_counted's (fc->gemm, fc->gemm_seconds), N*OC to fc->other per

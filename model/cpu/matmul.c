@@ -234,14 +234,15 @@ static float *operand_copy(const char *kernel, struct operand x, size_t n) {
 }
 
 /* The fp32 result of n values (the GEMM's own temporary when the output is
- * bf16) and its store: narrowed once into out.b16 (nearest even). */
+ * bf16) and its store: narrowed once into a bf16 out (nearest even). */
 static float *result_of(const char *kernel, struct act_out out, size_t n) {
-    return out.b16 ? fp32_copy(kernel, n) : out.f32;
+    return act_out_is_bf16(out) ? fp32_copy(kernel, n) : act_out_as_f32(out, kernel);
 }
 
-static void store_result(struct act_out out, float *r, size_t n) {
-    if (!out.b16) return;
-    for (size_t i = 0; i < n; i++) out.b16[i] = f32_to_bf16(r[i]);
+static void store_result(const char *kernel, struct act_out out, float *r, size_t n) {
+    if (!act_out_is_bf16(out)) return;
+    bf16 *y = act_out_as_bf16(out, kernel);
+    for (size_t i = 0; i < n; i++) y[i] = f32_to_bf16(r[i]);
     free(r);
 }
 
@@ -251,7 +252,7 @@ void matmul_forward_mixed_cpu(struct act_out out, struct operand inp, struct ope
     float *x = operand_copy(k, inp, (size_t)(N * C)), *w = operand_copy(k, weight, (size_t)(OC * C));
     float *y = result_of(k, out, (size_t)(N * OC));
     matmul_forward_cpu(y, x, w, bias, N, C, OC, fc);
-    store_result(out, y, (size_t)(N * OC));
+    store_result(k, out, y, (size_t)(N * OC));
     free(x);
     free(w);
 }
@@ -263,7 +264,7 @@ void matmul_backward_mixed_cpu(struct act_out dinp, float *dweight, float *dbias
     float *x = operand_copy(k, inp, (size_t)(N * C)), *w = operand_copy(k, weight, (size_t)(OC * C));
     float *d = operand_copy(k, dout, (size_t)(N * OC)), *dx = result_of(k, dinp, (size_t)(N * C));
     matmul_backward_cpu(dx, dweight, dbias, d, x, w, N, C, OC, fc);
-    store_result(dinp, dx, (size_t)(N * C));
+    store_result(k, dinp, dx, (size_t)(N * C));
     free(x);
     free(w);
     free(d);

@@ -437,15 +437,17 @@ void matmul_forward_onednn(struct act_out out, struct operand inp, struct operan
                            int64_t N, int64_t C, int64_t OC, struct exec_ctx *fc) {
     struct onednn_gemms *g = fc->onednn;
     const bf16 *x = as_bf16(fc, &g->x, inp, (size_t)(N * C)), *w = as_bf16(fc, &g->w, weight, (size_t)(OC * C));
-    if (out.b16) { /* out = bf16(inp . W^T + bias): the bias inside, before the one rounding */
-        gemm(fc, (struct gemm_args){.tb = true, .m = N, .n = OC, .k = C, .a = x, .b = w, .c = out.b16, .bias = bias,
+    if (act_out_is_bf16(out)) { /* out = bf16(inp . W^T + bias): the bias inside, before the one rounding */
+        gemm(fc, (struct gemm_args){.tb = true, .m = N, .n = OC, .k = C, .a = x, .b = w,
+                                    .c = act_out_as_bf16(out, __func__), .bias = bias,
                                     .kind = {.bf16_c = true, .bias = bias != NULL}});
         if (bias) fc->other += (double)N * OC;
         return;
     }
     /* out = inp . W^T */
-    gemm(fc, (struct gemm_args){.tb = true, .m = N, .n = OC, .k = C, .a = x, .b = w, .c = out.f32});
-    if (bias) bias_add_cpu(out.f32, bias, N, OC, fc);
+    float *y = act_out_as_f32(out, __func__);
+    gemm(fc, (struct gemm_args){.tb = true, .m = N, .n = OC, .k = C, .a = x, .b = w, .c = y});
+    if (bias) bias_add_cpu(y, bias, N, OC, fc);
 }
 
 /* dbias += the column sums of the bf16 dout (N,OC), each in row order. */
@@ -464,9 +466,9 @@ void matmul_backward_onednn(struct act_out dinp, float *dweight, float *dbias, s
     struct onednn_gemms *g = fc->onednn;
     const bf16 *x = as_bf16(fc, &g->x, inp, (size_t)(N * C)), *w = as_bf16(fc, &g->w, weight, (size_t)(OC * C));
     const bf16 *d = as_bf16(fc, &g->d, dout, (size_t)(N * OC));
-    void *dx = dinp.b16 ? (void *)dinp.b16 : (void *)dinp.f32;
-    /* dinp = dout . W, dweight += dout^T . inp */
-    gemm(fc, (struct gemm_args){.m = N, .n = C, .k = OC, .a = d, .b = w, .c = dx, .kind = {.bf16_c = dinp.b16 != NULL}});
+    /* dinp = dout . W (written in its dtype), dweight += dout^T . inp */
+    gemm(fc, (struct gemm_args){.m = N, .n = C, .k = OC, .a = d, .b = w, .c = dinp.data,
+                                .kind = {.bf16_c = act_out_is_bf16(dinp)}});
     gemm(fc, (struct gemm_args){.ta = true, .m = OC, .n = C, .k = N, .a = d, .b = x, .c = dweight,
                                 .kind = {.accumulate = true}});
     if (dbias) bias_backward(dbias, d, N, OC, fc);

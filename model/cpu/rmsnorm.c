@@ -106,6 +106,8 @@ static RMSNORM_BACKWARD(rmsnorm_backward_bf16_bf16, bf16, bf16)
 
 void rmsnorm_backward_bf16_cpu(struct act_out dinp, float *dweight, const float *dout, const bf16 *inp,
                                const float *weight, const float *rstd, int64_t N, int64_t C, struct exec_ctx *fc) {
-    if (dinp.b16) rmsnorm_backward_bf16_bf16(dinp.b16, dweight, dout, inp, weight, rstd, N, C, fc);
-    else rmsnorm_backward_bf16_f32(dinp.f32, dweight, dout, inp, weight, rstd, N, C, fc);
+    const char *op = "rmsnorm_backward_bf16";
+    if (act_out_is_bf16(dinp))
+        rmsnorm_backward_bf16_bf16(act_out_as_bf16(dinp, op), dweight, dout, inp, weight, rstd, N, C, fc);
+    else rmsnorm_backward_bf16_f32(act_out_as_f32(dinp, op), dweight, dout, inp, weight, rstd, N, C, fc);
 }

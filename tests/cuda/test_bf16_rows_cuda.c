@@ -126,7 +126,7 @@ static void test_layernorm_backward_v2(void **state) {
             expect_same("layernorm_backward_v2 dbias", rdb, gdb, F(C));
             /* the CPU kernel, its dinp in the same dtype (bf16: widened, added
              * to and rounded once, as the v2 kernel does) */
-            struct act_out dinp_c = bf16_io ? (struct act_out){.b16 = dxh} : (struct act_out){.f32 = dx};
+            struct act_out dinp_c = bf16_io ? act_out_bf16(dxh, MEM_HOST) : act_out_f32(dx, MEM_HOST);
             layernorm_backward_bf16_cpu(dinp_c, dw, db, dy, x, w, mean, rstd, N, C, &fc);
             if (bf16_io) {
                 expect_close_bf16("layernorm_backward_v2 dinp bf16 against the CPU", dxh, gdxh, n, ONE_ROUNDING);

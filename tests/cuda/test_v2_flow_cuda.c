@@ -139,11 +139,11 @@ static void test_layernorm_backward(void **state) {
             float *d_dy = dev_from(dy, F(n)), *d_dx = dev_from(dx, F(n)), *d_w = dev_from(w, F(C)),
                   *d_mean = dev_from(mean, F(N)), *d_rstd = dev_from(rstd, F(N)), *d_dw = dev_from(dw, F(C)),
                   *d_db = dev_from(db, F(C));
-            struct act_out dev_dinp = bf16_dinp ? (struct act_out){.b16 = d_dxh} : (struct act_out){.f32 = d_dx};
+            struct act_out dev_dinp = bf16_dinp ? act_out_bf16(d_dxh, MEM_DEVICE) : act_out_f32(d_dx, MEM_DEVICE);
             layernorm_backward_bf16(dev_dinp, d_dw, d_db, d_dy, d_x, d_w, d_mean, d_rstd, N, C, &g);
             float *gdx = back(d_dx, F(n), "dinp"), *gdw = back(d_dw, F(C), "dweight"), *gdb = back(d_db, F(C), "dbias");
             bf16 *gdxh = (bf16 *)back(d_dxh, H(n), "dinp bf16");
-            struct act_out cpu_dinp = bf16_dinp ? (struct act_out){.b16 = dxh} : (struct act_out){.f32 = dx};
+            struct act_out cpu_dinp = bf16_dinp ? act_out_bf16(dxh, MEM_HOST) : act_out_f32(dx, MEM_HOST);
             layernorm_backward_bf16_cpu(cpu_dinp, dw, db, dy, x, w, mean, rstd, N, C, &c);
             if (bf16_dinp) expect_close_bf16("layernorm_backward_bf16 (device) dinp bf16", dxh, gdxh, n, ONE_ROUNDING);
             else expect_close("layernorm_backward_bf16 (device) dinp", dx, gdx, n, 1e-5);
@@ -195,8 +195,8 @@ static void run_mixed(struct kernel_context *kc, struct mm_case k) {
           *d_doutf = dev_from(doutf, F(N * OC)), *d_dw = dev_from(dw, F(OC * C)), *d_db = dev_from(db, F(OC));
     size_t out_bytes = k.out_bf16 ? H(N * OC) : F(N * OC), dinp_bytes = k.out_bf16 ? H(N * C) : F(N * C);
     void *d_out = dev_poisoned(out_bytes), *d_dinp = dev_poisoned(dinp_bytes);
-    struct act_out gout = k.out_bf16 ? (struct act_out){.b16 = d_out} : (struct act_out){.f32 = d_out};
-    struct act_out gdinp = k.out_bf16 ? (struct act_out){.b16 = d_dinp} : (struct act_out){.f32 = d_dinp};
+    struct act_out gout = k.out_bf16 ? act_out_bf16(d_out, MEM_DEVICE) : act_out_f32(d_out, MEM_DEVICE);
+    struct act_out gdinp = k.out_bf16 ? act_out_bf16(d_dinp, MEM_DEVICE) : act_out_f32(d_dinp, MEM_DEVICE);
     struct operand dout_g = k.dout_bf16 ? operand_bf16(d_douth, MEM_DEVICE) : operand_f32(d_doutf, MEM_DEVICE);
     struct exec_ctx g = on_device(kc), c = {0};
     long long fused = kc->bias_epilogues;
@@ -207,9 +207,9 @@ static void run_mixed(struct kernel_context *kc, struct mm_case k) {
     float *gdw = back(d_dw, F(OC * C), "dweight"), *gdb = back(d_db, F(OC), "dbias");
     /* the CPU's reference: fp32 outputs, narrowed where the device's are bf16 */
     float *cout = malloc(F(N * OC)), *cdinp = malloc(F(N * C));
-    matmul_forward_mixed_cpu((struct act_out){.f32 = cout}, operand_bf16(x, MEM_HOST), operand_f32(w, MEM_HOST), bias,
+    matmul_forward_mixed_cpu(act_out_f32(cout, MEM_HOST), operand_bf16(x, MEM_HOST), operand_f32(w, MEM_HOST), bias,
                              N, C, OC, &c);
-    matmul_backward_mixed_cpu((struct act_out){.f32 = cdinp}, dw, k.bias ? db : NULL, dout_c,
+    matmul_backward_mixed_cpu(act_out_f32(cdinp, MEM_HOST), dw, k.bias ? db : NULL, dout_c,
                               operand_bf16(x, MEM_HOST), operand_f32(w, MEM_HOST), N, C, OC, &c);
     if (k.out_bf16) {
         float *go = widened(out, N * OC), *gi = widened(dinp, N * C);
@@ -265,15 +265,15 @@ static void test_attention_plain(void **state) {
             bf16 *d_qkv = dev_from(qkv, H(n_qkv)), *d_out = dev_poisoned(H(n_out)), *d_dq = dev_poisoned(H(n_qkv));
             void *d_att = where == 0 ? dev_poisoned(H(n_att)) : where == 1 ? dev_poisoned(F(n_att)) : NULL;
             float *d_dout = dev_from(dout, F(n_out)), *d_scr = dev_poisoned(F(ns));
-            struct act_out g_att = where == 0 ? (struct act_out){.b16 = d_att}
-                                   : where == 1 ? (struct act_out){.f32 = d_att, .bf16_values = true}
-                                                : (struct act_out){0};
-            struct act_out c_att = where == 0 ? (struct act_out){.b16 = catt}
-                                   : where == 1 ? (struct act_out){.f32 = catt32, .bf16_values = true}
-                                                : (struct act_out){0};
+            struct act_out g_att = where == 0 ? act_out_bf16(d_att, MEM_DEVICE)
+                                   : where == 1 ? act_out_bf16_values(d_att, MEM_DEVICE)
+                                                : act_out_none();
+            struct act_out c_att = where == 0 ? act_out_bf16(catt, MEM_HOST)
+                                   : where == 1 ? act_out_bf16_values(catt32, MEM_HOST)
+                                                : act_out_none();
             struct exec_ctx g = on_device(NULL), c = {0};
-            attention_forward_bf16((struct act_out){.b16 = d_out}, g_att, d_qkv, d_scr, B, T, C, NH, &g);
-            attention_forward_bf16_cpu((struct act_out){.b16 = cout}, c_att, qkv, scr, B, T, C, NH, &c);
+            attention_forward_bf16(act_out_bf16(d_out, MEM_DEVICE), g_att, d_qkv, d_scr, B, T, C, NH, &g);
+            attention_forward_bf16_cpu(act_out_bf16(cout, MEM_HOST), c_att, qkv, scr, B, T, C, NH, &c);
             bf16 *gout = (bf16 *)back(d_out, H(n_out), "attention out");
             expect_close_bf16("attention_forward_bf16 (device) out", cout, gout, n_out, ONE_ROUNDING + 1e-5);
             if (where < 2) { /* the backward reads the stored probabilities */

@@ -38,7 +38,7 @@ static double bf16_trial(void *ctx, int threads) {
          * blocks the team takes (model/cpu/matmul_onednn.c), else whole */
         struct exec_ctx fc = {.onednn = p->g, .gemm_blocks = threads > 1};
         double t0 = monotonic_seconds();
-        matmul_forward_mixed((struct act_out){.f32 = p->out}, operand_bf16(p->x, MEM_HOST),
+        matmul_forward_mixed(act_out_f32(p->out, MEM_HOST), operand_bf16(p->x, MEM_HOST),
                              operand_bf16(p->w, MEM_HOST), NULL, N, C, OC, &fc);
         double rate = fc.gemm / (monotonic_seconds() - t0);
         if (rate > best) best = rate, p->best_shape = s;

@@ -1,6 +1,6 @@
 // What the device forms of the bf16 data path's kernels (rows_v2.cu,
-// matmul_mixed.cu) take of include/layers.h's struct act_out: bf16 (b16)
-// or plain fp32 (f32). fp32 rounded to bf16's values as it is stored is the
+// matmul_mixed.cu) take of include/layers.h's struct act_out: bf16 or
+// plain fp32 (its dtype). fp32 rounded to bf16's values as it is stored is the
 // plain attention's (selective recompute's probabilities), which has no
 // device form on v2 (config_check_gpu_path refuses it): reaching one here
 // is a caller's bug, stopped by name. --gpu_path v2 only.

@@ -31,17 +31,21 @@ float *widened(const bf16 *x, int64_t n, const char *what) {
     return p;
 }
 
-// Where v1's kernel writes an act_out: its fp32 buffer, or a pool one.
-float *fp32_of(struct act_out o, int64_t n, const char *what) { return o.f32 ? o.f32 : pool_floats(n, what); }
+// Where v1's kernel writes an act_out: its fp32 buffer, or a pool one
+// (a bf16 out, or none).
+bool has_f32(struct act_out o) { return o.data && !act_out_is_bf16(o); }
+float *fp32_of(struct act_out o, int64_t n, const char *what) {
+    return has_f32(o) ? act_out_as_f32(o, what) : pool_floats(n, what);
+}
 
-// The fp32 result f into its act_out: narrowed into b16 (f then freed),
-// rounded in place where bf16_values asks, or left as it is.
+// The fp32 result f into its act_out: narrowed into a bf16 one (f then
+// freed), rounded in place where bf16_values asks, or left as it is.
 void store(struct act_out o, float *f, int64_t n, const char *what) {
-    if (o.f32) {
-        if (o.bf16_values) buf_round_bf16_cuda(o.f32, (size_t)n);
+    if (has_f32(o)) {
+        if (o.bf16_values) buf_round_bf16_cuda(act_out_as_f32(o, what), (size_t)n);
         return;
     }
-    if (o.b16) buf_narrow_cuda(o.b16, f, (size_t)n);
+    if (o.data) buf_narrow_cuda(act_out_as_bf16(o, what), f, (size_t)n);
     pool_free(f, what);
 }
 
@@ -69,7 +73,7 @@ void attention_backward_bf16_cuda(bf16 *dqkv, const float *dout, const bf16 *qkv
     float *p = operand_is_bf16(att) ? widened(operand_as_bf16(att, what), n_att, what) : nullptr;
     /* scratch: attention_bf16_scratch floats, at least v1's attention_backward_scratch */
     attention_backward_cuda(d, dout, q, p ? p : operand_as_f32(att, what), scratch, B, T, C, NH, fc);
-    store((struct act_out){nullptr, dqkv, false}, d, n_qkv, what);
+    store(act_out_bf16(dqkv, MEM_DEVICE), d, n_qkv, what);
     if (p) pool_free(p, what);
     pool_free(q, what);
 }

@@ -139,15 +139,15 @@ void gemm_into(struct exec_ctx *fc, struct act_out out, bool trans_b, int64_t m,
                const __nv_bfloat16 *a, int64_t lda, const __nv_bfloat16 *b, int64_t ldb, const float *bias,
                const char *what) {
     if (m <= 0) return;
-    void *d = out.b16 ? (void *)out.b16 : (void *)out.f32;
-    lt_call c = {bias ? (int)LT_BIAS : (int)LT_PLAIN, false, trans_b, out.b16 != nullptr, m, n, k, lda, ldb, n, a, b,
-                 0.0f, d, (float *)bias};
+    const bool b16 = act_out_is_bf16(out);
+    lt_call c = {bias ? (int)LT_BIAS : (int)LT_PLAIN, false, trans_b, b16, m, n, k, lda, ldb, n, a, b,
+                 0.0f, out.data, (float *)bias};
     if (lt_counted(fc, c, what)) return;
-    float *f = out.b16 ? (float *)pool_alloc((size_t)(m * n) * sizeof(float), what) : out.f32;
+    float *f = b16 ? (float *)pool_alloc((size_t)(m * n) * sizeof(float), what) : act_out_as_f32(out, what);
     gemm_ex_counted(fc, false, trans_b, m, n, k, a, lda, b, ldb, 0.0f, f, n);
     if (bias) bias_rows<<<cuda_blocks(m * n, kBlock), kBlock>>>(f, bias, m, n);
-    if (out.b16) {
-        buf_narrow_cuda(out.b16, f, (size_t)(m * n));
+    if (b16) {
+        buf_narrow_cuda(act_out_as_bf16(out, what), f, (size_t)(m * n));
         cuda_check(cudaFreeAsync(f, 0), what);
     }
     cuda_done(what);
@@ -176,7 +176,7 @@ void matmul_backward_mixed_cuda(struct act_out dinp, float *dweight, float *dbia
     check_dims(what, N, C, OC, fc);
     v2_plain_out(dinp, what);
     bf16_in d = bf16_in_of(dout, N * OC, what), x = bf16_in_of(inp, N * C, what), w = bf16_in_of(weight, OC * C, what);
-    if (dinp.f32 || dinp.b16) gemm_into(fc, dinp, false, N, C, OC, d.p, OC, w.p, C, nullptr, what);
+    if (dinp.data) gemm_into(fc, dinp, false, N, C, OC, d.p, OC, w.p, C, nullptr, what);
     if (dweight && N > 0) { /* N is dweight's reduction: beta 1 accumulates */
         float *part = dbias ? (float *)pool_alloc((size_t)OC * sizeof(float), what) : nullptr;
         lt_call c = {dbias ? (int)LT_BIAS_GRAD : (int)LT_PLAIN, true, false, false, OC, C, N, OC, C, C, d.p, x.p,

@@ -31,8 +31,10 @@ void layernorm_backward_bf16_cuda(struct act_out dinp, float *dweight, float *db
         float *scratch = nullptr;
         const size_t bytes = (size_t)layernorm_backward_v2_scratch(N, C) * sizeof(float);
         cuda_check(cudaMallocAsync((void **)&scratch, bytes, 0), "layernorm_backward_bf16 (partials)");
-        layernorm_backward_v2(dinp.b16 ? nullptr : dinp.f32, dinp.b16, dweight, dbias, scratch, dout, nullptr, inp,
-                              weight, mean, rstd, N, C);
+        const char *what = "layernorm_backward_bf16";
+        const bool b16 = act_out_is_bf16(dinp);
+        layernorm_backward_v2(b16 ? nullptr : act_out_as_f32(dinp, what), b16 ? act_out_as_bf16(dinp, what) : nullptr,
+                              dweight, dbias, scratch, dout, nullptr, inp, weight, mean, rstd, N, C);
         cuda_check(cudaFreeAsync(scratch, 0), "layernorm_backward_bf16 (partials)");
     }
     fc->other += (double)LN_FLOPS_BWD_PER_ELEM * N * C;
