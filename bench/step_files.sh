@@ -267,11 +267,17 @@ ROLES = [
      "the instruments, attached to the step's named points (include/step_hooks.h, train/run/run_hooks.c)"),
     ("loop", r"^train/run/run_(team|stop_signal|device)\.c$|^train/measure/trainer\.h$|^parallel/comm/grid_agree\.c$",
      "the loop between steps (train/run/run_loop.c: trainer_run, around train_step)"),
+    ("loop", r"^train/run/run_loop\.c$",
+     "where the step is parallel/step.c's step_run: train/run/run_loop.c's train_step only times it, "
+     "sums the pipeline's timing and fills the step's metrics for the log (before, train_step was the step "
+     "itself, and run_loop.c counts as the step's)"),
 ]
 import re
+# run_loop.c is the loop's only in a tree whose step lives in parallel/step.c
+STEP_APART = os.path.exists(os.path.join(os.environ["STEP_FILES_TREE"], "parallel", "step.c"))
 def role(f):
     for name, pat, _ in ROLES:
-        if re.search(pat, f):
+        if re.search(pat, f) and (f != "train/run/run_loop.c" or STEP_APART):
             return name
     return "step"
 folders = defaultdict(list)
@@ -328,7 +334,7 @@ for dt in ${dtypes//,/ }; do
     done
     say ""
     [ "$list_only" = 1 ] || grep -E '^(precision|GEMMs):' "$work/$dt-$steps-1.out"
-    python3 "$tmp/report.py" "ZeRO-3 step, dtype $dt, 2 ranks, $repeat runs each of $steps, $((steps + extra)) and \
+    STEP_FILES_TREE=$tree python3 "$tmp/report.py" "ZeRO-3 step, dtype $dt, 2 ranks, $repeat runs each of $steps, $((steps + extra)) and \
 $((steps + 2 * extra)) steps" "$extra" "$list_only" "${args[@]}" || status=1
     say ""
 done

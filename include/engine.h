@@ -12,8 +12,9 @@
  * takes the loss (set up by the forward's dloss) or an incoming gradient
  * and yields the outgoing gradient. Activations and their gradients cross
  * stages as (B,T,C) in act_dtype (with sequence parallelism each tp rank
- * sends its (B,T/tp,C) slice: engine_stage_numel). Which micro-batch runs when is a
- * schedule's business (include/schedule.h).
+ * sends its (B,T/tp,C) slice: engine_stage_numel). Which micro-batch runs
+ * when is the step's business (parallel/step.c: with one stage, each one's
+ * forward then its backward) or the pipeline schedule's (include/schedule.h).
  *
  * Overlap (zero_options.overlap): units are visited in a fixed order
  * (forward: embedding, layers, head; backward: head and embedding, layers
@@ -28,10 +29,12 @@
 
 #include "collectives.h"
 #include "counters.h"
+#include "data.h"
 #include "gpt.h"
 #include "grid.h"
 #include "layout.h"
 #include "mem.h"
+#include "step_hooks.h"
 #include "zero.h"
 
 struct engine_options {
@@ -80,6 +83,17 @@ struct mb_input {
                               * NULL when it was received into engine_stage_input already */
 };
 
+/* Where a step gets its micro-batches: the loader's, in order (every
+ * stage draws every micro-batch, so the loaders stay in step). hooks: the
+ * step's observers (include/step_hooks.h; NULL: none, as in validation),
+ * which see each micro-batch's forward and backward compute begin and end
+ * (MICRO_BATCH_BEGINS and _ENDS, the micro-batch 0-based within the step
+ * and the chunk of a virtual stage); the trace draws them. */
+struct batch_source {
+    struct data_loader *loader;
+    const struct step_hooks *hooks;
+};
+
 /* Builds this rank's model and states over the layout `lay` (copied);
  * grid: the process grid (a test's one process: tests/grid_single.h), whose dp
  * group shards the model states and whose tp, pp and tie groups the layout
@@ -116,6 +130,10 @@ void *engine_stage_output(struct engine *e, int slot);
 int engine_chunk_slot(const struct engine *e, int chunk, int k);
 
 void engine_zero_grads(struct engine *e);
+/* The next micro-batch from src's loader into the (B,T) inputs and
+ * targets, as this rank's model reads them: with context parallelism its
+ * T/cp positions of each sequence (include/context_parallel.h). */
+void engine_next_batch(struct engine *e, const struct batch_source *src, int32_t *inputs, int32_t *targets);
 /* Forward of one micro-batch's chunk into slot `slot` (engine_chunk_slot:
  * the slot names the chunk, whose layers run; the embedding only in chunk
  * 0 of the first stage, the head only in the last chunk of the last). dloss: this micro-batch's
@@ -128,6 +146,13 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
  * gradient (B,T,C) in act_dtype (NULL on the last stage); dx_out: where the
  * outgoing one goes (NULL on the first stage). */
 void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out);
+/* engine_forward and engine_backward of micro-batch k (0-based in the
+ * step) through chunk c, marked for src's observers (MICRO_BATCH_BEGINS
+ * and _ENDS). */
+float engine_micro_batch_forward(struct engine *e, const struct batch_source *src, int k, int c, int slot,
+                                 const struct mb_input *in, float dloss);
+void engine_micro_batch_backward(struct engine *e, const struct batch_source *src, int k, int c, int slot,
+                                 const void *dx_in, void *dx_out);
 /* The optimizer step's phases over the model states (include/zero.h says
  * what each does), in this order: reduce the gradients, their global
  * norm, clip and update (step 0-based), gather the params. */

@@ -50,19 +50,6 @@ enum schedule_kind { SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED, SCHEDU
 
 const char *schedule_name(enum schedule_kind k);
 
-/* Where a schedule gets its micro-batches: next() fills (B,T) inputs and
- * targets with the next one (every stage draws every micro-batch, in the
- * same order, so the loaders stay in step). hooks: the step's observers
- * (include/step_hooks.h; NULL: none): the schedule marks each
- * micro-batch's forward and backward compute (MICRO_BATCH_BEGINS and
- * _ENDS, micro-batch 0-based within the step, and the chunk of a virtual
- * stage), which the trace draws; receives and send waits show as the pp
- * group's own spans. */
-struct batch_source {
-    void (*next)(void *ctx, int32_t *inputs, int32_t *targets);
-    void *ctx;
-    const struct step_hooks *hooks; /* the step's observers (include/step_hooks.h); NULL: none (validation) */
-};
 
 /* Activation slots stage `stage` of p needs for m micro-batches (gpipe,
  * 1f1b: one chunk). */

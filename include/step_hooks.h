@@ -1,8 +1,9 @@
 /* The named points of a training step, and the instruments that observe
  * them. The step calls step_hook at each point and names no instrument:
- * train/run/run_loop.c (train_step: the step and its optimizer phase),
- * parallel/pipeline/schedule.c (a micro-batch's forward and backward),
- * parallel/engine.c (a unit's span and its phase boundary) and
+ * train/run/run_loop.c (train_step: the step's begin and end),
+ * parallel/step.c (step_run: its optimizer phase), parallel/engine.c (a
+ * micro-batch's forward and backward, a unit's span and its phase
+ * boundary) and
  * parallel/zero/ (the collectives that move a unit, its release, the
  * update's phases). The trace (train/measure/measure_trace.c), the memory
  * timeline (measure_timeline.c), energy (train/run/run_energy.c), the FLOP

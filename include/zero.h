@@ -208,7 +208,7 @@ void zero_backward_begins(struct zero *z, bool last_of_step);
 void zero_progress(struct zero *z);
 
 /* The optimizer step's phases, called in this order after the schedule's
- * forwards and backwards (train/run/run_loop.c: train_step). step is
+ * forwards and backwards (parallel/step.c: step_run). step is
  * 0-based. Each is collective over the groups it names.
  *   zero_reduce_grads   the gradients every rank needs reduced: whatever
  *                       is in flight finished, then stage 0's all-reduce

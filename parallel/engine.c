@@ -18,6 +18,7 @@
 #include <stdio.h>
 
 #include "bufops.h"
+#include "context_parallel.h"
 #include "conversions.h"
 
 static const char *const unit_names[] = {[UNIT_EMBED] = "embedding", [UNIT_HEAD] = "head", [UNIT_LAYER] = "layer"};
@@ -408,6 +409,37 @@ void engine_backward(struct engine *e, int slot, const void *dx_in, void *dx_out
     } else {
         gpt_stage_grad_out(m, dx_out);
     }
+}
+
+void engine_next_batch(struct engine *e, const struct batch_source *src, int32_t *inputs, int32_t *targets) {
+    loader_next(src->loader, inputs, targets);
+    if (e->grid->cp == 1) return; /* every position is this rank's */
+    /* context parallelism: this cp rank's positions of each sequence (B, T/cp) */
+    struct cp_split s = {.T = e->lay.shape.T, .cp = e->grid->cp, .rank = e->grid->cp_rank};
+    cp_keep_positions(s, inputs, e->o.micro_batch);
+    cp_keep_positions(s, targets, e->o.micro_batch);
+}
+
+/* The compute of micro-batch k's chunk c begins or ends (include/step_hooks.h). */
+static void micro_batch(const struct batch_source *src, enum step_point at, enum phase_kind dir, int k, int c) {
+    step_hook(src->hooks, (struct step_event){.at = at, .phase = dir, .micro_batch = k, .chunk = c, .unit = -1});
+}
+
+float engine_micro_batch_forward(struct engine *e, const struct batch_source *src, int k, int c, int slot,
+                                 const struct mb_input *in, float dloss) {
+    micro_batch(src, MICRO_BATCH_BEGINS, PHASE_FORWARD, k, c);
+    e->micro_batch = k;
+    float loss = engine_forward(e, slot, in, NULL, dloss);
+    micro_batch(src, MICRO_BATCH_ENDS, PHASE_FORWARD, k, c);
+    return loss;
+}
+
+void engine_micro_batch_backward(struct engine *e, const struct batch_source *src, int k, int c, int slot,
+                                 const void *dx_in, void *dx_out) {
+    micro_batch(src, MICRO_BATCH_BEGINS, PHASE_BACKWARD, k, c);
+    e->micro_batch = k;
+    engine_backward(e, slot, dx_in, dx_out);
+    micro_batch(src, MICRO_BATCH_ENDS, PHASE_BACKWARD, k, c);
 }
 
 void engine_reduce_grads(struct engine *e) { zero_reduce_grads(&e->z); }

@@ -49,7 +49,7 @@ static inline float fixture_forward_backward(struct engine *e, const int32_t *in
     return loss;
 }
 
-/* The optimizer step's phases as train_step runs them (train/run/run_loop.c),
+/* The optimizer step's phases as step_run runs them (parallel/step.c),
  * without its loss check: reduce, norm, and, unless skip_nonfinite meets a
  * NaN or Inf norm, update and gather. */
 struct fixture_step {

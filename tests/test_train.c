@@ -1,6 +1,7 @@
 /* The trainer end to end on configs/tiny.conf and byte-level shards cut from
  * data/kjv.txt (tests/train_fixture.h): it learns, and llm.c model files
- * round-trip through save/init_from. Resume is in test_train_resume.c,
+ * round-trip through save/init_from; one stage accumulates its
+ * micro-batches as the pipeline schedule would. Resume is in test_train_resume.c,
  * refused inputs and outputs in test_train_rejects.c. Every file lives in
  * one mkdtemp directory. One thread. */
 #include <setjmp.h>
@@ -46,6 +47,40 @@ static void test_tiny_learns(void **state) {
     assert_true(final == (float)tr->last_val_loss); /* the run validated at its last step, same numbers */
     assert_true(final < TINY_FINAL_VAL_BOUND);
     trainer_close(tr);
+    free(tr);
+}
+
+/* ---- one stage: gradient accumulation is the schedule's order ----------- */
+
+/* One stage under 1f1b runs its micro-batches as parallel/step.c's plain
+ * gradient accumulation, outside the pipeline; under gpipe it runs them
+ * through parallel/pipeline/schedule.c, all forwards first, in as many
+ * slots. Both draw the same micro-batches and accumulate their gradients in
+ * the same order, so three steps of 3 micro-batches leave the same states,
+ * bit for bit. */
+static void test_one_stage_accumulates_as_the_schedule(void **state) {
+    (void)state;
+    struct trainer *tr = calloc(2, sizeof *tr);
+    assert_non_null(tr);
+    struct snapshot s[2];
+    const char *schedules[2] = {"1f1b", "gpipe"};
+    for (int i = 0; i < 2; i++) {
+        struct config c;
+        tiny_config(&c);
+        set(&c, "steps", "3");
+        set(&c, "grad_accum", "3");
+        set(&c, "schedule", schedules[i]);
+        open_ok(&tr[i], &c);
+        run_ok(&tr[i]);
+        snap(&s[i], &tr[i]);
+    }
+    assert_int_equal(tr[0].engine.model.n_slots, 1); /* the two paths are two */
+    assert_int_equal(tr[1].engine.model.n_slots, 3);
+    assert_same_states(&s[0], &s[1]);
+    for (int i = 0; i < 2; i++) {
+        snap_free(&s[i]);
+        trainer_close(&tr[i]);
+    }
     free(tr);
 }
 
@@ -103,6 +138,7 @@ static void test_llmc_roundtrip_bf16(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_learns),
+        cmocka_unit_test(test_one_stage_accumulates_as_the_schedule),
         cmocka_unit_test(test_llmc_roundtrip_fp32),
         cmocka_unit_test(test_llmc_roundtrip_bf16),
     };

@@ -35,8 +35,8 @@ static void finish(int launch_err, const char *what) {
  * 196 a step at GPT-2 124M. --gpu_path v2 (fc->device.queued_updates): the launch's error
  * only; the kernels stay queued on the default stream, in order before
  * every later kernel, copy and collective, and an error while they run
- * shows at the step's one wait after the update (train/run/run_loop.c:
- * device_kernels_sync, which checks it). */
+ * shows at the step's one wait after the update (train/run/run_hooks.c:
+ * device_kernels_sync at OPTIMIZER_ENDS, which checks it). */
 static void finish_rule(int launch_err, const char *what, const struct exec_ctx *fc) {
     if (fc->device.queued_updates) check(launch_err, what);
     else finish(launch_err, what);

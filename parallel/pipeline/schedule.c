@@ -67,18 +67,13 @@ static int draw_chunk(const struct pipeline *p) {
     return r->has_head && !r->has_embed ? p->v - 1 : 0;
 }
 
-/* The compute of micro-batch k's chunk c begins or ends (include/step_hooks.h). */
-static void micro_batch(const struct step_hooks *h, enum step_point at, enum phase_kind dir, int k, int c) {
-    step_hook(h, (struct step_event){.at = at, .phase = dir, .micro_batch = k, .chunk = c, .unit = -1});
-}
-
 static double forward(struct pipeline *p, int c, int k, float dloss, const struct batch_source *src,
                       int32_t *inputs, int32_t *targets) {
     struct engine *e = p->e;
     int slot = slot_of(p, c, k);
     struct op_messages m;
     op_messages(p, c, PIPE_FORWARD, &m);
-    if (c == draw_chunk(p)) src->next(src->ctx, inputs, targets);
+    if (c == draw_chunk(p)) engine_next_batch(e, src, inputs, targets);
     /* the slot's sends of its previous micro-batch left before the receive
      * or the forward overwrites them. Evaluation (one_slot) reuses a slot
      * with its activation's send still in flight: the data must have left
@@ -89,10 +84,7 @@ static double forward(struct pipeline *p, int c, int k, float dloss, const struc
     if (m.in) receive(p, engine_stage_input(e, slot), m.in->peer, m.in->tag);
     struct mb_input in = {.inputs = inputs, .targets = targets};
     double t0 = monotonic_seconds();
-    micro_batch(src->hooks, MICRO_BATCH_BEGINS, PHASE_FORWARD, k, c);
-    e->micro_batch = k;
-    double loss = engine_forward(e, slot, &in, NULL, dloss);
-    micro_batch(src->hooks, MICRO_BATCH_ENDS, PHASE_FORWARD, k, c);
+    double loss = engine_micro_batch_forward(e, src, k, c, slot, &in, dloss);
     p->last.busy += monotonic_seconds() - t0;
     if (m.out) {
         wait_send(p, &p->act_sent[slot], &p->act_pending[slot]);
@@ -103,7 +95,7 @@ static double forward(struct pipeline *p, int c, int k, float dloss, const struc
     return loss;
 }
 
-static void backward(struct pipeline *p, int c, int k, const struct step_hooks *hooks) {
+static void backward(struct pipeline *p, int c, int k, const struct batch_source *src) {
     struct engine *e = p->e;
     int slot = slot_of(p, c, k);
     struct op_messages m;
@@ -115,10 +107,7 @@ static void backward(struct pipeline *p, int c, int k, const struct step_hooks *
         receive(p, dx_in, m.in->peer, m.in->tag);
     }
     double t0 = monotonic_seconds();
-    micro_batch(hooks, MICRO_BATCH_BEGINS, PHASE_BACKWARD, k, c);
-    e->micro_batch = k;
-    engine_backward(e, slot, dx_in, dx_out);
-    micro_batch(hooks, MICRO_BATCH_ENDS, PHASE_BACKWARD, k, c);
+    engine_micro_batch_backward(e, src, k, c, slot, dx_in, dx_out);
     p->last.busy += monotonic_seconds() - t0;
     if (dx_out) {
         p->grad_sent[slot] = p->pp->isend(p->pp, dx_out, act_numel(p), e->o.act_dtype, m.out->peer, m.out->tag);
@@ -140,7 +129,7 @@ double pipeline_step(struct pipeline *p, float dloss, const struct batch_source 
     for (int i = 0; i < 2 * p->m * p->v; i++) {
         const struct pipe_op *op = &p->ops[i];
         if (op->kind == PIPE_FORWARD) loss += forward(p, op->chunk, op->micro_batch, dloss, src, inputs, targets);
-        else backward(p, op->chunk, op->micro_batch, src->hooks);
+        else backward(p, op->chunk, op->micro_batch, src);
     }
     drain(p);
     /* the step's pipeline ends when its last stage-0 backward does: a stage

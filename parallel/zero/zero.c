@@ -198,7 +198,7 @@ static double local_grad_sum_squares(struct zero *z) {
     return s;
 }
 
-/* ---- the optimizer step's phases, in order (train/run/run_loop.c: train_step) */
+/* ---- the optimizer step's phases, in order (parallel/step.c: step_run) */
 
 /* The step's phase k is done (include/step_hooks.h: the memory timeline samples it). */
 static void phase_done(const struct zero *z, enum phase_kind k) {

@@ -62,7 +62,6 @@ struct run {
     double comm_buffers, comm_theory;
 };
 
-static void next_batch(void *loader, int32_t *inputs, int32_t *targets) { loader_next(loader, inputs, targets); }
 
 /* The trainer's step, driven here so that the loss comes back as the
  * double the schedule summed (the log prints 6 digits). */
@@ -72,7 +71,7 @@ static void train(struct config *c, struct run *out) {
     if (trainer_open(&tr, c, &WORLD, NULL, err) != 0) fail_msg("trainer_open: %s", err);
     struct engine *e = &tr.engine;
     struct comm_counters before = e->dp->counters;
-    struct batch_source src = {next_batch, &tr.train};
+    struct batch_source src = {&tr.train, NULL};
     for (int s = 0; s < STEPS; s++) {
         engine_zero_grads(e);
         out->loss[s] = pipeline_step(&tr.pipe, 1.0f / (float)(ACCUM * WORLD.dp), &src, tr.inputs, tr.targets);

@@ -31,6 +31,7 @@
 #include "../grid_single.h"
 #include "mpi_fixture.h"
 #include "schedule.h"
+#include "step.h"
 #include "../../train/run/run.h"
 
 enum { STEPS = 20, LAYERS = 4 };
@@ -62,23 +63,13 @@ static void config_for(struct config *c, int pp, int dp, int m, enum schedule_ki
     snprintf(c->val_data, sizeof c->val_data, "%s", SHARD);
 }
 
-static void next_batch(void *loader, int32_t *inputs, int32_t *targets) { loader_next(loader, inputs, targets); }
 
-/* `steps` steps as the trainer takes them; loss[s] is the step's mean loss
- * (agreed over dp and the stages). */
+/* `steps` steps as the trainer takes them (parallel/step.c: the one-stage
+ * reference accumulates its micro-batches, the stages run the schedule);
+ * loss[s] is the step's mean loss (agreed over dp and the stages). */
 static void train(struct trainer *tr, double *loss) {
-    struct engine *e = &tr->engine;
-    struct grid *g = tr->grid;
-    struct batch_source src = {next_batch, &tr->train};
-    int m = tr->cfg->grad_accum;
-    for (int s = 0; s < STEPS; s++) {
-        engine_zero_grads(e);
-        double l = pipeline_step(&tr->pipe, 1.0f / (float)(m * g->dp), &src, tr->inputs, tr->targets);
-        g->dp_comm.all_reduce_scalars(&g->dp_comm, &l, 1);
-        g->pp_comm.all_reduce_scalars(&g->pp_comm, &l, 1);
-        loss[s] = l / (m * g->dp);
-        fixture_optimizer_step(e, s, false);
-    }
+    struct batch_source src = {&tr->train, NULL};
+    for (int s = 0; s < STEPS; s++) loss[s] = step_run(&tr->pipe, &src, s, tr->inputs, tr->targets).loss;
 }
 
 /* Unit u's params of a trainer whose states are not sharded (fp32). */

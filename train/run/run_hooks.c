@@ -1,5 +1,6 @@
 /* The step's instruments, attached to its named points (include/step_hooks.h):
- * the step (train/run/run_loop.c: train_step) calls the points and reads
+ * the step (parallel/step.c, parallel/engine.c, train/run/run_loop.c's
+ * train_step) calls the points and reads
  * none of these. In the order attached, which is the order they see a
  * point:
  *   kernel timing  a GPU's queued kernels waited for before the optimizer's

@@ -15,13 +15,13 @@
 #include "../theory/accounting.h"
 #include "../ckpt/checkpoint.h"
 #include "clock.h"
-#include "context_parallel.h"
 #include "../measure/machine.h"
 #include "run_memcheck.h"
 #include "optim.h"
 #include "run_outputs.h"
 #include "pipe_stages.h"
 #include "schedule.h"
+#include "step.h"
 #include "run_stop_signal.h"
 #include "run_team.h"
 #include "../measure/trace_file.h"
@@ -221,28 +221,6 @@ void trainer_close(struct trainer *tr) {
 /* Each data-parallel rank evaluates val_batches micro-batches of its own
  * (its loader strides the validation split over dp), through the pipeline's
  * stages; the mean is taken over all val_batches x dp of them. */
-static void next_batch(struct trainer *tr, struct data_loader *dl, int32_t *inputs, int32_t *targets) {
-    loader_next(dl, inputs, targets);
-    if (tr->grid->cp == 1) return; /* every position is this rank's */
-    /* context parallelism: this cp rank's positions of each sequence (B, T/cp) */
-    struct cp_split s = {.T = tr->cfg->seq_len, .cp = tr->grid->cp, .rank = tr->grid->cp_rank};
-    cp_keep_positions(s, inputs, tr->cfg->micro_batch);
-    cp_keep_positions(s, targets, tr->cfg->micro_batch);
-}
-static void next_train(void *tr, int32_t *inputs, int32_t *targets) {
-    next_batch(tr, &((struct trainer *)tr)->train, inputs, targets);
-}
-static void next_val(void *tr, int32_t *inputs, int32_t *targets) {
-    next_batch(tr, &((struct trainer *)tr)->val, inputs, targets);
-}
-
-/* The step's loss lives on the last stage: summed over dp, then over the
- * stages (the others add 0), so every rank holds it. */
-static void agree_loss(struct trainer *tr, double *loss) {
-    tr->grid->dp_comm.all_reduce_scalars(&tr->grid->dp_comm, loss, 1);
-    if (tr->grid->pp > 1) tr->grid->pp_comm.all_reduce_scalars(&tr->grid->pp_comm, loss, 1);
-}
-
 float trainer_validate(struct trainer *tr) {
     struct collectives *dp = &tr->grid->dp_comm;
     double t0 = monotonic_seconds();
@@ -251,9 +229,8 @@ float trainer_validate(struct trainer *tr) {
     for (int g = 0; g < GROUP_NUM; g++) kept[g] = coll_uncounted_begin(grid_group(tr->grid, (enum grid_group)g));
     int ev = trace_begin(&tr->trace, TRACE_VALIDATION, -1);
     loader_rewind(&tr->val);
-    struct batch_source src = {next_val, tr}; /* no trace: validation's forwards are not a step's */
-    double sum = pipeline_forward_only(&tr->pipe, tr->cfg->val_batches, &src, tr->inputs, tr->targets);
-    agree_loss(tr, &sum);
+    struct batch_source src = {&tr->val, NULL}; /* no trace: validation's forwards are not a step's */
+    double sum = step_validate(&tr->pipe, tr->cfg->val_batches, &src, tr->inputs, tr->targets);
     trace_end(&tr->trace, ev);
     tr->flops = flops;
     for (int g = 0; g < GROUP_NUM; g++) coll_uncounted_end(kept[g]);
@@ -332,59 +309,23 @@ static void log_step(struct trainer *tr, const struct step_metrics *m, bool keep
  * and energy observe those points (train/run/run_hooks.c). */
 static struct step_metrics train_step(struct trainer *tr) {
     const struct config *c = tr->cfg;
-    struct engine *e = &tr->engine;
     const struct step_hooks *hooks = &tr->hooks; /* the instruments: train/run/run_hooks.c */
     step_hook(hooks, (struct step_event){.at = STEP_BEGINS, .step = tr->step + 1});
     double t0 = monotonic_seconds();
-    int dp = tr->grid->dp;
-    /* the losses a step's mean is over: accum x dp micro-batches, each cut
-     * over cp ranks that each return the mean of their B T/cp tokens */
-    int means = c->grad_accum * tr->grid->dp_comm.size;
-
-    /* 1. the gradients zeroed */
-    engine_zero_grads(e);
-    /* 2. the schedule: each micro-batch's forward and backward on this
-     * stage (parallel/pipeline/schedule.c), unit by unit (parallel/engine.c:
-     * under ZeRO-3 each unit all-gathered before it is used, and its
-     * gradient reduce-scattered as its backward ends); the step's loss is
-     * the mean over accum x dp micro-batches */
-    struct batch_source src = {next_train, tr, hooks};
-    double loss = pipeline_step(&tr->pipe, 1.0f / (float)means, &src, tr->inputs, tr->targets);
-    tr->pipe_run.total += tr->pipe.last.total;
+    /* the step itself: parallel/step.c */
+    struct batch_source src = {&tr->train, hooks};
+    struct step_result r = step_run(&tr->pipe, &src, tr->step, tr->inputs, tr->targets);
+    tr->pipe_run.total += tr->pipe.last.total; /* the measured bubble (pp > 1) */
     tr->pipe_run.busy += tr->pipe.last.busy;
     tr->pipe_run.waiting += tr->pipe.last.waiting;
-    /* 3. the loss summed over the ranks before any update, so every rank
-     * sees the same finiteness (a NaN or Inf on one makes the sum
-     * non-finite on all) and decides alike */
-    agree_loss(tr, &loss);
-    step_hook(hooks, (struct step_event){.at = OPTIMIZER_BEGINS});
-    double t_opt = monotonic_seconds();
-    double grad_norm = NAN;
-    bool updated = false;
-    if (isfinite(loss)) { /* a non-finite loss: no update at all, on every rank */
-        /* 4. the reductions: dp (ZeRO-0 all-reduce, ZeRO-1 reduce-scatter,
-         * ZeRO-2/3's in flight finished) and the tied wte over the stages */
-        engine_reduce_grads(e);
-        /* 5. the global gradient norm, over dp, pp and tp */
-        grad_norm = engine_grad_norm(e);
-        if (isfinite(grad_norm)) { /* the same on every rank: from all-reduced values */
-            /* 6. clip by the norm and update the segments this rank owns */
-            engine_update(e, tr->step, grad_norm);
-            /* 7. the gathers: ZeRO-1/2 all-gather the updated params */
-            engine_all_gather_updated(e);
-            updated = true;
-        }
-    }
-    step_hook(hooks, (struct step_event){.at = OPTIMIZER_ENDS});
-    double optimizer_s = monotonic_seconds() - t_opt;
     double dt = monotonic_seconds() - t0;
     tr->train_seconds += dt;
     tr->step++;
-    double tokens = (double)c->micro_batch * c->seq_len * c->grad_accum * dp;
+    double tokens = (double)c->micro_batch * c->seq_len * c->grad_accum * tr->grid->dp;
     struct step_metrics m = {
-        .tokens = tokens, .model_flops = tr->model_flops_per_step, .loss = (float)(loss / means),
-        .val_loss = NO_VAL_LOSS, .lr = lr_at(&e->o.zero.optim.lr, tr->step - 1), .grad_norm = grad_norm,
-        .ms = dt * 1e3, .tokens_per_s = tokens / dt, .optimizer_ms = optimizer_s * 1e3, .nonfinite = !updated,
+        .tokens = tokens, .model_flops = tr->model_flops_per_step, .loss = (float)r.loss,
+        .val_loss = NO_VAL_LOSS, .lr = lr_at(&tr->engine.o.zero.optim.lr, tr->step - 1), .grad_norm = r.grad_norm,
+        .ms = dt * 1e3, .tokens_per_s = tokens / dt, .optimizer_ms = r.optimizer_s * 1e3, .nonfinite = !r.updated,
         .joules = NAN, .planned_joules = NAN};
     /* the FLOPs, the MFU and the joules: the observers' (collective when energy is measured) */
     step_hook(hooks, (struct step_event){.at = STEP_ENDS, .step = tr->step, .metrics = &m});
