@@ -157,7 +157,7 @@ void engine_micro_batch_backward(struct engine *e, const struct batch_source *sr
  * what each does), in this order: reduce the gradients, their global
  * norm, clip and update (step 0-based), gather the params. */
 void engine_reduce_grads(struct engine *e);
-double engine_grad_norm(struct engine *e);
+double engine_all_reduce_grad_norm(struct engine *e);
 void engine_update(struct engine *e, int step, double grad_norm);
 void engine_all_gather_updated(struct engine *e);
 

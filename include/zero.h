@@ -215,9 +215,10 @@ void zero_progress(struct zero *z);
  *                       (the buckets not yet posted) or stage 1's
  *                       reduce-scatter; the tied wte's copies summed over
  *                       the tie group. dp, tie.
- *   zero_grad_norm      the global norm from the owned segments' squares:
- *                       summed over dp (stages > 0), pp and tp (replicated
- *                       tensors and the head's wte copy counted once).
+ *   zero_all_reduce_grad_norm  the global norm: the owned segments' squares
+ *                       all-reduced over dp (stages > 0), pp and tp
+ *                       (replicated tensors and the head's wte copy
+ *                       counted once).
  *   zero_update         clip (the norm's scale) and the update rule over
  *                       the segments this rank owns; local.
  *   zero_all_gather_updated  ZeRO-1 and 2: every rank gets every updated
@@ -225,7 +226,7 @@ void zero_progress(struct zero *z);
  *                       no-op for DDP (all updated) and ZeRO-3 (gathered
  *                       unit by unit as used). */
 void zero_reduce_grads(struct zero *z);
-double zero_grad_norm(struct zero *z);
+double zero_all_reduce_grad_norm(struct zero *z);
 void zero_update(struct zero *z, int step, double grad_norm);
 void zero_all_gather_updated(struct zero *z);
 

@@ -4,7 +4,7 @@
  *             release them;
  *   backward: for each unit, from the last, all_gather, run its backward,
  *             reduce_scatter its gradients, release;
- *   then the sharded update (engine_reduce_grads, engine_grad_norm,
+ *   then the sharded update (engine_reduce_grads, engine_all_reduce_grad_norm,
  *   engine_update, engine_all_gather_updated, at the end of this file).
  * The stage's row (include/zero_stages.h) says which of these move bytes:
  * below ZeRO-3 all_gather reads the resident params and release does
@@ -443,7 +443,7 @@ void engine_micro_batch_backward(struct engine *e, const struct batch_source *sr
 }
 
 void engine_reduce_grads(struct engine *e) { zero_reduce_grads(&e->z); }
-double engine_grad_norm(struct engine *e) { return zero_grad_norm(&e->z); }
+double engine_all_reduce_grad_norm(struct engine *e) { return zero_all_reduce_grad_norm(&e->z); }
 void engine_all_gather_updated(struct engine *e) { zero_all_gather_updated(&e->z); }
 
 void engine_update(struct engine *e, int step, double grad_norm) {

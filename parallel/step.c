@@ -9,7 +9,7 @@
  *   3. the loss summed over the ranks, so that every rank decides alike;
  *   4. the gradients reduced: DDP's all-reduce, ZeRO-1's reduce-scatter,
  *      ZeRO-2/3's in flight finished, the tied wte's over the stages;
- *   5. their global norm, over dp, tp and pp;
+ *   5. their global norm: the squares all-reduced over dp, tp and pp;
  *   6. clipped by it, the update of the segments this rank owns;
  *   7. ZeRO-1/2: the updated params all_gathered.
  * A non-finite loss or norm skips 4-7 or 6-7 on every rank. */
@@ -66,7 +66,7 @@ struct step_result step_run(struct pipeline *p, const struct batch_source *src, 
     double t0 = monotonic_seconds();
     if (isfinite(loss)) { /* a NaN or Inf on one rank made the sum non-finite on all */
         engine_reduce_grads(e);
-        r.grad_norm = engine_grad_norm(e);
+        r.grad_norm = engine_all_reduce_grad_norm(e);
         if (isfinite(r.grad_norm)) { /* the same on every rank: from all-reduced values */
             engine_update(e, step, r.grad_norm);
             engine_all_gather_updated(e);

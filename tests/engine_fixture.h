@@ -59,7 +59,7 @@ struct fixture_step {
 
 static inline struct fixture_step fixture_optimizer_step(struct engine *e, int step, bool skip_nonfinite) {
     engine_reduce_grads(e);
-    struct fixture_step r = {.grad_norm = engine_grad_norm(e), .skipped = true};
+    struct fixture_step r = {.grad_norm = engine_all_reduce_grad_norm(e), .skipped = true};
     if (skip_nonfinite && !isfinite(r.grad_norm)) return r;
     engine_update(e, step, r.grad_norm);
     engine_all_gather_updated(e);

@@ -87,14 +87,14 @@ static void check_norms(enum dtype grad_dtype, int zero_stage, int pp, int stage
     engine_backward(&e, 0, last ? NULL : dx, stage > 0 ? dx : NULL);
     engine_reduce_grads(&e);
 
-    double v1 = engine_grad_norm(&e);
+    double v1 = engine_all_reduce_grad_norm(&e);
     assert_null(e.z.norm_list); /* v1 makes no list */
     flops.device = v2_traits;
-    double v2 = engine_grad_norm(&e);
+    double v2 = engine_all_reduce_grad_norm(&e);
     struct sumsq_list *made = e.z.norm_list;
     assert_non_null(made);
     assert_int_equal(buf_sumsq_count(made), e.z.segs.n);
-    double again = engine_grad_norm(&e);
+    double again = engine_all_reduce_grad_norm(&e);
     assert_ptr_equal(e.z.norm_list, made); /* made once */
     printf("  grad %s, ZeRO %d, stage %d of %d: %d segments, norm v1 %.17g, v2 %.17g\n", dtype_name(grad_dtype),
            zero_stage, stage, pp, e.z.segs.n, v1, v2);

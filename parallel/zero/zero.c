@@ -211,7 +211,7 @@ void zero_reduce_grads(struct zero *z) {
     zero_tie_grads(z);
 }
 
-double zero_grad_norm(struct zero *z) {
+double zero_all_reduce_grad_norm(struct zero *z) {
     double sq = local_grad_sum_squares(z);
     if (z->row->shards_optimizer) z->dp->all_reduce_scalars(z->dp, &sq, 1); /* each rank summed its own segments */
     for (int k = 0; k < NORM_GROUP_NUM; k++)
