@@ -246,9 +246,10 @@ size_t gpt_layer_act_numel(const struct model_shape *s, int B, int tp, bool sp, 
 
 /* Allocates chunk_slots[c] slots of activations for each of the layout's
  * chunks (their sum at most GPT_MAX_SLOTS) and the scratch for micro-batch
- * B in memory space `space` through the tracker: a slot holds its chunk's
- * layers, and only the last chunk's (on the last stage) the head's
- * tensors, only chunk 0's (on the first) the token ids. sequence_parallel:
+ * B in memory space `space` through the tracker (model/gpt.c; the buffers
+ * and gpt_free: model/gpt_acts.c): a slot holds its chunk's layers, and
+ * only the last chunk's (on the last stage) the head's tensors, only chunk
+ * 0's (on the first) the token ids. sequence_parallel:
  * the layout's tp must divide T (the caller checks); ignored at tp = 1. On
  * an allocation failure the tracker records it (mem_failed) and the model
  * must only be freed. cp: the context-parallel group's size (the ring

@@ -3,7 +3,8 @@
  * trained), so a slice never crosses a unit and a unit's collective is one
  * call. Full buffers hold the padded units back to back; shard buffers hold
  * this rank's slices back to back. With N = 1 there is no padding and a
- * shard is the whole model. */
+ * shard is the whole model. Implemented in parallel/zero/places.c, beside
+ * where ZeRO's states keep an element by this rule. */
 #ifndef SHARDLAB_SHARD_H
 #define SHARDLAB_SHARD_H
 

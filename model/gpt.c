@@ -26,9 +26,11 @@
  * parallel. The model meets f and g, g and g-bar, the vocabulary-parallel
  * cross-entropy and context parallelism only through its two tables of
  * points (model/parallel_points.h): at tp = 1 and cp = 1 its own plain
- * points (the identities and one-rank kernels, model/parallel_points.c), so such a run
- * enters neither model/tensor_parallel/ nor model/context_parallel/, and
- * does the same fp32 operations in the same order as the rooms would.
+ * points (the identities and one-rank kernels, at the end of this file),
+ * so such a run enters neither model/tensor_parallel/ nor
+ * model/context_parallel/, and does the same fp32 operations in the same
+ * order as the rooms would. The slots' buffers (gpt_init_chunks' sizes,
+ * gpt_free) are model/gpt_acts.c's.
  *
  * Sequence parallelism (m->sp; Korthikanti et al. 2022, section 4.2.2):
  * the residual stream, the LayerNorms (and their saved outputs and
@@ -53,9 +55,6 @@
 #include "parallel_points.h"
 #include "unit_tensors.h"
 
-
-#define SLOT_MEMBER(f) offsetof(struct gpt_slot, f)
-
 void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const int *chunk_slots,
                      enum dtype act_dtype, enum dtype gemm_dtype, enum recompute_mode recompute,
                      enum attention_kind attention, bool sequence_parallel, int cp, struct mem_tracker *mem,
@@ -70,7 +69,6 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
                       .cpp = &PLAIN_CP_POINTS, /* gpt_set_context_parallel: the ring's with cp > 1 */
                       .vocab = own.vocab, .position0 = own.position0};
     m->blocks = &GPT2_BLOCKS;
-    int head_chunk = lay->rank.has_head ? lay->rank.n_chunks - 1 : -2, embed_chunk = lay->rank.has_embed ? 0 : -2;
     for (int c = 0; c < lay->rank.n_chunks; c++) {
         struct layer_range r = lay->rank.chunk[c];
         m->chunk_slot0[c] = m->n_slots;
@@ -83,92 +81,7 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
         llama_init_chunks(m, mem);
         return;
     }
-    size_t e = dtype_size(act_dtype), n = btc_l(m);
-    bool full = recompute == RECOMPUTE_FULL;
-    enum mem_category A = MEM_ACTIVATIONS;
-    /* the stream: each layer's input, then the chunk's output */
-    gpt_per_slot(m, mem, A, "residual stream", n * e, n * e, GPT_EVERY_CHUNK, SLOT_MEMBER(resid));
-    if (full) {
-        m->work_acts = mem_alloc(mem, space, A, "recompute buffer (one layer, fp32)", acts_block_total(m) * 4);
-        m->full_stats = mem_alloc(mem, space, A, "layernorm stats (one layer, fp32)", STAT_NUM * bt_l(m) * 4);
-    } else {
-        gpt_per_slot(m, mem, A, "layer tensors", acts_block_total(m) * e, 0, GPT_EVERY_CHUNK, SLOT_MEMBER(layer_acts));
-        gpt_per_slot(m, mem, A, "layernorm stats (fp32)", STAT_NUM * bt_l(m) * 4, 0, GPT_EVERY_CHUNK,
-                 SLOT_MEMBER(layer_stats));
-        if (flash(m))
-            gpt_per_slot(m, mem, A, "attention lse (fp32)", acts_numel(m, ACT_ATT) * 4, 0, GPT_EVERY_CHUNK,
-                     SLOT_MEMBER(layer_lse));
-        if (acts_bf16(m))
-            m->work_acts = mem_alloc(mem, space, MEM_SCRATCH, "one layer's tensors (fp32)", acts_work_total(m) * 4);
-    }
-    if (recompute == RECOMPUTE_SELECTIVE && !flash(m))
-        m->att_recompute = mem_alloc(mem, space, A, "attention probabilities (one layer, fp32)",
-                                     acts_numel(m, ACT_ATT) * 4);
-    if (lay->rank.has_head) {
-        gpt_per_slot(m, mem, A, "final layernorm out", 0, n * e, head_chunk, SLOT_MEMBER(lnf));
-        gpt_per_slot(m, mem, A, "final layernorm stats (fp32)", 0, 2 * bt_l(m) * 4, head_chunk,
-                 SLOT_MEMBER(lnf_stats));
-        bool l16 = acts_logits_bf16(m);
-        gpt_per_slot(m, mem, A, l16 ? "logits (bf16)" : "logits (fp32)", 0,
-                 bt(m) * (size_t)m->vocab.Vl * (l16 ? sizeof(bf16) : sizeof(float)), head_chunk,
-                 SLOT_MEMBER(logits));
-        gpt_per_slot(m, mem, A, "losses (fp32)", 0, bt(m) * 4, head_chunk, SLOT_MEMBER(losses));
-    }
-    if (lay->rank.has_embed)
-        gpt_per_slot(m, mem, A, "token ids", 0, bt(m) * sizeof(int32_t), embed_chunk, SLOT_MEMBER(inputs));
-    if (lay->rank.has_head)
-        gpt_per_slot(m, mem, A, "target ids", 0, bt(m) * sizeof(int32_t), head_chunk, SLOT_MEMBER(targets));
-    if (acts_bf16(m) && !acts_direct(m)) { /* acts_direct reads and writes the stream's stores */
-        m->work_resid_in = mem_alloc(mem, space, MEM_SCRATCH, "residual in (fp32)", n * 4);
-        m->work_resid_out = mem_alloc(mem, space, MEM_SCRATCH, "residual out (fp32)", n * 4);
-        if (lay->rank.has_head)
-            m->work_lnf = mem_alloc(mem, space, MEM_SCRATCH, "final layernorm out (fp32)", n * 4);
-    }
-    if (acts_direct(m)) {
-        m->dresid16 = mem_alloc(mem, space, MEM_SCRATCH, "d residual (bf16)", n * sizeof(bf16));
-        m->dfc16 = mem_alloc(mem, space, MEM_SCRATCH, "d fc (bf16)", acts_numel(m, ACT_FCH) * sizeof(bf16));
-        m->dqkv16 = mem_alloc(mem, space, MEM_SCRATCH, "d qkv (bf16)", acts_numel(m, ACT_QKV) * sizeof(bf16));
-    } else {
-        m->dresid = mem_alloc(mem, space, MEM_SCRATCH, "d residual (fp32)", n * 4);
-        m->dfc = mem_alloc(mem, space, MEM_SCRATCH, "d fc (fp32)", acts_numel(m, ACT_FCH) * 4);
-        m->dqkv = mem_alloc(mem, space, MEM_SCRATCH, "d qkv (fp32)", acts_numel(m, ACT_QKV) * 4);
-    }
-    m->dtemp_btc = mem_alloc(mem, space, MEM_SCRATCH, "d layer temp (fp32)", btc(m) * 4); /* whole: GEMM in/out */
-    if (sp) {
-        m->gathered = mem_alloc(mem, space, MEM_SCRATCH, "sequence-parallel gathered (fp32)", btc(m) * 4);
-        m->ln_grads = mem_alloc(mem, space, MEM_SCRATCH, "sequence-parallel layernorm grads (fp32)",
-                                4 * (size_t)m->shape.C * 4);
-    }
-    if (flash(m) && acts_direct(m))
-        m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention D, tiles (fp32)",
-                                   attention_lse_bf16_scratch_in(space, B, m->shape.T, m->Cl, m->NHl) * 4);
-    else if (flash(m))
-        m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention D (fp32, B NH T)",
-                                   attention_lse_backward_scratch(B, m->shape.T, m->NHl) * 4);
-    else if (acts_direct(m))
-        m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention tiles (fp32, per thread)",
-                                   attention_bf16_scratch(B, m->shape.T, m->Cl, m->NHl) * 4);
-    else
-        m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention dS (fp32, T x T per thread)",
-                                   attention_backward_scratch(B, m->shape.T, m->NHl) * 4);
-}
-
-int gpt_chunk_slot(const struct gpt *m, int chunk, int k) {
-    return m->chunk_slot0[chunk] + k % m->chunk_slots[chunk];
-}
-
-void gpt_free(struct gpt *m, struct mem_tracker *mem) {
-    /* slot 0's pointers are the starts of the per-slot buffers */
-    struct gpt_slot *s = &m->slot[0];
-    void *bufs[] = {s->resid,       s->layer_acts,   s->layer_stats,   s->layer_lse, s->lnf,    s->lnf_stats,
-                    s->logits,      s->losses,       s->inputs,        s->targets,  m->full_stats,
-                    m->att_recompute, m->work_acts,  m->work_resid_in, m->work_resid_out, m->work_lnf,
-                    m->dresid,      m->dfc,         m->dqkv,          m->dtemp_btc,     m->att_scratch,
-                    m->gathered,    m->ln_grads,     m->ring,          m->dresid16,      m->dfc16,
-                    m->dqkv16,      m->dtemp2_btc,   m->rope_freqs,    m->rope_pos,      m->gemm_in,
-                    m->gemm_out};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(mem, bufs[i]);
-    *m = (struct gpt){0};
+    gpt2_init_chunks(m, mem);
 }
 
 /* A layer GEMM's input operand: saved tensor a's bf16 store where the GEMMs
@@ -563,3 +476,59 @@ void gpt_embed_backward(struct gpt *m, int s, float *dw_embed) {
 
 const struct model_blocks GPT2_BLOCKS = {gpt_embed_forward, gpt_layer_forward, gpt_head_forward,
                                          gpt_head_backward, gpt_layer_backward, gpt_embed_backward};
+
+/* The plain model's points (model/parallel_points.h): one rank in the tp
+ * group and in the cp group. f and g are the identities, the
+ * cross-entropy runs over the whole vocabulary, wpe's positions are the
+ * local ones and every key is local (the attention kernels this file calls). */
+
+static const float *plain_column_input(struct gpt *m, float *ln) {
+    (void)m;
+    return ln;
+}
+
+static void plain_no_sum(struct gpt *m, float *d) { (void)m, (void)d; }
+
+static void plain_row_output(struct gpt *m, float *full, float *out) { (void)m, (void)full, (void)out; }
+
+static const float *plain_row_output_grad(struct gpt *m) { return m->dresid; }
+
+static void plain_ln_grads_begin(struct gpt *m) { (void)m; }
+
+static float *plain_ln_grad(struct gpt *m, float *dw_tensor, int k) {
+    (void)m, (void)k;
+    return dw_tensor;
+}
+
+static void plain_ln_grads_done(struct gpt *m, float *const *dw_tensors, int n) { (void)m, (void)dw_tensors, (void)n; }
+
+static double plain_crossentropy(struct gpt *m, float *logits, float *losses, const int32_t *targets, int64_t N,
+                                 float dloss, float *scratch) {
+    (void)scratch; /* the fused form: the three passes' bits in one */
+    return crossentropy_forward_backward(logits, losses, targets, N, m->vocab.V, m->vocab.Vl, dloss, m->flops);
+}
+
+const struct tp_points PLAIN_TP_POINTS = {plain_column_input, plain_no_sum, plain_row_output,
+                                                 plain_row_output_grad, plain_ln_grads_begin, plain_ln_grad,
+                                                 plain_ln_grads_done, plain_crossentropy};
+
+static void plain_positions_add(struct gpt *m, float *out, const float *wpe, int t0, int n) {
+    positions_add(out, wpe + (size_t)t0 * m->shape.C, m->B, n, m->shape.C, m->flops);
+}
+
+static void plain_embedding_backward(struct gpt *m, float *dwte, float *dwpe, struct operand dout,
+                                     const int32_t *inputs, int64_t v0, int64_t rows) {
+    int64_t B = m->B, T = m->shape.T, C = m->shape.C;
+    const char *op = __func__;
+    if (operand_is_bf16(dout))
+        embedding_rows_backward_bf16(dwte, dwpe, operand_as_bf16(dout, op), inputs, v0, rows, B, T, C, m->flops);
+    else embedding_rows_backward(dwte, dwpe, operand_as_f32(dout, op), inputs, v0, rows, B, T, C, m->flops);
+}
+
+static void plain_rope_positions(struct gpt *m, int32_t *pos) {
+    for (int64_t i = 0; i < (int64_t)m->B * m->shape.T; i++) pos[i] = (int32_t)(i % m->shape.T);
+}
+
+const struct cp_points PLAIN_CP_POINTS = {.positions_add = plain_positions_add,
+                                          .rope_positions = plain_rope_positions,
+                                          .embedding_backward = plain_embedding_backward};

@@ -4,14 +4,18 @@
  * data path's kernels read and write as they are), the predicates that
  * choose the path (gemm_reads_store, acts_direct), and the residual
  * stream's entries as the layers read them; the slots' buffers (gpt_per_slot)
- * and their targets (gpt_upload_targets), for GPT-2's blocks and LLaMA's. */
+ * and their targets (gpt_upload_targets), for GPT-2's blocks and LLaMA's;
+ * GPT-2's buffers themselves (gpt2_init_chunks, for gpt_init_chunks; LLaMA's
+ * are model/llama.c's), a chunk's slot (gpt_chunk_slot) and gpt_free. */
 #include "gpt_acts.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "bufops.h"
 #include "conversions.h"
+#include "layers.h"
 #include "tensor_parallel/tp.h"
 
 size_t gpt_layer_act_numel(const struct model_shape *s, int B, int tp, bool sp, enum layer_act a) {
@@ -248,4 +252,101 @@ void *gpt_per_slot(struct gpt *m, struct mem_tracker *mem, enum mem_category c, 
 
 void gpt_upload_targets(struct gpt *m, int s, const int32_t *targets) {
     buf_copy(m->space, m->slot[s].targets, targets, bt(m) * sizeof *targets);
+}
+
+#define SLOT_MEMBER(f) offsetof(struct gpt_slot, f)
+
+void gpt2_init_chunks(struct gpt *m, struct mem_tracker *mem) {
+    const struct model_layout *lay = m->lay;
+    int B = m->B;
+    enum recompute_mode recompute = m->recompute;
+    enum mem_space space = m->space;
+    bool sp = m->sp;
+    int head_chunk = lay->rank.has_head ? lay->rank.n_chunks - 1 : -2, embed_chunk = lay->rank.has_embed ? 0 : -2;
+    size_t e = dtype_size(m->act_dtype), n = btc_l(m);
+    bool full = recompute == RECOMPUTE_FULL;
+    enum mem_category A = MEM_ACTIVATIONS;
+    /* the stream: each layer's input, then the chunk's output */
+    gpt_per_slot(m, mem, A, "residual stream", n * e, n * e, GPT_EVERY_CHUNK, SLOT_MEMBER(resid));
+    if (full) {
+        m->work_acts = mem_alloc(mem, space, A, "recompute buffer (one layer, fp32)", acts_block_total(m) * 4);
+        m->full_stats = mem_alloc(mem, space, A, "layernorm stats (one layer, fp32)", STAT_NUM * bt_l(m) * 4);
+    } else {
+        gpt_per_slot(m, mem, A, "layer tensors", acts_block_total(m) * e, 0, GPT_EVERY_CHUNK, SLOT_MEMBER(layer_acts));
+        gpt_per_slot(m, mem, A, "layernorm stats (fp32)", STAT_NUM * bt_l(m) * 4, 0, GPT_EVERY_CHUNK,
+                 SLOT_MEMBER(layer_stats));
+        if (flash(m))
+            gpt_per_slot(m, mem, A, "attention lse (fp32)", acts_numel(m, ACT_ATT) * 4, 0, GPT_EVERY_CHUNK,
+                     SLOT_MEMBER(layer_lse));
+        if (acts_bf16(m))
+            m->work_acts = mem_alloc(mem, space, MEM_SCRATCH, "one layer's tensors (fp32)", acts_work_total(m) * 4);
+    }
+    if (recompute == RECOMPUTE_SELECTIVE && !flash(m))
+        m->att_recompute = mem_alloc(mem, space, A, "attention probabilities (one layer, fp32)",
+                                     acts_numel(m, ACT_ATT) * 4);
+    if (lay->rank.has_head) {
+        gpt_per_slot(m, mem, A, "final layernorm out", 0, n * e, head_chunk, SLOT_MEMBER(lnf));
+        gpt_per_slot(m, mem, A, "final layernorm stats (fp32)", 0, 2 * bt_l(m) * 4, head_chunk,
+                 SLOT_MEMBER(lnf_stats));
+        bool l16 = acts_logits_bf16(m);
+        gpt_per_slot(m, mem, A, l16 ? "logits (bf16)" : "logits (fp32)", 0,
+                 bt(m) * (size_t)m->vocab.Vl * (l16 ? sizeof(bf16) : sizeof(float)), head_chunk,
+                 SLOT_MEMBER(logits));
+        gpt_per_slot(m, mem, A, "losses (fp32)", 0, bt(m) * 4, head_chunk, SLOT_MEMBER(losses));
+    }
+    if (lay->rank.has_embed)
+        gpt_per_slot(m, mem, A, "token ids", 0, bt(m) * sizeof(int32_t), embed_chunk, SLOT_MEMBER(inputs));
+    if (lay->rank.has_head)
+        gpt_per_slot(m, mem, A, "target ids", 0, bt(m) * sizeof(int32_t), head_chunk, SLOT_MEMBER(targets));
+    if (acts_bf16(m) && !acts_direct(m)) { /* acts_direct reads and writes the stream's stores */
+        m->work_resid_in = mem_alloc(mem, space, MEM_SCRATCH, "residual in (fp32)", n * 4);
+        m->work_resid_out = mem_alloc(mem, space, MEM_SCRATCH, "residual out (fp32)", n * 4);
+        if (lay->rank.has_head)
+            m->work_lnf = mem_alloc(mem, space, MEM_SCRATCH, "final layernorm out (fp32)", n * 4);
+    }
+    if (acts_direct(m)) {
+        m->dresid16 = mem_alloc(mem, space, MEM_SCRATCH, "d residual (bf16)", n * sizeof(bf16));
+        m->dfc16 = mem_alloc(mem, space, MEM_SCRATCH, "d fc (bf16)", acts_numel(m, ACT_FCH) * sizeof(bf16));
+        m->dqkv16 = mem_alloc(mem, space, MEM_SCRATCH, "d qkv (bf16)", acts_numel(m, ACT_QKV) * sizeof(bf16));
+    } else {
+        m->dresid = mem_alloc(mem, space, MEM_SCRATCH, "d residual (fp32)", n * 4);
+        m->dfc = mem_alloc(mem, space, MEM_SCRATCH, "d fc (fp32)", acts_numel(m, ACT_FCH) * 4);
+        m->dqkv = mem_alloc(mem, space, MEM_SCRATCH, "d qkv (fp32)", acts_numel(m, ACT_QKV) * 4);
+    }
+    m->dtemp_btc = mem_alloc(mem, space, MEM_SCRATCH, "d layer temp (fp32)", btc(m) * 4); /* whole: GEMM in/out */
+    if (sp) {
+        m->gathered = mem_alloc(mem, space, MEM_SCRATCH, "sequence-parallel gathered (fp32)", btc(m) * 4);
+        m->ln_grads = mem_alloc(mem, space, MEM_SCRATCH, "sequence-parallel layernorm grads (fp32)",
+                                4 * (size_t)m->shape.C * 4);
+    }
+    if (flash(m) && acts_direct(m))
+        m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention D, tiles (fp32)",
+                                   attention_lse_bf16_scratch_in(space, B, m->shape.T, m->Cl, m->NHl) * 4);
+    else if (flash(m))
+        m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention D (fp32, B NH T)",
+                                   attention_lse_backward_scratch(B, m->shape.T, m->NHl) * 4);
+    else if (acts_direct(m))
+        m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention tiles (fp32, per thread)",
+                                   attention_bf16_scratch(B, m->shape.T, m->Cl, m->NHl) * 4);
+    else
+        m->att_scratch = mem_alloc(mem, space, MEM_SCRATCH, "attention dS (fp32, T x T per thread)",
+                                   attention_backward_scratch(B, m->shape.T, m->NHl) * 4);
+}
+
+int gpt_chunk_slot(const struct gpt *m, int chunk, int k) {
+    return m->chunk_slot0[chunk] + k % m->chunk_slots[chunk];
+}
+
+void gpt_free(struct gpt *m, struct mem_tracker *mem) {
+    /* slot 0's pointers are the starts of the per-slot buffers */
+    struct gpt_slot *s = &m->slot[0];
+    void *bufs[] = {s->resid,       s->layer_acts,   s->layer_stats,   s->layer_lse, s->lnf,    s->lnf_stats,
+                    s->logits,      s->losses,       s->inputs,        s->targets,  m->full_stats,
+                    m->att_recompute, m->work_acts,  m->work_resid_in, m->work_resid_out, m->work_lnf,
+                    m->dresid,      m->dfc,         m->dqkv,          m->dtemp_btc,     m->att_scratch,
+                    m->gathered,    m->ln_grads,     m->ring,          m->dresid16,      m->dfc16,
+                    m->dqkv16,      m->dtemp2_btc,   m->rope_freqs,    m->rope_pos,      m->gemm_in,
+                    m->gemm_out};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(mem, bufs[i]);
+    *m = (struct gpt){0};
 }

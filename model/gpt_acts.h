@@ -74,8 +74,9 @@ enum { GPT_EVERY_CHUNK = -1 };
 void *gpt_per_slot(struct gpt *m, struct mem_tracker *mem, enum mem_category c, const char *name, size_t per_layer,
                    size_t fixed, int only_chunk, size_t slot_member);
 
-/* LLaMA's activations and scratch (model/llama.c), for gpt_init_chunks:
- * m's sizes and slots are set. */
+/* GPT-2's activations and scratch (model/gpt_acts.c) and LLaMA's
+ * (model/llama.c), for gpt_init_chunks: m's sizes and slots are set. */
+void gpt2_init_chunks(struct gpt *m, struct mem_tracker *mem);
 void llama_init_chunks(struct gpt *m, struct mem_tracker *mem);
 
 #endif

@@ -1,7 +1,7 @@
 /* Where the model meets tensor and context parallelism, as data: two
  * tables of the points model/gpt.c calls, each chosen once per model by
  * its grid (gpt_init_chunks, gpt_set_context_parallel). With one rank in a
- * group the model takes its own plain table (model/parallel_points.c: the identities
+ * group the model takes its own plain table (model/gpt.c: the identities
  * and the one-rank kernels), so a run without tp or cp enters neither
  * room; with more it takes the room's (model/tensor_parallel/tp.h,
  * model/context_parallel/cp.h), whose points at one rank would give the
@@ -62,7 +62,7 @@ struct cp_points {
                                     const bf16 *out, const float *lse);
 };
 
-/* The plain model's tables (model/parallel_points.c) and the rooms'
+/* The plain model's tables (model/gpt.c) and the rooms'
  * (model/tensor_parallel/conjugates.c, model/context_parallel/ring.c). */
 extern const struct tp_points PLAIN_TP_POINTS;
 extern const struct cp_points PLAIN_CP_POINTS;

@@ -8,7 +8,10 @@
  * host's form, whatever the space, and the CPU's path counts its zero
  * FLOPs, whatever the pointers (one past an end, say). The updates are
  * timed into the counter's kernel profile by the clock (on a GPU too:
- * their kernels return finished). */
+ * their kernels return finished). At the end, the two scalars an update
+ * takes from the step (lr_at, clip_scale), computed on the host. */
+#include <math.h>
+
 #include "backend.h"
 #include "optim_ops.h"
 
@@ -112,4 +115,25 @@ void adamw8bit_dequantize(enum mem_space space, const float map[QMAP_SIZE], cons
 void adamw8bit_quantize(enum mem_space space, const float map[QMAP_SIZE], const struct qmap_index *ix, const float *x,
                         size_t n, uint8_t *q, float *absmax) {
     ops(space, n, __func__)->adamw8bit_quantize(map, ix, x, n, q, absmax);
+}
+
+/* The two scalars an update rule takes from the step (include/optim.h):
+ * the learning rate at a step (linear warmup, then constant or cosine decay
+ * to min_lr_frac of lr) and the clip scale of global-norm clipping (Pascanu
+ * et al. 2013: gradients scaled by max_norm / ||g|| when ||g|| > max_norm).
+ * Every rank computes both alike, from the step and the all-reduced norm. */
+float lr_at(const struct lr_options *c, int step) {
+    if (step < c->warmup_steps) return c->lr * (float)(step + 1) / (float)c->warmup_steps;
+    if (c->schedule == LR_CONSTANT) return c->lr;
+    int decay_steps = c->steps - c->warmup_steps;
+    if (decay_steps <= 1) return c->lr;
+    double progress = (double)(step - c->warmup_steps) / (double)(decay_steps - 1);
+    if (progress > 1.0) progress = 1.0;
+    double min_lr = (double)c->lr * c->min_lr_frac;
+    return (float)(min_lr + 0.5 * (1.0 + cos(M_PI * progress)) * ((double)c->lr - min_lr));
+}
+
+float clip_scale(double global_norm, float max_norm) {
+    if (max_norm <= 0.0f || !(global_norm > max_norm)) return 1.0f;
+    return (float)(max_norm / global_norm);
 }
