@@ -50,7 +50,7 @@ void buf_add(enum mem_space space, void *dst, const void *src, enum dtype dt, si
 double buf_sum_squares(enum mem_space space, const void *src, enum dtype dt, size_t n);
 
 /* A fixed list of segments' sums of squares, made once and run every step
- * (the gradient norm under --gpu_path v2: parallel/zero/zero.c). data[s]:
+ * (the gradient norm's one pass on a GPU: parallel/zero/zero.c). data[s]:
  * n[s] values of dt. On device memory one pass over a chunk table uploaded
  * at open, and one copy to the host per run (the CUDA backend's;
  * compiled, not run on a GPU); on host memory buf_sum_squares per segment.

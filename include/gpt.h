@@ -121,7 +121,7 @@ struct gpt_slot {
     void *lnf;            /* last stage: (B,T,C) */
     float *lnf_stats;     /* last stage: 2 x (B,T): mean, rstd */
     void *logits;         /* last stage: (B,T,Vp) fp32, or bf16 where model/gpt_acts.c's acts_logits_bf16 says
-                           * (--gpu_path v2 on device memory at tp = 1); becomes dlogits in place */
+                           * (device memory whose backend reads bf16, tp = 1); becomes dlogits in place */
     float *losses;        /* last stage: (B,T) fp32 */
     int32_t *inputs;      /* first stage: (B,T) token ids, for the embedding's backward */
     int32_t *targets;     /* last stage: (B,T) */
@@ -255,7 +255,7 @@ size_t gpt_layer_act_numel(const struct model_shape *s, int B, int tp, bool sp, 
  * must only be freed. cp: the context-parallel group's size (the ring
  * attention, gpt_set_context_parallel; on the bf16 data path it reads
  * and writes the bf16 stores as the single-rank attention does). flops:
- * the run's counter, which also says whether a GPU run is on --gpu_path v2
+ * the run's counter, which also says whether a GPU's backend reads bf16
  * (flops->device.reads_bf16: the bf16 data path on device memory too). */
 void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const int *chunk_slots,
                      enum dtype act_dtype, enum dtype gemm_dtype, enum recompute_mode recompute,
@@ -266,8 +266,8 @@ void gpt_init_chunks(struct gpt *m, const struct model_layout *lay, int B, const
  * recompute, no sequence parallelism) the model runs its bf16 data path:
  * the layer GEMMs read their saved inputs (ln1, the attention output, ln2,
  * the GELU output) from the bf16 store (matmul_*_bf16, matmul_*_mixed)
- * instead of fp32 views, and on the host (on a GPU under --gpu_path v2:
- * flops->device.reads_bf16) the LayerNorms and residual adds
+ * instead of fp32 views, and on the host (on a GPU whose backend reads
+ * bf16: flops->device.reads_bf16) the LayerNorms and residual adds
  * read and write the stores too (layernorm_*_bf16, residual_forward_bf16):
  * the residual stream, ln1, res2, ln2 and the GELU output then have no fp32
  * copy at all; the attention (the ring of cp > 1 included) reads and
@@ -306,13 +306,14 @@ void *gpt_stage_input(struct gpt *m, int slot);
 void *gpt_stage_output(struct gpt *m, int slot);
 void gpt_layer_forward(struct gpt *m, int slot, int l, struct unit_weights w);
 /* targets: (B,T) token ids copied into the slot, with the batch: the
- * engine's way under --gpu_path v2 (before the micro-batch's kernels, so no
- * host copy waits on the forward mid-step). */
+ * engine's way where the backend queues the step (device.targets_with_batch:
+ * before the micro-batch's kernels, so no host copy waits on the forward
+ * mid-step). */
 void gpt_upload_targets(struct gpt *m, int slot, const int32_t *targets);
 /* Final LayerNorm, tied LM head (wte: the embedding's or the head's copy),
  * cross-entropy. Returns the mean loss over B*T tokens. With dloss != 0
  * the logits become dlogits (scaled by dloss). targets NULL: the slot's,
- * uploaded with the batch (gpt_upload_targets); else copied in here (v1). */
+ * uploaded with the batch (gpt_upload_targets); else copied in here. */
 float gpt_head_forward(struct gpt *m, int slot, struct unit_weights w_head, struct operand wte,
                        const int32_t *targets, float dloss);
 /* dwte: where wte's gradient accumulates (the embedding's or the copy's). */

@@ -154,10 +154,10 @@ struct zero {
      * other layers; tp: other slices): squared gradient norms sum over them
      * too, in the order of enum norm_group */
     struct collectives *norm_groups[NORM_GROUP_NUM];
-    /* --gpu_path v2 (flops->device.one_pass_norm): the norm's segments as one list
-     * (include/bufops.h: buf_sumsq_open), made at the first norm (the
-     * segments and the grads are fixed by then) and freed with the states;
-     * NULL on v1's way, a call and a copy per segment */
+    /* a backend with a one-pass norm (flops->device.one_pass_norm): the
+     * norm's segments as one list (include/bufops.h: buf_sumsq_open), made
+     * at the first norm (the segments and the grads are fixed by then) and
+     * freed with the states; NULL otherwise, a call and a copy per segment */
     struct sumsq_list *norm_list;
 };
 

@@ -8,8 +8,7 @@
  * written to its bf16 store in the same pass (buf_round_narrow). Backward
  * widens a layer back. With act_dtype = fp32 the kernels work on the store
  * directly. On the bf16 data path (acts_direct: bf16 GEMMs on the host, or
- * on a GPU under --gpu_path v2)
- * the kernels themselves load and store bf16 (layers.h: the GEMMs'
+ * on a GPU whose backend reads bf16) the kernels themselves load and store bf16 (layers.h: the GEMMs'
  * mixed forms, layernorm_*_bf16, residual_forward_bf16, gelu_*_bf16, the
  * attention's attention_*_bf16 and attention_lse_*_bf16), and only the
  * ring attention's (context parallelism) inputs still pass through fp32
@@ -94,7 +93,7 @@ static struct operand gemm_in(struct gpt *m, struct layer_view *v, enum layer_ac
 
 /* out (N,OC) = x . w^T (+ bias) on the path the operands ask for: both
  * operands as they are (a bf16 w: the engine's bf16 params, on the host or
- * on v2's GPU; or a bf16 output, the bf16 data path's), the saved bf16
+ * on a GPU whose backend reads bf16; or a bf16 output, the bf16 data path's), the saved bf16
  * input with fp32 weights, or fp32 throughout. */
 static void gemm_forward(struct gpt *m, struct act_out out, struct operand x, struct operand w, const float *bias,
                          int64_t N, int64_t C, int64_t OC) {

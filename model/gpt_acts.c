@@ -81,9 +81,10 @@ static bool gemm_input(enum layer_act a) {
 }
 
 /* The bf16 data path: where the GEMMs read the stores, on the host, or on
- * a GPU under --gpu_path v2 (v1, the verified default, keeps its path:
- * fp32 working copies; the trainer refuses at start-up what v2 cannot
- * run, train/config/config_model.c: config_check_gpu_path), every kernel reads
+ * a GPU whose backend reads bf16 (exec_ctx.device.reads_bf16; a GPU
+ * backend that does not keeps the fp32 working copies; the trainer
+ * refuses at start-up what the reading backend cannot run,
+ * train/config/config_model.c: config_check_gpu_path), every kernel reads
  * and writes the bf16 stores as they are, loads bf16, computes in fp32
  * and rounds once as it stores (layers.h states each rounding point):
  * - the LayerNorms and residual adds (layernorm_*_bf16,
@@ -109,13 +110,14 @@ bool acts_stores_direct(const struct gpt *m) {
     return m->shape.arch == ARCH_LLAMA ? m->act_dtype == DTYPE_BF16 : acts_direct(m);
 }
 
-/* The head's logits in bf16 (--gpu_path v2 on device memory at tp = 1):
+/* The head's logits in bf16 (device memory whose backend reads bf16, at
+ * tp = 1):
  * the head's GEMM writes them bf16 (matmul_forward_mixed's bf16 output),
  * crossentropy_forward_backward_bf16 turns them into bf16 dlogits in place
  * and the head's backward GEMM reads those as they are (bf16 dout): half
  * the bytes of the largest activation at GPT-2's vocabulary, and no fp32
  * pass over it. Not on the host (the CPU's head keeps fp32 logits: its
- * numerics), nor on v1, nor at tp > 1, whose vocabulary-parallel
+ * numerics), nor on a GPU backend that widens, nor at tp > 1, whose vocabulary-parallel
  * cross-entropy (crossentropy_row_max, exp_sum, finish) runs in fp32 on
  * fp32 logits. train/theory/theory_acts.c prices the logits by the same
  * rule (theory_logits_bf16). */

@@ -24,12 +24,12 @@
 static const char *const unit_names[] = {[UNIT_EMBED] = "embedding", [UNIT_HEAD] = "head", [UNIT_LAYER] = "layer"};
 
 /* Whether the model reads the bf16 params as they are (struct
- * unit_weights, include/gpt.h): bf16 params and bf16 GEMMs on the host, or on a GPU under
- * --gpu_path v2 (flops->device.reads_bf16: its GEMMs read bf16
- * weights as they are; its embedding lookup is embedding_rows_forward_bf16
- * on the device). Then only a unit's vectors (LayerNorms, biases, wpe) are
- * widened, packed (the layout's *_vec_offset); v1 on a GPU keeps its
- * verified path, every tensor widened. */
+ * unit_weights, include/gpt.h): bf16 params and bf16 GEMMs on the host,
+ * or on a GPU whose backend reads bf16 (flops->device.reads_bf16: its
+ * GEMMs read bf16 weights as they are; its embedding lookup is
+ * embedding_rows_forward_bf16 on the device). Then only a unit's vectors
+ * (LayerNorms, biases, wpe) are widened, packed (the layout's
+ * *_vec_offset); a GPU backend that widens gets every tensor widened. */
 static bool params_direct(const struct engine *e) {
     return e->o.zero.param_dtype == DTYPE_BF16 && e->o.gemm_dtype == DTYPE_BF16 &&
            (e->space == MEM_HOST || (e->flops && e->flops->device.reads_bf16));
@@ -314,9 +314,10 @@ float engine_forward(struct engine *e, int slot, const struct mb_input *in, void
     int hu = cu.hu, l0 = cu.l0, l1 = cu.l1;
     bool tied = shape_tied(&lay->shape); /* llama's head reads its own lm_head: no wte kept for it */
     struct unit_weights we = {0};
-    /* --gpu_path v2: the targets go to the device with the batch, before
-     * this micro-batch's kernels are queued (v1: in the head's forward, a
-     * host copy that waits for the whole forward mid-step) */
+    /* a backend that queues the step (device.targets_with_batch): the
+     * targets go to the device with the batch, before this micro-batch's
+     * kernels are queued (else in the head's forward, a host copy that
+     * waits for the whole forward mid-step) */
     bool targets_early = hu >= 0 && e->flops && e->flops->device.targets_with_batch;
     if (targets_early) gpt_upload_targets(m, slot, in->targets);
     if (cu.eu >= 0) {

@@ -313,7 +313,7 @@ void zero_tie_init(struct zero *z, struct collectives *tie, int unit, size_t lo,
 
 bool zero_tie_active(const struct zero *z) { return z->tie.group && z->tie.group->size > 1; }
 
-void zero_tie_grads(struct zero *z) {
+void zero_all_reduce_tied_grads(struct zero *z) {
     if (!zero_tie_active(z)) return;
     const struct zero_tie *t = &z->tie;
     enum dtype gd = z->o.grad_dtype;

@@ -152,8 +152,8 @@ static bool norm_counts(const struct zero *z, const struct opt_segment *g) {
     return !(g->tp_replicated && z->lay->rank.tp_rank > 0);
 }
 
-/* --gpu_path v2's list of the counted segments, in segment order (the
- * order v1 adds them in); NULL when out of host memory. */
+/* The one-pass norm's list of the counted segments, in segment order (the
+ * order the per-segment sums add them in); NULL when out of host memory. */
 static struct sumsq_list *open_norm_list(const struct zero *z) {
     int n = z->segs.n > 0 ? z->segs.n : 1;
     const void **data = calloc((size_t)n, sizeof *data);
@@ -175,16 +175,16 @@ static struct sumsq_list *open_norm_list(const struct zero *z) {
 }
 
 /* Sum of squares of the reduced gradients this rank updates (norm_counts).
- * v1: a buf_sum_squares per segment (on a GPU a call and a device-to-host
- * copy each). v2 (a GPU under --gpu_path v2): one pass over the list's
- * device table and one copy (buf_sumsq_run; one_pass_norm); the segments'
- * sums added here in the same order. */
+ * A buf_sum_squares per segment (on a GPU a call and a device-to-host copy
+ * each), or where the backend has a one-pass norm (exec_ctx.device.
+ * one_pass_norm, a GPU's) one pass over the list's device table and one
+ * copy (buf_sumsq_run); the segments' sums added here in the same order. */
 static double local_grad_sum_squares(struct zero *z) {
     double s = 0.0;
     if (z->flops && z->flops->device.one_pass_norm) {
         if (!z->norm_list) z->norm_list = open_norm_list(z);
         if (!z->norm_list) {
-            fprintf(stderr, "error: the gradient norm's segment list (--gpu_path v2) could not be made: out of memory\n");
+            fprintf(stderr, "error: the gradient norm's segment list (one pass on the device) could not be made: out of memory\n");
             exit(EXIT_FAILURE);
         }
         const double *sums = buf_sumsq_run(z->norm_list);
@@ -208,7 +208,7 @@ static void phase_done(const struct zero *z, enum phase_kind k) {
 void zero_reduce_grads(struct zero *z) {
     phase_done(z, PHASE_REDUCE_GRADS); /* before: what is in flight is still held */
     zero_reduce_step_grads(z);
-    zero_tie_grads(z);
+    zero_all_reduce_tied_grads(z);
 }
 
 double zero_all_reduce_grad_norm(struct zero *z) {

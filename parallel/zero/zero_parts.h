@@ -22,7 +22,7 @@ void zero_reduce_step_grads(struct zero *z);
 bool zero_tie_active(const struct zero *z);
 /* In zero_reduce_grads, after the dp reduction: the tied copy's reduced gradient
  * summed over the tie group. Collective over dp and the tie group. */
-void zero_tie_grads(struct zero *z);
+void zero_all_reduce_tied_grads(struct zero *z);
 
 /* ---- where elements live (parallel/zero/places.c) */
 /* Which states the stage shards: params (3), grads (2, 3), master and
