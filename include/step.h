@@ -25,8 +25,8 @@ struct step_result {
 struct step_result step_run(struct pipeline *p, const struct batch_source *src, int step, int32_t *inputs,
                             int32_t *targets);
 
-/* Evaluation: n micro-batches' forwards only, through every stage
- * (pipeline_forward_only). Returns their losses summed over the stages and
+/* Evaluation: n micro-batches' forwards only, through every stage (one
+ * stage: a plain loop; several: pipeline_forward_only). Returns their losses summed over the stages and
  * the data-parallel ranks (n x dp of them), on every rank. */
 double step_validate(struct pipeline *p, int n, const struct batch_source *src, int32_t *inputs, int32_t *targets);
 

@@ -4,8 +4,9 @@
  *      (parallel/engine.c: under ZeRO-3 each unit all_gathered before it
  *      is used, its gradient reduce_scattered as its backward ends). One
  *      stage runs them as plain gradient accumulation, below, and enters no
- *      pipeline code; over pp stages (or under --schedule gpipe) they run
- *      in the schedule's order (parallel/pipeline/schedule.c);
+ *      pipeline code (nor does its validation); over pp stages (or under
+ *      --schedule gpipe) they run in the schedule's order
+ *      (parallel/pipeline/schedule.c);
  *   3. the loss summed over the ranks, so that every rank decides alike;
  *   4. the gradients reduced: DDP's all-reduce, ZeRO-1's reduce-scatter,
  *      ZeRO-2/3's in flight finished, the tied wte's over the stages;
@@ -20,8 +21,10 @@
 #include "clock.h"
 
 /* With one stage, 1f1b's order is each micro-batch's forward, then its
- * backward, in one slot (include/schedule.h): gradient accumulation. */
-static bool one_stage(const struct pipeline *p) { return p->pp->size == 1 && p->kind == SCHEDULE_1F1B; }
+ * backward, in one slot (include/schedule.h): gradient accumulation. Under
+ * gpipe, which the user chose by name, one stage runs the schedule's order
+ * (all forwards first, in m slots). */
+static bool one_stage(const struct pipeline *p) { return p->pp->size == 1; }
 
 static double accumulate(struct engine *e, int m, float dloss, const struct batch_source *src, int32_t *inputs,
                          int32_t *targets) {
@@ -36,6 +39,27 @@ static double accumulate(struct engine *e, int m, float dloss, const struct batc
     return loss;
 }
 
+/* Evaluation on one stage: n forwards, each in the chunk's first slot
+ * (no backward follows), as pipeline_forward_only runs them over stages. */
+static double forwards_only(struct engine *e, int n, const struct batch_source *src, int32_t *inputs,
+                            int32_t *targets) {
+    double loss = 0.0;
+    struct mb_input in = {.inputs = inputs, .targets = targets};
+    for (int k = 0; k < n; k++) {
+        engine_next_batch(e, src, inputs, targets);
+        loss += engine_micro_batch_forward(e, src, k, 0, engine_chunk_slot(e, 0, 0), &in, 0.0f);
+    }
+    return loss;
+}
+
+/* Every micro-batch's forward and backward: the sum of their losses on the
+ * last stage, 0 on the others. */
+static double micro_batches(struct pipeline *p, float dloss, const struct batch_source *src, int32_t *inputs,
+                            int32_t *targets) {
+    if (one_stage(p) && p->kind == SCHEDULE_1F1B) return accumulate(p->e, p->m, dloss, src, inputs, targets);
+    return pipeline_step(p, dloss, src, inputs, targets);
+}
+
 /* The step's loss lives on the last stage: summed over dp, then over the
  * stages (the others add 0), so every rank holds it. */
 static void agree_loss(struct grid *g, double *loss) {
@@ -44,7 +68,8 @@ static void agree_loss(struct grid *g, double *loss) {
 }
 
 double step_validate(struct pipeline *p, int n, const struct batch_source *src, int32_t *inputs, int32_t *targets) {
-    double sum = pipeline_forward_only(p, n, src, inputs, targets);
+    double sum = one_stage(p) ? forwards_only(p->e, n, src, inputs, targets)
+                              : pipeline_forward_only(p, n, src, inputs, targets);
     agree_loss(p->e->grid, &sum);
     return sum;
 }
@@ -58,8 +83,7 @@ struct step_result step_run(struct pipeline *p, const struct batch_source *src, 
     float dloss = 1.0f / (float)means;
 
     engine_zero_grads(e);
-    double loss = one_stage(p) ? accumulate(e, p->m, dloss, src, inputs, targets)
-                               : pipeline_step(p, dloss, src, inputs, targets);
+    double loss = micro_batches(p, dloss, src, inputs, targets);
     agree_loss(e->grid, &loss);
     struct step_result r = {.loss = loss / means, .grad_norm = NAN};
     step_hook(src->hooks, (struct step_event){.at = OPTIMIZER_BEGINS});
