@@ -14,6 +14,33 @@
 #include "../model/cuda/v2/layernorm_backward.h"
 #include "../model/cuda/v2/residual_layernorm.h"
 
+/* ---- the device's trees that combine the lanes (model/cuda/v2/bf16_lanes.h),
+ * in their order on the host (v[0..n) is changed) */
+
+/* A warp's butterfly (__shfl_xor_sync, offsets 16..1, each lane adding its
+ * partner's value to its own): every lane ends with these bits. */
+static inline float v2_warp_sum_tree(float *v) {
+    for (int o = V2_WARP / 2; o > 0; o /= 2) {
+        float t[V2_WARP];
+        for (int l = 0; l < V2_WARP; l++) t[l] = v[l] + v[l ^ o];
+        for (int l = 0; l < V2_WARP; l++) v[l] = t[l];
+    }
+    return v[0];
+}
+
+/* block_reduce.h's halving trees over n (a power of two) threads. */
+static inline float v2_block_sum_tree(float *v, int n) {
+    for (int w = n / 2; w > 0; w /= 2)
+        for (int t = 0; t < w; t++) v[t] += v[t + w];
+    return v[0];
+}
+
+static inline float v2_block_max_tree(float *v, int n) {
+    for (int w = n / 2; w > 0; w /= 2)
+        for (int t = 0; t < w; t++) v[t] = v[t + w] > v[t] ? v[t + w] : v[t];
+    return v[0];
+}
+
 /* One row as the device's block computes it, on the host; its loss. */
 static inline float ce_row_replay(bf16 *l, int64_t target, int64_t V, int64_t Vp, float dloss) {
     float p[V2_CE_THREADS];

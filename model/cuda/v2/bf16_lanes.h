@@ -3,9 +3,9 @@
  * kernel's work is split into what one lane (a thread of a warp or block)
  * does with its strided elements, written as V2_HD functions here and in
  * the kernels' headers, and the fixed trees that combine the lanes. On the
- * device the trees are shuffles or shared memory; on the host the *_tree
- * functions below replay them in the same order, so a C test can run a
- * kernel's exact arithmetic on the CPU (tests/test_bf16_rows.c: against
+ * device the trees are shuffles or shared memory; on the host the tests
+ * replay them in the same order (tests/device_replays.h's *_tree), so a C
+ * test can run a kernel's exact arithmetic on the CPU (tests/test_bf16_rows.c: against
  * the CPU bf16 kernels) and a CUDA test can ask the device for the same
  * bits (tests/cuda/test_bf16_rows_cuda.c).
  *
@@ -66,31 +66,5 @@ V2_HD float v2_tanhf(float x) { return 1.0f - 2.0f / (1.0f + v2_expf(2.0f * x));
 /* Element i of an operand given as fp32 (f) or bf16 (h, f NULL): the
  * kernels take either for an input the data flow may hand them in both. */
 V2_HD float v2_load(const float *f, const bf16 *h, int64_t i) { return f ? f[i] : v2_widen(h[i]); }
-
-/* ---- the host replay of the device's trees (v[0..n) is changed) */
-
-/* A warp's butterfly (__shfl_xor_sync, offsets 16..1, each lane adding its
- * partner's value to its own): every lane ends with these bits. */
-static inline float v2_warp_sum_tree(float *v) {
-    for (int o = V2_WARP / 2; o > 0; o /= 2) {
-        float t[V2_WARP];
-        for (int l = 0; l < V2_WARP; l++) t[l] = v[l] + v[l ^ o];
-        for (int l = 0; l < V2_WARP; l++) v[l] = t[l];
-    }
-    return v[0];
-}
-
-/* block_reduce.h's halving trees over n (a power of two) threads. */
-static inline float v2_block_sum_tree(float *v, int n) {
-    for (int w = n / 2; w > 0; w /= 2)
-        for (int t = 0; t < w; t++) v[t] += v[t + w];
-    return v[0];
-}
-
-static inline float v2_block_max_tree(float *v, int n) {
-    for (int w = n / 2; w > 0; w /= 2)
-        for (int t = 0; t < w; t++) v[t] = v[t + w] > v[t] ? v[t + w] : v[t];
-    return v[0];
-}
 
 #endif

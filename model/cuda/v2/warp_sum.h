@@ -1,4 +1,4 @@
-// The device side of bf16_lanes.h's v2_warp_sum_tree: a warp's butterfly,
+// The device side of tests/device_replays.h's v2_warp_sum_tree: a warp's butterfly,
 // every lane adding its partner's value to its own at offsets 16..1, so
 // every lane ends with the host replay's bits.
 #ifndef SHARDLAB_V2_WARP_SUM_H
