@@ -306,6 +306,11 @@ print(f"  the step's own code (kernels' dispatch included): {len(src)} source fi
       f"and {len(own) - len(src)} headers' inline code: {len(own)} files in {len(own_folders)} folders")
 for d in own_folders:
     print(f"    {d}/: " + " ".join(os.path.basename(f) for f in own if os.path.dirname(f) == d))
+# The rooms of tp, cp and pp: issue 36 asks that a run without them (the
+# step measured by default: dp 2, tp = cp = pp = 1) enter none.
+ROOMS = ("model/tensor_parallel", "model/context_parallel", "parallel/pipeline")
+entered = [r for r in ROOMS if any(f.startswith(r + "/") for f in files)]
+print(f"  the rooms of tp, cp and pp ({', '.join(ROOMS)}) entered: " + (", ".join(entered) or "none"))
 for name in dict.fromkeys(r[0] for r in ROLES):
     mine = [f for f in files if role(f) == name]
     why = "; ".join(w for n, _, w in ROLES if n == name)
