@@ -50,7 +50,6 @@ enum schedule_kind { SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED, SCHEDU
 
 const char *schedule_name(enum schedule_kind k);
 
-
 /* Activation slots stage `stage` of p needs for m micro-batches (gpipe,
  * 1f1b: one chunk). */
 int schedule_slots(enum schedule_kind k, int p, int stage, int m);
@@ -112,10 +111,11 @@ int pipeline_init(struct pipeline *p, struct engine *e, struct collectives *pp, 
 void pipeline_free(struct pipeline *p, struct mem_tracker *mem);
 
 /* One step's forward and backward passes over m micro-batches (each
- * through every chunk), each
- * weighted dloss in the loss; inputs, targets: (B,T) buffers the schedule
- * fills. Gradients accumulate in the engine. Returns the sum of the
- * micro-batch losses on the last stage, 0 on the others. */
+ * through every chunk), each weighted dloss in the loss, drawn from src
+ * (include/engine.h: struct batch_source); inputs, targets: (B,T) buffers
+ * the schedule fills. The receives and send waits show in the trace as
+ * the pp group's own spans. Gradients accumulate in the engine. Returns
+ * the sum of the micro-batch losses on the last stage, 0 on the others. */
 double pipeline_step(struct pipeline *p, float dloss, const struct batch_source *src, int32_t *inputs,
                      int32_t *targets);
 /* n forwards only (no gradient), one micro-batch at a time through every

@@ -15,7 +15,7 @@
 
 struct step_result {
     double loss;        /* the mean over the step's grad_accum x dp micro-batches, on every rank */
-    double grad_norm;   /* over dp, tp and pp; NaN when the loss was not finite (no norm taken) */
+    double grad_norm;   /* all-reduced over dp, tp and pp; NaN when the loss was not finite (no norm taken) */
     bool updated;       /* the update ran: the loss and the norm were finite, alike on every rank */
     double optimizer_s; /* seconds from the reductions to the gathers */
 };
@@ -26,8 +26,9 @@ struct step_result step_run(struct pipeline *p, const struct batch_source *src, 
                             int32_t *targets);
 
 /* Evaluation: n micro-batches' forwards only, through every stage (one
- * stage: a plain loop; several: pipeline_forward_only). Returns their losses summed over the stages and
- * the data-parallel ranks (n x dp of them), on every rank. */
+ * stage: a plain loop; several: pipeline_forward_only). Returns their
+ * losses summed over the stages and the data-parallel ranks (n x dp of
+ * them), on every rank. */
 double step_validate(struct pipeline *p, int n, const struct batch_source *src, int32_t *inputs, int32_t *targets);
 
 #endif
