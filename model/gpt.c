@@ -8,9 +8,10 @@
  * written to its bf16 store in the same pass (buf_round_narrow). Backward
  * widens a layer back. With act_dtype = fp32 the kernels work on the store
  * directly. On the bf16 data path (acts_direct: bf16 GEMMs on the host, or
- * on a GPU whose backend reads bf16) the kernels themselves load and store bf16 (layers.h: the GEMMs'
- * mixed forms, layernorm_*_bf16, residual_forward_bf16, gelu_*_bf16, the
- * attention's attention_*_bf16 and attention_lse_*_bf16), and only the
+ * on a GPU whose backend reads bf16) the kernels themselves load and store
+ * bf16 (layers.h: the GEMMs' mixed forms, layernorm_*_bf16,
+ * residual_forward_bf16, gelu_*_bf16, the attention's attention_*_bf16
+ * and attention_lse_*_bf16), and only the
  * ring attention's (context parallelism) inputs still pass through fp32
  * copies; the values are the same, each rounded once where it is stored.
  * There (without the ring) the activation gradients passed between
@@ -93,8 +94,8 @@ static struct operand gemm_in(struct gpt *m, struct layer_view *v, enum layer_ac
 
 /* out (N,OC) = x . w^T (+ bias) on the path the operands ask for: both
  * operands as they are (a bf16 w: the engine's bf16 params, on the host or
- * on a GPU whose backend reads bf16; or a bf16 output, the bf16 data path's), the saved bf16
- * input with fp32 weights, or fp32 throughout. */
+ * on a GPU whose backend reads bf16; or a bf16 output, the bf16 data
+ * path's), the saved bf16 input with fp32 weights, or fp32 throughout. */
 static void gemm_forward(struct gpt *m, struct act_out out, struct operand x, struct operand w, const float *bias,
                          int64_t N, int64_t C, int64_t OC) {
     const char *op = __func__;
@@ -507,9 +508,9 @@ static double plain_crossentropy(struct gpt *m, float *logits, float *losses, co
     return crossentropy_forward_backward(logits, losses, targets, N, m->vocab.V, m->vocab.Vl, dloss, m->flops);
 }
 
-const struct tp_points PLAIN_TP_POINTS = {plain_column_input, plain_no_sum, plain_row_output,
-                                                 plain_row_output_grad, plain_ln_grads_begin, plain_ln_grad,
-                                                 plain_ln_grads_done, plain_crossentropy};
+const struct tp_points PLAIN_TP_POINTS = {plain_column_input,   plain_no_sum,         plain_row_output,
+                                          plain_row_output_grad, plain_ln_grads_begin, plain_ln_grad,
+                                          plain_ln_grads_done,  plain_crossentropy};
 
 static void plain_positions_add(struct gpt *m, float *out, const float *wpe, int t0, int n) {
     positions_add(out, wpe + (size_t)t0 * m->shape.C, m->B, n, m->shape.C, m->flops);
